@@ -1,0 +1,240 @@
+"""The operator catalogue: every operator kind a spec may use, and what it needs.
+
+Owns, for each kind: its role (source, transform, sink, or plumbing inserted by rewriting), how
+many inputs and outputs it takes, whether it keeps state, which key it can be partitioned by, and
+its parameters with their value kinds and defaults. Also owns parsing parameter values (numbers,
+durations, column lists, timestamps) into typed Python values. The rewrite rules (`rewrite_rules/`)
+and the validator read this table; nothing here knows about XML or Spark.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Literal
+
+Role = Literal["source", "transform", "sink", "plumbing"]
+ValueKind = Literal["int", "float", "string", "duration", "expression", "columns", "column",
+                    "choice", "timestamp", "endpoint", "path"]
+
+
+@dataclass(frozen=True)
+class ParamDef:
+    name: str
+    kind: ValueKind
+    required: bool = False
+    default: str | None = None
+    choices: tuple[str, ...] = ()
+    minimum: float | None = None
+    doc: str = ""
+
+
+@dataclass(frozen=True)
+class OperatorDef:
+    kind: str
+    role: Role
+    inputs: tuple[int, int]  # (min, max)
+    outputs: tuple[int, int]
+    stateful: bool
+    params: tuple[ParamDef, ...] = ()
+    children: tuple[str, ...] = ()  # allowed child elements besides input/output/param
+    output_type: Literal["declared", "same", "computed", "shape"] = "declared"
+    doc: str = ""
+
+    def param(self, name: str) -> ParamDef | None:
+        for p in self.params:
+            if p.name == name:
+                return p
+        return None
+
+    @property
+    def param_names(self) -> tuple[str, ...]:
+        return tuple(p.name for p in self.params)
+
+
+GENERATOR_SHAPES = ("sensor", "stock", "sequence")
+
+CATALOGUE: dict[str, OperatorDef] = {d.kind: d for d in (
+    OperatorDef("generator", "source", (0, 0), (1, 1), False, (
+        ParamDef("shape", "choice", True, choices=GENERATOR_SHAPES,
+                 doc="which built-in stream to generate"),
+        ParamDef("rate", "float", False, "1000", minimum=0.001, doc="tuples per second"),
+        ParamDef("seed", "int", False, "0", doc="seed of the deterministic generator"),
+        ParamDef("limit", "int", False, None, minimum=0, doc="stop after this many tuples"),
+        ParamDef("start", "timestamp", False, "2024-01-01T00:00:00Z",
+                 doc="event time of the first tuple"),
+    ), output_type="shape", doc="deterministic generator of sensor readings, stock ticks or a "
+                                "numbered sequence; event time advances 1/rate per tuple"),
+    OperatorDef("file-source", "source", (0, 0), (1, 1), False, (
+        ParamDef("path", "path", True, doc="a JSON-lines or CSV file to replay"),
+        ParamDef("format", "choice", False, None, choices=("jsonl", "csv"),
+                 doc="file format (default: from the file name)"),
+        ParamDef("rate", "float", False, None, minimum=0.001,
+                 doc="tuples per second (default: as fast as possible)"),
+    ), doc="replays a file, one tuple per line"),
+    OperatorDef("network-source", "source", (0, 0), (1, 1), False, (
+        ParamDef("endpoint", "endpoint", True, doc="ZeroMQ endpoint of an Elastiq channel writer, "
+                                                   "e.g. tcp://127.0.0.1:6000"),
+        ParamDef("channel", "string", False, None, doc="channel id served there "
+                                                       "(default: the output stream's name)"),
+    ), doc="reads a stream that another query or program serves on a ZeroMQ endpoint"),
+    OperatorDef("filter", "transform", (1, 1), (1, 1), False, (
+        ParamDef("condition", "expression", True, doc="boolean expression over the input"),
+    ), output_type="same", doc="keeps the tuples for which the condition is true"),
+    OperatorDef("project", "transform", (1, 1), (1, 1), False, (),
+                children=("field",), output_type="computed",
+                doc="computes the output columns from <field name value> expressions"),
+    OperatorDef("window-aggregate", "transform", (1, 1), (1, 1), True, (
+        ParamDef("time", "column", True, doc="the event-time column (timestamp)"),
+        ParamDef("size", "duration", True, doc="window length, e.g. '10 seconds'"),
+        ParamDef("slide", "duration", False, None, doc="slide of a sliding window "
+                                                        "(default: tumbling, slide = size)"),
+        ParamDef("watermark", "duration", False, "0 seconds",
+                 doc="how late a tuple may arrive; later ones are dropped"),
+        ParamDef("group-by", "columns", False, "", doc="comma-separated grouping columns"),
+    ), children=("aggregate",), output_type="computed",
+        doc="event-time window aggregate; emits each window once, when the watermark passes "
+            "its end"),
+    OperatorDef("join", "transform", (2, 2), (1, 1), True, (
+        ParamDef("key", "columns", False, None, doc="join columns present on both sides"),
+        ParamDef("left-key", "columns", False, None, doc="join columns of the first input"),
+        ParamDef("right-key", "columns", False, None, doc="join columns of the second input"),
+        ParamDef("time", "column", False, None, doc="event-time column of both sides"),
+        ParamDef("left-time", "column", False, None, doc="event-time column of the first input"),
+        ParamDef("right-time", "column", False, None,
+                 doc="event-time column of the second input"),
+        ParamDef("within", "duration", True, doc="tuples join when their times differ by at "
+                                                 "most this"),
+        ParamDef("watermark", "duration", False, None,
+                 doc="how late a tuple may arrive on either side (default: within)"),
+    ), output_type="computed", doc="windowed inner equi-join of two streams"),
+    OperatorDef("union", "transform", (2, 16), (1, 1), False, (), output_type="same",
+                doc="merges streams of the same type"),
+    OperatorDef("file-sink", "sink", (1, 1), (0, 0), False, (
+        ParamDef("path", "path", True, doc="JSON-lines file the results are appended to"),
+    ), doc="writes results to a JSON-lines file, exactly once"),
+    OperatorDef("console-sink", "sink", (1, 1), (0, 0), False, (),
+                doc="prints results on the terminal"),
+    OperatorDef("network-sink", "sink", (1, 1), (0, 0), False, (
+        ParamDef("endpoint", "endpoint", True, doc="ZeroMQ endpoint to serve the results on, "
+                                                   "e.g. tcp://127.0.0.1:6000"),
+    ), doc="serves results as an Elastiq channel that other queries or programs can read"),
+)}
+
+AGGREGATE_FUNCTIONS = ("count", "sum", "avg", "min", "max")
+
+# ----------------------------------------------------------------------------------------------
+# Parameter values
+
+_DURATION = re.compile(r"^\s*(\d{1,9})\s*(ms|milliseconds?|s|secs?|seconds?|m|mins?|minutes?|"
+                       r"h|hours?)\s*$", re.IGNORECASE)
+_UNIT_MS = {"ms": 1, "millisecond": 1, "s": 1000, "sec": 1000, "second": 1000, "m": 60_000,
+            "min": 60_000, "minute": 60_000, "h": 3_600_000, "hour": 3_600_000}
+_ENDPOINT = re.compile(r"^tcp://(\*|[A-Za-z0-9.\-]{1,253}|\[[0-9A-Fa-f:]+\]):(\d{1,5})$")
+_COLUMN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+
+
+class ParamValueError(ValueError):
+    """A parameter value of the wrong form; the message says what form is expected."""
+
+
+def parse_duration_ms(text: str) -> int:
+    m = _DURATION.match(text)
+    if not m:
+        raise ParamValueError(f"'{text}' is not a duration; write e.g. '500 milliseconds', "
+                              "'10 seconds', '5 minutes' or '1 hour'")
+    unit = m.group(2).lower().rstrip("s") or "s"
+    if m.group(2).lower() in ("ms", "s"):
+        unit = m.group(2).lower()
+    return int(m.group(1)) * _UNIT_MS[unit]
+
+
+def canonical_duration(ms: int) -> str:
+    """Spark's interval spelling of a duration, e.g. 10000 -> '10 seconds'."""
+    if ms % 3_600_000 == 0:
+        return f"{ms // 3_600_000} hours"
+    if ms % 60_000 == 0:
+        return f"{ms // 60_000} minutes"
+    if ms % 1000 == 0:
+        return f"{ms // 1000} seconds"
+    return f"{ms} milliseconds"
+
+
+def parse_timestamp(text: str) -> datetime:
+    try:
+        value = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise ParamValueError(f"'{text}' is not a timestamp; write ISO 8601 such as "
+                              "'2024-01-01T00:00:00Z'") from None
+    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+
+
+def parse_columns(text: str) -> tuple[str, ...]:
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    for n in names:
+        if not _COLUMN.match(n):
+            raise ParamValueError(f"'{n}' is not a column name")
+    return names
+
+
+def parse_endpoint(text: str) -> str:
+    m = _ENDPOINT.match(text.strip())
+    if not m or not 0 < int(m.group(2)) < 65536:
+        raise ParamValueError(f"'{text}' is not a ZeroMQ TCP endpoint; write "
+                              "tcp://HOST:PORT, e.g. tcp://127.0.0.1:6000")
+    return text.strip()
+
+
+def parse_value(definition: ParamDef, text: str) -> object:
+    """The typed value of a parameter (expressions stay text: the validator checks them)."""
+    kind = definition.kind
+    if kind == "int":
+        value: object = _number(text, int, "a whole number")
+    elif kind == "float":
+        value = _number(text, float, "a number")
+    elif kind == "duration":
+        return parse_duration_ms(text)
+    elif kind == "timestamp":
+        return parse_timestamp(text)
+    elif kind == "columns":
+        return parse_columns(text)
+    elif kind == "column":
+        cols = parse_columns(text)
+        if len(cols) != 1:
+            raise ParamValueError(f"'{text}' should name exactly one column")
+        return cols[0]
+    elif kind == "choice":
+        if text not in definition.choices:
+            raise ParamValueError(f"'{text}' is not one of {', '.join(definition.choices)}")
+        return text
+    elif kind == "endpoint":
+        return parse_endpoint(text)
+    elif kind == "path":
+        if not text.strip() or "\x00" in text:
+            raise ParamValueError("a path must not be empty")
+        return text.strip()
+    else:
+        return text
+    if definition.minimum is not None and value < definition.minimum:  # type: ignore[operator]
+        raise ParamValueError(f"{text} is below the minimum {definition.minimum:g}")
+    return value
+
+
+def _number(text: str, kind: type, label: str) -> object:
+    try:
+        value = kind(text.strip())
+    except ValueError:
+        raise ParamValueError(f"'{text}' is not {label}") from None
+    if kind is float and value != value:  # NaN
+        raise ParamValueError("NaN is not allowed")
+    return value
+
+
+# The columns each generator shape produces (executor/shapes.py generates the rows).
+SHAPE_COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
+    "sensor": (("sensor", "string"), ("ts", "timestamp"), ("temp", "double"),
+               ("humidity", "double")),
+    "stock": (("symbol", "string"), ("ts", "timestamp"), ("price", "double"), ("volume", "int")),
+    "sequence": (("id", "int"), ("ts", "timestamp"), ("key", "string"), ("value", "double")),
+}

@@ -1,0 +1,311 @@
+"""What the user wrote: a dataflow spec as frozen dataclasses, each piece with its position.
+
+Owns reading a spec file (through `compiler.xmlsource`), checking its structure against the
+shipped XML Schema (`compiler/schema/dataflow.xsd`), and building `Spec`. Every structural
+problem is reported at once with file:line:column; the meaning of operators and whether types
+agree is `compiler.validate`'s business. The builder is lenient: it skips what the schema
+already reported, so semantic checks can still run and report the rest in the same run.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import re
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Iterable
+
+from lxml import etree
+
+from compiler.xmlsource import ElementSource, XmlDocument, read_xml
+from elastiq.diagnostics import Diagnostic, Position, SpecError
+
+TOP_LEVEL = ("description", "type", "operator")
+
+
+@dataclass(frozen=True)
+class ColumnDecl:
+    name: str
+    type_name: str
+    pos: Position
+    type_pos: Position
+
+
+@dataclass(frozen=True)
+class TypeDecl:
+    name: str
+    columns: tuple[ColumnDecl, ...]
+    pos: Position
+
+
+@dataclass(frozen=True)
+class ParamDecl:
+    """`<param name value>`, or `<field name value>` of a projection. `source` locates characters
+    inside the value (for expression errors)."""
+
+    name: str
+    value: str
+    pos: Position
+    source: ElementSource = field(compare=False, repr=False)
+
+    def value_pos(self, offset: int = 0) -> Position:
+        return self.source.value("value", offset)
+
+
+@dataclass(frozen=True)
+class PortDecl:
+    """`<input name>` or `<output name type>`: a named stream entering or leaving an operator."""
+
+    name: str
+    type_name: str | None
+    pos: Position
+
+
+@dataclass(frozen=True)
+class AggregateDecl:
+    name: str
+    function: str
+    column: str | None
+    pos: Position
+    function_pos: Position
+    column_pos: Position
+
+
+@dataclass(frozen=True)
+class OperatorDecl:
+    name: str
+    kind: str
+    inputs: tuple[PortDecl, ...]
+    outputs: tuple[PortDecl, ...]
+    params: tuple[ParamDecl, ...]
+    fields: tuple[ParamDecl, ...]
+    aggregates: tuple[AggregateDecl, ...]
+    pos: Position
+    kind_pos: Position
+
+    def param(self, name: str) -> ParamDecl | None:
+        for p in self.params:
+            if p.name == name:
+                return p
+        return None
+
+
+@dataclass(frozen=True)
+class Spec:
+    name: str
+    filename: str
+    types: tuple[TypeDecl, ...]
+    operators: tuple[OperatorDecl, ...]
+    pos: Position
+    description: str = ""
+
+
+def read_spec_file(path: str) -> tuple[Spec, list[Diagnostic]]:
+    with open(path, "rb") as f:
+        return read_spec(f.read(), path)
+
+
+def read_spec(text: str | bytes, filename: str) -> tuple[Spec, list[Diagnostic]]:
+    """Parse and structure-check a spec. Raises SpecError if it cannot even be read as XML;
+    otherwise returns the (leniently built) Spec and the structural diagnostics."""
+    doc = read_xml(text, filename)
+    problems = check_structure(doc)
+    return build_spec(doc), problems
+
+
+# ----------------------------------------------------------------------------------------------
+# Structure: the shipped XML Schema, applied element by element so every problem is reported.
+
+_SCHEMA: etree.XMLSchema | None = None
+
+
+def _schema() -> etree.XMLSchema:
+    global _SCHEMA
+    if _SCHEMA is None:
+        xsd = resources.files("compiler").joinpath("schema/dataflow.xsd").read_bytes()
+        parser = etree.XMLParser(resolve_entities=False, no_network=True, load_dtd=False)
+        _SCHEMA = etree.XMLSchema(etree.fromstring(xsd, parser))
+    return _SCHEMA
+
+
+def check_structure(doc: XmlDocument) -> list[Diagnostic]:
+    root = doc.root
+    if root.tag != "dataflow":
+        return [Diagnostic(doc.where(root).position,
+                           f"the root element is <{root.tag}>, expected <dataflow>",
+                           'wrap the spec in <dataflow name="...">')]
+    problems = _validate_fragment(doc, _shallow(root), root)
+    for child in root:
+        if not isinstance(child.tag, str):
+            continue
+        if child.tag not in TOP_LEVEL:
+            problems.append(_unexpected(doc, child, "dataflow", TOP_LEVEL))
+        elif child.tag != "description":
+            problems.extend(_validate_fragment(doc, copy.deepcopy(child), child))
+    if not any(c.tag == "operator" for c in root if isinstance(c.tag, str)):
+        problems.append(Diagnostic(doc.where(root).position, "the dataflow has no operators",
+                                   "add at least a source and a sink <operator>"))
+    return problems
+
+
+def _shallow(element: etree._Element) -> etree._Element:
+    clone = etree.Element(element.tag, dict(element.attrib))
+    clone.sourceline = element.sourceline
+    return clone
+
+
+def _validate_fragment(doc: XmlDocument, fragment: etree._Element,
+                       original: etree._Element) -> list[Diagnostic]:
+    schema = _schema()
+    if schema.validate(fragment):
+        return []
+    return [_translate(doc, original, err) for err in schema.error_log]
+
+
+_ELEMENT_RE = re.compile(r"^Element '(?P<tag>[^']+)'(?:, attribute '(?P<attr>[^']+)')?: (?P<msg>.*)$",
+                         re.DOTALL)
+
+
+def _translate(doc: XmlDocument, scope: etree._Element, err: etree._LogEntry) -> Diagnostic:
+    m = _ELEMENT_RE.match(err.message)
+    if not m:
+        return Diagnostic(Position(doc.filename, err.line, 1), err.message.strip())
+    tag, attr, msg = m.group("tag"), m.group("attr"), m.group("msg").strip()
+    element = _find(scope, tag, err.line)
+    where = doc.where(element) if element is not None else None
+    pos = (where.attr(attr) if attr else where.position) if where else Position(
+        doc.filename, err.line, 1)
+    return _friendly(pos, tag, attr, msg, element)
+
+
+def _find(scope: etree._Element, tag: str, line: int) -> etree._Element | None:
+    candidates = [e for e in scope.iter(tag) if isinstance(e.tag, str)]
+    on_line = [e for e in candidates if e.sourceline == line]
+    return (on_line or candidates or [None])[0]
+
+
+def _friendly(pos: Position, tag: str, attr: str | None, msg: str,
+              element: etree._Element | None) -> Diagnostic:
+    if "facet 'pattern'" in msg:
+        value = re.search(r"The value '([^']*)'", msg)
+        shown = value.group(1) if value else ""
+        return Diagnostic(pos, f"<{tag}> {attr}='{shown}' is not a valid name",
+                          _NAME_RULES.get((tag, attr), _NAME_RULES[None]))
+    if "facet 'maxLength'" in msg:
+        return Diagnostic(pos, f"<{tag}> {attr} is too long", "keep it under 4096 characters")
+    if "is required but missing" in msg:
+        missing = re.search(r"attribute '([^']+)'", msg)
+        name = missing.group(1) if missing else "?"
+        return Diagnostic(pos, f"<{tag}> needs a '{name}' attribute",
+                          f'add {name}="..." to this <{tag}>')
+    if "is not allowed" in msg and attr:
+        allowed = _ALLOWED_ATTRS.get(tag, ())
+        return Diagnostic(pos, f"<{tag}> has no attribute '{attr}'",
+                          _did_you_mean(attr, allowed, "allowed attributes"))
+    if "This element is not expected" in msg:
+        parent = element.getparent() if element is not None else None
+        parent_tag = parent.tag if parent is not None else "dataflow"
+        expected = _CHILDREN.get(parent_tag, ())
+        return Diagnostic(pos, f"<{tag}> is not allowed inside <{parent_tag}>",
+                          _did_you_mean(tag, expected, "allowed here"))
+    if "Character content" in msg:
+        return Diagnostic(pos, f"<{tag}> may not contain text",
+                          "put values in attributes, e.g. <param name=\"...\" value=\"...\"/>")
+    return Diagnostic(pos, f"<{tag}>: {msg}")
+
+
+def _unexpected(doc: XmlDocument, element: etree._Element, parent: str,
+                expected: Iterable[str]) -> Diagnostic:
+    return Diagnostic(doc.where(element).position,
+                      f"<{element.tag}> is not allowed inside <{parent}>",
+                      _did_you_mean(str(element.tag), tuple(expected), "allowed here"))
+
+
+def _did_you_mean(word: str, choices: tuple[str, ...], label: str) -> str:
+    close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
+    listing = f"{label}: {', '.join(choices)}"
+    return f"did you mean '{close[0]}'? {listing}" if close else listing
+
+
+_NAME_RULES = {
+    None: "names start with a letter or _, then letters, digits or _ (at most 64 characters)",
+    ("dataflow", "name"): "a query name starts with a letter, then letters, digits, _ or - "
+                          "(at most 64 characters)",
+    ("operator", "type"): "operator types are lower-case words joined by -, e.g. window-aggregate",
+    ("param", "name"): "parameter names are lower-case words joined by -, e.g. group-by",
+}
+_ALLOWED_ATTRS = {
+    "dataflow": ("name",), "type": ("name",), "column": ("name", "type"),
+    "operator": ("name", "type"), "input": ("name",), "output": ("name", "type"),
+    "param": ("name", "value"), "field": ("name", "value"),
+    "aggregate": ("name", "function", "column"),
+}
+_CHILDREN = {
+    "dataflow": TOP_LEVEL, "type": ("column",),
+    "operator": ("input", "output", "param", "field", "aggregate"),
+}
+
+
+# ----------------------------------------------------------------------------------------------
+# Building the Spec (lenient: anything missing was reported by check_structure).
+
+def build_spec(doc: XmlDocument) -> Spec:
+    root = doc.root
+    types, operators, description = [], [], ""
+    for child in root:
+        if child.tag == "type" and child.get("name"):
+            types.append(_type(doc, child))
+        elif child.tag == "operator" and child.get("name") and child.get("type"):
+            operators.append(_operator(doc, child))
+        elif child.tag == "description":
+            description = (child.text or "").strip()
+    return Spec(root.get("name", ""), doc.filename, tuple(types), tuple(operators),
+                doc.where(root).position, description)
+
+
+def _children(element: etree._Element, tag: str, *required: str) -> list[etree._Element]:
+    return [c for c in element if c.tag == tag and all(c.get(a) is not None for a in required)]
+
+
+def _type(doc: XmlDocument, element: etree._Element) -> TypeDecl:
+    columns = tuple(
+        ColumnDecl(c.get("name"), c.get("type"), doc.where(c).position, doc.where(c).value("type"))
+        for c in _children(element, "column", "name", "type")
+    )
+    return TypeDecl(element.get("name"), columns, doc.where(element).position)
+
+
+def _param(doc: XmlDocument, element: etree._Element) -> ParamDecl:
+    src = doc.where(element)
+    return ParamDecl(element.get("name"), element.get("value"), src.position, src)
+
+
+def _operator(doc: XmlDocument, element: etree._Element) -> OperatorDecl:
+    where = doc.where(element)
+    return OperatorDecl(
+        name=element.get("name"),
+        kind=element.get("type"),
+        inputs=tuple(PortDecl(c.get("name"), None, doc.where(c).position)
+                     for c in _children(element, "input", "name")),
+        outputs=tuple(PortDecl(c.get("name"), c.get("type"), doc.where(c).position)
+                      for c in _children(element, "output", "name")),
+        params=tuple(_param(doc, c) for c in _children(element, "param", "name", "value")),
+        fields=tuple(_param(doc, c) for c in _children(element, "field", "name", "value")),
+        aggregates=tuple(
+            AggregateDecl(c.get("name"), c.get("function"), c.get("column"),
+                          doc.where(c).position, doc.where(c).value("function"),
+                          doc.where(c).value("column"))
+            for c in _children(element, "aggregate", "name", "function")
+        ),
+        pos=where.position,
+        kind_pos=where.value("type"),
+    )
+
+
+def load_spec(path: str) -> Spec:
+    """Read a spec and raise SpecError if its structure is broken (semantic checks aside)."""
+    spec, problems = read_spec_file(path)
+    if problems:
+        raise SpecError(problems)
+    return spec

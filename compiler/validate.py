@@ -1,0 +1,558 @@
+"""Semantic checks of a spec, and the logical graph they produce.
+
+Owns everything about a spec's meaning that the XML Schema cannot see: unknown or duplicate
+names, operator kinds and their parameters, streams with no producer or two, cycles, types that
+do not agree, expressions that do not parse or type-check, windows without a time column. All
+problems are collected with their positions and reported together; a spec with none becomes a
+logical `Graph` whose every stream has a known schema.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from compiler import expressions as ex
+from compiler.graph import Graph, Node, Stream
+from compiler.operators import (AGGREGATE_FUNCTIONS, CATALOGUE, SHAPE_COLUMNS, OperatorDef,
+                                ParamValueError, canonical_duration, parse_value)
+from compiler.spec import OperatorDecl, ParamDecl, Spec
+from compiler.types import ColumnType, Field, Schema
+from elastiq.diagnostics import Diagnostic, Position, SpecError
+
+WINDOW_COLUMNS = ("window_start", "window_end")
+
+
+@dataclass
+class _Checker:
+    """Collects diagnostics while resolving a spec; one instance per run."""
+
+    spec: Spec
+    problems: list[Diagnostic] = field(default_factory=list)
+    types: dict[str, Schema] = field(default_factory=dict)
+    producers: dict[str, OperatorDecl] = field(default_factory=dict)
+    schemas: dict[str, Schema] = field(default_factory=dict)
+    params: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def error(self, pos: Position, message: str, hint: str = "") -> None:
+        self.problems.append(Diagnostic(pos, message, hint))
+
+    def warn(self, pos: Position, message: str, hint: str = "") -> None:
+        self.problems.append(Diagnostic(pos, message, hint, "warning"))
+
+
+def check(spec: Spec) -> tuple[Graph | None, list[Diagnostic]]:
+    """Check a spec; return its logical graph (None if there were errors) and every diagnostic
+    (errors and warnings)."""
+    c = _Checker(spec)
+    _check_types(c)
+    kinds = _check_operators(c)
+    order = _check_streams(c, kinds)
+    if order is not None:
+        for op in order:
+            _resolve(c, op, kinds[op.name])
+    if not any(d.role == "sink" for d in kinds.values()):
+        c.error(spec.pos, "the dataflow has no sink, so its results would go nowhere",
+                "add a file-sink, console-sink or network-sink operator")
+    errors = [d for d in c.problems if d.severity == "error"]
+    if errors or order is None:
+        return None, c.problems
+    return _graph(c, order, kinds), c.problems
+
+
+def check_or_raise(spec: Spec) -> Graph:
+    graph, problems = check(spec)
+    if graph is None:
+        raise SpecError(problems)
+    return graph
+
+
+# ----------------------------------------------------------------------------------------------
+# Names: types, operators, parameters
+
+def _suggest(word: str, choices: Any, label: str) -> str:
+    choices = sorted(choices)
+    close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
+    listing = f"{label}: {', '.join(choices)}" if choices else f"no {label} are declared"
+    return f"did you mean '{close[0]}'? {listing}" if close else listing
+
+
+def _check_types(c: _Checker) -> None:
+    seen: dict[str, Position] = {}
+    for t in c.spec.types:
+        if t.name in seen:
+            c.error(t.pos, f"type '{t.name}' is declared twice (first at {seen[t.name]})",
+                    "rename or remove one of them")
+            continue
+        seen[t.name] = t.pos
+        fields, names = [], set()
+        for col in t.columns:
+            if col.name in names:
+                c.error(col.pos, f"column '{col.name}' appears twice in type '{t.name}'",
+                        "column names must be unique within a type")
+                continue
+            names.add(col.name)
+            if col.type_name not in ColumnType.names():
+                c.error(col.type_pos, f"unknown column type '{col.type_name}'",
+                        _suggest(col.type_name, ColumnType.names(), "column types"))
+                continue
+            fields.append(Field(col.name, ColumnType(col.type_name)))
+        if len(fields) == len(t.columns):
+            c.types[t.name] = Schema(tuple(fields))
+
+
+def _check_operators(c: _Checker) -> dict[str, OperatorDef]:
+    kinds: dict[str, OperatorDef] = {}
+    seen: dict[str, Position] = {}
+    for op in c.spec.operators:
+        if op.name in seen:
+            c.error(op.pos, f"operator '{op.name}' is declared twice (first at {seen[op.name]})",
+                    "operator names must be unique")
+            continue
+        seen[op.name] = op.pos
+        definition = CATALOGUE.get(op.kind)
+        if definition is None:
+            c.error(op.kind_pos, f"unknown operator type '{op.kind}'",
+                    _suggest(op.kind, CATALOGUE, "operator types"))
+            continue
+        kinds[op.name] = definition
+        _check_arity(c, op, definition)
+        _check_children(c, op, definition)
+        c.params[op.name] = _check_params(c, op, definition)
+    return kinds
+
+
+def _check_arity(c: _Checker, op: OperatorDecl, d: OperatorDef) -> None:
+    for ports, (lo, hi), what in ((op.inputs, d.inputs, "input"), (op.outputs, d.outputs, "output")):
+        n = len(ports)
+        if lo <= n <= hi:
+            continue
+        want = f"exactly {lo}" if lo == hi else f"{lo} to {hi}"
+        plural = "s" if hi != 1 else ""
+        hint = (f"remove the <{what}> elements" if hi == 0 else
+                f'add <{what} name="..."/>' if n < lo else f"remove {n - hi} <{what}> element(s)")
+        c.error(op.pos, f"{op.kind} operator '{op.name}' has {n} {what}{'s' if n != 1 else ''}; "
+                        f"it takes {want} {what}{plural}", hint)
+
+
+def _check_children(c: _Checker, op: OperatorDecl, d: OperatorDef) -> None:
+    for tag, items in (("field", op.fields), ("aggregate", op.aggregates)):
+        if items and tag not in d.children:
+            c.error(items[0].pos, f"<{tag}> is not used by a {op.kind} operator",
+                    f"remove it; <{tag}> belongs to "
+                    f"{'project' if tag == 'field' else 'window-aggregate'} operators")
+
+
+def _check_params(c: _Checker, op: OperatorDecl, d: OperatorDef) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    seen: set[str] = set()
+    for p in op.params:
+        definition = d.param(p.name)
+        if definition is None:
+            c.error(p.pos, f"{op.kind} operator '{op.name}' has no parameter '{p.name}'",
+                    _suggest(p.name, d.param_names, "its parameters") if d.params
+                    else f"{op.kind} takes no parameters")
+            continue
+        if p.name in seen:
+            c.error(p.pos, f"parameter '{p.name}' is given twice", "keep one of them")
+            continue
+        seen.add(p.name)
+        try:
+            values[p.name] = parse_value(definition, p.value)
+        except ParamValueError as e:
+            c.error(p.value_pos(), f"parameter '{p.name}' of '{op.name}': {e}", definition.doc)
+    for definition in d.params:
+        if definition.name in seen:
+            continue
+        if definition.required:
+            c.error(op.pos, f"{op.kind} operator '{op.name}' needs the parameter "
+                            f"'{definition.name}' ({definition.doc})",
+                    f'add <param name="{definition.name}" value="..."/>')
+        elif definition.default is not None:
+            values[definition.name] = parse_value(definition, definition.default)
+    return values
+
+
+# ----------------------------------------------------------------------------------------------
+# Streams: one producer each, known consumers, no cycles
+
+def _check_streams(c: _Checker, kinds: dict[str, OperatorDef]) -> list[OperatorDecl] | None:
+    ops = [op for op in c.spec.operators if op.name in kinds]
+    for op in ops:
+        for out in op.outputs:
+            first = c.producers.get(out.name)
+            if first is not None:
+                c.error(out.pos, f"stream '{out.name}' is produced by both '{first.name}' and "
+                                 f"'{op.name}'", "give each output its own stream name")
+            else:
+                c.producers[out.name] = op
+    consumed: set[str] = set()
+    for op in ops:
+        for port in op.inputs:
+            consumed.add(port.name)
+            if port.name not in c.producers:
+                c.error(port.pos, f"operator '{op.name}' reads stream '{port.name}', which no "
+                                  "operator produces",
+                        _suggest(port.name, c.producers, "streams produced"))
+    for name, op in c.producers.items():
+        if name not in consumed and kinds[op.name].role != "sink":
+            out = next(o for o in op.outputs if o.name == name)
+            c.warn(out.pos, f"stream '{name}' of '{op.name}' is never read",
+                   "connect it to an operator or a sink, or remove it")
+    return _topological(c, ops)
+
+
+def _topological(c: _Checker, ops: list[OperatorDecl]) -> list[OperatorDecl] | None:
+    by_name = {op.name: op for op in ops}
+    upstream = {op.name: [c.producers[p.name].name for p in op.inputs if p.name in c.producers]
+                for op in ops}
+    order: list[OperatorDecl] = []
+    state: dict[str, int] = {}  # 1 visiting, 2 done
+
+    def visit(name: str, path: list[str]) -> bool:
+        if state.get(name) == 2:
+            return True
+        if state.get(name) == 1:
+            cycle = path[path.index(name):] + [name]
+            c.error(by_name[name].pos, "the dataflow has a cycle: " + " -> ".join(cycle),
+                    "dataflows must be acyclic; break the loop (a query can feed another "
+                    "query through a network-sink and network-source)")
+            return False
+        state[name] = 1
+        ok = all(visit(up, path + [name]) for up in upstream[name])
+        state[name] = 2
+        order.append(by_name[name])
+        return ok
+
+    ok = all([visit(op.name, []) for op in ops])
+    return order if ok else None
+
+
+# ----------------------------------------------------------------------------------------------
+# Schemas and parameters per operator kind
+
+def _resolve(c: _Checker, op: OperatorDecl, d: OperatorDef) -> None:
+    inputs = [c.schemas.get(p.name) for p in op.inputs]
+    if any(s is None for s in inputs):
+        return  # an upstream problem was already reported
+    if not (d.inputs[0] <= len(inputs) <= d.inputs[1] and len(op.outputs) <= d.outputs[1]):
+        return  # the arity problem was already reported
+    resolver = _RESOLVERS.get(op.kind)
+    computed = resolver(c, op, [s for s in inputs if s is not None]) if resolver else None
+    if not op.outputs:
+        return
+    out = op.outputs[0]
+    declared = None
+    if out.type_name is not None:
+        declared = c.types.get(out.type_name)
+        if declared is None:
+            if out.type_name not in {t.name for t in c.spec.types}:
+                c.error(out.pos, f"unknown stream type '{out.type_name}'",
+                        _suggest(out.type_name, c.types, "declared types"))
+            return
+    if computed is None and declared is None:
+        if d.output_type == "declared":
+            c.error(out.pos, f"the output of {op.kind} '{op.name}' needs a type",
+                    f'write <output name="{out.name}" type="..."/> with a declared <type>')
+        return
+    if computed is not None and declared is not None and computed != declared:
+        c.error(out.pos, f"output '{out.name}' is declared as type '{out.type_name}' "
+                         f"({_describe(declared)}) but {op.kind} '{op.name}' produces "
+                         f"({_describe(computed)})",
+                "change the declared type or leave out type= to use what the operator produces")
+        return
+    c.schemas[out.name] = declared or computed  # type: ignore[assignment]
+
+
+def _describe(schema: Schema) -> str:
+    return ", ".join(f"{f.name} {f.type.value}" for f in schema)
+
+
+def _scope(op: OperatorDecl, inputs: list[Schema]) -> ex.Scope:
+    return ex.Scope({port.name: schema for port, schema in zip(op.inputs, inputs)})
+
+
+def _expression(c: _Checker, op: OperatorDecl, p: ParamDecl, scope: ex.Scope,
+                what: str) -> ex.TypedExpr | None:
+    try:
+        return ex.compile_expression(p.value, scope)
+    except ex.ExpressionError as e:
+        for problem in e.problems:
+            c.error(p.value_pos(problem.offset), f"{what} of '{op.name}': {problem.message}",
+                    problem.hint)
+        return None
+
+
+def _generator(c: _Checker, op: OperatorDecl, inputs: list[Schema]) -> Schema | None:
+    shape = c.params[op.name].get("shape")
+    return Schema.of(*SHAPE_COLUMNS[shape]) if shape in SHAPE_COLUMNS else None
+
+
+def _filter(c: _Checker, op: OperatorDecl, inputs: list[Schema]) -> Schema | None:
+    p = op.param("condition")
+    if p is not None:
+        typed = _expression(c, op, p, _scope(op, inputs), "condition")
+        if typed is not None and typed.type is not ColumnType.BOOLEAN:
+            c.error(p.value_pos(), f"the condition of '{op.name}' is of type "
+                                   f"{typed.type.value}, not boolean",
+                    "write a comparison such as raw.temp > 30")
+    return inputs[0]
+
+
+def _project(c: _Checker, op: OperatorDecl, inputs: list[Schema]) -> Schema | None:
+    if not op.fields:
+        c.error(op.pos, f"project operator '{op.name}' has no <field>",
+                'add <field name="out" value="expression"/> for each output column')
+        return None
+    fields, seen, ok = [], set(), True
+    for f in op.fields:
+        if f.name in seen:
+            c.error(f.pos, f"field '{f.name}' appears twice in '{op.name}'",
+                    "output column names must be unique")
+            ok = False
+            continue
+        seen.add(f.name)
+        typed = _expression(c, op, f, _scope(op, inputs), f"field '{f.name}'")
+        if typed is None:
+            ok = False
+        else:
+            fields.append(Field(f.name, typed.type))
+    return Schema(tuple(fields)) if ok else None
+
+
+def _column_of(c: _Checker, op: OperatorDecl, schema: Schema, param: str, stream: str,
+               want: ColumnType | None = None) -> Field | None:
+    p = op.param(param)
+    name = c.params[op.name].get(param)
+    if p is None or name is None:
+        return None
+    found = schema.get(name)
+    if found is None:
+        c.error(p.value_pos(), f"parameter '{param}' of '{op.name}' names column '{name}', "
+                               f"which stream '{stream}' does not have",
+                _suggest(name, schema.names, "its columns"))
+        return None
+    if want is not None and found.type is not want:
+        c.error(p.value_pos(), f"column '{name}' of stream '{stream}' is {found.type.value}, "
+                               f"but '{param}' needs a {want.value} column",
+                "name an event-time column of type timestamp")
+        return None
+    return found
+
+
+def _window(c: _Checker, op: OperatorDecl, inputs: list[Schema]) -> Schema | None:
+    schema, stream, values = inputs[0], op.inputs[0].name, c.params[op.name]
+    time = _column_of(c, op, schema, "time", stream, ColumnType.TIMESTAMP)
+    size, slide = values.get("size"), values.get("slide")
+    ok = time is not None
+    if size is not None and size <= 0:
+        c.error(op.param("size").value_pos(), "a window size must be above zero",  # type: ignore[union-attr]
+                "e.g. 10 seconds")
+        ok = False
+    if slide is not None and size is not None and not 0 < slide <= size:
+        c.error(op.param("slide").value_pos(),  # type: ignore[union-attr]
+                f"the slide ({canonical_duration(slide)}) must be above zero and at most the "
+                f"window size ({canonical_duration(size)})", "leave out slide for a tumbling window")
+        ok = False
+    groups = _group_columns(c, op, schema, stream)
+    aggregates = _aggregates(c, op, schema, stream, groups)
+    if not ok or groups is None or aggregates is None:
+        return None
+    return Schema(tuple([Field(n, ColumnType.TIMESTAMP) for n in WINDOW_COLUMNS] + groups
+                        + aggregates))
+
+
+def _group_columns(c: _Checker, op: OperatorDecl, schema: Schema, stream: str) -> list[Field] | None:
+    result, ok = [], True
+    for name in c.params[op.name].get("group-by", ()):
+        found = schema.get(name)
+        if found is None:
+            c.error(op.param("group-by").value_pos(),  # type: ignore[union-attr]
+                    f"group-by column '{name}' is not in stream '{stream}'",
+                    _suggest(name, schema.names, "its columns"))
+            ok = False
+        else:
+            result.append(found)
+    return result if ok else None
+
+
+def _aggregates(c: _Checker, op: OperatorDecl, schema: Schema, stream: str,
+                groups: list[Field] | None) -> list[Field] | None:
+    if not op.aggregates:
+        c.error(op.pos, f"window-aggregate '{op.name}' has no <aggregate>",
+                'add e.g. <aggregate name="n" function="count"/>')
+        return None
+    taken = set(WINDOW_COLUMNS) | {g.name for g in groups or ()}
+    result, ok = [], True
+    for a in op.aggregates:
+        field_ = _aggregate(c, a, schema, stream, taken)
+        if field_ is None:
+            ok = False
+        else:
+            taken.add(a.name)
+            result.append(field_)
+    return result if ok else None
+
+
+def _aggregate(c: _Checker, a: Any, schema: Schema, stream: str, taken: set[str]) -> Field | None:
+    if a.name in taken:
+        c.error(a.pos, f"aggregate name '{a.name}' is already an output column",
+                "choose another name")
+        return None
+    if a.function not in AGGREGATE_FUNCTIONS:
+        c.error(a.function_pos, f"unknown aggregate function '{a.function}'",
+                _suggest(a.function, AGGREGATE_FUNCTIONS, "functions"))
+        return None
+    if a.column is None:
+        if a.function != "count":
+            c.error(a.pos, f"aggregate '{a.name}' ({a.function}) needs a column",
+                    f'add column="..." naming a column of stream \'{stream}\'')
+            return None
+        return Field(a.name, ColumnType.INT)
+    col = schema.get(a.column)
+    if col is None:
+        c.error(a.column_pos, f"aggregate '{a.name}' reads column '{a.column}', which stream "
+                              f"'{stream}' does not have", _suggest(a.column, schema.names, "its columns"))
+        return None
+    return _aggregate_type(c, a, col)
+
+
+def _aggregate_type(c: _Checker, a: Any, col: Field) -> Field | None:
+    if a.function == "count":
+        return Field(a.name, ColumnType.INT)
+    if a.function in ("sum", "avg") and not col.type.is_numeric:
+        c.error(a.column_pos, f"{a.function} needs a numeric column; '{col.name}' is "
+                              f"{col.type.value}", "use count, min or max, or a numeric column")
+        return None
+    if a.function in ("min", "max") and not col.type.is_orderable:
+        c.error(a.column_pos, f"{a.function} cannot order {col.type.value} column '{col.name}'",
+                "use count")
+        return None
+    if a.function == "avg":
+        return Field(a.name, ColumnType.DOUBLE)
+    return Field(a.name, col.type)
+
+
+def _join(c: _Checker, op: OperatorDecl, inputs: list[Schema]) -> Schema | None:
+    (left, right), (ln, rn) = inputs, (op.inputs[0].name, op.inputs[1].name)
+    values = c.params[op.name]
+    keys = _join_keys(c, op, left, right, ln, rn)
+    times = [_join_time(c, op, schema, stream, side)
+             for schema, stream, side in ((left, ln, "left"), (right, rn, "right"))]
+    if "watermark" not in values and "within" in values:
+        values["watermark"] = values["within"]
+    if keys is None or None in times:
+        return None
+    values["left-key"], values["right-key"] = keys
+    values["left-time"], values["right-time"] = times
+    return _join_schema(c, op, left, right, rn)
+
+
+def _join_keys(c: _Checker, op: OperatorDecl, left: Schema, right: Schema, ln: str,
+               rn: str) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+    values = c.params[op.name]
+    lk = values.get("left-key", values.get("key"))
+    rk = values.get("right-key", values.get("key"))
+    if not lk or not rk:
+        c.error(op.pos, f"join '{op.name}' needs its key columns",
+                'add <param name="key" value="..."/> (same names on both sides) or left-key '
+                "and right-key")
+        return None
+    if len(lk) != len(rk):
+        c.error(op.pos, f"join '{op.name}' has {len(lk)} left key(s) but {len(rk)} right key(s)",
+                "give both sides the same number of key columns")
+        return None
+    ok = True
+    for l_name, r_name in zip(lk, rk):
+        lf, rf = left.get(l_name), right.get(r_name)
+        for found, name, stream, schema in ((lf, l_name, ln, left), (rf, r_name, rn, right)):
+            if found is None:
+                c.error(op.pos, f"join key '{name}' is not a column of stream '{stream}'",
+                        _suggest(name, schema.names, "its columns"))
+                ok = False
+        if lf and rf and lf.type is not rf.type:
+            c.error(op.pos, f"join keys {ln}.{l_name} ({lf.type.value}) and {rn}.{r_name} "
+                            f"({rf.type.value}) have different types", "join columns of one type")
+            ok = False
+    return (lk, rk) if ok else None
+
+
+def _join_time(c: _Checker, op: OperatorDecl, schema: Schema, stream: str, side: str) -> str | None:
+    values = c.params[op.name]
+    param = f"{side}-time" if f"{side}-time" in values else "time"
+    name = values.get(param)
+    if name is None:
+        c.error(op.pos, f"join '{op.name}' needs the event-time column of its {side} input",
+                'add <param name="time" value="ts"/> (or left-time and right-time)')
+        return None
+    found = _column_of(c, op, schema, param, stream, ColumnType.TIMESTAMP)
+    return found.name if found else None
+
+
+def _join_schema(c: _Checker, op: OperatorDecl, left: Schema, right: Schema,
+                 right_name: str) -> Schema | None:
+    fields = list(left.fields)
+    names = set(left.names)
+    for f in right:
+        name = f.name if f.name not in names else f"{right_name}_{f.name}"
+        if name in names:
+            c.error(op.pos, f"join '{op.name}' would produce column '{name}' twice",
+                    "rename columns with a project operator before the join")
+            return None
+        names.add(name)
+        fields.append(Field(name, f.type))
+    return Schema(tuple(fields))
+
+
+def _union(c: _Checker, op: OperatorDecl, inputs: list[Schema]) -> Schema | None:
+    first = inputs[0]
+    for port, schema in zip(op.inputs[1:], inputs[1:]):
+        if schema != first:
+            c.error(port.pos, f"union '{op.name}': stream '{port.name}' ({_describe(schema)}) "
+                              f"differs from '{op.inputs[0].name}' ({_describe(first)})",
+                    "union streams of the same type; align them with a project operator")
+            return None
+    return first
+
+
+_RESOLVERS: dict[str, Callable[[_Checker, OperatorDecl, list[Schema]], Schema | None]] = {
+    "generator": _generator, "filter": _filter, "project": _project,
+    "window-aggregate": _window, "join": _join, "union": _union,
+}
+
+
+# ----------------------------------------------------------------------------------------------
+# The logical graph
+
+def _graph(c: _Checker, order: list[OperatorDecl], kinds: dict[str, OperatorDef]) -> Graph:
+    nodes = tuple(_node(c, op, kinds[op.name]) for op in order)
+    streams = tuple(Stream(o.name, c.schemas[o.name], op.name) for op in order for o in op.outputs)
+    return Graph(c.spec.name, nodes, streams)
+
+
+def _node(c: _Checker, op: OperatorDecl, d: OperatorDef) -> Node:
+    params = dict(c.params[op.name])
+    if op.kind == "project":
+        params["fields"] = tuple((f.name, f.value) for f in op.fields)
+    if op.kind == "window-aggregate":
+        params["aggregates"] = tuple((a.name, a.function, a.column) for a in op.aggregates)
+    if op.kind == "filter":
+        params["condition"] = op.param("condition").value  # type: ignore[union-attr]
+    return Node(
+        name=op.name, kind=op.kind, role=d.role, stateful=d.stateful,
+        inputs=tuple(p.name for p in op.inputs),
+        output=op.outputs[0].name if op.outputs else None,
+        params=tuple(sorted(params.items())),
+        partition_keys=_partition_keys(op.kind, params),
+    )
+
+
+def _partition_keys(kind: str, params: dict[str, Any]) -> tuple[str, ...] | None:
+    if kind in ("filter", "project", "union"):
+        return ()  # stateless: any partitioning is correct
+    if kind == "window-aggregate":
+        return tuple(params.get("group-by", ())) or None
+    if kind == "join":
+        return tuple(params.get("left-key", ()))
+    return None

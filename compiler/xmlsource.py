@@ -1,0 +1,208 @@
+"""Safe XML reading with exact source positions.
+
+Owns turning the bytes of a spec file into an lxml tree and a map from every element (and each
+of its attributes) to the line and column where the user wrote it. lxml reports only a line per
+element, so a small scanner walks the raw text in document order alongside the tree.
+
+Safety (DESIGN.md invariant 4): a spec may not contain a DOCTYPE or entity declarations, so
+billion-laughs and XXE files are refused before lxml sees them; the parser itself runs with entity
+resolution, DTD loading and network access off. Does not own the schema or what elements mean
+(`compiler.spec`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from lxml import etree
+
+from elastiq.diagnostics import Diagnostic, Position, SpecError
+
+MAX_SPEC_BYTES = 4 << 20
+
+_NAME = r"[A-Za-z_][\w.\-]*"
+_TOKEN = re.compile(
+    r"<!--.*?-->"  # comment
+    r"|<!\[CDATA\[.*?\]\]>"  # CDATA section
+    r"|<\?.*?\?>"  # processing instruction / XML declaration
+    r"|<!(?P<decl>[A-Za-z]+)"  # DOCTYPE, ENTITY, ... (refused)
+    r"|</" + _NAME + r"\s*>"  # end tag
+    r"|<(?P<start>" + _NAME + r")(?P<attrs>(?:\s+" + _NAME + r"\s*=\s*(?:\"[^\"]*\"|'[^']*'))*)\s*/?>",
+    re.DOTALL,
+)
+_ATTR = re.compile(r"(?P<name>" + _NAME + r")\s*=\s*(?P<q>[\"'])(?P<value>.*?)(?P=q)", re.DOTALL)
+_ENTITY = re.compile(r"&(#x[0-9A-Fa-f]+|#[0-9]+|[A-Za-z]+);")
+
+
+@dataclass(frozen=True)
+class AttrSource:
+    """Where an attribute's name starts and the raw text of its value (before entity decoding)."""
+
+    position: Position
+    value_position: Position
+    raw_value: str
+
+    def position_in_value(self, offset: int) -> Position:
+        """The position of character `offset` of the decoded value, accounting for entity
+        references such as `&gt;` that take several raw characters."""
+        raw_index = _raw_index(self.raw_value, offset)
+        before = self.raw_value[:raw_index]
+        newlines = before.count("\n")
+        if newlines == 0:
+            return self.value_position.shifted(raw_index)
+        return Position(
+            self.value_position.file,
+            self.value_position.line + newlines,
+            raw_index - before.rfind("\n"),
+        )
+
+
+@dataclass(frozen=True)
+class ElementSource:
+    """Where an element's start tag begins, and where each of its attributes is."""
+
+    position: Position
+    attributes: dict[str, AttrSource] = field(default_factory=dict)
+
+    def attr(self, name: str) -> Position:
+        a = self.attributes.get(name)
+        return a.position if a else self.position
+
+    def value(self, name: str, offset: int = 0) -> Position:
+        a = self.attributes.get(name)
+        return a.position_in_value(offset) if a else self.position
+
+
+@dataclass(frozen=True)
+class XmlDocument:
+    """A parsed spec file: its tree and the source of every element in document order."""
+
+    filename: str
+    root: etree._Element
+    sources: dict[etree._Element, ElementSource]
+
+    def where(self, element: etree._Element) -> ElementSource:
+        return self.sources.get(element) or ElementSource(
+            Position(self.filename, element.sourceline or 1, 1)
+        )
+
+
+def read_xml(text: str | bytes, filename: str) -> XmlDocument:
+    """Parse a spec safely; raise SpecError with located diagnostics if it is not well-formed
+    or not allowed (DOCTYPE, entity declarations, too large)."""
+    if isinstance(text, bytes):
+        if len(text) > MAX_SPEC_BYTES:
+            raise SpecError([_too_large(filename, len(text))])
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise SpecError([Diagnostic(Position(filename, 1, 1),
+                                        f"the file is not UTF-8 text (byte {e.start})",
+                                        "save the spec as UTF-8")]) from None
+    if len(text) > MAX_SPEC_BYTES:
+        raise SpecError([_too_large(filename, len(text))])
+    starts, refused = _scan(text, filename)
+    if refused:
+        raise SpecError(refused)
+    root = _parse(text, filename)
+    elements = [e for e in root.iter() if isinstance(e.tag, str)]
+    sources: dict[etree._Element, ElementSource] = {}
+    for element, (tag, source) in zip(elements, starts):
+        if tag == element.tag:
+            sources[element] = source
+    return XmlDocument(filename, root, sources)
+
+
+def _too_large(filename: str, size: int) -> Diagnostic:
+    return Diagnostic(Position(filename, 1, 1),
+                      f"the spec is {size} bytes, more than the {MAX_SPEC_BYTES} allowed",
+                      "split the dataflow into several queries")
+
+
+def _parse(text: str, filename: str) -> etree._Element:
+    parser = etree.XMLParser(
+        resolve_entities=False, no_network=True, load_dtd=False, dtd_validation=False,
+        huge_tree=False, remove_pis=True, remove_comments=False,
+    )
+    body = re.sub(r"^\s*<\?xml[^>]*\?>", lambda m: " " * len(m.group(0)), text, count=1)
+    try:
+        return etree.fromstring(body, parser)
+    except etree.XMLSyntaxError:
+        lines = text.split("\n")
+        diagnostics = [
+            Diagnostic(_token_start(lines, filename, err.line, err.column),
+                       f"XML is not well-formed: {err.message.strip()}",
+                       "fix the markup at this place")
+            for err in parser.error_log
+        ]
+        raise SpecError(diagnostics[:20] or [
+            Diagnostic(Position(filename, 1, 1), "XML is not well-formed", "check the file")
+        ]) from None
+
+
+def _token_start(lines: list[str], filename: str, line: int, column: int) -> Position:
+    """libxml2 reports the column just after the offending tag; point at the tag's '<'."""
+    line = max(line, 1)
+    text = lines[line - 1] if line <= len(lines) else ""
+    end = min(max(column, 1), len(text) + 1) - 1
+    if end > 0 and text[end - 1] == ">":
+        start = text.rfind("<", 0, end)
+        if start >= 0:
+            return Position(filename, line, start + 1)
+    return Position(filename, line, max(column, 1))
+
+
+def _scan(text: str, filename: str) -> tuple[list[tuple[str, ElementSource]], list[Diagnostic]]:
+    """Start tags in document order with positions; and refusals for declarations."""
+    line_starts = [0] + [m.end() for m in re.finditer("\n", text)]
+    starts: list[tuple[str, ElementSource]] = []
+    refused: list[Diagnostic] = []
+
+    def pos(index: int) -> Position:
+        line = _bisect(line_starts, index)
+        return Position(filename, line + 1, index - line_starts[line] + 1)
+
+    for m in _TOKEN.finditer(text):
+        if m.group("decl"):
+            refused.append(_refusal(m.group("decl"), pos(m.start())))
+        elif m.group("start"):
+            attrs_text, attrs_at = m.group("attrs"), m.start("attrs")
+            attributes = {
+                a.group("name"): AttrSource(pos(attrs_at + a.start()),
+                                            pos(attrs_at + a.start("value")), a.group("value"))
+                for a in _ATTR.finditer(attrs_text)
+            }
+            starts.append((m.group("start"), ElementSource(pos(m.start()), attributes)))
+    return starts, refused
+
+
+def _refusal(decl: str, at: Position) -> Diagnostic:
+    kind = decl.upper()
+    if kind == "DOCTYPE":
+        return Diagnostic(at, "a DOCTYPE is not allowed in a spec (DTDs and entities are off "
+                              "for safety)", "remove the <!DOCTYPE ...> declaration")
+    return Diagnostic(at, f"<!{decl} ...> declarations are not allowed in a spec",
+                      "remove the declaration; entities are never expanded")
+
+
+def _bisect(line_starts: list[int], index: int) -> int:
+    lo, hi = 0, len(line_starts) - 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if line_starts[mid] <= index:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def _raw_index(raw: str, offset: int) -> int:
+    """Index into the raw attribute text of decoded character `offset`."""
+    decoded = 0
+    i = 0
+    while i < len(raw) and decoded < offset:
+        m = _ENTITY.match(raw, i) if raw[i] == "&" else None
+        i = m.end() if m else i + 1
+        decoded += 1
+    return i

@@ -1,0 +1,124 @@
+"""The `elastiq` command line.
+
+Owns argument parsing and what each command prints and returns (exit status 0 on success, 1
+when the user's input has problems, 2 for usage errors). The work itself lives elsewhere:
+the compiler (`compiler.pipeline`), the plan renderings (`elastiq.explain`), the local runner
+(`elastiq.run`) and the scheduler service and its client (`scheduler`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Callable, Sequence
+
+from compiler.pipeline import check_spec_text, compile_spec_file
+from elastiq.diagnostics import Diagnostic, SpecError
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "handler", None):
+        parser.print_help()
+        return 2
+    try:
+        return args.handler(args)
+    except SpecError as e:
+        _print_diagnostics(e.diagnostics)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="elastiq", description="Elastic stream queries on Spark and "
+                                                            "Mesos, written as XML dataflows.")
+    sub = p.add_subparsers(metavar="COMMAND")
+
+    v = sub.add_parser("validate", help="check specs; report every problem with file:line:column")
+    v.add_argument("specs", nargs="+", metavar="SPEC")
+    v.set_defaults(handler=cmd_validate)
+
+    e = sub.add_parser("explain", help="show the logical and physical plans and the tasks")
+    e.add_argument("spec", metavar="SPEC")
+    e.add_argument("-o", "--out", metavar="DIR", help="where to write the pictures "
+                   "(default: elastiq-out/<query>/plan)")
+    e.set_defaults(handler=cmd_explain)
+
+    c = sub.add_parser("compile", help="write the generated task programs")
+    c.add_argument("spec", metavar="SPEC")
+    c.add_argument("-o", "--out", metavar="DIR", help="output folder "
+                   "(default: elastiq-out/<query>/tasks)")
+    c.set_defaults(handler=cmd_compile)
+
+    for register in _EXTRA_COMMANDS:
+        register(sub)
+    return p
+
+
+# Commands added by other modules (run, scheduler, submit, ...) register here.
+_EXTRA_COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = []
+
+
+def _print_diagnostics(diagnostics: Sequence[Diagnostic]) -> None:
+    for d in diagnostics:
+        print(d.render(), file=sys.stderr)
+    errors = sum(1 for d in diagnostics if d.severity == "error")
+    warnings = len(diagnostics) - errors
+    if errors:
+        print(f"{errors} error{'s' if errors != 1 else ''}"
+              + (f", {warnings} warning{'s' if warnings != 1 else ''}" if warnings else ""),
+              file=sys.stderr)
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    status = 0
+    for path in args.specs:
+        try:
+            text = Path(path).read_bytes()
+        except OSError as e:
+            print(f"{path}:1:1: error: cannot read the spec: {e.strerror}", file=sys.stderr)
+            status = 1
+            continue
+        graph, diagnostics = check_spec_text(text, path)
+        _print_diagnostics(diagnostics)
+        if graph is None:
+            status = 1
+        else:
+            print(f"{path}: ok ({len(graph.nodes)} operators, {len(graph.streams)} streams)")
+    return status
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    from elastiq.explain import explain, write_pictures
+
+    compilation = compile_spec_file(args.spec)
+    _print_diagnostics(compilation.warnings)
+    out = Path(args.out or Path("elastiq-out") / compilation.query.query_id / "plan")
+    print(explain(compilation))
+    for written in write_pictures(compilation, out):
+        print(f"wrote {written}")
+    return 0
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    compilation = compile_spec_file(args.spec)
+    _print_diagnostics(compilation.warnings)
+    out = Path(args.out or Path("elastiq-out") / compilation.query.query_id / "tasks")
+    out.mkdir(parents=True, exist_ok=True)
+    for task in compilation.query.tasks:
+        path = out / f"{task.task_id.replace('.', '_')}.py"
+        path.write_text(task.program)
+        print(f"wrote {path}  ({', '.join(task.operators)})")
+    manifest = out / "query.json"
+    manifest.write_text(compilation.query.to_json())
+    print(f"wrote {manifest}  (the compiled query the scheduler deploys)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,55 @@
+"""Source positions and user-facing diagnostics.
+
+Owns the `Position` of anything a user wrote (file, line, column) and the `Diagnostic` that
+points at it. Every checker collects diagnostics instead of raising on the first problem, so a
+user sees all of them in one run. Rendering is `file:line:column: error: message (hint)`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Literal
+
+Severity = Literal["error", "warning"]
+
+
+@dataclass(frozen=True, order=True)
+class Position:
+    """A place in a user's file; line and column are 1-based."""
+
+    file: str
+    line: int
+    column: int
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.column}"
+
+    def shifted(self, columns: int) -> "Position":
+        """The position `columns` characters further along the same line."""
+        return Position(self.file, self.line, self.column + columns)
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    """One problem found in user input, with where it is and what to do about it."""
+
+    position: Position
+    message: str
+    hint: str = ""
+    severity: Severity = "error"
+
+    def render(self) -> str:
+        text = f"{self.position}: {self.severity}: {self.message}"
+        return f"{text} ({self.hint})" if self.hint else text
+
+
+class SpecError(Exception):
+    """Raised when user input has one or more errors; carries every diagnostic found."""
+
+    def __init__(self, diagnostics: Iterable[Diagnostic]):
+        self.diagnostics: tuple[Diagnostic, ...] = tuple(sorted(diagnostics, key=_sort_key))
+        super().__init__("\n".join(d.render() for d in self.diagnostics))
+
+
+def _sort_key(d: Diagnostic) -> tuple[str, int, int, str]:
+    return (d.position.file, d.position.line, d.position.column, d.message)

@@ -1,0 +1,12 @@
+"""The embedded Mesos-compatible cluster: a master and agents serving the Mesos v1 HTTP
+scheduler and executor APIs on one machine, so unmodified pymesos drivers run against it.
+
+Owns nothing itself; re-exports the public pieces. A single-machine convenience like Spark's
+local mode, never the path to scale (that is a real Mesos cluster).
+"""
+
+from elastiq.embedded.agent import EmbeddedAgent
+from elastiq.embedded.cluster import AgentProcess, EmbeddedCluster
+from elastiq.embedded.master import EmbeddedMaster
+
+__all__ = ["AgentProcess", "EmbeddedAgent", "EmbeddedCluster", "EmbeddedMaster"]

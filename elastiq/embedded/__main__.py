@@ -1,0 +1,99 @@
+"""Command line: `python -m elastiq.embedded master|agent|cluster [options]`.
+
+Owns parsing options, starting the requested pieces, printing one
+`ELASTIQ_EMBEDDED_READY {json}` line on stdout once they serve, and stopping cleanly on SIGTERM
+or Ctrl-C. It does not own any behaviour of the pieces.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+import threading
+from typing import Any, Callable
+
+from elastiq.embedded.agent import EmbeddedAgent
+from elastiq.embedded.cluster import READY_PREFIX, EmbeddedCluster
+from elastiq.embedded.master import EmbeddedMaster
+from elastiq.embedded.resources import ResourceError, parse_agent_resources
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m elastiq.embedded",
+                                     description="Embedded Mesos-compatible master and agent")
+    sub = parser.add_subparsers(dest="role", required=True)
+    for role in ("master", "cluster"):
+        p = sub.add_parser(role)
+        p.add_argument("--host", default="127.0.0.1")
+        p.add_argument("--port", type=int, default=5050 if role == "master" else 0)
+        p.add_argument("--offer-interval", type=float, default=1.0)
+        p.add_argument("--agent-timeout", type=float, default=5.0)
+        p.add_argument("--heartbeat-interval", type=float, default=15.0)
+    agent = sub.add_parser("agent")
+    agent.add_argument("--master", required=True, help="http://127.0.0.1:PORT")
+    agent.add_argument("--host", default="127.0.0.1")
+    agent.add_argument("--port", type=int, default=0)
+    agent.add_argument("--agent-id", default=None)
+    agent.add_argument("--ping-interval", type=float, default=0.5)
+    agent.add_argument("--executor-grace", type=float, default=3.0)
+    for p in (agent, sub.choices["cluster"]):
+        p.add_argument("--resources", default='{"cpus": 2, "mem": 2048, "ports": "31000-31999"}',
+                       help="JSON object, e.g. '{\"cpus\": 2, \"mem\": 1024, "
+                            "\"ports\": \"31000-31999\"}'")
+        p.add_argument("--work-dir", default=None)
+    sub.choices["cluster"].add_argument("--agents", type=int, default=1)
+    parser.add_argument("--log-level", default="INFO")
+    return parser
+
+
+def _resources(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+        if not isinstance(value, dict):
+            raise ValueError("not a JSON object")
+        parse_agent_resources(value)
+        return value
+    except (ValueError, ResourceError) as exc:
+        raise SystemExit(f"--resources: {exc}") from None
+
+
+def _serve(start: Callable[[], dict[str, Any]], stop: Callable[[], None]) -> int:
+    done = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    signal.signal(signal.SIGINT, lambda *_: done.set())
+    try:
+        ready = start()
+        print(READY_PREFIX + json.dumps(ready), flush=True)
+        done.wait()
+    finally:
+        stop()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.role == "master":
+        master = EmbeddedMaster(args.host, args.port, args.offer_interval,
+                                args.heartbeat_interval, args.agent_timeout)
+        return _serve(lambda: {"url": master.start().url, "master_id": master.state.master_id},
+                      master.stop)
+    if args.role == "agent":
+        agent = EmbeddedAgent(args.master, _resources(args.resources), args.work_dir,
+                              args.agent_id, args.host, args.port, args.ping_interval,
+                              args.executor_grace)
+        return _serve(lambda: {"url": agent.start().url, "agent_id": agent.agent_id},
+                      agent.stop)
+    cluster = EmbeddedCluster(args.agents, _resources(args.resources), args.work_dir,
+                              args.offer_interval, args.agent_timeout, args.heartbeat_interval,
+                              host=args.host, port=args.port)
+    return _serve(lambda: {"url": cluster.start().master_url,
+                           "agents": [a.agent_id for a in cluster.agents]}, cluster.stop)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,469 @@
+"""The embedded Mesos-compatible agent: runs executors and serves the v1 executor API.
+
+Owns registering with the embedded master and pinging it (internal protocol over HTTP, so an
+agent can live in another process), the executor API (`POST /api/v1/executor`: SUBSCRIBE as a
+chunked RecordIO stream, UPDATE, MESSAGE), one executor process per (framework, executor id)
+reused for later tasks with that executor id, turning master commands (LAUNCH, KILL, MESSAGE,
+ACKNOWLEDGED, SHUTDOWN_FRAMEWORK) into executor events, and reporting an executor's death as
+TASK_FAILED updates for its unfinished tasks plus an EXECUTOR_EXITED fact. It does not decide
+anything about offers or frameworks (the master does) nor how processes are started
+(`executors`). Agent->master traffic goes through one ordered outbox thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import subprocess
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from elastiq.embedded.executors import (
+    ExecutorEnvironment, ExecutorLaunchError, end_process_group, kill_group_later,
+    start_executor,
+)
+from elastiq.embedded.httpio import (
+    END_OF_STREAM, AppServer, EventStream, HttpError, JsonClient, RequestHandler, bad_request,
+    serve_event_queue, serve_in_thread,
+)
+from elastiq.embedded.protocol import id_value, is_terminal, make_status, wait_status
+from elastiq.embedded.resources import Resources, parse_agent_resources
+
+logger = logging.getLogger(__name__)
+DEFAULT_RESOURCES: Mapping[str, Any] = {"cpus": 2, "mem": 2048, "ports": "31000-31999"}
+REGISTER_TIMEOUT_SECONDS = 10.0
+
+
+@dataclass
+class ExecutorRun:
+    """One executor process and the tasks it was given."""
+
+    framework_id: str
+    executor_id: str
+    executor_info: dict[str, Any]
+    framework_info: dict[str, Any]
+    sandbox: Path
+    process: subprocess.Popen
+    events: queue.Queue | None = None  # the executor's subscribed stream, if any
+    stream_id: str | None = None
+    waiting: list[dict[str, Any]] = field(default_factory=list)  # launches not yet delivered
+    tasks: dict[str, str] = field(default_factory=dict)  # task id -> last state
+    shutting_down: bool = False
+    watcher: threading.Thread | None = None
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.framework_id, self.executor_id)
+
+
+class EmbeddedAgent:
+    """An agent for one machine; executors started by it talk to it as to a Mesos agent."""
+
+    def __init__(self, master_url: str, resources: Mapping[str, Any] | None = None,
+                 work_dir: str | Path | None = None, agent_id: str | None = None,
+                 host: str = "127.0.0.1", port: int = 0, ping_interval: float = 0.5,
+                 executor_grace_seconds: float = 3.0, heartbeat_interval: float = 15.0):
+        self.master_url = master_url.rstrip("/")
+        self.resources: Resources = parse_agent_resources(resources or DEFAULT_RESOURCES)
+        self.work_dir = Path(work_dir or tempfile.mkdtemp(prefix="elastiq-agent-")).resolve()
+        self.agent_id = agent_id or ""
+        self.host = host
+        self.ping_interval = ping_interval
+        self.executor_grace_seconds = executor_grace_seconds
+        self.heartbeat_interval = heartbeat_interval
+        self._server = AppServer((host, port), self)
+        self._lock = threading.Lock()
+        self._runs: dict[tuple[str, str], ExecutorRun] = {}
+        self._outbox: queue.Queue[Any] = queue.Queue()
+        self._stopping = threading.Event()
+        self._threads: list[threading.Thread] = []  # the HTTP server's
+        self._workers: list[threading.Thread] = []  # outbox sender and pinger
+        self._run_counter = 0
+
+    @property
+    def name(self) -> str:
+        return f"agent {self.agent_id or '(unregistered)'}"
+
+    @property
+    def port(self) -> int:
+        return self._server.port
+
+    @property
+    def address(self) -> str:
+        """`host:port`, the form pymesos executors take as MESOS_AGENT_ENDPOINT."""
+        return f"{self.host}:{self.port}"
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.address}"
+
+    def start(self) -> "EmbeddedAgent":
+        """Serve, register with the master (retrying up to 10 s), then ping and send events."""
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        self._threads.append(serve_in_thread(self._server, f"agent http {self.port}"))
+        self._register(REGISTER_TIMEOUT_SECONDS)
+        for target, name in ((self._send_loop, "outbox"), (self._ping_loop, "pinger")):
+            thread = threading.Thread(target=target, name=f"{self.name} {name}", daemon=True)
+            thread.start()
+            self._workers.append(thread)
+        return self
+
+    def stop(self) -> None:
+        """End every executor process group (SIGTERM, SIGKILL after the grace), report what
+        that did to the master, unregister, and stop serving; idempotent."""
+        if self._stopping.is_set():
+            return
+        self._stopping.set()
+        watchers = self._end_all_executors(self.executor_grace_seconds)
+        for watcher in watchers:
+            watcher.join(timeout=2.0)
+        self._outbox.put(END_OF_STREAM)
+        for worker in self._workers:
+            worker.join(timeout=3.0)
+        self._unregister()
+        self._server.shutdown()
+        self._server.server_close()
+        for thread in self._threads:
+            thread.join(timeout=2.0)
+        logger.info("%s: stopped", self.name)
+
+    def _unregister(self) -> None:
+        client = JsonClient(self.master_url, timeout=2.0)
+        try:
+            client.post("/internal/agent/unregister", {"agent_id": self.agent_id})
+        except OSError as exc:
+            logger.info("%s: could not unregister (master gone?): %s", self.name, exc)
+        finally:
+            client.close()
+
+    def __enter__(self) -> "EmbeddedAgent":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def executor_pids(self) -> dict[tuple[str, str], int]:
+        """(framework id, executor id) -> pid of each live executor process."""
+        with self._lock:
+            return {key: run.process.pid for key, run in self._runs.items()
+                    if run.process.poll() is None}
+
+    def _end_all_executors(self, grace: float) -> list[threading.Thread]:
+        """End every executor; returns their exit watchers (which report to the master)."""
+        with self._lock:
+            runs = list(self._runs.values())
+            for run in runs:
+                run.shutting_down = True
+        enders = [threading.Thread(target=end_process_group, args=(run.process, grace),
+                                   daemon=True) for run in runs]
+        for ender in enders:
+            ender.start()
+        for ender in enders:
+            ender.join(timeout=grace + 6.0)
+        return [run.watcher for run in runs if run.watcher is not None]
+
+    # ---------------------------------------------------------------- master link
+
+    def _register(self, timeout: float) -> None:
+        client = JsonClient(self.master_url)
+        body = {"agent_id": self.agent_id or None, "url": self.url, "hostname": self.host,
+                "resources": self.resources.to_mesos()}
+        deadline = time.monotonic() + timeout
+        try:
+            while True:
+                try:
+                    status, reply = client.post("/internal/agent/register", body)
+                    if status == 200 and isinstance(reply, dict):
+                        break
+                    raise RuntimeError(f"master refused registration: {status} {reply}")
+                except OSError as exc:
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"master {self.master_url} unreachable: {exc}") \
+                            from None
+                    time.sleep(0.1)
+        finally:
+            client.close()
+        self.agent_id = str(reply["agent_id"])
+        logger.info("%s: registered with %s, serving executors on %s", self.name,
+                    self.master_url, self.url)
+
+    def _ping_loop(self) -> None:
+        client = JsonClient(self.master_url, timeout=max(1.0, self.ping_interval * 4))
+        while not self._stopping.wait(self.ping_interval):
+            try:
+                status, _ = client.post("/internal/agent/ping", {"agent_id": self.agent_id})
+            except OSError as exc:
+                logger.warning("%s: master unreachable: %s", self.name, exc)
+                continue
+            if status == 404 and not self._stopping.is_set():
+                logger.warning("%s: the master removed this agent; ending its executors and "
+                               "registering again", self.name)
+                self._end_all_executors(0.5)
+                self.agent_id = ""
+                self._register(REGISTER_TIMEOUT_SECONDS)
+        client.close()
+
+    def _send_loop(self) -> None:
+        """Deliver agent->master events in order; retry while the master is unreachable
+        (once stopping, one attempt each)."""
+        client = JsonClient(self.master_url)
+        while (event := self._outbox.get()) is not END_OF_STREAM:
+            while True:
+                try:
+                    status, reply = client.post("/internal/agent/event",
+                                                {"agent_id": self.agent_id, "event": event})
+                    if status >= 300:
+                        logger.warning("%s: master refused %s: %s %s", self.name,
+                                       event.get("type"), status, reply)
+                    break
+                except OSError as exc:
+                    logger.warning("%s: cannot reach master for %s: %s", self.name,
+                                   event.get("type"), exc)
+                    if self._stopping.wait(0.5):
+                        break
+        client.close()
+
+    def _to_master(self, event: dict[str, Any]) -> None:
+        self._outbox.put(event)
+
+    # ---------------------------------------------------------------- routing
+
+    def handle(self, request: RequestHandler) -> None:
+        route = (request.command, request.route)
+        if route == ("POST", "/api/v1/executor"):
+            self._executor_call(request)
+        elif route == ("POST", "/internal/command"):
+            self._master_command(request.read_json())
+            request.send_accepted()
+        elif route == ("GET", "/state"):
+            with self._lock:
+                view = {"agent_id": self.agent_id, "executors": [
+                    {"framework_id": r.framework_id, "executor_id": r.executor_id,
+                     "pid": r.process.pid, "tasks": dict(r.tasks)} for r in self._runs.values()]}
+            request.send_json(200, view)
+        else:
+            raise HttpError(404, f"no such endpoint: {request.command} {request.route}")
+
+    # ---------------------------------------------------------------- executor API
+
+    def _executor_call(self, request: RequestHandler) -> None:
+        body = request.read_json()
+        kind = body.get("type")
+        key = (id_value(body, "framework_id", "call"), id_value(body, "executor_id", "call"))
+        if kind == "SUBSCRIBE":
+            self._executor_subscribe(request, key)
+            return
+        if kind == "UPDATE":
+            self._executor_update(key, body)
+        elif kind == "MESSAGE":
+            self._executor_message(key, body)
+        else:
+            raise bad_request(f"unknown or unsupported executor call type {kind!r}")
+        request.send_accepted()
+
+    def _run_of(self, key: tuple[str, str]) -> ExecutorRun:
+        run = self._runs.get(key)
+        if run is None:
+            raise HttpError(404, f"executor {key[1]} of framework {key[0]} is not running here")
+        return run
+
+    def _executor_subscribe(self, request: RequestHandler, key: tuple[str, str]) -> None:
+        events: queue.Queue[Any] = queue.Queue()
+        stream_id = str(uuid.uuid4())
+        with self._lock:
+            run = self._run_of(key)
+            if run.events is not None:
+                run.events.put(END_OF_STREAM)
+            run.events, run.stream_id = events, stream_id
+            events.put({"type": "SUBSCRIBED", "subscribed": {
+                "executor_info": run.executor_info, "framework_info": run.framework_info,
+                "agent_info": self._agent_info(), "container_id": {"value": stream_id}}})
+            for task in run.waiting:
+                events.put({"type": "LAUNCH", "launch": {"task": task}})
+            run.waiting.clear()
+        logger.info("%s: executor %s of framework %s subscribed", self.name, key[1], key[0])
+        stream = EventStream(request)
+        try:
+            stream.start({"Mesos-Stream-Id": stream_id})
+            serve_event_queue(stream, events, self._stopping, self.heartbeat_interval)
+        except OSError:
+            pass
+        finally:
+            stream.finish()
+            with self._lock:
+                if run.stream_id == stream_id:
+                    run.events, run.stream_id = None, None
+
+    def _executor_update(self, key: tuple[str, str], body: dict[str, Any]) -> None:
+        update = body.get("update")
+        status = update.get("status") if isinstance(update, dict) else None
+        if not isinstance(status, dict) or not isinstance(status.get("state"), str):
+            raise bad_request("update.status with a state is required")
+        task_id = id_value(status, "task_id", "update.status")
+        with self._lock:
+            run = self._run_of(key)
+            if task_id not in run.tasks:
+                raise bad_request(f"task {task_id} was not launched on executor {key[1]}")
+            run.tasks[task_id] = status["state"]
+        self._to_master({"type": "UPDATE", "framework_id": key[0], "status": {
+            **status, "agent_id": {"value": self.agent_id},
+            "executor_id": {"value": key[1]}}})
+
+    def _executor_message(self, key: tuple[str, str], body: dict[str, Any]) -> None:
+        message = body.get("message")
+        data = message.get("data") if isinstance(message, dict) else None
+        if not isinstance(data, str):
+            raise bad_request("message.data (a base64 string) is required")
+        with self._lock:
+            self._run_of(key)
+        self._to_master({"type": "MESSAGE", "framework_id": key[0], "executor_id": key[1],
+                         "data": data})
+
+    def _agent_info(self) -> dict[str, Any]:
+        return {"id": {"value": self.agent_id}, "hostname": self.host, "port": self.port,
+                "resources": self.resources.to_mesos()}
+
+    # ---------------------------------------------------------------- master commands
+
+    def _master_command(self, command: dict[str, Any]) -> None:
+        kind = command.get("type")
+        handler = {"LAUNCH": self._launch, "KILL": self._kill, "MESSAGE": self._message,
+                   "ACKNOWLEDGED": self._acknowledged,
+                   "SHUTDOWN_FRAMEWORK": self._shutdown_framework}.get(str(kind))
+        if handler is None or not isinstance(command.get("framework_id"), str):
+            raise bad_request(f"unknown master command {kind!r} or no framework_id")
+        handler(command)
+
+    def _launch(self, command: dict[str, Any]) -> None:
+        task = command.get("task")
+        if not isinstance(task, dict) or not isinstance(task.get("executor"), dict):
+            raise bad_request("LAUNCH needs a task with an executor")
+        framework_id = command["framework_id"]
+        task_id = id_value(task, "task_id", "task")
+        executor_id = id_value(task["executor"], "executor_id", "task.executor")
+        with self._lock:
+            run = self._runs.get((framework_id, executor_id))
+            if run is not None and task_id in run.tasks and not is_terminal(run.tasks[task_id]):
+                return  # a repeated command
+            if run is None:
+                try:
+                    run = self._start_run(framework_id, task["executor"],
+                                          command.get("framework_info") or {})
+                except ExecutorLaunchError as exc:
+                    self._to_master(self._agent_update(
+                        framework_id, task_id, executor_id, "TASK_FAILED",
+                        "REASON_EXECUTOR_TERMINATED", str(exc)))
+                    return
+            run.tasks[task_id] = "TASK_STAGING"
+            if run.events is not None:
+                run.events.put({"type": "LAUNCH", "launch": {"task": task}})
+            else:
+                run.waiting.append(task)
+
+    def _start_run(self, framework_id: str, executor_info: dict[str, Any],
+                   framework_info: dict[str, Any]) -> ExecutorRun:
+        """Start an executor process (caller holds the lock) and watch for its exit."""
+        executor_id = executor_info["executor_id"]["value"]
+        self._run_counter += 1
+        sandbox = (self.work_dir / "frameworks" / framework_id / "executors" / executor_id
+                   / "runs" / str(self._run_counter))
+        where = ExecutorEnvironment(self.address, self.agent_id, framework_id, executor_id,
+                                    sandbox, self.executor_grace_seconds)
+        process = start_executor(executor_info.get("command") or {}, where)
+        executor_info = {**executor_info, "framework_id": {"value": framework_id}}
+        run = ExecutorRun(framework_id, executor_id, executor_info, framework_info, sandbox,
+                          process)
+        self._runs[run.key] = run
+        run.watcher = threading.Thread(target=self._watch, args=(run,), daemon=True,
+                                       name=f"watch-executor-{executor_id}")
+        run.watcher.start()
+        return run
+
+    def _watch(self, run: ExecutorRun) -> None:
+        returncode = run.process.wait()
+        with self._lock:
+            if self._runs.get(run.key) is run:
+                del self._runs[run.key]
+            if run.events is not None:
+                run.events.put(END_OF_STREAM)
+            unfinished = [t for t, s in run.tasks.items() if not is_terminal(s)]
+            unfinished += [t["task_id"]["value"] for t in run.waiting]
+            for task_id in unfinished:
+                run.tasks[task_id] = "TASK_FAILED"
+        logger.warning("%s: executor %s of framework %s (pid %s) exited with %s; "
+                       "unfinished tasks: %s", self.name, run.executor_id, run.framework_id,
+                       run.process.pid, returncode, unfinished)
+        state = "TASK_KILLED" if run.shutting_down else "TASK_FAILED"
+        message = f"executor exited with code {returncode}; see {run.sandbox}/stderr"
+        for task_id in unfinished:
+            self._to_master(self._agent_update(run.framework_id, task_id, run.executor_id,
+                                               state, "REASON_EXECUTOR_TERMINATED", message))
+        self._to_master({"type": "EXECUTOR_EXITED", "framework_id": run.framework_id,
+                         "executor_id": run.executor_id, "status": wait_status(returncode)})
+
+    def _agent_update(self, framework_id: str, task_id: str, executor_id: str, state: str,
+                      reason: str, message: str) -> dict[str, Any]:
+        status = make_status(task_id, state, agent_id=self.agent_id, executor_id=executor_id,
+                             reason=reason, message=message, source="SOURCE_AGENT",
+                             reliable=True)
+        return {"type": "UPDATE", "framework_id": framework_id, "status": status}
+
+    def _find_task(self, framework_id: str, task_id: str) -> ExecutorRun | None:
+        for run in self._runs.values():
+            if run.framework_id == framework_id and task_id in run.tasks:
+                return run
+        return None
+
+    def _kill(self, command: dict[str, Any]) -> None:
+        framework_id, task_id = command["framework_id"], str(command.get("task_id"))
+        with self._lock:
+            run = self._find_task(framework_id, task_id)
+            if run is None:
+                logger.warning("%s: KILL for unknown task %s ignored", self.name, task_id)
+                return
+            waiting = [t for t in run.waiting if t["task_id"]["value"] == task_id]
+            if waiting:
+                run.waiting.remove(waiting[0])
+                run.tasks[task_id] = "TASK_KILLED"
+                self._to_master(self._agent_update(
+                    framework_id, task_id, run.executor_id, "TASK_KILLED",
+                    "REASON_TASK_KILLED_DURING_LAUNCH", "killed before the executor subscribed"))
+            elif run.events is not None:
+                run.events.put({"type": "KILL", "kill": {"task_id": {"value": task_id}}})
+
+    def _message(self, command: dict[str, Any]) -> None:
+        key = (command["framework_id"], str(command.get("executor_id")))
+        with self._lock:
+            run = self._runs.get(key)
+            if run is None or run.events is None:
+                logger.warning("%s: message for executor %s dropped: not subscribed",
+                               self.name, key[1])
+                return
+            run.events.put({"type": "MESSAGE", "message": {"data": command.get("data", "")}})
+
+    def _acknowledged(self, command: dict[str, Any]) -> None:
+        with self._lock:
+            run = self._find_task(command["framework_id"], str(command.get("task_id")))
+            if run is not None and run.events is not None:
+                run.events.put({"type": "ACKNOWLEDGED", "acknowledged": {
+                    "task_id": {"value": command.get("task_id")},
+                    "uuid": command.get("uuid")}})
+
+    def _shutdown_framework(self, command: dict[str, Any]) -> None:
+        with self._lock:
+            runs = [r for r in self._runs.values() if r.framework_id == command["framework_id"]]
+            for run in runs:
+                run.shutting_down = True
+                if run.events is not None:
+                    run.events.put({"type": "SHUTDOWN"})
+                    kill_group_later(run.process, self.executor_grace_seconds + 1.0)
+                else:
+                    kill_group_later(run.process, 0.0)
+        if runs:
+            logger.info("%s: shutting down %d executor(s) of framework %s", self.name,
+                        len(runs), command["framework_id"])

@@ -1,0 +1,171 @@
+"""A whole embedded cluster on one machine: a master and N agents, in-process or not.
+
+Owns starting and stopping them together (`EmbeddedCluster` is a context manager), and starting
+an agent as a separate OS process (`AgentProcess`) for fault tests that SIGKILL it. It does not
+own master or agent behaviour.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Mapping
+
+from elastiq.embedded.agent import EmbeddedAgent
+from elastiq.embedded.executors import kill_recorded_executors
+from elastiq.embedded.master import EmbeddedMaster
+
+logger = logging.getLogger(__name__)
+READY_PREFIX = "ELASTIQ_EMBEDDED_READY "
+
+
+class AgentProcess:
+    """An agent running as `python -m elastiq.embedded agent` in its own session."""
+
+    def __init__(self, master_url: str, work_dir: Path, resources: Mapping[str, Any],
+                 ping_interval: float = 0.5, executor_grace_seconds: float = 3.0,
+                 ready_timeout: float = 20.0):
+        self.work_dir = work_dir
+        argv = [sys.executable, "-m", "elastiq.embedded", "agent", "--master", master_url,
+                "--work-dir", str(work_dir), "--resources", json.dumps(dict(resources)),
+                "--ping-interval", str(ping_interval),
+                "--executor-grace", str(executor_grace_seconds)]
+        work_dir.mkdir(parents=True, exist_ok=True)
+        self._log = open(work_dir / "agent.log", "ab")
+        self.process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=self._log,
+                                        stdin=subprocess.DEVNULL, start_new_session=True)
+        ready = _read_ready_line(self.process, ready_timeout)
+        self.agent_id: str = ready["agent_id"]
+        self.url: str = ready["url"]
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        """Signal the agent process only (its executors live in their own sessions)."""
+        if self.process.poll() is None:
+            os.kill(self.process.pid, sig)
+
+    def stop(self, grace_seconds: float = 5.0) -> None:
+        """SIGTERM the agent (which ends its executors), SIGKILL after the grace, then SIGKILL
+        any executor it left behind (e.g. after it was itself SIGKILLed)."""
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=grace_seconds)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=5.0)
+        else:
+            self.process.wait()
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+        self._log.close()
+        kill_recorded_executors(self.work_dir)
+
+
+def _read_ready_line(process: subprocess.Popen, timeout: float) -> dict[str, Any]:
+    assert process.stdout is not None
+    deadline = time.monotonic() + timeout
+    buffer = b""
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            break
+        readable, _, _ = select.select([process.stdout], [], [], 0.1)
+        if readable:
+            chunk = os.read(process.stdout.fileno(), 4096)
+            buffer += chunk
+            for line in buffer.decode("utf-8", "replace").splitlines():
+                if line.startswith(READY_PREFIX):
+                    return json.loads(line[len(READY_PREFIX):])
+    process.kill()
+    process.wait()
+    raise RuntimeError(f"agent process did not become ready within {timeout}s "
+                       f"(exit code {process.returncode}); see its agent.log")
+
+
+class EmbeddedCluster:
+    """A master and `agents` in-process agents on 127.0.0.1; use as a context manager."""
+
+    def __init__(self, agents: int = 1, resources: Mapping[str, Any] | None = None,
+                 work_dir: str | Path | None = None, offer_interval: float = 0.2,
+                 agent_timeout: float = 5.0, heartbeat_interval: float = 15.0,
+                 ping_interval: float = 0.5, executor_grace_seconds: float = 3.0,
+                 **master_options: Any):
+        self._own_work_dir = work_dir is None
+        self.work_dir = Path(work_dir or tempfile.mkdtemp(prefix="elastiq-cluster-")).resolve()
+        self.resources = dict(resources or {"cpus": 2, "mem": 2048, "ports": "31000-31999"})
+        self.agent_count = agents
+        self.ping_interval = ping_interval
+        self.executor_grace_seconds = executor_grace_seconds
+        self.heartbeat_interval = heartbeat_interval
+        self.master = EmbeddedMaster(offer_interval=offer_interval, agent_timeout=agent_timeout,
+                                     heartbeat_interval=heartbeat_interval, **master_options)
+        self.agents: list[EmbeddedAgent] = []
+        self.agent_processes: list[AgentProcess] = []
+
+    @property
+    def master_url(self) -> str:
+        return self.master.url
+
+    @property
+    def master_address(self) -> str:
+        """`127.0.0.1:PORT`, what pymesos's MesosSchedulerDriver takes as its master."""
+        return self.master.address
+
+    def start(self) -> "EmbeddedCluster":
+        self.master.start()
+        try:
+            for _ in range(self.agent_count):
+                self.add_agent()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def add_agent(self, resources: Mapping[str, Any] | None = None) -> EmbeddedAgent:
+        """Start one more in-process agent on its own port."""
+        index = len(self.agents) + len(self.agent_processes)
+        agent = EmbeddedAgent(self.master_url, resources or self.resources,
+                              self.work_dir / f"agent-{index}",
+                              ping_interval=self.ping_interval,
+                              executor_grace_seconds=self.executor_grace_seconds,
+                              heartbeat_interval=self.heartbeat_interval)
+        self.agents.append(agent)
+        agent.start()
+        return agent
+
+    def start_agent_process(self, resources: Mapping[str, Any] | None = None) -> AgentProcess:
+        """Start an agent as a separate process (to SIGKILL it in fault tests)."""
+        index = len(self.agents) + len(self.agent_processes)
+        handle = AgentProcess(self.master_url, self.work_dir / f"agent-{index}",
+                              resources or self.resources, self.ping_interval,
+                              self.executor_grace_seconds)
+        self.agent_processes.append(handle)
+        return handle
+
+    def stop(self) -> None:
+        """Stop every agent (ending every executor it started), then the master."""
+        for handle in self.agent_processes:
+            handle.stop()
+        for agent in self.agents:
+            agent.stop()
+        self.master.stop()
+        if self._own_work_dir:
+            shutil.rmtree(self.work_dir, ignore_errors=True)
+
+    def __enter__(self) -> "EmbeddedCluster":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

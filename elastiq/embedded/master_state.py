@@ -1,0 +1,732 @@
+"""The embedded master's decisions: frameworks, agents, offers, tasks and status-update streams.
+
+Owns every rule of the master (who gets offered what, what a call does, when a framework or an
+agent is gone) as a state object that takes calls and facts and returns actions: events for a
+framework's stream, commands for an agent, streams to end. It does no I/O and takes no locks;
+`master.EmbeddedMaster` serialises calls into it and carries the actions out.
+
+Simplifications against a real Mesos master (documented, deliberate): one role (`*`); an agent's
+whole free capacity is offered to one framework at a time; a decline/refuse filter covers the
+whole agent; executor resources are not accounted, only task resources; only LAUNCH of tasks
+that carry an ExecutorInfo with a CommandInfo is supported.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import uuid
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+from elastiq.embedded.httpio import HttpError, bad_request
+from elastiq.embedded.protocol import (
+    VERSION, id_value, is_terminal, make_status, safe_id,
+)
+from elastiq.embedded.resources import ResourceError, Resources, from_mesos
+
+logger = logging.getLogger(__name__)
+TERMINAL_KEEP = 10_000  # finished tasks remembered for reconciliation, per master
+
+
+@dataclass(frozen=True)
+class MasterConfig:
+    offer_interval: float = 1.0
+    heartbeat_interval: float = 15.0
+    agent_timeout: float = 5.0
+    offer_timeout: float | None = None
+    default_refuse_seconds: float = 5.0
+    hostname: str = "127.0.0.1"
+    port: int = 0
+
+
+@dataclass(frozen=True)
+class ToFramework:
+    """Put `event` on the framework's current event stream."""
+
+    framework_id: str
+    event: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ToAgent:
+    """Send `command` to the agent over the internal protocol."""
+
+    agent_id: str
+    command: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class EndStream:
+    """Close the framework's event stream `stream_id` (after events queued before this)."""
+
+    framework_id: str
+    stream_id: str
+    final_event: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class ForgetAgent:
+    """Stop talking to a removed agent."""
+
+    agent_id: str
+
+
+Action = Union[ToFramework, ToAgent, EndStream, ForgetAgent]
+
+
+@dataclass(frozen=True)
+class Subscription:
+    framework_id: str
+    stream_id: str
+    actions: list[Action]
+
+
+@dataclass
+class Framework:
+    framework_id: str
+    info: dict[str, Any]
+    stream_id: str | None = None
+    failover_deadline: float | None = None
+    suppressed: bool = False
+    refused_until: dict[str, float] = field(default_factory=dict)  # agent id -> time
+
+    @property
+    def failover_timeout(self) -> float:
+        value = self.info.get("failover_timeout", 0.0)
+        return float(value) if isinstance(value, (int, float)) else 0.0
+
+
+@dataclass
+class Agent:
+    agent_id: str
+    hostname: str
+    url: str
+    total: Resources
+    last_seen: float
+
+
+@dataclass
+class Task:
+    task_id: str
+    framework_id: str
+    agent_id: str
+    executor_id: str
+    resources: Resources
+    state: str = "TASK_STAGING"
+    last_status: dict[str, Any] | None = None
+    pending: deque = field(default_factory=deque)  # status updates not yet acknowledged
+    in_flight: str | None = None  # uuid sent and awaiting its acknowledgement
+    acknowledged: set[str] = field(default_factory=set)
+
+
+@dataclass
+class Offer:
+    offer_id: str
+    framework_id: str
+    agent_id: str
+    resources: Resources
+    created: float
+
+
+class MasterState:
+    """All master state; every public method returns the actions it decided on."""
+
+    def __init__(self, config: MasterConfig, master_id: str | None = None):
+        self.config = config
+        self.master_id = master_id or uuid.uuid4().hex[:12]
+        self.frameworks: dict[str, Framework] = {}
+        self.removed_frameworks: set[str] = set()
+        self.agents: dict[str, Agent] = {}
+        self.removed_agents: set[str] = set()
+        self.tasks: dict[tuple[str, str], Task] = {}
+        self.offers: dict[str, Offer] = {}
+        self._ids = itertools.count(1)
+
+    def _next_id(self, kind: str) -> str:
+        return f"{self.master_id}-{kind}{next(self._ids):04d}"
+
+    # ---------------------------------------------------------------- frameworks
+
+    def master_info(self) -> dict[str, Any]:
+        host, port = self.config.hostname, self.config.port
+        return {"id": self.master_id, "ip": 0, "port": port, "hostname": host,
+                "version": VERSION, "address": {"hostname": host, "ip": host, "port": port}}
+
+    def subscribe(self, body: dict[str, Any], now: float) -> Subscription:
+        """A SUBSCRIBE call: a new framework, or a known one failing over to a new stream."""
+        subscribe = _section(body, "subscribe")
+        info = subscribe.get("framework_info")
+        if not isinstance(info, dict):
+            raise bad_request("subscribe.framework_info is missing or not an object")
+        framework_id = _requested_framework_id(body, info)
+        if framework_id is not None and framework_id in self.removed_frameworks:
+            raise HttpError(403, f"framework {framework_id} has been removed; "
+                                 "subscribe without a framework id")
+        actions: list[Action] = []
+        framework = self.frameworks.get(framework_id) if framework_id else None
+        if framework is None:
+            framework_id = framework_id or self._next_id("F")
+            framework = Framework(framework_id, info)
+            self.frameworks[framework_id] = framework
+            logger.info("master %s: framework %s (%s) subscribed", self.master_id,
+                        framework_id, info.get("name"))
+        else:
+            actions += self._replace_stream(framework)
+            framework.info = info
+            logger.info("master %s: framework %s re-subscribed", self.master_id, framework_id)
+        framework.info = {**info, "id": {"value": framework_id}}
+        framework.stream_id = str(uuid.uuid4())
+        framework.failover_deadline = None
+        actions.append(ToFramework(framework_id, {"type": "SUBSCRIBED", "subscribed": {
+            "framework_id": {"value": framework_id},
+            "heartbeat_interval_seconds": self.config.heartbeat_interval,
+            "master_info": self.master_info()}}))
+        actions += self._resend_pending(framework_id)
+        actions += self.make_offers(now)
+        return Subscription(framework_id, framework.stream_id, actions)
+
+    def _replace_stream(self, framework: Framework) -> list[Action]:
+        if framework.stream_id is None:
+            return []
+        old = framework.stream_id
+        framework.stream_id = None
+        error = {"type": "ERROR", "error": {"message": "Framework failed over"}}
+        return [EndStream(framework.framework_id, old, error)] + self._drop_offers_of(framework)
+
+    def _resend_pending(self, framework_id: str) -> list[Action]:
+        actions: list[Action] = []
+        for task in self._tasks_of(framework_id):
+            task.in_flight = None
+            actions += self._pump(task)
+        return actions
+
+    def stream_closed(self, framework_id: str, stream_id: str, now: float) -> list[Action]:
+        """The framework's event stream ended (it disconnected or was replaced)."""
+        framework = self.frameworks.get(framework_id)
+        if framework is None or framework.stream_id != stream_id:
+            return []
+        framework.stream_id = None
+        framework.failover_deadline = now + framework.failover_timeout
+        logger.info("master %s: framework %s disconnected; failover timeout %.1fs",
+                    self.master_id, framework_id, framework.failover_timeout)
+        return self._drop_offers_of(framework)
+
+    def _drop_offers_of(self, framework: Framework) -> list[Action]:
+        for offer in [o for o in self.offers.values()
+                      if o.framework_id == framework.framework_id]:
+            del self.offers[offer.offer_id]
+        return []
+
+    def remove_framework(self, framework_id: str, why: str) -> list[Action]:
+        """TEARDOWN or failover timeout: kill its tasks everywhere and forget it."""
+        framework = self.frameworks.pop(framework_id, None)
+        if framework is None:
+            return []
+        self.removed_frameworks.add(framework_id)
+        logger.info("master %s: framework %s removed (%s)", self.master_id, framework_id, why)
+        self._drop_offers_of(framework)
+        for task in self._tasks_of(framework_id):
+            if not is_terminal(task.state):
+                task.state = "TASK_KILLED"
+            task.pending.clear()
+        actions: list[Action] = [
+            ToAgent(agent_id, {"type": "SHUTDOWN_FRAMEWORK", "framework_id": framework_id})
+            for agent_id in self.agents]
+        if framework.stream_id is not None:
+            actions.append(EndStream(framework_id, framework.stream_id))
+        return actions
+
+    # ---------------------------------------------------------------- calls
+
+    def call(self, body: dict[str, Any], stream_id: str | None, now: float) -> list[Action]:
+        """Any scheduler call but SUBSCRIBE, from the framework's current stream."""
+        kind = body.get("type")
+        handler = _CALLS.get(kind) if isinstance(kind, str) else None
+        if handler is None:
+            raise bad_request(f"unknown or unsupported call type {kind!r}")
+        framework_id = id_value(body, "framework_id", "call")
+        framework = self.frameworks.get(framework_id)
+        if framework is None:
+            raise HttpError(404 if framework_id not in self.removed_frameworks else 403,
+                            f"framework {framework_id} is not subscribed")
+        if framework.stream_id is None:
+            raise HttpError(403, f"framework {framework_id} is not subscribed")
+        if stream_id is None:
+            raise bad_request("the Mesos-Stream-Id header is required")
+        if stream_id != framework.stream_id:
+            raise bad_request(f"Mesos-Stream-Id {stream_id} is not the stream of "
+                              f"framework {framework_id}")
+        return handler(self, framework, body, now)
+
+    def _teardown(self, framework: Framework, body: dict[str, Any], now: float) -> list[Action]:
+        return self.remove_framework(framework.framework_id, "TEARDOWN")
+
+    def _accept(self, framework: Framework, body: dict[str, Any], now: float) -> list[Action]:
+        accept = _section(body, "accept")
+        offer_ids = _id_list(accept, "offer_ids", "accept")
+        operations = accept.get("operations", [])
+        if not isinstance(operations, list) or not all(isinstance(o, dict) for o in operations):
+            raise bad_request("accept.operations must be a list of objects")
+        task_infos = _launch_task_infos(operations)
+        refuse = _refuse_seconds(accept, self.config.default_refuse_seconds)
+        offers, problem = self._take_offers(framework, offer_ids)
+        if problem:
+            return [self._reject(framework, t, "TASK_LOST", "REASON_INVALID_OFFERS", problem)
+                    for t in task_infos] + self.make_offers(now)
+        agent = self.agents[offers[0].agent_id]
+        pool = sum((o.resources for o in offers), Resources())
+        actions: list[Action] = []
+        for task_info in task_infos:
+            launched, pool = self._launch(framework, agent, task_info, pool)
+            actions += launched
+        framework.refused_until[agent.agent_id] = now + refuse
+        return actions + self.make_offers(now)
+
+    def _take_offers(self, framework: Framework,
+                     offer_ids: list[str]) -> tuple[list[Offer], str | None]:
+        offers = [self.offers.get(oid) for oid in offer_ids]
+        if not offer_ids:
+            return [], "no offer ids"
+        for oid, offer in zip(offer_ids, offers):
+            if offer is None or offer.framework_id != framework.framework_id:
+                for o in offers:  # Mesos recovers valid offers of an invalid accept
+                    if o is not None and o.framework_id == framework.framework_id:
+                        self.offers.pop(o.offer_id, None)
+                return [], f"offer {oid} is no longer valid"
+        if len({o.agent_id for o in offers}) != 1:
+            for o in offers:
+                self.offers.pop(o.offer_id, None)
+            return [], "offers from more than one agent"
+        for o in offers:
+            del self.offers[o.offer_id]
+        return [o for o in offers if o is not None], None
+
+    def _launch(self, framework: Framework, agent: Agent, task_info: Any,
+                pool: Resources) -> tuple[list[Action], Resources]:
+        problem, task = self._validate_task(framework, agent, task_info)
+        if problem:
+            return [self._reject(framework, task_info, "TASK_ERROR",
+                                 "REASON_TASK_INVALID", problem)], pool
+        assert task is not None
+        if not pool.contains(task.resources):
+            return [self._reject(framework, task_info, "TASK_ERROR", "REASON_TASK_INVALID",
+                                 "task resources exceed the offered resources")], pool
+        self.tasks[(framework.framework_id, task.task_id)] = task
+        logger.info("master %s: launching task %s of framework %s on agent %s",
+                    self.master_id, task.task_id, framework.framework_id, agent.agent_id)
+        command = {"type": "LAUNCH", "framework_id": framework.framework_id,
+                   "framework_info": framework.info,
+                   "task": {**task_info, "agent_id": {"value": agent.agent_id}}}
+        return [ToAgent(agent.agent_id, command)], pool - task.resources
+
+    def _validate_task(self, framework: Framework, agent: Agent,
+                       task_info: Any) -> tuple[str | None, Task | None]:
+        if not isinstance(task_info, dict):
+            return "a task_info is not an object", None
+        try:
+            task_id = id_value(task_info, "task_id", "task_info")
+            executor = task_info.get("executor")
+            if not isinstance(executor, dict):
+                return "only tasks with an ExecutorInfo are supported", None
+            executor_id = id_value(executor, "executor_id", "task_info.executor")
+            command = executor.get("command")
+            if not isinstance(command, dict) or not isinstance(command.get("value"), str):
+                return "task_info.executor.command.value is missing", None
+            resources = from_mesos(task_info.get("resources", []))
+        except HttpError as exc:
+            return exc.message, None
+        except ResourceError as exc:
+            return str(exc), None
+        if not safe_id(task_id) or not safe_id(executor_id):
+            return "task and executor ids must be plain names ([A-Za-z0-9._-])", None
+        existing = self.tasks.get((framework.framework_id, task_id))
+        if existing is not None and not is_terminal(existing.state):
+            return f"task {task_id} is already active", None
+        return None, Task(task_id, framework.framework_id, agent.agent_id, executor_id,
+                          resources)
+
+    def _reject(self, framework: Framework, task_info: Any, state: str, reason: str,
+                message: str) -> ToFramework:
+        task_id = "?"
+        if isinstance(task_info, dict) and isinstance(task_info.get("task_id"), dict):
+            task_id = str(task_info["task_id"].get("value", "?"))
+        logger.info("master %s: task %s of framework %s: %s (%s)", self.master_id, task_id,
+                    framework.framework_id, state, message)
+        return ToFramework(framework.framework_id, _update(make_status(
+            task_id, state, reason=reason, message=message)))
+
+    def _decline(self, framework: Framework, body: dict[str, Any], now: float) -> list[Action]:
+        decline = _section(body, "decline")
+        refuse = _refuse_seconds(decline, self.config.default_refuse_seconds)
+        for offer_id in _id_list(decline, "offer_ids", "decline"):
+            offer = self.offers.get(offer_id)
+            if offer is not None and offer.framework_id == framework.framework_id:
+                del self.offers[offer_id]
+                framework.refused_until[offer.agent_id] = now + refuse
+        return self.make_offers(now)
+
+    def _revive(self, framework: Framework, body: dict[str, Any], now: float) -> list[Action]:
+        framework.suppressed = False
+        framework.refused_until.clear()
+        return self.make_offers(now)
+
+    def _suppress(self, framework: Framework, body: dict[str, Any], now: float) -> list[Action]:
+        framework.suppressed = True
+        return []
+
+    def _kill(self, framework: Framework, body: dict[str, Any], now: float) -> list[Action]:
+        task_id = id_value(_section(body, "kill"), "task_id", "kill")
+        task = self.tasks.get((framework.framework_id, task_id))
+        if task is None:
+            return [ToFramework(framework.framework_id, _update(make_status(
+                task_id, "TASK_LOST", reason="REASON_RECONCILIATION",
+                message="task is unknown to the master")))]
+        if is_terminal(task.state) or task.agent_id not in self.agents:
+            return []
+        return [ToAgent(task.agent_id, {"type": "KILL", "framework_id": framework.framework_id,
+                                        "task_id": task_id})]
+
+    def _acknowledge(self, framework: Framework, body: dict[str, Any],
+                     now: float) -> list[Action]:
+        ack = _section(body, "acknowledge")
+        task_id = id_value(ack, "task_id", "acknowledge")
+        ack_uuid = ack.get("uuid")
+        if not isinstance(ack_uuid, str) or not ack_uuid:
+            raise bad_request("acknowledge.uuid is missing")
+        task = self.tasks.get((framework.framework_id, task_id))
+        if task is None or ack_uuid in task.acknowledged:
+            return []  # late or repeated acknowledgement: harmless
+        if task.in_flight != ack_uuid:
+            raise bad_request(f"acknowledge.uuid does not match the pending update of "
+                              f"task {task_id}")
+        task.pending.popleft()
+        task.in_flight = None
+        task.acknowledged.add(ack_uuid)
+        actions: list[Action] = []
+        if task.agent_id in self.agents:
+            actions.append(ToAgent(task.agent_id, {
+                "type": "ACKNOWLEDGED", "framework_id": framework.framework_id,
+                "task_id": task_id, "uuid": ack_uuid}))
+        return actions + self._pump(task)
+
+    def _reconcile(self, framework: Framework, body: dict[str, Any],
+                   now: float) -> list[Action]:
+        reconcile = body.get("reconcile", {})
+        if not isinstance(reconcile, dict) or not isinstance(reconcile.get("tasks", []), list):
+            raise bad_request("reconcile.tasks must be a list")
+        if not all(isinstance(t, dict) for t in reconcile.get("tasks", [])):
+            raise bad_request("reconcile.tasks[] must be objects")
+        wanted = [id_value(t, "task_id", "reconcile.tasks[]") for t in reconcile.get("tasks", [])]
+        if not wanted:  # implicit: every task the master still tracks for this framework
+            wanted = [t.task_id for t in self._tasks_of(framework.framework_id)
+                      if not is_terminal(t.state) or t.pending]
+        return [ToFramework(framework.framework_id, _update(self._reconcile_status(
+            framework.framework_id, task_id))) for task_id in wanted]
+
+    def _reconcile_status(self, framework_id: str, task_id: str) -> dict[str, Any]:
+        task = self.tasks.get((framework_id, task_id))
+        if task is None:
+            return make_status(task_id, "TASK_LOST", reason="REASON_RECONCILIATION",
+                               message="task is unknown to the master")
+        return make_status(task_id, task.state, agent_id=task.agent_id,
+                           executor_id=task.executor_id, reason="REASON_RECONCILIATION")
+
+    def _message(self, framework: Framework, body: dict[str, Any], now: float) -> list[Action]:
+        message = _section(body, "message")
+        agent_id = id_value(message, "agent_id", "message")
+        executor_id = id_value(message, "executor_id", "message")
+        data = message.get("data", "")
+        if not isinstance(data, str):
+            raise bad_request("message.data must be a base64 string")
+        if agent_id not in self.agents:
+            logger.warning("master %s: message from framework %s to unknown agent %s dropped",
+                           self.master_id, framework.framework_id, agent_id)
+            return []
+        return [ToAgent(agent_id, {"type": "MESSAGE", "framework_id": framework.framework_id,
+                                   "executor_id": executor_id, "data": data})]
+
+    def _ignore(self, framework: Framework, body: dict[str, Any], now: float) -> list[Action]:
+        logger.info("master %s: %s from framework %s accepted and ignored", self.master_id,
+                    body.get("type"), framework.framework_id)
+        return []
+
+    # ---------------------------------------------------------------- status updates
+
+    def _pump(self, task: Task) -> list[Action]:
+        """Send queued updates of `task` until one needs an acknowledgement."""
+        framework = self.frameworks.get(task.framework_id)
+        if framework is None or framework.stream_id is None:
+            return []
+        actions: list[Action] = []
+        while task.pending and task.in_flight is None:
+            status = task.pending[0]
+            actions.append(ToFramework(task.framework_id, _update(status)))
+            if "uuid" in status:
+                task.in_flight = status["uuid"]
+            else:
+                task.pending.popleft()
+        return actions
+
+    def _record_status(self, task: Task, status: dict[str, Any], now: float) -> list[Action]:
+        was_terminal = is_terminal(task.state)
+        if not was_terminal:
+            task.state = str(status["state"])
+            task.last_status = status
+        task.pending.append(status)
+        actions = self._pump(task)
+        if is_terminal(task.state) and not was_terminal:
+            actions += self.make_offers(now)  # its resources are free again
+        return actions
+
+    # ---------------------------------------------------------------- agents
+
+    def register_agent(self, body: dict[str, Any], now: float) -> tuple[str, list[Action]]:
+        url = field_str(body, "url")
+        try:
+            total = from_mesos(body.get("resources"))
+        except ResourceError as exc:
+            raise bad_request(f"agent resources: {exc}") from None
+        agent_id = body.get("agent_id")
+        if not isinstance(agent_id, str) or not safe_id(agent_id) \
+                or agent_id in self.removed_agents:
+            agent_id = self._next_id("S")
+        hostname = body.get("hostname") if isinstance(body.get("hostname"), str) else "127.0.0.1"
+        self.agents[agent_id] = Agent(agent_id, hostname, url, total, now)
+        logger.info("master %s: agent %s registered at %s with %s", self.master_id, agent_id,
+                    url, total.to_mesos())
+        return agent_id, self.make_offers(now)
+
+    def agent_ping(self, agent_id: str, now: float) -> bool:
+        agent = self.agents.get(agent_id)
+        if agent is None:
+            return False
+        agent.last_seen = now
+        return True
+
+    def agent_event(self, agent_id: str, event: dict[str, Any], now: float) -> list[Action]:
+        """UPDATE, MESSAGE or EXECUTOR_EXITED reported by an agent."""
+        if agent_id not in self.agents:
+            raise HttpError(404, f"agent {agent_id} is not registered")
+        self.agents[agent_id].last_seen = now
+        kind = event.get("type")
+        framework_id = field_str(event, "framework_id")
+        if framework_id not in self.frameworks:
+            return []  # a removed framework: nothing to tell
+        if kind == "UPDATE":
+            return self._agent_update(agent_id, framework_id, event, now)
+        if kind == "MESSAGE":
+            return [ToFramework(framework_id, {"type": "MESSAGE", "message": {
+                "agent_id": {"value": agent_id},
+                "executor_id": {"value": field_str(event, "executor_id")},
+                "data": event.get("data", "")}})]
+        if kind == "EXECUTOR_EXITED":
+            return [ToFramework(framework_id, {"type": "FAILURE", "failure": {
+                "agent_id": {"value": agent_id},
+                "executor_id": {"value": field_str(event, "executor_id")},
+                "status": int(event.get("status", 0))}})]
+        raise bad_request(f"unknown agent event type {kind!r}")
+
+    def _agent_update(self, agent_id: str, framework_id: str, event: dict[str, Any],
+                      now: float) -> list[Action]:
+        status = event.get("status")
+        if not isinstance(status, dict) or not isinstance(status.get("state"), str):
+            raise bad_request("update.status with a state is required")
+        task_id = id_value(status, "task_id", "update.status")
+        task = self.tasks.get((framework_id, task_id))
+        if task is None or task.agent_id != agent_id:
+            logger.warning("master %s: update %s for unknown task %s of framework %s dropped",
+                           self.master_id, status["state"], task_id, framework_id)
+            return []
+        return self._record_status(task, {**status, "agent_id": {"value": agent_id}}, now)
+
+    def remove_agent(self, agent_id: str, now: float, why: str) -> list[Action]:
+        """The agent is gone: rescind its offers, lose its tasks, tell every framework."""
+        agent = self.agents.pop(agent_id, None)
+        if agent is None:
+            return []
+        self.removed_agents.add(agent_id)
+        logger.warning("master %s: agent %s removed (%s)", self.master_id, agent_id, why)
+        actions: list[Action] = [ForgetAgent(agent_id)]
+        for offer in [o for o in self.offers.values() if o.agent_id == agent_id]:
+            del self.offers[offer.offer_id]
+            actions.append(ToFramework(offer.framework_id, {
+                "type": "RESCIND", "rescind": {"offer_id": {"value": offer.offer_id}}}))
+        for task in [t for t in self.tasks.values() if t.agent_id == agent_id]:
+            if not is_terminal(task.state):
+                actions += self._record_status(task, make_status(
+                    task.task_id, "TASK_LOST", agent_id=agent_id, executor_id=task.executor_id,
+                    reason="REASON_AGENT_REMOVED", message=f"agent {agent_id} lost: {why}"), now)
+        for framework_id in self.frameworks:
+            actions.append(ToFramework(framework_id, {
+                "type": "FAILURE", "failure": {"agent_id": {"value": agent_id}}}))
+        return actions
+
+    # ---------------------------------------------------------------- time
+
+    def tick(self, now: float) -> list[Action]:
+        """Time passed: lost agents, expired failover timeouts and offers, new offers."""
+        actions: list[Action] = []
+        for agent in list(self.agents.values()):
+            if now - agent.last_seen > self.config.agent_timeout:
+                actions += self.remove_agent(agent.agent_id, now,
+                                             f"silent for {now - agent.last_seen:.1f}s")
+        for framework in list(self.frameworks.values()):
+            deadline = framework.failover_deadline
+            if framework.stream_id is None and deadline is not None and now >= deadline:
+                actions += self.remove_framework(framework.framework_id,
+                                                 "failover timeout expired")
+        actions += self._expire_offers(now)
+        self._prune_terminal()
+        return actions + self.make_offers(now)
+
+    def _expire_offers(self, now: float) -> list[Action]:
+        timeout = self.config.offer_timeout
+        if timeout is None:
+            return []
+        actions: list[Action] = []
+        for offer in [o for o in self.offers.values() if now - o.created >= timeout]:
+            del self.offers[offer.offer_id]
+            actions.append(ToFramework(offer.framework_id, {
+                "type": "RESCIND", "rescind": {"offer_id": {"value": offer.offer_id}}}))
+        return actions
+
+    def _prune_terminal(self) -> None:
+        done = [key for key, t in self.tasks.items() if is_terminal(t.state) and not t.pending]
+        for key in done[:max(0, len(done) - TERMINAL_KEEP)]:
+            del self.tasks[key]
+
+    def make_offers(self, now: float) -> list[Action]:
+        """Offer each agent's free capacity to one eligible framework, fewest tasks first."""
+        batches: dict[str, list[dict[str, Any]]] = {}
+        for agent in self.agents.values():
+            free = self._free(agent)
+            if free.is_empty():
+                continue
+            framework = self._pick_framework(agent.agent_id, now)
+            if framework is None:
+                continue
+            offer = Offer(self._next_id("O"), framework.framework_id, agent.agent_id, free, now)
+            self.offers[offer.offer_id] = offer
+            batches.setdefault(framework.framework_id, []).append(self._offer_json(offer, agent))
+        return [ToFramework(fid, {"type": "OFFERS", "offers": {"offers": offers}})
+                for fid, offers in batches.items()]
+
+    def _free(self, agent: Agent) -> Resources:
+        used = sum((t.resources for t in self.tasks.values()
+                    if t.agent_id == agent.agent_id and not is_terminal(t.state)), Resources())
+        offered = sum((o.resources for o in self.offers.values()
+                       if o.agent_id == agent.agent_id), Resources())
+        return agent.total - used - offered
+
+    def _pick_framework(self, agent_id: str, now: float) -> Framework | None:
+        eligible = [f for f in self.frameworks.values()
+                    if f.stream_id is not None and not f.suppressed
+                    and f.refused_until.get(agent_id, 0.0) <= now]
+        if not eligible:
+            return None
+        return min(eligible, key=lambda f: sum(
+            1 for t in self._tasks_of(f.framework_id) if not is_terminal(t.state)))
+
+    def _offer_json(self, offer: Offer, agent: Agent) -> dict[str, Any]:
+        return {"id": {"value": offer.offer_id},
+                "framework_id": {"value": offer.framework_id},
+                "agent_id": {"value": agent.agent_id}, "hostname": agent.hostname,
+                "resources": offer.resources.to_mesos(),
+                "allocation_info": {"role": "*"}}
+
+    def _tasks_of(self, framework_id: str) -> list[Task]:
+        return [t for t in self.tasks.values() if t.framework_id == framework_id]
+
+    def snapshot(self) -> dict[str, Any]:
+        """A JSON view for `GET /state` (debugging and tests)."""
+        return {
+            "master_id": self.master_id,
+            "frameworks": {fid: {"connected": f.stream_id is not None,
+                                 "suppressed": f.suppressed}
+                           for fid, f in self.frameworks.items()},
+            "agents": {aid: {"url": a.url, "resources": a.total.to_mesos()}
+                       for aid, a in self.agents.items()},
+            "tasks": [{"framework_id": t.framework_id, "task_id": t.task_id,
+                       "agent_id": t.agent_id, "state": t.state} for t in self.tasks.values()],
+            "offers": len(self.offers),
+        }
+
+
+_CALLS = {
+    "TEARDOWN": MasterState._teardown,
+    "ACCEPT": MasterState._accept,
+    "DECLINE": MasterState._decline,
+    "REVIVE": MasterState._revive,
+    "SUPPRESS": MasterState._suppress,
+    "KILL": MasterState._kill,
+    "ACKNOWLEDGE": MasterState._acknowledge,
+    "RECONCILE": MasterState._reconcile,
+    "MESSAGE": MasterState._message,
+    "REQUEST": MasterState._ignore,
+}
+
+
+def _update(status: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "UPDATE", "update": {"status": status}}
+
+
+def _section(body: dict[str, Any], key: str) -> dict[str, Any]:
+    value = body.get(key)
+    if not isinstance(value, dict):
+        raise bad_request(f"call.{key} is missing or not an object")
+    return value
+
+
+def field_str(body: dict[str, Any], key: str) -> str:
+    value = body.get(key)
+    if not isinstance(value, str) or not value:
+        raise bad_request(f"{key} is missing or not a non-empty string")
+    return value
+
+
+def _id_list(body: dict[str, Any], key: str, where: str) -> list[str]:
+    items = body.get(key)
+    if not isinstance(items, list):
+        raise bad_request(f"{where}.{key} must be a list")
+    out = []
+    for item in items:
+        if not isinstance(item, dict) or not isinstance(item.get("value"), str):
+            raise bad_request(f"{where}.{key}[] must be {{\"value\": \"...\"}} objects")
+        out.append(item["value"])
+    return out
+
+
+def _refuse_seconds(body: dict[str, Any], default: float) -> float:
+    filters = body.get("filters")
+    if filters is None:
+        return default
+    if not isinstance(filters, dict):
+        raise bad_request("filters must be an object")
+    value = filters.get("refuse_seconds", default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise bad_request("filters.refuse_seconds must be a non-negative number")
+    return float(value)
+
+
+def _requested_framework_id(body: dict[str, Any], info: dict[str, Any]) -> str | None:
+    for holder in (body.get("framework_id"), info.get("id")):
+        if isinstance(holder, dict) and isinstance(holder.get("value"), str) and holder["value"]:
+            return holder["value"]
+    return None
+
+
+def _launch_task_infos(operations: list[dict[str, Any]]) -> list[Any]:
+    tasks: list[Any] = []
+    for operation in operations:
+        kind = operation.get("type")
+        if kind == "LAUNCH":
+            launch = operation.get("launch")
+            if not isinstance(launch, dict) or not isinstance(launch.get("task_infos"), list):
+                raise bad_request("a LAUNCH operation needs launch.task_infos (a list)")
+            tasks += launch["task_infos"]
+        else:
+            raise bad_request(f"operation {kind!r} is not supported by the embedded master "
+                              "(only LAUNCH)")
+    return tasks
