@@ -1,0 +1,89 @@
+"""A small client of the scheduler's HTTP API, for the CLI: submit, status, stop.
+
+Owns turning calls into HTTP requests and replies into values or `SchedulerUnavailable` /
+`RequestRejected` errors with messages a user can act on. Does not own the API (`scheduler.api`).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+DEFAULT_URL = "http://127.0.0.1:8088"
+
+
+class SchedulerUnavailable(Exception):
+    """No scheduler answers at the URL."""
+
+
+class RequestRejected(Exception):
+    """The scheduler answered with an error; carries its status and diagnostics."""
+
+    def __init__(self, status: int, message: str, diagnostics: list[dict[str, Any]]):
+        lines = [d.get("text") or d.get("message", "") for d in diagnostics]
+        super().__init__("\n".join([message] + [f"  {x}" for x in lines if x and x != message]))
+        self.status, self.message, self.diagnostics = status, message, diagnostics
+
+
+class SchedulerClient:
+    def __init__(self, url: str = DEFAULT_URL, timeout: float = 30.0):
+        parts = urlsplit(url)
+        if parts.scheme != "http" or not parts.hostname:
+            raise ValueError(f"scheduler URL must look like http://host:port, not {url!r}")
+        self.url, self._host, self._port = url, parts.hostname, parts.port or 80
+        self._timeout = timeout
+
+    def submit_spec(self, path: str | Path, query_id: str | None = None) -> dict[str, Any]:
+        """Submit a spec file (compiled by the scheduler); returns {"query_id", "message"}."""
+        p = Path(path).resolve()
+        headers = {"Content-Type": "application/xml", "X-Spec-Filename": str(p),
+                   "X-Spec-Dir": str(p.parent)}
+        target = "/queries" + (f"?query_id={quote(query_id)}" if query_id else "")
+        return self._call("POST", target, p.read_bytes(), headers)
+
+    def submit_compiled(self, compiled_json: str) -> dict[str, Any]:
+        return self._call("POST", "/queries", compiled_json.encode("utf-8"),
+                          {"Content-Type": "application/json"})
+
+    def status(self, query_id: str | None = None) -> dict[str, Any]:
+        return self._call("GET", f"/queries/{quote(query_id, safe='')}" if query_id else "/queries")
+
+    def stop(self, query_id: str) -> dict[str, Any]:
+        return self._call("DELETE", f"/queries/{quote(query_id, safe='')}")
+
+    def healthy(self) -> bool:
+        try:
+            return bool(self._call("GET", "/healthz").get("ok"))
+        except SchedulerUnavailable:
+            return False
+
+    def _call(self, method: str, target: str, body: bytes | None = None,
+              headers: dict[str, str] | None = None) -> dict[str, Any]:
+        conn = http.client.HTTPConnection(self._host, self._port, timeout=self._timeout)
+        try:
+            conn.request(method, target, body=body, headers=headers or {})
+            resp = conn.getresponse()
+            status, data = resp.status, resp.read()
+        except (OSError, http.client.HTTPException) as e:
+            raise SchedulerUnavailable(
+                f"no scheduler at {self.url} ({e}); start one with `elastiq scheduler` or "
+                f"set the URL (ELASTIQ_SCHEDULER={os.environ.get('ELASTIQ_SCHEDULER', '')!r})"
+            ) from None
+        finally:
+            conn.close()
+        return _decode(status, data)
+
+
+def _decode(status: int, data: bytes) -> dict[str, Any]:
+    try:
+        body = json.loads(data.decode("utf-8")) if data else {}
+    except ValueError:
+        body = {"error": data[:200].decode("utf-8", errors="replace")}
+    if status >= 400:
+        raise RequestRejected(status, str(body.get("error", f"HTTP {status}")),
+                              list(body.get("diagnostics", [])))
+    return body

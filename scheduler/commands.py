@@ -1,0 +1,91 @@
+"""Commands: what the state machine asks the I/O shell to do, one frozen dataclass each.
+
+Owns the imperatives (`LaunchTasks`, `DeclineOffers`, `KillTask`, ...) and `TaskLaunch`, the
+launch data of one task. Each command carries the `stimulus_id` of the event that caused it.
+Does not own how they are executed (`scheduler.mesos_adapter`) nor the Mesos JSON they become
+(`scheduler.mesos_json`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Union
+
+
+@dataclass(frozen=True)
+class TaskLaunch:
+    """One task to start: its Mesos id, what it holds and its launch data (JSON text)."""
+
+    mesos_task_id: str  # f"{task_id}.a{attempt}"
+    task_id: str
+    name: str
+    cpus: float
+    mem_mb: float
+    ports: tuple[int, ...]
+    data: str  # {"task": ..., "endpoints": ..., "attempt": n, "query": ...}
+
+
+@dataclass(frozen=True)
+class LaunchTasks:
+    stimulus_id: str
+    offer_ids: tuple[str, ...]
+    agent_id: str
+    executor_id: str
+    tasks: tuple[TaskLaunch, ...]
+
+
+@dataclass(frozen=True)
+class DeclineOffers:
+    stimulus_id: str
+    offer_ids: tuple[str, ...]
+    refuse_seconds: float
+    reason: str
+
+
+@dataclass(frozen=True)
+class KillTask:
+    stimulus_id: str
+    mesos_task_id: str
+    agent_id: str = ""
+
+
+@dataclass(frozen=True)
+class ReconcileTasks:
+    """Explicit reconciliation of the given tasks; an empty tuple asks for all (implicit)."""
+
+    stimulus_id: str
+    tasks: tuple[tuple[str, str], ...] = ()  # (mesos task id, agent id)
+
+
+@dataclass(frozen=True)
+class ReviveOffers:
+    stimulus_id: str
+
+
+@dataclass(frozen=True)
+class SuppressOffers:
+    stimulus_id: str
+
+
+@dataclass(frozen=True)
+class SendFrameworkMessage:
+    stimulus_id: str
+    agent_id: str
+    executor_id: str
+    data: bytes
+
+
+@dataclass(frozen=True)
+class ReplyToRequest:
+    """The answer to a request (submit, stop) that arrived with `stimulus_id`."""
+
+    stimulus_id: str
+    accepted: bool
+    status: int  # HTTP-like: 200 done, 400 bad input, 404 unknown, 409 conflict
+    message: str
+
+
+Command = Union[
+    LaunchTasks, DeclineOffers, KillTask, ReconcileTasks, ReviveOffers, SuppressOffers,
+    SendFrameworkMessage, ReplyToRequest,
+]

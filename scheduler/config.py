@@ -1,0 +1,45 @@
+"""Scheduler settings: one frozen value read by the state machine and the Mesos adapter.
+
+Owns `ExecutorSpec` (how our per-agent executor is started and what it asks for itself) and
+`SchedulerConfig` (framework identity, restart budget and backoff, offer handling). Does not own
+reading them from files or the command line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+ONE_WEEK = 7 * 24 * 3600.0
+
+
+@dataclass(frozen=True)
+class ExecutorSpec:
+    """The executor every task on an agent shares (one per framework and agent)."""
+
+    command: str = "python -m executor"
+    cpus: float = 0.5
+    mem_mb: float = 1500.0  # the JVM of the agent's SparkSession
+    environment: tuple[tuple[str, str], ...] = ()
+    id_prefix: str = "elastiq-exec-"
+
+    def executor_id(self, agent_id: str) -> str:
+        return f"{self.id_prefix}{agent_id}"
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    framework_name: str = "elastiq"
+    role: str = "*"
+    failover_timeout: float = ONE_WEEK  # pymesos would use 100 s, too short for a restart
+    executor: ExecutorSpec = field(default_factory=ExecutorSpec)
+    max_attempts: int = 4  # launches per task before its query fails
+    backoff_initial: float = 1.0  # seconds before the second attempt
+    backoff_factor: float = 2.0
+    backoff_max: float = 30.0
+    same_agent_wait: float = 5.0  # how long a restart waits for its previous agent's offer
+    offer_hold_seconds: float = 2.0  # keep offers while some demand could not be placed
+    decline_seconds: float = 5.0  # refuse filter for offers nothing needs
+    reconcile_interval: float = 60.0
+    # Kill running tasks no query of ours knows (left by a deploy this scheduler has no record
+    # of). Until queries are persisted, a restarted scheduler knows none of its old tasks.
+    kill_unknown_tasks: bool = True

@@ -1,0 +1,149 @@
+"""The scheduler's event loop: one thread that owns `SchedulerState` and runs its commands.
+
+Owns the event queue (anything may put events; callbacks return at once), the clock (a `Tick`
+every `tick_interval` seconds of the monotonic clock), answering requests (`submit`, `stop`)
+with the state's `ReplyToRequest`, and a thread-safe snapshot of the state for the API. Commands
+other than replies go to a `CommandRunner` (the Mesos driver in production). Does not own any
+decision (`scheduler.state`) nor pymesos (`scheduler.mesos_adapter`).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from compiler.tasks import CompiledQuery
+from scheduler.commands import Command, ReplyToRequest
+from scheduler.config import SchedulerConfig
+from scheduler.events import Event, QueryStopRequested, QuerySubmitted, Tick, new_stimulus_id
+from scheduler.state import SchedulerState
+from scheduler.views import query_view, snapshot
+
+log = logging.getLogger("elastiq.scheduler.loop")
+_STOP = object()
+
+
+class CommandRunner(Protocol):
+    def run(self, command: Command) -> None: ...
+
+
+class DroppingRunner:
+    """A runner for a loop with no Mesos connection (tools, API tests): logs and drops."""
+
+    def run(self, command: Command) -> None:
+        log.info("[%s] no Mesos connection; dropping %s", command.stimulus_id,
+                 type(command).__name__)
+
+
+@dataclass(frozen=True)
+class Reply:
+    """The answer to a request: accepted or not, an HTTP-like status and a message."""
+
+    accepted: bool
+    status: int
+    message: str
+
+
+class SchedulerLoop:
+    def __init__(self, config: SchedulerConfig | None = None, runner: CommandRunner | None = None,
+                 tick_interval: float = 0.25):
+        self.state = SchedulerState(config or SchedulerConfig())
+        self.runner: CommandRunner = runner or DroppingRunner()
+        self._tick_interval = tick_interval
+        self._queue: "queue.Queue[Any]" = queue.Queue()
+        self._lock = threading.Lock()
+        self._waiters: dict[str, "Future[Reply]"] = {}
+        self._thread: threading.Thread | None = None
+        self._last_tick = 0.0
+
+    # ---- lifecycle -----------------------------------------------------------------------
+    def start(self) -> "SchedulerLoop":
+        self._step(Tick(new_stimulus_id("tick"), time.monotonic()))
+        self._thread = threading.Thread(target=self._run, name="scheduler-loop", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 5.0) -> None:
+        if self._thread is None:
+            return
+        self._queue.put(_STOP)
+        self._thread.join(timeout)
+        self._thread = None
+
+    # ---- inputs --------------------------------------------------------------------------
+    def put(self, event: Event) -> None:
+        """Queue an event; returns at once (safe from any thread, e.g. driver callbacks)."""
+        self._queue.put(event)
+
+    def submit(self, query: CompiledQuery, timeout: float = 10.0) -> Reply:
+        return self._request(QuerySubmitted(new_stimulus_id("submit"), query), timeout)
+
+    def stop_query(self, query_id: str, timeout: float = 10.0) -> Reply:
+        return self._request(QueryStopRequested(new_stimulus_id("stop"), query_id), timeout)
+
+    def _request(self, event: QuerySubmitted | QueryStopRequested, timeout: float) -> Reply:
+        future: "Future[Reply]" = Future()
+        with self._lock:
+            self._waiters[event.stimulus_id] = future
+        self.put(event)
+        try:
+            return future.result(timeout)
+        except TimeoutError:
+            return Reply(False, 503, f"scheduler did not answer within {timeout:g} s")
+        finally:
+            with self._lock:
+                self._waiters.pop(event.stimulus_id, None)
+
+    # ---- outputs -------------------------------------------------------------------------
+    def status(self) -> dict[str, Any]:
+        with self._lock:
+            return snapshot(self.state)
+
+    def query_status(self, query_id: str) -> dict[str, Any] | None:
+        with self._lock:
+            q = self.state.queries.get(query_id)
+            return None if q is None else query_view(q, self.state.unplaced)
+
+    # ---- the loop ------------------------------------------------------------------------
+    def _run(self) -> None:
+        while True:
+            try:
+                event = self._queue.get(timeout=self._tick_interval)
+            except queue.Empty:
+                event = None
+            if event is _STOP:
+                return
+            now = time.monotonic()
+            if now - self._last_tick >= self._tick_interval:
+                self._step(Tick(new_stimulus_id("tick"), now))
+            if event is not None:
+                self._step(event)
+
+    def _step(self, event: Event) -> None:
+        if isinstance(event, Tick):
+            self._last_tick = event.now
+        try:
+            with self._lock:
+                commands = self.state.handle(event)
+        except Exception as e:  # a bug or an illegal transition must not end the loop
+            log.exception("[%s] handling %s failed", event.stimulus_id, type(event).__name__)
+            commands = [ReplyToRequest(event.stimulus_id, False, 500, f"internal error: {e}")]
+        for command in commands:
+            self._run_command(command)
+
+    def _run_command(self, command: Command) -> None:
+        if isinstance(command, ReplyToRequest):
+            with self._lock:
+                future = self._waiters.get(command.stimulus_id)
+            if future is not None and not future.done():
+                future.set_result(Reply(command.accepted, command.status, command.message))
+            return
+        try:
+            self.runner.run(command)
+        except Exception:
+            log.exception("[%s] running %s failed", command.stimulus_id, type(command).__name__)

@@ -1,0 +1,494 @@
+"""The scheduler's state machine: `SchedulerState.handle(event) -> list[Command]`.
+
+Owns everything the scheduler knows (queries, their tasks and attempts, held offers, warm
+executors, lost agents, the framework registration) and the only method that changes it.
+It decides launches (through `scheduler.placement` and `scheduler.destinations`), restarts with
+bounded attempts and backoff, kills on stop, and reconciliation after (re)registration.
+Time comes only from `Tick` events. Does not own any I/O: `scheduler.mesos_adapter` runs the
+commands and turns what Mesos says into events; views for the API are in `scheduler.views`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import Callable, Literal
+
+from compiler.tasks import CompiledQuery
+from scheduler import admission
+from scheduler.commands import (
+    Command, DeclineOffers, KillTask, LaunchTasks, ReconcileTasks, ReplyToRequest, ReviveOffers,
+    SuppressOffers, TaskLaunch,
+)
+from scheduler.config import SchedulerConfig
+from scheduler.destinations import destinations
+from scheduler.events import (
+    AgentLost, Disconnected, Event, ExecutorLost, FrameworkMessageReceived, OfferRescinded,
+    OffersReceived, QueryStopRequested, QuerySubmitted, Registered, Reregistered, StatusUpdated,
+    Tick,
+)
+from scheduler.lifecycle import (
+    FROM_MESOS, TaskRecord, TaskState, parse_mesos_task_id,
+)
+from scheduler.placement import (
+    Offer, PlacementResult, QueryDemand, Share, TaskAssignment, TaskDemand, place,
+)
+
+log = logging.getLogger("elastiq.scheduler.state")
+
+QueryPhase = Literal["active", "stopping", "stopped", "failed", "finished"]
+
+
+@dataclass
+class QueryRecord:
+    query: CompiledQuery
+    tasks: dict[str, TaskRecord]
+    phase: QueryPhase = "active"
+    failure: str = ""
+
+    @property
+    def query_id(self) -> str:
+        return self.query.query_id
+
+    def all_terminal(self) -> bool:
+        return all(t.state.terminal and t.restart_at is None for t in self.tasks.values())
+
+
+@dataclass
+class HeldOffer:
+    offer: Offer
+    received_at: float
+    reason: str = "no pending task needs it"
+
+
+@dataclass
+class SchedulerState:
+    config: SchedulerConfig = field(default_factory=SchedulerConfig)
+    queries: dict[str, QueryRecord] = field(default_factory=dict)
+    framework_id: str | None = None
+    master: str | None = None
+    connected: bool = False
+    now: float = 0.0
+    held: dict[str, HeldOffer] = field(default_factory=dict)
+    warm_agents: set[str] = field(default_factory=set)  # our executor known to run there
+    gone_agents: set[str] = field(default_factory=set)
+    suppressed: bool = False
+    last_reconcile: float = 0.0
+    heartbeats: dict[str, float] = field(default_factory=dict)  # executor id -> last seen
+    unplaced: dict[str, str] = field(default_factory=dict)  # task id -> why it waits
+
+    # ---- the one entry point -------------------------------------------------------------
+    def handle(self, event: Event) -> list[Command]:
+        """Apply one event; return the commands it causes. The only mutator of this state."""
+        handler: Callable[[Event], list[Command]] = getattr(self, _HANDLERS[type(event)])
+        commands = handler(event)
+        for c in commands:
+            log.debug("[%s] -> %s", event.stimulus_id, c)
+        return commands
+
+    # ---- registration --------------------------------------------------------------------
+    def _on_registered(self, ev: Registered) -> list[Command]:
+        self.framework_id, self.master, self.connected = ev.framework_id, ev.master, True
+        log.info("[%s] registered as framework %s with master %s", ev.stimulus_id,
+                 ev.framework_id, ev.master)
+        return self._after_registration(ev.stimulus_id)
+
+    def _on_reregistered(self, ev: Reregistered) -> list[Command]:
+        self.master, self.connected = ev.master, True
+        self.framework_id = ev.framework_id or self.framework_id
+        log.info("[%s] re-registered with master %s", ev.stimulus_id, ev.master)
+        return self._after_registration(ev.stimulus_id)
+
+    def _after_registration(self, sid: str) -> list[Command]:
+        """Reconcile explicitly (tasks we launched), then implicitly (tasks we do not know)."""
+        self.last_reconcile = self.now
+        ids = self._launched_ids()  # an empty explicit list would mean "all" to Mesos
+        commands: list[Command] = ([ReconcileTasks(sid, ids)] if ids else []) + \
+            [ReconcileTasks(sid)]
+        self.suppressed = False
+        return commands + [ReviveOffers(sid) if self._pending() else self._suppress(sid)]
+
+    def _on_disconnected(self, ev: Disconnected) -> list[Command]:
+        self.connected = False
+        if self.held:
+            log.info("[%s] disconnected; dropping %s held offers", ev.stimulus_id, len(self.held))
+        self.held.clear()
+        return []
+
+    # ---- offers --------------------------------------------------------------------------
+    def _on_offers_received(self, ev: OffersReceived) -> list[Command]:
+        for offer in ev.offers:
+            self.gone_agents.discard(offer.agent_id)
+            self.held[offer.offer_id] = HeldOffer(offer, self.now)
+        return self._try_place(ev.stimulus_id)
+
+    def _on_offer_rescinded(self, ev: OfferRescinded) -> list[Command]:
+        if self.held.pop(ev.offer_id, None) is not None:
+            log.info("[%s] offer %s rescinded while held", ev.stimulus_id, ev.offer_id)
+        return []
+
+    def _try_place(self, sid: str) -> list[Command]:
+        """Place pending demand on held offers; launch, hold or decline each offer."""
+        if not self.held:
+            return []
+        demands = self._demands()
+        if not demands:
+            return self._decline(sid, list(self.held), "no pending task needs it") + \
+                [self._suppress(sid)]
+        result = place([h.offer for h in self.held.values()], demands,
+                       executor_id_for={a: self._executor_id(a) for a in self._held_agents()},
+                       executor_share=Share(self.config.executor.cpus,
+                                            self.config.executor.mem_mb),
+                       warm_agents=frozenset(self.warm_agents))
+        return self._apply_placement(sid, result)
+
+    def _apply_placement(self, sid: str, result: PlacementResult) -> list[Command]:
+        launches: dict[str, list[TaskLaunch]] = {}
+        for qp in result.placed:
+            record = self.queries[qp.query_id]
+            for a in qp.assignments:
+                launches.setdefault(a.agent_id, []).append(self._launch(sid, record, a))
+        for u in result.unplaced:  # logged when the reason changes, not on every retry
+            if self.unplaced.get(u.task_id) != u.reason:
+                log.info("[%s] task %s not placed: %s", sid, u.task_id, u.reason)
+        self.unplaced = {u.task_id: u.reason for u in result.unplaced}
+        commands: list[Command] = []
+        for agent_id, tasks in launches.items():
+            offer_ids = result.used_offers[agent_id]
+            for oid in offer_ids:
+                self.held.pop(oid, None)
+            self.warm_agents.add(agent_id)
+            commands.append(LaunchTasks(sid, offer_ids, agent_id, self._executor_id(agent_id),
+                                        tuple(tasks)))
+        declined = [d for d in result.declined if d.offer_id in self.held]
+        if not result.unplaced:
+            return commands + self._decline(sid, [d.offer_id for d in declined],
+                                            "no pending task needs it")
+        for d in declined:
+            self.held[d.offer_id].reason = d.reason
+        return commands
+
+    def _launch(self, sid: str, record: QueryRecord, a: TaskAssignment) -> TaskLaunch:
+        task = record.tasks[a.task_id]
+        task.move(TaskState.STAGING, sid, f"placed on agent {a.agent_id}")
+        task.agent_id, task.hostname, task.ports = a.agent_id, a.hostname, a.ports
+        task.endpoints = dict(a.endpoints)
+        task.launches += 1
+        log.info("[%s] launching %s on agent %s (ports %s)", sid, task.mesos_task_id,
+                 a.agent_id, a.ports)
+        return TaskLaunch(task.mesos_task_id, task.task_id, task.task_id, a.cpus, a.mem_mb,
+                          a.ports, launch_data(record.query, task))
+
+    def _decline(self, sid: str, offer_ids: list[str], reason: str) -> list[Command]:
+        for oid in offer_ids:
+            self.held.pop(oid, None)
+        if not offer_ids:
+            return []
+        log.info("[%s] declining %s offers: %s", sid, len(offer_ids), reason)
+        return [DeclineOffers(sid, tuple(offer_ids), self.config.decline_seconds, reason)]
+
+    def _suppress(self, sid: str) -> Command:
+        self.suppressed = True
+        return SuppressOffers(sid)
+
+    def _demands(self) -> list[QueryDemand]:
+        return [d for d in (self._query_demand(q) for q in self.queries.values()
+                            if q.phase == "active") if d is not None]
+
+    def _query_demand(self, q: QueryRecord) -> QueryDemand | None:
+        pending = [t for t in q.tasks.values() if t.state is TaskState.PENDING]
+        if not pending:
+            return None
+        live = [t for t in q.tasks.values() if t.state.launched and t.agent_id]
+        occupied: dict[str, frozenset[str]] = {}
+        avoids: dict[str, frozenset[str]] = {}
+        for t in live:
+            group = t.task.placement.group
+            occupied[t.agent_id] = occupied.get(t.agent_id, frozenset()) | (
+                {group} if group else set())
+            avoids[t.agent_id] = avoids.get(t.agent_id, frozenset()) | set(
+                t.task.placement.apart_from)
+        known = {c: e for t in live for c, e in t.endpoints.items() if c in t.task.outputs}
+        return QueryDemand(q.query_id, tuple(self._task_demand(t) for t in pending),
+                           occupied, avoids, known)
+
+    def _task_demand(self, t: TaskRecord) -> TaskDemand:
+        where = destinations(t.attempt, t.agent_id, t.pending_since, self.now,
+                             frozenset(self.gone_agents), self.config.same_agent_wait)
+        preferred_ports = dict(zip(t.task.outputs, t.ports)) if t.agent_id else {}
+        return TaskDemand(
+            t.task_id, t.task.resources.cpus, float(t.task.resources.mem_mb), t.task.outputs,
+            t.task.inputs, t.task.placement.group, t.task.placement.apart_from, where.allowed,
+            where.preferred, preferred_ports,
+            max(0, t.task.resources.ports - len(t.task.outputs)))
+
+    # ---- task status ---------------------------------------------------------------------
+    def _on_status_updated(self, ev: StatusUpdated) -> list[Command]:
+        parsed = parse_mesos_task_id(ev.mesos_task_id)
+        found = self._find(parsed[0]) if parsed else None
+        target = FROM_MESOS.get(ev.state)
+        if found is None or parsed is None:
+            return self._unknown_task(ev, target)
+        query, task = found
+        if parsed[1] != task.attempt:
+            return self._stale_attempt(ev, task, target)
+        if target is None or target is task.state:
+            return []
+        if task.state.terminal:
+            log.info("[%s] task %s already %s; ignoring late %s", ev.stimulus_id,
+                     ev.mesos_task_id, task.state.value, ev.state)
+            return []
+        note = f"TASK_{ev.state} {ev.reason} {ev.message}".strip()
+        task.move(target, ev.stimulus_id, note)
+        log.info("[%s] task %s is %s %s", ev.stimulus_id, ev.mesos_task_id, target.value,
+                 ev.message)
+        if target.terminal:
+            return self._after_terminal(ev.stimulus_id, query, task, note)
+        return []
+
+    def _unknown_task(self, ev: StatusUpdated, target: TaskState | None) -> list[Command]:
+        """A task of no query we know: kill it if it still runs (e.g. left by a lost deploy)."""
+        if target is None or target.terminal:
+            return []
+        if not self.config.kill_unknown_tasks:
+            log.warning("[%s] unknown task %s is %s; left alone", ev.stimulus_id,
+                        ev.mesos_task_id, ev.state)
+            return []
+        log.warning("[%s] unknown task %s is %s; killing it", ev.stimulus_id, ev.mesos_task_id,
+                    ev.state)
+        return [KillTask(ev.stimulus_id, ev.mesos_task_id, ev.agent_id)]
+
+    def _stale_attempt(self, ev: StatusUpdated, task: TaskRecord,
+                       target: TaskState | None) -> list[Command]:
+        """An update for an attempt that is not the current one: a zombie is killed."""
+        log.info("[%s] stale update %s for %s (current attempt %s); ignored", ev.stimulus_id,
+                 ev.state, ev.mesos_task_id, task.attempt)
+        if target is None or target.terminal:
+            return []
+        return [KillTask(ev.stimulus_id, ev.mesos_task_id, ev.agent_id)]
+
+    def _after_terminal(self, sid: str, query: QueryRecord, task: TaskRecord,
+                        why: str) -> list[Command]:
+        """Decide what a task reaching a terminal state means: restart, fail, or settle."""
+        if task.state is not TaskState.FINISHED:
+            task.last_failure = why
+        if query.phase != "active" or task.state is TaskState.FINISHED or task.kill_requested:
+            return self._settle(sid, query)
+        if task.launches >= self.config.max_attempts:
+            reason = (f"task {task.task_id} ended {task.launches} times "
+                      f"(max {self.config.max_attempts}); last: {why}")
+            return self._fail_query(sid, query, reason)
+        task.restart_at = self.now + self._backoff(task.launches)
+        log.info("[%s] task %s will restart at %.1f (launch %s of %s)", sid, task.task_id,
+                 task.restart_at, task.launches + 1, self.config.max_attempts)
+        return []
+
+    def _backoff(self, launches: int) -> float:
+        c = self.config
+        return min(c.backoff_max, c.backoff_initial * c.backoff_factor ** max(0, launches - 1))
+
+    def _settle(self, sid: str, query: QueryRecord) -> list[Command]:
+        """Move a query to its final phase once every task of it is terminal."""
+        if not query.all_terminal():
+            return []
+        if query.phase == "stopping":
+            query.phase = "stopped"
+        elif query.phase == "active" and all(
+                t.state is TaskState.FINISHED for t in query.tasks.values()):
+            query.phase = "finished"
+        log.info("[%s] query %s is %s", sid, query.query_id, query.phase)
+        return [] if self._pending() else [self._suppress(sid)]
+
+    def _fail_query(self, sid: str, query: QueryRecord, reason: str) -> list[Command]:
+        log.warning("[%s] query %s failed: %s", sid, query.query_id, reason)
+        query.phase, query.failure = "failed", reason
+        return self._stop_tasks(sid, query, "query failed: " + reason)
+
+    def _stop_tasks(self, sid: str, query: QueryRecord, why: str) -> list[Command]:
+        commands: list[Command] = []
+        for task in query.tasks.values():
+            task.restart_at = None
+            if task.state is TaskState.PENDING:
+                task.move(TaskState.KILLED, sid, why)
+            elif task.state.launched:
+                task.kill_requested = True
+                commands.append(KillTask(sid, task.mesos_task_id, task.agent_id or ""))
+        return commands
+
+    # ---- agents and executors ------------------------------------------------------------
+    def _on_agent_lost(self, ev: AgentLost) -> list[Command]:
+        log.warning("[%s] agent %s lost", ev.stimulus_id, ev.agent_id)
+        self.gone_agents.add(ev.agent_id)
+        self.warm_agents.discard(ev.agent_id)
+        for oid in [o for o, h in self.held.items() if h.offer.agent_id == ev.agent_id]:
+            del self.held[oid]
+        return self._lose_tasks(ev.stimulus_id, lambda t: t.agent_id == ev.agent_id,
+                                f"agent {ev.agent_id} lost")
+
+    def _on_executor_lost(self, ev: ExecutorLost) -> list[Command]:
+        log.warning("[%s] executor %s on agent %s lost (status %s)", ev.stimulus_id,
+                    ev.executor_id, ev.agent_id, ev.status)
+        self.warm_agents.discard(ev.agent_id)
+        ours = ev.executor_id == self._executor_id(ev.agent_id)
+        return self._lose_tasks(ev.stimulus_id, lambda t: ours and t.agent_id == ev.agent_id,
+                                f"executor {ev.executor_id} lost (status {ev.status})")
+
+    def _lose_tasks(self, sid: str, where: Callable[[TaskRecord], bool],
+                    why: str) -> list[Command]:
+        commands: list[Command] = []
+        for query in list(self.queries.values()):
+            for task in query.tasks.values():
+                if task.state.launched and where(task):
+                    task.move(TaskState.LOST, sid, why)
+                    commands += self._after_terminal(sid, query, task, why)
+        return commands
+
+    def _on_framework_message_received(self, ev: FrameworkMessageReceived) -> list[Command]:
+        try:
+            message = json.loads(ev.data.decode("utf-8"))
+            tasks = message["tasks"] if message.get("kind") == "heartbeat" else None
+            figures = {mid: {k: float(v) for k, v in f.items()} for mid, f in tasks.items()}
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            log.warning("[%s] unreadable message from %s on %s: %s", ev.stimulus_id,
+                        ev.executor_id, ev.agent_id, e)
+            return []
+        self.heartbeats[ev.executor_id] = self.now
+        for mid, figs in figures.items():
+            parsed = parse_mesos_task_id(mid)
+            found = self._find(parsed[0]) if parsed else None
+            if found and parsed and found[1].attempt == parsed[1]:
+                found[1].figures = figs
+        return []
+
+    # ---- requests ------------------------------------------------------------------------
+    def _on_query_submitted(self, ev: QuerySubmitted) -> list[Command]:
+        q, sid = ev.query, ev.stimulus_id
+        found = admission.problems(q)
+        if found:
+            return [ReplyToRequest(sid, False, 400, "; ".join(found))]
+        old = self.queries.get(q.query_id)
+        if old is not None and old.phase in ("active", "stopping"):
+            return [ReplyToRequest(sid, False, 409, f"query {q.query_id} is {old.phase}")]
+        clash = [t.task_id for t in q.tasks if (f := self._find(t.task_id)) and
+                 f[0].query_id != q.query_id]
+        if clash:
+            return [ReplyToRequest(sid, False, 409, f"task ids in use: {', '.join(clash)}")]
+        first = {t: r.attempt + 1 for t, r in old.tasks.items()} if old else {}
+        self.queries[q.query_id] = QueryRecord(q, {
+            t.task_id: TaskRecord(t, attempt=first.get(t.task_id, 1), pending_since=self.now)
+            for t in q.tasks})
+        log.info("[%s] query %s submitted with %s tasks", sid, q.query_id, len(q.tasks))
+        self.suppressed = False
+        return [ReplyToRequest(sid, True, 200, f"query {q.query_id} accepted"),
+                ReviveOffers(sid)] + self._try_place(sid)
+
+    def _on_query_stop_requested(self, ev: QueryStopRequested) -> list[Command]:
+        sid, query = ev.stimulus_id, self.queries.get(ev.query_id)
+        if query is None:
+            return [ReplyToRequest(sid, False, 404, f"no query {ev.query_id}")]
+        if query.phase != "active":
+            return [ReplyToRequest(sid, True, 200, f"query {ev.query_id} is {query.phase}")]
+        query.phase = "stopping"
+        log.info("[%s] stopping query %s", sid, ev.query_id)
+        commands = self._stop_tasks(sid, query, "query stopped")
+        return [ReplyToRequest(sid, True, 200, f"query {ev.query_id} stopping")] + commands + \
+            self._settle(sid, query)
+
+    # ---- time ----------------------------------------------------------------------------
+    def _on_tick(self, ev: Tick) -> list[Command]:
+        self.now = ev.now
+        sid = ev.stimulus_id
+        commands = self._restart_due(sid)
+        if self.held and self._pending():
+            commands += self._try_place(sid)  # time may have widened where tasks may go
+        expired = [oid for oid, h in self.held.items()
+                   if self.now - h.received_at >= self.config.offer_hold_seconds]
+        for reason in sorted({self.held[o].reason for o in expired}):
+            commands += self._decline(sid, [o for o in expired if self.held[o].reason == reason],
+                                      reason)
+        if self.connected and self.now - self.last_reconcile >= self.config.reconcile_interval:
+            commands += self._periodic_reconcile(sid)
+        return commands
+
+    def _restart_due(self, sid: str) -> list[Command]:
+        due = [(q, t) for q in self.queries.values() for t in q.tasks.values()
+               if t.restart_at is not None and t.restart_at <= self.now]
+        for query, task in due:
+            task.move(TaskState.PENDING, sid, f"restart after: {task.last_failure}")
+            task.attempt += 1
+            task.restart_at, task.kill_requested, task.pending_since = None, False, self.now
+            task.figures = {}
+        if not due:
+            return []
+        self.suppressed = False
+        return [ReviveOffers(sid)] + self._try_place(sid)
+
+    def _periodic_reconcile(self, sid: str) -> list[Command]:
+        """Explicit reconciliation, and kills repeated for tasks that ignored the first."""
+        self.last_reconcile = self.now
+        kills: list[Command] = [KillTask(sid, t.mesos_task_id, t.agent_id or "")
+                                for q in self.queries.values() for t in q.tasks.values()
+                                if t.kill_requested and t.state.launched]
+        ids = self._launched_ids()
+        return ([ReconcileTasks(sid, ids)] if ids else []) + kills
+
+    # ---- lookups -------------------------------------------------------------------------
+    def _find(self, task_id: str) -> tuple[QueryRecord, TaskRecord] | None:
+        query_id = task_id.rpartition(".t")[0]
+        query = self.queries.get(query_id)
+        if query is not None and task_id in query.tasks:
+            return query, query.tasks[task_id]
+        for q in self.queries.values():  # task ids that do not follow "<query>.t<n>"
+            if task_id in q.tasks:
+                return q, q.tasks[task_id]
+        return None
+
+    def _launched_ids(self) -> tuple[tuple[str, str], ...]:
+        return tuple((t.mesos_task_id, t.agent_id or "") for q in self.queries.values()
+                     for t in q.tasks.values() if t.state.launched)
+
+    def _pending(self) -> bool:
+        return any(t.state is TaskState.PENDING or t.restart_at is not None
+                   for q in self.queries.values() if q.phase == "active"
+                   for t in q.tasks.values())
+
+    def _held_agents(self) -> set[str]:
+        return {h.offer.agent_id for h in self.held.values()}
+
+    def _executor_id(self, agent_id: str) -> str:
+        return self.config.executor.executor_id(agent_id)
+
+
+def launch_data(query: CompiledQuery, task: TaskRecord) -> str:
+    """The JSON a task's executor receives: the task, its channel endpoints, its attempt, and
+    what it needs of its query (its channels and the sinks)."""
+    mine = set(task.task.inputs + task.task.outputs)
+    return json.dumps({
+        "task": task.task.to_json(),
+        "endpoints": dict(task.endpoints),
+        "attempt": task.attempt,
+        "query": {
+            "query_id": query.query_id,
+            "channels": [c.to_json() for c in query.channels if c.channel_id in mine],
+            "sinks": dict(query.sinks),
+        },
+    })
+
+
+_HANDLERS: dict[type, str] = {
+    Registered: "_on_registered",
+    Reregistered: "_on_reregistered",
+    Disconnected: "_on_disconnected",
+    OffersReceived: "_on_offers_received",
+    OfferRescinded: "_on_offer_rescinded",
+    StatusUpdated: "_on_status_updated",
+    AgentLost: "_on_agent_lost",
+    ExecutorLost: "_on_executor_lost",
+    FrameworkMessageReceived: "_on_framework_message_received",
+    QuerySubmitted: "_on_query_submitted",
+    QueryStopRequested: "_on_query_stop_requested",
+    Tick: "_on_tick",
+}
+
+__all__ = ["SchedulerState", "QueryRecord", "launch_data"]

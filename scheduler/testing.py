@@ -1,0 +1,38 @@
+"""Small builders of compiled queries and offers for the scheduler's tests and benchmarks.
+
+Owns `chain_query` (a query of tasks linked by channels) and `offer`. Values only; nothing here
+starts processes or opens sockets. Does not own real compilation (`compiler`).
+"""
+
+from __future__ import annotations
+
+from compiler.tasks import ChannelSpec, CompiledQuery, Placement, QueryTask, Resources
+from compiler.types import Schema
+from scheduler.placement import Offer
+
+SCHEMA = Schema.of(("sensor", "string"), ("value", "double"))
+
+
+def chain_query(query_id: str, n_tasks: int = 2, cpus: float = 1.0, mem_mb: int = 512,
+                groups: tuple[str | None, ...] = (), apart: tuple[tuple[str, ...], ...] = ()
+                ) -> CompiledQuery:
+    """`n_tasks` tasks `<q>.t0 -> <q>.t1 -> ...`, each linked to the next by one channel."""
+    channels = tuple(
+        ChannelSpec(f"{query_id}/s{i}", f"s{i}", SCHEMA, f"{query_id}.t{i}",
+                    (f"{query_id}.t{i + 1}",))
+        for i in range(n_tasks - 1))
+    tasks = tuple(
+        QueryTask(
+            query_id, f"{query_id}.t{i}", "spark", (f"op{i}",),
+            (f"{query_id}/s{i - 1}",) if i > 0 else (),
+            (f"{query_id}/s{i}",) if i < n_tasks - 1 else (), False,
+            Resources(cpus, mem_mb, 1 if i < n_tasks - 1 else 0), f"# program {i}\n",
+            Placement(groups[i] if i < len(groups) else None, apart[i] if i < len(apart) else ()))
+        for i in range(n_tasks))
+    return CompiledQuery(query_id, tasks, channels, {})
+
+
+def offer(offer_id: str, agent_id: str, cpus: float = 4.0, mem_mb: float = 8192.0,
+          ports: tuple[tuple[int, int], ...] = ((31000, 31009),),
+          executor_ids: tuple[str, ...] = ()) -> Offer:
+    return Offer(offer_id, agent_id, f"host-{agent_id}", cpus, mem_mb, ports, executor_ids)

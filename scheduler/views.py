@@ -1,0 +1,62 @@
+"""Views: JSON-ready snapshots of the scheduler state for the HTTP API and the CLI.
+
+Owns `snapshot(state)` (the whole scheduler) and `query_view(...)` (one query with its tasks,
+states, agents, attempts, figures and last failure reasons). Values only: a snapshot shares
+nothing mutable with the state it was taken from. Does not own the state (`scheduler.state`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from scheduler.lifecycle import TaskRecord, TaskState
+from scheduler.state import QueryRecord, SchedulerState
+
+
+def snapshot(state: SchedulerState) -> dict[str, Any]:
+    return {
+        "framework_id": state.framework_id,
+        "master": state.master,
+        "connected": state.connected,
+        "held_offers": len(state.held),
+        "queries": {qid: query_view(q, state.unplaced) for qid, q in state.queries.items()},
+    }
+
+
+def query_view(q: QueryRecord, unplaced: dict[str, str]) -> dict[str, Any]:
+    return {
+        "query_id": q.query_id,
+        "phase": q.phase,
+        "status": query_status(q),
+        "failure": q.failure,
+        "tasks": [task_view(t, unplaced.get(t.task_id, "")) for t in q.tasks.values()],
+    }
+
+
+def query_status(q: QueryRecord) -> str:
+    """One word for people: deploying, running, restarting, stopping, stopped, failed..."""
+    if q.phase != "active":
+        return q.phase
+    states = {t.state for t in q.tasks.values()}
+    if states == {TaskState.RUNNING}:
+        return "running"
+    if any(t.launches > 1 or t.restart_at is not None for t in q.tasks.values()):
+        return "restarting"
+    return "deploying"
+
+
+def task_view(t: TaskRecord, unplaced_reason: str) -> dict[str, Any]:
+    return {
+        "task_id": t.task_id,
+        "mesos_task_id": t.mesos_task_id,
+        "state": t.state.value,
+        "attempt": t.attempt,
+        "launches": t.launches,
+        "agent_id": t.agent_id,
+        "hostname": t.hostname,
+        "endpoints": dict(t.endpoints),
+        "figures": dict(t.figures),
+        "last_failure": t.last_failure,
+        "restart_at": t.restart_at,
+        "waiting_for": unplaced_reason if t.state is TaskState.PENDING else "",
+    }

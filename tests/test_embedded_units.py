@@ -1,0 +1,139 @@
+"""Unit tests of the embedded cluster's pure pieces: RecordIO, resources, master decisions.
+
+No sockets, no processes. Oracles: Python sets for port ranges, json.dumps for records.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from elastiq.embedded.httpio import HttpError
+from elastiq.embedded.master_state import MasterConfig, MasterState, ToAgent, ToFramework
+from elastiq.embedded.recordio import RecordIODecoder, encode_record
+from elastiq.embedded.resources import (
+    ResourceError, Resources, from_mesos, parse_agent_resources, parse_ranges,
+)
+
+
+def test_recordio_records_survive_any_split_points():
+    records = [{"type": "HEARTBEAT"}, {"type": "UPDATE", "data": "é" * 50}, {"n": list(range(40))}]
+    stream = b"".join(encode_record(r) for r in records)
+    rng = random.Random(7)
+    for _ in range(50):
+        cuts = sorted(rng.sample(range(1, len(stream)), 6))
+        decoder, out = RecordIODecoder(), []
+        for begin, end in zip([0] + cuts, cuts + [len(stream)]):
+            out += decoder.feed(stream[begin:end])
+        assert out == records
+
+
+def test_recordio_rejects_garbage():
+    with pytest.raises(ValueError):
+        RecordIODecoder().feed(b"x12\n{}")
+
+
+def _ports(spans) -> set[int]:
+    return {p for begin, end in spans for p in range(begin, end + 1)}
+
+
+def test_range_subtraction_matches_set_oracle():
+    rng = random.Random(3)
+    for _ in range(200):
+        have = parse_ranges(",".join(f"{b}-{b + rng.randint(0, 20)}"
+                                     for b in rng.sample(range(0, 200), 4)))
+        take = parse_ranges(",".join(f"{b}-{b + rng.randint(0, 10)}"
+                                     for b in rng.sample(range(0, 200), 3)))
+        left = (Resources({}, {"ports": have}) - Resources({}, {"ports": take})).ranges["ports"]
+        assert _ports(left) == _ports(have) - _ports(take)
+        fits = Resources({}, {"ports": have}).contains(Resources({}, {"ports": take}))
+        assert fits == (_ports(take) <= _ports(have))
+
+
+def test_resources_round_trip_through_mesos_json():
+    agent = parse_agent_resources({"cpus": 2, "mem": 1024, "ports": "31000-31010,31005-31020"})
+    assert agent.ranges["ports"] == ((31000, 31020),)
+    back = from_mesos(json.loads(json.dumps(agent.to_mesos())))
+    assert back == agent
+
+
+@pytest.mark.parametrize("bad", [{"cpus": -1}, {"ports": "9-3"}, {"mem": [1]}, {"cpus": True}])
+def test_bad_agent_resources_are_refused(bad):
+    with pytest.raises(ResourceError):
+        parse_agent_resources(bad)
+
+
+def _subscribed_master() -> tuple[MasterState, str, str, dict]:
+    state = MasterState(MasterConfig(default_refuse_seconds=5.0), "m")
+    state.register_agent({"url": "http://127.0.0.1:1", "resources": parse_agent_resources(
+        {"cpus": 2, "mem": 100}).to_mesos()}, now=0.0)
+    sub = state.subscribe({"type": "SUBSCRIBE", "subscribe": {"framework_info": {"name": "x"}}},
+                          now=0.0)
+    offers = [a.event for a in sub.actions if isinstance(a, ToFramework)
+              and a.event["type"] == "OFFERS"]
+    return state, sub.framework_id, sub.stream_id, offers[0]["offers"]["offers"][0]
+
+
+def _call(state, fid, sid, kind, now=0.0, **body):
+    return state.call({"type": kind, "framework_id": {"value": fid}, **body}, sid, now)
+
+
+def _launch(state, fid, sid, offer, task_id, cpus):
+    task = {"task_id": {"value": task_id}, "agent_id": offer["agent_id"],
+            "resources": [{"name": "cpus", "type": "SCALAR", "scalar": {"value": cpus}}],
+            "executor": {"executor_id": {"value": "e"}, "command": {"value": "true"}}}
+    return _call(state, fid, sid, "ACCEPT", accept={"offer_ids": [offer["id"]], "operations": [
+        {"type": "LAUNCH", "launch": {"task_infos": [task]}}]})
+
+
+def test_oversized_task_gets_task_error_and_no_launch():
+    state, fid, sid, offer = _subscribed_master()
+    actions = _launch(state, fid, sid, offer, "big", cpus=3)
+    assert not [a for a in actions if isinstance(a, ToAgent)]
+    (update,) = [a.event for a in actions if isinstance(a, ToFramework)
+                 and a.event["type"] == "UPDATE"]
+    assert update["update"]["status"]["state"] == "TASK_ERROR"
+    assert "uuid" not in update["update"]["status"]
+
+
+def test_one_unacknowledged_update_in_flight_and_uuid_must_match():
+    state, fid, sid, offer = _subscribed_master()
+    assert any(isinstance(a, ToAgent) for a in _launch(state, fid, sid, offer, "t", 1))
+    agent_id = offer["agent_id"]["value"]
+    sent = []
+    for state_name, uuid in (("TASK_RUNNING", "u1"), ("TASK_FINISHED", "u2")):
+        status = {"task_id": {"value": "t"}, "state": state_name, "uuid": uuid}
+        sent += state.agent_event(agent_id, {"type": "UPDATE", "framework_id": fid,
+                                             "status": status}, now=1.0)
+    delivered = [a.event["update"]["status"]["uuid"] for a in sent
+                 if isinstance(a, ToFramework) and a.event["type"] == "UPDATE"]
+    assert delivered == ["u1"]
+    with pytest.raises(HttpError) as refused:
+        _call(state, fid, sid, "ACKNOWLEDGE",
+              acknowledge={"agent_id": offer["agent_id"], "task_id": {"value": "t"},
+                           "uuid": "u2"})
+    assert refused.value.status == 400
+    after = _call(state, fid, sid, "ACKNOWLEDGE", acknowledge={
+        "agent_id": offer["agent_id"], "task_id": {"value": "t"}, "uuid": "u1"})
+    assert [a.event["update"]["status"]["uuid"] for a in after
+            if isinstance(a, ToFramework) and a.event["type"] == "UPDATE"] == ["u2"]
+    assert [a.command["type"] for a in after if isinstance(a, ToAgent)] == ["ACKNOWLEDGED"]
+
+
+def test_call_with_another_stream_id_is_refused():
+    state, fid, _, _ = _subscribed_master()
+    with pytest.raises(HttpError) as refused:
+        _call(state, fid, "not-the-stream", "REVIVE")
+    assert refused.value.status == 400
+
+
+def test_silent_agent_is_removed_with_task_lost_and_failure():
+    state, fid, sid, offer = _subscribed_master()
+    _launch(state, fid, sid, offer, "t", 1)
+    actions = state.tick(now=state.config.agent_timeout + 1.0)
+    events = [a.event for a in actions if isinstance(a, ToFramework)]
+    lost = [e["update"]["status"] for e in events if e["type"] == "UPDATE"]
+    assert [(s["task_id"]["value"], s["state"]) for s in lost] == [("t", "TASK_LOST")]
+    assert {"agent_id": offer["agent_id"]} in [e.get("failure") for e in events]
