@@ -1,0 +1,410 @@
+"""The API generated task programs call to build one Spark Structured Streaming query.
+
+Owns `TaskRuntime` (one instance per start of a task's query: sources, operators, exactly one
+sink that starts the query; streams tracked by name, each DataFrame aliased with its stream name
+so `compiler.expressions.to_column` can address columns as `stream`.`col`) and `ChannelHub`
+(the executor-lifetime registry of channel writers, which must outlive any one query so a
+restarted query finds its upstream backup intact). User text (conditions, computed columns)
+only ever goes through `compiler.expressions`. Does not own supervision/restarts
+(`executor.task_runner`), the sources and sinks themselves (`executor.sources`, `executor.sinks`)
+or the channel protocol (`executor.channels`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import threading
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence
+
+import pyarrow as pa
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import StreamingQuery
+
+from compiler.types import ColumnType, Field, Schema
+from executor import shapes, sinks, sources
+
+if TYPE_CHECKING:
+    from executor.channels import ChannelWriter
+
+log = logging.getLogger(__name__)
+
+_DURATION = re.compile(r"^(\d+) (milliseconds|seconds|minutes|hours)$")
+AGGREGATE_FUNCTIONS = ("count", "sum", "avg", "min", "max")
+
+
+class RuntimeSpecError(ValueError):
+    """A task program asked for something invalid; names the task and operator."""
+
+    def __init__(self, task_id: str, op: str, message: str) -> None:
+        super().__init__(f"task {task_id}, operator {op}: {message}")
+        self.task_id, self.op = task_id, op
+
+
+def parse_duration(text: str) -> timedelta:
+    """A canonical duration "<n> milliseconds|seconds|minutes|hours" -> timedelta."""
+    match = _DURATION.match(text)
+    if match is None:
+        raise ValueError(f"duration {text!r} is not '<n> milliseconds|seconds|minutes|hours'")
+    return timedelta(**{match.group(2): int(match.group(1))})
+
+
+def aggregate_type(function: str, column: Field | None) -> ColumnType:
+    """The result type of an aggregate (pure): count -> int, avg -> double, else the input's."""
+    if function == "count":
+        return ColumnType.INT
+    if column is None:
+        raise ValueError(f"aggregate {function} needs a column")
+    if function in ("sum", "avg") and not column.type.is_numeric:
+        raise ValueError(f"{function}({column.name}) needs a numeric column, it is "
+                         f"{column.type.value}")
+    if function in ("min", "max") and not column.type.is_orderable:
+        raise ValueError(f"{function}({column.name}) needs an orderable column")
+    return ColumnType.DOUBLE if function == "avg" else column.type
+
+
+def join_output_names(left: Schema, right: Schema, right_name: str) -> list[str]:
+    """Right column names after renaming clashes with left names to f"{right}_{name}" (pure)."""
+    taken = set(left.names)
+    return [f"{right_name}_{n}" if n in taken else n for n in right.names]
+
+
+def channel_reader_id(task_id: str, channel: str) -> str:
+    """The reader id a task's channel_source uses; the executor passes it to the writer as an
+    expected reader so nothing is trimmed before the reading task subscribes."""
+    return f"{task_id}/read:{channel}"
+
+
+def _qcol(stream: str, name: str) -> Column:
+    return F.col(f"`{stream}`.`{name}`")
+
+
+@dataclass(frozen=True)
+class Stream:
+    name: str
+    df: DataFrame
+    schema: Schema
+
+
+class ChannelHub:
+    """Get-or-create channel writers by channel id; lives as long as the executor process."""
+
+    def __init__(self, bind_host: str = "127.0.0.1") -> None:
+        self.bind_host = bind_host
+        self._writers: dict[str, "ChannelWriter"] = {}
+        self._lock = threading.Lock()
+
+    def writer(self, channel_id: str, schema: pa.Schema, *, bind: str | None = None,
+               expected_readers: Sequence[str] = ()) -> "ChannelWriter":
+        with self._lock:
+            existing = self._writers.get(channel_id)
+            if existing is not None:
+                return existing
+            from executor.channels import ChannelWriter
+
+            kwargs: dict[str, Any] = {"expected_readers": list(expected_readers)}
+            if bind is not None:
+                kwargs["bind"] = bind
+            writer = ChannelWriter(channel_id, schema, **kwargs)
+            self._writers[channel_id] = writer
+            log.info("hub: channel %s writer at %s", channel_id, writer.endpoint)
+            return writer
+
+    def endpoint(self, channel_id: str) -> str | None:
+        writer = self._writers.get(channel_id)
+        return writer.endpoint if writer is not None else None
+
+    def close(self) -> None:
+        with self._lock:
+            for channel_id, writer in self._writers.items():
+                close = getattr(writer, "close", None)
+                if close is not None:
+                    close()
+                log.info("hub: channel %s closed", channel_id)
+            self._writers.clear()
+
+
+class TaskRuntime:
+    """Builds one streaming query from a generated program's calls.
+
+    Arguments: `spark` (the executor's session); `query_id`, `task_id` (ids for names and logs);
+    `checkpoint_dir` (this task's directory: Spark checkpoint under `spark/`, source pacing
+    anchors next to it - reuse it across restarts); `endpoints` (channel id -> ZeroMQ endpoint of
+    its writer, for channel_source); `channels` (the executor's ChannelHub, needed by channel
+    sources/sinks); `trigger_seconds` (micro-batch interval, 0 = back to back);
+    `source_partitions` (Spark partitions a generator batch is split into).
+    """
+
+    def __init__(self, spark: SparkSession, *, query_id: str, task_id: str, checkpoint_dir: str,
+                 endpoints: Mapping[str, str] = {}, channels: ChannelHub | None = None,
+                 trigger_seconds: float = 0.0, source_partitions: int = 2,
+                 channel_poll_seconds: float = 0.2) -> None:
+        self.spark = spark
+        self.query_id, self.task_id = query_id, task_id
+        self.checkpoint_dir = checkpoint_dir
+        self.endpoints = dict(endpoints)
+        self.channels = channels
+        self.trigger_seconds = trigger_seconds
+        self.source_partitions = source_partitions
+        self.channel_poll_seconds = channel_poll_seconds
+        self.streams: dict[str, Stream] = {}
+        self.sink: sinks.BatchSink | None = None
+        self.query: StreamingQuery | None = None
+        for source in sources.ALL_SOURCES:
+            spark.dataSource.register(source)
+
+    # --- stream bookkeeping --------------------------------------------------------------------
+
+    def _error(self, op: str, message: str) -> RuntimeSpecError:
+        return RuntimeSpecError(self.task_id, op, message)
+
+    def _put(self, op: str, name: str, df: DataFrame, schema: Schema) -> None:
+        if name in self.streams:
+            raise self._error(op, f"stream {name!r} is defined twice")
+        self.streams[name] = Stream(name, df.alias(name), schema)
+        log.debug("task %s: %s defines stream %s (%s)", self.task_id, op, name, schema.names)
+
+    def _get(self, op: str, name: str) -> Stream:
+        stream = self.streams.get(name)
+        if stream is None:
+            raise self._error(op, f"unknown input stream {name!r} (known: {sorted(self.streams)})")
+        return stream
+
+    def _field(self, op: str, stream: Stream, name: str) -> Field:
+        field = stream.schema.get(name)
+        if field is None:
+            raise self._error(op, f"stream {stream.name!r} has no column {name!r} "
+                                  f"(it has {list(stream.schema.names)})")
+        return field
+
+    def _duration(self, op: str, text: str) -> str:
+        try:
+            parse_duration(text)
+        except ValueError as exc:
+            raise self._error(op, str(exc)) from None
+        return text
+
+    def _anchor_path(self, op: str) -> str:
+        return os.path.join(self.checkpoint_dir, "pacing", f"{op}.anchor")
+
+    def _load(self, fmt: str, config: Any) -> DataFrame:
+        return (self.spark.readStream.format(fmt)
+                .option(sources.CONFIG_OPTION, sources.encode_config(config)).load())
+
+    # --- sources -------------------------------------------------------------------------------
+
+    def generator(self, *, op: str, output: str, schema: Schema, shape: str, seed: int,
+                  rate: float, limit: int | None, start: str) -> None:
+        try:
+            the_shape = shapes.shape_named(shape)
+            shapes.check_schema(the_shape, schema)
+            start_us = shapes.parse_start(start)
+        except shapes.ShapeError as exc:
+            raise self._error(op, str(exc)) from None
+        if not rate > 0:
+            raise self._error(op, f"generator rate must be > 0, got {rate}")
+        if limit is not None and limit < 0:
+            raise self._error(op, f"generator limit must be >= 0, got {limit}")
+        config = sources.GeneratorConfig(
+            self.task_id, op, shape, sources.schema_pairs(schema), seed, float(rate), limit,
+            start_us, self._anchor_path(op), self.source_partitions)
+        self._put(op, output, self._load(sources.GeneratorSource.name(), config), schema)
+
+    def file_source(self, *, op: str, output: str, schema: Schema, path: str,
+                    format: Literal["jsonl", "csv"], rate: float | None) -> None:
+        if format not in ("jsonl", "csv"):
+            raise self._error(op, f"file format must be jsonl or csv, got {format!r}")
+        if not os.path.isfile(path):
+            raise self._error(op, f"input file {path!r} does not exist")
+        if rate is not None and not rate > 0:
+            raise self._error(op, f"file replay rate must be > 0, got {rate}")
+        config = sources.FileConfig(self.task_id, op, os.path.abspath(path), format,
+                                    sources.schema_pairs(schema), rate, self._anchor_path(op))
+        self._put(op, output, self._load(sources.FileSource.name(), config), schema)
+
+    def _channel_stream(self, op: str, output: str, schema: Schema, channel: str,
+                        endpoint: str) -> None:
+        config = sources.ChannelConfig(self.task_id, channel, f"{self.task_id}/{op}", endpoint,
+                                       sources.schema_pairs(schema), self.channel_poll_seconds)
+        self._put(op, output, self._load(sources.ChannelSource.name(), config), schema)
+
+    def network_source(self, *, op: str, output: str, schema: Schema, endpoint: str,
+                       channel: str) -> None:
+        """Another query's network-sink (or any program speaking the channel protocol) serving
+        `channel` at `endpoint`."""
+        self._channel_stream(op, output, schema, channel, endpoint)
+
+    def channel_source(self, *, output: str, schema: Schema, channel: str) -> None:
+        op = f"read:{channel}"
+        endpoint = self.endpoints.get(channel)
+        if endpoint is None and self.channels is not None:
+            endpoint = self.channels.endpoint(channel)
+        if endpoint is None:
+            raise self._error(op, f"no endpoint known for channel {channel!r}")
+        self._channel_stream(op, output, schema, channel, endpoint)
+
+    # --- operators -----------------------------------------------------------------------------
+
+    def _compile(self, op: str, text: str, scope: Any) -> Any:
+        from compiler import expressions
+
+        try:
+            return expressions.compile_expression(text, scope)
+        except expressions.ExpressionError as exc:
+            raise self._error(op, f"expression {text!r}: {exc}") from None
+
+    def filter(self, *, op: str, input: str, output: str, condition: str) -> None:
+        from compiler import expressions
+
+        stream = self._get(op, input)
+        scope = expressions.Scope({input: stream.schema})
+        typed = self._compile(op, condition, scope)
+        if typed.type is not ColumnType.BOOLEAN:
+            raise self._error(op, f"condition {condition!r} is {typed.type.value}, not boolean")
+        df = stream.df.filter(expressions.to_column(typed.expr, scope))
+        self._put(op, output, df, stream.schema)
+
+    def project(self, *, op: str, input: str, output: str,
+                fields: Sequence[tuple[str, str]]) -> None:
+        from compiler import expressions
+
+        stream = self._get(op, input)
+        scope = expressions.Scope({input: stream.schema})
+        columns, out_fields = [], []
+        for name, text in fields:
+            typed = self._compile(op, text, scope)
+            columns.append(expressions.to_column(typed.expr, scope).alias(name))
+            out_fields.append(Field(name, typed.type))
+        names = [f.name for f in out_fields]
+        if len(set(names)) != len(names):
+            raise self._error(op, f"projection names are not unique: {names}")
+        self._put(op, output, stream.df.select(*columns), Schema(tuple(out_fields)))
+
+    def _aggregate_column(self, op: str, stream: Stream, name: str, function: str,
+                          column: str | None) -> tuple[Column, Field]:
+        if function not in AGGREGATE_FUNCTIONS:
+            raise self._error(op, f"unknown aggregate {function!r} (known: {AGGREGATE_FUNCTIONS})")
+        field = None if column is None else self._field(op, stream, column)
+        try:
+            result_type = aggregate_type(function, field)
+        except ValueError as exc:
+            raise self._error(op, str(exc)) from None
+        source = F.lit(1) if field is None else _qcol(stream.name, field.name)
+        spark_fn = {"count": F.count, "sum": F.sum, "avg": F.avg, "min": F.min, "max": F.max}
+        agg = spark_fn[function](source).cast(result_type.spark_type_name())
+        return agg.alias(name), Field(name, result_type)
+
+    def window_aggregate(self, *, op: str, input: str, output: str, time: str, window: str,
+                         slide: str | None, watermark: str, group_by: Sequence[str],
+                         aggregates: Sequence[tuple[str, str, str | None]]) -> None:
+        stream = self._get(op, input)
+        time_field = self._field(op, stream, time)
+        if time_field.type is not ColumnType.TIMESTAMP:
+            raise self._error(op, f"time column {time!r} is {time_field.type.value}, "
+                                  "not timestamp")
+        keys = [self._field(op, stream, g) for g in group_by]
+        aggs = [self._aggregate_column(op, stream, n, f, c) for n, f, c in aggregates]
+        slide_text = self._duration(op, slide) if slide is not None else None
+        windowed = F.window(_qcol(input, time), self._duration(op, window), slide_text)
+        df = (stream.df.withWatermark(time, self._duration(op, watermark))
+              .groupBy(windowed.alias("window"), *[_qcol(input, k.name) for k in keys])
+              .agg(*[a for a, _ in aggs]))
+        df = df.select(F.col("window.start").alias("window_start"),
+                       F.col("window.end").alias("window_end"),
+                       *[F.col(f"`{k.name}`") for k in keys], *[F.col(f"`{n}`") for n, *_ in aggregates])
+        schema = Schema((Field("window_start", ColumnType.TIMESTAMP),
+                         Field("window_end", ColumnType.TIMESTAMP), *keys, *[f for _, f in aggs]))
+        self._put(op, output, df, schema)
+
+    def join(self, *, op: str, left: str, right: str, output: str, left_keys: Sequence[str],
+             right_keys: Sequence[str], left_time: str, right_time: str, within: str,
+             watermark: str) -> None:
+        if left == right:
+            raise self._error(op, f"a join needs two different streams, got {left!r} twice")
+        ls, rs = self._get(op, left), self._get(op, right)
+        if len(left_keys) != len(right_keys) or not left_keys:
+            raise self._error(op, "left_keys and right_keys must be non-empty and of equal length")
+        for lk, rk in zip(left_keys, right_keys):
+            lt, rt = self._field(op, ls, lk).type, self._field(op, rs, rk).type
+            if lt is not rt:
+                raise self._error(op, f"join key {lk} ({lt.value}) vs {rk} ({rt.value})")
+        for stream, name in ((ls, left_time), (rs, right_time)):
+            if self._field(op, stream, name).type is not ColumnType.TIMESTAMP:
+                raise self._error(op, f"{stream.name}.{name} is not a timestamp")
+        bound = F.lit(parse_duration(self._duration(op, within)))
+        delay = self._duration(op, watermark)
+        ldf = ls.df.withWatermark(left_time, delay).alias(left)
+        rdf = rs.df.withWatermark(right_time, delay).alias(right)
+        cond = [_qcol(left, lk) == _qcol(right, rk) for lk, rk in zip(left_keys, right_keys)]
+        cond += [_qcol(left, left_time) >= _qcol(right, right_time) - bound,
+                 _qcol(left, left_time) <= _qcol(right, right_time) + bound]
+        right_names = join_output_names(ls.schema, rs.schema, right)
+        joined = ldf.join(rdf, on=cond, how="inner").select(
+            *[_qcol(left, n).alias(n) for n in ls.schema.names],
+            *[_qcol(right, n).alias(new) for n, new in zip(rs.schema.names, right_names)])
+        schema = Schema((*ls.schema.fields,
+                         *[Field(new, f.type) for f, new in zip(rs.schema.fields, right_names)]))
+        self._put(op, output, joined, schema)
+
+    def union(self, *, op: str, inputs: Sequence[str], output: str) -> None:
+        streams = [self._get(op, name) for name in inputs]
+        if len(streams) < 2:
+            raise self._error(op, "a union needs at least two inputs")
+        first = streams[0]
+        for other in streams[1:]:
+            if other.schema != first.schema:
+                raise self._error(op, f"union inputs differ: {first.name} {first.schema.names} "
+                                      f"vs {other.name} {other.schema.names}")
+        names = [f"`{n}`" for n in first.schema.names]
+        df = first.df.select(*names)
+        for other in streams[1:]:
+            df = df.union(other.df.select(*names))
+        self._put(op, output, df, first.schema)
+
+    # --- sinks ---------------------------------------------------------------------------------
+
+    def _start(self, op: str, input: str, sink: sinks.BatchSink) -> None:
+        if self.query is not None:
+            raise self._error(op, "a task has exactly one sink; the query is already started")
+        stream = self._get(op, input)
+        writer = (stream.df.writeStream.foreachBatch(sink)
+                  .queryName(f"{self.query_id}.{self.task_id}")
+                  .option("checkpointLocation", os.path.join(self.checkpoint_dir, "spark")))
+        if self.trigger_seconds > 0:
+            writer = writer.trigger(processingTime=f"{int(self.trigger_seconds * 1000)} milliseconds")
+        self.sink = sink
+        self.query = writer.start()
+        log.info("task %s: query %s started (sink %s)", self.task_id, self.query.id, op)
+
+    def file_sink(self, *, op: str, input: str, path: str,
+                  format: Literal["jsonl"] = "jsonl") -> None:
+        if format != "jsonl":
+            raise self._error(op, f"file sink format must be jsonl, got {format!r}")
+        self._start(op, input, sinks.FileSink(self.task_id, path))
+
+    def console_sink(self, *, op: str, input: str) -> None:
+        self._start(op, input, sinks.ConsoleSink(self.task_id))
+
+    def _channel_sink(self, op: str, input: str, channel: str, bind: str | None,
+                      readers: Sequence[str] = ()) -> None:
+        if self.channels is None:
+            raise self._error(op, "channel sinks need the executor's ChannelHub")
+        schema = shapes.arrow_schema(self._get(op, input).schema)
+        expected = [channel_reader_id(task, channel) for task in readers]
+        writer = self.channels.writer(channel, schema, bind=bind, expected_readers=expected)
+        self._start(op, input, sinks.ChannelSink(self.task_id, writer, schema))
+
+    def network_sink(self, *, op: str, input: str, endpoint: str, channel: str) -> None:
+        """Serve the results as `channel` at `endpoint` for other queries or programs."""
+        self._channel_sink(op, input, channel, endpoint)
+
+    def channel_sink(self, *, input: str, channel: str, readers: Sequence[str] = ()) -> None:
+        """Serve `input` to the tasks `readers` on the endpoint the scheduler assigned (a free
+        local port when run outside a cluster); the writer keeps every batch until each reader
+        has acknowledged it."""
+        self._channel_sink(f"write:{channel}", input, channel, self.endpoints.get(channel),
+                           readers)

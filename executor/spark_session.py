@@ -1,0 +1,76 @@
+"""Building the one long-lived SparkSession an executor runs its task queries in.
+
+Owns the session settings every Elastiq task query relies on: local mode with the offered cores,
+no UI, 1-2 shuffle partitions (frozen into each query's checkpoint at its first start), the
+RocksDB state store with changelog checkpointing, UTC session time, loopback-only networking,
+quiet logs and, when the installed pyspark needs it, the worker daemon that avoids the per-task
+import-cache flush (see `executor.spark_worker_daemon`). Does not own queries, sources or sinks.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import os
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+
+ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+WORKER_DAEMON_MODULE = "executor.spark_worker_daemon"
+
+
+def needs_cache_flush_workaround() -> bool:
+    """True when pyspark's `setup_spark_files` still flushes import caches on every task
+    (pyspark 4.1.4 does; the fix, SPARK-54744, lands in later releases)."""
+    from pyspark import worker_util
+
+    return "invalidate_caches()" in inspect.getsource(worker_util.setup_spark_files)
+
+
+def shuffle_partitions_for(cores: int) -> int:
+    """1 partition on one core, otherwise 2: enough parallelism, little per-batch overhead."""
+    return 1 if cores <= 1 else 2
+
+
+def session_settings(cores: int, state_dir: str, workaround: bool) -> dict[str, str]:
+    """The Spark configuration of an executor session (pure; unit-testable)."""
+    local_dir = str(Path(state_dir) / "spark-local")
+    settings = {
+        "spark.master": f"local[{cores}]",
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.driver.host": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.local.dir": local_dir,
+        "spark.sql.warehouse.dir": str(Path(state_dir) / "warehouse"),
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.shuffle.partitions": str(shuffle_partitions_for(cores)),
+        "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
+        "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+        "spark.sql.streaming.minBatchesToRetain": "20",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.python.worker.reuse": "true",
+    }
+    if workaround:
+        settings["spark.python.daemon.module"] = WORKER_DAEMON_MODULE
+    return settings
+
+
+def build_session(cores: int, app_name: str, state_dir: str) -> SparkSession:
+    """Start (or return the already running) SparkSession of this process, configured for
+    Elastiq task queries. Takes ~9 s the first time; keep the session for the executor's life."""
+    if cores < 1:
+        raise ValueError(f"build_session: cores must be >= 1, got {cores}")
+    os.makedirs(state_dir, exist_ok=True)
+    workaround = needs_cache_flush_workaround()
+    builder = SparkSession.builder.appName(app_name)
+    for key, value in session_settings(cores, state_dir, workaround).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    log.info("session %s: local[%s], state under %s, cache-flush workaround %s",
+             app_name, cores, state_dir, workaround)
+    return spark

@@ -1,0 +1,228 @@
+"""Running one task: load its generated program, build the query, keep it running.
+
+Owns `TaskRunner`: loading the codegen output (a Python file the executor wrote; never user text)
+with importlib, calling its `build(rt)` on a fresh `TaskRuntime`, supervising the query in a
+thread (a failed query is restarted from its checkpoint in the same session, with bounded
+restarts and exponential backoff), status (starting/running/failed/finished with a reason) and
+metrics from `lastProgress`. The restart decision is a pure function (`decide_restart`). Does not
+own the session (`executor.spark_session`) or how operators are built (`executor.runtime`).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import re
+import threading
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Literal, Mapping
+
+from pyspark.sql import SparkSession
+
+from executor.runtime import TaskRuntime
+
+log = logging.getLogger(__name__)
+
+TaskState = Literal["starting", "running", "restarting", "failed", "finished"]
+
+
+@dataclass(frozen=True)
+class TaskStatus:
+    state: TaskState
+    reason: str = ""
+    restarts: int = 0
+    query_id: str | None = None  # Spark's id of the current query run
+
+
+@dataclass(frozen=True)
+class TaskMetrics:
+    batch_id: int
+    batches: int  # progress reports seen in the current run
+    tuples_in: int  # input rows of the last batch
+    tuples_out: int  # rows the sink has written in the current run
+    input_rate: float
+    process_rate: float
+    batch_ms: int  # last batch's trigger execution time
+    backlog: int  # sum over sources of latest - end offset (sequence numbers)
+    latency_ms: int  # last batch's end-to-end processing time (= batch_ms at present)
+
+
+@dataclass(frozen=True)
+class RestartDecision:
+    restart: bool
+    delay_seconds: float
+    reason: str
+
+
+def decide_restart(restarts: int, max_restarts: int, backoff_seconds: float,
+                   max_backoff_seconds: float = 30.0) -> RestartDecision:
+    """After a failure with `restarts` restarts already done: restart after an exponential
+    backoff, or give up once `max_restarts` is reached (pure)."""
+    if restarts >= max_restarts:
+        return RestartDecision(False, 0.0, f"gave up after {restarts} restarts")
+    delay = min(max_backoff_seconds, backoff_seconds * (2 ** restarts))
+    return RestartDecision(True, delay, f"restart {restarts + 1}/{max_restarts} in {delay:.1f} s")
+
+
+def _offset_number(offset: Any) -> int | None:
+    """Our offsets hold one sequence number ({"index": n}, {"seq": n}, ...); Spark's progress
+    shows them as JSON text, a dict, or a Python dict repr, so take the one integer."""
+    if offset is None:
+        return None
+    numbers = re.findall(r"-?\d+", str(offset))
+    return int(numbers[0]) if len(numbers) == 1 else None
+
+
+def backlog_of(progress: Mapping[str, Any]) -> int:
+    total = 0
+    for source in progress.get("sources", []):
+        latest, end = _offset_number(source.get("latestOffset")), _offset_number(source.get("endOffset"))
+        if latest is not None and end is not None:
+            total += max(0, latest - end)
+    return total
+
+
+def metrics_from(progress: Mapping[str, Any], batches: int, tuples_out: int) -> TaskMetrics:
+    """TaskMetrics from one StreamingQueryProgress dict (pure)."""
+    batch_ms = int(progress.get("durationMs", {}).get("triggerExecution", 0))
+    return TaskMetrics(
+        batch_id=int(progress.get("batchId", -1)), batches=batches,
+        tuples_in=int(progress.get("numInputRows", 0)), tuples_out=tuples_out,
+        input_rate=float(progress.get("inputRowsPerSecond", 0.0) or 0.0),
+        process_rate=float(progress.get("processedRowsPerSecond", 0.0) or 0.0),
+        batch_ms=batch_ms, backlog=backlog_of(progress), latency_ms=batch_ms)
+
+
+def failure_reason(exc: Any) -> str:
+    """A one-line reason from a StreamingQueryException (its first informative line)."""
+    if exc is None:
+        return "query ended"
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip() not in ("", "null")]
+    return lines[0][:300] if lines else type(exc).__name__
+
+
+def load_program(program: str | Path, task_id: str, scratch_dir: str) -> ModuleType:
+    """Import a generated task program from its file; a program given as source text is first
+    written to `scratch_dir` (it is codegen output, not user text)."""
+    path = Path(program) if isinstance(program, Path) or str(program).endswith(".py") else None
+    if path is None:
+        os.makedirs(scratch_dir, exist_ok=True)
+        path = Path(scratch_dir) / "program.py"
+        path.write_text(str(program), encoding="utf-8")
+    if not path.is_file():
+        raise FileNotFoundError(f"task {task_id}: program file {path} does not exist")
+    name = "elastiq_task_" + "".join(c if c.isalnum() else "_" for c in task_id)
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"task {task_id}: cannot load program {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    if not callable(getattr(module, "build", None)):
+        raise ImportError(f"task {task_id}: program {path} has no build(rt) function")
+    return module
+
+
+class TaskRunner:
+    """Runs and supervises one task's streaming query in a shared session.
+
+    `runtime_kwargs` are TaskRuntime's keyword arguments (query_id, task_id, checkpoint_dir, ...).
+    """
+
+    def __init__(self, spark: SparkSession, program: str | Path, runtime_kwargs: Mapping[str, Any],
+                 *, max_restarts: int = 5, backoff_seconds: float = 1.0,
+                 poll_seconds: float = 0.25) -> None:
+        self.spark = spark
+        self.kwargs = dict(runtime_kwargs)
+        self.task_id: str = self.kwargs["task_id"]
+        self.max_restarts, self.backoff_seconds = max_restarts, backoff_seconds
+        self.poll_seconds = poll_seconds
+        self.module = load_program(program, self.task_id,
+                                   os.path.join(self.kwargs["checkpoint_dir"], "program"))
+        self.runtime: TaskRuntime | None = None
+        self._status = TaskStatus("starting")
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._batches = 0
+
+    # --- public --------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Build and start the query, then supervise it in a background thread. Raises what
+        build() raised (e.g. RuntimeSpecError) without starting anything."""
+        self._launch()
+        self._thread = threading.Thread(target=self._supervise, name=f"task-{self.task_id}",
+                                        daemon=True)
+        self._thread.start()
+
+    def status(self) -> TaskStatus:
+        with self._lock:
+            return self._status
+
+    def metrics(self) -> TaskMetrics | None:
+        rt = self.runtime
+        query = rt.query if rt else None
+        progress = query.lastProgress if query is not None else None
+        if not progress:
+            return None
+        out = rt.sink.rows_out if rt and rt.sink else 0
+        return metrics_from(progress, len(query.recentProgress), out)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        self._stop.set()
+        rt = self.runtime
+        if rt is not None and rt.query is not None and rt.query.isActive:
+            rt.query.stop()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        self._set(state="finished", reason="stopped")
+        log.info("task %s: stopped", self.task_id)
+
+    # --- internals -----------------------------------------------------------------------------
+
+    def _set(self, **changes: Any) -> None:
+        with self._lock:
+            self._status = replace(self._status, **changes)
+
+    def _launch(self) -> None:
+        rt = TaskRuntime(self.spark, **self.kwargs)
+        self.module.build(rt)
+        if rt.query is None:
+            raise RuntimeError(f"task {self.task_id}: build() ended without a sink")
+        self.runtime = rt
+        self._set(state="running", reason="", query_id=str(rt.query.id))
+
+    def _wait_for_failure(self) -> str | None:
+        """Block until the query dies or stop() is called; the failure text, or None."""
+        query = self.runtime.query  # type: ignore[union-attr]
+        while not self._stop.is_set():
+            if not query.isActive:
+                exc = query.exception()
+                return failure_reason(exc)
+            self._stop.wait(self.poll_seconds)
+        return None
+
+    def _supervise(self) -> None:
+        while not self._stop.is_set():
+            failure = self._wait_for_failure()
+            if failure is None or self._stop.is_set():
+                return
+            restarts = self.status().restarts
+            decision = decide_restart(restarts, self.max_restarts, self.backoff_seconds)
+            log.warning("task %s: query failed (%s); %s", self.task_id, failure, decision.reason)
+            if not decision.restart:
+                self._set(state="failed", reason=f"{failure}; {decision.reason}")
+                return
+            self._set(state="restarting", reason=failure, restarts=restarts + 1)
+            if self._stop.wait(decision.delay_seconds):
+                return
+            try:
+                self._launch()
+            except Exception as exc:  # a program that no longer builds will not heal by retrying
+                log.warning("task %s: restart failed: %s", self.task_id, exc)
+                self._set(state="failed", reason=f"restart failed: {exc}")
+                return

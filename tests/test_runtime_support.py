@@ -1,0 +1,73 @@
+"""Helpers for the runtime tests: reading generated input in plain Python, waiting (bounded) for a
+query to drain a finite source, and reading a jsonl sink back."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from executor import shapes
+
+START = "2024-01-01T00:00:00Z"
+
+
+def input_rows(shape: str, seed: int, rate: float, limit: int) -> list[dict[str, Any]]:
+    """The generator's rows computed by the plain-Python reference (not the Spark path)."""
+    s = shapes.shape_named(shape)
+    start_us = shapes.parse_start(START)
+    return [shapes.reference_row(s, seed, start_us, rate, i) for i in range(limit)]
+
+
+def read_sink(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    for row in rows:
+        for key, value in row.items():
+            if isinstance(value, str) and value.endswith("Z") and "T" in value:
+                row[key] = datetime.fromisoformat(value)
+    return rows
+
+
+def _offset(value: Any) -> int | None:
+    """Our offsets hold one sequence number; progress shows them as JSON or as a dict repr."""
+    found = re.search(r"-?\d+", str(value)) if value is not None else None
+    return int(found.group()) if found else None
+
+
+def drained(query: Any, limits: list[int]) -> bool:
+    """All sources have reached their limits, the last batch read nothing, nothing is pending."""
+    progress = query.lastProgress
+    if not progress or progress["numInputRows"] != 0:
+        return False
+    ends = sorted(_offset(s["endOffset"]) or 0 for s in progress["sources"])
+    status = query.status
+    return (ends == sorted(limits) and not status["isDataAvailable"]
+            and not status["isTriggerActive"])
+
+
+def wait_drained(query: Any, limits: list[int], timeout: float = 60.0) -> None:
+    """Bounded wait until `drained` holds twice, 1 s apart (no-data batches have run)."""
+    deadline = time.monotonic() + timeout
+    streak = 0
+    while time.monotonic() < deadline:
+        if query.exception() is not None:
+            raise AssertionError(f"query failed: {query.exception()}")
+        streak = streak + 1 if drained(query, limits) else 0
+        if streak >= 2:
+            return
+        time.sleep(1.0)
+    raise AssertionError(f"query did not drain {limits} within {timeout} s: {query.lastProgress}")
+
+
+def wait_for(predicate: Any, timeout: float, what: str, step: float = 0.2) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(step)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")

@@ -1,0 +1,136 @@
+"""Pure unit tests of the runtime's own logic: shapes, pacing, partitioning, the exactly-once
+append log, restart decisions, durations, join naming. No Spark, no sockets."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pytest
+
+from compiler.types import ColumnType, Field, Schema
+from executor import shapes, sinks, sources
+from executor.runtime import aggregate_type, join_output_names, parse_duration
+from executor.task_runner import backlog_of, decide_restart
+
+
+@pytest.mark.parametrize("name", sorted(shapes.SHAPES))
+def test_vectorised_shape_equals_plain_python_reference(name: str) -> None:
+    shape = shapes.shape_named(name)
+    start = shapes.parse_start("2024-01-01T00:00:00Z")
+    batch = shapes.generate_batch(shape, shape.columns, 7, start, 333.0, 100, 1100)
+    expected = [shapes.reference_row(shape, 7, start, 333.0, i) for i in range(100, 1100)]
+    assert batch.to_pylist() == expected
+
+
+def test_shape_rows_do_not_depend_on_partitioning() -> None:
+    shape = shapes.shape_named("stock")
+    whole = shapes.generate_batch(shape, shape.columns, 1, 0, 10.0, 0, 500).to_pylist()
+    parts = [shapes.generate_batch(shape, shape.columns, 1, 0, 10.0, lo, hi).to_pylist()
+             for lo, hi in sources.split_range(0, 500, 3, min_rows=1)]
+    assert sum(parts, []) == whole
+
+
+def test_shape_values_cover_their_domains() -> None:
+    rows = [shapes.reference_row(shapes.SHAPES["sensor"], 3, 0, 1.0, i) for i in range(2000)]
+    assert {r["sensor"] for r in rows} == set(shapes.SENSORS)
+    assert all(10.0 <= r["temp"] < 40.0 for r in rows)
+    assert rows[10]["ts"] - rows[0]["ts"] == timedelta(seconds=10)
+
+
+def test_shape_schema_mismatch_is_a_clear_error() -> None:
+    with pytest.raises(shapes.ShapeError, match="'price'.*not produced"):
+        shapes.check_schema(shapes.SHAPES["sensor"], Schema.of(("price", "double")))
+    with pytest.raises(shapes.ShapeError, match="is double, not int"):
+        shapes.check_schema(shapes.SHAPES["sensor"], Schema.of(("temp", "int")))
+    with pytest.raises(shapes.ShapeError, match="unknown generator shape"):
+        shapes.shape_named("weather")
+
+
+def test_paced_offset_follows_wall_time_and_limit() -> None:
+    assert sources.paced_offset(100.0, 102.5, 10.0, 1 << 40, None) == 25
+    assert sources.paced_offset(100.0, 102.5, 10.0, 1 << 40, 20) == 20
+    assert sources.paced_offset(100.0, 99.0, 10.0, 1 << 40, None) == 0
+    assert sources.paced_offset(100.0, 200.0, None, 7, None) == 7
+
+
+def test_split_range_is_contiguous_and_complete() -> None:
+    ranges = sources.split_range(10, 10_000, 3, min_rows=1000)
+    assert ranges[0][0] == 10 and ranges[-1][1] == 10_000 and len(ranges) == 3
+    assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
+    assert sources.split_range(0, 500, 4, min_rows=1000) == [(0, 500)]
+    assert sources.split_range(5, 5, 2) == []
+
+
+def test_anchor_is_created_once(tmp_path) -> None:
+    path = str(tmp_path / "a" / "op.anchor")
+    assert sources.read_or_create_anchor(path, 12.5) == 12.5
+    assert sources.read_or_create_anchor(path, 99.0) == 12.5
+
+
+def test_line_index_skips_header_blank_and_partial_lines(tmp_path) -> None:
+    path = tmp_path / "in.csv"
+    path.write_bytes(b"a,b\n1,2\n\n3,4\n5,")
+    index = sources.LineIndex(str(path), skip_header=True)
+    index.refresh()
+    assert len(index.ends) == 2
+    lo, hi = index.byte_range(0, 2)
+    assert path.read_bytes()[lo:hi] == b"1,2\n\n3,4\n"
+    with open(path, "ab") as f:
+        f.write(b"6\n")
+    index.refresh()
+    assert len(index.ends) == 3
+
+
+def test_append_log_writes_each_batch_once_and_heals_torn_appends(tmp_path) -> None:
+    log = sinks.JsonlAppendLog(str(tmp_path / "out.jsonl"))
+    assert log.append(0, ['{"a":1}'])
+    assert log.append(1, ['{"a":2}', '{"a":3}'])
+    assert not log.append(1, ['{"a":2}', '{"a":3}'])  # replayed batch id
+    with open(log.path, "ab") as f:  # a crash mid-append of batch 2
+        f.write(b'{"a":4')
+    restarted = sinks.JsonlAppendLog(log.path)
+    assert restarted.append(2, ['{"a":4}'])
+    lines = (tmp_path / "out.jsonl").read_text().splitlines()
+    assert [json.loads(x)["a"] for x in lines] == [1, 2, 3, 4]
+
+
+def test_table_to_lines_writes_iso_utc_timestamps() -> None:
+    batch = shapes.generate_batch(shapes.SHAPES["sequence"], Schema.of(("id", "int"),
+                                  ("ts", "timestamp")), 1, 1_500_000, 2.0, 0, 2)
+    import pyarrow as pa
+
+    lines = sinks.table_to_lines(pa.Table.from_batches([batch]))
+    assert lines == ['{"id":0,"ts":"1970-01-01T00:00:01.500000Z"}',
+                     '{"id":1,"ts":"1970-01-01T00:00:02.000000Z"}']
+
+
+def test_restart_decision_backs_off_and_gives_up() -> None:
+    assert decide_restart(0, 3, 1.0).delay_seconds == 1.0
+    assert decide_restart(2, 3, 1.0).delay_seconds == 4.0
+    assert decide_restart(2, 3, 1.0).restart
+    assert not decide_restart(3, 3, 1.0).restart
+
+
+def test_backlog_from_progress() -> None:
+    progress = {"sources": [{"latestOffset": '{"index":50}', "endOffset": '{"index":20}'},
+                            {"latestOffset": {"seq": 4}, "endOffset": {"seq": 4}}]}
+    assert backlog_of(progress) == 30
+
+
+def test_durations_and_names() -> None:
+    assert parse_duration("250 milliseconds") == timedelta(milliseconds=250)
+    assert parse_duration("2 minutes") == timedelta(minutes=2)
+    with pytest.raises(ValueError, match="not '<n>"):
+        parse_duration("10 sec; DROP")
+    left = Schema.of(("k", "string"), ("ts", "timestamp"))
+    right = Schema.of(("k", "string"), ("v", "double"))
+    assert join_output_names(left, right, "r") == ["r_k", "v"]
+
+
+def test_aggregate_types() -> None:
+    assert aggregate_type("count", None) is ColumnType.INT
+    assert aggregate_type("avg", Field("v", ColumnType.INT)) is ColumnType.DOUBLE
+    assert aggregate_type("sum", Field("v", ColumnType.INT)) is ColumnType.INT
+    with pytest.raises(ValueError, match="numeric"):
+        aggregate_type("sum", Field("s", ColumnType.STRING))
