@@ -1,0 +1,452 @@
+"""The executor's decisions: which task runs, what Mesos is told, when a heartbeat goes out.
+
+Owns `ExecutorState`, a pure state object in the manner of a worker state machine: it takes
+events (facts: a task was launched or killed, a runner changed state or stopped, time passed, the
+agent asked for shutdown) and returns commands (imperatives: start or stop a runner, send a
+status update, send a heartbeat, exit). Every task moves along the edges of `TRANSITIONS` only; a
+missing edge raises `IllegalTransition` with the task's history. Also owns `read_launch`, which
+turns a Mesos TaskInfo into a checked `TaskLaunch`, and the heartbeat's JSON shape.
+Does not own pymesos, Spark, threads, files or the clock (`executor.mesos_executor` runs the
+commands and reports what happened as new events).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import logging
+import re
+from dataclasses import dataclass, field
+from typing import Any, Literal, Mapping, Union
+
+from compiler.tasks import QueryTask
+
+log = logging.getLogger(__name__)
+
+RunnerState = Literal["starting", "running", "restarting", "failed", "finished"]
+TaskPhase = Literal["launching", "running", "killing", "finished", "failed", "killed"]
+MesosState = Literal["TASK_STARTING", "TASK_RUNNING", "TASK_FINISHED", "TASK_FAILED",
+                     "TASK_KILLED"]
+
+TERMINAL_PHASES: frozenset[str] = frozenset({"finished", "failed", "killed"})
+REASON_INVALID = "REASON_TASK_INVALID"  # Mesos TaskStatus.Reason for tasks that cannot run
+_SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
+
+# (from, to) -> what triggers the edge. A task starts in "launching" (TaskLaunched).
+TRANSITIONS: dict[tuple[str, str], str] = {
+    ("launching", "running"): "runner reports its query running (TASK_RUNNING)",
+    ("launching", "failed"): "program failed to load or build, or the runner gave up",
+    ("launching", "finished"): "the query ended on its own before it was seen running",
+    ("launching", "killing"): "TaskKilled, or a newer attempt of the task arrived",
+    ("running", "failed"): "runner gave up after spending its restart budget",
+    ("running", "finished"): "a finite query completed",
+    ("running", "killing"): "TaskKilled, or a newer attempt of the task arrived",
+    ("killing", "killed"): "the runner has stopped (TASK_KILLED)",
+}
+
+
+class IllegalTransition(RuntimeError):
+    """An edge missing from TRANSITIONS; carries the task's history for the log."""
+
+    def __init__(self, mesos_task_id: str, start: str, finish: str,
+                 history: tuple["HistoryEntry", ...]) -> None:
+        lines = "; ".join(f"{h.stimulus_id}: {h.start}->{h.finish}" for h in history)
+        super().__init__(f"task {mesos_task_id}: no transition {start} -> {finish} "
+                         f"(history: {lines or 'none'})")
+
+
+class LaunchDataError(ValueError):
+    """A TaskInfo whose data is not a task this executor can run; the message says why."""
+
+
+# --- values ---------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class TaskLaunch:
+    """One task as launched here: the Mesos id of this attempt and the compiled task."""
+
+    mesos_task_id: str  # "<task_id>.a<attempt>", the id Mesos and the scheduler use
+    task_id: str  # the query task's id, stable across attempts (names its state folder)
+    query_id: str
+    kind: str  # "spark" or "plumbing"
+    program: str  # generated Python source (compiler.codegen output, never user text)
+    endpoints: Mapping[str, str]  # channel id -> "tcp://host:port"
+    attempt: int
+
+
+@dataclass(frozen=True)
+class TaskFigures:
+    """What a runner measured, as the I/O shell read it from the query's progress."""
+
+    tuples_in: int = 0
+    tuples_out: int = 0
+    batches: int = 0
+    batch_ms: int = 0
+    backlog: int = 0
+    latency_ms: int = 0
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    stimulus_id: str
+    start: str
+    finish: str
+
+
+# --- events (facts) -------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Registered:
+    stimulus_id: str
+    executor_id: str
+    agent_id: str
+
+
+@dataclass(frozen=True)
+class TaskLaunched:
+    stimulus_id: str
+    launch: TaskLaunch
+
+
+@dataclass(frozen=True)
+class LaunchRejected:
+    """A TaskInfo arrived whose data could not be read (see `read_launch`)."""
+
+    stimulus_id: str
+    mesos_task_id: str
+    message: str
+
+
+@dataclass(frozen=True)
+class TaskKilled:
+    stimulus_id: str
+    mesos_task_id: str
+
+
+@dataclass(frozen=True)
+class RunnerStatusChanged:
+    stimulus_id: str
+    mesos_task_id: str
+    state: RunnerState
+    reason: str = ""
+    restarts: int = 0
+
+
+@dataclass(frozen=True)
+class RunnerStartFailed:
+    """The task's program could not be written, loaded or built; nothing was started."""
+
+    stimulus_id: str
+    mesos_task_id: str
+    message: str
+
+
+@dataclass(frozen=True)
+class RunnerStopped:
+    """A StopRunner has completed (also when there was no runner to stop)."""
+
+    stimulus_id: str
+    mesos_task_id: str
+
+
+@dataclass(frozen=True)
+class Tick:
+    stimulus_id: str
+    now: float  # monotonic seconds
+    figures: Mapping[str, TaskFigures] = field(default_factory=dict)  # by mesos task id
+
+
+@dataclass(frozen=True)
+class ShutdownRequested:
+    stimulus_id: str
+    why: str
+
+
+Event = Union[Registered, TaskLaunched, LaunchRejected, TaskKilled, RunnerStatusChanged,
+              RunnerStartFailed, RunnerStopped, Tick, ShutdownRequested]
+
+
+# --- commands (imperatives) -----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class StartRunner:
+    stimulus_id: str
+    launch: TaskLaunch
+
+
+@dataclass(frozen=True)
+class StopRunner:
+    stimulus_id: str
+    mesos_task_id: str
+
+
+@dataclass(frozen=True)
+class SendStatus:
+    stimulus_id: str
+    task_id: str  # the Mesos task id
+    state: MesosState
+    message: str = ""
+    reason: str | None = None  # a Mesos TaskStatus.Reason name, when one fits
+
+
+@dataclass(frozen=True)
+class SendHeartbeat:
+    stimulus_id: str
+    figures: Mapping[str, Mapping[str, Any]]  # mesos task id -> {state, tuples_in, ...}
+
+
+@dataclass(frozen=True)
+class Exit:
+    """Stop whatever is left (runners already asked to stop, the session, the hub); exit."""
+
+    stimulus_id: str
+    code: int
+
+
+Command = Union[StartRunner, StopRunner, SendStatus, SendHeartbeat, Exit]
+
+
+# --- reading a launch (pure) ----------------------------------------------------------------------
+
+def _decode_data(raw: Any) -> dict[str, Any]:
+    if not isinstance(raw, str) or not raw:
+        raise LaunchDataError("TaskInfo.data is missing")
+    try:
+        payload = json.loads(base64.b64decode(raw, validate=True).decode("utf-8"))
+    except (binascii.Error, UnicodeDecodeError, ValueError) as exc:
+        raise LaunchDataError(f"TaskInfo.data is not base64 of JSON: {exc}") from None
+    if not isinstance(payload, dict):
+        raise LaunchDataError("TaskInfo.data must be a JSON object")
+    return payload
+
+
+def _endpoints(raw: Any) -> dict[str, str]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) and v.startswith("tcp://")
+            for k, v in raw.items()):
+        raise LaunchDataError("endpoints must map channel ids to 'tcp://host:port' strings")
+    return dict(raw)
+
+
+def _query_task(raw: Any) -> QueryTask:
+    if not isinstance(raw, dict):
+        raise LaunchDataError("'task' must be a QueryTask JSON object")
+    try:
+        task = QueryTask.from_json(raw)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise LaunchDataError(f"'task' is not a QueryTask: missing or bad {exc}") from None
+    if not _SAFE_ID.match(task.task_id) or ".." in task.task_id:
+        raise LaunchDataError(f"task id {task.task_id!r} is not a safe name "
+                              "(letters, digits, '.', '_', '-')")
+    if not isinstance(task.program, str) or not task.program.strip():
+        raise LaunchDataError(f"task {task.task_id} has no program")
+    return task
+
+
+def read_launch(task_info: Mapping[str, Any]) -> TaskLaunch:
+    """A Mesos TaskInfo -> TaskLaunch; raises LaunchDataError naming what is wrong."""
+    mesos_task_id = mesos_task_id_of(task_info)
+    payload = _decode_data(task_info.get("data"))
+    task = _query_task(payload.get("task"))
+    attempt = payload.get("attempt", 1)
+    if not isinstance(attempt, int) or isinstance(attempt, bool) or attempt < 1:
+        raise LaunchDataError(f"attempt must be a positive integer, got {attempt!r}")
+    return TaskLaunch(mesos_task_id, task.task_id, task.query_id, task.kind, task.program,
+                      _endpoints(payload.get("endpoints")), attempt)
+
+
+def mesos_task_id_of(task_info: Mapping[str, Any]) -> str:
+    """`{"task_id": {"value": "x"}}` -> "x"; LaunchDataError when absent."""
+    inner = task_info.get("task_id")
+    value = inner.get("value") if isinstance(inner, Mapping) else None
+    if not isinstance(value, str) or not value:
+        raise LaunchDataError("TaskInfo.task_id.value is missing")
+    return value
+
+
+def heartbeat_message(executor_id: str, figures: Mapping[str, Mapping[str, Any]]) -> bytes:
+    """The framework message a heartbeat is sent as (JSON, before Mesos' base64)."""
+    return json.dumps({"kind": "heartbeat", "executor_id": executor_id,
+                       "tasks": {k: dict(v) for k, v in figures.items()}},
+                      sort_keys=True).encode("utf-8")
+
+
+# --- the state machine ----------------------------------------------------------------------------
+
+@dataclass
+class TaskRecord:
+    """What the executor knows about one task attempt."""
+
+    launch: TaskLaunch
+    phase: TaskPhase = "launching"
+    runner_state: RunnerState = "starting"
+    restarts: int = 0
+    kill_note: str = ""  # why it is being stopped ("killed by the scheduler", "superseded")
+    history: list[HistoryEntry] = field(default_factory=list)
+
+    def move(self, finish: TaskPhase, stimulus_id: str) -> None:
+        if (self.phase, finish) not in TRANSITIONS:
+            raise IllegalTransition(self.launch.mesos_task_id, self.phase, finish,
+                                    tuple(self.history))
+        self.history.append(HistoryEntry(stimulus_id, self.phase, finish))
+        self.phase = finish
+
+    @property
+    def live(self) -> bool:
+        return self.phase not in TERMINAL_PHASES
+
+
+class ExecutorState:
+    """Pure decisions of one executor; `handle(event) -> commands` is the only mutator."""
+
+    def __init__(self, heartbeat_seconds: float = 1.0) -> None:
+        self.heartbeat_seconds = heartbeat_seconds
+        self.executor_id: str | None = None
+        self.agent_id: str | None = None
+        self.tasks: dict[str, TaskRecord] = {}  # by mesos task id
+        self.last_heartbeat: float | None = None
+        self.shutting_down = False
+
+    def handle(self, event: Event) -> list[Command]:
+        handler = getattr(self, f"_on_{type(event).__name__}", None)
+        if handler is None:
+            raise TypeError(f"ExecutorState: unknown event {event!r}")
+        return handler(event)
+
+    def live_tasks(self) -> list[TaskRecord]:
+        return [t for t in self.tasks.values() if t.live]
+
+    # --- registration and launches ----------------------------------------------------------
+
+    def _on_Registered(self, ev: Registered) -> list[Command]:
+        self.executor_id, self.agent_id = ev.executor_id, ev.agent_id
+        log.info("[%s] executor %s registered on agent %s", ev.stimulus_id, ev.executor_id,
+                 ev.agent_id)
+        return []
+
+    def _on_TaskLaunched(self, ev: TaskLaunched) -> list[Command]:
+        launch, sid = ev.launch, ev.stimulus_id
+        if self.shutting_down:
+            log.warning("[%s] task %s: launch during shutdown ignored", sid, launch.mesos_task_id)
+            return []
+        if launch.mesos_task_id in self.tasks:
+            log.warning("[%s] task %s: launched twice; second launch ignored", sid,
+                        launch.mesos_task_id)
+            return []
+        if launch.kind != "spark":
+            message = (f"task {launch.task_id}: {launch.kind!r} tasks are not run by this "
+                       "executor (only 'spark')")
+            log.warning("[%s] %s", sid, message)
+            return [SendStatus(sid, launch.mesos_task_id, "TASK_FAILED", message, REASON_INVALID)]
+        commands: list[Command] = []
+        for old in self._same_task(launch):
+            commands += self._begin_stop(old, sid, f"superseded by attempt {launch.attempt}")
+        self.tasks[launch.mesos_task_id] = TaskRecord(launch)
+        log.info("[%s] task %s: launching (task %s, attempt %s)", sid, launch.mesos_task_id,
+                 launch.task_id, launch.attempt)
+        return commands + [SendStatus(sid, launch.mesos_task_id, "TASK_STARTING"),
+                           StartRunner(sid, launch)]
+
+    def _same_task(self, launch: TaskLaunch) -> list[TaskRecord]:
+        """Live older attempts of the same query task: they share its checkpoint folder."""
+        return [t for t in self.tasks.values()
+                if t.live and t.phase != "killing" and t.launch.task_id == launch.task_id]
+
+    def _on_LaunchRejected(self, ev: LaunchRejected) -> list[Command]:
+        log.warning("[%s] task %s: rejected: %s", ev.stimulus_id, ev.mesos_task_id, ev.message)
+        return [SendStatus(ev.stimulus_id, ev.mesos_task_id, "TASK_FAILED", ev.message,
+                           REASON_INVALID)]
+
+    # --- kills and runner reports -----------------------------------------------------------
+
+    def _begin_stop(self, task: TaskRecord, sid: str, note: str) -> list[Command]:
+        task.move("killing", sid)
+        task.kill_note = note
+        log.info("[%s] task %s: stopping (%s)", sid, task.launch.mesos_task_id, note)
+        return [StopRunner(sid, task.launch.mesos_task_id)]
+
+    def _on_TaskKilled(self, ev: TaskKilled) -> list[Command]:
+        task = self.tasks.get(ev.mesos_task_id)
+        if task is None:
+            log.info("[%s] task %s: kill for a task not on this executor", ev.stimulus_id,
+                     ev.mesos_task_id)
+            return [SendStatus(ev.stimulus_id, ev.mesos_task_id, "TASK_KILLED",
+                               "the task is not running on this executor")]
+        if not task.live or task.phase == "killing":
+            log.info("[%s] task %s: kill ignored, task is %s", ev.stimulus_id, ev.mesos_task_id,
+                     task.phase)
+            return []
+        return self._begin_stop(task, ev.stimulus_id, "killed by the scheduler")
+
+    def _on_RunnerStatusChanged(self, ev: RunnerStatusChanged) -> list[Command]:
+        task = self.tasks.get(ev.mesos_task_id)
+        if task is None or task.phase not in ("launching", "running"):
+            return []  # a late report for a task that is stopping or over
+        task.runner_state, task.restarts = ev.state, ev.restarts
+        sid, mid = ev.stimulus_id, ev.mesos_task_id
+        if ev.state == "running" and task.phase == "launching":
+            task.move("running", sid)
+            return [SendStatus(sid, mid, "TASK_RUNNING")]
+        if ev.state == "failed":
+            task.move("failed", sid)
+            return [SendStatus(sid, mid, "TASK_FAILED", ev.reason or "the query failed"),
+                    StopRunner(sid, mid)]
+        if ev.state == "finished":
+            task.move("finished", sid)
+            return [SendStatus(sid, mid, "TASK_FINISHED", ev.reason or "the query completed"),
+                    StopRunner(sid, mid)]
+        return []  # starting / restarting / running again: visible in heartbeats only
+
+    def _on_RunnerStartFailed(self, ev: RunnerStartFailed) -> list[Command]:
+        task = self.tasks.get(ev.mesos_task_id)
+        if task is None or task.phase != "launching":
+            return []  # being killed already: RunnerStopped will report it
+        task.move("failed", ev.stimulus_id)
+        log.warning("[%s] task %s: start failed: %s", ev.stimulus_id, ev.mesos_task_id,
+                    ev.message)
+        return [SendStatus(ev.stimulus_id, ev.mesos_task_id, "TASK_FAILED", ev.message,
+                           REASON_INVALID)]
+
+    def _on_RunnerStopped(self, ev: RunnerStopped) -> list[Command]:
+        task = self.tasks.get(ev.mesos_task_id)
+        if task is None or task.phase != "killing":
+            return []
+        task.move("killed", ev.stimulus_id)
+        if self.shutting_down:
+            return []  # the driver has gone; the agent reports the executor's tasks itself
+        return [SendStatus(ev.stimulus_id, ev.mesos_task_id, "TASK_KILLED", task.kill_note)]
+
+    # --- time and shutdown ------------------------------------------------------------------
+
+    def _on_Tick(self, ev: Tick) -> list[Command]:
+        if self.shutting_down or self.executor_id is None:
+            return []
+        due = self.last_heartbeat is None or ev.now - self.last_heartbeat >= self.heartbeat_seconds
+        if not due:
+            return []
+        self.last_heartbeat = ev.now
+        return [SendHeartbeat(ev.stimulus_id, {
+            t.launch.mesos_task_id: self._figures(t, ev.figures.get(t.launch.mesos_task_id))
+            for t in self.live_tasks()})]
+
+    @staticmethod
+    def _figures(task: TaskRecord, measured: TaskFigures | None) -> dict[str, Any]:
+        m = measured or TaskFigures()
+        state = task.runner_state if task.phase == "running" else task.phase
+        return {"state": state, "tuples_in": m.tuples_in, "tuples_out": m.tuples_out,
+                "batches": m.batches, "batch_ms": m.batch_ms, "backlog": m.backlog,
+                "latency_ms": m.latency_ms, "restarts": task.restarts}
+
+    def _on_ShutdownRequested(self, ev: ShutdownRequested) -> list[Command]:
+        if self.shutting_down:
+            return []
+        log.info("[%s] executor %s: shutting down (%s)", ev.stimulus_id, self.executor_id, ev.why)
+        commands: list[Command] = []
+        for task in self.live_tasks():
+            if task.phase != "killing":
+                commands += self._begin_stop(task, ev.stimulus_id, f"executor shutdown: {ev.why}")
+        self.shutting_down = True
+        return commands + [Exit(ev.stimulus_id, 0)]

@@ -1,0 +1,412 @@
+"""The I/O shell of the executor: pymesos callbacks in, runners, status updates and heartbeats out.
+
+Owns `ElastiqExecutor` (the pymesos `Executor`: each callback turns into an event on a queue and
+returns at once), `RunnerPool` (one worker thread that starts and stops `TaskRunner`s in order,
+builds the agent's one SparkSession lazily on the first Spark task, writes each task's program to
+`<state>/<task_id>/program.py` and gives it the checkpoint folder `<state>/<task_id>/checkpoint`,
+stable across attempts), `ExecutorLoop` (the one thread that owns `ExecutorState`, polls runners,
+ticks, and runs commands) and `run_executor` (the process: driver, loop, SIGTERM, exit code).
+This is the only executor module importing pymesos. Does not own decisions
+(`executor.executor_state`), the task runtime (`executor.task_runner`, `executor.runtime`) or
+the session settings (`executor.spark_session`).
+"""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import logging
+import os
+import queue
+import signal
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping, Protocol
+
+from pymesos import Executor, MesosExecutorDriver
+
+from executor.executor_state import (Command, Event, Exit, ExecutorState, LaunchDataError,
+                                     LaunchRejected, Registered, RunnerStartFailed,
+                                     RunnerStatusChanged, RunnerStopped, SendHeartbeat,
+                                     SendStatus, ShutdownRequested, StartRunner, StopRunner,
+                                     TaskFigures, TaskKilled, TaskLaunch, TaskLaunched, Tick,
+                                     heartbeat_message, mesos_task_id_of, read_launch)
+
+log = logging.getLogger(__name__)
+
+_ids = itertools.count(1)
+
+
+def stimulus(kind: str) -> str:
+    """A short id naming what caused an event, carried into its commands and log lines."""
+    return f"{kind}-{next(_ids)}"
+
+
+# --- configuration ------------------------------------------------------------------------------
+
+class NotStartedByAgent(ValueError):
+    """The MESOS_* environment an agent gives its executors is missing."""
+
+
+REQUIRED_ENV = ("MESOS_AGENT_ENDPOINT", "MESOS_FRAMEWORK_ID", "MESOS_EXECUTOR_ID")
+
+
+@dataclass(frozen=True)
+class ExecutorConfig:
+    executor_id: str
+    state_dir: Path  # per-agent folder for task programs and checkpoints; survives restarts
+    spark_cores: int = 2
+    heartbeat_seconds: float = 1.0
+    poll_seconds: float = 0.25
+    stop_timeout_seconds: float = 20.0  # per runner, on kill and on shutdown
+
+
+def config_from_env(env: Mapping[str, str]) -> ExecutorConfig:
+    """Read the executor's settings; NotStartedByAgent or ValueError with a clear message."""
+    missing = [name for name in REQUIRED_ENV if not env.get(name)]
+    if missing:
+        raise NotStartedByAgent(f"missing environment {', '.join(missing)}")
+    state = env.get("ELASTIQ_STATE_DIR")
+    if not state:
+        sandbox = env.get("MESOS_SANDBOX") or env.get("MESOS_DIRECTORY")
+        if not sandbox:
+            raise ValueError("set ELASTIQ_STATE_DIR, or MESOS_SANDBOX / MESOS_DIRECTORY")
+        state = os.path.join(sandbox, "state")
+    cores_text = env.get("ELASTIQ_SPARK_CORES", "2")
+    if not cores_text.isdigit() or int(cores_text) < 1:
+        raise ValueError(f"ELASTIQ_SPARK_CORES must be a positive integer, got {cores_text!r}")
+    return ExecutorConfig(env["MESOS_EXECUTOR_ID"], Path(state).resolve(), int(cores_text))
+
+
+# --- runners --------------------------------------------------------------------------------------
+
+class Runner(Protocol):
+    """What the pool needs of a `executor.task_runner.TaskRunner`."""
+
+    def start(self) -> None: ...
+    def status(self) -> Any: ...  # .state, .reason, .restarts
+    def metrics(self) -> Any: ...  # TaskMetrics | None
+    def stop(self, timeout: float = ...) -> None: ...
+
+
+RunnerFactory = Callable[[Any, Path, Mapping[str, Any]], Runner]  # (session, program, kwargs)
+SessionFactory = Callable[[ExecutorConfig], Any]
+
+
+def default_session_factory(config: ExecutorConfig) -> Any:
+    from executor.spark_session import build_session
+
+    return build_session(config.spark_cores, f"elastiq-{config.executor_id}",
+                         str(config.state_dir / "session"))
+
+
+def default_runner_factory(spark: Any, program: Path, kwargs: Mapping[str, Any]) -> Runner:
+    from executor.task_runner import TaskRunner
+
+    return TaskRunner(spark, program, kwargs)
+
+
+def default_hub_factory() -> Any:
+    from executor.runtime import ChannelHub
+
+    return ChannelHub()
+
+
+def figures_of(metrics: Any) -> TaskFigures:
+    """TaskMetrics (or None before the first batch) -> TaskFigures."""
+    if metrics is None:
+        return TaskFigures()
+    return TaskFigures(int(metrics.tuples_in), int(metrics.tuples_out), int(metrics.batches),
+                       int(metrics.batch_ms), int(metrics.backlog), int(metrics.latency_ms))
+
+
+class RunnerPool:
+    """Starts and stops runners on one worker thread, in the order asked; reports events."""
+
+    def __init__(self, config: ExecutorConfig, report: Callable[[Event], None],
+                 runner_factory: RunnerFactory = default_runner_factory,
+                 session_factory: SessionFactory = default_session_factory,
+                 hub_factory: Callable[[], Any] = default_hub_factory) -> None:
+        self.config, self.report = config, report
+        self.runner_factory, self.session_factory = runner_factory, session_factory
+        self.hub = hub_factory()
+        self.session: Any = None
+        self._runners: dict[str, Runner] = {}
+        self._lock = threading.Lock()
+        self._jobs: queue.Queue[Command | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._work, name="runner-pool", daemon=True)
+        self._thread.start()
+
+    def submit(self, command: StartRunner | StopRunner) -> None:
+        self._jobs.put(command)
+
+    def runners(self) -> dict[str, Runner]:
+        with self._lock:
+            return dict(self._runners)
+
+    def close(self, timeout: float) -> None:
+        """Finish the queued jobs, then stop the session and close the channel hub."""
+        self._jobs.put(None)
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            log.error("executor %s: runner pool still busy after %.0f s", self.config.executor_id,
+                      timeout)
+        for mesos_task_id in list(self.runners()):
+            self._stop(StopRunner("close", mesos_task_id))
+        if self.session is not None:
+            log.info("executor %s: stopping the SparkSession", self.config.executor_id)
+            self._quietly("stop the SparkSession", self.session.stop)
+            self.session = None
+        self._quietly("close the channel hub", self.hub.close)
+
+    def _quietly(self, what: str, action: Callable[[], None]) -> None:
+        """Run a shutdown step; its failure (e.g. a JVM already gone on SIGTERM) is logged."""
+        try:
+            action()
+        except Exception as exc:
+            log.warning("executor %s: could not %s: %s", self.config.executor_id, what, exc)
+
+    def _work(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            if isinstance(job, StartRunner):
+                self._start(job)
+            else:
+                self._stop(job)
+
+    def _start(self, job: StartRunner) -> None:
+        launch = job.launch
+        try:
+            runner = self._make_runner(launch)
+            runner.start()
+        except Exception as exc:  # any failure to load/build is this task's, not the executor's
+            log.warning("[%s] task %s: start failed", job.stimulus_id, launch.mesos_task_id,
+                        exc_info=True)
+            self.report(RunnerStartFailed(job.stimulus_id, launch.mesos_task_id,
+                                          f"task {launch.task_id} did not start: "
+                                          f"{type(exc).__name__}: {exc}"))
+            return
+        with self._lock:
+            self._runners[launch.mesos_task_id] = runner
+        log.info("[%s] task %s: runner started", job.stimulus_id, launch.mesos_task_id)
+
+    def _make_runner(self, launch: TaskLaunch) -> Runner:
+        task_dir = self.config.state_dir / launch.task_id
+        task_dir.mkdir(parents=True, exist_ok=True)
+        program = task_dir / "program.py"
+        program.write_text(launch.program, encoding="utf-8")
+        if self.session is None:
+            log.info("task %s: building the executor's SparkSession (local[%s])",
+                     launch.mesos_task_id, self.config.spark_cores)
+            self.session = self.session_factory(self.config)
+        kwargs = {"query_id": launch.query_id, "task_id": launch.task_id,
+                  "checkpoint_dir": str(task_dir / "checkpoint"),
+                  "endpoints": dict(launch.endpoints), "channels": self.hub}
+        return self.runner_factory(self.session, program, kwargs)
+
+    def _stop(self, job: StopRunner) -> None:
+        with self._lock:
+            runner = self._runners.pop(job.mesos_task_id, None)
+        if runner is not None:
+            try:
+                runner.stop(timeout=self.config.stop_timeout_seconds)
+            except Exception:
+                log.warning("[%s] task %s: error while stopping", job.stimulus_id,
+                            job.mesos_task_id, exc_info=True)
+            log.info("[%s] task %s: runner stopped", job.stimulus_id, job.mesos_task_id)
+        self.report(RunnerStopped(job.stimulus_id, job.mesos_task_id))
+
+
+# --- the loop -------------------------------------------------------------------------------------
+
+class ExecutorLoop:
+    """The one thread that owns ExecutorState: events in, commands run, runners polled."""
+
+    def __init__(self, config: ExecutorConfig, driver: Any, pool_factory: Callable[..., RunnerPool]
+                 = RunnerPool, clock: Callable[[], float] = time.monotonic) -> None:
+        self.config, self.driver, self.clock = config, driver, clock
+        self.events: queue.Queue[Event] = queue.Queue()
+        self.state = ExecutorState(config.heartbeat_seconds)
+        self.pool = pool_factory(config, self.events.put)
+        self.exit_code: int | None = None
+        self._seen: dict[str, tuple[str, str, int]] = {}  # last runner status reported per task
+
+    def run(self) -> int:
+        """Run until an Exit command; returns the exit code."""
+        next_poll = self.clock()
+        while self.exit_code is None:
+            try:
+                event: Event | None = self.events.get(
+                    timeout=max(0.0, next_poll - self.clock()))
+            except queue.Empty:
+                event = None
+            if event is not None:
+                self._handle(event)
+            if self.exit_code is None and self.clock() >= next_poll:
+                self._poll()
+                next_poll = self.clock() + self.config.poll_seconds
+        return self.exit_code
+
+    def _handle(self, event: Event) -> None:
+        try:
+            commands = self.state.handle(event)
+        except Exception:
+            log.exception("[%s] executor %s: event %s not handled", event.stimulus_id,
+                          self.config.executor_id, type(event).__name__)
+            return
+        for command in commands:
+            self._run(command)
+
+    def _poll(self) -> None:
+        figures: dict[str, TaskFigures] = {}
+        runners = self.pool.runners()
+        for gone in set(self._seen) - set(runners):
+            del self._seen[gone]
+        for mesos_task_id, runner in runners.items():
+            status = runner.status()
+            seen = (status.state, status.reason, status.restarts)
+            if self._seen.get(mesos_task_id) != seen:
+                self._seen[mesos_task_id] = seen
+                self._handle(RunnerStatusChanged(stimulus("poll"), mesos_task_id, status.state,
+                                                 status.reason, status.restarts))
+            try:
+                figures[mesos_task_id] = figures_of(runner.metrics())
+            except Exception as exc:  # a query between runs has no progress to read
+                log.debug("task %s: no metrics (%s)", mesos_task_id, exc)
+        self._handle(Tick(stimulus("tick"), self.clock(), figures))
+
+    def _run(self, command: Command) -> None:
+        if isinstance(command, (StartRunner, StopRunner)):
+            self.pool.submit(command)
+        elif isinstance(command, SendStatus):
+            self._send_status(command)
+        elif isinstance(command, SendHeartbeat):
+            self._send_heartbeat(command)
+        elif isinstance(command, Exit):
+            self._exit(command)
+
+    def _send_status(self, command: SendStatus) -> None:
+        status: dict[str, Any] = {"task_id": {"value": command.task_id}, "state": command.state,
+                                  "message": command.message,
+                                  "executor_id": {"value": self.config.executor_id}}
+        if command.reason:
+            status["reason"] = command.reason
+        if self.state.agent_id:
+            status["agent_id"] = {"value": self.state.agent_id}
+        try:
+            self.driver.sendStatusUpdate(status)
+            log.info("[%s] task %s: sent %s %s", command.stimulus_id, command.task_id,
+                     command.state, command.message)
+        except Exception as exc:
+            log.error("[%s] task %s: cannot send %s: %s", command.stimulus_id, command.task_id,
+                      command.state, exc)
+
+    def _send_heartbeat(self, command: SendHeartbeat) -> None:
+        data = heartbeat_message(self.config.executor_id, command.figures)
+        try:
+            self.driver.sendFrameworkMessage(base64.b64encode(data).decode("ascii"))
+        except Exception as exc:
+            log.warning("[%s] executor %s: heartbeat not sent: %s", command.stimulus_id,
+                        self.config.executor_id, exc)
+
+    def _exit(self, command: Exit) -> None:
+        log.info("[%s] executor %s: stopping runners, session and channels", command.stimulus_id,
+                 self.config.executor_id)
+        self.pool.close(timeout=self.config.stop_timeout_seconds * 2)
+        self.exit_code = command.code
+
+
+# --- pymesos callbacks ----------------------------------------------------------------------------
+
+class ElastiqExecutor(Executor):
+    """pymesos callbacks: each one turns into an event on the loop's queue and returns."""
+
+    def __init__(self, put: Callable[[Event], None], executor_id: str = "") -> None:
+        self.put, self.executor_id = put, executor_id
+        self._connection_lost = False  # pymesos calls shutdown() right after a lost stream
+
+    def registered(self, driver: Any, executorInfo: Any, frameworkInfo: Any,
+                   agentInfo: Any) -> None:
+        executor_id = str((executorInfo.get("executor_id") or {}).get("value", ""))
+        agent_id = str((agentInfo.get("id") or {}).get("value", ""))
+        self.put(Registered(stimulus("registered"), executor_id, agent_id))
+
+    def reregistered(self, driver: Any, agentInfo: Any) -> None:
+        self._connection_lost = False
+        log.info("executor %s: re-registered with agent %s", self.executor_id,
+                 (agentInfo.get("id") or {}).get("value"))
+
+    def disconnected(self, driver: Any) -> None:
+        self._connection_lost = True
+        log.warning("executor %s: disconnected from its agent", self.executor_id)
+
+    def launchTask(self, driver: Any, task: Any) -> None:
+        sid = stimulus("launch")
+        try:
+            self.put(TaskLaunched(sid, read_launch(task)))
+        except LaunchDataError as exc:
+            try:
+                mesos_task_id = mesos_task_id_of(task)
+            except LaunchDataError:
+                log.error("[%s] executor %s: a TaskInfo without a task id was dropped: %s", sid,
+                          self.executor_id, exc)
+                return
+            self.put(LaunchRejected(sid, mesos_task_id, str(exc)))
+
+    def killTask(self, driver: Any, taskId: Any) -> None:
+        self.put(TaskKilled(stimulus("kill"), str(taskId.get("value", ""))))
+
+    def frameworkMessage(self, driver: Any, message: Any) -> None:
+        log.info("executor %s: framework message of %s bytes ignored (no message kinds yet)",
+                 self.executor_id, len(message or ""))
+
+    def shutdown(self, driver: Any) -> None:
+        why = ("the stream to the agent closed" if self._connection_lost
+               else "the agent asked to shut down")
+        self.put(ShutdownRequested(stimulus("shutdown"), why))
+
+    def error(self, driver: Any, message: str) -> None:
+        log.error("executor %s: error from the agent: %s", self.executor_id, message)
+
+
+# --- the process ----------------------------------------------------------------------------------
+
+def run_executor(config: ExecutorConfig) -> int:
+    """Subscribe to the agent, run until shutdown (agent SHUTDOWN or SIGTERM), return 0."""
+    config.state_dir.mkdir(parents=True, exist_ok=True)
+    holder: dict[str, ExecutorLoop] = {}
+    executor = ElastiqExecutor(lambda event: holder["loop"].events.put(event), config.executor_id)
+    driver = MesosExecutorDriver(executor)
+    loop = ExecutorLoop(config, driver)
+    holder["loop"] = loop
+    signal.signal(signal.SIGTERM, lambda *_: loop.events.put(
+        ShutdownRequested(stimulus("sigterm"), "SIGTERM")))
+    log.info("executor %s: state in %s, Spark cores %s", config.executor_id, config.state_dir,
+             config.spark_cores)
+    driver.start()
+    code = _run_loop_thread(loop, config.executor_id)
+    try:
+        driver.stop()
+    except Exception as exc:
+        log.debug("executor %s: driver stop: %s", config.executor_id, exc)
+    log.info("executor %s: exit %s", config.executor_id, code)
+    return code
+
+
+def _run_loop_thread(loop: ExecutorLoop, executor_id: str) -> int:
+    """Run the loop on its own thread; the main thread stays free for signals and for the
+    errors pymesos re-raises there from its I/O thread (each one becomes a shutdown)."""
+    result: list[int] = []
+    thread = threading.Thread(target=lambda: result.append(loop.run()), name="executor-loop")
+    thread.start()
+    while thread.is_alive():
+        try:
+            thread.join(0.5)
+        except BaseException as exc:
+            log.error("executor %s: %r; shutting down", executor_id, exc)
+            loop.events.put(ShutdownRequested(stimulus("error"), f"driver error: {exc!r}"))
+    return result[0] if result else 1
