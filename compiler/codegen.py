@@ -85,8 +85,10 @@ class SchemaRef:
         return f"{self.const} = Schema.of({inner}\n)"
 
 
-def render_task(graph: Graph, plan: TaskPlan, query_id: str, base_dir: Path) -> str:
-    """The Python source of one task's program."""
+def render_task(graph: Graph, plan: TaskPlan, query_id: str, base_dir: Path,
+                readers: tuple[str, ...] = ()) -> str:
+    """The Python source of one task's program; `readers` are the tasks that read its output
+    channel (its writer keeps every batch until each of them has acknowledged it)."""
     schemas: dict[str, SchemaRef] = {}
 
     def schema_of(stream: str) -> SchemaRef:
@@ -103,7 +105,8 @@ def render_task(graph: Graph, plan: TaskPlan, query_id: str, base_dir: Path) -> 
     if plan.output:
         calls.append(Call(f"{plan.output} -> channel {channel_id(query_id, plan.output)}",
                           "channel_sink",
-                          (("input", plan.output), ("channel", channel_id(query_id, plan.output)))))
+                          (("input", plan.output), ("channel", channel_id(query_id, plan.output)),
+                           ("readers", readers))))
     source = _ENV.get_template("task.py.j2").render(
         query_id=query_id, task=plan, calls=calls, schemas=list(schemas.values()),
         plan=_task_notation(graph, plan),
@@ -186,7 +189,7 @@ def _call(graph: Graph, node: Node, base_dir: Path,
     elif kind == "console-sink":
         args = io
     elif kind == "network-sink":
-        args = io + (("endpoint", p("endpoint")),)
+        args = io + (("endpoint", p("endpoint")), ("channel", p("channel") or node.inputs[0]))
     else:
         raise ValueError(f"no code generator for operator kind {kind!r}")
     return Call(_comment(graph, node), kind.replace("-", "_"), head + args)

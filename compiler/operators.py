@@ -119,6 +119,8 @@ CATALOGUE: dict[str, OperatorDef] = {d.kind: d for d in (
     OperatorDef("network-sink", "sink", (1, 1), (0, 0), False, (
         ParamDef("endpoint", "endpoint", True, doc="ZeroMQ endpoint to serve the results on, "
                                                    "e.g. tcp://127.0.0.1:6000"),
+        ParamDef("channel", "string", False, None, doc="channel id to serve "
+                                                       "(default: the input stream's name)"),
     ), doc="serves results as an Elastiq channel that other queries or programs can read"),
 )}
 

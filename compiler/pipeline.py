@@ -79,15 +79,18 @@ def _finish(parsed: spec_mod.Spec, logical: Graph, query_id: str, base: Path,
             warnings: tuple[Diagnostic, ...]) -> Compilation:
     physical = logical  # the rewrite engine maps logical -> physical once patterns are asked for
     plans, channels = split_into_tasks(physical, query_id)
-    tasks = tuple(_task(physical, plan, query_id, base) for plan in plans)
+    readers = {c.producer: c.consumers for c in channels}
+    tasks = tuple(_task(physical, plan, query_id, base, readers.get(plan.task_id, ()))
+                  for plan in plans)
     sinks = {n.name: str(codegen.resolve_path(base, n.param("path")))
              for n in physical.sinks() if n.kind == "file-sink"}
     query = CompiledQuery(query_id, tasks, channels, sinks)
     return Compilation(parsed, logical, physical, plans, query, warnings)
 
 
-def _task(graph: Graph, plan: TaskPlan, query_id: str, base: Path) -> QueryTask:
-    program = codegen.render_task(graph, plan, query_id, base)
+def _task(graph: Graph, plan: TaskPlan, query_id: str, base: Path,
+          readers: tuple[str, ...]) -> QueryTask:
+    program = codegen.render_task(graph, plan, query_id, base, readers)
     channel = lambda s: f"{query_id}/{s}"  # noqa: E731
     return QueryTask(
         query_id=query_id, task_id=plan.task_id, kind="spark", operators=plan.nodes,

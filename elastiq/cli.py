@@ -60,8 +60,15 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-# Commands added by other modules (run, scheduler, submit, ...) register here.
-_EXTRA_COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = []
+def _register_service_commands(sub: argparse._SubParsersAction) -> None:
+    from elastiq.service_cli import register
+
+    register(sub)
+
+
+# Commands whose modules live elsewhere (run, scheduler, submit, status, stop, tail).
+_EXTRA_COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
+    _register_service_commands]
 
 
 def _print_diagnostics(diagnostics: Sequence[Diagnostic]) -> None:

@@ -65,17 +65,14 @@ def _from_json(text: str) -> CompiledQuery:
 
 def _from_xml(body: bytes, filename: str, query_id: str | None,
               base_dir: str | None) -> CompiledQuery:
-    try:  # the compiler is heavy; load it on first use
-        from compiler.pipeline import compile_spec_text
-    except ImportError as e:
-        raise ApiError(503, f"cannot compile XML specs here: {e}; submit a compiled query "
-                            "as JSON instead") from None
+    from compiler.pipeline import compile_spec_text  # the compiler is heavy: load on first use
+
     try:
         compiled = compile_spec_text(body, filename, base_dir=base_dir, query_id=query_id)
     except SpecError as e:
         diags = [diagnostic_json(d) for d in e.diagnostics]
         raise ApiError(400, f"{len(diags)} problem(s) in {filename}", diags) from None
-    return getattr(compiled, "query", compiled)
+    return compiled.query
 
 
 class _Handler(BaseHTTPRequestHandler):

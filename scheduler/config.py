@@ -16,7 +16,7 @@ ONE_WEEK = 7 * 24 * 3600.0
 class ExecutorSpec:
     """The executor every task on an agent shares (one per framework and agent)."""
 
-    command: str = "python -m executor"
+    command: str = "exec python -m executor"  # exec: the agent tracks the executor, not a shell
     cpus: float = 0.5
     mem_mb: float = 1500.0  # the JVM of the agent's SparkSession
     environment: tuple[tuple[str, str], ...] = ()

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass, field
-from typing import Callable, Literal
+from typing import Any, Callable, Literal
 
 from compiler.tasks import CompiledQuery
 from scheduler import admission
@@ -348,7 +348,7 @@ class SchedulerState:
         try:
             message = json.loads(ev.data.decode("utf-8"))
             tasks = message["tasks"] if message.get("kind") == "heartbeat" else None
-            figures = {mid: {k: float(v) for k, v in f.items()} for mid, f in tasks.items()}
+            figures = {mid: _numeric_figures(f) for mid, f in tasks.items()}
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             log.warning("[%s] unreadable message from %s on %s: %s", ev.stimulus_id,
                         ev.executor_id, ev.agent_id, e)
@@ -492,3 +492,10 @@ _HANDLERS: dict[type, str] = {
 }
 
 __all__ = ["SchedulerState", "QueryRecord", "launch_data"]
+
+
+def _numeric_figures(figures: dict[str, Any]) -> dict[str, float]:
+    """The numbers of a task's heartbeat figures (the executor also reports words, such as its
+    runner's state, which the task's own lifecycle already tracks)."""
+    return {k: float(v) for k, v in figures.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool)}

@@ -29,6 +29,7 @@ def query_view(q: QueryRecord, unplaced: dict[str, str]) -> dict[str, Any]:
         "phase": q.phase,
         "status": query_status(q),
         "failure": q.failure,
+        "sinks": dict(q.query.sinks),
         "tasks": [task_view(t, unplaced.get(t.task_id, "")) for t in q.tasks.values()],
     }
 

@@ -40,4 +40,8 @@ def build(rt: TaskRuntime) -> None:
         fields=(('symbol', 'tick.symbol'), ('ts', 'tick.ts'), ('price', 'tick.price'), ('volume', 'tick.volume'), ('notional', 'round(tick.price * tick.volume, 2)')),
     )
     # trades -> channel stock-ticks/trades
-    rt.channel_sink(input='trades', channel='stock-ticks/trades')
+    rt.channel_sink(
+        input='trades',
+        channel='stock-ticks/trades',
+        readers=('stock-ticks.t1', 'stock-ticks.t2'),
+    )

@@ -1,0 +1,93 @@
+"""The live progress line of `elastiq run` and `elastiq status --watch`.
+
+Owns turning a query's status (as the scheduler reports it, with the figures of the executors'
+heartbeats) into one short line, and drawing that line in place on a terminal. Rates are derived
+here from successive counts; nothing is stored anywhere else.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+
+@dataclass
+class ProgressLine:
+    """Draws one status line in place (on a terminal) or every few seconds (in a log)."""
+
+    stream: TextIO
+    enabled: bool = True
+    _shown: bool = False
+    _last_plain: float = 0.0
+
+    def show(self, text: str) -> None:
+        if not self.enabled or not text:
+            return
+        if self.stream.isatty():
+            self.stream.write("\r\x1b[2K" + text)
+            self.stream.flush()
+            self._shown = True
+        elif time.monotonic() - self._last_plain >= 5.0:
+            self._last_plain = time.monotonic()
+            print(text, file=self.stream, flush=True)
+
+    def clear(self) -> None:
+        if self._shown:
+            self.stream.write("\r\x1b[2K")
+            self.stream.flush()
+            self._shown = False
+
+
+@dataclass
+class RateMeter:
+    """Tuples per second from successive cumulative counts."""
+
+    _previous: tuple[float, int] | None = None
+    rate: float = 0.0
+
+    def update(self, count: int, now: float | None = None) -> float:
+        now = time.monotonic() if now is None else now
+        if self._previous is not None and now > self._previous[0]:
+            elapsed = now - self._previous[0]
+            if elapsed >= 0.5:
+                self.rate = max(0, count - self._previous[1]) / elapsed
+                self._previous = (now, count)
+        else:
+            self._previous = (now, count)
+        return self.rate
+
+
+@dataclass
+class Summary:
+    meter: RateMeter = field(default_factory=RateMeter)
+
+    def __call__(self, status: dict[str, Any] | None) -> str:
+        return summarize(status, self.meter)
+
+
+def summarize(status: dict[str, Any] | None, meter: RateMeter | None = None) -> str:
+    """`running | tasks 2/2 running | 12,345 tuples in (1,980/s) | 60 out | batch 210 ms | ...`
+    (tuples in and out are summed over the query's tasks)."""
+    if not status:
+        return "waiting for the scheduler"
+    tasks = status.get("tasks", [])
+    running = sum(1 for t in tasks if t.get("state") == "running")
+    figures = [t.get("figures") or {} for t in tasks]
+    into = sum(int(f.get("tuples_in", 0) or 0) for f in figures)
+    out = sum(int(f.get("tuples_out", 0) or 0) for f in figures)
+    parts = [str(status.get("status", status.get("phase", "?"))),
+             f"tasks {running}/{len(tasks)} running", f"{into:,} tuples in"]
+    if meter is not None:
+        parts[-1] += f" ({meter.update(into):,.0f}/s)"
+    parts.append(f"{out:,} out")
+    batch = [float(f["batch_ms"]) for f in figures if f.get("batch_ms")]
+    if batch:
+        parts.append(f"batch {max(batch):,.0f} ms")
+    latency = [float(f["latency_ms"]) for f in figures if f.get("latency_ms")]
+    if latency:
+        parts.append(f"latency {max(latency) / 1000:.1f} s")
+    waiting = [t.get("waiting_for") for t in tasks if t.get("waiting_for")]
+    if waiting:
+        parts.append(f"waiting: {waiting[0]}")
+    return " | ".join(parts)

@@ -1,0 +1,178 @@
+"""`elastiq run`: one query on an embedded one-machine cluster, its results in the terminal.
+
+Owns the local run: compile the spec, start the embedded Mesos-compatible master and agents, the
+framework scheduler and (through the agents) one executor per agent, submit the query, follow its
+sinks (file sinks' JSON lines and console sinks' lines in the executors' output), show a live
+progress line, and on Ctrl-C (or when the query ends or `--duration` passes) stop everything it
+started. It composes the real parts; it decides nothing a long-running deployment would not.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, TextIO
+
+from compiler.pipeline import compile_spec_file
+from elastiq.progress import ProgressLine, Summary
+
+log = logging.getLogger("elastiq.run")
+
+TERMINAL = ("finished", "failed", "stopped")
+EXECUTOR_GRACE_SECONDS = 15.0  # an executor stops its Spark queries and session cleanly within
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    spec: Path
+    agents: int = 1
+    cpus_per_agent: float = 2.0
+    mem_per_agent_mb: int = 6144
+    state_dir: Path | None = None  # default: a fresh temporary folder, removed afterwards
+    duration: float | None = None  # seconds; None: until Ctrl-C or the query ends
+    show_progress: bool = True
+
+
+class RunError(Exception):
+    """A problem the user can fix (Java missing, nothing placed, ...), in plain words."""
+
+
+@dataclass
+class Follower:
+    """Follows files that grow: yields each new complete line once."""
+
+    offsets: dict[Path, int] = field(default_factory=dict)
+
+    def lines(self, path: Path) -> Iterator[str]:
+        try:
+            size = path.stat().st_size
+        except OSError:
+            return
+        start = self.offsets.get(path, 0)
+        if size <= start:
+            return
+        with open(path, "rb") as f:
+            f.seek(start)
+            chunk = f.read(size - start)
+        end = chunk.rfind(b"\n") + 1
+        self.offsets[path] = start + end
+        for line in chunk[:end].decode("utf-8", "replace").splitlines():
+            yield line
+
+
+def check_java() -> None:
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        raise RunError("Java was not found: Spark needs Java 17. Install it (Debian: "
+                       "apt-get install openjdk-17-jre-headless) or set JAVA_HOME.")
+
+
+def run(options: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+    """Run a query until it ends, `duration` passes or the user presses Ctrl-C. Returns the
+    exit status: 0 when the query finished or was stopped by the user, 1 when it failed."""
+    check_java()
+    compilation = compile_spec_file(options.spec)
+    for warning in compilation.warnings:
+        print(warning.render(), file=err)
+    state = options.state_dir or Path(tempfile.mkdtemp(prefix="elastiq-run-"))
+    try:
+        return _run_in(state, compilation, options, out, err)
+    finally:
+        if options.state_dir is None:
+            shutil.rmtree(state, ignore_errors=True)
+
+
+def _run_in(state: Path, compilation: Any, options: RunOptions, out: TextIO, err: TextIO) -> int:
+    from elastiq.embedded import EmbeddedCluster
+    from scheduler.config import ExecutorSpec, SchedulerConfig
+    from scheduler.mesos_adapter import SchedulerService
+
+    query = compilation.query
+    resources = {"cpus": options.cpus_per_agent, "mem": options.mem_per_agent_mb,
+                 "ports": "31000-31999"}
+    executor = ExecutorSpec(command=f"exec {sys.executable} -m executor",
+                            environment=(("ELASTIQ_STATE_DIR", str(state / "state")),
+                                         ("ELASTIQ_SPARK_CORES", str(int(options.cpus_per_agent))),
+                                         ("PYTHONPATH", _pythonpath())))
+    config = SchedulerConfig(executor=executor)
+    print(f"elastiq: running {query.query_id} ({len(query.tasks)} task(s)) on "
+          f"{options.agents} embedded agent(s); Ctrl-C stops it", file=err)
+    with EmbeddedCluster(agents=options.agents, resources=resources, work_dir=state / "cluster",
+                         executor_grace_seconds=EXECUTOR_GRACE_SECONDS) as cluster:
+        service = SchedulerService(cluster.master_address, config).start()
+        try:
+            reply = service.submit(query)
+            if not reply.accepted:
+                raise RunError(f"the scheduler refused the query: {reply.message}")
+            return _follow(service, query, state / "cluster", options, out, err)
+        finally:
+            service.stop_query(query.query_id)
+            _wait_until_ended(service, query.query_id, timeout=20.0)
+            service.stop(failover=False)
+
+
+def _pythonpath() -> str:
+    here = str(Path(__file__).resolve().parent.parent)
+    existing = os.environ.get("PYTHONPATH")
+    return f"{here}:{existing}" if existing else here
+
+
+def _follow(service: Any, query: Any, cluster_dir: Path, options: RunOptions, out: TextIO,
+            err: TextIO) -> int:
+    follower = Follower()
+    progress = ProgressLine(err, enabled=options.show_progress)
+    summary = Summary()
+    console = re.compile(r"^\[" + re.escape(query.query_id) + r"\.t\d+ #\d+\] ")
+    deadline = None if options.duration is None else time.monotonic() + options.duration
+    interrupted = _install_sigint()
+    status: dict[str, Any] | None = None
+    while not interrupted() and (deadline is None or time.monotonic() < deadline):
+        for sink, path in sorted(query.sinks.items()):
+            for line in follower.lines(Path(path)):
+                progress.clear()
+                print(f"{sink}: {line}", file=out, flush=True)
+        for stdout in sorted(cluster_dir.rglob("stdout")):
+            for line in follower.lines(stdout):
+                if console.match(line):
+                    progress.clear()
+                    print(line, file=out, flush=True)
+        status = service.query_status(query.query_id)
+        progress.show(summary(status))
+        if status and status.get("phase") in TERMINAL:
+            break
+        time.sleep(0.25)
+    progress.clear()
+    final = (status or {}).get("phase", "unknown")
+    print(f"elastiq: {query.query_id} {final if final in TERMINAL else 'stopped'}", file=err)
+    if final == "failed":
+        print(f"elastiq: {(status or {}).get('failure') or 'no reason given'}", file=err)
+        return 1
+    return 0
+
+
+def _install_sigint() -> Any:
+    """Ctrl-C ends the follow loop; the caller then stops everything cleanly."""
+    flag = {"hit": False}
+
+    def handler(signum: int, frame: Any) -> None:
+        flag["hit"] = True
+
+    signal.signal(signal.SIGINT, handler)
+    return lambda: flag["hit"]
+
+
+def _wait_until_ended(service: Any, query_id: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status = service.query_status(query_id) or {}
+        tasks = status.get("tasks", [])
+        if all(t.get("state") not in ("staging", "starting", "running") for t in tasks):
+            return
+        time.sleep(0.2)

@@ -1,0 +1,202 @@
+"""The `elastiq` commands that run or talk to the long-running scheduler service, and `run`.
+
+Owns the arguments and output of `run`, `scheduler`, `submit`, `status`, `stop` and `tail`.
+The service itself is `scheduler.mesos_adapter.SchedulerService` behind `scheduler.api`; the
+client is `scheduler.client.SchedulerClient`; the local run is `elastiq.run`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from scheduler.client import DEFAULT_URL, RequestRejected, SchedulerClient, SchedulerUnavailable
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    r = sub.add_parser("run", help="run a spec on an embedded one-machine cluster, results to "
+                                   "the terminal (Ctrl-C stops it)")
+    r.add_argument("spec", metavar="SPEC")
+    r.add_argument("--agents", type=int, default=1, help="embedded agents (default 1)")
+    r.add_argument("--cpus", type=float, default=2.0, help="cpus each agent offers (default 2)")
+    r.add_argument("--mem", type=int, default=6144, help="MB each agent offers (default 6144)")
+    r.add_argument("--duration", type=float, help="stop after this many seconds")
+    r.add_argument("--state-dir", help="keep checkpoints, sandboxes and logs here")
+    r.add_argument("--no-progress", action="store_true", help="no live progress line")
+    r.set_defaults(handler=cmd_run)
+
+    s = sub.add_parser("scheduler", help="run the scheduler service with its HTTP API")
+    where = s.add_mutually_exclusive_group()
+    where.add_argument("--master", help="Mesos master: HOST:PORT or zk://HOST:PORT/mesos")
+    where.add_argument("--embedded-agents", type=int, default=1,
+                       help="start an embedded master with this many agents (default 1)")
+    s.add_argument("--listen", default="127.0.0.1:8088", help="API address (default "
+                   "127.0.0.1:8088; binds to loopback unless told otherwise)")
+    s.add_argument("--state-dir", default="elastiq-state", help="checkpoints and sandboxes")
+    s.set_defaults(handler=cmd_scheduler)
+
+    for name, helptext, handler in (("submit", "submit a spec to the scheduler", cmd_submit),
+                                    ("status", "show queries and their tasks", cmd_status),
+                                    ("stop", "stop a query", cmd_stop),
+                                    ("tail", "follow a file sink of a query", cmd_tail)):
+        p = sub.add_parser(name, help=helptext)
+        p.add_argument("--scheduler", default=DEFAULT_URL, help=f"API URL (default {DEFAULT_URL})")
+        if name == "submit":
+            p.add_argument("spec", metavar="SPEC")
+        elif name == "status":
+            p.add_argument("query", nargs="?")
+            p.add_argument("--json", action="store_true", help="print the raw JSON")
+            p.add_argument("--watch", action="store_true", help="refresh every second")
+        else:
+            p.add_argument("query")
+        if name == "tail":
+            p.add_argument("sink", help="the file-sink operator's name")
+            p.add_argument("--from-start", action="store_true", help="print what is there first")
+        p.set_defaults(handler=handler)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from elastiq.run import RunError, RunOptions, run
+
+    options = RunOptions(Path(args.spec), agents=args.agents, cpus_per_agent=args.cpus,
+                         mem_per_agent_mb=args.mem, duration=args.duration,
+                         state_dir=Path(args.state_dir) if args.state_dir else None,
+                         show_progress=not args.no_progress)
+    try:
+        return run(options)
+    except RunError as e:
+        print(f"elastiq: {e}", file=sys.stderr)
+        return 1
+
+
+def cmd_scheduler(args: argparse.Namespace) -> int:
+    from elastiq.run import check_java
+    from scheduler.api import ApiServer
+    from scheduler.config import ExecutorSpec, SchedulerConfig
+    from scheduler.mesos_adapter import SchedulerService
+
+    host, _, port = args.listen.rpartition(":")
+    state = Path(args.state_dir).resolve()
+    check_java()
+    config = SchedulerConfig(executor=ExecutorSpec(
+        command=f"exec {sys.executable} -m executor",
+        environment=(("ELASTIQ_STATE_DIR", str(state / "state")),)))
+    cluster = None
+    master = args.master
+    if master is None:
+        from elastiq.embedded import EmbeddedCluster
+        from elastiq.run import EXECUTOR_GRACE_SECONDS
+
+        cluster = EmbeddedCluster(agents=args.embedded_agents, work_dir=state / "cluster",
+                                  executor_grace_seconds=EXECUTOR_GRACE_SECONDS,
+                                  resources={"cpus": 2, "mem": 6144, "ports": "31000-31999"})
+        cluster.__enter__()
+        master = cluster.master_address
+    service = SchedulerService(master, config).start()
+    api = ApiServer(service, host=host or "127.0.0.1", port=int(port)).start()
+    print(f"elastiq scheduler: API on {api.url}, master {master}; Ctrl-C stops it",
+          file=sys.stderr)
+    stop = {"now": False}
+    signal.signal(signal.SIGINT, lambda *_: stop.update(now=True))
+    signal.signal(signal.SIGTERM, lambda *_: stop.update(now=True))
+    try:
+        while not stop["now"]:
+            time.sleep(0.2)
+    finally:
+        api.stop()
+        service.stop(failover=cluster is None)
+        if cluster is not None:
+            cluster.__exit__(None, None, None)
+    return 0
+
+
+def _client(args: argparse.Namespace) -> SchedulerClient:
+    return SchedulerClient(args.scheduler)
+
+
+def _call(fn: Any) -> tuple[int, Any]:
+    try:
+        return 0, fn()
+    except SchedulerUnavailable as e:
+        print(f"elastiq: {e}", file=sys.stderr)
+        return 1, None
+    except RequestRejected as e:
+        print(f"elastiq: refused ({e.status}): {e.message}", file=sys.stderr)
+        for d in e.diagnostics:
+            print(f"{d.get('file')}:{d.get('line')}:{d.get('column')}: {d.get('severity')}: "
+                  f"{d.get('message')}" + (f" ({d['hint']})" if d.get("hint") else ""),
+                  file=sys.stderr)
+        return 1, None
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    code, reply = _call(lambda: _client(args).submit_spec(Path(args.spec).resolve()))
+    if code == 0:
+        print(reply.get("message") or json.dumps(reply))
+    return code
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    code, reply = _call(lambda: _client(args).stop(args.query))
+    if code == 0:
+        print(reply.get("message") or json.dumps(reply))
+    return code
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from elastiq.progress import ProgressLine, Summary
+
+    while True:
+        code, reply = _call(lambda: _client(args).status(args.query))
+        if code != 0:
+            return code
+        if args.json:
+            print(json.dumps(reply, indent=2))
+        else:
+            _print_status(reply)
+        if not args.watch:
+            return 0
+        time.sleep(1.0)
+
+
+def _print_status(reply: dict[str, Any]) -> None:
+    from elastiq.progress import summarize
+
+    queries = reply.get("queries", {reply.get("query_id"): reply} if "query_id" in reply else {})
+    if not queries:
+        print("no queries")
+    for qid, q in queries.items():
+        print(f"{qid}: {summarize(q)}")
+        for t in q.get("tasks", []):
+            where = t.get("hostname") or "-"
+            extra = f"  ({t['last_failure']})" if t.get("last_failure") else ""
+            print(f"  {t['task_id']:<24} {t['state']:<9} attempt {t['attempt']} on {where}{extra}")
+
+
+def cmd_tail(args: argparse.Namespace) -> int:
+    from elastiq.run import Follower
+
+    code, reply = _call(lambda: _client(args).status(args.query))
+    if code != 0:
+        return code
+    sinks = reply.get("sinks", {})
+    if args.sink not in sinks:
+        print(f"elastiq: query {args.query} has no file sink '{args.sink}' "
+              f"(file sinks: {', '.join(sinks) or 'none'})", file=sys.stderr)
+        return 1
+    path = Path(sinks[args.sink])
+    follower = Follower()
+    if not args.from_start and path.exists():
+        follower.offsets[path] = path.stat().st_size
+    try:
+        while True:
+            for line in follower.lines(path):
+                print(line, flush=True)
+            time.sleep(0.25)
+    except KeyboardInterrupt:
+        return 0
