@@ -68,6 +68,24 @@ class Follower:
             yield line
 
 
+@dataclass
+class FailureNotes:
+    """Says once per task attempt why it failed, so a user sees restarts as they happen."""
+
+    said: set[tuple[str, int]] = field(default_factory=set)
+
+    def news(self, status: dict[str, Any] | None) -> list[str]:
+        notes = []
+        for task in (status or {}).get("tasks", []):
+            reason = task.get("last_failure")
+            key = (task.get("task_id", "?"), int(task.get("attempt", 0)))
+            if reason and key not in self.said:
+                self.said.add(key)
+                notes.append(f"task {key[0]} failed ({reason}); the scheduler restarts it "
+                             "from its checkpoint")
+        return notes
+
+
 def check_java() -> None:
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         raise RunError("Java was not found: Spark needs Java 17. Install it (Debian: "
@@ -129,6 +147,7 @@ def _follow(service: Any, query: Any, cluster_dir: Path, options: RunOptions, ou
     follower = Follower()
     progress = ProgressLine(err, enabled=options.show_progress)
     summary = Summary()
+    failures = FailureNotes()
     console = re.compile(r"^\[" + re.escape(query.query_id) + r"\.t\d+ #\d+\] ")
     deadline = None if options.duration is None else time.monotonic() + options.duration
     interrupted = _install_sigint()
@@ -144,6 +163,9 @@ def _follow(service: Any, query: Any, cluster_dir: Path, options: RunOptions, ou
                     progress.clear()
                     print(line, file=out, flush=True)
         status = service.query_status(query.query_id)
+        for note in failures.news(status):
+            progress.clear()
+            print(f"elastiq: {note}", file=err, flush=True)
         progress.show(summary(status))
         if status and status.get("phase") in TERMINAL:
             break

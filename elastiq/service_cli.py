@@ -98,7 +98,15 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
         cluster.__enter__()
         master = cluster.master_address
     service = SchedulerService(master, config).start()
-    api = ApiServer(service, host=host or "127.0.0.1", port=int(port)).start()
+    try:
+        api = ApiServer(service, host=host or "127.0.0.1", port=int(port)).start()
+    except OSError as e:
+        print(f"elastiq: cannot listen on {args.listen}: {e.strerror}; choose another address "
+              "with --listen HOST:PORT", file=sys.stderr)
+        service.stop(failover=cluster is None)
+        if cluster is not None:
+            cluster.__exit__(None, None, None)
+        return 1
     print(f"elastiq scheduler: API on {api.url}, master {master}; Ctrl-C stops it",
           file=sys.stderr)
     stop = {"now": False}
@@ -128,9 +136,9 @@ def _call(fn: Any) -> tuple[int, Any]:
     except RequestRejected as e:
         print(f"elastiq: refused ({e.status}): {e.message}", file=sys.stderr)
         for d in e.diagnostics:
-            print(f"{d.get('file')}:{d.get('line')}:{d.get('column')}: {d.get('severity')}: "
-                  f"{d.get('message')}" + (f" ({d['hint']})" if d.get("hint") else ""),
-                  file=sys.stderr)
+            where = f"{d.get('file')}:{d.get('line')}:{d.get('column')}: " if d.get("file") else ""
+            print(f"{where}{d.get('severity', 'error')}: {d.get('message')}"
+                  + (f" ({d['hint']})" if d.get("hint") else ""), file=sys.stderr)
         return 1, None
 
 
@@ -167,11 +175,11 @@ def cmd_status(args: argparse.Namespace) -> int:
 def _print_status(reply: dict[str, Any]) -> None:
     from elastiq.progress import summarize
 
-    queries = reply.get("queries", {reply.get("query_id"): reply} if "query_id" in reply else {})
+    queries = reply["queries"] if "queries" in reply else [reply]
     if not queries:
         print("no queries")
-    for qid, q in queries.items():
-        print(f"{qid}: {summarize(q)}")
+    for q in queries:
+        print(f"{q.get('query_id')}: {summarize(q)}")
         for t in q.get("tasks", []):
             where = t.get("hostname") or "-"
             extra = f"  ({t['last_failure']})" if t.get("last_failure") else ""
@@ -198,5 +206,5 @@ def cmd_tail(args: argparse.Namespace) -> int:
             for line in follower.lines(path):
                 print(line, flush=True)
             time.sleep(0.25)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, BrokenPipeError):
         return 0

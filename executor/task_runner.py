@@ -16,10 +16,10 @@ import os
 import re
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Literal, Mapping
+from typing import Any, Literal, Mapping, Sequence
 
 from pyspark.sql import SparkSession
 
@@ -42,7 +42,7 @@ class TaskStatus:
 class TaskMetrics:
     batch_id: int
     batches: int  # progress reports seen in the current run
-    tuples_in: int  # input rows of the last batch
+    tuples_in: int  # input rows since the runner started (all runs of the query)
     tuples_out: int  # rows the sink has written in the current run
     input_rate: float
     process_rate: float
@@ -86,12 +86,30 @@ def backlog_of(progress: Mapping[str, Any]) -> int:
     return total
 
 
-def metrics_from(progress: Mapping[str, Any], batches: int, tuples_out: int) -> TaskMetrics:
+@dataclass
+class InputCounter:
+    """Input rows summed over progress reports, each batch of each run counted once; Spark keeps
+    only its recent reports, so this is fed every time metrics are read."""
+
+    total: int = 0
+    last_batch: dict[str, int] = field(default_factory=dict)  # run id -> last counted batch
+
+    def add(self, reports: Sequence[Mapping[str, Any]]) -> int:
+        for report in reports:
+            run, batch = str(report.get("runId", "")), int(report.get("batchId", -1))
+            if batch > self.last_batch.get(run, -1):
+                self.last_batch[run] = batch
+                self.total += int(report.get("numInputRows", 0) or 0)
+        return self.total
+
+
+def metrics_from(progress: Mapping[str, Any], batches: int, tuples_out: int,
+                 tuples_in: int) -> TaskMetrics:
     """TaskMetrics from one StreamingQueryProgress dict (pure)."""
     batch_ms = int(progress.get("durationMs", {}).get("triggerExecution", 0))
     return TaskMetrics(
         batch_id=int(progress.get("batchId", -1)), batches=batches,
-        tuples_in=int(progress.get("numInputRows", 0)), tuples_out=tuples_out,
+        tuples_in=tuples_in, tuples_out=tuples_out,
         input_rate=float(progress.get("inputRowsPerSecond", 0.0) or 0.0),
         process_rate=float(progress.get("processedRowsPerSecond", 0.0) or 0.0),
         batch_ms=batch_ms, backlog=backlog_of(progress), latency_ms=batch_ms)
@@ -147,7 +165,7 @@ class TaskRunner:
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
-        self._batches = 0
+        self._counted = InputCounter()
 
     # --- public --------------------------------------------------------------------------------
 
@@ -170,7 +188,8 @@ class TaskRunner:
         if not progress:
             return None
         out = rt.sink.rows_out if rt and rt.sink else 0
-        return metrics_from(progress, len(query.recentProgress), out)
+        recent = query.recentProgress
+        return metrics_from(progress, len(recent), out, self._counted.add(recent))
 
     def stop(self, timeout: float = 30.0) -> None:
         self._stop.set()

@@ -50,9 +50,8 @@ def diagnostic_json(d: Diagnostic) -> dict[str, Any]:
 def parse_submission(body: bytes, content_type: str, filename: str, query_id: str | None,
                      base_dir: str | None) -> CompiledQuery:
     """The body of `POST /queries` as a CompiledQuery, or ApiError(400) with diagnostics."""
-    text = body.decode("utf-8", errors="replace")
-    if "json" in content_type or text.lstrip().startswith("{"):
-        return _from_json(text)
+    if "json" in content_type:
+        return _from_json(body.decode("utf-8", errors="replace"))
     return _from_xml(body, filename, query_id, base_dir)
 
 

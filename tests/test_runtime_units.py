@@ -134,3 +134,15 @@ def test_aggregate_types() -> None:
     assert aggregate_type("sum", Field("v", ColumnType.INT)) is ColumnType.INT
     with pytest.raises(ValueError, match="numeric"):
         aggregate_type("sum", Field("s", ColumnType.STRING))
+
+
+def test_input_counter_counts_each_batch_of_each_run_once() -> None:
+    from executor.task_runner import InputCounter
+
+    counter = InputCounter()
+    first = [{"runId": "a", "batchId": 0, "numInputRows": 10},
+             {"runId": "a", "batchId": 1, "numInputRows": 5}]
+    assert counter.add(first) == 15
+    assert counter.add(first + [{"runId": "a", "batchId": 2, "numInputRows": 1}]) == 16
+    # a restarted query is a new run: its batch ids carry on from the checkpoint
+    assert counter.add([{"runId": "b", "batchId": 2, "numInputRows": 7}]) == 23

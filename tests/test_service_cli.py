@@ -1,0 +1,136 @@
+"""The scheduler service as an operator uses it: `elastiq scheduler` in its own process, then
+`submit`, `status`, `tail` and `stop` from the command line, and Ctrl-C ending everything.
+
+The query is the paper's example (replay of examples/data/numbers.jsonl, filter x < 42); the sink
+is compared with the same filter computed in plain Python over the input file."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _elastiq(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "elastiq.cli", *args], capture_output=True,
+                          text=True, timeout=timeout, cwd=ROOT)
+
+
+def _wait(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def _oracle(numbers: Path) -> list[dict[str, object]]:
+    rows = [json.loads(line) for line in numbers.read_text().splitlines()]
+    return [r for r in rows if r["x"] < 42]
+
+
+def _sink_rows(path: Path) -> list[dict[str, object]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _same_rows(rows: list[dict[str, object]], expected: list[dict[str, object]]) -> bool:
+    """Same multiset of (x, instant) pairs; timestamps compared as instants."""
+    def key(r: dict[str, object]) -> tuple[int, str]:
+        ts = str(r["ts"]).replace("Z", "").ljust(26, "0") if "." in str(r["ts"]) else \
+            str(r["ts"]).replace("Z", "") + ".000000"
+        return int(r["x"]), ts  # type: ignore[arg-type]
+    return sorted(map(key, rows)) == sorted(map(key, expected))
+
+
+@pytest.mark.cluster
+@pytest.mark.spark
+@pytest.mark.timeout(240)
+def test_scheduler_submit_status_tail_stop_from_the_command_line(tmp_path: Path) -> None:
+    (tmp_path / "data").mkdir()
+    shutil.copy(ROOT / "examples" / "paper-filter.xml", tmp_path / "spec.xml")
+    shutil.copy(ROOT / "examples" / "data" / "numbers.jsonl", tmp_path / "data" / "numbers.jsonl")
+    expected = _oracle(tmp_path / "data" / "numbers.jsonl")
+    url = f"http://127.0.0.1:{_free_port()}"
+    log = open(tmp_path / "scheduler.log", "w")
+    service = subprocess.Popen(
+        [sys.executable, "-m", "elastiq.cli", "scheduler", "--listen", url[len("http://"):],
+         "--state-dir", str(tmp_path / "state")],
+        stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True)
+    try:
+        _wait(lambda: _elastiq("status", "--scheduler", url).returncode == 0, 60,
+              "the scheduler's API")
+        bad = tmp_path / "bad.xml"
+        bad.write_text('<dataflow name="bad">\n  <operator name="a" type="nope"/>\n</dataflow>\n')
+        refused = _elastiq("submit", "--scheduler", url, str(bad))
+        assert refused.returncode == 1
+        assert f"{bad}:2:28: error: unknown operator type 'nope'" in refused.stderr
+
+        submitted = _elastiq("submit", "--scheduler", url, str(tmp_path / "spec.xml"))
+        assert submitted.returncode == 0, submitted.stderr
+        assert "paper-filter accepted" in submitted.stdout
+
+        sink = tmp_path / "out" / "paper-filter.jsonl"
+        _wait(lambda: _same_rows(_sink_rows(sink), expected), 150, "the sink to match the oracle")
+        status = _elastiq("status", "--scheduler", url, "paper-filter")
+        assert status.returncode == 0 and "paper-filter.t0" in status.stdout, status.stderr
+
+        tail_proc = subprocess.Popen([sys.executable, "-m", "elastiq.cli", "tail", "--scheduler",
+                                      url, "paper-filter", "sink", "--from-start"],
+                                     stdout=subprocess.PIPE, text=True, cwd=ROOT)
+        try:
+            first = [tail_proc.stdout.readline() for _ in range(3)]  # type: ignore[union-attr]
+        finally:
+            tail_proc.send_signal(signal.SIGINT)
+            tail_proc.wait(timeout=10)
+        assert [json.loads(line) for line in first] == _sink_rows(sink)[:3]
+
+        stopped = _elastiq("stop", "--scheduler", url, "paper-filter")
+        assert stopped.returncode == 0 and "stopping" in stopped.stdout
+        _wait(lambda: "stopped" in _elastiq("status", "--scheduler", url, "paper-filter").stdout,
+              60, "the query to stop")
+    finally:
+        service.send_signal(signal.SIGINT)
+        try:
+            code = service.wait(timeout=60)
+        finally:
+            if service.poll() is None:
+                os.killpg(service.pid, signal.SIGKILL)
+            log.close()
+    assert code == 0, (tmp_path / "scheduler.log").read_text()[-2000:]
+    _wait(lambda: not _processes_under(tmp_path), 30, "every executor process to end")
+
+
+def _processes_under(folder: Path) -> list[int]:
+    """Processes whose command line or working directory mentions the test's folder."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            cwd = os.readlink(f"/proc/{pid}/cwd")
+        except OSError:
+            continue
+        if str(folder) in cmd or cwd.startswith(str(folder)):
+            found.append(int(pid))
+    return found
