@@ -14,7 +14,7 @@ from compiler.codegen import py_literal
 from compiler.graph import notation, to_dot, to_mermaid
 from compiler.pipeline import Compilation, compile_spec_file, compile_spec_text
 from elastiq.explain import explain
-from tests.specs import SOURCE, SINK, dataflow
+from tests.spec_snippets import SOURCE, SINK, dataflow
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "examples").glob("*.xml"))

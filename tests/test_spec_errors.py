@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import pytest
 
 from compiler.pipeline import check_spec_text
-from tests.specs import READING_TYPE, SINK, SOURCE, dataflow, locate, with_source_and_sink
+from tests.spec_snippets import READING_TYPE, SINK, SOURCE, dataflow, locate, with_source_and_sink
 
 
 @dataclass(frozen=True)
