@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Literal
 
+from compiler.types import ColumnType, Field, Schema
+
 Role = Literal["source", "transform", "sink", "plumbing"]
 ValueKind = Literal["int", "float", "string", "duration", "expression", "columns", "column",
                     "choice", "timestamp", "endpoint", "path"]
@@ -125,6 +127,26 @@ CATALOGUE: dict[str, OperatorDef] = {d.kind: d for d in (
 )}
 
 AGGREGATE_FUNCTIONS = ("count", "sum", "avg", "min", "max")
+
+
+def aggregate_type(function: str, column: Field | None) -> ColumnType:
+    """The result type of an aggregate (pure): count -> int, avg -> double, else the input's."""
+    if function == "count":
+        return ColumnType.INT
+    if column is None:
+        raise ValueError(f"aggregate {function} needs a column")
+    if function in ("sum", "avg") and not column.type.is_numeric:
+        raise ValueError(f"{function}({column.name}) needs a numeric column, it is "
+                         f"{column.type.value}")
+    if function in ("min", "max") and not column.type.is_orderable:
+        raise ValueError(f"{function}({column.name}) needs an orderable column")
+    return ColumnType.DOUBLE if function == "avg" else column.type
+
+
+def join_output_names(left: Schema, right: Schema, right_name: str) -> list[str]:
+    """Right column names after renaming clashes with left names to f"{right}_{name}" (pure)."""
+    taken = set(left.names)
+    return [f"{right_name}_{n}" if n in taken else n for n in right.names]
 
 # ----------------------------------------------------------------------------------------------
 # Parameter values

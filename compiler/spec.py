@@ -10,7 +10,6 @@ already reported, so semantic checks can still run and report the rest in the sa
 from __future__ import annotations
 
 import copy
-import difflib
 import re
 from dataclasses import dataclass, field
 from importlib import resources
@@ -19,7 +18,7 @@ from typing import Iterable
 from lxml import etree
 
 from compiler.xmlsource import ElementSource, XmlDocument, read_xml
-from elastiq.diagnostics import Diagnostic, Position, SpecError
+from elastiq.diagnostics import Diagnostic, Position, SpecError, suggest
 
 TOP_LEVEL = ("description", "type", "operator")
 
@@ -202,13 +201,13 @@ def _friendly(pos: Position, tag: str, attr: str | None, msg: str,
     if "is not allowed" in msg and attr:
         allowed = _ALLOWED_ATTRS.get(tag, ())
         return Diagnostic(pos, f"<{tag}> has no attribute '{attr}'",
-                          _did_you_mean(attr, allowed, "allowed attributes"))
+                          suggest(attr, allowed, "allowed attributes"))
     if "This element is not expected" in msg:
         parent = element.getparent() if element is not None else None
         parent_tag = parent.tag if parent is not None else "dataflow"
         expected = _CHILDREN.get(parent_tag, ())
         return Diagnostic(pos, f"<{tag}> is not allowed inside <{parent_tag}>",
-                          _did_you_mean(tag, expected, "allowed here"))
+                          suggest(tag, expected, "allowed here"))
     if "Character content" in msg:
         return Diagnostic(pos, f"<{tag}> may not contain text",
                           "put values in attributes, e.g. <param name=\"...\" value=\"...\"/>")
@@ -219,13 +218,7 @@ def _unexpected(doc: XmlDocument, element: etree._Element, parent: str,
                 expected: Iterable[str]) -> Diagnostic:
     return Diagnostic(doc.where(element).position,
                       f"<{element.tag}> is not allowed inside <{parent}>",
-                      _did_you_mean(str(element.tag), tuple(expected), "allowed here"))
-
-
-def _did_you_mean(word: str, choices: tuple[str, ...], label: str) -> str:
-    close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
-    listing = f"{label}: {', '.join(choices)}"
-    return f"did you mean '{close[0]}'? {listing}" if close else listing
+                      suggest(str(element.tag), tuple(expected), "allowed here"))
 
 
 _NAME_RULES = {

@@ -9,17 +9,17 @@ logical `Graph` whose every stream has a known schema.
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from compiler import expressions as ex
 from compiler.graph import Graph, Node, Stream
 from compiler.operators import (AGGREGATE_FUNCTIONS, CATALOGUE, SHAPE_COLUMNS, OperatorDef,
-                                ParamValueError, canonical_duration, parse_value)
+                                ParamValueError, aggregate_type, canonical_duration,
+                                join_output_names, parse_value)
 from compiler.spec import OperatorDecl, ParamDecl, Spec
 from compiler.types import ColumnType, Field, Schema
-from elastiq.diagnostics import Diagnostic, Position, SpecError
+from elastiq.diagnostics import Diagnostic, Position, SpecError, suggest
 
 WINDOW_COLUMNS = ("window_start", "window_end")
 
@@ -71,13 +71,6 @@ def check_or_raise(spec: Spec) -> Graph:
 # ----------------------------------------------------------------------------------------------
 # Names: types, operators, parameters
 
-def _suggest(word: str, choices: Any, label: str) -> str:
-    choices = sorted(choices)
-    close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
-    listing = f"{label}: {', '.join(choices)}" if choices else f"no {label} are declared"
-    return f"did you mean '{close[0]}'? {listing}" if close else listing
-
-
 def _check_types(c: _Checker) -> None:
     seen: dict[str, Position] = {}
     for t in c.spec.types:
@@ -95,7 +88,7 @@ def _check_types(c: _Checker) -> None:
             names.add(col.name)
             if col.type_name not in ColumnType.names():
                 c.error(col.type_pos, f"unknown column type '{col.type_name}'",
-                        _suggest(col.type_name, ColumnType.names(), "column types"))
+                        suggest(col.type_name, ColumnType.names(), "column types"))
                 continue
             fields.append(Field(col.name, ColumnType(col.type_name)))
         if len(fields) == len(t.columns):
@@ -114,7 +107,7 @@ def _check_operators(c: _Checker) -> dict[str, OperatorDef]:
         definition = CATALOGUE.get(op.kind)
         if definition is None:
             c.error(op.kind_pos, f"unknown operator type '{op.kind}'",
-                    _suggest(op.kind, CATALOGUE, "operator types"))
+                    suggest(op.kind, CATALOGUE, "operator types"))
             continue
         kinds[op.name] = definition
         _check_arity(c, op, definition)
@@ -151,7 +144,7 @@ def _check_params(c: _Checker, op: OperatorDecl, d: OperatorDef) -> dict[str, An
         definition = d.param(p.name)
         if definition is None:
             c.error(p.pos, f"{op.kind} operator '{op.name}' has no parameter '{p.name}'",
-                    _suggest(p.name, d.param_names, "its parameters") if d.params
+                    suggest(p.name, d.param_names, "its parameters") if d.params
                     else f"{op.kind} takes no parameters")
             continue
         if p.name in seen:
@@ -194,7 +187,7 @@ def _check_streams(c: _Checker, kinds: dict[str, OperatorDef]) -> list[OperatorD
             if port.name not in c.producers:
                 c.error(port.pos, f"operator '{op.name}' reads stream '{port.name}', which no "
                                   "operator produces",
-                        _suggest(port.name, c.producers, "streams produced"))
+                        suggest(port.name, c.producers, "streams produced"))
     for name, op in c.producers.items():
         if name not in consumed and kinds[op.name].role != "sink":
             out = next(o for o in op.outputs if o.name == name)
@@ -249,7 +242,7 @@ def _resolve(c: _Checker, op: OperatorDecl, d: OperatorDef) -> None:
         if declared is None:
             if out.type_name not in {t.name for t in c.spec.types}:
                 c.error(out.pos, f"unknown stream type '{out.type_name}'",
-                        _suggest(out.type_name, c.types, "declared types"))
+                        suggest(out.type_name, c.types, "declared types"))
             return
     if computed is None and declared is None:
         if d.output_type == "declared":
@@ -331,7 +324,7 @@ def _column_of(c: _Checker, op: OperatorDecl, schema: Schema, param: str, stream
     if found is None:
         c.error(p.value_pos(), f"parameter '{param}' of '{op.name}' names column '{name}', "
                                f"which stream '{stream}' does not have",
-                _suggest(name, schema.names, "its columns"))
+                suggest(name, schema.names, "its columns"))
         return None
     if want is not None and found.type is not want:
         c.error(p.value_pos(), f"column '{name}' of stream '{stream}' is {found.type.value}, "
@@ -370,7 +363,7 @@ def _group_columns(c: _Checker, op: OperatorDecl, schema: Schema, stream: str) -
         if found is None:
             c.error(op.param("group-by").value_pos(),  # type: ignore[union-attr]
                     f"group-by column '{name}' is not in stream '{stream}'",
-                    _suggest(name, schema.names, "its columns"))
+                    suggest(name, schema.names, "its columns"))
             ok = False
         else:
             result.append(found)
@@ -402,7 +395,7 @@ def _aggregate(c: _Checker, a: Any, schema: Schema, stream: str, taken: set[str]
         return None
     if a.function not in AGGREGATE_FUNCTIONS:
         c.error(a.function_pos, f"unknown aggregate function '{a.function}'",
-                _suggest(a.function, AGGREGATE_FUNCTIONS, "functions"))
+                suggest(a.function, AGGREGATE_FUNCTIONS, "functions"))
         return None
     if a.column is None:
         if a.function != "count":
@@ -413,25 +406,17 @@ def _aggregate(c: _Checker, a: Any, schema: Schema, stream: str, taken: set[str]
     col = schema.get(a.column)
     if col is None:
         c.error(a.column_pos, f"aggregate '{a.name}' reads column '{a.column}', which stream "
-                              f"'{stream}' does not have", _suggest(a.column, schema.names, "its columns"))
+                              f"'{stream}' does not have", suggest(a.column, schema.names, "its columns"))
         return None
     return _aggregate_type(c, a, col)
 
 
 def _aggregate_type(c: _Checker, a: Any, col: Field) -> Field | None:
-    if a.function == "count":
-        return Field(a.name, ColumnType.INT)
-    if a.function in ("sum", "avg") and not col.type.is_numeric:
-        c.error(a.column_pos, f"{a.function} needs a numeric column; '{col.name}' is "
-                              f"{col.type.value}", "use count, min or max, or a numeric column")
+    try:
+        return Field(a.name, aggregate_type(a.function, col))
+    except ValueError as e:
+        c.error(a.column_pos, str(e), "use count, or a column of a fitting type")
         return None
-    if a.function in ("min", "max") and not col.type.is_orderable:
-        c.error(a.column_pos, f"{a.function} cannot order {col.type.value} column '{col.name}'",
-                "use count")
-        return None
-    if a.function == "avg":
-        return Field(a.name, ColumnType.DOUBLE)
-    return Field(a.name, col.type)
 
 
 def _join(c: _Checker, op: OperatorDecl, inputs: list[Schema]) -> Schema | None:
@@ -469,7 +454,7 @@ def _join_keys(c: _Checker, op: OperatorDecl, left: Schema, right: Schema, ln: s
         for found, name, stream, schema in ((lf, l_name, ln, left), (rf, r_name, rn, right)):
             if found is None:
                 c.error(op.pos, f"join key '{name}' is not a column of stream '{stream}'",
-                        _suggest(name, schema.names, "its columns"))
+                        suggest(name, schema.names, "its columns"))
                 ok = False
         if lf and rf and lf.type is not rf.type:
             c.error(op.pos, f"join keys {ln}.{l_name} ({lf.type.value}) and {rn}.{r_name} "
@@ -492,17 +477,13 @@ def _join_time(c: _Checker, op: OperatorDecl, schema: Schema, stream: str, side:
 
 def _join_schema(c: _Checker, op: OperatorDecl, left: Schema, right: Schema,
                  right_name: str) -> Schema | None:
-    fields = list(left.fields)
-    names = set(left.names)
-    for f in right:
-        name = f.name if f.name not in names else f"{right_name}_{f.name}"
-        if name in names:
-            c.error(op.pos, f"join '{op.name}' would produce column '{name}' twice",
-                    "rename columns with a project operator before the join")
-            return None
-        names.add(name)
-        fields.append(Field(name, f.type))
-    return Schema(tuple(fields))
+    names = join_output_names(left, right, right_name)
+    clash = next((n for n in names if n in left.names or names.count(n) > 1), None)
+    if clash is not None:
+        c.error(op.pos, f"join '{op.name}' would produce column '{clash}' twice",
+                "rename columns with a project operator before the join")
+        return None
+    return Schema(left.fields + tuple(Field(n, f.type) for n, f in zip(names, right)))
 
 
 def _union(c: _Checker, op: OperatorDecl, inputs: list[Schema]) -> Schema | None:

@@ -53,3 +53,13 @@ class SpecError(Exception):
 
 def _sort_key(d: Diagnostic) -> tuple[str, int, int, str]:
     return (d.position.file, d.position.line, d.position.column, d.message)
+
+
+def suggest(word: str, choices: Iterable[str], label: str) -> str:
+    """A hint for an unknown name: the closest known one, if any, and the known ones."""
+    import difflib
+
+    known = sorted(choices)
+    close = difflib.get_close_matches(word, known, n=1, cutoff=0.6)
+    listing = f"{label}: {', '.join(known)}" if known else f"no {label} are declared"
+    return f"did you mean '{close[0]}'? {listing}" if close else listing

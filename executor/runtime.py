@@ -25,6 +25,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
+from compiler.operators import AGGREGATE_FUNCTIONS, aggregate_type, join_output_names
 from compiler.types import ColumnType, Field, Schema
 from executor import shapes, sinks, sources
 
@@ -34,7 +35,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _DURATION = re.compile(r"^(\d+) (milliseconds|seconds|minutes|hours)$")
-AGGREGATE_FUNCTIONS = ("count", "sum", "avg", "min", "max")
 
 
 class RuntimeSpecError(ValueError):
@@ -51,26 +51,6 @@ def parse_duration(text: str) -> timedelta:
     if match is None:
         raise ValueError(f"duration {text!r} is not '<n> milliseconds|seconds|minutes|hours'")
     return timedelta(**{match.group(2): int(match.group(1))})
-
-
-def aggregate_type(function: str, column: Field | None) -> ColumnType:
-    """The result type of an aggregate (pure): count -> int, avg -> double, else the input's."""
-    if function == "count":
-        return ColumnType.INT
-    if column is None:
-        raise ValueError(f"aggregate {function} needs a column")
-    if function in ("sum", "avg") and not column.type.is_numeric:
-        raise ValueError(f"{function}({column.name}) needs a numeric column, it is "
-                         f"{column.type.value}")
-    if function in ("min", "max") and not column.type.is_orderable:
-        raise ValueError(f"{function}({column.name}) needs an orderable column")
-    return ColumnType.DOUBLE if function == "avg" else column.type
-
-
-def join_output_names(left: Schema, right: Schema, right_name: str) -> list[str]:
-    """Right column names after renaming clashes with left names to f"{right}_{name}" (pure)."""
-    taken = set(left.names)
-    return [f"{right_name}_{n}" if n in taken else n for n in right.names]
 
 
 def channel_reader_id(task_id: str, channel: str) -> str:

@@ -10,7 +10,8 @@ import pytest
 
 from compiler.types import ColumnType, Field, Schema
 from executor import shapes, sinks, sources
-from executor.runtime import aggregate_type, join_output_names, parse_duration
+from compiler.operators import aggregate_type, join_output_names
+from executor.runtime import parse_duration
 from executor.task_runner import backlog_of, decide_restart
 
 

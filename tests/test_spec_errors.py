@@ -142,7 +142,7 @@ CASES = [
         'average"', "did you mean 'avg'"),
     Case("sum-over-string", with_source_and_sink(_window(
         _W_OK, '    <aggregate name="a" function="sum" column="sensor"/>\n'), "agg"),
-        'sensor"/>', "sum needs a numeric column", nth=1),
+        'sensor"/>', "sum(sensor) needs a numeric column", nth=1),
     Case("avg-without-column", with_source_and_sink(_window(
         _W_OK, '    <aggregate name="a" function="avg"/>\n'), "agg"),
         '<aggregate name="a"', "needs a column"),
