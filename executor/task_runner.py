@@ -15,7 +15,6 @@ import logging
 import os
 import re
 import threading
-import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import ModuleType

@@ -5,9 +5,7 @@ the same input (`batch_ids`), never from earlier output."""
 from __future__ import annotations
 
 import json
-import os
 import signal
-import struct
 import subprocess
 import sys
 import threading

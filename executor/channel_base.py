@@ -1,0 +1,99 @@
+"""Channel values shared by the writer and the reader: numbered batches, statistics, errors,
+and the rate-limited log of refused frames. `executor.channels` describes the protocol."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Mapping
+
+import pyarrow as pa
+
+log = logging.getLogger("executor.channels")
+
+FRAME_SLACK_BYTES = 64 << 10  # ZeroMQ's hard cap is max_frame_bytes + this (headers, ids)
+HEARTBEAT_MS = 1000  # ZeroMQ heartbeats on both ends; a peer silent for 3 of them is gone
+BATCHED_RECV = 256  # messages handled per I/O wake-up before pumping again
+
+
+# --- values ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One numbered batch as a reader delivers it."""
+
+    seq: int
+    tag: int
+    table: pa.Table
+
+
+@dataclass(frozen=True)
+class WriterStats:
+    channel_id: str
+    epoch: int
+    batches_sent: int  # numbered batches accepted by send()
+    rows_sent: int
+    data_frames: int  # DATA frames put on the wire, replays included
+    retained_batches: int
+    retained_bytes: int
+    first_seq: int
+    last_seq: int
+    acked: Mapping[str, int]  # per tracked reader
+    sessions: tuple[str, ...]  # reader ids currently served
+    refused_frames: int
+    blocked_sends: int  # sends that had to wait for room
+
+
+@dataclass(frozen=True)
+class ReaderStats:
+    channel_id: str
+    reader_id: str
+    endpoint: str
+    epoch: int | None
+    next_seq: int | None  # the next sequence number the reader accepts
+    handed_upto: int  # highest seq returned by poll/fetch
+    acked_upto: int
+    buffered_batches: int
+    batches_received: int
+    duplicates_dropped: int
+    refused_frames: int
+    resubscribes: int
+
+
+class ChannelError(Exception):
+    """A channel cannot do what was asked; the message says which channel and why."""
+
+
+class ChannelFull(ChannelError):
+    """`send` timed out waiting for retention room (readers are not acknowledging)."""
+
+
+class ChannelTrimmed(ChannelError):
+    """A replay asked for batches the writer no longer retains."""
+
+    def __init__(self, message: str, first: int, last: int) -> None:
+        super().__init__(message)
+        self.first = first
+        self.last = last
+
+
+class WrongChannel(ChannelError):
+    """The endpoint serves another channel."""
+
+
+class ChannelTimeout(ChannelError):
+    """No answer (or not all the asked batches) within the timeout."""
+
+
+class _RefusalLog:
+    """Logs refused frames without letting a flood of garbage flood the log."""
+
+    def __init__(self, who: str) -> None:
+        self.count = 0
+        self._who = who
+
+    def refuse(self, reason: str) -> None:
+        self.count += 1
+        if self.count <= 10 or self.count & (self.count - 1) == 0:
+            log.warning("%s: refused frame #%s: %s", self._who, self.count, reason)

@@ -1,0 +1,561 @@
+"""The producing end of a channel: numbering, tag idempotence, upstream backup, credit, replay.
+
+`ChannelWriter` binds a ROUTER and owns it from one I/O thread; the pure pieces it is built from
+(`RetainedBuffer`, `TagLog`, `retention_floor`, `subscription_start`) are tested alone.
+`executor.channels` describes the protocol, its memory bound and its liveness trade-off."""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import threading
+import time
+import uuid
+from collections import deque
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+import pyarrow as pa
+import zmq
+
+from executor.channel_base import (
+    ChannelError,
+    ChannelFull,
+    FRAME_SLACK_BYTES,
+    HEARTBEAT_MS,
+    BATCHED_RECV,
+    WriterStats,
+    _RefusalLog,
+)
+from executor.wire import (
+    FLAG_NON_RETAINING,
+    NONE,
+    READER_KINDS,
+    ErrorCode,
+    FrameError,
+    Header,
+    Kind,
+    check_frame_sizes,
+    decode_header,
+    encode_header,
+    encode_table,
+)
+
+log = logging.getLogger("executor.channels")
+
+_TAG_HISTORY = 65536
+
+
+# --- pure pieces of the writer --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Entry:
+    seq: int
+    tag: int
+    body: pa.Buffer
+    rows: int
+
+
+class RetainedBuffer:
+    """The writer's upstream backup: encoded batches by consecutive seq, with byte accounting."""
+
+    def __init__(self) -> None:
+        self._entries: deque[_Entry] = deque()
+        self.last_seq = 0
+        self.nbytes = 0
+
+    @property
+    def first_seq(self) -> int:
+        return self._entries[0].seq if self._entries else self.last_seq + 1
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def has_room(self, nbytes: int, max_batches: int, max_bytes: int) -> bool:
+        if not self._entries:
+            return True
+        return len(self._entries) < max_batches and self.nbytes + nbytes <= max_bytes
+
+    def append(self, tag: int, body: pa.Buffer | bytes, rows: int) -> int:
+        self.last_seq += 1
+        self._entries.append(_Entry(self.last_seq, tag, body, rows))
+        self.nbytes += len(body)
+        return self.last_seq
+
+    def get(self, seq: int) -> _Entry:
+        return self._entries[seq - self.first_seq]
+
+    def trim_upto(self, seq: int) -> int:
+        trimmed = 0
+        while self._entries and self._entries[0].seq <= seq:
+            self.nbytes -= len(self._entries.popleft().body)
+            trimmed += 1
+        return trimmed
+
+
+class TagLog:
+    """Which seq a producer tag got: tags are increasing; an empty batch maps to the seq before."""
+
+    def __init__(self, limit: int = _TAG_HISTORY) -> None:
+        self._tags: list[int] = []
+        self._seqs: list[int] = []
+        self._limit = limit
+        self.last_tag = -1
+
+    def record(self, tag: int, seq: int) -> None:
+        self._tags.append(tag)
+        self._seqs.append(seq)
+        self.last_tag = tag
+        if len(self._tags) > 2 * self._limit:
+            del self._tags[: self._limit]
+            del self._seqs[: self._limit]
+
+    def seq_for(self, tag: int) -> int | None:
+        """The seq recorded at the latest tag <= `tag`; None when older than the history."""
+        index = bisect.bisect_right(self._tags, tag) - 1
+        return self._seqs[index] if index >= 0 else None
+
+
+def retention_floor(acked: Mapping[str, int], tracked: set[str]) -> int:
+    """The highest seq every tracked reader has acknowledged; 0 (trim nothing) if none tracked."""
+    if not tracked:
+        return 0
+    return min(acked.get(reader, 0) for reader in tracked)
+
+
+def subscription_start(from_seq: int, acked: int, first: int) -> tuple[int, bool]:
+    """(first seq to send, trimmed?) for a subscribe asking `from_seq` (NONE: after its ack)."""
+    start = acked + 1 if from_seq == NONE else from_seq
+    return start, start < first
+
+
+@dataclass
+class _Session:
+    """Writer-side state of one subscribed reader (I/O thread only, under the writer lock)."""
+
+    reader_id: str
+    identity: bytes
+    sub_id: int
+    next_seq: int
+    limit: int
+    retains: bool
+
+
+def _tcp_bind_address(bind: str) -> str:
+    return bind[: -len(":0")] + ":*" if bind.startswith("tcp://") and bind.endswith(":0") else bind
+
+
+def _as_table(table: pa.Table | pa.RecordBatch) -> pa.Table:
+    return pa.Table.from_batches([table]) if isinstance(table, pa.RecordBatch) else table
+
+
+# --- the writer -----------------------------------------------------------------------------
+
+
+class ChannelWriter:
+    """The producing end of one channel: binds, numbers, retains, serves readers within credit."""
+
+    def __init__(
+        self,
+        channel_id: str,
+        schema: pa.Schema,
+        *,
+        bind: str = "tcp://127.0.0.1:0",
+        expected_readers: Sequence[str] = (),
+        epoch: int = 0,
+        max_retained_batches: int = 1024,
+        max_retained_bytes: int = 256 << 20,
+        max_frame_bytes: int = 64 << 20,
+    ) -> None:
+        if not channel_id or max_retained_batches < 1 or max_retained_bytes < 1:
+            raise ValueError("channel_id must be non-empty and retention bounds positive")
+        self.channel_id = channel_id
+        self.schema = schema
+        self.epoch = epoch
+        self._max_batches = max_retained_batches
+        self._max_bytes = max_retained_bytes
+        self._max_frame = max_frame_bytes
+        self._cond = threading.Condition()
+        self._send_lock = threading.Lock()
+        self._buffer = RetainedBuffer()
+        self._tags = TagLog()
+        self._tracked: set[str] = set(expected_readers)
+        self._acked: dict[str, int] = {reader: 0 for reader in expected_readers}
+        self._sessions: dict[str, _Session] = {}
+        self._to_end: list[tuple[str, ErrorCode, str]] = []
+        self._closing = False
+        self._backlog = False
+        self._refusals = _RefusalLog(f"channel {channel_id} writer")
+        self._counts = {"batches": 0, "rows": 0, "frames": 0, "blocked": 0}
+        self._ctx = zmq.Context.instance()
+        self._router = self._open_router(bind)
+        self.endpoint: str = self._router.getsockopt_string(zmq.LAST_ENDPOINT)
+        self._wake_rx, self._wake_tx = self._open_wake_pair()
+        self._wake_lock = threading.Lock()
+        self._thread = threading.Thread(
+            target=self._run, name=f"channel-writer-{channel_id}", daemon=True
+        )
+        self._thread.start()
+        log.info("channel %s: writer epoch %s bound %s", channel_id, epoch, self.endpoint)
+
+    # -- sockets
+
+    def _open_router(self, bind: str) -> zmq.Socket:
+        sock = self._ctx.socket(zmq.ROUTER)
+        sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.MAXMSGSIZE, self._max_frame + FRAME_SLACK_BYTES)
+        sock.setsockopt(zmq.HEARTBEAT_IVL, HEARTBEAT_MS)
+        sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, 3 * HEARTBEAT_MS)
+        try:
+            sock.bind(_tcp_bind_address(bind))
+        except zmq.ZMQError as exc:
+            sock.close()
+            raise ChannelError(f"channel {self.channel_id}: cannot bind {bind}: {exc}") from exc
+        return sock
+
+    def _open_wake_pair(self) -> tuple[zmq.Socket, zmq.Socket]:
+        address = f"inproc://elastiq-channel-wake-{uuid.uuid4().hex}"
+        rx = self._ctx.socket(zmq.PAIR)
+        rx.bind(address)
+        tx = self._ctx.socket(zmq.PAIR)
+        tx.setsockopt(zmq.LINGER, 0)
+        tx.connect(address)
+        return rx, tx
+
+    def _wake(self) -> None:
+        with self._wake_lock:
+            if self._wake_tx.closed:
+                return
+            try:
+                self._wake_tx.send(b"", zmq.NOBLOCK)
+            except zmq.Again:
+                pass  # wake-ups already queued
+
+    # -- the producer's API
+
+    def send(self, table: pa.Table | pa.RecordBatch, tag: int, timeout: float | None = None) -> int:
+        """Number and retain `table` (tagged with the producing micro-batch id) and return its seq.
+
+        A tag <= the last tag sent is a re-run: nothing is sent and the earlier seq is returned.
+        An empty table is not sent; its tag advances and the current last seq is returned.
+        Blocks while retention is full; raises ChannelFull after `timeout` seconds.
+        """
+        table = _as_table(table)
+        if not table.schema.equals(self.schema, check_metadata=False):
+            raise ChannelError(
+                f"channel {self.channel_id}: batch schema {table.schema} is not {self.schema}"
+            )
+        with self._send_lock:
+            earlier = self._rerun_seq(tag)
+            if earlier is not None:
+                return earlier
+            if table.num_rows == 0:
+                with self._cond:
+                    self._tags.record(tag, self._buffer.last_seq)
+                    return self._buffer.last_seq
+            body = encode_table(table)
+            if len(body) > self._max_frame:
+                raise ChannelError(
+                    f"channel {self.channel_id}: batch with tag {tag} encodes to {len(body)} "
+                    f"bytes, above max_frame_bytes {self._max_frame}"
+                )
+            seq = self._admit(tag, body, table.num_rows, timeout)
+        self._wake()
+        return seq
+
+    def _rerun_seq(self, tag: int) -> int | None:
+        with self._cond:
+            if self._closing:
+                raise ChannelError(f"channel {self.channel_id}: writer is closed")
+            if tag > self._tags.last_tag:
+                return None
+            seq = self._tags.seq_for(tag)
+        log.info("channel %s: tag %s re-run ignored (seq %s)", self.channel_id, tag, seq)
+        return seq if seq is not None else 0
+
+    def _admit(self, tag: int, body: pa.Buffer, rows: int, timeout: float | None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            if not self._buffer.has_room(len(body), self._max_batches, self._max_bytes):
+                self._counts["blocked"] += 1
+            while not self._buffer.has_room(len(body), self._max_batches, self._max_bytes):
+                if self._closing:
+                    raise ChannelError(f"channel {self.channel_id}: writer is closed")
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise ChannelFull(
+                        f"channel {self.channel_id}: retention full ({len(self._buffer)} "
+                        f"batches, {self._buffer.nbytes} bytes) for {timeout} s; "
+                        f"acked={dict(self._acked)}"
+                    )
+                self._cond.wait(remaining)
+            seq = self._buffer.append(tag, body, rows)
+            self._tags.record(tag, seq)
+            self._counts["batches"] += 1
+            self._counts["rows"] += rows
+            return seq
+
+    def retained_range(self) -> tuple[int, int]:
+        """(first retained seq, last seq); (last + 1, last) when nothing is retained."""
+        with self._cond:
+            return self._buffer.first_seq, self._buffer.last_seq
+
+    def stats(self) -> WriterStats:
+        with self._cond:
+            return WriterStats(
+                channel_id=self.channel_id,
+                epoch=self.epoch,
+                batches_sent=self._counts["batches"],
+                rows_sent=self._counts["rows"],
+                data_frames=self._counts["frames"],
+                retained_batches=len(self._buffer),
+                retained_bytes=self._buffer.nbytes,
+                first_seq=self._buffer.first_seq,
+                last_seq=self._buffer.last_seq,
+                acked={r: self._acked.get(r, 0) for r in sorted(self._tracked)},
+                sessions=tuple(sorted(self._sessions)),
+                refused_frames=self._refusals.count,
+                blocked_sends=self._counts["blocked"],
+            )
+
+    # -- retargeting (control tuples)
+
+    def add_reader(self, reader_id: str, acked: int = 0) -> None:
+        """Retain for `reader_id` from `acked` + 1 on, before it subscribes."""
+        with self._cond:
+            self._tracked.add(reader_id)
+            self._acked[reader_id] = max(self._acked.get(reader_id, 0), acked)
+
+    def drop_reader(self, reader_id: str) -> None:
+        """Stop serving and retaining for `reader_id` (gone for good)."""
+        self._end_reader(reader_id, ErrorCode.RETARGETED, None)
+
+    def retarget_reader(self, old_reader: str, new_reader: str) -> None:
+        """Serve `new_reader` instead of `old_reader`, continuing after the old reader's ack."""
+        self._end_reader(old_reader, ErrorCode.RETARGETED, new_reader)
+
+    def _end_reader(self, reader_id: str, code: ErrorCode, successor: str | None) -> None:
+        with self._cond:
+            acked = self._acked.pop(reader_id, 0)
+            self._tracked.discard(reader_id)
+            if successor is not None:
+                self.add_reader(successor, acked)
+            message = f"channel {self.channel_id}: writer no longer serves reader {reader_id}"
+            self._to_end.append((reader_id, code, message))
+            self._trim()
+        log.info("channel %s: reader %s ended (successor %s)", self.channel_id, reader_id, successor)
+        self._wake()
+
+    def close(self) -> None:
+        """Stop the I/O thread, join it, and close the sockets; blocked senders get ChannelError."""
+        with self._cond:
+            if self._closing:
+                return
+            self._closing = True
+            self._cond.notify_all()
+        self._wake()
+        self._thread.join(timeout=10)
+        with self._wake_lock:
+            self._wake_tx.close(linger=0)
+        log.info("channel %s: writer closed", self.channel_id)
+
+    # -- the I/O thread
+
+    def _run(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self._router, zmq.POLLIN)
+        poller.register(self._wake_rx, zmq.POLLIN)
+        try:
+            while not self._closing:
+                events = dict(poller.poll(5 if self._backlog else 200))
+                if self._wake_rx in events:
+                    self._drain_wake()
+                if self._router in events:
+                    self._drain_router()
+                with self._cond:
+                    self._end_sessions()
+                    self._pump()
+        except Exception:  # noqa: BLE001 - a crash here must be visible, not silent
+            log.exception("channel %s: writer I/O thread failed", self.channel_id)
+            raise
+        finally:
+            self._router.close(linger=0)
+            self._wake_rx.close(linger=0)
+
+    def _drain_wake(self) -> None:
+        while True:
+            try:
+                self._wake_rx.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+
+    def _drain_router(self) -> None:
+        for _ in range(BATCHED_RECV):
+            try:
+                frames = self._router.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            with self._cond:
+                self._handle(frames[0], frames[1:])
+
+    def _handle(self, identity: bytes, frames: list[bytes]) -> None:
+        try:
+            header = self._parse(frames)
+        except FrameError as exc:
+            self._refusals.refuse(f"from peer {identity.hex()}: {exc}")
+            self._reply_error(identity, ErrorCode.BAD_FRAME, 0, str(exc))
+            return
+        if header.channel_id != self.channel_id:
+            message = (
+                f"endpoint {self.endpoint} serves channel {self.channel_id}, "
+                f"not {header.channel_id}"
+            )
+            self._refusals.refuse(message)
+            self._reply_error(identity, ErrorCode.WRONG_CHANNEL, header.d, message, header.channel_id)
+            return
+        handler = {
+            Kind.SUBSCRIBE: self._on_subscribe,
+            Kind.CREDIT: self._on_credit,
+            Kind.ACK: self._on_ack,
+            Kind.RANGE_REQ: self._on_range_request,
+            Kind.BYE: self._on_bye,
+        }[header.kind]
+        handler(identity, header)
+
+    def _parse(self, frames: list[bytes]) -> Header:
+        check_frame_sizes([len(f) for f in frames], self._max_frame)
+        if len(frames) != 1:
+            raise FrameError(f"expected 1 frame after the routing id, got {len(frames)}")
+        header = decode_header(frames[0])
+        if header.kind not in READER_KINDS:
+            raise FrameError(f"frame kind {header.kind.name} is not one a reader sends")
+        if header.kind in (Kind.SUBSCRIBE, Kind.CREDIT, Kind.ACK) and not header.text:
+            raise FrameError(f"{header.kind.name} without a reader id")
+        return header
+
+    def _on_subscribe(self, identity: bytes, header: Header) -> None:
+        reader_id, from_seq, window, sub_id = header.text, header.a, header.b, header.d
+        if from_seq != NONE and from_seq < 1:
+            self._reply_error(identity, ErrorCode.BAD_FRAME, sub_id, f"from_seq {from_seq} < 1")
+            return
+        retains = not header.c & FLAG_NON_RETAINING
+        start, trimmed = subscription_start(
+            from_seq, self._acked.get(reader_id, 0), self._buffer.first_seq
+        )
+        if trimmed:
+            self._reply_trimmed(identity, reader_id, start, sub_id)
+            return
+        self._replace_session(reader_id, identity)
+        self._sessions[reader_id] = _Session(
+            reader_id, identity, sub_id, start, start - 1 + max(window, 0), retains
+        )
+        if retains and reader_id not in self._tracked:
+            self.add_reader(reader_id, start - 1)
+        reply = Header(Kind.SUBSCRIBED, self.channel_id, start, self.epoch, self._buffer.last_seq, sub_id)
+        self._send_frames(identity, [encode_header(reply)])
+        log.info("channel %s: reader %s subscribed from %s", self.channel_id, reader_id, start)
+
+    def _reply_trimmed(self, identity: bytes, reader_id: str, start: int, sub_id: int) -> None:
+        first, last = self._buffer.first_seq, self._buffer.last_seq
+        message = (
+            f"channel {self.channel_id}: reader {reader_id} asked from seq {start} but the "
+            f"retained range is ({first}, {last})"
+        )
+        log.warning("%s", message)
+        self._reply_error(identity, ErrorCode.TRIMMED, sub_id, message, first=first, last=last)
+
+    def _replace_session(self, reader_id: str, identity: bytes) -> None:
+        old = self._sessions.pop(reader_id, None)
+        if old is not None and old.identity != identity:
+            message = f"channel {self.channel_id}: another reader subscribed as {reader_id}"
+            self._reply_error(old.identity, ErrorCode.SUPERSEDED, old.sub_id, message)
+
+    def _session_of(self, identity: bytes, header: Header) -> _Session | None:
+        session = self._sessions.get(header.text)
+        if session is None or session.identity != identity:
+            message = f"channel {self.channel_id}: {header.text} is not subscribed here"
+            self._reply_error(identity, ErrorCode.NOT_SUBSCRIBED, header.d, message)
+            return None
+        return session
+
+    def _on_credit(self, identity: bytes, header: Header) -> None:
+        session = self._session_of(identity, header)
+        if session is not None and session.sub_id == header.d:
+            session.limit = max(session.limit, header.a)
+
+    def _on_ack(self, identity: bytes, header: Header) -> None:
+        reader_id, upto = header.text, min(header.a, self._buffer.last_seq)
+        if reader_id in self._tracked and upto > self._acked.get(reader_id, 0):
+            self._acked[reader_id] = upto
+            self._trim()
+        session = self._sessions.get(reader_id)
+        if session is not None and session.identity == identity and session.sub_id == header.d:
+            session.limit = max(session.limit, header.b)
+
+    def _on_range_request(self, identity: bytes, header: Header) -> None:
+        first, last = self._buffer.first_seq, self._buffer.last_seq
+        reply = Header(Kind.RANGE, self.channel_id, first, last, self.epoch, header.d)
+        self._send_frames(identity, [encode_header(reply)])
+
+    def _on_bye(self, identity: bytes, header: Header) -> None:
+        session = self._sessions.get(header.text)
+        if session is not None and session.identity == identity:
+            del self._sessions[header.text]
+            log.info("channel %s: reader %s said bye", self.channel_id, header.text)
+
+    def _trim(self) -> None:
+        if self._buffer.trim_upto(retention_floor(self._acked, self._tracked)):
+            self._cond.notify_all()
+
+    def _end_sessions(self) -> None:
+        for reader_id, code, message in self._to_end:
+            session = self._sessions.pop(reader_id, None)
+            if session is not None:
+                self._reply_error(session.identity, code, session.sub_id, message)
+        self._to_end.clear()
+
+    def _pump(self) -> None:
+        self._backlog = False
+        for session in list(self._sessions.values()):
+            self._pump_session(session)
+
+    def _pump_session(self, session: _Session) -> None:
+        while session.next_seq <= min(session.limit, self._buffer.last_seq):
+            if session.next_seq < self._buffer.first_seq:
+                del self._sessions[session.reader_id]
+                self._reply_trimmed(session.identity, session.reader_id, session.next_seq, session.sub_id)
+                return
+            entry = self._buffer.get(session.next_seq)
+            header = Header(Kind.DATA, self.channel_id, entry.seq, entry.tag, self.epoch, session.sub_id)
+            outcome = self._send_frames(session.identity, [encode_header(header), entry.body])
+            if outcome == "blocked":
+                self._backlog = True
+                return
+            if outcome == "gone":
+                self._sessions.pop(session.reader_id, None)
+                log.warning("channel %s: reader %s unreachable, session ended",
+                            self.channel_id, session.reader_id)
+                return
+            self._counts["frames"] += 1
+            session.next_seq += 1
+
+    def _reply_error(
+        self, identity: bytes, code: ErrorCode, sub_id: int, message: str,
+        channel_id: str | None = None, first: int = 0, last: int = 0,
+    ) -> None:
+        header = Header(Kind.ERROR, channel_id or self.channel_id, int(code), first, last, sub_id,
+                        message[:4000])
+        self._send_frames(identity, [encode_header(header)])
+
+    def _send_frames(self, identity: bytes, frames: list[bytes | pa.Buffer]) -> str:
+        try:
+            self._router.send_multipart([identity, *frames], zmq.NOBLOCK, copy=False)
+        except zmq.Again:
+            return "blocked"
+        except zmq.ZMQError as exc:
+            if exc.errno == zmq.EHOSTUNREACH:
+                return "gone"
+            raise
+        return "sent"
