@@ -34,7 +34,7 @@ EXECUTOR_GRACE_SECONDS = 15.0  # an executor stops its Spark queries and session
 class RunOptions:
     spec: Path
     agents: int = 1
-    cpus_per_agent: float = 2.0
+    cpus_per_agent: float = 4.0  # scheduling units each agent offers (tasks ask 0.5 or 1)
     mem_per_agent_mb: int = 6144
     state_dir: Path | None = None  # default: a fresh temporary folder, removed afterwards
     duration: float | None = None  # seconds; None: until Ctrl-C or the query ends
@@ -117,7 +117,7 @@ def _run_in(state: Path, compilation: Any, options: RunOptions, out: TextIO, err
                  "ports": "31000-31999"}
     executor = ExecutorSpec(command=f"exec {sys.executable} -m executor",
                             environment=(("ELASTIQ_STATE_DIR", str(state / "state")),
-                                         ("ELASTIQ_SPARK_CORES", str(int(options.cpus_per_agent))),
+                                         ("ELASTIQ_SPARK_CORES", str(spark_cores(options.cpus_per_agent))),
                                          ("PYTHONPATH", _pythonpath())))
     config = SchedulerConfig(executor=executor)
     print(f"elastiq: running {query.query_id} ({len(query.tasks)} task(s)) on "
@@ -134,6 +134,11 @@ def _run_in(state: Path, compilation: Any, options: RunOptions, out: TextIO, err
             service.stop_query(query.query_id)
             _wait_until_ended(service, query.query_id, timeout=20.0)
             service.stop(failover=False)
+
+
+def spark_cores(offered_cpus: float) -> int:
+    """Cores for an embedded agent's SparkSession: what it offers, at most what the machine has."""
+    return max(1, min(int(offered_cpus), os.cpu_count() or 1))
 
 
 def _pythonpath() -> str:

@@ -23,7 +23,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "the terminal (Ctrl-C stops it)")
     r.add_argument("spec", metavar="SPEC")
     r.add_argument("--agents", type=int, default=1, help="embedded agents (default 1)")
-    r.add_argument("--cpus", type=float, default=2.0, help="cpus each agent offers (default 2)")
+    r.add_argument("--cpus", type=float, default=4.0,
+                   help="cpus each agent offers to tasks (default 4; the agent's SparkSession uses "
+                        "at most the machine's cores)")
     r.add_argument("--mem", type=int, default=6144, help="MB each agent offers (default 6144)")
     r.add_argument("--duration", type=float, help="stop after this many seconds")
     r.add_argument("--state-dir", help="keep checkpoints, sandboxes and logs here")
@@ -38,6 +40,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--listen", default="127.0.0.1:8088", help="API address (default "
                    "127.0.0.1:8088; binds to loopback unless told otherwise)")
     s.add_argument("--state-dir", default="elastiq-state", help="checkpoints and sandboxes")
+    s.add_argument("--zk", metavar="HOST:PORT[/ROOT]", help="ZooKeeper for leader election and "
+                   "the registry (several schedulers elect one leader); default: none")
+    s.add_argument("--zk-session-timeout", type=float, default=10.0,
+                   help="ZooKeeper session timeout in seconds (default 10)")
+    s.add_argument("--zk-acl-file", metavar="FILE", help="file with USER:PASSWORD: "
+                   "authenticate as that digest user and make every node we create its alone")
+    s.add_argument("--principal", help="Mesos framework authentication principal")
+    s.add_argument("--secret-file", metavar="FILE", help="file holding the principal's secret")
+    s.add_argument("--executor-command", help="how agents start our executor (default: "
+                   "exec <this python> -m executor)")
     s.set_defaults(handler=cmd_scheduler)
 
     for name, helptext, handler in (("submit", "submit a spec to the scheduler", cmd_submit),
@@ -83,8 +95,13 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
     host, _, port = args.listen.rpartition(":")
     state = Path(args.state_dir).resolve()
     check_java()
+    try:
+        coordination, principal, secret = _coordination(args), args.principal, _secret(args)
+    except (ValueError, OSError) as e:
+        print(f"elastiq: {e}", file=sys.stderr)
+        return 2
     config = SchedulerConfig(executor=ExecutorSpec(
-        command=f"exec {sys.executable} -m executor",
+        command=args.executor_command or f"exec {sys.executable} -m executor",
         environment=(("ELASTIQ_STATE_DIR", str(state / "state")),)))
     cluster = None
     master = args.master
@@ -94,16 +111,25 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
 
         cluster = EmbeddedCluster(agents=args.embedded_agents, work_dir=state / "cluster",
                                   executor_grace_seconds=EXECUTOR_GRACE_SECONDS,
-                                  resources={"cpus": 2, "mem": 6144, "ports": "31000-31999"})
+                                  resources={"cpus": 4, "mem": 6144, "ports": "31000-31999"})
         cluster.__enter__()
         master = cluster.master_address
-    service = SchedulerService(master, config).start()
+    service = SchedulerService(master, config, coordination=coordination, principal=principal,
+                               secret=secret)
     try:
         api = ApiServer(service, host=host or "127.0.0.1", port=int(port)).start()
     except OSError as e:
         print(f"elastiq: cannot listen on {args.listen}: {e.strerror}; choose another address "
               "with --listen HOST:PORT", file=sys.stderr)
-        service.stop(failover=cluster is None)
+        if cluster is not None:
+            cluster.__exit__(None, None, None)
+        return 1
+    service.address = api.url  # what standbys tell clients to use
+    try:
+        service.start()
+    except Exception as e:  # e.g. no ZooKeeper answers
+        print(f"elastiq: cannot start the scheduler: {e}", file=sys.stderr)
+        api.stop()
         if cluster is not None:
             cluster.__exit__(None, None, None)
         return 1
@@ -121,6 +147,28 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
         if cluster is not None:
             cluster.__exit__(None, None, None)
     return 0
+
+
+def _coordination(args: argparse.Namespace) -> Any:
+    """ZooKeeper from --zk (and --zk-acl-file), or None for the in-process default."""
+    if not args.zk:
+        return None
+    from scheduler.zk import ZkSettings, ZooKeeperCoordination, parse_zk_address, read_digest_file
+
+    hosts, root = parse_zk_address(args.zk)
+    digest = read_digest_file(args.zk_acl_file) if args.zk_acl_file else None
+    return ZooKeeperCoordination(ZkSettings(hosts, root, args.zk_session_timeout, digest))
+
+
+def _secret(args: argparse.Namespace) -> str | None:
+    if args.secret_file is None:
+        return None
+    if not args.principal:
+        raise ValueError("--secret-file needs --principal")
+    secret = Path(args.secret_file).read_text(encoding="utf-8").strip()
+    if not secret:
+        raise ValueError(f"{args.secret_file} is empty")
+    return secret
 
 
 def _client(args: argparse.Namespace) -> SchedulerClient:
@@ -157,24 +205,40 @@ def cmd_stop(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from elastiq.progress import ProgressLine, Summary
+    """Print the status once, or with --watch redraw a table every second until Ctrl-C."""
+    from scheduler.metrics import Readings
 
-    while True:
-        code, reply = _call(lambda: _client(args).status(args.query))
-        if code != 0:
-            return code
-        if args.json:
-            print(json.dumps(reply, indent=2))
-        else:
-            _print_status(reply)
-        if not args.watch:
-            return 0
-        time.sleep(1.0)
+    readings: Readings = {}
+    try:
+        while True:
+            code, reply = _call(lambda: _client(args).status(args.query))
+            if code != 0:
+                return code
+            if args.json:
+                print(json.dumps(reply, indent=2), flush=True)
+            elif args.watch:
+                readings = _print_status(reply, readings, watch=True)
+            else:
+                _print_status(reply)
+            if not args.watch:
+                return 0
+            time.sleep(1.0)
+    except (KeyboardInterrupt, BrokenPipeError):
+        return 0
 
 
-def _print_status(reply: dict[str, Any]) -> None:
+def _print_status(reply: dict[str, Any], readings: Any = None, watch: bool = False) -> Any:
+    """One query list; with `watch`, a cleared screen and the table of `status --watch`
+    (rates from the previous frame's `readings`; returns this frame's)."""
     from elastiq.progress import summarize
+    from scheduler.metrics import format_watch, watch_rows
 
+    if watch:
+        rows, readings = watch_rows(reply, readings or {}, time.monotonic())
+        sys.stdout.write("\x1b[H\x1b[2J" if sys.stdout.isatty() else "\n")
+        print(f"elastiq status at {time.strftime('%H:%M:%S')} (Ctrl-C ends)\n", flush=True)
+        print(format_watch(rows) if rows else "no queries", flush=True)
+        return readings
     queries = reply["queries"] if "queries" in reply else [reply]
     if not queries:
         print("no queries")
@@ -184,6 +248,7 @@ def _print_status(reply: dict[str, Any]) -> None:
             where = t.get("hostname") or "-"
             extra = f"  ({t['last_failure']})" if t.get("last_failure") else ""
             print(f"  {t['task_id']:<24} {t['state']:<9} attempt {t['attempt']} on {where}{extra}")
+    return readings
 
 
 def cmd_tail(args: argparse.Namespace) -> int:

@@ -73,6 +73,7 @@ class TaskLaunch:
     program: str  # generated Python source (compiler.codegen output, never user text)
     endpoints: Mapping[str, str]  # channel id -> "tcp://host:port"
     attempt: int
+    outputs: tuple[str, ...] = ()  # channel ids this task serves (its writers live in the hub)
 
 
 @dataclass(frozen=True)
@@ -179,6 +180,9 @@ class StartRunner:
 class StopRunner:
     stimulus_id: str
     mesos_task_id: str
+    # Close the task's channel writers too (a kill or the query's end). Not when a new attempt
+    # supersedes it or when it failed and will be relaunched: the upstream backup must survive.
+    release_outputs: bool = False
 
 
 @dataclass(frozen=True)
@@ -255,7 +259,7 @@ def read_launch(task_info: Mapping[str, Any]) -> TaskLaunch:
     if not isinstance(attempt, int) or isinstance(attempt, bool) or attempt < 1:
         raise LaunchDataError(f"attempt must be a positive integer, got {attempt!r}")
     return TaskLaunch(mesos_task_id, task.task_id, task.query_id, task.kind, task.program,
-                      _endpoints(payload.get("endpoints")), attempt)
+                      _endpoints(payload.get("endpoints")), attempt, task.outputs)
 
 
 def mesos_task_id_of(task_info: Mapping[str, Any]) -> str:
@@ -362,11 +366,12 @@ class ExecutorState:
 
     # --- kills and runner reports -----------------------------------------------------------
 
-    def _begin_stop(self, task: TaskRecord, sid: str, note: str) -> list[Command]:
+    def _begin_stop(self, task: TaskRecord, sid: str, note: str,
+                    release_outputs: bool = False) -> list[Command]:
         task.move("killing", sid)
         task.kill_note = note
         log.info("[%s] task %s: stopping (%s)", sid, task.launch.mesos_task_id, note)
-        return [StopRunner(sid, task.launch.mesos_task_id)]
+        return [StopRunner(sid, task.launch.mesos_task_id, release_outputs)]
 
     def _on_TaskKilled(self, ev: TaskKilled) -> list[Command]:
         task = self.tasks.get(ev.mesos_task_id)
@@ -379,7 +384,8 @@ class ExecutorState:
             log.info("[%s] task %s: kill ignored, task is %s", ev.stimulus_id, ev.mesos_task_id,
                      task.phase)
             return []
-        return self._begin_stop(task, ev.stimulus_id, "killed by the scheduler")
+        return self._begin_stop(task, ev.stimulus_id, "killed by the scheduler",
+                                release_outputs=True)
 
     def _on_RunnerStatusChanged(self, ev: RunnerStatusChanged) -> list[Command]:
         task = self.tasks.get(ev.mesos_task_id)
@@ -397,7 +403,7 @@ class ExecutorState:
         if ev.state == "finished":
             task.move("finished", sid)
             return [SendStatus(sid, mid, "TASK_FINISHED", ev.reason or "the query completed"),
-                    StopRunner(sid, mid)]
+                    StopRunner(sid, mid, release_outputs=True)]
         return []  # starting / restarting / running again: visible in heartbeats only
 
     def _on_RunnerStartFailed(self, ev: RunnerStartFailed) -> list[Command]:

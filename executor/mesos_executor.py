@@ -99,7 +99,7 @@ def default_session_factory(config: ExecutorConfig) -> Any:
     from executor.spark_session import build_session
 
     return build_session(config.spark_cores, f"elastiq-{config.executor_id}",
-                         str(config.state_dir / "session"))
+                         str(config.state_dir / f"session-{config.executor_id}"))
 
 
 def default_runner_factory(spark: Any, program: Path, kwargs: Mapping[str, Any]) -> Runner:
@@ -134,6 +134,7 @@ class RunnerPool:
         self.hub = hub_factory()
         self.session: Any = None
         self._runners: dict[str, Runner] = {}
+        self._outputs: dict[str, tuple[str, ...]] = {}  # mesos task id -> channels it serves
         self._lock = threading.Lock()
         self._jobs: queue.Queue[Command | None] = queue.Queue()
         self._thread = threading.Thread(target=self._work, name="runner-pool", daemon=True)
@@ -192,6 +193,7 @@ class RunnerPool:
             return
         with self._lock:
             self._runners[launch.mesos_task_id] = runner
+            self._outputs[launch.mesos_task_id] = launch.outputs
         log.info("[%s] task %s: runner started", job.stimulus_id, launch.mesos_task_id)
 
     def _make_runner(self, launch: TaskLaunch) -> Runner:
@@ -211,6 +213,7 @@ class RunnerPool:
     def _stop(self, job: StopRunner) -> None:
         with self._lock:
             runner = self._runners.pop(job.mesos_task_id, None)
+            outputs = self._outputs.pop(job.mesos_task_id, ())
         if runner is not None:
             try:
                 runner.stop(timeout=self.config.stop_timeout_seconds)
@@ -218,6 +221,11 @@ class RunnerPool:
                 log.warning("[%s] task %s: error while stopping", job.stimulus_id,
                             job.mesos_task_id, exc_info=True)
             log.info("[%s] task %s: runner stopped", job.stimulus_id, job.mesos_task_id)
+        if job.release_outputs:
+            for channel in outputs:
+                self.hub.release(channel)
+                log.info("[%s] task %s: channel %s released", job.stimulus_id,
+                         job.mesos_task_id, channel)
         self.report(RunnerStopped(job.stimulus_id, job.mesos_task_id))
 
 

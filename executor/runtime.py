@@ -94,6 +94,13 @@ class ChannelHub:
             log.info("hub: channel %s writer at %s", channel_id, writer.endpoint)
             return writer
 
+    def release(self, channel_id: str) -> None:
+        """Close a channel's writer and free its port (its task was killed or has ended)."""
+        with self._lock:
+            writer = self._writers.pop(channel_id, None)
+        if writer is not None:
+            writer.close()
+
     def endpoint(self, channel_id: str) -> str | None:
         writer = self._writers.get(channel_id)
         return writer.endpoint if writer is not None else None

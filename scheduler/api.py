@@ -2,7 +2,8 @@
 
 Owns the routes: `POST /queries` (body: spec XML, compiled with
 `compiler.pipeline.compile_spec_text`, or a CompiledQuery as JSON), `GET /queries`,
-`GET /queries/{id}`, `DELETE /queries/{id}`, `GET /healthz`, and turning every bad input into a
+`GET /queries/{id}`, `DELETE /queries/{id}`, `GET /healthz`, `GET /metrics` (Prometheus text
+format, from the service's `metrics` or its loop's `loop.metrics`), and turning every bad input into a
 4xx JSON reply carrying every diagnostic, never a crash; running queries are untouched by bad
 requests. Does not own the scheduler (any `QueryService`, e.g. `SchedulerService`) nor the client
 (`scheduler.client`).
@@ -14,6 +15,7 @@ import json
 import logging
 import os
 import threading
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -21,6 +23,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from compiler.tasks import CompiledQuery
 from elastiq.diagnostics import Diagnostic, SpecError
 from scheduler.loop import Reply
+from scheduler.metrics import CONTENT_TYPE
 
 log = logging.getLogger("elastiq.scheduler.api")
 MAX_BODY = 4 * 1024 * 1024
@@ -74,6 +77,23 @@ def _from_xml(body: bytes, filename: str, query_id: str | None,
     return compiled.query
 
 
+@dataclass(frozen=True)
+class MetricsText:
+    """A reply body that is not JSON: the Prometheus exposition."""
+
+    data: bytes
+    content_type: str
+
+
+def _metrics_text(service: QueryService) -> MetricsText:
+    """The service's metrics: `service.metrics`, else `service.loop.metrics`, else 404."""
+    metrics = getattr(service, "metrics", None) or getattr(getattr(service, "loop", None),
+                                                          "metrics", None)
+    if metrics is None:
+        raise ApiError(404, "this scheduler has no metrics")
+    return MetricsText(metrics.exposition(), CONTENT_TYPE)
+
+
 class _Handler(BaseHTTPRequestHandler):
     server: "ApiServer"
     protocol_version = "HTTP/1.1"
@@ -100,6 +120,8 @@ class _Handler(BaseHTTPRequestHandler):
     def _route(self, method: str) -> tuple[int, Any]:
         parts = [unquote(p) for p in urlsplit(self.path).path.strip("/").split("/") if p]
         service = self.server.service
+        if parts == ["metrics"] and method == "GET":
+            return 200, _metrics_text(service)
         if parts == ["healthz"] and method == "GET":
             s = service.status()
             return 200, {"ok": True, "connected": s.get("connected"),
@@ -146,9 +168,12 @@ class _Handler(BaseHTTPRequestHandler):
         return self.rfile.read(int(length))
 
     def _reply(self, status: int, body: Any) -> None:
-        data = json.dumps(body).encode("utf-8")
+        if isinstance(body, MetricsText):
+            data, content_type = body.data, body.content_type
+        else:
+            data, content_type = json.dumps(body).encode("utf-8"), "application/json"
         self.send_response(status)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)

@@ -2,7 +2,8 @@
 
 Owns the event queue (anything may put events; callbacks return at once), the clock (a `Tick`
 every `tick_interval` seconds of the monotonic clock), answering requests (`submit`, `stop`)
-with the state's `ReplyToRequest`, and a thread-safe snapshot of the state for the API. Commands
+with the state's `ReplyToRequest`, a thread-safe snapshot of the state for the API, and feeding
+`metrics` (`scheduler.metrics.SchedulerMetrics`) after every step (it only reads). Commands
 other than replies go to a `CommandRunner` (the Mesos driver in production). Does not own any
 decision (`scheduler.state`) nor pymesos (`scheduler.mesos_adapter`).
 """
@@ -15,12 +16,13 @@ import threading
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 from compiler.tasks import CompiledQuery
 from scheduler.commands import Command, ReplyToRequest
 from scheduler.config import SchedulerConfig
 from scheduler.events import Event, QueryStopRequested, QuerySubmitted, Tick, new_stimulus_id
+from scheduler.metrics import SchedulerMetrics
 from scheduler.state import SchedulerState
 from scheduler.views import query_view, snapshot
 
@@ -51,9 +53,13 @@ class Reply:
 
 class SchedulerLoop:
     def __init__(self, config: SchedulerConfig | None = None, runner: CommandRunner | None = None,
-                 tick_interval: float = 0.25):
+                 tick_interval: float = 0.25, metrics: SchedulerMetrics | None = None):
         self.state = SchedulerState(config or SchedulerConfig())
+        self.metrics = metrics or SchedulerMetrics()
         self.runner: CommandRunner = runner or DroppingRunner()
+        # called on the loop thread with the lock held after each step; they only read the
+        # state (e.g. the coordination's persister) and must not block
+        self.after_step: list[Callable[[SchedulerState], None]] = []
         self._tick_interval = tick_interval
         self._queue: "queue.Queue[Any]" = queue.Queue()
         self._lock = threading.Lock()
@@ -74,6 +80,7 @@ class SchedulerLoop:
         self._queue.put(_STOP)
         self._thread.join(timeout)
         self._thread = None
+        self.metrics.set_down()
 
     # ---- inputs --------------------------------------------------------------------------
     def put(self, event: Event) -> None:
@@ -85,6 +92,10 @@ class SchedulerLoop:
 
     def stop_query(self, query_id: str, timeout: float = 10.0) -> Reply:
         return self._request(QueryStopRequested(new_stimulus_id("stop"), query_id), timeout)
+
+    def request(self, event: Any, timeout: float = 10.0) -> Reply:
+        """Put any event the state answers with a `ReplyToRequest` and wait for the reply."""
+        return self._request(event, timeout)
 
     def _request(self, event: QuerySubmitted | QueryStopRequested, timeout: float) -> Reply:
         future: "Future[Reply]" = Future()
@@ -132,9 +143,28 @@ class SchedulerLoop:
                 commands = self.state.handle(event)
         except Exception as e:  # a bug or an illegal transition must not end the loop
             log.exception("[%s] handling %s failed", event.stimulus_id, type(event).__name__)
+            self.metrics.observe_error(event)
             commands = [ReplyToRequest(event.stimulus_id, False, 500, f"internal error: {e}")]
+        self._observe(event, commands)
+        self._after_step(event)
         for command in commands:
             self._run_command(command)
+
+    def _observe(self, event: Event, commands: list[Command]) -> None:
+        """Feed the metrics (reads the state under the lock; never changes it)."""
+        try:
+            with self._lock:
+                self.metrics.observe_step(event, commands, self.state, time.monotonic())
+        except Exception:  # metrics must never stop the scheduler
+            log.exception("[%s] metrics of %s failed", event.stimulus_id, type(event).__name__)
+
+    def _after_step(self, event: Event) -> None:
+        for hook in self.after_step:
+            try:
+                with self._lock:
+                    hook(self.state)
+            except Exception:  # an observer must never stop the scheduler
+                log.exception("[%s] after-step hook %s failed", event.stimulus_id, hook)
 
     def _run_command(self, command: Command) -> None:
         if isinstance(command, ReplyToRequest):

@@ -4,8 +4,9 @@ Owns `MesosCallbacks` (a pymesos `Scheduler` whose callbacks only turn what the 
 events on the loop's queue and return at once), `DriverRunner` (executes commands with the
 driver: launchTasks, declineOffer, killTask, reconcileTasks, reviveOffers, suppressOffers,
 sendFrameworkMessage) and `SchedulerService`, the running scheduler: an event loop owning the
-state plus a pymesos driver. The framework registers as "elastiq" with a long failover timeout
-and stops with failover, so running tasks survive a scheduler restart.
+state, a `Coordination` electing the leader, and (while leading) a pymesos driver. The
+framework registers as "elastiq" with a long failover timeout, reuses the persisted framework
+id, and stops with failover, so running tasks survive a scheduler restart or handover.
 Does not own decisions (`scheduler.state`) nor the JSON shapes (`scheduler.mesos_json`).
 """
 
@@ -13,6 +14,9 @@ from __future__ import annotations
 
 import getpass
 import logging
+import queue
+import threading
+import time
 from typing import Any
 
 from pymesos import MesosSchedulerDriver, Scheduler
@@ -28,7 +32,19 @@ from scheduler.events import (
     AgentLost, Disconnected, ExecutorLost, FrameworkMessageReceived, OfferRescinded,
     OffersReceived, Registered, Reregistered, new_stimulus_id,
 )
-from scheduler.loop import Reply, SchedulerLoop
+from scheduler.coordination import (
+    Coordination, ConnectionState, CoordinationError, InProcessCoordination, QueryPersister,
+    SchedulerRegistry,
+)
+from scheduler.events import QueryStopRequested, QuerySubmitted
+from scheduler.leadership import (
+    Action, Clock, Deposed, Elected, Fact, FencedRequest, LeaderSeen, Leadership,
+    LeadershipGained, LeadershipUpdated, Reconnected, RestoreAndRegister, SessionLost, StepDown,
+    Suspended, next_leadership,
+)
+from scheduler.loop import DroppingRunner, Reply, SchedulerLoop
+from scheduler.state import SchedulerState, restore_query
+from scheduler.views import snapshot
 
 log = logging.getLogger("elastiq.scheduler.mesos")
 
@@ -42,38 +58,43 @@ class MesosCallbacks(Scheduler):
 
     def __init__(self, loop: SchedulerLoop):
         self._loop = loop
+        self.active = True  # False once this driver is stopped: late callbacks are dropped
+
+    def _put(self, event: Any) -> None:
+        if self.active:
+            self._loop.put(event)
 
     def registered(self, driver: Any, frameworkId: Any, masterInfo: Any) -> None:
-        self._loop.put(Registered(new_stimulus_id("registered"), frameworkId["value"],
+        self._put(Registered(new_stimulus_id("registered"), frameworkId["value"],
                                   _master(masterInfo)))
 
     def reregistered(self, driver: Any, masterInfo: Any) -> None:
-        self._loop.put(Reregistered(new_stimulus_id("reregistered"), _master(masterInfo),
+        self._put(Reregistered(new_stimulus_id("reregistered"), _master(masterInfo),
                                     str(driver.framework_id or "")))
 
     def disconnected(self, driver: Any) -> None:
-        self._loop.put(Disconnected(new_stimulus_id("disconnected")))
+        self._put(Disconnected(new_stimulus_id("disconnected")))
 
     def resourceOffers(self, driver: Any, offers: list[Any]) -> None:
         parsed = tuple(mesos_json.parse_offer(o) for o in offers)
-        self._loop.put(OffersReceived(new_stimulus_id("offers"), parsed))
+        self._put(OffersReceived(new_stimulus_id("offers"), parsed))
 
     def offerRescinded(self, driver: Any, offerId: Any) -> None:
-        self._loop.put(OfferRescinded(new_stimulus_id("rescind"), str(offerId.get("value"))))
+        self._put(OfferRescinded(new_stimulus_id("rescind"), str(offerId.get("value"))))
 
     def statusUpdate(self, driver: Any, status: Any) -> None:
-        self._loop.put(mesos_json.parse_status(new_stimulus_id("status"), status))
+        self._put(mesos_json.parse_status(new_stimulus_id("status"), status))
 
     def frameworkMessage(self, driver: Any, executorId: Any, slaveId: Any, message: Any) -> None:
-        self._loop.put(FrameworkMessageReceived(
+        self._put(FrameworkMessageReceived(
             new_stimulus_id("message"), str(slaveId.get("value")), str(executorId.get("value")),
             mesos_json.decode_message(message)))
 
     def slaveLost(self, driver: Any, slaveId: Any) -> None:
-        self._loop.put(AgentLost(new_stimulus_id("agent-lost"), str(slaveId.get("value"))))
+        self._put(AgentLost(new_stimulus_id("agent-lost"), str(slaveId.get("value"))))
 
     def executorLost(self, driver: Any, executorId: Any, slaveId: Any, status: Any) -> None:
-        self._loop.put(ExecutorLost(new_stimulus_id("executor-lost"), str(slaveId.get("value")),
+        self._put(ExecutorLost(new_stimulus_id("executor-lost"), str(slaveId.get("value")),
                                     str(executorId.get("value")), int(status or 0)))
 
     def error(self, driver: Any, message: str) -> None:
@@ -124,28 +145,71 @@ class DriverRunner:
 
 
 class SchedulerService:
-    """The running scheduler: `start()`, `submit()`, `status()`, `stop_query()`, `stop()`."""
+    """The running scheduler: `start()`, `submit()`, `status()`, `stop_query()`, `stop()`.
+
+    Leadership comes from a `Coordination` (in-process by default: this service leads alone).
+    Only the leader runs a Mesos driver: when elected it restores the persisted queries into
+    the state, THEN registers with the persisted framework id (so reconciliation finds its
+    running tasks known); in safe mode it launches nothing; stepping down stops the driver with
+    failover (tasks keep running) and never tears the framework down. Leadership facts are
+    handled on one worker thread, never on a coordination callback's thread.
+    """
 
     def __init__(self, master_url: str, config: SchedulerConfig | None = None,
-                 tick_interval: float = 0.25, framework_id: str | None = None):
+                 tick_interval: float = 0.25, framework_id: str | None = None,
+                 coordination: Coordination | None = None, address: str = "",
+                 principal: str | None = None, secret: str | None = None):
         self.master_url = master_url
         self.config = config or SchedulerConfig()
         self.loop = SchedulerLoop(self.config, tick_interval=tick_interval)
-        framework = mesos_json.framework_info(self.config, getpass.getuser(), framework_id)
-        self.driver = MesosSchedulerDriver(MesosCallbacks(self.loop), framework,
-                                           _driver_uri(master_url), use_addict=False)
-        self.loop.runner = DriverRunner(self.driver, self.config)
+        self.coordination = coordination or InProcessCoordination()
+        self.registry = SchedulerRegistry(self.coordination)
+        self.address = address or "in-process"
+        self.leadership = Leadership()
+        self.driver: MesosSchedulerDriver | None = None
+        self._callbacks: MesosCallbacks | None = None
+        self._first_framework_id = framework_id
+        self._principal, self._secret = principal, secret
+        self._persister = QueryPersister(self.registry)
+        self.loop.after_step.append(self._persister.observe)
+        self._facts: "queue.Queue[Any]" = queue.Queue()
+        self._worker: threading.Thread | None = None
+        self._changed = threading.Condition()
+        self._set_metrics()
 
-    def start(self) -> "SchedulerService":
+    # ---- lifecycle -----------------------------------------------------------------------
+    def start(self, wait_for_leadership: float = 5.0) -> "SchedulerService":
+        """Start; wait (bounded) until this service leads or knows another leader."""
         self.loop.start()
-        self.driver.start()
-        log.info("[service] scheduler started against %s", self.master_url)
+        self.loop.put(LeadershipUpdated(new_stimulus_id("leadership"), self.leadership))
+        self.coordination.start()
+        self.coordination.add_connection_listener(self._on_connection)
+        self._worker = threading.Thread(target=self._work, name="leadership", daemon=True)
+        self._worker.start()
+        self.coordination.campaign(self.address, lambda term: self._facts.put(
+            Elected(term, self.address)), lambda why: self._facts.put(Deposed(why)))
+        with self._changed:
+            self._changed.wait_for(lambda: self._state_leads() or self.leadership.leader not in
+                                   ("", self.address), wait_for_leadership)
+        log.info("[service] scheduler started against %s as %s", self.master_url,
+                 self.leadership.role)
         return self
+
+    def _state_leads(self) -> bool:
+        held = self.loop.state.leadership
+        return held is not None and held.role == "leader"
 
     def stop(self, failover: bool = True) -> None:
         """Stop; with `failover` (default) the framework and its tasks outlive us."""
-        self.driver.stop(failover=failover)
-        self.driver.join()
+        if self._worker is not None:
+            self._facts.put(_STOP)
+            self._worker.join(10)
+            self._worker = None
+        if self.leadership.role != "standby":
+            self._persister.flush(2.0)
+        self._stop_driver(failover)
+        self._persister.close()
+        self.coordination.close()
         self.loop.stop()
         log.info("[service] scheduler stopped (failover=%s)", failover)
 
@@ -155,21 +219,145 @@ class SchedulerService:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
+    # ---- leadership (facts in, actions out; one thread) ----------------------------------
+    def _on_connection(self, state: ConnectionState) -> None:
+        """Called on the coordination's connection thread: only queue a fact."""
+        now = time.monotonic()
+        self._facts.put({"suspended": Suspended, "connected": Reconnected,
+                         "lost": SessionLost}[state](now))
+
+    def _work(self) -> None:
+        last_look = 0.0
+        while True:
+            try:
+                fact = self._facts.get(timeout=0.25)
+            except queue.Empty:
+                fact = Clock(time.monotonic())
+            if fact is _STOP:
+                return
+            if isinstance(fact, Clock) and fact.now - last_look >= 0.5:
+                last_look = fact.now
+                self._apply(LeaderSeen(self._leader_address()))
+            self._apply(fact)
+
+    def _leader_address(self) -> str:
+        try:
+            info = self.coordination.leader()
+        except CoordinationError:
+            return ""
+        return info.address if info else ""
+
+    def _apply(self, fact: Fact) -> None:
+        new, actions = next_leadership(self.leadership, fact,
+                                       self.coordination.session_timeout)
+        if new != self.leadership:
+            with self._changed:
+                self.leadership = new
+                self._changed.notify_all()
+            self._set_metrics()
+            if not actions:  # e.g. a standby learning the leader's address for its refusals
+                self.loop.put(LeadershipUpdated(new_stimulus_id("leadership"), new))
+        for action in actions:
+            log.info("[leadership] %s -> %s", type(fact).__name__, action)
+            try:
+                self._run_action(action)
+            except Exception:  # never let one failed action end the leadership thread
+                log.exception("[leadership] %s failed; resigning", action)
+                self.coordination.resign()
+        if actions:
+            with self._changed:
+                self._changed.notify_all()
+
+    def _run_action(self, action: Action) -> None:
+        sid = new_stimulus_id("leadership")
+        if isinstance(action, RestoreAndRegister):
+            self._restore_and_register(sid, action)
+        elif isinstance(action, StepDown):
+            self._persister.end()
+            self._stop_driver(failover=True)
+            self.loop.request(LeadershipUpdated(sid, self.leadership))
+        else:
+            self.loop.put(LeadershipUpdated(sid, self.leadership))
+
+    def _restore_and_register(self, sid: str, action: RestoreAndRegister) -> None:
+        framework_id = self.registry.framework_id() or self._first_framework_id
+        queries = tuple(self.registry.load_queries())
+        self._persister.begin(action.term)
+        reply = self.loop.request(LeadershipGained(sid, self.leadership, framework_id, queries))
+        if not reply.accepted:
+            raise RuntimeError(f"restoring the persisted queries failed: {reply.message}")
+        log.info("[%s] epoch %s: %s; registering as framework %s", sid, action.term.epoch,
+                 reply.message, framework_id or "(new)")
+        self._start_driver(framework_id)
+
+    def _set_metrics(self) -> None:
+        setter = getattr(getattr(self.loop, "metrics", None), "set_leadership", None)
+        if setter is not None:
+            role = self.leadership.role
+            setter(role != "standby", self.leadership.epoch, role == "safe_mode")
+
+    # ---- the Mesos driver (leader only) --------------------------------------------------
+    def _start_driver(self, framework_id: str | None) -> None:
+        framework = mesos_json.framework_info(self.config, getpass.getuser(), framework_id)
+        if self._principal:
+            framework["principal"] = self._principal
+        self._callbacks = MesosCallbacks(self.loop)
+        self.driver = MesosSchedulerDriver(self._callbacks, framework,
+                                           _driver_uri(self.master_url), use_addict=False,
+                                           principal=self._principal, secret=self._secret)
+        self.loop.runner = DriverRunner(self.driver, self.config)
+        self.driver.start()
+
+    def _stop_driver(self, failover: bool) -> None:
+        driver, self.driver = self.driver, None
+        if self._callbacks is not None:
+            self._callbacks.active = False
+        self.loop.runner = DroppingRunner()
+        if driver is not None:
+            driver.stop(failover=failover)
+            driver.join()
+
+    # ---- requests and views --------------------------------------------------------------
     @property
     def framework_id(self) -> str | None:
-        return self.driver.framework_id
+        return self.driver.framework_id if self.driver else self.loop.state.framework_id
 
-    def submit(self, query: CompiledQuery, timeout: float = 10.0) -> Reply:
-        return self.loop.submit(query, timeout)
+    def submit(self, query: CompiledQuery, timeout: float = 10.0,
+               epoch: int | None = None) -> Reply:
+        sid = new_stimulus_id("submit")
+        return self.loop.request(FencedRequest(sid, epoch, QuerySubmitted(sid, query)), timeout)
 
-    def stop_query(self, query_id: str, timeout: float = 10.0) -> Reply:
-        return self.loop.stop_query(query_id, timeout)
+    def stop_query(self, query_id: str, timeout: float = 10.0,
+                   epoch: int | None = None) -> Reply:
+        sid = new_stimulus_id("stop")
+        return self.loop.request(FencedRequest(sid, epoch, QueryStopRequested(sid, query_id)),
+                                 timeout)
 
     def status(self) -> dict[str, Any]:
-        return self.loop.status()
+        """The leader's live state; a standby answers from the registry."""
+        view = self.loop.status() if self.leadership.role != "standby" else \
+            self._registry_status()
+        view["leadership"] = self.leadership.to_json()
+        return view
 
     def query_status(self, query_id: str) -> dict[str, Any] | None:
-        return self.loop.query_status(query_id)
+        if self.leadership.role != "standby":
+            return self.loop.query_status(query_id)
+        return self._registry_status()["queries"].get(query_id)
+
+    def _registry_status(self) -> dict[str, Any]:
+        scratch = SchedulerState(self.config)
+        try:
+            scratch.framework_id = self.registry.framework_id()
+            for compiled, placed in self.registry.load_queries():
+                record = restore_query(compiled, placed, 0.0)
+                scratch.queries[record.query_id] = record
+        except CoordinationError as e:
+            log.warning("[service] standby cannot read the registry: %s", e)
+        return snapshot(scratch)
+
+
+_STOP = object()
 
 
 def _driver_uri(master_url: str) -> str:

@@ -4,7 +4,10 @@ Owns everything the scheduler knows (queries, their tasks and attempts, held off
 executors, lost agents, the framework registration) and the only method that changes it.
 It decides launches (through `scheduler.placement` and `scheduler.destinations`), restarts with
 bounded attempts and backoff, kills on stop, and reconciliation after (re)registration.
-Time comes only from `Tick` events. Does not own any I/O: `scheduler.mesos_adapter` runs the
+Time comes only from `Tick` events. Leadership (`scheduler.leadership`) gates it: a leader in
+safe mode launches, restarts and kills nothing; a standby forgets every query; a mutating
+`FencedRequest` with a stale epoch is refused. `durable_placements` and `restore_query` are what
+a new leader persists and restores. Does not own any I/O: `scheduler.mesos_adapter` runs the
 commands and turns what Mesos says into events; views for the API are in `scheduler.views`.
 """
 
@@ -27,6 +30,9 @@ from scheduler.events import (
     AgentLost, Disconnected, Event, ExecutorLost, FrameworkMessageReceived, OfferRescinded,
     OffersReceived, QueryStopRequested, QuerySubmitted, Registered, Reregistered, StatusUpdated,
     Tick,
+)
+from scheduler.leadership import (
+    FencedRequest, Leadership, LeadershipGained, LeadershipUpdated, check_epoch,
 )
 from scheduler.lifecycle import (
     FROM_MESOS, TaskRecord, TaskState, parse_mesos_task_id,
@@ -77,6 +83,11 @@ class SchedulerState:
     last_reconcile: float = 0.0
     heartbeats: dict[str, float] = field(default_factory=dict)  # executor id -> last seen
     unplaced: dict[str, str] = field(default_factory=dict)  # task id -> why it waits
+    leadership: Leadership | None = None  # None: not coordinated, acts as leader
+
+    def deferring(self) -> bool:
+        """True while decisions wait: in safe mode or as a standby (no launches, no kills)."""
+        return self.leadership is not None and self.leadership.role != "leader"
 
     # ---- the one entry point -------------------------------------------------------------
     def handle(self, event: Event) -> list[Command]:
@@ -130,7 +141,7 @@ class SchedulerState:
 
     def _try_place(self, sid: str) -> list[Command]:
         """Place pending demand on held offers; launch, hold or decline each offer."""
-        if not self.held:
+        if not self.held or self.deferring():
             return []
         demands = self._demands()
         if not demands:
@@ -249,7 +260,7 @@ class SchedulerState:
 
     def _unknown_task(self, ev: StatusUpdated, target: TaskState | None) -> list[Command]:
         """A task of no query we know: kill it if it still runs (e.g. left by a lost deploy)."""
-        if target is None or target.terminal:
+        if target is None or target.terminal or self.deferring():
             return []
         if not self.config.kill_unknown_tasks:
             log.warning("[%s] unknown task %s is %s; left alone", ev.stimulus_id,
@@ -264,7 +275,7 @@ class SchedulerState:
         """An update for an attempt that is not the current one: a zombie is killed."""
         log.info("[%s] stale update %s for %s (current attempt %s); ignored", ev.stimulus_id,
                  ev.state, ev.mesos_task_id, task.attempt)
-        if target is None or target.terminal:
+        if target is None or target.terminal or self.deferring():
             return []
         return [KillTask(ev.stimulus_id, ev.mesos_task_id, ev.agent_id)]
 
@@ -395,6 +406,40 @@ class SchedulerState:
         return [ReplyToRequest(sid, True, 200, f"query {ev.query_id} stopping")] + commands + \
             self._settle(sid, query)
 
+    # ---- leadership ----------------------------------------------------------------------
+    def _on_leadership_gained(self, ev: LeadershipGained) -> list[Command]:
+        """Restore the persisted queries BEFORE registering, so reconciliation knows them."""
+        self.leadership = ev.leadership
+        self.framework_id = ev.framework_id or self.framework_id
+        restored = [restore_query(c, p, self.now) for c, p in ev.queries]
+        for record in restored:
+            self.queries[record.query_id] = record
+        log.info("[%s] leading in epoch %s; restored %s queries (framework %s)", ev.stimulus_id,
+                 ev.leadership.epoch, len(restored), self.framework_id)
+        return [ReplyToRequest(ev.stimulus_id, True, 200, f"restored {len(restored)} queries")]
+
+    def _on_leadership_updated(self, ev: LeadershipUpdated) -> list[Command]:
+        self.leadership = ev.leadership
+        log.info("[%s] leadership is now %s (epoch %s)", ev.stimulus_id, ev.leadership.role,
+                 ev.leadership.epoch)
+        if ev.leadership.role == "standby":  # the next leader owns the queries now
+            self.queries, self.held, self.unplaced = {}, {}, {}
+            self.framework_id, self.master, self.connected = None, None, False
+            self.warm_agents, self.gone_agents, self.heartbeats = set(), set(), {}
+        elif ev.leadership.role == "leader" and self._pending():
+            self.suppressed = False
+            return [ReviveOffers(ev.stimulus_id)]
+        return []
+
+    def _on_fenced_request(self, ev: FencedRequest) -> list[Command]:
+        if self.leadership is not None:
+            verdict = check_epoch(self.leadership, ev.epoch)
+            if not verdict.accepted:
+                log.info("[%s] refused %s: %s", ev.stimulus_id, type(ev.request).__name__,
+                         verdict.message)
+                return [ReplyToRequest(ev.stimulus_id, False, verdict.status, verdict.message)]
+        return self.handle(ev.request)
+
     # ---- time ----------------------------------------------------------------------------
     def _on_tick(self, ev: Tick) -> list[Command]:
         self.now = ev.now
@@ -412,6 +457,8 @@ class SchedulerState:
         return commands
 
     def _restart_due(self, sid: str) -> list[Command]:
+        if self.deferring():
+            return []
         due = [(q, t) for q in self.queries.values() for t in q.tasks.values()
                if t.restart_at is not None and t.restart_at <= self.now]
         for query, task in due:
@@ -477,6 +524,9 @@ def launch_data(query: CompiledQuery, task: TaskRecord) -> str:
 
 
 _HANDLERS: dict[type, str] = {
+    LeadershipGained: "_on_leadership_gained",
+    LeadershipUpdated: "_on_leadership_updated",
+    FencedRequest: "_on_fenced_request",
     Registered: "_on_registered",
     Reregistered: "_on_reregistered",
     Disconnected: "_on_disconnected",
@@ -491,7 +541,43 @@ _HANDLERS: dict[type, str] = {
     Tick: "_on_tick",
 }
 
-__all__ = ["SchedulerState", "QueryRecord", "launch_data"]
+__all__ = ["SchedulerState", "QueryRecord", "launch_data", "durable_placements",
+           "restore_query"]
+
+
+def durable_placements(q: QueryRecord) -> dict[str, Any]:
+    """What a new leader needs of a query besides its compiled JSON: its phase and, per task,
+    the attempt (so reconciliation recognises the running attempt), launches, state and place."""
+    return {"phase": q.phase, "failure": q.failure, "tasks": {
+        t.task_id: {"attempt": t.attempt, "launches": t.launches, "state": t.state.value,
+                    "restarting": t.restart_at is not None, "agent_id": t.agent_id,
+                    "hostname": t.hostname, "ports": list(t.ports),
+                    "endpoints": dict(t.endpoints), "kill_requested": t.kill_requested,
+                    "last_failure": t.last_failure}
+        for t in q.tasks.values()}}
+
+
+def restore_query(compiled_json: str, placements: dict[str, Any] | None,
+                  now: float) -> QueryRecord:
+    """A persisted query as a record; launched tasks keep their last known state until
+    reconciliation says otherwise, tasks that waited for a restart restart at once."""
+    query = CompiledQuery.from_json(compiled_json)
+    saved = (placements or {}).get("tasks", {})
+    tasks = {t.task_id: _restore_task(t, saved.get(t.task_id), now) for t in query.tasks}
+    return QueryRecord(query, tasks, (placements or {}).get("phase", "active"),
+                       (placements or {}).get("failure", ""))
+
+
+def _restore_task(task: Any, saved: dict[str, Any] | None, now: float) -> TaskRecord:
+    if not saved:
+        return TaskRecord(task, pending_since=now)
+    state = TaskState(saved["state"])
+    return TaskRecord(
+        task, state, int(saved["attempt"]), int(saved["launches"]), saved.get("agent_id"),
+        saved.get("hostname"), tuple(saved.get("ports", ())), dict(saved.get("endpoints", {})),
+        restart_at=now if saved.get("restarting") else None, pending_since=now,
+        kill_requested=bool(saved.get("kill_requested")),
+        last_failure=str(saved.get("last_failure", "")))
 
 
 def _numeric_figures(figures: dict[str, Any]) -> dict[str, float]:

@@ -6,16 +6,38 @@
 # source from the package's own parser.pyx with a current Cython, build a wheel into
 # ./wheelhouse once, and let pip take http-parser from there. Everything else comes from PyPI.
 #
-# Usage: scripts/setup.sh [--no-test-extras]
+# Usage: scripts/setup.sh          Elastiq and what `elastiq` needs to run
+#        scripts/setup.sh --test   also what the tests need: test extras, and from Debian a
+#                                  ZooKeeper server (the ZooKeeper tests start their own) and
+#                                  docker-compose (to validate docker-compose.yml; no engine)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-extras="[test]"
-[ "${1:-}" = "--no-test-extras" ] && extras=""
+extras=""
+test_services=false
+if [ "${1:-}" = "--test" ]; then
+  extras="[test]"
+  test_services=true
+fi
+
+apt_install() {  # apt_install PACKAGE... : install what is missing (needs root)
+  local missing=()
+  for p in "$@"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  if [ "$(id -u)" != 0 ]; then
+    echo "setup: please install with apt: ${missing[*]}" >&2
+    return 0
+  fi
+  echo "setup: installing ${missing[*]} from Debian" >&2
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+}
 
 if ! command -v java >/dev/null 2>&1; then
-  echo "setup: Java not found; installing openjdk-17-jre-headless (Spark needs Java 17)" >&2
-  apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless >/dev/null
+  echo "setup: Java not found; Spark needs Java 17" >&2
+  apt_install openjdk-17-jre-headless
+fi
+if $test_services; then
+  apt_install zookeeper docker-compose
 fi
 
 mkdir -p wheelhouse

@@ -123,7 +123,7 @@ def test_finite_query_completing_sends_finished(from_running: bool) -> None:
     (running if from_running else launched)(state, launch())
     commands = state.handle(RunnerStatusChanged("p", "q.t0.a1", "finished"))
     assert statuses(commands) == [("q.t0.a1", "TASK_FINISHED")]
-    assert StopRunner("p", "q.t0.a1") in commands
+    assert StopRunner("p", "q.t0.a1", release_outputs=True) in commands  # the query is over
 
 
 def test_restarting_is_not_a_mesos_state_change_but_shows_in_heartbeats() -> None:
@@ -142,7 +142,10 @@ def test_restarting_is_not_a_mesos_state_change_but_shows_in_heartbeats() -> Non
 def test_kill_stops_the_runner_then_sends_killed(from_running: bool) -> None:
     state = registered_state()
     (running if from_running else launched)(state, launch())
-    assert state.handle(TaskKilled("k", "q.t0.a1")) == [StopRunner("k", "q.t0.a1")]
+    # a kill frees the task's channel ports; a failure (above) keeps its upstream backup for
+    # the relaunch, and so does a superseded attempt
+    assert state.handle(TaskKilled("k", "q.t0.a1")) == [
+        StopRunner("k", "q.t0.a1", release_outputs=True)]
     # reports from the runner while it stops change nothing
     assert state.handle(RunnerStatusChanged("p", "q.t0.a1", "finished", "stopped")) == []
     assert state.handle(RunnerStartFailed("p", "q.t0.a1", "late")) == []

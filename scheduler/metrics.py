@@ -1,0 +1,400 @@
+"""Scheduler metrics for cluster operators: one Prometheus registry per scheduler.
+
+Owns `SchedulerMetrics`: a private `CollectorRegistry` (never the global one, so tests and several
+schedulers in one process do not clash), fed by the event loop after every step with the event,
+the commands it caused and the state (read only), plus functions the failover, rewrite, control
+and leadership code call (`record_failover`, `record_rewrite`, `record_control_applied`,
+`record_control_refused`, `set_leadership`). Heartbeat figures are cumulative per runner (they
+restart at 0 with a new attempt or runner); they become monotonic counters here. Also owns the
+rows of `elastiq status --watch` (`watch_rows`), which derive the same rates from the API's JSON.
+Label values are bounded: query and task ids, state names and small fixed classes; never offer,
+framework-message or stimulus ids.
+Does not own any decision (`scheduler.state`), the HTTP route (`scheduler.api`) nor leadership
+itself (the ZooKeeper code only reports it here).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, Info, generate_latest,
+)
+
+from scheduler.commands import Command, DeclineOffers, LaunchTasks
+from scheduler.events import Event, OfferRescinded, OffersReceived
+from scheduler.lifecycle import TaskRecord, TaskState, parse_mesos_task_id
+from scheduler.state import SchedulerState
+
+log = logging.getLogger("elastiq.scheduler.metrics")
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+FAILOVER_PATTERNS = frozenset({"standby", "checkpoint", "hot-standby", "restart"})
+QUERY_PHASES = ("active", "stopping", "stopped", "failed", "finished")
+_CLASS = re.compile(r"^[a-z0-9][a-z0-9_-]{0,39}$")
+# (substring of a placement/decline reason, its class); the first match wins.
+DECLINE_CLASSES: tuple[tuple[str, str], ...] = (
+    ("no pending task needs it", "no_demand"),
+    ("waits for the rest of its query", "gang"),
+    ("apart_from", "anti_affinity"),
+    ("no offer from an agent it may use", "agent_not_allowed"),
+    ("cpus", "cpus"),
+    ("MB memory", "mem"),
+    ("ports", "ports"),
+)
+PLACEMENT_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+GAP_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300)
+
+
+def decline_class(reason: str) -> str:
+    """A bounded class for a decline reason (which is free text naming tasks and numbers)."""
+    return next((cls for needle, cls in DECLINE_CLASSES if needle in reason), "other")
+
+
+def bounded(value: str, allowed: Iterable[str] | None = None) -> str:
+    """`value` when it is a short lower-case class (and in `allowed`, if given), else "other"."""
+    ok = bool(_CLASS.match(value)) and (allowed is None or value in allowed)
+    return value if ok else "other"
+
+
+@dataclass
+class CumulativeCounter:
+    """Turns figures that are cumulative per runner (reset to 0 by a new attempt or runner)
+    into increments of a monotonic counter: a drop means a restart from 0."""
+
+    last: dict[str, float] = field(default_factory=dict)
+
+    def increment(self, key: str, value: float) -> float:
+        previous = self.last.get(key)
+        self.last[key] = value
+        if previous is None or value < previous:
+            return max(0.0, value)
+        return value - previous
+
+    def keep_only(self, keys: set[str]) -> None:
+        for key in [k for k in self.last if k not in keys]:
+            del self.last[key]
+
+
+class SchedulerMetrics:
+    """The metrics of one scheduler. `observe_step` is called by the loop; the `record_*` and
+    `set_leadership` functions by the code that knows those facts; `exposition()` for /metrics."""
+
+    def __init__(self, leader: bool = True) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self._define_scheduler_metrics()
+        self._define_task_metrics()
+        self._define_reported_metrics()
+        self._tuples_in = CumulativeCounter()
+        self._tuples_out = CumulativeCounter()
+        self._last_state: dict[str, TaskState] = {}
+        self.leader.set(1 if leader else 0)
+
+    # ---- definitions ---------------------------------------------------------------------
+    def _define_scheduler_metrics(self) -> None:
+        r = self.registry
+        self.up = Gauge("elastiq_scheduler_up", "1 while this scheduler's event loop runs",
+                        registry=r)
+        self.connected = Gauge("elastiq_scheduler_connected_to_master",
+                               "1 while registered with a Mesos master", registry=r)
+        self.info = Info("elastiq_scheduler", "framework id and master of this scheduler",
+                         registry=r)
+        self.events = Counter("elastiq_scheduler_events", "events handled, by kind", ["kind"],
+                              registry=r)
+        self.event_errors = Counter("elastiq_scheduler_event_errors",
+                                    "events whose handling raised", ["kind"], registry=r)
+        self.offers_received = Counter("elastiq_offers_received", "resource offers received",
+                                       registry=r)
+        self.offers_used = Counter("elastiq_offers_used", "offers used to launch tasks",
+                                   registry=r)
+        self.offers_declined = Counter("elastiq_offers_declined",
+                                       "offers declined, by reason class", ["reason"], registry=r)
+        self.offers_rescinded = Counter("elastiq_offers_rescinded", "offers rescinded by the "
+                                        "master", registry=r)
+        self.offers_held = Gauge("elastiq_offers_held", "offers held for pending demand",
+                                 registry=r)
+        self.queries = Gauge("elastiq_queries", "queries by phase", ["phase"], registry=r)
+        self.leader = Gauge("elastiq_scheduler_is_leader", "1 while this scheduler leads",
+                            registry=r)
+        self.safe_mode = Gauge("elastiq_scheduler_safe_mode", "1 while the leader is in safe "
+                               "mode (ZooKeeper SUSPENDED: no new launches)", registry=r)
+        self.epoch = Gauge("elastiq_scheduler_leader_epoch", "leadership epoch of this "
+                           "scheduler (0 when it never led)", registry=r)
+        self.leadership_changes = Counter("elastiq_scheduler_leadership_changes",
+                                          "times this scheduler gained or lost leadership",
+                                          registry=r)
+
+    def _define_task_metrics(self) -> None:
+        r, qt = self.registry, ["query", "task"]
+        self.tasks = Gauge("elastiq_tasks", "tasks by query and state", ["query", "state"],
+                           registry=r)
+        self.placement = Histogram("elastiq_placement_seconds", "time from a task becoming "
+                                   "pending to its launch", ["query"], buckets=PLACEMENT_BUCKETS,
+                                   registry=r)
+        self.launches = Counter("elastiq_task_launches", "task launches", ["query"], registry=r)
+        self.restarts = Counter("elastiq_task_restarts", "launches of a task after it ended",
+                                ["query"], registry=r)
+        self.task_ends = Counter("elastiq_task_ends", "tasks reaching a terminal state",
+                                 ["query", "state"], registry=r)
+        self.task_running = Gauge("elastiq_task_running", "1 while the task runs", qt,
+                                  registry=r)
+        self.task_attempt = Gauge("elastiq_task_attempt", "current attempt of the task", qt,
+                                  registry=r)
+        self.tuples_in = Counter("elastiq_task_tuples_in", "input tuples (from heartbeats)", qt,
+                                 registry=r)
+        self.tuples_out = Counter("elastiq_task_tuples_out", "output tuples (from heartbeats)",
+                                  qt, registry=r)
+        self.backlog = Gauge("elastiq_task_backlog", "batches waiting in the task's inputs", qt,
+                             registry=r)
+        self.batch_seconds = Gauge("elastiq_task_batch_duration_seconds", "last micro-batch's "
+                                   "duration", qt, registry=r)
+        self.latency_seconds = Gauge("elastiq_task_latency_seconds", "last batch's end-to-end "
+                                     "latency", qt, registry=r)
+
+    def _define_reported_metrics(self) -> None:
+        r = self.registry
+        self.failovers = Counter("elastiq_failovers", "failovers, by pattern",
+                                 ["query", "pattern"], registry=r)
+        self.failover_gap = Histogram("elastiq_failover_gap_seconds", "gap in output a "
+                                      "failover caused", ["pattern"], buckets=GAP_BUCKETS,
+                                      registry=r)
+        self.rewrites = Counter("elastiq_rewrites_applied", "rewrite rules applied, by rule",
+                                ["rule"], registry=r)
+        self.control_applied = Counter("elastiq_control_tuples_applied", "control tuples "
+                                       "applied", ["query"], registry=r)
+        self.control_refused = Counter("elastiq_control_tuples_refused", "control tuples "
+                                       "refused, by reason class", ["query", "reason"],
+                                       registry=r)
+
+    # ---- fed by the loop -----------------------------------------------------------------
+    def observe_step(self, event: Event, commands: Iterable[Command], state: SchedulerState,
+                     now: float | None = None) -> None:
+        """One loop step: the event, the commands it caused, then the state it left behind.
+        `now` is the loop's monotonic clock (the state's `pending_since` uses the same)."""
+        now = time.monotonic() if now is None else now
+        self.observe_event(event)
+        for command in commands:
+            self.observe_command(command, state, now)
+        self.observe_state(state)
+
+    def observe_event(self, event: Event) -> None:
+        self.events.labels(type(event).__name__).inc()
+        if isinstance(event, OffersReceived):
+            self.offers_received.inc(len(event.offers))
+        elif isinstance(event, OfferRescinded):
+            self.offers_rescinded.inc()
+
+    def observe_error(self, event: Event) -> None:
+        self.event_errors.labels(type(event).__name__).inc()
+
+    def observe_command(self, command: Command, state: SchedulerState, now: float) -> None:
+        if isinstance(command, LaunchTasks):
+            self.offers_used.inc(len(command.offer_ids))
+            for launch in command.tasks:
+                self._observe_launch(launch.mesos_task_id, state, now)
+        elif isinstance(command, DeclineOffers):
+            self.offers_declined.labels(decline_class(command.reason)).inc(
+                len(command.offer_ids))
+
+    def _observe_launch(self, mesos_task_id: str, state: SchedulerState, now: float) -> None:
+        found = _task(state, mesos_task_id)
+        if found is None:
+            log.debug("[metrics] launch of unknown task %s", mesos_task_id)
+            return
+        query_id, task = found
+        self.launches.labels(query_id).inc()
+        if task.launches > 1:
+            self.restarts.labels(query_id).inc()
+        self.placement.labels(query_id).observe(max(0.0, now - task.pending_since))
+
+    def observe_state(self, state: SchedulerState) -> None:
+        """Gauges from the state as this step left it; heartbeat figures become counters."""
+        self.up.set(1)
+        self.connected.set(1 if state.connected else 0)
+        self.offers_held.set(len(state.held))
+        self.info.info({"framework_id": state.framework_id or "", "master": state.master or ""})
+        phases = {p: 0 for p in QUERY_PHASES}
+        current: set[str] = set()
+        for query in state.queries.values():
+            phases[query.phase] = phases.get(query.phase, 0) + 1
+            self._observe_query(query.query_id, query.tasks.values())
+            current |= {t.mesos_task_id for t in query.tasks.values()}
+        for phase, count in phases.items():
+            self.queries.labels(phase).set(count)
+        for counter in (self._tuples_in, self._tuples_out):
+            counter.keep_only(current)
+        self._last_state = {k: v for k, v in self._last_state.items() if k in current}
+
+    def _observe_query(self, query_id: str, tasks: Iterable[TaskRecord]) -> None:
+        counts = {s.value: 0 for s in TaskState}
+        for task in tasks:
+            counts[task.state.value] += 1
+            self._observe_task(query_id, task)
+        for state_name, count in counts.items():
+            self.tasks.labels(query_id, state_name).set(count)
+
+    def _observe_task(self, query_id: str, task: TaskRecord) -> None:
+        labels = (query_id, task.task_id)
+        self.task_running.labels(*labels).set(1 if task.state is TaskState.RUNNING else 0)
+        self.task_attempt.labels(*labels).set(task.attempt)
+        self._observe_end(query_id, task)
+        self._observe_figures(labels, task.mesos_task_id, task.figures)
+
+    def _observe_end(self, query_id: str, task: TaskRecord) -> None:
+        previous = self._last_state.get(task.mesos_task_id)
+        self._last_state[task.mesos_task_id] = task.state
+        if task.state.terminal and previous is not None and previous is not task.state:
+            self.task_ends.labels(query_id, task.state.value).inc()
+
+    def _observe_figures(self, labels: tuple[str, str], key: str,
+                         figures: Mapping[str, float]) -> None:
+        if not figures:
+            return
+        if "tuples_in" in figures:
+            self.tuples_in.labels(*labels).inc(self._tuples_in.increment(key, figures["tuples_in"]))
+        if "tuples_out" in figures:
+            self.tuples_out.labels(*labels).inc(
+                self._tuples_out.increment(key, figures["tuples_out"]))
+        if "backlog" in figures:
+            self.backlog.labels(*labels).set(figures["backlog"])
+        if "batch_ms" in figures:
+            self.batch_seconds.labels(*labels).set(figures["batch_ms"] / 1000.0)
+        if "latency_ms" in figures:
+            self.latency_seconds.labels(*labels).set(figures["latency_ms"] / 1000.0)
+
+    # ---- reported by other parts of the scheduler ----------------------------------------
+    def record_failover(self, query_id: str, pattern: str, gap_seconds: float) -> None:
+        """A failover of `query_id` by `pattern` (standby, checkpoint, hot-standby, restart;
+        anything else counts as "other") whose output gap was `gap_seconds`."""
+        name = bounded(pattern, FAILOVER_PATTERNS)
+        self.failovers.labels(query_id, name).inc()
+        self.failover_gap.labels(name).observe(max(0.0, gap_seconds))
+
+    def record_rewrite(self, rule: str, times: int = 1) -> None:
+        """`rule` (a rule file's name, e.g. "hot-standby") was applied `times` times."""
+        self.rewrites.labels(bounded(rule.lower())).inc(times)
+
+    def record_control_applied(self, query_id: str) -> None:
+        self.control_applied.labels(query_id).inc()
+
+    def record_control_refused(self, query_id: str, reason: str) -> None:
+        """`reason` is a short class such as "stale-epoch", "unknown-task", "bad-value"."""
+        self.control_refused.labels(query_id, bounded(reason)).inc()
+
+    def set_leadership(self, leader: bool, epoch: int | None = None,
+                       safe_mode: bool = False) -> None:
+        """Leadership as the ZooKeeper code sees it. A scheduler without ZooKeeper leads
+        alone (the default); with ZooKeeper, call `set_leadership(False)` before electing."""
+        if self.leader.collect()[0].samples[0].value != (1.0 if leader else 0.0):
+            self.leadership_changes.inc()
+        self.leader.set(1 if leader else 0)
+        self.safe_mode.set(1 if leader and safe_mode else 0)
+        if epoch is not None:
+            self.epoch.set(epoch)
+
+    def set_down(self) -> None:
+        """The loop stopped: this scheduler no longer acts."""
+        self.up.set(0)
+
+    # ---- exposition ----------------------------------------------------------------------
+    def exposition(self) -> bytes:
+        """The registry in Prometheus text format (`CONTENT_TYPE`)."""
+        return generate_latest(self.registry)
+
+    def sample_names(self) -> set[str]:
+        """Every sample name this registry can expose (with _total, _bucket, ... suffixes),
+        whether or not a labelled child exists yet: what alert rules and dashboards may use."""
+        names: set[str] = set()
+        for family in self.registry.collect():
+            names |= {family.name + s for s in _SUFFIXES.get(family.type, ("",))}
+        return names
+
+
+_SUFFIXES: dict[str, tuple[str, ...]] = {
+    "counter": ("_total", "_created"),
+    "histogram": ("_bucket", "_count", "_sum", "_created"),
+    "summary": ("", "_count", "_sum", "_created"),
+    "info": ("_info",),
+    "gauge": ("",),
+}
+
+
+def _task(state: SchedulerState, mesos_task_id: str) -> tuple[str, TaskRecord] | None:
+    parsed = parse_mesos_task_id(mesos_task_id)
+    if parsed is None:
+        return None
+    for query in state.queries.values():
+        task = query.tasks.get(parsed[0])
+        if task is not None:
+            return query.query_id, task
+    return None
+
+
+# ---- `elastiq status --watch` ------------------------------------------------------------
+
+@dataclass(frozen=True)
+class WatchRow:
+    query: str
+    task: str
+    state: str
+    agent: str
+    attempt: int
+    tuples_per_second: float | None  # None until two readings of the same attempt
+    backlog: float | None
+    batch_ms: float | None
+    latency_ms: float | None
+
+
+WATCH_HEADER = ("QUERY", "TASK", "STATE", "AGENT", "ATTEMPT", "TUPLES/S IN", "BACKLOG",
+                "BATCH MS", "LATENCY MS")
+Readings = dict[str, tuple[float, float]]  # mesos task id -> (time, cumulative tuples in)
+
+
+def watch_rows(reply: Mapping[str, Any], previous: Readings, now: float
+               ) -> tuple[list[WatchRow], Readings]:
+    """The rows of one `status --watch` frame and the readings to pass to the next one.
+    Tuples in are cumulative per attempt: a rate is only taken between readings of one
+    attempt, and a drop (a restarted runner) shows no rate for that frame."""
+    queries = reply["queries"] if "queries" in reply else [reply]
+    rows, readings = [], {}
+    for q in queries:
+        for t in q.get("tasks", []):
+            figures = t.get("figures") or {}
+            key = str(t.get("mesos_task_id", t.get("task_id")))
+            rate = None
+            if "tuples_in" in figures:
+                readings[key] = (now, float(figures["tuples_in"]))
+                rate = _rate(previous.get(key), readings[key])
+            rows.append(WatchRow(str(q.get("query_id")), str(t.get("task_id")),
+                                 str(t.get("state")), str(t.get("hostname") or "-"),
+                                 int(t.get("attempt", 0)), rate, figures.get("backlog"),
+                                 figures.get("batch_ms"), figures.get("latency_ms")))
+    return rows, readings
+
+
+def _rate(before: tuple[float, float] | None, after: tuple[float, float]) -> float | None:
+    if before is None or after[0] <= before[0] or after[1] < before[1]:
+        return None
+    return (after[1] - before[1]) / (after[0] - before[0])
+
+
+def format_watch(rows: list[WatchRow]) -> str:
+    """A fixed-width table of the rows, with the header."""
+    cells = [WATCH_HEADER] + [
+        (r.query, r.task, r.state, r.agent, str(r.attempt), _num(r.tuples_per_second),
+         _num(r.backlog), _num(r.batch_ms), _num(r.latency_ms)) for r in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(WATCH_HEADER))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip()
+                     for row in cells)
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.0f}"
+
+
+__all__ = ["SchedulerMetrics", "CumulativeCounter", "decline_class", "bounded", "WatchRow",
+           "watch_rows", "format_watch", "CONTENT_TYPE"]

@@ -1,0 +1,401 @@
+"""Helpers of the end-to-end tests (tests/test_end_to_end.py): the running stack, bounded waits
+with diffs, process lookups in /proc, and plain-Python oracles.
+
+Owns `Stack` (two embedded agents, the framework scheduler and its HTTP API, composed as
+`elastiq run` composes them), `wait_until` (poll with a time bound and a diff on failure),
+`multiset_diff`, reading spec parameters with the standard library's XML parser, the oracles
+(generator rows from `executor.shapes.reference_row`, then filter / project / union / windows /
+join computed in plain Python) and reading file sinks back. Does not own any product behaviour
+and never compares against the system's own earlier output.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import signal
+import socket
+import sys
+import time
+import xml.etree.ElementTree as ET
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
+
+from executor import shapes
+
+log = logging.getLogger("tests.e2e")
+ROOT = Path(__file__).resolve().parents[1]
+SPECS = Path(__file__).resolve().parent / "specs"
+DEFAULT_START = "2024-01-01T00:00:00Z"
+T = TypeVar("T")
+Row = dict[str, Any]
+
+
+# --- bounded waiting --------------------------------------------------------------------------
+
+def wait_until(predicate: Callable[[], T], timeout: float, what: str,
+               diff: Callable[[], str] | None = None, step: float = 0.25) -> T:
+    """Poll `predicate` until it returns something truthy (returned); bounded in time and in
+    count. On timeout fail with `what` and `diff()` (expected vs actual)."""
+    deadline = time.monotonic() + timeout
+    for _ in range(int(timeout / step) + 2):
+        result = predicate()
+        if result:
+            return result
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(step)
+    detail = diff() if diff is not None else ""
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}\n{detail}")
+
+
+def multiset_diff(expected: Counter, actual: Counter, show: int = 8) -> str:
+    """What is missing from and extra in `actual`, as a short readable text."""
+    missing, extra = expected - actual, actual - expected
+    lines = [f"expected {sum(expected.values())} rows, got {sum(actual.values())}: "
+             f"{sum(missing.values())} missing, {sum(extra.values())} extra (duplicates or wrong)"]
+    for label, items in (("missing", missing), ("extra", extra)):
+        for row, n in list(items.items())[:show]:
+            lines.append(f"  {label} x{n}: {row}")
+    return "\n".join(lines)
+
+
+# --- ports and processes ----------------------------------------------------------------------
+
+def free_port_range(count: int, low: int = 20000, high: int = 60000) -> tuple[int, int]:
+    """A run of `count` consecutive ports that are free on 127.0.0.1 right now."""
+    start = low + (os.getpid() * 7919) % (high - low - count)
+    for attempt in range(200):
+        base = low + (start - low + attempt * (count + 13)) % (high - low - count)
+        if all(port_free(p) for p in range(base, base + count)):
+            return base, base + count - 1
+    raise RuntimeError(f"no {count} consecutive free ports on 127.0.0.1")
+
+
+def port_free(port: int) -> bool:
+    """Whether a new listener could take the port, as a channel writer would: with SO_REUSEADDR
+    (ZeroMQ sets it), so connections of a closed listener lingering in TIME_WAIT do not count,
+    while another socket still listening there does."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+            s.listen(1)
+        except OSError:
+            return False
+    return True
+
+
+def _proc_stat(pid: int) -> list[str] | None:
+    """Fields after `comm` of /proc/<pid>/stat: state ppid pgrp session ..."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
+            return f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def _pids() -> list[int]:
+    return [int(e) for e in os.listdir("/proc") if e.isdigit()]
+
+
+def session_members(sid: int) -> set[int]:
+    """Live (non-zombie) processes in session `sid` (an executor runs in its own session)."""
+    found = set()
+    for pid in _pids():
+        fields = _proc_stat(pid)
+        if fields and fields[0] != "Z" and int(fields[3]) == sid:
+            found.add(pid)
+    return found
+
+
+def children(pid: int) -> list[int]:
+    return [p for p in _pids() if (f := _proc_stat(p)) and f[0] != "Z" and int(f[1]) == pid]
+
+
+def java_child(executor_pid: int) -> int | None:
+    """The executor's Spark JVM: its child process running java."""
+    for pid in children(executor_pid):
+        if "java" in _cmdline(pid).split(" ", 1)[0]:
+            return pid
+    return None
+
+
+def source_runner_pids(jvm_pid: int) -> list[int]:
+    """Children of a Spark JVM running pyspark's Python streaming source runner (one per query
+    with a Python data source)."""
+    return [p for p in children(jvm_pid) if "python_streaming_source_runner" in _cmdline(p)]
+
+
+def kill_session(sid: int) -> list[int]:
+    """SIGKILL every live process of session `sid` (one we started); returns their pids."""
+    victims = sorted(session_members(sid))
+    for pid in victims:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return victims
+
+
+# --- the stack ----------------------------------------------------------------------------------
+
+@dataclass
+class Stack:
+    """Two embedded agents, the scheduler and its HTTP API, all on 127.0.0.1."""
+
+    work: Path
+    cluster: Any
+    service: Any
+    api: Any
+    port_ranges: tuple[tuple[int, int], ...]
+    executor_sessions: set[int] = field(default_factory=set)
+
+    def agent(self, agent_id: str) -> Any:
+        return next(a for a in self.cluster.agents if a.agent_id == agent_id)
+
+    def executor_pid(self, agent_id: str) -> int | None:
+        pids = list(self.agent(agent_id).executor_pids().values())
+        for pid in pids:
+            self.executor_sessions.add(pid)
+        return pids[0] if pids else None
+
+    def status(self, query_id: str) -> dict[str, Any]:
+        return self.service.query_status(query_id) or {}
+
+    def tasks(self, query_id: str) -> dict[str, dict[str, Any]]:
+        return {t["task_id"]: t for t in self.status(query_id).get("tasks", [])}
+
+    def executor_logs(self) -> str:
+        return "\n".join(p.read_text(errors="replace")
+                         for p in sorted((self.work / "cluster").rglob("stderr")))
+
+
+def pythonpath() -> str:
+    existing = os.environ.get("PYTHONPATH")
+    return f"{ROOT}:{existing}" if existing else str(ROOT)
+
+
+def start_stack(work: Path, cpus_per_agent: float = 1.5, mem_per_agent: int = 8192,
+                spark_cores: int = 2) -> Stack:
+    """Start the cluster (agents with distinct free port ranges), the scheduler and its API."""
+    from elastiq.embedded import EmbeddedCluster
+    from scheduler.api import ApiServer
+    from scheduler.config import ExecutorSpec, SchedulerConfig
+    from scheduler.mesos_adapter import SchedulerService
+
+    ranges = (free_port_range(16), free_port_range(16, low=30000))
+    if ranges[0][1] >= ranges[1][0] and ranges[1][1] >= ranges[0][0]:
+        ranges = (ranges[0], free_port_range(16, low=ranges[0][1] + 1))
+    executor = ExecutorSpec(command=f"exec {sys.executable} -m executor", environment=(
+        ("ELASTIQ_STATE_DIR", str(work / "state")), ("ELASTIQ_SPARK_CORES", str(spark_cores)),
+        ("PYTHONPATH", pythonpath())))
+    config = SchedulerConfig(executor=executor, backoff_initial=0.5, same_agent_wait=60.0,
+                             offer_hold_seconds=1.0, decline_seconds=0.5)
+    cluster = EmbeddedCluster(agents=0, work_dir=work / "cluster", executor_grace_seconds=15.0)
+    cluster.start()
+    service = api = None
+    try:
+        for low, high in ranges:
+            cluster.add_agent({"cpus": cpus_per_agent, "mem": mem_per_agent,
+                               "ports": f"{low}-{high}"})
+        service = SchedulerService(cluster.master_address, config, tick_interval=0.1).start()
+        api = ApiServer(service, host="127.0.0.1", port=0).start()
+        wait_until(lambda: service.status()["connected"], 20, "the scheduler to register")
+    except BaseException:
+        stop_parts(cluster, service, api)
+        raise
+    return Stack(work, cluster, service, api, ranges)
+
+
+def stop_stack(stack: Stack) -> list[int]:
+    """Stop every query, the scheduler (failover=False), the API and the cluster; then SIGKILL
+    whatever is left of executor sessions this module saw. Returns the pids killed that way."""
+    service = stack.service
+    for query_id, view in service.status()["queries"].items():
+        if view["phase"] == "active":
+            service.stop_query(query_id)
+    try:
+        wait_until(lambda: all(not _live(v) for v in service.status()["queries"].values()),
+                   30, "every query to stop")
+    except AssertionError as exc:
+        log.warning("e2e teardown: %s", exc)
+    for agent in stack.cluster.agents:
+        stack.executor_sessions.update(agent.executor_pids().values())
+    stop_parts(stack.cluster, service, stack.api)
+    leftovers = []
+    for sid in sorted(stack.executor_sessions):
+        leftovers += kill_session(sid)
+    return leftovers
+
+
+def _live(view: Mapping[str, Any]) -> bool:
+    return any(t["state"] in ("staging", "starting", "running") for t in view["tasks"])
+
+
+def stop_parts(cluster: Any, service: Any, api: Any) -> None:
+    if api is not None:
+        api.stop()
+    if service is not None:
+        service.stop(failover=False)
+    cluster.stop()
+
+
+# --- submitting and following queries -----------------------------------------------------------
+
+def compile_spec(name: str, base_dir: Path, query_id: str | None = None) -> Any:
+    """Compile tests/specs/<name> with relative paths (its sinks) resolved under `base_dir`."""
+    from compiler.pipeline import compile_spec_text
+
+    path = SPECS / name
+    return compile_spec_text(path.read_bytes(), str(path), base_dir=base_dir,
+                             query_id=query_id).query
+
+
+def submit(stack: Stack, query: Any) -> None:
+    reply = stack.service.submit(query)
+    assert reply.accepted, f"the scheduler refused {query.query_id}: {reply.message}"
+
+
+def wait_running(stack: Stack, query_id: str, timeout: float = 90.0) -> dict[str, Any]:
+    """Every task of the query RUNNING; returns the query's status view."""
+    return wait_until(
+        lambda: (v := stack.status(query_id)) and v.get("status") == "running" and v,
+        timeout, f"query {query_id} running",
+        lambda: json.dumps(stack.status(query_id), indent=1, default=str)[:3000])
+
+
+def stop_query(stack: Stack, query_id: str) -> None:
+    stack.service.stop_query(query_id)
+    wait_until(lambda: not _live(stack.status(query_id) or {"tasks": []}), 30,
+               f"query {query_id} to stop")
+
+
+def wait_for_sink(path: Path, expected: Counter, key: Callable[[Row], Any], timeout: float,
+                  what: str, settle: float = 2.0) -> Counter:
+    """Wait until the sink's rows (as `key`s) equal `expected`, then stay equal for `settle`
+    seconds (a late duplicate would show). Fails with the multiset diff."""
+    actual = lambda: Counter(key(r) for r in read_sink(path))  # noqa: E731
+    wait_until(lambda: actual() == expected, timeout, what,
+               lambda: multiset_diff(expected, actual()))
+    time.sleep(settle)
+    final = actual()
+    assert final == expected, f"{what}: changed after matching\n{multiset_diff(expected, final)}"
+    return final
+
+
+def read_sink(path: Path) -> list[Row]:
+    """A JSON-lines file sink's rows; ISO-8601 `...Z` strings become aware datetimes."""
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
+        row = json.loads(line)
+        for k, v in row.items():
+            if isinstance(v, str) and v.endswith("Z") and "T" in v:
+                row[k] = datetime.fromisoformat(v.replace("Z", "+00:00"))
+        rows.append(row)
+    return rows
+
+
+# --- spec parameters (read with the standard library, not the compiler) -------------------------
+
+def spec_params(name: str) -> dict[str, dict[str, str]]:
+    """operator name -> {param name: value} of tests/specs/<name>."""
+    root = ET.parse(SPECS / name).getroot()
+    return {op.get("name", ""): {p.get("name", ""): p.get("value", "") for p in op.iter("param")}
+            for op in root.iter("operator")}
+
+
+def sink_path(base_dir: Path, name: str, sink_op: str) -> Path:
+    return base_dir / spec_params(name)[sink_op]["path"]
+
+
+# --- oracles ------------------------------------------------------------------------------------
+
+def generator_rows(params: Mapping[str, str]) -> list[Row]:
+    """A <generator>'s rows from its params, through the plain-Python reference generator."""
+    shape = shapes.shape_named(params["shape"])
+    rate = float(params.get("rate", "1000"))
+    seed = int(params.get("seed", "0"))
+    start_us = _start_us(params.get("start", DEFAULT_START))
+    limit = int(params["limit"])
+    return [shapes.reference_row(shape, seed, start_us, rate, i) for i in range(limit)]
+
+
+def _start_us(text: str) -> int:
+    instant = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return (instant - datetime(1970, 1, 1, tzinfo=timezone.utc)) // timedelta(microseconds=1)
+
+
+def row_key(row: Row, columns: Sequence[str]) -> tuple:
+    return tuple(row[c] for c in columns)
+
+
+def floor_time(ts: datetime, size: timedelta, offset: timedelta = timedelta(0)) -> datetime:
+    epoch = datetime(1970, 1, 1, tzinfo=timezone.utc)
+    n = math.floor((ts - epoch - offset) / size)
+    return epoch + offset + n * size
+
+
+def windows_of(ts: datetime, size: timedelta, slide: timedelta) -> list[datetime]:
+    """Starts of the windows (aligned to the epoch, every `slide`) that contain `ts`."""
+    last = floor_time(ts, slide)
+    starts, start = [], last
+    while start > ts - size:
+        starts.append(start)
+        start -= slide
+    return starts
+
+
+@dataclass(frozen=True)
+class WindowResult:
+    window_start: datetime
+    group: tuple
+    values: tuple[float, ...]  # per input row column given to the oracle
+
+
+def window_oracle(rows: Iterable[Row], time_col: str, group_by: Sequence[str], size: timedelta,
+                  slide: timedelta, watermark: timedelta) -> dict[tuple, list[Row]]:
+    """(window_start, *group) -> the input rows of each window an append-mode query emits: those
+    whose end is at or before the final watermark (largest event time - delay)."""
+    rows = list(rows)
+    closed_by = max(r[time_col] for r in rows) - watermark
+    groups: dict[tuple, list[Row]] = defaultdict(list)
+    for r in rows:
+        for start in windows_of(r[time_col], size, slide):
+            groups[(start, *row_key(r, group_by))].append(r)
+    return {k: v for k, v in groups.items() if k[0] + size <= closed_by}
+
+
+def join_oracle(left: Sequence[Row], right: Sequence[Row], key: str, time_col: str,
+                within: timedelta, right_name: str) -> list[Row]:
+    """Inner equi-join with |left time - right time| <= within; right columns whose names are
+    taken by the left are renamed `<right stream>_<column>`."""
+    by_key: dict[Any, list[Row]] = defaultdict(list)
+    for r in right:
+        by_key[r[key]].append(r)
+    out = []
+    for lrow in left:
+        for rrow in by_key[lrow[key]]:
+            if abs(lrow[time_col] - rrow[time_col]) <= within:
+                joined = dict(lrow)
+                joined.update({(f"{right_name}_{k}" if k in lrow else k): v
+                               for k, v in rrow.items()})
+                out.append(joined)
+    return out
