@@ -1,0 +1,258 @@
+"""Leadership, fencing and the registry against a REAL ZooKeeper (Debian's package) and the
+embedded Mesos cluster with real executor processes (tests/fixtures/scheduler_idle_executor.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+
+from tests.zookeeper_server import ZooKeeperServer, free_port, missing
+
+if missing():
+    pytest.skip(f"no ZooKeeper server: {missing()}", allow_module_level=True)
+
+from kazoo.client import KazooClient  # noqa: E402  (tests only: forging a session expiry)
+from kazoo.exceptions import NoAuthError  # noqa: E402
+
+from elastiq.embedded import EmbeddedCluster  # noqa: E402
+from scheduler.config import ExecutorSpec, SchedulerConfig  # noqa: E402
+from scheduler.coordination import CoordinationError  # noqa: E402
+from scheduler.mesos_adapter import SchedulerService  # noqa: E402
+from scheduler.testing import chain_query  # noqa: E402
+from scheduler.zk import ZkSettings, ZooKeeperCoordination  # noqa: E402
+
+FIXTURE = Path(__file__).parent / "fixtures" / "scheduler_idle_executor.py"
+SESSION = 2.0  # seconds; the server's tickTime 200 ms allows 0.4-4 s
+RESOURCES = {"cpus": 4, "mem": 4096, "ports": "31100-31199"}
+
+
+@pytest.fixture(scope="module")
+def zk(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
+    with ZooKeeperServer(tmp_path_factory.mktemp("zk")) as server:
+        yield server
+
+
+def wait_for(what: str, check: Callable[[], Any], timeout: float = 20.0) -> Any:
+    deadline = time.monotonic() + timeout
+    for _ in range(int(timeout / 0.05) + 1):
+        result = check()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def coordination(zk: ZooKeeperServer, root: str, **kw: Any) -> ZooKeeperCoordination:
+    return ZooKeeperCoordination(ZkSettings(zk.hosts, root, SESSION, **kw))
+
+
+def config() -> SchedulerConfig:
+    return SchedulerConfig(
+        executor=ExecutorSpec(command=f"{sys.executable} {FIXTURE}", cpus=0.5, mem_mb=256),
+        backoff_initial=0.2, offer_hold_seconds=1.0, decline_seconds=0.5)
+
+
+def service(cluster: EmbeddedCluster, zk: ZooKeeperServer, root: str,
+            name: str) -> SchedulerService:
+    return SchedulerService(cluster.master_address, config(), tick_interval=0.1,
+                            coordination=coordination(zk, root), address=name)
+
+
+def expire_session(zk: ZooKeeperServer, coord: ZooKeeperCoordination) -> None:
+    """kazoo's documented test approach: a second client with the same session id and
+    password closes the session, so the server expires it for the first client."""
+    session_id, password = coord.client.client_id
+    other = KazooClient(hosts=zk.hosts, client_id=(session_id, password), timeout=SESSION)
+    other.start(timeout=5)
+    other.stop()
+    other.close()
+
+
+def running(svc: SchedulerService, query_id: str) -> dict[str, Any] | None:
+    view = svc.query_status(query_id)
+    return view if view and view["status"] == "running" else None
+
+
+def test_election_expiry_steps_down_and_stale_epoch_is_refused(zk: ZooKeeperServer,
+                                                               tmp_path: Path) -> None:
+    with EmbeddedCluster(agents=1, resources=RESOURCES, work_dir=tmp_path) as cluster:
+        a = service(cluster, zk, "/t-expiry", "http://a").start()
+        b = None
+        try:
+            assert a.leadership.role == "leader"
+            b = service(cluster, zk, "/t-expiry", "http://b").start()
+            wait_for("b to learn the leader", lambda: b.leadership.leader == "http://a")
+            refused = b.submit(chain_query("q", 1))
+            assert (refused.accepted, refused.status) == (False, 421)
+            assert "http://a" in refused.message
+            epoch_a = a.leadership.epoch
+            assert a.submit(chain_query("q", 1), epoch=epoch_a).accepted
+            wait_for("q running under a", lambda: running(a, "q"))
+            framework = wait_for("framework id", lambda: a.framework_id)
+            assert a._persister.flush(5)
+            term_a = a.leadership.term
+
+            expire_session(zk, a.coordination)
+            wait_for("a to step down", lambda: a.leadership.role == "standby")
+            wait_for("b to lead", lambda: b.leadership.role == "leader")
+            assert b.leadership.epoch > epoch_a
+            view = wait_for("q running under b", lambda: running(b, "q")
+                            and b.status()["connected"] and running(b, "q"))
+            assert b.framework_id == framework
+            task = view["tasks"][0]
+            assert (task["attempt"], task["launches"], task["state"]) == (1, 1, "running")
+
+            stale = b.submit(chain_query("q2", 1), epoch=epoch_a)
+            assert (stale.accepted, stale.status) == (False, 409)
+            assert "stale" in stale.message
+            assert not a.submit(chain_query("q3", 1)).accepted  # a is a standby now
+            with pytest.raises(CoordinationError):  # FencedOut, or the old session is gone
+                a.coordination.put("framework_id", b"hijack", term_a)
+            assert b.registry.framework_id() == framework
+            assert b.submit(chain_query("q2", 1), epoch=b.leadership.epoch).accepted
+            assert b.status()["queries"]["q"]["tasks"][0]["state"] == "running"
+        finally:
+            for svc in (b, a):
+                if svc is not None:
+                    svc.stop()
+
+
+def test_registry_survives_a_scheduler_restart(zk: ZooKeeperServer, tmp_path: Path) -> None:
+    with EmbeddedCluster(agents=1, resources=RESOURCES, work_dir=tmp_path) as cluster:
+        first = service(cluster, zk, "/t-restart", "http://first").start()
+        try:
+            assert first.submit(chain_query("keep", 2)).accepted
+            before = wait_for("keep running", lambda: running(first, "keep"))
+            framework = first.framework_id
+            assert first._persister.flush(5)
+        finally:
+            first.stop()
+        second = service(cluster, zk, "/t-restart", "http://second").start()
+        try:
+            assert second.leadership.role == "leader"
+            after = wait_for("keep running after restart", lambda: second.status()["connected"]
+                             and running(second, "keep"))
+            assert second.framework_id == framework
+            assert [(t["mesos_task_id"], t["launches"]) for t in after["tasks"]] == \
+                [(t["mesos_task_id"], t["launches"]) for t in before["tasks"]]
+        finally:
+            second.stop()
+
+
+def test_acl_keeps_other_clients_out(zk: ZooKeeperServer) -> None:
+    owner = coordination(zk, "/t-acl", digest=("elastiq", "s3cret"))
+    owner.start()
+    stranger = KazooClient(hosts=zk.hosts, timeout=SESSION)
+    try:
+        owner.put("framework_id", b"F-1")
+        assert owner.get("framework_id") == b"F-1"
+        stranger.start(timeout=5)
+        with pytest.raises(NoAuthError):
+            stranger.get("/t-acl/registry/framework_id")
+    finally:
+        stranger.stop()
+        stranger.close()
+        owner.close()
+
+
+def http_json(url: str) -> dict[str, Any] | None:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as r:
+            return json.loads(r.read())
+    except OSError:
+        return None
+
+
+def scheduler_process(zk: ZooKeeperServer, master: str, port: int, log: Path,
+                      state: Path) -> "subprocess.Popen[bytes]":
+    out = open(log, "wb")
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-m", "elastiq.cli", "scheduler", "--master", master,
+             "--zk", f"{zk.hosts}/t-kill", "--zk-session-timeout", str(SESSION),
+             "--listen", f"127.0.0.1:{port}", "--state-dir", str(state),
+             "--executor-command", f"{sys.executable} {FIXTURE}"],
+            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    finally:
+        out.close()
+
+
+def executor_pids(work_dir: Path) -> set[int]:
+    """Our fixture executors whose sandbox is under `work_dir`."""
+    found = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                cmd = Path(f"/proc/{entry}/cmdline").read_bytes()
+            except OSError:
+                continue
+            try:
+                cwd = os.readlink(f"/proc/{entry}/cwd")
+            except OSError:
+                continue
+            if str(FIXTURE).encode() in cmd and cwd.startswith(str(work_dir)):
+                found.add(int(entry))
+    return found
+
+
+@pytest.mark.cluster
+def test_sigkill_of_the_leader_process_hands_over_without_killing_tasks(
+        zk: ZooKeeperServer, tmp_path: Path) -> None:
+    with EmbeddedCluster(agents=1, resources=RESOURCES, work_dir=tmp_path / "c") as cluster:
+        ports = (free_port(), free_port())
+        urls = [f"http://127.0.0.1:{p}" for p in ports]
+        procs: list[subprocess.Popen[bytes]] = []
+        try:
+            procs.append(scheduler_process(zk, cluster.master_address, ports[0],
+                                           tmp_path / "a.log", tmp_path / "a"))
+            health = wait_for("leader a", lambda: (h := http_json(urls[0] + "/healthz"))
+                              and h.get("connected") and h, 60)
+            procs.append(scheduler_process(zk, cluster.master_address, ports[1],
+                                           tmp_path / "b.log", tmp_path / "b"))
+            wait_for("standby b", lambda: http_json(urls[1] + "/healthz"), 60)
+            body = chain_query("ha", 1).to_json().encode()
+            req = urllib.request.Request(urls[0] + "/queries", body, method="POST",
+                                         headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(req, timeout=10) as r:
+                assert r.status == 201
+            wait_for("ha running", lambda: (q := http_json(urls[0] + "/queries/ha"))
+                     and q["status"] == "running", 30)
+            executors = wait_for("executor process", lambda: executor_pids(tmp_path / "c"))
+            time.sleep(0.5)  # let the leader's registry writer settle
+
+            procs[0].send_signal(signal.SIGKILL)
+            procs[0].wait(5)
+            killed_at = time.monotonic()
+            took_over = wait_for("b to take over", lambda: (h := http_json(
+                urls[1] + "/healthz")) and h.get("connected") and h, 4 * SESSION)
+            elapsed = time.monotonic() - killed_at
+            assert elapsed <= 2 * SESSION, f"takeover took {elapsed:.2f} s"
+            assert took_over["framework_id"] == health["framework_id"]
+            view = wait_for("ha running under b", lambda: (q := http_json(
+                urls[1] + "/queries/ha")) and q["status"] == "running" and q, 10)
+            task = view["tasks"][0]
+            assert (task["attempt"], task["launches"], task["state"]) == (1, 1, "running")
+            time.sleep(1.0)  # anything wrongly killed would have reported by now
+            assert executor_pids(tmp_path / "c") == executors
+            assert http_json(urls[1] + "/queries/ha")["tasks"][0]["state"] == "running"
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.send_signal(signal.SIGTERM)
+                    try:
+                        p.wait(10)
+                    except subprocess.TimeoutExpired:
+                        p.kill()
+                        p.wait(5)
