@@ -1,0 +1,66 @@
+"""Small helpers shared by the scripts in benchmarks/: repo on the import path, statistics, tables.
+
+Owns only presentation and arithmetic (percentiles, medians, ratios, a plain-text table) and
+putting the repository on `sys.path` and `PYTHONPATH` (so Spark's Python workers, started later by
+the JVM, import `executor.*` the way an executor launched by Elastiq does). Does not own any
+measurement: each benchmark script measures its own thing.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def use_repo_on_path() -> None:
+    """Make `compiler`, `executor`, ... importable here and in child processes (Spark workers)."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    existing = os.environ.get("PYTHONPATH", "")
+    if str(ROOT) not in existing.split(os.pathsep):
+        os.environ["PYTHONPATH"] = f"{ROOT}{os.pathsep}{existing}" if existing else str(ROOT)
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0..100) by linear interpolation; NaN for no values."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q / 100.0
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def median_of(values: Sequence[float]) -> float:
+    """Median ignoring NaN; NaN when nothing is left."""
+    finite = [v for v in values if not math.isnan(v)]
+    return statistics.median(finite) if finite else math.nan
+
+
+def ratio(numerator: float, denominator: float) -> float:
+    if math.isnan(numerator) or math.isnan(denominator) or denominator == 0:
+        return math.nan
+    return numerator / denominator
+
+
+def format_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """Left-aligned first column, right-aligned figures, one line per row."""
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+
+    def line(cells: Sequence[str]) -> str:
+        first = str(cells[0]).ljust(widths[0])
+        rest = [str(c).rjust(w) for c, w in zip(cells[1:], widths[1:])]
+        return "  ".join([first, *rest])
+
+    rule = "-" * (sum(widths) + 2 * (len(widths) - 1))
+    return "\n".join([line(header), rule, *[line(r) for r in rows]])
+
+
+def fmt(value: float, digits: int = 0) -> str:
+    return "n/a" if math.isnan(value) else f"{value:,.{digits}f}"
