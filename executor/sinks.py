@@ -107,6 +107,8 @@ class JsonlAppendLog:
             if not should_write(mark, batch_id):
                 return False
             self._truncate_to(mark)
+            if not lines:  # nothing to make durable: no fsync, no new mark (a replay adds nothing)
+                return True
             with open(self.path, "ab") as f:
                 f.write("".join(line + "\n" for line in lines).encode("utf-8"))
                 f.flush()

@@ -96,6 +96,20 @@ def test_append_log_writes_each_batch_once_and_heals_torn_appends(tmp_path) -> N
     assert [json.loads(x)["a"] for x in lines] == [1, 2, 3, 4]
 
 
+def test_empty_batches_write_nothing_yet_still_heal_a_torn_append(tmp_path) -> None:
+    log = sinks.JsonlAppendLog(str(tmp_path / "out.jsonl"))
+    assert log.append(0, ['{"a":1}'])
+    mark = (tmp_path / "out.jsonl.commit").read_text()
+    assert log.append(1, [])
+    assert (tmp_path / "out.jsonl.commit").read_text() == mark  # no new mark for nothing
+    with open(log.path, "ab") as f:  # a crash mid-append of batch 2
+        f.write(b'{"a":')
+    assert sinks.JsonlAppendLog(log.path).append(2, [])
+    assert (tmp_path / "out.jsonl").read_text() == '{"a":1}\n'
+    assert log.append(3, ['{"a":2}'])
+    assert [json.loads(x)["a"] for x in (tmp_path / "out.jsonl").read_text().splitlines()] == [1, 2]
+
+
 def test_table_to_lines_writes_iso_utc_timestamps() -> None:
     batch = shapes.generate_batch(shapes.SHAPES["sequence"], Schema.of(("id", "int"),
                                   ("ts", "timestamp")), 1, 1_500_000, 2.0, 0, 2)
