@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 import time
@@ -50,6 +51,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--secret-file", metavar="FILE", help="file holding the principal's secret")
     s.add_argument("--executor-command", help="how agents start our executor (default: "
                    "exec <this python> -m executor)")
+    s.add_argument("--token-file", metavar="FILE", help="require this token (the file's text) "
+                   "for submit and stop; reads stay open")
     s.set_defaults(handler=cmd_scheduler)
 
     for name, helptext, handler in (("submit", "submit a spec to the scheduler", cmd_submit),
@@ -58,6 +61,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                                     ("tail", "follow a file sink of a query", cmd_tail)):
         p = sub.add_parser(name, help=helptext)
         p.add_argument("--scheduler", default=DEFAULT_URL, help=f"API URL (default {DEFAULT_URL})")
+        p.add_argument("--token-file", metavar="FILE",
+                       help="the scheduler's API token (default: $ELASTIQ_TOKEN_FILE, if set)")
         if name == "submit":
             p.add_argument("spec", metavar="SPEC")
         elif name == "status":
@@ -97,6 +102,7 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
     check_java()
     try:
         coordination, principal, secret = _coordination(args), args.principal, _secret(args)
+        token = read_token(args.token_file)
     except (ValueError, OSError) as e:
         print(f"elastiq: {e}", file=sys.stderr)
         return 2
@@ -117,7 +123,7 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
     service = SchedulerService(master, config, coordination=coordination, principal=principal,
                                secret=secret)
     try:
-        api = ApiServer(service, host=host or "127.0.0.1", port=int(port)).start()
+        api = ApiServer(service, host=host or "127.0.0.1", port=int(port), token=token).start()
     except OSError as e:
         print(f"elastiq: cannot listen on {args.listen}: {e.strerror}; choose another address "
               "with --listen HOST:PORT", file=sys.stderr)
@@ -171,14 +177,28 @@ def _secret(args: argparse.Namespace) -> str | None:
     return secret
 
 
+def read_token(path: str | None) -> str | None:
+    """The API token kept in a file (never on the command line, where `ps` shows it)."""
+    if path is None:
+        return None
+    token = Path(path).read_text(encoding="utf-8").strip()
+    if not token:
+        raise ValueError(f"{path} is empty: put the API token in it")
+    return token
+
+
 def _client(args: argparse.Namespace) -> SchedulerClient:
-    return SchedulerClient(args.scheduler)
+    return SchedulerClient(args.scheduler,
+                           token=read_token(args.token_file or os.environ.get("ELASTIQ_TOKEN_FILE")))
 
 
 def _call(fn: Any) -> tuple[int, Any]:
     try:
         return 0, fn()
     except SchedulerUnavailable as e:
+        print(f"elastiq: {e}", file=sys.stderr)
+        return 1, None
+    except (OSError, ValueError) as e:  # e.g. an unreadable token file
         print(f"elastiq: {e}", file=sys.stderr)
         return 1, None
     except RequestRejected as e:

@@ -11,6 +11,7 @@ requests. Does not own the scheduler (any `QueryService`, e.g. `SchedulerService
 
 from __future__ import annotations
 
+import hmac
 import json
 import logging
 import os
@@ -120,6 +121,10 @@ class _Handler(BaseHTTPRequestHandler):
     def _route(self, method: str) -> tuple[int, Any]:
         parts = [unquote(p) for p in urlsplit(self.path).path.strip("/").split("/") if p]
         service = self.server.service
+        if method != "GET" and not token_allows(self.server.token,
+                                                self.headers.get("Authorization", "")):
+            raise ApiError(401, "this scheduler requires a token for submit and stop: send "
+                                "'Authorization: Bearer <token>' (elastiq --token-file FILE)")
         if parts == ["metrics"] and method == "GET":
             return 200, _metrics_text(service)
         if parts == ["healthz"] and method == "GET":
@@ -182,14 +187,26 @@ class _Handler(BaseHTTPRequestHandler):
         log.debug("[api] " + format, *args)
 
 
+def token_allows(token: str | None, authorization: str) -> bool:
+    """Whether a request may change state: always when no token is configured, else only with
+    `Authorization: Bearer <token>` (compared in constant time)."""
+    if not token:
+        return True
+    scheme, _, given = authorization.partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(),
+                                                              token.encode())
+
+
 class ApiServer(ThreadingHTTPServer):
     """`ApiServer(service).start()`; `.url` is where it listens; `.stop()` ends it."""
 
     daemon_threads = True
 
-    def __init__(self, service: QueryService, host: str = "127.0.0.1", port: int = 0):
+    def __init__(self, service: QueryService, host: str = "127.0.0.1", port: int = 0,
+                 token: str | None = None):
         super().__init__((host, port), _Handler)
         self.service = service
+        self.token = token  # when set, POST and DELETE need `Authorization: Bearer <token>`
         self._thread: threading.Thread | None = None
 
     @property

@@ -30,12 +30,13 @@ class RequestRejected(Exception):
 
 
 class SchedulerClient:
-    def __init__(self, url: str = DEFAULT_URL, timeout: float = 30.0):
+    def __init__(self, url: str = DEFAULT_URL, timeout: float = 30.0, token: str | None = None):
         parts = urlsplit(url)
         if parts.scheme != "http" or not parts.hostname:
             raise ValueError(f"scheduler URL must look like http://host:port, not {url!r}")
         self.url, self._host, self._port = url, parts.hostname, parts.port or 80
         self._timeout = timeout
+        self._token = token  # sent as `Authorization: Bearer <token>`
 
     def submit_spec(self, path: str | Path, query_id: str | None = None) -> dict[str, Any]:
         """Submit a spec file (compiled by the scheduler); returns {"query_id", "message"}."""
@@ -64,8 +65,11 @@ class SchedulerClient:
     def _call(self, method: str, target: str, body: bytes | None = None,
               headers: dict[str, str] | None = None) -> dict[str, Any]:
         conn = http.client.HTTPConnection(self._host, self._port, timeout=self._timeout)
+        headers = dict(headers or {})
+        if self._token:
+            headers["Authorization"] = f"Bearer {self._token}"
         try:
-            conn.request(method, target, body=body, headers=headers or {})
+            conn.request(method, target, body=body, headers=headers)
             resp = conn.getresponse()
             status, data = resp.status, resp.read()
         except (OSError, http.client.HTTPException) as e:

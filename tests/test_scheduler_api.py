@@ -117,3 +117,34 @@ def test_an_illegal_transition_is_logged_and_the_loop_keeps_serving(
     loop.put(StatusUpdated("odd", "q.t0.a1", "RUNNING", agent_id="a1"))  # never launched
     client.stop("q")  # answered after the odd event: the loop is still alive
     assert client.status("q")["phase"] == "stopped"
+
+
+def test_a_token_guards_submit_and_stop_but_not_reads() -> None:
+    loop = SchedulerLoop(tick_interval=0.05).start()
+    server = ApiServer(loop, token="s3cret-token").start()
+    try:
+        anonymous = SchedulerClient(server.url, timeout=10)
+        wrong = SchedulerClient(server.url, timeout=10, token="guess")
+        right = SchedulerClient(server.url, timeout=10, token="s3cret-token")
+        for client in (anonymous, wrong):
+            with pytest.raises(RequestRejected) as refused:
+                client.submit_compiled(chain_query("q", 1).to_json())
+            assert refused.value.status == 401 and "Authorization: Bearer" in refused.value.message
+        assert anonymous.status() == {"queries": []}  # reads stay open
+        assert right.submit_compiled(chain_query("q", 1).to_json())["query_id"] == "q"
+        with pytest.raises(RequestRejected) as refused:
+            wrong.stop("q")
+        assert refused.value.status == 401
+        assert right.stop("q")["query_id"] == "q"
+    finally:
+        server.stop()
+        loop.stop()
+
+
+def test_token_check() -> None:
+    from scheduler.api import token_allows
+
+    assert token_allows(None, "")
+    assert token_allows("t", "Bearer t") and token_allows("t", "bearer  t ")
+    assert not token_allows("t", "") and not token_allows("t", "Bearer u")
+    assert not token_allows("t", "Basic t")
