@@ -31,6 +31,15 @@ class Node:
     partition_keys: tuple[str, ...] | None = None  # None: cannot be partitioned; (): by any key
     placement: str | None = None  # placement annotation (@p1 ...) from rewriting
     origin: str | None = None  # the rule that produced this node, if any
+    patterns: tuple[tuple[str, Any], ...] = ()  # patterns the spec asks for (ha, parallelism...)
+
+    def wants(self, name: str, default: Any = None) -> Any:
+        """The value of a pattern request (`ha`, `replicas`, `parallelism`, `partition-by`,
+        `partition-keys`, `pipeline`), or `default`."""
+        for key, value in self.patterns:
+            if key == name:
+                return value
+        return default
 
     def param(self, name: str, default: Any = None) -> Any:
         for key, value in self.params:

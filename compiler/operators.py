@@ -126,6 +126,48 @@ CATALOGUE: dict[str, OperatorDef] = {d.kind: d for d in (
     ), doc="serves results as an Elastiq channel that other queries or programs can read"),
 )}
 
+# Plumbing operators: inserted by the rewrite rules (rewrite_rules/*.rule), never written in a
+# spec. Each carries in its params what the runtime needs; see docs/patterns.md.
+PLUMBING: dict[str, OperatorDef] = {d.kind: d for d in (
+    OperatorDef("multicast", "plumbing", (1, 1), (1, 1), False, (
+        ParamDef("copies", "int", True, minimum=1, doc="how many readers receive every tuple"),
+    ), output_type="same", doc="sends every tuple of its input to all its readers"),
+    OperatorDef("splitter", "plumbing", (1, 1), (1, 1), False, (
+        ParamDef("partitions", "int", True, minimum=1, doc="number of partitions"),
+        ParamDef("key", "column", False, None,
+                 doc="hash-partitioning column (none: round robin)"),
+    ), output_type="same", doc="routes each tuple to one partition, by key hash"),
+    OperatorDef("merger", "plumbing", (1, 64), (1, 1), False, (
+        ParamDef("partitions", "int", True, minimum=1, doc="number of merged partitions"),
+        ParamDef("key", "column", False, None, doc="the partitioning key, for the record"),
+    ), output_type="same", doc="recombines the outputs of partitioned instances"),
+    OperatorDef("stream-selector", "plumbing", (1, 64), (1, 1), False, (
+        ParamDef("protects", "string", True, doc="the replicated operator"),
+        ParamDef("replicas", "int", True, minimum=1, doc="number of replicas (inputs)"),
+    ), output_type="same", doc="forwards one replica's output; switches on failure without "
+                               "gap or duplicate"),
+    OperatorDef("failover", "plumbing", (1, 1), (1, 1), False, (
+        ParamDef("mode", "choice", True, choices=("standby", "checkpoint")),
+        ParamDef("protects", "string", True, doc="the protected operator"),
+        ParamDef("standby-placement", "string", True,
+                 doc="placement label of the standby (distinct from the primary's)"),
+        ParamDef("checkpoint", "choice", False, None, choices=("shared",),
+                 doc="checkpoint on storage the standby can reach"),
+        ParamDef("replay-from", "string", False, None,
+                 doc="the network-writer whose upstream backup replays"),
+    ), output_type="same", doc="forwards the active instance's output; the scheduler restarts "
+                               "the protected operator on the standby placement"),
+    OperatorDef("network-writer", "plumbing", (1, 1), (1, 1), False, (
+        ParamDef("backup", "choice", False, None, choices=("upstream",),
+                 doc="keep unacknowledged batches for replay"),
+    ), output_type="same", doc="sending end of a channel between tasks"),
+    OperatorDef("network-reader", "plumbing", (1, 1), (1, 1), False, (
+        ParamDef("replica", "int", False, None, minimum=1, doc="which replica reads"),
+        ParamDef("partition", "int", False, None, minimum=1, doc="which partition it reads"),
+    ), output_type="same", doc="receiving end of a channel between tasks"),
+)}
+
+
 AGGREGATE_FUNCTIONS = ("count", "sum", "avg", "min", "max")
 
 

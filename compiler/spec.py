@@ -71,6 +71,18 @@ class AggregateDecl:
     column_pos: Position
 
 
+PATTERN_ATTRIBUTES = ("ha", "replicas", "parallelism", "partition-by", "pipeline")
+
+
+@dataclass(frozen=True)
+class PatternAttr:
+    """A pattern request written as an attribute (`ha="standby"`), with where its value is."""
+
+    name: str
+    value: str
+    pos: Position
+
+
 @dataclass(frozen=True)
 class OperatorDecl:
     name: str
@@ -82,6 +94,7 @@ class OperatorDecl:
     aggregates: tuple[AggregateDecl, ...]
     pos: Position
     kind_pos: Position
+    patterns: tuple[PatternAttr, ...] = ()
 
     def param(self, name: str) -> ParamDecl | None:
         for p in self.params:
@@ -98,6 +111,7 @@ class Spec:
     operators: tuple[OperatorDecl, ...]
     pos: Position
     description: str = ""
+    patterns: tuple[PatternAttr, ...] = ()  # query-wide defaults
 
 
 def read_spec_file(path: str) -> tuple[Spec, list[Diagnostic]]:
@@ -228,9 +242,13 @@ _NAME_RULES = {
     ("operator", "type"): "operator types are lower-case words joined by -, e.g. window-aggregate",
     ("param", "name"): "parameter names are lower-case words joined by -, e.g. group-by",
 }
+for _attr in PATTERN_ATTRIBUTES:
+    for _tag in ("dataflow", "operator"):
+        _NAME_RULES[(_tag, _attr)] = ("pattern values are short words or numbers, e.g. "
+                                      "hot-standby, 4, sensor (see docs/patterns.md)")
 _ALLOWED_ATTRS = {
-    "dataflow": ("name",), "type": ("name",), "column": ("name", "type"),
-    "operator": ("name", "type"), "input": ("name",), "output": ("name", "type"),
+    "dataflow": ("name",) + PATTERN_ATTRIBUTES, "type": ("name",), "column": ("name", "type"),
+    "operator": ("name", "type") + PATTERN_ATTRIBUTES, "input": ("name",), "output": ("name", "type"),
     "param": ("name", "value"), "field": ("name", "value"),
     "aggregate": ("name", "function", "column"),
 }
@@ -254,7 +272,13 @@ def build_spec(doc: XmlDocument) -> Spec:
         elif child.tag == "description":
             description = (child.text or "").strip()
     return Spec(root.get("name", ""), doc.filename, tuple(types), tuple(operators),
-                doc.where(root).position, description)
+                doc.where(root).position, description, _patterns(doc, root))
+
+
+def _patterns(doc: XmlDocument, element: etree._Element) -> tuple[PatternAttr, ...]:
+    where = doc.where(element)
+    return tuple(PatternAttr(name, element.get(name), where.value(name))
+                 for name in PATTERN_ATTRIBUTES if element.get(name) is not None)
 
 
 def _children(element: etree._Element, tag: str, *required: str) -> list[etree._Element]:
@@ -293,6 +317,7 @@ def _operator(doc: XmlDocument, element: etree._Element) -> OperatorDecl:
         ),
         pos=where.position,
         kind_pos=where.value("type"),
+        patterns=_patterns(doc, element),
     )
 
 

@@ -14,10 +14,11 @@ from typing import Any, Callable
 
 from compiler import expressions as ex
 from compiler.graph import Graph, Node, Stream
-from compiler.operators import (AGGREGATE_FUNCTIONS, CATALOGUE, SHAPE_COLUMNS, OperatorDef,
+from compiler.operators import (AGGREGATE_FUNCTIONS, CATALOGUE, PLUMBING, SHAPE_COLUMNS,
+                                OperatorDef,
                                 ParamValueError, aggregate_type, canonical_duration,
                                 join_output_names, parse_value)
-from compiler.spec import OperatorDecl, ParamDecl, Spec
+from compiler.spec import OperatorDecl, ParamDecl, PatternAttr, Spec
 from compiler.types import ColumnType, Field, Schema
 from elastiq.diagnostics import Diagnostic, Position, SpecError, suggest
 
@@ -34,6 +35,7 @@ class _Checker:
     producers: dict[str, OperatorDecl] = field(default_factory=dict)
     schemas: dict[str, Schema] = field(default_factory=dict)
     params: dict[str, dict[str, Any]] = field(default_factory=dict)
+    patterns: dict[str, tuple[tuple[str, Any], ...]] = field(default_factory=dict)
 
     def error(self, pos: Position, message: str, hint: str = "") -> None:
         self.problems.append(Diagnostic(pos, message, hint))
@@ -52,6 +54,8 @@ def check(spec: Spec) -> tuple[Graph | None, list[Diagnostic]]:
     if order is not None:
         for op in order:
             _resolve(c, op, kinds[op.name])
+        for op in order:
+            _check_patterns(c, op, kinds[op.name])
     if not any(d.role == "sink" for d in kinds.values()):
         c.error(spec.pos, "the dataflow has no sink, so its results would go nowhere",
                 "add a file-sink, console-sink or network-sink operator")
@@ -105,6 +109,11 @@ def _check_operators(c: _Checker) -> dict[str, OperatorDef]:
             continue
         seen[op.name] = op.pos
         definition = CATALOGUE.get(op.kind)
+        if op.kind in PLUMBING:
+            c.error(op.kind_pos, f"'{op.kind}' is a plumbing operator that the rewrite rules "
+                                 "insert; it cannot be written in a spec",
+                    "ask for a pattern instead, e.g. ha=\"hot-standby\" (docs/patterns.md)")
+            continue
         if definition is None:
             c.error(op.kind_pos, f"unknown operator type '{op.kind}'",
                     suggest(op.kind, CATALOGUE, "operator types"))
@@ -526,6 +535,7 @@ def _node(c: _Checker, op: OperatorDecl, d: OperatorDef) -> Node:
         output=op.outputs[0].name if op.outputs else None,
         params=tuple(sorted(params.items())),
         partition_keys=_partition_keys(op.kind, params),
+        patterns=c.patterns.get(op.name, ()),
     )
 
 
@@ -537,3 +547,151 @@ def _partition_keys(kind: str, params: dict[str, Any]) -> tuple[str, ...] | None
     if kind == "join":
         return tuple(params.get("left-key", ()))
     return None
+
+
+# ----------------------------------------------------------------------------------------------
+# Pattern requests (ha, replicas, parallelism, partition-by, pipeline): docs/patterns.md
+
+HA_MODES = ("standby", "checkpoint", "hot-standby")
+MAX_REPLICAS = 16
+MAX_PARALLELISM = 64
+
+
+def _check_patterns(c: _Checker, op: OperatorDecl, d: OperatorDef) -> None:
+    """Resolve an operator's own pattern attributes, or else the query-wide defaults, into the
+    requests its Node carries; report every misuse at the attribute that is wrong."""
+    attrs = {a.name: a for a in op.patterns}
+    if attrs and d.role != "transform":
+        first = op.patterns[0]
+        c.error(first.pos, f"{first.name}= applies to transform operators; '{op.name}' is a "
+                           f"{d.role}", "move the attribute to the operator it should protect "
+                                        "or scale")
+        return
+    if not attrs and d.role == "transform":
+        attrs = {a.name: a for a in c.spec.patterns}
+    if not attrs:
+        return
+    requests: dict[str, Any] = {}
+    _check_families(c, op, attrs)
+    _check_ha(c, op, d, attrs, requests)
+    _check_parallelism(c, op, attrs, requests)
+    _check_pipeline(c, op, attrs, requests)
+    if requests:
+        c.patterns[op.name] = tuple(requests.items())
+
+
+def _where(attr: PatternAttr, op: OperatorDecl) -> str:
+    return "" if attr in op.patterns else f" (query-wide default, for '{op.name}')"
+
+
+def _check_families(c: _Checker, op: OperatorDecl, attrs: dict[str, PatternAttr]) -> None:
+    asked = [name for name in ("ha", "parallelism", "pipeline") if name in attrs]
+    if len(asked) > 1:
+        second = attrs[asked[1]]
+        c.error(second.pos, f"'{op.name}' asks for {' and '.join(asked)}; one pattern per "
+                            "operator for now", "keep one of the attributes")
+
+
+def _check_ha(c: _Checker, op: OperatorDecl, d: OperatorDef, attrs: dict[str, PatternAttr],
+              requests: dict[str, Any]) -> None:
+    ha, replicas = attrs.get("ha"), attrs.get("replicas")
+    if ha is None:
+        if replicas is not None:
+            c.error(replicas.pos, "replicas= needs ha=\"hot-standby\"",
+                    'add ha="hot-standby" or remove replicas=')
+        return
+    if ha.value not in HA_MODES:
+        c.error(ha.pos, f"ha='{ha.value}' is not a fault-tolerance pattern",
+                suggest(ha.value, HA_MODES, "patterns"))
+        return
+    mode = ha.value
+    if mode == "standby" and d.stateful:
+        c.error(ha.pos, f"'{op.name}' is a stateful {op.kind}: a simple standby would lose its "
+                        f"state{_where(ha, op)}",
+                'use ha="checkpoint" (restart from a checkpoint) or ha="hot-standby" (replicas)')
+        return
+    if mode == "checkpoint" and not d.stateful:
+        c.warn(ha.pos, f"'{op.name}' is stateless, so there is no state to checkpoint; a simple "
+                       f"standby protects it{_where(ha, op)}", 'write ha="standby"')
+        mode = "standby"
+    requests["ha"] = mode
+    if mode == "hot-standby":
+        requests["replicas"] = _count(c, replicas, 2, 2, MAX_REPLICAS) if replicas else 2
+    elif replicas is not None:
+        c.error(replicas.pos, f"replicas= needs ha=\"hot-standby\", not ha=\"{ha.value}\"",
+                "remove replicas= or switch to hot standby")
+
+
+def _count(c: _Checker, attr: PatternAttr, default: int, lo: int, hi: int) -> int:
+    try:
+        value = int(attr.value)
+    except ValueError:
+        c.error(attr.pos, f"{attr.name}='{attr.value}' is not a whole number",
+                f"write a number from {lo} to {hi}")
+        return default
+    if not lo <= value <= hi:
+        c.error(attr.pos, f"{attr.name}={value} is out of range", f"write a number from {lo} "
+                                                                   f"to {hi}")
+        return default
+    return value
+
+
+def _check_parallelism(c: _Checker, op: OperatorDecl, attrs: dict[str, PatternAttr],
+                       requests: dict[str, Any]) -> None:
+    par, by = attrs.get("parallelism"), attrs.get("partition-by")
+    if par is None:
+        if by is not None:
+            c.error(by.pos, "partition-by= needs parallelism=", 'add e.g. parallelism="4"')
+        return
+    k = _count(c, par, 1, 1, MAX_PARALLELISM)
+    keys = _partition_keys(op.kind, c.params[op.name])
+    if keys is None:
+        c.error(par.pos, f"'{op.name}' ({op.kind}) cannot be partitioned{_where(par, op)}",
+                "only filter, project, union, joins and window aggregates with group-by can; "
+                "a window-aggregate needs group-by columns")
+        return
+    column = _partition_column(c, op, keys, by)
+    if k < 2 or (by is not None and column is None):
+        return
+    requests.update({"parallelism": k, "partition-by": column,
+                     "partition-keys": _keys_per_input(c, op, column)})
+
+
+def _partition_column(c: _Checker, op: OperatorDecl, keys: tuple[str, ...],
+                      by: PatternAttr | None) -> str | None:
+    if by is None:
+        return keys[0] if keys else None  # stateless without a key: round robin
+    if keys and by.value not in keys:
+        c.error(by.pos, f"'{op.name}' cannot be partitioned by '{by.value}'{_where(by, op)}",
+                suggest(by.value, keys, "its partition keys"))
+        return None
+    if not keys:
+        missing = [p.name for p in op.inputs
+                   if c.schemas.get(p.name) is not None and c.schemas[p.name].get(by.value) is None]
+        if missing:
+            c.error(by.pos, f"partition-by column '{by.value}' is not in stream "
+                            f"'{missing[0]}'{_where(by, op)}",
+                    suggest(by.value, c.schemas[missing[0]].names, "its columns"))
+            return None
+    return by.value
+
+
+def _keys_per_input(c: _Checker, op: OperatorDecl, column: str | None) -> tuple[str | None, ...]:
+    """The partitioning column on each input port (a join's right side uses its own key)."""
+    values = c.params[op.name]
+    if op.kind == "join" and column is not None:
+        left, right = tuple(values.get("left-key", ())), tuple(values.get("right-key", ()))
+        return (column, right[left.index(column)])
+    return tuple(column for _ in op.inputs)
+
+
+def _check_pipeline(c: _Checker, op: OperatorDecl, attrs: dict[str, PatternAttr],
+                    requests: dict[str, Any]) -> None:
+    pipe = attrs.get("pipeline")
+    if pipe is None:
+        return
+    if pipe.value != "split":
+        c.error(pipe.pos, f"pipeline='{pipe.value}' is not a pipelining pattern",
+                'write pipeline="split" to run this operator as its own task')
+        return
+    requests["pipeline"] = "split"

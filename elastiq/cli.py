@@ -47,12 +47,14 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("spec", metavar="SPEC")
     e.add_argument("-o", "--out", metavar="DIR", help="where to write the pictures "
                    "(default: elastiq-out/<query>/plan)")
+    e.add_argument("--rules", metavar="DIR", help="a folder of more rewrite rule files (*.rule)")
     e.set_defaults(handler=cmd_explain)
 
     c = sub.add_parser("compile", help="write the generated task programs")
     c.add_argument("spec", metavar="SPEC")
     c.add_argument("-o", "--out", metavar="DIR", help="output folder "
                    "(default: elastiq-out/<query>/tasks)")
+    c.add_argument("--rules", metavar="DIR", help="a folder of more rewrite rule files (*.rule)")
     c.set_defaults(handler=cmd_compile)
 
     for register in _EXTRA_COMMANDS:
@@ -103,7 +105,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def cmd_explain(args: argparse.Namespace) -> int:
     from elastiq.explain import explain, write_pictures
 
-    compilation = compile_spec_file(args.spec)
+    compilation = compile_spec_file(args.spec, rules_dir=args.rules, plan_only=True)
     _print_diagnostics(compilation.warnings)
     out = Path(args.out or Path("elastiq-out") / compilation.query.query_id / "plan")
     print(explain(compilation))
@@ -113,7 +115,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
-    compilation = compile_spec_file(args.spec)
+    compilation = compile_spec_file(args.spec, rules_dir=args.rules)
     _print_diagnostics(compilation.warnings)
     out = Path(args.out or Path("elastiq-out") / compilation.query.query_id / "tasks")
     out.mkdir(parents=True, exist_ok=True)

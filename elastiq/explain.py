@@ -1,4 +1,5 @@
-"""What `elastiq explain` shows: the plans in the paper's notation, the tasks, and pictures.
+"""What `elastiq explain` shows: the plans in the paper's notation, the rewrite rules that fired,
+where tasks must be placed apart, the tasks, and pictures.
 
 Owns the text and picture files of a compilation; it only reads a `Compilation`.
 """
@@ -9,6 +10,7 @@ from pathlib import Path
 
 from compiler.graph import Graph, notation, to_dot, to_mermaid
 from compiler.pipeline import Compilation
+from compiler.rewrite import placement_groups
 
 
 def explain(c: Compilation) -> str:
@@ -19,7 +21,46 @@ def explain(c: Compilation) -> str:
     lines += ["", "physical plan:" + ("  (no patterns asked for: same as the logical plan)"
                                       if same else "")]
     lines += [f"  {line}" for line in notation(c.physical)]
-    lines += ["", f"tasks ({len(q.tasks)}):"]
+    if c.firings:
+        lines += rewrite_section(c)
+    if c.not_deployable is not None:
+        lines += ["", f"tasks: none yet ({c.not_deployable.message})"]
+    else:
+        lines += _tasks(c)
+    lines += ["", "streams:"]
+    for s in c.physical.streams:
+        cols = ", ".join(f"{f.name} {f.type.value}" for f in s.schema)
+        lines.append(f"  {s.name} ({cols})")
+    return "\n".join(lines)
+
+
+def rewrite_section(c: Compilation) -> list[str]:
+    """Each rule firing (bindings, before, after) and the placement constraints of the plan."""
+    lines = ["", f"rewrite rules fired ({len(c.firings)}):"]
+    for i, f in enumerate(c.firings, 1):
+        bound = ", ".join(f"{name}={value}" for name, value in f.bindings)
+        lines += [f"  {i}. {f.rule} [{f.phase}] on {f.focus}  ({bound})",
+                  f"       before: {f.before}", f"       after:  {f.after}"]
+    plumbing = [n for n in c.physical.nodes if n.role == "plumbing"]
+    if plumbing:
+        lines += ["", "plumbing operators (parameters the runtime reads):"]
+        lines += [f"  {n.name}: {n.kind} {_params(n.params)}" for n in plumbing]
+    groups = placement_groups(c.physical)
+    if groups:
+        lines += ["", "placement (each label of a group on a distinct node):"]
+        for group, labels in groups.items():
+            shown = "; ".join(f"{label}: {', '.join(what)}" for label, what in labels.items())
+            lines.append(f"  {group}: {shown}")
+    return lines
+
+
+def _params(params: tuple[tuple[str, object], ...]) -> str:
+    return "{" + ", ".join(f"{k}: {v}" for k, v in params) + "}"
+
+
+def _tasks(c: Compilation) -> list[str]:
+    q = c.query
+    lines = ["", f"tasks ({len(q.tasks)}):"]
     for task in q.tasks:
         state = "stateful" if task.stateful else "stateless"
         r = task.resources
@@ -33,11 +74,7 @@ def explain(c: Compilation) -> str:
         lines += ["", "channels:"]
         for ch in q.channels:
             lines.append(f"  {ch.channel_id}: {ch.producer} -> {', '.join(ch.consumers)}")
-    lines += ["", "streams:"]
-    for s in c.physical.streams:
-        cols = ", ".join(f"{f.name} {f.type.value}" for f in s.schema)
-        lines.append(f"  {s.name} ({cols})")
-    return "\n".join(lines)
+    return lines
 
 
 def task_clusters(c: Compilation) -> dict[str, list[str]]:
