@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 import pyarrow as pa
+import zmq
 
 log = logging.getLogger("executor.channels")
 
@@ -97,3 +98,12 @@ class _RefusalLog:
         self.count += 1
         if self.count <= 10 or self.count & (self.count - 1) == 0:
             log.warning("%s: refused frame #%s: %s", self._who, self.count, reason)
+
+
+def configure_socket(sock: "zmq.Socket", max_frame_bytes: int) -> None:
+    """The options both ends of a channel share: no linger on close, a hard cap on message size
+    (ZeroMQ drops a peer that exceeds it), and heartbeats so a vanished peer is noticed."""
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.MAXMSGSIZE, max_frame_bytes + FRAME_SLACK_BYTES)
+    sock.setsockopt(zmq.HEARTBEAT_IVL, HEARTBEAT_MS)
+    sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, 3 * HEARTBEAT_MS)

@@ -14,16 +14,15 @@ import pyarrow as pa
 import zmq
 
 from executor.channel_base import (
+    BATCHED_RECV,
     Batch,
     ChannelError,
     ChannelTimeout,
     ChannelTrimmed,
-    FRAME_SLACK_BYTES,
-    HEARTBEAT_MS,
-    BATCHED_RECV,
     ReaderStats,
     WrongChannel,
     _RefusalLog,
+    configure_socket,
 )
 from executor.wire import (
     FLAG_NON_RETAINING,
@@ -98,10 +97,7 @@ class ChannelReader:
 
     def _open(self, endpoint: str) -> zmq.Socket:
         sock = self._ctx.socket(zmq.DEALER)
-        sock.setsockopt(zmq.LINGER, 0)
-        sock.setsockopt(zmq.MAXMSGSIZE, self._max_frame + FRAME_SLACK_BYTES)
-        sock.setsockopt(zmq.HEARTBEAT_IVL, HEARTBEAT_MS)
-        sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, 3 * HEARTBEAT_MS)
+        configure_socket(sock, self._max_frame)
         sock.connect(endpoint)
         return sock
 

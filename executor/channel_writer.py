@@ -19,13 +19,12 @@ import pyarrow as pa
 import zmq
 
 from executor.channel_base import (
+    BATCHED_RECV,
     ChannelError,
     ChannelFull,
-    FRAME_SLACK_BYTES,
-    HEARTBEAT_MS,
-    BATCHED_RECV,
     WriterStats,
     _RefusalLog,
+    configure_socket,
 )
 from executor.wire import (
     FLAG_NON_RETAINING,
@@ -204,10 +203,7 @@ class ChannelWriter:
     def _open_router(self, bind: str) -> zmq.Socket:
         sock = self._ctx.socket(zmq.ROUTER)
         sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
-        sock.setsockopt(zmq.LINGER, 0)
-        sock.setsockopt(zmq.MAXMSGSIZE, self._max_frame + FRAME_SLACK_BYTES)
-        sock.setsockopt(zmq.HEARTBEAT_IVL, HEARTBEAT_MS)
-        sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, 3 * HEARTBEAT_MS)
+        configure_socket(sock, self._max_frame)
         try:
             sock.bind(_tcp_bind_address(bind))
         except zmq.ZMQError as exc:
