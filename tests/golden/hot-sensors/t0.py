@@ -37,7 +37,7 @@ def build(rt: TaskRuntime) -> None:
         op='hot',
         input='raw',
         output='hotReadings',
-        condition='raw.temp > 30 and raw.humidity < 80',
+        condition='raw.temp > 30 and raw.humidity < 70',
     )
     # avg := window_aggregate(hot)
     rt.window_aggregate(

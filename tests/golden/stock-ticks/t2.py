@@ -25,6 +25,6 @@ def build(rt: TaskRuntime) -> None:
     # trades <- channel stock-ticks/trades
     rt.channel_source(output='trades', schema=SCHEMA_TRADES, channel='stock-ticks/trades')
     # big := filter(notional)
-    rt.filter(op='big', input='trades', output='bigTrades', condition='trades.notional >= 250000')
+    rt.filter(op='big', input='trades', output='bigTrades', condition='trades.notional >= 150000')
     # alerts := file_sink(big)
     rt.file_sink(op='alerts', input='bigTrades', path='/srv/elastiq/out/stock-big-trades.jsonl')

@@ -52,6 +52,6 @@ def build(rt: TaskRuntime) -> None:
     # all := union(siteA, siteB)
     rt.union(op='all', inputs=('a', 'b'), output='merged')
     # cold := filter(all)
-    rt.filter(op='cold', input='merged', output='coldReadings', condition='merged.temp < 5')
+    rt.filter(op='cold', input='merged', output='coldReadings', condition='merged.temp < 11')
     # sink := console_sink(cold)
     rt.console_sink(op='sink', input='coldReadings')
