@@ -50,7 +50,7 @@ class RateMeter:
         now = time.monotonic() if now is None else now
         if self._previous is not None and now > self._previous[0]:
             elapsed = now - self._previous[0]
-            if elapsed >= 0.5:
+            if elapsed >= 3.0:  # heartbeats come each second: average over a few
                 self.rate = max(0, count - self._previous[1]) / elapsed
                 self._previous = (now, count)
         else:

@@ -150,6 +150,9 @@ def _pythonpath() -> str:
 def _follow(service: Any, query: Any, cluster_dir: Path, options: RunOptions, out: TextIO,
             err: TextIO) -> int:
     follower = Follower()
+    for path in query.sinks.values():  # show this run's results, not an earlier run's
+        if Path(path).exists():
+            follower.offsets[Path(path)] = Path(path).stat().st_size
     progress = ProgressLine(err, enabled=options.show_progress)
     summary = Summary()
     failures = FailureNotes()

@@ -371,7 +371,7 @@ class TaskRuntime:
                   format: Literal["jsonl"] = "jsonl") -> None:
         if format != "jsonl":
             raise self._error(op, f"file sink format must be jsonl, got {format!r}")
-        self._start(op, input, sinks.FileSink(self.task_id, path))
+        self._start(op, input, sinks.FileSink(self.task_id, path, owner=self.checkpoint_dir))
 
     def console_sink(self, *, op: str, input: str) -> None:
         self._start(op, input, sinks.ConsoleSink(self.task_id))

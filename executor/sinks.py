@@ -55,10 +55,12 @@ def table_to_lines(table: pa.Table) -> list[str]:
 
 @dataclass(frozen=True)
 class CommitMark:
-    """What the sidecar records: the last batch id appended and the file length after it."""
+    """What the sidecar records: the last batch id appended, the file length after it, and which
+    run of the query wrote it (its checkpoint: batch ids only mean something within one)."""
 
     batch_id: int
     length: int
+    owner: str = ""
 
 
 def read_mark(path: str) -> CommitMark | None:
@@ -67,13 +69,13 @@ def read_mark(path: str) -> CommitMark | None:
             data = json.load(f)
     except FileNotFoundError:
         return None
-    return CommitMark(int(data["batch_id"]), int(data["length"]))
+    return CommitMark(int(data["batch_id"]), int(data["length"]), str(data.get("owner", "")))
 
 
 def write_mark(path: str, mark: CommitMark) -> None:
     tmp = f"{path}.tmp"
     with open(tmp, "w", encoding="utf-8") as f:
-        json.dump({"batch_id": mark.batch_id, "length": mark.length}, f)
+        json.dump({"batch_id": mark.batch_id, "length": mark.length, "owner": mark.owner}, f)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
@@ -84,12 +86,22 @@ def should_write(mark: CommitMark | None, batch_id: int) -> bool:
     return mark is None or batch_id > mark.batch_id
 
 
+def adopt(mark: CommitMark | None, owner: str) -> CommitMark | None:
+    """The mark as seen by run `owner`: a mark written by another run (an earlier deployment
+    with its own checkpoint) says nothing about this run's batch ids, so this run appends after
+    that run's committed bytes."""
+    if mark is None or mark.owner == owner:
+        return mark
+    return CommitMark(-1, mark.length, owner)
+
+
 class JsonlAppendLog:
     """An append-only jsonl file whose batches are written at most once (and, with Spark's
     replay of uncommitted batches, exactly once)."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, owner: str = "") -> None:
         self.path = path
+        self.owner = owner  # the run appending (its checkpoint folder)
         self.mark_path = f"{path}.commit"
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         self._lock = threading.Lock()
@@ -103,7 +115,7 @@ class JsonlAppendLog:
     def append(self, batch_id: int, lines: list[str]) -> bool:
         """Append a batch's lines; False if that batch id was already written."""
         with self._lock:
-            mark = read_mark(self.mark_path)
+            mark = adopt(read_mark(self.mark_path), self.owner)
             if not should_write(mark, batch_id):
                 return False
             self._truncate_to(mark)
@@ -114,7 +126,7 @@ class JsonlAppendLog:
                 f.flush()
                 os.fsync(f.fileno())
                 length = f.tell()
-            write_mark(self.mark_path, CommitMark(batch_id, length))
+            write_mark(self.mark_path, CommitMark(batch_id, length, self.owner))
             return True
 
 
@@ -127,9 +139,9 @@ class BatchSink(Protocol):
 
 
 class FileSink:
-    def __init__(self, task_id: str, path: str) -> None:
+    def __init__(self, task_id: str, path: str, owner: str = "") -> None:
         self.task_id = task_id
-        self.log = JsonlAppendLog(path)
+        self.log = JsonlAppendLog(path, owner)
         self.rows_out = 0
 
     def __call__(self, df: Any, batch_id: int) -> None:

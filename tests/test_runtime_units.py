@@ -110,6 +110,19 @@ def test_empty_batches_write_nothing_yet_still_heal_a_torn_append(tmp_path) -> N
     assert [json.loads(x)["a"] for x in (tmp_path / "out.jsonl").read_text().splitlines()] == [1, 2]
 
 
+def test_a_new_run_appends_after_an_earlier_runs_results(tmp_path) -> None:
+    path = str(tmp_path / "out.jsonl")
+    first = sinks.JsonlAppendLog(path, owner="/state/run-1/checkpoint")
+    assert first.append(0, ['{"a":1}']) and first.append(5, ['{"a":2}'])
+    with open(path, "ab") as f:  # the first run died mid-append
+        f.write(b'{"a":')
+    second = sinks.JsonlAppendLog(path, owner="/state/run-2/checkpoint")
+    assert second.append(0, ['{"a":3}'])  # batch 0 of another checkpoint is new data
+    assert not second.append(0, ['{"a":3}'])  # but a replay within the run is not
+    assert [json.loads(x)["a"] for x in (tmp_path / "out.jsonl").read_text().splitlines()] == [
+        1, 2, 3]
+
+
 def test_table_to_lines_writes_iso_utc_timestamps() -> None:
     batch = shapes.generate_batch(shapes.SHAPES["sequence"], Schema.of(("id", "int"),
                                   ("ts", "timestamp")), 1, 1_500_000, 2.0, 0, 2)

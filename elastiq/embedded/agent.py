@@ -8,12 +8,27 @@ ACKNOWLEDGED, SHUTDOWN_FRAMEWORK) into executor events, and reporting an executo
 TASK_FAILED updates for its unfinished tasks plus an EXECUTOR_EXITED fact. It does not decide
 anything about offers or frameworks (the master does) nor how processes are started
 (`executors`). Agent->master traffic goes through one ordered outbox thread.
+
+Self-fencing: an agent that has heard nothing from its master for `fence_after` seconds SIGKILLs
+the process group of every executor it runs, so that after a network partition the master's
+replacement copy of a task (launched once the master declares this agent lost) never runs beside
+the old one and two copies never write one checkpoint or sink. `fence_after` must be shorter than
+the master's agent timeout (`--agent-timeout`, 5 s by default). It is on by default
+(`DEFAULT_FENCE_SECONDS`) for an agent whose address differs from its master's host (a separately
+hosted agent, which a partition can cut off), off for an agent on its master's host (the embedded
+one-machine cluster, where only a master restart can silence the master and Mesos keeps tasks
+running through that). The environment variable `ELASTIQ_AGENT_FENCE_SECONDS` overrides the
+default (`off`, or seconds); an explicit constructor argument overrides both. When the link comes
+back the master answers the ping with 404 (it removed the agent), and the agent registers again
+under a new agent id with no executors. The decision is `should_fence`, a pure function.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import queue
+import signal
 import subprocess
 import tempfile
 import threading
@@ -21,7 +36,8 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Literal, Mapping
+from urllib.parse import urlsplit
 
 from elastiq.embedded.executors import (
     ExecutorEnvironment, ExecutorLaunchError, end_process_group, kill_group_later,
@@ -37,6 +53,45 @@ from elastiq.embedded.resources import Resources, parse_agent_resources
 logger = logging.getLogger(__name__)
 DEFAULT_RESOURCES: Mapping[str, Any] = {"cpus": 2, "mem": 2048, "ports": "31000-31999"}
 REGISTER_TIMEOUT_SECONDS = 10.0
+FENCE_ENV = "ELASTIQ_AGENT_FENCE_SECONDS"
+DEFAULT_FENCE_SECONDS = 3.0  # below the master's default agent timeout of 5 s
+FenceSetting = float | None | Literal["auto"]
+
+
+def resolve_fence_seconds(explicit: FenceSetting, environ: Mapping[str, str], agent_host: str,
+                          master_url: str) -> float | None:
+    """Seconds of master silence after which the agent fences itself, or None (never).
+
+    An explicit number or None wins; then `ELASTIQ_AGENT_FENCE_SECONDS` (`off`/`0` or seconds);
+    then on (`DEFAULT_FENCE_SECONDS`) only when the agent's host differs from the master's."""
+    if explicit != "auto":
+        return _positive_or_none(explicit, "fence_after")
+    text = environ.get(FENCE_ENV, "").strip().lower()
+    if text:
+        if text in ("off", "no", "false", "none"):
+            return None
+        try:
+            return _positive_or_none(float(text), FENCE_ENV)
+        except ValueError:
+            raise ValueError(f"{FENCE_ENV}={text!r}: expected seconds or 'off'") from None
+    master_host = urlsplit(master_url).hostname or ""
+    return None if master_host == agent_host else DEFAULT_FENCE_SECONDS
+
+
+def _positive_or_none(value: float | None, what: str) -> float | None:
+    if value is None or value == 0:
+        return None
+    if not value > 0:
+        raise ValueError(f"{what}: expected a positive number of seconds, got {value!r}")
+    return float(value)
+
+
+def should_fence(last_contact: float, now: float, fence_after: float | None, fenced: bool,
+                 live_executors: int) -> bool:
+    """Whether the agent must kill its executors now: fencing is on, it has not fenced since
+    the master was last heard, it runs executors, and the master has been silent too long."""
+    return (fence_after is not None and not fenced and live_executors > 0
+            and now - last_contact >= fence_after)
 
 
 @dataclass
@@ -67,7 +122,8 @@ class EmbeddedAgent:
     def __init__(self, master_url: str, resources: Mapping[str, Any] | None = None,
                  work_dir: str | Path | None = None, agent_id: str | None = None,
                  host: str = "127.0.0.1", port: int = 0, ping_interval: float = 0.5,
-                 executor_grace_seconds: float = 3.0, heartbeat_interval: float = 15.0):
+                 executor_grace_seconds: float = 3.0, heartbeat_interval: float = 15.0,
+                 fence_after: FenceSetting = "auto"):
         self.master_url = master_url.rstrip("/")
         self.resources: Resources = parse_agent_resources(resources or DEFAULT_RESOURCES)
         self.work_dir = Path(work_dir or tempfile.mkdtemp(prefix="elastiq-agent-")).resolve()
@@ -84,6 +140,10 @@ class EmbeddedAgent:
         self._threads: list[threading.Thread] = []  # the HTTP server's
         self._workers: list[threading.Thread] = []  # outbox sender and pinger
         self._run_counter = 0
+        self.fence_after = resolve_fence_seconds(fence_after, os.environ, host, self.master_url)
+        self._last_contact = time.monotonic()  # when the master last answered
+        self._fenced = False  # executors were killed since the master was last heard
+        self.fence_count = 0
 
     @property
     def name(self) -> str:
@@ -107,7 +167,13 @@ class EmbeddedAgent:
         self.work_dir.mkdir(parents=True, exist_ok=True)
         self._threads.append(serve_in_thread(self._server, f"agent http {self.port}"))
         self._register(REGISTER_TIMEOUT_SECONDS)
-        for target, name in ((self._send_loop, "outbox"), (self._ping_loop, "pinger")):
+        self._heard_from_master()
+        loops = [(self._send_loop, "outbox"), (self._ping_loop, "pinger")]
+        if self.fence_after is not None:
+            loops.append((self._fence_loop, "fencer"))
+            logger.info("%s: fences itself after %.1fs without its master", self.name,
+                        self.fence_after)
+        for target, name in loops:
             thread = threading.Thread(target=target, name=f"{self.name} {name}", daemon=True)
             thread.start()
             self._workers.append(thread)
@@ -200,6 +266,7 @@ class EmbeddedAgent:
             except OSError as exc:
                 logger.warning("%s: master unreachable: %s", self.name, exc)
                 continue
+            self._heard_from_master()
             if status == 404 and not self._stopping.is_set():
                 logger.warning("%s: the master removed this agent; ending its executors and "
                                "registering again", self.name)
@@ -208,15 +275,48 @@ class EmbeddedAgent:
                 self._register(REGISTER_TIMEOUT_SECONDS)
         client.close()
 
+    def _heard_from_master(self) -> None:
+        self._last_contact = time.monotonic()
+        self._fenced = False
+
+    def _fence_loop(self) -> None:
+        """Check master silence often enough to fence well before the master's agent timeout,
+        independently of a ping that may hang on a dead link."""
+        assert self.fence_after is not None
+        period = max(0.05, min(self.ping_interval, self.fence_after / 5))
+        while not self._stopping.wait(period):
+            live = len(self.executor_pids())
+            if should_fence(self._last_contact, time.monotonic(), self.fence_after,
+                            self._fenced, live):
+                self._fence()
+
+    def _fence(self) -> None:
+        """SIGKILL every executor's process group: the master may already run their tasks
+        elsewhere. Their watchers report the deaths once the master is reachable again."""
+        self._fenced = True
+        self.fence_count += 1
+        silent = time.monotonic() - self._last_contact
+        with self._lock:
+            runs = [run for run in self._runs.values() if run.process.poll() is None]
+        for run in runs:
+            try:
+                os.killpg(run.process.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        logger.warning("%s: fenced: no word from master %s for %.1fs; SIGKILLed executor(s) %s",
+                       self.name, self.master_url, silent,
+                       [f"{run.executor_id} (pid {run.process.pid})" for run in runs])
+
     def _send_loop(self) -> None:
         """Deliver agent->master events in order; retry while the master is unreachable
         (once stopping, one attempt each)."""
         client = JsonClient(self.master_url)
-        while (event := self._outbox.get()) is not END_OF_STREAM:
+        while (item := self._outbox.get()) is not END_OF_STREAM:
+            agent_id, event = item  # the id the event happened under, not the current one
             while True:
                 try:
                     status, reply = client.post("/internal/agent/event",
-                                                {"agent_id": self.agent_id, "event": event})
+                                                {"agent_id": agent_id, "event": event})
                     if status >= 300:
                         logger.warning("%s: master refused %s: %s %s", self.name,
                                        event.get("type"), status, reply)
@@ -229,7 +329,7 @@ class EmbeddedAgent:
         client.close()
 
     def _to_master(self, event: dict[str, Any]) -> None:
-        self._outbox.put(event)
+        self._outbox.put((self.agent_id, event))
 
     # ---------------------------------------------------------------- routing
 
