@@ -10,6 +10,7 @@
 #        scripts/setup.sh --test   also what the tests need: test extras, and from Debian a
 #                                  ZooKeeper server (the ZooKeeper tests start their own) and
 #                                  docker-compose (to validate docker-compose.yml; no engine)
+#                                  and iproute2 (network namespaces for the partition test)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -37,7 +38,7 @@ if ! command -v java >/dev/null 2>&1; then
   apt_install openjdk-17-jre-headless
 fi
 if $test_services; then
-  apt_install zookeeper docker-compose
+  apt_install zookeeper docker-compose iproute2
 fi
 
 mkdir -p wheelhouse
