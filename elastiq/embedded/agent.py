@@ -21,6 +21,15 @@ running through that). The environment variable `ELASTIQ_AGENT_FENCE_SECONDS` ov
 default (`off`, or seconds); an explicit constructor argument overrides both. When the link comes
 back the master answers the ping with 404 (it removed the agent), and the agent registers again
 under a new agent id with no executors. The decision is `should_fence`, a pure function.
+
+Master restart: while the master is unreachable the agent keeps its executors running (unless
+it fences) and holds its events in the outbox. A ping answered 404 means the master does not
+know this agent: a restarted master, or one that removed it. Either way the agent re-registers
+with its id, its resources and its running executors and tasks (`running_report`); if the
+master keeps the id, nothing is stopped (a restarted master rebuilds its tables from this);
+if it hands out a new id (it removed this agent), the agent ends its executors first. An event
+the master refuses with 404 is retried (bounded) until the agent is registered again under the
+id the event happened under, and dropped if that id was replaced.
 """
 
 from __future__ import annotations
@@ -108,6 +117,7 @@ class ExecutorRun:
     stream_id: str | None = None
     waiting: list[dict[str, Any]] = field(default_factory=list)  # launches not yet delivered
     tasks: dict[str, str] = field(default_factory=dict)  # task id -> last state
+    task_resources: dict[str, Any] = field(default_factory=dict)  # task id -> Mesos resources
     shutting_down: bool = False
     watcher: threading.Thread | None = None
 
@@ -166,7 +176,9 @@ class EmbeddedAgent:
         """Serve, register with the master (retrying up to 10 s), then ping and send events."""
         self.work_dir.mkdir(parents=True, exist_ok=True)
         self._threads.append(serve_in_thread(self._server, f"agent http {self.port}"))
-        self._register(REGISTER_TIMEOUT_SECONDS)
+        self.agent_id = self._register(REGISTER_TIMEOUT_SECONDS)
+        logger.info("%s: registered with %s, serving executors on %s", self.name,
+                    self.master_url, self.url)
         self._heard_from_master()
         loops = [(self._send_loop, "outbox"), (self._ping_loop, "pinger")]
         if self.fence_after is not None:
@@ -235,10 +247,12 @@ class EmbeddedAgent:
 
     # ---------------------------------------------------------------- master link
 
-    def _register(self, timeout: float) -> None:
+    def _register(self, timeout: float) -> str:
+        """Register (with the current id, if any, and what runs here); returns the id the
+        master gave. Raises RuntimeError when the master refuses or stays unreachable."""
         client = JsonClient(self.master_url)
         body = {"agent_id": self.agent_id or None, "url": self.url, "hostname": self.host,
-                "resources": self.resources.to_mesos()}
+                "resources": self.resources.to_mesos(), "executors": self.running_report()}
         deadline = time.monotonic() + timeout
         try:
             while True:
@@ -254,9 +268,36 @@ class EmbeddedAgent:
                     time.sleep(0.1)
         finally:
             client.close()
-        self.agent_id = str(reply["agent_id"])
-        logger.info("%s: registered with %s, serving executors on %s", self.name,
-                    self.master_url, self.url)
+        return str(reply["agent_id"])
+
+    def running_report(self) -> list[dict[str, Any]]:
+        """Live executors and their unfinished tasks, as a (re-)registration reports them."""
+        with self._lock:
+            runs = [r for r in self._runs.values()
+                    if r.process.poll() is None and not r.shutting_down]
+            return [{"framework_id": r.framework_id, "executor_id": r.executor_id,
+                     "framework_info": r.framework_info,
+                     "tasks": [{"task_id": t, "state": state,
+                                "resources": r.task_resources.get(t, [])}
+                               for t, state in r.tasks.items() if not is_terminal(state)]}
+                    for r in runs]
+
+    def _rejoin(self) -> None:
+        """The master does not know this agent: re-register with our id and what runs here;
+        end every executor only if the master will not let us keep the id."""
+        old = self.agent_id
+        try:
+            new = self._register(REGISTER_TIMEOUT_SECONDS)
+        except RuntimeError as exc:
+            logger.warning("%s: re-registration failed (next ping retries): %s", self.name, exc)
+            return
+        if new != old:
+            logger.warning("%s: the master removed this agent (new id %s); ending its "
+                           "executors", self.name, new)
+            self._end_all_executors(0.5)
+        self.agent_id = new
+        logger.info("%s: re-registered with %s keeping %s executor(s)", self.name,
+                    self.master_url, len(self.executor_pids()) if new == old else 0)
 
     def _ping_loop(self) -> None:
         client = JsonClient(self.master_url, timeout=max(1.0, self.ping_interval * 4))
@@ -268,11 +309,9 @@ class EmbeddedAgent:
                 continue
             self._heard_from_master()
             if status == 404 and not self._stopping.is_set():
-                logger.warning("%s: the master removed this agent; ending its executors and "
-                               "registering again", self.name)
-                self._end_all_executors(0.5)
-                self.agent_id = ""
-                self._register(REGISTER_TIMEOUT_SECONDS)
+                logger.warning("%s: the master does not know this agent (restarted, or it "
+                               "removed us); registering again", self.name)
+                self._rejoin()
         client.close()
 
     def _heard_from_master(self) -> None:
@@ -313,20 +352,30 @@ class EmbeddedAgent:
         client = JsonClient(self.master_url)
         while (item := self._outbox.get()) is not END_OF_STREAM:
             agent_id, event = item  # the id the event happened under, not the current one
-            while True:
-                try:
-                    status, reply = client.post("/internal/agent/event",
-                                                {"agent_id": agent_id, "event": event})
-                    if status >= 300:
-                        logger.warning("%s: master refused %s: %s %s", self.name,
-                                       event.get("type"), status, reply)
-                    break
-                except OSError as exc:
-                    logger.warning("%s: cannot reach master for %s: %s", self.name,
-                                   event.get("type"), exc)
-                    if self._stopping.wait(0.5):
-                        break
+            self._deliver(client, agent_id, event)
         client.close()
+
+    def _deliver(self, client: JsonClient, agent_id: str, event: dict[str, Any]) -> None:
+        """Post one event; retry while the master is unreachable (once stopping, one attempt)
+        and, bounded, while it does not know `agent_id` yet (re-registration pending)."""
+        unknown_deadline = time.monotonic() + REGISTER_TIMEOUT_SECONDS
+        while True:
+            try:
+                status, reply = client.post("/internal/agent/event",
+                                            {"agent_id": agent_id, "event": event})
+            except OSError as exc:
+                logger.warning("%s: cannot reach master for %s: %s", self.name,
+                               event.get("type"), exc)
+                if self._stopping.wait(0.5):
+                    return
+                continue
+            if status == 404 and agent_id == self.agent_id \
+                    and time.monotonic() < unknown_deadline and not self._stopping.wait(0.1):
+                continue  # the master does not know us yet; the pinger re-registers
+            if status >= 300:
+                logger.warning("%s: master refused %s: %s %s", self.name,
+                               event.get("type"), status, reply)
+            return
 
     def _to_master(self, event: dict[str, Any]) -> None:
         self._outbox.put((self.agent_id, event))
@@ -460,6 +509,7 @@ class EmbeddedAgent:
                         "REASON_EXECUTOR_TERMINATED", str(exc)))
                     return
             run.tasks[task_id] = "TASK_STAGING"
+            run.task_resources[task_id] = task.get("resources", [])
             if run.events is not None:
                 run.events.put({"type": "LAUNCH", "launch": {"task": task}})
             else:

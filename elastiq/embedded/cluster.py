@@ -1,7 +1,7 @@
 """A whole embedded cluster on one machine: a master and N agents, in-process or not.
 
-Owns starting and stopping them together (`EmbeddedCluster` is a context manager), and starting
-an agent as a separate OS process (`AgentProcess`) for fault tests that SIGKILL it. It does not
+Owns starting and stopping them together (`EmbeddedCluster` is a context manager), restarting
+the master on the same port (`restart_master`), and starting an agent as a separate OS process (`AgentProcess`) for fault tests that SIGKILL it. It does not
 own master or agent behaviour.
 """
 
@@ -144,6 +144,19 @@ class EmbeddedCluster:
         self.agents.append(agent)
         agent.start()
         return agent
+
+    def restart_master(self, downtime: float = 0.0) -> EmbeddedMaster:
+        """Stop the master, wait `downtime` seconds, and start a new master on the same port;
+        the agents (keeping their executors) and frameworks re-register with it by themselves.
+        Returns the new master (also `self.master`)."""
+        old = self.master
+        old.stop()
+        if downtime > 0:
+            time.sleep(downtime)
+        self.master = old.successor().start()
+        logger.info("cluster: master %s restarted as %s on %s", old.state.master_id,
+                    self.master.state.master_id, self.master.url)
+        return self.master
 
     def start_agent_process(self, resources: Mapping[str, Any] | None = None) -> AgentProcess:
         """Start an agent as a separate process (to SIGKILL it in fault tests)."""

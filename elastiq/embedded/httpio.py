@@ -157,11 +157,35 @@ class AppServer(ThreadingHTTPServer):
 
     def __init__(self, address: tuple[str, int], app: Application):
         self.app = app
+        self._open: set[socket.socket] = set()
+        self._open_lock = threading.Lock()
         super().__init__(address, RequestHandler)
 
     @property
     def port(self) -> int:
         return int(self.server_address[1])
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self._open_lock:
+            self._open.add(request)
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request: Any) -> None:
+        with self._open_lock:
+            self._open.discard(request)
+        super().shutdown_request(request)
+
+    def close_connections(self) -> int:
+        """Cut every open connection (keep-alive ones included), so that no request thread
+        of a stopped server answers another request; returns how many were cut."""
+        with self._open_lock:
+            sockets = list(self._open)
+        for sock in sockets:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        return len(sockets)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A peer that vanished mid-request is routine (killed executors, stopped drivers)."""

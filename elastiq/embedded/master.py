@@ -7,6 +7,11 @@ the ticker that detects lost agents and expired failover timeouts. Every decisio
 state's; this module only serialises calls into it under one lock and carries out the actions.
 The lock is never held during network I/O: actions become queue puts, and the threads that own
 the sockets do the writing.
+
+Restart: `stop()` ends every stream and cuts every open connection (keep-alive ones too, so no
+request thread of a stopped master answers again); `successor()` builds a new master with the
+same options on the same port. Agents and frameworks reconnect to it by themselves (see
+`master_state` for how it rebuilds its tables from them).
 """
 
 from __future__ import annotations
@@ -65,12 +70,13 @@ class EmbeddedMaster:
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, offer_interval: float = 1.0,
                  heartbeat_interval: float = 15.0, agent_timeout: float = 5.0,
-                 offer_timeout: float | None = None, default_refuse_seconds: float = 5.0):
+                 offer_timeout: float | None = None, default_refuse_seconds: float = 5.0,
+                 agent_reregister_timeout: float | None = None):
         self._server = AppServer((host, port), self)
         self.config = MasterConfig(offer_interval, heartbeat_interval, agent_timeout,
                                    offer_timeout, default_refuse_seconds, host,
-                                   self._server.port)
-        self.state = MasterState(self.config)
+                                   self._server.port, agent_reregister_timeout)
+        self.state = MasterState(self.config, started=time.monotonic())
         self.name = f"master {self.state.master_id}"
         self._lock = threading.Lock()
         self._queues: dict[str, queue.Queue[Any]] = {}  # stream id -> events
@@ -113,10 +119,19 @@ class EmbeddedMaster:
                 link.stop()
             self._links.clear()
         self._server.shutdown()
+        cut = self._server.close_connections()
         self._server.server_close()
         for thread in self._threads:
             thread.join(timeout=2.0)
-        logger.info("%s: stopped", self.name)
+        logger.info("%s: stopped (%d open connection(s) cut)", self.name, cut)
+
+    def successor(self) -> "EmbeddedMaster":
+        """A new, unstarted master with this one's options on this one's port: what a restarted
+        master process is. Call after `stop()`."""
+        c = self.config
+        return EmbeddedMaster(c.hostname, self.port, c.offer_interval, c.heartbeat_interval,
+                              c.agent_timeout, c.offer_timeout, c.default_refuse_seconds,
+                              c.agent_reregister_timeout)
 
     def __enter__(self) -> "EmbeddedMaster":
         return self.start()

@@ -9,6 +9,17 @@ Simplifications against a real Mesos master (documented, deliberate): one role (
 whole free capacity is offered to one framework at a time; a decline/refuse filter covers the
 whole agent; executor resources are not accounted, only task resources; only LAUNCH of tasks
 that carry an ExecutorInfo with a CommandInfo is supported.
+
+Master restart (failover to a new master process on the same address): the master keeps no
+registry on disk, so the agents are the source of truth. A re-registering agent keeps its id and
+reports its running executors and tasks (`AgentReport`); the master rebuilds its task table from
+them and recovers each framework it learns of this way (disconnected, with its failover timeout
+running, so it is removed and its tasks killed as usual if it never re-subscribes). During the
+first `agent_reregister_timeout` seconds after the master starts, explicit reconciliation of a
+task on an agent that has not re-registered yet is deferred, not answered TASK_LOST: it is
+answered once that agent re-registers, or with TASK_LOST when the window closes, as a real Mesos
+master does for agents it recovered from its registry. Not imitated: a new master cannot know
+agents a previous master removed (real Mesos keeps them in its replicated registry).
 """
 
 from __future__ import annotations
@@ -22,7 +33,7 @@ from typing import Any, Union
 
 from elastiq.embedded.httpio import HttpError, bad_request
 from elastiq.embedded.protocol import (
-    VERSION, id_value, is_terminal, make_status, safe_id,
+    KNOWN_STATES, VERSION, id_value, is_terminal, make_status, safe_id,
 )
 from elastiq.embedded.resources import ResourceError, Resources, from_mesos
 
@@ -39,6 +50,13 @@ class MasterConfig:
     default_refuse_seconds: float = 5.0
     hostname: str = "127.0.0.1"
     port: int = 0
+    agent_reregister_timeout: float | None = None  # None: the agent timeout
+
+    @property
+    def reregister_window(self) -> float:
+        """Seconds after start during which agents unknown to this master may still return."""
+        value = self.agent_reregister_timeout
+        return self.agent_timeout if value is None else value
 
 
 @dataclass(frozen=True)
@@ -74,6 +92,34 @@ class ForgetAgent:
 
 
 Action = Union[ToFramework, ToAgent, EndStream, ForgetAgent]
+
+
+@dataclass(frozen=True)
+class ReportedTask:
+    """A task an agent says it runs, from its (re-)registration."""
+
+    framework_id: str
+    executor_id: str
+    task_id: str
+    state: str
+    resources: Resources
+
+
+@dataclass(frozen=True)
+class AgentReport:
+    """What a (re-)registering agent runs: its tasks and the FrameworkInfo of each framework."""
+
+    tasks: tuple[ReportedTask, ...] = ()
+    frameworks: tuple[tuple[str, dict[str, Any]], ...] = ()  # (framework id, FrameworkInfo)
+
+
+@dataclass(frozen=True)
+class DeferredReconcile:
+    """An explicit reconciliation waiting for its agent to re-register."""
+
+    framework_id: str
+    task_id: str
+    agent_id: str
 
 
 @dataclass(frozen=True)
@@ -133,9 +179,12 @@ class Offer:
 class MasterState:
     """All master state; every public method returns the actions it decided on."""
 
-    def __init__(self, config: MasterConfig, master_id: str | None = None):
+    def __init__(self, config: MasterConfig, master_id: str | None = None,
+                 started: float = 0.0):
         self.config = config
         self.master_id = master_id or uuid.uuid4().hex[:12]
+        self.recovery_until = started + config.reregister_window
+        self.deferred: list[DeferredReconcile] = []
         self.frameworks: dict[str, Framework] = {}
         self.removed_frameworks: set[str] = set()
         self.agents: dict[str, Agent] = {}
@@ -418,12 +467,38 @@ class MasterState:
             raise bad_request("reconcile.tasks must be a list")
         if not all(isinstance(t, dict) for t in reconcile.get("tasks", [])):
             raise bad_request("reconcile.tasks[] must be objects")
-        wanted = [id_value(t, "task_id", "reconcile.tasks[]") for t in reconcile.get("tasks", [])]
+        wanted = [(id_value(t, "task_id", "reconcile.tasks[]"), _optional_id(t, "agent_id"))
+                  for t in reconcile.get("tasks", [])]
         if not wanted:  # implicit: every task the master still tracks for this framework
-            wanted = [t.task_id for t in self._tasks_of(framework.framework_id)
+            wanted = [(t.task_id, None) for t in self._tasks_of(framework.framework_id)
                       if not is_terminal(t.state) or t.pending]
-        return [ToFramework(framework.framework_id, _update(self._reconcile_status(
-            framework.framework_id, task_id))) for task_id in wanted]
+        actions: list[Action] = []
+        for task_id, agent_id in wanted:
+            if (framework.framework_id, task_id) not in self.tasks and agent_id is not None \
+                    and self._awaiting_agent(agent_id, now):
+                self.deferred.append(DeferredReconcile(framework.framework_id, task_id, agent_id))
+                logger.info("master %s: reconciliation of task %s of framework %s waits for "
+                            "agent %s to re-register", self.master_id, task_id,
+                            framework.framework_id, agent_id)
+                continue
+            actions.append(self._reconcile_update(framework.framework_id, task_id))
+        return actions
+
+    def _reconcile_update(self, framework_id: str, task_id: str) -> ToFramework:
+        return ToFramework(framework_id, _update(self._reconcile_status(framework_id, task_id)))
+
+    def _awaiting_agent(self, agent_id: str, now: float) -> bool:
+        """An agent this master does not know yet but may still re-register (recovery window)."""
+        return (agent_id not in self.agents and agent_id not in self.removed_agents
+                and now < self.recovery_until)
+
+    def _answer_settled_reconciles(self, now: float) -> list[Action]:
+        """Answer deferred reconciliations whose agent came back or can no longer come back."""
+        settled = [d for d in self.deferred if not self._awaiting_agent(d.agent_id, now)]
+        if not settled:
+            return []
+        self.deferred = [d for d in self.deferred if d not in settled]
+        return [self._reconcile_update(d.framework_id, d.task_id) for d in settled]
 
     def _reconcile_status(self, framework_id: str, task_id: str) -> dict[str, Any]:
         task = self.tasks.get((framework_id, task_id))
@@ -483,20 +558,79 @@ class MasterState:
     # ---------------------------------------------------------------- agents
 
     def register_agent(self, body: dict[str, Any], now: float) -> tuple[str, list[Action]]:
+        """An agent registers, or re-registers with its id and what it runs.
+
+        A removed agent's id is refused (it gets a new one and must end its executors); any
+        other requested id is kept and the agent's report rebuilds its part of the task table."""
         url = field_str(body, "url")
         try:
             total = from_mesos(body.get("resources"))
         except ResourceError as exc:
             raise bad_request(f"agent resources: {exc}") from None
-        agent_id = body.get("agent_id")
+        report = parse_agent_report(body.get("executors", []))
+        requested = body.get("agent_id")
+        agent_id = requested
         if not isinstance(agent_id, str) or not safe_id(agent_id) \
                 or agent_id in self.removed_agents:
             agent_id = self._next_id("S")
         hostname = body.get("hostname") if isinstance(body.get("hostname"), str) else "127.0.0.1"
         self.agents[agent_id] = Agent(agent_id, hostname, url, total, now)
-        logger.info("master %s: agent %s registered at %s with %s", self.master_id, agent_id,
-                    url, total.to_mesos())
-        return agent_id, self.make_offers(now)
+        logger.info("master %s: agent %s registered at %s with %s, running %d task(s)",
+                    self.master_id, agent_id, url, total.to_mesos(), len(report.tasks))
+        actions: list[Action] = []
+        if agent_id == requested:
+            actions += self._recover_agent(agent_id, report, now)
+        actions += self._answer_settled_reconciles(now)
+        return agent_id, actions + self.make_offers(now)
+
+    def _recover_agent(self, agent_id: str, report: AgentReport, now: float) -> list[Action]:
+        """Rebuild this agent's tasks from its report (the agent is the source of truth)."""
+        actions: list[Action] = []
+        for framework_id, info in report.frameworks:
+            if framework_id in self.removed_frameworks:
+                actions.append(ToAgent(agent_id, {"type": "SHUTDOWN_FRAMEWORK",
+                                                  "framework_id": framework_id}))
+            elif framework_id not in self.frameworks:
+                self._recover_framework(framework_id, info, now)
+        reported: set[tuple[str, str]] = set()
+        for task in report.tasks:
+            if task.framework_id in self.frameworks:
+                reported.add((task.framework_id, task.task_id))
+                self._adopt_task(agent_id, task)
+        return actions + self._lose_unreported(agent_id, reported, now)
+
+    def _recover_framework(self, framework_id: str, info: dict[str, Any], now: float) -> None:
+        framework = Framework(framework_id, {**info, "id": {"value": framework_id}})
+        framework.failover_deadline = now + framework.failover_timeout
+        self.frameworks[framework_id] = framework
+        logger.info("master %s: framework %s recovered from an agent; it has %.1fs to "
+                    "re-subscribe", self.master_id, framework_id, framework.failover_timeout)
+
+    def _adopt_task(self, agent_id: str, reported: ReportedTask) -> None:
+        key = (reported.framework_id, reported.task_id)
+        known = self.tasks.get(key)
+        if known is not None and known.agent_id != agent_id and not is_terminal(known.state):
+            logger.warning("master %s: agent %s reports task %s of framework %s, which runs on "
+                           "agent %s; kept the latter", self.master_id, agent_id,
+                           reported.task_id, reported.framework_id, known.agent_id)
+            return
+        if known is not None and known.agent_id == agent_id:
+            known.state = reported.state
+            return
+        self.tasks[key] = Task(reported.task_id, reported.framework_id, agent_id,
+                               reported.executor_id, reported.resources, reported.state)
+
+    def _lose_unreported(self, agent_id: str, reported: set[tuple[str, str]],
+                         now: float) -> list[Action]:
+        """Tasks the master placed on this agent that the agent no longer knows are lost."""
+        actions: list[Action] = []
+        for key, task in list(self.tasks.items()):
+            if task.agent_id == agent_id and key not in reported and not is_terminal(task.state):
+                actions += self._record_status(task, make_status(
+                    task.task_id, "TASK_LOST", agent_id=agent_id, executor_id=task.executor_id,
+                    reason="REASON_AGENT_RESTARTED",
+                    message=f"agent {agent_id} re-registered without this task"), now)
+        return actions
 
     def agent_ping(self, agent_id: str, now: float) -> bool:
         agent = self.agents.get(agent_id)
@@ -578,6 +712,7 @@ class MasterState:
                 actions += self.remove_framework(framework.framework_id,
                                                  "failover timeout expired")
         actions += self._expire_offers(now)
+        actions += self._answer_settled_reconciles(now)
         self._prune_terminal()
         return actions + self.make_offers(now)
 
@@ -649,8 +784,10 @@ class MasterState:
             "agents": {aid: {"url": a.url, "resources": a.total.to_mesos()}
                        for aid, a in self.agents.items()},
             "tasks": [{"framework_id": t.framework_id, "task_id": t.task_id,
-                       "agent_id": t.agent_id, "state": t.state} for t in self.tasks.values()],
+                       "agent_id": t.agent_id, "executor_id": t.executor_id, "state": t.state}
+                      for t in self.tasks.values()],
             "offers": len(self.offers),
+            "deferred_reconciliations": len(self.deferred),
         }
 
 
@@ -708,6 +845,50 @@ def _refuse_seconds(body: dict[str, Any], default: float) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
         raise bad_request("filters.refuse_seconds must be a non-negative number")
     return float(value)
+
+
+def _optional_id(body: dict[str, Any], key: str) -> str | None:
+    holder = body.get(key)
+    if holder is None:
+        return None
+    if not isinstance(holder, dict) or not isinstance(holder.get("value"), str) \
+            or not holder["value"]:
+        raise bad_request(f"{key} must be {{\"value\": \"...\"}}")
+    return holder["value"]
+
+
+def parse_agent_report(executors: Any) -> AgentReport:
+    """The `executors` list of an agent's (re-)registration, or a 400 naming the bad field:
+    `[{"framework_id", "executor_id", "framework_info", "tasks": [{"task_id", "state",
+    "resources"}]}]`."""
+    if not isinstance(executors, list) or not all(isinstance(e, dict) for e in executors):
+        raise bad_request("executors must be a list of objects")
+    tasks: list[ReportedTask] = []
+    frameworks: dict[str, dict[str, Any]] = {}
+    for executor in executors:
+        framework_id = field_str(executor, "framework_id")
+        executor_id = field_str(executor, "executor_id")
+        info = executor.get("framework_info") or {}
+        if not isinstance(info, dict) or not safe_id(framework_id) or not safe_id(executor_id):
+            raise bad_request("executors[]: plain framework and executor ids and a "
+                              "framework_info object are required")
+        frameworks.setdefault(framework_id, info)
+        reported = executor.get("tasks", [])
+        if not isinstance(reported, list) or not all(isinstance(t, dict) for t in reported):
+            raise bad_request("executors[].tasks must be a list of objects")
+        tasks += [_reported_task(framework_id, executor_id, t) for t in reported]
+    return AgentReport(tuple(tasks), tuple(frameworks.items()))
+
+
+def _reported_task(framework_id: str, executor_id: str, body: dict[str, Any]) -> ReportedTask:
+    task_id, state = field_str(body, "task_id"), field_str(body, "state")
+    if state not in KNOWN_STATES:
+        raise bad_request(f"executors[].tasks[].state {state!r} is not a task state")
+    try:
+        resources = from_mesos(body.get("resources", []))
+    except ResourceError as exc:
+        raise bad_request(f"executors[].tasks[].resources: {exc}") from None
+    return ReportedTask(framework_id, executor_id, task_id, state, resources)
 
 
 def _requested_framework_id(body: dict[str, Any], info: dict[str, Any]) -> str | None:
