@@ -41,5 +41,6 @@ class SchedulerConfig:
     decline_seconds: float = 5.0  # refuse filter for offers nothing needs
     reconcile_interval: float = 60.0
     # Kill running tasks no query of ours knows (left by a deploy this scheduler has no record
-    # of). Until queries are persisted, a restarted scheduler knows none of its old tasks.
+    # of). A leader restores the persisted queries before it registers, so the tasks of known
+    # queries are never among them; without ZooKeeper nothing persists across a restart.
     kill_unknown_tasks: bool = True
