@@ -92,6 +92,7 @@ class SchedulerMetrics:
         self._tuples_in = CumulativeCounter()
         self._tuples_out = CumulativeCounter()
         self._last_state: dict[str, TaskState] = {}
+        self._failed_at: dict[tuple[str, str], float] = {}  # (query, task) -> when it failed
         self.leader.set(1 if leader else 0)
 
     # ---- definitions ---------------------------------------------------------------------
@@ -179,7 +180,7 @@ class SchedulerMetrics:
         self.observe_event(event)
         for command in commands:
             self.observe_command(command, state, now)
-        self.observe_state(state)
+        self.observe_state(state, now)
 
     def observe_event(self, event: Event) -> None:
         self.events.labels(type(event).__name__).inc()
@@ -211,8 +212,10 @@ class SchedulerMetrics:
             self.restarts.labels(query_id).inc()
         self.placement.labels(query_id).observe(max(0.0, now - task.pending_since))
 
-    def observe_state(self, state: SchedulerState) -> None:
-        """Gauges from the state as this step left it; heartbeat figures become counters."""
+    def observe_state(self, state: SchedulerState, now: float | None = None) -> None:
+        """Gauges from the state as this step left it; heartbeat figures become counters; a
+        failed task running again counts as a failover (pattern "restart") with its gap."""
+        now = time.monotonic() if now is None else now
         self.up.set(1)
         self.connected.set(1 if state.connected else 0)
         self.offers_held.set(len(state.held))
@@ -221,19 +224,21 @@ class SchedulerMetrics:
         current: set[str] = set()
         for query in state.queries.values():
             phases[query.phase] = phases.get(query.phase, 0) + 1
-            self._observe_query(query.query_id, query.tasks.values())
+            self._observe_query(query.query_id, query.tasks.values(), now)
             current |= {t.mesos_task_id for t in query.tasks.values()}
         for phase, count in phases.items():
             self.queries.labels(phase).set(count)
         for counter in (self._tuples_in, self._tuples_out):
             counter.keep_only(current)
         self._last_state = {k: v for k, v in self._last_state.items() if k in current}
+        self._failed_at = {k: v for k, v in self._failed_at.items() if k[0] in state.queries}
 
-    def _observe_query(self, query_id: str, tasks: Iterable[TaskRecord]) -> None:
+    def _observe_query(self, query_id: str, tasks: Iterable[TaskRecord], now: float) -> None:
         counts = {s.value: 0 for s in TaskState}
         for task in tasks:
             counts[task.state.value] += 1
             self._observe_task(query_id, task)
+            self._observe_restart(query_id, task, now)
         for state_name, count in counts.items():
             self.tasks.labels(query_id, state_name).set(count)
 
@@ -243,6 +248,15 @@ class SchedulerMetrics:
         self.task_attempt.labels(*labels).set(task.attempt)
         self._observe_end(query_id, task)
         self._observe_figures(labels, task.mesos_task_id, task.figures)
+
+    def _observe_restart(self, query_id: str, task: TaskRecord, now: float) -> None:
+        """From a task's failure (failed or lost) to its next attempt running: one failover."""
+        if task.state in (TaskState.FAILED, TaskState.LOST):
+            self._failed_at.setdefault((query_id, task.task_id), now)
+        elif task.state is TaskState.RUNNING:
+            failed_at = self._failed_at.pop((query_id, task.task_id), None)
+            if failed_at is not None:
+                self.record_failover(query_id, "restart", now - failed_at)
 
     def _observe_end(self, query_id: str, task: TaskRecord) -> None:
         previous = self._last_state.get(task.mesos_task_id)

@@ -131,8 +131,13 @@ def test_a_failed_task_counts_an_end_a_restart_and_a_fresh_attempt_counter() -> 
     assert fed.value("elastiq_task_restarts_total", query="q") == 1
     assert fed.value("elastiq_task_launches_total", query="q") == 2
     assert fed.value("elastiq_task_attempt", query="q", task="q.t0") == 2
+    assert fed.value("elastiq_failovers_total", query="q", pattern="restart") is None
     fed.step(StatusUpdated("u", "q.t0.a2", "RUNNING", agent_id="a1"), 106.0)
+    # failed at 104, running again at 106: one failover of pattern "restart" with a 2 s gap
+    assert fed.value("elastiq_failovers_total", query="q", pattern="restart") == 1
+    assert fed.value("elastiq_failover_gap_seconds_sum", pattern="restart") == 2.0
     fed.step(beat({"q.t0.a2": {"tuples_in": 40}}), 107.0)  # the new attempt counts from 0
+    assert fed.value("elastiq_failovers_total", query="q", pattern="restart") == 1
     assert fed.value("elastiq_task_tuples_in_total", query="q", task="q.t0") == 540
     assert fed.value("elastiq_tasks", query="q", state="running") == 1
 
