@@ -17,7 +17,7 @@ from compiler import codegen, spec as spec_mod, validate
 from compiler.graph import Graph
 from compiler.rewrite import Firing, rewrite
 from compiler.rules import Rule, load_rules
-from compiler.tasks import (ChannelSpec, CompiledQuery, QueryTask, TaskPlan, split_into_tasks,
+from compiler.tasks import (CompiledQuery, QueryTask, TaskPlan, channel_id, split_into_tasks,
                             task_resources)
 from elastiq.diagnostics import Diagnostic, Position, SpecError
 from rewrite_rules import rule_files
@@ -40,14 +40,22 @@ class Compilation:
 def check_spec_text(text: str | bytes, filename: str) -> tuple[Graph | None, list[Diagnostic]]:
     """Structure and meaning of a spec: its logical graph (None on errors) and all diagnostics."""
     try:
-        parsed, problems = spec_mod.read_spec(text, filename)
+        _, graph, everything = _checked(text, filename)
     except SpecError as e:
         return None, list(e.diagnostics)
+    return graph, everything
+
+
+def _checked(text: str | bytes, filename: str) -> tuple[spec_mod.Spec, Graph | None,
+                                                        list[Diagnostic]]:
+    """The parsed spec, its logical graph (None when any diagnostic is an error) and every
+    diagnostic; SpecError when the text is not even well-formed XML."""
+    parsed, problems = spec_mod.read_spec(text, filename)
     graph, semantic = validate.check(parsed)
     everything = problems + semantic
     if any(d.severity == "error" for d in everything):
-        return None, everything
-    return graph, everything
+        return parsed, None, everything
+    return parsed, graph, everything
 
 
 def compile_spec_text(text: str | bytes, filename: str, base_dir: str | Path | None = None,
@@ -58,13 +66,8 @@ def compile_spec_text(text: str | bytes, filename: str, base_dir: str | Path | N
     folder). `rules_dir` adds a folder of user rule files. A plan that needs plumbing tasks
     cannot be deployed yet: that raises one located SpecError, unless `plan_only` (explain), which
     returns the plans without tasks and the diagnostic in `not_deployable`."""
-    try:
-        parsed, problems = spec_mod.read_spec(text, filename)
-    except SpecError:
-        raise
-    graph, semantic = validate.check(parsed)
-    everything = problems + semantic
-    if graph is None or any(d.severity == "error" for d in everything):
+    parsed, graph, everything = _checked(text, filename)
+    if graph is None:
         raise SpecError(everything)
     base = Path(base_dir) if base_dir is not None else Path(filename).resolve().parent
     return _finish(parsed, graph, query_id or parsed.name, base, tuple(everything),
@@ -101,7 +104,6 @@ def _load_rules(rules_dir: str | None) -> tuple[Rule, ...]:
 
 
 def _unreadable(path: Path, e: OSError) -> Diagnostic:
-    from elastiq.diagnostics import Position
     return Diagnostic(Position(str(path), 1, 1), f"cannot read the spec: {e.strerror}",
                       "check the path")
 
@@ -145,14 +147,10 @@ def _not_deployable(parsed: spec_mod.Spec, physical: Graph,
 def _task(graph: Graph, plan: TaskPlan, query_id: str, base: Path,
           readers: tuple[str, ...]) -> QueryTask:
     program = codegen.render_task(graph, plan, query_id, base, readers)
-    channel = lambda s: f"{query_id}/{s}"  # noqa: E731
     return QueryTask(
         query_id=query_id, task_id=plan.task_id, kind="spark", operators=plan.nodes,
-        inputs=tuple(channel(s) for s in plan.inputs),
-        outputs=(channel(plan.output),) if plan.output else (),
+        inputs=tuple(channel_id(query_id, s) for s in plan.inputs),
+        outputs=(channel_id(query_id, plan.output),) if plan.output else (),
         stateful=plan.stateful, resources=task_resources(plan), program=program,
     )
 
-
-def channels_of(query: CompiledQuery) -> dict[str, ChannelSpec]:
-    return {c.channel_id: c for c in query.channels}
