@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +28,7 @@ from elastiq.embedded.master_state import (
     ToFramework,
 )
 from elastiq.embedded.resources import parse_agent_resources
+from tests.waiting import wait_for
 
 CPU1 = [{"name": "cpus", "type": "SCALAR", "scalar": {"value": 1.0}}]
 AGENT_TOTAL = parse_agent_resources({"cpus": 2, "mem": 100}).to_mesos()
@@ -189,19 +188,6 @@ def test_malformed_report_is_refused_and_changes_nothing(executors, word):
 
 FIXTURE = Path(__file__).parent / "fixtures" / "scheduler_idle_executor.py"
 PORTS = "31200-31299"
-
-
-def wait_for(what: str, check: Callable[[], Any], timeout: float = 30.0) -> Any:
-    """Poll `check` every 0.1 s until it returns something truthy; bounded in time and count."""
-    deadline = time.monotonic() + timeout
-    for _ in range(int(timeout / 0.1) + 1):
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            break
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def _pid_alive(pid: int) -> bool:

@@ -11,35 +11,27 @@ import re
 import shutil
 import signal
 import sys
-import time
 import urllib.request
 from pathlib import Path
 from typing import Any, Callable
 
 import pytest
 
-embedded = pytest.importorskip("elastiq.embedded", reason="elastiq.embedded not importable yet",
-                               exc_type=ImportError)
+from elastiq import embedded  # noqa: E402
 
 from compiler.pipeline import compile_spec_file  # noqa: E402
 from scheduler.api import ApiServer  # noqa: E402
 from scheduler.config import ExecutorSpec, SchedulerConfig  # noqa: E402
 from scheduler.mesos_adapter import SchedulerService  # noqa: E402
+from tests.waiting import wait_for  # noqa: E402
+
+
+def wait_for_slowly(what: str, check: Callable[[], Any], timeout: float) -> Any:
+    return wait_for(what, check, timeout, step=0.5)
+
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = re.compile(r"^([a-zA-Z_:][\w:]*)(\{[^}]*\})? (\S+)$")
-
-
-def wait_for(what: str, check: Callable[[], Any], timeout: float) -> Any:
-    deadline = time.monotonic() + timeout
-    for _ in range(int(timeout / 0.5) + 1):
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            break
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 def scrape(url: str) -> dict[str, float]:
@@ -83,18 +75,18 @@ def test_metrics_move_as_a_real_query_runs(tmp_path: Path) -> None:
                                    SchedulerConfig(executor=executor)).start()
         api = ApiServer(service).start()
         try:
-            wait_for("registration", lambda: service.status()["connected"], 30)
+            wait_for_slowly("registration", lambda: service.status()["connected"], 30)
             assert service.submit(query).accepted
-            first = wait_for("a launch in /metrics", lambda: (s := scrape(api.url)).get(
+            first = wait_for_slowly("a launch in /metrics", lambda: (s := scrape(api.url)).get(
                 'elastiq_task_launches_total{query="paper-filter"}', 0) >= 1 and s, 60)
             assert first["elastiq_offers_received_total"] >= 1
             assert first["elastiq_offers_used_total"] >= 1
             assert first["elastiq_scheduler_connected_to_master"] == 1
             sink = Path(query.sinks["sink"])
-            wait_for("the sink to match the oracle", lambda: sink_rows(sink) == len(kept), 80)
-            second = wait_for("the heartbeat after the last batch", lambda: task_value(
+            wait_for_slowly("the sink to match the oracle", lambda: sink_rows(sink) == len(kept), 80)
+            second = wait_for_slowly("the heartbeat after the last batch", lambda: task_value(
                 s := scrape(api.url), "elastiq_task_tuples_out_total") >= len(kept) and s, 15)
-            wait_for("tuples in to reach the input's size", lambda: task_value(
+            wait_for_slowly("tuples in to reach the input's size", lambda: task_value(
                 s := scrape(api.url), "elastiq_task_tuples_in_total") == len(rows) and s, 15)
             assert task_value(second, "elastiq_task_tuples_out_total") > \
                 task_value(first, "elastiq_task_tuples_out_total")
@@ -109,7 +101,7 @@ def test_metrics_move_as_a_real_query_runs(tmp_path: Path) -> None:
             # a failover: SIGKILL the executor; the scheduler relaunches the task (attempt 2)
             (pid,) = cluster.agents[0].executor_pids().values()
             os.killpg(pid, signal.SIGKILL)
-            third = wait_for("a failover in /metrics", lambda: (s := scrape(api.url)).get(
+            third = wait_for_slowly("a failover in /metrics", lambda: (s := scrape(api.url)).get(
                 'elastiq_failovers_total{pattern="restart",query="paper-filter"}', 0) >= 1
                 and s, 90)
             assert third['elastiq_task_launches_total{query="paper-filter"}'] == 2
@@ -120,6 +112,6 @@ def test_metrics_move_as_a_real_query_runs(tmp_path: Path) -> None:
         finally:
             api.stop()
             service.stop_query(query.query_id)
-            wait_for("the query to stop", lambda: (service.query_status(query.query_id) or {})
+            wait_for_slowly("the query to stop", lambda: (service.query_status(query.query_id) or {})
                      .get("phase") in ("stopped", "finished", "failed"), 30)
             service.stop(failover=False)

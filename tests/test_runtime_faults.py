@@ -96,7 +96,6 @@ def test_sigkilled_source_runner_is_restarted_and_sink_is_exact(spark: Any, tmp_
 
 
 def test_channel_between_two_tasks_in_one_session(spark: Any, tmp_path: Path) -> None:
-    pytest.importorskip("executor.channels")
     from compiler.types import Schema
     from executor.runtime import channel_reader_id
     from executor.shapes import arrow_schema

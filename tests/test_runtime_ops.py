@@ -142,7 +142,6 @@ def test_union_keeps_every_tuple_of_both_inputs(runtime: TaskRuntime, tmp_path: 
 
 
 def test_filter_matches_python_predicate(runtime: TaskRuntime, tmp_path: Path) -> None:
-    pytest.importorskip("compiler.expressions")
     runtime.generator(op="src", output="raw", schema=SENSOR, shape="sensor", seed=42,
                       rate=2000.0, limit=4000, start=START)
     runtime.filter(op="hot", input="raw", output="hot", condition="raw.temp > 30")
@@ -154,7 +153,6 @@ def test_filter_matches_python_predicate(runtime: TaskRuntime, tmp_path: Path) -
 
 
 def test_project_computes_columns(runtime: TaskRuntime, tmp_path: Path) -> None:
-    pytest.importorskip("compiler.expressions")
     runtime.generator(op="src", output="raw", schema=SEQUENCE, shape="sequence", seed=9,
                       rate=2000.0, limit=2000, start=START)
     runtime.project(op="p", input="raw", output="proj",

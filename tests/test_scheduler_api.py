@@ -57,8 +57,6 @@ def test_structurally_bad_query_is_400_with_every_problem(
 
 def test_bad_xml_is_400_with_positions(api: tuple[SchedulerLoop, SchedulerClient],
                                        tmp_path) -> None:
-    pytest.importorskip("compiler.pipeline", reason="compiler.pipeline does not import yet",
-                        exc_type=ImportError)
     _, client = api
     spec = tmp_path / "broken.xml"
     spec.write_text('<dataflow name="x">\n  <operator name="a" type="no-such-op"/>\n'

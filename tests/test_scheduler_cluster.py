@@ -7,36 +7,22 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
-embedded = pytest.importorskip("elastiq.embedded", reason="elastiq.embedded not importable yet",
-                               exc_type=ImportError)
+from elastiq import embedded  # noqa: E402
 
 from scheduler.config import ExecutorSpec, SchedulerConfig  # noqa: E402
 from scheduler.mesos_adapter import SchedulerService  # noqa: E402
 from scheduler.testing import chain_query  # noqa: E402
+from tests.waiting import wait_for  # noqa: E402
 
 pytestmark = pytest.mark.cluster
 FIXTURE = Path(__file__).parent / "fixtures" / "scheduler_idle_executor.py"
 PORTS = (31000, 31099)
-
-
-def wait_for(what: str, check: Callable[[], Any], timeout: float = 30.0) -> Any:
-    """Poll `check` every 0.1 s until it returns something truthy; bounded in time and count."""
-    deadline = time.monotonic() + timeout
-    for _ in range(int(timeout / 0.1) + 1):
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            break
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def config() -> SchedulerConfig:

@@ -12,7 +12,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import pytest
 
@@ -30,6 +30,7 @@ from scheduler.coordination import CoordinationError  # noqa: E402
 from scheduler.mesos_adapter import SchedulerService  # noqa: E402
 from scheduler.testing import chain_query  # noqa: E402
 from scheduler.zk import ZkSettings, ZooKeeperCoordination  # noqa: E402
+from tests.waiting import wait_for
 
 FIXTURE = Path(__file__).parent / "fixtures" / "scheduler_idle_executor.py"
 SESSION = 2.0  # seconds; the server's tickTime 200 ms allows 0.4-4 s
@@ -40,18 +41,6 @@ RESOURCES = {"cpus": 4, "mem": 4096, "ports": "31100-31199"}
 def zk(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
     with ZooKeeperServer(tmp_path_factory.mktemp("zk")) as server:
         yield server
-
-
-def wait_for(what: str, check: Callable[[], Any], timeout: float = 20.0) -> Any:
-    deadline = time.monotonic() + timeout
-    for _ in range(int(timeout / 0.05) + 1):
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            break
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def coordination(zk: ZooKeeperServer, root: str, **kw: Any) -> ZooKeeperCoordination:
