@@ -35,7 +35,6 @@ if missing():
     pytest.skip(f"no ZooKeeper server: {missing()}", allow_module_level=True)
 
 from elastiq.embedded import EmbeddedCluster
-from elastiq.embedded.executors import kill_recorded_executors
 from scheduler.client import RequestRejected, SchedulerClient, SchedulerUnavailable
 from tests.e2e_support import (
     ROOT,
@@ -44,6 +43,7 @@ from tests.e2e_support import (
     free_port_range,
     generator_rows,
     java_child,
+    kill_session,
     read_sink,
     session_members,
     source_runner_pids,
@@ -155,7 +155,8 @@ def zk(tmp_path: Path) -> Iterator[ZooKeeperServer]:
 def cluster(tmp_path: Path) -> Iterator[EmbeddedCluster]:
     """One in-process agent with room for the executor (0.5) and the stateful task (1.0).
     Teardown stops the agent (SIGTERM to each executor's group, SIGKILL after the grace), then
-    SIGKILLs any executor group still recorded in a sandbox under the cluster's folder."""
+    SIGKILLs any live process left in an executor session recorded under the cluster's folder
+    (zombies re-parented to this container's PID 1 are not counted: nothing reaps them)."""
     low, high = free_port_range(16)
     resources = {"cpus": 2, "mem": 8192, "ports": f"{low}-{high}"}
     c = EmbeddedCluster(agents=1, resources=resources, work_dir=tmp_path / "cluster",
@@ -165,17 +166,15 @@ def cluster(tmp_path: Path) -> Iterator[EmbeddedCluster]:
         yield c
     finally:
         c.stop()
-        import os
-        from tests.e2e_support import _cmdline, _proc_stat
-        for pf in c.work_dir.rglob("executor.pid"):
-            sid = int(pf.read_text())
-            for pid in [int(e) for e in os.listdir("/proc") if e.isdigit()]:
-                f = _proc_stat(pid)
-                if f and int(f[3]) == sid:
-                    log.warning("DIAG left: %s %s ppid=%s %s", pid, f[0], f[1], _cmdline(pid)[:120])
-        leftovers = kill_recorded_executors(c.work_dir)
+        leftovers = [pid for sid in recorded_executors(c.work_dir) for pid in kill_session(sid)]
         if leftovers:
-            log.warning("zk-load teardown: SIGKILLed %s leftover executor group(s)", leftovers)
+            log.warning("zk-load teardown: SIGKILLed leftover executor processes %s", leftovers)
+
+
+def recorded_executors(work_dir: Path) -> set[int]:
+    """Pids (= session ids) of the executors the agent recorded in its sandboxes."""
+    return {int(f.read_text().strip()) for f in work_dir.rglob("executor.pid")
+            if f.read_text().strip().isdigit()}
 
 
 @pytest.fixture
