@@ -53,6 +53,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "exec <this python> -m executor)")
     s.add_argument("--token-file", metavar="FILE", help="require this token (the file's text) "
                    "for submit and stop; reads stay open")
+    s.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+                   help="what the service logs to stderr (default INFO)")
     s.set_defaults(handler=cmd_scheduler)
 
     for name, helptext, handler in (("submit", "submit a spec to the scheduler", cmd_submit),
@@ -92,7 +94,12 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_scheduler(args: argparse.Namespace) -> int:
+    import logging
+
     from elastiq.run import check_java
+
+    logging.basicConfig(level=getattr(logging, args.log_level), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from scheduler.api import ApiServer
     from scheduler.config import ExecutorSpec, SchedulerConfig
     from scheduler.mesos_adapter import SchedulerService
