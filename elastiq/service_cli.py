@@ -53,6 +53,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "exec <this python> -m executor)")
     s.add_argument("--token-file", metavar="FILE", help="require this token (the file's text) "
                    "for submit and stop; reads stay open")
+    s.add_argument("--executor-env", action="append", default=[], metavar="NAME=VALUE",
+                   help="environment for the executors agents start (repeatable), e.g. "
+                        "ELASTIQ_SPARK_CORES=8")
     s.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"),
                    help="what the service logs to stderr (default INFO)")
     s.set_defaults(handler=cmd_scheduler)
@@ -110,12 +113,13 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
     try:
         coordination, principal, secret = _coordination(args), args.principal, _secret(args)
         token = read_token(args.token_file)
+        extra_env = executor_environment(args.executor_env)
     except (ValueError, OSError) as e:
         print(f"elastiq: {e}", file=sys.stderr)
         return 2
     config = SchedulerConfig(executor=ExecutorSpec(
         command=args.executor_command or f"exec {sys.executable} -m executor",
-        environment=(("ELASTIQ_STATE_DIR", str(state / "state")),)))
+        environment=(("ELASTIQ_STATE_DIR", str(state / "state")),) + extra_env))
     cluster = None
     master = args.master
     if master is None:
@@ -182,6 +186,17 @@ def _secret(args: argparse.Namespace) -> str | None:
     if not secret:
         raise ValueError(f"{args.secret_file} is empty")
     return secret
+
+
+def executor_environment(pairs: list[str]) -> tuple[tuple[str, str], ...]:
+    """`NAME=VALUE` arguments as environment pairs; a malformed one is a usage error."""
+    env = []
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name.isidentifier():
+            raise ValueError(f"--executor-env takes NAME=VALUE, not {pair!r}")
+        env.append((name, value))
+    return tuple(env)
 
 
 def read_token(path: str | None) -> str | None:

@@ -129,8 +129,11 @@ class _Handler(BaseHTTPRequestHandler):
             return 200, _metrics_text(service)
         if parts == ["healthz"] and method == "GET":
             s = service.status()
-            return 200, {"ok": True, "connected": s.get("connected"),
-                         "framework_id": s.get("framework_id")}
+            health = {"ok": True, "connected": s.get("connected"),
+                      "framework_id": s.get("framework_id")}
+            if "leadership" in s:  # role, epoch and leader address, with ZooKeeper
+                health["leadership"] = s["leadership"]
+            return 200, health
         if parts == ["queries"] and method == "GET":
             return 200, {"queries": list(service.status()["queries"].values())}
         if parts == ["queries"] and method == "POST":

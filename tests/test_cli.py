@@ -80,3 +80,13 @@ def test_reference_documents_every_operator_and_parameter() -> None:
         assert f"### {kind}" in doc, kind
         for param in definition.params:
             assert f"`{param.name}`" in doc, (kind, param.name)
+
+
+def test_executor_environment_pairs() -> None:
+    from elastiq.service_cli import executor_environment
+
+    assert executor_environment(["ELASTIQ_SPARK_CORES=8", "JAVA_OPTS=-Xmx2g -Dx=y"]) == (
+        ("ELASTIQ_SPARK_CORES", "8"), ("JAVA_OPTS", "-Xmx2g -Dx=y"))
+    for bad in ("NOEQUALS", "=value", "BAD NAME=1"):
+        with pytest.raises(ValueError, match="NAME=VALUE"):
+            executor_environment([bad])

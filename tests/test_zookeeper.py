@@ -229,6 +229,9 @@ def test_sigkill_of_the_leader_process_hands_over_without_killing_tasks(
             elapsed = time.monotonic() - killed_at
             assert elapsed <= 2 * SESSION, f"takeover took {elapsed:.2f} s"
             assert took_over["framework_id"] == health["framework_id"]
+            assert health["leadership"]["role"] == "leader"
+            assert took_over["leadership"]["role"] == "leader"
+            assert took_over["leadership"]["epoch"] > health["leadership"]["epoch"]
             view = wait_for("ha running under b", lambda: (q := http_json(
                 urls[1] + "/queries/ha")) and q["status"] == "running" and q, 10)
             task = view["tasks"][0]
