@@ -21,6 +21,11 @@ if TYPE_CHECKING:
     from compiler.graph import Graph
 
 TaskKind = Literal["spark", "plumbing"]
+# How the scheduler fails a task over (docs/patterns.md): "standby" and "checkpoint" restart it at
+# once on another agent than the one it failed on (its checkpoint folder is on storage every
+# agent reaches); "replica" is one of several hot-standby replicas, restarted like any task while
+# the stream selector reads the others; None: the default restart policy.
+FailoverMode = Literal["standby", "checkpoint", "replica"]
 
 
 @dataclass(frozen=True)
@@ -73,13 +78,18 @@ class Placement:
 
     group: str | None = None
     apart_from: tuple[str, ...] = ()
+    # groups kept apart at the first launch only: a protected task starts away from its
+    # neighbours, so one agent's failure takes it alone; its failover may land next to them
+    initially_apart_from: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return {"group": self.group, "apart_from": list(self.apart_from)}
+        return {"group": self.group, "apart_from": list(self.apart_from),
+                "initially_apart_from": list(self.initially_apart_from)}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "Placement":
-        return cls(d.get("group"), tuple(d.get("apart_from", ())))
+        return cls(d.get("group"), tuple(d.get("apart_from", ())),
+                   tuple(d.get("initially_apart_from", ())))
 
 
 @dataclass(frozen=True)
@@ -96,6 +106,7 @@ class QueryTask:
     resources: Resources
     program: str  # generated Python source (compiler.codegen)
     placement: Placement = field(default_factory=Placement)
+    failover: FailoverMode | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -109,6 +120,7 @@ class QueryTask:
             "resources": self.resources.to_json(),
             "program": self.program,
             "placement": self.placement.to_json(),
+            "failover": self.failover,
         }
 
     @classmethod
@@ -116,7 +128,7 @@ class QueryTask:
         return cls(
             d["query_id"], d["task_id"], d["kind"], tuple(d["operators"]), tuple(d["inputs"]),
             tuple(d["outputs"]), bool(d["stateful"]), Resources.from_json(d["resources"]),
-            d["program"], Placement.from_json(d.get("placement", {})),
+            d["program"], Placement.from_json(d.get("placement", {})), d.get("failover"),
         )
 
 
@@ -168,6 +180,11 @@ class TaskPlan:
 
 def channel_id(query_id: str, stream: str) -> str:
     return f"{query_id}/{stream}"
+
+
+def partition_channel_id(query_id: str, stream: str, partition: int) -> str:
+    """The channel carrying partition `partition` (1-based) of a splitter's output stream."""
+    return f"{query_id}/{stream}#{partition}"
 
 
 def cut_streams(graph: "Graph") -> set[str]:
