@@ -189,17 +189,25 @@ def pythonpath() -> str:
     return f"{ROOT}:{existing}" if existing else str(ROOT)
 
 
+def disjoint_port_ranges(count: int, size: int = 16) -> tuple[tuple[int, int], ...]:
+    """`count` runs of `size` free ports on 127.0.0.1 that do not overlap, one per agent."""
+    ranges: list[tuple[int, int]] = []
+    for i in range(count):
+        low = 20000 + i * 10000  # a band per agent, so the runs cannot overlap
+        ranges.append(free_port_range(size, low=low, high=low + 10000))
+    return tuple(ranges)
+
+
 def start_stack(work: Path, cpus_per_agent: float = 1.5, mem_per_agent: int = 8192,
-                spark_cores: int = 2) -> Stack:
-    """Start the cluster (agents with distinct free port ranges), the scheduler and its API."""
+                spark_cores: int = 2, agents: int = 2) -> Stack:
+    """Start the cluster (`agents` agents with distinct free port ranges), the scheduler and its
+    API."""
     from elastiq.embedded import EmbeddedCluster
     from scheduler.api import ApiServer
     from scheduler.config import ExecutorSpec, SchedulerConfig
     from scheduler.mesos_adapter import SchedulerService
 
-    ranges = (free_port_range(16), free_port_range(16, low=30000))
-    if ranges[0][1] >= ranges[1][0] and ranges[1][1] >= ranges[0][0]:
-        ranges = (ranges[0], free_port_range(16, low=ranges[0][1] + 1))
+    ranges = disjoint_port_ranges(agents)
     executor = ExecutorSpec(command=f"exec {sys.executable} -m executor", environment=(
         ("ELASTIQ_STATE_DIR", str(work / "state")), ("ELASTIQ_SPARK_CORES", str(spark_cores)),
         ("PYTHONPATH", pythonpath())))
