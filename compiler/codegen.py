@@ -2,7 +2,10 @@
 
 Owns turning a `TaskPlan` of a graph into the source of the program the executor runs: a
 `build(rt)` function that calls the task runtime (`executor.runtime.TaskRuntime`) once per
-operator, in dataflow order, ending with the task's one output (a sink or a channel). Every value
+operator, in dataflow order, ending with the task's one output (a sink or a channel). Plumbing
+becomes channel calls: pass-through plumbing an `identity`, a merger a `union`, a splitter root
+one `split_channel_sink` over its partition channels, a stream selector one `selector_source`
+over its replica channels; a hot-standby replica first asks for deterministic batches. Every value
 that came from the user is written as a Python literal by `py_literal` (repr of a str, int, float,
 bool, None, or a tuple of those): user text can never become code (DESIGN.md invariant 4).
 Expressions stay text; the runtime parses them with `compiler.expressions`.
@@ -14,13 +17,13 @@ import ast
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import jinja2
 
 from compiler.graph import Graph, Node
 from compiler.operators import canonical_duration
-from compiler.tasks import TaskPlan, channel_id
+from compiler.tasks import ChannelSpec, TaskPlan
 from compiler.types import Schema
 
 _ENV = jinja2.Environment(
@@ -31,6 +34,11 @@ _ENV = jinja2.Environment(
     trim_blocks=True,
     lstrip_blocks=True,
 )
+
+# Plumbing that forwards its one input unchanged inside a task (`rt.identity`); of these, all but
+# the failover stand in front of the operator they serve (`program_names`).
+_PASS_THROUGH = ("network-writer", "network-reader", "multicast", "failover")
+_FORWARDING = ("network-writer", "network-reader", "multicast", "splitter")
 
 
 def py_literal(value: Any) -> str:
@@ -86,9 +94,10 @@ class SchemaRef:
 
 
 def render_task(graph: Graph, plan: TaskPlan, query_id: str, base_dir: Path,
-                readers: tuple[str, ...] = ()) -> str:
-    """The Python source of one task's program; `readers` are the tasks that read its output
-    channel (its writer keeps every batch until each of them has acknowledged it)."""
+                channels: Mapping[str, ChannelSpec]) -> str:
+    """The Python source of one task's program. `channels` (channel id -> spec) holds at least
+    the task's input and output channels: their streams, and the tasks reading each output (its
+    writer keeps every batch until each of them has acknowledged it)."""
     schemas: dict[str, SchemaRef] = {}
 
     def schema_of(stream: str) -> SchemaRef:
@@ -96,25 +105,114 @@ def render_task(graph: Graph, plan: TaskPlan, query_id: str, base_dir: Path,
             schemas[stream] = SchemaRef(f"SCHEMA_{stream.upper()}", graph.stream(stream).schema)
         return schemas[stream]
 
-    calls = [Call(f"{s} <- channel {channel_id(query_id, s)}", "channel_source",
-                  (("output", s), ("schema", schema_of(s)), ("channel", channel_id(query_id, s))))
-             for s in plan.inputs]
-    for name in plan.nodes:
-        node = graph.node(name)
-        calls.append(_call(graph, node, base_dir, schema_of))
-    if plan.output:
-        calls.append(Call(f"{plan.output} -> channel {channel_id(query_id, plan.output)}",
-                          "channel_sink",
-                          (("input", plan.output), ("channel", channel_id(query_id, plan.output)),
-                           ("readers", readers))))
+    names = program_names(graph, plan, channels)
+
+    def name(stream: str) -> str:
+        return names.get(stream, stream)
+
+    calls: list[Call] = []
+    if plan.failover == "replica":
+        calls.append(Call(f"{plan.nodes[-1]} is a hot-standby replica: micro-batches cut by "
+                          "input numbers, identical in every replica", "deterministic_batches", ()))
+    calls += _source_calls(graph, plan, channels, schema_of, name)
+    for node in (graph.node(n) for n in plan.nodes):
+        if node.kind not in ("stream-selector", "splitter"):  # their channel calls stand for them
+            calls.append(_call(graph, node, base_dir, schema_of, name))
+    calls += _sink_calls(graph, plan, channels, name)
     source = _ENV.get_template("task.py.j2").render(
         query_id=query_id, task=plan, calls=calls, schemas=list(schemas.values()),
         plan=_task_notation(graph, plan),
-        reads=", ".join(channel_id(query_id, s) for s in plan.inputs) or "no channels",
-        writes=channel_id(query_id, plan.output) if plan.output else "its sink",
+        reads=", ".join(plan.inputs) or "no channels",
+        writes=", ".join(plan.outputs) or "its sink",
+        placed=_placement_notes(plan),
     )
     ast.parse(source)  # a template bug must never reach an executor
     return source
+
+
+def program_names(graph: Graph, plan: TaskPlan,
+                  channels: Mapping[str, ChannelSpec]) -> dict[str, str]:
+    """Streams the program names differently from the graph: an operator behind inserted
+    plumbing (a network-reader, writer, multicast or splitter in front of it) reads its input
+    under the name of the stream the spec's operator read, since its expressions are written
+    against that name (`aStream.x < 42`). A name already used in the task is left alone."""
+    members = set(plan.nodes)
+    used = {channels[c].stream for c in plan.inputs}
+    used |= {graph.node(n).output for n in members if graph.node(n).output is not None}
+    names: dict[str, str] = {}
+    for node in (graph.node(n) for n in plan.nodes):
+        if node.role == "plumbing":
+            continue
+        for stream in node.inputs:
+            written = _behind_forwarding(graph, stream)
+            if written != stream and written not in used and written not in names.values():
+                names[stream] = written
+    return names
+
+
+def _behind_forwarding(graph: Graph, stream: str) -> str:
+    """The stream before any chain of forwarding plumbing that produces `stream`."""
+    producer = graph.producer(stream)
+    while producer.kind in _FORWARDING:
+        stream = producer.inputs[0]
+        producer = graph.producer(stream)
+    return stream
+
+
+def _source_calls(graph: Graph, plan: TaskPlan, channels: Mapping[str, ChannelSpec],
+                  schema_of: Callable[[str], SchemaRef], name: Callable[[str], str]) -> list[Call]:
+    """One `channel_source` per input channel, except the replica channels of a stream selector
+    in the task: one `selector_source` reads all of them."""
+    selectors = [graph.node(n) for n in plan.nodes if graph.node(n).kind == "stream-selector"]
+    selected = {s: sel for sel in selectors for s in sel.inputs}
+    calls: list[Call] = []
+    for c in plan.inputs:
+        stream = channels[c].stream
+        selector = selected.get(stream)
+        if selector is None:
+            calls.append(Call(f"{stream} <- channel {c}", "channel_source",
+                              (("output", name(stream)), ("schema", schema_of(stream)),
+                               ("channel", c))))
+        elif stream == selector.inputs[0]:
+            replicas = tuple(next(i for i in plan.inputs if channels[i].stream == s)
+                             for s in selector.inputs)
+            out = selector.output or ""
+            calls.append(Call(_comment(graph, selector), "selector_source",
+                              (("output", name(out)), ("schema", schema_of(out)),
+                               ("channels", replicas))))
+    return calls
+
+
+def _sink_calls(graph: Graph, plan: TaskPlan, channels: Mapping[str, ChannelSpec],
+                name: Callable[[str], str]) -> list[Call]:
+    """The task's channel output: a splitter root partitions its input over its channels; any
+    other root serves its output stream on its one channel. None when the task ends in a sink."""
+    root = graph.node(plan.nodes[-1])
+    if root.kind == "splitter":
+        key = root.param("key")
+        keys = () if key is None else ((key,) if isinstance(key, str) else tuple(key))
+        return [Call(f"{_comment(graph, root)} -> {len(plan.outputs)} partition channels",
+                     "split_channel_sink",
+                     (("input", name(root.inputs[0])), ("channels", plan.outputs), ("key", keys),
+                      ("readers", tuple(channels[c].consumers for c in plan.outputs))))]
+    if len(plan.outputs) > 1:
+        raise ValueError(f"task {plan.task_id} serves {len(plan.outputs)} channels; only a "
+                         "splitter serves several")
+    return [Call(f"{channels[c].stream} -> channel {c}", "channel_sink",
+                 (("input", name(channels[c].stream)), ("channel", c),
+                  ("readers", channels[c].consumers)))
+            for c in plan.outputs]
+
+
+def _placement_notes(plan: TaskPlan) -> str:
+    """What the scheduler honours for the task, when it is more than "anywhere"."""
+    p = plan.placement
+    notes = [f"group {p.group}"] if p.group != plan.task_id else []
+    notes += [f"apart from {', '.join(p.apart_from)}"] if p.apart_from else []
+    notes += ([f"first launched apart from {', '.join(p.initially_apart_from)}"]
+              if p.initially_apart_from else [])
+    notes += [f"failover {plan.failover}"] if plan.failover else []
+    return "; ".join(notes)
 
 
 def _task_notation(graph: Graph, plan: TaskPlan) -> str:
@@ -143,17 +241,21 @@ def _duration(ms: int | None) -> str | None:
     return None if ms is None else canonical_duration(ms)
 
 
-def _call(graph: Graph, node: Node, base_dir: Path,
-          schema_of: Callable[[str], SchemaRef]) -> Call:
+def _call(graph: Graph, node: Node, base_dir: Path, schema_of: Callable[[str], SchemaRef],
+          name: Callable[[str], str]) -> Call:
+    """The runtime call of one operator; `name` gives each stream's name in the program."""
     p = node.param
     io: tuple[tuple[str, Any], ...]
     if len(node.inputs) == 1:
-        io = (("input", node.inputs[0]),)
+        io = (("input", name(node.inputs[0])),)
     else:
         io = ()
-    out = (("output", node.output),) if node.output else ()
+    out = (("output", name(node.output)),) if node.output else ()
     head = (("op", node.name),)
     kind = node.kind
+    comment = _comment(graph, node)
+    if node.output and name(node.output) != node.output:
+        comment += f"  (its output is read as {name(node.output)}, the spec's name)"
     if kind == "generator":
         args = out + (("schema", schema_of(node.output)), ("shape", p("shape")),
                       ("seed", p("seed")), ("rate", float(p("rate"))), ("limit", p("limit")),
@@ -178,12 +280,14 @@ def _call(graph: Graph, node: Node, base_dir: Path,
                            ("group_by", tuple(p("group-by", ()))),
                            ("aggregates", p("aggregates")))
     elif kind == "join":
-        args = (("left", node.inputs[0]), ("right", node.inputs[1])) + out + (
+        args = (("left", name(node.inputs[0])), ("right", name(node.inputs[1]))) + out + (
             ("left_keys", p("left-key")), ("right_keys", p("right-key")),
             ("left_time", p("left-time")), ("right_time", p("right-time")),
             ("within", _duration(p("within"))), ("watermark", _duration(p("watermark"))))
-    elif kind == "union":
-        args = (("inputs", node.inputs),) + out
+    elif kind in ("union", "merger"):  # a merger recombines partitions: a union of them
+        return Call(comment, "union", head + (("inputs", tuple(map(name, node.inputs))),) + out)
+    elif kind in _PASS_THROUGH:
+        return Call(comment, "identity", head + io + out)
     elif kind == "file-sink":
         args = io + (("path", resolve_path(base_dir, p("path"))),)
     elif kind == "console-sink":
@@ -192,7 +296,7 @@ def _call(graph: Graph, node: Node, base_dir: Path,
         args = io + (("endpoint", p("endpoint")), ("channel", p("channel") or node.inputs[0]))
     else:
         raise ValueError(f"no code generator for operator kind {kind!r}")
-    return Call(_comment(graph, node), kind.replace("-", "_"), head + args)
+    return Call(comment, kind.replace("-", "_"), head + args)
 
 
 def _comment(graph: Graph, node: Node) -> str:

@@ -17,7 +17,7 @@ from compiler import codegen, spec as spec_mod, validate
 from compiler.graph import Graph
 from compiler.rewrite import Firing, rewrite
 from compiler.rules import Rule, load_rules
-from compiler.tasks import (CompiledQuery, QueryTask, TaskPlan, channel_id, split_into_tasks,
+from compiler.tasks import (ChannelSpec, CompiledQuery, QueryTask, TaskPlan, split_into_tasks,
                             task_resources)
 from elastiq.diagnostics import Diagnostic, Position, SpecError
 from rewrite_rules import rule_files
@@ -34,7 +34,9 @@ class Compilation:
     query: CompiledQuery
     warnings: tuple[Diagnostic, ...]
     firings: tuple[Firing, ...] = ()  # every rule that fired, in order
-    not_deployable: Diagnostic | None = None  # set when the plan needs plumbing tasks (plan_only)
+    # errors that stop `compile` after rewriting (a plan the runtime cannot run); only a
+    # plan_only compilation (explain) comes back with them, its tasks shown all the same
+    refused: tuple[Diagnostic, ...] = ()
 
 
 def check_spec_text(text: str | bytes, filename: str) -> tuple[Graph | None, list[Diagnostic]]:
@@ -63,9 +65,9 @@ def compile_spec_text(text: str | bytes, filename: str, base_dir: str | Path | N
                       plan_only: bool = False) -> Compilation:
     """Compile a spec; raise SpecError with every error (and warning) found.
     Relative file paths in the spec are taken relative to `base_dir` (default: the spec file's
-    folder). `rules_dir` adds a folder of user rule files. A plan that needs plumbing tasks
-    cannot be deployed yet: that raises one located SpecError, unless `plan_only` (explain), which
-    returns the plans without tasks and the diagnostic in `not_deployable`."""
+    folder). `rules_dir` adds a folder of user rule files. A rewritten plan the runtime cannot
+    run (hot standby of an operator with several inputs) raises a located SpecError, unless
+    `plan_only` (explain), which returns it with those diagnostics in `refused`."""
     parsed, graph, everything = _checked(text, filename)
     if graph is None:
         raise SpecError(everything)
@@ -113,44 +115,57 @@ def _finish(parsed: spec_mod.Spec, logical: Graph, query_id: str, base: Path,
             plan_only: bool) -> Compilation:
     rewritten = rewrite(logical, rules)
     physical = rewritten.graph
-    blocked = _not_deployable(parsed, physical, rewritten.firings)
-    if blocked is not None:
-        if not plan_only:
-            raise SpecError([blocked])
-        return Compilation(parsed, logical, physical, (), CompiledQuery(query_id, (), ()),
-                           warnings, rewritten.firings, blocked)
+    refused = _unrunnable(parsed, physical)
+    if refused and not plan_only:
+        raise SpecError(list(refused))
     plans, channels = split_into_tasks(physical, query_id)
-    readers = {c.producer: c.consumers for c in channels}
-    tasks = tuple(_task(physical, plan, query_id, base, readers.get(plan.task_id, ()))
-                  for plan in plans)
+    by_id = {c.channel_id: c for c in channels}
+    tasks = tuple(_task(physical, plan, query_id, base, by_id) for plan in plans)
     sinks = {n.name: str(codegen.resolve_path(base, n.param("path")))
              for n in physical.sinks() if n.kind == "file-sink"}
     query = CompiledQuery(query_id, tasks, channels, sinks)
-    return Compilation(parsed, logical, physical, plans, query, warnings, rewritten.firings)
+    return Compilation(parsed, logical, physical, plans, query, warnings, rewritten.firings,
+                       refused)
 
 
-def _not_deployable(parsed: spec_mod.Spec, physical: Graph,
-                    firings: tuple[Firing, ...]) -> Diagnostic | None:
-    """One diagnostic, at the attribute that asked for the first pattern, when the physical plan
-    holds plumbing operators (compiler.tasks and codegen cannot deploy them yet)."""
-    if not firings or not any(n.role == "plumbing" for n in physical.nodes):
-        return None
-    first = firings[0]
-    where = next((op.patterns[0].pos for op in parsed.operators
-                  if op.name == first.focus and op.patterns), None)
-    where = where or (parsed.patterns[0].pos if parsed.patterns else parsed.pos)
-    return Diagnostic(where, f"pattern {first.rule}: plumbing tasks are not deployable yet",
-                      "`elastiq explain` shows the rewritten plan; running it needs the plumbing "
-                      "operators in the executor")
+def _unrunnable(parsed: spec_mod.Spec, physical: Graph) -> tuple[Diagnostic, ...]:
+    """One diagnostic per operator whose hot-standby replicas would read several channels (a
+    join, a union): the runtime cannot keep such replicas in step. Located at the operator's
+    `ha` attribute, or at the query's when the operator inherits it."""
+    found: list[Diagnostic] = []
+    for selector in (n for n in physical.nodes if n.kind == "stream-selector"):
+        protected = selector.param("protects")
+        replicas = [physical.producer(s) for s in selector.inputs]
+        if all(len(r.inputs) <= 1 for r in replicas):
+            continue
+        where = _pattern_position(parsed, protected, "ha")
+        d = Diagnostic(where, "hot standby needs an operator with one input",
+                       'use ha="checkpoint" for a join or union')
+        if d not in found:
+            found.append(d)
+    return tuple(found)
+
+
+def _pattern_position(parsed: spec_mod.Spec, operator: str, attr: str) -> Position:
+    """Where the spec asks `operator` for the pattern attribute `attr`: on the operator, else on
+    the dataflow (a query-wide default), else the dataflow element."""
+    for op in parsed.operators:
+        if op.name == operator:
+            for pattern in op.patterns:
+                if pattern.name == attr:
+                    return pattern.pos
+    for pattern in parsed.patterns:
+        if pattern.name == attr:
+            return pattern.pos
+    return parsed.pos
 
 
 def _task(graph: Graph, plan: TaskPlan, query_id: str, base: Path,
-          readers: tuple[str, ...]) -> QueryTask:
-    program = codegen.render_task(graph, plan, query_id, base, readers)
+          channels: dict[str, ChannelSpec]) -> QueryTask:
+    program = codegen.render_task(graph, plan, query_id, base, channels)
     return QueryTask(
         query_id=query_id, task_id=plan.task_id, kind="spark", operators=plan.nodes,
-        inputs=tuple(channel_id(query_id, s) for s in plan.inputs),
-        outputs=(channel_id(query_id, plan.output),) if plan.output else (),
-        stateful=plan.stateful, resources=task_resources(plan), program=program,
+        inputs=plan.inputs, outputs=plan.outputs, stateful=plan.stateful,
+        resources=task_resources(plan), program=program, placement=plan.placement,
+        failover=plan.failover,
     )
-

@@ -5,20 +5,22 @@ serialised as JSON in Mesos task data) and `split_into_tasks`, which cuts a phys
 tasks. By default tasks are few and large, as the paper says: a task is a tree of operators ending
 in one output (a sink or a channel to other tasks), so a simple query costs one Spark query.
 A stream becomes a channel between tasks only where it has several consumers or where the plan
-asks for a task boundary (`pipeline="split"` and the rewrite rules of the patterns).
+asks for a task boundary (the plumbing operators of the patterns and their placement labels); a
+splitter's output becomes one channel per partition. `place_tasks` derives each task's placement
+group, the groups it must be kept apart from, and its failover mode from the plan's annotations.
 Does not own how a task's program looks (`compiler.codegen`) or where it runs (`scheduler`).
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from compiler.types import Schema
 
 if TYPE_CHECKING:
-    from compiler.graph import Graph
+    from compiler.graph import Graph, Node
 
 TaskKind = Literal["spark", "plumbing"]
 # How the scheduler fails a task over (docs/patterns.md): "standby" and "checkpoint" restart it at
@@ -167,15 +169,23 @@ class CompiledQuery:
 # ----------------------------------------------------------------------------------------------
 # Splitting a physical graph into tasks
 
+# Plumbing whose output stream always crosses to other tasks (they serve a channel) ...
+CHANNEL_WRITERS = frozenset({"network-writer", "multicast", "splitter"})
+# ... and plumbing whose input streams always come from other tasks (they read channels).
+CHANNEL_READERS = frozenset({"network-reader", "stream-selector", "merger", "failover"})
+
+
 @dataclass(frozen=True)
 class TaskPlan:
     """The operators of one task before its program is generated."""
 
     task_id: str
-    nodes: tuple[str, ...]  # node names in dataflow order
-    inputs: tuple[str, ...]  # streams read from other tasks' channels
-    output: str | None  # stream served to other tasks, None when the task ends in a sink
+    nodes: tuple[str, ...]  # node names in dataflow order; the last one is the task's root
+    inputs: tuple[str, ...]  # channel ids read from other tasks
+    outputs: tuple[str, ...]  # channel ids served to other tasks; () when the task ends in a sink
     stateful: bool
+    placement: Placement = field(default_factory=Placement)
+    failover: FailoverMode | None = None
 
 
 def channel_id(query_id: str, stream: str) -> str:
@@ -188,63 +198,146 @@ def partition_channel_id(query_id: str, stream: str, partition: int) -> str:
 
 
 def cut_streams(graph: "Graph") -> set[str]:
-    """Streams that cross a task boundary: read by several operators, or joining operators the
-    plan places apart (different placement annotations)."""
+    """Streams that cross a task boundary: read by several operators; served by a writer,
+    multicast or splitter; read by a reader, selector, merger or failover; or joining two
+    operators whose placement labels differ. Unannotated operators stay with their neighbour."""
     cuts = set()
     for stream in graph.streams:
         consumers = graph.consumers(stream.name)
         producer = graph.node(stream.producer)
-        if len(consumers) > 1 or any(c.placement != producer.placement for c in consumers):
+        if (len(consumers) > 1 or producer.kind in CHANNEL_WRITERS
+                or any(c.kind in CHANNEL_READERS for c in consumers)
+                or any(_placed_apart(producer, c) for c in consumers)):
             cuts.add(stream.name)
     return cuts
+
+
+def _placed_apart(a: "Node", b: "Node") -> bool:
+    return a.placement is not None and b.placement is not None and a.placement != b.placement
 
 
 def split_into_tasks(graph: "Graph", query_id: str) -> tuple[tuple[TaskPlan, ...],
                                                             tuple[ChannelSpec, ...]]:
     """Cut the graph at `cut_streams`; each task is the tree of operators feeding one root (a
-    sink, or the producer of a cut stream). Tasks are numbered in dataflow order."""
+    sink, or the producer of a cut stream). Tasks are numbered in dataflow order; channels are
+    ordered by their producer, a splitter's partitions by number; each task is placed
+    (`place_tasks`)."""
     cuts = cut_streams(graph)
+    order = [n.name for n in graph.nodes]
     roots = [n for n in graph.nodes if n.output is None or n.output in cuts]
-    owner: dict[str, str] = {}
-    plans = []
-    for i, root in enumerate(roots):
-        task_id = f"{query_id}.t{i}"
-        members, inputs = _collect(graph, root.name, cuts)
-        owner.update({m: task_id for m in members})
-        ordered = tuple(n.name for n in graph.nodes if n.name in members)
-        plans.append(TaskPlan(task_id, ordered, tuple(inputs),
-                              root.output if root.output in cuts else None,
-                              any(graph.node(m).stateful for m in members)))
-    channels = tuple(
-        ChannelSpec(channel_id(query_id, s), s, graph.stream(s).schema,
-                    owner[graph.stream(s).producer],
-                    tuple(sorted({owner[c.name] for c in graph.consumers(s)})))
-        for s in sorted(cuts, key=lambda s: [n.name for n in graph.nodes].index(
-            graph.stream(s).producer))
-    )
-    return tuple(plans), channels
+    members = {f"{query_id}.t{i}": _collect(graph, root.name, cuts) for i, root in enumerate(roots)}
+    owner = {m: task_id for task_id, names in members.items() for m in names}
+    channels = tuple(c for s in sorted(cuts, key=lambda s: order.index(graph.stream(s).producer))
+                     for c in _channels_of(graph, query_id, s, owner))
+    plans = tuple(
+        TaskPlan(task_id, tuple(n for n in order if n in names),
+                 tuple(c.channel_id for c in channels if task_id in c.consumers),
+                 tuple(c.channel_id for c in channels if c.producer == task_id),
+                 any(graph.node(m).stateful for m in names))
+        for task_id, names in members.items())
+    return place_tasks(graph, plans, channels), channels
 
 
-def _collect(graph: "Graph", root: str, cuts: set[str]) -> tuple[set[str], list[str]]:
+def _collect(graph: "Graph", root: str, cuts: set[str]) -> set[str]:
+    """The operators of the task rooted at `root`: it and everything feeding it by uncut
+    streams."""
     members: set[str] = set()
-    inputs: list[str] = []
     pending = [root]
     while pending:
         name = pending.pop()
         members.add(name)
-        for stream in graph.node(name).inputs:
-            if stream in cuts:
-                if stream not in inputs:
-                    inputs.append(stream)
-            else:
-                pending.append(graph.stream(stream).producer)
-    order = [n.name for n in graph.nodes]
-    inputs.sort(key=lambda s: order.index(graph.stream(s).producer))
-    return members, inputs
+        pending += [graph.stream(s).producer for s in graph.node(name).inputs if s not in cuts]
+    return members
+
+
+def _channels_of(graph: "Graph", query_id: str, stream: str,
+                 owner: dict[str, str]) -> tuple[ChannelSpec, ...]:
+    """The channels of one cut stream: one, or one per partition when a splitter produces it
+    (partition i is read by the tasks whose network-reader has `partition: i`)."""
+    producer = graph.producer(stream)
+    schema = graph.stream(stream).schema
+    consumers = graph.consumers(stream)
+    if producer.kind != "splitter":
+        return (ChannelSpec(channel_id(query_id, stream), stream, schema, owner[producer.name],
+                            tuple(sorted({owner[c.name] for c in consumers}))),)
+    partitions = int(producer.param("partitions"))
+    for c in consumers:
+        if c.kind != "network-reader" or c.param("partition") not in range(1, partitions + 1):
+            raise ValueError(f"splitter {producer.name!r} feeds {c.name!r}, which is not a "
+                             f"network-reader of one of its {partitions} partitions")
+    return tuple(
+        ChannelSpec(partition_channel_id(query_id, stream, i), stream, schema,
+                    owner[producer.name],
+                    tuple(sorted({owner[c.name] for c in consumers if c.param("partition") == i})))
+        for i in range(1, partitions + 1))
+
+
+# ----------------------------------------------------------------------------------------------
+# Placing tasks: groups, apart_from, initially_apart_from, failover
+
+def place_tasks(graph: "Graph", plans: tuple[TaskPlan, ...],
+                channels: tuple[ChannelSpec, ...]) -> tuple[TaskPlan, ...]:
+    """Each plan with its `Placement` and failover mode (docs/patterns.md, "Tasks"):
+    group = the one placement label of its operators, else its task id; apart_from = the other
+    labels of the same placement group that are groups of other tasks; a protected task (the
+    one holding what a failover protects, or a hot-standby replica) starts apart from the tasks
+    it exchanges channels with (initially_apart_from) and carries its failover mode."""
+    groups = {p.task_id: _task_label(graph, p) or p.task_id for p in plans}
+    modes = _failover_modes(graph, plans, channels)
+    placed = []
+    for plan in plans:
+        group = groups[plan.task_id]
+        apart = tuple(sorted({g for t, g in groups.items()
+                              if t != plan.task_id and g != group
+                              and _label_group(g) is not None
+                              and _label_group(g) == _label_group(group)}))
+        first_apart: tuple[str, ...] = ()
+        if plan.task_id in modes:
+            first_apart = tuple(sorted({groups[t] for t in _neighbours(plan, channels)} - {group}))
+        placed.append(replace(plan, placement=Placement(group, apart, first_apart),
+                              failover=modes.get(plan.task_id)))
+    return tuple(placed)
+
+
+def _label_group(label: str) -> str | None:
+    """"matched" for the label "matched.p2"; None for a task id or an any-node label (p*)."""
+    group, sep, number = label.rpartition(".p")
+    return group if sep and number.isdigit() else None
+
+
+def _task_label(graph: "Graph", plan: TaskPlan) -> str | None:
+    """The placement label of the task's operators when they carry exactly one."""
+    labels = {label for n in plan.nodes
+              if (label := graph.node(n).placement) and _label_group(label) is not None}
+    return labels.pop() if len(labels) == 1 else None
+
+
+def _failover_modes(graph: "Graph", plans: tuple[TaskPlan, ...],
+                    channels: tuple[ChannelSpec, ...]) -> dict[str, FailoverMode]:
+    """task id -> failover mode of the protected tasks: the failover node's mode for the task
+    holding the operator it protects; "replica" for a task whose output a stream selector
+    reads."""
+    owner = {n: p.task_id for p in plans for n in p.nodes}
+    modes: dict[str, FailoverMode] = {}
+    for node in graph.nodes:
+        if node.kind == "failover" and node.param("protects") in owner:
+            modes[owner[node.param("protects")]] = node.param("mode")
+        if node.kind == "stream-selector":
+            for c in channels:
+                if c.stream in node.inputs:
+                    modes[c.producer] = "replica"
+    return modes
+
+
+def _neighbours(plan: TaskPlan, channels: tuple[ChannelSpec, ...]) -> set[str]:
+    """The tasks producing the plan's input channels and consuming its output channels."""
+    return ({c.producer for c in channels if c.channel_id in plan.inputs}
+            | {t for c in channels if c.channel_id in plan.outputs for t in c.consumers})
 
 
 def task_resources(plan: TaskPlan) -> Resources:
-    """What a task asks for: a Spark query costs about half a core; state wants memory."""
+    """What a task asks for: a Spark query costs about half a core; state wants memory; one port
+    per channel it serves."""
     cpus = 1.0 if plan.stateful else 0.5
     mem = 512 if plan.stateful else 256
-    return Resources(cpus=cpus, mem_mb=mem, ports=1 if plan.output else 0)
+    return Resources(cpus=cpus, mem_mb=mem, ports=len(plan.outputs))

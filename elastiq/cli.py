@@ -106,7 +106,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     from elastiq.explain import explain, write_pictures
 
     compilation = compile_spec_file(args.spec, rules_dir=args.rules, plan_only=True)
-    _print_diagnostics(compilation.warnings)
+    _print_diagnostics(compilation.warnings + compilation.refused)
     out = Path(args.out or Path("elastiq-out") / compilation.query.query_id / "plan")
     print(explain(compilation))
     for written in write_pictures(compilation, out):

@@ -11,6 +11,7 @@ from pathlib import Path
 from compiler.graph import Graph, notation, to_dot, to_mermaid
 from compiler.pipeline import Compilation
 from compiler.rewrite import placement_groups
+from compiler.tasks import QueryTask
 
 
 def explain(c: Compilation) -> str:
@@ -23,10 +24,10 @@ def explain(c: Compilation) -> str:
     lines += [f"  {line}" for line in notation(c.physical)]
     if c.firings:
         lines += rewrite_section(c)
-    if c.not_deployable is not None:
-        lines += ["", f"tasks: none yet ({c.not_deployable.message})"]
-    else:
-        lines += _tasks(c)
+    lines += _tasks(c)
+    if c.refused:
+        lines += ["", "not deployable (`compile` and `run` refuse this plan):"]
+        lines += [f"  {d.render()}" for d in c.refused]
     lines += ["", "streams:"]
     for s in c.physical.streams:
         cols = ", ".join(f"{f.name} {f.type.value}" for f in s.schema)
@@ -70,11 +71,23 @@ def _tasks(c: Compilation) -> list[str]:
             lines.append(f"      reads  {ch}")
         for ch in task.outputs:
             lines.append(f"      writes {ch}")
+        lines += [f"      {note}" for note in _placement(task)]
     if q.channels:
         lines += ["", "channels:"]
         for ch in q.channels:
             lines.append(f"  {ch.channel_id}: {ch.producer} -> {', '.join(ch.consumers)}")
     return lines
+
+
+def _placement(task: QueryTask) -> list[str]:
+    """The task's placement and failover, when they say more than "anywhere, default restart"."""
+    p = task.placement
+    notes = [f"group  {p.group}"] if p.group != task.task_id else []
+    notes += [f"apart from {', '.join(p.apart_from)}"] if p.apart_from else []
+    notes += ([f"first apart from {', '.join(p.initially_apart_from)}"]
+              if p.initially_apart_from else [])
+    notes += [f"failover {task.failover}"] if task.failover else []
+    return notes
 
 
 def task_clusters(c: Compilation) -> dict[str, list[str]]:

@@ -1,7 +1,8 @@
 """The rewrite engine and the five pattern rules (layers 1 and 2, pure): for every rule a golden
 before/after plan, a spec where it must not fire, and idempotence; the shape of each replacement
 checked against what the pattern must produce; phase order; the invariant checker; the spec
-attributes that ask for patterns; and `compile` refusing plumbing while `explain` shows it.
+attributes that ask for patterns; `compile` deploying pattern plans but refusing hot standby of
+a join, which `explain` still shows.
 Set ELASTIQ_UPDATE_GOLDEN=1 to rewrite tests/golden/rewrite/ after an intended change."""
 
 from __future__ import annotations
@@ -296,18 +297,32 @@ def test_a_plumbing_operator_cannot_be_written_in_a_spec() -> None:
 
 
 # ----------------------------------------------------------------------------------------------
-# compile refuses plumbing with one located diagnostic; explain shows it all
+# compile deploys pattern plans, but refuses hot standby of a two-input operator; explain shows
+# both
 
-def test_compile_refuses_a_pattern_plan_with_one_located_diagnostic() -> None:
+@pytest.mark.parametrize("rule", sorted(set(CASES) - {"hot-standby"}))
+def test_compile_deploys_a_pattern_plan_with_its_plumbing_in_tasks(rule: str) -> None:
+    example, attrs = CASES[rule]
+    c = compile_spec_text(spec(example, attrs), f"{example}.xml", base_dir=BASE)
+    assert c.refused == ()
+    placed = [n for t in c.query.tasks for n in t.operators]
+    assert sorted(placed) == sorted(n.name for n in c.physical.nodes)  # each operator once
+    assert len(c.query.tasks) > 1 and c.query.channels
+
+
+def test_compile_refuses_hot_standby_of_a_join_with_one_located_diagnostic() -> None:
     text = spec("sensor-join", {"matched": 'ha="hot-standby"'})
     with pytest.raises(SpecError) as e:
         compile_spec_text(text, "sensor-join.xml", base_dir=BASE)
     (d,) = e.value.diagnostics
-    assert d.message == "pattern hot-standby: plumbing tasks are not deployable yet"
+    assert (d.message, d.hint) == ("hot standby needs an operator with one input",
+                                   'use ha="checkpoint" for a join or union')
     assert (d.position.line, d.position.column) == _at_value(text, 'ha="hot-standby"')
+    shown = compile_spec_text(text, "sensor-join.xml", base_dir=BASE, plan_only=True)
+    assert shown.refused == (d,) and shown.query.tasks
 
 
-def test_cli_explain_with_a_user_rule_folder_and_compile_refusal(
+def test_cli_explain_with_a_user_rule_folder_and_compile(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     rules = tmp_path / "rules"
     rules.mkdir()
@@ -322,8 +337,13 @@ def test_cli_explain_with_a_user_rule_folder_and_compile_refusal(
     assert "1. a-isolate-filter [pipelining] on myFilter" in out
     assert "2. " not in out  # the request is consumed: the shipped pipelining rule stays quiet
     assert "myFilter_wr: network-writer {backup: upstream}" in out
-    assert main(["compile", str(path), "-o", str(tmp_path / "t")]) == 1
-    assert "plumbing tasks are not deployable yet" in capsys.readouterr().err
+    assert main(["compile", str(path), "-o", str(tmp_path / "t")]) == 0
+    out = capsys.readouterr().out
+    assert "(source, myFilter_wr)" in out and "(myFilter_rd, myFilter, sink)" in out
+    joined = tmp_path / "sensor-join.xml"
+    joined.write_text(spec("sensor-join", {"matched": 'ha="hot-standby"'}))
+    assert main(["compile", str(joined), "-o", str(tmp_path / "j")]) == 1
+    assert "hot standby needs an operator with one input" in capsys.readouterr().err
     (rules / "bad.rule").write_text("rule bad phase nowhere focus f\n")
     assert main(["explain", str(path), "--rules", str(rules), "-o", str(tmp_path / "o")]) == 1
     assert f"{rules / 'bad.rule'}:2:1: error: expected 'match'" in capsys.readouterr().err
