@@ -341,3 +341,22 @@ def task_resources(plan: TaskPlan) -> Resources:
     cpus = 1.0 if plan.stateful else 0.5
     mem = 512 if plan.stateful else 256
     return Resources(cpus=cpus, mem_mb=mem, ports=len(plan.outputs))
+
+
+def agents_needed(tasks: "tuple[QueryTask, ...] | list[QueryTask]") -> int:
+    """How many agents a query's first launch needs so that every task is apart from the groups
+    its placement names (`apart_from` and `initially_apart_from`, either way round): a greedy
+    colouring in task order, which for the patterns' constraints (a star around a protected
+    task, a clique of replicas or partitions) is exact."""
+    groups = {t.task_id: t.placement.group or t.task_id for t in tasks}
+    apart = {t.task_id: set(t.placement.apart_from) | set(t.placement.initially_apart_from)
+             for t in tasks}
+    colour: dict[str, int] = {}
+    for t in tasks:
+        clash = {colour[o.task_id] for o in tasks if o.task_id in colour
+                 and groups[o.task_id] != groups[t.task_id]
+                 and (groups[o.task_id] in apart[t.task_id]
+                      or groups[t.task_id] in apart[o.task_id])}
+        colour[t.task_id] = next(c for c in range(len(tasks) + 1) if c not in clash)
+    return max(colour.values(), default=0) + 1
+

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Iterator, TextIO
 
 from compiler.pipeline import compile_spec_file
+from compiler.tasks import agents_needed
 from elastiq.progress import ProgressLine, Summary
 
 log = logging.getLogger("elastiq.run")
@@ -33,7 +34,7 @@ EXECUTOR_GRACE_SECONDS = 15.0  # an executor stops its Spark queries and session
 @dataclass(frozen=True)
 class RunOptions:
     spec: Path
-    agents: int = 1
+    agents: int | None = None  # None: as many as the plan's placement needs (at least 1)
     cpus_per_agent: float = 4.0  # scheduling units each agent offers (tasks ask 0.5 or 1)
     mem_per_agent_mb: int = 6144
     state_dir: Path | None = None  # default: a fresh temporary folder, removed afterwards
@@ -113,6 +114,7 @@ def _run_in(state: Path, compilation: Any, options: RunOptions, out: TextIO, err
     from scheduler.mesos_adapter import SchedulerService
 
     query = compilation.query
+    agents = options.agents or agents_needed(query.tasks)
     resources = {"cpus": options.cpus_per_agent, "mem": options.mem_per_agent_mb,
                  "ports": "31000-31999"}
     executor = ExecutorSpec(command=f"exec {sys.executable} -m executor",
@@ -121,8 +123,8 @@ def _run_in(state: Path, compilation: Any, options: RunOptions, out: TextIO, err
                                          ("PYTHONPATH", _pythonpath())))
     config = SchedulerConfig(executor=executor)
     print(f"elastiq: running {query.query_id} ({len(query.tasks)} task(s)) on "
-          f"{options.agents} embedded agent(s); Ctrl-C stops it", file=err)
-    with EmbeddedCluster(agents=options.agents, resources=resources, work_dir=state / "cluster",
+          f"{agents} embedded agent(s); Ctrl-C stops it", file=err)
+    with EmbeddedCluster(agents=agents, resources=resources, work_dir=state / "cluster",
                          executor_grace_seconds=EXECUTOR_GRACE_SECONDS) as cluster:
         service = SchedulerService(cluster.master_address, config).start()
         try:

@@ -23,7 +23,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     r = sub.add_parser("run", help="run a spec on an embedded one-machine cluster, results to "
                                    "the terminal (Ctrl-C stops it)")
     r.add_argument("spec", metavar="SPEC")
-    r.add_argument("--agents", type=int, default=1, help="embedded agents (default 1)")
+    r.add_argument("--agents", type=int, default=None,
+                   help="embedded agents (default: as many as the plan's placement needs)")
     r.add_argument("--cpus", type=float, default=4.0,
                    help="cpus each agent offers to tasks (default 4; the agent's SparkSession uses "
                         "at most the machine's cores)")

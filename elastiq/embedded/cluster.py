@@ -94,6 +94,18 @@ def _read_ready_line(process: subprocess.Popen, timeout: float) -> dict[str, Any
                        f"(exit code {process.returncode}); see its agent.log")
 
 
+def agent_resources(resources: Mapping[str, Any], index: int) -> dict[str, Any]:
+    """Agent `index`'s share of one host: the same cpus and memory, and the `index`-th band of
+    ports as wide as the configured range ("31000-31999" -> agent 1 gets "32000-32999"), so two
+    agents never hand out the same port on 127.0.0.1."""
+    low, _, high = str(resources.get("ports", "31000-31999")).partition("-")
+    width = int(high) - int(low) + 1
+    first = int(low) + index * width
+    if first + width - 1 > 65535:
+        raise ValueError(f"no port band for agent {index}: {width} ports from {low} run past 65535")
+    return {**resources, "ports": f"{first}-{first + width - 1}"}
+
+
 class EmbeddedCluster:
     """A master and `agents` in-process agents on 127.0.0.1; use as a context manager."""
 
@@ -134,9 +146,10 @@ class EmbeddedCluster:
         return self
 
     def add_agent(self, resources: Mapping[str, Any] | None = None) -> EmbeddedAgent:
-        """Start one more in-process agent on its own port."""
+        """Start one more in-process agent on its own port; without `resources` it offers the
+        cluster's resources with a port band of its own (agents share this host's ports)."""
         index = len(self.agents) + len(self.agent_processes)
-        agent = EmbeddedAgent(self.master_url, resources or self.resources,
+        agent = EmbeddedAgent(self.master_url, resources or agent_resources(self.resources, index),
                               self.work_dir / f"agent-{index}",
                               ping_interval=self.ping_interval,
                               executor_grace_seconds=self.executor_grace_seconds,
