@@ -80,6 +80,17 @@ class CumulativeCounter:
             del self.last[key]
 
 
+def _failing_over(task: TaskRecord) -> bool:
+    """Failed or lost, or on its way back from that (a standby is pending again, or staging,
+    in the very step it failed): its history reaches a failure before it reaches running."""
+    for entry in reversed(task.history):
+        if entry.finish is TaskState.RUNNING:
+            return False
+        if entry.finish in (TaskState.FAILED, TaskState.LOST):
+            return True
+    return False
+
+
 class SchedulerMetrics:
     """The metrics of one scheduler. `observe_step` is called by the loop; the `record_*` and
     `set_leadership` functions by the code that knows those facts; `exposition()` for /metrics."""
@@ -257,7 +268,7 @@ class SchedulerMetrics:
     def _observe_restart(self, query_id: str, task: TaskRecord, now: float) -> None:
         """From a task's failure (failed or lost) to its next attempt running: one failover,
         labelled with the task's failover mode (standby, checkpoint, replica) or "restart"."""
-        if task.state in (TaskState.FAILED, TaskState.LOST):
+        if _failing_over(task):
             self._failed_at.setdefault((query_id, task.task_id), now)
         elif task.state is TaskState.RUNNING:
             failed_at = self._failed_at.pop((query_id, task.task_id), None)
