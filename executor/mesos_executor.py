@@ -423,13 +423,15 @@ class ElastiqExecutor(Executor):
 
 # --- the process ----------------------------------------------------------------------------------
 
-def run_executor(config: ExecutorConfig) -> int:
-    """Subscribe to the agent, run until shutdown (agent SHUTDOWN or SIGTERM), return 0."""
+def run_executor(config: ExecutorConfig,
+                 pool_factory: Callable[..., RunnerPool] = RunnerPool) -> int:
+    """Subscribe to the agent, run until shutdown (agent SHUTDOWN or SIGTERM), return 0.
+    `pool_factory` makes the runner pool (tests give one whose runners need no Spark)."""
     config.state_dir.mkdir(parents=True, exist_ok=True)
     holder: dict[str, ExecutorLoop] = {}
     executor = ElastiqExecutor(lambda event: holder["loop"].events.put(event), config.executor_id)
     driver = MesosExecutorDriver(executor)
-    loop = ExecutorLoop(config, driver)
+    loop = ExecutorLoop(config, driver, pool_factory)
     holder["loop"] = loop
     signal.signal(signal.SIGTERM, lambda *_: loop.events.put(
         ShutdownRequested(stimulus("sigterm"), "SIGTERM")))
