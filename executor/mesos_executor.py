@@ -6,8 +6,8 @@ builds the agent's one SparkSession lazily on the first Spark task, writes each 
 `<state>/<task_id>/program.py` and gives it the checkpoint folder `<state>/<task_id>/checkpoint`,
 stable across attempts), `ExecutorLoop` (the one thread that owns `ExecutorState`, polls runners,
 ticks, and runs commands; it alone writes each task's endpoints file, at launch before the
-runner starts and on every retarget from the scheduler) and `run_executor` (the process: driver, loop, SIGTERM, exit code).
-This is the only executor module importing pymesos. Does not own decisions
+runner starts and on every retarget from the scheduler) and `run_executor` (the process:
+driver, loop, SIGTERM, exit code). This is the only executor module importing pymesos. Does not own decisions
 (`executor.executor_state`), the task runtime (`executor.task_runner`, `executor.runtime`) or
 the session settings (`executor.spark_session`).
 """

@@ -3,8 +3,9 @@
 Owns `MesosCallbacks` (a pymesos `Scheduler` whose callbacks only turn what the master says into
 events on the loop's queue and return at once), `DriverRunner` (executes commands with the
 driver: launchTasks, declineOffer, killTask, reconcileTasks, reviveOffers, suppressOffers,
-sendFrameworkMessage, also for channel retargets) and `SchedulerService`, the running scheduler: an event loop owning the
-state, a `Coordination` electing the leader, and (while leading) a pymesos driver. The
+sendFrameworkMessage, also for channel retargets) and `SchedulerService`, the running
+scheduler: an event loop owning the state, a `Coordination` electing the leader, and (while
+leading) a pymesos driver. The
 framework registers as "elastiq" with a long failover timeout, reuses the persisted framework
 id, and stops with failover, so running tasks survive a scheduler restart or handover.
 Does not own decisions (`scheduler.state`) nor the JSON shapes (`scheduler.mesos_json`).

@@ -169,9 +169,6 @@ class SchedulerState:
                 log.info("[%s] task %s not placed: %s", sid, u.task_id, u.reason)
         self.unplaced = {u.task_id: u.reason for u in result.unplaced}
         commands: list[Command] = []
-        for qp in result.placed:
-            commands += self._retargets(sid, self.queries[qp.query_id],
-                                        {a.task_id for a in qp.assignments})
         for agent_id, tasks in launches.items():
             offer_ids = result.used_offers[agent_id]
             for oid in offer_ids:
@@ -179,6 +176,9 @@ class SchedulerState:
             self.warm_agents.add(agent_id)
             commands.append(LaunchTasks(sid, offer_ids, agent_id, self._executor_id(agent_id),
                                         tuple(tasks)))
+        for qp in result.placed:  # after the launches: consumers reconnect to what now starts
+            commands += self._retargets(sid, self.queries[qp.query_id],
+                                        {a.task_id for a in qp.assignments})
         declined = [d for d in result.declined if d.offer_id in self.held]
         if not result.unplaced:
             return commands + self._decline(sid, [d.offer_id for d in declined],
