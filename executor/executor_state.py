@@ -2,10 +2,13 @@
 
 Owns `ExecutorState`, a pure state object in the manner of a worker state machine: it takes
 events (facts: a task was launched or killed, a runner changed state or stopped, time passed, the
-agent asked for shutdown) and returns commands (imperatives: start or stop a runner, send a
-status update, send a heartbeat, exit). Every task moves along the edges of `TRANSITIONS` only; a
+agent asked for shutdown, the scheduler sent a framework message) and returns commands
+(imperatives: start or stop a runner, rewrite a task's endpoints file, send a status update,
+send a heartbeat, exit). Every task moves along the edges of `TRANSITIONS` only; a
 missing edge raises `IllegalTransition` with the task's history. Also owns `read_launch`, which
-turns a Mesos TaskInfo into a checked `TaskLaunch`, and the heartbeat's JSON shape.
+turns a Mesos TaskInfo into a checked `TaskLaunch`, `read_message`/`read_retarget` for the
+scheduler's framework messages (`{"kind": "retarget", "task": <mesos task id>, "endpoints":
+{channel id: endpoint}}`: a channel the task reads moved), and the heartbeat's JSON shape.
 Does not own pymesos, Spark, threads, files or the clock (`executor.mesos_executor` runs the
 commands and reports what happened as new events).
 """
@@ -58,6 +61,10 @@ class IllegalTransition(RuntimeError):
 
 class LaunchDataError(ValueError):
     """A TaskInfo whose data is not a task this executor can run; the message says why."""
+
+
+class MessageError(ValueError):
+    """A framework message from the scheduler that cannot be read; the message says why."""
 
 
 # --- values ---------------------------------------------------------------------------------------
@@ -164,8 +171,17 @@ class ShutdownRequested:
     why: str
 
 
+@dataclass(frozen=True)
+class FrameworkMessageReceived:
+    """A framework message from the scheduler, as pymesos delivers it (base64 text)."""
+
+    stimulus_id: str
+    data: str | bytes
+
+
 Event = Union[Registered, TaskLaunched, LaunchRejected, TaskKilled, RunnerStatusChanged,
-              RunnerStartFailed, RunnerStopped, Tick, ShutdownRequested]
+              RunnerStartFailed, RunnerStopped, Tick, ShutdownRequested,
+              FrameworkMessageReceived]
 
 
 # --- commands (imperatives) -----------------------------------------------------------------------
@@ -201,6 +217,18 @@ class SendHeartbeat:
 
 
 @dataclass(frozen=True)
+class WriteEndpoints:
+    """Rewrite the endpoints file of a task (`executor.endpoints_file`) with `endpoints`, all of
+    its channels' current endpoints; `changed` are the ones that moved, for the log."""
+
+    stimulus_id: str
+    mesos_task_id: str
+    task_id: str  # names the task's folder
+    endpoints: Mapping[str, str]
+    changed: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
 class Exit:
     """Stop whatever is left (runners already asked to stop, the session, the hub); exit."""
 
@@ -208,7 +236,7 @@ class Exit:
     code: int
 
 
-Command = Union[StartRunner, StopRunner, SendStatus, SendHeartbeat, Exit]
+Command = Union[StartRunner, StopRunner, WriteEndpoints, SendStatus, SendHeartbeat, Exit]
 
 
 # --- reading a launch (pure) ----------------------------------------------------------------------
@@ -271,6 +299,32 @@ def mesos_task_id_of(task_info: Mapping[str, Any]) -> str:
     return value
 
 
+def read_message(raw: str | bytes) -> dict[str, Any]:
+    """A scheduler's framework message (base64 of a JSON object) -> the object; MessageError."""
+    try:
+        text = raw.encode("ascii") if isinstance(raw, str) else raw
+        message = json.loads(base64.b64decode(text, validate=True).decode("utf-8"))
+    except (binascii.Error, UnicodeError, ValueError) as exc:
+        raise MessageError(f"not base64 of JSON: {exc}") from None
+    if not isinstance(message, dict):
+        raise MessageError("not a JSON object")
+    return message
+
+
+def read_retarget(message: Mapping[str, Any]) -> tuple[str, dict[str, str]]:
+    """A retarget message -> (mesos task id, {channel id: endpoint}); MessageError."""
+    task = message.get("task")
+    if not isinstance(task, str) or not task:
+        raise MessageError("retarget without a 'task' (mesos task id)")
+    try:
+        endpoints = _endpoints(message.get("endpoints"))
+    except LaunchDataError as exc:
+        raise MessageError(f"retarget of {task}: {exc}") from None
+    if not endpoints:
+        raise MessageError(f"retarget of {task} names no endpoints")
+    return task, endpoints
+
+
 def heartbeat_message(executor_id: str, figures: Mapping[str, Mapping[str, Any]]) -> bytes:
     """The framework message a heartbeat is sent as (JSON, before Mesos' base64)."""
     return json.dumps({"kind": "heartbeat", "executor_id": executor_id,
@@ -288,6 +342,7 @@ class TaskRecord:
     phase: TaskPhase = "launching"
     runner_state: RunnerState = "starting"
     restarts: int = 0
+    endpoints: dict[str, str] = field(default_factory=dict)  # current, retargets included
     kill_note: str = ""  # why it is being stopped ("killed by the scheduler", "superseded")
     history: list[HistoryEntry] = field(default_factory=list)
 
@@ -348,7 +403,7 @@ class ExecutorState:
         commands: list[Command] = []
         for old in self._same_task(launch):
             commands += self._begin_stop(old, sid, f"superseded by attempt {launch.attempt}")
-        self.tasks[launch.mesos_task_id] = TaskRecord(launch)
+        self.tasks[launch.mesos_task_id] = TaskRecord(launch, endpoints=dict(launch.endpoints))
         log.info("[%s] task %s: launching (task %s, attempt %s)", sid, launch.mesos_task_id,
                  launch.task_id, launch.attempt)
         return commands + [SendStatus(sid, launch.mesos_task_id, "TASK_STARTING"),
@@ -424,6 +479,43 @@ class ExecutorState:
         if self.shutting_down:
             return []  # the driver has gone; the agent reports the executor's tasks itself
         return [SendStatus(ev.stimulus_id, ev.mesos_task_id, "TASK_KILLED", task.kill_note)]
+
+    # --- messages from the scheduler ---------------------------------------------------------
+
+    def _on_FrameworkMessageReceived(self, ev: FrameworkMessageReceived) -> list[Command]:
+        sid = ev.stimulus_id
+        try:
+            message = read_message(ev.data)
+            kind = message.get("kind")
+            if kind != "retarget":
+                raise MessageError(f"unknown kind {kind!r}")
+            mesos_task_id, endpoints = read_retarget(message)
+        except MessageError as exc:
+            log.warning("[%s] executor %s: framework message ignored: %s", sid, self.executor_id,
+                        exc)
+            return []
+        return self._retarget(sid, mesos_task_id, endpoints)
+
+    def _retarget(self, sid: str, mesos_task_id: str,
+                  endpoints: Mapping[str, str]) -> list[Command]:
+        """Channels a live task reads moved: merge, and have its endpoints file rewritten."""
+        task = self.tasks.get(mesos_task_id)
+        if task is None or task.phase not in ("launching", "running"):
+            log.warning("[%s] task %s: retarget ignored (%s)", sid, mesos_task_id,
+                        f"task is {task.phase}" if task else "not on this executor")
+            return []
+        own = sorted(c for c in endpoints if c in task.launch.outputs)
+        if own:
+            log.warning("[%s] task %s: retarget of its own output channels %s ignored", sid,
+                        mesos_task_id, ", ".join(own))
+        changed = {c: e for c, e in endpoints.items()
+                   if c not in own and task.endpoints.get(c) != e}
+        if not changed:
+            log.info("[%s] task %s: retarget changes nothing", sid, mesos_task_id)
+            return []
+        task.endpoints.update(changed)
+        return [WriteEndpoints(sid, mesos_task_id, task.launch.task_id, dict(task.endpoints),
+                               tuple(sorted(changed.items())))]
 
     # --- time and shutdown ------------------------------------------------------------------
 

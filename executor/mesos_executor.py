@@ -5,8 +5,9 @@ returns at once), `RunnerPool` (one worker thread that starts and stops `TaskRun
 builds the agent's one SparkSession lazily on the first Spark task, writes each task's program to
 `<state>/<task_id>/program.py` and gives it the checkpoint folder `<state>/<task_id>/checkpoint`,
 stable across attempts), `ExecutorLoop` (the one thread that owns `ExecutorState`, polls runners,
-ticks, and runs commands) and `run_executor` (the process: driver, loop, SIGTERM, exit code).
-This is the only executor module importing pymesos. Does not own decisions
+ticks, and runs commands; it alone writes each task's endpoints file, at launch before the
+runner starts and on every retarget from the scheduler) and `run_executor` (the process:
+driver, loop, SIGTERM, exit code). This is the only executor module importing pymesos. Does not own decisions
 (`executor.executor_state`), the task runtime (`executor.task_runner`, `executor.runtime`) or
 the session settings (`executor.spark_session`).
 """
@@ -27,12 +28,14 @@ from typing import Any, Callable, Mapping, Protocol
 
 from pymesos import Executor, MesosExecutorDriver
 
-from executor.executor_state import (Command, Event, Exit, ExecutorState, LaunchDataError,
-                                     LaunchRejected, Registered, RunnerStartFailed,
-                                     RunnerStatusChanged, RunnerStopped, SendHeartbeat,
-                                     SendStatus, ShutdownRequested, StartRunner, StopRunner,
-                                     TaskFigures, TaskKilled, TaskLaunch, TaskLaunched, Tick,
-                                     heartbeat_message, mesos_task_id_of, read_launch)
+from executor.endpoints_file import endpoints_path, write_endpoints
+from executor.executor_state import (Command, Event, Exit, ExecutorState,
+                                     FrameworkMessageReceived, LaunchDataError, LaunchRejected,
+                                     Registered, RunnerStartFailed, RunnerStatusChanged,
+                                     RunnerStopped, SendHeartbeat, SendStatus, ShutdownRequested,
+                                     StartRunner, StopRunner, TaskFigures, TaskKilled, TaskLaunch,
+                                     TaskLaunched, Tick, WriteEndpoints, heartbeat_message,
+                                     mesos_task_id_of, read_launch)
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +125,11 @@ def figures_of(metrics: Any) -> TaskFigures:
                        int(metrics.batch_ms), int(metrics.backlog), int(metrics.latency_ms))
 
 
+def checkpoint_dir(config: ExecutorConfig, task_id: str) -> Path:
+    """`<state>/<task_id>/checkpoint`: the task's checkpoint folder, stable across attempts."""
+    return config.state_dir / task_id / "checkpoint"
+
+
 class RunnerPool:
     """Starts and stops runners on one worker thread, in the order asked; reports events."""
 
@@ -206,7 +214,7 @@ class RunnerPool:
                      launch.mesos_task_id, self.config.spark_cores)
             self.session = self.session_factory(self.config)
         kwargs = {"query_id": launch.query_id, "task_id": launch.task_id,
-                  "checkpoint_dir": str(task_dir / "checkpoint"),
+                  "checkpoint_dir": str(checkpoint_dir(self.config, launch.task_id)),
                   "endpoints": dict(launch.endpoints), "channels": self.hub}
         return self.runner_factory(self.session, program, kwargs)
 
@@ -288,14 +296,46 @@ class ExecutorLoop:
         self._handle(Tick(stimulus("tick"), self.clock(), figures))
 
     def _run(self, command: Command) -> None:
-        if isinstance(command, (StartRunner, StopRunner)):
+        if isinstance(command, StartRunner):
+            self._start(command)
+        elif isinstance(command, StopRunner):
             self.pool.submit(command)
+        elif isinstance(command, WriteEndpoints):
+            self._write_endpoints(command)
         elif isinstance(command, SendStatus):
             self._send_status(command)
         elif isinstance(command, SendHeartbeat):
             self._send_heartbeat(command)
         elif isinstance(command, Exit):
             self._exit(command)
+
+    def _start(self, command: StartRunner) -> None:
+        """Write the task's endpoints file, then have the pool start its runner. The file is
+        written on this thread only, so a retarget is never overwritten by a later launch write."""
+        launch = command.launch
+        path = endpoints_path(str(checkpoint_dir(self.config, launch.task_id)))
+        try:
+            write_endpoints(path, launch.endpoints)
+        except OSError as exc:
+            log.warning("[%s] task %s: cannot write %s: %s", command.stimulus_id,
+                        launch.mesos_task_id, path, exc)
+            self._handle(RunnerStartFailed(command.stimulus_id, launch.mesos_task_id,
+                                           f"task {launch.task_id} did not start: cannot write "
+                                           f"its endpoints file: {exc}"))
+            return
+        self.pool.submit(command)
+
+    def _write_endpoints(self, command: WriteEndpoints) -> None:
+        path = endpoints_path(str(checkpoint_dir(self.config, command.task_id)))
+        try:
+            write_endpoints(path, command.endpoints)
+        except OSError as exc:
+            log.error("[%s] task %s: retarget not applied, cannot write %s: %s",
+                      command.stimulus_id, command.mesos_task_id, path, exc)
+            return
+        for channel, endpoint in command.changed:
+            log.info("[%s] task %s: channel %s retargeted to %s", command.stimulus_id,
+                     command.mesos_task_id, channel, endpoint)
 
     def _send_status(self, command: SendStatus) -> None:
         status: dict[str, Any] = {"task_id": {"value": command.task_id}, "state": command.state,
@@ -369,8 +409,8 @@ class ElastiqExecutor(Executor):
         self.put(TaskKilled(stimulus("kill"), str(taskId.get("value", ""))))
 
     def frameworkMessage(self, driver: Any, message: Any) -> None:
-        log.info("executor %s: framework message of %s bytes ignored (no message kinds yet)",
-                 self.executor_id, len(message or ""))
+        """`message` is the base64 text of the scheduler's data (pymesos passes it on as is)."""
+        self.put(FrameworkMessageReceived(stimulus("message"), message or ""))
 
     def shutdown(self, driver: Any) -> None:
         why = ("the stream to the agent closed" if self._connection_lost
@@ -383,13 +423,15 @@ class ElastiqExecutor(Executor):
 
 # --- the process ----------------------------------------------------------------------------------
 
-def run_executor(config: ExecutorConfig) -> int:
-    """Subscribe to the agent, run until shutdown (agent SHUTDOWN or SIGTERM), return 0."""
+def run_executor(config: ExecutorConfig,
+                 pool_factory: Callable[..., RunnerPool] = RunnerPool) -> int:
+    """Subscribe to the agent, run until shutdown (agent SHUTDOWN or SIGTERM), return 0.
+    `pool_factory` makes the runner pool (tests give one whose runners need no Spark)."""
     config.state_dir.mkdir(parents=True, exist_ok=True)
     holder: dict[str, ExecutorLoop] = {}
     executor = ElastiqExecutor(lambda event: holder["loop"].events.put(event), config.executor_id)
     driver = MesosExecutorDriver(executor)
-    loop = ExecutorLoop(config, driver)
+    loop = ExecutorLoop(config, driver, pool_factory)
     holder["loop"] = loop
     signal.signal(signal.SIGTERM, lambda *_: loop.events.put(
         ShutdownRequested(stimulus("sigterm"), "SIGTERM")))

@@ -1,13 +1,15 @@
 """Commands: what the state machine asks the I/O shell to do, one frozen dataclass each.
 
-Owns the imperatives (`LaunchTasks`, `DeclineOffers`, `KillTask`, ...) and `TaskLaunch`, the
-launch data of one task. Each command carries the `stimulus_id` of the event that caused it.
+Owns the imperatives (`LaunchTasks`, `DeclineOffers`, `KillTask`, `RetargetChannels`, ...)
+and `TaskLaunch`, the launch data of one task. Each command carries the `stimulus_id` of the
+event that caused it.
 Does not own how they are executed (`scheduler.mesos_adapter`) nor the Mesos JSON they become
 (`scheduler.mesos_json`).
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Union
 
@@ -76,6 +78,24 @@ class SendFrameworkMessage:
 
 
 @dataclass(frozen=True)
+class RetargetChannels:
+    """Tell a running consumer task, through its executor, that channels it reads moved (the
+    paper's `target-addr` meta query). Sent as a framework message of JSON `data`."""
+
+    stimulus_id: str
+    agent_id: str
+    executor_id: str
+    query_id: str
+    mesos_task_id: str  # the consumer's current attempt
+    endpoints: tuple[tuple[str, str], ...]  # (channel id, new endpoint), sorted
+
+    @property
+    def data(self) -> bytes:
+        return json.dumps({"kind": "retarget", "task": self.mesos_task_id,
+                           "endpoints": dict(self.endpoints)}, sort_keys=True).encode("utf-8")
+
+
+@dataclass(frozen=True)
 class ReplyToRequest:
     """The answer to a request (submit, stop) that arrived with `stimulus_id`."""
 
@@ -87,5 +107,5 @@ class ReplyToRequest:
 
 Command = Union[
     LaunchTasks, DeclineOffers, KillTask, ReconcileTasks, ReviveOffers, SuppressOffers,
-    SendFrameworkMessage, ReplyToRequest,
+    SendFrameworkMessage, RetargetChannels, ReplyToRequest,
 ]

@@ -37,6 +37,9 @@ class SchedulerConfig:
     backoff_factor: float = 2.0
     backoff_max: float = 30.0
     same_agent_wait: float = 5.0  # how long a restart waits for its previous agent's offer
+    # how long a standby/checkpoint failover waits for another agent than the one it failed on
+    # before it may go back there
+    failover_wait: float = 10.0
     offer_hold_seconds: float = 2.0  # keep offers while some demand could not be placed
     decline_seconds: float = 5.0  # refuse filter for offers nothing needs
     reconcile_interval: float = 60.0

@@ -3,8 +3,9 @@
 Owns `MesosCallbacks` (a pymesos `Scheduler` whose callbacks only turn what the master says into
 events on the loop's queue and return at once), `DriverRunner` (executes commands with the
 driver: launchTasks, declineOffer, killTask, reconcileTasks, reviveOffers, suppressOffers,
-sendFrameworkMessage) and `SchedulerService`, the running scheduler: an event loop owning the
-state, a `Coordination` electing the leader, and (while leading) a pymesos driver. The
+sendFrameworkMessage, also for channel retargets) and `SchedulerService`, the running
+scheduler: an event loop owning the state, a `Coordination` electing the leader, and (while
+leading) a pymesos driver. The
 framework registers as "elastiq" with a long failover timeout, reuses the persisted framework
 id, and stops with failover, so running tasks survive a scheduler restart or handover.
 Does not own decisions (`scheduler.state`) nor the JSON shapes (`scheduler.mesos_json`).
@@ -24,8 +25,8 @@ from pymesos import MesosSchedulerDriver, Scheduler
 from compiler.tasks import CompiledQuery
 from scheduler import mesos_json
 from scheduler.commands import (
-    Command, DeclineOffers, KillTask, LaunchTasks, ReconcileTasks, ReviveOffers,
-    SendFrameworkMessage, SuppressOffers,
+    Command, DeclineOffers, KillTask, LaunchTasks, ReconcileTasks, RetargetChannels,
+    ReviveOffers, SendFrameworkMessage, SuppressOffers,
 )
 from scheduler.config import SchedulerConfig
 from scheduler.events import (
@@ -140,6 +141,13 @@ class DriverRunner:
         self._driver.suppressOffers()
 
     def _SendFrameworkMessage(self, c: SendFrameworkMessage) -> None:
+        self._driver.sendFrameworkMessage({"value": c.executor_id}, {"value": c.agent_id},
+                                          mesos_json.encode_bytes(c.data))
+
+    def _RetargetChannels(self, c: RetargetChannels) -> None:
+        """A framework message to the consumer's executor (base64 of JSON, as Mesos wants)."""
+        log.info("[%s] RETARGET %s on %s: %s", c.stimulus_id, c.mesos_task_id, c.agent_id,
+                 dict(c.endpoints))
         self._driver.sendFrameworkMessage({"value": c.executor_id}, {"value": c.agent_id},
                                           mesos_json.encode_bytes(c.data))
 

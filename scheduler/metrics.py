@@ -25,7 +25,7 @@ from prometheus_client import (
     CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, Info, generate_latest,
 )
 
-from scheduler.commands import Command, DeclineOffers, LaunchTasks
+from scheduler.commands import Command, DeclineOffers, LaunchTasks, RetargetChannels
 from scheduler.events import Event, OfferRescinded, OffersReceived
 from scheduler.lifecycle import TaskRecord, TaskState, parse_mesos_task_id
 from scheduler.state import SchedulerState
@@ -33,7 +33,7 @@ from scheduler.state import SchedulerState
 log = logging.getLogger("elastiq.scheduler.metrics")
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
-FAILOVER_PATTERNS = frozenset({"standby", "checkpoint", "hot-standby", "restart"})
+FAILOVER_PATTERNS = frozenset({"standby", "checkpoint", "hot-standby", "replica", "restart"})
 QUERY_PHASES = ("active", "stopping", "stopped", "failed", "finished")
 _CLASS = re.compile(r"^[a-z0-9][a-z0-9_-]{0,39}$")
 # (substring of a placement/decline reason, its class); the first match wins.
@@ -78,6 +78,17 @@ class CumulativeCounter:
     def keep_only(self, keys: set[str]) -> None:
         for key in [k for k in self.last if k not in keys]:
             del self.last[key]
+
+
+def _failing_over(task: TaskRecord) -> bool:
+    """Failed or lost, or on its way back from that (a standby is pending again, or staging,
+    in the very step it failed): its history reaches a failure before it reaches running."""
+    for entry in reversed(task.history):
+        if entry.finish is TaskState.RUNNING:
+            return False
+        if entry.finish in (TaskState.FAILED, TaskState.LOST):
+            return True
+    return False
 
 
 class SchedulerMetrics:
@@ -165,6 +176,9 @@ class SchedulerMetrics:
                                       registry=r)
         self.rewrites = Counter("elastiq_rewrites_applied", "rewrite rules applied, by rule",
                                 ["rule"], registry=r)
+        self.retargets = Counter("elastiq_channel_retargets", "consumer tasks told that a "
+                                 "channel they read moved (one per consumer and relaunch)",
+                                 ["query"], registry=r)
         self.control_applied = Counter("elastiq_control_tuples_applied", "control tuples "
                                        "applied", ["query"], registry=r)
         self.control_refused = Counter("elastiq_control_tuples_refused", "control tuples "
@@ -200,6 +214,8 @@ class SchedulerMetrics:
         elif isinstance(command, DeclineOffers):
             self.offers_declined.labels(decline_class(command.reason)).inc(
                 len(command.offer_ids))
+        elif isinstance(command, RetargetChannels):
+            self.retargets.labels(command.query_id).inc()
 
     def _observe_launch(self, mesos_task_id: str, state: SchedulerState, now: float) -> None:
         found = _task(state, mesos_task_id)
@@ -250,13 +266,14 @@ class SchedulerMetrics:
         self._observe_figures(labels, task.mesos_task_id, task.figures)
 
     def _observe_restart(self, query_id: str, task: TaskRecord, now: float) -> None:
-        """From a task's failure (failed or lost) to its next attempt running: one failover."""
-        if task.state in (TaskState.FAILED, TaskState.LOST):
+        """From a task's failure (failed or lost) to its next attempt running: one failover,
+        labelled with the task's failover mode (standby, checkpoint, replica) or "restart"."""
+        if _failing_over(task):
             self._failed_at.setdefault((query_id, task.task_id), now)
         elif task.state is TaskState.RUNNING:
             failed_at = self._failed_at.pop((query_id, task.task_id), None)
             if failed_at is not None:
-                self.record_failover(query_id, "restart", now - failed_at)
+                self.record_failover(query_id, task.task.failover or "restart", now - failed_at)
 
     def _observe_end(self, query_id: str, task: TaskRecord) -> None:
         previous = self._last_state.get(task.mesos_task_id)
@@ -282,8 +299,8 @@ class SchedulerMetrics:
 
     # ---- reported by other parts of the scheduler ----------------------------------------
     def record_failover(self, query_id: str, pattern: str, gap_seconds: float) -> None:
-        """A failover of `query_id` by `pattern` (standby, checkpoint, hot-standby, restart;
-        anything else counts as "other") whose output gap was `gap_seconds`."""
+        """A failover of `query_id` by `pattern` (standby, checkpoint, hot-standby, replica,
+        restart; anything else counts as "other") whose output gap was `gap_seconds`."""
         name = bounded(pattern, FAILOVER_PATTERNS)
         self.failovers.labels(query_id, name).inc()
         self.failover_gap.labels(name).observe(max(0.0, gap_seconds))

@@ -4,9 +4,11 @@ Owns the `Offer` value (resources one agent offers us), the demands placement ta
 (`TaskDemand`, grouped per query in `QueryDemand`), and `place(offers, demands)`, first-fit as in
 the paper with gang placement per query: every pending task of a query is placed in one decision
 or none is, so each output channel gets a port from its agent's offer and an endpoint
-`tcp://<agent hostname>:<port>` before anything launches. It honours `Placement.apart_from`
-(groups listed there must land on other agents, also against tasks of the query already running)
-and gives a reason for every demand it could not satisfy and every offer it declines.
+`tcp://<agent hostname>:<port>` before anything launches. It honours `TaskDemand.apart_from`
+(groups that must land on other agents, also against tasks of the query already running; the
+state passes a task's `Placement.apart_from`, plus `initially_apart_from` at its first launch)
+and `excluded_agents`, and gives a reason for every demand it could not satisfy and every offer
+it declines.
 Does not own where a task may go (`scheduler.destinations` computes allowed and preferred agents)
 nor task lifecycle (`scheduler.state`). No I/O, no clock.
 """
@@ -55,6 +57,7 @@ class TaskDemand:
     preferred_agents: tuple[str, ...] = ()
     preferred_ports: Mapping[str, int] = field(default_factory=dict)  # channel -> port
     extra_ports: int = 0  # ports asked for beyond one per output channel
+    excluded_agents: frozenset[str] = frozenset()  # never these (e.g. where it just failed)
 
     @property
     def port_count(self) -> int:
@@ -220,7 +223,8 @@ def _place_query(demand: QueryDemand, pools: dict[str, _Pool], executor: Share
 def _candidates(task: TaskDemand, pools: Mapping[str, _Pool]) -> list[_Pool]:
     """Pools the task may use, its preferred agents first, otherwise in offer order."""
     allowed = [p for a, p in pools.items()
-               if task.allowed_agents is None or a in task.allowed_agents]
+               if (task.allowed_agents is None or a in task.allowed_agents)
+               and a not in task.excluded_agents]
     rank = {a: i for i, a in enumerate(task.preferred_agents)}
     return sorted(allowed, key=lambda p: rank.get(p.agent_id, len(rank)))
 
@@ -265,8 +269,10 @@ def _why_not(task: TaskDemand, pools: Mapping[str, _Pool], executor: Share) -> s
     candidates = _candidates(task, pools)
     if not candidates:
         where = "any agent" if not pools else "the offered agents"
-        allowed = sorted(task.allowed_agents or ())
-        return f"no offer from an agent it may use ({', '.join(allowed) or where})"
+        allowed = ", ".join(sorted(task.allowed_agents or ())) or where
+        if task.excluded_agents:
+            allowed += f" but {', '.join(sorted(task.excluded_agents))}"
+        return f"no offer from an agent it may use ({allowed})"
     apart = [p for p in candidates if _conflicts(task, p)]
     fitting = [p for p in candidates if not _shortfalls(task, p, executor)]
     if fitting:

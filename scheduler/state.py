@@ -3,7 +3,9 @@
 Owns everything the scheduler knows (queries, their tasks and attempts, held offers, warm
 executors, lost agents, the framework registration) and the only method that changes it.
 It decides launches (through `scheduler.placement` and `scheduler.destinations`), restarts with
-bounded attempts and backoff, kills on stop, and reconciliation after (re)registration.
+bounded attempts and backoff (standby and checkpoint tasks fail over at once, elsewhere),
+retargets the consumers of a channel whose producer moved, kills on stop, and reconciliation
+after (re)registration.
 Time comes only from `Tick` events. Leadership (`scheduler.leadership`) gates it: a leader in
 safe mode launches, restarts and kills nothing; a standby forgets every query; a mutating
 `FencedRequest` with a stale epoch is refused. `durable_placements` and `restore_query` are what
@@ -21,11 +23,13 @@ from typing import Any, Callable, Literal
 from compiler.tasks import CompiledQuery
 from scheduler import admission
 from scheduler.commands import (
-    Command, DeclineOffers, KillTask, LaunchTasks, ReconcileTasks, ReplyToRequest, ReviveOffers,
-    SuppressOffers, TaskLaunch,
+    Command, DeclineOffers, KillTask, LaunchTasks, ReconcileTasks, ReplyToRequest,
+    RetargetChannels, ReviveOffers, SuppressOffers, TaskLaunch,
 )
 from scheduler.config import SchedulerConfig
-from scheduler.destinations import destinations
+from scheduler.destinations import (
+    IMMEDIATE_FAILOVER, Destinations, Past, apart_groups, destinations_for,
+)
 from scheduler.events import (
     AgentLost, Disconnected, Event, ExecutorLost, FrameworkMessageReceived, OfferRescinded,
     OffersReceived, QueryStopRequested, QuerySubmitted, Registered, Reregistered, StatusUpdated,
@@ -172,6 +176,9 @@ class SchedulerState:
             self.warm_agents.add(agent_id)
             commands.append(LaunchTasks(sid, offer_ids, agent_id, self._executor_id(agent_id),
                                         tuple(tasks)))
+        for qp in result.placed:  # after the launches: consumers reconnect to what now starts
+            commands += self._retargets(sid, self.queries[qp.query_id],
+                                        {a.task_id for a in qp.assignments})
         declined = [d for d in result.declined if d.offer_id in self.held]
         if not result.unplaced:
             return commands + self._decline(sid, [d.offer_id for d in declined],
@@ -182,14 +189,46 @@ class SchedulerState:
 
     def _launch(self, sid: str, record: QueryRecord, a: TaskAssignment) -> TaskLaunch:
         task = record.tasks[a.task_id]
-        task.move(TaskState.STAGING, sid, f"placed on agent {a.agent_id}")
+        where = self._destinations(task)  # as the demand saw it: same state, same time
+        task.move(TaskState.STAGING, sid, f"placed on agent {a.agent_id}: {where.reason}")
         task.agent_id, task.hostname, task.ports = a.agent_id, a.hostname, a.ports
         task.endpoints = dict(a.endpoints)
         task.launches += 1
-        log.info("[%s] launching %s on agent %s (ports %s)", sid, task.mesos_task_id,
-                 a.agent_id, a.ports)
+        log.info("[%s] launching %s on agent %s (ports %s): %s", sid, task.mesos_task_id,
+                 a.agent_id, a.ports, where.reason)
         return TaskLaunch(task.mesos_task_id, task.task_id, task.task_id, a.cpus, a.mem_mb,
                           a.ports, launch_data(record.query, task))
+
+    def _retargets(self, sid: str, record: QueryRecord, launched: set[str]) -> list[Command]:
+        """The live consumers of channels whose producer was just (re)launched with another
+        endpoint than the one they were given learn the new one; every consumer's record keeps
+        it (so its own relaunch gets it too)."""
+        moved: dict[str, dict[str, str]] = {}  # consumer task id -> {channel id: endpoint}
+        for channel in record.query.channels:
+            producer = record.tasks.get(channel.producer)
+            endpoint = producer.endpoints.get(channel.channel_id) if producer else None
+            if channel.producer not in launched or endpoint is None:
+                continue
+            for consumer_id in channel.consumers:
+                consumer = record.tasks.get(consumer_id)
+                if consumer is None or consumer_id in launched or \
+                        consumer.endpoints.get(channel.channel_id) == endpoint:
+                    continue
+                consumer.endpoints[channel.channel_id] = endpoint
+                moved.setdefault(consumer_id, {})[channel.channel_id] = endpoint
+        commands: list[Command] = []
+        for consumer_id, endpoints in sorted(moved.items()):
+            consumer = record.tasks[consumer_id]
+            if not (consumer.state.launched and consumer.agent_id):
+                log.info("[%s] task %s is %s; its next launch reads %s", sid, consumer_id,
+                         consumer.state.value, endpoints)
+                continue
+            log.info("[%s] retargeting task %s on agent %s: %s", sid, consumer.mesos_task_id,
+                     consumer.agent_id, endpoints)
+            commands.append(RetargetChannels(
+                sid, consumer.agent_id, self._executor_id(consumer.agent_id), record.query_id,
+                consumer.mesos_task_id, tuple(sorted(endpoints.items()))))
+        return commands
 
     def _decline(self, sid: str, offer_ids: list[str], reason: str) -> list[Command]:
         for oid in offer_ids:
@@ -225,14 +264,22 @@ class SchedulerState:
                            occupied, avoids, known)
 
     def _task_demand(self, t: TaskRecord) -> TaskDemand:
-        where = destinations(t.attempt, t.agent_id, t.pending_since, self.now,
-                             frozenset(self.gone_agents), self.config.same_agent_wait)
+        where = self._destinations(t)
         preferred_ports = dict(zip(t.task.outputs, t.ports)) if t.agent_id else {}
+        placement = t.task.placement
         return TaskDemand(
             t.task_id, t.task.resources.cpus, float(t.task.resources.mem_mb), t.task.outputs,
-            t.task.inputs, t.task.placement.group, t.task.placement.apart_from, where.allowed,
-            where.preferred, preferred_ports,
-            max(0, t.task.resources.ports - len(t.task.outputs)))
+            t.task.inputs, placement.group,
+            apart_groups(placement.apart_from, placement.initially_apart_from, t.launches),
+            where.allowed, where.preferred, preferred_ports,
+            max(0, t.task.resources.ports - len(t.task.outputs)), where.excluded)
+
+    def _destinations(self, t: TaskRecord) -> Destinations:
+        """Where the pending task may go now, by its failover mode (`scheduler.destinations`)."""
+        return destinations_for(
+            Past(t.task.failover, t.launches, t.agent_id, t.pending_since), t.attempt, self.now,
+            frozenset(self.gone_agents), frozenset(self.warm_agents),
+            self.config.same_agent_wait, self.config.failover_wait)
 
     # ---- task status ---------------------------------------------------------------------
     def _on_status_updated(self, ev: StatusUpdated) -> list[Command]:
@@ -255,7 +302,8 @@ class SchedulerState:
         log.info("[%s] task %s is %s %s", ev.stimulus_id, ev.mesos_task_id, target.value,
                  ev.message)
         if target.terminal:
-            return self._after_terminal(ev.stimulus_id, query, task, note)
+            return self._after_terminal(ev.stimulus_id, query, task, note) + \
+                self._fail_over(ev.stimulus_id)
         return []
 
     def _unknown_task(self, ev: StatusUpdated, target: TaskState | None) -> list[Command]:
@@ -290,6 +338,11 @@ class SchedulerState:
             reason = (f"task {task.task_id} ended {task.launches} times "
                       f"(max {self.config.max_attempts}); last: {why}")
             return self._fail_query(sid, query, reason)
+        if task.task.failover in IMMEDIATE_FAILOVER:
+            task.restart_at = self.now  # no backoff: `_fail_over` restarts it in this step
+            log.info("[%s] task %s fails over (%s) at once (launch %s of %s)", sid, task.task_id,
+                     task.task.failover, task.launches + 1, self.config.max_attempts)
+            return []
         task.restart_at = self.now + self._backoff(task.launches)
         log.info("[%s] task %s will restart at %.1f (launch %s of %s)", sid, task.task_id,
                  task.restart_at, task.launches + 1, self.config.max_attempts)
@@ -353,7 +406,7 @@ class SchedulerState:
                 if task.state.launched and where(task):
                     task.move(TaskState.LOST, sid, why)
                     commands += self._after_terminal(sid, query, task, why)
-        return commands
+        return commands + self._fail_over(sid)  # after every lost task is known lost
 
     def _on_framework_message_received(self, ev: FrameworkMessageReceived) -> list[Command]:
         try:
@@ -456,13 +509,19 @@ class SchedulerState:
             commands += self._periodic_reconcile(sid)
         return commands
 
-    def _restart_due(self, sid: str) -> list[Command]:
+    def _fail_over(self, sid: str) -> list[Command]:
+        """Restart the standby and checkpoint tasks that just ended, in the same step."""
+        return self._restart_due(sid, lambda t: t.task.failover in IMMEDIATE_FAILOVER)
+
+    def _restart_due(self, sid: str,
+                     which: Callable[[TaskRecord], bool] = lambda t: True) -> list[Command]:
         if self.deferring():
             return []
         due = [(q, t) for q in self.queries.values() for t in q.tasks.values()
-               if t.restart_at is not None and t.restart_at <= self.now]
+               if t.restart_at is not None and t.restart_at <= self.now and which(t)]
         for query, task in due:
-            task.move(TaskState.PENDING, sid, f"restart after: {task.last_failure}")
+            kind = f"{task.task.failover} failover" if task.task.failover else "restart"
+            task.move(TaskState.PENDING, sid, f"{kind} after: {task.last_failure}")
             task.attempt += 1
             task.restart_at, task.kill_requested, task.pending_since = None, False, self.now
             task.figures = {}

@@ -6,7 +6,9 @@ starts processes or opens sockets. Does not own real compilation (`compiler`).
 
 from __future__ import annotations
 
-from compiler.tasks import ChannelSpec, CompiledQuery, Placement, QueryTask, Resources
+from compiler.tasks import (
+    ChannelSpec, CompiledQuery, FailoverMode, Placement, QueryTask, Resources,
+)
 from compiler.types import Schema
 from scheduler.placement import Offer
 
@@ -14,9 +16,11 @@ SCHEMA = Schema.of(("sensor", "string"), ("value", "double"))
 
 
 def chain_query(query_id: str, n_tasks: int = 2, cpus: float = 1.0, mem_mb: int = 512,
-                groups: tuple[str | None, ...] = (), apart: tuple[tuple[str, ...], ...] = ()
-                ) -> CompiledQuery:
-    """`n_tasks` tasks `<q>.t0 -> <q>.t1 -> ...`, each linked to the next by one channel."""
+                groups: tuple[str | None, ...] = (), apart: tuple[tuple[str, ...], ...] = (),
+                initially_apart: tuple[tuple[str, ...], ...] = (),
+                failover: tuple[FailoverMode | None, ...] = ()) -> CompiledQuery:
+    """`n_tasks` tasks `<q>.t0 -> <q>.t1 -> ...`, each linked to the next by one channel;
+    task i gets `groups[i]`, `apart[i]`, `initially_apart[i]` and `failover[i]` when given."""
     channels = tuple(
         ChannelSpec(f"{query_id}/s{i}", f"s{i}", SCHEMA, f"{query_id}.t{i}",
                     (f"{query_id}.t{i + 1}",))
@@ -27,7 +31,9 @@ def chain_query(query_id: str, n_tasks: int = 2, cpus: float = 1.0, mem_mb: int 
             (f"{query_id}/s{i - 1}",) if i > 0 else (),
             (f"{query_id}/s{i}",) if i < n_tasks - 1 else (), False,
             Resources(cpus, mem_mb, 1 if i < n_tasks - 1 else 0), f"# program {i}\n",
-            Placement(groups[i] if i < len(groups) else None, apart[i] if i < len(apart) else ()))
+            Placement(groups[i] if i < len(groups) else None, apart[i] if i < len(apart) else (),
+                      initially_apart[i] if i < len(initially_apart) else ()),
+            failover[i] if i < len(failover) else None)
         for i in range(n_tasks))
     return CompiledQuery(query_id, tasks, channels, {})
 

@@ -9,12 +9,13 @@ from typing import Any
 import pytest
 
 from executor.executor_state import (REASON_INVALID, TRANSITIONS, Exit, ExecutorState,
-                                     IllegalTransition, LaunchDataError, LaunchRejected,
-                                     Registered, RunnerStartFailed, RunnerStatusChanged,
-                                     RunnerStopped, SendHeartbeat, SendStatus, ShutdownRequested,
-                                     StartRunner, StopRunner, TaskFigures, TaskKilled, TaskLaunch,
-                                     TaskLaunched, TaskRecord, Tick, heartbeat_message,
-                                     read_launch)
+                                     FrameworkMessageReceived, IllegalTransition,
+                                     LaunchDataError, LaunchRejected, Registered,
+                                     RunnerStartFailed, RunnerStatusChanged, RunnerStopped,
+                                     SendHeartbeat, SendStatus, ShutdownRequested, StartRunner,
+                                     StopRunner, TaskFigures, TaskKilled, TaskLaunch,
+                                     TaskLaunched, TaskRecord, Tick, WriteEndpoints,
+                                     heartbeat_message, read_launch)
 
 PROGRAM = "def build(rt):\n    pass\n"
 
@@ -205,6 +206,77 @@ def test_heartbeat_message_shape() -> None:
     data = json.loads(heartbeat_message("exec-1", {"a.a1": {"state": "running", "tuples_out": 2}}))
     assert data == {"kind": "heartbeat", "executor_id": "exec-1",
                     "tasks": {"a.a1": {"state": "running", "tuples_out": 2}}}
+
+
+# --- retargets from the scheduler -----------------------------------------------------------------
+
+def message(payload: Any) -> FrameworkMessageReceived:
+    """A framework message as pymesos hands it over: base64 text of the scheduler's JSON."""
+    raw = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+    return FrameworkMessageReceived("m", base64.b64encode(raw).decode("ascii"))
+
+
+def retarget(task: str, endpoints: dict[str, str]) -> FrameworkMessageReceived:
+    return message({"kind": "retarget", "task": task, "endpoints": endpoints})
+
+
+def reader_launch() -> TaskLaunch:
+    """q.t1 reads q/a and q/b and serves q/out."""
+    return TaskLaunch("q.t1.a1", "q.t1", "q", "spark", PROGRAM,
+                      {"q/a": "tcp://h1:5000", "q/b": "tcp://h1:5001", "q/out": "tcp://h2:6000"},
+                      1, ("q/out",))
+
+
+def test_retarget_of_a_known_task_rewrites_its_merged_endpoints() -> None:
+    state = registered_state()
+    running(state, reader_launch())
+    commands = state.handle(retarget("q.t1.a1", {"q/a": "tcp://h3:7000"}))
+    assert commands == [WriteEndpoints(
+        "m", "q.t1.a1", "q.t1",
+        {"q/a": "tcp://h3:7000", "q/b": "tcp://h1:5001", "q/out": "tcp://h2:6000"},
+        (("q/a", "tcp://h3:7000"),))]
+    # the same again changes nothing; a later one merges on top of the first
+    assert state.handle(retarget("q.t1.a1", {"q/a": "tcp://h3:7000"})) == []
+    (again,) = state.handle(retarget("q.t1.a1", {"q/b": "tcp://h4:1", "q/a": "tcp://h3:7000"}))
+    assert again.endpoints["q/a"] == "tcp://h3:7000" and again.changed == (("q/b", "tcp://h4:1"),)
+
+
+def test_retarget_while_launching_applies_and_own_outputs_are_refused() -> None:
+    state = registered_state()
+    launched(state, reader_launch())
+    assert state.handle(retarget("q.t1.a1", {"q/out": "tcp://h9:1"})) == []
+    (cmd,) = state.handle(retarget("q.t1.a1", {"q/out": "tcp://h9:1", "q/c": "tcp://h5:2"}))
+    assert cmd.changed == (("q/c", "tcp://h5:2"),) and cmd.endpoints["q/out"] == "tcp://h2:6000"
+
+
+@pytest.mark.parametrize("event", [
+    retarget("q.t9.a1", {"q/a": "tcp://h3:7000"}),  # not on this executor
+    retarget("q.t1.a0", {"q/a": "tcp://h3:7000"}),  # another attempt
+    FrameworkMessageReceived("m", "%%% not base64"),
+    message(b"{not json"),
+    message(b"\xff\xfe"),
+    message([1, 2]),
+    message({"kind": "reboot", "task": "q.t1.a1"}),
+    message({"kind": "retarget", "endpoints": {"q/a": "tcp://h3:7000"}}),
+    message({"kind": "retarget", "task": "q.t1.a1", "endpoints": {"q/a": "ipc:///x"}}),
+    message({"kind": "retarget", "task": "q.t1.a1", "endpoints": ["q/a"]}),
+    message({"kind": "retarget", "task": "q.t1.a1", "endpoints": {}}),
+    FrameworkMessageReceived("m", b""),
+])
+def test_unknown_or_malformed_messages_are_ignored(event: FrameworkMessageReceived) -> None:
+    state = registered_state()
+    running(state, reader_launch())
+    assert state.handle(event) == []
+    assert state.tasks["q.t1.a1"].endpoints == dict(reader_launch().endpoints)
+
+
+def test_retarget_of_a_task_that_ended_or_is_stopping_is_ignored() -> None:
+    state = registered_state()
+    running(state, reader_launch())
+    state.handle(TaskKilled("k", "q.t1.a1"))
+    assert state.handle(retarget("q.t1.a1", {"q/a": "tcp://h3:7000"})) == []
+    state.handle(RunnerStopped("s", "q.t1.a1"))
+    assert state.handle(retarget("q.t1.a1", {"q/a": "tcp://h3:7000"})) == []
 
 
 # --- shutdown -------------------------------------------------------------------------------------
