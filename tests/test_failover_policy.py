@@ -45,14 +45,19 @@ def test_protected_restart_goes_anywhere_but_its_old_agent_warm_first(mode: str)
     assert "no other agent within 10 s, any agent including a1" in later.reason
 
 
-def test_first_launch_replica_and_default_follow_the_default_policy() -> None:
+def test_first_launch_and_tasks_without_a_pattern_follow_the_default_policy() -> None:
     assert where("standby", 0, None, 100.0).reason == "first launch: any agent"
-    for mode in ("replica", None):
-        waiting = where(mode, 1, "a1", 159.0, warm=frozenset({"a2"}))
-        assert (waiting.allowed, waiting.preferred, waiting.excluded) == \
-            (frozenset({"a1"}), ("a1",), frozenset())
-        assert where(mode, 1, "a1", 160.0).allowed is None
-        assert where(mode, 1, "a1", 101.0, gone=frozenset({"a1"})).allowed is None
+    waiting = where(None, 1, "a1", 159.0, warm=frozenset({"a2"}))
+    assert (waiting.allowed, waiting.preferred, waiting.excluded) == \
+        (frozenset({"a1"}), ("a1",), frozenset())
+    assert where(None, 1, "a1", 160.0).allowed is None
+    assert where(None, 1, "a1", 101.0, gone=frozenset({"a1"})).allowed is None
+
+
+def test_a_replica_fails_over_at_once_like_a_standby() -> None:
+    moved = where("replica", 1, "a1", 101.0, warm=frozenset({"a1", "a2"}))
+    assert (moved.allowed, moved.preferred, moved.excluded) == (None, ("a2",), frozenset({"a1"}))
+    assert moved.reason.startswith("replica failover: any agent but a1")
 
 
 def test_initially_apart_from_counts_at_the_first_launch_only() -> None:
@@ -164,19 +169,16 @@ def replica_query():
                        initially_apart=(("sink",), (), ()), failover=("replica", "replica"))
 
 
-def test_replica_restart_keeps_the_default_policy_and_stays_apart_from_the_other_replica(
+def test_a_replica_fails_over_at_once_apart_from_the_other_replica(
         ) -> None:
     small_a2 = offer("o2", "a2", cpus=1.0, executor_ids=("elastiq-exec-a2",))  # one task
     s, where_ = start(replica_query(), warm_offer("o1", "a1"), small_a2, warm_offer("o3", "a3"))
     assert where_ == {"q.t0": "a1", "q.t1": "a2", "q.t2": "a3"}
     s.handle(Tick("t", 200.0))
     s.handle(ExecutorLost("x", "a1", "elastiq-exec-a1", 9))
-    assert record(s, "q.t0").state is TaskState.LOST  # backoff, as before
-    s.handle(Tick("t", 201.0))
-    assert record(s, "q.t0").state is TaskState.PENDING
-    # waits for a1 for same_agent_wait: the other agents are not allowed yet
-    assert launched(s.handle(OffersReceived("o", (warm_offer("o4", "a2"),)))) == {}
-    s.handle(Tick("t", 261.0))
+    assert record(s, "q.t0").state is TaskState.PENDING  # no backoff: a replica fails over
+    # never back on a1 while failover_wait runs, and never next to the other replica (a2)
+    assert launched(s.handle(OffersReceived("o", (warm_offer("o4", "a1"),)))) == {}
     out = s.handle(OffersReceived("o", (warm_offer("o5", "a2"),)))
     assert launched(out) == {}
     assert "ruled out by apart_from: a2 holds r2" in \
