@@ -29,7 +29,7 @@ from executor.channel_base import (
     _RefusalLog,
     configure_socket,
 )
-from executor.channel_log import ChannelLog
+from executor.channel_log import ChannelLog, ChannelLogError
 from executor.wire import (
     FLAG_NON_RETAINING,
     NONE,
@@ -320,7 +320,13 @@ class ChannelWriter:
         make it visible to readers. Only the send path appends, so the seq cannot change."""
         seq = self._wait_for_room(len(body), timeout) + 1
         if self._log is not None:
-            self._log.append(seq, tag, rows, body)
+            try:
+                self._log.append(seq, tag, rows, body)
+            except (ChannelLogError, OSError) as exc:
+                raise ChannelError(
+                    f"channel {self.channel_id}: batch with tag {tag} (seq {seq}) not logged, "
+                    f"not sent: {exc}"
+                ) from exc
         with self._cond:
             seq = self._buffer.append(tag, body, rows)
             self._tags.record(tag, seq)
