@@ -47,6 +47,7 @@ from executor.wire import (
 log = logging.getLogger("executor.channels")
 
 _TAG_HISTORY = 65536
+BIND_RETRY_S = 2.0
 
 
 # --- pure pieces of the writer --------------------------------------------------------------
@@ -245,15 +246,28 @@ class ChannelWriter:
     # -- sockets
 
     def _open_router(self, bind: str) -> zmq.Socket:
-        sock = self._ctx.socket(zmq.ROUTER)
-        sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
-        configure_socket(sock, self._max_frame)
-        try:
-            sock.bind(_tcp_bind_address(bind))
-        except zmq.ZMQError as exc:
-            sock.close()
-            raise ChannelError(f"channel {self.channel_id}: cannot bind {bind}: {exc}") from exc
-        return sock
+        """Bind a ROUTER. A port still in use is retried for up to BIND_RETRY_S: ZeroMQ closes
+        sockets asynchronously, so a writer on this port closed an instant ago may not have
+        released it yet (a producer relaunched in the same process, on the same port)."""
+        deadline = time.monotonic() + BIND_RETRY_S
+        retried = 0
+        while True:
+            sock = self._ctx.socket(zmq.ROUTER)
+            sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+            configure_socket(sock, self._max_frame)
+            try:
+                sock.bind(_tcp_bind_address(bind))
+            except zmq.ZMQError as exc:
+                sock.close()
+                if exc.errno == zmq.EADDRINUSE and time.monotonic() < deadline:
+                    retried += 1
+                    time.sleep(0.02)
+                    continue
+                raise ChannelError(f"channel {self.channel_id}: cannot bind {bind}: {exc}") from exc
+            if retried:
+                log.info("channel %s: %s was in use, bound after %s retries", self.channel_id,
+                         bind, retried)
+            return sock
 
     def _open_wake_pair(self) -> tuple[zmq.Socket, zmq.Socket]:
         address = f"inproc://elastiq-channel-wake-{uuid.uuid4().hex}"
