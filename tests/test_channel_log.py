@@ -29,7 +29,7 @@ from executor.channel_log import (
     segment_name,
     segments_to_trim,
 )
-from executor.channels import Batch, ChannelReader, ChannelWriter
+from executor.channels import Batch, ChannelFull, ChannelReader, ChannelWriter
 from executor.wire import FLAG_NON_RETAINING, Header, Kind, decode_header, encode_header, encode_table
 
 SCHEMA = pa.schema([("id", pa.int64()), ("payload", pa.string())])
@@ -303,7 +303,6 @@ def test_reloaded_batches_beyond_retention_are_kept_and_block_new_sends(tmp_path
     reader = ChannelReader("orders", "r1", small.endpoint, SCHEMA)
     try:
         assert small.retained_range() == (1, 10)
-        from executor.channels import ChannelFull
         with pytest.raises(ChannelFull):
             small.send(make_table(10), 10, timeout=0.3)
         reader.subscribe(from_seq=1, timeout=5)
