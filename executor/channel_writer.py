@@ -181,10 +181,12 @@ class ChannelWriter:
         max_frame_bytes: int = 64 << 20,
         log_dir: str | None = None,
         log_fsync: bool = False,
+        log_segment_bytes: int = 64 << 20,
     ) -> None:
         """`log_dir`: keep the upstream backup in a `ChannelLog` there too, and start from what
         it holds (seqs, tags, bodies) - the writer a relaunched producer opens on the same folder
-        continues the numbering. `log_fsync`: fsync each append (survives machine loss)."""
+        continues the numbering. `log_fsync`: fsync each append (survives machine loss).
+        `log_segment_bytes`: the log is trimmed by whole segments of about this size."""
         if not channel_id or max_retained_batches < 1 or max_retained_bytes < 1:
             raise ValueError("channel_id must be non-empty and retention bounds positive")
         self.channel_id = channel_id
@@ -208,7 +210,8 @@ class ChannelWriter:
         self._log: ChannelLog | None = None
         self._log_floor = self._log_trimmed = 0
         if log_dir is not None:
-            self._log = ChannelLog(log_dir, fsync=log_fsync, name=channel_id)
+            self._log = ChannelLog(log_dir, fsync=log_fsync, segment_bytes=log_segment_bytes,
+                                   name=channel_id)
             self._reload(self._log)
         self._ctx = zmq.Context.instance()
         try:

@@ -244,9 +244,14 @@ def raw_bodies(endpoint: str, from_seq: int, count: int, limit_s: float = 5.0) -
     return bodies
 
 
+def first_logged_seq(folder: str) -> int:
+    return min(int(name.split(".")[0]) for name in os.listdir(folder))
+
+
 def test_reopened_writer_resumes_numbering_tags_and_replay(tmp_path) -> None:
     folder = str(tmp_path / "log")
-    writer = ChannelWriter("orders", SCHEMA, expected_readers=("r1",), log_dir=folder)
+    small = {"log_segment_bytes": 4096}  # a few batches per segment, so acks delete segments
+    writer = ChannelWriter("orders", SCHEMA, expected_readers=("r1",), log_dir=folder, **small)
     endpoint = writer.endpoint
     reader = ChannelReader("orders", "r1", endpoint, SCHEMA)
     try:
@@ -258,15 +263,17 @@ def test_reopened_writer_resumes_numbering_tags_and_replay(tmp_path) -> None:
         assert [b.seq for b in got] == list(range(1, 51))
         reader.ack(20)
         assert wait_for(lambda: writer.stats().acked == {"r1": 20})
+        assert wait_for(lambda: 1 < first_logged_seq(folder) <= 21)  # acked segments deleted
     finally:
         reader.close()
         writer.close()
+    kept_from = first_logged_seq(folder)
     reopened = ChannelWriter("orders", SCHEMA, bind=endpoint, expected_readers=("r1",),
-                             log_dir=folder)
+                             log_dir=folder, **small)
     fresh = ChannelReader("orders", "r1", endpoint, SCHEMA)
     try:
         assert reopened.endpoint == endpoint and reopened.epoch == 0
-        assert reopened.last_tag == 49 and reopened.retained_range()[1] == 50
+        assert reopened.last_tag == 49 and reopened.retained_range() == (kept_from, 50)
         assert reopened.stats().acked == {"r1": 0}  # nothing trimmed until r1 acks again
         bodies = raw_bodies(endpoint, 21, 30)
         assert bodies == {tag + 1: encode_table(make_table(tag)).to_pybytes()
@@ -281,12 +288,13 @@ def test_reopened_writer_resumes_numbering_tags_and_replay(tmp_path) -> None:
         more = drain(fresh, 51)
         assert [(b.seq, b.tag) for b in more] == [(51, 50)]
         assert wait_for(lambda: reopened.retained_range() == (52, 51))
+        assert wait_for(lambda: len(os.listdir(folder)) == 1)  # only the one holding seq 51
     finally:
         fresh.close()
         reopened.close()
     third = ChannelWriter("orders", SCHEMA, expected_readers=("r1",), log_dir=folder)
-    try:  # everything acknowledged: no batch comes back, but the numbering and tags do
-        assert third.last_tag == 50 and third.retained_range()[1] == 51
+    try:  # everything acknowledged: the last segment's batches come back, numbering and tags too
+        assert third.last_tag == 50 and third.retained_range() == (first_logged_seq(folder), 51)
         assert third.send(make_table(51), 51) == 52
     finally:
         third.close()
