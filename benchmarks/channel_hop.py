@@ -10,8 +10,12 @@ size it reports, as medians over repeats:
     credit or retention; HWM 8 like the channel's credit) and the ratio channel/baseline.
 Then a backpressure run: a reader that never acknowledges, the writer's retained bytes and RSS
 growth against `max_retained_bytes`. Both processes use CLOCK_MONOTONIC, comparable on one host.
+With --durable it measures only the cost of the durable upstream backup: saturated tuples/s of
+the channel with the in-memory backup against the same channel with a `log_dir` (a fresh temp
+folder per run, no fsync, segments trimmed as the reader acknowledges), and their ratio.
 
     python benchmarks/channel_hop.py [--repeats 3] [--sizes 1000,10000,100000]
+    python benchmarks/channel_hop.py --durable [--repeats 3] [--sizes 1000,10000]
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +46,7 @@ SCHEMA = pa.schema(
 )
 TOTAL_ROWS = {1000: 3_000_000, 10_000: 5_000_000, 100_000: 5_000_000}
 PACED_BATCHES = 40
+DURABLE_ROWS = TOTAL_ROWS  # rows per run in --durable mode too (2 sizes x 2 modes x 3: ~1 min)
 CHANNEL = "bench"
 
 
@@ -126,8 +132,9 @@ def summarise(send_ns: list[int], recv_ns: list[int], rows: int) -> Run:
     return Run(rows * len(send_ns) / seconds, lat[len(lat) // 2], lat[min(len(lat) - 1, int(len(lat) * 0.99))])
 
 
-def channel_run(table: pa.Table, batches: int, gap_s: float = 0.0) -> Run:
-    writer = ChannelWriter(CHANNEL, SCHEMA, expected_readers=("bench",))
+def channel_run(table: pa.Table, batches: int, gap_s: float = 0.0,
+                log_dir: str | None = None) -> Run:
+    writer = ChannelWriter(CHANNEL, SCHEMA, expected_readers=("bench",), log_dir=log_dir)
     proc = spawn_reader("channel", writer.endpoint, batches)
     send_ns = []
     try:
@@ -183,6 +190,29 @@ def bench_size(rows: int, repeats: int) -> None:
     print(f"  ratio channel/push-pull throughput {chan.tuples_per_s / base.tuples_per_s:.2f}", flush=True)
 
 
+def durable_run(table: pa.Table, batches: int) -> Run:
+    with tempfile.TemporaryDirectory(prefix="channel-hop-log-") as folder:
+        return channel_run(table, batches, log_dir=folder)
+
+
+def bench_durable(rows: int, repeats: int) -> None:
+    """In-memory against durable upstream backup, runs interleaved so drift hits both alike."""
+    table = make_table(rows)
+    batches = DURABLE_ROWS.get(rows, 1_000_000) // rows
+    memory, durable = [], []
+    for _ in range(repeats):
+        memory.append(channel_run(table, batches))
+        durable.append(durable_run(table, batches))
+    mem, dur = median_run(memory), median_run(durable)
+    print(f"rows/batch={rows:>7} batches={batches} ipc={len(encode_table(table)) / rows:.0f} B/row")
+    print(f"  in-memory {mem.tuples_per_s:>12,.0f} tuples/s  p50 {mem.p50_ms:8.2f} ms"
+          f"  p99 {mem.p99_ms:8.2f} ms   runs {[round(r.tuples_per_s) for r in memory]}")
+    print(f"  durable   {dur.tuples_per_s:>12,.0f} tuples/s  p50 {dur.p50_ms:8.2f} ms"
+          f"  p99 {dur.p99_ms:8.2f} ms   runs {[round(r.tuples_per_s) for r in durable]}")
+    print(f"  ratio durable/in-memory throughput {dur.tuples_per_s / mem.tuples_per_s:.2f}",
+          flush=True)
+
+
 def rss_bytes() -> int:
     with open("/proc/self/statm") as handle:
         return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
@@ -222,14 +252,25 @@ def main() -> None:
     parser.add_argument("--endpoint", default="")
     parser.add_argument("--batches", type=int, default=0)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--sizes", default="1000,10000,100000")
+    parser.add_argument("--sizes", default=None,
+                        help="rows per batch (default 1000,10000,100000; with --durable 1000,10000)")
+    parser.add_argument("--durable", action="store_true",
+                        help="compare the in-memory and the durable (log_dir) upstream backup")
     args = parser.parse_args()
     if args.role == "reader":
         run_reader(args.mode, args.endpoint, args.batches)
         return
+    sizes = [int(s) for s in (args.sizes or ("1000,10000" if args.durable else
+                                             "1000,10000,100000")).split(",")]
+    if args.durable:
+        print(f"channel hop, durable vs in-memory upstream backup: {args.repeats} repeats, "
+              f"medians; {os.cpu_count()} cores; log in {tempfile.gettempdir()}")
+        for rows in sizes:
+            bench_durable(rows, args.repeats)
+        return
     print(f"channel hop benchmark: {args.repeats} repeats, medians; {os.cpu_count()} cores")
     bench_memory_bound()  # first, before earlier runs leave memory in the allocators' pools
-    for rows in (int(s) for s in args.sizes.split(",")):
+    for rows in sizes:
         bench_size(rows, args.repeats)
 
 

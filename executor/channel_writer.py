@@ -1,8 +1,11 @@
 """The producing end of a channel: numbering, tag idempotence, upstream backup, credit, replay.
 
 `ChannelWriter` binds a ROUTER and owns it from one I/O thread; the pure pieces it is built from
-(`RetainedBuffer`, `TagLog`, `retention_floor`, `subscription_start`) are tested alone.
-`executor.channels` describes the protocol, its memory bound and its liveness trade-off."""
+(`RetainedBuffer`, `TagLog`, `retention_floor`, `subscription_start`) are tested alone. With a
+`log_dir` the upstream backup is also kept in an `executor.channel_log.ChannelLog` and reloaded by
+the next writer on that folder; the log's format and recovery are not owned here.
+`executor.channels` describes the protocol, its memory bound, its liveness trade-off and what
+survives which failure."""
 
 from __future__ import annotations
 
@@ -26,6 +29,7 @@ from executor.channel_base import (
     _RefusalLog,
     configure_socket,
 )
+from executor.channel_log import ChannelLog, ChannelLogError
 from executor.wire import (
     FLAG_NON_RETAINING,
     NONE,
@@ -43,6 +47,7 @@ from executor.wire import (
 log = logging.getLogger("executor.channels")
 
 _TAG_HISTORY = 65536
+BIND_RETRY_S = 2.0
 
 
 # --- pure pieces of the writer --------------------------------------------------------------
@@ -81,6 +86,14 @@ class RetainedBuffer:
         self._entries.append(_Entry(self.last_seq, tag, body, rows))
         self.nbytes += len(body)
         return self.last_seq
+
+    def restore(self, seq: int, tag: int, body: pa.Buffer | bytes, rows: int) -> None:
+        """Put back a batch from a log: the first one sets the numbering, then seqs follow on.
+        Not bounded by retention (a reloaded batch is never dropped)."""
+        if self._entries and seq != self.last_seq + 1:
+            raise ValueError(f"restored seq {seq} does not follow {self.last_seq}")
+        self.last_seq = seq - 1
+        self.append(tag, body, rows)
 
     def get(self, seq: int) -> _Entry:
         return self._entries[seq - self.first_seq]
@@ -166,7 +179,14 @@ class ChannelWriter:
         max_retained_batches: int = 1024,
         max_retained_bytes: int = 256 << 20,
         max_frame_bytes: int = 64 << 20,
+        log_dir: str | None = None,
+        log_fsync: bool = False,
+        log_segment_bytes: int = 64 << 20,
     ) -> None:
+        """`log_dir`: keep the upstream backup in a `ChannelLog` there too, and start from what
+        it holds (seqs, tags, bodies) - the writer a relaunched producer opens on the same folder
+        continues the numbering. `log_fsync`: fsync each append (survives machine loss).
+        `log_segment_bytes`: the log is trimmed by whole segments of about this size."""
         if not channel_id or max_retained_batches < 1 or max_retained_bytes < 1:
             raise ValueError("channel_id must be non-empty and retention bounds positive")
         self.channel_id = channel_id
@@ -187,8 +207,19 @@ class ChannelWriter:
         self._backlog = False
         self._refusals = _RefusalLog(f"channel {channel_id} writer")
         self._counts = {"batches": 0, "rows": 0, "frames": 0, "blocked": 0}
+        self._log: ChannelLog | None = None
+        self._log_floor = self._log_trimmed = 0
+        if log_dir is not None:
+            self._log = ChannelLog(log_dir, fsync=log_fsync, segment_bytes=log_segment_bytes,
+                                   name=channel_id)
+            self._reload(self._log)
         self._ctx = zmq.Context.instance()
-        self._router = self._open_router(bind)
+        try:
+            self._router = self._open_router(bind)
+        except ChannelError:
+            if self._log is not None:
+                self._log.close()
+            raise
         self.endpoint: str = self._router.getsockopt_string(zmq.LAST_ENDPOINT)
         self._wake_rx, self._wake_tx = self._open_wake_pair()
         self._wake_lock = threading.Lock()
@@ -198,18 +229,48 @@ class ChannelWriter:
         self._thread.start()
         log.info("channel %s: writer epoch %s bound %s", channel_id, epoch, self.endpoint)
 
+    def _reload(self, channel_log: ChannelLog) -> None:
+        """Retain every logged batch again and remember its tag; readers' acks start at 0."""
+        count = 0
+        for entry in channel_log.entries():
+            self._buffer.restore(entry.seq, entry.tag, entry.body, entry.rows)
+            self._tags.record(entry.tag, entry.seq)
+            count += 1
+        log.info("channel %s: reloaded %s batches (seqs %s..%s, last tag %s) from %s",
+                 self.channel_id, count, self._buffer.first_seq, self._buffer.last_seq,
+                 self._tags.last_tag, channel_log.folder)
+
+    @property
+    def last_tag(self) -> int:
+        """The last producer tag recorded (sent, empty or reloaded from the log); -1 if none."""
+        with self._cond:
+            return self._tags.last_tag
+
     # -- sockets
 
     def _open_router(self, bind: str) -> zmq.Socket:
-        sock = self._ctx.socket(zmq.ROUTER)
-        sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
-        configure_socket(sock, self._max_frame)
-        try:
-            sock.bind(_tcp_bind_address(bind))
-        except zmq.ZMQError as exc:
-            sock.close()
-            raise ChannelError(f"channel {self.channel_id}: cannot bind {bind}: {exc}") from exc
-        return sock
+        """Bind a ROUTER. A port still in use is retried for up to BIND_RETRY_S: ZeroMQ closes
+        sockets asynchronously, so a writer on this port closed an instant ago may not have
+        released it yet (a producer relaunched in the same process, on the same port)."""
+        deadline = time.monotonic() + BIND_RETRY_S
+        retried = 0
+        while True:
+            sock = self._ctx.socket(zmq.ROUTER)
+            sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+            configure_socket(sock, self._max_frame)
+            try:
+                sock.bind(_tcp_bind_address(bind))
+            except zmq.ZMQError as exc:
+                sock.close()
+                if exc.errno == zmq.EADDRINUSE and time.monotonic() < deadline:
+                    retried += 1
+                    time.sleep(0.02)
+                    continue
+                raise ChannelError(f"channel {self.channel_id}: cannot bind {bind}: {exc}") from exc
+            if retried:
+                log.info("channel %s: %s was in use, bound after %s retries", self.channel_id,
+                         bind, retried)
+            return sock
 
     def _open_wake_pair(self) -> tuple[zmq.Socket, zmq.Socket]:
         address = f"inproc://elastiq-channel-wake-{uuid.uuid4().hex}"
@@ -272,11 +333,31 @@ class ChannelWriter:
         return seq if seq is not None else 0
 
     def _admit(self, tag: int, body: pa.Buffer, rows: int, timeout: float | None) -> int:
+        """Wait for room, log the batch (outside the lock: the I/O thread keeps serving), then
+        make it visible to readers. Only the send path appends, so the seq cannot change."""
+        seq = self._wait_for_room(len(body), timeout) + 1
+        if self._log is not None:
+            try:
+                self._log.append(seq, tag, rows, body)
+            except (ChannelLogError, OSError) as exc:
+                raise ChannelError(
+                    f"channel {self.channel_id}: batch with tag {tag} (seq {seq}) not logged, "
+                    f"not sent: {exc}"
+                ) from exc
+        with self._cond:
+            seq = self._buffer.append(tag, body, rows)
+            self._tags.record(tag, seq)
+            self._counts["batches"] += 1
+            self._counts["rows"] += rows
+            return seq
+
+    def _wait_for_room(self, nbytes: int, timeout: float | None) -> int:
+        """Block until a batch of `nbytes` fits the retention bounds; returns the last seq."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
-            if not self._buffer.has_room(len(body), self._max_batches, self._max_bytes):
+            if not self._buffer.has_room(nbytes, self._max_batches, self._max_bytes):
                 self._counts["blocked"] += 1
-            while not self._buffer.has_room(len(body), self._max_batches, self._max_bytes):
+            while not self._buffer.has_room(nbytes, self._max_batches, self._max_bytes):
                 if self._closing:
                     raise ChannelError(f"channel {self.channel_id}: writer is closed")
                 remaining = None if deadline is None else deadline - time.monotonic()
@@ -287,11 +368,7 @@ class ChannelWriter:
                         f"acked={dict(self._acked)}"
                     )
                 self._cond.wait(remaining)
-            seq = self._buffer.append(tag, body, rows)
-            self._tags.record(tag, seq)
-            self._counts["batches"] += 1
-            self._counts["rows"] += rows
-            return seq
+            return self._buffer.last_seq
 
     def retained_range(self) -> tuple[int, int]:
         """(first retained seq, last seq); (last + 1, last) when nothing is retained."""
@@ -355,6 +432,8 @@ class ChannelWriter:
         self._thread.join(timeout=10)
         with self._wake_lock:
             self._wake_tx.close(linger=0)
+        if self._log is not None:
+            self._log.close()
         log.info("channel %s: writer closed", self.channel_id)
 
     # -- the I/O thread
@@ -373,6 +452,8 @@ class ChannelWriter:
                 with self._cond:
                     self._end_sessions()
                     self._pump()
+                    floor = self._log_floor
+                self._trim_log(floor)
         except Exception:  # noqa: BLE001 - a crash here must be visible, not silent
             log.exception("channel %s: writer I/O thread failed", self.channel_id)
             raise
@@ -502,8 +583,16 @@ class ChannelWriter:
             log.info("channel %s: reader %s said bye", self.channel_id, header.text)
 
     def _trim(self) -> None:
-        if self._buffer.trim_upto(retention_floor(self._acked, self._tracked)):
+        floor = retention_floor(self._acked, self._tracked)
+        if self._buffer.trim_upto(floor):
             self._cond.notify_all()
+        self._log_floor = max(self._log_floor, floor)
+
+    def _trim_log(self, floor: int) -> None:
+        """Delete acknowledged log segments (I/O thread, outside the writer lock)."""
+        if self._log is not None and floor > self._log_trimmed:
+            self._log.trim_upto(floor)
+            self._log_trimmed = floor
 
     def _end_sessions(self) -> None:
         for reader_id, code, message in self._to_end:

@@ -28,6 +28,21 @@ it fills, `send` blocks (or raises ChannelFull) and the producer stalls for ever
 what upstream backup must do rather than lose data. A reader that is gone for good must be
 released with `drop_reader` (or replaced with `retarget_reader`). Readers that vanish never wedge
 the I/O thread: every socket send is non-blocking and an unreachable reader's session is ended.
+
+Durability. Without a `log_dir` the upstream backup lives in the writer's memory and dies with
+its process. With `log_dir`, every admitted batch is first appended to an
+`executor.channel_log.ChannelLog` in that folder (one record per seq: tag, rows, body, crc32),
+and segments are deleted once every tracked reader has acknowledged all their records. A writer
+opened on the same folder (the relaunched producer, a new process, same epoch) reloads the logged
+batches, the last seq and the tags, so it continues the numbering, recognises a re-run micro-batch
+by its tag and replays to readers resubscribing from their committed seq + 1; its tracked readers
+start at ack 0 and nothing is trimmed until they acknowledge again. A batch torn by the crash is
+cut off on reload and the producer re-runs it. What survives: the death of the process (SIGKILL,
+OOM kill, a crash), since each append is handed to the OS and sits in its page cache; the loss of
+the machine or its power only with `log_fsync=True` and only if the next writer can reach the
+folder (storage that outlives the machine, or the same machine coming back). The log costs one
+write of each batch's bytes on the producer's `send` path (see `benchmarks/channel_hop.py
+--durable`); trims run on the I/O thread outside the writer's lock.
 """
 
 from executor.channel_base import (Batch, ChannelError, ChannelFull, ChannelTimeout,

@@ -79,7 +79,10 @@ class ChannelHub:
         self._lock = threading.Lock()
 
     def writer(self, channel_id: str, schema: pa.Schema, *, bind: str | None = None,
-               expected_readers: Sequence[str] = ()) -> "ChannelWriter":
+               expected_readers: Sequence[str] = (),
+               log_dir: str | None = None) -> "ChannelWriter":
+        """The channel's writer, created on first use; `log_dir` makes its upstream backup
+        durable there (a writer opened later on the same folder resumes from it)."""
         with self._lock:
             existing = self._writers.get(channel_id)
             if existing is not None:
@@ -89,6 +92,8 @@ class ChannelHub:
             kwargs: dict[str, Any] = {"expected_readers": list(expected_readers)}
             if bind is not None:
                 kwargs["bind"] = bind
+            if log_dir is not None:
+                kwargs["log_dir"] = log_dir
             writer = ChannelWriter(channel_id, schema, **kwargs)
             self._writers[channel_id] = writer
             log.info("hub: channel %s writer at %s", channel_id, writer.endpoint)
