@@ -2,7 +2,8 @@
 
 Owns `TaskRuntime` (one instance per start of a task's query: sources, operators, exactly one
 sink that starts the query; streams tracked by name, each DataFrame aliased with its stream name
-so `compiler.expressions.to_column` can address columns as `stream`.`col`) and `ChannelHub`
+so `compiler.expressions.to_column` can address columns as `stream`.`col`; the patterns' plumbing
+calls too: identity, split sink, stream selector, deterministic batches) and `ChannelHub`
 (the executor-lifetime registry of channel writers, which must outlive any one query so a
 restarted query finds its upstream backup intact). User text (conditions, computed columns)
 only ever goes through `compiler.expressions`. Does not own supervision/restarts

@@ -626,6 +626,7 @@ class SelectorReaderSource(SimpleDataSourceStreamReader):
 
         reader = self._reader(index)
         if reader is None:
+            time.sleep(wait)  # waiting to be retried: keep read()'s loop from spinning
             return
         state = self._replicas[index]
         try:
