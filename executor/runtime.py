@@ -2,7 +2,8 @@
 
 Owns `TaskRuntime` (one instance per start of a task's query: sources, operators, exactly one
 sink that starts the query; streams tracked by name, each DataFrame aliased with its stream name
-so `compiler.expressions.to_column` can address columns as `stream`.`col`) and `ChannelHub`
+so `compiler.expressions.to_column` can address columns as `stream`.`col`; the patterns' plumbing
+calls too: identity, split sink, stream selector, deterministic batches) and `ChannelHub`
 (the executor-lifetime registry of channel writers, which must outlive any one query so a
 restarted query finds its upstream backup intact). User text (conditions, computed columns)
 only ever goes through `compiler.expressions`. Does not own supervision/restarts
@@ -28,6 +29,7 @@ from pyspark.sql.streaming import StreamingQuery
 from compiler.operators import AGGREGATE_FUNCTIONS, aggregate_type, join_output_names
 from compiler.types import ColumnType, Field, Schema
 from executor import shapes, sinks, sources
+from executor.endpoints_file import endpoints_path
 
 if TYPE_CHECKING:
     from executor.channels import ChannelWriter
@@ -35,6 +37,12 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _DURATION = re.compile(r"^(\d+) (milliseconds|seconds|minutes|hours)$")
+
+NO_DATA_BATCHES = "spark.sql.streaming.noDataMicroBatches.enabled"
+_CONF_LOCK = threading.Lock()
+"""Held while a query of a deterministic task is started with a changed session conf: a query
+clones the session's SQL conf at start, so set -> start -> restore must not interleave with
+another task's start on the shared session."""
 
 
 class RuntimeSpecError(ValueError):
@@ -146,6 +154,7 @@ class TaskRuntime:
         self.streams: dict[str, Stream] = {}
         self.sink: sinks.BatchSink | None = None
         self.query: StreamingQuery | None = None
+        self.deterministic = False
         for source in sources.ALL_SOURCES:
             spark.dataSource.register(source)
 
@@ -187,6 +196,21 @@ class TaskRuntime:
         return (self.spark.readStream.format(fmt)
                 .option(sources.CONFIG_OPTION, sources.encode_config(config)).load())
 
+    def deterministic_batches(self) -> None:
+        """Make this task's output a function of its numbered input (hot-standby replicas): every
+        channel source takes exactly one channel batch per micro-batch and the query runs without
+        no-data micro-batches, so micro-batch b depends only on input batches <= b (its watermark
+        comes from batch b-1). Two replicas then send identical batches with identical seqs."""
+        if self.streams:
+            raise self._error("deterministic", "deterministic_batches() must come before any "
+                                               f"source (streams so far: {sorted(self.streams)})")
+        self.deterministic = True
+        log.info("task %s: deterministic batches (one channel batch per micro-batch, no no-data "
+                 "batches)", self.task_id)
+
+    def _endpoints_file(self) -> str:
+        return endpoints_path(self.checkpoint_dir)
+
     # --- sources -------------------------------------------------------------------------------
 
     def generator(self, *, op: str, output: str, schema: Schema, shape: str, seed: int,
@@ -221,7 +245,9 @@ class TaskRuntime:
     def _channel_stream(self, op: str, output: str, schema: Schema, channel: str,
                         endpoint: str) -> None:
         config = sources.ChannelConfig(self.task_id, channel, f"{self.task_id}/{op}", endpoint,
-                                       sources.schema_pairs(schema), self.channel_poll_seconds)
+                                       sources.schema_pairs(schema), self.channel_poll_seconds,
+                                       self._endpoints_file(), self.deterministic,
+                                       sources.source_log_path(self.checkpoint_dir))
         self._put(op, output, self._load(sources.ChannelSource.name(), config), schema)
 
     def network_source(self, *, op: str, output: str, schema: Schema, endpoint: str,
@@ -232,14 +258,37 @@ class TaskRuntime:
 
     def channel_source(self, *, output: str, schema: Schema, channel: str) -> None:
         op = f"read:{channel}"
+        self._channel_stream(op, output, schema, channel, self._endpoint_of(op, channel))
+
+    def _endpoint_of(self, op: str, channel: str) -> str:
         endpoint = self.endpoints.get(channel)
         if endpoint is None and self.channels is not None:
             endpoint = self.channels.endpoint(channel)
         if endpoint is None:
             raise self._error(op, f"no endpoint known for channel {channel!r}")
-        self._channel_stream(op, output, schema, channel, endpoint)
+        return endpoint
+
+    def selector_source(self, *, output: str, schema: Schema, channels: Sequence[str]) -> None:
+        """One numbered stream read from k replica channels (a hot-standby group's outputs):
+        batches come from whichever replica has them, a replica that fails is skipped."""
+        op = f"select:{output}"
+        if not channels or len(set(channels)) != len(channels):
+            raise self._error(op, f"a selector needs distinct replica channels, got {channels}")
+        replicas = tuple(sources.Replica(c, channel_reader_id(self.task_id, c),
+                                         self._endpoint_of(op, c)) for c in channels)
+        config = sources.SelectorConfig(self.task_id, replicas, sources.schema_pairs(schema),
+                                        self.channel_poll_seconds, self._endpoints_file(),
+                                        self.deterministic,
+                                        sources.source_log_path(self.checkpoint_dir))
+        self._put(op, output, self._load(sources.SelectorSource.name(), config), schema)
 
     # --- operators -----------------------------------------------------------------------------
+
+    def identity(self, *, op: str, input: str, output: str) -> None:
+        """`input` under the name `output`, same schema (network reader/writer, multicast and
+        failover nodes: the plumbing itself is the channel around them)."""
+        stream = self._get(op, input)
+        self._put(op, output, stream.df, stream.schema)
 
     def _compile(self, op: str, text: str, scope: Any) -> Any:
         from compiler import expressions
@@ -369,8 +418,24 @@ class TaskRuntime:
         if self.trigger_seconds > 0:
             writer = writer.trigger(processingTime=f"{int(self.trigger_seconds * 1000)} milliseconds")
         self.sink = sink
-        self.query = writer.start()
+        self.query = self._start_query(writer)
         log.info("task %s: query %s started (sink %s)", self.task_id, self.query.id, op)
+
+    def _start_query(self, writer: Any) -> StreamingQuery:
+        """Start the query; a deterministic task's query starts with no-data micro-batches off.
+        The query keeps the conf it was started with, so the session's is restored at once."""
+        if not self.deterministic:
+            return writer.start()
+        with _CONF_LOCK:
+            before = self.spark.conf.getAll.get(NO_DATA_BATCHES)  # None: not set explicitly
+            self.spark.conf.set(NO_DATA_BATCHES, "false")
+            try:
+                return writer.start()
+            finally:
+                if before is None:
+                    self.spark.conf.unset(NO_DATA_BATCHES)
+                else:
+                    self.spark.conf.set(NO_DATA_BATCHES, before)
 
     def file_sink(self, *, op: str, input: str, path: str,
                   format: Literal["jsonl"] = "jsonl") -> None:
@@ -400,3 +465,25 @@ class TaskRuntime:
         has acknowledged it."""
         self._channel_sink(f"write:{channel}", input, channel, self.endpoints.get(channel),
                            readers)
+
+    def split_channel_sink(self, *, input: str, channels: Sequence[str], key: Sequence[str],
+                           readers: Sequence[Sequence[str]]) -> None:
+        """Serve `input` split into k = len(channels) partitions, partition i+1 on channels[i]
+        for the tasks readers[i]; a row goes to pmod(hash(key columns), k) (all columns when
+        `key` is empty), Spark's Murmur3 hash, the same in every process."""
+        op = f"split:{'+'.join(channels)}"
+        if self.channels is None:
+            raise self._error(op, "channel sinks need the executor's ChannelHub")
+        if not channels or len(set(channels)) != len(channels):
+            raise self._error(op, f"a split needs distinct partition channels, got {channels}")
+        if len(readers) != len(channels):
+            raise self._error(op, f"{len(channels)} channels but {len(readers)} reader lists")
+        stream = self._get(op, input)
+        key_names = [self._field(op, stream, k).name for k in key] or list(stream.schema.names)
+        schema = shapes.arrow_schema(stream.schema)
+        writers = [self.channels.writer(channel, schema, bind=self.endpoints.get(channel),
+                                        expected_readers=[channel_reader_id(t, channel)
+                                                          for t in tasks])
+                   for channel, tasks in zip(channels, readers)]
+        partition = F.pmod(F.hash(*[F.col(f"`{k}`") for k in key_names]), F.lit(len(channels)))
+        self._start(op, input, sinks.SplitChannelSink(self.task_id, writers, schema, partition))

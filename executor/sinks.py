@@ -1,7 +1,10 @@
-"""foreachBatch sinks of Elastiq task queries: jsonl file (exactly-once), console, channel.
+"""foreachBatch sinks of Elastiq task queries: jsonl file (exactly-once), console, channel, and
+the splitter's partitioned channels.
 
 Owns how a micro-batch leaves Spark: rows are taken out as Arrow (`DataFrame.toArrow()`), turned
-into JSON lines with ISO-8601 UTC timestamps, or sent on a channel tagged with the batch id.
+into JSON lines with ISO-8601 UTC timestamps, or sent on a channel tagged with the batch id
+(the split sink sends one table per partition channel, the partition of a row computed by Spark
+as pmod(Murmur3 hash of the key columns, k), identical in every process).
 The file sink is exactly-once across crashes: after each append it atomically replaces a sidecar
 `<file>.commit` holding (last batch id, file length); a batch id at or below the recorded one is
 skipped, and any bytes past the recorded length (a torn append) are truncated before writing.
@@ -21,6 +24,7 @@ from datetime import date, datetime, timezone
 from typing import Any, Callable, Protocol, TextIO
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 log = logging.getLogger(__name__)
 
@@ -186,3 +190,43 @@ class ChannelSink:
         self.rows_out += table.num_rows
         log.debug("task %s: batch %s -> seq %s (%s rows)", self.task_id, batch_id, seq,
                   table.num_rows)
+
+
+PARTITION_COLUMN = "__elastiq_partition"
+
+
+def split_by_partition(table: pa.Table, column: str, parts: int) -> list[pa.Table]:
+    """`table` split into `parts` tables by the partition numbers (0..parts-1) in `column`,
+    which is dropped; row order is kept within each part (pure)."""
+    numbers = table.column(column)
+    rest = table.drop_columns([column])
+    return [rest.filter(pc.equal(numbers, part)) for part in range(parts)]
+
+
+class SplitChannelSink:
+    """Sends each micro-batch as k tables, partition i to `writers[i]`, every one tagged with the
+    batch id (an empty partition still advances its writer's tag, so seqs stay aligned with
+    batch ids and a replayed batch is dropped by every writer). The partition column is added
+    by Spark before the batch is taken out (`partition`, a Column over the stream's columns)."""
+
+    def __init__(self, task_id: str, writers: list[Any], schema: pa.Schema,
+                 partition: Any) -> None:
+        self.task_id = task_id
+        self.writers = writers
+        self.schema = schema
+        self.partition = partition
+        self.rows_out = 0
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        from pyspark.sql import functions as F
+
+        with_part = df.select(*[F.col(f"`{n}`") for n in self.schema.names],
+                              self.partition.alias(PARTITION_COLUMN))
+        table = with_part.toArrow()
+        parts = split_by_partition(table, PARTITION_COLUMN, len(self.writers))
+        for index, (writer, part) in enumerate(zip(self.writers, parts)):
+            part = part.select(self.schema.names).cast(self.schema)
+            seq = writer.send(part, batch_id)
+            log.debug("task %s: batch %s partition %s -> seq %s (%s rows)", self.task_id,
+                      batch_id, index + 1, seq, part.num_rows)
+        self.rows_out += table.num_rows

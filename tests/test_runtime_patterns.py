@@ -1,0 +1,355 @@
+"""Spark layer, the run-time side of the patterns: identity (plumbing nodes), the splitter's
+partitioned channel sink, deterministic batches of hot-standby replicas, the stream selector over
+replica channels and endpoint retargeting of channel sources. Inputs come from test-owned
+`ChannelWriter`s or the generator; every oracle is plain Python over the same rows
+(`input_rows`, the reference twin of the generator); outputs are read with real ZeroMQ readers
+or from the exactly-once file sink."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Iterable
+
+import pyarrow as pa
+import pytest
+
+from executor.channels import Batch, ChannelReader, ChannelWriter
+from executor.endpoints_file import endpoints_path, write_endpoints
+from executor.runtime import NO_DATA_BATCHES, ChannelHub, TaskRuntime, channel_reader_id
+from executor.shapes import arrow_schema
+from executor.sources import source_log_path
+from test_runtime_ops import AGGS, SENSOR, assert_windows_match, sensor_aggregates, window_oracle
+from test_runtime_support import START, _offset, input_rows, read_sink, wait_drained, wait_for
+
+pytestmark = pytest.mark.spark
+
+ARROW_SENSOR = arrow_schema(SENSOR)
+WINDOW = timedelta(milliseconds=400)
+DELAY = timedelta(milliseconds=200)
+
+
+def sensor_key(row: dict) -> tuple:
+    return (row["sensor"], row["ts"], row["temp"], row["humidity"])
+
+
+def table_of(rows: list[dict]) -> pa.Table:
+    return pa.Table.from_pylist(rows, schema=ARROW_SENSOR)
+
+
+def chunks(rows: list[dict], size: int) -> list[list[dict]]:
+    return [rows[i:i + size] for i in range(0, len(rows), size)]
+
+
+def send_all(writer: ChannelWriter, batches: Iterable[tuple[int, list[dict]]]) -> None:
+    for tag, rows in batches:
+        writer.send(table_of(rows), tag)
+
+
+def stop(*runtimes: TaskRuntime) -> None:
+    for rt in runtimes:
+        if rt.query is not None and rt.query.isActive:
+            rt.query.stop()
+
+
+class Collector:
+    """A test-side reader of one channel: subscribes from seq 1, keeps every batch, acks."""
+
+    def __init__(self, channel: str, task: str, endpoint: str, schema: pa.Schema) -> None:
+        self.reader = ChannelReader(channel, channel_reader_id(task, channel), endpoint, schema)
+        self.reader.subscribe(from_seq=1)
+        self.batches: list[Batch] = []
+
+    def pump(self) -> int:
+        new = self.reader.poll(0.1)
+        if new:
+            self.batches.extend(new)
+            self.reader.ack(new[-1].seq)
+        return sum(b.table.num_rows for b in self.batches)
+
+    def rows(self) -> list[dict]:
+        return [row for b in self.batches for row in b.table.to_pylist()]
+
+    def close(self) -> None:
+        self.reader.close()
+
+
+def settle(collectors: list[Collector], seconds: float = 1.5) -> None:
+    """Pump for `seconds` more: anything late (a duplicate) would arrive now."""
+    until = time.monotonic() + seconds
+    while time.monotonic() < until:
+        for c in collectors:
+            c.pump()
+
+
+def collect_rows(collectors: list[Collector], total: int, timeout: float) -> None:
+    """Pump until the collectors hold `total` rows, then settle."""
+    wait_for(lambda: sum(c.pump() for c in collectors) >= total, timeout, f"{total} rows")
+    settle(collectors)
+
+
+def consumed(rt: TaskRuntime, seq: int) -> bool:
+    """The query's last micro-batch ended at channel seq `seq`."""
+    assert rt.query is not None
+    if rt.query.exception() is not None:
+        raise AssertionError(f"task {rt.task_id} failed: {rt.query.exception()}")
+    progress = rt.query.lastProgress
+    return bool(progress) and _offset(progress["sources"][0]["endOffset"]) == seq
+
+
+# --- identity and split ---------------------------------------------------------------------------
+
+def test_identity_renames_the_stream(spark: Any, tmp_path: Path) -> None:
+    rt = TaskRuntime(spark, query_id="q", task_id="ident", checkpoint_dir=str(tmp_path / "ck"),
+                     trigger_seconds=0.5)
+    out = tmp_path / "out.jsonl"
+    try:
+        rt.generator(op="src", output="raw", schema=SENSOR, shape="sensor", seed=13, rate=1000.0,
+                     limit=600, start=START)
+        rt.identity(op="reader", input="raw", output="moved")
+        assert rt.streams["moved"].schema == SENSOR
+        rt.filter(op="hot", input="moved", output="hot", condition="moved.temp > 25")
+        rt.file_sink(op="sink", input="hot", path=str(out))
+        assert rt.query is not None
+        wait_drained(rt.query, [600])
+    finally:
+        stop(rt)
+    expected = Counter(sensor_key(r) for r in input_rows("sensor", 13, 1000.0, 600)
+                       if r["temp"] > 25)
+    assert 0 < sum(expected.values()) < 600
+    assert Counter(sensor_key(r) for r in read_sink(out)) == expected
+
+
+def test_split_sends_each_key_to_exactly_one_partition(spark: Any, tmp_path: Path) -> None:
+    hub = ChannelHub()
+    rt = TaskRuntime(spark, query_id="q", task_id="split", checkpoint_dir=str(tmp_path / "ck"),
+                     channels=hub, trigger_seconds=0.5)
+    channels = ("q.split.p1", "q.split.p2")
+    collectors: list[Collector] = []
+    try:
+        rt.generator(op="src", output="raw", schema=SENSOR, shape="sensor", seed=21, rate=1000.0,
+                     limit=1500, start=START)
+        rt.split_channel_sink(input="raw", channels=channels, key=("sensor",),
+                              readers=(("d1",), ("d2",)))
+        collectors = [Collector(ch, task, hub.endpoint(ch) or "", ARROW_SENSOR)
+                      for ch, task in zip(channels, ("d1", "d2"))]
+        collect_rows(collectors, 1500, 60)
+        assert rt.query is not None and rt.query.exception() is None
+        seqs = [hub.writer(ch, ARROW_SENSOR).retained_range()[1] for ch in channels]
+    finally:
+        stop(rt)
+        for c in collectors:
+            c.close()
+        hub.close()
+    parts = [c.rows() for c in collectors]
+    expected = Counter(sensor_key(r) for r in input_rows("sensor", 21, 1000.0, 1500))
+    assert Counter(sensor_key(r) for part in parts for r in part) == expected
+    sensors = [{r["sensor"] for r in part} for part in parts]
+    assert sensors[0] and sensors[1], "both partitions get rows"
+    assert not sensors[0] & sensors[1], "a sensor appears in one partition only"
+    assert all(seq >= 1 for seq in seqs)
+
+
+# --- deterministic replicas -----------------------------------------------------------------------
+
+def window_rows(rows: list[dict]) -> Counter:
+    return Counter(tuple(sorted(r.items())) for r in rows)
+
+
+def replica(spark: Any, tmp_path: Path, hub: ChannelHub, task: str, upstream: str) -> TaskRuntime:
+    rt = TaskRuntime(spark, query_id="q", task_id=task, checkpoint_dir=str(tmp_path / task),
+                     endpoints={"in.raw": upstream}, channels=hub, trigger_seconds=0.0)
+    rt.deterministic_batches()
+    rt.channel_source(output="raw", schema=SENSOR, channel="in.raw")
+    rt.window_aggregate(op="w", input="raw", output="win", time="ts", window="400 milliseconds",
+                        slide=None, watermark="200 milliseconds", group_by=("sensor",),
+                        aggregates=AGGS)
+    rt.channel_sink(input="win", channel=f"{task}.out", readers=("test",))
+    return rt
+
+
+def test_deterministic_replicas_send_identical_batches(spark: Any, tmp_path: Path) -> None:
+    """Two replicas started 3 s apart, input arriving while they run: the same output batches
+    under the same seqs. A plain query started afterwards on the same session still closes its
+    last window with a no-data micro-batch: the conf change stayed with the replicas' queries."""
+    rows = input_rows("sensor", 31, 1000.0, 2000)
+    batches = list(enumerate(chunks(rows, 200)))
+    readers = [channel_reader_id(t, "in.raw") for t in ("r1", "r2", "plain")]
+    upstream = ChannelWriter("in.raw", ARROW_SENSOR, expected_readers=readers)
+    hub = ChannelHub()
+    runtimes: list[TaskRuntime] = []
+    collectors: list[Collector] = []
+    out = tmp_path / "plain.jsonl"
+    # windows closed by the watermark of batches 1..9 (no batch runs after the 10th) ...
+    expected = window_oracle(rows[:-200], WINDOW, WINDOW, DELAY, sensor_aggregates)
+    # ... versus the final watermark, which only a no-data micro-batch applies
+    expected_plain = window_oracle(rows, WINDOW, WINDOW, DELAY, sensor_aggregates)
+    assert len(expected) < len(expected_plain)
+    try:
+        send_all(upstream, batches[:4])
+        runtimes.append(replica(spark, tmp_path, hub, "r1", upstream.endpoint))
+        time.sleep(3.0)
+        runtimes.append(replica(spark, tmp_path, hub, "r2", upstream.endpoint))
+        assert spark.conf.get(NO_DATA_BATCHES) == "true", "the session's conf is restored"
+        plain = TaskRuntime(spark, query_id="q", task_id="plain",
+                            checkpoint_dir=str(tmp_path / "plain"),
+                            endpoints={"in.raw": upstream.endpoint}, trigger_seconds=0.5)
+        runtimes.append(plain)
+        plain.channel_source(output="raw", schema=SENSOR, channel="in.raw")
+        plain.window_aggregate(op="w", input="raw", output="win", time="ts",
+                               window="400 milliseconds", slide=None,
+                               watermark="200 milliseconds", group_by=("sensor",),
+                               aggregates=AGGS)
+        plain.file_sink(op="sink", input="win", path=str(out))
+        for tag, part in batches[4:]:
+            time.sleep(0.3)
+            upstream.send(table_of(part), tag)
+        schema = arrow_schema(runtimes[0].streams["win"].schema)
+        collectors = [Collector(f"{t}.out", "test", hub.endpoint(f"{t}.out") or "", schema)
+                      for t in ("r1", "r2")]
+        wait_for(lambda: consumed(runtimes[0], 10) and consumed(runtimes[1], 10), 90,
+                 "both replicas to read seq 10")
+        settle(collectors, 2.0)
+        wait_for(lambda: len(read_sink(out)) >= len(expected_plain), 60, "the plain windows")
+        for rt in runtimes:
+            assert rt.query is not None and rt.query.exception() is None
+    finally:
+        stop(*runtimes)
+        for c in collectors:
+            c.close()
+        hub.close()
+        upstream.close()
+    first, second = (c.batches for c in collectors)
+    assert sum(b.table.num_rows for b in first) == len(expected)
+    assert [b.seq for b in first] == [b.seq for b in second] == list(range(1, len(first) + 1))
+    assert len(first) >= 2, "several output batches"
+    for a, b in zip(first, second):
+        assert a.tag == b.tag, f"seq {a.seq}: micro-batch {a.tag} vs {b.tag}"
+        assert window_rows(a.table.to_pylist()) == window_rows(b.table.to_pylist()), a.seq
+    assert_windows_match(collectors[0].rows(), expected, WINDOW)
+    assert_windows_match(read_sink(out), expected_plain, WINDOW)
+
+
+# --- selector and retargeting ---------------------------------------------------------------------
+
+def wait_rows(path: Path, count: int, rt: TaskRuntime, timeout: float = 60.0) -> None:
+    def enough() -> bool:
+        assert rt.query is not None
+        if rt.query.exception() is not None:
+            raise AssertionError(f"query failed: {rt.query.exception()}")
+        return len(read_sink(path)) >= count
+
+    wait_for(enough, timeout, f"{count} rows in {path.name}")
+
+
+def test_selector_switches_replica_without_gap_or_duplicate(spark: Any, tmp_path: Path) -> None:
+    rows = input_rows("sensor", 41, 1000.0, 800)
+    batches = list(enumerate(chunks(rows, 100)))
+    first = ChannelWriter("rep.1", ARROW_SENSOR,
+                          expected_readers=[channel_reader_id("sel", "rep.1")])
+    second = ChannelWriter("rep.2", ARROW_SENSOR,
+                           expected_readers=[channel_reader_id("sel", "rep.2")])
+    rt = TaskRuntime(spark, query_id="q", task_id="sel", checkpoint_dir=str(tmp_path / "ck"),
+                     endpoints={"rep.1": first.endpoint, "rep.2": second.endpoint},
+                     trigger_seconds=0.5)
+    out = tmp_path / "out.jsonl"
+    try:
+        send_all(first, batches[:4])  # replica 2 lags: replica 1 supplies seqs 1-4
+        rt.selector_source(output="sel", schema=SENSOR, channels=("rep.1", "rep.2"))
+        rt.file_sink(op="sink", input="sel", path=str(out))
+        wait_rows(out, 400, rt)
+        send_all(second, batches[:4])
+        first.close()  # replica 1 fails half way
+        for tag, part in batches[4:]:
+            time.sleep(0.6)  # several micro-batches after the switch
+            second.send(table_of(part), tag)
+        wait_rows(out, 800, rt)
+        time.sleep(1.5)  # a duplicate would arrive now
+        # commit(end) runs when the next micro-batch is planned: the last one stays unacked
+        acked = second.stats().acked[channel_reader_id("sel", "rep.2")]
+    finally:
+        stop(rt)
+        first.close()
+        second.close()
+    assert Counter(sensor_key(r) for r in read_sink(out)) == Counter(map(sensor_key, rows))
+    assert acked >= 5, f"acknowledged on the surviving replica: {acked}"
+    logged = Path(source_log_path(str(tmp_path / "ck"))).read_text(encoding="utf-8")
+    assert "selector now reads replica rep.1 at seq 1" in logged
+    assert "selector now reads replica rep.2 at seq 5" in logged
+
+
+def test_channel_source_follows_the_endpoints_file(spark: Any, tmp_path: Path) -> None:
+    rows = input_rows("sensor", 51, 1000.0, 800)
+    batches = list(enumerate(chunks(rows, 100)))
+    reader_id = channel_reader_id("moved", "up.raw")
+    old = ChannelWriter("up.raw", ARROW_SENSOR, expected_readers=[reader_id])
+    new = ChannelWriter("up.raw", ARROW_SENSOR, expected_readers=[reader_id])
+    checkpoint = tmp_path / "ck"
+    rt = TaskRuntime(spark, query_id="q", task_id="moved", checkpoint_dir=str(checkpoint),
+                     endpoints={"up.raw": old.endpoint}, trigger_seconds=0.5)
+    out = tmp_path / "out.jsonl"
+    try:
+        send_all(old, batches[:4])
+        send_all(new, batches[:4])  # the new writer serves the same seqs
+        rt.channel_source(output="raw", schema=SENSOR, channel="up.raw")
+        rt.file_sink(op="sink", input="raw", path=str(out))
+        wait_rows(out, 400, rt)
+        write_endpoints(endpoints_path(str(checkpoint)), {"up.raw": new.endpoint})
+        old.close()
+        for tag, part in batches[4:]:  # only the new writer has the rest
+            time.sleep(0.6)
+            new.send(table_of(part), tag)
+        wait_rows(out, 800, rt)
+        time.sleep(1.5)
+        acked = new.stats().acked[reader_id]
+    finally:
+        stop(rt)
+        old.close()
+        new.close()
+    assert Counter(sensor_key(r) for r in read_sink(out)) == Counter(map(sensor_key, rows))
+    assert acked >= 5, f"acknowledged to the new writer: {acked}"
+    logged = Path(source_log_path(str(checkpoint))).read_text(encoding="utf-8")
+    assert f"channel up.raw moves {old.endpoint} -> {new.endpoint}" in logged
+
+
+def test_selector_replay_falls_back_to_a_replica_that_can_serve(tmp_path: Path) -> None:
+    """readBetweenOffsets (a restarted query's replay), called directly on the planner-side
+    reader: the first replica is gone, so after its fetch times out the second one serves."""
+    import logging
+
+    from executor.sources import Replica, SelectorConfig, SelectorReaderSource, schema_pairs
+
+    rows = input_rows("sensor", 61, 1000.0, 300)
+    writers = [ChannelWriter(ch, ARROW_SENSOR, expected_readers=[channel_reader_id("t", ch)])
+               for ch in ("rep.1", "rep.2")]
+    package = logging.getLogger("executor")
+    handlers, level = list(package.handlers), package.level
+    try:
+        for writer in writers:
+            send_all(writer, enumerate(chunks(rows, 100)))
+        replicas = tuple(Replica(w.channel_id, channel_reader_id("t", w.channel_id), w.endpoint)
+                         for w in writers)
+        config = SelectorConfig("t", replicas,
+                                schema_pairs(SENSOR), 0.2, log_file=str(tmp_path / "s.log"),
+                                fetch_seconds=1.0)
+        source = SelectorReaderSource(config)
+        assert source.initialOffset() == {"seq": 0}
+        writers[0].close()
+        replayed = pa.Table.from_batches(list(source.readBetweenOffsets({"seq": 0}, {"seq": 3})))
+        source.commit({"seq": 3})
+        wait_for(lambda: writers[1].stats().acked[channel_reader_id("t", "rep.2")] == 3, 10,
+                 "the acknowledgement on the surviving replica")
+    finally:
+        for writer in writers:
+            writer.close()
+        for handler in package.handlers:
+            if handler not in handlers:
+                package.removeHandler(handler)
+                handler.close()
+        package.setLevel(level)
+    assert Counter(map(sensor_key, replayed.to_pylist())) == Counter(map(sensor_key, rows))
+    logged = (tmp_path / "s.log").read_text(encoding="utf-8")
+    assert "selector skips replica rep.1" in logged
+    assert "selector now reads replica rep.2 at seq 1" in logged
