@@ -41,6 +41,12 @@ _PASS_THROUGH = ("network-writer", "network-reader", "multicast", "failover")
 _FORWARDING = ("network-writer", "network-reader", "multicast", "splitter")
 
 
+# Seconds between the micro-batches of a task that multicasts to hot-standby replicas. A replica
+# cuts its micro-batches at input batch boundaries (one each, so every replica's output is
+# numbered alike); its catch-up speed after a restart is this interval over its batch time.
+REPLICA_INPUT_INTERVAL = 1.0
+
+
 def py_literal(value: Any) -> str:
     """A Python literal for a plain value; raises TypeError for anything else."""
     if value is None or isinstance(value, (bool, int, str)):
@@ -111,6 +117,9 @@ def render_task(graph: Graph, plan: TaskPlan, query_id: str, base_dir: Path,
         return names.get(stream, stream)
 
     calls: list[Call] = []
+    if any(graph.node(n).kind == "multicast" for n in plan.nodes):
+        calls.append(Call("feeds hot-standby replicas (one input batch per micro-batch each)",
+                          "paced_batches", (("seconds", REPLICA_INPUT_INTERVAL),)))
     if plan.failover == "replica":
         calls.append(Call(f"{plan.nodes[-1]} is a hot-standby replica: micro-batches cut by "
                           "input numbers, identical in every replica", "deterministic_batches", ()))

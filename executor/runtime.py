@@ -20,6 +20,7 @@ import threading
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence
+from urllib.parse import quote
 
 import pyarrow as pa
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -195,6 +196,14 @@ class TaskRuntime:
     def _load(self, fmt: str, config: Any) -> DataFrame:
         return (self.spark.readStream.format(fmt)
                 .option(sources.CONFIG_OPTION, sources.encode_config(config)).load())
+
+    def paced_batches(self, *, seconds: float) -> None:
+        """Start a micro-batch at most every `seconds` (a task multicasting to hot-standby
+        replicas: they take one input batch per micro-batch, so they keep up only if input
+        batches come no faster than they process one)."""
+        if not seconds > 0:
+            raise self._error("paced_batches", f"seconds must be > 0, got {seconds}")
+        self.trigger_seconds = max(self.trigger_seconds, float(seconds))
 
     def deterministic_batches(self) -> None:
         """Make this task's output a function of its numbered input (hot-standby replicas): every
@@ -451,9 +460,20 @@ class TaskRuntime:
         if self.channels is None:
             raise self._error(op, "channel sinks need the executor's ChannelHub")
         schema = shapes.arrow_schema(self._get(op, input).schema)
-        expected = [channel_reader_id(task, channel) for task in readers]
-        writer = self.channels.writer(channel, schema, bind=bind, expected_readers=expected)
+        writer = self._writer(channel, schema, bind, readers)
         self._start(op, input, sinks.ChannelSink(self.task_id, writer, schema))
+
+    def _writer(self, channel: str, schema: pa.Schema, bind: str | None,
+                readers: Sequence[str]) -> "ChannelWriter":
+        """The hub's writer of `channel`, expecting `readers`, with its upstream backup logged
+        under this task's checkpoint folder: a relaunch of the task (in a new executor, on any
+        agent reaching that folder) continues the same numbering and still serves every batch
+        its readers had not acknowledged."""
+        assert self.channels is not None
+        log_dir = os.path.join(self.checkpoint_dir, "channels", quote(channel, safe=""))
+        return self.channels.writer(channel, schema, bind=bind, log_dir=log_dir,
+                                    expected_readers=[channel_reader_id(task, channel)
+                                                      for task in readers])
 
     def network_sink(self, *, op: str, input: str, endpoint: str, channel: str) -> None:
         """Serve the results as `channel` at `endpoint` for other queries or programs."""
@@ -481,9 +501,7 @@ class TaskRuntime:
         stream = self._get(op, input)
         key_names = [self._field(op, stream, k).name for k in key] or list(stream.schema.names)
         schema = shapes.arrow_schema(stream.schema)
-        writers = [self.channels.writer(channel, schema, bind=self.endpoints.get(channel),
-                                        expected_readers=[channel_reader_id(t, channel)
-                                                          for t in tasks])
+        writers = [self._writer(channel, schema, self.endpoints.get(channel), tasks)
                    for channel, tasks in zip(channels, readers)]
         partition = F.pmod(F.hash(*[F.col(f"`{k}`") for k in key_names]), F.lit(len(channels)))
         self._start(op, input, sinks.SplitChannelSink(self.task_id, writers, schema, partition))
