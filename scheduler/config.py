@@ -32,7 +32,8 @@ class SchedulerConfig:
     role: str = "*"
     failover_timeout: float = ONE_WEEK  # pymesos would use 100 s, too short for a restart
     executor: ExecutorSpec = field(default_factory=ExecutorSpec)
-    max_attempts: int = 4  # launches per task before its query fails
+    max_attempts: int = 4  # failures of a task before its query fails (losing its executor or
+    # agent is no failure of the task: a query survives any number of those)
     backoff_initial: float = 1.0  # seconds before the second attempt
     backoff_factor: float = 2.0
     backoff_max: float = 30.0

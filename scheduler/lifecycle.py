@@ -108,7 +108,10 @@ class TaskRecord:
     task: QueryTask
     state: TaskState = TaskState.PENDING
     attempt: int = 1  # the attempt number in this task's Mesos id
-    launches: int = 0  # launches in this deployment, counted against the restart budget
+    launches: int = 0  # launches in this deployment (backoff grows with them)
+    # times the task itself failed or was killed (not the loss of its executor or agent, which
+    # the patterns exist to survive), counted against the restart budget
+    failures: int = 0
     agent_id: str | None = None  # where the current (or last) attempt runs
     hostname: str | None = None
     ports: tuple[int, ...] = ()

@@ -334,18 +334,22 @@ class SchedulerState:
             task.last_failure = why
         if query.phase != "active" or task.state is TaskState.FINISHED or task.kill_requested:
             return self._settle(sid, query)
-        if task.launches >= self.config.max_attempts:
-            reason = (f"task {task.task_id} ended {task.launches} times "
+        if task.state is not TaskState.LOST:
+            task.failures += 1
+        if task.failures >= self.config.max_attempts:
+            reason = (f"task {task.task_id} failed {task.failures} times "
                       f"(max {self.config.max_attempts}); last: {why}")
             return self._fail_query(sid, query, reason)
         if task.task.failover in IMMEDIATE_FAILOVER:
             task.restart_at = self.now  # no backoff: `_fail_over` restarts it in this step
-            log.info("[%s] task %s fails over (%s) at once (launch %s of %s)", sid, task.task_id,
-                     task.task.failover, task.launches + 1, self.config.max_attempts)
+            log.info("[%s] task %s fails over (%s) at once (launch %s, %s failures of %s)", sid,
+                     task.task_id, task.task.failover, task.launches + 1, task.failures,
+                     self.config.max_attempts)
             return []
         task.restart_at = self.now + self._backoff(task.launches)
-        log.info("[%s] task %s will restart at %.1f (launch %s of %s)", sid, task.task_id,
-                 task.restart_at, task.launches + 1, self.config.max_attempts)
+        log.info("[%s] task %s will restart at %.1f (launch %s, %s failures of %s)", sid,
+                 task.task_id, task.restart_at, task.launches + 1, task.failures,
+                 self.config.max_attempts)
         return []
 
     def _backoff(self, launches: int) -> float:
@@ -608,7 +612,8 @@ def durable_placements(q: QueryRecord) -> dict[str, Any]:
     """What a new leader needs of a query besides its compiled JSON: its phase and, per task,
     the attempt (so reconciliation recognises the running attempt), launches, state and place."""
     return {"phase": q.phase, "failure": q.failure, "tasks": {
-        t.task_id: {"attempt": t.attempt, "launches": t.launches, "state": t.state.value,
+        t.task_id: {"attempt": t.attempt, "launches": t.launches, "failures": t.failures,
+                    "state": t.state.value,
                     "restarting": t.restart_at is not None, "agent_id": t.agent_id,
                     "hostname": t.hostname, "ports": list(t.ports),
                     "endpoints": dict(t.endpoints), "kill_requested": t.kill_requested,
@@ -632,8 +637,10 @@ def _restore_task(task: Any, saved: dict[str, Any] | None, now: float) -> TaskRe
         return TaskRecord(task, pending_since=now)
     state = TaskState(saved["state"])
     return TaskRecord(
-        task, state, int(saved["attempt"]), int(saved["launches"]), saved.get("agent_id"),
-        saved.get("hostname"), tuple(saved.get("ports", ())), dict(saved.get("endpoints", {})),
+        task, state, attempt=int(saved["attempt"]), launches=int(saved["launches"]),
+        failures=int(saved.get("failures", 0)), agent_id=saved.get("agent_id"),
+        hostname=saved.get("hostname"), ports=tuple(saved.get("ports", ())),
+        endpoints=dict(saved.get("endpoints", {})),
         restart_at=now if saved.get("restarting") else None, pending_since=now,
         kill_requested=bool(saved.get("kill_requested")),
         last_failure=str(saved.get("last_failure", "")))

@@ -146,10 +146,27 @@ def test_restart_budget_exhausted_fails_query_with_reason(running: SchedulerStat
     out = s.handle(update("q.t0.a3", "FAILED", sid="last"))
     q = snapshot(s)["queries"]["q"]
     assert q["phase"] == "failed"
-    assert "q.t0 ended 3 times (max 3)" in q["failure"] and "failed says executor" in q["failure"]
+    assert "q.t0 failed 3 times (max 3)" in q["failure"] and "failed says executor" in q["failure"]
     assert of(KillTask, out) == [KillTask("last", "q.t1.a1", "a1")]
     s.handle(Tick("t", now + 1000))
     assert task_state(s, "q.t0") is TaskState.FAILED  # no restart after the query failed
+
+
+def test_losing_the_executor_is_no_failure_of_the_task(running: SchedulerState) -> None:
+    """The budget counts the task's own failures: a task whose executor dies again and again
+    (what the failover patterns exist to survive) keeps being relaunched."""
+    s, now = running, 0.0
+    for attempt in range(1, 6):
+        s.handle(update(f"q.t0.a{attempt}", "LOST"))
+        now += 100
+        s.handle(Tick("t", now))
+        s.handle(OffersReceived("o", (offer(f"o{attempt}", "a1"),)))
+        s.handle(update(f"q.t0.a{attempt + 1}", "RUNNING"))
+    q = snapshot(s)["queries"]["q"]
+    assert q["phase"] == "active", q["failure"]
+    assert task_state(s, "q.t0") is TaskState.RUNNING
+    s.handle(update("q.t0.a6", "FAILED"))  # its own failures still count, from zero
+    assert snapshot(s)["queries"]["q"]["phase"] == "active"
 
 
 def test_agent_lost_makes_its_tasks_pending_again_elsewhere(running: SchedulerState) -> None:
