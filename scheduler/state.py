@@ -259,7 +259,7 @@ class SchedulerState:
                 {group} if group else set())
             avoids[t.agent_id] = avoids.get(t.agent_id, frozenset()) | set(
                 t.task.placement.apart_from)
-        known = {c: e for t in live for c, e in t.endpoints.items() if c in t.task.outputs}
+        known = known_endpoints(q.tasks.values(), live)
         return QueryDemand(q.query_id, tuple(self._task_demand(t) for t in pending),
                            occupied, avoids, known)
 
@@ -302,7 +302,8 @@ class SchedulerState:
         log.info("[%s] task %s is %s %s", ev.stimulus_id, ev.mesos_task_id, target.value,
                  ev.message)
         if target.terminal:
-            return self._after_terminal(ev.stimulus_id, query, task, note) + \
+            return self._after_terminal(ev.stimulus_id, query, task, note,
+                                        infrastructure=ev.reason in INFRASTRUCTURE_REASONS) + \
                 self._fail_over(ev.stimulus_id)
         return []
 
@@ -327,14 +328,16 @@ class SchedulerState:
             return []
         return [KillTask(ev.stimulus_id, ev.mesos_task_id, ev.agent_id)]
 
-    def _after_terminal(self, sid: str, query: QueryRecord, task: TaskRecord,
-                        why: str) -> list[Command]:
-        """Decide what a task reaching a terminal state means: restart, fail, or settle."""
+    def _after_terminal(self, sid: str, query: QueryRecord, task: TaskRecord, why: str,
+                        infrastructure: bool = False) -> list[Command]:
+        """Decide what a task reaching a terminal state means: restart, fail, or settle.
+        `infrastructure`: it ended because its executor or agent went away, which is no failure
+        of the task and does not count against its restart budget (nor does TASK_LOST)."""
         if task.state is not TaskState.FINISHED:
             task.last_failure = why
         if query.phase != "active" or task.state is TaskState.FINISHED or task.kill_requested:
             return self._settle(sid, query)
-        if task.state is not TaskState.LOST:
+        if task.state is not TaskState.LOST and not infrastructure:
             task.failures += 1
         if task.failures >= self.config.max_attempts:
             reason = (f"task {task.task_id} failed {task.failures} times "
@@ -570,6 +573,17 @@ class SchedulerState:
         return self.config.executor.executor_id(agent_id)
 
 
+def known_endpoints(tasks: Any, live: list[TaskRecord]) -> dict[str, str]:
+    """Where each output channel of a query is (or was last) served: a task relaunched while its
+    producer is itself waiting for a place starts with the producer's last endpoint (the same
+    agent and port when the producer comes back there) and is retargeted if the producer moves.
+    Running producers' endpoints win over remembered ones."""
+    remembered = {c: e for t in tasks if not t.state.launched for c, e in t.endpoints.items()
+                  if c in t.task.outputs}
+    return remembered | {c: e for t in live for c, e in t.endpoints.items()
+                         if c in t.task.outputs}
+
+
 def launch_data(query: CompiledQuery, task: TaskRecord) -> str:
     """The JSON a task's executor receives: the task, its channel endpoints, its attempt, and
     what it needs of its query (its channels and the sinks)."""
@@ -585,6 +599,13 @@ def launch_data(query: CompiledQuery, task: TaskRecord) -> str:
         },
     })
 
+
+# Mesos reasons for a terminal update that say the task's executor or agent went away
+INFRASTRUCTURE_REASONS = frozenset({
+    "REASON_EXECUTOR_TERMINATED", "REASON_EXECUTOR_UNREGISTERED", "REASON_AGENT_REMOVED",
+    "REASON_AGENT_DISCONNECTED", "REASON_AGENT_RESTARTED", "REASON_SLAVE_REMOVED",
+    "REASON_SLAVE_DISCONNECTED", "REASON_SLAVE_RESTARTED", "REASON_CONTAINER_PREEMPTED",
+})
 
 _HANDLERS: dict[type, str] = {
     LeadershipGained: "_on_leadership_gained",

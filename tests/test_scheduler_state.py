@@ -169,6 +169,23 @@ def test_losing_the_executor_is_no_failure_of_the_task(running: SchedulerState) 
     assert snapshot(s)["queries"]["q"]["phase"] == "active"
 
 
+def test_an_executor_terminated_under_the_task_is_no_failure_of_it(running: SchedulerState
+                                                                   ) -> None:
+    """What an agent reports when the executor process dies: TASK_FAILED with the reason
+    REASON_EXECUTOR_TERMINATED."""
+    s, now = running, 0.0
+    for attempt in range(1, 6):
+        s.handle(StatusUpdated("u", f"q.t0.a{attempt}", "FAILED", "REASON_EXECUTOR_TERMINATED",
+                               "executor exited with code -9", "a1", "elastiq-exec-a1",
+                               "SOURCE_AGENT"))
+        now += 100
+        s.handle(Tick("t", now))
+        s.handle(OffersReceived("o", (offer(f"o{attempt}", "a1"),)))
+        s.handle(update(f"q.t0.a{attempt + 1}", "RUNNING"))
+    assert snapshot(s)["queries"]["q"]["phase"] == "active"
+    assert task_state(s, "q.t0") is TaskState.RUNNING
+
+
 def test_agent_lost_makes_its_tasks_pending_again_elsewhere(running: SchedulerState) -> None:
     s = running
     s.handle(Tick("t", 5.0))
