@@ -17,7 +17,8 @@ Owns three sources and the reasoning for their reader kind:
   channels (hot standby); offset = that stream's sequence number, batches taken from whichever
   replica has them first, replays fetched from any replica that can serve them, acks to all.
 Both channel readers can take exactly one channel batch per micro-batch (`one_batch`, for
-hot-standby replicas whose output must depend only on the numbered input) and follow the task's
+hot-standby replicas whose output must depend only on the numbered input; the channel source then
+follows each input batch with one empty flush step, see `one_batch_offset`) and follow the task's
 endpoints file (`executor.endpoints_file`), reconnecting when a channel's writer moved.
 Does not own the operators or sinks (`executor.runtime`, `executor.sinks`) nor the channel protocol
 (`executor.channels`).
@@ -420,6 +421,17 @@ def _ensure_source_logging(log_file: str) -> None:
         package.addHandler(to_file)
 
 
+def one_batch_offset(seq: int, flushed: bool) -> dict:
+    """An offset of a channel source taking one channel batch per micro-batch (a hot-standby
+    replica). Every input batch is followed by one empty step (`flushed` False -> True): that
+    micro-batch reads nothing and emits what the input batch's watermark closed (windows, join
+    state), exactly as Spark's own no-data batch would, but at the same point in every replica,
+    which a no-data batch (run or not depending on timing) is not. Spark's own no-data batches
+    are off for these queries, so without this step a window would only close when the next
+    input arrives, and the last windows of a finite input never."""
+    return {"seq": seq, "flushed": flushed}
+
+
 class ChannelReaderSource(SimpleDataSourceStreamReader):
     """Offsets {"seq": s}: every channel batch with seq <= s is included. Runs entirely in the
     query's planner process, where the ZeroMQ reader stays open between calls."""
@@ -460,10 +472,13 @@ class ChannelReaderSource(SimpleDataSourceStreamReader):
     def initialOffset(self) -> dict:
         self._follow_endpoints()
         first, _last = self._channel().retained_range(timeout=10.0)
-        return {"seq": first - 1}
+        return one_batch_offset(first - 1, flushed=True) if self.config.one_batch \
+            else {"seq": first - 1}
 
     def read(self, start: dict) -> tuple[Iterator[pa.RecordBatch], dict]:
         after = start["seq"]
+        if self.config.one_batch and not start.get("flushed", True):
+            return iter([]), one_batch_offset(after, flushed=True)  # the flush step
         self._follow_endpoints()
         reader = self._channel()
         if self._subscribed_after is None:
@@ -478,13 +493,15 @@ class ChannelReaderSource(SimpleDataSourceStreamReader):
         if self.config.one_batch:
             picked = picked[:1]
         if not picked:
-            return iter([]), {"seq": after}
+            return iter([]), start
         tables = [b.table for b in picked]
-        return iter(_to_batches(self.config.stream_schema, tables)), {"seq": picked[-1].seq}
+        end = one_batch_offset(picked[-1].seq, flushed=False) if self.config.one_batch \
+            else {"seq": picked[-1].seq}
+        return iter(_to_batches(self.config.stream_schema, tables)), end
 
     def readBetweenOffsets(self, start: dict, end: dict) -> Iterator[pa.RecordBatch]:
         if end["seq"] <= start["seq"]:
-            return iter([])
+            return iter([])  # nothing, or a replica's flush step
         self._follow_endpoints()
         fetched = self._channel().fetch(start["seq"], end["seq"], timeout=30.0)
         picked = contiguous_after(fetched, start["seq"])

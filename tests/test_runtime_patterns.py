@@ -22,7 +22,7 @@ from executor.runtime import NO_DATA_BATCHES, ChannelHub, TaskRuntime, channel_r
 from executor.shapes import arrow_schema
 from executor.sources import source_log_path
 from test_runtime_ops import AGGS, SENSOR, assert_windows_match, sensor_aggregates, window_oracle
-from test_runtime_support import START, _offset, input_rows, read_sink, wait_drained, wait_for
+from test_runtime_support import START, input_rows, read_sink, wait_drained, wait_for
 
 pytestmark = pytest.mark.spark
 
@@ -88,15 +88,6 @@ def collect_rows(collectors: list[Collector], total: int, timeout: float) -> Non
     """Pump until the collectors hold `total` rows, then settle."""
     wait_for(lambda: sum(c.pump() for c in collectors) >= total, timeout, f"{total} rows")
     settle(collectors)
-
-
-def consumed(rt: TaskRuntime, seq: int) -> bool:
-    """The query's last micro-batch ended at channel seq `seq`."""
-    assert rt.query is not None
-    if rt.query.exception() is not None:
-        raise AssertionError(f"task {rt.task_id} failed: {rt.query.exception()}")
-    progress = rt.query.lastProgress
-    return bool(progress) and _offset(progress["sources"][0]["endOffset"]) == seq
 
 
 # --- identity and split ---------------------------------------------------------------------------
@@ -172,8 +163,10 @@ def replica(spark: Any, tmp_path: Path, hub: ChannelHub, task: str, upstream: st
 
 def test_deterministic_replicas_send_identical_batches(spark: Any, tmp_path: Path) -> None:
     """Two replicas started 3 s apart, input arriving while they run: the same output batches
-    under the same seqs. A plain query started afterwards on the same session still closes its
-    last window with a no-data micro-batch: the conf change stayed with the replicas' queries."""
+    under the same seqs, and every window the final watermark closes (each input batch is
+    followed by a flush step, so the last windows come although no input follows them). A plain
+    query started afterwards on the same session gets the session's conf back (no-data
+    micro-batches on): the conf change stayed with the replicas' queries."""
     rows = input_rows("sensor", 31, 1000.0, 2000)
     batches = list(enumerate(chunks(rows, 200)))
     readers = [channel_reader_id(t, "in.raw") for t in ("r1", "r2", "plain")]
@@ -182,11 +175,12 @@ def test_deterministic_replicas_send_identical_batches(spark: Any, tmp_path: Pat
     runtimes: list[TaskRuntime] = []
     collectors: list[Collector] = []
     out = tmp_path / "plain.jsonl"
-    # windows closed by the watermark of batches 1..9 (no batch runs after the 10th) ...
-    expected = window_oracle(rows[:-200], WINDOW, WINDOW, DELAY, sensor_aggregates)
-    # ... versus the final watermark, which only a no-data micro-batch applies
-    expected_plain = window_oracle(rows, WINDOW, WINDOW, DELAY, sensor_aggregates)
-    assert len(expected) < len(expected_plain)
+    # every window the final watermark closes, for the replicas (their flush step after the
+    # last input batch) as for the plain query (its no-data micro-batch)
+    expected = window_oracle(rows, WINDOW, WINDOW, DELAY, sensor_aggregates)
+    closed_before_the_last_batch = window_oracle(rows[:-200], WINDOW, WINDOW, DELAY,
+                                                 sensor_aggregates)
+    assert len(closed_before_the_last_batch) < len(expected)
     try:
         send_all(upstream, batches[:4])
         runtimes.append(replica(spark, tmp_path, hub, "r1", upstream.endpoint))
@@ -209,10 +203,8 @@ def test_deterministic_replicas_send_identical_batches(spark: Any, tmp_path: Pat
         schema = arrow_schema(runtimes[0].streams["win"].schema)
         collectors = [Collector(f"{t}.out", "test", hub.endpoint(f"{t}.out") or "", schema)
                       for t in ("r1", "r2")]
-        wait_for(lambda: consumed(runtimes[0], 10) and consumed(runtimes[1], 10), 90,
-                 "both replicas to read seq 10")
-        settle(collectors, 2.0)
-        wait_for(lambda: len(read_sink(out)) >= len(expected_plain), 60, "the plain windows")
+        collect_rows(collectors, 2 * len(expected), 90)
+        wait_for(lambda: len(read_sink(out)) >= len(expected), 60, "the plain windows")
         for rt in runtimes:
             assert rt.query is not None and rt.query.exception() is None
     finally:
@@ -229,7 +221,7 @@ def test_deterministic_replicas_send_identical_batches(spark: Any, tmp_path: Pat
         assert a.tag == b.tag, f"seq {a.seq}: micro-batch {a.tag} vs {b.tag}"
         assert window_rows(a.table.to_pylist()) == window_rows(b.table.to_pylist()), a.seq
     assert_windows_match(collectors[0].rows(), expected, WINDOW)
-    assert_windows_match(read_sink(out), expected_plain, WINDOW)
+    assert_windows_match(read_sink(out), expected, WINDOW)
 
 
 # --- selector and retargeting ---------------------------------------------------------------------
