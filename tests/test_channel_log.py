@@ -31,6 +31,7 @@ from executor.channel_log import (
 )
 from executor.channels import Batch, ChannelFull, ChannelReader, ChannelWriter
 from executor.wire import FLAG_NON_RETAINING, Header, Kind, decode_header, encode_header, encode_table
+from test_channels import drain, wait_for
 
 SCHEMA = pa.schema([("id", pa.int64()), ("payload", pa.string())])
 FIXTURE = Path(__file__).parent / "fixtures" / "channel_log_writer_proc.py"
@@ -201,26 +202,6 @@ def test_corrupt_middle_segment_drops_what_follows_and_empty_tail_segment_goes(t
 
 
 # --- a writer reopened on its log -------------------------------------------------------------
-
-
-def drain(reader: ChannelReader, upto: int, *, ack: bool = True, limit_s: float = 10.0) -> list[Batch]:
-    got: list[Batch] = []
-    deadline = time.monotonic() + limit_s
-    while (not got or got[-1].seq < upto) and time.monotonic() < deadline:
-        batches = reader.poll(0.2)
-        got.extend(batches)
-        if batches and ack:
-            reader.ack(batches[-1].seq)
-    return got
-
-
-def wait_for(condition, limit_s: float = 5.0) -> bool:
-    deadline = time.monotonic() + limit_s
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.01)
-    return condition()
 
 
 def raw_bodies(endpoint: str, from_seq: int, count: int, limit_s: float = 5.0) -> dict[int, bytes]:
