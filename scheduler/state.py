@@ -3,7 +3,7 @@
 Owns everything the scheduler knows (queries, their tasks and attempts, held offers, warm
 executors, lost agents, the framework registration) and the only method that changes it.
 It decides launches (through `scheduler.placement` and `scheduler.destinations`), restarts with
-bounded attempts and backoff (standby and checkpoint tasks fail over at once, elsewhere),
+bounded attempts and backoff (standby, checkpoint and replica tasks fail over at once, elsewhere),
 retargets the consumers of a channel whose producer moved, kills on stop, and reconciliation
 after (re)registration.
 Time comes only from `Tick` events. Leadership (`scheduler.leadership`) gates it: a leader in
@@ -517,7 +517,7 @@ class SchedulerState:
         return commands
 
     def _fail_over(self, sid: str) -> list[Command]:
-        """Restart the standby and checkpoint tasks that just ended, in the same step."""
+        """Restart the standby, checkpoint and replica tasks that just ended, in the same step."""
         return self._restart_due(sid, lambda t: t.task.failover in IMMEDIATE_FAILOVER)
 
     def _restart_due(self, sid: str,
