@@ -15,7 +15,7 @@ import sys
 import threading
 from typing import Any, Callable
 
-from elastiq.embedded.agent import EmbeddedAgent
+from elastiq.embedded.agent import EmbeddedAgent, SilenceSetting
 from elastiq.embedded.cluster import READY_PREFIX, EmbeddedCluster
 from elastiq.embedded.master import EmbeddedMaster
 from elastiq.embedded.resources import ResourceError, parse_agent_resources
@@ -39,6 +39,9 @@ def _parser() -> argparse.ArgumentParser:
     agent.add_argument("--agent-id", default=None)
     agent.add_argument("--ping-interval", type=float, default=0.5)
     agent.add_argument("--executor-grace", type=float, default=3.0)
+    agent.add_argument("--executor-silence", type=_silence, default="auto",
+                       help="kill an executor with live tasks silent this long: seconds, 'off', "
+                            "or 'auto' (ELASTIQ_EXECUTOR_SILENCE_SECONDS, else 10)")
     for p in (agent, sub.choices["cluster"]):
         p.add_argument("--resources", default='{"cpus": 2, "mem": 2048, "ports": "31000-31999"}',
                        help="JSON object, e.g. '{\"cpus\": 2, \"mem\": 1024, "
@@ -47,6 +50,18 @@ def _parser() -> argparse.ArgumentParser:
     sub.choices["cluster"].add_argument("--agents", type=int, default=1)
     parser.add_argument("--log-level", default="INFO")
     return parser
+
+
+def _silence(text: str) -> SilenceSetting:
+    if text.strip().lower() == "auto":
+        return "auto"
+    if text.strip().lower() == "off":
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, 'off' or 'auto', got {text!r}") \
+            from None
 
 
 def _resources(text: str) -> dict[str, Any]:
@@ -85,7 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.role == "agent":
         agent = EmbeddedAgent(args.master, _resources(args.resources), args.work_dir,
                               args.agent_id, args.host, args.port, args.ping_interval,
-                              args.executor_grace)
+                              args.executor_grace,
+                              executor_silence_after=args.executor_silence)
         return _serve(lambda: {"url": agent.start().url, "agent_id": agent.agent_id},
                       agent.stop)
     cluster = EmbeddedCluster(args.agents, _resources(args.resources), args.work_dir,

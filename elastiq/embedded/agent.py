@@ -22,6 +22,14 @@ default (`off`, or seconds); an explicit constructor argument overrides both. Wh
 back the master answers the ping with 404 (it removed the agent), and the agent registers again
 under a new agent id with no executors. The decision is `should_fence`, a pure function.
 
+Silent executors: an executor run that has subscribed and has live tasks but from which nothing
+has come (no UPDATE, MESSAGE or re-SUBSCRIBE) for `executor_silence_after` seconds (10 s by
+default; `ELASTIQ_EXECUTOR_SILENCE_SECONDS`, `off` or seconds; an explicit constructor argument
+wins) is hung (SIGSTOPped, wedged, livelocked): the agent SIGKILLs its process group, and its
+exit is reported like a crash, TASK_FAILED / REASON_EXECUTOR_TERMINATED with a message naming
+the silence, so the scheduler fails its tasks over. The decision is
+`should_kill_silent_executor`, a pure function.
+
 Master restart: while the master is unreachable the agent keeps its executors running (unless
 it fences) and holds its events in the outbox. A ping answered 404 means the master does not
 know this agent: a restarted master, or one that removed it. Either way the agent re-registers
@@ -50,7 +58,7 @@ from urllib.parse import urlsplit
 
 from elastiq.embedded.executors import (
     ExecutorEnvironment, ExecutorLaunchError, end_process_group, kill_group_later,
-    start_executor,
+    kill_group_now, start_executor,
 )
 from elastiq.embedded.httpio import (
     END_OF_STREAM, AppServer, EventStream, HttpError, JsonClient, RequestHandler, bad_request,
@@ -65,6 +73,9 @@ REGISTER_TIMEOUT_SECONDS = 10.0
 FENCE_ENV = "ELASTIQ_AGENT_FENCE_SECONDS"
 DEFAULT_FENCE_SECONDS = 3.0  # below the master's default agent timeout of 5 s
 FenceSetting = float | None | Literal["auto"]
+SILENCE_ENV = "ELASTIQ_EXECUTOR_SILENCE_SECONDS"
+DEFAULT_EXECUTOR_SILENCE_SECONDS = 10.0  # our executor sends a heartbeat about every second
+SilenceSetting = float | None | Literal["auto"]
 
 
 def resolve_fence_seconds(explicit: FenceSetting, environ: Mapping[str, str], agent_host: str,
@@ -77,14 +88,32 @@ def resolve_fence_seconds(explicit: FenceSetting, environ: Mapping[str, str], ag
         return _positive_or_none(explicit, "fence_after")
     text = environ.get(FENCE_ENV, "").strip().lower()
     if text:
-        if text in ("off", "no", "false", "none"):
-            return None
-        try:
-            return _positive_or_none(float(text), FENCE_ENV)
-        except ValueError:
-            raise ValueError(f"{FENCE_ENV}={text!r}: expected seconds or 'off'") from None
+        return _seconds_setting(text, FENCE_ENV)
     master_host = urlsplit(master_url).hostname or ""
     return None if master_host == agent_host else DEFAULT_FENCE_SECONDS
+
+
+def resolve_silence_seconds(explicit: SilenceSetting, environ: Mapping[str, str]) -> float | None:
+    """Seconds without a word from a busy executor after which the agent kills it, or None.
+
+    An explicit number or None wins; then `ELASTIQ_EXECUTOR_SILENCE_SECONDS` (`off`/`0` or
+    seconds); then `DEFAULT_EXECUTOR_SILENCE_SECONDS`."""
+    if explicit != "auto":
+        return _positive_or_none(explicit, "executor_silence_after")
+    text = environ.get(SILENCE_ENV, "").strip().lower()
+    if text:
+        return _seconds_setting(text, SILENCE_ENV)
+    return DEFAULT_EXECUTOR_SILENCE_SECONDS
+
+
+def _seconds_setting(text: str, name: str) -> float | None:
+    """An environment setting: `off` (or no/false/none/0) -> None, else positive seconds."""
+    if text in ("off", "no", "false", "none"):
+        return None
+    try:
+        return _positive_or_none(float(text), name)
+    except ValueError:
+        raise ValueError(f"{name}={text!r}: expected seconds or 'off'") from None
 
 
 def _positive_or_none(value: float | None, what: str) -> float | None:
@@ -101,6 +130,18 @@ def should_fence(last_contact: float, now: float, fence_after: float | None, fen
     the master was last heard, it runs executors, and the master has been silent too long."""
     return (fence_after is not None and not fenced and live_executors > 0
             and now - last_contact >= fence_after)
+
+
+def should_kill_silent_executor(last_heard: float | None, busy_since: float | None, now: float,
+                                silence_after: float | None) -> bool:
+    """Whether an executor run must be killed as hung: the check is on, it has subscribed
+    (`last_heard` is not None), it has live tasks (`busy_since`, when it last went from none to
+    some, is not None), and nothing has come from it for `silence_after` seconds, counted from
+    the later of the two (an idle executor that says nothing is not hung, and one just given a
+    task gets the full time to answer)."""
+    if silence_after is None or last_heard is None or busy_since is None:
+        return False
+    return now - max(last_heard, busy_since) >= silence_after
 
 
 @dataclass
@@ -120,10 +161,23 @@ class ExecutorRun:
     task_resources: dict[str, Any] = field(default_factory=dict)  # task id -> Mesos resources
     shutting_down: bool = False
     watcher: threading.Thread | None = None
+    last_heard: float | None = None  # monotonic time of its last call; None until it subscribes
+    busy_since: float | None = None  # when it last went from no live task to some; None if idle
+    killed_for: str | None = None  # why the agent killed it, for the status of its tasks
 
     @property
     def key(self) -> tuple[str, str]:
         return (self.framework_id, self.executor_id)
+
+    def live_tasks(self) -> list[str]:
+        return [task_id for task_id, state in self.tasks.items() if not is_terminal(state)]
+
+    def tasks_changed(self, now: float) -> None:
+        """Keep `busy_since` in step with the task states (caller holds the agent's lock)."""
+        if not self.live_tasks():
+            self.busy_since = None
+        elif self.busy_since is None:
+            self.busy_since = now
 
 
 class EmbeddedAgent:
@@ -133,7 +187,8 @@ class EmbeddedAgent:
                  work_dir: str | Path | None = None, agent_id: str | None = None,
                  host: str = "127.0.0.1", port: int = 0, ping_interval: float = 0.5,
                  executor_grace_seconds: float = 3.0, heartbeat_interval: float = 15.0,
-                 fence_after: FenceSetting = "auto"):
+                 fence_after: FenceSetting = "auto",
+                 executor_silence_after: SilenceSetting = "auto"):
         self.master_url = master_url.rstrip("/")
         self.resources: Resources = parse_agent_resources(resources or DEFAULT_RESOURCES)
         self.work_dir = Path(work_dir or tempfile.mkdtemp(prefix="elastiq-agent-")).resolve()
@@ -154,6 +209,8 @@ class EmbeddedAgent:
         self._last_contact = time.monotonic()  # when the master last answered
         self._fenced = False  # executors were killed since the master was last heard
         self.fence_count = 0
+        self.executor_silence_after = resolve_silence_seconds(executor_silence_after, os.environ)
+        self.silence_kills = 0
 
     @property
     def name(self) -> str:
@@ -185,6 +242,10 @@ class EmbeddedAgent:
             loops.append((self._fence_loop, "fencer"))
             logger.info("%s: fences itself after %.1fs without its master", self.name,
                         self.fence_after)
+        if self.executor_silence_after is not None:
+            loops.append((self._silence_loop, "silence watch"))
+            logger.info("%s: kills an executor with live tasks silent for %.1fs", self.name,
+                        self.executor_silence_after)
         for target, name in loops:
             thread = threading.Thread(target=target, name=f"{self.name} {name}", daemon=True)
             thread.start()
@@ -346,6 +407,43 @@ class EmbeddedAgent:
                        self.name, self.master_url, silent,
                        [f"{run.executor_id} (pid {run.process.pid})" for run in runs])
 
+    def _silence_loop(self) -> None:
+        """Kill executor runs whose silence `should_kill_silent_executor` judges too long."""
+        assert self.executor_silence_after is not None
+        period = max(0.05, min(0.5, self.executor_silence_after / 5))
+        while not self._stopping.wait(period):
+            for run, silent in self._silent_runs(time.monotonic()):
+                self._kill_silent(run, silent)
+
+    def _silent_runs(self, now: float) -> list[tuple[ExecutorRun, float]]:
+        """Runs to kill for silence, each marked with why (so it is killed once); with the
+        seconds each has been silent."""
+        chosen = []
+        with self._lock:
+            for run in self._runs.values():
+                if run.shutting_down or run.killed_for is not None \
+                        or run.process.poll() is not None:
+                    continue
+                if should_kill_silent_executor(run.last_heard, run.busy_since, now,
+                                               self.executor_silence_after):
+                    assert run.last_heard is not None and run.busy_since is not None
+                    silent = now - max(run.last_heard, run.busy_since)
+                    run.killed_for = (f"executor killed by {self.name}: silent for {silent:.1f}s "
+                                      f"(no update, message or subscribe) with live tasks")
+                    chosen.append((run, silent))
+        return chosen
+
+    def _kill_silent(self, run: ExecutorRun, silent: float) -> None:
+        """SIGKILL a silent run's process group (a SIGSTOPped one too: it never resumes beside
+        its tasks' replacements); its watcher reports the tasks as failed."""
+        with self._lock:
+            tasks = run.live_tasks()
+        kill_group_now(run.process)
+        self.silence_kills += 1
+        logger.warning("%s: executor %s silent for %.1fs with tasks %s; killed (pid %s, "
+                       "framework %s)", self.name, run.executor_id, silent, tasks,
+                       run.process.pid, run.framework_id)
+
     def _send_loop(self) -> None:
         """Deliver agent->master events in order; retry while the master is unreachable
         (once stopping, one attempt each)."""
@@ -429,6 +527,7 @@ class EmbeddedAgent:
             if run.events is not None:
                 run.events.put(END_OF_STREAM)
             run.events, run.stream_id = events, stream_id
+            run.last_heard = time.monotonic()
             events.put({"type": "SUBSCRIBED", "subscribed": {
                 "executor_info": run.executor_info, "framework_info": run.framework_info,
                 "agent_info": self._agent_info(), "container_id": {"value": stream_id}}})
@@ -456,9 +555,11 @@ class EmbeddedAgent:
         task_id = id_value(status, "task_id", "update.status")
         with self._lock:
             run = self._run_of(key)
+            run.last_heard = time.monotonic()
             if task_id not in run.tasks:
                 raise bad_request(f"task {task_id} was not launched on executor {key[1]}")
             run.tasks[task_id] = status["state"]
+            run.tasks_changed(run.last_heard)
         self._to_master({"type": "UPDATE", "framework_id": key[0], "status": {
             **status, "agent_id": {"value": self.agent_id},
             "executor_id": {"value": key[1]}}})
@@ -469,7 +570,7 @@ class EmbeddedAgent:
         if not isinstance(data, str):
             raise bad_request("message.data (a base64 string) is required")
         with self._lock:
-            self._run_of(key)
+            self._run_of(key).last_heard = time.monotonic()
         self._to_master({"type": "MESSAGE", "framework_id": key[0], "executor_id": key[1],
                          "data": data})
 
@@ -509,6 +610,7 @@ class EmbeddedAgent:
                         "REASON_EXECUTOR_TERMINATED", str(exc)))
                     return
             run.tasks[task_id] = "TASK_STAGING"
+            run.tasks_changed(time.monotonic())
             run.task_resources[task_id] = task.get("resources", [])
             if run.events is not None:
                 run.events.put({"type": "LAUNCH", "launch": {"task": task}})
@@ -545,11 +647,13 @@ class EmbeddedAgent:
             unfinished += [t["task_id"]["value"] for t in run.waiting]
             for task_id in unfinished:
                 run.tasks[task_id] = "TASK_FAILED"
+            run.tasks_changed(time.monotonic())
         logger.warning("%s: executor %s of framework %s (pid %s) exited with %s; "
                        "unfinished tasks: %s", self.name, run.executor_id, run.framework_id,
                        run.process.pid, returncode, unfinished)
         state = "TASK_KILLED" if run.shutting_down else "TASK_FAILED"
-        message = f"executor exited with code {returncode}; see {run.sandbox}/stderr"
+        cause = run.killed_for or f"executor exited with code {returncode}"
+        message = f"{cause}; see {run.sandbox}/stderr"
         for task_id in unfinished:
             self._to_master(self._agent_update(run.framework_id, task_id, run.executor_id,
                                                state, "REASON_EXECUTOR_TERMINATED", message))
@@ -580,6 +684,7 @@ class EmbeddedAgent:
             if waiting:
                 run.waiting.remove(waiting[0])
                 run.tasks[task_id] = "TASK_KILLED"
+                run.tasks_changed(time.monotonic())
                 self._to_master(self._agent_update(
                     framework_id, task_id, run.executor_id, "TASK_KILLED",
                     "REASON_TASK_KILLED_DURING_LAUNCH", "killed before the executor subscribed"))

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any, Mapping
 
-from elastiq.embedded.agent import EmbeddedAgent
+from elastiq.embedded.agent import EmbeddedAgent, SilenceSetting
 from elastiq.embedded.executors import kill_recorded_executors
 from elastiq.embedded.master import EmbeddedMaster
 
@@ -33,12 +33,14 @@ class AgentProcess:
 
     def __init__(self, master_url: str, work_dir: Path, resources: Mapping[str, Any],
                  ping_interval: float = 0.5, executor_grace_seconds: float = 3.0,
-                 ready_timeout: float = 20.0):
+                 ready_timeout: float = 20.0, executor_silence_after: SilenceSetting = "auto"):
         self.work_dir = work_dir
         argv = [sys.executable, "-m", "elastiq.embedded", "agent", "--master", master_url,
                 "--work-dir", str(work_dir), "--resources", json.dumps(dict(resources)),
                 "--ping-interval", str(ping_interval),
                 "--executor-grace", str(executor_grace_seconds)]
+        if executor_silence_after != "auto":
+            argv += ["--executor-silence", str(executor_silence_after or "off")]
         work_dir.mkdir(parents=True, exist_ok=True)
         self._log = open(work_dir / "agent.log", "ab")
         self.process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=self._log,
@@ -113,7 +115,7 @@ class EmbeddedCluster:
                  work_dir: str | Path | None = None, offer_interval: float = 0.2,
                  agent_timeout: float = 5.0, heartbeat_interval: float = 15.0,
                  ping_interval: float = 0.5, executor_grace_seconds: float = 3.0,
-                 **master_options: Any):
+                 executor_silence_after: SilenceSetting = "auto", **master_options: Any):
         self._own_work_dir = work_dir is None
         self.work_dir = Path(work_dir or tempfile.mkdtemp(prefix="elastiq-cluster-")).resolve()
         self.resources = dict(resources or {"cpus": 2, "mem": 2048, "ports": "31000-31999"})
@@ -121,6 +123,7 @@ class EmbeddedCluster:
         self.ping_interval = ping_interval
         self.executor_grace_seconds = executor_grace_seconds
         self.heartbeat_interval = heartbeat_interval
+        self.executor_silence_after = executor_silence_after  # each agent's; see EmbeddedAgent
         self.master = EmbeddedMaster(offer_interval=offer_interval, agent_timeout=agent_timeout,
                                      heartbeat_interval=heartbeat_interval, **master_options)
         self.agents: list[EmbeddedAgent] = []
@@ -153,7 +156,8 @@ class EmbeddedCluster:
                               self.work_dir / f"agent-{index}",
                               ping_interval=self.ping_interval,
                               executor_grace_seconds=self.executor_grace_seconds,
-                              heartbeat_interval=self.heartbeat_interval)
+                              heartbeat_interval=self.heartbeat_interval,
+                              executor_silence_after=self.executor_silence_after)
         self.agents.append(agent)
         agent.start()
         return agent
@@ -176,7 +180,8 @@ class EmbeddedCluster:
         index = len(self.agents) + len(self.agent_processes)
         handle = AgentProcess(self.master_url, self.work_dir / f"agent-{index}",
                               resources or self.resources, self.ping_interval,
-                              self.executor_grace_seconds)
+                              self.executor_grace_seconds,
+                              executor_silence_after=self.executor_silence_after)
         self.agent_processes.append(handle)
         return handle
 

@@ -2,8 +2,8 @@
 
 Owns turning an ExecutorInfo's CommandInfo into a subprocess in its own session with the MESOS_*
 environment pymesos's executor driver needs, its sandbox directory with stdout/stderr files and a
-pid file, and ending process groups (SIGTERM, then SIGKILL after a grace). It does not own which
-tasks an executor runs (that is `agent`).
+pid file, and ending process groups (SIGTERM, then SIGKILL after a grace; or SIGKILL at once).
+It does not own which tasks an executor runs (that is `agent`).
 """
 
 from __future__ import annotations
@@ -103,6 +103,13 @@ def end_process_group(process: subprocess.Popen, grace_seconds: float) -> None:
         process.wait(timeout=5.0)
     except subprocess.TimeoutExpired:
         logger.error("executor pid %s survived SIGKILL", process.pid)
+
+
+def kill_group_now(process: subprocess.Popen) -> None:
+    """SIGKILL the process's group at once (a stopped process dies too); nothing if the leader
+    was already reaped (its pid may be reused)."""
+    if process.returncode is None:
+        _signal_group(process.pid, signal.SIGKILL)
 
 
 def kill_group_later(process: subprocess.Popen, delay: float) -> None:
