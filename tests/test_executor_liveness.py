@@ -64,7 +64,7 @@ class TestShouldKillSilentExecutor:
 
 class TestResolveSilenceSeconds:
     def test_default_is_on(self) -> None:
-        assert resolve_silence_seconds("auto", {}) == DEFAULT_EXECUTOR_SILENCE_SECONDS == 10.0
+        assert resolve_silence_seconds("auto", {}) == DEFAULT_EXECUTOR_SILENCE_SECONDS == 30.0
 
     def test_environment_overrides_the_default(self) -> None:
         assert resolve_silence_seconds("auto", {SILENCE_ENV: "off"}) is None

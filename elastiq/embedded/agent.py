@@ -23,7 +23,7 @@ back the master answers the ping with 404 (it removed the agent), and the agent 
 under a new agent id with no executors. The decision is `should_fence`, a pure function.
 
 Silent executors: an executor run that has subscribed and has live tasks but from which nothing
-has come (no UPDATE, MESSAGE or re-SUBSCRIBE) for `executor_silence_after` seconds (10 s by
+has come (no UPDATE, MESSAGE or re-SUBSCRIBE) for `executor_silence_after` seconds (30 s by
 default; `ELASTIQ_EXECUTOR_SILENCE_SECONDS`, `off` or seconds; an explicit constructor argument
 wins) is hung (SIGSTOPped, wedged, livelocked): the agent SIGKILLs its process group, and its
 exit is reported like a crash, TASK_FAILED / REASON_EXECUTOR_TERMINATED with a message naming
@@ -74,7 +74,9 @@ FENCE_ENV = "ELASTIQ_AGENT_FENCE_SECONDS"
 DEFAULT_FENCE_SECONDS = 3.0  # below the master's default agent timeout of 5 s
 FenceSetting = float | None | Literal["auto"]
 SILENCE_ENV = "ELASTIQ_EXECUTOR_SILENCE_SECONDS"
-DEFAULT_EXECUTOR_SILENCE_SECONDS = 10.0  # our executor sends a heartbeat about every second
+# Our executor heartbeats about every second, from a thread that also asks Spark for figures
+# (py4j): a generous bound, so a loaded JVM (GC, a busy machine) is never taken for a hung one.
+DEFAULT_EXECUTOR_SILENCE_SECONDS = 30.0
 SilenceSetting = float | None | Literal["auto"]
 
 
