@@ -308,7 +308,8 @@ class QueryPersister:
 
     `observe(state)` runs on the event loop after each step (lock held): it compares cheaply and
     queues changed entries (the framework id, a query's compiled JSON once per submission, its
-    placements whenever they change). A writer thread writes them fenced by the leader's term;
+    placements whenever they change, and the endpoint of each channel whose producer was placed
+    somewhere new: the channel registry). A writer thread writes them fenced by the leader's term;
     a `FencedOut` drops everything (we are no longer the leader). Does not decide anything.
     """
 
@@ -319,6 +320,7 @@ class QueryPersister:
         self._pending: dict[tuple[str, str], Any] = {}  # (kind, id) -> value, in order
         self._seen_query: dict[str, int] = {}  # query id -> id() of the CompiledQuery written
         self._seen_placements: dict[str, dict[str, Any]] = {}
+        self._seen_channels: dict[str, dict[str, str]] = {}
         self._framework_id: str | None = None
         self._busy = False
         self._thread: threading.Thread | None = None
@@ -327,7 +329,7 @@ class QueryPersister:
     def begin(self, term: Term) -> None:
         with self._cond:
             self._term, self._pending, self._framework_id = term, {}, None
-            self._seen_query, self._seen_placements = {}, {}
+            self._seen_query, self._seen_placements, self._seen_channels = {}, {}, {}
         if self._thread is None:
             self._thread = threading.Thread(target=self._write_loop, name="registry-writer",
                                             daemon=True)
@@ -362,6 +364,13 @@ class QueryPersister:
             if self._seen_placements.get(qid) != placements:
                 self._seen_placements[qid] = placements
                 updates[("placements", qid)] = placements
+            served = {c: e for t in record.tasks.values() for c, e in t.endpoints.items()
+                      if c in t.task.outputs}
+            if self._seen_channels.get(qid) != served:
+                changed = {c: e for c, e in served.items()
+                           if self._seen_channels.get(qid, {}).get(c) != e}
+                self._seen_channels[qid] = served
+                updates[("channels", qid)] = changed
         if updates:
             with self._cond:
                 self._pending.update(updates)
@@ -403,5 +412,8 @@ class QueryPersister:
             self._registry.save_framework_id(value, term)
         elif kind == "query":
             self._registry.save_query(ident, value.to_json(), term)
+        elif kind == "channels":  # the channel registry: where each channel is served now
+            for channel_id, endpoint in sorted(value.items()):
+                self._registry.save_endpoint(ident, channel_id, endpoint, term)
         else:
             self._registry.save_placements(ident, value, term)

@@ -26,7 +26,7 @@ from kazoo.exceptions import NoAuthError  # noqa: E402
 
 from elastiq.embedded import EmbeddedCluster  # noqa: E402
 from scheduler.config import ExecutorSpec, SchedulerConfig  # noqa: E402
-from scheduler.coordination import CoordinationError  # noqa: E402
+from scheduler.coordination import CoordinationError, SchedulerRegistry  # noqa: E402
 from scheduler.mesos_adapter import SchedulerService  # noqa: E402
 from scheduler.testing import chain_query  # noqa: E402
 from scheduler.zk import ZkSettings, ZooKeeperCoordination  # noqa: E402
@@ -126,6 +126,13 @@ def test_registry_survives_a_scheduler_restart(zk: ZooKeeperServer, tmp_path: Pa
             before = wait_for("keep running", lambda: running(first, "keep"))
             framework = first.framework_id
             assert first._persister.flush(5)
+            producer = next(t for t in before["tasks"] if t["task_id"] == "keep.t0")
+            reader = coordination(zk, "/t-restart")
+            reader.start()
+            try:  # the channel registry: where keep.t0 serves its one output channel
+                assert SchedulerRegistry(reader).endpoints("keep") == producer["endpoints"] != {}
+            finally:
+                reader.close()
         finally:
             first.stop()
         second = service(cluster, zk, "/t-restart", "http://second").start()
