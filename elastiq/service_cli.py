@@ -82,6 +82,17 @@ def register(sub: argparse._SubParsersAction) -> None:
             p.add_argument("--from-start", action="store_true", help="print what is there first")
         p.set_defaults(handler=handler)
 
+    m = sub.add_parser("migrate", help="move a running task of a query to another agent")
+    m.add_argument("query")
+    m.add_argument("task", help="the task id, as `elastiq status QUERY` lists it")
+    m.add_argument("--to", required=True, metavar="AGENT", help="the target agent's id")
+    m.add_argument("--timeout", type=float, default=120.0,
+                   help="seconds to wait for the task to run there (default 120)")
+    m.add_argument("--scheduler", default=DEFAULT_URL, help=f"API URL (default {DEFAULT_URL})")
+    m.add_argument("--token-file", metavar="FILE",
+                   help="the scheduler's API token (default: $ELASTIQ_TOKEN_FILE, if set)")
+    m.set_defaults(handler=cmd_migrate)
+
 
 def cmd_run(args: argparse.Namespace) -> int:
     from elastiq.run import RunError, RunOptions, run
@@ -245,6 +256,39 @@ def cmd_stop(args: argparse.Namespace) -> int:
     if code == 0:
         print(reply.get("message") or json.dumps(reply))
     return code
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    """Ask the scheduler to move the task, then wait until it runs on the target and say how
+    long it paused (from the request until it was running there)."""
+    client = _client(args)
+    code, before = _call(lambda: client.status(args.query))
+    if code != 0:
+        return code
+    attempt = _task_view(before, args.task).get("attempt", 0)
+    started = time.monotonic()
+    code, reply = _call(lambda: client.migrate(args.query, args.task, args.to))
+    if code != 0:
+        return code
+    print(reply.get("message") or json.dumps(reply))
+    while time.monotonic() - started < args.timeout:
+        code, view = _call(lambda: client.status(args.query))
+        if code != 0:
+            return code
+        task = _task_view(view, args.task)
+        if task.get("attempt", 0) > attempt and task.get("state") == "running" and \
+                task.get("agent_id") == args.to:
+            print(f"task {args.task} runs on agent {args.to} (attempt {task['attempt']}): "
+                  f"paused {time.monotonic() - started:.1f} s from the request to running there")
+            return 0
+        time.sleep(0.2)
+    print(f"elastiq: task {args.task} is not running on agent {args.to} after "
+          f"{args.timeout:g} s; `elastiq status {args.query}` says why", file=sys.stderr)
+    return 1
+
+
+def _task_view(view: dict[str, Any], task_id: str) -> dict[str, Any]:
+    return next((t for t in view.get("tasks", []) if t.get("task_id") == task_id), {})
 
 
 def cmd_status(args: argparse.Namespace) -> int:

@@ -2,7 +2,8 @@
 
 Owns the routes: `POST /queries` (body: spec XML, compiled with
 `compiler.pipeline.compile_spec_text`, or a CompiledQuery as JSON), `GET /queries`,
-`GET /queries/{id}`, `DELETE /queries/{id}`, `GET /healthz`, `GET /metrics` (Prometheus text
+`GET /queries/{id}`, `DELETE /queries/{id}`, `POST /queries/{id}/tasks/{task}/migrate` (body
+`{"to": "<agent id>"}`), `GET /healthz`, `GET /metrics` (Prometheus text
 format, from the service's `metrics` or its loop's `loop.metrics`), and turning every bad input into a
 4xx JSON reply carrying every diagnostic, never a crash; running queries are untouched by bad
 requests. Does not own the scheduler (any `QueryService`, e.g. `SchedulerService`) nor the client
@@ -33,6 +34,8 @@ MAX_BODY = 4 * 1024 * 1024
 class QueryService(Protocol):
     def submit(self, query: CompiledQuery, timeout: float = 10.0) -> Reply: ...
     def stop_query(self, query_id: str, timeout: float = 10.0) -> Reply: ...
+    def migrate_task(self, query_id: str, task_id: str, agent_id: str,
+                     timeout: float = 10.0) -> Reply: ...
     def status(self) -> dict[str, Any]: ...
     def query_status(self, query_id: str) -> dict[str, Any] | None: ...
 
@@ -123,7 +126,7 @@ class _Handler(BaseHTTPRequestHandler):
         service = self.server.service
         if method != "GET" and not token_allows(self.server.token,
                                                 self.headers.get("Authorization", "")):
-            raise ApiError(401, "this scheduler requires a token for submit and stop: send "
+            raise ApiError(401, "this scheduler requires a token for submit, stop and migrate: send "
                                 "'Authorization: Bearer <token>' (elastiq --token-file FILE)")
         if parts == ["metrics"] and method == "GET":
             return 200, _metrics_text(service)
@@ -140,6 +143,9 @@ class _Handler(BaseHTTPRequestHandler):
             return self._submit(service)
         if len(parts) == 2 and parts[0] == "queries" and method in ("GET", "DELETE"):
             return self._one_query(service, method, parts[1])
+        if len(parts) == 5 and (parts[0], parts[2], parts[4]) == ("queries", "tasks", "migrate") \
+                and method == "POST":
+            return self._migrate(service, parts[1], parts[3])
         raise ApiError(404 if method == "GET" else 405, f"no route {method} {self.path}")
 
     def _submit(self, service: QueryService) -> tuple[int, Any]:
@@ -165,6 +171,19 @@ class _Handler(BaseHTTPRequestHandler):
         if not reply.accepted:
             raise ApiError(reply.status, reply.message)
         return 202, {"query_id": query_id, "message": reply.message}
+
+    def _migrate(self, service: QueryService, query_id: str, task_id: str) -> tuple[int, Any]:
+        try:
+            target = json.loads(self._body() or b"{}").get("to")
+        except (ValueError, AttributeError):
+            target = None
+        if not isinstance(target, str) or not target:
+            raise ApiError(400, 'the body must be JSON {"to": "<agent id>"}')
+        reply = service.migrate_task(query_id, task_id, target)
+        if not reply.accepted:
+            raise ApiError(reply.status, reply.message)
+        return 202, {"query_id": query_id, "task_id": task_id, "to": target,
+                     "message": reply.message}
 
     def _body(self) -> bytes:
         length = self.headers.get("Content-Length")

@@ -56,6 +56,11 @@ class SchedulerClient:
     def stop(self, query_id: str) -> dict[str, Any]:
         return self._call("DELETE", f"/queries/{quote(query_id, safe='')}")
 
+    def migrate(self, query_id: str, task_id: str, agent_id: str) -> dict[str, Any]:
+        target = f"/queries/{quote(query_id, safe='')}/tasks/{quote(task_id, safe='')}/migrate"
+        return self._call("POST", target, json.dumps({"to": agent_id}).encode("utf-8"),
+                          {"Content-Type": "application/json"})
+
     def healthy(self) -> bool:
         try:
             return bool(self._call("GET", "/healthz").get("ok"))

@@ -112,6 +112,17 @@ class QueryStopRequested:
 
 
 @dataclass(frozen=True)
+class TaskMigrationRequested:
+    """Move a running task to `agent_id` (seeds/002 section 4.2: quiesce, replicate the state,
+    redirect the inputs, unquiesce)."""
+
+    stimulus_id: str
+    query_id: str
+    task_id: str
+    agent_id: str
+
+
+@dataclass(frozen=True)
 class Tick:
     stimulus_id: str
     now: float  # seconds, monotonic clock of the event loop
@@ -119,5 +130,6 @@ class Tick:
 
 Event = Union[
     Registered, Reregistered, Disconnected, OffersReceived, OfferRescinded, StatusUpdated,
-    AgentLost, ExecutorLost, FrameworkMessageReceived, QuerySubmitted, QueryStopRequested, Tick,
+    AgentLost, ExecutorLost, FrameworkMessageReceived, QuerySubmitted, QueryStopRequested,
+    TaskMigrationRequested, Tick,
 ]

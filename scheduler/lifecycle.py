@@ -119,6 +119,7 @@ class TaskRecord:
     restart_at: float | None = None  # set while a failed task waits for its backoff
     pending_since: float = 0.0
     kill_requested: bool = False
+    migrate_to: str | None = None  # a requested migration's target agent, until it launches there
     last_failure: str = ""
     figures: dict[str, float] = field(default_factory=dict)
     history: list[HistoryEntry] = field(default_factory=list)

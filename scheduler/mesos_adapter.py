@@ -37,7 +37,7 @@ from scheduler.coordination import (
     Coordination, ConnectionState, CoordinationError, InProcessCoordination, QueryPersister,
     SchedulerRegistry,
 )
-from scheduler.events import QueryStopRequested, QuerySubmitted
+from scheduler.events import QueryStopRequested, QuerySubmitted, TaskMigrationRequested
 from scheduler.leadership import (
     Action, Clock, Deposed, Elected, Fact, FencedRequest, LeaderSeen, Leadership,
     LeadershipGained, LeadershipUpdated, Reconnected, RestoreAndRegister, SessionLost, StepDown,
@@ -340,6 +340,13 @@ class SchedulerService:
         sid = new_stimulus_id("stop")
         return self.loop.request(FencedRequest(sid, epoch, QueryStopRequested(sid, query_id)),
                                  timeout)
+
+    def migrate_task(self, query_id: str, task_id: str, agent_id: str, timeout: float = 10.0,
+                     epoch: int | None = None) -> Reply:
+        sid = new_stimulus_id("migrate")
+        return self.loop.request(
+            FencedRequest(sid, epoch, TaskMigrationRequested(sid, query_id, task_id, agent_id)),
+            timeout)
 
     def status(self) -> dict[str, Any]:
         """The leader's live state; a standby answers from the registry."""

@@ -33,7 +33,7 @@ from scheduler.destinations import (
 from scheduler.events import (
     AgentLost, Disconnected, Event, ExecutorLost, FrameworkMessageReceived, OfferRescinded,
     OffersReceived, QueryStopRequested, QuerySubmitted, Registered, Reregistered, StatusUpdated,
-    Tick,
+    TaskMigrationRequested, Tick,
 )
 from scheduler.leadership import (
     FencedRequest, Leadership, LeadershipGained, LeadershipUpdated, check_epoch,
@@ -83,6 +83,7 @@ class SchedulerState:
     held: dict[str, HeldOffer] = field(default_factory=dict)
     warm_agents: set[str] = field(default_factory=set)  # our executor known to run there
     gone_agents: set[str] = field(default_factory=set)
+    agents: dict[str, str] = field(default_factory=dict)  # agent id -> hostname, from offers
     suppressed: bool = False
     last_reconcile: float = 0.0
     heartbeats: dict[str, float] = field(default_factory=dict)  # executor id -> last seen
@@ -135,6 +136,7 @@ class SchedulerState:
     def _on_offers_received(self, ev: OffersReceived) -> list[Command]:
         for offer in ev.offers:
             self.gone_agents.discard(offer.agent_id)
+            self.agents[offer.agent_id] = offer.hostname
             self.held[offer.offer_id] = HeldOffer(offer, self.now)
         return self._try_place(ev.stimulus_id)
 
@@ -194,6 +196,7 @@ class SchedulerState:
         task.agent_id, task.hostname, task.ports = a.agent_id, a.hostname, a.ports
         task.endpoints = dict(a.endpoints)
         task.launches += 1
+        task.migrate_to = None
         log.info("[%s] launching %s on agent %s (ports %s): %s", sid, task.mesos_task_id,
                  a.agent_id, a.ports, where.reason)
         return TaskLaunch(task.mesos_task_id, task.task_id, task.task_id, a.cpus, a.mem_mb,
@@ -275,7 +278,11 @@ class SchedulerState:
             max(0, t.task.resources.ports - len(t.task.outputs)), where.excluded)
 
     def _destinations(self, t: TaskRecord) -> Destinations:
-        """Where the pending task may go now, by its failover mode (`scheduler.destinations`)."""
+        """Where the pending task may go now: its migration target, else by its failover mode
+        (`scheduler.destinations`)."""
+        if t.migrate_to is not None:
+            return Destinations(frozenset({t.migrate_to}), (t.migrate_to,),
+                                reason=f"migration from {t.agent_id} to {t.migrate_to}")
         return destinations_for(
             Past(t.task.failover, t.launches, t.agent_id, t.pending_since), t.attempt, self.now,
             frozenset(self.gone_agents), frozenset(self.warm_agents),
@@ -337,13 +344,13 @@ class SchedulerState:
             task.last_failure = why
         if query.phase != "active" or task.state is TaskState.FINISHED or task.kill_requested:
             return self._settle(sid, query)
-        if task.state is not TaskState.LOST and not infrastructure:
+        if task.state is not TaskState.LOST and not infrastructure and task.migrate_to is None:
             task.failures += 1
         if task.failures >= self.config.max_attempts:
             reason = (f"task {task.task_id} failed {task.failures} times "
                       f"(max {self.config.max_attempts}); last: {why}")
             return self._fail_query(sid, query, reason)
-        if task.task.failover in IMMEDIATE_FAILOVER:
+        if task.task.failover in IMMEDIATE_FAILOVER or task.migrate_to is not None:
             task.restart_at = self.now  # no backoff: `_fail_over` restarts it in this step
             log.info("[%s] task %s fails over (%s) at once (launch %s, %s failures of %s)", sid,
                      task.task_id, task.task.failover, task.launches + 1, task.failures,
@@ -392,6 +399,11 @@ class SchedulerState:
         log.warning("[%s] agent %s lost", ev.stimulus_id, ev.agent_id)
         self.gone_agents.add(ev.agent_id)
         self.warm_agents.discard(ev.agent_id)
+        for task in (t for q in self.queries.values() for t in q.tasks.values()
+                     if t.migrate_to == ev.agent_id):
+            log.warning("[%s] migration of %s to lost agent %s abandoned", ev.stimulus_id,
+                        task.task_id, ev.agent_id)
+            task.migrate_to = None
         for oid in [o for o, h in self.held.items() if h.offer.agent_id == ev.agent_id]:
             del self.held[oid]
         return self._lose_tasks(ev.stimulus_id, lambda t: t.agent_id == ev.agent_id,
@@ -466,6 +478,57 @@ class SchedulerState:
         return [ReplyToRequest(sid, True, 200, f"query {ev.query_id} stopping")] + commands + \
             self._settle(sid, query)
 
+    def _on_task_migration_requested(self, ev: TaskMigrationRequested) -> list[Command]:
+        """Quiesce the task (a graceful kill: its query stops after its current micro-batch and
+        its channel writers close), then relaunch it on the target agent at once, where it
+        resumes from its checkpoint and channel logs on shared storage (its state replicated);
+        its consumers are retargeted to it (its inputs redirected). Refused, touching nothing,
+        when the query, task or agent is unknown, the task is not running, or the target already
+        holds it or a group it must be kept apart from."""
+        sid = ev.stimulus_id
+        refusal = self._migration_refusal(ev)
+        if refusal is not None:
+            log.info("[%s] migration of %s refused: %s", sid, ev.task_id, refusal[1])
+            return [ReplyToRequest(sid, False, *refusal)]
+        task = self.queries[ev.query_id].tasks[ev.task_id]
+        task.migrate_to = ev.agent_id
+        log.info("[%s] migrating %s from agent %s to %s", sid, task.mesos_task_id,
+                 task.agent_id, ev.agent_id)
+        return [ReplyToRequest(sid, True, 202, f"task {ev.task_id} moves from agent "
+                                              f"{task.agent_id} to {ev.agent_id}"),
+                KillTask(sid, task.mesos_task_id, task.agent_id or "")]
+
+    def _migration_refusal(self, ev: TaskMigrationRequested) -> tuple[int, str] | None:
+        query = self.queries.get(ev.query_id)
+        if query is None:
+            return 404, f"no query {ev.query_id}"
+        task = query.tasks.get(ev.task_id)
+        if task is None:
+            return 404, f"query {ev.query_id} has no task {ev.task_id} (its tasks: " \
+                        f"{', '.join(sorted(query.tasks))})"
+        if query.phase != "active" or task.state is not TaskState.RUNNING or task.migrate_to:
+            what = f"moving to {task.migrate_to}" if task.migrate_to else task.state.value
+            return 409, f"task {ev.task_id} is {what} (query {query.phase}); only a running " \
+                        "task can move"
+        known = set(self.agents) - self.gone_agents
+        if ev.agent_id not in known:
+            return 404, f"no agent {ev.agent_id} (agents: {', '.join(sorted(known)) or 'none'})"
+        if ev.agent_id == task.agent_id:
+            return 400, f"task {ev.task_id} already runs on agent {ev.agent_id}"
+        clash = self._apart_clash(query, task, ev.agent_id)
+        if clash:
+            return 409, f"task {ev.task_id} must be kept apart from {', '.join(clash)}, which " \
+                        f"run on agent {ev.agent_id}"
+        return None
+
+    def _apart_clash(self, query: QueryRecord, task: TaskRecord, agent_id: str) -> list[str]:
+        """Tasks on `agent_id` that `task` must not share an agent with (either way round)."""
+        group = task.task.placement.group
+        return sorted(t.task_id for t in query.tasks.values()
+                      if t is not task and t.state.launched and t.agent_id == agent_id
+                      and ((t.task.placement.group or t.task_id) in task.task.placement.apart_from
+                           or (group is not None and group in t.task.placement.apart_from)))
+
     # ---- leadership ----------------------------------------------------------------------
     def _on_leadership_gained(self, ev: LeadershipGained) -> list[Command]:
         """Restore the persisted queries BEFORE registering, so reconciliation knows them."""
@@ -517,8 +580,10 @@ class SchedulerState:
         return commands
 
     def _fail_over(self, sid: str) -> list[Command]:
-        """Restart the standby, checkpoint and replica tasks that just ended, in the same step."""
-        return self._restart_due(sid, lambda t: t.task.failover in IMMEDIATE_FAILOVER)
+        """Restart the standby, checkpoint and replica tasks that just ended, and a migrating
+        task once it stopped, in the same step."""
+        return self._restart_due(sid, lambda t: t.task.failover in IMMEDIATE_FAILOVER
+                                 or t.migrate_to is not None)
 
     def _restart_due(self, sid: str,
                      which: Callable[[TaskRecord], bool] = lambda t: True) -> list[Command]:
@@ -622,6 +687,7 @@ _HANDLERS: dict[type, str] = {
     FrameworkMessageReceived: "_on_framework_message_received",
     QuerySubmitted: "_on_query_submitted",
     QueryStopRequested: "_on_query_stop_requested",
+    TaskMigrationRequested: "_on_task_migration_requested",
     Tick: "_on_tick",
 }
 
@@ -638,6 +704,7 @@ def durable_placements(q: QueryRecord) -> dict[str, Any]:
                     "restarting": t.restart_at is not None, "agent_id": t.agent_id,
                     "hostname": t.hostname, "ports": list(t.ports),
                     "endpoints": dict(t.endpoints), "kill_requested": t.kill_requested,
+                    "migrate_to": t.migrate_to,
                     "last_failure": t.last_failure}
         for t in q.tasks.values()}}
 
@@ -663,7 +730,7 @@ def _restore_task(task: Any, saved: dict[str, Any] | None, now: float) -> TaskRe
         hostname=saved.get("hostname"), ports=tuple(saved.get("ports", ())),
         endpoints=dict(saved.get("endpoints", {})),
         restart_at=now if saved.get("restarting") else None, pending_since=now,
-        kill_requested=bool(saved.get("kill_requested")),
+        kill_requested=bool(saved.get("kill_requested")), migrate_to=saved.get("migrate_to"),
         last_failure=str(saved.get("last_failure", "")))
 
 

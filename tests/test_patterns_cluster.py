@@ -6,8 +6,9 @@ run them, and the tests SIGKILL real processes mid-stream: a task's process (its
 source runner: the executor restarts the query from its checkpoint) and the whole executor of an
 agent (the scheduler fails the task over as its pattern prescribes). Every sink is then compared
 with a plain-Python oracle over the same deterministic input: nothing missing, nothing twice.
-Checkpoint and hot standby take five executor kills in one run. Gaps and overheads are measured
-by benchmarks/pattern_failover.py, not here.
+Checkpoint and hot standby take five executor kills in one run. The last test moves a stateful
+task between agents with `elastiq migrate` under load. Gaps and overheads are measured by
+benchmarks/patterns.py, not here.
 
 Three agents of 2.5 cpus: a protected task starts away from its neighbours, so two hot-standby
 replicas and their neighbours need three agents. Helpers and oracles: tests/e2e_support.py.
@@ -251,3 +252,45 @@ def test_partitioned_and_pipelined_plans_equal_the_oracle(stack: Stack, tmp_path
         check_windows(sink_path(tmp_path, spec, "sink"), spec, 240)
     finally:
         stop_query(stack, query.query_id)
+
+
+# --- migration: a stateful task moved between agents under load -----------------------------------
+
+@pytest.mark.timeout(400)
+def test_migrating_a_stateful_task_twice_leaves_the_sink_exact(
+        stack: Stack, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`elastiq migrate` moves the checkpointed window aggregate to another agent and back,
+    mid-stream: quiesced, relaunched from its checkpoint and channel logs, its reader retargeted;
+    the sink equals the oracle."""
+    from elastiq.cli import main
+
+    spec = "e2e-checkpoint.xml"
+    query = compile_spec(spec, tmp_path, query_id="e2e-migrate")
+    submit(stack, query)
+    qid = query.query_id
+    try:
+        wait_running(stack, qid, timeout=180)
+        (task,) = tasks_with(query, "checkpoint")
+        sink = sink_path(tmp_path, spec, "sink")
+        total = sum(count_windows(spec)[0].values())
+        have = grows(sink, 0, 120, "first windows before the migration")
+        agents = [a.agent_id for a in stack.cluster.agents]
+        for move in range(2):
+            here, attempt = view(stack, qid, task)["agent_id"], view(stack, qid, task)["attempt"]
+            there = next(a for a in agents if a != here)
+            not_done(sink, total, f"migration {move + 1}")
+            code = main(["migrate", qid, task, "--to", there, "--scheduler", stack.api.url])
+            said = capsys.readouterr().out
+            assert code == 0, said
+            assert f"task {task} runs on agent {there} (attempt {attempt + 1}): paused " in said
+            moved = view(stack, qid, task)
+            assert (moved["agent_id"], moved["attempt"], moved["state"]) == \
+                (there, attempt + 1, "running")
+            have = grows(sink, have, 120, f"windows after migration {move + 1}")
+        refused = main(["migrate", qid, task, "--to", "no-such-agent",
+                        "--scheduler", stack.api.url])
+        assert refused != 0 and "no agent no-such-agent" in capsys.readouterr().err
+        check_windows(sink, spec, 300)
+        assert view(stack, qid, task)["attempt"] == 3, "the refusal moved nothing"
+    finally:
+        stop_query(stack, qid)

@@ -115,11 +115,25 @@ def test_guards_refuse_what_the_validator_would_also_refuse() -> None:
         assert all(not list(find_matches(graph, r)) for r in RULES)
 
 
+def asks_for_a_pattern(text: str) -> bool:
+    return any(f' {attribute}="' in text for attribute in ("ha", "parallelism", "pipeline"))
+
+
 def test_examples_without_patterns_are_not_rewritten() -> None:
-    for path in EXAMPLES:
+    plain = [p for p in EXAMPLES if not asks_for_a_pattern(p.read_text())]
+    assert len(plain) >= 5
+    for path in plain:
         graph = logical(path.read_text())
         result = rewrite(graph, RULES)
         assert result.firings == () and result.graph == graph, path.name
+
+
+def test_the_resilient_example_fires_one_rule_per_attribute() -> None:
+    (path,) = [p for p in EXAMPLES if asks_for_a_pattern(p.read_text())]
+    result = rewrite(logical(path.read_text()), RULES)
+    # one phase (fault tolerance); within it, rules in name order
+    assert [(f.rule, f.focus) for f in result.firings] == [("checkpoint", "avg"),
+                                                           ("standby", "hot")]
 
 
 # ----------------------------------------------------------------------------------------------
