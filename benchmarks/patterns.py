@@ -484,7 +484,10 @@ def kill_executor_of(stack: Stack, agent: str) -> float:
     killed_at = time.monotonic()
     victims = kill_session(executor)
     log.info("SIGKILLed the executor session %s on %s: %s", executor, agent, victims)
-    wait_until(lambda: not session_members(executor), 30, f"the killed executor on {agent} to end")
+    # a process forked while the session was being killed (a Spark Python worker) survives the
+    # first sweep: sweep again until the session is empty
+    wait_until(lambda: not kill_session(executor), 30, f"the killed executor on {agent} to end",
+               lambda: f"still alive: {session_members(executor)}")
     return killed_at
 
 
@@ -598,6 +601,7 @@ def run_gaps(stack: Stack, work: Path, pattern: str, plan: Plan) -> GapRun:
                     out.notes.append(f"no sink growth within 120 s of in-place kill {n + 1}")
                     break
                 out.inplace_gaps.append(grown - killed)
+                log.info("%s: in-place kill %d: gap %.2f s", pattern, n + 1, grown - killed)
                 try:
                     wait_until(lambda: (task_view(stack, qid, target).get("figures") or {})
                                .get("restarts", 0) > restarts, 60, "the in-place restart")
@@ -618,7 +622,6 @@ def run_gaps(stack: Stack, work: Path, pattern: str, plan: Plan) -> GapRun:
                 if running is None:
                     out.notes.append(f"{target} not relaunched within 120 s of kill {n + 1}")
                     break
-                out.relaunch_s.append(running - killed)
                 after = killed if pattern == "hot-standby" else running
                 grown = wait_growth(watcher, after, size, RECOVERY_BOUND)
                 if grown is None:
@@ -626,6 +629,10 @@ def run_gaps(stack: Stack, work: Path, pattern: str, plan: Plan) -> GapRun:
                                      f"executor kill {n + 1} (shared agent: {shared})")
                     break
                 out.executor_gaps.append(grown - killed)
+                out.relaunch_s.append(running - killed)
+                log.info("%s: executor kill %d: gap %.2f s, relaunch reported after %.2f s, "
+                         "shared agent %s", pattern, n + 1, grown - killed, running - killed,
+                         shared)
                 out.shared.append(shared)
                 time.sleep(plan.settle_s)
         try:
@@ -666,7 +673,13 @@ def section_gaps(work: Path, plan: Plan) -> None:
     try:
         for pattern in ("standby", "checkpoint", "hot-standby"):
             log.info("gaps: %s", pattern)
-            runs.append(run_gaps(stack, work, pattern, plan))
+            try:
+                runs.append(run_gaps(stack, work, pattern, plan))
+            except Exception as exc:  # report it and go on with the next pattern
+                log.exception("gaps: %s failed", pattern)
+                failed = GapRun(pattern)
+                failed.notes.append(f"FAILED: {type(exc).__name__}: {str(exc).splitlines()[0]}")
+                runs.append(failed)
     finally:
         leftovers = stop_stack(stack)
         if leftovers:
@@ -781,7 +794,7 @@ def section_overhead(work: Path, plan: Plan) -> None:
                     stack, work / "overhead", name,
                     window_spec(name, None if variant == "plain" else variant, rate,
                                 plan.window_rows, OVERHEAD_WINDOWS),
-                    plan.window_rows, len(wexp), check_windows, 240,
+                    plan.window_rows, len(wexp), check_windows, 120,
                     measure_lines=len(wexp) - last_window))
     finally:
         stop_stack(stack)
@@ -881,13 +894,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     for noisy in ("executor", "scheduler", "elastiq", "pymesos", "tests.e2e"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     began = time.monotonic()
-    print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}",
+          flush=True)
     with tempfile.TemporaryDirectory(prefix="elastiq-bench-patterns-") as tmp:
         for name in args.only or ["gaps", "overhead", "partition"]:
             t = time.monotonic()
             SECTIONS[name](Path(tmp), plan)
             print(f"section {name}: {time.monotonic() - t:.0f} s; load average "
-                  f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+                  f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
     print(f"wall time: {time.monotonic() - began:.0f} s")
     return 0
 
