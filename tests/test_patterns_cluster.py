@@ -119,7 +119,9 @@ def kill_executor(stack: Stack, agent: str, what: str) -> int:
     executor = wait_until(lambda: stack.executor_pid(agent), 30, f"the executor on {agent}")
     victims = kill_session(executor)
     log.info("patterns: SIGKILLed the executor of %s on %s: %s", what, agent, victims)
-    wait_until(lambda: not session_members(executor), 30, f"the killed executor on {agent} to end",
+    # a process forked while the sweep ran (a Spark worker) escapes it: sweep until none is left
+    wait_until(lambda: not kill_session(executor) and not session_members(executor), 30,
+               f"the killed executor on {agent} to end",
                lambda: f"still alive: {session_members(executor)}")
     return executor
 
