@@ -42,9 +42,11 @@ _FORWARDING = ("network-writer", "network-reader", "multicast", "splitter")
 
 
 # Seconds between the micro-batches of a task that multicasts to hot-standby replicas. A replica
-# cuts its micro-batches at input batch boundaries (one each, so every replica's output is
-# numbered alike); its catch-up speed after a restart is this interval over its batch time.
-REPLICA_INPUT_INTERVAL = 1.0
+# cuts its micro-batches at input batch boundaries (an input batch, then an empty flush step, so
+# every replica's output is numbered alike); its catch-up speed after a restart is this interval
+# over the time of those two micro-batches (~0.3-0.8 s here), so 1 s barely kept pace on a loaded
+# machine and 2 s leaves room to catch up, at ~1 s more latency.
+REPLICA_INPUT_INTERVAL = 2.0
 
 
 def py_literal(value: Any) -> str:

@@ -22,7 +22,7 @@ SCHEMA_RAW = Schema.of(
 
 def build(rt: TaskRuntime) -> None:
     # feeds hot-standby replicas (one input batch per micro-batch each)
-    rt.paced_batches(seconds=1.0)
+    rt.paced_batches(seconds=2.0)
     # src := generator
     rt.generator(
         op='src',
