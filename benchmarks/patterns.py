@@ -693,10 +693,10 @@ def section_gaps(work: Path, plan: Plan) -> None:
         rel = ratio(median_of(r.executor_gaps), percentile(r.baseline, 50))
         print(f"{r.pattern}: results exact: {'yes' if r.exact else 'no'}; executor-kill gap p50 "
               f"/ baseline write p50 = {fmt(rel, 1)}; {r.seconds:.0f} s")
-        print(f"  executor-kill gaps s: " + ", ".join(
+        print("  executor-kill gaps s: " + ", ".join(
             f"{g:.2f}{'*' if s else ''}" for g, s in zip(r.executor_gaps, r.shared))
             + "  (* = the killed executor also ran other tasks of the query)")
-        print(f"  in-place gaps s: " + ", ".join(f"{g:.2f}" for g in r.inplace_gaps))
+        print("  in-place gaps s: " + ", ".join(f"{g:.2f}" for g in r.inplace_gaps))
         for note in r.notes:
             print(f"  NOTE {r.pattern}: {note}")
 
