@@ -13,16 +13,16 @@ from __future__ import annotations
 import os
 import signal
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import pymesos.process
 import pytest
-from pymesos import MesosSchedulerDriver, Scheduler, decode_data
+from pymesos import MesosSchedulerDriver, decode_data
 
 from elastiq.embedded import EmbeddedCluster
+from test_embedded_cluster import Recorder
 from elastiq.embedded.agent import (
     DEFAULT_EXECUTOR_SILENCE_SECONDS,
     SILENCE_ENV,
@@ -86,51 +86,9 @@ class TestResolveSilenceSeconds:
 
 # --- the cluster ----------------------------------------------------------------------------------
 
-class Recorder(Scheduler):
-    """Records offers, status updates and framework messages; callbacks return at once."""
-
-    def __init__(self) -> None:
-        self.events: list[tuple[str, Any]] = []
-        self._cond = threading.Condition()
-
-    def _add(self, kind: str, payload: Any) -> None:
-        with self._cond:
-            self.events.append((kind, payload))
-            self._cond.notify_all()
-
-    def registered(self, driver, framework_id, master_info):  # noqa: N802
-        self._add("registered", framework_id["value"])
-
-    def resourceOffers(self, driver, offers):  # noqa: N802
-        for offer in offers:
-            self._add("offer", offer)
-
-    def statusUpdate(self, driver, status):  # noqa: N802
-        self._add("update", status)
-
-    def frameworkMessage(self, driver, executor_id, agent_id, message):  # noqa: N802
-        self._add("message", decode_data(message).decode())
-
-    def executorLost(self, driver, executor_id, agent_id, status):  # noqa: N802
-        self._add("executor_lost", (executor_id["value"], status))
-
-    def wait_for(self, kind: str, match: Callable[[Any], bool] = lambda _: True,
-                 timeout: float = WAIT) -> Any:
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            while True:
-                for event_kind, payload in self.events:
-                    if event_kind == kind and match(payload):
-                        return payload
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise AssertionError(f"no {kind} within {timeout}s; saw "
-                                         f"{[k for k, _ in self.events]}")
-                self._cond.wait(left)
-
-    def of_kind(self, kind: str) -> list[Any]:
-        with self._cond:
-            return [payload for k, payload in self.events if k == kind]
+def of_kind(recorder: Recorder, kind: str) -> list[Any]:
+    with recorder._cond:
+        return [payload for k, payload in recorder.events if k == kind]
 
 
 @pytest.fixture
@@ -191,7 +149,8 @@ def wait_until(predicate: Callable[[], bool], timeout: float = WAIT) -> None:
 
 
 def beats_from(recorder: Recorder, pid: int) -> int:
-    return sum(1 for text in recorder.of_kind("message") if text.startswith(f"beat:{pid}:"))
+    return sum(1 for _, _, data in of_kind(recorder, "message")
+               if decode_data(data).decode().startswith(f"beat:{pid}:"))
 
 
 @pytest.mark.cluster
@@ -212,7 +171,8 @@ def test_a_stopped_executor_is_killed_and_its_task_fails_naming_the_silence(clus
         assert "silent for" in failed["message"] and "killed by agent" in failed["message"]
         assert took >= SILENCE - 0.6  # its last beat came at most 0.5 s before the stop
         wait_until(lambda: not pid_alive(pid), timeout=5.0)
-        assert recorder.wait_for("executor_lost") == ("beater", signal.SIGKILL)
+        lost = recorder.wait_for("executor_lost")
+        assert (lost[0], lost[2]) == ("beater", signal.SIGKILL)
         assert cluster.agents[0].silence_kills == 1
         assert cluster.agents[0].executor_pids() == {}
     finally:
@@ -230,6 +190,6 @@ def test_a_heartbeating_executor_is_left_alone(cluster, scheduler):
     assert pid_alive(pid)
     assert executor_pid(cluster) == pid
     assert beats_from(recorder, pid) >= 3 * SILENCE / 0.5 / 2  # it kept beating meanwhile
-    assert [s["state"] for s in recorder.of_kind("update")
+    assert [s["state"] for s in of_kind(recorder, "update")
             if s["task_id"]["value"] == "alive1"] == ["TASK_RUNNING"]
     assert cluster.agents[0].silence_kills == 0
