@@ -22,7 +22,6 @@ import argparse
 import logging
 import sys
 import tempfile
-import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -38,38 +37,10 @@ sys.path.append(str(ROOT / "tests"))  # the stack helpers and oracles (read-only
 from e2e_support import (Stack, compile_spec, generator_rows, read_sink, spec_params,  # noqa: E402
                          start_stack, stop_query, stop_stack, submit, wait_running, wait_until,
                          window_oracle)
+from patterns import SizeWatcher  # noqa: E402  (the sink-size poller of the pattern benchmark)
 
 log = logging.getLogger("bench.migration")
 SECOND = timedelta(seconds=1)
-
-
-@dataclass
-class Growth:
-    """Times at which a file grew, polled every 10 ms in a thread."""
-
-    path: Path
-    times: list[float] = field(default_factory=list)
-    _stop: threading.Event = field(default_factory=threading.Event)
-
-    def start(self) -> "Growth":
-        threading.Thread(target=self._run, daemon=True).start()
-        return self
-
-    def _run(self) -> None:
-        size = -1
-        while not self._stop.is_set():
-            now_size = self.path.stat().st_size if self.path.exists() else 0
-            if now_size != size:
-                if size >= 0:
-                    self.times.append(time.monotonic())
-                size = now_size
-            time.sleep(0.01)
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    def first_after(self, t: float) -> float | None:
-        return next((x for x in self.times if x > t), None)
 
 
 @dataclass(frozen=True)
@@ -123,37 +94,46 @@ def run_case(stack: Stack, work: Path, case: Case, moves: int) -> Moves:
     sink = base / spec_params(case.spec)["sink"]["path"]
     result = Moves(case.kind)
     submit(stack, query)
-    growth = Growth(sink).start()
     try:
-        wait_running(stack, qid, timeout=180)
-        wait_until(lambda: len(growth.times) >= 6, 120, "steady output before the first move")
-        result.baseline = [b - a for a, b in zip(growth.times, growth.times[1:])]
-        agents = [a.agent_id for a in stack.cluster.agents]
-        for move in range(moves):
-            here, attempt = task_view(stack, qid, task)["agent_id"], \
-                task_view(stack, qid, task)["attempt"]
-            there = agents[(agents.index(here) + 1) % len(agents)]
-            asked = time.monotonic()
-            reply = stack.service.migrate_task(qid, task, there)
-            assert reply.accepted, reply.message
-            wait_until(lambda: (v := task_view(stack, qid, task))["attempt"] > attempt
-                       and v["state"] == "running" and v["agent_id"] == there, 120,
-                       f"move {move + 1} of {task} to {there}", step=0.02)
-            result.to_running.append(time.monotonic() - asked)
-            grew = wait_until(lambda: growth.first_after(asked + result.to_running[-1]), 120,
-                              f"output after move {move + 1}", step=0.02)
-            result.gaps.append(grew - asked)
-            log.info("%s move %s: %s -> %s, running after %.2f s, output after %.2f s",
-                     case.kind, move + 1, here, there, result.to_running[-1], result.gaps[-1])
-            time.sleep(3.0)
+        with SizeWatcher(sink) as watcher:
+            wait_running(stack, qid, timeout=180)
+            began = time.monotonic()
+            wait_until(lambda: len(watcher.write_intervals(began, time.monotonic())) >= 5, 120,
+                       "steady output before the first move")
+            result.baseline = watcher.write_intervals(began, time.monotonic())
+            for move in range(moves):
+                move_once(stack, qid, task, watcher, result, move)
+                time.sleep(3.0)
         expected = case.expected()
         result.exact = bool(wait_until(
             lambda: Counter(case.key(r) for r in read_sink(sink)) == expected, 300,
             f"the {case.kind} sink to equal the oracle", step=1.0))
     finally:
-        growth.stop()
         stop_query(stack, qid)
     return result
+
+
+def move_once(stack: Stack, qid: str, task: str, watcher: SizeWatcher, result: Moves,
+              move: int) -> None:
+    """Move `task` to the next agent; record the time to running there and to output."""
+    agents = [a.agent_id for a in stack.cluster.agents]
+    view = task_view(stack, qid, task)
+    here, attempt = view["agent_id"], view["attempt"]
+    there = agents[(agents.index(here) + 1) % len(agents)]
+    asked = time.monotonic()
+    reply = stack.service.migrate_task(qid, task, there)
+    assert reply.accepted, reply.message
+    wait_until(lambda: (v := task_view(stack, qid, task))["attempt"] > attempt
+               and v["state"] == "running" and v["agent_id"] == there, 120,
+               f"move {move + 1} of {task} to {there}", step=0.02)
+    running = time.monotonic()
+    size = watcher.size_at(running)
+    grew = wait_until(lambda: watcher.first_growth(running, size), 120,
+                      f"output after move {move + 1}", step=0.02)
+    result.to_running.append(running - asked)
+    result.gaps.append(grew - asked)
+    log.info("%s move %s: %s -> %s, running after %.2f s, output after %.2f s", result.kind,
+             move + 1, here, there, result.to_running[-1], result.gaps[-1])
 
 
 def table(results: list[Moves]) -> str:
