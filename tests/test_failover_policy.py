@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from scheduler.commands import Command, LaunchTasks, RetargetChannels
+from scheduler.commands import LaunchTasks, RetargetChannels
 from scheduler.config import SchedulerConfig
 from scheduler.destinations import Past, apart_groups, destinations_for
 from scheduler.events import ExecutorLost, OffersReceived, QuerySubmitted, Registered, Tick
