@@ -14,6 +14,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from compiler import codegen, spec as spec_mod, validate
+from compiler.control import catalog_for
 from compiler.graph import Graph
 from compiler.rewrite import Firing, rewrite
 from compiler.rules import Rule, load_rules
@@ -123,7 +124,9 @@ def _finish(parsed: spec_mod.Spec, logical: Graph, query_id: str, base: Path,
     tasks = tuple(_task(physical, plan, query_id, base, by_id) for plan in plans)
     sinks = {n.name: str(codegen.resolve_path(base, n.param("path")))
              for n in physical.sinks() if n.kind == "file-sink"}
-    query = CompiledQuery(query_id, tasks, channels, sinks)
+    query = CompiledQuery(query_id, tasks, channels, sinks,
+                          catalog_for(logical, physical, plans,
+                                      lambda path: str(codegen.resolve_path(base, path))))
     return Compilation(parsed, logical, physical, plans, query, warnings, rewritten.firings,
                        refused)
 

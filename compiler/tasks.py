@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from compiler.types import Schema
 
 if TYPE_CHECKING:
+    from compiler.control import ControlCatalog
     from compiler.graph import Graph, Node
 
 TaskKind = Literal["spark", "plumbing"]
@@ -142,6 +143,7 @@ class CompiledQuery:
     tasks: tuple[QueryTask, ...]
     channels: tuple[ChannelSpec, ...]
     sinks: dict[str, str] = field(default_factory=dict)  # sink operator -> output path, if a file
+    controls: "ControlCatalog | None" = None  # what may change while it runs (compiler.control)
 
     def task(self, task_id: str) -> QueryTask:
         for t in self.tasks:
@@ -155,14 +157,18 @@ class CompiledQuery:
             "tasks": [t.to_json() for t in self.tasks],
             "channels": [c.to_json() for c in self.channels],
             "sinks": self.sinks,
+            "controls": self.controls.to_json() if self.controls is not None else None,
         })
 
     @classmethod
     def from_json(cls, text: str) -> "CompiledQuery":
+        from compiler.control import ControlCatalog
+
         d = json.loads(text)
         return cls(
             d["query_id"], tuple(QueryTask.from_json(t) for t in d["tasks"]),
             tuple(ChannelSpec.from_json(c) for c in d["channels"]), dict(d.get("sinks", {})),
+            ControlCatalog.from_json(d.get("controls")),
         )
 
 

@@ -68,9 +68,16 @@ def _register_service_commands(sub: argparse._SubParsersAction) -> None:
     register(sub)
 
 
-# Commands whose modules live elsewhere (run, scheduler, submit, status, stop, tail).
+def _register_control_command(sub: argparse._SubParsersAction) -> None:
+    from elastiq.control_cli import register
+
+    register(sub)
+
+
+# Commands whose modules live elsewhere (run, scheduler, submit, status, stop, tail, migrate,
+# control).
 _EXTRA_COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
-    _register_service_commands]
+    _register_service_commands, _register_control_command]
 
 
 def _print_diagnostics(diagnostics: Sequence[Diagnostic]) -> None:

@@ -6,9 +6,11 @@ agent asked for shutdown, the scheduler sent a framework message) and returns co
 (imperatives: start or stop a runner, rewrite a task's endpoints file, send a status update,
 send a heartbeat, exit). Every task moves along the edges of `TRANSITIONS` only; a
 missing edge raises `IllegalTransition` with the task's history. Also owns `read_launch`, which
-turns a Mesos TaskInfo into a checked `TaskLaunch`, `read_message`/`read_retarget` for the
-scheduler's framework messages (`{"kind": "retarget", "task": <mesos task id>, "endpoints":
-{channel id: endpoint}}`: a channel the task reads moved), and the heartbeat's JSON shape.
+turns a Mesos TaskInfo into a checked `TaskLaunch`, `read_message`/`read_retarget`/
+`read_control` for the scheduler's framework messages (`{"kind": "retarget", "task": <mesos task
+id>, "endpoints": {channel id: endpoint}}`: a channel the task reads moved; `{"kind": "control",
+"task": ..., "version": n, "params": {op: {keyword: value}}, "request": id}`: control tuples to
+apply at a batch boundary), and the JSON of the heartbeat and of a control acknowledgement.
 Does not own pymesos, Spark, threads, files or the clock (`executor.mesos_executor` runs the
 commands and reports what happened as new events).
 """
@@ -81,6 +83,8 @@ class TaskLaunch:
     endpoints: Mapping[str, str]  # channel id -> "tcp://host:port"
     attempt: int
     outputs: tuple[str, ...] = ()  # channel ids this task serves (its writers live in the hub)
+    params: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # set by control tuples
+    params_version: int = 0
 
 
 @dataclass(frozen=True)
@@ -179,9 +183,33 @@ class FrameworkMessageReceived:
     data: str | bytes
 
 
+@dataclass(frozen=True)
+class ParamsApplied:
+    """A runner rebuilt its query with a control request's parameters."""
+
+    stimulus_id: str
+    mesos_task_id: str
+    request: str
+    version: int
+    epoch: int  # the first micro-batch with them
+    pause_s: float
+    at: float = 0.0  # wall-clock seconds when the rebuilt query started
+
+
+@dataclass(frozen=True)
+class ParamsRefused:
+    """A runner could not apply a control request; its query runs on as before."""
+
+    stimulus_id: str
+    mesos_task_id: str
+    request: str
+    version: int
+    message: str
+
+
 Event = Union[Registered, TaskLaunched, LaunchRejected, TaskKilled, RunnerStatusChanged,
               RunnerStartFailed, RunnerStopped, Tick, ShutdownRequested,
-              FrameworkMessageReceived]
+              FrameworkMessageReceived, ParamsApplied, ParamsRefused]
 
 
 # --- commands (imperatives) -----------------------------------------------------------------------
@@ -229,6 +257,33 @@ class WriteEndpoints:
 
 
 @dataclass(frozen=True)
+class ApplyParams:
+    """Have a task's runner apply `params` (its whole set, version `version`) at a batch
+    boundary; the runner reports ParamsApplied or ParamsRefused."""
+
+    stimulus_id: str
+    mesos_task_id: str
+    request: str
+    version: int
+    params: Mapping[str, Mapping[str, Any]]
+
+
+@dataclass(frozen=True)
+class SendControlAck:
+    """Tell the scheduler how a control request went on one task."""
+
+    stimulus_id: str
+    mesos_task_id: str
+    request: str
+    version: int
+    applied: bool
+    epoch: int = -1
+    pause_s: float = 0.0
+    message: str = ""
+    at: float = 0.0
+
+
+@dataclass(frozen=True)
 class Exit:
     """Stop whatever is left (runners already asked to stop, the session, the hub); exit."""
 
@@ -236,7 +291,8 @@ class Exit:
     code: int
 
 
-Command = Union[StartRunner, StopRunner, WriteEndpoints, SendStatus, SendHeartbeat, Exit]
+Command = Union[StartRunner, StopRunner, WriteEndpoints, ApplyParams, SendControlAck, SendStatus,
+                SendHeartbeat, Exit]
 
 
 # --- reading a launch (pure) ----------------------------------------------------------------------
@@ -286,8 +342,24 @@ def read_launch(task_info: Mapping[str, Any]) -> TaskLaunch:
     attempt = payload.get("attempt", 1)
     if not isinstance(attempt, int) or isinstance(attempt, bool) or attempt < 1:
         raise LaunchDataError(f"attempt must be a positive integer, got {attempt!r}")
+    version, params = _control(payload.get("control") or {"version": 0, "params": {}})
     return TaskLaunch(mesos_task_id, task.task_id, task.query_id, task.kind, task.program,
-                      _endpoints(payload.get("endpoints")), attempt, task.outputs)
+                      _endpoints(payload.get("endpoints")), attempt, task.outputs, params,
+                      version)
+
+
+def _control(raw: Any) -> tuple[int, dict[str, dict[str, Any]]]:
+    """`{"version": n, "params": {op: {keyword: value}}}` -> (n, params); LaunchDataError."""
+    if not isinstance(raw, Mapping):
+        raise LaunchDataError("control must be a JSON object")
+    version, params = raw.get("version", 0), raw.get("params", {})
+    if not isinstance(version, int) or isinstance(version, bool) or version < 0:
+        raise LaunchDataError(f"control version must be a whole number >= 0, got {version!r}")
+    if not isinstance(params, Mapping) or not all(
+            isinstance(op, str) and isinstance(values, Mapping)
+            and all(isinstance(k, str) for k in values) for op, values in params.items()):
+        raise LaunchDataError("control params must map operator ids to {keyword: value}")
+    return version, {op: dict(values) for op, values in params.items()}
 
 
 def mesos_task_id_of(task_info: Mapping[str, Any]) -> str:
@@ -325,6 +397,31 @@ def read_retarget(message: Mapping[str, Any]) -> tuple[str, dict[str, str]]:
     return task, endpoints
 
 
+def read_control(message: Mapping[str, Any]) -> tuple[str, str, int, dict[str, dict[str, Any]]]:
+    """A control message -> (mesos task id, request id, version, params); MessageError."""
+    task, request = message.get("task"), message.get("request")
+    if not isinstance(task, str) or not task:
+        raise MessageError("control without a 'task' (mesos task id)")
+    if not isinstance(request, str) or not request:
+        raise MessageError(f"control of {task} without a 'request' id")
+    try:
+        version, params = _control(message)
+    except LaunchDataError as exc:
+        raise MessageError(f"control of {task}: {exc}") from None
+    if version < 1:
+        raise MessageError(f"control of {task}: version must be >= 1")
+    return task, request, version, params
+
+
+def control_ack_message(ack: SendControlAck) -> bytes:
+    """The framework message a control acknowledgement is sent as (JSON, before base64)."""
+    return json.dumps({"kind": "control-ack", "task": ack.mesos_task_id, "request": ack.request,
+                       "version": ack.version, "applied": ack.applied, "epoch": ack.epoch,
+                       "pause_s": round(ack.pause_s, 4), "message": ack.message,
+                       "at": ack.at},
+                      sort_keys=True).encode("utf-8")
+
+
 def heartbeat_message(executor_id: str, figures: Mapping[str, Mapping[str, Any]]) -> bytes:
     """The framework message a heartbeat is sent as (JSON, before Mesos' base64)."""
     return json.dumps({"kind": "heartbeat", "executor_id": executor_id,
@@ -343,6 +440,7 @@ class TaskRecord:
     runner_state: RunnerState = "starting"
     restarts: int = 0
     endpoints: dict[str, str] = field(default_factory=dict)  # current, retargets included
+    params_version: int = 0  # the newest control version asked of this attempt
     kill_note: str = ""  # why it is being stopped ("killed by the scheduler", "superseded")
     history: list[HistoryEntry] = field(default_factory=list)
 
@@ -403,7 +501,8 @@ class ExecutorState:
         commands: list[Command] = []
         for old in self._same_task(launch):
             commands += self._begin_stop(old, sid, f"superseded by attempt {launch.attempt}")
-        self.tasks[launch.mesos_task_id] = TaskRecord(launch, endpoints=dict(launch.endpoints))
+        self.tasks[launch.mesos_task_id] = TaskRecord(launch, endpoints=dict(launch.endpoints),
+                                                      params_version=launch.params_version)
         log.info("[%s] task %s: launching (task %s, attempt %s)", sid, launch.mesos_task_id,
                  launch.task_id, launch.attempt)
         return commands + [SendStatus(sid, launch.mesos_task_id, "TASK_STARTING"),
@@ -487,6 +586,8 @@ class ExecutorState:
         try:
             message = read_message(ev.data)
             kind = message.get("kind")
+            if kind == "control":
+                return self._control(sid, *read_control(message))
             if kind != "retarget":
                 raise MessageError(f"unknown kind {kind!r}")
             mesos_task_id, endpoints = read_retarget(message)
@@ -495,6 +596,34 @@ class ExecutorState:
                         exc)
             return []
         return self._retarget(sid, mesos_task_id, endpoints)
+
+    def _control(self, sid: str, mesos_task_id: str, request: str, version: int,
+                 params: dict[str, dict[str, Any]]) -> list[Command]:
+        """Control tuples for a task: applied by its runner if it runs; refused (nothing
+        touched) if it is not here or not running; an old version is acknowledged as is."""
+        task = self.tasks.get(mesos_task_id)
+        if task is None or task.phase != "running":
+            why = f"task is {task.phase}" if task else "task is not on this executor"
+            log.warning("[%s] task %s: control %s refused (%s)", sid, mesos_task_id, request, why)
+            return [SendControlAck(sid, mesos_task_id, request, version, False, message=why)]
+        if version <= task.params_version:
+            log.info("[%s] task %s: control %s (version %s) already asked", sid, mesos_task_id,
+                     request, version)
+            return []
+        task.params_version = version
+        return [ApplyParams(sid, mesos_task_id, request, version, params)]
+
+    def _on_ParamsApplied(self, ev: ParamsApplied) -> list[Command]:
+        log.info("[%s] task %s: control %s applied from batch %s", ev.stimulus_id,
+                 ev.mesos_task_id, ev.request, ev.epoch)
+        return [SendControlAck(ev.stimulus_id, ev.mesos_task_id, ev.request, ev.version, True,
+                               ev.epoch, ev.pause_s, at=ev.at)]
+
+    def _on_ParamsRefused(self, ev: ParamsRefused) -> list[Command]:
+        log.warning("[%s] task %s: control %s refused: %s", ev.stimulus_id, ev.mesos_task_id,
+                    ev.request, ev.message)
+        return [SendControlAck(ev.stimulus_id, ev.mesos_task_id, ev.request, ev.version, False,
+                               message=ev.message)]
 
     def _retarget(self, sid: str, mesos_task_id: str,
                   endpoints: Mapping[str, str]) -> list[Command]:

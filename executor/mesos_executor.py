@@ -29,12 +29,13 @@ from typing import Any, Callable, Mapping, Protocol
 from pymesos import Executor, MesosExecutorDriver
 
 from executor.endpoints_file import endpoints_path, write_endpoints
-from executor.executor_state import (Command, Event, Exit, ExecutorState,
+from executor.executor_state import (ApplyParams, Command, Event, Exit, ExecutorState,
                                      FrameworkMessageReceived, LaunchDataError, LaunchRejected,
-                                     Registered, RunnerStartFailed, RunnerStatusChanged,
-                                     RunnerStopped, SendHeartbeat, SendStatus, ShutdownRequested,
-                                     StartRunner, StopRunner, TaskFigures, TaskKilled, TaskLaunch,
-                                     TaskLaunched, Tick, WriteEndpoints, heartbeat_message,
+                                     ParamsApplied, ParamsRefused, Registered, RunnerStartFailed,
+                                     RunnerStatusChanged, RunnerStopped, SendControlAck,
+                                     SendHeartbeat, SendStatus, ShutdownRequested, StartRunner,
+                                     StopRunner, TaskFigures, TaskKilled, TaskLaunch, TaskLaunched,
+                                     Tick, WriteEndpoints, control_ack_message, heartbeat_message,
                                      mesos_task_id_of, read_launch)
 
 log = logging.getLogger(__name__)
@@ -92,6 +93,7 @@ class Runner(Protocol):
     def status(self) -> Any: ...  # .state, .reason, .restarts
     def metrics(self) -> Any: ...  # TaskMetrics | None
     def stop(self, timeout: float = ...) -> None: ...
+    def reconfigure(self, version: int, params: Mapping[str, Mapping[str, Any]]) -> Any: ...
 
 
 RunnerFactory = Callable[[Any, Path, Mapping[str, Any]], Runner]  # (session, program, kwargs)
@@ -215,7 +217,8 @@ class RunnerPool:
             self.session = self.session_factory(self.config)
         kwargs = {"query_id": launch.query_id, "task_id": launch.task_id,
                   "checkpoint_dir": str(checkpoint_dir(self.config, launch.task_id)),
-                  "endpoints": dict(launch.endpoints), "channels": self.hub}
+                  "endpoints": dict(launch.endpoints), "channels": self.hub,
+                  "params": dict(launch.params), "params_version": launch.params_version}
         return self.runner_factory(self.session, program, kwargs)
 
     def _stop(self, job: StopRunner) -> None:
@@ -302,6 +305,10 @@ class ExecutorLoop:
             self.pool.submit(command)
         elif isinstance(command, WriteEndpoints):
             self._write_endpoints(command)
+        elif isinstance(command, ApplyParams):
+            self._apply_params(command)
+        elif isinstance(command, SendControlAck):
+            self._send_control_ack(command)
         elif isinstance(command, SendStatus):
             self._send_status(command)
         elif isinstance(command, SendHeartbeat):
@@ -336,6 +343,39 @@ class ExecutorLoop:
         for channel, endpoint in command.changed:
             log.info("[%s] task %s: channel %s retargeted to %s", command.stimulus_id,
                      command.mesos_task_id, channel, endpoint)
+
+    def _apply_params(self, command: ApplyParams) -> None:
+        """Rebuild the task's query with the new parameters on a thread of its own (it waits
+        for a batch boundary; heartbeats and other tasks go on meanwhile)."""
+        runner = self.pool.runners().get(command.mesos_task_id)
+        if runner is None:
+            self._handle(ParamsRefused(command.stimulus_id, command.mesos_task_id,
+                                       command.request, command.version,
+                                       "the task has no runner on this executor"))
+            return
+
+        def apply() -> None:
+            try:
+                done = runner.reconfigure(command.version, command.params)
+            except Exception as exc:  # ReconfigureFailed, or the query died meanwhile
+                self.events.put(ParamsRefused(stimulus("control"), command.mesos_task_id,
+                                              command.request, command.version,
+                                              f"{type(exc).__name__}: {exc}"))
+                return
+            self.events.put(ParamsApplied(stimulus("control"), command.mesos_task_id,
+                                          command.request, done.version, done.epoch,
+                                          done.pause_s, time.time()))
+
+        threading.Thread(target=apply, name=f"control-{command.mesos_task_id}",
+                         daemon=True).start()
+
+    def _send_control_ack(self, command: SendControlAck) -> None:
+        data = control_ack_message(command)
+        try:
+            self.driver.sendFrameworkMessage(base64.b64encode(data).decode("ascii"))
+        except Exception as exc:
+            log.warning("[%s] task %s: control acknowledgement not sent: %s",
+                        command.stimulus_id, command.mesos_task_id, exc)
 
     def _send_status(self, command: SendStatus) -> None:
         status: dict[str, Any] = {"task_id": {"value": command.task_id}, "state": command.state,

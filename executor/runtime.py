@@ -30,6 +30,7 @@ from pyspark.sql.streaming import StreamingQuery
 from compiler.operators import AGGREGATE_FUNCTIONS, aggregate_type, join_output_names
 from compiler.types import ColumnType, Field, Schema
 from executor import shapes, sinks, sources
+from executor.batch_gate import BatchGate
 from executor.endpoints_file import endpoints_path
 
 if TYPE_CHECKING:
@@ -85,15 +86,26 @@ class ChannelHub:
     def __init__(self, bind_host: str = "127.0.0.1") -> None:
         self.bind_host = bind_host
         self._writers: dict[str, "ChannelWriter"] = {}
+        self._binds: dict[str, str | None] = {}  # the bind each writer was opened with
         self._lock = threading.Lock()
 
     def writer(self, channel_id: str, schema: pa.Schema, *, bind: str | None = None,
                expected_readers: Sequence[str] = (),
                log_dir: str | None = None) -> "ChannelWriter":
         """The channel's writer, created on first use; `log_dir` makes its upstream backup
-        durable there (a writer opened later on the same folder resumes from it)."""
+        durable there (a writer opened later on the same folder resumes from it). Asked for
+        another `bind` than the writer has (a control tuple moved a network sink), the writer is
+        closed and reopened there on the same log: numbering and unacknowledged batches carry
+        over, its readers follow it to the new endpoint."""
         with self._lock:
             existing = self._writers.get(channel_id)
+            if existing is not None and bind is not None and self._binds.get(channel_id) \
+                    not in (None, bind):
+                log.info("hub: channel %s moves from %s to %s", channel_id, existing.endpoint,
+                         bind)
+                del self._writers[channel_id]
+                existing.close()
+                existing = None
             if existing is not None:
                 return existing
             from executor.channels import ChannelWriter
@@ -105,6 +117,7 @@ class ChannelHub:
                 kwargs["log_dir"] = log_dir
             writer = ChannelWriter(channel_id, schema, **kwargs)
             self._writers[channel_id] = writer
+            self._binds[channel_id] = bind
             log.info("hub: channel %s writer at %s", channel_id, writer.endpoint)
             return writer
 
@@ -137,13 +150,16 @@ class TaskRuntime:
     anchors next to it - reuse it across restarts); `endpoints` (channel id -> ZeroMQ endpoint of
     its writer, for channel_source); `channels` (the executor's ChannelHub, needed by channel
     sources/sinks); `trigger_seconds` (micro-batch interval, 0 = back to back);
-    `source_partitions` (Spark partitions a generator batch is split into).
+    `source_partitions` (Spark partitions a generator batch is split into); `params` (operator
+    id -> runtime keyword -> value: the parameters control tuples changed, which win over the
+    program's own arguments).
     """
 
     def __init__(self, spark: SparkSession, *, query_id: str, task_id: str, checkpoint_dir: str,
                  endpoints: Mapping[str, str] = {}, channels: ChannelHub | None = None,
                  trigger_seconds: float = 0.0, source_partitions: int = 2,
-                 channel_poll_seconds: float = 0.2) -> None:
+                 channel_poll_seconds: float = 0.2,
+                 params: Mapping[str, Mapping[str, Any]] = {}) -> None:
         self.spark = spark
         self.query_id, self.task_id = query_id, task_id
         self.checkpoint_dir = checkpoint_dir
@@ -156,10 +172,21 @@ class TaskRuntime:
         self.sink: sinks.BatchSink | None = None
         self.query: StreamingQuery | None = None
         self.deterministic = False
+        self.params = {op: dict(values) for op, values in params.items()}
+        self.gate = BatchGate()
         for source in sources.ALL_SOURCES:
             spark.dataSource.register(source)
 
     # --- stream bookkeeping --------------------------------------------------------------------
+
+    def _param(self, op: str, keyword: str, value: Any) -> Any:
+        """The program's `value` of an operator's argument, or what a control tuple set."""
+        changed = self.params.get(op, {})
+        if keyword in changed:
+            log.info("task %s: %s.%s = %r (set by control)", self.task_id, op, keyword,
+                     changed[keyword])
+            return changed[keyword]
+        return value
 
     def _error(self, op: str, message: str) -> RuntimeSpecError:
         return RuntimeSpecError(self.task_id, op, message)
@@ -224,23 +251,25 @@ class TaskRuntime:
 
     def generator(self, *, op: str, output: str, schema: Schema, shape: str, seed: int,
                   rate: float, limit: int | None, start: str) -> None:
+        pace = float(self._param(op, "rate", rate))
         try:
             the_shape = shapes.shape_named(shape)
             shapes.check_schema(the_shape, schema)
             start_us = shapes.parse_start(start)
         except shapes.ShapeError as exc:
             raise self._error(op, str(exc)) from None
-        if not rate > 0:
-            raise self._error(op, f"generator rate must be > 0, got {rate}")
+        if not rate > 0 or not pace > 0:
+            raise self._error(op, f"generator rate must be > 0, got {pace}")
         if limit is not None and limit < 0:
             raise self._error(op, f"generator limit must be >= 0, got {limit}")
         config = sources.GeneratorConfig(
             self.task_id, op, shape, sources.schema_pairs(schema), seed, float(rate), limit,
-            start_us, self._anchor_path(op), self.source_partitions)
+            start_us, self._anchor_path(op), self.source_partitions, pace)
         self._put(op, output, self._load(sources.GeneratorSource.name(), config), schema)
 
     def file_source(self, *, op: str, output: str, schema: Schema, path: str,
                     format: Literal["jsonl", "csv"], rate: float | None) -> None:
+        rate = self._param(op, "rate", rate)
         if format not in ("jsonl", "csv"):
             raise self._error(op, f"file format must be jsonl or csv, got {format!r}")
         if not os.path.isfile(path):
@@ -263,7 +292,7 @@ class TaskRuntime:
                        channel: str) -> None:
         """Another query's network-sink (or any program speaking the channel protocol) serving
         `channel` at `endpoint`."""
-        self._channel_stream(op, output, schema, channel, endpoint)
+        self._channel_stream(op, output, schema, channel, self._param(op, "endpoint", endpoint))
 
     def channel_source(self, *, output: str, schema: Schema, channel: str) -> None:
         op = f"read:{channel}"
@@ -310,6 +339,7 @@ class TaskRuntime:
     def filter(self, *, op: str, input: str, output: str, condition: str) -> None:
         from compiler import expressions
 
+        condition = self._param(op, "condition", condition)
         stream = self._get(op, input)
         scope = expressions.Scope({input: stream.schema})
         typed = self._compile(op, condition, scope)
@@ -421,7 +451,7 @@ class TaskRuntime:
         if self.query is not None:
             raise self._error(op, "a task has exactly one sink; the query is already started")
         stream = self._get(op, input)
-        writer = (stream.df.writeStream.foreachBatch(sink)
+        writer = (stream.df.writeStream.foreachBatch(self.gate.wrap(sink))
                   .queryName(f"{self.query_id}.{self.task_id}")
                   .option("checkpointLocation", os.path.join(self.checkpoint_dir, "spark")))
         if self.trigger_seconds > 0:
@@ -450,6 +480,7 @@ class TaskRuntime:
                   format: Literal["jsonl"] = "jsonl") -> None:
         if format != "jsonl":
             raise self._error(op, f"file sink format must be jsonl, got {format!r}")
+        path = self._param(op, "path", path)
         self._start(op, input, sinks.FileSink(self.task_id, path, owner=self.checkpoint_dir))
 
     def console_sink(self, *, op: str, input: str) -> None:
@@ -477,7 +508,7 @@ class TaskRuntime:
 
     def network_sink(self, *, op: str, input: str, endpoint: str, channel: str) -> None:
         """Serve the results as `channel` at `endpoint` for other queries or programs."""
-        self._channel_sink(op, input, channel, endpoint)
+        self._channel_sink(op, input, channel, self._param(op, "endpoint", endpoint))
 
     def channel_sink(self, *, input: str, channel: str, readers: Sequence[str] = ()) -> None:
         """Serve `input` to the tasks `readers` on the endpoint the scheduler assigned (a free
@@ -499,6 +530,7 @@ class TaskRuntime:
         if len(readers) != len(channels):
             raise self._error(op, f"{len(channels)} channels but {len(readers)} reader lists")
         stream = self._get(op, input)
+        key = self._param(op, "key", key)
         key_names = [self._field(op, stream, k).name for k in key] or list(stream.schema.names)
         schema = shapes.arrow_schema(stream.schema)
         writers = [self._writer(channel, schema, self.endpoints.get(channel), tasks)

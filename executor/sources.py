@@ -78,25 +78,70 @@ def split_range(lo: int, hi: int, parts: int, min_rows: int = 1024) -> list[tupl
     return [(a, min(a + step, hi)) for a in range(lo, hi, step)]
 
 
-def read_or_create_anchor(path: str, now: float) -> float:
-    """The pacing anchor stored at `path`; the first caller writes `now` (atomically)."""
+def rebased_anchor(anchor: float, old_rate: float | None, rate: float, now: float,
+                   unpaced_bound: int) -> float:
+    """The anchor that makes a source paced at `rate` from `now` on allow exactly what it
+    allowed at `now` before (`old_rate` from `anchor`, or `unpaced_bound` when it was not
+    paced): a rate change takes effect without a jump or a stall (pure)."""
+    allowed = unpaced_bound if old_rate is None else max(0.0, (now - anchor) * old_rate)
+    return now - allowed / rate
+
+
+def _read_anchor(path: str) -> tuple[float, float | None, bool] | None:
+    """(anchor, the rate it was written for, whether that rate is known) from `path`; an
+    anchor written before rates were stored is a bare number."""
     try:
         with open(path, encoding="utf-8") as f:
-            return float(f.read())
+            stored = json.loads(f.read())
     except FileNotFoundError:
-        pass
+        return None
+    if isinstance(stored, dict):
+        rate = stored.get("rate")
+        return float(stored["anchor"]), None if rate is None else float(rate), True
+    return float(stored), None, False
+
+
+def _write_anchor(path: str, anchor: float, rate: float | None) -> None:
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump({"anchor": anchor, "rate": rate}, f)
+    os.replace(tmp, path)
+
+
+def read_or_create_anchor(path: str, now: float, rate: float | None = None) -> float:
+    """The pacing anchor stored at `path`; the first caller writes `now` (atomically)."""
+    found = _read_anchor(path)
+    if found is not None:
+        return found[0]
     os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp = f"{path}.{os.getpid()}.tmp"
     with open(tmp, "w", encoding="utf-8") as f:
-        f.write(repr(now))
+        json.dump({"anchor": now, "rate": rate}, f)
     try:
         os.link(tmp, path)  # fails if another process won the race
     except FileExistsError:
         pass
     finally:
         os.unlink(tmp)
-    with open(path, encoding="utf-8") as f:
-        return float(f.read())
+    found = _read_anchor(path)
+    assert found is not None
+    return found[0]
+
+
+def pacing_anchor(path: str, now: float, rate: float | None, unpaced_bound: int = 0) -> float:
+    """The pacing anchor of a source paced at `rate` (None: not paced): the one stored at
+    `path` (the first caller writes `now`), rebased and stored again when it was written for
+    another rate - a control tuple changed the rate, and later restarts keep the new anchor."""
+    read_or_create_anchor(path, now, rate)
+    found = _read_anchor(path)
+    assert found is not None
+    anchor, stored_rate, known = found
+    if not known:
+        _write_anchor(path, anchor, rate)
+    elif rate is not None and stored_rate != rate:
+        anchor = rebased_anchor(anchor, stored_rate, rate, now, unpaced_bound)
+        _write_anchor(path, anchor, rate)
+    return anchor
 
 
 # --- configs (JSON in the "config" option) ------------------------------------------------------
@@ -113,6 +158,7 @@ class GeneratorConfig:
     start_us: int
     anchor_path: str
     partitions: int
+    pace: float | None = None  # tuples per second now (a control tuple's rate); None: `rate`
 
     @property
     def stream_schema(self) -> Schema:
@@ -213,11 +259,12 @@ class GeneratorReader(DataSourceStreamReader):
 
     def latestOffset(self) -> dict:
         now = time.time()
+        pace = self.config.pace or self.config.rate
         if self._anchor is None:
-            self._anchor = read_or_create_anchor(self.config.anchor_path, now)
+            self._anchor = pacing_anchor(self.config.anchor_path, now, pace)
         limit = self.config.limit
         available = limit if limit is not None else 1 << 62
-        return {"index": paced_offset(self._anchor, now, self.config.rate, available, limit)}
+        return {"index": paced_offset(self._anchor, now, pace, available, limit)}
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         ranges = split_range(start["index"], end["index"], self.config.partitions)
@@ -325,9 +372,10 @@ class FileReader(DataSourceStreamReader):
 
     def latestOffset(self) -> dict:
         now = time.time()
-        if self._anchor is None:
-            self._anchor = read_or_create_anchor(self.config.anchor_path, now)
         available = len(self._lines().ends)
+        if self._anchor is None:
+            self._anchor = pacing_anchor(self.config.anchor_path, now, self.config.rate,
+                                         available)
         return {"line": paced_offset(self._anchor, now, self.config.rate, available, None)}
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:

@@ -4,8 +4,11 @@ Owns `TaskRunner`: loading the codegen output (a Python file the executor wrote;
 with importlib, calling its `build(rt)` on a fresh `TaskRuntime`, supervising the query in a
 thread (a failed query is restarted from its checkpoint in the same session, with bounded
 restarts and exponential backoff), status (starting/running/failed/finished with a reason) and
-metrics from `lastProgress`. The restart decision is a pure function (`decide_restart`). Does not
-own the session (`executor.spark_session`) or how operators are built (`executor.runtime`).
+metrics from `lastProgress`; and `reconfigure`, which applies control tuples at a batch boundary
+(close the batch gate, stop the query, rebuild it with the new parameters from the same
+checkpoint; on a build failure rebuild the old one). The restart decision is a pure function
+(`decide_restart`). Does not own the session (`executor.spark_session`) or how operators are
+built (`executor.runtime`).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import logging
 import os
 import re
 import threading
+import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import ModuleType
@@ -22,6 +26,7 @@ from typing import Any, Literal, Mapping, Sequence
 
 from pyspark.sql import SparkSession
 
+from executor.batch_gate import next_batch_id
 from executor.runtime import TaskRuntime
 
 log = logging.getLogger(__name__)
@@ -48,6 +53,19 @@ class TaskMetrics:
     batch_ms: int  # last batch's trigger execution time
     backlog: int  # sum over sources of latest - end offset (sequence numbers)
     latency_ms: int  # last batch's end-to-end processing time (= batch_ms at present)
+
+
+@dataclass(frozen=True)
+class Reconfigured:
+    """Parameters applied: from micro-batch `epoch` on, after a pause of `pause_s`."""
+
+    version: int
+    epoch: int
+    pause_s: float
+
+
+class ReconfigureFailed(RuntimeError):
+    """The query did not build with the new parameters; it runs on with the old ones."""
 
 
 @dataclass(frozen=True)
@@ -165,6 +183,8 @@ class TaskRunner:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._counted = InputCounter()
+        self._rebuild = threading.Lock()  # held while the query is replaced (restart, control)
+        self.params_version = int(self.kwargs.pop("params_version", 0))
 
     # --- public --------------------------------------------------------------------------------
 
@@ -189,6 +209,40 @@ class TaskRunner:
         out = rt.sink.rows_out if rt and rt.sink else 0
         recent = query.recentProgress
         return metrics_from(progress, len(recent), out, self._counted.add(recent))
+
+    def reconfigure(self, version: int, params: Mapping[str, Mapping[str, Any]],
+                    timeout: float = 30.0) -> Reconfigured:
+        """Apply `params` (operator id -> keyword -> value, the task's whole set) at a batch
+        boundary: the batch being written finishes, later ones wait for the rebuilt query, which
+        resumes from the checkpoint with the new parameters. Returns the first micro-batch that
+        has them; ReconfigureFailed (the old parameters back in force) if it does not build."""
+        with self._rebuild:
+            began = time.monotonic()
+            rt = self.runtime
+            if rt is None or rt.query is None:
+                raise ReconfigureFailed(f"task {self.task_id} has no running query")
+            if version <= self.params_version:
+                return Reconfigured(self.params_version, -1, 0.0)
+            rt.gate.close(timeout)
+            if rt.query.isActive:
+                rt.query.stop()
+            epoch = next_batch_id(os.path.join(self.kwargs["checkpoint_dir"], "spark"),
+                                  rt.gate.last_written)
+            old = self.kwargs.get("params", {})
+            self.kwargs["params"] = params
+            try:
+                self._launch()
+            except Exception as exc:
+                log.warning("task %s: parameters %s refused (%s); rebuilding the old query",
+                            self.task_id, version, exc)
+                self.kwargs["params"] = old
+                self._launch()
+                raise ReconfigureFailed(str(exc)) from None
+            self.params_version = version
+            pause = time.monotonic() - began
+            log.info("task %s: parameters %s apply from batch %s (paused %.3f s)", self.task_id,
+                     version, epoch, pause)
+            return Reconfigured(version, epoch, pause)
 
     def stop(self, timeout: float = 30.0) -> None:
         self._stop.set()
@@ -215,10 +269,14 @@ class TaskRunner:
         self._set(state="running", reason="", query_id=str(rt.query.id))
 
     def _wait_for_failure(self) -> str | None:
-        """Block until the query dies or stop() is called; the failure text, or None."""
-        query = self.runtime.query  # type: ignore[union-attr]
+        """Block until the query dies or stop() is called; the failure text, or None. A query
+        stopped to be rebuilt by `reconfigure` is not a failure: the new one is watched."""
         while not self._stop.is_set():
+            query = self.runtime.query  # type: ignore[union-attr]
             if not query.isActive:
+                with self._rebuild:
+                    if self.runtime.query is not query:  # type: ignore[union-attr]
+                        continue
                 exc = query.exception()
                 return failure_reason(exc)
             self._stop.wait(self.poll_seconds)
@@ -239,7 +297,8 @@ class TaskRunner:
             if self._stop.wait(decision.delay_seconds):
                 return
             try:
-                self._launch()
+                with self._rebuild:
+                    self._launch()
             except Exception as exc:  # a program that no longer builds will not heal by retrying
                 log.warning("task %s: restart failed: %s", self.task_id, exc)
                 self._set(state="failed", reason=f"restart failed: {exc}")

@@ -3,7 +3,10 @@
 Owns the routes: `POST /queries` (body: spec XML, compiled with
 `compiler.pipeline.compile_spec_text`, or a CompiledQuery as JSON), `GET /queries`,
 `GET /queries/{id}`, `DELETE /queries/{id}`, `POST /queries/{id}/tasks/{task}/migrate` (body
-`{"to": "<agent id>"}`), `GET /healthz`, `GET /metrics` (Prometheus text
+`{"to": "<agent id>"}`), `POST /queries/{id}/control` (body `{"tuples": [{"operator", "parameter",
+"value"}, ...]}`: 202 with the request's progress, or every problem), `GET /queries/{id}/control`
+(the adjustable parameters, their values, the applied history), `GET
+/queries/{id}/control/{request}` (one request's acknowledgements), `GET /healthz`, `GET /metrics` (Prometheus text
 format, from the service's `metrics` or its loop's `loop.metrics`), and turning every bad input into a
 4xx JSON reply carrying every diagnostic, never a crash; running queries are untouched by bad
 requests. Does not own the scheduler (any `QueryService`, e.g. `SchedulerService`) nor the client
@@ -36,6 +39,10 @@ class QueryService(Protocol):
     def stop_query(self, query_id: str, timeout: float = 10.0) -> Reply: ...
     def migrate_task(self, query_id: str, task_id: str, agent_id: str,
                      timeout: float = 10.0) -> Reply: ...
+    def control(self, query_id: str, tuples: list[tuple[str, str, str]],
+                timeout: float = 10.0) -> Reply: ...
+    def query_control(self, query_id: str,
+                      request_id: str | None = None) -> dict[str, Any] | None: ...
     def status(self) -> dict[str, Any]: ...
     def query_status(self, query_id: str) -> dict[str, Any] | None: ...
 
@@ -146,6 +153,8 @@ class _Handler(BaseHTTPRequestHandler):
         if len(parts) == 5 and (parts[0], parts[2], parts[4]) == ("queries", "tasks", "migrate") \
                 and method == "POST":
             return self._migrate(service, parts[1], parts[3])
+        if len(parts) in (3, 4) and (parts[0], parts[2]) == ("queries", "control"):
+            return self._control(service, method, parts[1], parts[3] if len(parts) == 4 else None)
         raise ApiError(404 if method == "GET" else 405, f"no route {method} {self.path}")
 
     def _submit(self, service: QueryService) -> tuple[int, Any]:
@@ -185,6 +194,22 @@ class _Handler(BaseHTTPRequestHandler):
         return 202, {"query_id": query_id, "task_id": task_id, "to": target,
                      "message": reply.message}
 
+    def _control(self, service: QueryService, method: str, query_id: str,
+                 request_id: str | None) -> tuple[int, Any]:
+        if method == "GET":
+            view = service.query_control(query_id, request_id)
+            if view is None:
+                raise ApiError(404, f"no control request {request_id} of query {query_id}"
+                               if request_id else f"no query {query_id}")
+            return 200, view
+        if method != "POST" or request_id is not None:
+            raise ApiError(405, f"no route {method} {self.path}")
+        reply = service.control(query_id, control_tuples(self._body()))
+        if not reply.accepted:
+            problems = (reply.body or {}).get("problems") or [reply.message]
+            raise ApiError(reply.status, reply.message, [{"message": m} for m in problems])
+        return 202, {"query_id": query_id, "message": reply.message, **(reply.body or {})}
+
     def _body(self) -> bytes:
         length = self.headers.get("Content-Length")
         if length is None or not length.isdigit():
@@ -207,6 +232,29 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
         log.debug("[api] " + format, *args)
+
+
+def control_tuples(body: bytes) -> list[tuple[str, str, str]]:
+    """`{"tuples": [{"operator": .., "parameter": .., "value": ..}, ...]}` -> (operator,
+    parameter, value) triples; ApiError(400) naming what is malformed."""
+    try:
+        raw = json.loads(body or b"{}").get("tuples")
+    except (ValueError, AttributeError):
+        raw = None
+    if not isinstance(raw, list) or not raw:
+        raise ApiError(400, 'the body must be JSON {"tuples": [{"operator": ..., "parameter": '
+                            '..., "value": ...}]}')
+    out, problems = [], []
+    for i, t in enumerate(raw, 1):
+        fields = [t.get(k) for k in ("operator", "parameter", "value")] \
+            if isinstance(t, dict) else []
+        if len(fields) != 3 or not all(isinstance(f, str) for f in fields):
+            problems.append(f"tuple {i}: needs text operator, parameter and value")
+            continue
+        out.append((fields[0], fields[1], fields[2]))
+    if problems:
+        raise ApiError(400, "; ".join(problems), [{"message": p} for p in problems])
+    return out
 
 
 def token_allows(token: str | None, authorization: str) -> bool:

@@ -1,4 +1,5 @@
-"""A small client of the scheduler's HTTP API, for the CLI: submit, status, stop.
+"""A small client of the scheduler's HTTP API, for the CLI: submit, status, stop, migrate,
+control.
 
 Owns turning calls into HTTP requests and replies into values or `SchedulerUnavailable` /
 `RequestRejected` errors with messages a user can act on. Does not own the API (`scheduler.api`).
@@ -60,6 +61,20 @@ class SchedulerClient:
         target = f"/queries/{quote(query_id, safe='')}/tasks/{quote(task_id, safe='')}/migrate"
         return self._call("POST", target, json.dumps({"to": agent_id}).encode("utf-8"),
                           {"Content-Type": "application/json"})
+
+    def control(self, query_id: str, tuples: list[tuple[str, str, str]]) -> dict[str, Any]:
+        """Send control tuples (operator, parameter, value); returns the request's progress
+        (`request`, `version`, `tasks`: task id -> answer or None while pending)."""
+        body = {"tuples": [{"operator": o, "parameter": p, "value": v} for o, p, v in tuples]}
+        return self._call("POST", f"/queries/{quote(query_id, safe='')}/control",
+                          json.dumps(body).encode("utf-8"), {"Content-Type": "application/json"})
+
+    def control_status(self, query_id: str, request_id: str | None = None) -> dict[str, Any]:
+        """One request's progress, or (no request) the query's adjustable parameters."""
+        target = f"/queries/{quote(query_id, safe='')}/control"
+        if request_id is not None:
+            target += f"/{quote(request_id, safe='')}"
+        return self._call("GET", target)
 
     def healthy(self) -> bool:
         try:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Union
+from typing import Any, Mapping, Union
 
 
 @dataclass(frozen=True)
@@ -103,6 +103,7 @@ class ReplyToRequest:
     accepted: bool
     status: int  # HTTP-like: 200 done, 400 bad input, 404 unknown, 409 conflict
     message: str
+    body: Mapping[str, Any] | None = None  # what the API returns besides the message
 
 
 Command = Union[

@@ -112,6 +112,16 @@ class QueryStopRequested:
 
 
 @dataclass(frozen=True)
+class ControlRequested:
+    """Control tuples `<query, operator, parameter, value>` for a running query (seeds/002
+    section 4.5), checked together and applied all or none."""
+
+    stimulus_id: str
+    query_id: str
+    tuples: tuple[tuple[str, str, str], ...]  # (operator, parameter, value)
+
+
+@dataclass(frozen=True)
 class TaskMigrationRequested:
     """Move a running task to `agent_id` (seeds/002 section 4.2: quiesce, replicate the state,
     redirect the inputs, unquiesce)."""
@@ -131,5 +141,5 @@ class Tick:
 Event = Union[
     Registered, Reregistered, Disconnected, OffersReceived, OfferRescinded, StatusUpdated,
     AgentLost, ExecutorLost, FrameworkMessageReceived, QuerySubmitted, QueryStopRequested,
-    TaskMigrationRequested, Tick,
+    ControlRequested, TaskMigrationRequested, Tick,
 ]

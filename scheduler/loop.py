@@ -49,6 +49,7 @@ class Reply:
     accepted: bool
     status: int
     message: str
+    body: Any = None  # what the API returns besides the message (a control request's view)
 
 
 class SchedulerLoop:
@@ -120,6 +121,21 @@ class SchedulerLoop:
             q = self.state.queries.get(query_id)
             return None if q is None else query_view(q, self.state.unplaced)
 
+    def query_control(self, query_id: str, request_id: str | None = None) -> dict[str, Any] | None:
+        """What may change in a query and what did (or one control request's progress)."""
+        from compiler.control import ControlCatalog
+        from scheduler.control import catalog_view
+
+        with self._lock:
+            q = self.state.queries.get(query_id)
+            if q is None:
+                return None
+            if request_id is not None:
+                request = q.control.requests.get(request_id)
+                return None if request is None else request.to_json()
+            return {"query_id": query_id, "phase": q.phase,
+                    **catalog_view(q.query.controls or ControlCatalog(), q.control)}
+
     # ---- the loop ------------------------------------------------------------------------
     def _run(self) -> None:
         while True:
@@ -171,7 +187,8 @@ class SchedulerLoop:
             with self._lock:
                 future = self._waiters.get(command.stimulus_id)
             if future is not None and not future.done():
-                future.set_result(Reply(command.accepted, command.status, command.message))
+                future.set_result(Reply(command.accepted, command.status, command.message,
+                                        dict(command.body) if command.body else None))
             return
         try:
             self.runner.run(command)

@@ -37,7 +37,9 @@ from scheduler.coordination import (
     Coordination, ConnectionState, CoordinationError, InProcessCoordination, QueryPersister,
     SchedulerRegistry,
 )
-from scheduler.events import QueryStopRequested, QuerySubmitted, TaskMigrationRequested
+from scheduler.events import (
+    ControlRequested, QueryStopRequested, QuerySubmitted, TaskMigrationRequested,
+)
 from scheduler.leadership import (
     Action, Clock, Deposed, Elected, Fact, FencedRequest, LeaderSeen, Leadership,
     LeadershipGained, LeadershipUpdated, Reconnected, RestoreAndRegister, SessionLost, StepDown,
@@ -347,6 +349,16 @@ class SchedulerService:
         return self.loop.request(
             FencedRequest(sid, epoch, TaskMigrationRequested(sid, query_id, task_id, agent_id)),
             timeout)
+
+    def control(self, query_id: str, tuples: list[tuple[str, str, str]], timeout: float = 10.0,
+                epoch: int | None = None) -> Reply:
+        sid = new_stimulus_id("control")
+        return self.loop.request(
+            FencedRequest(sid, epoch, ControlRequested(sid, query_id, tuple(tuples))), timeout)
+
+    def query_control(self, query_id: str, request_id: str | None = None) -> dict[str, Any] | None:
+        """Only the leader knows the control stream's progress; a standby knows no query."""
+        return self.loop.query_control(query_id, request_id)
 
     def status(self) -> dict[str, Any]:
         """The leader's live state; a standby answers from the registry."""

@@ -4,8 +4,10 @@ Owns everything the scheduler knows (queries, their tasks and attempts, held off
 executors, lost agents, the framework registration) and the only method that changes it.
 It decides launches (through `scheduler.placement` and `scheduler.destinations`), restarts with
 bounded attempts and backoff (standby, checkpoint and replica tasks fail over at once, elsewhere),
-retargets the consumers of a channel whose producer moved, kills on stop, and reconciliation
-after (re)registration.
+retargets the consumers of a channel whose producer moved, kills on stop, reconciliation
+after (re)registration, and the control stream of each query (control tuples checked against
+its catalogue, sent to the tasks they change, acknowledged with epochs, undone everywhere when
+one task refuses; bookkeeping in `scheduler.control`).
 Time comes only from `Tick` events. Leadership (`scheduler.leadership`) gates it: a leader in
 safe mode launches, restarts and kills nothing; a standby forgets every query; a mutating
 `FencedRequest` with a stale epoch is refused. `durable_placements` and `restore_query` are what
@@ -20,18 +22,20 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
+from compiler.control import ControlCatalog, ControlRefused, check_tuples
 from compiler.tasks import CompiledQuery
-from scheduler import admission
+from scheduler import admission, control as ctl
 from scheduler.commands import (
     Command, DeclineOffers, KillTask, LaunchTasks, ReconcileTasks, ReplyToRequest,
-    RetargetChannels, ReviveOffers, SuppressOffers, TaskLaunch,
+    RetargetChannels, ReviveOffers, SendFrameworkMessage, SuppressOffers, TaskLaunch,
 )
 from scheduler.config import SchedulerConfig
 from scheduler.destinations import (
     IMMEDIATE_FAILOVER, Destinations, Past, apart_groups, destinations_for,
 )
 from scheduler.events import (
-    AgentLost, Disconnected, Event, ExecutorLost, FrameworkMessageReceived, OfferRescinded,
+    AgentLost, ControlRequested, Disconnected, Event, ExecutorLost, FrameworkMessageReceived,
+    OfferRescinded,
     OffersReceived, QueryStopRequested, QuerySubmitted, Registered, Reregistered, StatusUpdated,
     TaskMigrationRequested, Tick,
 )
@@ -56,6 +60,7 @@ class QueryRecord:
     tasks: dict[str, TaskRecord]
     phase: QueryPhase = "active"
     failure: str = ""
+    control: ctl.QueryControl = field(default_factory=ctl.QueryControl)
 
     @property
     def query_id(self) -> str:
@@ -200,7 +205,7 @@ class SchedulerState:
         log.info("[%s] launching %s on agent %s (ports %s): %s", sid, task.mesos_task_id,
                  a.agent_id, a.ports, where.reason)
         return TaskLaunch(task.mesos_task_id, task.task_id, task.task_id, a.cpus, a.mem_mb,
-                          a.ports, launch_data(record.query, task))
+                          a.ports, launch_data(record.query, task, record.control))
 
     def _retargets(self, sid: str, record: QueryRecord, launched: set[str]) -> list[Command]:
         """The live consumers of channels whose producer was just (re)launched with another
@@ -312,7 +317,18 @@ class SchedulerState:
             return self._after_terminal(ev.stimulus_id, query, task, note,
                                         infrastructure=ev.reason in INFRASTRUCTURE_REASONS) + \
                 self._fail_over(ev.stimulus_id)
+        if target is TaskState.RUNNING:
+            self._relaunched_with_params(query, task)
         return []
+
+    def _relaunched_with_params(self, query: QueryRecord, task: TaskRecord) -> None:
+        """A task relaunched while a control request waited for it started with the request's
+        parameters (its launch carried them): count that as its acknowledgement."""
+        for request in list(query.control.requests.values()):
+            if request.state == "pending" and request.tasks.get(task.task_id) is None \
+                    and task.task_id in request.tasks:
+                ctl.acknowledge(query.control, request.request_id, task.task_id,
+                                ctl.TaskAnswer(True, -1, 0.0, "applied at its relaunch"))
 
     def _unknown_task(self, ev: StatusUpdated, target: TaskState | None) -> list[Command]:
         """A task of no query we know: kill it if it still runs (e.g. left by a lost deploy)."""
@@ -430,6 +446,8 @@ class SchedulerState:
     def _on_framework_message_received(self, ev: FrameworkMessageReceived) -> list[Command]:
         try:
             message = json.loads(ev.data.decode("utf-8"))
+            if isinstance(message, dict) and message.get("kind") == "control-ack":
+                return self._control_ack(ev.stimulus_id, message)
             tasks = message["tasks"] if message.get("kind") == "heartbeat" else None
             figures = {mid: _numeric_figures(f) for mid, f in tasks.items()}
         except (ValueError, KeyError, TypeError, AttributeError) as e:
@@ -477,6 +495,71 @@ class SchedulerState:
         commands = self._stop_tasks(sid, query, "query stopped")
         return [ReplyToRequest(sid, True, 200, f"query {ev.query_id} stopping")] + commands + \
             self._settle(sid, query)
+
+    def _on_control_requested(self, ev: ControlRequested) -> list[Command]:
+        """Check every tuple against the query's catalogue, and that every task they change
+        runs; then record the new parameters (later launches carry them) and send each task
+        its new set. Refused as a whole, touching nothing, when any check fails."""
+        sid, query = ev.stimulus_id, self.queries.get(ev.query_id)
+        if query is None:
+            return [ReplyToRequest(sid, False, 404, f"no query {ev.query_id}")]
+        if query.phase != "active":
+            return [ReplyToRequest(sid, False, 409, f"query {ev.query_id} is {query.phase}")]
+        catalog = query.query.controls or ControlCatalog()
+        try:
+            changes = check_tuples(catalog, ev.query_id, list(ev.tuples))
+        except ControlRefused as exc:
+            log.info("[%s] control of %s refused: %s", sid, ev.query_id, exc)
+            return [ReplyToRequest(sid, False, exc.status, str(exc),
+                                   {"problems": exc.problems})]
+        targets = sorted({t.task_id for c in changes for t in c.adjustable.targets})
+        busy = [f"{t} is {query.tasks[t].state.value}" for t in targets
+                if query.tasks[t].state is not TaskState.RUNNING or query.tasks[t].migrate_to]
+        pending = [r.request_id for r in query.control.requests.values() if r.state == "pending"
+                   and set(r.tasks) & set(targets)]
+        if busy or pending:
+            why = "; ".join(busy) or f"request {pending[0]} is still being applied"
+            return [ReplyToRequest(sid, False, 409, f"control of {ev.query_id} refused: {why}; "
+                                                    "try again when it runs",
+                                   {"problems": [why]})]
+        request = ctl.begin(query.control, ctl.new_request_id(ev.query_id), changes, self.now)
+        log.info("[%s] control %s of %s (version %s): %s -> tasks %s", sid, request.request_id,
+                 ev.query_id, request.version, request.tuples, targets)
+        return [ReplyToRequest(sid, True, 202, f"control {request.request_id} sent to "
+                                              f"{', '.join(targets)}", request.to_json())] + \
+            [self._send_params(sid, query, query.tasks[t], request.request_id) for t in targets]
+
+    def _send_params(self, sid: str, query: QueryRecord, task: TaskRecord,
+                     request_id: str) -> Command:
+        """A task's whole parameter set, as a framework message to its executor."""
+        data = json.dumps({"kind": "control", "task": task.mesos_task_id, "request": request_id,
+                           **query.control.params_of(task.task_id)}, sort_keys=True)
+        return SendFrameworkMessage(sid, task.agent_id or "", self._executor_id(task.agent_id or ""),
+                                    data.encode("utf-8"))
+
+    def _control_ack(self, sid: str, message: dict[str, Any]) -> list[Command]:
+        """One task's answer to a control request; a refusal undoes the request on every task
+        it reached, so the query runs on with its old parameters everywhere."""
+        parsed = parse_mesos_task_id(str(message.get("task", "")))
+        found = self._find(parsed[0]) if parsed else None
+        if found is None:
+            return []
+        query, task = found
+        answer = ctl.TaskAnswer(bool(message.get("applied")), int(message.get("epoch", -1)),
+                                float(message.get("pause_s", 0.0)), str(message.get("message", "")),
+                                float(message.get("at", 0.0)))
+        request = ctl.acknowledge(query.control, str(message.get("request", "")), task.task_id,
+                                  answer)
+        if request is None:
+            return []
+        log.info("[%s] control %s on %s: %s", sid, request.request_id, task.task_id,
+                 f"from batch {answer.epoch}" if answer.applied else f"refused: {answer.message}")
+        if request.state != "refused" or answer.applied:
+            return []
+        resend = ctl.undo(query.control, request)
+        undo_id = f"{request.request_id}-undo"
+        return [self._send_params(sid, query, query.tasks[t], undo_id) for t in resend
+                if t != task.task_id and query.tasks[t].state.launched]
 
     def _on_task_migration_requested(self, ev: TaskMigrationRequested) -> list[Command]:
         """Quiesce the task (a graceful kill: its query stops after its current micro-batch and
@@ -649,14 +732,16 @@ def known_endpoints(tasks: Any, live: list[TaskRecord]) -> dict[str, str]:
                          if c in t.task.outputs}
 
 
-def launch_data(query: CompiledQuery, task: TaskRecord) -> str:
-    """The JSON a task's executor receives: the task, its channel endpoints, its attempt, and
-    what it needs of its query (its channels and the sinks)."""
+def launch_data(query: CompiledQuery, task: TaskRecord,
+                control: ctl.QueryControl | None = None) -> str:
+    """The JSON a task's executor receives: the task, its channel endpoints, its attempt, what
+    it needs of its query (its channels and the sinks) and the parameters control tuples set."""
     mine = set(task.task.inputs + task.task.outputs)
     return json.dumps({
         "task": task.task.to_json(),
         "endpoints": dict(task.endpoints),
         "attempt": task.attempt,
+        "control": (control or ctl.QueryControl()).params_of(task.task_id),
         "query": {
             "query_id": query.query_id,
             "channels": [c.to_json() for c in query.channels if c.channel_id in mine],
@@ -688,6 +773,7 @@ _HANDLERS: dict[type, str] = {
     QuerySubmitted: "_on_query_submitted",
     QueryStopRequested: "_on_query_stop_requested",
     TaskMigrationRequested: "_on_task_migration_requested",
+    ControlRequested: "_on_control_requested",
     Tick: "_on_tick",
 }
 
@@ -698,7 +784,7 @@ __all__ = ["SchedulerState", "QueryRecord", "launch_data", "durable_placements",
 def durable_placements(q: QueryRecord) -> dict[str, Any]:
     """What a new leader needs of a query besides its compiled JSON: its phase and, per task,
     the attempt (so reconciliation recognises the running attempt), launches, state and place."""
-    return {"phase": q.phase, "failure": q.failure, "tasks": {
+    return {"phase": q.phase, "failure": q.failure, "control": q.control.to_json(), "tasks": {
         t.task_id: {"attempt": t.attempt, "launches": t.launches, "failures": t.failures,
                     "state": t.state.value,
                     "restarting": t.restart_at is not None, "agent_id": t.agent_id,
@@ -717,7 +803,8 @@ def restore_query(compiled_json: str, placements: dict[str, Any] | None,
     saved = (placements or {}).get("tasks", {})
     tasks = {t.task_id: _restore_task(t, saved.get(t.task_id), now) for t in query.tasks}
     return QueryRecord(query, tasks, (placements or {}).get("phase", "active"),
-                       (placements or {}).get("failure", ""))
+                       (placements or {}).get("failure", ""),
+                       ctl.QueryControl.from_json((placements or {}).get("control")))
 
 
 def _restore_task(task: Any, saved: dict[str, Any] | None, now: float) -> TaskRecord:

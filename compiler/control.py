@@ -1,0 +1,378 @@
+"""What a running query lets people change, and whether a control tuple may change it.
+
+Owns the control catalogue of a compiled query (`ControlCatalog`: for every operator of the spec,
+its adjustable parameters with their type, current value and where each lives at run time - the
+task and the program's operator id of every physical copy - and the parameters that are fixed,
+with the reason), built by `catalog_for` from the logical and physical graphs and the task cut,
+and the pure check of a control tuple `<query, operator, parameter, value>` against it
+(`check_tuple`, `check_tuples`: every problem of a request at once, nothing applied unless all
+pass). A filter condition is parsed and type-checked here, with the expression language the spec
+uses, before anything reaches a task. Does not own sending changes (`scheduler`) or applying
+them at a batch boundary (`executor.task_runner`, `executor.runtime`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable
+
+from compiler import expressions
+from compiler.operators import CATALOGUE, ParamDef, ParamValueError, parse_value
+from compiler.types import Schema
+
+if TYPE_CHECKING:
+    from compiler.graph import Graph, Node
+    from compiler.tasks import TaskPlan
+
+# The runtime keyword a control parameter sets, per operator kind: parameter -> keyword.
+ADJUSTABLE: dict[str, dict[str, str]] = {
+    "filter": {"condition": "condition"},
+    "generator": {"rate": "rate"},
+    "file-source": {"rate": "rate"},
+    "network-source": {"endpoint": "endpoint"},
+    "file-sink": {"path": "path"},
+    "network-sink": {"endpoint": "endpoint"},
+}
+# The paper's name for a network writer's destination.
+ALIASES: dict[str, str] = {"target-addr": "endpoint"}
+PARTITION_KEY = "partition-key"  # the routing key of a partitioned operator's splitter
+
+_STATE_REASON = {
+    "window-aggregate": "its windows hold per-group state built with this value; changing it "
+                        "on a running aggregate would corrupt that state (stop the query and "
+                        "resubmit the spec instead)",
+    "join": "its buffered tuples were matched and kept with this value; changing it on a "
+            "running join would corrupt that state (stop the query and resubmit the spec)",
+}
+_FIXED_REASON = {
+    "shape": "the generated stream's columns are fixed by its shape",
+    "seed": "the generated stream is a function of its seed; a new one would replay other data",
+    "start": "event time already emitted cannot move",
+    "limit": "fixed at start: stop the query instead",
+    "format": "the file is read in one format",
+    "channel": "readers address the channel by this id",
+}
+_CHILD_REASON = {
+    "window-aggregate": (("aggregate", _STATE_REASON["window-aggregate"]),),
+    "project": (("field", "the output columns are the schema the operators downstream were "
+                          "compiled against; resubmit the spec to change them"),),
+}
+_MULTICAST_REASON = ("every hot-standby replica must receive every tuple so the replicas stay "
+                     "identical; another distribution would make them diverge")
+_REPLICA_REASON = ("its hot-standby replicas must stay identical, and a change cannot reach them "
+                   "at the same batch; resubmit the spec to change it")
+_SIMPLE_NAME = re.compile(r"^(?P<base>.+)_(?P<n>\d+)$")
+
+
+class ControlRefused(ValueError):
+    """Control tuples that may not be applied; `problems` lists each one with what to fix."""
+
+    def __init__(self, problems: list[str], status: int = 400) -> None:
+        super().__init__("; ".join(problems))
+        self.problems, self.status = problems, status
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where one copy of an operator's parameter lives: a task, the operator id its program
+    uses, and the keyword of the runtime call it sets."""
+
+    task_id: str
+    op: str
+    keyword: str
+
+    def to_json(self) -> list[str]:
+        return [self.task_id, self.op, self.keyword]
+
+    @classmethod
+    def from_json(cls, d: list[str]) -> "Target":
+        return cls(d[0], d[1], d[2])
+
+
+@dataclass(frozen=True)
+class Adjustable:
+    """One parameter that may change while the query runs."""
+
+    operator: str
+    kind: str  # the operator's kind
+    parameter: str
+    value_kind: str  # expression | float | endpoint | path | columns
+    value: str  # the value the query started with, as text
+    targets: tuple[Target, ...]
+    scope: tuple[tuple[str, Schema], ...] = ()  # input streams, for a condition
+    doc: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"operator": self.operator, "kind": self.kind, "parameter": self.parameter,
+                "value_kind": self.value_kind, "value": self.value,
+                "targets": [t.to_json() for t in self.targets],
+                "scope": [[name, schema.to_json()] for name, schema in self.scope],
+                "doc": self.doc}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "Adjustable":
+        return cls(d["operator"], d["kind"], d["parameter"], d["value_kind"], d["value"],
+                   tuple(Target.from_json(t) for t in d["targets"]),
+                   tuple((name, Schema.from_json(s)) for name, s in d.get("scope", [])),
+                   d.get("doc", ""))
+
+
+@dataclass(frozen=True)
+class Fixed:
+    """A parameter that may not change while the query runs, and why."""
+
+    operator: str
+    parameter: str
+    reason: str
+
+    def to_json(self) -> list[str]:
+        return [self.operator, self.parameter, self.reason]
+
+
+@dataclass(frozen=True)
+class ControlCatalog:
+    adjustable: tuple[Adjustable, ...] = ()
+    fixed: tuple[Fixed, ...] = ()
+    operators: tuple[tuple[str, str], ...] = ()  # every spec operator and its kind
+
+    def to_json(self) -> dict[str, Any]:
+        return {"adjustable": [a.to_json() for a in self.adjustable],
+                "fixed": [f.to_json() for f in self.fixed],
+                "operators": [list(o) for o in self.operators]}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any] | None) -> "ControlCatalog":
+        if not d:
+            return cls()
+        return cls(tuple(Adjustable.from_json(a) for a in d.get("adjustable", [])),
+                   tuple(Fixed(*f) for f in d.get("fixed", [])),
+                   tuple((o[0], o[1]) for o in d.get("operators", [])))
+
+    def find(self, operator: str, parameter: str) -> Adjustable | None:
+        for a in self.adjustable:
+            if a.operator == operator and a.parameter == parameter:
+                return a
+        return None
+
+
+@dataclass(frozen=True)
+class Change:
+    """A checked control tuple: the parameter and its new value, as text and as the runtime
+    takes it."""
+
+    adjustable: Adjustable
+    text: str
+    runtime_value: Any = field(compare=False)
+
+
+# --- building the catalogue (pure) --------------------------------------------------------------
+
+def catalog_for(logical: "Graph", physical: "Graph", plans: "tuple[TaskPlan, ...]",
+                resolve: Callable[[str], str] = lambda path: path) -> ControlCatalog:
+    """The control catalogue of a compiled query; `resolve` makes a spec's relative paths
+    absolute, as the tasks see them."""
+    task_of = {node: plan.task_id for plan in plans for node in plan.nodes}
+    logical_names = {n.name for n in logical.nodes}
+    adjustable: list[Adjustable] = []
+    fixed: list[Fixed] = []
+    for node in logical.nodes:
+        copies = _copies(node, physical, logical_names)
+        if node.wants("ha") == "hot-standby" and len(copies) > 1:
+            fixed += [Fixed(node.name, parameter, _REPLICA_REASON)
+                      for parameter in ADJUSTABLE.get(node.kind, {})]
+        else:
+            adjustable += _adjustables(logical, node, copies, task_of, resolve)
+        fixed += _fixed(node)
+        routing = _routing(node, physical, copies, task_of, plans)
+        if isinstance(routing, Adjustable):
+            adjustable.append(routing)
+        elif routing is not None:
+            fixed.append(routing)
+    return ControlCatalog(tuple(adjustable), tuple(fixed),
+                          tuple((n.name, n.kind) for n in logical.nodes))
+
+
+def _copies(node: "Node", physical: "Graph", logical_names: set[str]) -> list["Node"]:
+    """The physical instances of a spec operator: itself, or its numbered copies (partitions,
+    hot-standby replicas) that the rewrite rules named `<name>_<i>`."""
+    found = []
+    for p in physical.nodes:
+        if p.kind != node.kind:
+            continue
+        m = _SIMPLE_NAME.match(p.name)
+        if p.name == node.name or (m and m.group("base") == node.name
+                                   and p.name not in logical_names):
+            found.append(p)
+    return found
+
+
+def _adjustables(logical: "Graph", node: "Node", copies: list["Node"],
+                 task_of: dict[str, str], resolve: Callable[[str], str]) -> list[Adjustable]:
+    out = []
+    definition = CATALOGUE.get(node.kind)
+    for parameter, keyword in ADJUSTABLE.get(node.kind, {}).items():
+        pdef = definition.param(parameter) if definition else None
+        targets = tuple(Target(task_of[c.name], c.name, keyword) for c in copies
+                        if c.name in task_of)
+        if pdef is None or not targets:
+            continue
+        scope = tuple((s, logical.stream(s).schema) for s in node.inputs) \
+            if pdef.kind == "expression" else ()
+        value = _as_text(node.param(parameter))
+        if pdef.kind == "path":
+            value = resolve(value)
+        out.append(Adjustable(node.name, node.kind, parameter, pdef.kind, value, targets, scope,
+                              pdef.doc))
+    return out
+
+
+def _fixed(node: "Node") -> list[Fixed]:
+    definition = CATALOGUE.get(node.kind)
+    if definition is None:
+        return []
+    movable = ADJUSTABLE.get(node.kind, {})
+    reasons = []
+    for pdef in definition.params:
+        if pdef.name in movable:
+            continue
+        reason = _STATE_REASON.get(node.kind) or _FIXED_REASON.get(pdef.name) or \
+            "fixed while the query runs"
+        reasons.append(Fixed(node.name, pdef.name, reason))
+    for child in _CHILD_REASON.get(node.kind, ()):
+        reasons.append(Fixed(node.name, *child))
+    if node.wants("replicas") is not None or node.wants("ha") == "hot-standby":
+        reasons.append(Fixed(node.name, "distribution", _MULTICAST_REASON))
+    return reasons
+
+
+def _routing(node: "Node", physical: "Graph", copies: list["Node"], task_of: dict[str, str],
+             plans: "tuple[TaskPlan, ...]") -> Adjustable | Fixed | None:
+    """The key routing of a partitioned operator's splitter: adjustable for a stateless
+    operator, fixed for a stateful one (each partition holds its keys' state)."""
+    copy_names = {c.name for c in copies}
+    for splitter in (n for n in physical.nodes if n.kind == "splitter"):
+        if not _feeds(physical, splitter, copy_names):
+            continue
+        if node.stateful:
+            return Fixed(node.name, PARTITION_KEY,
+                         "each partition holds the state of the keys routed to it; routing a key "
+                         "elsewhere would split its state")
+        task_id = task_of.get(splitter.name)
+        plan = next((p for p in plans if p.task_id == task_id), None)
+        if plan is None:
+            return None
+        op = f"split:{'+'.join(plan.outputs)}"
+        key = splitter.param("key")
+        return Adjustable(node.name, node.kind, PARTITION_KEY, "columns",
+                          key if isinstance(key, str) else ",".join(key or ()),
+                          (Target(plan.task_id, op, "key"),),
+                          tuple((s, physical.stream(s).schema) for s in splitter.inputs),
+                          "columns whose hash routes a tuple to a partition "
+                          "(empty: all columns)")
+    return None
+
+
+def _feeds(physical: "Graph", splitter: "Node", copies: set[str]) -> bool:
+    """Whether the splitter's partitions reach the copies through network readers only."""
+    assert splitter.output is not None
+    for reader in physical.consumers(splitter.output):
+        if reader.output is not None and any(c.name in copies
+                                             for c in physical.consumers(reader.output)):
+            return True
+    return False
+
+
+def _as_text(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, (tuple, list)):
+        return ",".join(str(v) for v in value)
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+# --- checking control tuples (pure) -------------------------------------------------------------
+
+def check_tuple(catalog: ControlCatalog, query_id: str, operator: str, parameter: str,
+                value: str) -> Change:
+    """A control tuple -> the change it makes; ControlRefused (one problem) when it may not be
+    applied: an unknown operator or parameter, a fixed parameter (with the reason), a value of
+    the wrong form or an expression that does not parse or type-check."""
+    parameter = ALIASES.get(parameter, parameter)
+    kinds = dict(catalog.operators)
+    if operator not in kinds:
+        raise ControlRefused([f"query {query_id} has no operator {operator!r} (operators: "
+                              f"{', '.join(sorted(kinds)) or 'none'})"], 404)
+    adjustable = catalog.find(operator, parameter)
+    if adjustable is None:
+        raise ControlRefused([_not_adjustable(catalog, operator, kinds[operator], parameter)])
+    if not isinstance(value, str):
+        raise ControlRefused([f"{operator}.{parameter}: the value must be text"])
+    try:
+        runtime_value = _runtime_value(adjustable, value)
+    except (ParamValueError, expressions.ExpressionError) as exc:
+        raise ControlRefused([f"{operator}.{parameter} = {value!r}: {exc}"]) from None
+    return Change(adjustable, value.strip(), runtime_value)
+
+
+def check_tuples(catalog: ControlCatalog, query_id: str,
+                 tuples: list[tuple[str, str, str]]) -> list[Change]:
+    """Every tuple checked; ControlRefused with every problem when any fails. Two tuples
+    setting the same parameter are refused too (which one would win is not obvious)."""
+    changes: list[Change] = []
+    problems: list[str] = []
+    statuses: set[int] = set()
+    seen: set[tuple[str, str]] = set()
+    for operator, parameter, value in tuples:
+        try:
+            change = check_tuple(catalog, query_id, operator, parameter, value)
+        except ControlRefused as exc:
+            problems += exc.problems
+            statuses.add(exc.status)
+            continue
+        key = (operator, change.adjustable.parameter)
+        if key in seen:
+            problems.append(f"{operator}.{change.adjustable.parameter} is set twice in one "
+                            "request")
+        seen.add(key)
+        changes.append(change)
+    if not tuples:
+        problems.append("no control tuples given")
+    if problems:
+        raise ControlRefused(problems, statuses.pop() if len(statuses) == 1 else 400)
+    return changes
+
+
+def _not_adjustable(catalog: ControlCatalog, operator: str, kind: str, parameter: str) -> str:
+    for f in catalog.fixed:
+        if f.operator == operator and f.parameter == parameter:
+            return f"{operator}.{parameter} cannot change while the query runs: {f.reason}"
+    names = sorted(a.parameter for a in catalog.adjustable if a.operator == operator)
+    offer = f"adjustable: {', '.join(names)}" if names else "it has no adjustable parameters"
+    return f"{operator} ({kind}) has no parameter {parameter!r} ({offer})"
+
+
+def _runtime_value(adjustable: Adjustable, text: str) -> Any:
+    if adjustable.value_kind == "expression":
+        scope = expressions.Scope(dict(adjustable.scope))
+        expressions.compile_condition(text, scope)
+        return text.strip()
+    if adjustable.value_kind == "columns":
+        columns = parse_value(ParamDef(adjustable.parameter, "columns"), text)
+        known = {n for _, schema in adjustable.scope for n in schema.names}
+        unknown = [c for c in columns if c not in known]  # type: ignore[union-attr]
+        if unknown:
+            raise ParamValueError(f"no column {', '.join(unknown)} in the input "
+                                  f"(columns: {', '.join(sorted(known))})")
+        return tuple(columns)  # type: ignore[arg-type]
+    definition = CATALOGUE[adjustable.kind].param(adjustable.parameter)
+    assert definition is not None
+    value = parse_value(definition, text)
+    if adjustable.value_kind == "path" and not str(value).startswith("/"):
+        raise ParamValueError("a sink's new path must be absolute (it is opened by the task, "
+                              "wherever it runs)")
+    if adjustable.value_kind == "endpoint" and str(value).startswith("tcp://*"):
+        raise ParamValueError("name the host readers reach, e.g. tcp://127.0.0.1:7000")
+    return value

@@ -1,0 +1,170 @@
+"""`elastiq control`: change what a running query does, or list what may change.
+
+Owns the command's arguments, reading many tuples from a file or stdin (`read_tuples`, pure),
+waiting for the tasks' acknowledgements and printing where and when each change took effect;
+`--list` prints every adjustable parameter with its type and current value, and the fixed ones
+with the reason. The API is `scheduler.api`; the checks are `compiler.control`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any, Iterable
+
+from elastiq.service_cli import _call, _client
+from scheduler.client import DEFAULT_URL
+
+
+class TupleSyntaxError(ValueError):
+    """A line of a tuple file that is not `OPERATOR PARAMETER VALUE`."""
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    c = sub.add_parser(
+        "control", help="change a running query's parameters (control tuples), or --list them",
+        description="Send control tuples <query, operator, parameter, value> to a running query: "
+                    "checked together, applied by every task at a batch boundary all or none, "
+                    "acknowledged with the batch (epoch) they take effect at.")
+    c.add_argument("query")
+    c.add_argument("operator", nargs="?", help="the operator's name in the spec")
+    c.add_argument("parameter", nargs="?", help="e.g. condition, rate, path, endpoint")
+    c.add_argument("value", nargs="?", help="the new value (quote it when it has spaces)")
+    c.add_argument("--list", action="store_true",
+                   help="show every adjustable parameter, its type and current value")
+    c.add_argument("--file", metavar="FILE",
+                   help="read tuples from FILE ('-' for stdin), one 'OPERATOR PARAMETER VALUE' "
+                        "per line; '#' starts a comment; all are applied together or none")
+    c.add_argument("--timeout", type=float, default=60.0,
+                   help="seconds to wait for the acknowledgements (default 60)")
+    c.add_argument("--json", action="store_true", help="print the raw JSON")
+    c.add_argument("--scheduler", default=DEFAULT_URL, help=f"API URL (default {DEFAULT_URL})")
+    c.add_argument("--token-file", metavar="FILE",
+                   help="the scheduler's API token (default: $ELASTIQ_TOKEN_FILE, if set)")
+    c.set_defaults(handler=cmd_control)
+
+
+def read_tuples(lines: Iterable[str], source: str = "<stdin>") -> list[tuple[str, str, str]]:
+    """`OPERATOR PARAMETER VALUE` lines (the value is the rest of the line) -> tuples; blank
+    lines and `#` comments are skipped; TupleSyntaxError names every bad line (pure)."""
+    tuples, problems = [], []
+    for number, line in enumerate(lines, 1):
+        text = line.strip()
+        if not text or text.startswith("#"):
+            continue
+        parts = text.split(None, 2)
+        if len(parts) < 3:
+            problems.append(f"{source}:{number}: expected 'OPERATOR PARAMETER VALUE', got {text!r}")
+            continue
+        tuples.append((parts[0], parts[1], parts[2]))
+    if problems:
+        raise TupleSyntaxError("\n".join(problems))
+    return tuples
+
+
+def cmd_control(args: argparse.Namespace) -> int:
+    if args.list:
+        return _list(args)
+    try:
+        tuples = _tuples_of(args)
+    except (TupleSyntaxError, OSError) as exc:
+        print(f"elastiq: {exc}", file=sys.stderr)
+        return 2
+    client = _client(args)
+    started = time.monotonic()
+    code, reply = _call(lambda: client.control(args.query, tuples))
+    if code != 0:
+        return code
+    request = reply.get("request", "")
+    print(f"control {request} (version {reply.get('version')}): "
+          + ", ".join(f"{o}.{p} = {v!r}" for o, p, v in tuples))
+    return _await(args, client, request, started)
+
+
+def _tuples_of(args: argparse.Namespace) -> list[tuple[str, str, str]]:
+    given = [args.operator, args.parameter, args.value]
+    if args.file is not None:
+        if any(g is not None for g in given):
+            raise TupleSyntaxError("give tuples either on the command line or with --file")
+        if args.file == "-":
+            return read_tuples(sys.stdin)
+        with open(args.file, encoding="utf-8") as f:
+            return read_tuples(f, args.file)
+    if any(g is None for g in given):
+        raise TupleSyntaxError("usage: elastiq control QUERY OPERATOR PARAMETER VALUE "
+                               "(or --file FILE, or --list)")
+    return [(args.operator, args.parameter, args.value)]
+
+
+def _await(args: argparse.Namespace, client: Any, request: str, started: float) -> int:
+    """Poll the request until every task answered; print where and when it took effect."""
+    view: dict[str, Any] = {}
+    while time.monotonic() - started < args.timeout:
+        code, view = _call(lambda: client.control_status(args.query, request))
+        if code != 0:
+            return code
+        if view.get("state") != "pending":
+            break
+        time.sleep(0.02)
+    elapsed = time.monotonic() - started
+    if args.json:
+        print(json.dumps(view, indent=2))
+    agents = _agents(args, client)
+    for task_id, answer in sorted((view.get("tasks") or {}).items()):
+        where = f"{task_id} on agent {agents.get(task_id, '?')}"
+        if answer is None:
+            print(f"  {where}: no acknowledgement yet")
+        elif answer.get("applied"):
+            epoch = answer.get("epoch", -1)
+            when = f"from micro-batch {epoch}" if epoch >= 0 else answer.get("message", "")
+            print(f"  {where}: {when} (query paused {answer.get('pause_s', 0):.2f} s)")
+        else:
+            print(f"  {where}: refused: {answer.get('message')}")
+    state = view.get("state")
+    if state == "applied":
+        print(f"applied in {elapsed:.2f} s")
+        return 0
+    if state == "refused":
+        print(f"elastiq: refused, nothing changed: {view.get('reason')}", file=sys.stderr)
+        return 1
+    print(f"elastiq: not acknowledged after {args.timeout:g} s; `elastiq control --list "
+          f"{args.query}` shows what is in force", file=sys.stderr)
+    return 1
+
+
+def _agents(args: argparse.Namespace, client: Any) -> dict[str, str]:
+    code, view = _call(lambda: client.status(args.query))
+    if code != 0 or not view:
+        return {}
+    return {t.get("task_id"): t.get("agent_id") or "?" for t in view.get("tasks", [])}
+
+
+def _list(args: argparse.Namespace) -> int:
+    code, view = _call(lambda: _client(args).control_status(args.query))
+    if code != 0:
+        return code
+    if args.json:
+        print(json.dumps(view, indent=2))
+        return 0
+    print(f"query {args.query} ({view.get('phase')}), parameters version {view.get('version')}")
+    rows = [(a["operator"], a["parameter"], a["type"], a["value"],
+             "" if a["value"] == a["initial"] else f"(was {a['initial']})")
+            for a in view.get("adjustable", [])]
+    if rows:
+        print(_table(("OPERATOR", "PARAMETER", "TYPE", "VALUE", ""), rows))
+    else:
+        print("nothing in this query can change while it runs")
+    fixed = view.get("fixed", [])
+    if fixed:
+        print("\nfixed while it runs:")
+        for f in fixed:
+            print(f"  {f['operator']}.{f['parameter']}: {f['reason']}")
+    return 0
+
+
+def _table(head: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
+    widths = [max(len(str(r[i])) for r in (head, *rows)) for i in range(len(head))]
+    return "\n".join("  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip()
+                     for r in (head, *rows))

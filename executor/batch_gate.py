@@ -1,0 +1,92 @@
+"""The batch boundary of a running task, where control tuples take effect.
+
+Owns `BatchGate`, which every sink of a task's query passes through (`TaskRuntime` wraps the
+sink's foreachBatch function): `close()` waits until no batch is being written, then refuses
+every later batch (it fails before writing anything, so Spark runs it again in the next run of
+the query, which carries the new parameters). Also owns `next_batch_id`, which reads Spark's
+offset and commit logs to tell which micro-batch a restarted query runs first: the epoch a
+change is acknowledged with. Does not own stopping or rebuilding the query
+(`executor.task_runner`).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Any, Callable
+
+
+class GateClosed(RuntimeError):
+    """A batch reached a task whose query is being rebuilt with new parameters; it runs again
+    in the next run of the query."""
+
+
+class BatchGate:
+    """Brackets each sink call; `close` makes the current batch the last one written."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._writing: int | None = None  # the batch being written
+        self._closed = False
+        self.last_written: int | None = None  # the last batch the sink returned from
+
+    def wrap(self, sink: Callable[[Any, int], None]) -> Callable[[Any, int], None]:
+        def gated(df: Any, batch_id: int) -> None:
+            self._enter(batch_id)
+            try:
+                sink(df, batch_id)
+            except BaseException:
+                self._leave(None)
+                raise
+            self._leave(batch_id)
+        return gated
+
+    def _enter(self, batch_id: int) -> None:
+        with self._cond:
+            if self._closed:
+                raise GateClosed(f"batch {batch_id} arrived while the task is being "
+                                 "reconfigured; it runs again with the new parameters")
+            self._writing = batch_id
+
+    def _leave(self, written: int | None) -> None:
+        with self._cond:
+            self._writing = None
+            if written is not None:
+                self.last_written = written
+            self._cond.notify_all()
+
+    def close(self, timeout: float) -> bool:
+        """Refuse later batches and wait (at most `timeout` s) for the one being written;
+        False if it was still being written when the time was up."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            self._closed = True
+            while self._writing is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(left)
+        return True
+
+
+def _ids(folder: str) -> list[int]:
+    try:
+        return [int(name) for name in os.listdir(folder) if name.isdigit()]
+    except FileNotFoundError:
+        return []
+
+
+def next_batch_id(spark_checkpoint: str, last_written: int | None = None) -> int:
+    """The micro-batch a query started on `spark_checkpoint` runs first: the last planned one
+    if it was not committed (Spark runs it again), else the one after the last commit; never at
+    or before `last_written` (a batch the sink wrote but Spark had not yet committed is skipped
+    by the sinks on its re-run, so its output is the old parameters')."""
+    planned = _ids(os.path.join(spark_checkpoint, "offsets"))
+    committed = _ids(os.path.join(spark_checkpoint, "commits"))
+    last_planned = max(planned, default=-1)
+    last_committed = max(committed, default=-1)
+    following = last_planned if last_planned > last_committed else last_committed + 1
+    if last_written is not None:
+        following = max(following, last_written + 1)
+    return following

@@ -1,0 +1,176 @@
+"""A query's control stream at the scheduler: what was asked, what each task acknowledged.
+
+Owns `QueryControl` (per query: the version of its parameters, the current value of every
+changed parameter, the parameters each task runs with - sent again with every launch, so a task
+that restarts or fails over comes back with them - the requests in flight and the history of
+applied tuples with the epoch each took effect at) and the pure steps on it: `begin` a checked
+request, `acknowledge` one task's answer, `undo` a request a task refused. Also the JSON views
+(`catalog_view`, `request_view`) and the persisted form. Does not own checking tuples
+(`compiler.control`) or sending messages (`scheduler.state` turns these steps into commands).
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from compiler.control import ControlCatalog, Change
+
+RequestState = Literal["pending", "applied", "refused"]
+HISTORY_KEPT = 200
+_ids = itertools.count(1)
+
+
+def new_request_id(query_id: str) -> str:
+    return f"{query_id}-c{int(time.time() * 1000) % 10**9}-{next(_ids)}"
+
+
+@dataclass
+class TaskAnswer:
+    """One task's acknowledgement: applied from micro-batch `epoch`, or refused."""
+
+    applied: bool
+    epoch: int = -1
+    pause_s: float = 0.0
+    message: str = ""
+    at: float = 0.0  # wall-clock seconds
+
+    def to_json(self) -> dict[str, Any]:
+        return {"applied": self.applied, "epoch": self.epoch, "pause_s": self.pause_s,
+                "message": self.message, "at": self.at}
+
+
+@dataclass
+class ControlRequest:
+    request_id: str
+    version: int
+    tuples: list[tuple[str, str, str]]  # (operator, parameter, value)
+    asked_at: float
+    tasks: dict[str, TaskAnswer | None]  # task id -> answer, None while pending
+    undo: dict[str, dict[str, str]]  # operator -> parameter -> value before the request
+    undo_params: dict[str, dict[str, dict[str, Any]]]  # task id -> its params before
+    state: RequestState = "pending"
+    reason: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"request": self.request_id, "version": self.version, "state": self.state,
+                "reason": self.reason, "asked_at": self.asked_at,
+                "tuples": [list(t) for t in self.tuples],
+                "tasks": {t: (a.to_json() if a else None) for t, a in self.tasks.items()}}
+
+
+@dataclass
+class QueryControl:
+    version: int = 0
+    values: dict[str, dict[str, str]] = field(default_factory=dict)  # changed ones only
+    task_params: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    requests: dict[str, ControlRequest] = field(default_factory=dict)
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+    def params_of(self, task_id: str) -> dict[str, Any]:
+        """What a launch of `task_id` carries: the version and its parameters."""
+        return {"version": self.version, "params": self.task_params.get(task_id, {})}
+
+    def to_json(self) -> dict[str, Any]:
+        return {"version": self.version, "values": self.values, "task_params": self.task_params,
+                "history": self.history[-HISTORY_KEPT:]}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any] | None) -> "QueryControl":
+        if not d:
+            return cls()
+        return cls(int(d.get("version", 0)), dict(d.get("values", {})),
+                   dict(d.get("task_params", {})), {}, list(d.get("history", [])))
+
+
+def begin(control: QueryControl, request_id: str, changes: list[Change], now: float) -> ControlRequest:
+    """Record a checked request: a new version, the new values, each target task's new
+    parameters (its whole set); returns the request, pending on every target task."""
+    undo = {c.adjustable.operator: dict(control.values.get(c.adjustable.operator, {}))
+            for c in changes}
+    tasks = sorted({t.task_id for c in changes for t in c.adjustable.targets})
+    undo_params = {t: _copy(control.task_params.get(t, {})) for t in tasks}
+    control.version += 1
+    for change in changes:
+        a = change.adjustable
+        control.values.setdefault(a.operator, {})[a.parameter] = change.text
+        for target in a.targets:
+            ops = control.task_params.setdefault(target.task_id, {})
+            ops.setdefault(target.op, {})[target.keyword] = _jsonable(change.runtime_value)
+    request = ControlRequest(request_id, control.version,
+                             [(c.adjustable.operator, c.adjustable.parameter, c.text)
+                              for c in changes], now, {t: None for t in tasks}, undo, undo_params)
+    control.requests[request_id] = request
+    return request
+
+
+def acknowledge(control: QueryControl, request_id: str, task_id: str,
+                answer: TaskAnswer) -> ControlRequest | None:
+    """Record one task's answer; the request, or None if it is unknown or already settled
+    for that task. A refusal settles the request as refused (the caller undoes it); the last
+    acknowledgement settles it as applied and enters its tuples in the history."""
+    request = control.requests.get(request_id)
+    if request is None or task_id not in request.tasks or request.tasks[task_id] is not None:
+        return None
+    request.tasks[task_id] = answer
+    if request.state != "pending":
+        return request
+    if not answer.applied:
+        request.state, request.reason = "refused", f"task {task_id}: {answer.message}"
+    elif all(a is not None and a.applied for a in request.tasks.values()):
+        request.state = "applied"
+        epochs = {t: a.epoch for t, a in request.tasks.items() if a is not None}
+        for operator, parameter, value in request.tuples:
+            control.history.append({"request": request_id, "version": request.version,
+                                    "operator": operator, "parameter": parameter,
+                                    "value": value, "asked_at": request.asked_at,
+                                    "applied_at": answer.at, "epochs": epochs})
+        del control.history[:-HISTORY_KEPT]
+    return request
+
+
+def undo(control: QueryControl, request: ControlRequest) -> list[str]:
+    """Put back what `request` changed, as a new version; the tasks to send it to (those
+    that may have applied it)."""
+    control.version += 1
+    for operator, values in request.undo.items():
+        if values:
+            control.values[operator] = dict(values)
+        else:
+            control.values.pop(operator, None)
+    for task_id, params in request.undo_params.items():
+        control.task_params[task_id] = _copy(params)
+    return [t for t, a in request.tasks.items() if a is None or a.applied]
+
+
+def catalog_view(catalog: ControlCatalog, control: QueryControl) -> dict[str, Any]:
+    """Every adjustable parameter with its type and current value, the fixed ones with the
+    reason, and the applied history: what `elastiq control --list` prints."""
+    adjustable = []
+    for a in catalog.adjustable:
+        current = control.values.get(a.operator, {}).get(a.parameter, a.value)
+        adjustable.append({"operator": a.operator, "kind": a.kind, "parameter": a.parameter,
+                           "type": _type_name(a), "value": current, "initial": a.value,
+                           "tasks": sorted({t.task_id for t in a.targets}), "doc": a.doc})
+    return {"version": control.version, "adjustable": adjustable,
+            "fixed": [{"operator": f.operator, "parameter": f.parameter, "reason": f.reason}
+                      for f in catalog.fixed],
+            "history": control.history[-50:]}
+
+
+def _type_name(a: Any) -> str:
+    if a.value_kind == "expression":
+        streams = ", ".join(name for name, _ in a.scope)
+        return f"boolean expression over {streams}"
+    return {"float": "number > 0", "endpoint": "tcp://host:port", "path": "absolute path",
+            "columns": "column list"}.get(a.value_kind, a.value_kind)
+
+
+def _jsonable(value: Any) -> Any:
+    return list(value) if isinstance(value, tuple) else value
+
+
+def _copy(params: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {op: dict(values) for op, values in params.items()}

@@ -1,0 +1,100 @@
+"""Spark layer, control tuples: a running task's query is rebuilt with new parameters at a batch
+boundary (TaskRunner.reconfigure in the shared session). The file sink is compared with a plain
+Python oracle that switches condition at the acknowledged epoch, whose first input index is read
+from Spark's own offset log; a change that does not build leaves the old query running."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from executor.task_runner import ReconfigureFailed, TaskRunner
+from test_runtime_support import wait_for
+
+pytestmark = pytest.mark.spark
+
+PROGRAM = '''
+from compiler.types import Schema
+SEQ = Schema.of(("id", "int"), ("ts", "timestamp"), ("key", "string"), ("value", "double"))
+def build(rt):
+    rt.generator(op="src", output="nums", schema=SEQ, shape="sequence", seed=3, rate=400.0,
+                 limit=None, start="2024-01-01T00:00:00Z")
+    rt.filter(op="keep", input="nums", output="kept", condition="nums.id % 2 = 0")
+    rt.file_sink(op="sink", input="kept", path=OUT)
+'''
+
+
+def ids_in(path: Path) -> list[int]:
+    if not path.exists():
+        return []
+    return [json.loads(line)["id"] for line in path.read_text().splitlines() if line.strip()]
+
+
+def end_index(checkpoint: Path, batch: int) -> int:
+    """The generator's end offset of micro-batch `batch`, from Spark's offset log (the last
+    line of offsets/<batch> is the one source's offset JSON)."""
+    lines = (checkpoint / "spark" / "offsets" / str(batch)).read_text().splitlines()
+    return int(json.loads(lines[-1])["index"])
+
+
+def last_committed(checkpoint: Path) -> int:
+    return max(int(p.name) for p in (checkpoint / "spark" / "commits").iterdir()
+               if p.name.isdigit())
+
+
+def test_a_filter_changed_at_a_batch_boundary_matches_an_oracle_switching_at_the_epoch(
+        spark: Any, tmp_path: Path) -> None:
+    out, checkpoint = tmp_path / "kept.jsonl", tmp_path / "ck"
+    program = tmp_path / "program.py"
+    program.write_text(f"OUT = {str(out)!r}\n" + PROGRAM, encoding="utf-8")
+    runner = TaskRunner(spark, program, {"query_id": "q", "task_id": "ctl",
+                                         "checkpoint_dir": str(checkpoint),
+                                         "trigger_seconds": 0.3})
+    try:
+        runner.start()
+        wait_for(lambda: len(ids_in(out)) > 50, 60, "output under the first condition")
+        done = runner.reconfigure(1, {"keep": {"condition": "nums.id % 3 = 0"}})
+        assert done.version == 1 and done.epoch >= 1
+        wait_for(lambda: last_committed(checkpoint) >= done.epoch + 2, 60,
+                 "batches under the new condition")
+        with pytest.raises(ReconfigureFailed):
+            runner.reconfigure(2, {"keep": {"condition": "nums.key"}})  # a string, not boolean
+        assert runner.params_version == 1
+        settled = last_committed(checkpoint)
+        wait_for(lambda: last_committed(checkpoint) >= settled + 2, 60,
+                 "batches after the refused change (the query went on)")
+        runner.stop()
+        boundary = end_index(checkpoint, done.epoch - 1)
+        end = end_index(checkpoint, last_committed(checkpoint))
+        expected = [i for i in range(boundary) if i % 2 == 0] + \
+                   [i for i in range(boundary, end) if i % 3 == 0]
+        assert sorted(ids_in(out)) == expected
+        assert any(i % 2 == 0 for i in range(boundary, end) if i % 3 != 0), \
+            "the run was too short to tell the conditions apart"
+    finally:
+        runner.stop()
+
+
+def test_a_rate_change_paces_the_generator_from_where_it_was(spark: Any, tmp_path: Path) -> None:
+    out, checkpoint = tmp_path / "kept.jsonl", tmp_path / "ck"
+    program = tmp_path / "program.py"
+    program.write_text(f"OUT = {str(out)!r}\n" + PROGRAM, encoding="utf-8")
+    runner = TaskRunner(spark, program, {"query_id": "q", "task_id": "rate",
+                                         "checkpoint_dir": str(checkpoint),
+                                         "trigger_seconds": 0.3})
+    try:
+        runner.start()
+        wait_for(lambda: len(ids_in(out)) > 20, 60, "first output")
+        done = runner.reconfigure(1, {"src": {"rate": 40.0}})
+        wait_for(lambda: last_committed(checkpoint) >= done.epoch + 1, 60, "paced batches")
+        t0, i0 = time.monotonic(), end_index(checkpoint, last_committed(checkpoint))
+        time.sleep(4.0)
+        t1, i1 = time.monotonic(), end_index(checkpoint, last_committed(checkpoint))
+        rate = (i1 - i0) / (t1 - t0)
+        assert 10 < rate < 80, f"{rate:.0f} tuples/s after the change to 40/s (was 400/s)"
+    finally:
+        runner.stop()
