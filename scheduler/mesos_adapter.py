@@ -16,12 +16,14 @@ from __future__ import annotations
 import getpass
 import logging
 import queue
+import socket
 import threading
 import time
 from typing import Any
 
 from pymesos import MesosSchedulerDriver, Scheduler
 
+from compiler.control import ALIASES
 from compiler.tasks import CompiledQuery
 from scheduler import mesos_json
 from scheduler.commands import (
@@ -152,6 +154,25 @@ class DriverRunner:
                  dict(c.endpoints))
         self._driver.sendFrameworkMessage({"value": c.executor_id}, {"value": c.agent_id},
                                           mesos_json.encode_bytes(c.data))
+
+
+def unreachable_endpoints(view: dict[str, Any] | None, tuples: list[tuple[str, str, str]],
+                          timeout: float = 1.0) -> list[str]:
+    """The network-source endpoints among `tuples` nobody listens on (a TCP connect within
+    `timeout` fails), as problems; other tuples are left to the state machine's checks."""
+    sources = {a["operator"] for a in (view or {}).get("adjustable", [])
+               if a["kind"] == "network-source" and a["parameter"] == "endpoint"}
+    problems = []
+    for operator, parameter, value in tuples:
+        if operator not in sources or ALIASES.get(parameter, parameter) != "endpoint":
+            continue
+        host, _, port = value.strip().removeprefix("tcp://").rpartition(":")
+        try:
+            socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+        except (OSError, ValueError) as exc:
+            problems.append(f"{operator}.endpoint = {value!r}: nobody listens there ({exc}); "
+                            "start the writer first")
+    return problems
 
 
 class SchedulerService:
@@ -352,6 +373,12 @@ class SchedulerService:
 
     def control(self, query_id: str, tuples: list[tuple[str, str, str]], timeout: float = 10.0,
                 epoch: int | None = None) -> Reply:
+        """Control tuples for a query. A network source's new endpoint must have a writer
+        listening there (probed first: the state machine does no I/O); the rest is checked and
+        applied by the state machine."""
+        deaf = unreachable_endpoints(self.loop.query_control(query_id), tuples)
+        if deaf:
+            return Reply(False, 400, "; ".join(deaf), {"problems": deaf})
         sid = new_stimulus_id("control")
         return self.loop.request(
             FencedRequest(sid, epoch, ControlRequested(sid, query_id, tuple(tuples))), timeout)

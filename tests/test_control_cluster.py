@@ -1,0 +1,229 @@
+"""Control tuples end to end on the embedded cluster: the scheduler service and its HTTP API,
+real executor processes with Spark, a real ZeroMQ reader in the test.
+
+One query `nums := generator; keep := filter(nums.id % 2 = 0); out := network-sink` runs while
+the test, through the API and the CLI, moves the network sink to a second endpoint (the test's
+reader follows it), changes the filter's condition, and sends every kind of bad tuple. What the
+reader received is compared with a plain-Python oracle that switches condition at the
+acknowledged epoch (whose first input index is read from Spark's offset log of the task).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from executor.channel_reader import ChannelReader
+from executor.shapes import arrow_schema, shape_named
+from scheduler.client import RequestRejected, SchedulerClient
+from tests.e2e_support import (ROOT, Stack, pythonpath, start_stack, stop_stack, submit,
+                               wait_running, wait_until)
+
+pytestmark = [pytest.mark.spark, pytest.mark.cluster, pytest.mark.timeout(420)]
+log = logging.getLogger(__name__)
+
+SPEC = """<?xml version="1.0" encoding="UTF-8"?>
+<dataflow name="e2e-control">
+  <operator name="src" type="generator">
+    <param name="shape" value="sequence"/>
+    <param name="rate" value="200"/>
+    <param name="seed" value="11"/>
+    <output name="nums"/>
+  </operator>
+  <operator name="keep" type="filter">
+    <input name="nums"/>
+    <param name="condition" value="nums.id % 2 = 0"/>
+    <output name="kept"/>
+  </operator>
+  <operator name="out" type="network-sink">
+    <input name="kept"/>
+    <param name="endpoint" value="tcp://127.0.0.1:{port}"/>
+    <param name="channel" value="ctl-out"/>
+  </operator>
+</dataflow>
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class FollowingReader:
+    """Reads the query's channel on a thread, acking each batch; `follow(endpoint)` moves it
+    to the writer's new endpoint. Records (seq, Spark batch id, endpoint, ids) per batch."""
+
+    def __init__(self, endpoint: str) -> None:
+        schema = arrow_schema(shape_named("sequence").columns)
+        self.reader = ChannelReader("ctl-out", "test-reader", endpoint, schema)
+        self.batches: list[tuple[int, int, str, list[int]]] = []
+        self._move: str | None = None
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> "FollowingReader":
+        self.reader.subscribe(from_seq=1)
+        self.thread.start()
+        return self
+
+    def follow(self, endpoint: str) -> None:
+        with self._lock:
+            self._move = endpoint
+
+    def ids(self) -> list[int]:
+        with self._lock:
+            return [i for *_, ids in self.batches for i in ids]
+
+    def tags(self) -> list[int]:
+        with self._lock:
+            return [tag for _, tag, _, _ in self.batches]
+
+    def _run(self) -> None:
+        deadline = time.monotonic() + 400
+        while not self._stop.is_set() and time.monotonic() < deadline:
+            with self._lock:
+                move, self._move = self._move, None
+            if move is not None:
+                self.reader.connect_to(move)
+            for batch in self.reader.poll(0.2):
+                with self._lock:
+                    self.batches.append((batch.seq, batch.tag, self.reader.endpoint,
+                                         batch.table.column("id").to_pylist()))
+                self.reader.ack(batch.seq)
+
+    def close(self) -> None:
+        self._stop.set()
+        self.thread.join(5)
+        self.reader.close()
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    running = start_stack(tmp_path_factory.mktemp("control-stack"), cpus_per_agent=2.5, agents=1)
+    try:
+        yield running
+    finally:
+        leftovers = stop_stack(running)
+        if leftovers:
+            log.warning("control teardown: SIGKILLed leftover executor processes %s", leftovers)
+
+
+def end_index(checkpoint: Path, batch: int) -> int:
+    """The generator's end offset after micro-batch `batch`, from Spark's offset log."""
+    lines = (checkpoint / "spark" / "offsets" / str(batch)).read_text().splitlines()
+    return int(json.loads(lines[-1])["index"])
+
+
+def applied(client: SchedulerClient, query: str, tuples: list[tuple[str, str, str]],
+            timeout: float = 60.0) -> dict[str, Any]:
+    """Send tuples through the API and wait until every task acknowledged them."""
+    request = client.control(query, tuples)["request"]
+    return wait_until(lambda: (v := client.control_status(query, request))["state"] != "pending"
+                      and v, timeout, f"acknowledgements of {tuples}")
+
+
+def current(client: SchedulerClient, query: str) -> dict[tuple[str, str], str]:
+    view = client.control_status(query)
+    return {(a["operator"], a["parameter"]): a["value"] for a in view["adjustable"]}
+
+
+def cli(stack: Stack, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "elastiq.cli", *args, "--scheduler", stack.api.url],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT,
+                          env={"PYTHONPATH": pythonpath(), "PATH": "/usr/bin:/bin"})
+
+
+def test_control_tuples_move_the_writer_change_the_filter_and_refuse_bad_input(
+        stack: Stack, tmp_path: Path) -> None:
+    from compiler.pipeline import compile_spec_text
+
+    first, second = f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
+    query = compile_spec_text(SPEC.replace("{port}", first.rsplit(":", 1)[1]).encode(),
+                              str(tmp_path / "e2e-control.xml"), base_dir=tmp_path).query
+    submit(stack, query)
+    wait_running(stack, "e2e-control", timeout=150)
+    task_id = query.tasks[0].task_id
+    checkpoint = stack.work / "state" / task_id / "checkpoint"
+    client = SchedulerClient(stack.api.url)
+    reader = FollowingReader(first).start()
+    try:
+        wait_until(lambda: len(reader.ids()) >= 20, 120, "rows at the first endpoint")
+
+        # the writer moves (the paper's target-addr); the reader follows once it is acknowledged
+        moved = applied(client, "e2e-control", [("out", "target-addr", second)])
+        assert moved["state"] == "applied", moved
+        moved_at = moved["tasks"][task_id]["epoch"]
+        reader.follow(second)
+        wait_until(lambda: any(t >= moved_at + 2 for t in reader.tags()), 120,
+                   "batches at the second endpoint")
+
+        # the filter changes; the CLI prints where and when
+        done = cli(stack, "control", "e2e-control", "keep", "condition", "nums.id % 3 = 0")
+        assert done.returncode == 0, done.stderr
+        assert f"{task_id} on agent" in done.stdout and "from micro-batch" in done.stdout, \
+            done.stdout
+        switched_at = int(done.stdout.split("from micro-batch ")[1].split()[0])
+        listed = cli(stack, "control", "--list", "e2e-control")
+        assert listed.returncode == 0 and "nums.id % 3 = 0" in listed.stdout, listed.stdout
+        assert "(was nums.id % 2 = 0)" in listed.stdout and second in listed.stdout
+
+        before = current(client, "e2e-control")
+        version = client.control_status("e2e-control")["version"]
+        bad = [("nosuch", [("keep", "condition", "nums.id > 1")], 404),
+               ("e2e-control", [("nope", "condition", "true")], 404),
+               ("e2e-control", [("keep", "colour", "red")], 400),
+               ("e2e-control", [("src", "seed", "7")], 400),  # fixed: replays other data
+               ("e2e-control", [("src", "rate", "fast")], 400),
+               ("e2e-control", [("keep", "condition", "nums.id >")], 400),
+               ("e2e-control", [("keep", "condition", "nums.id + 1")], 400),
+               ("e2e-control", [("keep", "condition", "nums.nosuch = 1")], 400),
+               ("e2e-control", [("out", "endpoint", "udp://x")], 400),
+               # one good tuple with a bad one: neither is applied
+               ("e2e-control", [("src", "rate", "100"), ("keep", "condition", "nums.id >")], 400)]
+        for query_id, tuples, status in bad:
+            with pytest.raises(RequestRejected) as refused:
+                client.control(query_id, tuples)
+            assert refused.value.status == status, (tuples, refused.value)
+        assert current(client, "e2e-control") == before
+        assert client.control_status("e2e-control")["version"] == version
+
+        # a target the task cannot serve on (the port is taken): refused by the task, undone
+        with socket.socket() as taken:
+            taken.bind(("127.0.0.1", 0))
+            taken.listen()
+            busy = f"tcp://127.0.0.1:{taken.getsockname()[1]}"
+            answer = applied(client, "e2e-control", [("out", "endpoint", busy)])
+            assert answer["state"] == "refused", answer
+        assert current(client, "e2e-control") == before
+        wait_until(lambda: stack.tasks("e2e-control")[task_id]["state"] == "running", 30,
+                   "the task to run on")
+        last_tag = max(reader.tags())
+        wait_until(lambda: max(reader.tags()) >= last_tag + 3, 120,
+                   "batches after the refused change, at the second endpoint")
+    finally:
+        reader.close()
+        stack.service.stop_query("e2e-control")
+
+    # every tuple reached exactly one endpoint, in order, none lost, none twice
+    seqs = [seq for seq, *_ in reader.batches]
+    assert seqs == sorted(set(seqs)), "batches out of order or twice"
+    assert all(ep == second for _, tag, ep, _ in reader.batches if tag >= moved_at), \
+        "a batch made after the move came from the old endpoint"
+    assert any(ep == first for _, _, ep, _ in reader.batches)
+    boundary = end_index(checkpoint, switched_at - 1)
+    end = end_index(checkpoint, max(reader.tags()))
+    expected = [i for i in range(boundary) if i % 2 == 0] + \
+               [i for i in range(boundary, end) if i % 3 == 0]
+    assert sorted(reader.ids()) == expected
+    assert reader.ids() == sorted(reader.ids()), "rows out of order"
