@@ -1,0 +1,275 @@
+"""Control tuples, our own logic without Spark or processes: the catalogue the compiler builds,
+the checks of a tuple, the scheduler's state machine (a request checked as a whole, sent to the
+tasks it changes, acknowledged with epochs, undone when a task refuses, carried by relaunches),
+the executor's state machine, the API's body parsing, the CLI's tuple files, source pacing
+across a rate change. The run with real processes is tests/test_control_cluster.py."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+import pytest
+
+from compiler.control import ControlRefused, check_tuple, check_tuples
+from compiler.pipeline import compile_spec_text
+from elastiq.control_cli import TupleSyntaxError, read_tuples
+from executor import executor_state as ex
+from executor.batch_gate import BatchGate, GateClosed, next_batch_id
+from executor.sources import pacing_anchor, paced_offset, rebased_anchor
+from scheduler.api import ApiError, control_tuples
+from scheduler.commands import ReplyToRequest, SendFrameworkMessage
+from scheduler.events import ControlRequested, FrameworkMessageReceived, OffersReceived, Tick
+from scheduler.lifecycle import TaskState
+from scheduler.mesos_adapter import unreachable_endpoints
+from scheduler.state import SchedulerState
+from tests.test_failover_policy import start, warm_offer
+from tests.test_pattern_tasks import compiled
+from tests.test_scheduler_state import launched, of, update
+
+SPEC = """<dataflow name="q">
+  <operator name="src" type="generator">
+    <param name="shape" value="sensor"/><param name="rate" value="100"/><output name="raw"/>
+  </operator>
+  <operator name="hot" type="filter">
+    <input name="raw"/><param name="condition" value="raw.temp &gt; 30"/><output name="h"/>
+  </operator>
+  <operator name="avg" type="window-aggregate">
+    <input name="h"/><param name="time" value="ts"/><param name="size" value="10 seconds"/>
+    <param name="group-by" value="sensor"/>
+    <aggregate name="n" function="count"/><output name="a"/>
+  </operator>
+  <operator name="sink" type="file-sink"><input name="a"/><param name="path" value="out.jsonl"/>
+  </operator>
+</dataflow>"""
+
+
+def query(tmp_path: Path):
+    return compile_spec_text(SPEC.encode(), str(tmp_path / "q.xml"), base_dir=tmp_path).query
+
+
+# --- the catalogue and the checks ---------------------------------------------------------------
+
+def test_the_catalogue_lists_adjustable_and_fixed_parameters_with_their_places(tmp_path: Path
+                                                                               ) -> None:
+    catalog = query(tmp_path).controls
+    found = {(a.operator, a.parameter): a for a in catalog.adjustable}
+    assert set(found) == {("src", "rate"), ("hot", "condition"), ("sink", "path")}
+    assert found["sink", "path"].value == str(tmp_path / "out.jsonl")  # as the task opens it
+    assert [t.to_json() for t in found["hot", "condition"].targets] == [["q.t0", "hot",
+                                                                          "condition"]]
+    fixed = {(f.operator, f.parameter): f.reason for f in catalog.fixed}
+    assert "corrupt" in fixed["avg", "size"] and "corrupt" in fixed["avg", "aggregate"]
+
+
+@pytest.mark.parametrize("operator, parameter, value, words", [
+    ("nope", "rate", "1", "has no operator 'nope' (operators: avg, hot, sink, src)"),
+    ("hot", "colour", "red", "hot (filter) has no parameter 'colour' (adjustable: condition)"),
+    ("avg", "size", "5 seconds", "avg.size cannot change while the query runs: its windows"),
+    ("src", "seed", "3", "a new one would replay other data"),
+    ("src", "rate", "fast", "'fast' is not a number"),
+    ("src", "rate", "0", "below the minimum"),
+    ("hot", "condition", "raw.temp >", "hot.condition = 'raw.temp >'"),
+    ("hot", "condition", "raw.temp + 1", "must be boolean"),
+    ("hot", "condition", "raw.nosuch > 1", "nosuch"),
+    ("sink", "path", "relative.jsonl", "must be absolute"),
+])
+def test_bad_tuples_are_refused_with_what_to_fix(tmp_path: Path, operator: str, parameter: str,
+                                                 value: str, words: str) -> None:
+    with pytest.raises(ControlRefused) as refused:
+        check_tuple(query(tmp_path).controls, "q", operator, parameter, value)
+    assert words in str(refused.value)
+
+
+def test_a_request_is_checked_as_a_whole_and_reports_every_problem(tmp_path: Path) -> None:
+    catalog = query(tmp_path).controls
+    change = check_tuple(catalog, "q", "hot", "condition", " raw.temp > 35 ")
+    assert (change.text, change.runtime_value) == ("raw.temp > 35", "raw.temp > 35")
+    with pytest.raises(ControlRefused) as refused:
+        check_tuples(catalog, "q", [("src", "rate", "50"), ("hot", "condition", "x >"),
+                                    ("src", "rate", "60"), ("nope", "a", "b")])
+    assert len(refused.value.problems) == 3 and refused.value.status == 400
+    assert "src.rate is set twice" in str(refused.value)
+
+
+def test_hot_standby_replicas_and_stateful_partitions_keep_their_parameters() -> None:
+    replicated = compiled("hot-sensors", {"hot": 'ha="hot-standby" replicas="2"'}).query.controls
+    assert replicated.find("hot", "condition") is None
+    assert any(f.operator == "hot" and "identical" in f.reason for f in replicated.fixed)
+    partitioned = compiled("stock-ticks", {"big": 'parallelism="2"'}).query.controls
+    condition = partitioned.find("big", "condition")
+    assert condition is not None and len(condition.targets) == 2  # one per partition
+    routing = partitioned.find("big", "partition-key")
+    assert routing is not None and routing.targets[0].keyword == "key"
+    keyed = compiled("sensor-join", {"matched": 'parallelism="2" partition-by="sensor"'})
+    assert any(f.parameter == "partition-key" and "state" in f.reason
+               for f in keyed.query.controls.fixed)
+
+
+# --- the scheduler's state machine --------------------------------------------------------------
+
+def running(tmp_path: Path) -> SchedulerState:
+    s, _ = start(query(tmp_path), warm_offer("o1", "a1"))
+    return s
+
+
+def ack(task: str, request: str, applied: bool = True, epoch: int = 7,
+        message: str = "") -> FrameworkMessageReceived:
+    body = {"kind": "control-ack", "task": task, "request": request, "version": 1,
+            "applied": applied, "epoch": epoch, "pause_s": 0.4, "message": message, "at": 5.0}
+    return FrameworkMessageReceived("f", "elastiq-exec-a1", "a1", json.dumps(body).encode())
+
+
+def test_a_request_reaches_its_task_is_acknowledged_and_enters_the_history(tmp_path: Path
+                                                                           ) -> None:
+    s = running(tmp_path)
+    out = s.handle(ControlRequested("c", "q", (("hot", "condition", "raw.temp > 35"),)))
+    (reply,) = of(ReplyToRequest, out)
+    assert (reply.accepted, reply.status) == (True, 202)
+    request = reply.body["request"]
+    (message,) = of(SendFrameworkMessage, out)
+    sent = json.loads(message.data)
+    assert sent == {"kind": "control", "task": "q.t0.a1", "request": request, "version": 1,
+                    "params": {"hot": {"condition": "raw.temp > 35"}}}
+    s.handle(ack("q.t0.a1", request))
+    control = s.queries["q"].control
+    assert control.requests[request].state == "applied"
+    assert control.history[-1]["epochs"] == {"q.t0": 7}
+    # a relaunch carries the parameters
+    s.handle(Tick("t", 101.0))
+    s.handle(update("q.t0.a1", "FAILED"))
+    s.handle(Tick("t", 200.0))
+    data = next(iter(launched(s.handle(OffersReceived("o", (warm_offer("o2", "a1"),))))
+                     .values()))[1]
+    assert data["control"] == {"version": 1, "params": {"hot": {"condition": "raw.temp > 35"}}}
+
+
+def test_a_refused_request_changes_nothing_and_a_task_refusal_undoes_it(tmp_path: Path) -> None:
+    s = running(tmp_path)
+    out = s.handle(ControlRequested("c", "q", (("hot", "condition", "raw.temp >"),)))
+    (reply,) = of(ReplyToRequest, out)
+    assert (reply.accepted, reply.status) == (False, 400) and not of(SendFrameworkMessage, out)
+    assert s.queries["q"].control.version == 0
+    assert s.handle(ControlRequested("c", "nope", (("a", "b", "c"),)))[0].status == 404
+    out = s.handle(ControlRequested("c", "q", (("sink", "path", "/tmp/x.jsonl"),)))
+    request = of(ReplyToRequest, out)[0].body["request"]
+    busy = s.handle(ControlRequested("c2", "q", (("src", "rate", "5"),)))
+    assert busy[0].status == 409 and "still being applied" in busy[0].message
+    s.handle(ack("q.t0.a1", request, applied=False, message="cannot open"))
+    control = s.queries["q"].control
+    assert control.requests[request].state == "refused"
+    assert control.values == {} and control.task_params["q.t0"] == {}
+
+
+def test_a_task_that_does_not_run_refuses_the_request(tmp_path: Path) -> None:
+    s = running(tmp_path)
+    s.handle(Tick("t", 101.0))
+    s.handle(update("q.t0.a1", "FAILED"))
+    assert s.queries["q"].tasks["q.t0"].state is not TaskState.RUNNING
+    (reply,) = s.handle(ControlRequested("c", "q", (("src", "rate", "5"),)))
+    assert reply.status == 409 and "try again when it runs" in reply.message
+
+
+# --- the executor's state machine ---------------------------------------------------------------
+
+def executor_with_running_task() -> ex.ExecutorState:
+    state = ex.ExecutorState()
+    state.handle(ex.Registered("r", "e", "a1"))
+    launch = ex.TaskLaunch("q.t0.a1", "q.t0", "q", "spark", "def build(rt): pass", {}, 1)
+    state.handle(ex.TaskLaunched("l", launch))
+    state.handle(ex.RunnerStatusChanged("p", "q.t0.a1", "running"))
+    return state
+
+
+def message(body: dict) -> ex.FrameworkMessageReceived:
+    return ex.FrameworkMessageReceived("m", base64.b64encode(json.dumps(body).encode()))
+
+
+def test_the_executor_applies_a_control_message_once_and_acknowledges_it() -> None:
+    state = executor_with_running_task()
+    body = {"kind": "control", "task": "q.t0.a1", "request": "r1", "version": 2,
+            "params": {"hot": {"condition": "raw.temp > 1"}}}
+    (apply,) = state.handle(message(body))
+    assert apply == ex.ApplyParams("m", "q.t0.a1", "r1", 2, {"hot": {"condition": "raw.temp > 1"}})
+    assert state.handle(message(body)) == []  # the same version again
+    (sent,) = state.handle(ex.ParamsApplied("a", "q.t0.a1", "r1", 2, 9, 0.3, 5.0))
+    assert json.loads(ex.control_ack_message(sent))["epoch"] == 9
+    (refusal,) = state.handle(message({**body, "task": "q.t9.a1", "version": 3}))
+    assert isinstance(refusal, ex.SendControlAck) and not refusal.applied
+    assert state.handle(message({**body, "version": 0})) == []  # unreadable: ignored
+
+
+# --- the batch gate and where the next batch starts ---------------------------------------------
+
+def test_a_closed_gate_refuses_later_batches_and_epochs_follow_spark_logs(tmp_path: Path) -> None:
+    gate, written = BatchGate(), []
+    sink = gate.wrap(lambda df, batch: written.append(batch))
+    sink(None, 4)
+    assert gate.close(1.0) and gate.last_written == 4
+    with pytest.raises(GateClosed):
+        sink(None, 5)
+    assert written == [4]
+    spark = tmp_path / "spark"
+    for folder, ids in (("offsets", (0, 1, 2)), ("commits", (0, 1))):
+        (spark / folder).mkdir(parents=True)
+        for i in ids:
+            (spark / folder / str(i)).write_text("x")
+    assert next_batch_id(str(spark)) == 2  # planned, not committed: it runs again
+    (spark / "commits" / "2").write_text("x")
+    assert next_batch_id(str(spark)) == 3
+    assert next_batch_id(str(spark), last_written=4) == 5
+    assert next_batch_id(str(tmp_path / "none")) == 0
+
+
+# --- pacing across a rate change ----------------------------------------------------------------
+
+def test_a_new_rate_continues_from_what_the_old_one_allowed(tmp_path: Path) -> None:
+    assert rebased_anchor(100.0, 10.0, 40.0, 110.0, 0) == pytest.approx(107.5)
+    assert rebased_anchor(0.0, None, 10.0, 50.0, 200) == pytest.approx(30.0)
+    path = str(tmp_path / "pacing" / "src.anchor")
+    anchor = pacing_anchor(path, 100.0, 10.0)
+    assert paced_offset(anchor, 110.0, 10.0, 1 << 40, None) == 100
+    anchor = pacing_anchor(path, 110.0, 40.0)  # the control tuple's rate, at 110 s
+    assert paced_offset(anchor, 110.0, 40.0, 1 << 40, None) == 100  # no jump
+    assert paced_offset(anchor, 111.0, 40.0, 1 << 40, None) == 140
+    assert pacing_anchor(path, 500.0, 40.0) == anchor  # later restarts keep it
+    legacy = tmp_path / "legacy.anchor"
+    legacy.write_text("12.5")
+    assert pacing_anchor(str(legacy), 99.0, 10.0) == 12.5
+
+
+# --- the API body, the CLI's files, probing endpoints -------------------------------------------
+
+def test_the_api_reads_tuples_and_names_malformed_ones() -> None:
+    body = {"tuples": [{"operator": "hot", "parameter": "condition", "value": "raw.temp > 1"}]}
+    assert control_tuples(json.dumps(body).encode()) == [("hot", "condition", "raw.temp > 1")]
+    with pytest.raises(ApiError) as bad:
+        control_tuples(json.dumps({"tuples": [{"operator": "hot"}, ["x"]]}).encode())
+    assert bad.value.message == ("tuple 1: needs text operator, parameter and value; tuple 2: "
+                                 "needs text operator, parameter and value")
+    with pytest.raises(ApiError):
+        control_tuples(b"not json")
+
+
+def test_a_tuple_file_keeps_the_rest_of_the_line_as_the_value() -> None:
+    lines = ["# raise the bar", "", "hot condition raw.temp > 35 and raw.humidity < 60",
+             "src  rate   50"]
+    assert read_tuples(lines) == [("hot", "condition", "raw.temp > 35 and raw.humidity < 60"),
+                                  ("src", "rate", "50")]
+    with pytest.raises(TupleSyntaxError, match="f.txt:2: expected 'OPERATOR PARAMETER VALUE'"):
+        read_tuples(["hot condition x", "lonely"], "f.txt")
+
+
+def test_a_network_source_endpoint_nobody_listens_on_is_refused() -> None:
+    import socket
+
+    view = {"adjustable": [{"operator": "in", "kind": "network-source",
+                            "parameter": "endpoint"}]}
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        live = f"tcp://127.0.0.1:{server.getsockname()[1]}"
+        assert unreachable_endpoints(view, [("in", "endpoint", live)]) == []
+    problems = unreachable_endpoints(view, [("in", "target-addr", live), ("x", "endpoint", live)])
+    assert len(problems) == 1 and "nobody listens there" in problems[0]
