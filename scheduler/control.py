@@ -20,6 +20,7 @@ from compiler.control import ControlCatalog, Change
 
 RequestState = Literal["pending", "applied", "refused"]
 HISTORY_KEPT = 200
+SETTLED_KEPT = 100  # settled requests kept for `GET .../control/{request}`
 _ids = itertools.count(1)
 
 
@@ -53,6 +54,7 @@ class ControlRequest:
     undo_params: dict[str, dict[str, dict[str, Any]]]  # task id -> its params before
     state: RequestState = "pending"
     reason: str = ""
+    settled_at: float | None = None  # scheduler clock, when the last answer came
 
     def to_json(self) -> dict[str, Any]:
         return {"request": self.request_id, "version": self.version, "state": self.state,
@@ -103,11 +105,14 @@ def begin(control: QueryControl, request_id: str, changes: list[Change], now: fl
                              [(c.adjustable.operator, c.adjustable.parameter, c.text)
                               for c in changes], now, {t: None for t in tasks}, undo, undo_params)
     control.requests[request_id] = request
+    settled = [r for r in control.requests.values() if r.state != "pending"]
+    for old in settled[:-SETTLED_KEPT]:
+        del control.requests[old.request_id]
     return request
 
 
-def acknowledge(control: QueryControl, request_id: str, task_id: str,
-                answer: TaskAnswer) -> ControlRequest | None:
+def acknowledge(control: QueryControl, request_id: str, task_id: str, answer: TaskAnswer,
+                now: float = 0.0) -> ControlRequest | None:
     """Record one task's answer; the request, or None if it is unknown or already settled
     for that task. A refusal settles the request as refused (the caller undoes it); the last
     acknowledgement settles it as applied and enters its tuples in the history."""
@@ -119,8 +124,9 @@ def acknowledge(control: QueryControl, request_id: str, task_id: str,
         return request
     if not answer.applied:
         request.state, request.reason = "refused", f"task {task_id}: {answer.message}"
+        request.settled_at = now
     elif all(a is not None and a.applied for a in request.tasks.values()):
-        request.state = "applied"
+        request.state, request.settled_at = "applied", now
         epochs = {t: a.epoch for t, a in request.tasks.items() if a is not None}
         for operator, parameter, value in request.tuples:
             control.history.append({"request": request_id, "version": request.version,

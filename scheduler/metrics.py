@@ -25,7 +25,9 @@ from prometheus_client import (
     CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, Info, generate_latest,
 )
 
-from scheduler.commands import Command, DeclineOffers, LaunchTasks, RetargetChannels
+from scheduler.commands import (
+    Command, DeclineOffers, LaunchTasks, ReplyToRequest, RetargetChannels,
+)
 from scheduler.events import Event, OfferRescinded, OffersReceived
 from scheduler.lifecycle import TaskRecord, TaskState, parse_mesos_task_id
 from scheduler.state import SchedulerState
@@ -169,6 +171,15 @@ class SchedulerMetrics:
 
     def _define_reported_metrics(self) -> None:
         r = self.registry
+        self.control_requests = Counter(
+            "elastiq_control_requests", "control requests by outcome: refused (checks failed, "
+            "nothing sent), applied (every task acknowledged), undone (a task refused)",
+            ["query", "outcome"], registry=r)
+        self.control_seconds = Histogram(
+            "elastiq_control_apply_seconds", "time from a control request to its last "
+            "acknowledgement", ["query"], registry=r,
+            buckets=(0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0))
+        self._control_seen: set[str] = set()
         self.failovers = Counter("elastiq_failovers", "failovers, by pattern",
                                  ["query", "pattern"], registry=r)
         self.failover_gap = Histogram("elastiq_failover_gap_seconds", "gap in output a "
@@ -216,6 +227,20 @@ class SchedulerMetrics:
                 len(command.offer_ids))
         elif isinstance(command, RetargetChannels):
             self.retargets.labels(command.query_id).inc()
+        elif isinstance(command, ReplyToRequest) and command.body and "problems" in command.body:
+            self.control_requests.labels(str(command.body.get("query_id", "")), "refused").inc()
+
+    def _observe_control(self, state: SchedulerState) -> None:
+        """Each control request once, when it settles."""
+        for query_id, q in state.queries.items():
+            for request in q.control.requests.values():
+                if request.settled_at is None or request.request_id in self._control_seen:
+                    continue
+                self._control_seen.add(request.request_id)
+                outcome = "applied" if request.state == "applied" else "undone"
+                self.control_requests.labels(query_id, outcome).inc()
+                self.control_seconds.labels(query_id).observe(
+                    max(0.0, request.settled_at - request.asked_at))
 
     def _observe_launch(self, mesos_task_id: str, state: SchedulerState, now: float) -> None:
         found = _task(state, mesos_task_id)
@@ -233,6 +258,7 @@ class SchedulerMetrics:
         failed task running again counts as a failover (pattern "restart") with its gap."""
         now = time.monotonic() if now is None else now
         self.up.set(1)
+        self._observe_control(state)
         self.connected.set(1 if state.connected else 0)
         self.offers_held.set(len(state.held))
         self.info.info({"framework_id": state.framework_id or "", "master": state.master or ""})

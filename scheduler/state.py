@@ -328,7 +328,8 @@ class SchedulerState:
             if request.state == "pending" and request.tasks.get(task.task_id) is None \
                     and task.task_id in request.tasks:
                 ctl.acknowledge(query.control, request.request_id, task.task_id,
-                                ctl.TaskAnswer(True, -1, 0.0, "applied at its relaunch"))
+                                ctl.TaskAnswer(True, -1, 0.0, "applied at its relaunch"),
+                                self.now)
 
     def _unknown_task(self, ev: StatusUpdated, target: TaskState | None) -> list[Command]:
         """A task of no query we know: kill it if it still runs (e.g. left by a lost deploy)."""
@@ -511,7 +512,7 @@ class SchedulerState:
         except ControlRefused as exc:
             log.info("[%s] control of %s refused: %s", sid, ev.query_id, exc)
             return [ReplyToRequest(sid, False, exc.status, str(exc),
-                                   {"problems": exc.problems})]
+                                   {"problems": exc.problems, "query_id": ev.query_id})]
         targets = sorted({t.task_id for c in changes for t in c.adjustable.targets})
         busy = [f"{t} is {query.tasks[t].state.value}" for t in targets
                 if query.tasks[t].state is not TaskState.RUNNING or query.tasks[t].migrate_to]
@@ -521,7 +522,7 @@ class SchedulerState:
             why = "; ".join(busy) or f"request {pending[0]} is still being applied"
             return [ReplyToRequest(sid, False, 409, f"control of {ev.query_id} refused: {why}; "
                                                     "try again when it runs",
-                                   {"problems": [why]})]
+                                   {"problems": [why], "query_id": ev.query_id})]
         request = ctl.begin(query.control, ctl.new_request_id(ev.query_id), changes, self.now)
         log.info("[%s] control %s of %s (version %s): %s -> tasks %s", sid, request.request_id,
                  ev.query_id, request.version, request.tuples, targets)
@@ -549,7 +550,7 @@ class SchedulerState:
                                 float(message.get("pause_s", 0.0)), str(message.get("message", "")),
                                 float(message.get("at", 0.0)))
         request = ctl.acknowledge(query.control, str(message.get("request", "")), task.task_id,
-                                  answer)
+                                  answer, self.now)
         if request is None:
             return []
         log.info("[%s] control %s on %s: %s", sid, request.request_id, task.task_id,

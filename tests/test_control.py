@@ -273,3 +273,21 @@ def test_a_network_source_endpoint_nobody_listens_on_is_refused() -> None:
         assert unreachable_endpoints(view, [("in", "endpoint", live)]) == []
     problems = unreachable_endpoints(view, [("in", "target-addr", live), ("x", "endpoint", live)])
     assert len(problems) == 1 and "nobody listens there" in problems[0]
+
+
+def test_metrics_count_control_requests_by_outcome_once(tmp_path: Path) -> None:
+    from scheduler.metrics import SchedulerMetrics
+
+    metrics, s = SchedulerMetrics(), running(tmp_path)
+
+    def sample(outcome: str) -> float | None:
+        return metrics.registry.get_sample_value("elastiq_control_requests_total",
+                                                 {"query": "q", "outcome": outcome})
+
+    for command in s.handle(ControlRequested("c", "q", (("src", "rate", "x"),))):
+        metrics.observe_command(command, s, 100.0)
+    out = s.handle(ControlRequested("c", "q", (("src", "rate", "5"),)))
+    s.handle(ack("q.t0.a1", of(ReplyToRequest, out)[0].body["request"]))
+    metrics.observe_state(s, 100.0)
+    metrics.observe_state(s, 101.0)
+    assert (sample("refused"), sample("applied"), sample("undone")) == (1.0, 1.0, None)
