@@ -159,9 +159,17 @@ def _list(args: argparse.Namespace) -> int:
     fixed = view.get("fixed", [])
     if fixed:
         print("\nfixed while it runs:")
-        for f in fixed:
-            print(f"  {f['operator']}.{f['parameter']}: {f['reason']}")
+        for (operator, reason), parameters in _grouped(fixed).items():
+            print(f"  {operator}.{', '.join(parameters)}: {reason}")
     return 0
+
+
+def _grouped(fixed: list[dict[str, str]]) -> dict[tuple[str, str], list[str]]:
+    """(operator, reason) -> its parameters, in listing order."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for f in fixed:
+        groups.setdefault((f["operator"], f["reason"]), []).append(f["parameter"])
+    return groups
 
 
 def _table(head: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:

@@ -40,6 +40,7 @@ class RunOptions:
     state_dir: Path | None = None  # default: a fresh temporary folder, removed afterwards
     duration: float | None = None  # seconds; None: until Ctrl-C or the query ends
     show_progress: bool = True
+    api_port: int | None = 8088  # the scheduler API on 127.0.0.1 (busy: any free port); None: off
 
 
 class RunError(Exception):
@@ -127,15 +128,34 @@ def _run_in(state: Path, compilation: Any, options: RunOptions, out: TextIO, err
     with EmbeddedCluster(agents=agents, resources=resources, work_dir=state / "cluster",
                          executor_grace_seconds=EXECUTOR_GRACE_SECONDS) as cluster:
         service = SchedulerService(cluster.master_address, config).start()
+        api = _serve_api(service, options.api_port, query.query_id, err)
         try:
             reply = service.submit(query)
             if not reply.accepted:
                 raise RunError(f"the scheduler refused the query: {reply.message}")
             return _follow(service, query, state / "cluster", options, out, err)
         finally:
+            if api is not None:
+                api.stop()
             service.stop_query(query.query_id)
             _wait_until_ended(service, query.query_id, timeout=20.0)
             service.stop(failover=False)
+
+
+def _serve_api(service: Any, port: int | None, query_id: str, err: TextIO) -> Any:
+    """The scheduler's API on 127.0.0.1 (`port`, or any free one when it is taken), so `elastiq
+    status`, `control` and `migrate` reach the running query; None when `port` is None."""
+    if port is None:
+        return None
+    from scheduler.api import ApiServer
+
+    try:
+        api = ApiServer(service, host="127.0.0.1", port=port).start()
+    except OSError:
+        api = ApiServer(service, host="127.0.0.1", port=0).start()
+    hint = "" if api.url.endswith(":8088") else f" --scheduler {api.url}"
+    print(f"elastiq: API at {api.url}; try `elastiq control --list {query_id}{hint}`", file=err)
+    return api
 
 
 def spark_cores(offered_cpus: float) -> int:

@@ -32,6 +32,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--duration", type=float, help="stop after this many seconds")
     r.add_argument("--state-dir", help="keep checkpoints, sandboxes and logs here")
     r.add_argument("--no-progress", action="store_true", help="no live progress line")
+    r.add_argument("--api-port", type=int, default=8088,
+                   help="serve the scheduler API on 127.0.0.1:PORT (default 8088; any free port "
+                        "when taken) for `elastiq status`, `control` and `migrate`")
+    r.add_argument("--no-api", action="store_true", help="do not serve the scheduler API")
     r.set_defaults(handler=cmd_run)
 
     s = sub.add_parser("scheduler", help="run the scheduler service with its HTTP API")
@@ -100,7 +104,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     options = RunOptions(Path(args.spec), agents=args.agents, cpus_per_agent=args.cpus,
                          mem_per_agent_mb=args.mem, duration=args.duration,
                          state_dir=Path(args.state_dir) if args.state_dir else None,
-                         show_progress=not args.no_progress)
+                         show_progress=not args.no_progress,
+                         api_port=None if args.no_api else args.api_port)
     try:
         return run(options)
     except RunError as e:
@@ -238,6 +243,8 @@ def _call(fn: Any) -> tuple[int, Any]:
     except RequestRejected as e:
         print(f"elastiq: refused ({e.status}): {e.message}", file=sys.stderr)
         for d in e.diagnostics:
+            if d.get("message") == e.message and not d.get("file"):
+                continue  # already said
             where = f"{d.get('file')}:{d.get('line')}:{d.get('column')}: " if d.get("file") else ""
             print(f"{where}{d.get('severity', 'error')}: {d.get('message')}"
                   + (f" ({d['hint']})" if d.get("hint") else ""), file=sys.stderr)

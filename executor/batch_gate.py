@@ -1,8 +1,8 @@
 """The batch boundary of a running task, where control tuples take effect.
 
 Owns `BatchGate`, which every sink of a task's query passes through (`TaskRuntime` wraps the
-sink's foreachBatch function): `close()` waits until no batch is being written, then refuses
-every later batch (it fails before writing anything, so Spark runs it again in the next run of
+sink's foreachBatch function): `drain()` lets the micro-batch in flight finish, `close()` waits
+until no batch is being written, then refuses every later batch (it fails before writing anything, so Spark runs it again in the next run of
 the query, which carries the new parameters). Also owns `next_batch_id`, which reads Spark's
 offset and commit logs to tell which micro-batch a restarted query runs first: the epoch a
 change is acknowledged with. Does not own stopping or rebuilding the query
@@ -55,6 +55,23 @@ class BatchGate:
             if written is not None:
                 self.last_written = written
             self._cond.notify_all()
+
+    def drain(self, busy: Callable[[], bool], timeout: float, poll: float = 0.02) -> bool:
+        """Let the micro-batch in flight (`busy()`: Spark's trigger is active) finish and be
+        written, so its work is not thrown away; True when none is in flight any more, False
+        after `timeout` s (the caller then interrupts it and Spark runs it again)."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            written = self.last_written
+        while busy():
+            with self._cond:
+                if self.last_written != written and self._writing is None:
+                    return True
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(min(poll, left))
+        return True
 
     def close(self, timeout: float) -> bool:
         """Refuse later batches and wait (at most `timeout` s) for the one being written;

@@ -211,11 +211,13 @@ class TaskRunner:
         return metrics_from(progress, len(recent), out, self._counted.add(recent))
 
     def reconfigure(self, version: int, params: Mapping[str, Mapping[str, Any]],
-                    timeout: float = 30.0) -> Reconfigured:
+                    timeout: float = 30.0, drain_seconds: float = 5.0) -> Reconfigured:
         """Apply `params` (operator id -> keyword -> value, the task's whole set) at a batch
-        boundary: the batch being written finishes, later ones wait for the rebuilt query, which
-        resumes from the checkpoint with the new parameters. Returns the first micro-batch that
-        has them; ReconfigureFailed (the old parameters back in force) if it does not build."""
+        boundary: the micro-batch in flight finishes (up to `drain_seconds`; a longer one is
+        interrupted and runs again with the new parameters), later ones wait for the rebuilt
+        query, which resumes from the checkpoint with the new parameters. Returns the first
+        micro-batch that has them; ReconfigureFailed (the old parameters back in force) if it
+        does not build."""
         with self._rebuild:
             began = time.monotonic()
             rt = self.runtime
@@ -223,6 +225,9 @@ class TaskRunner:
                 raise ReconfigureFailed(f"task {self.task_id} has no running query")
             if version <= self.params_version:
                 return Reconfigured(self.params_version, -1, 0.0)
+            query = rt.query
+            rt.gate.drain(lambda: query.isActive and bool(query.status["isTriggerActive"]),
+                          drain_seconds)
             rt.gate.close(timeout)
             if rt.query.isActive:
                 rt.query.stop()

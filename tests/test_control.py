@@ -291,3 +291,16 @@ def test_metrics_count_control_requests_by_outcome_once(tmp_path: Path) -> None:
     metrics.observe_state(s, 100.0)
     metrics.observe_state(s, 101.0)
     assert (sample("refused"), sample("applied"), sample("undone")) == (1.0, 1.0, None)
+
+
+def test_draining_waits_for_the_batch_in_flight_to_be_written_not_longer() -> None:
+    import threading
+
+    gate = BatchGate()
+    sink = gate.wrap(lambda df, batch: None)
+    in_flight = threading.Event()
+    in_flight.set()
+    threading.Timer(0.1, lambda: (sink(None, 3), in_flight.clear())).start()
+    assert gate.drain(in_flight.is_set, timeout=5.0) and gate.last_written == 3
+    assert gate.drain(lambda: True, timeout=0.05) is False  # a batch that never comes
+    assert gate.drain(lambda: False, timeout=0.0)  # nothing in flight: at once
