@@ -113,16 +113,23 @@ def test_identity_renames_the_stream(spark: Any, tmp_path: Path) -> None:
     assert Counter(sensor_key(r) for r in read_sink(out)) == expected
 
 
-def test_split_sends_each_key_to_exactly_one_partition(spark: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize("key, params", [
+    (("sensor",), {}),
+    # the program routes by all columns; a control tuple's routing key (partition-key) wins
+    ((), {"split:q.split.p1+q.split.p2": {"key": ["sensor"]}}),
+], ids=["program-key", "control-key"])
+def test_split_sends_each_key_to_exactly_one_partition(spark: Any, tmp_path: Path,
+                                                       key: tuple[str, ...],
+                                                       params: dict[str, Any]) -> None:
     hub = ChannelHub()
     rt = TaskRuntime(spark, query_id="q", task_id="split", checkpoint_dir=str(tmp_path / "ck"),
-                     channels=hub, trigger_seconds=0.5)
+                     channels=hub, trigger_seconds=0.5, params=params)
     channels = ("q.split.p1", "q.split.p2")
     collectors: list[Collector] = []
     try:
         rt.generator(op="src", output="raw", schema=SENSOR, shape="sensor", seed=21, rate=1000.0,
                      limit=1500, start=START)
-        rt.split_channel_sink(input="raw", channels=channels, key=("sensor",),
+        rt.split_channel_sink(input="raw", channels=channels, key=key,
                               readers=(("d1",), ("d2",)))
         collectors = [Collector(ch, task, hub.endpoint(ch) or "", ARROW_SENSOR)
                       for ch, task in zip(channels, ("d1", "d2"))]
