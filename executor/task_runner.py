@@ -229,10 +229,11 @@ class TaskRunner:
             rt.gate.drain(lambda: query.isActive and bool(query.status["isTriggerActive"]),
                           drain_seconds)
             rt.gate.close(timeout)
+            spark_dir = os.path.join(self.kwargs["checkpoint_dir"], "spark")
+            self._await_commit(spark_dir, rt.gate.last_written, timeout=5.0)
             if rt.query.isActive:
                 rt.query.stop()
-            epoch = next_batch_id(os.path.join(self.kwargs["checkpoint_dir"], "spark"),
-                                  rt.gate.last_written)
+            epoch = next_batch_id(spark_dir, rt.gate.last_written)
             old = self.kwargs.get("params", {})
             self.kwargs["params"] = params
             try:
@@ -248,6 +249,18 @@ class TaskRunner:
             log.info("task %s: parameters %s apply from batch %s (paused %.3f s)", self.task_id,
                      version, epoch, pause)
             return Reconfigured(version, epoch, pause)
+
+    def _await_commit(self, spark_dir: str, written: int | None, timeout: float) -> None:
+        """Wait until Spark has committed the last batch the sink wrote: stopped before that,
+        the rebuilt query would run it again, and a sink with a new destination (another file)
+        would write it a second time there."""
+        deadline = time.monotonic() + timeout
+        while written is not None and next_batch_id(spark_dir) <= written:
+            if time.monotonic() > deadline:
+                log.warning("task %s: batch %s written but not committed after %.0f s; it may "
+                            "be written again", self.task_id, written, timeout)
+                return
+            time.sleep(0.01)
 
     def stop(self, timeout: float = 30.0) -> None:
         self._stop.set()

@@ -79,8 +79,9 @@ def test_a_filter_changed_at_a_batch_boundary_matches_an_oracle_switching_at_the
         runner.stop()
 
 
-def test_a_rate_change_paces_the_generator_from_where_it_was(spark: Any, tmp_path: Path) -> None:
-    out, checkpoint = tmp_path / "kept.jsonl", tmp_path / "ck"
+def test_a_rate_change_paces_the_generator_from_where_it_was_and_a_new_path_takes_the_rest(
+        spark: Any, tmp_path: Path) -> None:
+    out, checkpoint, moved = tmp_path / "kept.jsonl", tmp_path / "ck", tmp_path / "moved.jsonl"
     program = tmp_path / "program.py"
     program.write_text(f"OUT = {str(out)!r}\n" + PROGRAM, encoding="utf-8")
     runner = TaskRunner(spark, program, {"query_id": "q", "task_id": "rate",
@@ -89,12 +90,17 @@ def test_a_rate_change_paces_the_generator_from_where_it_was(spark: Any, tmp_pat
     try:
         runner.start()
         wait_for(lambda: len(ids_in(out)) > 20, 60, "first output")
-        done = runner.reconfigure(1, {"src": {"rate": 40.0}})
+        done = runner.reconfigure(1, {"src": {"rate": 40.0}, "sink": {"path": str(moved)}})
         wait_for(lambda: last_committed(checkpoint) >= done.epoch + 1, 60, "paced batches")
         t0, i0 = time.monotonic(), end_index(checkpoint, last_committed(checkpoint))
         time.sleep(4.0)
         t1, i1 = time.monotonic(), end_index(checkpoint, last_committed(checkpoint))
         rate = (i1 - i0) / (t1 - t0)
         assert 10 < rate < 80, f"{rate:.0f} tuples/s after the change to 40/s (was 400/s)"
+        runner.stop()
+        boundary = end_index(checkpoint, done.epoch - 1)
+        end = end_index(checkpoint, last_committed(checkpoint))
+        assert sorted(ids_in(out)) == [i for i in range(boundary) if i % 2 == 0]
+        assert sorted(ids_in(moved)) == [i for i in range(boundary, end) if i % 2 == 0]
     finally:
         runner.stop()
