@@ -305,6 +305,8 @@ def _call(graph: Graph, node: Node, base_dir: Path, schema_of: Callable[[str], S
         args = io
     elif kind == "network-sink":
         args = io + (("endpoint", p("endpoint")), ("channel", p("channel") or node.inputs[0]))
+    elif kind == "control-sink":  # None: the executor's ELASTIQ_SCHEDULER, else the default
+        args = io + (("scheduler", p("scheduler")),)
     else:
         raise ValueError(f"no code generator for operator kind {kind!r}")
     return Call(comment, kind.replace("-", "_"), head + args)

@@ -2,9 +2,10 @@
 
 Owns, for each kind: its role (source, transform, sink, or plumbing inserted by rewriting), how
 many inputs and outputs it takes, whether it keeps state, which key it can be partitioned by, and
-its parameters with their value kinds and defaults. Also owns parsing parameter values (numbers,
-durations, column lists, timestamps) into typed Python values. The rewrite rules (`rewrite_rules/`)
-and the validator read this table; nothing here knows about XML or Spark.
+its parameters with their value kinds and defaults, and the columns of a control stream (what a
+control-sink reads). Also owns parsing parameter values (numbers, durations, column lists,
+timestamps, endpoints, API addresses) into typed Python values. The rewrite rules
+(`rewrite_rules/`) and the validator read this table; nothing here knows about XML or Spark.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from compiler.types import ColumnType, Field, Schema
 
 Role = Literal["source", "transform", "sink", "plumbing"]
 ValueKind = Literal["int", "float", "string", "duration", "expression", "columns", "column",
-                    "choice", "timestamp", "endpoint", "path"]
+                    "choice", "timestamp", "endpoint", "path", "url"]
 
 
 @dataclass(frozen=True)
@@ -124,7 +125,16 @@ CATALOGUE: dict[str, OperatorDef] = {d.kind: d for d in (
         ParamDef("channel", "string", False, None, doc="channel id to serve "
                                                        "(default: the input stream's name)"),
     ), doc="serves results as an Elastiq channel that other queries or programs can read"),
+    OperatorDef("control-sink", "sink", (1, 1), (0, 0), False, (
+        ParamDef("scheduler", "url", False, None,
+                 doc="the scheduler API the control tuples go to, http://HOST:PORT (default: "
+                     "the executor's ELASTIQ_SCHEDULER, else http://127.0.0.1:8088)"),
+    ), doc="sends each micro-batch's rows, string columns query, operator, parameter, value, "
+           "as control tuples to the scheduler: the closed loop"),
 )}
+
+# The columns, all strings, of a control-sink's input: one control tuple per row.
+CONTROL_COLUMNS = ("query", "operator", "parameter", "value")
 
 # Plumbing operators: inserted by the rewrite rules (rewrite_rules/*.rule), never written in a
 # spec. Each carries in its params what the runtime needs; see docs/patterns.md.
@@ -185,6 +195,18 @@ def aggregate_type(function: str, column: Field | None) -> ColumnType:
     return ColumnType.DOUBLE if function == "avg" else column.type
 
 
+def control_schema_problems(schema: Schema) -> list[str]:
+    """What keeps a stream from being a control stream, whose columns are exactly query,
+    operator, parameter and value, all strings, in any order (pure; empty when it is one)."""
+    missing = [n for n in CONTROL_COLUMNS if schema.get(n) is None]
+    extra = [f.name for f in schema if f.name not in CONTROL_COLUMNS]
+    problems = [f"no column {', '.join(missing)}"] if missing else []
+    problems += [f"{f.name} is {f.type.value}, not string" for f in schema
+                 if f.name in CONTROL_COLUMNS and f.type is not ColumnType.STRING]
+    problems += [f"other columns {', '.join(extra)}"] if extra else []
+    return problems
+
+
 def join_output_names(left: Schema, right: Schema, right_name: str) -> list[str]:
     """Right column names after renaming clashes with left names to f"{right}_{name}" (pure)."""
     taken = set(left.names)
@@ -199,6 +221,7 @@ _UNIT_MS = {"ms": 1, "millisecond": 1, "s": 1000, "sec": 1000, "second": 1000, "
             "min": 60_000, "minute": 60_000, "h": 3_600_000, "hour": 3_600_000}
 _ENDPOINT = re.compile(r"^tcp://(\*|[A-Za-z0-9.\-]{1,253}|\[[0-9A-Fa-f:]+\]):(\d{1,5})$")
 _COLUMN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+_URL = re.compile(r"^http://([A-Za-z0-9.\-]{1,253}|\[[0-9A-Fa-f:]+\])(?::(\d{1,5}))?/?$")
 
 
 class ParamValueError(ValueError):
@@ -252,6 +275,15 @@ def parse_endpoint(text: str) -> str:
     return text.strip()
 
 
+def parse_url(text: str) -> str:
+    """An HTTP API address, http://HOST[:PORT] (no path, no credentials, no https)."""
+    m = _URL.match(text.strip())
+    if not m or (m.group(2) is not None and not 0 < int(m.group(2)) < 65536):
+        raise ParamValueError(f"'{text}' is not an API address; write http://HOST:PORT, "
+                              "e.g. http://127.0.0.1:8088")
+    return text.strip().rstrip("/")
+
+
 def parse_value(definition: ParamDef, text: str) -> object:
     """The typed value of a parameter (expressions stay text: the validator checks them)."""
     kind = definition.kind
@@ -276,6 +308,8 @@ def parse_value(definition: ParamDef, text: str) -> object:
         return text
     elif kind == "endpoint":
         return parse_endpoint(text)
+    elif kind == "url":
+        return parse_url(text)
     elif kind == "path":
         if not text.strip() or "\x00" in text:
             raise ParamValueError("a path must not be empty")

@@ -2,9 +2,10 @@
 
 Owns everything about a spec's meaning that the XML Schema cannot see: unknown or duplicate
 names, operator kinds and their parameters, streams with no producer or two, cycles, types that
-do not agree, expressions that do not parse or type-check, windows without a time column. All
-problems are collected with their positions and reported together; a spec with none becomes a
-logical `Graph` whose every stream has a known schema.
+do not agree, expressions that do not parse or type-check, windows without a time column, a
+control sink fed anything but a control stream. All problems are collected with their positions
+and reported together; a spec with none becomes a logical `Graph` whose every stream has a known
+schema.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from compiler.graph import Graph, Node, Stream
 from compiler.operators import (AGGREGATE_FUNCTIONS, CATALOGUE, PLUMBING, SHAPE_COLUMNS,
                                 OperatorDef,
                                 ParamValueError, aggregate_type, canonical_duration,
-                                join_output_names, parse_value)
+                                control_schema_problems, join_output_names, parse_value)
 from compiler.spec import OperatorDecl, ParamDecl, PatternAttr, Spec
 from compiler.types import ColumnType, Field, Schema
 from elastiq.diagnostics import Diagnostic, Position, SpecError, suggest
@@ -58,7 +59,7 @@ def check(spec: Spec) -> tuple[Graph | None, list[Diagnostic]]:
             _check_patterns(c, op, kinds[op.name])
     if not any(d.role == "sink" for d in kinds.values()):
         c.error(spec.pos, "the dataflow has no sink, so its results would go nowhere",
-                "add a file-sink, console-sink or network-sink operator")
+                "add a file-sink, console-sink, network-sink or control-sink operator")
     errors = [d for d in c.problems if d.severity == "error"]
     if errors or order is None:
         return None, c.problems
@@ -495,6 +496,19 @@ def _join_schema(c: _Checker, op: OperatorDecl, left: Schema, right: Schema,
     return Schema(left.fields + tuple(Field(n, f.type) for n, f in zip(names, right)))
 
 
+def _control_sink(c: _Checker, op: OperatorDecl, inputs: list[Schema]) -> Schema | None:
+    problems = control_schema_problems(inputs[0])
+    if problems:
+        port = op.inputs[0]
+        c.error(port.pos, f"control-sink '{op.name}' reads stream '{port.name}' "
+                          f"({_describe(inputs[0])}), which is not a control stream: "
+                          f"{'; '.join(problems)}",
+                "a control stream has exactly the string columns query, operator, parameter "
+                "and value; build them with a project, e.g. <field name=\"value\" "
+                "value=\"concat('raw.temp > ', to_string(t))\"/>")
+    return None
+
+
 def _union(c: _Checker, op: OperatorDecl, inputs: list[Schema]) -> Schema | None:
     first = inputs[0]
     for port, schema in zip(op.inputs[1:], inputs[1:]):
@@ -508,7 +522,7 @@ def _union(c: _Checker, op: OperatorDecl, inputs: list[Schema]) -> Schema | None
 
 _RESOLVERS: dict[str, Callable[[_Checker, OperatorDecl, list[Schema]], Schema | None]] = {
     "generator": _generator, "filter": _filter, "project": _project,
-    "window-aggregate": _window, "join": _join, "union": _union,
+    "window-aggregate": _window, "join": _join, "union": _union, "control-sink": _control_sink,
 }
 
 

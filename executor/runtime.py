@@ -27,7 +27,8 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
-from compiler.operators import AGGREGATE_FUNCTIONS, aggregate_type, join_output_names
+from compiler.operators import (AGGREGATE_FUNCTIONS, aggregate_type, control_schema_problems,
+                                join_output_names)
 from compiler.types import ColumnType, Field, Schema
 from executor import shapes, sinks, sources
 from executor.batch_gate import BatchGate
@@ -45,6 +46,10 @@ _CONF_LOCK = threading.Lock()
 """Held while a query of a deterministic task is started with a changed session conf: a query
 clones the session's SQL conf at start, so set -> start -> restore must not interleave with
 another task's start on the shared session."""
+
+
+CONTROL_TIMEOUT_SECONDS = 5.0
+"""How long a control sink waits for the scheduler's answer; the micro-batch waits with it."""
 
 
 class RuntimeSpecError(ValueError):
@@ -505,6 +510,27 @@ class TaskRuntime:
         return self.channels.writer(channel, schema, bind=bind, log_dir=log_dir,
                                     expected_readers=[channel_reader_id(task, channel)
                                                       for task in readers])
+
+    def control_sink(self, *, op: str, input: str, scheduler: str | None = None) -> None:
+        """Send `input`'s rows (string columns query, operator, parameter, value) as control
+        tuples to the scheduler API at `scheduler` (None: the executor's ELASTIQ_SCHEDULER,
+        else the default address), with the token in the file ELASTIQ_TOKEN_FILE names, if
+        set. The rows are data: the scheduler checks every tuple before anything changes."""
+        from elastiq.service_cli import read_token
+        from scheduler.client import DEFAULT_URL, SchedulerClient
+
+        problems = control_schema_problems(self._get(op, input).schema)
+        if problems:
+            raise self._error(op, f"stream {input!r} is not a control stream: "
+                                  f"{'; '.join(problems)}")
+        url = scheduler or os.environ.get("ELASTIQ_SCHEDULER") or DEFAULT_URL
+        try:
+            client = SchedulerClient(url, timeout=CONTROL_TIMEOUT_SECONDS,
+                                     token=read_token(os.environ.get("ELASTIQ_TOKEN_FILE")))
+        except (ValueError, OSError) as exc:
+            raise self._error(op, str(exc)) from None
+        log.info("task %s: control sink %s sends to %s", self.task_id, op, url)
+        self._start(op, input, sinks.ControlSink(self.task_id, client))
 
     def network_sink(self, *, op: str, input: str, endpoint: str, channel: str) -> None:
         """Serve the results as `channel` at `endpoint` for other queries or programs."""

@@ -1,5 +1,5 @@
-"""foreachBatch sinks of Elastiq task queries: jsonl file (exactly-once), console, channel, and
-the splitter's partitioned channels.
+"""foreachBatch sinks of Elastiq task queries: jsonl file (exactly-once), console, channel, the
+splitter's partitioned channels, and control tuples to the scheduler.
 
 Owns how a micro-batch leaves Spark: rows are taken out as Arrow (`DataFrame.toArrow()`), turned
 into JSON lines with ISO-8601 UTC timestamps, or sent on a channel tagged with the batch id
@@ -8,6 +8,8 @@ as pmod(Murmur3 hash of the key columns, k), identical in every process).
 The file sink is exactly-once across crashes: after each append it atomically replaces a sidecar
 `<file>.commit` holding (last batch id, file length); a batch id at or below the recorded one is
 skipped, and any bytes past the recorded length (a torn append) are truncated before writing.
+The control sink turns each micro-batch into control requests (`plan_control`, pure) and sends
+them through the scheduler's API client; it is at most once per batch, never exactly once.
 Does not own queries (`executor.runtime`) or the channel protocol (`executor.channels`).
 """
 
@@ -21,10 +23,13 @@ import sys
 import threading
 from dataclasses import dataclass
 from datetime import date, datetime, timezone
-from typing import Any, Callable, Protocol, TextIO
+from typing import Any, Callable, Iterable, Mapping, Protocol, TextIO
 
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from compiler.operators import CONTROL_COLUMNS
+from scheduler.client import RequestRejected, SchedulerUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -230,3 +235,107 @@ class SplitChannelSink:
             log.debug("task %s: batch %s partition %s -> seq %s (%s rows)", self.task_id,
                       batch_id, index + 1, seq, part.num_rows)
         self.rows_out += table.num_rows
+
+
+# --- control tuples: the closed loop ------------------------------------------------------------
+
+ControlTuple = tuple[str, str, str]  # (operator, parameter, value)
+
+
+@dataclass(frozen=True)
+class ControlPlan:
+    """What one micro-batch of a control stream asks for: per query (sorted), the tuples of
+    its one request (sorted, no duplicates); and what was left out, each with the reason."""
+
+    requests: tuple[tuple[str, tuple[ControlTuple, ...]], ...]
+    dropped: tuple[str, ...] = ()
+
+
+def plan_control(rows: Iterable[Mapping[str, Any]]) -> ControlPlan:
+    """The control requests of a batch's rows (dicts with the four control columns), pure.
+
+    A row with a null column is no tuple and is left out. Equal rows count once. A query for
+    which the batch sets one parameter to two values gets nothing from this batch: the rows of
+    a micro-batch have no order, so neither value is the later one."""
+    values: dict[str, dict[tuple[str, str], set[str]]] = {}
+    nulls = 0
+    for row in rows:
+        cells = [row.get(c) for c in CONTROL_COLUMNS]
+        if any(cell is None for cell in cells):
+            nulls += 1
+            continue
+        query, operator, parameter, value = (str(cell) for cell in cells)
+        values.setdefault(query, {}).setdefault((operator, parameter), set()).add(value)
+    dropped = [f"{nulls} row(s) with a null column (no tuple)"] if nulls else []
+    requests = []
+    for query in sorted(values):
+        clashes = sorted(f"{o}.{p} = {' | '.join(sorted(v))}"
+                         for (o, p), v in values[query].items() if len(v) > 1)
+        if clashes:
+            dropped.append(f"query {query}: one batch sets {'; '.join(clashes)}; nothing sent "
+                           "to it from this batch")
+            continue
+        requests.append((query, tuple(sorted((o, p, next(iter(v)))
+                                             for (o, p), v in values[query].items()))))
+    return ControlPlan(tuple(requests), tuple(dropped))
+
+
+class ControlClient(Protocol):
+    """What the control sink needs of `scheduler.client.SchedulerClient`."""
+
+    def control(self, query_id: str, tuples: list[ControlTuple]) -> dict[str, Any]: ...
+
+
+class ControlSink:
+    """Sends each micro-batch's control tuples to the scheduler, one request per query the
+    batch names (all or nothing at the scheduler, which checks every tuple: rows are data, never
+    code). Nothing is sent for an empty batch, nor for a query whose tuples equal the last ones
+    the scheduler accepted from this sink (a monitor repeating its verdict every window does not
+    rebuild the controlled query every window; that memory starts empty with every start of the
+    task's query, so a restarted sink may send its last tuples once more, which sets the same
+    values again). A refused request (bad tuple, unknown query, a change still being applied) is
+    logged and not retried: the next batch that asks for it sends it again. When the scheduler
+    cannot be reached the batch's tuples are logged and dropped, and the query goes on. Not
+    exactly once: a replayed batch may send its tuples again (the same values). An accepted
+    request a task later refuses is undone by the scheduler; this sink does not follow it."""
+
+    def __init__(self, task_id: str, client: ControlClient) -> None:
+        self.task_id = task_id
+        self.client = client
+        self.last_sent: dict[str, tuple[ControlTuple, ...]] = {}
+        self.rows_out = 0  # tuples the scheduler accepted
+        self.sent = self.unchanged = self.refused = self.unreachable = 0  # requests
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        table = df.toArrow()
+        if table.num_rows:
+            self.send(batch_id, table.select(list(CONTROL_COLUMNS)).to_pylist())
+
+    def send(self, batch_id: int, rows: list[dict[str, Any]]) -> None:
+        """Send one batch's rows (dicts with the four control columns)."""
+        plan = plan_control(rows)
+        for note in plan.dropped:
+            log.warning("task %s: control batch %s: %s", self.task_id, batch_id, note)
+        for query, tuples in plan.requests:
+            if self.last_sent.get(query) == tuples:
+                self.unchanged += 1
+                log.debug("task %s: control batch %s: %s unchanged, not sent", self.task_id,
+                          batch_id, query)
+                continue
+            try:
+                reply = self.client.control(query, list(tuples))
+            except RequestRejected as exc:
+                self.refused += 1
+                log.warning("task %s: control batch %s: %s refused %s: %s", self.task_id,
+                            batch_id, query, list(tuples), exc)
+                continue
+            except SchedulerUnavailable as exc:
+                self.unreachable += 1
+                log.warning("task %s: control batch %s: tuples for %s dropped %s: %s",
+                            self.task_id, batch_id, query, list(tuples), exc)
+                continue
+            self.last_sent[query] = tuples
+            self.sent += 1
+            self.rows_out += len(tuples)
+            log.info("task %s: control batch %s: %s %s -> request %s", self.task_id, batch_id,
+                     query, list(tuples), reply.get("request", "?"))

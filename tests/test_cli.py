@@ -14,7 +14,7 @@ from compiler.operators import CATALOGUE
 from elastiq.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
-EXAMPLES = sorted((ROOT / "examples").glob("*.xml"))
+EXAMPLES = sorted((ROOT / "examples").rglob("*.xml"))
 
 
 @pytest.mark.parametrize("spec", EXAMPLES, ids=[p.stem for p in EXAMPLES])

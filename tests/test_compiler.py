@@ -17,13 +17,18 @@ from elastiq.explain import explain
 from tests.spec_snippets import SOURCE, SINK, dataflow
 
 ROOT = Path(__file__).resolve().parent.parent
-EXAMPLES = sorted((ROOT / "examples").glob("*.xml"))
+EXAMPLES = sorted((ROOT / "examples").rglob("*.xml"))
 GOLDEN = Path(__file__).resolve().parent / "golden"
 BASE = "/srv/elastiq"  # fixed base folder so golden programs do not depend on the checkout
 
 
 def _compile(path: Path) -> Compilation:
     return compile_spec_file(path, base_dir=BASE)
+
+
+def _example(path: Path) -> str:
+    """An example's name relative to examples/, without .xml (`closed-loop/monitor`)."""
+    return path.relative_to(ROOT / "examples").with_suffix("").as_posix()
 
 
 def _check_golden(path: Path, text: str) -> None:
@@ -39,20 +44,20 @@ def test_there_are_the_four_required_examples() -> None:
     assert {"paper-filter", "hot-sensors", "sensor-join", "stock-ticks"} <= names
 
 
-@pytest.mark.parametrize("spec", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+@pytest.mark.parametrize("spec", EXAMPLES, ids=[_example(p) for p in EXAMPLES])
 def test_example_plans_match_golden(spec: Path) -> None:
     c = _compile(spec)
-    _check_golden(GOLDEN / spec.stem / "explain.txt", explain(c) + "\n")
-    _check_golden(GOLDEN / spec.stem / "physical.dot",
+    _check_golden(GOLDEN / _example(spec) / "explain.txt", explain(c) + "\n")
+    _check_golden(GOLDEN / _example(spec) / "physical.dot",
                   to_dot(c.physical, {p.task_id: list(p.nodes) for p in c.plans}))
 
 
-@pytest.mark.parametrize("spec", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+@pytest.mark.parametrize("spec", EXAMPLES, ids=[_example(p) for p in EXAMPLES])
 def test_example_programs_match_golden(spec: Path) -> None:
     c = _compile(spec)
     for task in c.query.tasks:
         ast.parse(task.program)
-        _check_golden(GOLDEN / spec.stem / f"{task.task_id.split('.')[-1]}.py", task.program)
+        _check_golden(GOLDEN / _example(spec) / f"{task.task_id.split('.')[-1]}.py", task.program)
 
 
 def test_paper_example_in_paper_notation() -> None:

@@ -71,7 +71,7 @@ def methods(task: QueryTask) -> list[str]:
 # ----------------------------------------------------------------------------------------------
 # Without plumbing, tasks split exactly as before the patterns
 
-@pytest.mark.parametrize("path", sorted((ROOT / "examples").glob("*.xml")), ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", sorted((ROOT / "examples").rglob("*.xml")), ids=lambda p: p.stem)
 def test_a_plan_without_patterns_cuts_only_streams_with_several_readers(path: Path) -> None:
     graph, _ = check_spec_text(path.read_text(), path.name)
     assert graph is not None

@@ -24,7 +24,7 @@ from elastiq.explain import explain
 from tests.spec_snippets import locate
 
 ROOT = Path(__file__).resolve().parent.parent
-EXAMPLES = sorted((ROOT / "examples").glob("*.xml"))
+EXAMPLES = sorted((ROOT / "examples").rglob("*.xml"))
 GOLDEN = Path(__file__).resolve().parent / "golden" / "rewrite"
 BASE = "/srv/elastiq"
 RULES = rules_for()

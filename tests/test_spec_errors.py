@@ -38,6 +38,19 @@ _W_OK = ('    <param name="time" value="ts"/>\n    <param name="size" value="10 
 _SECOND_SOURCE = ('  <operator name="src2" type="generator">\n    <param name="shape" value="stock"/>\n'
                   '    <output name="ticks"/>\n  </operator>\n')
 
+
+def _control(fields: dict[str, str], scheduler: str = "") -> str:
+    """A project building `fields` from raw, read by a control-sink `ctl`."""
+    lines = "".join(f'    <field name="{n}" value="{v}"/>\n' for n, v in fields.items())
+    param = f'    <param name="scheduler" value="{scheduler}"/>\n' if scheduler else ""
+    return (f'  <operator name="p" type="project">\n    <input name="raw"/>\n{lines}'
+            f'    <output name="tuples"/>\n  </operator>\n'
+            f'  <operator name="ctl" type="control-sink">\n    <input name="tuples"/>\n{param}'
+            f'  </operator>\n')
+
+
+_TUPLE = {"query": "'q'", "operator": "'f'", "parameter": "'condition'", "value": "'true'"}
+
 CASES = [
     Case("not-well-formed", '<dataflow name="t">\n  <operator name="a" type="filter">\n</dataflow>\n',
          "</dataflow>", "not well-formed"),
@@ -181,6 +194,20 @@ CASES = [
                                            '    <param name="endpoint" value="http://x:80"/>\n'
                                            '  </operator>\n'),
          'http://x:80"', "not a ZeroMQ TCP endpoint"),
+    Case("control-sink-missing-column", dataflow(SOURCE + _control(
+        {k: v for k, v in _TUPLE.items() if k != "parameter"})),
+        '<input name="tuples"', "not a control stream: no column parameter"),
+    Case("control-sink-value-not-string", dataflow(SOURCE + _control(
+        {**_TUPLE, "value": "temp"})),
+        '<input name="tuples"', "value is double, not string"),
+    Case("control-sink-extra-column", dataflow(SOURCE + _control({**_TUPLE, "ts": "ts"})),
+        '<input name="tuples"', "other columns ts"),
+    Case("control-sink-reads-raw-readings", dataflow(SOURCE + '  <operator name="ctl" '
+        'type="control-sink">\n    <input name="raw"/>\n  </operator>\n'),
+        '<input name="raw"', "build them with a project"),
+    Case("control-sink-bad-scheduler", dataflow(SOURCE + _control(
+        _TUPLE, scheduler="https://127.0.0.1:8088")),
+        'https://127.0.0.1:8088"', "not an API address"),
     Case("unknown-output-type", dataflow(SOURCE.replace('type="reading"', 'type="readng"')
                                          + SINK.format(stream="raw")),
          '<output name="raw"', "did you mean 'reading'"),
