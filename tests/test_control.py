@@ -304,3 +304,19 @@ def test_draining_waits_for_the_batch_in_flight_to_be_written_not_longer() -> No
     assert gate.drain(in_flight.is_set, timeout=5.0) and gate.last_written == 3
     assert gate.drain(lambda: True, timeout=0.05) is False  # a batch that never comes
     assert gate.drain(lambda: False, timeout=0.0)  # nothing in flight: at once
+
+
+def test_a_new_leader_restores_the_parameters_in_force(tmp_path: Path) -> None:
+    from scheduler.state import durable_placements, restore_query
+
+    s = running(tmp_path)
+    out = s.handle(ControlRequested("c", "q", (("hot", "condition", "raw.temp > 35"),)))
+    s.handle(ack("q.t0.a1", of(ReplyToRequest, out)[0].body["request"]))
+    record = s.queries["q"]
+    saved = json.loads(json.dumps(durable_placements(record)))  # as ZooKeeper keeps it
+    restored = restore_query(record.query.to_json(), saved, 500.0)
+    assert restored.control.version == 1
+    assert restored.control.values == {"hot": {"condition": "raw.temp > 35"}}
+    assert restored.control.params_of("q.t0")["params"] == {"hot": {"condition": "raw.temp > 35"}}
+    assert restored.control.history[-1]["epochs"] == {"q.t0": 7}
+    assert restored.query.controls == record.query.controls  # the catalogue survives JSON
