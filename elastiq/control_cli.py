@@ -123,6 +123,8 @@ def _await(args: argparse.Namespace, client: Any, request: str, started: float) 
         else:
             print(f"  {where}: refused: {answer.get('message')}")
     state = view.get("state")
+    if state == "applied" and not view.get("tasks"):
+        print(f"  {view.get('reason') or 'nothing to apply'}")
     if state == "applied":
         print(f"applied in {elapsed:.2f} s")
         return 0

@@ -87,6 +87,40 @@ class QueryControl:
                    dict(d.get("task_params", {})), {}, list(d.get("history", [])))
 
 
+def in_force(control: QueryControl, change: Change) -> bool:
+    """Whether `change` sets the value already in force (same runtime value), so applying it
+    would only rebuild the tasks for nothing."""
+    a = change.adjustable
+    ops = control.task_params.get(a.targets[0].task_id, {}) if a.targets else {}
+    current = ops.get(a.targets[0].op, {}).get(a.targets[0].keyword) if a.targets else None
+    if current is None:
+        return change.text == a.value or _same(change, a.value)
+    return _jsonable(change.runtime_value) == current
+
+
+def _same(change: Change, text: str) -> bool:
+    """`text` (the value the query started with) means what the change's value means."""
+    if change.adjustable.value_kind == "float":
+        try:
+            return float(text) == float(change.runtime_value)
+        except ValueError:
+            return False
+    if change.adjustable.value_kind == "columns":
+        return [c.strip() for c in text.split(",") if c.strip()] == list(change.runtime_value)
+    return False
+
+
+def settled_at_once(control: QueryControl, request_id: str, changes: list[Change],
+                    now: float) -> ControlRequest:
+    """A request whose every value is already in force: applied, with nothing to send."""
+    request = ControlRequest(request_id, control.version,
+                             [(c.adjustable.operator, c.adjustable.parameter, c.text)
+                              for c in changes], now, {}, {}, {}, "applied",
+                             "every value is already in force", now)
+    control.requests[request_id] = request
+    return request
+
+
 def begin(control: QueryControl, request_id: str, changes: list[Change], now: float) -> ControlRequest:
     """Record a checked request: a new version, the new values, each target task's new
     parameters (its whole set); returns the request, pending on every target task."""

@@ -513,6 +513,12 @@ class SchedulerState:
             log.info("[%s] control of %s refused: %s", sid, ev.query_id, exc)
             return [ReplyToRequest(sid, False, exc.status, str(exc),
                                    {"problems": exc.problems, "query_id": ev.query_id})]
+        changes = [c for c in changes if not ctl.in_force(query.control, c)]
+        if not changes:
+            done = ctl.settled_at_once(query.control, ctl.new_request_id(ev.query_id),
+                                       [], self.now)
+            return [ReplyToRequest(sid, True, 200, "every value is already in force; nothing "
+                                                   "to apply", done.to_json())]
         targets = sorted({t.task_id for c in changes for t in c.adjustable.targets})
         busy = [f"{t} is {query.tasks[t].state.value}" for t in targets
                 if query.tasks[t].state is not TaskState.RUNNING or query.tasks[t].migrate_to]

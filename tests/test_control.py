@@ -320,3 +320,18 @@ def test_a_new_leader_restores_the_parameters_in_force(tmp_path: Path) -> None:
     assert restored.control.params_of("q.t0")["params"] == {"hot": {"condition": "raw.temp > 35"}}
     assert restored.control.history[-1]["epochs"] == {"q.t0": 7}
     assert restored.query.controls == record.query.controls  # the catalogue survives JSON
+
+
+def test_values_already_in_force_are_applied_without_touching_a_task(tmp_path: Path) -> None:
+    s = running(tmp_path)
+    out = s.handle(ControlRequested("c", "q", (("src", "rate", "100.0"),)))  # as it started
+    (reply,) = out
+    assert (reply.accepted, reply.status, reply.body["state"]) == (True, 200, "applied")
+    assert s.queries["q"].control.version == 0
+    out = s.handle(ControlRequested("c", "q", (("src", "rate", "50"), ("hot", "condition",
+                                                                        "raw.temp > 30"))))
+    (message,) = of(SendFrameworkMessage, out)  # only the rate changes
+    assert json.loads(message.data)["params"] == {"src": {"rate": 50.0}}
+    s.handle(ack("q.t0.a1", of(ReplyToRequest, out)[0].body["request"]))
+    (again,) = s.handle(ControlRequested("c", "q", (("src", "rate", "50"),)))
+    assert again.status == 200 and s.queries["q"].control.version == 1
