@@ -51,7 +51,7 @@ from compiler.pipeline import compile_spec_text  # noqa: E402
 from scheduler.client import SchedulerClient  # noqa: E402
 from tests.e2e_support import (Stack, start_stack, stop_query, stop_stack, submit,  # noqa: E402
                                wait_running, wait_until)
-from tests.test_control_cluster import FollowingReader, free_port  # noqa: E402
+from tests.test_control_cluster import SPEC, FollowingReader, free_port  # noqa: E402
 
 log = logging.getLogger("bench.control")
 
@@ -64,26 +64,6 @@ STATUS_POLL = 0.010  # control_status() while a request is pending
 SETTLE_BATCHES = 3  # batches of the new query to see before the next change
 GOAL_SLACK = 0.050  # "within one micro-batch + 50 ms"
 
-SPEC = """<?xml version="1.0" encoding="UTF-8"?>
-<dataflow name="bench-control">
-  <operator name="src" type="generator">
-    <param name="shape" value="sequence"/>
-    <param name="rate" value="{rate}"/>
-    <param name="seed" value="5"/>
-    <output name="nums"/>
-  </operator>
-  <operator name="keep" type="filter">
-    <input name="nums"/>
-    <param name="condition" value="{condition}"/>
-    <output name="kept"/>
-  </operator>
-  <operator name="out" type="network-sink">
-    <input name="kept"/>
-    <param name="endpoint" value="{endpoint}"/>
-    <param name="channel" value="ctl-out"/>
-  </operator>
-</dataflow>
-"""
 
 
 @dataclass(frozen=True)
@@ -266,7 +246,8 @@ def first_commit(spark_dir: Path, started_wall: float, change: Change) -> None:
 
 def run(stack: Stack, work: Path, plan: Plan) -> Run:
     first = f"tcp://127.0.0.1:{free_port()}"
-    text = SPEC.format(rate=RATES[0], condition=CONDITIONS[0], endpoint=first)
+    text = SPEC.format(name=QUERY, rate=RATES[0], condition=CONDITIONS[0],
+                       endpoint=first)
     query = compile_spec_text(text.encode(), str(work / "bench-control.xml"), base_dir=work,
                               query_id=QUERY).query
     task_id = query.tasks[0].task_id

@@ -1,7 +1,8 @@
 """Control tuples end to end on the embedded cluster: the scheduler service and its HTTP API,
 real executor processes with Spark, a real ZeroMQ reader in the test.
 
-One query `nums := generator; keep := filter(nums.id % 2 = 0); out := network-sink` runs while
+One query `nums := generator; keep := filter(nums.id % 2 = 0); out := network-sink` (SPEC, which
+benchmarks/control.py runs too) runs while
 the test, through the API and the CLI, moves the network sink to a second endpoint (the test's
 reader follows it), changes the filter's condition, and sends every kind of bad tuple. What the
 reader received is compared with a plain-Python oracle that switches condition at the
@@ -32,21 +33,21 @@ pytestmark = [pytest.mark.spark, pytest.mark.cluster, pytest.mark.timeout(420)]
 log = logging.getLogger(__name__)
 
 SPEC = """<?xml version="1.0" encoding="UTF-8"?>
-<dataflow name="e2e-control">
+<dataflow name="{name}">
   <operator name="src" type="generator">
     <param name="shape" value="sequence"/>
-    <param name="rate" value="200"/>
+    <param name="rate" value="{rate}"/>
     <param name="seed" value="11"/>
     <output name="nums"/>
   </operator>
   <operator name="keep" type="filter">
     <input name="nums"/>
-    <param name="condition" value="nums.id % 2 = 0"/>
+    <param name="condition" value="{condition}"/>
     <output name="kept"/>
   </operator>
   <operator name="out" type="network-sink">
     <input name="kept"/>
-    <param name="endpoint" value="tcp://127.0.0.1:{port}"/>
+    <param name="endpoint" value="{endpoint}"/>
     <param name="channel" value="ctl-out"/>
   </operator>
 </dataflow>
@@ -149,7 +150,8 @@ def test_control_tuples_move_the_writer_change_the_filter_and_refuse_bad_input(
     from compiler.pipeline import compile_spec_text
 
     first, second = f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
-    query = compile_spec_text(SPEC.replace("{port}", first.rsplit(":", 1)[1]).encode(),
+    spec = SPEC.format(name="e2e-control", rate=200, condition="nums.id % 2 = 0", endpoint=first)
+    query = compile_spec_text(spec.encode(),
                               str(tmp_path / "e2e-control.xml"), base_dir=tmp_path).query
     submit(stack, query)
     wait_running(stack, "e2e-control", timeout=150)
