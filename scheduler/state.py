@@ -549,8 +549,8 @@ class SchedulerState:
         it reached, so the query runs on with its old parameters everywhere."""
         parsed = parse_mesos_task_id(str(message.get("task", "")))
         found = self._find(parsed[0]) if parsed else None
-        if found is None:
-            return []
+        if found is None or parsed is None or parsed[1] != found[1].attempt:
+            return []  # an older attempt's answer: the new one was launched with the request
         query, task = found
         answer = ctl.TaskAnswer(bool(message.get("applied")), int(message.get("epoch", -1)),
                                 float(message.get("pause_s", 0.0)), str(message.get("message", "")),

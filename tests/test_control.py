@@ -335,3 +335,21 @@ def test_values_already_in_force_are_applied_without_touching_a_task(tmp_path: P
     s.handle(ack("q.t0.a1", of(ReplyToRequest, out)[0].body["request"]))
     (again,) = s.handle(ControlRequested("c", "q", (("src", "rate", "50"),)))
     assert again.status == 200 and s.queries["q"].control.version == 1
+
+
+def test_an_old_attempts_refusal_does_not_undo_what_its_relaunch_runs_with(tmp_path: Path
+                                                                          ) -> None:
+    s = running(tmp_path)
+    out = s.handle(ControlRequested("c", "q", (("src", "rate", "5"),)))
+    request = of(ReplyToRequest, out)[0].body["request"]
+    s.handle(Tick("t", 101.0))
+    s.handle(update("q.t0.a1", "FAILED"))
+    s.handle(Tick("t", 200.0))
+    (mid, (agent, data)), = launched(s.handle(OffersReceived("o", (warm_offer("o2", "a1"),))))\
+        .items()
+    assert data["control"]["params"] == {"src": {"rate": 5.0}}
+    s.handle(ack("q.t0.a1", request, applied=False, message="task is not on this executor"))
+    s.handle(update(mid, "RUNNING", agent))
+    control = s.queries["q"].control
+    assert control.requests[request].state == "applied"
+    assert control.values == {"src": {"rate": "5"}}
