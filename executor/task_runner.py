@@ -223,6 +223,8 @@ class TaskRunner:
             rt = self.runtime
             if rt is None or rt.query is None:
                 raise ReconfigureFailed(f"task {self.task_id} has no running query")
+            if self._stop.is_set():
+                raise ReconfigureFailed(f"task {self.task_id} is stopping")
             if version <= self.params_version:
                 return Reconfigured(self.params_version, -1, 0.0)
             query = rt.query
@@ -263,10 +265,17 @@ class TaskRunner:
             time.sleep(0.01)
 
     def stop(self, timeout: float = 30.0) -> None:
+        """Stop the query for good; a rebuild in progress finishes first (and its new query
+        is the one stopped), none starts after."""
         self._stop.set()
-        rt = self.runtime
-        if rt is not None and rt.query is not None and rt.query.isActive:
-            rt.query.stop()
+        locked = self._rebuild.acquire(timeout=timeout)
+        try:
+            rt = self.runtime
+            if rt is not None and rt.query is not None and rt.query.isActive:
+                rt.query.stop()
+        finally:
+            if locked:
+                self._rebuild.release()
         if self._thread is not None:
             self._thread.join(timeout)
         self._set(state="finished", reason="stopped")
@@ -316,6 +325,8 @@ class TaskRunner:
                 return
             try:
                 with self._rebuild:
+                    if self._stop.is_set():
+                        return
                     self._launch()
             except Exception as exc:  # a program that no longer builds will not heal by retrying
                 log.warning("task %s: restart failed: %s", self.task_id, exc)

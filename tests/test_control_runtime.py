@@ -106,6 +106,9 @@ def test_a_rate_change_paces_the_generator_from_where_it_was_and_a_new_path_take
         rate = (i1 - i0) / (t1 - t0)
         assert 10 < rate < 80, f"{rate:.0f} tuples/s after the change to 40/s (was 400/s)"
         runner.stop()
+        with pytest.raises(ReconfigureFailed, match="is stopping"):
+            runner.reconfigure(2, {"src": {"rate": 400.0}})  # no query starts after a stop
+        assert runner.runtime is not None and not runner.runtime.query.isActive
         boundary = end_index(checkpoint, done.epoch - 1)
         end = written_end(checkpoint, ids_in(moved))
         assert sorted(ids_in(out)) == [i for i in range(boundary) if i % 2 == 0]
