@@ -28,6 +28,15 @@ def build(rt):
 '''
 
 
+def task_runner(spark: Any, tmp_path: Path, task_id: str) -> TaskRunner:
+    """PROGRAM as task `task_id`, its sink at tmp_path/kept.jsonl, checkpoint at tmp_path/ck."""
+    program = tmp_path / "program.py"
+    program.write_text(f"OUT = {str(tmp_path / 'kept.jsonl')!r}\n" + PROGRAM, encoding="utf-8")
+    return TaskRunner(spark, program, {"query_id": "q", "task_id": task_id,
+                                       "checkpoint_dir": str(tmp_path / "ck"),
+                                       "trigger_seconds": 0.3})
+
+
 def ids_in(path: Path) -> list[int]:
     if not path.exists():
         return []
@@ -57,11 +66,7 @@ def last_committed(checkpoint: Path) -> int:
 def test_a_filter_changed_at_a_batch_boundary_matches_an_oracle_switching_at_the_epoch(
         spark: Any, tmp_path: Path) -> None:
     out, checkpoint = tmp_path / "kept.jsonl", tmp_path / "ck"
-    program = tmp_path / "program.py"
-    program.write_text(f"OUT = {str(out)!r}\n" + PROGRAM, encoding="utf-8")
-    runner = TaskRunner(spark, program, {"query_id": "q", "task_id": "ctl",
-                                         "checkpoint_dir": str(checkpoint),
-                                         "trigger_seconds": 0.3})
+    runner = task_runner(spark, tmp_path, "ctl")
     try:
         runner.start()
         wait_for(lambda: len(ids_in(out)) > 50, 60, "output under the first condition")
@@ -90,11 +95,7 @@ def test_a_filter_changed_at_a_batch_boundary_matches_an_oracle_switching_at_the
 def test_a_rate_change_paces_the_generator_from_where_it_was_and_a_new_path_takes_the_rest(
         spark: Any, tmp_path: Path) -> None:
     out, checkpoint, moved = tmp_path / "kept.jsonl", tmp_path / "ck", tmp_path / "moved.jsonl"
-    program = tmp_path / "program.py"
-    program.write_text(f"OUT = {str(out)!r}\n" + PROGRAM, encoding="utf-8")
-    runner = TaskRunner(spark, program, {"query_id": "q", "task_id": "rate",
-                                         "checkpoint_dir": str(checkpoint),
-                                         "trigger_seconds": 0.3})
+    runner = task_runner(spark, tmp_path, "rate")
     try:
         runner.start()
         wait_for(lambda: len(ids_in(out)) > 20, 60, "first output")
