@@ -82,6 +82,7 @@ class ChannelReader:
         self._next: int | None = None
         self._handed = 0
         self._acked = 0
+        self._acks_unconfirmed = False
         self._fetch_upto = 0
         self._limit_sent = 0
         self._received: dict[int, Batch] = {}
@@ -169,6 +170,7 @@ class ChannelReader:
             self._send(Header(Kind.ACK, self.channel_id, self._acked, limit, 0, self._sub_id,
                               self.reader_id))
             self._limit_sent = max(self._limit_sent, limit)
+            self._acks_unconfirmed = True
 
     def retained_range(self, timeout: float) -> tuple[int, int]:
         """The writer's (first retained seq, last seq); needs no subscription."""
@@ -176,6 +178,7 @@ class ChannelReader:
             request = next(self._req_ids)
             self._send(Header(Kind.RANGE_REQ, self.channel_id, 0, 0, 0, request))
             self._wait_until(lambda: request in self._ranges, timeout, "retained range")
+            self._acks_unconfirmed = False  # answered after every ack sent before the request
             return self._ranges.pop(request)
 
     def connect_to(self, endpoint: str) -> None:
@@ -208,16 +211,29 @@ class ChannelReader:
                 resubscribes=self._counts["resubs"],
             )
 
-    def close(self) -> None:
+    def close(self, flush_timeout: float = 0.5) -> None:
+        """Say goodbye and close. Acks sent since the writer last answered are confirmed first by
+        a round trip on this connection (up to `flush_timeout` s; 0 skips it): a successor that
+        subscribes "after my last ack" on another connection then finds them applied."""
         with self._lock:
             if self._socket.closed:
                 return
+            if self._acks_unconfirmed and flush_timeout > 0:
+                self._flush_acks(flush_timeout)
             try:
                 self._socket.send(encode_header(Header(Kind.BYE, self.channel_id,
                                                        text=self.reader_id)), zmq.NOBLOCK)
             except zmq.ZMQError:
                 pass
             self._socket.close(linger=0)
+
+    def _flush_acks(self, timeout: float) -> None:
+        """Wait for the writer to answer a range request: it has handled every earlier ack."""
+        try:
+            self.retained_range(timeout)
+        except ChannelError as exc:
+            log.info("channel %s: reader %s closes without confirming its acks: %s",
+                     self.channel_id, self.reader_id, exc)
 
     # -- state changes
 

@@ -631,7 +631,7 @@ class SelectorReaderSource(SimpleDataSourceStreamReader):
                     self._name(index), self.config.retry_seconds, error)
         if state.reader is not None:
             try:
-                state.reader.close()
+                state.reader.close(flush_timeout=0)  # its writer is failing
             except Exception:  # noqa: BLE001 - closing a broken reader must not hide the error
                 log.debug("task %s: closing replica %s failed", self.config.task_id,
                           self._name(index), exc_info=True)

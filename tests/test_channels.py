@@ -209,7 +209,8 @@ def test_replay_after_reader_closes_and_returns_with_same_id(closing) -> None:
     seen = drain(first, 12, ack=False)
     committed = [b for b in seen if b.seq <= 9]
     first.ack(9)  # 10..12 were received but never committed
-    first.close()
+    first.close()  # confirms its ack first: the writer has trimmed what r1 committed
+    assert writer.retained_range() == (10, 30)
     second = ChannelReader("orders", "r1", writer.endpoint, SCHEMA)
     closing(second)
     second.subscribe(timeout=5)  # "after my last ack"
