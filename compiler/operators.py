@@ -240,7 +240,9 @@ def parse_duration_ms(text: str) -> int:
 
 
 def canonical_duration(ms: int) -> str:
-    """Spark's interval spelling of a duration, e.g. 10000 -> '10 seconds'."""
+    """Spark's interval spelling of a duration, e.g. 10000 -> '10 seconds', 0 -> '0 seconds'."""
+    if ms == 0:
+        return "0 seconds"
     if ms % 3_600_000 == 0:
         return f"{ms // 3_600_000} hours"
     if ms % 60_000 == 0:

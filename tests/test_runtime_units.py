@@ -10,7 +10,7 @@ import pytest
 
 from compiler.types import ColumnType, Field, Schema
 from executor import shapes, sinks, sources
-from compiler.operators import aggregate_type, join_output_names
+from compiler.operators import aggregate_type, canonical_duration, join_output_names
 from executor.runtime import parse_duration
 from executor.task_runner import backlog_of, decide_restart
 
@@ -149,6 +149,10 @@ def test_backlog_from_progress() -> None:
 def test_durations_and_names() -> None:
     assert parse_duration("250 milliseconds") == timedelta(milliseconds=250)
     assert parse_duration("2 minutes") == timedelta(minutes=2)
+    spelled = {ms: canonical_duration(ms) for ms in (0, 250, 10_000, 120_000, 7_200_000)}
+    assert spelled == {0: "0 seconds", 250: "250 milliseconds", 10_000: "10 seconds",
+                       120_000: "2 minutes", 7_200_000: "2 hours"}
+    assert all(parse_duration(text) == timedelta(milliseconds=ms) for ms, text in spelled.items())
     with pytest.raises(ValueError, match="not '<n>"):
         parse_duration("10 sec; DROP")
     left = Schema.of(("k", "string"), ("ts", "timestamp"))

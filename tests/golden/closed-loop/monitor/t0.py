@@ -42,7 +42,7 @@ def build(rt: TaskRuntime) -> None:
         time='ts',
         window='2 seconds',
         slide=None,
-        watermark='0 hours',
+        watermark='0 seconds',
         group_by=(),
         aggregates=(('n', 'count', None),),
     )
