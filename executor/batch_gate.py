@@ -1,12 +1,14 @@
 """The batch boundary of a running task, where control tuples take effect.
 
 Owns `BatchGate`, which every sink of a task's query passes through (`TaskRuntime` wraps the
-sink's foreachBatch function): `drain()` lets the micro-batch in flight finish, `close()` waits
-until no batch is being written, then refuses every later batch (it fails before writing anything, so Spark runs it again in the next run of
-the query, which carries the new parameters). Also owns `next_batch_id`, which reads Spark's
-offset and commit logs to tell which micro-batch a restarted query runs first: the epoch a
-change is acknowledged with. Does not own stopping or rebuilding the query
-(`executor.task_runner`).
+sink's foreachBatch function). For a change the running query can take (a sink's destination or
+routing), `switch()` applies it between two sink calls and tells the first micro-batch that has
+it. For a change that needs a new query, `drain()` lets the micro-batch in flight finish and
+`close()` waits until no batch is being written, then refuses every later batch (it fails
+before writing anything, so Spark runs it again in the next run of the query, which carries the
+new parameters). Also owns `next_batch_id`, which reads Spark's offset and commit logs to tell
+which micro-batch comes next: the epoch a change is acknowledged with. Does not own stopping or
+rebuilding the query (`executor.task_runner`).
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
+
+T = TypeVar("T")
 
 
 class GateClosed(RuntimeError):
@@ -72,6 +76,29 @@ class BatchGate:
                     return False
                 self._cond.wait(min(poll, left))
         return True
+
+    def switch(self, apply: Callable[[], T], spark_checkpoint: str,
+               timeout: float) -> tuple[T, int]:
+        """Run `apply` between two sink calls and return its result with the first micro-batch
+        whose sink call comes after it (the epoch). Waits (at most `timeout` s in all) for a
+        sink call in progress to return and for Spark to commit the batch it wrote: a batch
+        written but not committed runs again after a failure, and must not meet the new values.
+        No sink call starts meanwhile. TimeoutError (nothing applied) if either takes longer."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._writing is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"batch {self._writing} was still being written after "
+                                       f"{timeout} s")
+                self._cond.wait(left)
+            written = self.last_written
+            while written is not None and next_batch_id(spark_checkpoint) <= written:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"batch {written} was written but not committed after "
+                                       f"{timeout} s")
+                time.sleep(0.002)  # holding the lock: Spark commits without a sink call
+            return apply(), next_batch_id(spark_checkpoint, written)
 
     def close(self, timeout: float) -> bool:
         """Refuse later batches and wait (at most `timeout` s) for the one being written;

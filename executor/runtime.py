@@ -3,7 +3,9 @@
 Owns `TaskRuntime` (one instance per start of a task's query: sources, operators, exactly one
 sink that starts the query; streams tracked by name, each DataFrame aliased with its stream name
 so `compiler.expressions.to_column` can address columns as `stream`.`col`; the patterns' plumbing
-calls too: identity, split sink, stream selector, deterministic batches) and `ChannelHub`
+calls too: identity, split sink, stream selector, deterministic batches; and, in `live`, the
+parameters its running query takes without a rebuild: a sink's destination and routing) and
+`ChannelHub`
 (the executor-lifetime registry of channel writers, which must outlive any one query so a
 restarted query finds its upstream backup intact). User text (conditions, computed columns)
 only ever goes through `compiler.expressions`. Does not own supervision/restarts
@@ -19,7 +21,7 @@ import re
 import threading
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping, Sequence
 from urllib.parse import quote
 
 import pyarrow as pa
@@ -78,6 +80,20 @@ def _qcol(stream: str, name: str) -> Column:
     return F.col(f"`{stream}`.`{name}`")
 
 
+Undo = Callable[[], None]
+
+
+@dataclass(frozen=True)
+class LiveParam:
+    """A parameter the running query takes without a rebuild. `switch(value)` makes the sink use
+    `value` from its next call on and returns how to go back; if it cannot, it raises and
+    nothing changed. `program_value` is the program's own value (what a withdrawn change goes
+    back to)."""
+
+    program_value: Any
+    switch: Callable[[Any], Undo]
+
+
 @dataclass(frozen=True)
 class Stream:
     name: str
@@ -125,6 +141,11 @@ class ChannelHub:
             self._binds[channel_id] = bind
             log.info("hub: channel %s writer at %s", channel_id, writer.endpoint)
             return writer
+
+    def bind_of(self, channel_id: str) -> str | None:
+        """The bind the channel's writer was opened with (None: a free local port)."""
+        with self._lock:
+            return self._binds.get(channel_id)
 
     def release(self, channel_id: str) -> None:
         """Close a channel's writer and free its port (its task was killed or has ended)."""
@@ -179,6 +200,7 @@ class TaskRuntime:
         self.deterministic = False
         self.params = {op: dict(values) for op, values in params.items()}
         self.gate = BatchGate()
+        self.live: dict[tuple[str, str], LiveParam] = {}  # (operator id, keyword) -> how
         for source in sources.ALL_SOURCES:
             spark.dataSource.register(source)
 
@@ -485,8 +507,10 @@ class TaskRuntime:
                   format: Literal["jsonl"] = "jsonl") -> None:
         if format != "jsonl":
             raise self._error(op, f"file sink format must be jsonl, got {format!r}")
-        path = self._param(op, "path", path)
-        self._start(op, input, sinks.FileSink(self.task_id, path, owner=self.checkpoint_dir))
+        sink = sinks.FileSink(self.task_id, self._param(op, "path", path),
+                              owner=self.checkpoint_dir)
+        self.live[(op, "path")] = LiveParam(path, sink.retarget)
+        self._start(op, input, sink)
 
     def console_sink(self, *, op: str, input: str) -> None:
         self._start(op, input, sinks.ConsoleSink(self.task_id))
@@ -535,6 +559,30 @@ class TaskRuntime:
     def network_sink(self, *, op: str, input: str, endpoint: str, channel: str) -> None:
         """Serve the results as `channel` at `endpoint` for other queries or programs."""
         self._channel_sink(op, input, channel, self._param(op, "endpoint", endpoint))
+        sink = self.sink
+        assert isinstance(sink, sinks.ChannelSink)
+        self.live[(op, "endpoint")] = LiveParam(
+            endpoint, lambda bind: self._move_writer(op, sink, channel, str(bind)))
+
+    def _move_writer(self, op: str, sink: sinks.ChannelSink, channel: str, bind: str) -> Undo:
+        """Reopen the channel's writer at `bind` on the same log (numbering and unacknowledged
+        batches carry over; its readers follow) and hand it to `sink`; returns how to go back."""
+        before = self.channels.bind_of(channel) if self.channels is not None else None
+        if before is None:
+            raise self._error(op, f"channel {channel}'s writer has no bind to move from")
+        self._rebind(sink, channel, bind, before)
+
+        def undo() -> None:
+            self._rebind(sink, channel, before, bind)
+        return undo
+
+    def _rebind(self, sink: sinks.ChannelSink, channel: str, bind: str, fallback: str) -> None:
+        """`sink`'s writer reopened at `bind`; if that fails, at `fallback`, and the error raised."""
+        try:
+            sink.writer = self._writer(channel, sink.schema, bind, ())
+        except Exception:
+            sink.writer = self._writer(channel, sink.schema, fallback, ())
+            raise
 
     def channel_sink(self, *, input: str, channel: str, readers: Sequence[str] = ()) -> None:
         """Serve `input` to the tasks `readers` on the endpoint the scheduler assigned (a free
@@ -556,10 +604,17 @@ class TaskRuntime:
         if len(readers) != len(channels):
             raise self._error(op, f"{len(channels)} channels but {len(readers)} reader lists")
         stream = self._get(op, input)
-        key = self._param(op, "key", key)
-        key_names = [self._field(op, stream, k).name for k in key] or list(stream.schema.names)
         schema = shapes.arrow_schema(stream.schema)
         writers = [self._writer(channel, schema, self.endpoints.get(channel), tasks)
                    for channel, tasks in zip(channels, readers)]
-        partition = F.pmod(F.hash(*[F.col(f"`{k}`") for k in key_names]), F.lit(len(channels)))
-        self._start(op, input, sinks.SplitChannelSink(self.task_id, writers, schema, partition))
+        partition = self._partition(op, stream, self._param(op, "key", key), len(channels))
+        sink = sinks.SplitChannelSink(self.task_id, writers, schema, partition)
+        self.live[(op, "key")] = LiveParam(
+            list(key), lambda new: sink.route(self._partition(op, stream, new, len(channels))))
+        self._start(op, input, sink)
+
+    def _partition(self, op: str, stream: Stream, key: Sequence[str], parts: int) -> Column:
+        """A row's partition, 0..parts-1: pmod(hash(key columns), parts), all columns when `key`
+        is empty (Spark's Murmur3 hash, the same in every process)."""
+        names = [self._field(op, stream, k).name for k in key] or list(stream.schema.names)
+        return F.pmod(F.hash(*[F.col(f"`{k}`") for k in names]), F.lit(parts))

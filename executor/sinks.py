@@ -153,6 +153,16 @@ class FileSink:
         self.log = JsonlAppendLog(path, owner)
         self.rows_out = 0
 
+    def retarget(self, path: Any) -> Callable[[], None]:
+        """Append the next batches to `path` (OSError, nothing changed, if its folder cannot be
+        made); returns how to go back to the current file."""
+        before, self.log = self.log, JsonlAppendLog(str(path), self.log.owner)
+        log.info("task %s: sink moves from %s to %s", self.task_id, before.path, path)
+
+        def undo() -> None:
+            self.log = before
+        return undo
+
     def __call__(self, df: Any, batch_id: int) -> None:
         lines = table_to_lines(df.toArrow())
         if self.log.append(batch_id, lines):
@@ -221,6 +231,14 @@ class SplitChannelSink:
         self.schema = schema
         self.partition = partition
         self.rows_out = 0
+
+    def route(self, partition: Any) -> Callable[[], None]:
+        """Route the next batches by `partition`; returns how to go back."""
+        before, self.partition = self.partition, partition
+
+        def undo() -> None:
+            self.partition = before
+        return undo
 
     def __call__(self, df: Any, batch_id: int) -> None:
         from pyspark.sql import functions as F

@@ -4,10 +4,12 @@ Owns `TaskRunner`: loading the codegen output (a Python file the executor wrote;
 with importlib, calling its `build(rt)` on a fresh `TaskRuntime`, supervising the query in a
 thread (a failed query is restarted from its checkpoint in the same session, with bounded
 restarts and exponential backoff), status (starting/running/failed/finished with a reason) and
-metrics from `lastProgress`; and `reconfigure`, which applies control tuples at a batch boundary
-(close the batch gate, stop the query, rebuild it with the new parameters from the same
-checkpoint; on a build failure rebuild the old one). The restart decision is a pure function
-(`decide_restart`). Does not own the session (`executor.spark_session`) or how operators are
+metrics from `lastProgress`; and `reconfigure`, which applies control tuples at a batch boundary:
+parameters the running query takes (a sink's destination or routing, `TaskRuntime.live`) are
+switched between two sink calls; any other change closes the batch gate, stops the query and
+rebuilds it with the new parameters from the same checkpoint (on a build failure, the old one).
+The restart decision (`decide_restart`) and which changes can be switched live (`live_changes`)
+are pure functions. Does not own the session (`executor.spark_session`) or how operators are
 built (`executor.runtime`).
 """
 
@@ -83,6 +85,29 @@ def decide_restart(restarts: int, max_restarts: int, backoff_seconds: float,
         return RestartDecision(False, 0.0, f"gave up after {restarts} restarts")
     delay = min(max_backoff_seconds, backoff_seconds * (2 ** restarts))
     return RestartDecision(True, delay, f"restart {restarts + 1}/{max_restarts} in {delay:.1f} s")
+
+
+Params = Mapping[str, Mapping[str, Any]]  # operator id -> runtime keyword -> value
+
+
+def live_changes(old: Params, new: Params,
+                 live: Mapping[tuple[str, str], Any]) -> dict[tuple[str, str], Any] | None:
+    """What moving from parameter set `old` to `new` (a task's whole sets; a keyword left out
+    has the program's value, `live[(op, keyword)]`) changes, as (op, keyword) -> value; None
+    when a change touches a parameter the running query cannot take (pure)."""
+    changes: dict[tuple[str, str], Any] = {}
+    keys = {(op, k) for params in (old, new) for op, values in params.items() for k in values}
+    for op, keyword in sorted(keys):
+        if (op, keyword) not in live:
+            if old.get(op, {}).get(keyword) != new.get(op, {}).get(keyword):
+                return None
+            continue
+        program = live[(op, keyword)]
+        before = old.get(op, {}).get(keyword, program)
+        after = new.get(op, {}).get(keyword, program)
+        if after != before:
+            changes[(op, keyword)] = after
+    return changes
 
 
 def _offset_number(offset: Any) -> int | None:
@@ -210,14 +235,14 @@ class TaskRunner:
         recent = query.recentProgress
         return metrics_from(progress, len(recent), out, self._counted.add(recent))
 
-    def reconfigure(self, version: int, params: Mapping[str, Mapping[str, Any]],
+    def reconfigure(self, version: int, params: Params,
                     timeout: float = 30.0, drain_seconds: float = 5.0) -> Reconfigured:
         """Apply `params` (operator id -> keyword -> value, the task's whole set) at a batch
-        boundary: the micro-batch in flight finishes (up to `drain_seconds`; a longer one is
-        interrupted and runs again with the new parameters), later ones wait for the rebuilt
-        query, which resumes from the checkpoint with the new parameters. Returns the first
-        micro-batch that has them; ReconfigureFailed (the old parameters back in force) if it
-        does not build."""
+        boundary and return the first micro-batch that has them. Parameters the running query
+        takes are switched between two sink calls. Otherwise the micro-batch in flight finishes
+        (up to `drain_seconds`; a longer one is interrupted and runs again with the new
+        parameters), later ones wait for the rebuilt query, which resumes from the checkpoint
+        with the new parameters. ReconfigureFailed (the old parameters in force) if it fails."""
         with self._rebuild:
             began = time.monotonic()
             rt = self.runtime
@@ -227,6 +252,10 @@ class TaskRunner:
                 raise ReconfigureFailed(f"task {self.task_id} is stopping")
             if version <= self.params_version:
                 return Reconfigured(self.params_version, -1, 0.0)
+            changes = live_changes(self.kwargs.get("params", {}), params,
+                                   {key: p.program_value for key, p in rt.live.items()})
+            if changes is not None:
+                return self._switch_live(rt, version, params, changes, began, timeout)
             query = rt.query
             rt.gate.drain(lambda: query.isActive and bool(query.status["isTriggerActive"]),
                           drain_seconds)
@@ -251,6 +280,34 @@ class TaskRunner:
             log.info("task %s: parameters %s apply from batch %s (paused %.3f s)", self.task_id,
                      version, epoch, pause)
             return Reconfigured(version, epoch, pause)
+
+    def _switch_live(self, rt: TaskRuntime, version: int, params: Params,
+                     changes: Mapping[tuple[str, str], Any], began: float,
+                     timeout: float) -> Reconfigured:
+        """Switch `changes` in the running query between two sink calls, all or none."""
+        def apply() -> None:
+            undos: list[Any] = []
+            try:
+                for key, value in changes.items():
+                    undos.append(rt.live[key].switch(value))
+            except Exception:
+                for undo in reversed(undos):
+                    undo()
+                raise
+
+        spark_dir = os.path.join(self.kwargs["checkpoint_dir"], "spark")
+        try:
+            _, epoch = rt.gate.switch(apply, spark_dir, timeout)
+        except Exception as exc:
+            log.warning("task %s: parameters %s refused (%s); the old ones stay", self.task_id,
+                        version, exc)
+            raise ReconfigureFailed(f"{type(exc).__name__}: {exc}") from None
+        self.kwargs["params"] = params
+        self.params_version = version
+        pause = time.monotonic() - began
+        log.info("task %s: parameters %s switched live from batch %s (%.3f s)", self.task_id,
+                 version, epoch, pause)
+        return Reconfigured(version, epoch, pause)
 
     def _await_commit(self, spark_dir: str, written: int | None, timeout: float) -> None:
         """Wait until Spark has committed the last batch the sink wrote: stopped before that,

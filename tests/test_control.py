@@ -18,6 +18,7 @@ from elastiq.control_cli import TupleSyntaxError, read_tuples
 from executor import executor_state as ex
 from executor.batch_gate import BatchGate, GateClosed, next_batch_id
 from executor.sources import pacing_anchor, paced_offset, rebased_anchor
+from executor.task_runner import live_changes
 from scheduler.api import ApiError, control_tuples
 from scheduler.commands import ReplyToRequest, SendFrameworkMessage
 from scheduler.events import ControlRequested, FrameworkMessageReceived, OffersReceived, Tick
@@ -27,6 +28,7 @@ from scheduler.state import SchedulerState
 from tests.test_failover_policy import start, warm_offer
 from tests.test_pattern_tasks import compiled
 from tests.test_scheduler_state import launched, of, update
+from tests.waiting import wait_for
 
 SPEC = """<dataflow name="q">
   <operator name="src" type="generator">
@@ -220,6 +222,56 @@ def test_a_closed_gate_refuses_later_batches_and_epochs_follow_spark_logs(tmp_pa
     assert next_batch_id(str(spark)) == 3
     assert next_batch_id(str(spark), last_written=4) == 5
     assert next_batch_id(str(tmp_path / "none")) == 0
+
+
+def spark_logs(folder: Path, planned: range, committed: range) -> str:
+    for name, ids in (("offsets", planned), ("commits", committed)):
+        (folder / name).mkdir(parents=True, exist_ok=True)
+        for i in ids:
+            (folder / name / str(i)).write_text("x")
+    return str(folder)
+
+
+def test_a_live_switch_waits_for_the_written_batch_to_commit_and_no_sink_call_meets_it(
+        tmp_path: Path) -> None:
+    import threading
+
+    spark = spark_logs(tmp_path / "spark", range(4), range(3))  # batch 3 planned, not committed
+    gate, events = BatchGate(), []
+    sink = gate.wrap(lambda df, batch: events.append(f"write {batch}"))
+    sink(None, 3)  # written; Spark commits it a moment later
+    threading.Timer(0.2, lambda: (tmp_path / "spark" / "commits" / "3").write_text("x")).start()
+    threading.Timer(0.1, lambda: sink(None, 4)).start()  # the next batch reaches its sink meanwhile
+    result, epoch = gate.switch(lambda: events.append("switch") or "done", spark, timeout=5.0)
+    assert (result, epoch) == ("done", 4)
+    wait_for("the next batch's write", lambda: "write 4" in events, timeout=5.0, step=0.01)
+    assert events == ["write 3", "switch", "write 4"]
+
+
+def test_a_live_switch_that_cannot_wait_applies_nothing(tmp_path: Path) -> None:
+    spark = spark_logs(tmp_path / "spark", range(2), range(1))
+    gate, applied = BatchGate(), []
+    gate.wrap(lambda df, batch: None)(None, 1)  # written, never committed
+    with pytest.raises(TimeoutError, match="batch 1 was written but not committed"):
+        gate.switch(lambda: applied.append(1), spark, timeout=0.1)
+    assert applied == []
+    fresh = BatchGate()  # nothing written yet in this run: the next batch is the planned one
+    assert fresh.switch(lambda: None, spark, timeout=0.1) == (None, 1)
+
+
+def test_only_sink_destinations_and_routing_are_switched_live() -> None:
+    live = {("sink", "path"): "/out/a.jsonl", ("split:p1+p2", "key"): ["sensor"]}
+    assert live_changes({}, {"sink": {"path": "/out/b.jsonl"}}, live) == \
+        {("sink", "path"): "/out/b.jsonl"}
+    assert live_changes({"sink": {"path": "/out/b.jsonl"}}, {}, live) == \
+        {("sink", "path"): "/out/a.jsonl"}  # withdrawn: back to the program's value
+    assert live_changes({"sink": {"path": "/out/b.jsonl"}}, {"sink": {"path": "/out/b.jsonl"}},
+                        live) == {}
+    assert live_changes({}, {"keep": {"condition": "x > 1"}}, live) is None  # needs a rebuild
+    assert live_changes({"keep": {"condition": "x > 1"}},
+                        {"keep": {"condition": "x > 1"}, "split:p1+p2": {"key": ["zone"]}},
+                        live) == {("split:p1+p2", "key"): ["zone"]}
+    assert live_changes({}, {"split:p1+p2": {"key": ["sensor"]}}, live) == {}
 
 
 # --- pacing across a rate change ----------------------------------------------------------------

@@ -1,7 +1,8 @@
 """Spark layer, control tuples: a running task's query is rebuilt with new parameters at a batch
-boundary (TaskRunner.reconfigure in the shared session). The file sink is compared with a plain
-Python oracle that switches condition at the acknowledged epoch, whose first input index is read
-from Spark's own offset log; a change that does not build leaves the old query running."""
+boundary (TaskRunner.reconfigure in the shared session), or, for a sink's destination, switched
+without a rebuild. The file sinks are compared with a plain Python oracle that switches at the
+acknowledged epoch, whose first input index is read from Spark's own offset log; a change that
+does not build, or a destination that cannot be made, leaves the old query running as it was."""
 
 from __future__ import annotations
 
@@ -114,5 +115,32 @@ def test_a_rate_change_paces_the_generator_from_where_it_was_and_a_new_path_take
         end = written_end(checkpoint, ids_in(moved))
         assert sorted(ids_in(out)) == [i for i in range(boundary) if i % 2 == 0]
         assert sorted(ids_in(moved)) == [i for i in range(boundary, end) if i % 2 == 0]
+    finally:
+        runner.stop()
+
+
+def test_a_new_path_is_switched_in_the_running_query_exactly_at_the_epoch(
+        spark: Any, tmp_path: Path) -> None:
+    out, checkpoint = tmp_path / "kept.jsonl", tmp_path / "ck"
+    moved, back = tmp_path / "moved" / "kept.jsonl", tmp_path / "back.jsonl"
+    runner = task_runner(spark, tmp_path, "live")
+    try:
+        runner.start()
+        wait_for(lambda: len(ids_in(out)) > 20, 60, "first output")
+        query_id = runner.status().query_id
+        with pytest.raises(ReconfigureFailed, match="OSError|FileExistsError|NotADirectory"):
+            runner.reconfigure(1, {"sink": {"path": str(out / "under-a-file.jsonl")}})
+        first = runner.reconfigure(2, {"sink": {"path": str(moved)}})
+        wait_for(lambda: last_committed(checkpoint) >= first.epoch + 2, 60, "batches in moved")
+        second = runner.reconfigure(3, {"sink": {"path": str(back)}})
+        wait_for(lambda: last_committed(checkpoint) >= second.epoch + 2, 60, "batches in back")
+        assert runner.status().query_id == query_id, "a new path must not restart the query"
+        runner.stop()
+        cut1, cut2 = end_index(checkpoint, first.epoch - 1), end_index(checkpoint, second.epoch - 1)
+        end = written_end(checkpoint, ids_in(back))
+        assert cut1 < cut2 < end
+        assert sorted(ids_in(out)) == [i for i in range(cut1) if i % 2 == 0]
+        assert sorted(ids_in(moved)) == [i for i in range(cut1, cut2) if i % 2 == 0]
+        assert sorted(ids_in(back)) == [i for i in range(cut2, end) if i % 2 == 0]
     finally:
         runner.stop()

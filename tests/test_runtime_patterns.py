@@ -150,6 +150,41 @@ def test_split_sends_each_key_to_exactly_one_partition(spark: Any, tmp_path: Pat
     assert all(seq >= 1 for seq in seqs)
 
 
+def test_a_routing_key_switched_in_the_running_query_routes_from_the_epoch_on(
+        spark: Any, tmp_path: Path) -> None:
+    hub = ChannelHub()
+    rt = TaskRuntime(spark, query_id="q", task_id="resplit", checkpoint_dir=str(tmp_path / "ck"),
+                     channels=hub, trigger_seconds=0.5)
+    channels = ("q.resplit.p1", "q.resplit.p2")
+    collectors: list[Collector] = []
+    try:
+        rt.generator(op="src", output="raw", schema=SENSOR, shape="sensor", seed=5, rate=300.0,
+                     limit=1500, start=START)
+        rt.split_channel_sink(input="raw", channels=channels, key=(), readers=(("d1",), ("d2",)))
+        collectors = [Collector(ch, task, hub.endpoint(ch) or "", ARROW_SENSOR)
+                      for ch, task in zip(channels, ("d1", "d2"))]
+        wait_for(lambda: sum(c.pump() for c in collectors) >= 300, 60, "rows under all columns")
+        switch = rt.live[(f"split:{'+'.join(channels)}", "key")].switch
+        _, epoch = rt.gate.switch(lambda: switch(["sensor"]), str(tmp_path / "ck" / "spark"), 10)
+        collect_rows(collectors, 1500, 60)
+        assert rt.query is not None and rt.query.exception() is None
+    finally:
+        stop(rt)
+        for c in collectors:
+            c.close()
+        hub.close()
+    expected = Counter(sensor_key(r) for r in input_rows("sensor", 5, 300.0, 1500))
+    assert Counter(sensor_key(r) for c in collectors for r in c.rows()) == expected
+
+    def sensors(c: Collector, after: bool) -> set[str]:
+        return {r["sensor"] for b in c.batches if (b.tag >= epoch) == after
+                for r in b.table.to_pylist()}
+
+    before, after = [sensors(c, False) for c in collectors], [sensors(c, True) for c in collectors]
+    assert before[0] & before[1], "hashing all columns spreads a sensor over both partitions"
+    assert after[0] and after[1] and not after[0] & after[1], "from the epoch, by sensor only"
+
+
 # --- deterministic replicas -----------------------------------------------------------------------
 
 def window_rows(rows: list[dict]) -> Counter:
