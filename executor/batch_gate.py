@@ -77,13 +77,14 @@ class BatchGate:
                 self._cond.wait(min(poll, left))
         return True
 
-    def switch(self, apply: Callable[[], T], spark_checkpoint: str,
-               timeout: float) -> tuple[T, int]:
+    def switch(self, apply: Callable[[], T], spark_checkpoint: str, timeout: float,
+               alive: Callable[[], bool] = lambda: True) -> tuple[T, int]:
         """Run `apply` between two sink calls and return its result with the first micro-batch
         whose sink call comes after it (the epoch). Waits (at most `timeout` s in all) for a
         sink call in progress to return and for Spark to commit the batch it wrote: a batch
         written but not committed runs again after a failure, and must not meet the new values.
-        No sink call starts meanwhile. TimeoutError (nothing applied) if either takes longer."""
+        No sink call starts meanwhile. TimeoutError (nothing applied) if either takes longer or
+        the query stops being `alive()` before that commit."""
         deadline = time.monotonic() + timeout
         with self._cond:
             while self._writing is not None:
@@ -94,9 +95,9 @@ class BatchGate:
                 self._cond.wait(left)
             written = self.last_written
             while written is not None and next_batch_id(spark_checkpoint) <= written:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"batch {written} was written but not committed after "
-                                       f"{timeout} s")
+                if time.monotonic() > deadline or not alive():
+                    raise TimeoutError(f"batch {written} was written but not committed (waited "
+                                       f"up to {timeout} s while the query ran)")
                 time.sleep(0.002)  # holding the lock: Spark commits without a sink call
             return apply(), next_batch_id(spark_checkpoint, written)
 

@@ -254,7 +254,7 @@ class TaskRunner:
                 return Reconfigured(self.params_version, -1, 0.0)
             changes = live_changes(self.kwargs.get("params", {}), params,
                                    {key: p.program_value for key, p in rt.live.items()})
-            if changes is not None:
+            if changes is not None and rt.query.isActive:  # a dead query is rebuilt instead
                 return self._switch_live(rt, version, params, changes, began, timeout)
             query = rt.query
             rt.gate.drain(lambda: query.isActive and bool(query.status["isTriggerActive"]),
@@ -297,7 +297,9 @@ class TaskRunner:
 
         spark_dir = os.path.join(self.kwargs["checkpoint_dir"], "spark")
         try:
-            _, epoch = rt.gate.switch(apply, spark_dir, timeout)
+            query = rt.query
+            assert query is not None
+            _, epoch = rt.gate.switch(apply, spark_dir, timeout, alive=lambda: query.isActive)
         except Exception as exc:
             log.warning("task %s: parameters %s refused (%s); the old ones stay", self.task_id,
                         version, exc)

@@ -254,6 +254,8 @@ def test_a_live_switch_that_cannot_wait_applies_nothing(tmp_path: Path) -> None:
     gate.wrap(lambda df, batch: None)(None, 1)  # written, never committed
     with pytest.raises(TimeoutError, match="batch 1 was written but not committed"):
         gate.switch(lambda: applied.append(1), spark, timeout=0.1)
+    with pytest.raises(TimeoutError):  # the query died: no commit is coming, do not wait
+        gate.switch(lambda: applied.append(2), spark, timeout=60.0, alive=lambda: False)
     assert applied == []
     fresh = BatchGate()  # nothing written yet in this run: the next batch is the planned one
     assert fresh.switch(lambda: None, spark, timeout=0.1) == (None, 1)
