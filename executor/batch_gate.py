@@ -7,8 +7,9 @@ it. For a change that needs a new query, `drain()` lets the micro-batch in fligh
 `close()` waits until no batch is being written, then refuses every later batch (it fails
 before writing anything, so Spark runs it again in the next run of the query, which carries the
 new parameters). Also owns `next_batch_id`, which reads Spark's offset and commit logs to tell
-which micro-batch comes next: the epoch a change is acknowledged with. Does not own stopping or
-rebuilding the query (`executor.task_runner`).
+which micro-batch comes next: the epoch a change is acknowledged with, and `await_commit`, which
+waits for Spark to commit a written batch. Does not own stopping or rebuilding the query
+(`executor.task_runner`).
 """
 
 from __future__ import annotations
@@ -94,11 +95,10 @@ class BatchGate:
                                        f"{timeout} s")
                 self._cond.wait(left)
             written = self.last_written
-            while written is not None and next_batch_id(spark_checkpoint) <= written:
-                if time.monotonic() > deadline or not alive():
-                    raise TimeoutError(f"batch {written} was written but not committed (waited "
-                                       f"up to {timeout} s while the query ran)")
-                time.sleep(0.002)  # holding the lock: Spark commits without a sink call
+            # holding the lock while waiting: Spark commits without a sink call
+            if not await_commit(spark_checkpoint, written, deadline, alive):
+                raise TimeoutError(f"batch {written} was written but not committed (waited "
+                                   f"up to {timeout} s while the query ran)")
             return apply(), next_batch_id(spark_checkpoint, written)
 
     def close(self, timeout: float) -> bool:
@@ -135,3 +135,14 @@ def next_batch_id(spark_checkpoint: str, last_written: int | None = None) -> int
     if last_written is not None:
         following = max(following, last_written + 1)
     return following
+
+
+def await_commit(spark_checkpoint: str, written: int | None, deadline: float,
+                 alive: Callable[[], bool] = lambda: True) -> bool:
+    """Wait until Spark has committed batch `written` (None: nothing to wait for); False if the
+    monotonic `deadline` passed or the query stopped being `alive()` first."""
+    while written is not None and next_batch_id(spark_checkpoint) <= written:
+        if time.monotonic() > deadline or not alive():
+            return False
+        time.sleep(0.002)
+    return True

@@ -185,7 +185,8 @@ class FrameworkMessageReceived:
 
 @dataclass(frozen=True)
 class ParamsApplied:
-    """A runner rebuilt its query with a control request's parameters."""
+    """A runner applied a control request's parameters (switched in its running query, or
+    rebuilt it)."""
 
     stimulus_id: str
     mesos_task_id: str
@@ -193,7 +194,7 @@ class ParamsApplied:
     version: int
     epoch: int  # the first micro-batch with them
     pause_s: float
-    at: float = 0.0  # wall-clock seconds when the rebuilt query started
+    at: float = 0.0  # wall-clock seconds when the runner had applied them
 
 
 @dataclass(frozen=True)

@@ -345,8 +345,8 @@ class ExecutorLoop:
                      command.mesos_task_id, channel, endpoint)
 
     def _apply_params(self, command: ApplyParams) -> None:
-        """Rebuild the task's query with the new parameters on a thread of its own (it waits
-        for a batch boundary; heartbeats and other tasks go on meanwhile)."""
+        """Apply the new parameters to the task's query on a thread of its own (it waits for a
+        batch boundary; heartbeats and other tasks go on meanwhile)."""
         runner = self.pool.runners().get(command.mesos_task_id)
         if runner is None:
             self._handle(ParamsRefused(command.stimulus_id, command.mesos_task_id,

@@ -101,22 +101,26 @@ def _read_anchor(path: str) -> tuple[float, float | None, bool] | None:
     return float(stored), None, False
 
 
-def _write_anchor(path: str, anchor: float, rate: float | None) -> None:
+def _anchor_tmp(path: str, anchor: float, rate: float | None) -> str:
+    """A private file next to `path` holding the anchor, to be moved or linked into place."""
     tmp = f"{path}.{os.getpid()}.tmp"
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump({"anchor": anchor, "rate": rate}, f)
-    os.replace(tmp, path)
+    return tmp
 
 
-def read_or_create_anchor(path: str, now: float, rate: float | None = None) -> float:
-    """The pacing anchor stored at `path`; the first caller writes `now` (atomically)."""
+def _write_anchor(path: str, anchor: float, rate: float | None) -> None:
+    os.replace(_anchor_tmp(path, anchor, rate), path)
+
+
+def _stored_anchor(path: str, now: float, rate: float | None) -> tuple[float, float | None, bool]:
+    """What `_read_anchor` finds at `path`; the first caller writes `now` (atomically: of racing
+    writers, one wins and every caller reads its anchor)."""
     found = _read_anchor(path)
     if found is not None:
-        return found[0]
+        return found
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump({"anchor": now, "rate": rate}, f)
+    tmp = _anchor_tmp(path, now, rate)
     try:
         os.link(tmp, path)  # fails if another process won the race
     except FileExistsError:
@@ -125,17 +129,19 @@ def read_or_create_anchor(path: str, now: float, rate: float | None = None) -> f
         os.unlink(tmp)
     found = _read_anchor(path)
     assert found is not None
-    return found[0]
+    return found
+
+
+def read_or_create_anchor(path: str, now: float, rate: float | None = None) -> float:
+    """The pacing anchor stored at `path`; the first caller writes `now` (atomically)."""
+    return _stored_anchor(path, now, rate)[0]
 
 
 def pacing_anchor(path: str, now: float, rate: float | None, unpaced_bound: int = 0) -> float:
     """The pacing anchor of a source paced at `rate` (None: not paced): the one stored at
     `path` (the first caller writes `now`), rebased and stored again when it was written for
     another rate - a control tuple changed the rate, and later restarts keep the new anchor."""
-    read_or_create_anchor(path, now, rate)
-    found = _read_anchor(path)
-    assert found is not None
-    anchor, stored_rate, known = found
+    anchor, stored_rate, known = _stored_anchor(path, now, rate)
     if not known:
         _write_anchor(path, anchor, rate)
     elif rate is not None and stored_rate != rate:

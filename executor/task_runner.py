@@ -28,7 +28,7 @@ from typing import Any, Literal, Mapping, Sequence
 
 from pyspark.sql import SparkSession
 
-from executor.batch_gate import next_batch_id
+from executor.batch_gate import await_commit, next_batch_id
 from executor.runtime import TaskRuntime
 
 log = logging.getLogger(__name__)
@@ -260,11 +260,10 @@ class TaskRunner:
             rt.gate.drain(lambda: query.isActive and bool(query.status["isTriggerActive"]),
                           drain_seconds)
             rt.gate.close(timeout)
-            spark_dir = os.path.join(self.kwargs["checkpoint_dir"], "spark")
-            self._await_commit(spark_dir, rt.gate.last_written, timeout=5.0)
+            self._await_commit(rt.gate.last_written, timeout=5.0)
             if rt.query.isActive:
                 rt.query.stop()
-            epoch = next_batch_id(spark_dir, rt.gate.last_written)
+            epoch = next_batch_id(self._spark_dir, rt.gate.last_written)
             old = self.kwargs.get("params", {})
             self.kwargs["params"] = params
             try:
@@ -295,11 +294,11 @@ class TaskRunner:
                     undo()
                 raise
 
-        spark_dir = os.path.join(self.kwargs["checkpoint_dir"], "spark")
+        query = rt.query
+        assert query is not None
         try:
-            query = rt.query
-            assert query is not None
-            _, epoch = rt.gate.switch(apply, spark_dir, timeout, alive=lambda: query.isActive)
+            _, epoch = rt.gate.switch(apply, self._spark_dir, timeout,
+                                      alive=lambda: query.isActive)
         except Exception as exc:
             log.warning("task %s: parameters %s refused (%s); the old ones stay", self.task_id,
                         version, exc)
@@ -311,17 +310,18 @@ class TaskRunner:
                  version, epoch, pause)
         return Reconfigured(version, epoch, pause)
 
-    def _await_commit(self, spark_dir: str, written: int | None, timeout: float) -> None:
+    def _await_commit(self, written: int | None, timeout: float) -> None:
         """Wait until Spark has committed the last batch the sink wrote: stopped before that,
         the rebuilt query would run it again, and a sink with a new destination (another file)
         would write it a second time there."""
-        deadline = time.monotonic() + timeout
-        while written is not None and next_batch_id(spark_dir) <= written:
-            if time.monotonic() > deadline:
-                log.warning("task %s: batch %s written but not committed after %.0f s; it may "
-                            "be written again", self.task_id, written, timeout)
-                return
-            time.sleep(0.01)
+        if not await_commit(self._spark_dir, written, time.monotonic() + timeout):
+            log.warning("task %s: batch %s written but not committed after %.0f s; it may "
+                        "be written again", self.task_id, written, timeout)
+
+    @property
+    def _spark_dir(self) -> str:
+        """The task's Spark checkpoint (offset and commit logs)."""
+        return os.path.join(self.kwargs["checkpoint_dir"], "spark")
 
     def stop(self, timeout: float = 30.0) -> None:
         """Stop the query for good; a rebuild in progress finishes first (and its new query
