@@ -1,6 +1,8 @@
 """Command line: `python -m elastiq.embedded master|agent|cluster [options]`.
 
-Owns parsing options, starting the requested pieces, printing one
+Owns parsing options, the cluster secret of a master and agents in separate processes
+(`ELASTIQ_EMBEDDED_SECRET`, else `--secret-file`: a master creates it, mode 0600, when missing;
+never an option's value, which `ps` would show), starting the requested pieces, printing one
 `ELASTIQ_EMBEDDED_READY {json}` line on stdout once they serve, and stopping cleanly on SIGTERM
 or Ctrl-C. It does not own any behaviour of the pieces.
 """
@@ -10,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import signal
 import sys
 import threading
@@ -17,7 +20,8 @@ from typing import Any, Callable
 
 from elastiq.embedded.agent import EmbeddedAgent, SilenceSetting
 from elastiq.embedded.cluster import READY_PREFIX, EmbeddedCluster
-from elastiq.embedded.master import EmbeddedMaster
+from elastiq.embedded.httpio import SECRET_ENV
+from elastiq.embedded.master import EmbeddedMaster, new_secret
 from elastiq.embedded.resources import ResourceError, parse_agent_resources
 
 
@@ -48,6 +52,10 @@ def _parser() -> argparse.ArgumentParser:
                             "\"ports\": \"31000-31999\"}'")
         p.add_argument("--work-dir", default=None)
     sub.choices["cluster"].add_argument("--agents", type=int, default=1)
+    for p in (agent, sub.choices["master"]):
+        p.add_argument("--secret-file", default=None,
+                       help=f"file holding the cluster secret (when {SECRET_ENV} is unset); "
+                            f"a master creates it (mode 0600) if missing")
     parser.add_argument("--log-level", default="INFO")
     return parser
 
@@ -88,20 +96,40 @@ def _serve(start: Callable[[], dict[str, Any]], stop: Callable[[], None]) -> int
     return 0
 
 
+def _secret(path: str | None, create: bool) -> str | None:
+    """The cluster secret: $ELASTIQ_EMBEDDED_SECRET, else the file at `path` (created with a
+    fresh secret, mode 0600, when `create` and missing), else None."""
+    if os.environ.get(SECRET_ENV):
+        return os.environ[SECRET_ENV]
+    if path is None:
+        return None
+    if create and not os.path.exists(path):
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(new_secret())
+    try:
+        with open(path) as source:
+            return source.read().strip() or None
+    except OSError as exc:
+        raise SystemExit(f"--secret-file: {exc}") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.role == "master":
         master = EmbeddedMaster(args.host, args.port, args.offer_interval,
-                                args.heartbeat_interval, args.agent_timeout)
+                                args.heartbeat_interval, args.agent_timeout,
+                                secret=_secret(args.secret_file, create=True))
         return _serve(lambda: {"url": master.start().url, "master_id": master.state.master_id},
                       master.stop)
     if args.role == "agent":
         agent = EmbeddedAgent(args.master, _resources(args.resources), args.work_dir,
                               args.agent_id, args.host, args.port, args.ping_interval,
                               args.executor_grace,
-                              executor_silence_after=args.executor_silence)
+                              executor_silence_after=args.executor_silence,
+                              secret=_secret(args.secret_file, create=False))
         return _serve(lambda: {"url": agent.start().url, "agent_id": agent.agent_id},
                       agent.stop)
     cluster = EmbeddedCluster(args.agents, _resources(args.resources), args.work_dir,

@@ -9,6 +9,13 @@ TASK_FAILED updates for its unfinished tasks plus an EXECUTOR_EXITED fact. It do
 anything about offers or frameworks (the master does) nor how processes are started
 (`executors`). Agent->master traffic goes through one ordered outbox thread.
 
+The cluster secret: master commands arrive on `POST /internal/command`, which is refused with 401
+(before its body is read) unless it carries the master's secret (`httpio.SECRET_HEADER`,
+compared in constant time); the agent sends the same secret with every call to the master. No
+route runs a command given in a request: a LAUNCH from the master starts only the executor
+command of the framework's ExecutorInfo, as a Mesos agent does. The secret comes from the
+constructor or `ELASTIQ_EMBEDDED_SECRET` (never from the command line).
+
 Self-fencing: an agent that has heard nothing from its master for `fence_after` seconds SIGKILLs
 the process group of every executor it runs, so that after a network partition the master's
 replacement copy of a task (launched once the master declares this agent lost) never runs beside
@@ -60,9 +67,12 @@ from elastiq.embedded.executors import (
     ExecutorEnvironment, ExecutorLaunchError, end_process_group, kill_group_later,
     kill_group_now, start_executor,
 )
+from aiohttp import web
+
 from elastiq.embedded.httpio import (
-    END_OF_STREAM, AppServer, EventStream, HttpError, JsonClient, RequestHandler, bad_request,
-    serve_event_queue, serve_in_thread,
+    AGENT_COMMAND_PATH, END_OF_STREAM, SECRET_ENV, SECRET_HEADER, AppServer, EventQueue,
+    HttpError, JsonClient, Routes, accepted, bad_request, json_response, read_json,
+    require_secret, serve_events,
 )
 from elastiq.embedded.protocol import id_value, is_terminal, make_status, wait_status
 from elastiq.embedded.resources import Resources, parse_agent_resources
@@ -156,7 +166,7 @@ class ExecutorRun:
     framework_info: dict[str, Any]
     sandbox: Path
     process: subprocess.Popen
-    events: queue.Queue | None = None  # the executor's subscribed stream, if any
+    events: EventQueue | None = None  # the executor's subscribed stream, if any
     stream_id: str | None = None
     waiting: list[dict[str, Any]] = field(default_factory=list)  # launches not yet delivered
     tasks: dict[str, str] = field(default_factory=dict)  # task id -> last state
@@ -190,7 +200,12 @@ class EmbeddedAgent:
                  host: str = "127.0.0.1", port: int = 0, ping_interval: float = 0.5,
                  executor_grace_seconds: float = 3.0, heartbeat_interval: float = 15.0,
                  fence_after: FenceSetting = "auto",
-                 executor_silence_after: SilenceSetting = "auto"):
+                 executor_silence_after: SilenceSetting = "auto", secret: str | None = None):
+        self.secret = secret or os.environ.get(SECRET_ENV, "")
+        if not self.secret:
+            raise ValueError(f"the agent needs the cluster secret (the master's `secret`, "
+                             f"or {SECRET_ENV} in its environment)")
+        self._auth = {SECRET_HEADER: self.secret}
         self.master_url = master_url.rstrip("/")
         self.resources: Resources = parse_agent_resources(resources or DEFAULT_RESOURCES)
         self.work_dir = Path(work_dir or tempfile.mkdtemp(prefix="elastiq-agent-")).resolve()
@@ -199,12 +214,11 @@ class EmbeddedAgent:
         self.ping_interval = ping_interval
         self.executor_grace_seconds = executor_grace_seconds
         self.heartbeat_interval = heartbeat_interval
-        self._server = AppServer((host, port), self)
+        self._server = AppServer(host, port, "agent", self._routes())
         self._lock = threading.Lock()
         self._runs: dict[tuple[str, str], ExecutorRun] = {}
         self._outbox: queue.Queue[Any] = queue.Queue()
         self._stopping = threading.Event()
-        self._threads: list[threading.Thread] = []  # the HTTP server's
         self._workers: list[threading.Thread] = []  # outbox sender and pinger
         self._run_counter = 0
         self.fence_after = resolve_fence_seconds(fence_after, os.environ, host, self.master_url)
@@ -234,7 +248,7 @@ class EmbeddedAgent:
     def start(self) -> "EmbeddedAgent":
         """Serve, register with the master (retrying up to 10 s), then ping and send events."""
         self.work_dir.mkdir(parents=True, exist_ok=True)
-        self._threads.append(serve_in_thread(self._server, f"agent http {self.port}"))
+        self._server.start()
         self.agent_id = self._register(REGISTER_TIMEOUT_SECONDS)
         logger.info("%s: registered with %s, serving executors on %s", self.name,
                     self.master_url, self.url)
@@ -267,14 +281,11 @@ class EmbeddedAgent:
         for worker in self._workers:
             worker.join(timeout=3.0)
         self._unregister()
-        self._server.shutdown()
-        self._server.server_close()
-        for thread in self._threads:
-            thread.join(timeout=2.0)
+        self._server.stop()
         logger.info("%s: stopped", self.name)
 
     def _unregister(self) -> None:
-        client = JsonClient(self.master_url, timeout=2.0)
+        client = JsonClient(self.master_url, timeout=2.0, headers=self._auth)
         try:
             client.post("/internal/agent/unregister", {"agent_id": self.agent_id})
         except OSError as exc:
@@ -313,7 +324,7 @@ class EmbeddedAgent:
     def _register(self, timeout: float) -> str:
         """Register (with the current id, if any, and what runs here); returns the id the
         master gave. Raises RuntimeError when the master refuses or stays unreachable."""
-        client = JsonClient(self.master_url)
+        client = JsonClient(self.master_url, headers=self._auth)
         body = {"agent_id": self.agent_id or None, "url": self.url, "hostname": self.host,
                 "resources": self.resources.to_mesos(), "executors": self.running_report()}
         deadline = time.monotonic() + timeout
@@ -363,7 +374,8 @@ class EmbeddedAgent:
                     self.master_url, len(self.executor_pids()) if new == old else 0)
 
     def _ping_loop(self) -> None:
-        client = JsonClient(self.master_url, timeout=max(1.0, self.ping_interval * 4))
+        client = JsonClient(self.master_url, timeout=max(1.0, self.ping_interval * 4),
+                            headers=self._auth)
         while not self._stopping.wait(self.ping_interval):
             try:
                 status, _ = client.post("/internal/agent/ping", {"agent_id": self.agent_id})
@@ -449,7 +461,7 @@ class EmbeddedAgent:
     def _send_loop(self) -> None:
         """Deliver agent->master events in order; retry while the master is unreachable
         (once stopping, one attempt each)."""
-        client = JsonClient(self.master_url)
+        client = JsonClient(self.master_url, headers=self._auth)
         while (item := self._outbox.get()) is not END_OF_STREAM:
             agent_id, event = item  # the id the event happened under, not the current one
             self._deliver(client, agent_id, event)
@@ -482,38 +494,41 @@ class EmbeddedAgent:
 
     # ---------------------------------------------------------------- routing
 
-    def handle(self, request: RequestHandler) -> None:
-        route = (request.command, request.route)
-        if route == ("POST", "/api/v1/executor"):
-            self._executor_call(request)
-        elif route == ("POST", "/internal/command"):
-            self._master_command(request.read_json())
-            request.send_accepted()
-        elif route == ("GET", "/state"):
-            with self._lock:
-                view = {"agent_id": self.agent_id, "executors": [
-                    {"framework_id": r.framework_id, "executor_id": r.executor_id,
-                     "pid": r.process.pid, "tasks": dict(r.tasks)} for r in self._runs.values()]}
-            request.send_json(200, view)
-        else:
-            raise HttpError(404, f"no such endpoint: {request.command} {request.route}")
+    def _routes(self) -> Routes:
+        return {("POST", "/api/v1/executor"): self._executor_call,
+                ("POST", AGENT_COMMAND_PATH): self._master_command_route,
+                ("GET", "/state"): self._state}
+
+    async def _master_command_route(self, request: web.BaseRequest) -> web.StreamResponse:
+        """A command from the master: refused with 401 (body unread) without the secret."""
+        require_secret(self.secret, request)
+        await self._server.run_sync(self._master_command, await read_json(request))
+        return accepted()
+
+    async def _state(self, request: web.BaseRequest) -> web.StreamResponse:
+        return json_response(200, await self._server.run_sync(self._view))
+
+    def _view(self) -> dict[str, Any]:
+        with self._lock:
+            return {"agent_id": self.agent_id, "executors": [
+                {"framework_id": r.framework_id, "executor_id": r.executor_id,
+                 "pid": r.process.pid, "tasks": dict(r.tasks)} for r in self._runs.values()]}
 
     # ---------------------------------------------------------------- executor API
 
-    def _executor_call(self, request: RequestHandler) -> None:
-        body = request.read_json()
+    async def _executor_call(self, request: web.BaseRequest) -> web.StreamResponse:
+        body = await read_json(request)
         kind = body.get("type")
         key = (id_value(body, "framework_id", "call"), id_value(body, "executor_id", "call"))
         if kind == "SUBSCRIBE":
-            self._executor_subscribe(request, key)
-            return
+            return await self._executor_subscribe(request, key)
         if kind == "UPDATE":
-            self._executor_update(key, body)
+            await self._server.run_sync(self._executor_update, key, body)
         elif kind == "MESSAGE":
-            self._executor_message(key, body)
+            await self._server.run_sync(self._executor_message, key, body)
         else:
             raise bad_request(f"unknown or unsupported executor call type {kind!r}")
-        request.send_accepted()
+        return accepted()
 
     def _run_of(self, key: tuple[str, str]) -> ExecutorRun:
         run = self._runs.get(key)
@@ -521,9 +536,21 @@ class EmbeddedAgent:
             raise HttpError(404, f"executor {key[1]} of framework {key[0]} is not running here")
         return run
 
-    def _executor_subscribe(self, request: RequestHandler, key: tuple[str, str]) -> None:
-        events: queue.Queue[Any] = queue.Queue()
+    async def _executor_subscribe(self, request: web.BaseRequest,
+                                  key: tuple[str, str]) -> web.StreamResponse:
+        events = self._server.events()
         stream_id = str(uuid.uuid4())
+        run = await self._server.run_sync(self._open_stream, key, events, stream_id)
+        logger.info("%s: executor %s of framework %s subscribed", self.name, key[1], key[0])
+        try:
+            response, _ = await serve_events(request, {"Mesos-Stream-Id": stream_id}, events,
+                                             self._stopping, self.heartbeat_interval)
+        finally:
+            self._server.submit(self._close_stream, run, stream_id)
+        return response
+
+    def _open_stream(self, key: tuple[str, str], events: EventQueue,
+                     stream_id: str) -> ExecutorRun:
         with self._lock:
             run = self._run_of(key)
             if run.events is not None:
@@ -536,18 +563,12 @@ class EmbeddedAgent:
             for task in run.waiting:
                 events.put({"type": "LAUNCH", "launch": {"task": task}})
             run.waiting.clear()
-        logger.info("%s: executor %s of framework %s subscribed", self.name, key[1], key[0])
-        stream = EventStream(request)
-        try:
-            stream.start({"Mesos-Stream-Id": stream_id})
-            serve_event_queue(stream, events, self._stopping, self.heartbeat_interval)
-        except OSError:
-            pass
-        finally:
-            stream.finish()
-            with self._lock:
-                if run.stream_id == stream_id:
-                    run.events, run.stream_id = None, None
+        return run
+
+    def _close_stream(self, run: ExecutorRun, stream_id: str) -> None:
+        with self._lock:
+            if run.stream_id == stream_id:
+                run.events, run.stream_id = None, None
 
     def _executor_update(self, key: tuple[str, str], body: dict[str, Any]) -> None:
         update = body.get("update")

@@ -1,8 +1,9 @@
 """A whole embedded cluster on one machine: a master and N agents, in-process or not.
 
 Owns starting and stopping them together (`EmbeddedCluster` is a context manager), restarting
-the master on the same port (`restart_master`), and starting an agent as a separate OS process (`AgentProcess`) for fault tests that SIGKILL it. It does not
-own master or agent behaviour.
+the master on the same port (`restart_master`, same cluster secret), and starting an agent as a
+separate OS process (`AgentProcess`, handed the secret in its environment) for fault tests that
+SIGKILL it. It does not own master or agent behaviour.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any, Mapping
 
 from elastiq.embedded.agent import EmbeddedAgent, SilenceSetting
 from elastiq.embedded.executors import kill_recorded_executors
+from elastiq.embedded.httpio import SECRET_ENV
 from elastiq.embedded.master import EmbeddedMaster
 
 logger = logging.getLogger(__name__)
@@ -33,7 +35,9 @@ class AgentProcess:
 
     def __init__(self, master_url: str, work_dir: Path, resources: Mapping[str, Any],
                  ping_interval: float = 0.5, executor_grace_seconds: float = 3.0,
-                 ready_timeout: float = 20.0, executor_silence_after: SilenceSetting = "auto"):
+                 ready_timeout: float = 20.0, executor_silence_after: SilenceSetting = "auto",
+                 secret: str = ""):
+        """`secret` is the master's; it reaches the process in its environment, not argv."""
         self.work_dir = work_dir
         argv = [sys.executable, "-m", "elastiq.embedded", "agent", "--master", master_url,
                 "--work-dir", str(work_dir), "--resources", json.dumps(dict(resources)),
@@ -43,8 +47,10 @@ class AgentProcess:
             argv += ["--executor-silence", str(executor_silence_after or "off")]
         work_dir.mkdir(parents=True, exist_ok=True)
         self._log = open(work_dir / "agent.log", "ab")
+        env = {**os.environ, SECRET_ENV: secret} if secret else None
         self.process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=self._log,
-                                        stdin=subprocess.DEVNULL, start_new_session=True)
+                                        stdin=subprocess.DEVNULL, start_new_session=True,
+                                        env=env)
         ready = _read_ready_line(self.process, ready_timeout)
         self.agent_id: str = ready["agent_id"]
         self.url: str = ready["url"]
@@ -157,7 +163,8 @@ class EmbeddedCluster:
                               ping_interval=self.ping_interval,
                               executor_grace_seconds=self.executor_grace_seconds,
                               heartbeat_interval=self.heartbeat_interval,
-                              executor_silence_after=self.executor_silence_after)
+                              executor_silence_after=self.executor_silence_after,
+                              secret=self.master.secret)
         self.agents.append(agent)
         agent.start()
         return agent
@@ -181,7 +188,8 @@ class EmbeddedCluster:
         handle = AgentProcess(self.master_url, self.work_dir / f"agent-{index}",
                               resources or self.resources, self.ping_interval,
                               self.executor_grace_seconds,
-                              executor_silence_after=self.executor_silence_after)
+                              executor_silence_after=self.executor_silence_after,
+                              secret=self.master.secret)
         self.agent_processes.append(handle)
         return handle
 

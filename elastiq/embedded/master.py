@@ -2,11 +2,14 @@
 
 Owns the I/O shell around `master_state.MasterState`: `GET /version`, the v1 scheduler API
 (`POST /api/v1/scheduler`, SUBSCRIBE as a chunked RecordIO stream with `Mesos-Stream-Id`), the
-internal agent protocol (`/internal/agent/register|ping|event`), one sender thread per agent, and
+internal agent protocol (`/internal/agent/register|ping|unregister|event`, refused with 401
+without the cluster secret), one sender thread per agent (its commands carry the secret), and
 the ticker that detects lost agents and expired failover timeouts. Every decision is the
 state's; this module only serialises calls into it under one lock and carries out the actions.
-The lock is never held during network I/O: actions become queue puts, and the threads that own
-the sockets do the writing.
+HTTP is served by `httpio.AppServer` on its own event loop thread; the handlers take the lock
+only on its worker pool (`run_sync`), never on the loop thread. The lock is never held during
+network I/O: actions become queue puts (`EventQueue.put` hands an event to the loop), and the
+loop or the link threads do the writing.
 
 Restart: `stop()` ends every stream and cuts every open connection (keep-alive ones too, so no
 request thread of a stopped master answers again); `successor()` builds a new master with the
@@ -17,14 +20,18 @@ same options on the same port. Agents and frameworks reconnect to it by themselv
 from __future__ import annotations
 
 import logging
+import os
 import queue
+import secrets
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
+
+from aiohttp import web
 
 from elastiq.embedded.httpio import (
-    AppServer, END_OF_STREAM, EventStream, HttpError, JsonClient, RequestHandler,
-    serve_event_queue, serve_in_thread,
+    AGENT_COMMAND_PATH, END_OF_STREAM, SECRET_ENV, SECRET_HEADER, AppServer, EventQueue, Handler, HttpError, JsonClient, Routes,
+    accepted, json_response, read_json, require_secret, serve_events,
 )
 from elastiq.embedded.master_state import (
     Action, EndStream, ForgetAgent, MasterConfig, MasterState, ToAgent, ToFramework,
@@ -36,12 +43,12 @@ _END = END_OF_STREAM  # queue sentinel: end this stream / stop this link
 
 
 class AgentLink:
-    """Delivers master->agent commands in order on its own thread."""
+    """Delivers master->agent commands in order on its own thread, with the cluster secret."""
 
-    def __init__(self, agent_id: str, url: str):
+    def __init__(self, agent_id: str, url: str, secret: str):
         self.agent_id = agent_id
         self._queue: queue.Queue[Any] = queue.Queue()
-        self._client = JsonClient(url)
+        self._client = JsonClient(url, headers={SECRET_HEADER: secret})
         self._thread = threading.Thread(target=self._run, name=f"agent-link-{agent_id}",
                                         daemon=True)
         self._thread.start()
@@ -55,7 +62,7 @@ class AgentLink:
     def _run(self) -> None:
         while (command := self._queue.get()) is not _END:
             try:
-                status, body = self._client.post("/internal/command", command)
+                status, body = self._client.post(AGENT_COMMAND_PATH, command)
                 if status >= 300:
                     logger.warning("agent %s refused %s: %s %s", self.agent_id,
                                    command.get("type"), status, body)
@@ -65,21 +72,33 @@ class AgentLink:
         self._client.close()
 
 
+def new_secret() -> str:
+    """A fresh cluster secret (256 random bits, URL-safe text)."""
+    return secrets.token_urlsafe(32)
+
+
 class EmbeddedMaster:
-    """A Mesos v1 HTTP API master for one machine; unmodified pymesos drivers talk to it."""
+    """A Mesos v1 HTTP API master for one machine; unmodified pymesos drivers talk to it.
+
+    `secret` guards the internal agent routes (agents must send it in the `SECRET_HEADER`
+    header; the master sends it to agents with every command); without one, `SECRET_ENV` is
+    read, else a fresh one is made. Hand it to agents in memory, through `SECRET_ENV`, or a
+    0600 file, never on a command line."""
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, offer_interval: float = 1.0,
                  heartbeat_interval: float = 15.0, agent_timeout: float = 5.0,
                  offer_timeout: float | None = None, default_refuse_seconds: float = 5.0,
-                 agent_reregister_timeout: float | None = None):
-        self._server = AppServer((host, port), self)
+                 agent_reregister_timeout: float | None = None, secret: str | None = None):
+        self.secret = secret or os.environ.get(SECRET_ENV) or new_secret()
+        self._server = AppServer(host, port, "master", self._routes())
         self.config = MasterConfig(offer_interval, heartbeat_interval, agent_timeout,
                                    offer_timeout, default_refuse_seconds, host,
                                    self._server.port, agent_reregister_timeout)
         self.state = MasterState(self.config, started=time.monotonic())
         self.name = f"master {self.state.master_id}"
+        self._server.name = self.name
         self._lock = threading.Lock()
-        self._queues: dict[str, queue.Queue[Any]] = {}  # stream id -> events
+        self._queues: dict[str, EventQueue] = {}  # stream id -> events
         self._current: dict[str, str] = {}  # framework id -> stream id
         self._links: dict[str, AgentLink] = {}
         self._stopping = threading.Event()
@@ -99,7 +118,7 @@ class EmbeddedMaster:
         return f"http://{self.address}"
 
     def start(self) -> "EmbeddedMaster":
-        self._threads.append(serve_in_thread(self._server, f"{self.name} http"))
+        self._server.start()
         ticker = threading.Thread(target=self._tick_loop, name=f"{self.name} ticker",
                                   daemon=True)
         ticker.start()
@@ -118,20 +137,18 @@ class EmbeddedMaster:
             for link in self._links.values():
                 link.stop()
             self._links.clear()
-        self._server.shutdown()
-        cut = self._server.close_connections()
-        self._server.server_close()
+        cut = self._server.stop()
         for thread in self._threads:
             thread.join(timeout=2.0)
         logger.info("%s: stopped (%d open connection(s) cut)", self.name, cut)
 
     def successor(self) -> "EmbeddedMaster":
-        """A new, unstarted master with this one's options on this one's port: what a restarted
+        """A new, unstarted master with this one's options, port and secret: what a restarted
         master process is. Call after `stop()`."""
         c = self.config
         return EmbeddedMaster(c.hostname, self.port, c.offer_interval, c.heartbeat_interval,
                               c.agent_timeout, c.offer_timeout, c.default_refuse_seconds,
-                              c.agent_reregister_timeout)
+                              c.agent_reregister_timeout, self.secret)
 
     def __enter__(self) -> "EmbeddedMaster":
         return self.start()
@@ -141,103 +158,115 @@ class EmbeddedMaster:
 
     # ---------------------------------------------------------------- routing
 
-    def handle(self, request: RequestHandler) -> None:
-        route = (request.command, request.route)
-        if route == ("GET", "/version"):
-            request.send_json(200, {"version": VERSION, "build_user": "elastiq-embedded"})
-        elif route in (("GET", "/state"), ("GET", "/master/state")):
-            with self._lock:
-                snapshot = self.state.snapshot()
-            request.send_json(200, snapshot)
-        elif route == ("POST", "/api/v1/scheduler"):
-            self._scheduler_call(request)
-        elif route == ("POST", "/internal/agent/register"):
-            self._register_agent(request)
-        elif route == ("POST", "/internal/agent/ping"):
-            self._agent_ping(request)
-        elif route == ("POST", "/internal/agent/unregister"):
-            self._agent_unregister(request)
-        elif route == ("POST", "/internal/agent/event"):
-            self._agent_event(request)
-        else:
-            raise HttpError(404, f"no such endpoint: {request.command} {request.route}")
+    def _routes(self) -> Routes:
+        return {("GET", "/version"): self._version,
+                ("GET", "/state"): self._state, ("GET", "/master/state"): self._state,
+                ("POST", "/api/v1/scheduler"): self._scheduler_call,
+                ("POST", "/internal/agent/register"): self._internal(self._register_agent),
+                ("POST", "/internal/agent/ping"): self._internal(self._agent_ping),
+                ("POST", "/internal/agent/unregister"): self._internal(self._agent_unregister),
+                ("POST", "/internal/agent/event"): self._internal(self._agent_event)}
 
-    def _scheduler_call(self, request: RequestHandler) -> None:
-        body = request.read_json()
+    def _internal(self, handler: Callable[[dict[str, Any]], web.StreamResponse]) -> Handler:
+        """An internal route: the secret is checked before the body is read; the handler runs
+        off the loop thread (it takes the lock)."""
+        async def route(request: web.BaseRequest) -> web.StreamResponse:
+            require_secret(self.secret, request)
+            body = await read_json(request)
+            return await self._server.run_sync(handler, body)
+        return route
+
+    async def _version(self, request: web.BaseRequest) -> web.StreamResponse:
+        return json_response(200, {"version": VERSION, "build_user": "elastiq-embedded"})
+
+    async def _state(self, request: web.BaseRequest) -> web.StreamResponse:
+        return json_response(200, await self._server.run_sync(self._snapshot))
+
+    def _snapshot(self) -> dict[str, Any]:
+        with self._lock:
+            return self.state.snapshot()
+
+    async def _scheduler_call(self, request: web.BaseRequest) -> web.StreamResponse:
+        body = await read_json(request)
         if body.get("type") == "SUBSCRIBE":
-            self._subscribe(request, body)
-            return
+            return await self._subscribe(request, body)
         stream_id = request.headers.get("Mesos-Stream-Id")
+        await self._server.run_sync(self._call, body, stream_id)
+        return accepted()
+
+    def _call(self, body: dict[str, Any], stream_id: str | None) -> None:
         with self._lock:
             self._apply(self.state.call(body, stream_id, time.monotonic()))
-        request.send_accepted()
 
     # ---------------------------------------------------------------- framework streams
 
-    def _subscribe(self, request: RequestHandler, body: dict[str, Any]) -> None:
-        events: queue.Queue[Any] = queue.Queue()
+    async def _subscribe(self, request: web.BaseRequest,
+                         body: dict[str, Any]) -> web.StreamResponse:
+        events = self._server.events()
+        sub = await self._server.run_sync(self._open_stream, body, events)
+        why = "broke"
+        try:
+            response, why = await serve_events(request, {"Mesos-Stream-Id": sub.stream_id},
+                                               events, self._stopping,
+                                               self.config.heartbeat_interval)
+        finally:
+            logger.info("%s: framework %s stream %s closed (%s)", self.name, sub.framework_id,
+                        sub.stream_id, why)
+            self._server.submit(self._close_stream, sub.framework_id, sub.stream_id)
+        return response
+
+    def _open_stream(self, body: dict[str, Any], events: EventQueue) -> Any:
         with self._lock:
             sub = self.state.subscribe(body, time.monotonic())
             self._queues[sub.stream_id] = events
             self._current[sub.framework_id] = sub.stream_id
             self._apply(sub.actions)
-        stream = EventStream(request)
-        try:
-            stream.start({"Mesos-Stream-Id": sub.stream_id})
-            why = serve_event_queue(stream, events, self._stopping,
-                                    self.config.heartbeat_interval)
-            logger.info("%s: framework %s stream %s closed (%s)", self.name, sub.framework_id,
-                        sub.stream_id, why)
-        except OSError:
-            logger.info("%s: framework %s stream %s broke", self.name, sub.framework_id,
-                        sub.stream_id)
-        finally:
-            stream.finish()
-            with self._lock:
-                self._queues.pop(sub.stream_id, None)
-                if self._current.get(sub.framework_id) == sub.stream_id:
-                    del self._current[sub.framework_id]
-                self._apply(self.state.stream_closed(sub.framework_id, sub.stream_id,
-                                                     time.monotonic()))
+        return sub
+
+    def _close_stream(self, framework_id: str, stream_id: str) -> None:
+        with self._lock:
+            self._queues.pop(stream_id, None)
+            if self._current.get(framework_id) == stream_id:
+                del self._current[framework_id]
+            self._apply(self.state.stream_closed(framework_id, stream_id, time.monotonic()))
 
     # ---------------------------------------------------------------- agents
 
-    def _register_agent(self, request: RequestHandler) -> None:
-        body = request.read_json()
+    def _register_agent(self, body: dict[str, Any]) -> web.StreamResponse:
         with self._lock:
             agent_id, actions = self.state.register_agent(body, time.monotonic())
             old = self._links.pop(agent_id, None)
             if old is not None:
                 old.stop()
-            self._links[agent_id] = AgentLink(agent_id, self.state.agents[agent_id].url)
+            self._links[agent_id] = AgentLink(agent_id, self.state.agents[agent_id].url,
+                                              self.secret)
             self._apply(actions)
-        request.send_json(200, {"agent_id": agent_id, "master_id": self.state.master_id})
+        return json_response(200, {"agent_id": agent_id, "master_id": self.state.master_id})
 
-    def _agent_ping(self, request: RequestHandler) -> None:
-        agent_id = request.read_json().get("agent_id")
+    def _agent_ping(self, body: dict[str, Any]) -> web.StreamResponse:
+        agent_id = body.get("agent_id")
         with self._lock:
             known = isinstance(agent_id, str) and self.state.agent_ping(agent_id,
                                                                         time.monotonic())
         if not known:
             raise HttpError(404, f"agent {agent_id!r} is not registered; register again")
-        request.send_json(200, {})
+        return json_response(200, {})
 
-    def _agent_unregister(self, request: RequestHandler) -> None:
-        agent_id = request.read_json().get("agent_id")
+    def _agent_unregister(self, body: dict[str, Any]) -> web.StreamResponse:
+        agent_id = body.get("agent_id")
         if not isinstance(agent_id, str):
             raise HttpError(400, "agent_id (string) is required")
         with self._lock:
             self._apply(self.state.remove_agent(agent_id, time.monotonic(), "agent stopped"))
-        request.send_accepted()
+        return accepted()
 
-    def _agent_event(self, request: RequestHandler) -> None:
-        body = request.read_json()
+    def _agent_event(self, body: dict[str, Any]) -> web.StreamResponse:
         agent_id, event = body.get("agent_id"), body.get("event")
         if not isinstance(agent_id, str) or not isinstance(event, dict):
             raise HttpError(400, "agent_id (string) and event (object) are required")
         with self._lock:
             self._apply(self.state.agent_event(agent_id, event, time.monotonic()))
-        request.send_accepted()
+        return accepted()
 
     # ---------------------------------------------------------------- actions and time
 

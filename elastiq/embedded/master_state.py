@@ -209,6 +209,7 @@ class MasterState:
         info = subscribe.get("framework_info")
         if not isinstance(info, dict):
             raise bad_request("subscribe.framework_info is missing or not an object")
+        _check_framework_info(info)
         framework_id = _requested_framework_id(body, info)
         if framework_id is not None and framework_id in self.removed_frameworks:
             raise HttpError(403, f"framework {framework_id} has been removed; "
@@ -889,6 +890,22 @@ def _reported_task(framework_id: str, executor_id: str, body: dict[str, Any]) ->
     except ResourceError as exc:
         raise bad_request(f"executors[].tasks[].resources: {exc}") from None
     return ReportedTask(framework_id, executor_id, task_id, state, resources)
+
+
+_FRAMEWORK_TEXT_FIELDS = ("user", "name", "principal", "role", "hostname", "webui_url")
+
+
+def _check_framework_info(info: dict[str, Any]) -> None:
+    """FrameworkInfo fields of the wrong type are refused (400), not stored."""
+    for key in _FRAMEWORK_TEXT_FIELDS:
+        if key in info and not isinstance(info[key], str):
+            raise bad_request(f"subscribe.framework_info.{key} must be a string")
+    timeout = info.get("failover_timeout", 0.0)
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0:
+        raise bad_request("subscribe.framework_info.failover_timeout must be a non-negative "
+                          "number of seconds")
+    if "checkpoint" in info and not isinstance(info["checkpoint"], bool):
+        raise bad_request("subscribe.framework_info.checkpoint must be a boolean")
 
 
 def _requested_framework_id(body: dict[str, Any], info: dict[str, Any]) -> str | None:
