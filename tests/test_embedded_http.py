@@ -229,6 +229,42 @@ def test_idle_and_slow_connections_time_out_and_do_not_starve_a_call(
         launch_running(recorder, driver, "after-idle", "finish")
 
 
+def test_a_slow_body_gets_408_and_the_connection_is_closed(cluster, monkeypatch):
+    monkeypatch.setattr(httpio, "BODY_TIMEOUT_SECONDS", 1.0)
+    with connect(cluster.master_url) as sock:
+        started = time.monotonic()
+        sock.sendall(request("POST", "/api/v1/scheduler", b'{"type": ', content_length=100))
+        seen = statuses(read_until_quiet(sock, quiet=3.0))
+        assert seen == [408], seen
+        assert time.monotonic() - started < 3.0
+        sock.settimeout(2.0)
+        assert sock.recv(100) == b"", "the connection stayed open after the 408"
+
+
+def test_past_the_connection_cap_the_longest_idle_connections_are_closed(
+        cluster, monkeypatch):
+    monkeypatch.setattr(httpio, "MAX_CONNECTIONS", 40)
+    first = [connect(cluster.master_url) for _ in range(20)]
+    time.sleep(0.2)  # these are now the longest idle
+    later = [connect(cluster.master_url) for _ in range(30)]
+    try:
+        assert first_status(cluster.master_url, request("GET", "/version"))[0] == 200
+        closed = 0
+        for sock in first:
+            sock.settimeout(0.5)  # far below the 10 s header timeout
+            try:
+                closed += sock.recv(10) == b""
+            except ConnectionResetError:
+                closed += 1
+            except socket.timeout:
+                pass  # still open: not among the longest idle
+        # 20 + 30 + the probe (+ the agent's ping connection) exceed 40 by at least 11
+        assert closed >= 10, closed
+    finally:
+        for sock in first + later:
+            sock.close()
+
+
 def test_internal_routes_refuse_callers_without_the_secret(cluster, tmp_path: Path):
     proof = tmp_path / "pwned"
     launch = {"type": "LAUNCH", "framework_id": "f1", "framework_info": {},

@@ -159,10 +159,12 @@ class Timeline:
 @pytest.mark.spark
 @pytest.mark.timeout(240)
 def test_cut_off_agent_fences_its_task_fails_over_and_the_sink_is_exact(
-        net: NetnsNetwork, tmp_path: Path) -> None:
-    from elastiq.embedded.master import EmbeddedMaster
+        net: NetnsNetwork, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from elastiq.embedded.httpio import SECRET_ENV
+    from elastiq.embedded.master import EmbeddedMaster, new_secret
     from scheduler.mesos_adapter import SchedulerService
 
+    monkeypatch.setenv(SECRET_ENV, new_secret())  # the master's and the agent processes'
     master = EmbeddedMaster(host=net.host_address, port=0, offer_interval=0.2,
                             agent_timeout=AGENT_TIMEOUT).start()
     agents: list[NetnsAgent] = []

@@ -289,8 +289,9 @@ class _ConnectionGuard(web.Server):
                     if p is not protocol and p.idle_for() is not None]
             if idle:
                 victim = max(idle, key=lambda item: item[0] or 0.0)[2]
-                logger.warning("%s: over %d connections; closing the longest-idle one",
-                               self.name, MAX_CONNECTIONS)
+                logger.info("%s: over %d connections; closing the longest-idle one",
+                            self.name, MAX_CONNECTIONS)
+                self.open.discard(victim)  # its connection_lost comes later
                 victim.force_close()
 
     def closed(self, protocol: _GuardedProtocol) -> None:
@@ -353,7 +354,7 @@ class AppServer:
         self._guard = _ConnectionGuard(self.name, self._dispatch, access_log=None,
                                        logger=_ProtocolLog(self.name),
                                        keepalive_timeout=IDLE_TIMEOUT_SECONDS,
-                                       lingering_time=BODY_TIMEOUT_SECONDS)
+                                       lingering_time=0)
         self._listener = await self.loop.create_server(self._guard, sock=self._sock)
 
     def stop(self) -> int:
