@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
-from pymesos import MesosSchedulerDriver
 
 from elastiq.embedded import EmbeddedCluster, httpio
 from tests.test_embedded_cluster import (  # noqa: F401 - `drivers` is a fixture

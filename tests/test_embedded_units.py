@@ -137,3 +137,44 @@ def test_silent_agent_is_removed_with_task_lost_and_failure():
     lost = [e["update"]["status"] for e in events if e["type"] == "UPDATE"]
     assert [(s["task_id"]["value"], s["state"]) for s in lost] == [("t", "TASK_LOST")]
     assert {"agent_id": offer["agent_id"]} in [e.get("failure") for e in events]
+
+
+def test_cluster_secret_comes_from_the_environment_else_a_private_file(tmp_path, monkeypatch):
+    import os
+    import stat
+
+    from elastiq.embedded.__main__ import _secret
+    from elastiq.embedded.agent import EmbeddedAgent
+    from elastiq.embedded.httpio import SECRET_ENV
+
+    monkeypatch.delenv(SECRET_ENV, raising=False)
+    path = tmp_path / "secret"
+    made = _secret(str(path), create=True)
+    assert made and len(made) >= 40
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert _secret(str(path), create=False) == made  # an agent reads what the master wrote
+    assert _secret(None, create=False) is None
+    with pytest.raises(SystemExit, match="secret-file"):
+        _secret(str(tmp_path / "missing"), create=False)
+    monkeypatch.setenv(SECRET_ENV, "from-env")
+    assert _secret(str(path), create=True) == "from-env"
+    monkeypatch.delenv(SECRET_ENV)
+    with pytest.raises(ValueError, match="cluster secret"):
+        EmbeddedAgent("http://127.0.0.1:1", work_dir=tmp_path / "agent")
+
+
+def test_the_secret_check_is_exact():
+    from aiohttp.test_utils import make_mocked_request
+
+    from elastiq.embedded.httpio import SECRET_HEADER, require_secret, secret_matches
+
+    def req(headers):
+        return make_mocked_request("POST", "/internal/command", headers=headers)
+
+    assert secret_matches("s3cret", req({SECRET_HEADER: "s3cret"}))
+    for wrong in ({}, {SECRET_HEADER: ""}, {SECRET_HEADER: "s3cre"}, {SECRET_HEADER: "s3cret "},
+                  {SECRET_HEADER: "S3CRET"}, {SECRET_HEADER: "é"}):
+        assert not secret_matches("s3cret", req(wrong))
+        with pytest.raises(HttpError) as refused:
+            require_secret("s3cret", req(wrong))
+        assert refused.value.status == 401

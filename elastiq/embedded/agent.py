@@ -63,12 +63,12 @@ from pathlib import Path
 from typing import Any, Literal, Mapping
 from urllib.parse import urlsplit
 
+from aiohttp import web
+
 from elastiq.embedded.executors import (
     ExecutorEnvironment, ExecutorLaunchError, end_process_group, kill_group_later,
     kill_group_now, start_executor,
 )
-from aiohttp import web
-
 from elastiq.embedded.httpio import (
     AGENT_COMMAND_PATH, END_OF_STREAM, SECRET_ENV, SECRET_HEADER, AppServer, EventQueue,
     HttpError, JsonClient, Routes, accepted, bad_request, json_response, read_json,

@@ -30,8 +30,9 @@ from typing import Any, Callable
 from aiohttp import web
 
 from elastiq.embedded.httpio import (
-    AGENT_COMMAND_PATH, END_OF_STREAM, SECRET_ENV, SECRET_HEADER, AppServer, EventQueue, Handler, HttpError, JsonClient, Routes,
-    accepted, json_response, read_json, require_secret, serve_events,
+    AGENT_COMMAND_PATH, END_OF_STREAM, SECRET_ENV, SECRET_HEADER, AppServer, EventQueue, Handler,
+    HttpError, JsonClient, Routes, accepted, json_response, read_json, require_secret,
+    serve_events,
 )
 from elastiq.embedded.master_state import (
     Action, EndStream, ForgetAgent, MasterConfig, MasterState, ToAgent, ToFramework,
