@@ -23,8 +23,9 @@ thread and `SYNC_WORKERS` pool threads, whatever the number of clients. Handlers
 cluster's locking code through `run_sync` (the pool), never on the loop thread.
 
 The parser is aiohttp's: a request's body belongs to that request whether or not the handler
-reads it (a refused body is drained or the connection closed), so it is never parsed as the next
-request; a malformed request line or header gets aiohttp's 400.
+reads it (a refused body that has fully arrived is discarded, else the connection is closed:
+no lingering), so it is never parsed as the next request; a malformed request line or header
+gets aiohttp's 400.
 """
 
 from __future__ import annotations
