@@ -18,6 +18,10 @@ from typing import Any
 
 from scheduler.client import DEFAULT_URL, RequestRejected, SchedulerClient, SchedulerUnavailable
 
+TOKEN_FILE_HELP = ("the scheduler's API token file (default: $ELASTIQ_TOKEN_FILE, else "
+                   "$XDG_STATE_HOME/elastiq/api-token-PORT, i.e. ~/.local/state/elastiq/"
+                   "api-token-PORT, which `elastiq scheduler` and `elastiq run` write)")
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     r = sub.add_parser("run", help="run a spec on an embedded one-machine cluster, results to "
@@ -71,8 +75,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                                     ("tail", "follow a file sink of a query", cmd_tail)):
         p = sub.add_parser(name, help=helptext)
         p.add_argument("--scheduler", default=DEFAULT_URL, help=f"API URL (default {DEFAULT_URL})")
-        p.add_argument("--token-file", metavar="FILE",
-                       help="the scheduler's API token (default: $ELASTIQ_TOKEN_FILE, if set)")
+        p.add_argument("--token-file", metavar="FILE", help=TOKEN_FILE_HELP)
         if name == "submit":
             p.add_argument("spec", metavar="SPEC")
         elif name == "status":
@@ -93,8 +96,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     m.add_argument("--timeout", type=float, default=120.0,
                    help="seconds to wait for the task to run there (default 120)")
     m.add_argument("--scheduler", default=DEFAULT_URL, help=f"API URL (default {DEFAULT_URL})")
-    m.add_argument("--token-file", metavar="FILE",
-                   help="the scheduler's API token (default: $ELASTIQ_TOKEN_FILE, if set)")
+    m.add_argument("--token-file", metavar="FILE", help=TOKEN_FILE_HELP)
     m.set_defaults(handler=cmd_migrate)
 
 
@@ -218,17 +220,18 @@ def executor_environment(pairs: list[str]) -> tuple[tuple[str, str], ...]:
 
 def read_token(path: str | None) -> str | None:
     """The API token kept in a file (never on the command line, where `ps` shows it)."""
-    if path is None:
-        return None
-    token = Path(path).read_text(encoding="utf-8").strip()
-    if not token:
-        raise ValueError(f"{path} is empty: put the API token in it")
-    return token
+    from scheduler.api_token import read_token as read
+
+    return None if path is None else read(path)
 
 
 def _client(args: argparse.Namespace) -> SchedulerClient:
+    """A client of --scheduler with the token from --token-file, $ELASTIQ_TOKEN_FILE or the
+    default file for the API's port (`scheduler.api_token`)."""
+    from scheduler.api_token import read_client_token
+
     return SchedulerClient(args.scheduler,
-                           token=read_token(args.token_file or os.environ.get("ELASTIQ_TOKEN_FILE")))
+                           token=read_client_token(args.token_file, args.scheduler))
 
 
 def _call(fn: Any) -> tuple[int, Any]:
