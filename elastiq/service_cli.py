@@ -60,8 +60,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--secret-file", metavar="FILE", help="file holding the principal's secret")
     s.add_argument("--executor-command", help="how agents start our executor (default: "
                    "exec <this python> -m executor)")
-    s.add_argument("--token-file", metavar="FILE", help="require this token (the file's text) "
-                   "for submit and stop; reads stay open")
+    s.add_argument("--token-file", metavar="FILE", help="the API's token is this file's text "
+                   "(default: a new random token, written with mode 0600 to "
+                   "$XDG_STATE_HOME/elastiq/api-token-PORT, i.e. ~/.local/state/elastiq/"
+                   "api-token-PORT, where the CLI finds it)")
+    s.add_argument("--api-allowed-host", action="append", default=[], metavar="NAME[:PORT]",
+                   help="a further Host name clients may reach the API under (repeatable; "
+                        "default: only its own address, localhost and 127.0.0.1)")
     s.add_argument("--executor-env", action="append", default=[], metavar="NAME=VALUE",
                    help="environment for the executors agents start (repeatable), e.g. "
                         "ELASTIQ_SPARK_CORES=8")
@@ -131,14 +136,16 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
     check_java()
     try:
         coordination, principal, secret = _coordination(args), args.principal, _secret(args)
-        token = read_token(args.token_file)
+        if args.token_file is not None:
+            read_token(args.token_file)  # a bad token file is a usage error, before anything
         extra_env = executor_environment(args.executor_env)
     except (ValueError, OSError) as e:
         print(f"elastiq: {e}", file=sys.stderr)
         return 2
     config = SchedulerConfig(executor=ExecutorSpec(
         command=args.executor_command or f"exec {sys.executable} -m executor",
-        environment=(("ELASTIQ_STATE_DIR", str(state / "state")),) + extra_env))
+        environment=(("ELASTIQ_STATE_DIR", str(state / "state")),)
+        + executor_token_environment(args.token_file, int(port)) + extra_env))
     cluster = None
     master = args.master
     if master is None:
@@ -153,7 +160,9 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
     service = SchedulerService(master, config, coordination=coordination, principal=principal,
                                secret=secret)
     try:
-        api = ApiServer(service, host=host or "127.0.0.1", port=int(port), token=token).start()
+        api = ApiServer.serving(service, host=host or "127.0.0.1", port=int(port),
+                                token_file=args.token_file,
+                                allowed_hosts=args.api_allowed_host)
     except OSError as e:
         print(f"elastiq: cannot listen on {args.listen}: {e.strerror}; choose another address "
               "with --listen HOST:PORT", file=sys.stderr)
@@ -169,8 +178,8 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
         if cluster is not None:
             cluster.__exit__(None, None, None)
         return 1
-    print(f"elastiq scheduler: API on {api.url}, master {master}; Ctrl-C stops it",
-          file=sys.stderr)
+    print(f"elastiq scheduler: API on {api.url} (token in {api.token_file}), master {master}; "
+          "Ctrl-C stops it", file=sys.stderr)
     stop = {"now": False}
     signal.signal(signal.SIGINT, lambda *_: stop.update(now=True))
     signal.signal(signal.SIGTERM, lambda *_: stop.update(now=True))
@@ -205,6 +214,18 @@ def _secret(args: argparse.Namespace) -> str | None:
     if not secret:
         raise ValueError(f"{args.secret_file} is empty")
     return secret
+
+
+def executor_token_environment(token_file: str | None, port: int) -> tuple[tuple[str, str], ...]:
+    """ELASTIQ_TOKEN_FILE for the executors (their control sinks call the API): the token file
+    the scheduler reads or writes; nothing when the port is only known once bound. On a real
+    cluster the agents need that file at that path (or --executor-env ELASTIQ_TOKEN_FILE=...);
+    the token itself never goes into the environment, which Mesos shows in its state."""
+    from scheduler.api_token import default_token_file
+
+    if token_file is not None:
+        return (("ELASTIQ_TOKEN_FILE", str(Path(token_file).resolve())),)
+    return (("ELASTIQ_TOKEN_FILE", str(default_token_file(port))),) if port else ()
 
 
 def executor_environment(pairs: list[str]) -> tuple[tuple[str, str], ...]:
