@@ -157,7 +157,7 @@ def test_control_tuples_move_the_writer_change_the_filter_and_refuse_bad_input(
     wait_running(stack, "e2e-control", timeout=150)
     task_id = query.tasks[0].task_id
     checkpoint = stack.work / "state" / task_id / "checkpoint"
-    client = SchedulerClient(stack.api.url)
+    client = stack.client()
     reader = FollowingReader(first).start()
     try:
         wait_until(lambda: len(reader.ids()) >= 20, 120, "rows at the first endpoint")
