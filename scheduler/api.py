@@ -380,7 +380,7 @@ class ApiServer:
         self.token_file: Path | None = None  # where clients find the token, when known
         self._wrote_token_file = False
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._runner: web.AppRunner | None = None
+        self._runner: web.ServerRunner | None = None
         self._thread: threading.Thread | None = None
 
     @classmethod
@@ -471,8 +471,6 @@ class ApiServer:
             return _response(status, reply)
         except ApiError as e:
             return _refused(e, request)
-        except web.HTTPException as e:  # aiohttp's own refusals, as JSON
-            return _refused(ApiError(e.status, e.reason or f"HTTP {e.status}"), request)
 
     async def _body(self, request: web.BaseRequest) -> bytes:
         """The whole body, at most MAX_BODY bytes (413), within BODY_TIMEOUT seconds (408)."""

@@ -428,3 +428,16 @@ def test_fuzzed_requests_never_get_a_500(tmp_path: Path) -> None:
     finally:
         server.stop()
         loop.stop()
+
+
+# ---- the gate's pure pieces ------------------------------------------------------------------
+def test_media_types_and_own_hosts() -> None:
+    from scheduler.api import media_type, own_hosts
+
+    assert media_type(" Text/XML ; charset=utf-8") == "text/xml"
+    assert media_type("text/plain;format=json") == "text/plain"
+    assert media_type("") == ""
+    hosts = own_hosts("0.0.0.0", 8088, ["Sched.Example", "lb.example:443", " "])
+    assert hosts == {"0.0.0.0:8088", "localhost:8088", "127.0.0.1:8088", "[::1]:8088",
+                     "sched.example:8088", "lb.example:443"}
+    assert "localhost" in own_hosts("127.0.0.1", 80) and "localhost" not in hosts
