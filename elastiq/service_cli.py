@@ -164,8 +164,9 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
                                 token_file=args.token_file,
                                 allowed_hosts=args.api_allowed_host)
     except OSError as e:
-        print(f"elastiq: cannot listen on {args.listen}: {e.strerror}; choose another address "
-              "with --listen HOST:PORT", file=sys.stderr)
+        print(f"elastiq: cannot serve the API on {args.listen}: {e.strerror or e} "
+              f"({e.filename or 'the address'}); choose another address with --listen HOST:PORT "
+              "or a token file with --token-file", file=sys.stderr)
         if cluster is not None:
             cluster.__exit__(None, None, None)
         return 1

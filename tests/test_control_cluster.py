@@ -140,7 +140,8 @@ def current(client: SchedulerClient, query: str) -> dict[tuple[str, str], str]:
 
 
 def cli(stack: Stack, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "elastiq.cli", *args, "--scheduler", stack.api.url],
+    return subprocess.run([sys.executable, "-m", "elastiq.cli", *args, "--scheduler", stack.api.url,
+                           "--token-file", str(stack.api.token_file)],
                           capture_output=True, text=True, timeout=120, cwd=ROOT,
                           env={"PYTHONPATH": pythonpath(), "PATH": "/usr/bin:/bin"})
 
