@@ -15,7 +15,8 @@ address, `localhost:PORT`, `127.0.0.1:PORT`, `[::1]:PORT`, names given as `allow
 `Origin` that is not this API's own is refused with 403 (DNS rebinding, cross-site requests);
 every route but `/healthz` and `/metrics` needs `Authorization: Bearer <token>` (constant-time
 compare), else 401. Every bad input becomes a 4xx JSON reply `{"error", "diagnostics"}`, never
-a crash; a refused request's unread body closes the connection. Bodies are at most 4 MiB (413);
+a crash; a refused request's unread body closes the connection (after draining it for at
+most `LINGER` seconds, so the client can read the refusal). Bodies are at most 4 MiB (413);
 a connection is closed when no complete request arrived within `IDLE_TIMEOUT` seconds of its
 start or of its last reply, and a body must arrive within `BODY_TIMEOUT` seconds. Service calls
 (which wait on the scheduler's loop) and compiling run in a thread pool, never on the event
@@ -54,6 +55,7 @@ log = logging.getLogger("elastiq.scheduler.api")
 MAX_BODY = 4 * 1024 * 1024
 IDLE_TIMEOUT = 10.0  # seconds a connection may stay without a complete request
 BODY_TIMEOUT = 30.0  # seconds a request's body may take to arrive
+LINGER = 2.0  # seconds a refused request's unread body is drained before the connection closes
 SPEC_MEDIA_TYPES = ("application/xml", "text/xml")
 OPEN_ROUTES = (("GET", ("healthz",)), ("GET", ("metrics",)))
 
@@ -368,10 +370,11 @@ class ApiServer:
 
     def __init__(self, service: QueryService, host: str = "127.0.0.1", port: int = 0, *,
                  token: str, allowed_hosts: Sequence[str] = (), workers: int = 8,
-                 idle_timeout: float = IDLE_TIMEOUT):
+                 idle_timeout: float = IDLE_TIMEOUT, body_timeout: float = BODY_TIMEOUT):
         if not isinstance(token, str) or not token.strip() or token != token.strip():
             raise ValueError("the API needs a token (non-empty, no surrounding whitespace)")
         self.service, self.token, self.idle_timeout = service, token, idle_timeout
+        self.body_timeout = body_timeout
         self._sock = socket.create_server((host, port), family=_family(host), backlog=1024)
         self.host, self.port = host, self._sock.getsockname()[1]
         self.hosts = own_hosts(host if ":" not in host else f"[{host}]", self.port,
@@ -438,7 +441,7 @@ class ApiServer:
 
     async def _open(self) -> None:
         server = _Server(self._handle, keepalive_timeout=self.idle_timeout, access_log=None,
-                         max_line_size=8190, max_field_size=8190)
+                         max_line_size=8190, max_field_size=8190, lingering_time=LINGER)
         self._runner = web.ServerRunner(server, handle_signals=False, shutdown_timeout=2.0)
         await self._runner.setup()
         await web.SockSite(self._runner, self._sock).start()
@@ -473,16 +476,17 @@ class ApiServer:
             return _refused(e, request)
 
     async def _body(self, request: web.BaseRequest) -> bytes:
-        """The whole body, at most MAX_BODY bytes (413), within BODY_TIMEOUT seconds (408)."""
+        """The whole body, at most MAX_BODY bytes (413), within `body_timeout` seconds (408)."""
         if not request.body_exists:
             return b""
         length = request.content_length
         if length is not None and length > MAX_BODY:
             raise ApiError(413, f"body of {length} bytes is over {MAX_BODY}")
         try:
-            return await asyncio.wait_for(_read_at_most(request, MAX_BODY), BODY_TIMEOUT)
+            return await asyncio.wait_for(_read_at_most(request, MAX_BODY), self.body_timeout)
         except asyncio.TimeoutError:
-            raise ApiError(408, f"the body did not arrive within {BODY_TIMEOUT:g} s") from None
+            raise ApiError(408, f"the body did not arrive within {self.body_timeout:g} s") \
+                from None
         except (ConnectionError, ValueError) as e:  # e.g. a bad chunked encoding
             raise ApiError(400, f"unreadable body: {type(e).__name__}") from None
 

@@ -187,7 +187,7 @@ def test_health_and_metrics_are_open_and_reveal_no_secrets(tmp_path: Path) -> No
                                    "X-Spec-Dir": str(tmp_path)})
         assert status == 201, body
         view = json.loads(request(server, "GET", "/queries/e2e-filter-project")[2])
-        secrets_ = [TOKEN, str(tmp_path), "filter-project.jsonl", "raw.temp", "25",
+        secrets_ = [TOKEN, str(tmp_path), "filter-project.jsonl", "raw.temp",
                     "tcp://", "s-3"]
         assert any(s in json.dumps(view) for s in secrets_[1:])  # the view does hold some
         for target in ("/healthz", "/metrics"):
@@ -441,3 +441,22 @@ def test_media_types_and_own_hosts() -> None:
     assert hosts == {"0.0.0.0:8088", "localhost:8088", "127.0.0.1:8088", "[::1]:8088",
                      "sched.example:8088", "lb.example:443"}
     assert "localhost" in own_hosts("127.0.0.1", 80) and "localhost" not in hosts
+
+
+def test_a_slow_body_is_408_and_closed_while_others_are_served() -> None:
+    service = RecordingService()
+    server = ApiServer(service, token=TOKEN, body_timeout=1.0).start()
+    try:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+            sock.sendall((f"POST /queries/q/control HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\n"
+                          f"Authorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\n"
+                          "Content-Length: 100\r\n\r\n{\"tuples\"").encode())
+            started = time.monotonic()
+            assert request(server, "GET", "/queries/q")[0] == 200  # not held up meanwhile
+            data = read_responses(sock, 5.0)
+            took = time.monotonic() - started
+        assert data.startswith(b"HTTP/1.1 408") and b'"error"' in data, data[:300]
+        assert 0.5 < took < 5.0, took
+        assert [c[0] for c in service.calls] == ["query_status"]
+    finally:
+        server.stop()
