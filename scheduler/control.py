@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from compiler.control import ControlCatalog, Change
+from compiler.control import MAX_RATE, MIN_RATE, ControlCatalog, Change
 
 RequestState = Literal["pending", "applied", "refused"]
 HISTORY_KEPT = 200
@@ -204,8 +204,9 @@ def _type_name(a: Any) -> str:
     if a.value_kind == "expression":
         streams = ", ".join(name for name, _ in a.scope)
         return f"boolean expression over {streams}"
-    return {"float": "number > 0", "endpoint": "tcp://host:port", "path": "absolute path",
-            "columns": "column list"}.get(a.value_kind, a.value_kind)
+    return {"float": f"number {MIN_RATE:g}..{MAX_RATE:.0f}", "endpoint": "tcp://host:port",
+            "path": "absolute path in the roots", "columns": "column list"}.get(a.value_kind,
+                                                                                a.value_kind)
 
 
 def _jsonable(value: Any) -> Any:

@@ -84,6 +84,38 @@ def test_bad_tuples_are_refused_with_what_to_fix(tmp_path: Path, operator: str, 
     assert words in str(refused.value)
 
 
+@pytest.mark.parametrize("value", ["inf", "Infinity", "-inf", "nan", "NaN", "-5", "1e400",
+                                   "1e12", "10000001"])
+def test_a_rate_that_is_not_finite_or_out_of_bounds_is_refused_and_the_query_keeps_its_rate(
+        tmp_path: Path, value: str) -> None:
+    with pytest.raises(ControlRefused) as refused:
+        check_tuple(query(tmp_path).controls, "q", "src", "rate", value)
+    assert f"src.rate = {value!r}" in str(refused.value)
+    assert any(words in str(refused.value) for words in
+               ("finite number of tuples per second from 0.001 to 10,000,000",
+                "below the minimum", "NaN is not allowed"))
+    s = running(tmp_path)
+    out = s.handle(ControlRequested("c", "q", (("src", "rate", value),)))
+    (reply,) = of(ReplyToRequest, out)
+    assert (reply.accepted, reply.status) == (False, 400) and not of(SendFrameworkMessage, out)
+    assert s.queries["q"].control.version == 0 and s.queries["q"].control.values == {}
+
+
+def test_the_rate_bounds_themselves_are_accepted(tmp_path: Path) -> None:
+    catalog = query(tmp_path).controls
+    assert check_tuple(catalog, "q", "src", "rate", "0.001").runtime_value == 0.001
+    assert check_tuple(catalog, "q", "src", "rate", "1e7").runtime_value == 10_000_000.0
+
+
+def test_a_condition_longer_than_the_bound_is_refused(tmp_path: Path) -> None:
+    long_condition = " or ".join(["raw.temp > 30"] * 800)  # 13,597 characters
+    with pytest.raises(ControlRefused, match="at most 10000 are taken") as refused:
+        check_tuple(query(tmp_path).controls, "q", "hot", "condition", long_condition)
+    assert len(str(refused.value)) < 400  # the value is shown shortened
+    short = " or ".join(["raw.temp > 30"] * 20)
+    assert check_tuple(query(tmp_path).controls, "q", "hot", "condition", short).text == short
+
+
 def test_a_request_is_checked_as_a_whole_and_reports_every_problem(tmp_path: Path) -> None:
     catalog = query(tmp_path).controls
     change = check_tuple(catalog, "q", "hot", "condition", " raw.temp > 35 ")
@@ -154,7 +186,7 @@ def test_a_refused_request_changes_nothing_and_a_task_refusal_undoes_it(tmp_path
     assert (reply.accepted, reply.status) == (False, 400) and not of(SendFrameworkMessage, out)
     assert s.queries["q"].control.version == 0
     assert s.handle(ControlRequested("c", "nope", (("a", "b", "c"),)))[0].status == 404
-    out = s.handle(ControlRequested("c", "q", (("sink", "path", "/tmp/x.jsonl"),)))
+    out = s.handle(ControlRequested("c", "q", (("sink", "path", str(tmp_path / "x.jsonl")),)))
     request = of(ReplyToRequest, out)[0].body["request"]
     busy = s.handle(ControlRequested("c2", "q", (("src", "rate", "5"),)))
     assert busy[0].status == 409 and "still being applied" in busy[0].message
