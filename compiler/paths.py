@@ -121,6 +121,16 @@ def confine(value: str, base: str | os.PathLike[str], roots: PathRoots,
     return os.path.abspath(joined)
 
 
+def confine_at_open(path: str, environ: Mapping[str, str] = os.environ,
+                    realpath: RealPath = os.path.realpath) -> str:
+    """The executor's re-check of a path it is about to open (defence in depth: the roots
+    travel in its environment, `$ELASTIQ_PATH_ROOTS`, set by `elastiq run` and `elastiq
+    scheduler`); without that variable, only the path's form is checked."""
+    roots = roots_from_env(environ, realpath)
+    return confine(path, os.getcwd(), roots if roots is not None else PathRoots(("/",)),
+                   realpath)
+
+
 def inside(path: str, root: str) -> bool:
     """Whether the absolute `path` is `root` or lies under it (pure)."""
     return path == root or path.startswith(root.rstrip(os.sep) + os.sep)

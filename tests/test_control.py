@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ from compiler.pipeline import compile_spec_text
 from elastiq.control_cli import TupleSyntaxError, read_tuples
 from executor import executor_state as ex
 from executor.batch_gate import BatchGate, GateClosed, next_batch_id
-from executor.sources import pacing_anchor, paced_offset, rebased_anchor
+from executor.sources import pacing_anchor, paced_offset, rebased_anchor, repair_pacing
 from executor.task_runner import live_changes
 from scheduler.api import ApiError, control_tuples
 from scheduler.commands import ReplyToRequest, SendFrameworkMessage
@@ -323,6 +324,55 @@ def test_a_new_rate_continues_from_what_the_old_one_allowed(tmp_path: Path) -> N
     legacy = tmp_path / "legacy.anchor"
     legacy.write_text("12.5")
     assert pacing_anchor(str(legacy), 99.0, 10.0) == 12.5
+
+
+def test_a_non_finite_pace_is_never_stored_and_an_extreme_rebase_stays_finite(
+        tmp_path: Path) -> None:
+    path = str(tmp_path / "pacing" / "src.anchor")
+    pacing_anchor(path, 100.0, 10.0)
+    before = Path(path).read_text()
+    for rate in (float("inf"), float("nan"), -1.0, 0.0):
+        with pytest.raises(ValueError):
+            pacing_anchor(path, 110.0, rate)
+        assert Path(path).read_text() == before  # the state on disk is untouched
+    # from the slowest rate to the fastest, 10^9 s later: finite, and no jump
+    anchor = pacing_anchor(path, 100.0, 0.001)
+    anchor = pacing_anchor(path, 1e9, 1e7)
+    assert math.isfinite(anchor) and paced_offset(anchor, 1e9, 1e7, 1 << 62, None) == \
+        pytest.approx((1e9 - 100.0) * 0.001, abs=1)
+    assert paced_offset(-math.inf, 5.0, 10.0, 1000, None) == 1000  # bounded by what exists
+    assert paced_offset(math.nan, 5.0, 10.0, 1000, None) == 0
+
+
+@pytest.mark.parametrize("garbage", ["", "not json", "{\"anchor\": Infinity, \"rate\": 500}",
+                                     "{\"anchor\": -Infinity, \"rate\": 500.0}",
+                                     "{\"anchor\": 5.0, \"rate\": Infinity}",
+                                     "{\"anchor\": 5.0, \"rate\": NaN}", "{\"rate\": 1}",
+                                     "[1, 2]", "\u0000\u0001\xff", "1e999"])
+def test_an_unreadable_pacing_state_is_replaced_where_spark_planned_and_said(
+        tmp_path: Path, garbage: str) -> None:
+    task = tmp_path / "task"
+    offsets = task / "spark" / "offsets"
+    offsets.mkdir(parents=True)
+    (offsets / "3").write_text('v1\n{"batchWatermarkMs":0}\n{"index":900}\n')
+    (offsets / "4").write_text('v1\n{"batchWatermarkMs":0}\n{"index":1200}\n')
+    state = task / "pacing" / "src.anchor"
+    state.parent.mkdir()
+    state.write_bytes(garbage.encode("utf-8", errors="surrogatepass"))
+    notice = repair_pacing(str(state), 1000.0, 100.0)
+    assert notice is not None and "unreadable" in notice and "offset 1200" in notice
+    anchor = pacing_anchor(str(state), 1000.0, 100.0)
+    assert paced_offset(anchor, 1000.0, 100.0, 1 << 62, None) == 1200  # no replay, no stall
+    assert paced_offset(anchor, 1001.0, 100.0, 1 << 62, None) == 1300
+    assert repair_pacing(str(state), 1001.0, 100.0) is None  # readable now
+
+
+def test_a_reader_that_meets_an_unreadable_state_recovers_it_itself(tmp_path: Path) -> None:
+    state = tmp_path / "pacing" / "src.anchor"
+    state.parent.mkdir()
+    state.write_text('{"anchor": -Infinity, "rate": 500.0}')
+    anchor = pacing_anchor(str(state), 50.0, 500.0)  # no Spark log yet: resumes at 0
+    assert anchor == 50.0 and paced_offset(anchor, 51.0, 500.0, 1 << 62, None) == 500
 
 
 # --- the API body, the CLI's files, probing endpoints -------------------------------------------
