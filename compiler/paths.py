@@ -80,6 +80,17 @@ def local_roots(spec_dir: str | os.PathLike[str], extra: Iterable[str] = (),
     return base.plus(from_env) if from_env is not None else base
 
 
+def service_roots(state_dir: str | os.PathLike[str], extra: Iterable[str] = (),
+                  cwd: str | None = None, environ: Mapping[str, str] = os.environ,
+                  realpath: RealPath = os.path.realpath) -> PathRoots:
+    """Roots of `elastiq scheduler`: its state directory's data folder, the --path-root folders
+    (`extra`; none given: its working folder) and those of `$ELASTIQ_PATH_ROOTS`."""
+    chosen = list(extra) or [cwd if cwd is not None else os.getcwd()]
+    base = PathRoots.of([os.path.join(os.fspath(state_dir), DATA_FOLDER), *chosen], realpath)
+    from_env = roots_from_env(environ, realpath)
+    return base.plus(from_env) if from_env is not None else base
+
+
 def configured_roots(environ: Mapping[str, str] = os.environ, cwd: str | None = None,
                      realpath: RealPath = os.path.realpath) -> PathRoots:
     """Roots of a process compiling specs for remote clients (the scheduler's API): the ones
@@ -114,7 +125,7 @@ def confine(value: str, base: str | os.PathLike[str], roots: PathRoots,
     joined = value if os.path.isabs(value) else os.path.join(os.fspath(base), value)
     real = realpath(os.path.abspath(joined))
     if not any(inside(real, root) for root in roots.roots):
-        shown = value if real == os.path.abspath(joined) else f"{value} (really {real})"
+        shown = value if real == value else f"{value} (that is {real})"
         raise PathRefused(f"{shown} is outside the allowed folders ({roots.describe()}); "
                           "write under one of them, or let the operator add a folder with "
                           f"--path-root DIR (or ${ENV_VAR})")

@@ -78,10 +78,14 @@ def _from_json(text: str) -> CompiledQuery:
 
 def _from_xml(body: bytes, filename: str, query_id: str | None,
               base_dir: str | None) -> CompiledQuery:
+    from compiler.paths import configured_roots
     from compiler.pipeline import compile_spec_text  # the compiler is heavy: load on first use
 
     try:
-        compiled = compile_spec_text(body, filename, base_dir=base_dir, query_id=query_id)
+        # the client's folder (X-Spec-Dir) resolves relative paths only; every path must still
+        # lie in the scheduler's own roots ($ELASTIQ_PATH_ROOTS, else its working folder)
+        compiled = compile_spec_text(body, filename, base_dir=base_dir, query_id=query_id,
+                                     path_roots=configured_roots())
     except SpecError as e:
         diags = [diagnostic_json(d) for d in e.diagnostics]
         raise ApiError(400, f"{len(diags)} problem(s) in {filename}", diags) from None
