@@ -21,6 +21,7 @@ from typing import Callable, Iterable, Mapping
 ENV_VAR = "ELASTIQ_PATH_ROOTS"  # os.pathsep-separated folders
 DEFAULT_STATE_DIR = "elastiq-state"  # `elastiq scheduler`'s default --state-dir
 DATA_FOLDER = "data"  # the folder of a state directory that file operators may use
+MAX_PATH_CHARS = 4096  # Linux's PATH_MAX
 
 RealPath = Callable[[str], str]
 
@@ -120,6 +121,8 @@ def confine(value: str, base: str | os.PathLike[str], roots: PathRoots,
                           "name a file without them")
     if not value.strip():
         raise PathRefused("the path is empty")
+    if len(value) > MAX_PATH_CHARS:
+        raise PathRefused(f"the path has {len(value)} characters; at most {MAX_PATH_CHARS}")
     if value.endswith(("/", os.sep)) or os.path.basename(value) in (".", ".."):
         raise PathRefused(f"{value!r} names a folder; name a file in it")
     joined = value if os.path.isabs(value) else os.path.join(os.fspath(base), value)

@@ -25,7 +25,7 @@ from scheduler.commands import ReplyToRequest, SendFrameworkMessage
 from scheduler.events import ControlRequested, FrameworkMessageReceived, OffersReceived, Tick
 from scheduler.lifecycle import TaskState
 from scheduler.mesos_adapter import unreachable_endpoints
-from scheduler.state import SchedulerState
+from scheduler.state import SchedulerState, restore_query
 from tests.test_failover_policy import start, warm_offer
 from tests.test_pattern_tasks import compiled
 from tests.test_scheduler_state import launched, of, update
@@ -178,6 +178,21 @@ def test_a_request_reaches_its_task_is_acknowledged_and_enters_the_history(tmp_p
     data = next(iter(launched(s.handle(OffersReceived("o", (warm_offer("o2", "a1"),))))
                      .values()))[1]
     assert data["control"] == {"version": 1, "params": {"hot": {"condition": "raw.temp > 35"}}}
+
+
+def test_a_persisted_value_refused_by_todays_checks_is_dropped_when_the_query_is_restored(
+        tmp_path: Path) -> None:
+    compiled = query(tmp_path)
+    placements = {"control": {
+        "version": 2,
+        "values": {"src": {"rate": "inf"}, "hot": {"condition": "raw.temp > 35"}},
+        "task_params": {"q.t0": {"src": {"rate": float("inf")},
+                                 "hot": {"condition": "raw.temp > 35"}}}}}
+    stored = json.loads(json.dumps(placements))  # as ZooKeeper gives it back (Infinity)
+    record = restore_query(compiled.to_json(), stored, 10.0)
+    assert record.control.values == {"hot": {"condition": "raw.temp > 35"}}
+    assert record.control.task_params == {"q.t0": {"hot": {"condition": "raw.temp > 35"}}}
+    assert record.control.version == 2
 
 
 def test_a_refused_request_changes_nothing_and_a_task_refusal_undoes_it(tmp_path: Path) -> None:

@@ -64,6 +64,8 @@ def test_a_path_inside_a_root_is_accepted_even_through_a_link_that_stays_inside(
         confine("out/", root, roots)
     with pytest.raises(PathRefused, match="names a folder"):
         confine("out/..", root, roots)
+    with pytest.raises(PathRefused, match="at most 4096"):
+        confine("x" * 5000, root, roots)
 
 
 def test_a_root_is_not_a_prefix_match(tmp_path: Path) -> None:
