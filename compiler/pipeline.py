@@ -1,11 +1,11 @@
 """The compiler's front door: spec text in, a `CompiledQuery` (or every diagnostic) out.
 
 Owns the order of the compiler's steps, as DESIGN.md draws them: parse + structure check
-(`spec`), semantic check into a logical graph (`validate`; file paths against the path roots,
-`paths`), rewrite into a physical graph
-(`rewrite`, with the shipped rules of `rewrite_rules/` plus an optional user rule folder; the
-identity when the spec asks for no pattern), split into tasks (`tasks`), and generate each task's
-program (`codegen`). The CLI and the scheduler's API both call `compile_spec_text`.
+(`spec`), semantic check into a logical graph (`validate`; file paths against the path roots the
+caller gives, `paths`), rewrite into a physical graph (`rewrite`, with the shipped rules of
+`rewrite_rules/` plus an optional user rule folder; the identity when the spec asks for no
+pattern), split into tasks (`tasks`), and generate each task's program (`codegen`). The CLI and
+the scheduler's API both call `compile_spec_text`.
 """
 
 from __future__ import annotations

@@ -6,7 +6,9 @@ Owns three sources and the reasoning for their reader kind:
   workers, partitioned across cores (full reader ~200k rows/s vs simple ~130k: all data would
   otherwise pass the one planner process). `latestOffset` advances with wall time at `rate` from
   an anchor instant persisted in the checkpoint directory, so a restarted query catches up
-  instead of starting over; `limit` makes it finite.
+  instead of starting over; `limit` makes it finite. The pacing state is never stored with a
+  number that cannot be read back; an unreadable one is replaced (`repair_pacing`) so that the
+  source resumes at the offset Spark last planned for it.
 - file replay (`elastiq_file`, full reader): offset = number of complete data lines; the planner
   indexes byte positions of line ends, partitions carry byte ranges, workers parse with pyarrow.
 - channel (`elastiq_channel`, simple reader): offset = channel sequence number of the last batch
