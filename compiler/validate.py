@@ -733,6 +733,5 @@ def check_paths(spec: Spec, base: str, roots: PathRoots) -> list[Diagnostic]:
             except PathRefused as e:
                 found.append(Diagnostic(p.value_pos(),
                                         f"parameter '{p.name}' of '{op.name}': {e}",
-                                        "file sources and sinks stay inside the folders the "
-                                        "operator allows (see docs/spec-language.md, 'Files')"))
+                                        "see docs/spec-language.md, 'Files'"))
     return found

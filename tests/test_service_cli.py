@@ -74,7 +74,7 @@ def test_scheduler_submit_status_tail_stop_from_the_command_line(tmp_path: Path)
     log = open(tmp_path / "scheduler.log", "w")
     service = subprocess.Popen(
         [sys.executable, "-m", "elastiq.cli", "scheduler", "--listen", url[len("http://"):],
-         "--state-dir", str(tmp_path / "state")],
+         "--state-dir", str(tmp_path / "state"), "--path-root", str(tmp_path)],
         stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True)
     try:
         _wait(lambda: _elastiq("status", "--scheduler", url).returncode == 0, 60,
