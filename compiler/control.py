@@ -9,8 +9,8 @@ and the pure check of a control tuple `<query, operator, parameter, value>` agai
 pass). A filter condition is parsed and type-checked here, with the expression language the spec
 uses, before anything reaches a task; every value is checked against its range (a rate finite and
 within MIN_RATE..MAX_RATE, a condition at most MAX_CONDITION_CHARS long, a sink path inside the
-path roots the query was compiled with, `compiler.paths`). Does not own sending changes (`scheduler`) or applying
-them at a batch boundary (`executor.task_runner`, `executor.runtime`).
+path roots the query was compiled with, `compiler.paths`). Does not own sending changes
+(`scheduler`) or applying them at a batch boundary (`executor.task_runner`, `executor.runtime`).
 """
 
 from __future__ import annotations
