@@ -7,18 +7,22 @@ with the reason), built by `catalog_for` from the logical and physical graphs an
 and the pure check of a control tuple `<query, operator, parameter, value>` against it
 (`check_tuple`, `check_tuples`: every problem of a request at once, nothing applied unless all
 pass). A filter condition is parsed and type-checked here, with the expression language the spec
-uses, before anything reaches a task. Does not own sending changes (`scheduler`) or applying
-them at a batch boundary (`executor.task_runner`, `executor.runtime`).
+uses, before anything reaches a task; every value is checked against its range (a rate finite and
+within MIN_RATE..MAX_RATE, a condition at most MAX_CONDITION_CHARS long, a sink path inside the
+path roots the query was compiled with, `compiler.paths`). Does not own sending changes
+(`scheduler`) or applying them at a batch boundary (`executor.task_runner`, `executor.runtime`).
 """
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 from compiler import expressions
 from compiler.operators import CATALOGUE, ParamDef, ParamValueError, parse_value
+from compiler.paths import PathRefused, PathRoots, confine
 from compiler.types import Schema
 
 if TYPE_CHECKING:
@@ -63,6 +67,10 @@ _MULTICAST_REASON = ("every hot-standby replica must receive every tuple so the 
 _REPLICA_REASON = ("its hot-standby replicas must stay identical, and a change cannot reach them "
                    "at the same batch; resubmit the spec to change it")
 _SIMPLE_NAME = re.compile(r"^(?P<base>.+)_(?P<n>\d+)$")
+# What a control tuple's value may be (docs/control.md): a rate in tuples per second, and the
+# length of a condition's text (its nesting is bounded by the expression parser).
+MIN_RATE, MAX_RATE = 0.001, 10_000_000.0
+MAX_CONDITION_CHARS = 10_000
 
 
 class ControlRefused(ValueError):
@@ -135,11 +143,13 @@ class ControlCatalog:
     adjustable: tuple[Adjustable, ...] = ()
     fixed: tuple[Fixed, ...] = ()
     operators: tuple[tuple[str, str], ...] = ()  # every spec operator and its kind
+    path_roots: tuple[str, ...] = ()  # where a new sink path may lie (the compile's roots)
 
     def to_json(self) -> dict[str, Any]:
         return {"adjustable": [a.to_json() for a in self.adjustable],
                 "fixed": [f.to_json() for f in self.fixed],
-                "operators": [list(o) for o in self.operators]}
+                "operators": [list(o) for o in self.operators],
+                "path_roots": list(self.path_roots)}
 
     @classmethod
     def from_json(cls, d: dict[str, Any] | None) -> "ControlCatalog":
@@ -147,7 +157,8 @@ class ControlCatalog:
             return cls()
         return cls(tuple(Adjustable.from_json(a) for a in d.get("adjustable", [])),
                    tuple(Fixed(*f) for f in d.get("fixed", [])),
-                   tuple((o[0], o[1]) for o in d.get("operators", [])))
+                   tuple((o[0], o[1]) for o in d.get("operators", [])),
+                   tuple(str(r) for r in d.get("path_roots", [])))
 
     def find(self, operator: str, parameter: str) -> Adjustable | None:
         for a in self.adjustable:
@@ -169,9 +180,10 @@ class Change:
 # --- building the catalogue (pure) --------------------------------------------------------------
 
 def catalog_for(logical: "Graph", physical: "Graph", plans: "tuple[TaskPlan, ...]",
-                resolve: Callable[[str], str] = lambda path: path) -> ControlCatalog:
+                resolve: Callable[[str], str] = lambda path: path,
+                roots: PathRoots = PathRoots(())) -> ControlCatalog:
     """The control catalogue of a compiled query; `resolve` makes a spec's relative paths
-    absolute, as the tasks see them."""
+    absolute, as the tasks see them; a new sink path must lie inside `roots`."""
     task_of = {node: plan.task_id for plan in plans for node in plan.nodes}
     logical_names = {n.name for n in logical.nodes}
     adjustable: list[Adjustable] = []
@@ -190,7 +202,7 @@ def catalog_for(logical: "Graph", physical: "Graph", plans: "tuple[TaskPlan, ...
         elif routing is not None:
             fixed.append(routing)
     return ControlCatalog(tuple(adjustable), tuple(fixed),
-                          tuple((n.name, n.kind) for n in logical.nodes))
+                          tuple((n.name, n.kind) for n in logical.nodes), roots.roots)
 
 
 def _copies(node: "Node", physical: "Graph", logical_names: set[str]) -> list["Node"]:
@@ -311,9 +323,9 @@ def check_tuple(catalog: ControlCatalog, query_id: str, operator: str, parameter
     if not isinstance(value, str):
         raise ControlRefused([f"{operator}.{parameter}: the value must be text"])
     try:
-        runtime_value = _runtime_value(adjustable, value)
-    except (ParamValueError, expressions.ExpressionError) as exc:
-        raise ControlRefused([f"{operator}.{parameter} = {value!r}: {exc}"]) from None
+        runtime_value = _runtime_value(adjustable, value, PathRoots(catalog.path_roots))
+    except (ParamValueError, PathRefused, expressions.ExpressionError) as exc:
+        raise ControlRefused([f"{operator}.{parameter} = {_shown(value)}: {exc}"]) from None
     return Change(adjustable, value.strip(), runtime_value)
 
 
@@ -354,8 +366,11 @@ def _not_adjustable(catalog: ControlCatalog, operator: str, kind: str, parameter
     return f"{operator} ({kind}) has no parameter {parameter!r} ({offer})"
 
 
-def _runtime_value(adjustable: Adjustable, text: str) -> Any:
+def _runtime_value(adjustable: Adjustable, text: str, roots: PathRoots) -> Any:
     if adjustable.value_kind == "expression":
+        if len(text) > MAX_CONDITION_CHARS:
+            raise ParamValueError(f"the condition has {len(text)} characters; at most "
+                                  f"{MAX_CONDITION_CHARS} are taken")
         scope = expressions.Scope(dict(adjustable.scope))
         expressions.compile_condition(text, scope)
         return text.strip()
@@ -369,10 +384,40 @@ def _runtime_value(adjustable: Adjustable, text: str) -> Any:
         return tuple(columns)  # type: ignore[arg-type]
     definition = CATALOGUE[adjustable.kind].param(adjustable.parameter)
     assert definition is not None
+    if adjustable.value_kind == "path":
+        return _sink_path(text, roots)
     value = parse_value(definition, text)
-    if adjustable.value_kind == "path" and not str(value).startswith("/"):
-        raise ParamValueError("a sink's new path must be absolute (it is opened by the task, "
-                              "wherever it runs)")
+    if adjustable.value_kind == "float":
+        return _rate(value)  # type: ignore[arg-type]
     if adjustable.value_kind == "endpoint" and str(value).startswith("tcp://*"):
         raise ParamValueError("name the host readers reach, e.g. tcp://127.0.0.1:7000")
     return value
+
+
+def _shown(value: str, limit: int = 120) -> str:
+    """A refused value as a refusal quotes it: its repr, shortened past `limit` characters."""
+    return repr(value) if len(value) <= limit else f"{value[:limit]!r}... ({len(value)} chars)"
+
+
+def _rate(value: float) -> float:
+    """A rate a source can be paced at: finite, from MIN_RATE to MAX_RATE tuples per second (a
+    non-finite one cannot be stored in the task's pacing state, nor read back)."""
+    if not math.isfinite(value) or not MIN_RATE <= value <= MAX_RATE:
+        raise ParamValueError(f"a rate is a finite number of tuples per second from "
+                              f"{MIN_RATE:g} to {MAX_RATE:,.0f}")
+    return value
+
+
+def _sink_path(text: str, roots: PathRoots) -> str:
+    """A sink's new path: absolute (the task opens it, wherever it runs), no control
+    characters, a file name (not a folder), and, `..` and symbolic links resolved, inside the
+    roots the query was compiled with (a catalogue without roots confines nothing here: the
+    task re-checks against its own when it opens the file)."""
+    value = text.strip()
+    if not value.startswith("/"):
+        raise ParamValueError("a sink's new path must be absolute (it is opened by the task, "
+                              "wherever it runs)")
+    if not roots.roots:
+        confine(value, "/", PathRoots(("/",)))
+        return value
+    return confine(value, "/", roots)

@@ -1,10 +1,11 @@
 """The compiler's front door: spec text in, a `CompiledQuery` (or every diagnostic) out.
 
 Owns the order of the compiler's steps, as DESIGN.md draws them: parse + structure check
-(`spec`), semantic check into a logical graph (`validate`), rewrite into a physical graph
-(`rewrite`, with the shipped rules of `rewrite_rules/` plus an optional user rule folder; the
-identity when the spec asks for no pattern), split into tasks (`tasks`), and generate each task's
-program (`codegen`). The CLI and the scheduler's API both call `compile_spec_text`.
+(`spec`), semantic check into a logical graph (`validate`; file paths against the path roots the
+caller gives, `paths`), rewrite into a physical graph (`rewrite`, with the shipped rules of
+`rewrite_rules/` plus an optional user rule folder; the identity when the spec asks for no
+pattern), split into tasks (`tasks`), and generate each task's program (`codegen`). The CLI and
+the scheduler's API both call `compile_spec_text`.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 from compiler import codegen, spec as spec_mod, validate
 from compiler.control import catalog_for
 from compiler.graph import Graph
+from compiler.paths import PathRoots, local_roots
 from compiler.rewrite import Firing, rewrite
 from compiler.rules import Rule, load_rules
 from compiler.tasks import (ChannelSpec, CompiledQuery, QueryTask, TaskPlan, split_into_tasks,
@@ -40,51 +42,73 @@ class Compilation:
     refused: tuple[Diagnostic, ...] = ()
 
 
-def check_spec_text(text: str | bytes, filename: str) -> tuple[Graph | None, list[Diagnostic]]:
-    """Structure and meaning of a spec: its logical graph (None on errors) and all diagnostics."""
+def check_spec_text(text: str | bytes, filename: str, base_dir: str | Path | None = None,
+                    path_roots: PathRoots | None = None) -> tuple[Graph | None, list[Diagnostic]]:
+    """Structure and meaning of a spec: its logical graph (None on errors) and all diagnostics.
+    File paths are checked against `path_roots` (see `compile_spec_text`)."""
+    base = _base(filename, base_dir)
     try:
-        _, graph, everything = _checked(text, filename)
+        _, graph, everything = _checked(text, filename, base, _roots(base, path_roots))
     except SpecError as e:
         return None, list(e.diagnostics)
     return graph, everything
 
 
-def _checked(text: str | bytes, filename: str) -> tuple[spec_mod.Spec, Graph | None,
-                                                        list[Diagnostic]]:
+def _checked(text: str | bytes, filename: str, base: Path,
+             roots: PathRoots) -> tuple[spec_mod.Spec, Graph | None, list[Diagnostic]]:
     """The parsed spec, its logical graph (None when any diagnostic is an error) and every
     diagnostic; SpecError when the text is not even well-formed XML."""
     parsed, problems = spec_mod.read_spec(text, filename)
     graph, semantic = validate.check(parsed)
-    everything = problems + semantic
+    everything = problems + semantic + validate.check_paths(parsed, str(base), roots)
     if any(d.severity == "error" for d in everything):
         return parsed, None, everything
     return parsed, graph, everything
 
 
+def _base(filename: str, base_dir: str | Path | None) -> Path:
+    """The folder a spec's relative paths are taken from: `base_dir`, else the spec's own."""
+    return Path(base_dir) if base_dir is not None else Path(filename).resolve().parent
+
+
+def _roots(base: Path, path_roots: PathRoots | None) -> PathRoots:
+    """The roots file paths must lie in: `path_roots` as given (a service compiling for remote
+    clients passes its configured ones, so a client's folder only resolves relative paths),
+    else those of a local compile, whose spec folder `base` is one (`paths.local_roots`)."""
+    return path_roots if path_roots is not None else local_roots(base)
+
+
 def compile_spec_text(text: str | bytes, filename: str, base_dir: str | Path | None = None,
                       query_id: str | None = None, rules_dir: str | Path | None = None,
-                      plan_only: bool = False) -> Compilation:
+                      plan_only: bool = False,
+                      path_roots: PathRoots | None = None) -> Compilation:
     """Compile a spec; raise SpecError with every error (and warning) found.
     Relative file paths in the spec are taken relative to `base_dir` (default: the spec file's
-    folder). `rules_dir` adds a folder of user rule files. A rewritten plan the runtime cannot
-    run (hot standby of an operator with several inputs) raises a located SpecError, unless
-    `plan_only` (explain), which returns it with those diagnostics in `refused`."""
-    parsed, graph, everything = _checked(text, filename)
+    folder), and every file path must then lie inside `path_roots` (default: the local roots,
+    `paths.local_roots(base)`; the scheduler's API passes its configured roots, so the folder a
+    remote client names serves to resolve paths and widens nothing). `rules_dir` adds a folder
+    of user rule files. A rewritten plan the runtime cannot run (hot standby of an operator
+    with several inputs) raises a located SpecError, unless `plan_only` (explain), which
+    returns it with those diagnostics in `refused`."""
+    base = _base(filename, base_dir)
+    roots = _roots(base, path_roots)
+    parsed, graph, everything = _checked(text, filename, base, roots)
     if graph is None:
         raise SpecError(everything)
-    base = Path(base_dir) if base_dir is not None else Path(filename).resolve().parent
     return _finish(parsed, graph, query_id or parsed.name, base, tuple(everything),
-                   rules_for(rules_dir), plan_only)
+                   rules_for(rules_dir), plan_only, roots)
 
 
 def compile_spec_file(path: str | Path, base_dir: str | Path | None = None,
-                      rules_dir: str | Path | None = None, plan_only: bool = False) -> Compilation:
+                      rules_dir: str | Path | None = None, plan_only: bool = False,
+                      path_roots: PathRoots | None = None) -> Compilation:
     path = Path(path)
     try:
         text = path.read_bytes()
     except OSError as e:
         raise SpecError([_unreadable(path, e)]) from None
-    return compile_spec_text(text, str(path), base_dir, rules_dir=rules_dir, plan_only=plan_only)
+    return compile_spec_text(text, str(path), base_dir, rules_dir=rules_dir, plan_only=plan_only,
+                             path_roots=path_roots)
 
 
 def rules_for(rules_dir: str | Path | None = None) -> tuple[Rule, ...]:
@@ -113,7 +137,7 @@ def _unreadable(path: Path, e: OSError) -> Diagnostic:
 
 def _finish(parsed: spec_mod.Spec, logical: Graph, query_id: str, base: Path,
             warnings: tuple[Diagnostic, ...], rules: tuple[Rule, ...],
-            plan_only: bool) -> Compilation:
+            plan_only: bool, roots: PathRoots) -> Compilation:
     rewritten = rewrite(logical, rules)
     physical = rewritten.graph
     refused = _unrunnable(parsed, physical)
@@ -126,7 +150,8 @@ def _finish(parsed: spec_mod.Spec, logical: Graph, query_id: str, base: Path,
              for n in physical.sinks() if n.kind == "file-sink"}
     query = CompiledQuery(query_id, tasks, channels, sinks,
                           catalog_for(logical, physical, plans,
-                                      lambda path: str(codegen.resolve_path(base, path))))
+                                      lambda path: str(codegen.resolve_path(base, path)),
+                                      roots))
     return Compilation(parsed, logical, physical, plans, query, warnings, rewritten.firings,
                        refused)
 

@@ -19,6 +19,7 @@ from compiler.operators import (AGGREGATE_FUNCTIONS, CATALOGUE, PLUMBING, SHAPE_
                                 OperatorDef,
                                 ParamValueError, aggregate_type, canonical_duration,
                                 control_schema_problems, join_output_names, parse_value)
+from compiler.paths import PathRefused, PathRoots, confine
 from compiler.spec import OperatorDecl, ParamDecl, PatternAttr, Spec
 from compiler.types import ColumnType, Field, Schema
 from elastiq.diagnostics import Diagnostic, Position, SpecError, suggest
@@ -709,3 +710,28 @@ def _check_pipeline(c: _Checker, op: OperatorDecl, attrs: dict[str, PatternAttr]
                 'write pipeline="split" to run this operator as its own task')
         return
     requests["pipeline"] = "split"
+
+
+# ----------------------------------------------------------------------------------------------
+# File paths: inside the operator's roots (compiler.paths); kept apart from the checks above
+
+def check_paths(spec: Spec, base: str, roots: PathRoots) -> list[Diagnostic]:
+    """One located error per path parameter (a file source's or sink's `path`) that names a
+    place file operators may not use: control characters, a folder, or, relative parts taken
+    against `base` and `..` and symbolic links resolved, outside `roots`."""
+    found: list[Diagnostic] = []
+    for op in spec.operators:
+        definition = CATALOGUE.get(op.kind)
+        if definition is None:
+            continue
+        for p in op.params:
+            pdef = definition.param(p.name)
+            if pdef is None or pdef.kind != "path":
+                continue
+            try:
+                confine(p.value.strip(), base, roots)
+            except PathRefused as e:
+                found.append(Diagnostic(p.value_pos(),
+                                        f"parameter '{p.name}' of '{op.name}': {e}",
+                                        "see docs/spec-language.md, 'Files'"))
+    return found

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Callable, Sequence
 
+from compiler.paths import PathRoots, local_roots
 from compiler.pipeline import check_spec_text, compile_spec_file
 from elastiq.diagnostics import Diagnostic, SpecError
 
@@ -41,6 +42,7 @@ def _parser() -> argparse.ArgumentParser:
 
     v = sub.add_parser("validate", help="check specs; report every problem with file:line:column")
     v.add_argument("specs", nargs="+", metavar="SPEC")
+    add_path_root_option(v)
     v.set_defaults(handler=cmd_validate)
 
     e = sub.add_parser("explain", help="show the logical and physical plans and the tasks")
@@ -48,6 +50,7 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("-o", "--out", metavar="DIR", help="where to write the pictures "
                    "(default: elastiq-out/<query>/plan)")
     e.add_argument("--rules", metavar="DIR", help="a folder of more rewrite rule files (*.rule)")
+    add_path_root_option(e)
     e.set_defaults(handler=cmd_explain)
 
     c = sub.add_parser("compile", help="write the generated task programs")
@@ -55,11 +58,26 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("-o", "--out", metavar="DIR", help="output folder "
                    "(default: elastiq-out/<query>/tasks)")
     c.add_argument("--rules", metavar="DIR", help="a folder of more rewrite rule files (*.rule)")
+    add_path_root_option(c)
     c.set_defaults(handler=cmd_compile)
 
     for register in _EXTRA_COMMANDS:
         register(sub)
     return p
+
+
+def add_path_root_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--path-root", action="append", default=[], metavar="DIR",
+                   help="a folder file sources and sinks may use besides the spec's own and "
+                        "elastiq-state/data (repeatable; also $ELASTIQ_PATH_ROOTS)")
+
+
+def spec_roots(spec: str | Path, args: argparse.Namespace,
+               state_dir: str | Path | None = None) -> PathRoots:
+    """The path roots of a spec compiled here: its folder, the state data folder, --path-root
+    and $ELASTIQ_PATH_ROOTS (`compiler.paths.local_roots`)."""
+    return local_roots(Path(spec).resolve().parent, getattr(args, "path_root", []) or [],
+                       state_dir)
 
 
 def _register_service_commands(sub: argparse._SubParsersAction) -> None:
@@ -100,7 +118,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
             print(f"{path}:1:1: error: cannot read the spec: {e.strerror}", file=sys.stderr)
             status = 1
             continue
-        graph, diagnostics = check_spec_text(text, path)
+        graph, diagnostics = check_spec_text(text, path, path_roots=spec_roots(path, args))
         _print_diagnostics(diagnostics)
         if graph is None:
             status = 1
@@ -112,7 +130,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def cmd_explain(args: argparse.Namespace) -> int:
     from elastiq.explain import explain, write_pictures
 
-    compilation = compile_spec_file(args.spec, rules_dir=args.rules, plan_only=True)
+    compilation = compile_spec_file(args.spec, rules_dir=args.rules, plan_only=True,
+                                    path_roots=spec_roots(args.spec, args))
     _print_diagnostics(compilation.warnings + compilation.refused)
     out = Path(args.out or Path("elastiq-out") / compilation.query.query_id / "plan")
     print(explain(compilation))
@@ -122,7 +141,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
-    compilation = compile_spec_file(args.spec, rules_dir=args.rules)
+    compilation = compile_spec_file(args.spec, rules_dir=args.rules,
+                                    path_roots=spec_roots(args.spec, args))
     _print_diagnostics(compilation.warnings)
     out = Path(args.out or Path("elastiq-out") / compilation.query.query_id / "tasks")
     out.mkdir(parents=True, exist_ok=True)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, TextIO
 
+from compiler.paths import ENV_VAR as PATH_ROOTS_ENV, PathRoots, local_roots
 from compiler.pipeline import compile_spec_file
 from compiler.tasks import agents_needed
 from elastiq.progress import ProgressLine, Summary
@@ -41,6 +42,7 @@ class RunOptions:
     duration: float | None = None  # seconds; None: until Ctrl-C or the query ends
     show_progress: bool = True
     api_port: int | None = 8088  # the scheduler API on 127.0.0.1 (busy: any free port); None: off
+    path_roots: tuple[str, ...] = ()  # folders file operators may use besides the defaults
 
 
 class RunError(Exception):
@@ -98,18 +100,20 @@ def run(options: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.stderr)
     """Run a query until it ends, `duration` passes or the user presses Ctrl-C. Returns the
     exit status: 0 when the query finished or was stopped by the user, 1 when it failed."""
     check_java()
-    compilation = compile_spec_file(options.spec)
-    for warning in compilation.warnings:
-        print(warning.render(), file=err)
     state = options.state_dir or Path(tempfile.mkdtemp(prefix="elastiq-run-"))
     try:
-        return _run_in(state, compilation, options, out, err)
+        roots = local_roots(options.spec.resolve().parent, options.path_roots, state)
+        compilation = compile_spec_file(options.spec, path_roots=roots)
+        for warning in compilation.warnings:
+            print(warning.render(), file=err)
+        return _run_in(state, compilation, options, out, err, roots)
     finally:
         if options.state_dir is None:
             shutil.rmtree(state, ignore_errors=True)
 
 
-def _run_in(state: Path, compilation: Any, options: RunOptions, out: TextIO, err: TextIO) -> int:
+def _run_in(state: Path, compilation: Any, options: RunOptions, out: TextIO, err: TextIO,
+            roots: PathRoots) -> int:
     from elastiq.embedded import EmbeddedCluster
     from scheduler.config import ExecutorSpec, SchedulerConfig
     from scheduler.mesos_adapter import SchedulerService
@@ -123,7 +127,8 @@ def _run_in(state: Path, compilation: Any, options: RunOptions, out: TextIO, err
     executor = ExecutorSpec(command=f"exec {sys.executable} -m executor",
                             environment=(("ELASTIQ_STATE_DIR", str(state / "state")),
                                          ("ELASTIQ_SPARK_CORES", str(spark_cores(options.cpus_per_agent))),
-                                         ("PYTHONPATH", _pythonpath()))
+                                         ("PYTHONPATH", _pythonpath()),
+                                         (PATH_ROOTS_ENV, roots.to_env()))
                             + executor_token_environment(None, options.api_port or 0))
     config = SchedulerConfig(executor=executor)
     print(f"elastiq: running {query.query_id} ({len(query.tasks)} task(s)) on "

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from compiler.paths import ENV_VAR as PATH_ROOTS_ENV, service_roots
 from scheduler.client import DEFAULT_URL, RequestRejected, SchedulerClient, SchedulerUnavailable
 
 TOKEN_FILE_HELP = ("the scheduler's API token file (default: $ELASTIQ_TOKEN_FILE, else "
@@ -40,6 +41,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="serve the scheduler API on 127.0.0.1:PORT (default 8088; any free port "
                         "when taken) for `elastiq status`, `control` and `migrate`")
     r.add_argument("--no-api", action="store_true", help="do not serve the scheduler API")
+    r.add_argument("--path-root", action="append", default=[], metavar="DIR",
+                   help="a folder file sources and sinks may use besides the spec's own and "
+                        "the state directory's data folder (repeatable)")
     r.set_defaults(handler=cmd_run)
 
     s = sub.add_parser("scheduler", help="run the scheduler service with its HTTP API")
@@ -70,6 +74,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--executor-env", action="append", default=[], metavar="NAME=VALUE",
                    help="environment for the executors agents start (repeatable), e.g. "
                         "ELASTIQ_SPARK_CORES=8")
+    s.add_argument("--path-root", action="append", default=[], metavar="DIR",
+                   help="a folder file sources and sinks may use (repeatable); default: the "
+                        "working folder; the state directory's data folder always")
     s.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"),
                    help="what the service logs to stderr (default INFO)")
     s.set_defaults(handler=cmd_scheduler)
@@ -112,7 +119,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                          mem_per_agent_mb=args.mem, duration=args.duration,
                          state_dir=Path(args.state_dir) if args.state_dir else None,
                          show_progress=not args.no_progress,
-                         api_port=None if args.no_api else args.api_port)
+                         api_port=None if args.no_api else args.api_port,
+                         path_roots=tuple(args.path_root))
     try:
         return run(options)
     except RunError as e:
@@ -142,9 +150,12 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
     except (ValueError, OSError) as e:
         print(f"elastiq: {e}", file=sys.stderr)
         return 2
+    roots = service_roots(state, args.path_root)
+    os.environ[PATH_ROOTS_ENV] = roots.to_env()  # what the API compiles with (configured_roots)
     config = SchedulerConfig(executor=ExecutorSpec(
         command=args.executor_command or f"exec {sys.executable} -m executor",
-        environment=(("ELASTIQ_STATE_DIR", str(state / "state")),)
+        environment=(("ELASTIQ_STATE_DIR", str(state / "state")),
+                     (PATH_ROOTS_ENV, roots.to_env()))
         + executor_token_environment(args.token_file, int(port)) + extra_env))
     cluster = None
     master = args.master
@@ -180,7 +191,7 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
             cluster.__exit__(None, None, None)
         return 1
     print(f"elastiq scheduler: API on {api.url} (token in {api.token_file}), master {master}; "
-          "Ctrl-C stops it", file=sys.stderr)
+          f"file operators confined to {roots.describe()}; Ctrl-C stops it", file=sys.stderr)
     stop = {"now": False}
     signal.signal(signal.SIGINT, lambda *_: stop.update(now=True))
     signal.signal(signal.SIGTERM, lambda *_: stop.update(now=True))

@@ -550,7 +550,7 @@ class ExecutorState:
         sid, mid = ev.stimulus_id, ev.mesos_task_id
         if ev.state == "running" and task.phase == "launching":
             task.move("running", sid)
-            return [SendStatus(sid, mid, "TASK_RUNNING")]
+            return [SendStatus(sid, mid, "TASK_RUNNING", ev.reason)]  # e.g. state replaced
         if ev.state == "failed":
             task.move("failed", sid)
             return [SendStatus(sid, mid, "TASK_FAILED", ev.reason or "the query failed"),

@@ -19,6 +19,7 @@ import logging
 import os
 import re
 import threading
+import time
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping, Sequence
@@ -31,6 +32,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from compiler.operators import (AGGREGATE_FUNCTIONS, aggregate_type, control_schema_problems,
                                 join_output_names)
+from compiler.paths import PathRefused, confine_at_open
 from compiler.types import ColumnType, Field, Schema
 from executor import shapes, sinks, sources
 from executor.batch_gate import BatchGate
@@ -201,6 +203,7 @@ class TaskRuntime:
         self.params = {op: dict(values) for op, values in params.items()}
         self.gate = BatchGate()
         self.live: dict[tuple[str, str], LiveParam] = {}  # (operator id, keyword) -> how
+        self.notices: list[str] = []  # persisted state found unreadable and replaced
         for source in sources.ALL_SOURCES:
             spark.dataSource.register(source)
 
@@ -247,6 +250,16 @@ class TaskRuntime:
     def _anchor_path(self, op: str) -> str:
         return os.path.join(self.checkpoint_dir, "pacing", f"{op}.anchor")
 
+    def _pacing(self, op: str, rate: float | None) -> str:
+        """The source's pacing file; an unreadable one is replaced now, and said (log, and the
+        task's status through `notices`), so the source resumes where Spark planned it."""
+        path = self._anchor_path(op)
+        notice = sources.repair_pacing(path, time.time(), rate)
+        if notice is not None:
+            log.warning("task %s: %s", self.task_id, notice)
+            self.notices.append(f"{op}: {notice}")
+        return path
+
     def _load(self, fmt: str, config: Any) -> DataFrame:
         return (self.spark.readStream.format(fmt)
                 .option(sources.CONFIG_OPTION, sources.encode_config(config)).load())
@@ -285,13 +298,14 @@ class TaskRuntime:
             start_us = shapes.parse_start(start)
         except shapes.ShapeError as exc:
             raise self._error(op, str(exc)) from None
-        if not rate > 0 or not pace > 0:
-            raise self._error(op, f"generator rate must be > 0, got {pace}")
+        if not (rate > 0 and pace > 0 and sources.usable_rate(float(rate))
+                and sources.usable_rate(pace)):
+            raise self._error(op, f"generator rate must be a finite number > 0, got {pace}")
         if limit is not None and limit < 0:
             raise self._error(op, f"generator limit must be >= 0, got {limit}")
         config = sources.GeneratorConfig(
             self.task_id, op, shape, sources.schema_pairs(schema), seed, float(rate), limit,
-            start_us, self._anchor_path(op), self.source_partitions, pace)
+            start_us, self._pacing(op, pace), self.source_partitions, pace)
         self._put(op, output, self._load(sources.GeneratorSource.name(), config), schema)
 
     def file_source(self, *, op: str, output: str, schema: Schema, path: str,
@@ -299,12 +313,16 @@ class TaskRuntime:
         rate = self._param(op, "rate", rate)
         if format not in ("jsonl", "csv"):
             raise self._error(op, f"file format must be jsonl or csv, got {format!r}")
+        try:
+            path = confine_at_open(path)
+        except PathRefused as exc:
+            raise self._error(op, str(exc)) from None
         if not os.path.isfile(path):
             raise self._error(op, f"input file {path!r} does not exist")
-        if rate is not None and not rate > 0:
-            raise self._error(op, f"file replay rate must be > 0, got {rate}")
+        if rate is not None and not (rate > 0 and sources.usable_rate(float(rate))):
+            raise self._error(op, f"file replay rate must be a finite number > 0, got {rate}")
         config = sources.FileConfig(self.task_id, op, os.path.abspath(path), format,
-                                    sources.schema_pairs(schema), rate, self._anchor_path(op))
+                                    sources.schema_pairs(schema), rate, self._pacing(op, rate))
         self._put(op, output, self._load(sources.FileSource.name(), config), schema)
 
     def _channel_stream(self, op: str, output: str, schema: Schema, channel: str,
@@ -507,8 +525,11 @@ class TaskRuntime:
                   format: Literal["jsonl"] = "jsonl") -> None:
         if format != "jsonl":
             raise self._error(op, f"file sink format must be jsonl, got {format!r}")
-        sink = sinks.FileSink(self.task_id, self._param(op, "path", path),
-                              owner=self.checkpoint_dir)
+        try:
+            sink = sinks.FileSink(self.task_id, self._param(op, "path", path),
+                                  owner=self.checkpoint_dir)
+        except (OSError, PathRefused) as exc:
+            raise self._error(op, f"cannot write the output file: {exc}") from None
         self.live[(op, "path")] = LiveParam(path, sink.retarget)
         self._start(op, input, sink)
 

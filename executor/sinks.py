@@ -15,6 +15,7 @@ Does not own queries (`executor.runtime`) or the channel protocol (`executor.cha
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import math
@@ -29,6 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from compiler.operators import CONTROL_COLUMNS
+from compiler.paths import confine_at_open
 from scheduler.client import RequestRejected, SchedulerUnavailable
 
 log = logging.getLogger(__name__)
@@ -72,13 +74,31 @@ class CommitMark:
     owner: str = ""
 
 
+class UnreadableMark(ValueError):
+    """A sidecar that is not a commit mark (damaged from outside: we replace it atomically)."""
+
+
 def read_mark(path: str) -> CommitMark | None:
+    """The sidecar at `path`; None when there is none, UnreadableMark when it is not one."""
     try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
+        with open(path, "rb") as f:
+            data = json.loads(f.read(4096).decode("utf-8", errors="replace"))
+        mark = CommitMark(int(data["batch_id"]), int(data["length"]), str(data.get("owner", "")))
     except FileNotFoundError:
         return None
-    return CommitMark(int(data["batch_id"]), int(data["length"]), str(data.get("owner", "")))
+    except (ValueError, TypeError, KeyError, AttributeError, IsADirectoryError) as exc:
+        raise UnreadableMark(f"{path} is not a commit mark ({type(exc).__name__})") from None
+    if mark.length < 0:
+        raise UnreadableMark(f"{path} records a negative length")
+    return mark
+
+
+def trusted_mark(mark: CommitMark | None, size: int) -> CommitMark | None:
+    """A readable mark that records more bytes than the file holds says nothing true: the file
+    is taken as it is, as if another run wrote it (pure)."""
+    if mark is not None and mark.length > size:
+        return CommitMark(-1, size, "")
+    return mark
 
 
 def write_mark(path: str, mark: CommitMark) -> None:
@@ -112,8 +132,20 @@ class JsonlAppendLog:
         self.path = path
         self.owner = owner  # the run appending (its checkpoint folder)
         self.mark_path = f"{path}.commit"
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        self.created = writable_file(path)
         self._lock = threading.Lock()
+
+    def _mark(self) -> CommitMark | None:
+        """The sidecar as this run sees it; a damaged one is reported and the file's bytes are
+        kept as they are (this run appends after them; a batch written just before the damage
+        may then be written twice, never lost or truncated away)."""
+        size = os.path.getsize(self.path) if os.path.exists(self.path) else 0
+        try:
+            mark = trusted_mark(read_mark(self.mark_path), size)
+        except UnreadableMark as exc:
+            log.error("file sink %s: %s; appending after its %s bytes", self.path, exc, size)
+            mark = CommitMark(-1, size, "")
+        return adopt(mark, self.owner)
 
     def _truncate_to(self, mark: CommitMark | None) -> None:
         length = mark.length if mark else 0
@@ -124,7 +156,7 @@ class JsonlAppendLog:
     def append(self, batch_id: int, lines: list[str]) -> bool:
         """Append a batch's lines; False if that batch id was already written."""
         with self._lock:
-            mark = adopt(read_mark(self.mark_path), self.owner)
+            mark = self._mark()
             if not should_write(mark, batch_id):
                 return False
             self._truncate_to(mark)
@@ -147,6 +179,25 @@ class BatchSink(Protocol):
     def __call__(self, df: Any, batch_id: int) -> None: ...
 
 
+def writable_file(path: str) -> bool:
+    """Make sure `path` (and its sidecar) can be appended to, before any batch is: its folder
+    made, the file opened for appending (created empty if missing: True). OSError (nothing
+    made but maybe folders) when it is a folder, lies under a file, or may not be written; a
+    path outside the executor's path roots is refused first (PathRefused)."""
+    confine_at_open(path)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    for name in (path, f"{path}.commit"):
+        if os.path.isdir(name):
+            raise IsADirectoryError(errno.EISDIR, "is a folder, not a file", name)
+    existed = os.path.exists(path)
+    with open(path, "ab"):
+        pass
+    if not os.access(os.path.dirname(os.path.abspath(path)), os.W_OK):
+        raise PermissionError(errno.EACCES, "its folder may not be written (the commit mark "
+                                            "lives next to the file)", path)
+    return not existed
+
+
 class FileSink:
     def __init__(self, task_id: str, path: str, owner: str = "") -> None:
         self.task_id = task_id
@@ -154,13 +205,18 @@ class FileSink:
         self.rows_out = 0
 
     def retarget(self, path: Any) -> Callable[[], None]:
-        """Append the next batches to `path` (OSError, nothing changed, if its folder cannot be
-        made); returns how to go back to the current file."""
+        """Append the next batches to `path`; returns how to go back to the current file.
+        Checked before anything changes (`writable_file`): OSError or PathRefused, the sink
+        still on its file, when the new one cannot be written."""
         before, self.log = self.log, JsonlAppendLog(str(path), self.log.owner)
+        moved = self.log
         log.info("task %s: sink moves from %s to %s", self.task_id, before.path, path)
 
         def undo() -> None:
             self.log = before
+            if moved.created and os.path.exists(moved.path) and \
+                    os.path.getsize(moved.path) == 0:
+                os.unlink(moved.path)  # the empty file the check made
         return undo
 
     def __call__(self, df: Any, batch_id: int) -> None:

@@ -6,7 +6,9 @@ Owns three sources and the reasoning for their reader kind:
   workers, partitioned across cores (full reader ~200k rows/s vs simple ~130k: all data would
   otherwise pass the one planner process). `latestOffset` advances with wall time at `rate` from
   an anchor instant persisted in the checkpoint directory, so a restarted query catches up
-  instead of starting over; `limit` makes it finite.
+  instead of starting over; `limit` makes it finite. The pacing state is never stored with a
+  number that cannot be read back; an unreadable one is replaced (`repair_pacing`) so that the
+  source resumes at the offset Spark last planned for it.
 - file replay (`elastiq_file`, full reader): offset = number of complete data lines; the planner
   indexes byte positions of line ends, partitions carry byte ranges, workers parse with pyarrow.
 - channel (`elastiq_channel`, simple reader): offset = channel sequence number of the last batch
@@ -52,6 +54,7 @@ log = logging.getLogger(__name__)
 
 CONFIG_OPTION = "config"
 ARROW_CHUNK_ROWS = 65_536
+MAX_OFFSET = float(1 << 62)  # further than any source goes: an unbounded generator's limit
 
 
 # --- pure pacing logic --------------------------------------------------------------------------
@@ -62,7 +65,11 @@ def paced_offset(anchor: float, now: float, rate: float | None, available: int,
     what is available or `limit` (None = unbounded)."""
     bound = available
     if rate is not None:
-        bound = min(bound, max(0, math.floor((now - anchor) * rate)))
+        allowed = (now - anchor) * rate
+        if not allowed >= 0:  # negative (a clock stepped back) or not a number
+            allowed = 0.0
+        if allowed < bound:  # an infinite or huge allowance is bounded by what is available
+            bound = math.floor(allowed)
     if limit is not None:
         bound = min(bound, limit)
     return bound
@@ -84,28 +91,57 @@ def rebased_anchor(anchor: float, old_rate: float | None, rate: float, now: floa
     allowed at `now` before (`old_rate` from `anchor`, or `unpaced_bound` when it was not
     paced): a rate change takes effect without a jump or a stall (pure)."""
     allowed = unpaced_bound if old_rate is None else max(0.0, (now - anchor) * old_rate)
-    return now - allowed / rate
+    return now - min(allowed, MAX_OFFSET) / rate
+
+
+class PacingStateError(ValueError):
+    """A source's persisted pacing state cannot be read back (not JSON, not numbers, or numbers
+    that are not finite): it is replaced, never used."""
+
+
+def usable_rate(rate: float | None) -> bool:
+    """Whether a source can be paced at `rate` (None: not paced) and the pace stored (pure)."""
+    return rate is None or (isinstance(rate, (int, float)) and math.isfinite(rate) and rate > 0)
+
+
+def _parse_anchor(text: str) -> tuple[float, float | None, bool]:
+    """(anchor, the rate it was written for, whether that rate is known) from a pacing file's
+    text (an anchor written before rates were stored is a bare number); PacingStateError when
+    it is anything else (pure)."""
+    try:
+        stored = json.loads(text)
+        if isinstance(stored, dict):
+            rate = stored.get("rate")
+            found = float(stored["anchor"]), None if rate is None else float(rate), True
+        else:
+            found = float(stored), None, False
+    except (ValueError, TypeError, KeyError, RecursionError) as exc:
+        raise PacingStateError(f"not a pacing state ({type(exc).__name__}: {exc})") from None
+    if not math.isfinite(found[0]) or not usable_rate(found[1]):
+        raise PacingStateError(f"anchor {found[0]!r} or rate {found[1]!r} is not a finite "
+                               "number (a rate must be > 0)")
+    return found
 
 
 def _read_anchor(path: str) -> tuple[float, float | None, bool] | None:
-    """(anchor, the rate it was written for, whether that rate is known) from `path`; an
-    anchor written before rates were stored is a bare number."""
+    """What the pacing file at `path` holds (see `_parse_anchor`); None when there is none."""
     try:
-        with open(path, encoding="utf-8") as f:
-            stored = json.loads(f.read())
+        with open(path, "rb") as f:
+            data = f.read(4096)
     except FileNotFoundError:
         return None
-    if isinstance(stored, dict):
-        rate = stored.get("rate")
-        return float(stored["anchor"]), None if rate is None else float(rate), True
-    return float(stored), None, False
+    return _parse_anchor(data.decode("utf-8", errors="replace"))
 
 
 def _anchor_tmp(path: str, anchor: float, rate: float | None) -> str:
-    """A private file next to `path` holding the anchor, to be moved or linked into place."""
+    """A private file next to `path` holding the anchor, to be moved or linked into place.
+    ValueError for a state that could not be read back: it is never written."""
+    if not math.isfinite(anchor) or not usable_rate(rate):
+        raise ValueError(f"pacing state anchor={anchor!r} rate={rate!r} is not finite; "
+                         "not stored")
     tmp = f"{path}.{os.getpid()}.tmp"
     with open(tmp, "w", encoding="utf-8") as f:
-        json.dump({"anchor": anchor, "rate": rate}, f)
+        json.dump({"anchor": anchor, "rate": rate}, f, allow_nan=False)
     return tmp
 
 
@@ -140,14 +176,75 @@ def read_or_create_anchor(path: str, now: float, rate: float | None = None) -> f
 def pacing_anchor(path: str, now: float, rate: float | None, unpaced_bound: int = 0) -> float:
     """The pacing anchor of a source paced at `rate` (None: not paced): the one stored at
     `path` (the first caller writes `now`), rebased and stored again when it was written for
-    another rate - a control tuple changed the rate, and later restarts keep the new anchor."""
-    anchor, stored_rate, known = _stored_anchor(path, now, rate)
+    another rate - a control tuple changed the rate, and later restarts keep the new anchor.
+    An unreadable state is logged and replaced (`repair_pacing`)."""
+    if not usable_rate(rate):
+        raise ValueError(f"a source cannot be paced at {rate!r} tuples per second")
+    try:
+        anchor, stored_rate, known = _stored_anchor(path, now, rate)
+    except PacingStateError:
+        log.error("%s", repair_pacing(path, now, rate))
+        anchor, stored_rate, known = _stored_anchor(path, now, rate)
     if not known:
         _write_anchor(path, anchor, rate)
     elif rate is not None and stored_rate != rate:
         anchor = rebased_anchor(anchor, stored_rate, rate, now, unpaced_bound)
         _write_anchor(path, anchor, rate)
     return anchor
+
+
+# --- recovering from an unreadable pacing state -------------------------------------------------
+
+OFFSET_KEYS = ("index", "line")  # the offsets of paced sources: generator, file replay
+
+
+def planned_offset(spark_checkpoint: str) -> int:
+    """The furthest offset of a paced source ({"index": n} or {"line": n}) in the last
+    micro-batch Spark planned on `spark_checkpoint` (0 when none): where the source resumes."""
+    folder = os.path.join(spark_checkpoint, "offsets")
+    try:
+        batches = [int(name) for name in os.listdir(folder) if name.isdigit()]
+    except FileNotFoundError:
+        return 0
+    if not batches:
+        return 0
+    with open(os.path.join(folder, str(max(batches))), encoding="utf-8") as f:
+        lines = f.read().splitlines()[2:]  # a version line, the batch's metadata, then sources
+    return max((_offset_of(line) for line in lines), default=0)
+
+
+def _offset_of(line: str) -> int:
+    try:
+        offset = json.loads(line)
+    except ValueError:
+        return 0
+    if not isinstance(offset, dict):
+        return 0
+    numbers = [offset[k] for k in OFFSET_KEYS if isinstance(offset.get(k), int)]
+    return max(numbers, default=0)
+
+
+def spark_dir_of(anchor_path: str) -> str:
+    """The Spark checkpoint of the task whose pacing file is `anchor_path`
+    (<task>/pacing/<op>.anchor -> <task>/spark; `TaskRuntime` lays them out so)."""
+    return os.path.join(os.path.dirname(os.path.dirname(anchor_path)), "spark")
+
+
+def repair_pacing(path: str, now: float, rate: float | None) -> str | None:
+    """If the pacing state at `path` is unreadable, replace it with one that lets the source
+    resume exactly where Spark planned it last (at `rate` from `now` on: no replay, no stall,
+    no burst for a task with one paced source; a task with several lets the others catch up
+    to the furthest one) and say so; None when the state is readable or absent."""
+    try:
+        _read_anchor(path)
+        return None
+    except PacingStateError as exc:
+        problem = str(exc)
+    resume = planned_offset(spark_dir_of(path))
+    anchor = now if rate is None else now - resume / rate
+    _write_anchor(path, anchor, rate)
+    return (f"pacing state {path} was unreadable ({problem}); replaced: the source resumes at "
+            f"offset {resume} at {rate if rate is not None else 'full'} tuples/s")
 
 
 # --- configs (JSON in the "config" option) ------------------------------------------------------
@@ -269,7 +366,7 @@ class GeneratorReader(DataSourceStreamReader):
         if self._anchor is None:
             self._anchor = pacing_anchor(self.config.anchor_path, now, pace)
         limit = self.config.limit
-        available = limit if limit is not None else 1 << 62
+        available = limit if limit is not None else int(MAX_OFFSET)
         return {"index": paced_offset(self._anchor, now, pace, available, limit)}
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:

@@ -352,7 +352,8 @@ class TaskRunner:
         if rt.query is None:
             raise RuntimeError(f"task {self.task_id}: build() ended without a sink")
         self.runtime = rt
-        self._set(state="running", reason="", query_id=str(rt.query.id))
+        # running, and saying so when it replaced persisted state it could not read
+        self._set(state="running", reason="; ".join(rt.notices), query_id=str(rt.query.id))
 
     def _wait_for_failure(self) -> str | None:
         """Block until the query dies or stop() is called; the failure text, or None. A query

@@ -16,7 +16,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from compiler.control import ControlCatalog, Change
+from compiler.control import (MAX_RATE, MIN_RATE, Change, ControlCatalog, ControlRefused,
+                              check_tuple)
 
 RequestState = Literal["pending", "applied", "refused"]
 HISTORY_KEPT = 200
@@ -85,6 +86,31 @@ class QueryControl:
             return cls()
         return cls(int(d.get("version", 0)), dict(d.get("values", {})),
                    dict(d.get("task_params", {})), {}, list(d.get("history", [])))
+
+
+def drop_refused(control: QueryControl, catalog: ControlCatalog, query_id: str) -> list[str]:
+    """Check the persisted values again (a value stored before today's checks, e.g. a rate of
+    inf, would make every relaunch of its tasks fail): a value the catalogue refuses now is
+    dropped, its operator back at the spec's value on every task; returns what was dropped and
+    why (pure)."""
+    dropped: list[str] = []
+    for operator, values in list(control.values.items()):
+        for parameter, value in list(values.items()):
+            try:
+                check_tuple(catalog, query_id, operator, parameter, value)
+                continue
+            except ControlRefused as exc:
+                dropped.append(f"persisted {operator}.{parameter} dropped: {exc}")
+            del values[parameter]
+            adjustable = catalog.find(operator, parameter)
+            for target in adjustable.targets if adjustable else ():
+                ops = control.task_params.get(target.task_id, {})
+                ops.get(target.op, {}).pop(target.keyword, None)
+                if not ops.get(target.op, True):
+                    del ops[target.op]
+        if not values:
+            del control.values[operator]
+    return dropped
 
 
 def in_force(control: QueryControl, change: Change) -> bool:
@@ -204,8 +230,9 @@ def _type_name(a: Any) -> str:
     if a.value_kind == "expression":
         streams = ", ".join(name for name, _ in a.scope)
         return f"boolean expression over {streams}"
-    return {"float": "number > 0", "endpoint": "tcp://host:port", "path": "absolute path",
-            "columns": "column list"}.get(a.value_kind, a.value_kind)
+    return {"float": f"number {MIN_RATE:g}..{MAX_RATE:.0f}", "endpoint": "tcp://host:port",
+            "path": "absolute path in the roots", "columns": "column list"}.get(a.value_kind,
+                                                                                a.value_kind)
 
 
 def _jsonable(value: Any) -> Any:

@@ -811,9 +811,11 @@ def restore_query(query: CompiledQuery, source: QuerySource | None,
     waited for a restart restart at once."""
     saved = (placements or {}).get("tasks", {})
     tasks = {t.task_id: _restore_task(t, saved.get(t.task_id), now) for t in query.tasks}
+    control = ctl.QueryControl.from_json((placements or {}).get("control"))
+    for dropped in ctl.drop_refused(control, query.controls or ControlCatalog(), query.query_id):
+        log.warning("query %s: %s", query.query_id, dropped)  # stored before today's checks
     return QueryRecord(query, tasks, (placements or {}).get("phase", "active"),
-                       (placements or {}).get("failure", ""),
-                       ctl.QueryControl.from_json((placements or {}).get("control")), source)
+                       (placements or {}).get("failure", ""), control, source)
 
 
 def _restore_task(task: Any, saved: dict[str, Any] | None, now: float) -> TaskRecord:

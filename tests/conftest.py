@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Iterator
 
 import pytest
@@ -17,3 +19,15 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator["object"]:
     for query in session.streams.active:
         query.stop()
     session.stop()
+
+
+@pytest.fixture
+def scheduler_path_roots(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The path roots an operator gave the in-process scheduler (`elastiq scheduler
+    --path-root`): this test's folder, where its specs write, and the working folder (the
+    scheduler's default root). The scheduler compiles specs from clients with these roots only
+    (compiler.paths.configured_roots)."""
+    from compiler.paths import ENV_VAR
+
+    monkeypatch.setenv(ENV_VAR, os.pathsep.join([str(tmp_path), os.getcwd()]))
+    return tmp_path

@@ -18,6 +18,7 @@ from typing import Any, Iterator
 
 import pytest
 
+from compiler.paths import ENV_VAR as PATH_ROOTS_ENV
 from scheduler.api import ApiServer
 from scheduler.client import SchedulerClient
 from scheduler.loop import Reply, SchedulerLoop
@@ -64,6 +65,14 @@ class RecordingService:
     def query_status(self, query_id: str) -> dict[str, Any]:
         self.calls.append(("query_status", query_id))
         return {"query_id": query_id}
+
+
+@pytest.fixture(autouse=True)
+def path_roots(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The scheduler's configured path roots: this test's folder only (a client's X-Spec-Dir
+    resolves relative paths and must stay inside them)."""
+    monkeypatch.setenv(PATH_ROOTS_ENV, str(tmp_path))
+    return tmp_path
 
 
 @pytest.fixture
@@ -142,14 +151,14 @@ def test_a_compiled_query_with_a_program_is_refused_under_every_content_type(
 
 
 def test_a_spec_is_accepted_with_either_xml_type_and_parameters(
-        fake: tuple[RecordingService, ApiServer]) -> None:
+        fake: tuple[RecordingService, ApiServer], tmp_path: Path) -> None:
     """The refusals above are of the media type, not of everything."""
     service, server = fake
     spec = (SPECS / "e2e-filter-project.xml").read_bytes()
     for i, content_type in enumerate(("application/xml", "text/xml; charset=utf-8",
                                       "Application/XML ; charset=UTF-8")):
         status, _, body = request(server, "POST", f"/queries?query_id=ok{i}", spec,
-                                  {"Content-Type": content_type, "X-Spec-Dir": "/tmp"})
+                                  {"Content-Type": content_type, "X-Spec-Dir": str(tmp_path)})
         assert status == 201, body
     submitted = [c[1] for c in service.calls if c[0] == "submit"]
     assert [q.query_id for q in submitted] == ["ok0", "ok1", "ok2"]

@@ -12,7 +12,9 @@ import pytest
 
 from compiler.codegen import py_literal
 from compiler.graph import notation, to_dot, to_mermaid
+from compiler.paths import PathRoots, control_characters
 from compiler.pipeline import Compilation, compile_spec_file, compile_spec_text
+from elastiq.diagnostics import SpecError
 from elastiq.explain import explain
 from tests.spec_snippets import SOURCE, SINK, dataflow
 
@@ -155,7 +157,12 @@ def test_hostile_paths_stay_data_in_the_generated_program(text: str) -> None:
         "\n", "&#10;").replace("\r", "&#13;")
     spec = dataflow(SOURCE + SINK.format(stream="raw").replace(
         'value="out.jsonl"', f'value="/tmp/{xml_text}"'))
-    c = compile_spec_text(spec, "nasty.xml", base_dir=BASE)
+    roots = PathRoots.of(["/tmp"])
+    if control_characters(text):  # refused before any program is written (compiler.paths)
+        with pytest.raises(SpecError, match=r"nasty\.xml:\d+:\d+: error: .*control characters"):
+            compile_spec_text(spec, "nasty.xml", base_dir=BASE, path_roots=roots)
+        return
+    c = compile_spec_text(spec, "nasty.xml", base_dir=BASE, path_roots=roots)
     (task,) = c.query.tasks
     tree = ast.parse(task.program)
     calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)

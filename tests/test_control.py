@@ -8,27 +8,32 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 from pathlib import Path
 
 import pytest
 
 from compiler.control import ControlRefused, check_tuple, check_tuples
+from compiler.paths import configured_roots
 from compiler.pipeline import compile_spec_text
 from elastiq.control_cli import TupleSyntaxError, read_tuples
 from executor import executor_state as ex
 from executor.batch_gate import BatchGate, GateClosed, next_batch_id
-from executor.sources import pacing_anchor, paced_offset, rebased_anchor
+from executor.sources import pacing_anchor, paced_offset, rebased_anchor, repair_pacing
 from executor.task_runner import live_changes
 from scheduler.api import ApiError, control_tuples
 from scheduler.commands import ReplyToRequest, SendFrameworkMessage
 from scheduler.events import ControlRequested, FrameworkMessageReceived, OffersReceived, Tick
 from scheduler.lifecycle import TaskState
 from scheduler.mesos_adapter import unreachable_endpoints
-from scheduler.state import SchedulerState
+from scheduler.state import SchedulerState, restore_query
 from tests.test_failover_policy import start, warm_offer
 from tests.test_pattern_tasks import compiled
 from tests.test_scheduler_state import launched, of, update
 from tests.waiting import wait_for
+
+# the scheduler compiles clients' specs inside its configured roots: this test's folder
+pytestmark = pytest.mark.usefixtures("scheduler_path_roots")
 
 SPEC = """<dataflow name="q">
   <operator name="src" type="generator">
@@ -48,7 +53,9 @@ SPEC = """<dataflow name="q">
 
 
 def query(tmp_path: Path):
-    return compile_spec_text(SPEC.encode(), str(tmp_path / "q.xml"), base_dir=tmp_path).query
+    """The query as the scheduler compiles it: inside its configured roots."""
+    return compile_spec_text(SPEC.encode(), str(tmp_path / "q.xml"), base_dir=tmp_path,
+                             path_roots=configured_roots()).query
 
 
 # --- the catalogue and the checks ---------------------------------------------------------------
@@ -82,6 +89,38 @@ def test_bad_tuples_are_refused_with_what_to_fix(tmp_path: Path, operator: str, 
     with pytest.raises(ControlRefused) as refused:
         check_tuple(query(tmp_path).controls, "q", operator, parameter, value)
     assert words in str(refused.value)
+
+
+@pytest.mark.parametrize("value", ["inf", "Infinity", "-inf", "nan", "NaN", "-5", "1e400",
+                                   "1e12", "10000001"])
+def test_a_rate_that_is_not_finite_or_out_of_bounds_is_refused_and_the_query_keeps_its_rate(
+        tmp_path: Path, value: str) -> None:
+    with pytest.raises(ControlRefused) as refused:
+        check_tuple(query(tmp_path).controls, "q", "src", "rate", value)
+    assert f"src.rate = {value!r}" in str(refused.value)
+    assert any(words in str(refused.value) for words in
+               ("finite number of tuples per second from 0.001 to 10,000,000",
+                "below the minimum", "NaN is not allowed"))
+    s = running(tmp_path)
+    out = s.handle(ControlRequested("c", "q", (("src", "rate", value),)))
+    (reply,) = of(ReplyToRequest, out)
+    assert (reply.accepted, reply.status) == (False, 400) and not of(SendFrameworkMessage, out)
+    assert s.queries["q"].control.version == 0 and s.queries["q"].control.values == {}
+
+
+def test_the_rate_bounds_themselves_are_accepted(tmp_path: Path) -> None:
+    catalog = query(tmp_path).controls
+    assert check_tuple(catalog, "q", "src", "rate", "0.001").runtime_value == 0.001
+    assert check_tuple(catalog, "q", "src", "rate", "1e7").runtime_value == 10_000_000.0
+
+
+def test_a_condition_longer_than_the_bound_is_refused(tmp_path: Path) -> None:
+    long_condition = " or ".join(["raw.temp > 30"] * 800)  # 13,597 characters
+    with pytest.raises(ControlRefused, match="at most 10000 are taken") as refused:
+        check_tuple(query(tmp_path).controls, "q", "hot", "condition", long_condition)
+    assert len(str(refused.value)) < 400  # the value is shown shortened
+    short = " or ".join(["raw.temp > 30"] * 20)
+    assert check_tuple(query(tmp_path).controls, "q", "hot", "condition", short).text == short
 
 
 def test_a_request_is_checked_as_a_whole_and_reports_every_problem(tmp_path: Path) -> None:
@@ -147,6 +186,21 @@ def test_a_request_reaches_its_task_is_acknowledged_and_enters_the_history(tmp_p
     assert data["control"] == {"version": 1, "params": {"hot": {"condition": "raw.temp > 35"}}}
 
 
+def test_a_persisted_value_refused_by_todays_checks_is_dropped_when_the_query_is_restored(
+        tmp_path: Path) -> None:
+    compiled = query(tmp_path)
+    placements = {"control": {
+        "version": 2,
+        "values": {"src": {"rate": "inf"}, "hot": {"condition": "raw.temp > 35"}},
+        "task_params": {"q.t0": {"src": {"rate": float("inf")},
+                                 "hot": {"condition": "raw.temp > 35"}}}}}
+    stored = json.loads(json.dumps(placements))  # as ZooKeeper gives it back (Infinity)
+    record = restore_query(compiled, None, stored, 10.0)
+    assert record.control.values == {"hot": {"condition": "raw.temp > 35"}}
+    assert record.control.task_params == {"q.t0": {"hot": {"condition": "raw.temp > 35"}}}
+    assert record.control.version == 2
+
+
 def test_a_refused_request_changes_nothing_and_a_task_refusal_undoes_it(tmp_path: Path) -> None:
     s = running(tmp_path)
     out = s.handle(ControlRequested("c", "q", (("hot", "condition", "raw.temp >"),)))
@@ -154,7 +208,7 @@ def test_a_refused_request_changes_nothing_and_a_task_refusal_undoes_it(tmp_path
     assert (reply.accepted, reply.status) == (False, 400) and not of(SendFrameworkMessage, out)
     assert s.queries["q"].control.version == 0
     assert s.handle(ControlRequested("c", "nope", (("a", "b", "c"),)))[0].status == 404
-    out = s.handle(ControlRequested("c", "q", (("sink", "path", "/tmp/x.jsonl"),)))
+    out = s.handle(ControlRequested("c", "q", (("sink", "path", str(tmp_path / "x.jsonl")),)))
     request = of(ReplyToRequest, out)[0].body["request"]
     busy = s.handle(ControlRequested("c2", "q", (("src", "rate", "5"),)))
     assert busy[0].status == 409 and "still being applied" in busy[0].message
@@ -291,6 +345,55 @@ def test_a_new_rate_continues_from_what_the_old_one_allowed(tmp_path: Path) -> N
     legacy = tmp_path / "legacy.anchor"
     legacy.write_text("12.5")
     assert pacing_anchor(str(legacy), 99.0, 10.0) == 12.5
+
+
+def test_a_non_finite_pace_is_never_stored_and_an_extreme_rebase_stays_finite(
+        tmp_path: Path) -> None:
+    path = str(tmp_path / "pacing" / "src.anchor")
+    pacing_anchor(path, 100.0, 10.0)
+    before = Path(path).read_text()
+    for rate in (float("inf"), float("nan"), -1.0, 0.0):
+        with pytest.raises(ValueError):
+            pacing_anchor(path, 110.0, rate)
+        assert Path(path).read_text() == before  # the state on disk is untouched
+    # from the slowest rate to the fastest, 10^9 s later: finite, and no jump
+    anchor = pacing_anchor(path, 100.0, 0.001)
+    anchor = pacing_anchor(path, 1e9, 1e7)
+    assert math.isfinite(anchor) and paced_offset(anchor, 1e9, 1e7, 1 << 62, None) == \
+        pytest.approx((1e9 - 100.0) * 0.001, abs=1)
+    assert paced_offset(-math.inf, 5.0, 10.0, 1000, None) == 1000  # bounded by what exists
+    assert paced_offset(math.nan, 5.0, 10.0, 1000, None) == 0
+
+
+@pytest.mark.parametrize("garbage", ["", "not json", "{\"anchor\": Infinity, \"rate\": 500}",
+                                     "{\"anchor\": -Infinity, \"rate\": 500.0}",
+                                     "{\"anchor\": 5.0, \"rate\": Infinity}",
+                                     "{\"anchor\": 5.0, \"rate\": NaN}", "{\"rate\": 1}",
+                                     "[1, 2]", "\u0000\u0001\xff", "1e999"])
+def test_an_unreadable_pacing_state_is_replaced_where_spark_planned_and_said(
+        tmp_path: Path, garbage: str) -> None:
+    task = tmp_path / "task"
+    offsets = task / "spark" / "offsets"
+    offsets.mkdir(parents=True)
+    (offsets / "3").write_text('v1\n{"batchWatermarkMs":0}\n{"index":900}\n')
+    (offsets / "4").write_text('v1\n{"batchWatermarkMs":0}\n{"index":1200}\n')
+    state = task / "pacing" / "src.anchor"
+    state.parent.mkdir()
+    state.write_bytes(garbage.encode("utf-8", errors="surrogatepass"))
+    notice = repair_pacing(str(state), 1000.0, 100.0)
+    assert notice is not None and "unreadable" in notice and "offset 1200" in notice
+    anchor = pacing_anchor(str(state), 1000.0, 100.0)
+    assert paced_offset(anchor, 1000.0, 100.0, 1 << 62, None) == 1200  # no replay, no stall
+    assert paced_offset(anchor, 1001.0, 100.0, 1 << 62, None) == 1300
+    assert repair_pacing(str(state), 1001.0, 100.0) is None  # readable now
+
+
+def test_a_reader_that_meets_an_unreadable_state_recovers_it_itself(tmp_path: Path) -> None:
+    state = tmp_path / "pacing" / "src.anchor"
+    state.parent.mkdir()
+    state.write_text('{"anchor": -Infinity, "rate": 500.0}')
+    anchor = pacing_anchor(str(state), 50.0, 500.0)  # no Spark log yet: resumes at 0
+    assert anchor == 50.0 and paced_offset(anchor, 51.0, 500.0, 1 << 62, None) == 500
 
 
 # --- the API body, the CLI's files, probing endpoints -------------------------------------------

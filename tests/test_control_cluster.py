@@ -188,6 +188,11 @@ def test_control_tuples_move_the_writer_change_the_filter_and_refuse_bad_input(
                ("e2e-control", [("keep", "colour", "red")], 400),
                ("e2e-control", [("src", "seed", "7")], 400),  # fixed: replays other data
                ("e2e-control", [("src", "rate", "fast")], 400),
+               # a rate that is not finite or out of bounds (inf used to break the query)
+               ("e2e-control", [("src", "rate", "inf")], 400),
+               ("e2e-control", [("src", "rate", "nan")], 400),
+               ("e2e-control", [("src", "rate", "-5")], 400),
+               ("e2e-control", [("src", "rate", "1e12")], 400),
                ("e2e-control", [("keep", "condition", "nums.id >")], 400),
                ("e2e-control", [("keep", "condition", "nums.id + 1")], 400),
                ("e2e-control", [("keep", "condition", "nums.nosuch = 1")], 400),

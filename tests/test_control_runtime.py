@@ -144,3 +144,71 @@ def test_a_new_path_is_switched_in_the_running_query_exactly_at_the_epoch(
         assert sorted(ids_in(back)) == [i for i in range(cut2, end) if i % 2 == 0]
     finally:
         runner.stop()
+
+
+def test_a_sink_path_that_is_a_folder_is_refused_before_acknowledging_and_the_old_file_goes_on(
+        spark: Any, tmp_path: Path) -> None:
+    out, checkpoint = tmp_path / "kept.jsonl", tmp_path / "ck"
+    folder, marked = tmp_path / "a-folder", tmp_path / "marked.jsonl"
+    folder.mkdir()
+    (tmp_path / "marked.jsonl.commit").mkdir()  # the sidecar's place is taken by a folder
+    runner = task_runner(spark, tmp_path, "folder")
+    try:
+        runner.start()
+        wait_for(lambda: len(ids_in(out)) > 20, 60, "first output")
+        query_id = runner.status().query_id
+        with pytest.raises(ReconfigureFailed, match="IsADirectoryError"):
+            runner.reconfigure(1, {"sink": {"path": str(folder)}})
+        with pytest.raises(ReconfigureFailed, match="IsADirectoryError"):
+            runner.reconfigure(1, {"sink": {"path": str(marked)}})
+        assert runner.params_version == 0 and not marked.exists()
+        settled = last_committed(checkpoint)
+        wait_for(lambda: last_committed(checkpoint) >= settled + 2, 60,
+                 "batches after the refusals, in the old file")
+        assert runner.status().query_id == query_id and runner.status().state == "running"
+        runner.stop()
+        end = written_end(checkpoint, ids_in(out))
+        assert sorted(ids_in(out)) == [i for i in range(end) if i % 2 == 0]
+        assert list(folder.iterdir()) == []
+    finally:
+        runner.stop()
+
+
+def test_an_unreadable_pacing_state_is_reported_and_the_source_resumes_where_it_was(
+        spark: Any, tmp_path: Path) -> None:
+    out, checkpoint = tmp_path / "kept.jsonl", tmp_path / "ck"
+    state = checkpoint / "pacing" / "src.anchor"
+    runner = task_runner(spark, tmp_path, "pace")
+    try:
+        runner.start()
+        wait_for(lambda: len(ids_in(out)) > 20, 60, "first output")
+        with pytest.raises(ReconfigureFailed, match="finite"):  # the executor refuses it too
+            runner.reconfigure(1, {"src": {"rate": float("inf")}})
+        json.loads(state.read_text())  # the state stayed readable
+        runner.stop()
+    finally:
+        runner.stop()
+    resumed = end_index(checkpoint, max(int(p.name) for p in (checkpoint / "spark" / "offsets")
+                                        .iterdir() if p.name.isdigit()))
+    state.write_text('{"anchor": -Infinity, "rate": 400.0}')  # what `rate inf` used to leave
+    again = task_runner(spark, tmp_path, "pace")
+    try:
+        again.start()
+        status = again.status()
+        assert status.state == "running" and "src.anchor was unreadable" in status.reason, status
+        assert f"resumes at offset {resumed}" in status.reason
+        stored = json.loads(state.read_text())
+        assert stored["rate"] == 400.0 and stored["anchor"] < time.time()
+        settled = last_committed(checkpoint)
+        wait_for(lambda: last_committed(checkpoint) >= settled + 3, 60,
+                 "batches after the recovery")
+        t0, i0 = time.monotonic(), end_index(checkpoint, last_committed(checkpoint))
+        time.sleep(2.0)
+        t1, i1 = time.monotonic(), end_index(checkpoint, last_committed(checkpoint))
+        assert (i1 - i0) / (t1 - t0) < 800, "the recovered source bursts (400/s expected)"
+        again.stop()
+        end = written_end(checkpoint, ids_in(out))
+        assert end > resumed
+        assert sorted(ids_in(out)) == [i for i in range(end) if i % 2 == 0]  # no loss, no replay
+    finally:
+        again.stop()

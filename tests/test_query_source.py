@@ -13,6 +13,9 @@ from scheduler.coordination import InProcessCoordination, PersistedQuery, Schedu
 from scheduler.query_source import BadSource, QuerySource, recompile_all
 from scheduler.testing import chain_query, spec_query
 
+# the scheduler compiles clients' specs inside its configured roots: this test's folder
+pytestmark = pytest.mark.usefixtures("scheduler_path_roots")
+
 SPEC = Path(__file__).parent / "specs" / "e2e-filter-project.xml"
 
 

@@ -17,6 +17,9 @@ from scheduler.loop import SchedulerLoop
 from scheduler.testing import chain_query
 from spec_snippets import dataflow
 
+# the scheduler compiles clients' specs inside its configured roots: this test's folder
+pytestmark = pytest.mark.usefixtures("scheduler_path_roots")
+
 TOKEN = "test-token-0123456789"
 
 

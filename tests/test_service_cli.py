@@ -86,7 +86,7 @@ def test_scheduler_submit_status_tail_stop_from_the_command_line(
     log = open(tmp_path / "scheduler.log", "w")
     service = subprocess.Popen(
         [sys.executable, "-m", "elastiq.cli", "scheduler", "--listen", url[len("http://"):],
-         "--state-dir", str(tmp_path / "state")],
+         "--state-dir", str(tmp_path / "state"), "--path-root", str(tmp_path)],
         stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True)
     try:
         _wait(lambda: _elastiq("status", "--scheduler", url).returncode == 0, 60,
@@ -123,6 +123,28 @@ def test_scheduler_submit_status_tail_stop_from_the_command_line(
         assert stopped.returncode == 0 and "stopping" in stopped.stdout
         _wait(lambda: "stopped" in _elastiq("status", "--scheduler", url, "paper-filter").stdout,
               60, "the query to stop")
+
+        # a compiled query (JSON: the scheduler compiles nothing) whose sink lies outside the
+        # scheduler's roots: the executor's own check (its $ELASTIQ_PATH_ROOTS) refuses the file
+        outside = tmp_path.parent / f"{tmp_path.name}-outside"
+        spec = (tmp_path / "spec.xml").read_text().replace(
+            "out/paper-filter.jsonl", str(outside / "escaped.jsonl")).replace(
+            'name="paper-filter"', 'name="escape"')
+        (tmp_path / "escape.xml").write_text(spec)
+        compiled = _elastiq("compile", "--path-root", str(outside), "-o", str(tmp_path / "esc"),
+                            str(tmp_path / "escape.xml"))
+        assert compiled.returncode == 0, compiled.stderr
+        from scheduler.client import SchedulerClient
+
+        client = SchedulerClient(url, timeout=10)
+        client.submit_compiled((tmp_path / "esc" / "query.json").read_text())
+
+        def refused_by_the_executor() -> bool:
+            tasks = client.status("escape").get("tasks", [])
+            return any("outside the allowed folders" in json.dumps(t) for t in tasks)
+        _wait(refused_by_the_executor, 120, "the executor to refuse the sink path")
+        assert not (outside / "escaped.jsonl").exists() and not outside.exists()
+        client.stop("escape")
     finally:
         service.send_signal(signal.SIGINT)
         try:

@@ -33,6 +33,9 @@ from scheduler.testing import chain_query, spec_query  # noqa: E402
 from scheduler.zk import ZkSettings, ZooKeeperCoordination  # noqa: E402
 from tests.waiting import wait_for
 
+# the scheduler compiles clients' specs inside its configured roots: this test's folder
+pytestmark = pytest.mark.usefixtures("scheduler_path_roots")
+
 FIXTURE = Path(__file__).parent / "fixtures" / "scheduler_idle_executor.py"
 SPECS = Path(__file__).parent / "specs"
 ONE_TASK = SPECS / "e2e-filter-project.xml"  # <q>.t0 (the fixture executor runs no program)

@@ -132,7 +132,8 @@ def start_scheduler(name: str, zk: ZooKeeperServer, master: str, work: Path) -> 
             [sys.executable, "-m", "elastiq.cli", "scheduler", "--master", master,
              "--zk", f"{zk.hosts}{ZK_ROOT}", "--zk-session-timeout", str(SESSION),
              "--listen", f"127.0.0.1:{port}", "--state-dir", str(work / name),
-             "--executor-command", executor_command(), "--token-file", str(token_file)],
+             "--path-root", str(work), "--executor-command", executor_command(),
+             "--token-file", str(token_file)],
             stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     return SchedulerProcess(name, process, f"http://127.0.0.1:{port}", log_path,
                             token_file.read_text().strip())
