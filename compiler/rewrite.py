@@ -11,7 +11,9 @@ live (`rewrite_rules`) nor cutting the physical graph into tasks (`compiler.task
 
 from __future__ import annotations
 
+import heapq
 import logging
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterator, Union
 
@@ -383,15 +385,26 @@ def _topological(nodes: list[Node], producers: dict[str, str], key: Any) -> list
     waiting = {n.name: {producers.get(s) for s in n.inputs} for n in nodes}
     if any(None in deps or not deps <= names for deps in waiting.values()):
         return None
-    done: list[Node] = []
     left = sorted(nodes, key=key)
-    while left:
-        ready = next((n for n in left if waiting[n.name] <= {d.name for d in done}), None)
-        if ready is None:
-            return None
-        done.append(ready)
-        left.remove(ready)
-    return done
+    rank = {n.name: i for i, n in enumerate(left)}
+    if len(rank) != len(left):
+        return None  # two operators of one name (check_invariants says so)
+    missing = {name: len(deps) for name, deps in waiting.items()}
+    readers: dict[str, list[str]] = {}
+    for name, deps in waiting.items():
+        for d in deps:
+            readers.setdefault(d, []).append(name)
+    ready = [rank[name] for name, count in missing.items() if count == 0]
+    heapq.heapify(ready)
+    done: list[Node] = []
+    while ready:  # always the first ready operator in `key` order: stable, and linear-ish
+        node = left[heapq.heappop(ready)]
+        done.append(node)
+        for name in readers.get(node.name, ()):
+            missing[name] -= 1
+            if missing[name] == 0:
+                heapq.heappush(ready, rank[name])
+    return done if len(done) == len(left) else None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -411,8 +424,9 @@ def check_invariants(graph: Graph, before: Graph, expected: dict[str, tuple[Sche
 
 def _producers(graph: Graph) -> list[str]:
     problems = []
-    names = [s.name for s in graph.streams]
-    for name in sorted({n for n in names if names.count(n) > 1}):
+    counts = Counter(s.name for s in graph.streams)
+    names = set(counts)
+    for name in sorted(n for n, k in counts.items() if k > 1):
         problems.append(f"stream '{name}' has more than one producer")
     nodes = {n.name: n for n in graph.nodes}
     if len(nodes) != len(graph.nodes):
