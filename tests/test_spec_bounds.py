@@ -275,4 +275,8 @@ def test_validate_refuses_what_compile_would_refuse_after_rewriting() -> None:
     xml = (Path(__file__).resolve().parent.parent / "examples" / "sensor-join.xml").read_text()
     xml = xml.replace('<operator name="matched" type="join"',
                       '<operator name="matched" type="join" ha="hot-standby"')
-    _refused_at(xml, 'ha="hot-standby"', "hot standby needs an operator with one input")
+    (error,) = _errors(xml)
+    line, column = locate(xml, '<operator name="matched" type="join" ha="hot-standby"')
+    assert error.message == "hot standby needs an operator with one input"
+    assert (error.position.line, error.position.column) == (line, column + len(
+        '<operator name="matched" type="join" '))
