@@ -279,4 +279,4 @@ def test_validate_refuses_what_compile_would_refuse_after_rewriting() -> None:
     line, column = locate(xml, '<operator name="matched" type="join" ha="hot-standby"')
     assert error.message == "hot standby needs an operator with one input"
     assert (error.position.line, error.position.column) == (line, column + len(
-        '<operator name="matched" type="join" '))
+        '<operator name="matched" type="join" ha="'))  # at the value
