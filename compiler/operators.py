@@ -69,6 +69,9 @@ MAX_RATE = 1_000_000.0
 MAX_DURATION_MS = 365 * 24 * 3_600_000
 TIMESTAMP_RANGE = (datetime(1900, 1, 1, tzinfo=timezone.utc),
                    datetime(9000, 1, 1, tzinfo=timezone.utc))
+# At most this many operators of a query ask for a pattern (ha, parallelism, pipeline): one rule
+# firing each, and the rewrite engine's bound on firings per phase.
+MAX_PATTERN_OPERATORS = 200
 
 CATALOGUE: dict[str, OperatorDef] = {d.kind: d for d in (
     OperatorDef("generator", "source", (0, 0), (1, 1), False, (

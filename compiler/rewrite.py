@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Iterator, Union
 
 from compiler.graph import Graph, Node, Stream
-from compiler.operators import PLUMBING
+from compiler.operators import MAX_PATTERN_OPERATORS, PLUMBING
 from compiler.rules import (PHASES, Call, Guard, Loop, PatternTerm, PlacementRef, ReplTerm, Rule,
                             Value)
 from compiler.types import Schema
@@ -26,7 +26,7 @@ from elastiq.diagnostics import Diagnostic, Position, SpecError
 
 log = logging.getLogger(__name__)
 
-MAX_FIRINGS_PER_PHASE = 200
+MAX_FIRINGS_PER_PHASE = MAX_PATTERN_OPERATORS  # validation refuses more requests
 Bound = Union[Node, tuple[str, ...]]  # one operator, or (for any*) the streams it stands for
 
 
@@ -89,7 +89,7 @@ def rewrite(graph: Graph, rules: tuple[Rule, ...], max_nodes: int | None = None)
 def _run_phase(graph: Graph, rules: tuple[Rule, ...], expected: dict[str, tuple[Schema, ...]],
                max_nodes: int | None) -> tuple[Graph, list[Firing]]:
     fired: list[Firing] = []
-    for _ in range(MAX_FIRINGS_PER_PHASE):
+    for _ in range(MAX_FIRINGS_PER_PHASE + 1):  # the last round finds nothing more to do
         found = next((m for r in rules for m in find_matches(graph, r)), None)
         if found is None:
             return graph, fired

@@ -15,8 +15,8 @@ from typing import Any, Callable, Union
 
 from compiler import expressions as ex
 from compiler.graph import Graph, Node, Stream
-from compiler.operators import (AGGREGATE_FUNCTIONS, CATALOGUE, PLUMBING, SHAPE_COLUMNS,
-                                OperatorDef,
+from compiler.operators import (AGGREGATE_FUNCTIONS, CATALOGUE, MAX_PATTERN_OPERATORS,
+                                PLUMBING, SHAPE_COLUMNS, OperatorDef,
                                 ParamValueError, aggregate_type, canonical_duration,
                                 control_schema_problems, join_output_names, parse_value)
 from compiler.spec import OperatorDecl, ParamDecl, PatternAttr, Spec
@@ -75,6 +75,7 @@ def check(spec: Spec, capped: bool = True) -> tuple[Graph | None, list[Diagnosti
             _resolve(c, op, kinds[op.name])
         for op in order:
             _check_patterns(c, op, kinds[op.name])
+        _check_pattern_count(c, order)
     if not any(d.role == "sink" for d in kinds.values()):
         c.error(spec.pos, "the dataflow has no sink, so its results would go nowhere",
                 "add a file-sink, console-sink, network-sink or control-sink operator")
@@ -676,6 +677,21 @@ def _check_patterns(c: _Checker, op: OperatorDecl, d: OperatorDef) -> None:
     _check_pipeline(c, op, attrs, requests)
     if requests:
         c.patterns[op.name] = tuple(requests.items())
+
+
+def _check_pattern_count(c: _Checker, order: list[OperatorDecl]) -> None:
+    """At most MAX_PATTERN_OPERATORS operators ask for a pattern: the rewrite engine fires one
+    rule per request, and bounds its firings per phase by the same number."""
+    asking = [op for op in order if op.name in c.patterns]
+    if len(asking) <= MAX_PATTERN_OPERATORS:
+        return
+    first = asking[MAX_PATTERN_OPERATORS]
+    where = (first.patterns or c.spec.patterns or (None,))[0]
+    c.error(where.pos if where else first.pos,
+            f"{len(asking)} operators ask for a pattern (ha, parallelism or pipeline), more "
+            f"than the {MAX_PATTERN_OPERATORS} a query may have; '{first.name}' is the first "
+            "past the limit", "ask for patterns on fewer operators, or split the dataflow "
+                              "into several queries")
 
 
 def _where(attr: PatternAttr, op: OperatorDecl) -> str:
