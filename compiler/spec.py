@@ -155,7 +155,7 @@ def check_structure(doc: XmlDocument) -> list[Diagnostic]:
         if child.tag not in TOP_LEVEL:
             problems.append(_unexpected(doc, child, "dataflow", TOP_LEVEL))
         elif child.tag != "description":
-            problems.extend(_validate_fragment(doc, copy.deepcopy(child), child))
+            problems.extend(_validate_element(doc, child))
     if not any(c.tag == "operator" for c in root if isinstance(c.tag, str)):
         problems.append(Diagnostic(doc.where(root).position, "the dataflow has no operators",
                                    "add at least a source and a sink <operator>"))
@@ -168,12 +168,33 @@ def _shallow(element: etree._Element) -> etree._Element:
     return clone
 
 
-def _validate_fragment(doc: XmlDocument, fragment: etree._Element,
-                       original: etree._Element) -> list[Diagnostic]:
+# libxml2 takes time quadratic in the errors inside one element; an <operator>'s children are a
+# choice of any number in any order, so validating them in slices of this many is exact.
+_SLICE = 256
+
+
+def _validate_element(doc: XmlDocument, element: etree._Element) -> list[Diagnostic]:
+    """Schema problems of one top-level element; an <operator> with many children is validated
+    slice by slice (its own attributes once), so a spec full of errors is checked in linear time."""
+    children = list(element)
+    if element.tag != "operator" or len(children) <= _SLICE:
+        return _validate_fragment(doc, copy.deepcopy(element), element)
+    index = _ElementIndex(element)
+    problems: list[Diagnostic] = []
+    for start in range(0, len(children), _SLICE):
+        part = _shallow(element)
+        part.text = element.text if start == 0 else None
+        part.extend(copy.deepcopy(child) for child in children[start:start + _SLICE])
+        problems += _validate_fragment(doc, part, element, index)
+    return list(dict.fromkeys(problems))  # the element's own attribute problems, once
+
+
+def _validate_fragment(doc: XmlDocument, fragment: etree._Element, original: etree._Element,
+                       index: "_ElementIndex | None" = None) -> list[Diagnostic]:
     schema = _schema()
     if schema.validate(fragment):
         return []
-    index = _ElementIndex(original)
+    index = index or _ElementIndex(original)
     return [_translate(doc, index, err) for err in schema.error_log]
 
 

@@ -255,11 +255,12 @@ def test_cap_diagnostics_keeps_every_error_before_warnings_fill_up() -> None:
     assert cap_diagnostics(items, limit=5) == sorted(items, key=lambda d: d.position.line)
 
 
-def test_sixteen_thousand_errors_are_checked_in_linear_time() -> None:
-    """Before, suggestions over every stream name and a walk per schema error made this
-    quadratic: 16,000 unknown streams took minutes. Now well under the bound on a loaded
-    machine; the bound is loose, the old behaviour is two orders of magnitude past it."""
-    bad_params = "".join(f'    <param name="Bad{i}" value="1"/>\n' for i in range(16000))
+def test_tens_of_thousands_of_errors_are_checked_in_linear_time() -> None:
+    """Before, suggestions over every stream name, a walk per schema error and libxml2's own
+    cost per error inside one element made these quadratic: 16,000 unknown streams took 500 s,
+    32,000 bad parameters of one operator minutes. Now a few seconds each; the bound is loose
+    for a loaded machine, the old behaviour is far past it."""
+    bad_params = "".join(f'    <param name="Bad{i}" value="1"/>\n' for i in range(32000))
     for xml in (_unknown_streams(16000),
                 dataflow(SOURCE.replace('<param name="seed" value="3"/>', bad_params.strip())
                          + SINK.format(stream="raw"))):
@@ -267,7 +268,7 @@ def test_sixteen_thousand_errors_are_checked_in_linear_time() -> None:
         graph, diagnostics = check_spec_text(xml, "b.xml")
         elapsed = time.monotonic() - started
         assert graph is None and len(diagnostics) <= 2 * (MAX_SHOWN + 1)
-        assert elapsed < 30, f"{elapsed:.1f} s"
+        assert elapsed < 60, f"{elapsed:.1f} s"
 
 
 def test_validate_refuses_what_compile_would_refuse_after_rewriting() -> None:
