@@ -16,7 +16,7 @@ import pytest
 from compiler.graph import Graph, Node, Stream, notation
 from compiler.pipeline import check_spec_text, compile_spec_text
 from compiler.types import Schema
-from elastiq.diagnostics import MAX_SHOWN, Diagnostic, Position, cap_diagnostics
+from elastiq.diagnostics import MAX_SHOWN, Diagnostic, Position, SpecError, cap_diagnostics
 from elastiq.explain import explain, write_pictures
 from tests.spec_snippets import READING_TYPE, SINK, SOURCE, dataflow, locate, with_source_and_sink
 
@@ -281,3 +281,41 @@ def test_validate_refuses_what_compile_would_refuse_after_rewriting() -> None:
     assert error.message == "hot standby needs an operator with one input"
     assert (error.position.line, error.position.column) == (line, column + len(
         '<operator name="matched" type="join" ha="'))  # at the value
+
+
+def _split_chain(n: int, query_wide: bool = False) -> str:
+    attr = "" if query_wide else ' pipeline="split"'
+    ops = "".join(f'  <operator name="f{i}" type="filter"{attr}><input name="s{i}"/>'
+                  f'<param name="condition" value="true"/><output name="s{i + 1}"/></operator>\n'
+                  for i in range(n))
+    xml = dataflow(SOURCE.replace('name="raw"', 'name="s0"') + ops + SINK.format(stream=f"s{n}"))
+    return xml.replace('<dataflow name="t">', '<dataflow name="t" pipeline="split">') if (
+        query_wide) else xml
+
+
+def test_more_operators_asking_for_patterns_than_a_query_may_have_are_refused() -> None:
+    from compiler.operators import MAX_PATTERN_OPERATORS
+
+    xml = _split_chain(MAX_PATTERN_OPERATORS + 1)
+    line, column = locate(xml, f'<operator name="f{MAX_PATTERN_OPERATORS}" type="filter" '
+                               'pipeline="split"')
+    (error,) = _errors(xml)
+    assert (error.position.line, error.position.column) == (
+        line, column + len(f'<operator name="f{MAX_PATTERN_OPERATORS}" type="filter" '
+                           'pipeline="'))
+    assert error.message.startswith(f"{MAX_PATTERN_OPERATORS + 1} operators ask for a pattern")
+    (error,) = _errors(_split_chain(MAX_PATTERN_OPERATORS + 1, query_wide=True))
+    assert error.position.line == 1 and "more than the 200 a query may have" in error.message
+
+
+def test_the_rewrite_engine_fires_exactly_as_many_times_as_it_allows(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its bound per phase equals the validation bound, so exactly that many requests compile
+    (once the loop gave up before the round that finds nothing more to do)."""
+    import compiler.rewrite
+
+    monkeypatch.setattr(compiler.rewrite, "MAX_FIRINGS_PER_PHASE", 3)
+    compiled = compile_spec_text(_split_chain(3), "b.xml", base_dir=tmp_path)
+    assert len(compiled.firings) == 3
+    with pytest.raises(SpecError, match="rules kept firing more than 3 times"):
+        compile_spec_text(_split_chain(4), "b.xml", base_dir=tmp_path)
