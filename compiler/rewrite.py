@@ -17,7 +17,7 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterator, Union
 
-from compiler.graph import Graph, Node, Stream
+from compiler.graph import Graph, Node, Stream, render_term
 from compiler.operators import MAX_PATTERN_OPERATORS, PLUMBING
 from compiler.rules import (PHASES, Call, Guard, Loop, PatternTerm, PlacementRef, ReplTerm, Rule,
                             Value)
@@ -497,8 +497,11 @@ def local_notation(graph: Graph, top: Node, stop: set[str],
     """`top` written out in the paper's notation down to the operators in `stop` (by name); an
     operator feeding several others is written out once and named after."""
     printed = set() if printed is None else printed
-    printed.add(top.name)
-    kind = top.kind.replace("-", "_") + (f"@{top.placement}" if top.placement else "")
-    args = ", ".join(p.name if p.name in stop or p.name in printed
-                     else local_notation(graph, p, stop, printed) for p in graph.upstream(top))
-    return f"{top.name} := {kind}({args})" if args else f"{top.name} := {kind}"
+
+    def expand(node: Node) -> tuple[str, Iterator[Union[Node, str]]]:
+        printed.add(node.name)
+        kind = node.kind.replace("-", "_") + (f"@{node.placement}" if node.placement else "")
+        return f"{node.name} := {kind}", (p.name if p.name in stop or p.name in printed else p
+                                          for p in graph.upstream(node))
+
+    return render_term(top, expand)

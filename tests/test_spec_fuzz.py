@@ -147,6 +147,21 @@ def case_collision(rng: random.Random, text: str) -> str:
     return text[:m.start("value")] + _case_variant(rng, text) + text[m.end("value"):]
 
 
+PATTERNS = ('ha="standby"', 'ha="checkpoint"', 'ha="hot-standby"', 'ha="hot-standby" replicas="3"',
+            'replicas="99"', 'parallelism="2"', 'parallelism="3" partition-by="sensor"',
+            'parallelism="65"', 'partition-by="nope"', 'pipeline="split"', 'pipeline="join"',
+            'ha="standby" pipeline="split"')
+
+
+def add_pattern(rng: random.Random, text: str) -> str:
+    """A pattern request on a random operator, or as the query-wide default."""
+    starts = [m.end() for m in re.finditer(r"<(operator|dataflow) ", text)]
+    if not starts:
+        return text
+    at = rng.choice(starts)
+    return text[:at] + rng.choice(PATTERNS) + " " + text[at:]
+
+
 def long_chain(rng: random.Random, text: str) -> str:
     n = rng.choice((5, 5, 120, 350))
     ops = "".join(f'  <operator name="f{i}" type="filter"><input name="s{i}"/>'
@@ -238,6 +253,7 @@ def with_expression(rng: random.Random, _: str) -> str:
 MUTATIONS: tuple[Callable[[random.Random, str], str], ...] = (
     mutate_attribute, mutate_attribute, mutate_attribute, drop_line, duplicate_line, swap_lines,
     truncate, nest_deeply, case_collision, with_expression, with_expression, long_chain,
+    add_pattern, add_pattern,
 )
 
 
