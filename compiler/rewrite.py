@@ -220,8 +220,11 @@ class _Build:
                 | {s.name for s in self.streams})
 
     def fresh(self, base: str) -> str:
-        taken, name, n = self.taken(), base, 2
-        while name in taken:
+        """`base`, or `base_2`, `base_3`...: a name no operator or stream has, even in another
+        case (Spark resolves names regardless of case; validation refuses such names too)."""
+        taken = {t.casefold() for t in self.taken()}
+        name, n = base, 2
+        while name.casefold() in taken:
             name, n = f"{base}_{n}", n + 1
         return name
 

@@ -319,3 +319,21 @@ def test_the_rewrite_engine_fires_exactly_as_many_times_as_it_allows(
     assert len(compiled.firings) == 3
     with pytest.raises(SpecError, match="rules kept firing more than 3 times"):
         compile_spec_text(_split_chain(4), "b.xml", base_dir=tmp_path)
+
+
+def test_names_the_rewrite_rules_make_differ_from_the_specs_in_more_than_case(
+        tmp_path: Path) -> None:
+    """A split operator 'f' gets plumbing 'f_wr' and 'f_rd'; a spec that already has 'F_WR'
+    and 'F_RD' keeps them, and the plumbing is named apart."""
+    xml = with_source_and_sink(
+        '  <operator name="f" type="filter" pipeline="split"><input name="raw"/>'
+        '<param name="condition" value="true"/><output name="hot"/></operator>\n'
+        '  <operator name="g" type="filter"><input name="hot"/>'
+        '<param name="condition" value="true"/><output name="F_WR"/></operator>\n'
+        '  <operator name="F_RD" type="filter"><input name="F_WR"/>'
+        '<param name="condition" value="true"/><output name="out"/></operator>\n', "out")
+    _compiles(xml, tmp_path)
+    physical = compile_spec_text(xml, "b.xml", base_dir=tmp_path).physical
+    for names in ([n.name for n in physical.nodes], [s.name for s in physical.streams]):
+        assert len({name.casefold() for name in names}) == len(names), names
+    assert {"f_wr_2", "f_rd_2", "F_RD"} <= {n.name for n in physical.nodes}
