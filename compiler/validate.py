@@ -45,7 +45,7 @@ class _Checker:
     params: dict[str, dict[str, Any]] = field(default_factory=dict)
     patterns: dict[str, tuple[tuple[str, Any], ...]] = field(default_factory=dict)
     counted: dict[str, int] = field(default_factory=lambda: {"error": 0, "warning": 0})
-    unshown: list[Diagnostic] = field(default_factory=list)  # the first one past the cap
+    unshown: list[Diagnostic] = field(default_factory=list)  # past the cap, without hints
 
     def error(self, pos: Position, message: str, hint: Hint = "") -> None:
         self._add(pos, message, hint, "error")
@@ -104,17 +104,17 @@ def _check_types(c: _Checker) -> None:
                     "rename or remove one of them")
             continue
         seen[t.name] = t.pos
-        fields, names = [], {}
+        fields, names, folded = [], set(), {}
         for col in t.columns:
             if col.name in names:
                 c.error(col.pos, f"column '{col.name}' appears twice in type '{t.name}'",
                         "column names must be unique within a type")
                 continue
-            if _folded(col.name) in names:
-                _case_clash(c, col.pos, "column", col.name, names[_folded(col.name)])
+            if _folded(col.name) in folded:
+                _case_clash(c, col.pos, "column", col.name, folded[_folded(col.name)])
                 continue
-            names[col.name] = col.name
-            names[_folded(col.name)] = col.name
+            names.add(col.name)
+            folded[_folded(col.name)] = col.name
             if col.type_name not in ColumnType.names():
                 c.error(col.type_pos, f"unknown column type '{col.type_name}'",
                         suggest(col.type_name, ColumnType.names(), "column types"))
@@ -374,18 +374,19 @@ def _project(c: _Checker, op: OperatorDecl, inputs: list[Schema]) -> Schema | No
         c.error(op.pos, f"project operator '{op.name}' has no <field>",
                 'add <field name="out" value="expression"/> for each output column')
         return None
-    fields, seen, ok = [], {}, True
+    fields, seen, folded, ok = [], set(), {}, True
     for f in op.fields:
         if f.name in seen:
             c.error(f.pos, f"field '{f.name}' appears twice in '{op.name}'",
                     "output column names must be unique")
             ok = False
             continue
-        if _folded(f.name) in seen:
-            _case_clash(c, f.pos, "column", f.name, seen[_folded(f.name)])
+        if _folded(f.name) in folded:
+            _case_clash(c, f.pos, "column", f.name, folded[_folded(f.name)])
             ok = False
             continue
-        seen[f.name] = seen[_folded(f.name)] = f.name
+        seen.add(f.name)
+        folded[_folded(f.name)] = f.name
         typed = _expression(c, op, f, _scope(op, inputs), f"field '{f.name}'")
         if typed is None:
             ok = False
