@@ -55,13 +55,29 @@ def _sort_key(d: Diagnostic) -> tuple[str, int, int, str]:
     return (d.position.file, d.position.line, d.position.column, d.message)
 
 
+# A hint lists at most this many known names, and looks for a close one among at most
+# SUGGEST_POOL of them (those sharing the word's first letter, nearest in length): in a spec of
+# thousands of names each hint stays short and costs time linear in the names.
+SUGGEST_LISTED = 20
+SUGGEST_POOL = 500
+
+
 def suggest(word: str, choices: Iterable[str], label: str) -> str:
     """A hint for an unknown name: the closest known one, if any, and the known ones."""
     import difflib
+    import heapq
 
-    known = sorted(choices)
-    close = difflib.get_close_matches(word, known, n=1, cutoff=0.6)
-    listing = f"{label}: {', '.join(known)}" if known else f"no {label} are declared"
+    known = list(dict.fromkeys(choices))
+    listed = heapq.nsmallest(SUGGEST_LISTED, known)
+    if len(known) > SUGGEST_LISTED:
+        listed.append(f"... ({len(known)} in all)")
+    pool = known
+    if len(known) > SUGGEST_POOL:
+        first = word[:1].casefold()
+        same = [k for k in known if k[:1].casefold() == first]
+        pool = heapq.nsmallest(SUGGEST_POOL, same, key=lambda k: abs(len(k) - len(word)))
+    close = difflib.get_close_matches(word, sorted(pool), n=1, cutoff=0.6)
+    listing = f"{label}: {', '.join(listed)}" if known else f"no {label} are declared"
     return f"did you mean '{close[0]}'? {listing}" if close else listing
 
 
