@@ -17,11 +17,11 @@ import ast
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import jinja2
 
-from compiler.graph import Graph, Node
+from compiler.graph import Graph, Node, render_term
 from compiler.operators import canonical_duration
 from compiler.tasks import ChannelSpec, TaskPlan
 from compiler.types import Schema
@@ -110,7 +110,8 @@ def render_task(graph: Graph, plan: TaskPlan, query_id: str, base_dir: Path,
 
     def schema_of(stream: str) -> SchemaRef:
         if stream not in schemas:
-            schemas[stream] = SchemaRef(f"SCHEMA_{stream.upper()}", graph.stream(stream).schema)
+            const = _unique(f"SCHEMA_{stream.upper()}", {s.const for s in schemas.values()})
+            schemas[stream] = SchemaRef(const, graph.stream(stream).schema)
         return schemas[stream]
 
     names = program_names(graph, plan, channels)
@@ -139,6 +140,15 @@ def render_task(graph: Graph, plan: TaskPlan, query_id: str, base_dir: Path,
     )
     ast.parse(source)  # a template bug must never reach an executor
     return source
+
+
+def _unique(name: str, taken: set[str]) -> str:
+    """`name`, or `name_2`, `name_3`... if taken (streams whose names differ only in case)."""
+    n, candidate = 1, name
+    while candidate in taken:
+        n += 1
+        candidate = f"{name}_{n}"
+    return candidate
 
 
 def program_names(graph: Graph, plan: TaskPlan,
@@ -228,15 +238,14 @@ def _placement_notes(plan: TaskPlan) -> str:
 
 def _task_notation(graph: Graph, plan: TaskPlan) -> str:
     """The task's tree in the paper's notation; inputs from other tasks show as channels."""
-    return _term_without_cuts(graph, graph.node(plan.nodes[-1]), set(plan.nodes))
+    members = set(plan.nodes)
 
+    def expand(node: Node) -> tuple[str, Iterator[Node | str]]:
+        args = (graph.producer(s) if graph.stream(s).producer in members else f"channel {s}"
+                for s in node.inputs)
+        return f"{node.name} := {node.kind.replace('-', '_')}", args
 
-def _term_without_cuts(graph: Graph, node: Node, members: set[str]) -> str:
-    args = ", ".join(_term_without_cuts(graph, graph.producer(s), members)
-                     if graph.stream(s).producer in members else f"channel {s}"
-                     for s in node.inputs)
-    kind = node.kind.replace("-", "_")
-    return f"{node.name} := {kind}({args})" if args else f"{node.name} := {kind}"
+    return render_term(graph.node(plan.nodes[-1]), expand)
 
 
 def resolve_path(base_dir: Path, value: str) -> str:

@@ -8,20 +8,19 @@ and the pure check of a control tuple `<query, operator, parameter, value>` agai
 (`check_tuple`, `check_tuples`: every problem of a request at once, nothing applied unless all
 pass). A filter condition is parsed and type-checked here, with the expression language the spec
 uses, before anything reaches a task; every value is checked against its range (a rate finite and
-within MIN_RATE..MAX_RATE, a condition at most MAX_CONDITION_CHARS long, a sink path inside the
+within the spec's own bounds, `compiler.operators.MIN_RATE..MAX_RATE`, a condition at most MAX_CONDITION_CHARS long, a sink path inside the
 path roots the query was compiled with, `compiler.paths`). Does not own sending changes
 (`scheduler`) or applying them at a batch boundary (`executor.task_runner`, `executor.runtime`).
 """
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 from compiler import expressions
-from compiler.operators import CATALOGUE, ParamDef, ParamValueError, parse_value
+from compiler.operators import MAX_RATE, MIN_RATE, CATALOGUE, ParamDef, ParamValueError, parse_value
 from compiler.paths import PathRefused, PathRoots, confine
 from compiler.types import Schema
 
@@ -69,7 +68,6 @@ _REPLICA_REASON = ("its hot-standby replicas must stay identical, and a change c
 _SIMPLE_NAME = re.compile(r"^(?P<base>.+)_(?P<n>\d+)$")
 # What a control tuple's value may be (docs/control.md): a rate in tuples per second, and the
 # length of a condition's text (its nesting is bounded by the expression parser).
-MIN_RATE, MAX_RATE = 0.001, 10_000_000.0
 MAX_CONDITION_CHARS = 10_000
 
 
@@ -386,9 +384,7 @@ def _runtime_value(adjustable: Adjustable, text: str, roots: PathRoots) -> Any:
     assert definition is not None
     if adjustable.value_kind == "path":
         return _sink_path(text, roots)
-    value = parse_value(definition, text)
-    if adjustable.value_kind == "float":
-        return _rate(value)  # type: ignore[arg-type]
+    value = parse_value(definition, text)  # a rate: finite, within MIN_RATE..MAX_RATE
     if adjustable.value_kind == "endpoint" and str(value).startswith("tcp://*"):
         raise ParamValueError("name the host readers reach, e.g. tcp://127.0.0.1:7000")
     return value
@@ -398,14 +394,6 @@ def _shown(value: str, limit: int = 120) -> str:
     """A refused value as a refusal quotes it: its repr, shortened past `limit` characters."""
     return repr(value) if len(value) <= limit else f"{value[:limit]!r}... ({len(value)} chars)"
 
-
-def _rate(value: float) -> float:
-    """A rate a source can be paced at: finite, from MIN_RATE to MAX_RATE tuples per second (a
-    non-finite one cannot be stored in the task's pacing state, nor read back)."""
-    if not math.isfinite(value) or not MIN_RATE <= value <= MAX_RATE:
-        raise ParamValueError(f"a rate is a finite number of tuples per second from "
-                              f"{MIN_RATE:g} to {MAX_RATE:,.0f}")
-    return value
 
 
 def _sink_path(text: str, roots: PathRoots) -> str:

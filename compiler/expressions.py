@@ -798,7 +798,11 @@ def parse_timestamp(text: str) -> datetime:
         tz = timezone(sign * timedelta(hours=int(zone[1:3]), minutes=int(zone[4:6])))
     value = datetime(int(year), int(month), int(day), int(hour or 0), int(minute or 0),
                      int(second or 0), micros, tzinfo=tz)
-    return value.astimezone(timezone.utc)
+    try:
+        return value.astimezone(timezone.utc)
+    except OverflowError:  # e.g. 9999-12-31T23:59:59-05:00 is in year 10000 in UTC
+        raise ValueError(f"'{text}' is outside the range of timestamps, 0001-01-01 to "
+                         "9999-12-31 in UTC") from None
 
 
 # ================================================================================= checker ==

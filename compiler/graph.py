@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, TypeVar, Union
 
 from compiler.types import Schema
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -68,21 +70,29 @@ class Graph:
     nodes: tuple[Node, ...]
     streams: tuple[Stream, ...]
     _index: dict[str, Node] = field(default_factory=dict, compare=False, repr=False)
+    # indexes (built once; a graph is frozen) so that walks over large graphs stay linear
+    _streams: dict[str, Stream] = field(default_factory=dict, compare=False, repr=False)
+    _readers: dict[str, tuple[Node, ...]] = field(default_factory=dict, compare=False,
+                                                  repr=False)
 
     def __post_init__(self) -> None:
         self._index.update({n.name: n for n in self.nodes})
+        for s in reversed(self.streams):
+            self._streams[s.name] = s
+        readers: dict[str, list[Node]] = {}
+        for n in self.nodes:
+            for name in dict.fromkeys(n.inputs):
+                readers.setdefault(name, []).append(n)
+        self._readers.update({name: tuple(ns) for name, ns in readers.items()})
 
     def node(self, name: str) -> Node:
         return self._index[name]
 
     def stream(self, name: str) -> Stream:
-        for s in self.streams:
-            if s.name == name:
-                return s
-        raise KeyError(name)
+        return self._streams[name]
 
     def consumers(self, stream: str) -> tuple[Node, ...]:
-        return tuple(n for n in self.nodes if stream in n.inputs)
+        return self._readers.get(stream, ())
 
     def producer(self, stream: str) -> Node:
         return self.node(self.stream(stream).producer)
@@ -105,21 +115,45 @@ def notation(graph: Graph) -> list[str]:
     `sink := file_sink(avg := window_aggregate(hot := filter(src := generator)))`.
     A node that feeds several consumers is written out once and referred to by name after."""
     printed: set[str] = set()
-    lines = []
-    for sink in graph.sinks():
-        lines.append(_term(graph, sink, printed))
-    return lines
+
+    def expand(node: Node) -> tuple[str, Iterator[Node | str]]:
+        printed.add(node.name)
+        kind = node.kind.replace("-", "_")
+        if node.placement:
+            kind = f"{kind}@{node.placement}"
+        return f"{node.name} := {kind}", (up.name if up.name in printed else up
+                                          for up in graph.upstream(node))
+
+    return [sink.name if sink.name in printed else render_term(sink, expand)
+            for sink in graph.sinks()]
 
 
-def _term(graph: Graph, node: Node, printed: set[str]) -> str:
-    if node.name in printed:
-        return node.name
-    printed.add(node.name)
-    kind = node.kind.replace("-", "_")
-    if node.placement:
-        kind = f"{kind}@{node.placement}"
-    args = ", ".join(_term(graph, up, printed) for up in graph.upstream(node))
-    return f"{node.name} := {kind}({args})" if args else f"{node.name} := {kind}"
+Expansion = Callable[[T], tuple[str, Iterator[Union[T, str]]]]
+
+
+def render_term(root: T, expand: Expansion[T]) -> str:
+    """`head(arg, ...)` of a tree written in the paper's notation, without recursion (a chain of
+    any length renders). `expand(node)` gives the node's head and its arguments, each a node
+    to expand or a text written as it is; the arguments are drawn lazily, left to right, after
+    the node was expanded and everything left of them was written (pre-order)."""
+    head, args = expand(root)
+    stack: list[tuple[str, Iterator[Union[T, str]], list[str]]] = [(head, args, [])]
+    while True:
+        head, args, written = stack[-1]
+        arg = next(args, _DONE)
+        if arg is _DONE:
+            stack.pop()
+            text = f"{head}({', '.join(written)})" if written else head
+            if not stack:
+                return text
+            stack[-1][2].append(text)
+        elif isinstance(arg, str):
+            written.append(arg)
+        else:
+            stack.append((*expand(arg), []))  # type: ignore[arg-type]
+
+
+_DONE: Any = object()
 
 
 # ----------------------------------------------------------------------------------------------

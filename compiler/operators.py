@@ -10,6 +10,7 @@ timestamps, endpoints, API addresses) into typed Python values. The rewrite rule
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -30,6 +31,7 @@ class ParamDef:
     default: str | None = None
     choices: tuple[str, ...] = ()
     minimum: float | None = None
+    maximum: float | None = None  # None: the kind's own bound (INT_RANGE, finite floats)
     doc: str = ""
 
 
@@ -58,11 +60,25 @@ class OperatorDef:
 
 GENERATOR_SHAPES = ("sensor", "stock", "sequence")
 
+# Bounds of parameter values (docs/spec-language.md, "Bounds"): whole numbers are 64-bit, as the
+# runtime stores them; numbers are finite; a rate is at most a million tuples per second; a
+# duration is at most 365 days; a timestamp parameter lies within TIMESTAMP_RANGE (UTC), which
+# leaves a generator centuries of event time before Spark's year-9999 limit.
+INT_RANGE = (-(2**63), 2**63 - 1)
+MIN_RATE, MAX_RATE = 0.001, 1_000_000.0  # tuples per second
+MAX_DURATION_MS = 365 * 24 * 3_600_000
+TIMESTAMP_RANGE = (datetime(1900, 1, 1, tzinfo=timezone.utc),
+                   datetime(9000, 1, 1, tzinfo=timezone.utc))
+# At most this many operators of a query ask for a pattern (ha, parallelism, pipeline): one rule
+# firing each, and the rewrite engine's bound on firings per phase.
+MAX_PATTERN_OPERATORS = 200
+
 CATALOGUE: dict[str, OperatorDef] = {d.kind: d for d in (
     OperatorDef("generator", "source", (0, 0), (1, 1), False, (
         ParamDef("shape", "choice", True, choices=GENERATOR_SHAPES,
                  doc="which built-in stream to generate"),
-        ParamDef("rate", "float", False, "1000", minimum=0.001, doc="tuples per second"),
+        ParamDef("rate", "float", False, "1000", minimum=MIN_RATE, maximum=MAX_RATE,
+                 doc="tuples per second"),
         ParamDef("seed", "int", False, "0", doc="seed of the deterministic generator"),
         ParamDef("limit", "int", False, None, minimum=0, doc="stop after this many tuples"),
         ParamDef("start", "timestamp", False, "2024-01-01T00:00:00Z",
@@ -73,7 +89,7 @@ CATALOGUE: dict[str, OperatorDef] = {d.kind: d for d in (
         ParamDef("path", "path", True, doc="a JSON-lines or CSV file to replay"),
         ParamDef("format", "choice", False, None, choices=("jsonl", "csv"),
                  doc="file format (default: from the file name)"),
-        ParamDef("rate", "float", False, None, minimum=0.001,
+        ParamDef("rate", "float", False, None, minimum=MIN_RATE, maximum=MAX_RATE,
                  doc="tuples per second (default: as fast as possible)"),
     ), doc="replays a file, one tuple per line"),
     OperatorDef("network-source", "source", (0, 0), (1, 1), False, (
@@ -236,7 +252,11 @@ def parse_duration_ms(text: str) -> int:
     unit = m.group(2).lower().rstrip("s") or "s"
     if m.group(2).lower() in ("ms", "s"):
         unit = m.group(2).lower()
-    return int(m.group(1)) * _UNIT_MS[unit]
+    ms = int(m.group(1)) * _UNIT_MS[unit]
+    if ms > MAX_DURATION_MS:
+        raise ParamValueError(f"'{text}' is longer than the maximum duration, 365 days "
+                              "(8760 hours)")
+    return ms
 
 
 def canonical_duration(ms: int) -> str:
@@ -253,12 +273,21 @@ def canonical_duration(ms: int) -> str:
 
 
 def parse_timestamp(text: str) -> datetime:
+    """An ISO 8601 instant (no zone means UTC) within TIMESTAMP_RANGE, as an aware UTC value."""
     try:
         value = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+        value = (value if value.tzinfo else value.replace(tzinfo=timezone.utc))
+        value = value.astimezone(timezone.utc)
     except ValueError:
         raise ParamValueError(f"'{text}' is not a timestamp; write ISO 8601 such as "
                               "'2024-01-01T00:00:00Z'") from None
-    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+    except OverflowError:  # in range in its own zone, out of range once moved to UTC
+        value = None
+    low, high = TIMESTAMP_RANGE
+    if value is None or not low <= value <= high:
+        raise ParamValueError(f"'{text}' is outside the allowed range, from "
+                              f"{low:%Y-%m-%d} to {high:%Y-%m-%d} (UTC)")
+    return value
 
 
 def parse_columns(text: str) -> tuple[str, ...]:
@@ -318,19 +347,45 @@ def parse_value(definition: ParamDef, text: str) -> object:
         return text.strip()
     else:
         return text
-    if definition.minimum is not None and value < definition.minimum:  # type: ignore[operator]
-        raise ParamValueError(f"{text} is below the minimum {definition.minimum:g}")
+    return _in_bounds(definition, text.strip(), value)  # type: ignore[arg-type]
+
+
+_INT_TEXT = re.compile(r"[+-]?[0-9]{1,30}\Z")
+_LONG_INT_TEXT = re.compile(r"[+-]?[0-9]{31,}\Z")
+_FLOAT_TEXT = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?\Z")
+
+
+def _number(text: str, kind: type, label: str) -> int | float:
+    """A whole number (ASCII digits, 64-bit) or a finite number; no inf, nan, 1_000 or hex."""
+    stripped = text.strip()
+    if kind is int and _LONG_INT_TEXT.match(stripped):
+        raise ParamValueError(f"'{stripped[:24]}...' ({len(stripped)} characters) is out of "
+                              "range; whole numbers are 64-bit")
+    pattern = _INT_TEXT if kind is int else _FLOAT_TEXT
+    if not pattern.match(stripped):
+        raise ParamValueError(f"'{text}' is not {label}")
+    value = kind(stripped)
+    if kind is float and not math.isfinite(value):
+        raise ParamValueError(f"'{text}' is too large; write a finite number")
     return value
 
 
-def _number(text: str, kind: type, label: str) -> object:
-    try:
-        value = kind(text.strip())
-    except ValueError:
-        raise ParamValueError(f"'{text}' is not {label}") from None
-    if kind is float and value != value:  # NaN
-        raise ParamValueError("NaN is not allowed")
+def _in_bounds(definition: ParamDef, text: str, value: int | float) -> int | float:
+    """`value` if it lies within the parameter's minimum and maximum (an int within INT_RANGE)."""
+    low = definition.minimum
+    high = definition.maximum
+    if definition.kind == "int":
+        low = INT_RANGE[0] if low is None else low
+        high = INT_RANGE[1] if high is None else high
+    if low is not None and value < low:
+        raise ParamValueError(f"{text} is below the minimum {_bound(low)}")
+    if high is not None and value > high:
+        raise ParamValueError(f"{text} is above the maximum {_bound(high)}")
     return value
+
+
+def _bound(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
 
 
 # The columns each generator shape produces (executor/shapes.py generates the rows).

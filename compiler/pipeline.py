@@ -22,7 +22,7 @@ from compiler.rewrite import Firing, rewrite
 from compiler.rules import Rule, load_rules
 from compiler.tasks import (ChannelSpec, CompiledQuery, QueryTask, TaskPlan, split_into_tasks,
                             task_resources)
-from elastiq.diagnostics import Diagnostic, Position, SpecError
+from elastiq.diagnostics import Diagnostic, Position, SpecError, cap_diagnostics
 from rewrite_rules import rule_files
 
 
@@ -44,8 +44,26 @@ class Compilation:
 
 def check_spec_text(text: str | bytes, filename: str, base_dir: str | Path | None = None,
                     path_roots: PathRoots | None = None) -> tuple[Graph | None, list[Diagnostic]]:
-    """Structure and meaning of a spec: its logical graph (None on errors) and all diagnostics.
-    File paths are checked against `path_roots` (see `compile_spec_text`)."""
+    """What `elastiq validate` checks: structure and meaning of a spec, its file paths against
+    `path_roots` (see `compile_spec_text`), and that its plan, rewritten with the shipped rules,
+    is one `compile` takes (`_unrunnable`), so a spec this accepts compiles. Its logical graph
+    (None on errors) and all diagnostics."""
+    base = _base(filename, base_dir)
+    try:
+        parsed, graph, everything = _checked(text, filename, base, _roots(base, path_roots))
+        refused = () if graph is None else _unrunnable(parsed, rewrite(graph, rules_for()).graph)
+    except SpecError as e:
+        return None, list(e.diagnostics)
+    if refused:
+        return None, cap_diagnostics(everything + list(refused))
+    return graph, everything
+
+
+def logical_graph_text(text: str | bytes, filename: str, base_dir: str | Path | None = None,
+                       path_roots: PathRoots | None = None) -> tuple[Graph | None,
+                                                                     list[Diagnostic]]:
+    """Structure and meaning only: the logical graph (None on errors) and all diagnostics,
+    whether or not the rewritten plan is deployable (for tools and tests of the rewriting)."""
     base = _base(filename, base_dir)
     try:
         _, graph, everything = _checked(text, filename, base, _roots(base, path_roots))
@@ -59,8 +77,9 @@ def _checked(text: str | bytes, filename: str, base: Path,
     """The parsed spec, its logical graph (None when any diagnostic is an error) and every
     diagnostic; SpecError when the text is not even well-formed XML."""
     parsed, problems = spec_mod.read_spec(text, filename)
-    graph, semantic = validate.check(parsed)
-    everything = problems + semantic + validate.check_paths(parsed, str(base), roots)
+    graph, semantic = validate.check(parsed, capped=False)
+    everything = cap_diagnostics(problems + semantic
+                                 + validate.check_paths(parsed, str(base), roots))
     if any(d.severity == "error" for d in everything):
         return parsed, None, everything
     return parsed, graph, everything

@@ -11,12 +11,14 @@ live (`rewrite_rules`) nor cutting the physical graph into tasks (`compiler.task
 
 from __future__ import annotations
 
+import heapq
 import logging
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterator, Union
 
-from compiler.graph import Graph, Node, Stream
-from compiler.operators import PLUMBING
+from compiler.graph import Graph, Node, Stream, render_term
+from compiler.operators import MAX_PATTERN_OPERATORS, PLUMBING
 from compiler.rules import (PHASES, Call, Guard, Loop, PatternTerm, PlacementRef, ReplTerm, Rule,
                             Value)
 from compiler.types import Schema
@@ -24,7 +26,7 @@ from elastiq.diagnostics import Diagnostic, Position, SpecError
 
 log = logging.getLogger(__name__)
 
-MAX_FIRINGS_PER_PHASE = 200
+MAX_FIRINGS_PER_PHASE = MAX_PATTERN_OPERATORS  # validation refuses more requests
 Bound = Union[Node, tuple[str, ...]]  # one operator, or (for any*) the streams it stands for
 
 
@@ -87,7 +89,7 @@ def rewrite(graph: Graph, rules: tuple[Rule, ...], max_nodes: int | None = None)
 def _run_phase(graph: Graph, rules: tuple[Rule, ...], expected: dict[str, tuple[Schema, ...]],
                max_nodes: int | None) -> tuple[Graph, list[Firing]]:
     fired: list[Firing] = []
-    for _ in range(MAX_FIRINGS_PER_PHASE):
+    for _ in range(MAX_FIRINGS_PER_PHASE + 1):  # the last round finds nothing more to do
         found = next((m for r in rules for m in find_matches(graph, r)), None)
         if found is None:
             return graph, fired
@@ -218,8 +220,11 @@ class _Build:
                 | {s.name for s in self.streams})
 
     def fresh(self, base: str) -> str:
-        taken, name, n = self.taken(), base, 2
-        while name in taken:
+        """`base`, or `base_2`, `base_3`...: a name no operator or stream has, even in another
+        case (Spark resolves names regardless of case; validation refuses such names too)."""
+        taken = {t.casefold() for t in self.taken()}
+        name, n = base, 2
+        while name.casefold() in taken:
             name, n = f"{base}_{n}", n + 1
         return name
 
@@ -383,15 +388,26 @@ def _topological(nodes: list[Node], producers: dict[str, str], key: Any) -> list
     waiting = {n.name: {producers.get(s) for s in n.inputs} for n in nodes}
     if any(None in deps or not deps <= names for deps in waiting.values()):
         return None
-    done: list[Node] = []
     left = sorted(nodes, key=key)
-    while left:
-        ready = next((n for n in left if waiting[n.name] <= {d.name for d in done}), None)
-        if ready is None:
-            return None
-        done.append(ready)
-        left.remove(ready)
-    return done
+    rank = {n.name: i for i, n in enumerate(left)}
+    if len(rank) != len(left):
+        return None  # two operators of one name (check_invariants says so)
+    missing = {name: len(deps) for name, deps in waiting.items()}
+    readers: dict[str, list[str]] = {}
+    for name, deps in waiting.items():
+        for d in deps:
+            readers.setdefault(d, []).append(name)
+    ready = [rank[name] for name, count in missing.items() if count == 0]
+    heapq.heapify(ready)
+    done: list[Node] = []
+    while ready:  # always the first ready operator in `key` order: stable, and linear-ish
+        node = left[heapq.heappop(ready)]
+        done.append(node)
+        for name in readers.get(node.name, ()):
+            missing[name] -= 1
+            if missing[name] == 0:
+                heapq.heappush(ready, rank[name])
+    return done if len(done) == len(left) else None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -411,8 +427,9 @@ def check_invariants(graph: Graph, before: Graph, expected: dict[str, tuple[Sche
 
 def _producers(graph: Graph) -> list[str]:
     problems = []
-    names = [s.name for s in graph.streams]
-    for name in sorted({n for n in names if names.count(n) > 1}):
+    counts = Counter(s.name for s in graph.streams)
+    names = set(counts)
+    for name in sorted(n for n, k in counts.items() if k > 1):
         problems.append(f"stream '{name}' has more than one producer")
     nodes = {n.name: n for n in graph.nodes}
     if len(nodes) != len(graph.nodes):
@@ -483,8 +500,11 @@ def local_notation(graph: Graph, top: Node, stop: set[str],
     """`top` written out in the paper's notation down to the operators in `stop` (by name); an
     operator feeding several others is written out once and named after."""
     printed = set() if printed is None else printed
-    printed.add(top.name)
-    kind = top.kind.replace("-", "_") + (f"@{top.placement}" if top.placement else "")
-    args = ", ".join(p.name if p.name in stop or p.name in printed
-                     else local_notation(graph, p, stop, printed) for p in graph.upstream(top))
-    return f"{top.name} := {kind}({args})" if args else f"{top.name} := {kind}"
+
+    def expand(node: Node) -> tuple[str, Iterator[Union[Node, str]]]:
+        printed.add(node.name)
+        kind = node.kind.replace("-", "_") + (f"@{node.placement}" if node.placement else "")
+        return f"{node.name} := {kind}", (p.name if p.name in stop or p.name in printed else p
+                                          for p in graph.upstream(node))
+
+    return render_term(top, expand)

@@ -155,7 +155,7 @@ def check_structure(doc: XmlDocument) -> list[Diagnostic]:
         if child.tag not in TOP_LEVEL:
             problems.append(_unexpected(doc, child, "dataflow", TOP_LEVEL))
         elif child.tag != "description":
-            problems.extend(_validate_fragment(doc, copy.deepcopy(child), child))
+            problems.extend(_validate_element(doc, child))
     if not any(c.tag == "operator" for c in root if isinstance(c.tag, str)):
         problems.append(Diagnostic(doc.where(root).position, "the dataflow has no operators",
                                    "add at least a source and a sink <operator>"))
@@ -168,34 +168,67 @@ def _shallow(element: etree._Element) -> etree._Element:
     return clone
 
 
-def _validate_fragment(doc: XmlDocument, fragment: etree._Element,
-                       original: etree._Element) -> list[Diagnostic]:
+# libxml2 takes time quadratic in the errors inside one element; an <operator>'s children are a
+# choice of any number in any order, so validating them in slices of this many is exact.
+_SLICE = 256
+
+
+def _validate_element(doc: XmlDocument, element: etree._Element) -> list[Diagnostic]:
+    """Schema problems of one top-level element; an <operator> with many children is validated
+    slice by slice (its own attributes once), so a spec full of errors is checked in linear time."""
+    children = list(element)
+    if element.tag != "operator" or len(children) <= _SLICE:
+        return _validate_fragment(doc, copy.deepcopy(element), element)
+    index = _ElementIndex(element)
+    problems: list[Diagnostic] = []
+    for start in range(0, len(children), _SLICE):
+        part = _shallow(element)
+        part.text = element.text if start == 0 else None
+        part.extend(copy.deepcopy(child) for child in children[start:start + _SLICE])
+        problems += _validate_fragment(doc, part, element, index)
+    return list(dict.fromkeys(problems))  # the element's own attribute problems, once
+
+
+def _validate_fragment(doc: XmlDocument, fragment: etree._Element, original: etree._Element,
+                       index: "_ElementIndex | None" = None) -> list[Diagnostic]:
     schema = _schema()
     if schema.validate(fragment):
         return []
-    return [_translate(doc, original, err) for err in schema.error_log]
+    index = index or _ElementIndex(original)
+    return [_translate(doc, index, err) for err in schema.error_log]
+
+
+class _ElementIndex:
+    """The elements of a fragment by tag, and by (tag, line): built once per fragment, so that
+    locating each of many schema errors costs no walk over the fragment."""
+
+    def __init__(self, scope: etree._Element) -> None:
+        self.by_tag: dict[str, etree._Element] = {}
+        self.by_line: dict[tuple[str, int], etree._Element] = {}
+        for e in scope.iter():
+            if isinstance(e.tag, str):
+                self.by_tag.setdefault(e.tag, e)
+                self.by_line.setdefault((e.tag, e.sourceline or 0), e)
+
+    def find(self, tag: str, line: int) -> etree._Element | None:
+        """The first element `tag` on `line`, else the first `tag` at all."""
+        return self.by_line.get((tag, line), self.by_tag.get(tag))
 
 
 _ELEMENT_RE = re.compile(r"^Element '(?P<tag>[^']+)'(?:, attribute '(?P<attr>[^']+)')?: (?P<msg>.*)$",
                          re.DOTALL)
 
 
-def _translate(doc: XmlDocument, scope: etree._Element, err: etree._LogEntry) -> Diagnostic:
+def _translate(doc: XmlDocument, index: _ElementIndex, err: etree._LogEntry) -> Diagnostic:
     m = _ELEMENT_RE.match(err.message)
     if not m:
-        return Diagnostic(Position(doc.filename, err.line, 1), err.message.strip())
+        return Diagnostic(Position(doc.filename, max(err.line, 1), 1), err.message.strip())
     tag, attr, msg = m.group("tag"), m.group("attr"), m.group("msg").strip()
-    element = _find(scope, tag, err.line)
+    element = index.find(tag, err.line)
     where = doc.where(element) if element is not None else None
     pos = (where.attr(attr) if attr else where.position) if where else Position(
-        doc.filename, err.line, 1)
+        doc.filename, max(err.line, 1), 1)
     return _friendly(pos, tag, attr, msg, element)
-
-
-def _find(scope: etree._Element, tag: str, line: int) -> etree._Element | None:
-    candidates = [e for e in scope.iter(tag) if isinstance(e.tag, str)]
-    on_line = [e for e in candidates if e.sourceline == line]
-    return (on_line or candidates or [None])[0]
 
 
 def _friendly(pos: Position, tag: str, attr: str | None, msg: str,

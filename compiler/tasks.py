@@ -229,16 +229,21 @@ def split_into_tasks(graph: "Graph", query_id: str) -> tuple[tuple[TaskPlan, ...
     ordered by their producer, a splitter's partitions by number; each task is placed
     (`place_tasks`)."""
     cuts = cut_streams(graph)
-    order = [n.name for n in graph.nodes]
+    order = {n.name: i for i, n in enumerate(graph.nodes)}  # position: linear in large graphs
     roots = [n for n in graph.nodes if n.output is None or n.output in cuts]
     members = {f"{query_id}.t{i}": _collect(graph, root.name, cuts) for i, root in enumerate(roots)}
     owner = {m: task_id for task_id, names in members.items() for m in names}
-    channels = tuple(c for s in sorted(cuts, key=lambda s: order.index(graph.stream(s).producer))
+    channels = tuple(c for s in sorted(cuts, key=lambda s: order[graph.stream(s).producer])
                      for c in _channels_of(graph, query_id, s, owner))
+    reads: dict[str, list[str]] = {}
+    serves: dict[str, list[str]] = {}
+    for c in channels:
+        serves.setdefault(c.producer, []).append(c.channel_id)
+        for consumer in c.consumers:
+            reads.setdefault(consumer, []).append(c.channel_id)
     plans = tuple(
-        TaskPlan(task_id, tuple(n for n in order if n in names),
-                 tuple(c.channel_id for c in channels if task_id in c.consumers),
-                 tuple(c.channel_id for c in channels if c.producer == task_id),
+        TaskPlan(task_id, tuple(sorted(names, key=order.__getitem__)),
+                 tuple(reads.get(task_id, ())), tuple(serves.get(task_id, ())),
                  any(graph.node(m).stateful for m in names))
         for task_id, names in members.items())
     return place_tasks(graph, plans, channels), channels
@@ -290,13 +295,15 @@ def place_tasks(graph: "Graph", plans: tuple[TaskPlan, ...],
     it exchanges channels with (initially_apart_from) and carries its failover mode."""
     groups = {p.task_id: _task_label(graph, p) or p.task_id for p in plans}
     modes = _failover_modes(graph, plans, channels)
+    labelled: dict[str, set[str]] = {}  # placement group -> its labels that are task groups
+    for g in set(groups.values()):
+        if _label_group(g) is not None:
+            labelled.setdefault(_label_group(g), set()).add(g)  # type: ignore[arg-type]
     placed = []
     for plan in plans:
         group = groups[plan.task_id]
-        apart = tuple(sorted({g for t, g in groups.items()
-                              if t != plan.task_id and g != group
-                              and _label_group(g) is not None
-                              and _label_group(g) == _label_group(group)}))
+        same = labelled.get(_label_group(group), set()) if _label_group(group) else set()
+        apart = tuple(sorted(same - {group}))
         first_apart: tuple[str, ...] = ()
         if plan.task_id in modes:
             first_apart = tuple(sorted({groups[t] for t in _neighbours(plan, channels)} - {group}))

@@ -11,44 +11,62 @@ schema.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Union
 
 from compiler import expressions as ex
 from compiler.graph import Graph, Node, Stream
-from compiler.operators import (AGGREGATE_FUNCTIONS, CATALOGUE, PLUMBING, SHAPE_COLUMNS,
-                                OperatorDef,
+from compiler.operators import (AGGREGATE_FUNCTIONS, CATALOGUE, MAX_PATTERN_OPERATORS,
+                                PLUMBING, SHAPE_COLUMNS, OperatorDef,
                                 ParamValueError, aggregate_type, canonical_duration,
                                 control_schema_problems, join_output_names, parse_value)
 from compiler.paths import PathRefused, PathRoots, confine
 from compiler.spec import OperatorDecl, ParamDecl, PatternAttr, Spec
 from compiler.types import ColumnType, Field, Schema
-from elastiq.diagnostics import Diagnostic, Position, SpecError, suggest
+from elastiq.diagnostics import (MAX_SHOWN, Diagnostic, Position, Severity, SpecError,
+                                 cap_diagnostics, suggest)
 
 WINDOW_COLUMNS = ("window_start", "window_end")
+
+# A hint, or how to make it: a suggestion over every name of a large spec costs time in the
+# number of names, so it is only made for a diagnostic that will be shown.
+Hint = Union[str, Callable[[], str]]
 
 
 @dataclass
 class _Checker:
-    """Collects diagnostics while resolving a spec; one instance per run."""
+    """Collects diagnostics while resolving a spec; one instance per run. Past MAX_SHOWN errors
+    (or warnings) it only counts them, so checking stays linear in the size of the spec."""
 
     spec: Spec
     problems: list[Diagnostic] = field(default_factory=list)
     types: dict[str, Schema] = field(default_factory=dict)
     producers: dict[str, OperatorDecl] = field(default_factory=dict)
+    readers: dict[str, list[str]] = field(default_factory=dict)  # stream -> operators reading it
     schemas: dict[str, Schema] = field(default_factory=dict)
     params: dict[str, dict[str, Any]] = field(default_factory=dict)
     patterns: dict[str, tuple[tuple[str, Any], ...]] = field(default_factory=dict)
+    counted: dict[str, int] = field(default_factory=lambda: {"error": 0, "warning": 0})
+    unshown: list[Diagnostic] = field(default_factory=list)  # past the cap, without hints
 
-    def error(self, pos: Position, message: str, hint: str = "") -> None:
-        self.problems.append(Diagnostic(pos, message, hint))
+    def error(self, pos: Position, message: str, hint: Hint = "") -> None:
+        self._add(pos, message, hint, "error")
 
-    def warn(self, pos: Position, message: str, hint: str = "") -> None:
-        self.problems.append(Diagnostic(pos, message, hint, "warning"))
+    def warn(self, pos: Position, message: str, hint: Hint = "") -> None:
+        self._add(pos, message, hint, "warning")
+
+    def _add(self, pos: Position, message: str, hint: Hint, severity: Severity) -> None:
+        self.counted[severity] += 1
+        if self.counted[severity] > MAX_SHOWN:
+            self.unshown.append(Diagnostic(pos, message, "", severity))
+            return
+        text = hint() if callable(hint) else hint
+        self.problems.append(Diagnostic(pos, message, text, severity))
 
 
-def check(spec: Spec) -> tuple[Graph | None, list[Diagnostic]]:
+def check(spec: Spec, capped: bool = True) -> tuple[Graph | None, list[Diagnostic]]:
     """Check a spec; return its logical graph (None if there were errors) and every diagnostic
-    (errors and warnings)."""
+    (errors and warnings): at most MAX_SHOWN of each and a last one saying how many more, unless
+    not `capped` (a caller that adds its own diagnostics caps them all)."""
     c = _Checker(spec)
     _check_types(c)
     kinds = _check_operators(c)
@@ -58,13 +76,15 @@ def check(spec: Spec) -> tuple[Graph | None, list[Diagnostic]]:
             _resolve(c, op, kinds[op.name])
         for op in order:
             _check_patterns(c, op, kinds[op.name])
+        _check_pattern_count(c, order)
     if not any(d.role == "sink" for d in kinds.values()):
         c.error(spec.pos, "the dataflow has no sink, so its results would go nowhere",
                 "add a file-sink, console-sink, network-sink or control-sink operator")
-    errors = [d for d in c.problems if d.severity == "error"]
-    if errors or order is None:
-        return None, c.problems
-    return _graph(c, order, kinds), c.problems
+    problems = c.problems + c.unshown
+    problems = cap_diagnostics(problems) if capped else problems
+    if c.counted["error"] or order is None:
+        return None, problems
+    return _graph(c, _live(c, order, kinds), kinds), problems
 
 
 def check_or_raise(spec: Spec) -> Graph:
@@ -85,13 +105,17 @@ def _check_types(c: _Checker) -> None:
                     "rename or remove one of them")
             continue
         seen[t.name] = t.pos
-        fields, names = [], set()
+        fields, names, folded = [], set(), {}
         for col in t.columns:
             if col.name in names:
                 c.error(col.pos, f"column '{col.name}' appears twice in type '{t.name}'",
                         "column names must be unique within a type")
                 continue
+            if _folded(col.name) in folded:
+                _case_clash(c, col.pos, "column", col.name, folded[_folded(col.name)])
+                continue
             names.add(col.name)
+            folded[_folded(col.name)] = col.name
             if col.type_name not in ColumnType.names():
                 c.error(col.type_pos, f"unknown column type '{col.type_name}'",
                         suggest(col.type_name, ColumnType.names(), "column types"))
@@ -104,12 +128,17 @@ def _check_types(c: _Checker) -> None:
 def _check_operators(c: _Checker) -> dict[str, OperatorDef]:
     kinds: dict[str, OperatorDef] = {}
     seen: dict[str, Position] = {}
+    folded: dict[str, str] = {}
     for op in c.spec.operators:
         if op.name in seen:
             c.error(op.pos, f"operator '{op.name}' is declared twice (first at {seen[op.name]})",
                     "operator names must be unique")
             continue
+        if _folded(op.name) in folded:
+            _case_clash(c, op.pos, "operator", op.name, folded[_folded(op.name)])
+            continue
         seen[op.name] = op.pos
+        folded[_folded(op.name)] = op.name
         definition = CATALOGUE.get(op.kind)
         if op.kind in PLUMBING:
             c.error(op.kind_pos, f"'{op.kind}' is a plumbing operator that the rewrite rules "
@@ -183,6 +212,7 @@ def _check_params(c: _Checker, op: OperatorDecl, d: OperatorDef) -> dict[str, An
 
 def _check_streams(c: _Checker, kinds: dict[str, OperatorDef]) -> list[OperatorDecl] | None:
     ops = [op for op in c.spec.operators if op.name in kinds]
+    folded: dict[str, str] = {}
     for op in ops:
         for out in op.outputs:
             first = c.producers.get(out.name)
@@ -190,47 +220,83 @@ def _check_streams(c: _Checker, kinds: dict[str, OperatorDef]) -> list[OperatorD
                 c.error(out.pos, f"stream '{out.name}' is produced by both '{first.name}' and "
                                  f"'{op.name}'", "give each output its own stream name")
             else:
+                if _folded(out.name) in folded:  # refused, but kept so its readers resolve
+                    _case_clash(c, out.pos, "stream", out.name, folded[_folded(out.name)])
                 c.producers[out.name] = op
+                folded.setdefault(_folded(out.name), out.name)
     consumed: set[str] = set()
     for op in ops:
         for port in op.inputs:
             consumed.add(port.name)
+            c.readers.setdefault(port.name, []).append(op.name)
             if port.name not in c.producers:
                 c.error(port.pos, f"operator '{op.name}' reads stream '{port.name}', which no "
                                   "operator produces",
-                        suggest(port.name, c.producers, "streams produced"))
+                        lambda name=port.name: suggest(name, c.producers, "streams produced"))
     for name, op in c.producers.items():
         if name not in consumed and kinds[op.name].role != "sink":
             out = next(o for o in op.outputs if o.name == name)
-            c.warn(out.pos, f"stream '{name}' of '{op.name}' is never read",
+            c.warn(out.pos, f"stream '{name}' of '{op.name}' is never read, so '{op.name}' is "
+                            "left out of the plan (with any operator that only feeds it)",
                    "connect it to an operator or a sink, or remove it")
     return _topological(c, ops)
 
 
+def _folded(name: str) -> str:
+    return name.casefold()
+
+
+def _case_clash(c: _Checker, pos: Position, what: str, name: str, other: str) -> None:
+    """Names that differ only in case would meet in Spark (which resolves names regardless of
+    case), in the generated programs and on case-insensitive file systems."""
+    c.error(pos, f"{what} '{name}' differs from {what} '{other}' only in case",
+            f"{what} names must differ in more than case; rename one of them")
+
+
 def _topological(c: _Checker, ops: list[OperatorDecl]) -> list[OperatorDecl] | None:
+    """The operators, each after those it reads (depth-first, without recursion, so a chain of
+    any length is fine); None after reporting each cycle found."""
     by_name = {op.name: op for op in ops}
     upstream = {op.name: [c.producers[p.name].name for p in op.inputs if p.name in c.producers]
                 for op in ops}
     order: list[OperatorDecl] = []
     state: dict[str, int] = {}  # 1 visiting, 2 done
+    ok = True
+    for op in ops:
+        ok = _visit(c, op.name, upstream, by_name, state, order) and ok
+    return order if ok else None
 
-    def visit(name: str, path: list[str]) -> bool:
-        if state.get(name) == 2:
-            return True
-        if state.get(name) == 1:
-            cycle = path[path.index(name):] + [name]
-            c.error(by_name[name].pos, "the dataflow has a cycle: " + " -> ".join(cycle),
+
+def _visit(c: _Checker, start: str, upstream: dict[str, list[str]],
+           by_name: dict[str, OperatorDecl], state: dict[str, int],
+           order: list[OperatorDecl]) -> bool:
+    """Post-order from `start` with an explicit stack. On a cycle, report it and finish every
+    operator on the current path without visiting the rest of its inputs."""
+    if state.get(start) == 2:
+        return True
+    path: list[str] = [start]
+    pending = [iter(upstream[start])]
+    state[start] = 1
+    while path:
+        up = next(pending[-1], None)
+        if up is None:
+            state[path[-1]] = 2
+            order.append(by_name[path.pop()])
+            pending.pop()
+        elif state.get(up) == 1:
+            cycle = path[path.index(up):] + [up]
+            c.error(by_name[up].pos, "the dataflow has a cycle: " + " -> ".join(cycle),
                     "dataflows must be acyclic; break the loop (a query can feed another "
                     "query through a network-sink and network-source)")
+            for name in reversed(path):
+                state[name] = 2
+                order.append(by_name[name])
             return False
-        state[name] = 1
-        ok = all(visit(up, path + [name]) for up in upstream[name])
-        state[name] = 2
-        order.append(by_name[name])
-        return ok
-
-    ok = all([visit(op.name, []) for op in ops])
-    return order if ok else None
+        elif state.get(up) != 2:
+            state[up] = 1
+            path.append(up)
+            pending.append(iter(upstream[up]))
+    return True
 
 
 # ----------------------------------------------------------------------------------------------
@@ -253,7 +319,7 @@ def _resolve(c: _Checker, op: OperatorDecl, d: OperatorDef) -> None:
         if declared is None:
             if out.type_name not in {t.name for t in c.spec.types}:
                 c.error(out.pos, f"unknown stream type '{out.type_name}'",
-                        suggest(out.type_name, c.types, "declared types"))
+                        lambda: suggest(out.type_name, c.types, "declared types"))
             return
     if computed is None and declared is None:
         if d.output_type == "declared":
@@ -309,14 +375,19 @@ def _project(c: _Checker, op: OperatorDecl, inputs: list[Schema]) -> Schema | No
         c.error(op.pos, f"project operator '{op.name}' has no <field>",
                 'add <field name="out" value="expression"/> for each output column')
         return None
-    fields, seen, ok = [], set(), True
+    fields, seen, folded, ok = [], set(), {}, True
     for f in op.fields:
         if f.name in seen:
             c.error(f.pos, f"field '{f.name}' appears twice in '{op.name}'",
                     "output column names must be unique")
             ok = False
             continue
+        if _folded(f.name) in folded:
+            _case_clash(c, f.pos, "column", f.name, folded[_folded(f.name)])
+            ok = False
+            continue
         seen.add(f.name)
+        folded[_folded(f.name)] = f.name
         typed = _expression(c, op, f, _scope(op, inputs), f"field '{f.name}'")
         if typed is None:
             ok = False
@@ -335,7 +406,7 @@ def _column_of(c: _Checker, op: OperatorDecl, schema: Schema, param: str, stream
     if found is None:
         c.error(p.value_pos(), f"parameter '{param}' of '{op.name}' names column '{name}', "
                                f"which stream '{stream}' does not have",
-                suggest(name, schema.names, "its columns"))
+                lambda: suggest(name, schema.names, "its columns"))
         return None
     if want is not None and found.type is not want:
         c.error(p.value_pos(), f"column '{name}' of stream '{stream}' is {found.type.value}, "
@@ -374,7 +445,7 @@ def _group_columns(c: _Checker, op: OperatorDecl, schema: Schema, stream: str) -
         if found is None:
             c.error(op.param("group-by").value_pos(),  # type: ignore[union-attr]
                     f"group-by column '{name}' is not in stream '{stream}'",
-                    suggest(name, schema.names, "its columns"))
+                    lambda name=name: suggest(name, schema.names, "its columns"))
             ok = False
         else:
             result.append(found)
@@ -387,22 +458,22 @@ def _aggregates(c: _Checker, op: OperatorDecl, schema: Schema, stream: str,
         c.error(op.pos, f"window-aggregate '{op.name}' has no <aggregate>",
                 'add e.g. <aggregate name="n" function="count"/>')
         return None
-    taken = set(WINDOW_COLUMNS) | {g.name for g in groups or ()}
+    taken = {_folded(n) for n in WINDOW_COLUMNS} | {_folded(g.name) for g in groups or ()}
     result, ok = [], True
     for a in op.aggregates:
         field_ = _aggregate(c, a, schema, stream, taken)
         if field_ is None:
             ok = False
         else:
-            taken.add(a.name)
+            taken.add(_folded(a.name))
             result.append(field_)
     return result if ok else None
 
 
 def _aggregate(c: _Checker, a: Any, schema: Schema, stream: str, taken: set[str]) -> Field | None:
-    if a.name in taken:
+    if _folded(a.name) in taken:
         c.error(a.pos, f"aggregate name '{a.name}' is already an output column",
-                "choose another name")
+                "choose another name (output column names must differ in more than case)")
         return None
     if a.function not in AGGREGATE_FUNCTIONS:
         c.error(a.function_pos, f"unknown aggregate function '{a.function}'",
@@ -489,7 +560,10 @@ def _join_time(c: _Checker, op: OperatorDecl, schema: Schema, stream: str, side:
 def _join_schema(c: _Checker, op: OperatorDecl, left: Schema, right: Schema,
                  right_name: str) -> Schema | None:
     names = join_output_names(left, right, right_name)
-    clash = next((n for n in names if n in left.names or names.count(n) > 1), None)
+    folded = [_folded(n) for n in left.names + tuple(names)]
+    seen: set[str] = set()
+    clash = next((n for n, f in zip(left.names + tuple(names), folded)
+                  if f in seen or seen.add(f)), None)  # type: ignore[func-returns-value]
     if clash is not None:
         c.error(op.pos, f"join '{op.name}' would produce column '{clash}' twice",
                 "rename columns with a project operator before the join")
@@ -529,6 +603,18 @@ _RESOLVERS: dict[str, Callable[[_Checker, OperatorDecl, list[Schema]], Schema | 
 
 # ----------------------------------------------------------------------------------------------
 # The logical graph
+
+def _live(c: _Checker, order: list[OperatorDecl],
+          kinds: dict[str, OperatorDef]) -> list[OperatorDecl]:
+    """The operators whose output reaches a sink, in `order`: one whose stream nobody reads (a
+    warning) computes nothing anyone sees, and neither does what only feeds it."""
+    live: set[str] = set()
+    for op in reversed(order):
+        if kinds[op.name].role == "sink" or any(
+                consumer in live for o in op.outputs for consumer in c.readers.get(o.name, ())):
+            live.add(op.name)
+    return [op for op in order if op.name in live]
+
 
 def _graph(c: _Checker, order: list[OperatorDecl], kinds: dict[str, OperatorDef]) -> Graph:
     nodes = tuple(_node(c, op, kinds[op.name]) for op in order)
@@ -593,6 +679,21 @@ def _check_patterns(c: _Checker, op: OperatorDecl, d: OperatorDef) -> None:
     _check_pipeline(c, op, attrs, requests)
     if requests:
         c.patterns[op.name] = tuple(requests.items())
+
+
+def _check_pattern_count(c: _Checker, order: list[OperatorDecl]) -> None:
+    """At most MAX_PATTERN_OPERATORS operators ask for a pattern: the rewrite engine fires one
+    rule per request, and bounds its firings per phase by the same number."""
+    asking = [op for op in order if op.name in c.patterns]
+    if len(asking) <= MAX_PATTERN_OPERATORS:
+        return
+    first = asking[MAX_PATTERN_OPERATORS]
+    where = (first.patterns or c.spec.patterns or (None,))[0]
+    c.error(where.pos if where else first.pos,
+            f"{len(asking)} operators ask for a pattern (ha, parallelism or pipeline), more "
+            f"than the {MAX_PATTERN_OPERATORS} a query may have; '{first.name}' is the first "
+            "past the limit", "ask for patterns on fewer operators, or split the dataflow "
+                              "into several queries")
 
 
 def _where(attr: PatternAttr, op: OperatorDecl) -> str:

@@ -12,6 +12,7 @@ resolution, DTD loading and network access off. Does not own the schema or what 
 
 from __future__ import annotations
 
+import bisect
 import re
 from dataclasses import dataclass, field
 
@@ -187,14 +188,8 @@ def _refusal(decl: str, at: Position) -> Diagnostic:
 
 
 def _bisect(line_starts: list[int], index: int) -> int:
-    lo, hi = 0, len(line_starts) - 1
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if line_starts[mid] <= index:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
+    """The 0-based line holding character `index` (line_starts[0] is 0)."""
+    return max(bisect.bisect_right(line_starts, index) - 1, 0)
 
 
 def _raw_index(raw: str, offset: int) -> int:

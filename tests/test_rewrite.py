@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from compiler.graph import Graph, Node, Stream
-from compiler.pipeline import check_spec_text, compile_spec_text, rules_for
+from compiler.pipeline import compile_spec_text, logical_graph_text, rules_for
 from compiler.rewrite import RewriteError, check_invariants, find_matches, rewrite
 from compiler.types import Schema
 from elastiq.cli import main
@@ -44,7 +44,7 @@ def spec(example: str, attrs: dict[str, str], dataflow: str = "") -> str:
 
 
 def logical(text: str) -> Graph:
-    graph, problems = check_spec_text(text, "spec.xml")
+    graph, problems = logical_graph_text(text, "spec.xml")
     assert graph is not None, [d.render() for d in problems]
     return graph
 
@@ -255,7 +255,7 @@ def test_placement_needing_more_nodes_than_allowed_is_refused() -> None:
 # Spec attributes: located errors
 
 def _errors(text: str) -> list[tuple[int, int, str]]:
-    graph, problems = check_spec_text(text, "spec.xml")
+    graph, problems = logical_graph_text(text, "spec.xml")
     return [(d.position.line, d.position.column, d.message + " " + d.hint)
             for d in problems if d.severity == "error"]
 
