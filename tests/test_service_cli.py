@@ -124,27 +124,21 @@ def test_scheduler_submit_status_tail_stop_from_the_command_line(
         _wait(lambda: "stopped" in _elastiq("status", "--scheduler", url, "paper-filter").stdout,
               60, "the query to stop")
 
-        # a compiled query (JSON: the scheduler compiles nothing) whose sink lies outside the
-        # scheduler's roots: the executor's own check (its $ELASTIQ_PATH_ROOTS) refuses the file
+        # a spec whose sink lies outside the scheduler's roots: the scheduler compiles it with
+        # its own roots (the client's folder only resolves relative paths) and refuses it with
+        # the sink's file:line:column; nothing reaches an executor, no file appears
         outside = tmp_path.parent / f"{tmp_path.name}-outside"
         spec = (tmp_path / "spec.xml").read_text().replace(
             "out/paper-filter.jsonl", str(outside / "escaped.jsonl")).replace(
             'name="paper-filter"', 'name="escape"')
         (tmp_path / "escape.xml").write_text(spec)
-        compiled = _elastiq("compile", "--path-root", str(outside), "-o", str(tmp_path / "esc"),
-                            str(tmp_path / "escape.xml"))
-        assert compiled.returncode == 0, compiled.stderr
-        from scheduler.client import SchedulerClient
-
-        client = SchedulerClient(url, timeout=10)
-        client.submit_compiled((tmp_path / "esc" / "query.json").read_text())
-
-        def refused_by_the_executor() -> bool:
-            tasks = client.status("escape").get("tasks", [])
-            return any("outside the allowed folders" in json.dumps(t) for t in tasks)
-        _wait(refused_by_the_executor, 120, "the executor to refuse the sink path")
-        assert not (outside / "escaped.jsonl").exists() and not outside.exists()
-        client.stop("escape")
+        refused = _elastiq("submit", "--scheduler", url, str(tmp_path / "escape.xml"))
+        assert refused.returncode != 0, refused.stdout
+        assert "outside the allowed folders" in refused.stderr, refused.stderr
+        line = next(i for i, text in enumerate(spec.splitlines(), 1) if "escaped.jsonl" in text)
+        assert f"escape.xml:{line}:" in refused.stderr, refused.stderr
+        assert "escape" not in _elastiq("status", "--scheduler", url).stdout
+        assert not outside.exists()
     finally:
         service.send_signal(signal.SIGINT)
         try:
