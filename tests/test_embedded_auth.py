@@ -338,3 +338,50 @@ def test_the_token_of_an_earlier_launch_cannot_subscribe_the_next(cluster, drive
                               {**JSON, "Authorization": f"Bearer {old_token}"})
     assert status == 403 and "earlier launch" in reply["error"], (status, reply)
     assert ping(recorder, driver, offer, "phoenix", "new") == f"pong:new:{second_pid}"
+
+
+def test_the_scheduler_command_reads_the_mesos_secret_from_a_file_and_checks_its_flags(
+        tmp_path: Path) -> None:
+    from elastiq.cli import _parser
+    from elastiq.service_cli import _secret
+
+    secret_file = tmp_path / "mesos-secret"
+    secret_file.write_text("the-secret\n", encoding="utf-8")
+
+    def parse(*argv: str) -> Any:
+        return _parser().parse_args(["scheduler", *argv])
+
+    assert _secret(parse("--master", "m:5050", "--mesos-principal", "p",
+                         "--mesos-secret-file", str(secret_file))) == "the-secret"
+    assert _secret(parse("--master", "m:5050", "--mesos-principal", "p")) is None
+    refused = [("--master", "m:5050", "--mesos-secret-file", str(secret_file)),  # no principal
+               ("--mesos-principal", "p", "--mesos-secret-file", str(secret_file)),  # embedded
+               ("--embedded-agents", "1", "--mesos-principal", "p")]
+    for argv in refused:
+        with pytest.raises(ValueError, match="--mesos-"):
+            _secret(parse(*argv))
+    secret_file.write_text("\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="empty"):
+        _secret(parse("--master", "m:5050", "--mesos-principal", "p",
+                      "--mesos-secret-file", str(secret_file)))
+
+
+def test_a_standalone_master_takes_the_framework_secret_from_its_env_or_a_0600_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from elastiq.embedded.__main__ import _framework_options, _parser
+
+    monkeypatch.delenv(FRAMEWORK_SECRET_ENV, raising=False)
+    path = tmp_path / "framework-secret"
+    args = _parser().parse_args(["master", "--framework-secret-file", str(path)])
+    options = _framework_options(args)
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert options["framework_credential"] == FrameworkCredential(
+        "elastiq", path.read_text().strip())
+    assert options["authenticate_frameworks"] is True
+    assert _framework_options(args)["framework_credential"].secret == path.read_text().strip()
+    monkeypatch.setenv(FRAMEWORK_SECRET_ENV, "from-the-environment")
+    other = _parser().parse_args(["master", "--framework-principal", "ops",
+                                  "--no-authenticate-http-frameworks"])
+    options = _framework_options(other)
+    assert options["framework_credential"] == FrameworkCredential("ops", "from-the-environment")
+    assert options["authenticate_frameworks"] is False
