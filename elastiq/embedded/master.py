@@ -12,8 +12,10 @@ scheduler call must carry HTTP Basic credentials of the master's framework crede
 in constant time before the body is read; otherwise 401 with `WWW-Authenticate: Basic
 realm="mesos"`. A SUBSCRIBE whose FrameworkInfo names another principal gets 403. Without it,
 anyone who reaches the port could launch any executor command, which an agent runs as its user;
-`authenticate_frameworks=False` (for a test that needs an open master) is unsafe and logged. Every decision is the
-state's; this module only serialises calls into it under one lock and carries out the actions.
+`authenticate_frameworks=False` (for a test that needs an open master) is unsafe and logged.
+
+Every decision is the state's; this module only serialises calls into it under one lock and
+carries out the actions.
 HTTP is served by `httpio.AppServer` on its own event loop thread; the handlers take the lock
 only on its worker pool (`run_sync`), never on the loop thread. The lock is never held during
 network I/O: actions become queue puts (`EventQueue.put` hands an event to the loop), and the
