@@ -257,7 +257,7 @@ def run(stack: Stack, work: Path, plan: Plan) -> Run:
                               query_id=QUERY).query
     task_id = query.tasks[0].task_id
     spark_dir = stack.work / "state" / task_id / "checkpoint" / "spark"
-    client = SchedulerClient(stack.api.url)
+    client = stack.client()
     result = Run()
     submit(stack, query)
     reader = TimedReader(first)

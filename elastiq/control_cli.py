@@ -14,7 +14,7 @@ import sys
 import time
 from typing import Any, Iterable
 
-from elastiq.service_cli import _call, _client
+from elastiq.service_cli import TOKEN_FILE_HELP, _call, _client
 from scheduler.client import DEFAULT_URL
 
 
@@ -41,8 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="seconds to wait for the acknowledgements (default 60)")
     c.add_argument("--json", action="store_true", help="print the raw JSON")
     c.add_argument("--scheduler", default=DEFAULT_URL, help=f"API URL (default {DEFAULT_URL})")
-    c.add_argument("--token-file", metavar="FILE",
-                   help="the scheduler's API token (default: $ELASTIQ_TOKEN_FILE, if set)")
+    c.add_argument("--token-file", metavar="FILE", help=TOKEN_FILE_HELP)
     c.set_defaults(handler=cmd_control)
 
 

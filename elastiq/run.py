@@ -118,10 +118,13 @@ def _run_in(state: Path, compilation: Any, options: RunOptions, out: TextIO, err
     agents = options.agents or agents_needed(query.tasks)
     resources = {"cpus": options.cpus_per_agent, "mem": options.mem_per_agent_mb,
                  "ports": "31000-31999"}
+    from elastiq.service_cli import executor_token_environment
+
     executor = ExecutorSpec(command=f"exec {sys.executable} -m executor",
                             environment=(("ELASTIQ_STATE_DIR", str(state / "state")),
                                          ("ELASTIQ_SPARK_CORES", str(spark_cores(options.cpus_per_agent))),
-                                         ("PYTHONPATH", _pythonpath())))
+                                         ("PYTHONPATH", _pythonpath()))
+                            + executor_token_environment(None, options.api_port or 0))
     config = SchedulerConfig(executor=executor)
     print(f"elastiq: running {query.query_id} ({len(query.tasks)} task(s)) on "
           f"{agents} embedded agent(s); Ctrl-C stops it", file=err)
@@ -132,7 +135,7 @@ def _run_in(state: Path, compilation: Any, options: RunOptions, out: TextIO, err
                                    secret=credential.secret).start()
         api = _serve_api(service, options.api_port, query.query_id, err)
         try:
-            reply = service.submit(query)
+            reply = service.submit(query, source=_source(options.spec, query.query_id))
             if not reply.accepted:
                 raise RunError(f"the scheduler refused the query: {reply.message}")
             return _follow(service, query, state / "cluster", options, out, err)
@@ -146,18 +149,28 @@ def _run_in(state: Path, compilation: Any, options: RunOptions, out: TextIO, err
 
 def _serve_api(service: Any, port: int | None, query_id: str, err: TextIO) -> Any:
     """The scheduler's API on 127.0.0.1 (`port`, or any free one when it is taken), so `elastiq
-    status`, `control` and `migrate` reach the running query; None when `port` is None."""
+    status`, `control` and `migrate` reach the running query; None when `port` is None. Its
+    token is new and written (mode 0600) where the CLI looks for the port's token
+    (`scheduler.api_token`); it is removed when the API stops."""
     if port is None:
         return None
     from scheduler.api import ApiServer
 
     try:
-        api = ApiServer(service, host="127.0.0.1", port=port).start()
+        api = ApiServer.serving(service, host="127.0.0.1", port=port)
     except OSError:
-        api = ApiServer(service, host="127.0.0.1", port=0).start()
+        api = ApiServer.serving(service, host="127.0.0.1", port=0)
     hint = "" if api.url.endswith(":8088") else f" --scheduler {api.url}"
     print(f"elastiq: API at {api.url}; try `elastiq control --list {query_id}{hint}`", file=err)
     return api
+
+
+def _source(spec: Path, query_id: str) -> Any:
+    """The spec the query was compiled from, as the scheduler keeps it (`compile_spec_file`
+    resolved relative paths against the spec's folder)."""
+    from scheduler.query_source import QuerySource
+
+    return QuerySource.of(spec.read_bytes(), str(spec), query_id, str(spec.resolve().parent))
 
 
 def spark_cores(offered_cpus: float) -> int:

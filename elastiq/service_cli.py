@@ -18,6 +18,10 @@ from typing import Any
 
 from scheduler.client import DEFAULT_URL, RequestRejected, SchedulerClient, SchedulerUnavailable
 
+TOKEN_FILE_HELP = ("the scheduler's API token file (default: $ELASTIQ_TOKEN_FILE, else "
+                   "$XDG_STATE_HOME/elastiq/api-token-PORT, i.e. ~/.local/state/elastiq/"
+                   "api-token-PORT, which `elastiq scheduler` and `elastiq run` write)")
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     r = sub.add_parser("run", help="run a spec on an embedded one-machine cluster, results to "
@@ -59,8 +63,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="with --master: file holding the principal's secret (HTTP Basic)")
     s.add_argument("--executor-command", help="how agents start our executor (default: "
                    "exec <this python> -m executor)")
-    s.add_argument("--token-file", metavar="FILE", help="require this token (the file's text) "
-                   "for submit and stop; reads stay open")
+    s.add_argument("--token-file", metavar="FILE", help="the API's token is this file's text "
+                   "(default: a new random token, written with mode 0600 to "
+                   "$XDG_STATE_HOME/elastiq/api-token-PORT, i.e. ~/.local/state/elastiq/"
+                   "api-token-PORT, where the CLI finds it)")
+    s.add_argument("--api-allowed-host", action="append", default=[], metavar="NAME[:PORT]",
+                   help="a further Host name clients may reach the API under (repeatable; "
+                        "default: only its own address, localhost and 127.0.0.1)")
     s.add_argument("--executor-env", action="append", default=[], metavar="NAME=VALUE",
                    help="environment for the executors agents start (repeatable), e.g. "
                         "ELASTIQ_SPARK_CORES=8")
@@ -74,8 +83,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                                     ("tail", "follow a file sink of a query", cmd_tail)):
         p = sub.add_parser(name, help=helptext)
         p.add_argument("--scheduler", default=DEFAULT_URL, help=f"API URL (default {DEFAULT_URL})")
-        p.add_argument("--token-file", metavar="FILE",
-                       help="the scheduler's API token (default: $ELASTIQ_TOKEN_FILE, if set)")
+        p.add_argument("--token-file", metavar="FILE", help=TOKEN_FILE_HELP)
         if name == "submit":
             p.add_argument("spec", metavar="SPEC")
         elif name == "status":
@@ -96,8 +104,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     m.add_argument("--timeout", type=float, default=120.0,
                    help="seconds to wait for the task to run there (default 120)")
     m.add_argument("--scheduler", default=DEFAULT_URL, help=f"API URL (default {DEFAULT_URL})")
-    m.add_argument("--token-file", metavar="FILE",
-                   help="the scheduler's API token (default: $ELASTIQ_TOKEN_FILE, if set)")
+    m.add_argument("--token-file", metavar="FILE", help=TOKEN_FILE_HELP)
     m.set_defaults(handler=cmd_migrate)
 
 
@@ -133,14 +140,16 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
     try:
         coordination, principal, secret = (_coordination(args), args.mesos_principal,
                                            _secret(args))
-        token = read_token(args.token_file)
+        if args.token_file is not None:
+            read_token(args.token_file)  # a bad token file is a usage error, before anything
         extra_env = executor_environment(args.executor_env)
     except (ValueError, OSError) as e:
         print(f"elastiq: {e}", file=sys.stderr)
         return 2
     config = SchedulerConfig(executor=ExecutorSpec(
         command=args.executor_command or f"exec {sys.executable} -m executor",
-        environment=(("ELASTIQ_STATE_DIR", str(state / "state")),) + extra_env))
+        environment=(("ELASTIQ_STATE_DIR", str(state / "state")),)
+        + executor_token_environment(args.token_file, int(port)) + extra_env))
     cluster = None
     master = args.master
     if master is None:
@@ -157,10 +166,13 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
     service = SchedulerService(master, config, coordination=coordination, principal=principal,
                                secret=secret)
     try:
-        api = ApiServer(service, host=host or "127.0.0.1", port=int(port), token=token).start()
+        api = ApiServer.serving(service, host=host or "127.0.0.1", port=int(port),
+                                token_file=args.token_file,
+                                allowed_hosts=args.api_allowed_host)
     except OSError as e:
-        print(f"elastiq: cannot listen on {args.listen}: {e.strerror}; choose another address "
-              "with --listen HOST:PORT", file=sys.stderr)
+        print(f"elastiq: cannot serve the API on {args.listen}: {e.strerror or e} "
+              f"({e.filename or 'the address'}); choose another address with --listen HOST:PORT "
+              "or a token file with --token-file", file=sys.stderr)
         if cluster is not None:
             cluster.__exit__(None, None, None)
         return 1
@@ -173,8 +185,8 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
         if cluster is not None:
             cluster.__exit__(None, None, None)
         return 1
-    print(f"elastiq scheduler: API on {api.url}, master {master}; Ctrl-C stops it",
-          file=sys.stderr)
+    print(f"elastiq scheduler: API on {api.url} (token in {api.token_file}), master {master}; "
+          "Ctrl-C stops it", file=sys.stderr)
     stop = {"now": False}
     signal.signal(signal.SIGINT, lambda *_: stop.update(now=True))
     signal.signal(signal.SIGTERM, lambda *_: stop.update(now=True))
@@ -215,6 +227,18 @@ def _secret(args: argparse.Namespace) -> str | None:
     return secret
 
 
+def executor_token_environment(token_file: str | None, port: int) -> tuple[tuple[str, str], ...]:
+    """ELASTIQ_TOKEN_FILE for the executors (their control sinks call the API): the token file
+    the scheduler reads or writes; nothing when the port is only known once bound. On a real
+    cluster the agents need that file at that path (or --executor-env ELASTIQ_TOKEN_FILE=...);
+    the token itself never goes into the environment, which Mesos shows in its state."""
+    from scheduler.api_token import default_token_file
+
+    if token_file is not None:
+        return (("ELASTIQ_TOKEN_FILE", str(Path(token_file).resolve())),)
+    return (("ELASTIQ_TOKEN_FILE", str(default_token_file(port))),) if port else ()
+
+
 def executor_environment(pairs: list[str]) -> tuple[tuple[str, str], ...]:
     """`NAME=VALUE` arguments as environment pairs; a malformed one is a usage error."""
     env = []
@@ -228,17 +252,18 @@ def executor_environment(pairs: list[str]) -> tuple[tuple[str, str], ...]:
 
 def read_token(path: str | None) -> str | None:
     """The API token kept in a file (never on the command line, where `ps` shows it)."""
-    if path is None:
-        return None
-    token = Path(path).read_text(encoding="utf-8").strip()
-    if not token:
-        raise ValueError(f"{path} is empty: put the API token in it")
-    return token
+    from scheduler.api_token import read_token as read
+
+    return None if path is None else read(path)
 
 
 def _client(args: argparse.Namespace) -> SchedulerClient:
+    """A client of --scheduler with the token from --token-file, $ELASTIQ_TOKEN_FILE or the
+    default file for the API's port (`scheduler.api_token`)."""
+    from scheduler.api_token import read_client_token
+
     return SchedulerClient(args.scheduler,
-                           token=read_token(args.token_file or os.environ.get("ELASTIQ_TOKEN_FILE")))
+                           token=read_client_token(args.token_file, args.scheduler))
 
 
 def _call(fn: Any) -> tuple[int, Any]:

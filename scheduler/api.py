@@ -1,41 +1,68 @@
-"""The scheduler's HTTP API on 127.0.0.1 (stdlib `ThreadingHTTPServer`).
+"""The scheduler's HTTP API (aiohttp, on its own event loop in a thread).
 
-Owns the routes: `POST /queries` (body: spec XML, compiled with
-`compiler.pipeline.compile_spec_text`, or a CompiledQuery as JSON), `GET /queries`,
-`GET /queries/{id}`, `DELETE /queries/{id}`, `POST /queries/{id}/tasks/{task}/migrate` (body
-`{"to": "<agent id>"}`), `POST /queries/{id}/control` (body `{"tuples": [{"operator", "parameter",
-"value"}, ...]}`: 202 with the request's progress, or every problem), `GET /queries/{id}/control`
-(the adjustable parameters, their values, the applied history), `GET
-/queries/{id}/control/{request}` (one request's acknowledgements), `GET /healthz`, `GET /metrics` (Prometheus text
-format, from the service's `metrics` or its loop's `loop.metrics`), and turning every bad input into a
-4xx JSON reply carrying every diagnostic, never a crash; running queries are untouched by bad
-requests. Does not own the scheduler (any `QueryService`, e.g. `SchedulerService`) nor the client
-(`scheduler.client`).
+Owns the routes: `POST /queries` (body: spec XML, `Content-Type: application/xml` or `text/xml`,
+compiled here with `compiler.pipeline` through `scheduler.query_source`; no route takes a
+compiled query or program text), `GET /queries`, `GET /queries/{id}`, `DELETE /queries/{id}`,
+`POST /queries/{id}/tasks/{task}/migrate` (body `{"to": "<agent id>"}`), `POST
+/queries/{id}/control` (body `{"tuples": [{"operator", "parameter", "value"}, ...]}`: 202 with
+the request's progress, or every problem), `GET /queries/{id}/control` (the adjustable
+parameters, their values, the applied history), `GET /queries/{id}/control/{request}` (one
+request's acknowledgements), `GET /healthz` and `GET /metrics` (Prometheus text format, from
+the service's `metrics` or its loop's `loop.metrics`).
+
+And the gate in front of them (`refusal`, pure): a `Host` that is not this API's own (its bound
+address, `localhost:PORT`, `127.0.0.1:PORT`, `[::1]:PORT`, names given as `allowed_hosts`) or an
+`Origin` that is not this API's own is refused with 403 (DNS rebinding, cross-site requests);
+every route but `/healthz` and `/metrics` needs `Authorization: Bearer <token>` (constant-time
+compare), else 401. Every bad input becomes a 4xx JSON reply `{"error", "diagnostics"}`, never
+a crash; a refused request's unread body closes the connection (after draining it for at
+most `LINGER` seconds, so the client can read the refusal). Bodies are at most 4 MiB (413);
+a connection is closed when no complete request arrived within `IDLE_TIMEOUT` seconds of its
+start or of its last reply, and a body must arrive within `BODY_TIMEOUT` seconds. Service calls
+(which wait on the scheduler's loop) and compiling run in a thread pool, never on the event
+loop. Does not own the scheduler (any `QueryService`, e.g. `SchedulerService`), the token's file
+(`scheduler.api_token`) nor the client (`scheduler.client`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import logging
 import os
+import socket
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Protocol
+from pathlib import Path
+from typing import Any, Callable, Mapping, Protocol, Sequence
 from urllib.parse import parse_qs, unquote, urlsplit
+
+from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
 
 from compiler.tasks import CompiledQuery
 from elastiq.diagnostics import Diagnostic, SpecError
+from scheduler.api_token import (
+    default_token_file, new_token, read_token, remove_token_file, where_to_look, write_token_file,
+)
 from scheduler.loop import Reply
 from scheduler.metrics import CONTENT_TYPE
+from scheduler.query_source import QuerySource, compile_source
 
 log = logging.getLogger("elastiq.scheduler.api")
 MAX_BODY = 4 * 1024 * 1024
+IDLE_TIMEOUT = 10.0  # seconds a connection may stay without a complete request
+BODY_TIMEOUT = 30.0  # seconds a request's body may take to arrive
+LINGER = 2.0  # seconds a refused request's unread body is drained before the connection closes
+SPEC_MEDIA_TYPES = ("application/xml", "text/xml")
+OPEN_ROUTES = (("GET", ("healthz",)), ("GET", ("metrics",)))
 
 
 class QueryService(Protocol):
-    def submit(self, query: CompiledQuery, timeout: float = 10.0) -> Reply: ...
+    def submit(self, query: CompiledQuery, timeout: float = 10.0,
+               source: QuerySource | None = None) -> Reply: ...
     def stop_query(self, query_id: str, timeout: float = 10.0) -> Reply: ...
     def migrate_task(self, query_id: str, task_id: str, agent_id: str,
                      timeout: float = 10.0) -> Reply: ...
@@ -55,183 +82,100 @@ class ApiError(Exception):
         self.status, self.message = status, message
         self.diagnostics = diagnostics or [{"message": message}]
 
+    def body(self) -> dict[str, Any]:
+        return {"error": self.message, "diagnostics": self.diagnostics}
+
 
 def diagnostic_json(d: Diagnostic) -> dict[str, Any]:
     return {"file": d.position.file, "line": d.position.line, "column": d.position.column,
             "severity": d.severity, "message": d.message, "hint": d.hint, "text": d.render()}
 
 
+# ---- the gate (pure) -------------------------------------------------------------------------
+def media_type(content_type: str) -> str:
+    """The media type of a Content-Type value, lower case, without its parameters."""
+    return content_type.split(";", 1)[0].strip().lower()
+
+
+def own_hosts(host: str, port: int, extra: Sequence[str] = ()) -> frozenset[str]:
+    """The `Host` values naming this API: its bound address, loopback names, and `extra` names
+    (`name` means `name:port`; `name:port` is taken as given); lower case, with the port."""
+    names = {host, "localhost", "127.0.0.1", "[::1]"}
+    out = {f"{n.lower()}:{port}" for n in names if n}
+    for name in extra:
+        name = name.strip().lower()
+        if name:
+            out.add(name if _has_port(name) else f"{name}:{port}")
+    if port == 80:  # a Host without a port means 80
+        out |= {h.rsplit(":", 1)[0] for h in list(out)}
+    return frozenset(out)
+
+
+def _has_port(name: str) -> bool:
+    tail = name.rsplit("]", 1)[-1]
+    return ":" in tail and tail.rsplit(":", 1)[1].isdigit()
+
+
+def token_allows(token: str, authorization: str) -> bool:
+    """Whether `authorization` is `Bearer <token>` (compared in constant time)."""
+    if not token:
+        return False
+    scheme, _, given = authorization.strip().partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(
+        given.strip().encode("utf-8", "surrogateescape"), token.encode("utf-8"))
+
+
+def refusal(method: str, parts: Sequence[str], headers: Mapping[str, str],
+            hosts: frozenset[str], token: str) -> ApiError | None:
+    """Why a request may not reach a route (403 foreign Host or Origin, 401 no or wrong
+    token), or None."""
+    host = headers.get("Host", "").strip().lower()
+    if host not in hosts:
+        return ApiError(403, f"Host {host or '(none)'!r} is not this API's; a scheduler reached "
+                             "under another name needs that name in --api-allowed-host")
+    origin = headers.get("Origin")
+    if origin is not None and origin.strip().lower() not in {f"http://{h}" for h in hosts}:
+        return ApiError(403, f"Origin {origin!r} is not this API's own; cross-site requests "
+                             "are refused")
+    if (method, tuple(parts)) in OPEN_ROUTES:
+        return None
+    if not token_allows(token, headers.get("Authorization", "")):
+        return ApiError(401, "this scheduler requires 'Authorization: Bearer <token>' on "
+                             f"every route but /healthz and /metrics; {where_to_look()}")
+    return None
+
+
+def path_parts(raw_path: str) -> list[str]:
+    """The decoded segments of a request target's path (an escaped '/' stays in its part)."""
+    return [unquote(p) for p in urlsplit(raw_path).path.strip("/").split("/") if p]
+
+
+# ---- request bodies (pure) -------------------------------------------------------------------
 def parse_submission(body: bytes, content_type: str, filename: str, query_id: str | None,
-                     base_dir: str | None) -> CompiledQuery:
-    """The body of `POST /queries` as a CompiledQuery, or ApiError(400) with diagnostics."""
-    if "json" in content_type:
-        return _from_json(body.decode("utf-8", errors="replace"))
-    return _from_xml(body, filename, query_id, base_dir)
-
-
-def _from_json(text: str) -> CompiledQuery:
+                     base_dir: str | None) -> tuple[CompiledQuery, QuerySource]:
+    """The body of `POST /queries` (spec XML) compiled, with the source it came from;
+    ApiError(415) for any other media type, ApiError(400) with every diagnostic."""
+    kind = media_type(content_type)
+    if kind not in SPEC_MEDIA_TYPES:
+        raise ApiError(415, f"POST /queries takes a spec as {' or '.join(SPEC_MEDIA_TYPES)}, "
+                            f"not {kind or 'a body without Content-Type'}; compiled queries "
+                            "and programs are never accepted")
     try:
-        return CompiledQuery.from_json(text)
-    except (ValueError, KeyError, TypeError, AttributeError) as e:
-        raise ApiError(400, f"body is not a compiled query: {type(e).__name__}: {e}") from None
-
-
-def _from_xml(body: bytes, filename: str, query_id: str | None,
-              base_dir: str | None) -> CompiledQuery:
-    from compiler.pipeline import compile_spec_text  # the compiler is heavy: load on first use
-
-    try:
-        compiled = compile_spec_text(body, filename, base_dir=base_dir, query_id=query_id)
+        query = compile_source(QuerySource.of(body, filename, query_id or "", base_dir))
     except SpecError as e:
         diags = [diagnostic_json(d) for d in e.diagnostics]
         raise ApiError(400, f"{len(diags)} problem(s) in {filename}", diags) from None
-    return compiled.query
+    return query, QuerySource.of(body, filename, query.query_id, base_dir)
 
 
-@dataclass(frozen=True)
-class MetricsText:
-    """A reply body that is not JSON: the Prometheus exposition."""
-
-    data: bytes
-    content_type: str
-
-
-def _metrics_text(service: QueryService) -> MetricsText:
-    """The service's metrics: `service.metrics`, else `service.loop.metrics`, else 404."""
-    metrics = getattr(service, "metrics", None) or getattr(getattr(service, "loop", None),
-                                                          "metrics", None)
-    if metrics is None:
-        raise ApiError(404, "this scheduler has no metrics")
-    return MetricsText(metrics.exposition(), CONTENT_TYPE)
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server: "ApiServer"
-    protocol_version = "HTTP/1.1"
-
-    def do_GET(self) -> None:
-        self._dispatch("GET")
-
-    def do_POST(self) -> None:
-        self._dispatch("POST")
-
-    def do_DELETE(self) -> None:
-        self._dispatch("DELETE")
-
-    def _dispatch(self, method: str) -> None:
-        try:
-            status, body = self._route(method)
-        except ApiError as e:
-            status, body = e.status, {"error": e.message, "diagnostics": e.diagnostics}
-        except Exception as e:  # never let one request take the API down
-            log.exception("[api] %s %s failed", method, self.path)
-            status, body = 500, {"error": f"internal error: {e}", "diagnostics": []}
-        self._reply(status, body)
-
-    def _route(self, method: str) -> tuple[int, Any]:
-        parts = [unquote(p) for p in urlsplit(self.path).path.strip("/").split("/") if p]
-        service = self.server.service
-        if method != "GET" and not token_allows(self.server.token,
-                                                self.headers.get("Authorization", "")):
-            raise ApiError(401, "this scheduler requires a token for submit, stop and migrate: send "
-                                "'Authorization: Bearer <token>' (elastiq --token-file FILE)")
-        if parts == ["metrics"] and method == "GET":
-            return 200, _metrics_text(service)
-        if parts == ["healthz"] and method == "GET":
-            s = service.status()
-            health = {"ok": True, "connected": s.get("connected"),
-                      "framework_id": s.get("framework_id")}
-            if "leadership" in s:  # role, epoch and leader address, with ZooKeeper
-                health["leadership"] = s["leadership"]
-            return 200, health
-        if parts == ["queries"] and method == "GET":
-            return 200, {"queries": list(service.status()["queries"].values())}
-        if parts == ["queries"] and method == "POST":
-            return self._submit(service)
-        if len(parts) == 2 and parts[0] == "queries" and method in ("GET", "DELETE"):
-            return self._one_query(service, method, parts[1])
-        if len(parts) == 5 and (parts[0], parts[2], parts[4]) == ("queries", "tasks", "migrate") \
-                and method == "POST":
-            return self._migrate(service, parts[1], parts[3])
-        if len(parts) in (3, 4) and (parts[0], parts[2]) == ("queries", "control"):
-            return self._control(service, method, parts[1], parts[3] if len(parts) == 4 else None)
-        raise ApiError(404 if method == "GET" else 405, f"no route {method} {self.path}")
-
-    def _submit(self, service: QueryService) -> tuple[int, Any]:
-        body = self._body()
-        params = parse_qs(urlsplit(self.path).query)
-        query = parse_submission(
-            body, self.headers.get("Content-Type", ""),
-            self.headers.get("X-Spec-Filename") or "spec.xml",
-            (params.get("query_id") or [None])[0], self.headers.get("X-Spec-Dir") or os.getcwd())
-        reply = service.submit(query)
-        if not reply.accepted:
-            raise ApiError(reply.status, reply.message,
-                           [{"message": m} for m in reply.message.split("; ")])
-        return 201, {"query_id": query.query_id, "message": reply.message}
-
-    def _one_query(self, service: QueryService, method: str, query_id: str) -> tuple[int, Any]:
-        if method == "GET":
-            view = service.query_status(query_id)
-            if view is None:
-                raise ApiError(404, f"no query {query_id}")
-            return 200, view
-        reply = service.stop_query(query_id)
-        if not reply.accepted:
-            raise ApiError(reply.status, reply.message)
-        return 202, {"query_id": query_id, "message": reply.message}
-
-    def _migrate(self, service: QueryService, query_id: str, task_id: str) -> tuple[int, Any]:
-        try:
-            target = json.loads(self._body() or b"{}").get("to")
-        except (ValueError, AttributeError):
-            target = None
-        if not isinstance(target, str) or not target:
-            raise ApiError(400, 'the body must be JSON {"to": "<agent id>"}')
-        reply = service.migrate_task(query_id, task_id, target)
-        if not reply.accepted:
-            raise ApiError(reply.status, reply.message)
-        return 202, {"query_id": query_id, "task_id": task_id, "to": target,
-                     "message": reply.message}
-
-    def _control(self, service: QueryService, method: str, query_id: str,
-                 request_id: str | None) -> tuple[int, Any]:
-        if method == "GET":
-            view = service.query_control(query_id, request_id)
-            if view is None:
-                raise ApiError(404, f"no control request {request_id} of query {query_id}"
-                               if request_id else f"no query {query_id}")
-            return 200, view
-        if method != "POST" or request_id is not None:
-            raise ApiError(405, f"no route {method} {self.path}")
-        reply = service.control(query_id, control_tuples(self._body()))
-        if not reply.accepted:
-            problems = (reply.body or {}).get("problems") or [reply.message]
-            raise ApiError(reply.status, reply.message, [{"message": m} for m in problems])
-        return 202, {"query_id": query_id, "message": reply.message, **(reply.body or {})}
-
-    def _body(self) -> bytes:
-        length = self.headers.get("Content-Length")
-        if length is None or not length.isdigit():
-            raise ApiError(411, "a Content-Length header is required")
-        if int(length) > MAX_BODY:
-            self.close_connection = True
-            raise ApiError(413, f"body of {length} bytes is over {MAX_BODY}")
-        return self.rfile.read(int(length))
-
-    def _reply(self, status: int, body: Any) -> None:
-        if isinstance(body, MetricsText):
-            data, content_type = body.data, body.content_type
-        else:
-            data, content_type = json.dumps(body).encode("utf-8"), "application/json"
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
-        log.debug("[api] " + format, *args)
+def migrate_target(body: bytes) -> str:
+    try:
+        target = json.loads(body or b"{}").get("to")
+    except (ValueError, AttributeError):
+        target = None
+    if not isinstance(target, str) or not target:
+        raise ApiError(400, 'the body must be JSON {"to": "<agent id>"}')
+    return target
 
 
 def control_tuples(body: bytes) -> list[tuple[str, str, str]]:
@@ -257,42 +201,310 @@ def control_tuples(body: bytes) -> list[tuple[str, str, str]]:
     return out
 
 
-def token_allows(token: str | None, authorization: str) -> bool:
-    """Whether a request may change state: always when no token is configured, else only with
-    `Authorization: Bearer <token>` (compared in constant time)."""
-    if not token:
-        return True
-    scheme, _, given = authorization.partition(" ")
-    return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(),
-                                                              token.encode())
+# ---- the routes (blocking: run in the pool) --------------------------------------------------
+@dataclass(frozen=True)
+class MetricsText:
+    """A reply body that is not JSON: the Prometheus exposition."""
+
+    data: bytes
+    content_type: str
 
 
-class ApiServer(ThreadingHTTPServer):
-    """`ApiServer(service).start()`; `.url` is where it listens; `.stop()` ends it."""
+@dataclass(frozen=True)
+class Call:
+    """One request that passed the gate, as the routes see it."""
 
-    daemon_threads = True
+    method: str
+    target: str  # the raw request target, for messages
+    parts: tuple[str, ...]
+    params: Mapping[str, list[str]]
+    headers: Mapping[str, str]
+    body: bytes
 
-    def __init__(self, service: QueryService, host: str = "127.0.0.1", port: int = 0,
-                 token: str | None = None):
-        super().__init__((host, port), _Handler)
-        self.service = service
-        self.token = token  # when set, POST and DELETE need `Authorization: Bearer <token>`
+
+def _metrics_text(service: QueryService) -> MetricsText:
+    """The service's metrics: `service.metrics`, else `service.loop.metrics`, else 404."""
+    metrics = getattr(service, "metrics", None) or getattr(getattr(service, "loop", None),
+                                                          "metrics", None)
+    if metrics is None:
+        raise ApiError(404, "this scheduler has no metrics")
+    return MetricsText(metrics.exposition(), CONTENT_TYPE)
+
+
+def _health(service: QueryService) -> dict[str, Any]:
+    """Open to anyone: whether it runs and leads, nothing about queries or addresses."""
+    s = service.status()
+    health = {"ok": True, "connected": s.get("connected"), "framework_id": s.get("framework_id")}
+    if "leadership" in s:  # role and epoch, with ZooKeeper (not the leader's address)
+        health["leadership"] = {k: s["leadership"].get(k) for k in ("role", "epoch")}
+    return health
+
+
+def route(service: QueryService, call: Call) -> tuple[int, Any]:
+    """The reply to `call`: (status, JSON value or MetricsText); ApiError for refusals."""
+    method, parts = call.method, call.parts
+    if parts == ("metrics",) and method == "GET":
+        return 200, _metrics_text(service)
+    if parts == ("healthz",) and method == "GET":
+        return 200, _health(service)
+    if parts == ("queries",) and method == "GET":
+        return 200, {"queries": list(service.status()["queries"].values())}
+    if parts == ("queries",) and method == "POST":
+        return _submit(service, call)
+    if len(parts) == 2 and parts[0] == "queries" and method in ("GET", "DELETE"):
+        return _one_query(service, method, parts[1])
+    if len(parts) == 5 and (parts[0], parts[2], parts[4]) == ("queries", "tasks", "migrate") \
+            and method == "POST":
+        return _migrate(service, parts[1], parts[3], call.body)
+    if len(parts) in (3, 4) and (parts[0], parts[2]) == ("queries", "control") \
+            and (method, len(parts)) in (("GET", 3), ("GET", 4), ("POST", 3)):
+        return _control(service, method, parts[1], parts[3] if len(parts) == 4 else None,
+                        call.body)
+    raise ApiError(404 if method == "GET" else 405, f"no route {method} {call.target[:200]}")
+
+
+def _submit(service: QueryService, call: Call) -> tuple[int, Any]:
+    query, source = parse_submission(
+        call.body, call.headers.get("Content-Type", ""),
+        call.headers.get("X-Spec-Filename") or "spec.xml",
+        (call.params.get("query_id") or [None])[0],
+        call.headers.get("X-Spec-Dir") or os.getcwd())
+    reply = service.submit(query, source=source)
+    if not reply.accepted:
+        raise ApiError(reply.status, reply.message,
+                       [{"message": m} for m in reply.message.split("; ")])
+    return 201, {"query_id": query.query_id, "message": reply.message}
+
+
+def _one_query(service: QueryService, method: str, query_id: str) -> tuple[int, Any]:
+    if method == "GET":
+        view = service.query_status(query_id)
+        if view is None:
+            raise ApiError(404, f"no query {query_id}")
+        return 200, view
+    reply = service.stop_query(query_id)
+    if not reply.accepted:
+        raise ApiError(reply.status, reply.message)
+    return 202, {"query_id": query_id, "message": reply.message}
+
+
+def _migrate(service: QueryService, query_id: str, task_id: str,
+             body: bytes) -> tuple[int, Any]:
+    target = migrate_target(body)
+    reply = service.migrate_task(query_id, task_id, target)
+    if not reply.accepted:
+        raise ApiError(reply.status, reply.message)
+    return 202, {"query_id": query_id, "task_id": task_id, "to": target,
+                 "message": reply.message}
+
+
+def _control(service: QueryService, method: str, query_id: str, request_id: str | None,
+             body: bytes) -> tuple[int, Any]:
+    if method == "GET":
+        view = service.query_control(query_id, request_id)
+        if view is None:
+            raise ApiError(404, f"no control request {request_id} of query {query_id}"
+                           if request_id else f"no query {query_id}")
+        return 200, view
+    reply = service.control(query_id, control_tuples(body))
+    if not reply.accepted:
+        problems = (reply.body or {}).get("problems") or [reply.message]
+        raise ApiError(reply.status, reply.message, [{"message": m} for m in problems])
+    return 202, {"query_id": query_id, "message": reply.message, **(reply.body or {})}
+
+
+def answer(service: QueryService, call: Call) -> tuple[int, Any]:
+    """`route`, with every refusal and failure as (status, JSON error)."""
+    try:
+        return route(service, call)
+    except ApiError as e:
+        return e.status, e.body()
+    except Exception as e:  # never let one request take the API down
+        log.exception("[api] %s %s failed", call.method, call.target[:200])
+        return 500, {"error": f"internal error: {type(e).__name__}", "diagnostics": []}
+
+
+# ---- the server ------------------------------------------------------------------------------
+def _response(status: int, body: Any) -> web.Response:
+    if isinstance(body, MetricsText):
+        return web.Response(status=status, body=body.data,
+                            headers={"Content-Type": body.content_type})
+    return web.Response(status=status, body=json.dumps(body).encode("utf-8"),
+                        content_type="application/json")
+
+
+class _JsonErrors(RequestHandler):
+    """aiohttp's connection handler, answering what its own HTTP parser refuses (malformed
+    request lines and headers) with our JSON error instead of plain text; it still logs and
+    closes the connection as aiohttp does."""
+
+    def handle_error(self, request: Any, status: int = 500, exc: BaseException | None = None,
+                     message: str | None = None) -> web.StreamResponse:
+        plain = super().handle_error(request, status, exc, message)
+        what = "malformed request" if plain.status < 500 else "internal error"
+        detail = (message or "").splitlines()[0][:200] if plain.status < 500 else ""
+        response = _response(plain.status, ApiError(
+            plain.status, f"{what}: {detail}" if detail else what).body())
+        response.force_close()
+        return response
+
+
+class _Server(web.Server):
+    """aiohttp's low-level server with `_JsonErrors` connections."""
+
+    def __call__(self) -> RequestHandler:
+        return _JsonErrors(self, loop=self._loop, **self._kwargs)
+
+
+def _refused(error: ApiError, request: web.BaseRequest) -> web.Response:
+    """A refusal; the connection closes when the request's body was not read."""
+    response = _response(error.status, error.body())
+    if request.body_exists and not request.content.is_eof():
+        response.force_close()
+    return response
+
+
+class ApiServer:
+    """`ApiServer(service, host, port, token=...).start()`; `.url` is where it listens;
+    `.stop()` ends it. The socket is bound at construction (OSError when it cannot be)."""
+
+    def __init__(self, service: QueryService, host: str = "127.0.0.1", port: int = 0, *,
+                 token: str, allowed_hosts: Sequence[str] = (), workers: int = 8,
+                 idle_timeout: float = IDLE_TIMEOUT, body_timeout: float = BODY_TIMEOUT):
+        if not isinstance(token, str) or not token.strip() or token != token.strip():
+            raise ValueError("the API needs a token (non-empty, no surrounding whitespace)")
+        self.service, self.token, self.idle_timeout = service, token, idle_timeout
+        self.body_timeout = body_timeout
+        self._sock = socket.create_server((host, port), family=_family(host), backlog=1024)
+        self.host, self.port = host, self._sock.getsockname()[1]
+        self.hosts = own_hosts(host if ":" not in host else f"[{host}]", self.port,
+                               allowed_hosts)
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="scheduler-api")
+        self.token_file: Path | None = None  # where clients find the token, when known
+        self._wrote_token_file = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._runner: web.ServerRunner | None = None
         self._thread: threading.Thread | None = None
+
+    @classmethod
+    def serving(cls, service: QueryService, host: str = "127.0.0.1", port: int = 0,
+                token_file: str | Path | None = None,
+                allowed_hosts: Sequence[str] = ()) -> "ApiServer":
+        """A started API whose token is read from `token_file`, or (None) made fresh and
+        written (mode 0600) to the per-user default file for the bound port, which `stop()`
+        removes again."""
+        token = read_token(token_file) if token_file is not None else new_token()
+        api = cls(service, host, port, token=token, allowed_hosts=allowed_hosts)
+        try:
+            if token_file is None:
+                api.token_file = default_token_file(api.port)
+                write_token_file(api.token_file, token)
+                api._wrote_token_file = True
+            else:
+                api.token_file = Path(token_file)
+            return api.start()
+        except BaseException:
+            api.stop()
+            raise
 
     @property
     def url(self) -> str:
-        host, port = self.server_address[:2]
-        return f"http://{host}:{port}"
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
 
     def start(self) -> "ApiServer":
-        self._thread = threading.Thread(target=self.serve_forever, name="scheduler-api",
-                                        daemon=True)
+        started = threading.Event()
+        failure: list[BaseException] = []
+
+        def serve() -> None:
+            loop = asyncio.new_event_loop()
+            self._loop = loop
+            asyncio.set_event_loop(loop)
+            try:
+                loop.run_until_complete(self._open())
+            except BaseException as e:  # e.g. the socket was closed meanwhile
+                failure.append(e)
+                started.set()
+                return
+            started.set()
+            loop.run_forever()
+            loop.run_until_complete(self._close())
+            loop.close()
+
+        self._thread = threading.Thread(target=serve, name="scheduler-api", daemon=True)
         self._thread.start()
+        started.wait(10)
+        if failure:
+            raise failure[0]
         log.info("[api] listening on %s", self.url)
         return self
 
+    async def _open(self) -> None:
+        server = _Server(self._handle, keepalive_timeout=self.idle_timeout, access_log=None,
+                         max_line_size=8190, max_field_size=8190, lingering_time=LINGER)
+        self._runner = web.ServerRunner(server, handle_signals=False, shutdown_timeout=2.0)
+        await self._runner.setup()
+        await web.SockSite(self._runner, self._sock).start()
+
+    async def _close(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
     def stop(self) -> None:
-        self.shutdown()
-        self.server_close()
-        if self._thread is not None:
-            self._thread.join(5)
+        loop, thread = self._loop, self._thread
+        if loop is not None and thread is not None and thread.is_alive():
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(10)
+        self._sock.close()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        if self._wrote_token_file and self.token_file is not None:
+            remove_token_file(self.token_file, self.token)
+            self._wrote_token_file = False
+
+    async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        try:
+            parts = path_parts(request.raw_path)
+            refused = refusal(request.method, parts, request.headers, self.hosts, self.token)
+            if refused is not None:
+                return _refused(refused, request)
+            body = await self._body(request)
+            call = Call(request.method, request.raw_path, tuple(parts),
+                        parse_qs(urlsplit(request.raw_path).query), dict(request.headers), body)
+            status, reply = await self._in_pool(answer, self.service, call)
+            return _response(status, reply)
+        except ApiError as e:
+            return _refused(e, request)
+
+    async def _body(self, request: web.BaseRequest) -> bytes:
+        """The whole body, at most MAX_BODY bytes (413), within `body_timeout` seconds (408)."""
+        if not request.body_exists:
+            return b""
+        length = request.content_length
+        if length is not None and length > MAX_BODY:
+            raise ApiError(413, f"body of {length} bytes is over {MAX_BODY}")
+        try:
+            return await asyncio.wait_for(_read_at_most(request, MAX_BODY), self.body_timeout)
+        except asyncio.TimeoutError:
+            raise ApiError(408, f"the body did not arrive within {self.body_timeout:g} s") \
+                from None
+        except (ConnectionError, ValueError) as e:  # e.g. a bad chunked encoding
+            raise ApiError(400, f"unreadable body: {type(e).__name__}") from None
+
+    async def _in_pool(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+
+
+async def _read_at_most(request: web.BaseRequest, limit: int) -> bytes:
+    chunks, size = [], 0
+    while True:
+        chunk = await request.content.read(65536)
+        if not chunk:
+            return b"".join(chunks)
+        size += len(chunk)
+        if size > limit:
+            raise ApiError(413, f"body is over {limit} bytes")
+        chunks.append(chunk)
+
+
+def _family(host: str) -> socket.AddressFamily:
+    return socket.AF_INET6 if ":" in host else socket.AF_INET

@@ -1,5 +1,5 @@
-"""A small client of the scheduler's HTTP API, for the CLI: submit, status, stop, migrate,
-control.
+"""A small client of the scheduler's HTTP API, for the CLI: submit (a spec), status, stop,
+migrate, control.
 
 Owns turning calls into HTTP requests and replies into values or `SchedulerUnavailable` /
 `RequestRejected` errors with messages a user can act on. Does not own the API (`scheduler.api`).
@@ -32,6 +32,7 @@ class RequestRejected(Exception):
 
 class SchedulerClient:
     def __init__(self, url: str = DEFAULT_URL, timeout: float = 30.0, token: str | None = None):
+        """`token`: the API's bearer token (`scheduler.api_token.read_client_token` finds it)."""
         parts = urlsplit(url)
         if parts.scheme != "http" or not parts.hostname:
             raise ValueError(f"scheduler URL must look like http://host:port, not {url!r}")
@@ -46,10 +47,6 @@ class SchedulerClient:
                    "X-Spec-Dir": str(p.parent)}
         target = "/queries" + (f"?query_id={quote(query_id)}" if query_id else "")
         return self._call("POST", target, p.read_bytes(), headers)
-
-    def submit_compiled(self, compiled_json: str) -> dict[str, Any]:
-        return self._call("POST", "/queries", compiled_json.encode("utf-8"),
-                          {"Content-Type": "application/json"})
 
     def status(self, query_id: str | None = None) -> dict[str, Any]:
         return self._call("GET", f"/queries/{quote(query_id, safe='')}" if query_id else "/queries")

@@ -5,8 +5,9 @@ Owns `Coordination` (leader election with an epoch per leader, a key-value regis
 writes are fenced by the leader's term, and liveness through ephemeral announcements),
 `InProcessCoordination` (one machine, no ZooKeeper: `elastiq run` and tests; several handles on
 one `InProcessHub` elect among themselves and `expire()` simulates a lost session) and
-`SchedulerRegistry` (framework id, queries with their compiled JSON and placements, channel
-endpoints, task liveness, control history). Does not own kazoo (`scheduler.zk`) nor what a
+`SchedulerRegistry` (framework id, queries as their sources (spec text and compile options,
+never compiled programs: a new leader recompiles them) and placements, channel endpoints, task
+liveness, control history). Does not own kazoo (`scheduler.zk`) nor what a
 change of leadership means (`scheduler.leadership`).
 
 Callbacks (`on_elected`, `on_deposed`, connection listeners) run on the coordination's own
@@ -235,10 +236,28 @@ class InProcessCoordination(Coordination):
 
 
 # ---- the scheduler's registry ----------------------------------------------------------------
+@dataclass(frozen=True)
+class PersistedQuery:
+    """One query as the registry holds it, unchecked."""
+
+    query_id: str
+    source: bytes  # `QuerySource.to_json()` when we wrote it
+    placements: dict[str, Any] | None
+
+
+def _json_object(raw: bytes | None) -> dict[str, Any] | None:
+    try:
+        value = json.loads(raw.decode("utf-8")) if raw else None
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
 class SchedulerRegistry:
     """Typed access to what the scheduler keeps in a `Coordination`.
 
-    Layout: `framework_id`; `queries/<q>` (compiled query JSON); `placements/<q>` (phase and,
+    Layout: `framework_id`; `queries/<q>` (the query's source as JSON: spec text, file name,
+    query id, base and rules dirs; see `scheduler.query_source`); `placements/<q>` (phase and,
     per task, attempt, launches, state, agent, ports, endpoints); `channels/<q>/<channel>`
     (endpoint); `live/tasks/<mesos task id>` (ephemeral); `control/<q>/<seq>` (JSON).
     """
@@ -253,24 +272,24 @@ class SchedulerRegistry:
     def save_framework_id(self, framework_id: str, term: Term | None) -> None:
         self.c.put("framework_id", framework_id.encode("utf-8"), term)
 
-    def save_query(self, query_id: str, compiled_json: str, term: Term | None) -> None:
-        self.c.put(registry_key("queries", query_id), compiled_json.encode("utf-8"), term)
+    def save_query(self, query_id: str, source_json: str, term: Term | None) -> None:
+        self.c.put(registry_key("queries", query_id), source_json.encode("utf-8"), term)
 
     def save_placements(self, query_id: str, placements: dict[str, Any],
                         term: Term | None) -> None:
         self.c.put(registry_key("placements", query_id),
                    json.dumps(placements, sort_keys=True).encode("utf-8"), term)
 
-    def load_queries(self) -> list[tuple[str, dict[str, Any] | None]]:
-        """Every persisted query as (compiled JSON, placements or None), by query id."""
+    def load_queries(self) -> list[PersistedQuery]:
+        """Every persisted query: its id, source JSON and placements (None when absent or
+        unreadable), by query id. Nothing here is compiled or trusted."""
         out = []
         for name in self.c.children("queries"):
-            compiled = self.c.get(f"queries/{name}")
-            if compiled is None:
+            source = self.c.get(f"queries/{name}")
+            if source is None:
                 continue
             placed = self.c.get(f"placements/{name}")
-            out.append((compiled.decode("utf-8"),
-                        json.loads(placed.decode("utf-8")) if placed else None))
+            out.append(PersistedQuery(key_part(name), source, _json_object(placed)))
         return out
 
     def save_endpoint(self, query_id: str, channel_id: str, endpoint: str,
@@ -307,7 +326,7 @@ class QueryPersister:
     """Writes what the leader's state says into the registry, off the loop thread.
 
     `observe(state)` runs on the event loop after each step (lock held): it compares cheaply and
-    queues changed entries (the framework id, a query's compiled JSON once per submission, its
+    queues changed entries (the framework id, a query's source once per submission, its
     placements whenever they change, and the endpoint of each channel whose producer was placed
     somewhere new: the channel registry). A writer thread writes them fenced by the leader's term;
     a `FencedOut` drops everything (we are no longer the leader). Does not decide anything.
@@ -359,7 +378,11 @@ class QueryPersister:
         for qid, record in state.queries.items():
             if self._seen_query.get(qid) != id(record.query):
                 self._seen_query[qid] = id(record.query)
-                updates[("query", qid)] = record.query
+                if record.source is None:
+                    log.warning("[registry] query %s was not submitted from a spec: it is not "
+                                "persisted, and a new leader will not know it", qid)
+                else:
+                    updates[("query", qid)] = record.source
             placements = durable_placements(record)
             if self._seen_placements.get(qid) != placements:
                 self._seen_placements[qid] = placements
@@ -411,7 +434,7 @@ class QueryPersister:
         if kind == "framework_id":
             self._registry.save_framework_id(value, term)
         elif kind == "query":
-            self._registry.save_query(ident, value.to_json(), term)
+            self._registry.save_query(ident, value.to_json(), term)  # a QuerySource
         elif kind == "channels":  # the channel registry: where each channel is served now
             for channel_id, endpoint in sorted(value.items()):
                 self._registry.save_endpoint(ident, channel_id, endpoint, term)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Literal, Union
 
 from compiler.tasks import CompiledQuery
+from scheduler.query_source import QuerySource
 from scheduler.placement import Offer
 
 _counter = itertools.count(1)
@@ -103,6 +104,7 @@ class FrameworkMessageReceived:
 class QuerySubmitted:
     stimulus_id: str
     query: CompiledQuery
+    source: QuerySource | None = None  # the spec it was compiled from (what is persisted)
 
 
 @dataclass(frozen=True)

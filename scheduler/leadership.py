@@ -174,12 +174,13 @@ def check_epoch(current: Leadership, epoch: int | None) -> Verdict:
 # ---- events for the scheduler state machine --------------------------------------------------
 @dataclass(frozen=True)
 class LeadershipGained:
-    """Become leader: restore these persisted queries (`state.restore_query` inputs)."""
+    """Become leader: restore these persisted queries (`state.restore_query` inputs), each
+    recompiled from its persisted source by the caller."""
 
     stimulus_id: str
     leadership: Leadership
     framework_id: str | None
-    queries: tuple[tuple[str, dict[str, Any] | None], ...]  # (compiled JSON, placements)
+    queries: tuple[tuple[Any, Any, dict[str, Any] | None], ...]  # (query, source, placements)
 
 
 @dataclass(frozen=True)

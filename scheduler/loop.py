@@ -23,6 +23,7 @@ from scheduler.commands import Command, ReplyToRequest
 from scheduler.config import SchedulerConfig
 from scheduler.events import Event, QueryStopRequested, QuerySubmitted, Tick, new_stimulus_id
 from scheduler.metrics import SchedulerMetrics
+from scheduler.query_source import QuerySource
 from scheduler.state import SchedulerState
 from scheduler.views import query_view, snapshot
 
@@ -88,8 +89,9 @@ class SchedulerLoop:
         """Queue an event; returns at once (safe from any thread, e.g. driver callbacks)."""
         self._queue.put(event)
 
-    def submit(self, query: CompiledQuery, timeout: float = 10.0) -> Reply:
-        return self._request(QuerySubmitted(new_stimulus_id("submit"), query), timeout)
+    def submit(self, query: CompiledQuery, timeout: float = 10.0,
+               source: QuerySource | None = None) -> Reply:
+        return self._request(QuerySubmitted(new_stimulus_id("submit"), query, source), timeout)
 
     def stop_query(self, query_id: str, timeout: float = 10.0) -> Reply:
         return self._request(QueryStopRequested(new_stimulus_id("stop"), query_id), timeout)

@@ -48,6 +48,7 @@ from scheduler.leadership import (
     Suspended, next_leadership,
 )
 from scheduler.loop import DroppingRunner, Reply, SchedulerLoop
+from scheduler.query_source import Compiled, QuerySource, Restorable, recompile_all
 from scheduler.state import SchedulerState, restore_query
 from scheduler.views import snapshot
 
@@ -202,6 +203,7 @@ class SchedulerService:
         self._first_framework_id = framework_id
         self._principal, self._secret = principal, secret
         self._persister = QueryPersister(self.registry)
+        self._compiled: Compiled = {}  # persisted sources already recompiled, and failures
         self.loop.after_step.append(self._persister.observe)
         self._facts: "queue.Queue[Any]" = queue.Queue()
         self._worker: threading.Thread | None = None
@@ -312,7 +314,7 @@ class SchedulerService:
 
     def _restore_and_register(self, sid: str, action: RestoreAndRegister) -> None:
         framework_id = self.registry.framework_id() or self._first_framework_id
-        queries = tuple(self.registry.load_queries())
+        queries = tuple((r.query, r.source, r.placements) for r in self._recompiled())
         self._persister.begin(action.term)
         reply = self.loop.request(LeadershipGained(sid, self.leadership, framework_id, queries))
         if not reply.accepted:
@@ -320,6 +322,18 @@ class SchedulerService:
         log.info("[%s] epoch %s: %s; registering as framework %s", sid, action.term.epoch,
                  reply.message, framework_id or "(new)")
         self._start_driver(framework_id)
+
+    def _recompiled(self) -> list[Restorable]:
+        """The persisted queries recompiled from their sources by our compiler (never a
+        persisted program); an entry that does not compile is logged and left out."""
+        entries = self.registry.load_queries()
+        present = {(e.query_id, e.source) for e in entries}
+        for gone in [k for k in self._compiled if k not in present]:
+            del self._compiled[gone]
+        restored, skipped = recompile_all(entries, self._compiled)
+        for problem in skipped:
+            log.error("[registry] not restoring %s", problem)
+        return restored
 
     def _set_metrics(self) -> None:
         setter = getattr(getattr(self.loop, "metrics", None), "set_leadership", None)
@@ -354,9 +368,12 @@ class SchedulerService:
         return self.driver.framework_id if self.driver else self.loop.state.framework_id
 
     def submit(self, query: CompiledQuery, timeout: float = 10.0,
-               epoch: int | None = None) -> Reply:
+               epoch: int | None = None, source: QuerySource | None = None) -> Reply:
+        """Submit a compiled query; only one with its `source` (the spec it was compiled
+        from) is persisted for a new leader to recompile."""
         sid = new_stimulus_id("submit")
-        return self.loop.request(FencedRequest(sid, epoch, QuerySubmitted(sid, query)), timeout)
+        return self.loop.request(FencedRequest(sid, epoch, QuerySubmitted(sid, query, source)),
+                                 timeout)
 
     def stop_query(self, query_id: str, timeout: float = 10.0,
                    epoch: int | None = None) -> Reply:
@@ -403,8 +420,8 @@ class SchedulerService:
         scratch = SchedulerState(self.config)
         try:
             scratch.framework_id = self.registry.framework_id()
-            for compiled, placed in self.registry.load_queries():
-                record = restore_query(compiled, placed, 0.0)
+            for r in self._recompiled():
+                record = restore_query(r.query, r.source, r.placements, 0.0)
                 scratch.queries[record.query_id] = record
         except CoordinationError as e:
             log.warning("[service] standby cannot read the registry: %s", e)

@@ -24,6 +24,7 @@ from typing import Any, Callable, Literal
 
 from compiler.control import ControlCatalog, ControlRefused, check_tuples
 from compiler.tasks import CompiledQuery
+from scheduler.query_source import QuerySource
 from scheduler import admission, control as ctl
 from scheduler.commands import (
     Command, DeclineOffers, KillTask, LaunchTasks, ReconcileTasks, ReplyToRequest,
@@ -61,6 +62,7 @@ class QueryRecord:
     phase: QueryPhase = "active"
     failure: str = ""
     control: ctl.QueryControl = field(default_factory=ctl.QueryControl)
+    source: QuerySource | None = None  # None: not from a spec (tests), never persisted
 
     @property
     def query_id(self) -> str:
@@ -479,7 +481,7 @@ class SchedulerState:
         first = {t: r.attempt + 1 for t, r in old.tasks.items()} if old else {}
         self.queries[q.query_id] = QueryRecord(q, {
             t.task_id: TaskRecord(t, attempt=first.get(t.task_id, 1), pending_since=self.now)
-            for t in q.tasks})
+            for t in q.tasks}, source=ev.source)
         log.info("[%s] query %s submitted with %s tasks", sid, q.query_id, len(q.tasks))
         self.suppressed = False
         return [ReplyToRequest(sid, True, 200, f"query {q.query_id} accepted"),
@@ -624,7 +626,7 @@ class SchedulerState:
         """Restore the persisted queries BEFORE registering, so reconciliation knows them."""
         self.leadership = ev.leadership
         self.framework_id = ev.framework_id or self.framework_id
-        restored = [restore_query(c, p, self.now) for c, p in ev.queries]
+        restored = [restore_query(q, s, p, self.now) for q, s, p in ev.queries]
         for record in restored:
             self.queries[record.query_id] = record
         log.info("[%s] leading in epoch %s; restored %s queries (framework %s)", ev.stimulus_id,
@@ -789,7 +791,7 @@ __all__ = ["SchedulerState", "QueryRecord", "launch_data", "durable_placements",
 
 
 def durable_placements(q: QueryRecord) -> dict[str, Any]:
-    """What a new leader needs of a query besides its compiled JSON: its phase and, per task,
+    """What a new leader needs of a query besides its source: its phase and, per task,
     the attempt (so reconciliation recognises the running attempt), launches, state and place."""
     return {"phase": q.phase, "failure": q.failure, "control": q.control.to_json(), "tasks": {
         t.task_id: {"attempt": t.attempt, "launches": t.launches, "failures": t.failures,
@@ -802,16 +804,16 @@ def durable_placements(q: QueryRecord) -> dict[str, Any]:
         for t in q.tasks.values()}}
 
 
-def restore_query(compiled_json: str, placements: dict[str, Any] | None,
-                  now: float) -> QueryRecord:
-    """A persisted query as a record; launched tasks keep their last known state until
-    reconciliation says otherwise, tasks that waited for a restart restart at once."""
-    query = CompiledQuery.from_json(compiled_json)
+def restore_query(query: CompiledQuery, source: QuerySource | None,
+                  placements: dict[str, Any] | None, now: float) -> QueryRecord:
+    """A persisted query (recompiled from its persisted source by the caller) as a record;
+    launched tasks keep their last known state until reconciliation says otherwise, tasks that
+    waited for a restart restart at once."""
     saved = (placements or {}).get("tasks", {})
     tasks = {t.task_id: _restore_task(t, saved.get(t.task_id), now) for t in query.tasks}
     return QueryRecord(query, tasks, (placements or {}).get("phase", "active"),
                        (placements or {}).get("failure", ""),
-                       ctl.QueryControl.from_json((placements or {}).get("control")))
+                       ctl.QueryControl.from_json((placements or {}).get("control")), source)
 
 
 def _restore_task(task: Any, saved: dict[str, Any] | None, now: float) -> TaskRecord:

@@ -1,16 +1,20 @@
 """Small builders of compiled queries and offers for the scheduler's tests and benchmarks.
 
-Owns `chain_query` (a query of tasks linked by channels) and `offer`. Values only; nothing here
-starts processes or opens sockets. Does not own real compilation (`compiler`).
+Owns `chain_query` (a query of tasks linked by channels; not from a spec, so never persisted),
+`spec_query` (a spec compiled with the source a leader persists) and `offer`. Values only;
+nothing here starts processes or opens sockets. Does not own real compilation (`compiler`).
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from compiler.tasks import (
     ChannelSpec, CompiledQuery, FailoverMode, Placement, QueryTask, Resources,
 )
 from compiler.types import Schema
 from scheduler.placement import Offer
+from scheduler.query_source import QuerySource, compile_source
 
 SCHEMA = Schema.of(("sensor", "string"), ("value", "double"))
 
@@ -36,6 +40,14 @@ def chain_query(query_id: str, n_tasks: int = 2, cpus: float = 1.0, mem_mb: int 
             failover[i] if i < len(failover) else None)
         for i in range(n_tasks))
     return CompiledQuery(query_id, tasks, channels, {})
+
+
+def spec_query(spec: str | Path, query_id: str,
+               base_dir: str | Path) -> tuple[CompiledQuery, QuerySource]:
+    """The spec file compiled as `query_id` (relative paths under `base_dir`), with its source:
+    `service.submit(query, source=source)` submits it as the API does."""
+    source = QuerySource.of(Path(spec).read_bytes(), str(spec), query_id, str(base_dir))
+    return compile_source(source), source
 
 
 def offer(offer_id: str, agent_id: str, cpus: float = 4.0, mem_mb: float = 8192.0,

@@ -176,6 +176,12 @@ class Stack:
     def status(self, query_id: str) -> dict[str, Any]:
         return self.service.query_status(query_id) or {}
 
+    def client(self, timeout: float = 30.0) -> Any:
+        """A client of the stack's API with its token."""
+        from scheduler.client import SchedulerClient
+
+        return SchedulerClient(self.api.url, timeout=timeout, token=self.api.token)
+
     def tasks(self, query_id: str) -> dict[str, dict[str, Any]]:
         return {t["task_id"]: t for t in self.status(query_id).get("tasks", [])}
 
@@ -204,13 +210,16 @@ def start_stack(work: Path, cpus_per_agent: float = 1.5, mem_per_agent: int = 81
     API."""
     from elastiq.embedded import EmbeddedCluster
     from scheduler.api import ApiServer
+    from scheduler.api_token import new_token, write_token_file
     from scheduler.config import ExecutorSpec, SchedulerConfig
     from scheduler.mesos_adapter import SchedulerService
 
     ranges = disjoint_port_ranges(agents)
+    token_file = work / "api-token"  # the API's token, for the tests' clients and control sinks
+    write_token_file(token_file, new_token())
     executor = ExecutorSpec(command=f"exec {sys.executable} -m executor", environment=(
         ("ELASTIQ_STATE_DIR", str(work / "state")), ("ELASTIQ_SPARK_CORES", str(spark_cores)),
-        ("PYTHONPATH", pythonpath())))
+        ("PYTHONPATH", pythonpath()), ("ELASTIQ_TOKEN_FILE", str(token_file))))
     config = SchedulerConfig(executor=executor, backoff_initial=0.5, same_agent_wait=60.0,
                              offer_hold_seconds=1.0, decline_seconds=0.5)
     cluster = EmbeddedCluster(agents=0, work_dir=work / "cluster", executor_grace_seconds=15.0)
@@ -224,7 +233,7 @@ def start_stack(work: Path, cpus_per_agent: float = 1.5, mem_per_agent: int = 81
         service = SchedulerService(cluster.master_address, config, tick_interval=0.1,
                                    principal=credential.principal,
                                    secret=credential.secret).start()
-        api = ApiServer(service, host="127.0.0.1", port=0).start()
+        api = ApiServer.serving(service, host="127.0.0.1", port=0, token_file=str(token_file))
         wait_until(lambda: service.status()["connected"], 20, "the scheduler to register")
     except BaseException:
         stop_parts(cluster, service, api)

@@ -83,7 +83,7 @@ def test_the_monitor_raises_the_monitored_filter_threshold_once(stack: Stack,
     checkpoint = stack.work / "state" / task.task_id / "checkpoint"
     watcher_checkpoint = stack.work / "state" / watcher.task_id / "checkpoint"
     sink = Path(monitored.sinks["sink"])
-    client = SchedulerClient(stack.api.url)
+    client = stack.client()
 
     submit(stack, monitored)
     wait_running(stack, "monitored", timeout=120)

@@ -361,6 +361,7 @@ def test_draining_waits_for_the_batch_in_flight_to_be_written_not_longer() -> No
 
 
 def test_a_new_leader_restores_the_parameters_in_force(tmp_path: Path) -> None:
+    from scheduler.query_source import QuerySource, compile_source
     from scheduler.state import durable_placements, restore_query
 
     s = running(tmp_path)
@@ -368,12 +369,13 @@ def test_a_new_leader_restores_the_parameters_in_force(tmp_path: Path) -> None:
     s.handle(ack("q.t0.a1", of(ReplyToRequest, out)[0].body["request"]))
     record = s.queries["q"]
     saved = json.loads(json.dumps(durable_placements(record)))  # as ZooKeeper keeps it
-    restored = restore_query(record.query.to_json(), saved, 500.0)
+    source = QuerySource.of(SPEC.encode(), str(tmp_path / "q.xml"), "q", str(tmp_path))
+    restored = restore_query(compile_source(source), source, saved, 500.0)  # recompiled
     assert restored.control.version == 1
     assert restored.control.values == {"hot": {"condition": "raw.temp > 35"}}
     assert restored.control.params_of("q.t0")["params"] == {"hot": {"condition": "raw.temp > 35"}}
     assert restored.control.history[-1]["epochs"] == {"q.t0": 7}
-    assert restored.query.controls == record.query.controls  # the catalogue survives JSON
+    assert restored.query.controls == record.query.controls  # the catalogue is recompiled
 
 
 def test_values_already_in_force_are_applied_without_touching_a_task(tmp_path: Path) -> None:

@@ -140,7 +140,8 @@ def current(client: SchedulerClient, query: str) -> dict[tuple[str, str], str]:
 
 
 def cli(stack: Stack, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "elastiq.cli", *args, "--scheduler", stack.api.url],
+    return subprocess.run([sys.executable, "-m", "elastiq.cli", *args, "--scheduler", stack.api.url,
+                           "--token-file", str(stack.api.token_file)],
                           capture_output=True, text=True, timeout=120, cwd=ROOT,
                           env={"PYTHONPATH": pythonpath(), "PATH": "/usr/bin:/bin"})
 
@@ -157,7 +158,7 @@ def test_control_tuples_move_the_writer_change_the_filter_and_refuse_bad_input(
     wait_running(stack, "e2e-control", timeout=150)
     task_id = query.tasks[0].task_id
     checkpoint = stack.work / "state" / task_id / "checkpoint"
-    client = SchedulerClient(stack.api.url)
+    client = stack.client()
     reader = FollowingReader(first).start()
     try:
         wait_until(lambda: len(reader.ids()) >= 20, 120, "rows at the first endpoint")

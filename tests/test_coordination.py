@@ -3,6 +3,7 @@ the in-process coordination (no ZooKeeper, no Mesos)."""
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -108,8 +109,9 @@ def test_restored_query_keeps_its_running_attempt_and_unknown_tasks_are_killed()
     old.handle(OffersReceived("o", (offer("o1", "ag1"),)))
     for tid in ("q.t0.a1", "q.t1.a1"):
         old.handle(StatusUpdated("u", tid, "RUNNING", agent_id="ag1"))
-    saved = [(r.query.to_json(), durable_placements(r)) for r in old.queries.values()]
-    assert saved[0][1]["tasks"]["q.t0"]["state"] == "running"  # oracle: what we launched
+    saved = [(r.query, None, json.loads(json.dumps(durable_placements(r))))
+             for r in old.queries.values()]  # placements as the registry keeps them
+    assert saved[0][2]["tasks"]["q.t0"]["state"] == "running"  # oracle: what we launched
 
     new = SchedulerState()
     new.handle(LeadershipGained("g", Leadership("leader", T2, "b"), "F1", tuple(saved)))
@@ -127,7 +129,7 @@ def test_restore_of_a_task_waiting_for_restart_restarts_it() -> None:
         "attempt": 2, "launches": 2, "state": "failed", "restarting": True, "agent_id": "ag1",
         "hostname": "h", "ports": [], "endpoints": {}, "kill_requested": False,
         "last_failure": "boom"}}}
-    record = restore_query(q.to_json(), placed, now=5.0)
+    record = restore_query(q, None, placed, now=5.0)
     assert record.tasks["q.t0"].restart_at == 5.0 and record.tasks["q.t0"].attempt == 2
 
 

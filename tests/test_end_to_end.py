@@ -266,13 +266,13 @@ def subscribe_with_wrong_channel(endpoint: str, query_id: str) -> None:
 
 def submit_invalid_spec(stack: Stack) -> None:
     """POST an invalid spec to the scheduler's HTTP API: 400 with every located diagnostic."""
-    from scheduler.client import RequestRejected, SchedulerClient
+    from scheduler.client import RequestRejected
 
     path = SPECS / "e2e-invalid.xml"
     lines = path.read_text().splitlines()
     line_of = lambda needle: next(i for i, t in enumerate(lines, 1) if needle in t)  # noqa: E731
     with pytest.raises(RequestRejected) as refused:
-        SchedulerClient(stack.api.url, timeout=10).submit_spec(path)
+        stack.client(timeout=10).submit_spec(path)
     assert refused.value.status == 400
     errors = [d for d in refused.value.diagnostics if d["severity"] == "error"]
     located = {(d["line"], "temperature" in d["message"], "nowhere" in d["message"])

@@ -217,7 +217,7 @@ def _http_get(url: str) -> tuple[int, str, str]:
 
 def test_get_metrics_serves_the_loops_registry_over_http() -> None:
     loop = SchedulerLoop(CONFIG, tick_interval=0.05).start()
-    api = ApiServer(loop).start()
+    api = ApiServer(loop, token="metrics-test-token").start()  # /metrics needs none
     try:
         loop.put(OffersReceived("o", (offer("o1", "a1"), offer("o2", "a2"))))
         deadline = time.monotonic() + 10
@@ -238,10 +238,12 @@ def test_get_metrics_serves_the_loops_registry_over_http() -> None:
 @pytest.mark.timeout(60)
 def test_status_watch_redraws_a_table_until_ctrl_c(tmp_path: Path) -> None:
     loop = SchedulerLoop(CONFIG, tick_interval=0.05).start()
-    api = ApiServer(loop).start()
+    token_file = tmp_path / "token"
+    token_file.write_text("watch-test-token\n")
+    api = ApiServer.serving(loop, token_file=str(token_file))
     proc = subprocess.Popen([sys.executable, "-m", "elastiq.cli", "status", "--watch",
-                             "--scheduler", api.url], stdout=subprocess.PIPE, text=True,
-                            cwd=ROOT)
+                             "--scheduler", api.url, "--token-file", str(token_file)],
+                            stdout=subprocess.PIPE, text=True, cwd=ROOT)
     try:
         assert loop.submit(chain_query("wq", 1)).accepted
         lines: list[str] = []

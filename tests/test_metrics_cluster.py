@@ -76,7 +76,7 @@ def test_metrics_move_as_a_real_query_runs(tmp_path: Path) -> None:
                                    SchedulerConfig(executor=executor),
                                    principal=credential.principal,
                                    secret=credential.secret).start()
-        api = ApiServer(service).start()
+        api = ApiServer(service, token="metrics-cluster-token").start()  # /metrics: open
         try:
             wait_for_slowly("registration", lambda: service.status()["connected"], 30)
             assert service.submit(query).accepted

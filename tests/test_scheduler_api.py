@@ -1,10 +1,12 @@
 """The scheduler's HTTP API over real HTTP on 127.0.0.1, with a real event loop and state (no
-Mesos connection: launch commands are dropped), and the client the CLI uses."""
+Mesos connection: launch commands are dropped), and the client the CLI uses. Queries are
+submitted as specs (the only way the API takes one); the security gate has its own tests in
+tests/test_api_security.py."""
 
 from __future__ import annotations
 
-import json
 import socket
+from pathlib import Path
 from typing import Iterator
 
 import pytest
@@ -13,14 +15,34 @@ from scheduler.api import ApiServer
 from scheduler.client import RequestRejected, SchedulerClient, SchedulerUnavailable
 from scheduler.loop import SchedulerLoop
 from scheduler.testing import chain_query
+from spec_snippets import dataflow
+
+TOKEN = "test-token-0123456789"
+
+
+SPECS = Path(__file__).parent / "specs"
+
+
+def spec_file(tmp_path: Path, name: str) -> Path:
+    """A valid one-task spec: a generator, a filter and a file sink."""
+    path = tmp_path / f"{name}.xml"
+    path.write_text(dataflow(
+        '  <operator name="src" type="generator">\n    <param name="shape" value="sensor"/>\n'
+        '    <output name="raw" type="reading"/>\n  </operator>\n'
+        '  <operator name="warm" type="filter">\n    <input name="raw"/>\n'
+        '    <param name="condition" value="raw.temp &gt; 25"/>\n'
+        '    <output name="hot"/>\n  </operator>\n'
+        '  <operator name="sink" type="file-sink">\n    <input name="hot"/>\n'
+        '    <param name="path" value="out.jsonl"/>\n  </operator>\n', name=name))
+    return path
 
 
 @pytest.fixture
 def api() -> Iterator[tuple[SchedulerLoop, SchedulerClient]]:
     loop = SchedulerLoop(tick_interval=0.05).start()
-    server = ApiServer(loop).start()
+    server = ApiServer(loop, token=TOKEN).start()
     try:
-        yield loop, SchedulerClient(server.url, timeout=10)
+        yield loop, SchedulerClient(server.url, timeout=10, token=TOKEN)
     finally:
         server.stop()
         loop.stop()
@@ -33,31 +55,26 @@ def test_healthz(api: tuple[SchedulerLoop, SchedulerClient]) -> None:
                                                "framework_id": None}
 
 
-def test_bad_json_body_is_400_with_diagnostics(api: tuple[SchedulerLoop, SchedulerClient]) -> None:
-    _, client = api
-    with pytest.raises(RequestRejected) as e:
-        client.submit_compiled('{"query_id": "q", "tasks": [')
-    assert e.value.status == 400
-    assert "body is not a compiled query" in e.value.diagnostics[0]["message"]
-
-
-def test_structurally_bad_query_is_400_with_every_problem(
-        api: tuple[SchedulerLoop, SchedulerClient]) -> None:
-    _, client = api
-    d = json.loads(chain_query("q", 2).to_json())
-    d["channels"] = []
-    d["tasks"][1]["task_id"] = "q.t0"
-    with pytest.raises(RequestRejected) as e:
-        client.submit_compiled(json.dumps(d))
-    messages = [x["message"] for x in e.value.diagnostics]
-    assert e.value.status == 400
-    assert "task id q.t0 appears 2 times" in messages
-    assert "task q.t0 uses unknown channel q/s0" in messages
+def test_a_query_the_admission_check_refuses_is_400_with_every_problem() -> None:
+    """The service's own check (a compiled query the compiler would never make): every
+    problem in the reply."""
+    loop = SchedulerLoop(tick_interval=0.05).start()
+    try:
+        q = chain_query("q", 2)
+        bad = type(q)(q.query_id, (q.tasks[0], q.tasks[0]), (), q.sinks)
+        reply = loop.submit(bad)
+        assert not reply.accepted and reply.status == 400
+        messages = reply.message.split("; ")
+        assert "task id q.t0 appears 2 times" in messages
+        assert "task q.t0 uses unknown channel q/s0" in messages
+        assert loop.status()["queries"] == {}
+    finally:
+        loop.stop()
 
 
 def test_bad_xml_is_400_with_positions(api: tuple[SchedulerLoop, SchedulerClient],
                                        tmp_path) -> None:
-    _, client = api
+    loop, client = api
     spec = tmp_path / "broken.xml"
     spec.write_text('<dataflow name="x">\n  <operator name="a" type="no-such-op"/>\n'
                     '  <operator name="b" type="filter">\n</dataflow>\n')
@@ -65,6 +82,7 @@ def test_bad_xml_is_400_with_positions(api: tuple[SchedulerLoop, SchedulerClient
         client.submit_spec(spec)
     assert e.value.status == 400 and e.value.diagnostics
     assert all(d["file"] == str(spec) and d["line"] >= 1 for d in e.value.diagnostics)
+    assert loop.status()["queries"] == {}
 
 
 def test_unknown_query_is_404(api: tuple[SchedulerLoop, SchedulerClient]) -> None:
@@ -79,20 +97,39 @@ def test_unknown_query_is_404(api: tuple[SchedulerLoop, SchedulerClient]) -> Non
 
 
 def test_submit_status_stop_and_bad_input_leaves_queries_alone(
-        api: tuple[SchedulerLoop, SchedulerClient]) -> None:
+        api: tuple[SchedulerLoop, SchedulerClient], tmp_path: Path) -> None:
     loop, client = api
-    assert client.submit_compiled(chain_query("good", 2).to_json())["query_id"] == "good"
+    spec = SPECS / "e2e-pipelined.xml"  # two tasks
+    assert client.submit_spec(spec, query_id="good")["query_id"] == "good"
     with pytest.raises(RequestRejected) as e:
-        client.submit_compiled(chain_query("good", 2).to_json())
+        client.submit_spec(spec, query_id="good")
     assert e.value.status == 409
-    with pytest.raises(RequestRejected):
-        client.submit_compiled("{not json")
+    with pytest.raises(RequestRejected) as e:
+        client._call("POST", "/queries", b"<dataflow", {"Content-Type": "application/xml"})
+    assert e.value.status == 400
     view = client.status("good")
-    assert view["phase"] == "active" and [t["state"] for t in view["tasks"]] == ["pending"] * 2
+    assert view["phase"] == "active" and len(view["tasks"]) == 2
+    assert {t["state"] for t in view["tasks"]} == {"pending"}
     assert [q["query_id"] for q in client.status()["queries"]] == ["good"]
     assert client.stop("good")["query_id"] == "good"
     assert client.status("good")["phase"] == "stopped"
     assert loop.status()["queries"]["good"]["phase"] == "stopped"
+
+
+def test_submit_keeps_the_source_it_was_compiled_from(
+        api: tuple[SchedulerLoop, SchedulerClient], tmp_path: Path) -> None:
+    """What a leader persists is the spec and how it was compiled, never the programs."""
+    from scheduler.query_source import compile_source
+
+    loop, client = api
+    spec = spec_file(tmp_path, "kept")
+    assert client.submit_spec(spec, query_id="kept-1")["query_id"] == "kept-1"
+    record = loop.state.queries["kept-1"]
+    assert record.source is not None
+    assert record.source.spec_bytes() == spec.read_bytes()
+    assert (record.source.filename, record.source.query_id, record.source.base_dir) == \
+        (str(spec), "kept-1", str(tmp_path))
+    assert compile_source(record.source).to_json() == record.query.to_json()
 
 
 def test_client_says_clearly_when_no_scheduler_listens() -> None:
@@ -107,32 +144,37 @@ def test_client_says_clearly_when_no_scheduler_listens() -> None:
 
 
 def test_an_illegal_transition_is_logged_and_the_loop_keeps_serving(
-        api: tuple[SchedulerLoop, SchedulerClient]) -> None:
+        api: tuple[SchedulerLoop, SchedulerClient], tmp_path: Path) -> None:
     from scheduler.events import StatusUpdated
 
     loop, client = api
-    client.submit_compiled(chain_query("q", 1).to_json())
-    loop.put(StatusUpdated("odd", "q.t0.a1", "RUNNING", agent_id="a1"))  # never launched
+    client.submit_spec(spec_file(tmp_path, "q"))
+    task = client.status("q")["tasks"][0]["task_id"]
+    loop.put(StatusUpdated("odd", f"{task}.a1", "RUNNING", agent_id="a1"))  # never launched
     client.stop("q")  # answered after the odd event: the loop is still alive
     assert client.status("q")["phase"] == "stopped"
 
 
-def test_a_token_guards_submit_and_stop_but_not_reads() -> None:
+def test_a_token_guards_every_route_but_health_and_metrics(tmp_path: Path) -> None:
     loop = SchedulerLoop(tick_interval=0.05).start()
     server = ApiServer(loop, token="s3cret-token").start()
     try:
         anonymous = SchedulerClient(server.url, timeout=10)
         wrong = SchedulerClient(server.url, timeout=10, token="guess")
         right = SchedulerClient(server.url, timeout=10, token="s3cret-token")
+        spec = spec_file(tmp_path, "q")
         for client in (anonymous, wrong):
-            with pytest.raises(RequestRejected) as refused:
-                client.submit_compiled(chain_query("q", 1).to_json())
-            assert refused.value.status == 401 and "Authorization: Bearer" in refused.value.message
-        assert anonymous.status() == {"queries": []}  # reads stay open
-        assert right.submit_compiled(chain_query("q", 1).to_json())["query_id"] == "q"
-        with pytest.raises(RequestRejected) as refused:
-            wrong.stop("q")
-        assert refused.value.status == 401
+            for call in (lambda: client.submit_spec(spec), client.status,
+                         lambda: client.status("q"), lambda: client.stop("q")):
+                with pytest.raises(RequestRejected) as refused:
+                    call()
+                assert refused.value.status == 401
+                assert "Authorization: Bearer" in refused.value.message
+                assert "ELASTIQ_TOKEN_FILE" in refused.value.message
+        assert anonymous.healthy()
+        assert loop.status()["queries"] == {}
+        assert right.submit_spec(spec)["query_id"] == "q"
+        assert [q["query_id"] for q in right.status()["queries"]] == ["q"]
         assert right.stop("q")["query_id"] == "q"
     finally:
         server.stop()
@@ -142,7 +184,16 @@ def test_a_token_guards_submit_and_stop_but_not_reads() -> None:
 def test_token_check() -> None:
     from scheduler.api import token_allows
 
-    assert token_allows(None, "")
+    assert not token_allows("", "") and not token_allows("", "Bearer ")
     assert token_allows("t", "Bearer t") and token_allows("t", "bearer  t ")
     assert not token_allows("t", "") and not token_allows("t", "Bearer u")
-    assert not token_allows("t", "Basic t")
+    assert not token_allows("t", "Basic t") and not token_allows("t", "Bearer t2")
+
+
+def test_the_api_cannot_be_made_without_a_token() -> None:
+    loop = SchedulerLoop()
+    with pytest.raises(TypeError):
+        ApiServer(loop)  # type: ignore[call-arg]
+    for token in ("", "  ", " padded "):
+        with pytest.raises(ValueError):
+            ApiServer(loop, token=token)

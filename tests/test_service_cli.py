@@ -11,6 +11,7 @@ import os
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -26,6 +27,12 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def bad_token(tmp_path: Path) -> Path:
+    path = tmp_path / "wrong-token"
+    path.write_text("not-the-token\n")
+    return path
 
 
 def _elastiq(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
@@ -65,12 +72,17 @@ def _same_rows(rows: list[dict[str, object]], expected: list[dict[str, object]])
 @pytest.mark.cluster
 @pytest.mark.spark
 @pytest.mark.timeout(240)
-def test_scheduler_submit_status_tail_stop_from_the_command_line(tmp_path: Path) -> None:
+def test_scheduler_submit_status_tail_stop_from_the_command_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CLI finds the token the scheduler wrote without any flag."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg"))  # the token's default home
+    monkeypatch.delenv("ELASTIQ_TOKEN_FILE", raising=False)
     (tmp_path / "data").mkdir()
     shutil.copy(ROOT / "examples" / "paper-filter.xml", tmp_path / "spec.xml")
     shutil.copy(ROOT / "examples" / "data" / "numbers.jsonl", tmp_path / "data" / "numbers.jsonl")
     expected = _oracle(tmp_path / "data" / "numbers.jsonl")
     url = f"http://127.0.0.1:{_free_port()}"
+    token_file = tmp_path / "xdg" / "elastiq" / f"api-token-{url.rsplit(':', 1)[1]}"
     log = open(tmp_path / "scheduler.log", "w")
     service = subprocess.Popen(
         [sys.executable, "-m", "elastiq.cli", "scheduler", "--listen", url[len("http://"):],
@@ -79,6 +91,9 @@ def test_scheduler_submit_status_tail_stop_from_the_command_line(tmp_path: Path)
     try:
         _wait(lambda: _elastiq("status", "--scheduler", url).returncode == 0, 60,
               "the scheduler's API")
+        assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
+        denied = _elastiq("status", "--scheduler", url, "--token-file", str(bad_token(tmp_path)))
+        assert denied.returncode == 1 and "refused (401)" in denied.stderr
         bad = tmp_path / "bad.xml"
         bad.write_text('<dataflow name="bad">\n  <operator name="a" type="nope"/>\n</dataflow>\n')
         refused = _elastiq("submit", "--scheduler", url, str(bad))
@@ -117,6 +132,7 @@ def test_scheduler_submit_status_tail_stop_from_the_command_line(tmp_path: Path)
                 os.killpg(service.pid, signal.SIGKILL)
             log.close()
     assert code == 0, (tmp_path / "scheduler.log").read_text()[-2000:]
+    assert not token_file.exists()  # removed with the API that wrote it
     _wait(lambda: not _processes_under(tmp_path), 30, "every executor process to end")
 
 

@@ -28,11 +28,16 @@ from elastiq.embedded import EmbeddedCluster  # noqa: E402
 from scheduler.config import ExecutorSpec, SchedulerConfig  # noqa: E402
 from scheduler.coordination import CoordinationError, SchedulerRegistry  # noqa: E402
 from scheduler.mesos_adapter import SchedulerService  # noqa: E402
-from scheduler.testing import chain_query  # noqa: E402
+from scheduler.query_source import QuerySource  # noqa: E402
+from scheduler.testing import chain_query, spec_query  # noqa: E402
 from scheduler.zk import ZkSettings, ZooKeeperCoordination  # noqa: E402
 from tests.waiting import wait_for
 
 FIXTURE = Path(__file__).parent / "fixtures" / "scheduler_idle_executor.py"
+SPECS = Path(__file__).parent / "specs"
+ONE_TASK = SPECS / "e2e-filter-project.xml"  # <q>.t0 (the fixture executor runs no program)
+MULTI = SPECS / "e2e-multi.xml"  # <q>.t0 -> <q>.t1, <q>.t2 over one channel; one agent
+TOKEN = "zookeeper-test-token"
 SESSION = 2.0  # seconds; the server's tickTime 200 ms allows 0.4-4 s
 RESOURCES = {"cpus": 4, "mem": 4096, "ports": "31100-31199"}
 
@@ -85,11 +90,12 @@ def test_election_expiry_steps_down_and_stale_epoch_is_refused(zk: ZooKeeperServ
             assert a.leadership.role == "leader"
             b = service(cluster, zk, "/t-expiry", "http://b").start()
             wait_for("b to learn the leader", lambda: b.leadership.leader == "http://a")
-            refused = b.submit(chain_query("q", 1))
+            q, q_source = spec_query(ONE_TASK, "q", tmp_path)
+            refused = b.submit(q, source=q_source)
             assert (refused.accepted, refused.status) == (False, 421)
             assert "http://a" in refused.message
             epoch_a = a.leadership.epoch
-            assert a.submit(chain_query("q", 1), epoch=epoch_a).accepted
+            assert a.submit(q, epoch=epoch_a, source=q_source).accepted
             wait_for("q running under a", lambda: running(a, "q"))
             framework = wait_for("framework id", lambda: a.framework_id)
             assert a._persister.flush(5)
@@ -124,7 +130,8 @@ def test_registry_survives_a_scheduler_restart(zk: ZooKeeperServer, tmp_path: Pa
     with EmbeddedCluster(agents=1, resources=RESOURCES, work_dir=tmp_path) as cluster:
         first = service(cluster, zk, "/t-restart", "http://first").start()
         try:
-            assert first.submit(chain_query("keep", 2)).accepted
+            keep, keep_source = spec_query(MULTI, "keep", tmp_path)
+            assert first.submit(keep, source=keep_source).accepted
             before = wait_for("keep running", lambda: running(first, "keep"))
             framework = first.framework_id
             assert first._persister.flush(5)
@@ -133,6 +140,10 @@ def test_registry_survives_a_scheduler_restart(zk: ZooKeeperServer, tmp_path: Pa
             reader.start()
             try:  # the channel registry: where keep.t0 serves its one output channel
                 assert SchedulerRegistry(reader).endpoints("keep") == producer["endpoints"] != {}
+                persisted = json.loads(reader.get("queries/keep") or b"{}")
+                assert persisted["spec"] == MULTI.read_text()  # the source, no program
+                assert "program" not in json.dumps(persisted)
+                forge_entries(reader, tmp_path)
             finally:
                 reader.close()
         finally:
@@ -145,8 +156,29 @@ def test_registry_survives_a_scheduler_restart(zk: ZooKeeperServer, tmp_path: Pa
             assert second.framework_id == framework
             assert [(t["mesos_task_id"], t["launches"]) for t in after["tasks"]] == \
                 [(t["mesos_task_id"], t["launches"]) for t in before["tasks"]]
+            assert sorted(second.status()["queries"]) == ["keep"]  # forged entries skipped
+            assert all(t.program != PROGRAM for r in second.loop.state.queries.values()
+                       for t in r.query.tasks)
         finally:
             second.stop()
+
+
+PROGRAM = "import os\nos.system('touch /tmp/elastiq-pwned')\n"
+
+
+def forge_entries(coord: ZooKeeperCoordination, tmp_path: Path) -> None:
+    """What someone able to write the registry might leave: a compiled query carrying a
+    program (the old format), a source that does not compile, and a source filed under
+    another query's id. A new leader must restore none of them (and still the rest)."""
+    evil = json.loads(chain_query("evil", 1).to_json())
+    evil["tasks"][0]["program"] = PROGRAM
+    coord.put("queries/evil", json.dumps(evil).encode())
+    coord.put("placements/evil", b'{"phase": "active", "tasks": {}}')
+    broken = QuerySource.of(b"<dataflow name='broken'><oops/></dataflow>", "broken.xml",
+                            "broken", str(tmp_path))
+    coord.put("queries/broken", broken.to_json().encode())
+    _, misfiled = spec_query(ONE_TASK, "other", tmp_path)
+    coord.put("queries/misfiled", misfiled.to_json().encode())
 
 
 def test_acl_keeps_other_clients_out(zk: ZooKeeperServer) -> None:
@@ -165,16 +197,18 @@ def test_acl_keeps_other_clients_out(zk: ZooKeeperServer) -> None:
         owner.close()
 
 
-def http_json(url: str) -> dict[str, Any] | None:
+def http_json(url: str, token: str | None = None) -> dict[str, Any] | None:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
-        with urllib.request.urlopen(url, timeout=2) as r:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers),
+                                    timeout=2) as r:
             return json.loads(r.read())
     except OSError:
         return None
 
 
 def scheduler_process(zk: ZooKeeperServer, cluster: EmbeddedCluster, port: int, log: Path,
-                      state: Path) -> "subprocess.Popen[bytes]":
+                      state: Path, token_file: Path) -> "subprocess.Popen[bytes]":
     """`elastiq scheduler` against the cluster's master with its framework credential (the
     secret in a 0600 file beside the log, never on the command line)."""
     secret_file = log.with_suffix(".mesos-secret")
@@ -188,7 +222,8 @@ def scheduler_process(zk: ZooKeeperServer, cluster: EmbeddedCluster, port: int, 
              "--mesos-secret-file", str(secret_file),
              "--zk", f"{zk.hosts}/t-kill", "--zk-session-timeout", str(SESSION),
              "--listen", f"127.0.0.1:{port}", "--state-dir", str(state),
-             "--executor-command", f"{sys.executable} {FIXTURE}"],
+             "--executor-command", f"{sys.executable} {FIXTURE}",
+             "--token-file", str(token_file)],
             stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     finally:
         out.close()
@@ -218,21 +253,25 @@ def test_sigkill_of_the_leader_process_hands_over_without_killing_tasks(
     with EmbeddedCluster(agents=1, resources=RESOURCES, work_dir=tmp_path / "c") as cluster:
         ports = (free_port(), free_port())
         urls = [f"http://127.0.0.1:{p}" for p in ports]
+        token_file = tmp_path / "token"  # both schedulers serve the API with one token
+        token_file.write_text(TOKEN + "\n")
         procs: list[subprocess.Popen[bytes]] = []
         try:
             procs.append(scheduler_process(zk, cluster, ports[0],
-                                           tmp_path / "a.log", tmp_path / "a"))
+                                           tmp_path / "a.log", tmp_path / "a", token_file))
             health = wait_for("leader a", lambda: (h := http_json(urls[0] + "/healthz"))
                               and h.get("connected") and h, 60)
             procs.append(scheduler_process(zk, cluster, ports[1],
-                                           tmp_path / "b.log", tmp_path / "b"))
+                                           tmp_path / "b.log", tmp_path / "b", token_file))
             wait_for("standby b", lambda: http_json(urls[1] + "/healthz"), 60)
-            body = chain_query("ha", 1).to_json().encode()
-            req = urllib.request.Request(urls[0] + "/queries", body, method="POST",
-                                         headers={"Content-Type": "application/json"})
+            req = urllib.request.Request(urls[0] + "/queries?query_id=ha", ONE_TASK.read_bytes(),
+                                         method="POST", headers={
+                                             "Content-Type": "application/xml",
+                                             "X-Spec-Dir": str(tmp_path),
+                                             "Authorization": f"Bearer {TOKEN}"})
             with urllib.request.urlopen(req, timeout=10) as r:
                 assert r.status == 201
-            wait_for("ha running", lambda: (q := http_json(urls[0] + "/queries/ha"))
+            wait_for("ha running", lambda: (q := http_json(urls[0] + "/queries/ha", TOKEN))
                      and q["status"] == "running", 30)
             executors = wait_for("executor process", lambda: executor_pids(tmp_path / "c"))
             time.sleep(0.5)  # let the leader's registry writer settle
@@ -249,12 +288,12 @@ def test_sigkill_of_the_leader_process_hands_over_without_killing_tasks(
             assert took_over["leadership"]["role"] == "leader"
             assert took_over["leadership"]["epoch"] > health["leadership"]["epoch"]
             view = wait_for("ha running under b", lambda: (q := http_json(
-                urls[1] + "/queries/ha")) and q["status"] == "running" and q, 10)
+                urls[1] + "/queries/ha", TOKEN)) and q["status"] == "running" and q, 10)
             task = view["tasks"][0]
             assert (task["attempt"], task["launches"], task["state"]) == (1, 1, "running")
             time.sleep(1.0)  # anything wrongly killed would have reported by now
             assert executor_pids(tmp_path / "c") == executors
-            assert http_json(urls[1] + "/queries/ha")["tasks"][0]["state"] == "running"
+            assert http_json(urls[1] + "/queries/ha", TOKEN)["tasks"][0]["state"] == "running"
         finally:
             for p in procs:
                 if p.poll() is None:

@@ -91,9 +91,10 @@ class SchedulerProcess:
     process: subprocess.Popen[bytes]
     url: str
     log_path: Path
+    token: str  # the API's token, shared by every scheduler of the test
 
     def client(self) -> SchedulerClient:
-        return SchedulerClient(self.url, timeout=3.0)
+        return SchedulerClient(self.url, timeout=3.0, token=self.token)
 
     def health(self) -> dict[str, Any] | None:
         """GET /healthz: {"ok", "connected", "framework_id"}, or None when nothing answers."""
@@ -130,15 +131,19 @@ def start_scheduler(name: str, zk: ZooKeeperServer, cluster: EmbeddedCluster,
     secret_file = work / f"{name}.mesos-secret"
     secret_file.touch(mode=0o600)
     secret_file.write_text(credential.secret, encoding="utf-8")
+    token_file = work / "api-token"  # one token for leader and standby, as an operator sets it
+    if not token_file.exists():
+        token_file.write_text("zookeeper-load-test-token\n")
     with open(log_path, "wb") as out:
         process = subprocess.Popen(
             [sys.executable, "-m", "elastiq.cli", "scheduler", "--master", cluster.master_address,
              "--mesos-principal", credential.principal, "--mesos-secret-file", str(secret_file),
              "--zk", f"{zk.hosts}{ZK_ROOT}", "--zk-session-timeout", str(SESSION),
              "--listen", f"127.0.0.1:{port}", "--state-dir", str(work / name),
-             "--executor-command", executor_command()],
+             "--executor-command", executor_command(), "--token-file", str(token_file)],
             stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    return SchedulerProcess(name, process, f"http://127.0.0.1:{port}", log_path)
+    return SchedulerProcess(name, process, f"http://127.0.0.1:{port}", log_path,
+                            token_file.read_text().strip())
 
 
 def end_scheduler(s: SchedulerProcess) -> None:
