@@ -135,7 +135,9 @@ def _run_in(state: Path, compilation: Any, options: RunOptions, out: TextIO, err
           f"{agents} embedded agent(s); Ctrl-C stops it", file=err)
     with EmbeddedCluster(agents=agents, resources=resources, work_dir=state / "cluster",
                          executor_grace_seconds=EXECUTOR_GRACE_SECONDS) as cluster:
-        service = SchedulerService(cluster.master_address, config).start()
+        credential = cluster.framework_credential  # the embedded master authenticates us
+        service = SchedulerService(cluster.master_address, config, principal=credential.principal,
+                                   secret=credential.secret).start()
         api = _serve_api(service, options.api_port, query.query_id, err)
         try:
             reply = service.submit(query, source=_source(options.spec, query.query_id))

@@ -60,8 +60,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="ZooKeeper session timeout in seconds (default 10)")
     s.add_argument("--zk-acl-file", metavar="FILE", help="file with USER:PASSWORD: "
                    "authenticate as that digest user and make every node we create its alone")
-    s.add_argument("--principal", help="Mesos framework authentication principal")
-    s.add_argument("--secret-file", metavar="FILE", help="file holding the principal's secret")
+    s.add_argument("--mesos-principal", metavar="PRINCIPAL",
+                   help="with --master: the framework principal to authenticate to Mesos as "
+                        "(the embedded master's credential is passed on by itself)")
+    s.add_argument("--mesos-secret-file", metavar="FILE",
+                   help="with --master: file holding the principal's secret (HTTP Basic)")
     s.add_argument("--executor-command", help="how agents start our executor (default: "
                    "exec <this python> -m executor)")
     s.add_argument("--token-file", metavar="FILE", help="the API's token is this file's text "
@@ -143,7 +146,8 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
     state = Path(args.state_dir).resolve()
     check_java()
     try:
-        coordination, principal, secret = _coordination(args), args.principal, _secret(args)
+        coordination, principal, secret = (_coordination(args), args.mesos_principal,
+                                           _secret(args))
         if args.token_file is not None:
             read_token(args.token_file)  # a bad token file is a usage error, before anything
         extra_env = executor_environment(args.executor_env)
@@ -168,6 +172,8 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
                                   resources={"cpus": 4, "mem": 6144, "ports": "31000-31999"})
         cluster.__enter__()
         master = cluster.master_address
+        principal = cluster.framework_credential.principal
+        secret = cluster.framework_credential.secret
     service = SchedulerService(master, config, coordination=coordination, principal=principal,
                                secret=secret)
     try:
@@ -218,13 +224,17 @@ def _coordination(args: argparse.Namespace) -> Any:
 
 
 def _secret(args: argparse.Namespace) -> str | None:
-    if args.secret_file is None:
+    """The Mesos framework secret from --mesos-secret-file (never the command line)."""
+    if args.master is None and (args.mesos_principal or args.mesos_secret_file):
+        raise ValueError("--mesos-principal and --mesos-secret-file go with --master; the "
+                         "embedded master's credential is passed on by itself")
+    if args.mesos_secret_file is None:
         return None
-    if not args.principal:
-        raise ValueError("--secret-file needs --principal")
-    secret = Path(args.secret_file).read_text(encoding="utf-8").strip()
+    if not args.mesos_principal:
+        raise ValueError("--mesos-secret-file needs --mesos-principal")
+    secret = Path(args.mesos_secret_file).read_text(encoding="utf-8").strip()
     if not secret:
-        raise ValueError(f"{args.secret_file} is empty")
+        raise ValueError(f"{args.mesos_secret_file} is empty")
     return secret
 
 

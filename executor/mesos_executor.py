@@ -6,8 +6,9 @@ builds the agent's one SparkSession lazily on the first Spark task, writes each 
 `<state>/<task_id>/program.py` and gives it the checkpoint folder `<state>/<task_id>/checkpoint`,
 stable across attempts), `ExecutorLoop` (the one thread that owns `ExecutorState`, polls runners,
 ticks, and runs commands; it alone writes each task's endpoints file, at launch before the
-runner starts and on every retarget from the scheduler) and `run_executor` (the process:
-driver, loop, SIGTERM, exit code). This is the only executor module importing pymesos. Does not own decisions
+runner starts and on every retarget from the scheduler), `AuthenticatedExecutorDriver` (pymesos's
+driver sending the agent's executor token, which pymesos 0.3.15 does not) and `run_executor` (the
+process: driver, loop, SIGTERM, exit code). This is the only executor module importing pymesos. Does not own decisions
 (`executor.executor_state`), the task runtime (`executor.task_runner`, `executor.runtime`) or
 the session settings (`executor.spark_session`).
 """
@@ -41,6 +42,7 @@ from executor.executor_state import (ApplyParams, Command, Event, Exit, Executor
 log = logging.getLogger(__name__)
 
 _ids = itertools.count(1)
+EXECUTOR_TOKEN_ENV = "MESOS_EXECUTOR_AUTHENTICATION_TOKEN"
 
 
 def stimulus(kind: str) -> str:
@@ -461,6 +463,38 @@ class ElastiqExecutor(Executor):
         log.error("executor %s: error from the agent: %s", self.executor_id, message)
 
 
+# --- the driver -----------------------------------------------------------------------------------
+
+class AuthenticatedExecutorDriver(MesosExecutorDriver):
+    """pymesos's executor driver plus executor authentication: when the agent put a token in
+    `MESOS_EXECUTOR_AUTHENTICATION_TOKEN`, the SUBSCRIBE and every call carry it as
+    `Authorization: Bearer <token>` (as Mesos's own executor library does). The variable is
+    removed from this process's environment, so nothing it starts (Spark's JVM and Python
+    workers, task code's subprocesses) inherits the token."""
+
+    def __init__(self, executor: Any, **kwargs: Any):
+        super().__init__(executor, **kwargs)
+        token = os.environ.pop(EXECUTOR_TOKEN_ENV, "")
+        if not (token.isascii() and token.isprintable()):
+            raise ValueError(f"{EXECUTOR_TOKEN_ENV} must be printable ASCII")
+        self._authorization = f"Bearer {token}" if token else None
+
+    def gen_request(self) -> bytes:
+        """The SUBSCRIBE request, with the Authorization header after the request line."""
+        request = super().gen_request()
+        if self._authorization is None:
+            return request
+        line, sep, rest = request.partition(b"\r\n")
+        return line + sep + f"Authorization: {self._authorization}\r\n".encode("ascii") + rest
+
+    def _send(self, body: Any, path: str = "/api/v1/executor", method: str = "POST",
+              headers: dict[str, str] | None = None) -> Any:
+        headers = dict(headers or {})  # never pymesos's shared default dict
+        if self._authorization is not None:
+            headers["Authorization"] = self._authorization
+        return super()._send(body, path, method, headers)
+
+
 # --- the process ----------------------------------------------------------------------------------
 
 def run_executor(config: ExecutorConfig,
@@ -470,7 +504,7 @@ def run_executor(config: ExecutorConfig,
     config.state_dir.mkdir(parents=True, exist_ok=True)
     holder: dict[str, ExecutorLoop] = {}
     executor = ElastiqExecutor(lambda event: holder["loop"].events.put(event), config.executor_id)
-    driver = MesosExecutorDriver(executor)
+    driver = AuthenticatedExecutorDriver(executor)
     loop = ExecutorLoop(config, driver, pool_factory)
     holder["loop"] = loop
     signal.signal(signal.SIGTERM, lambda *_: loop.events.put(

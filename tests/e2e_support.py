@@ -229,7 +229,10 @@ def start_stack(work: Path, cpus_per_agent: float = 1.5, mem_per_agent: int = 81
         for low, high in ranges:
             cluster.add_agent({"cpus": cpus_per_agent, "mem": mem_per_agent,
                                "ports": f"{low}-{high}"})
-        service = SchedulerService(cluster.master_address, config, tick_interval=0.1).start()
+        credential = cluster.framework_credential
+        service = SchedulerService(cluster.master_address, config, tick_interval=0.1,
+                                   principal=credential.principal,
+                                   secret=credential.secret).start()
         api = ApiServer.serving(service, host="127.0.0.1", port=0, token_file=str(token_file))
         wait_until(lambda: service.status()["connected"], 20, "the scheduler to register")
     except BaseException:

@@ -22,6 +22,7 @@ import pymesos.process
 from pymesos import MesosSchedulerDriver, Scheduler, decode_data, encode_data
 
 from elastiq.embedded import EmbeddedCluster
+from elastiq.embedded.auth import EXECUTOR_TOKEN_ENV, basic_authorization
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(60)]
 ECHO_EXECUTOR = Path(__file__).parent / "fixtures" / "echo_executor.py"
@@ -173,11 +174,28 @@ def subscribe(cluster: EmbeddedCluster, drivers: list[MesosSchedulerDriver],
               framework: dict[str, Any] | None = None) -> tuple[Recorder, MesosSchedulerDriver]:
     recorder = Recorder()
     info = {"user": "", "name": "embedded-test", "failover_timeout": 60.0, **(framework or {})}
-    driver = MesosSchedulerDriver(recorder, info, cluster.master_address)
+    credential = cluster.framework_credential
+    driver = MesosSchedulerDriver(recorder, info, cluster.master_address,
+                                  principal=credential.principal, secret=credential.secret)
     drivers.append(driver)
     driver.start()
     recorder.wait_for("registered" if "id" not in info else "reregistered")
     return recorder, driver
+
+
+def framework_auth(cluster: EmbeddedCluster) -> dict[str, str]:
+    """The Authorization header of the cluster's framework credential (for raw calls)."""
+    return {"Authorization": basic_authorization(cluster.framework_credential)}
+
+
+def executor_token(pid: int) -> str:
+    """The executor authentication token the agent gave the executor process `pid`, read from
+    its initial environment (as any process of the same user could)."""
+    for entry in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+        name, _, value = entry.partition(b"=")
+        if name.decode() == EXECUTOR_TOKEN_ENV:
+            return value.decode()
+    raise AssertionError(f"no {EXECUTOR_TOKEN_ENV} in the environment of pid {pid}")
 
 
 def launch_running(recorder: Recorder, driver: MesosSchedulerDriver, task_id: str,
@@ -340,7 +358,7 @@ def test_teardown_kills_tasks(cluster, drivers):
 
 def test_malformed_requests_get_4xx_and_the_master_keeps_serving(cluster, drivers):
     url = cluster.master_url
-    json_type = {"Content-Type": "application/json"}
+    json_type = {"Content-Type": "application/json", **framework_auth(cluster)}
     cases = [
         (b"not json", 400),
         (b"[1, 2]", 400),
@@ -352,8 +370,6 @@ def test_malformed_requests_get_4xx_and_the_master_keeps_serving(cluster, driver
         status, reply = http_call(url, "POST", "/api/v1/scheduler", body, json_type)
         assert status == expected, body
         assert isinstance(reply["error"], str) and reply["error"]
-    status, reply = http_call(cluster.agents[0].url, "POST", "/api/v1/executor", b"{", json_type)
-    assert status == 400 and reply["error"]
     assert http_call(url, "GET", "/nowhere", None)[0] == 404
     assert http_call(url, "GET", "/version", None)[1]["version"]
     recorder, driver = subscribe(cluster, drivers)
@@ -363,6 +379,11 @@ def test_malformed_requests_get_4xx_and_the_master_keeps_serving(cluster, driver
         {**json_type, "Mesos-Stream-Id": "wrong"})
     assert status == 400 and "Mesos-Stream-Id" in reply["error"]
     launch_running(recorder, driver, "ok1", "finish")
+    (pid,) = cluster.agents[0].executor_pids().values()
+    token = {"Authorization": f"Bearer {executor_token(pid)}"}  # past authentication: the body
+    status, reply = http_call(cluster.agents[0].url, "POST", "/api/v1/executor", b"{",
+                              {**json_type, **token})
+    assert status == 400 and reply["error"]
 
 
 @pytest.mark.parametrize("cluster", [{"agents": 0, "agent_timeout": 1.0}], indirect=True)

@@ -5,7 +5,9 @@ never parsed as the next request on a keep-alive connection, malformed requests 
 message, the body limit, the header timeout against idle and slowloris connections (400 idle
 connections do not delay a call; the thread count does not grow), the cluster secret on every
 /internal route (an unauthenticated LAUNCH carrying a shell command never runs it), and a seeded,
-bounded fuzz of both servers after which a real pymesos driver still runs a task.
+bounded fuzz of both servers after which a real pymesos driver still runs a task. Requests that
+test body handling carry the framework credential or an executor token, so they get past
+authentication (tests/test_embedded_auth.py tests that).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import pytest
 
 from elastiq.embedded import EmbeddedCluster, httpio
 from tests.test_embedded_cluster import (  # noqa: F401 - `drivers` is a fixture
-    RESOURCES, drivers, launch_running, subscribe, task_info,
+    RESOURCES, drivers, executor_token, framework_auth, launch_running, subscribe, task_info,
 )
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(120)]
@@ -105,12 +107,14 @@ def first_status(url: str, raw: bytes, timeout: float = 5.0) -> tuple[int | None
 def test_a_refused_body_is_never_parsed_as_the_next_request(cluster):
     master, agent = cluster.master_url, cluster.agents[0].url
     refusals = [
+        (master, request("POST", "/api/v1/scheduler", SMUGGLED), 401),
+        (agent, request("POST", "/api/v1/executor", SMUGGLED), 401),
         (master, request("POST", "/nowhere", SMUGGLED), 404),
         (master, request("PUT", "/api/v1/scheduler", SMUGGLED), 405),
         (master, request("POST", "/internal/agent/register", SMUGGLED), 401),
         (agent, request("POST", "/internal/command", SMUGGLED), 401),
         (agent, request("GET", "/api/v1/executor", SMUGGLED), 405),
-        (master, request("POST", "/api/v1/scheduler", SMUGGLED,
+        (master, request("POST", "/api/v1/scheduler", SMUGGLED, framework_auth(cluster),
                          content_length=httpio.MAX_BODY_BYTES + 1), 413),
     ]
     for url, refused, expected in refusals:
@@ -124,9 +128,14 @@ def test_a_refused_body_is_never_parsed_as_the_next_request(cluster):
         assert seen[1:] in ([], [404]), seen
 
 
-def test_malformed_requests_get_a_4xx_with_a_message(cluster):
+def test_malformed_requests_get_a_4xx_with_a_message(cluster, drivers):
     master, agent = cluster.master_url, cluster.agents[0].url
-    json_type = {"Content-Type": "application/json"}
+    recorder, driver = subscribe(cluster, drivers)
+    launch_running(recorder, driver, "holder", "run")  # an executor whose token we can use
+    (pid,) = cluster.agents[0].executor_pids().values()
+    auth = framework_auth(cluster)
+    json_type = {"Content-Type": "application/json", **auth}
+    token = {"Authorization": f"Bearer {executor_token(pid)}"}
     cases = [
         (master, b"GARBAGE\r\n\r\n"),
         (master, b"GET /version HTTP/9.9\r\nHost: x\r\n\r\n"),
@@ -137,19 +146,23 @@ def test_malformed_requests_get_a_4xx_with_a_message(cluster):
         (master, request("POST", "/api/v1/scheduler", b"{not json", json_type)),
         (master, request("POST", "/api/v1/scheduler", b"\xff\xfe", json_type)),
         (master, request("POST", "/api/v1/scheduler", b'"a string"', json_type)),
-        (master, request("POST", "/api/v1/scheduler", json.dumps({"type": 5}).encode())),
+        (master, request("POST", "/api/v1/scheduler", json.dumps({"type": 5}).encode(), auth)),
         (master, request("POST", "/api/v1/scheduler",
-                         json.dumps({"type": "SUBSCRIBE", "subscribe": []}).encode())),
+                         json.dumps({"type": "SUBSCRIBE", "subscribe": []}).encode(), auth)),
         (master, request("POST", "/api/v1/scheduler", json.dumps(
-            {"type": "SUBSCRIBE", "subscribe": {"framework_info": {"name": 7}}}).encode())),
+            {"type": "SUBSCRIBE", "subscribe": {"framework_info": {"name": 7}}}).encode(),
+            auth)),
         (master, request("POST", "/api/v1/scheduler", json.dumps(
             {"type": "SUBSCRIBE", "subscribe": {"framework_info": {
-                "name": "x", "failover_timeout": "soon"}}}).encode())),
+                "name": "x", "failover_timeout": "soon"}}}).encode(), auth)),
         (master, request("POST", "/api/v1/scheduler", json.dumps(
-            {"type": "ACCEPT", "framework_id": {"value": 3}}).encode())),
-        (agent, request("POST", "/api/v1/executor", b"[]")),
+            {"type": "ACCEPT", "framework_id": {"value": 3}}).encode(), auth)),
+        (agent, request("POST", "/api/v1/executor", b"[]", token)),
         (agent, request("POST", "/api/v1/executor", json.dumps(
-            {"type": "UPDATE", "framework_id": {"value": 1}}).encode())),
+            {"type": "UPDATE", "framework_id": {"value": 1}}).encode(), token)),
+        (agent, request("POST", "/api/v1/executor", json.dumps(
+            {"type": "SUBSCRIBE", "framework_id": {"value": "f"},
+             "executor_id": {"value": "none"}}).encode(), token)),
         (agent, request("POST", "/api/v1/executor", json.dumps(
             {"type": "SUBSCRIBE", "framework_id": {"value": "f"},
              "executor_id": {"value": "none"}}).encode())),
@@ -165,7 +178,8 @@ def test_malformed_requests_get_a_4xx_with_a_message(cluster):
 
 def test_body_limit_refuses_an_oversized_chunked_body(cluster):
     head = (b"POST /api/v1/scheduler HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
-            b"Content-Type: application/json\r\n\r\n")
+            b"Content-Type: application/json\r\nAuthorization: "
+            + framework_auth(cluster)["Authorization"].encode() + b"\r\n\r\n")
     piece = b" " * 65536
     chunk = f"{len(piece):x}\r\n".encode() + piece + b"\r\n"
     with connect(cluster.master_url, timeout=10) as sock:
@@ -232,7 +246,8 @@ def test_a_slow_body_gets_408_and_the_connection_is_closed(cluster, monkeypatch)
     monkeypatch.setattr(httpio, "BODY_TIMEOUT_SECONDS", 1.0)
     with connect(cluster.master_url) as sock:
         started = time.monotonic()
-        sock.sendall(request("POST", "/api/v1/scheduler", b'{"type": ', content_length=100))
+        sock.sendall(request("POST", "/api/v1/scheduler", b'{"type": ', framework_auth(cluster),
+                             content_length=100))
         seen = statuses(read_until_quiet(sock, quiet=3.0))
         assert seen == [408], seen
         assert time.monotonic() - started < 3.0
@@ -350,8 +365,9 @@ def _valid_calls(framework_id: str, agent_id: str, executor_id: str,
 
 
 def _fuzz_request(rng: random.Random, calls: list[dict[str, Any]], secret: str,
-                  api_path: str, stream_id: str) -> bytes:
-    """A random request; most are POSTs of mutated valid calls to `api_path`."""
+                  api_path: str, stream_id: str, authorization: str) -> bytes:
+    """A random request; most are POSTs of mutated valid calls to `api_path`, most of them
+    with the valid `authorization` for it."""
     if rng.random() < 0.6:
         method, path = "POST", api_path
     else:
@@ -379,6 +395,10 @@ def _fuzz_request(rng: random.Random, calls: list[dict[str, Any]], secret: str,
         headers["Mesos-Stream-Id"] = rng.choice(["", "x", "0" * 40, stream_id, stream_id])
     if rng.random() < 0.3:
         headers[httpio.SECRET_HEADER] = rng.choice(["", "guess", secret[:5]])
+    if rng.random() < 0.9:
+        headers["Authorization"] = authorization if rng.random() < 0.85 else rng.choice([
+            "", "Basic", "Basic Og==", "Bearer", "Bearer a.b.c", authorization[:-2],
+            authorization + "x", "Negotiate " + authorization])
     length = None if rng.random() < 0.9 else rng.choice([0, max(0, len(body) - 3)])
     if rng.random() < 0.05:  # a raw, broken request
         return bytes(rng.randrange(32, 127) for _ in range(rng.randint(1, 60))) + b"\r\n\r\n"
@@ -393,11 +413,15 @@ def test_fuzzing_both_servers_gives_no_500_and_a_driver_still_works(cluster, dri
     launch_running(recorder, driver, "victim", "run", executor_id="victim-executor")
     framework_id = recorder.wait_for("registered")
     calls = _valid_calls(framework_id, cluster.agents[0].agent_id, "victim-executor", "victim")
+    (pid,) = cluster.agents[0].executor_pids().values()
+    authorizations = {master_url: framework_auth(cluster)["Authorization"],
+                      agent_url: f"Bearer {executor_token(pid)}"}
     seen: dict[int | None, int] = {}
     for index in range(600):
         url, api = ((master_url, "/api/v1/scheduler") if index % 2 == 0
                     else (agent_url, "/api/v1/executor"))
-        raw = _fuzz_request(rng, calls, cluster.master.secret, api, driver.stream_id)
+        raw = _fuzz_request(rng, calls, cluster.master.secret, api, driver.stream_id,
+                            authorizations[url])
         status, data = first_status(url, raw, timeout=5.0)
         assert status is None or status < 500, (raw[:300], status, data[:300])
         seen[status] = seen.get(status, 0) + 1

@@ -141,8 +141,10 @@ def environment(workspace: Path) -> dict[str, str]:
 
 
 def start_driver(scheduler: Scheduler, cluster: EmbeddedCluster) -> MesosSchedulerDriver:
+    credential = cluster.framework_credential
     driver = MesosSchedulerDriver(scheduler, {"user": "", "name": "executor-e2e"},
-                                  cluster.master_address, use_addict=False)
+                                  cluster.master_address, use_addict=False,
+                                  principal=credential.principal, secret=credential.secret)
     driver.start()
     return driver
 

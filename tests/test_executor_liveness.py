@@ -102,8 +102,10 @@ def cluster(tmp_path: Path) -> Iterator[EmbeddedCluster]:
 @pytest.fixture
 def scheduler(cluster: EmbeddedCluster) -> Iterator[tuple[Recorder, MesosSchedulerDriver]]:
     recorder = Recorder()
+    credential = cluster.framework_credential
     driver = MesosSchedulerDriver(recorder, {"user": "", "name": "liveness-test",
-                                             "failover_timeout": 60.0}, cluster.master_address)
+                                             "failover_timeout": 60.0}, cluster.master_address,
+                                  principal=credential.principal, secret=credential.secret)
     driver.start()
     try:
         recorder.wait_for("registered")

@@ -205,7 +205,9 @@ def _service(cluster: EmbeddedCluster, failover_timeout: float = 3600.0):
         executor=ExecutorSpec(command=f"{sys.executable} {FIXTURE}", cpus=0.5, mem_mb=256),
         backoff_initial=0.2, same_agent_wait=10.0, offer_hold_seconds=1.0,
         decline_seconds=0.5, failover_timeout=failover_timeout)
-    return SchedulerService(cluster.master_address, config, tick_interval=0.1).start()
+    credential = cluster.framework_credential
+    return SchedulerService(cluster.master_address, config, tick_interval=0.1,
+                            principal=credential.principal, secret=credential.secret).start()
 
 
 def _running(service: Any, query_id: str) -> dict[str, Any] | None:

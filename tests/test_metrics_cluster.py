@@ -71,8 +71,11 @@ def test_metrics_move_as_a_real_query_runs(tmp_path: Path) -> None:
     resources = {"cpus": 2, "mem": 6144, "ports": "31000-31999"}
     with embedded.EmbeddedCluster(agents=1, resources=resources, work_dir=tmp_path / "cluster",
                                   executor_grace_seconds=15.0) as cluster:
+        credential = cluster.framework_credential
         service = SchedulerService(cluster.master_address,
-                                   SchedulerConfig(executor=executor)).start()
+                                   SchedulerConfig(executor=executor),
+                                   principal=credential.principal,
+                                   secret=credential.secret).start()
         api = ApiServer(service, token="metrics-cluster-token").start()  # /metrics: open
         try:
             wait_for_slowly("registration", lambda: service.status()["connected"], 30)

@@ -174,7 +174,9 @@ def test_cut_off_agent_fences_its_task_fails_over_and_the_sink_is_exact(
         agents.append(NetnsAgent(net, "a", master.url, tmp_path / "agent-a", resources,
                                  executor_grace_seconds=5.0))
         service = SchedulerService(master.address, scheduler_config(tmp_path),
-                                   tick_interval=0.1).start()
+                                   tick_interval=0.1,
+                                   principal=master.framework_credential.principal,
+                                   secret=master.framework_credential.secret).start()
         wait_until(lambda: service.status()["connected"], 20, "the scheduler to register")
         run_scenario(net, master.url, service, agents, tmp_path, resources)
     finally:

@@ -52,8 +52,10 @@ def test_standby_fails_over_and_its_consumer_is_retargeted_on_disk(tmp_path: Pat
         for ports in ("31000-31049", "32000-32049"):  # distinct ports: the endpoint must move
             cluster.add_agent({"cpus": 4, "mem": 4096, "ports": ports})
         agents = {a.agent_id: a for a in cluster.agents}
+        credential = cluster.framework_credential
         service = SchedulerService(cluster.master_address, config(state_dir),
-                                   tick_interval=0.1).start()
+                                   tick_interval=0.1, principal=credential.principal,
+                                   secret=credential.secret).start()
         try:
             assert service.submit(query).accepted
 

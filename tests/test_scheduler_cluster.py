@@ -32,13 +32,20 @@ def config() -> SchedulerConfig:
         decline_seconds=0.5)
 
 
+def scheduler_service(cluster: embedded.EmbeddedCluster) -> SchedulerService:
+    """A started scheduler, authenticated to the cluster's master with its credential."""
+    credential = cluster.framework_credential
+    return SchedulerService(cluster.master_address, config(), tick_interval=0.1,
+                            principal=credential.principal, secret=credential.secret).start()
+
+
 def test_submit_runs_restarts_on_same_agent_and_stop_kills(tmp_path: Path) -> None:
     query = chain_query("it", 2)
     t0 = replace(query.tasks[0], program="# fail-first-attempt\n")
     query = replace(query, tasks=(t0, query.tasks[1]))
     resources = {"cpus": 4, "mem": 4096, "ports": f"{PORTS[0]}-{PORTS[1]}"}
     with embedded.EmbeddedCluster(agents=2, resources=resources, work_dir=tmp_path) as cluster:
-        service = SchedulerService(cluster.master_address, config(), tick_interval=0.1).start()
+        service = scheduler_service(cluster)
         try:
             wait_for("registration", lambda: service.status()["connected"])
             reply = service.submit(query)
@@ -87,7 +94,7 @@ def test_tasks_of_a_sigkilled_agent_restart_on_another_agent(tmp_path: Path) -> 
     with embedded.EmbeddedCluster(agents=0, resources=resources, work_dir=tmp_path,
                                   agent_timeout=1.5) as cluster:
         doomed = cluster.start_agent_process()
-        service = SchedulerService(cluster.master_address, config(), tick_interval=0.1).start()
+        service = scheduler_service(cluster)
         try:
             assert service.submit(chain_query("fk", 2)).accepted
 

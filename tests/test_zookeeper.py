@@ -63,8 +63,10 @@ def config() -> SchedulerConfig:
 
 def service(cluster: EmbeddedCluster, zk: ZooKeeperServer, root: str,
             name: str) -> SchedulerService:
+    credential = cluster.framework_credential
     return SchedulerService(cluster.master_address, config(), tick_interval=0.1,
-                            coordination=coordination(zk, root), address=name)
+                            coordination=coordination(zk, root), address=name,
+                            principal=credential.principal, secret=credential.secret)
 
 
 def expire_session(zk: ZooKeeperServer, coord: ZooKeeperCoordination) -> None:
@@ -208,12 +210,19 @@ def http_json(url: str, token: str | None = None) -> dict[str, Any] | None:
         return None
 
 
-def scheduler_process(zk: ZooKeeperServer, master: str, port: int, log: Path,
+def scheduler_process(zk: ZooKeeperServer, cluster: EmbeddedCluster, port: int, log: Path,
                       state: Path, token_file: Path) -> "subprocess.Popen[bytes]":
+    """`elastiq scheduler` against the cluster's master with its framework credential (the
+    secret in a 0600 file beside the log, never on the command line)."""
+    secret_file = log.with_suffix(".mesos-secret")
+    secret_file.touch(mode=0o600)
+    secret_file.write_text(cluster.framework_credential.secret, encoding="utf-8")
     out = open(log, "wb")
     try:
         return subprocess.Popen(
-            [sys.executable, "-m", "elastiq.cli", "scheduler", "--master", master,
+            [sys.executable, "-m", "elastiq.cli", "scheduler", "--master", cluster.master_address,
+             "--mesos-principal", cluster.framework_credential.principal,
+             "--mesos-secret-file", str(secret_file),
              "--zk", f"{zk.hosts}/t-kill", "--zk-session-timeout", str(SESSION),
              "--listen", f"127.0.0.1:{port}", "--state-dir", str(state),
              "--executor-command", f"{sys.executable} {FIXTURE}",
@@ -251,11 +260,11 @@ def test_sigkill_of_the_leader_process_hands_over_without_killing_tasks(
         token_file.write_text(TOKEN + "\n")
         procs: list[subprocess.Popen[bytes]] = []
         try:
-            procs.append(scheduler_process(zk, cluster.master_address, ports[0],
+            procs.append(scheduler_process(zk, cluster, ports[0],
                                            tmp_path / "a.log", tmp_path / "a", token_file))
             health = wait_for("leader a", lambda: (h := http_json(urls[0] + "/healthz"))
                               and h.get("connected") and h, 60)
-            procs.append(scheduler_process(zk, cluster.master_address, ports[1],
+            procs.append(scheduler_process(zk, cluster, ports[1],
                                            tmp_path / "b.log", tmp_path / "b", token_file))
             wait_for("standby b", lambda: http_json(urls[1] + "/healthz"), 60)
             req = urllib.request.Request(urls[0] + "/queries?query_id=ha", ONE_TASK.read_bytes(),

@@ -121,15 +121,23 @@ def executor_command() -> str:
     return f"exec env PYTHONPATH={ROOT} ELASTIQ_SPARK_CORES=2 {sys.executable} -m executor"
 
 
-def start_scheduler(name: str, zk: ZooKeeperServer, master: str, work: Path) -> SchedulerProcess:
+def start_scheduler(name: str, zk: ZooKeeperServer, cluster: EmbeddedCluster,
+                    work: Path) -> SchedulerProcess:
+    """`elastiq scheduler` against the cluster's master, authenticating with its framework
+    credential (the secret in a 0600 file, never on the command line)."""
     port = free_port()
     log_path = work / f"{name}.log"
+    credential = cluster.framework_credential
+    secret_file = work / f"{name}.mesos-secret"
+    secret_file.touch(mode=0o600)
+    secret_file.write_text(credential.secret, encoding="utf-8")
     token_file = work / "api-token"  # one token for leader and standby, as an operator sets it
     if not token_file.exists():
         token_file.write_text("zookeeper-load-test-token\n")
     with open(log_path, "wb") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "elastiq.cli", "scheduler", "--master", master,
+            [sys.executable, "-m", "elastiq.cli", "scheduler", "--master", cluster.master_address,
+             "--mesos-principal", credential.principal, "--mesos-secret-file", str(secret_file),
              "--zk", f"{zk.hosts}{ZK_ROOT}", "--zk-session-timeout", str(SESSION),
              "--listen", f"127.0.0.1:{port}", "--state-dir", str(work / name),
              "--path-root", str(work), "--executor-command", executor_command(),
@@ -189,11 +197,11 @@ def schedulers(zk: ZooKeeperServer, cluster: EmbeddedCluster,
     """Scheduler `a` (leader, connected to the master) and then `b` (standby)."""
     started: list[SchedulerProcess] = []
     try:
-        a = start_scheduler("a", zk, cluster.master_address, tmp_path)
+        a = start_scheduler("a", zk, cluster, tmp_path)
         started.append(a)
         wait_until(lambda: (h := a.health()) and h.get("connected"), 60,
                    "scheduler a to lead and register", a.log_tail)
-        b = start_scheduler("b", zk, cluster.master_address, tmp_path)
+        b = start_scheduler("b", zk, cluster, tmp_path)
         started.append(b)
         wait_until(b.health, 60, "scheduler b to answer", b.log_tail)
         yield started

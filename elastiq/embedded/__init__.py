@@ -6,7 +6,9 @@ local mode, never the path to scale (that is a real Mesos cluster).
 """
 
 from elastiq.embedded.agent import EmbeddedAgent
+from elastiq.embedded.auth import FrameworkCredential
 from elastiq.embedded.cluster import AgentProcess, EmbeddedCluster
 from elastiq.embedded.master import EmbeddedMaster
 
-__all__ = ["AgentProcess", "EmbeddedAgent", "EmbeddedCluster", "EmbeddedMaster"]
+__all__ = ["AgentProcess", "EmbeddedAgent", "EmbeddedCluster", "EmbeddedMaster",
+           "FrameworkCredential"]

@@ -2,7 +2,10 @@
 
 Owns parsing options, the cluster secret of a master and agents in separate processes
 (`ELASTIQ_EMBEDDED_SECRET`, else `--secret-file`: a master creates it, mode 0600, when missing;
-never an option's value, which `ps` would show), starting the requested pieces, printing one
+never an option's value, which `ps` would show), the framework credential schedulers must
+present to a master (principal `--framework-principal`, `elastiq` by default; secret from
+`ELASTIQ_EMBEDDED_FRAMEWORK_SECRET`, else `--framework-secret-file`, created like the cluster
+secret's; `--no-authenticate-http-frameworks` turns the check off, unsafe), starting the requested pieces, printing one
 `ELASTIQ_EMBEDDED_READY {json}` line on stdout once they serve, and stopping cleanly on SIGTERM
 or Ctrl-C. It does not own any behaviour of the pieces.
 """
@@ -19,6 +22,9 @@ import threading
 from typing import Any, Callable
 
 from elastiq.embedded.agent import EmbeddedAgent, SilenceSetting
+from elastiq.embedded.auth import (
+    DEFAULT_PRINCIPAL, FRAMEWORK_SECRET_ENV, FrameworkCredential, new_framework_credential,
+)
 from elastiq.embedded.cluster import READY_PREFIX, EmbeddedCluster
 from elastiq.embedded.httpio import SECRET_ENV
 from elastiq.embedded.master import EmbeddedMaster, new_secret
@@ -36,6 +42,16 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--offer-interval", type=float, default=1.0)
         p.add_argument("--agent-timeout", type=float, default=5.0)
         p.add_argument("--heartbeat-interval", type=float, default=15.0)
+        p.add_argument("--framework-principal", default=DEFAULT_PRINCIPAL,
+                       help=f"the principal schedulers authenticate as (default "
+                            f"{DEFAULT_PRINCIPAL})")
+        p.add_argument("--framework-secret-file", default=None,
+                       help=f"file holding that principal's secret (when {FRAMEWORK_SECRET_ENV} "
+                            f"is unset); created (mode 0600) if missing; give the scheduler the "
+                            f"same file (elastiq scheduler --mesos-secret-file)")
+        p.add_argument("--no-authenticate-http-frameworks", action="store_true",
+                       help="UNSAFE: let any scheduler that reaches the master subscribe and "
+                            "launch commands on its agents")
     agent = sub.add_parser("agent")
     agent.add_argument("--master", required=True, help="http://127.0.0.1:PORT")
     agent.add_argument("--host", default="127.0.0.1")
@@ -96,22 +112,36 @@ def _serve(start: Callable[[], dict[str, Any]], stop: Callable[[], None]) -> int
     return 0
 
 
-def _secret(path: str | None, create: bool) -> str | None:
-    """The cluster secret: $ELASTIQ_EMBEDDED_SECRET, else the file at `path` (created with a
-    fresh secret, mode 0600, when `create` and missing), else None."""
-    if os.environ.get(SECRET_ENV):
-        return os.environ[SECRET_ENV]
+def _secret(path: str | None, create: bool, env: str = SECRET_ENV,
+            option: str = "--secret-file") -> str | None:
+    """A secret: $`env` (the cluster secret's by default), else the file at `path` (created
+    with a fresh secret, mode 0600, when `create` and missing), else None."""
+    if os.environ.get(env):
+        return os.environ[env]
     if path is None:
         return None
-    if create and not os.path.exists(path):
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as out:
-            out.write(new_secret())
     try:
+        if create and not os.path.exists(path):
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as out:
+                out.write(new_secret())
         with open(path) as source:
             return source.read().strip() or None
     except OSError as exc:
-        raise SystemExit(f"--secret-file: {exc}") from None
+        raise SystemExit(f"{option}: {exc}") from None
+
+
+def _framework_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The master's framework-authentication options from the command line and environment."""
+    secret = _secret(args.framework_secret_file, True, FRAMEWORK_SECRET_ENV,
+                     "--framework-secret-file")
+    try:
+        credential = (FrameworkCredential(args.framework_principal, secret) if secret
+                      else new_framework_credential(args.framework_principal))
+    except ValueError as exc:
+        raise SystemExit(f"framework credential: {exc}") from None
+    return {"framework_credential": credential,
+            "authenticate_frameworks": not args.no_authenticate_http_frameworks}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -121,7 +151,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.role == "master":
         master = EmbeddedMaster(args.host, args.port, args.offer_interval,
                                 args.heartbeat_interval, args.agent_timeout,
-                                secret=_secret(args.secret_file, create=True))
+                                secret=_secret(args.secret_file, create=True),
+                                **_framework_options(args))
         return _serve(lambda: {"url": master.start().url, "master_id": master.state.master_id},
                       master.stop)
     if args.role == "agent":
@@ -134,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
                       agent.stop)
     cluster = EmbeddedCluster(args.agents, _resources(args.resources), args.work_dir,
                               args.offer_interval, args.agent_timeout, args.heartbeat_interval,
-                              host=args.host, port=args.port)
+                              host=args.host, port=args.port, **_framework_options(args))
     return _serve(lambda: {"url": cluster.start().master_url,
                            "agents": [a.agent_id for a in cluster.agents]}, cluster.stop)
 

@@ -16,6 +16,15 @@ route runs a command given in a request: a LAUNCH from the master starts only th
 command of the framework's ExecutorInfo, as a Mesos agent does. The secret comes from the
 constructor or `ELASTIQ_EMBEDDED_SECRET` (never from the command line).
 
+Executor authentication (on by default, as Mesos's `--authenticate_http_executors`): each
+executor launch gets a fresh container id and a token signed with this agent's random key
+(`auth.ExecutorTokens`) naming its framework, executor and container, in
+`MESOS_EXECUTOR_AUTHENTICATION_TOKEN` of its environment only. Every executor API call must
+carry it as `Authorization: Bearer` (401 otherwise, before the body is read), and its claims must
+name the call's framework and executor and the executor's current launch (403 otherwise), so
+nobody else, not even a dead earlier launch of the same executor, can take over its stream and
+read its LAUNCH events. `authenticate_executors=False` turns this off (unsafe).
+
 Self-fencing: an agent that has heard nothing from its master for `fence_after` seconds SIGKILLs
 the process group of every executor it runs, so that after a network partition the master's
 replacement copy of a task (launched once the master declares this agent lost) never runs beside
@@ -65,6 +74,9 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
+from elastiq.embedded.auth import (
+    BEARER_CHALLENGE, ExecutorClaims, ExecutorTokens, bearer_token, claims_mismatch,
+)
 from elastiq.embedded.executors import (
     ExecutorEnvironment, ExecutorLaunchError, end_process_group, kill_group_later,
     kill_group_now, start_executor,
@@ -166,6 +178,7 @@ class ExecutorRun:
     framework_info: dict[str, Any]
     sandbox: Path
     process: subprocess.Popen
+    container_id: str = ""  # this launch of the executor (its token names it)
     events: EventQueue | None = None  # the executor's subscribed stream, if any
     stream_id: str | None = None
     waiting: list[dict[str, Any]] = field(default_factory=list)  # launches not yet delivered
@@ -200,12 +213,15 @@ class EmbeddedAgent:
                  host: str = "127.0.0.1", port: int = 0, ping_interval: float = 0.5,
                  executor_grace_seconds: float = 3.0, heartbeat_interval: float = 15.0,
                  fence_after: FenceSetting = "auto",
-                 executor_silence_after: SilenceSetting = "auto", secret: str | None = None):
+                 executor_silence_after: SilenceSetting = "auto", secret: str | None = None,
+                 authenticate_executors: bool = True):
         self.secret = secret or os.environ.get(SECRET_ENV, "")
         if not self.secret:
             raise ValueError(f"the agent needs the cluster secret (the master's `secret`, "
                              f"or {SECRET_ENV} in its environment)")
         self._auth = {SECRET_HEADER: self.secret}
+        self.authenticate_executors = authenticate_executors
+        self._tokens = ExecutorTokens()  # a key of this agent's alone, never written anywhere
         self.master_url = master_url.rstrip("/")
         self.resources: Resources = parse_agent_resources(resources or DEFAULT_RESOURCES)
         self.work_dir = Path(work_dir or tempfile.mkdtemp(prefix="elastiq-agent-")).resolve()
@@ -517,30 +533,55 @@ class EmbeddedAgent:
     # ---------------------------------------------------------------- executor API
 
     async def _executor_call(self, request: web.BaseRequest) -> web.StreamResponse:
+        claims = self._executor_claims(request)
         body = await read_json(request)
         kind = body.get("type")
         key = (id_value(body, "framework_id", "call"), id_value(body, "executor_id", "call"))
+        container = None
+        if claims is not None:
+            why = claims_mismatch(claims, *key)
+            if why is not None:
+                raise HttpError(403, f"executor authentication: {why}")
+            container = claims.container_id
         if kind == "SUBSCRIBE":
-            return await self._executor_subscribe(request, key)
+            return await self._executor_subscribe(request, key, container)
         if kind == "UPDATE":
-            await self._server.run_sync(self._executor_update, key, body)
+            await self._server.run_sync(self._executor_update, key, container, body)
         elif kind == "MESSAGE":
-            await self._server.run_sync(self._executor_message, key, body)
+            await self._server.run_sync(self._executor_message, key, container, body)
         else:
             raise bad_request(f"unknown or unsupported executor call type {kind!r}")
         return accepted()
 
-    def _run_of(self, key: tuple[str, str]) -> ExecutorRun:
+    def _executor_claims(self, request: web.BaseRequest) -> ExecutorClaims | None:
+        """The claims of the call's executor token (None when authentication is off);
+        HttpError(401) when it has no token this agent signed."""
+        if not self.authenticate_executors:
+            return None
+        token = bearer_token(request.headers.get("Authorization"))
+        claims = self._tokens.verify(token) if token is not None else None
+        if claims is None:
+            raise HttpError(401, "executor authentication failed: send the token of "
+                                 "MESOS_EXECUTOR_AUTHENTICATION_TOKEN as a Bearer token",
+                            {"WWW-Authenticate": BEARER_CHALLENGE})
+        return claims
+
+    def _run_of(self, key: tuple[str, str], container: str | None) -> ExecutorRun:
+        """The running executor `key` (caller holds the lock); HttpError 404 if none, 403 if
+        the caller's token is for another launch of it (`container`, None: not checked)."""
         run = self._runs.get(key)
         if run is None:
             raise HttpError(404, f"executor {key[1]} of framework {key[0]} is not running here")
+        if container is not None and container != run.container_id:
+            raise HttpError(403, f"executor authentication: the token is for an earlier launch "
+                                 f"of executor {key[1]}")
         return run
 
-    async def _executor_subscribe(self, request: web.BaseRequest,
-                                  key: tuple[str, str]) -> web.StreamResponse:
+    async def _executor_subscribe(self, request: web.BaseRequest, key: tuple[str, str],
+                                  container: str | None) -> web.StreamResponse:
         events = self._server.events()
         stream_id = str(uuid.uuid4())
-        run = await self._server.run_sync(self._open_stream, key, events, stream_id)
+        run = await self._server.run_sync(self._open_stream, key, container, events, stream_id)
         logger.info("%s: executor %s of framework %s subscribed", self.name, key[1], key[0])
         try:
             response, _ = await serve_events(request, {"Mesos-Stream-Id": stream_id}, events,
@@ -549,17 +590,18 @@ class EmbeddedAgent:
             self._server.submit(self._close_stream, run, stream_id)
         return response
 
-    def _open_stream(self, key: tuple[str, str], events: EventQueue,
+    def _open_stream(self, key: tuple[str, str], container: str | None, events: EventQueue,
                      stream_id: str) -> ExecutorRun:
         with self._lock:
-            run = self._run_of(key)
+            run = self._run_of(key, container)
             if run.events is not None:
                 run.events.put(END_OF_STREAM)
             run.events, run.stream_id = events, stream_id
             run.last_heard = time.monotonic()
             events.put({"type": "SUBSCRIBED", "subscribed": {
                 "executor_info": run.executor_info, "framework_info": run.framework_info,
-                "agent_info": self._agent_info(), "container_id": {"value": stream_id}}})
+                "agent_info": self._agent_info(),
+                "container_id": {"value": run.container_id}}})
             for task in run.waiting:
                 events.put({"type": "LAUNCH", "launch": {"task": task}})
             run.waiting.clear()
@@ -570,14 +612,15 @@ class EmbeddedAgent:
             if run.stream_id == stream_id:
                 run.events, run.stream_id = None, None
 
-    def _executor_update(self, key: tuple[str, str], body: dict[str, Any]) -> None:
+    def _executor_update(self, key: tuple[str, str], container: str | None,
+                         body: dict[str, Any]) -> None:
         update = body.get("update")
         status = update.get("status") if isinstance(update, dict) else None
         if not isinstance(status, dict) or not isinstance(status.get("state"), str):
             raise bad_request("update.status with a state is required")
         task_id = id_value(status, "task_id", "update.status")
         with self._lock:
-            run = self._run_of(key)
+            run = self._run_of(key, container)
             run.last_heard = time.monotonic()
             if task_id not in run.tasks:
                 raise bad_request(f"task {task_id} was not launched on executor {key[1]}")
@@ -587,13 +630,14 @@ class EmbeddedAgent:
             **status, "agent_id": {"value": self.agent_id},
             "executor_id": {"value": key[1]}}})
 
-    def _executor_message(self, key: tuple[str, str], body: dict[str, Any]) -> None:
+    def _executor_message(self, key: tuple[str, str], container: str | None,
+                          body: dict[str, Any]) -> None:
         message = body.get("message")
         data = message.get("data") if isinstance(message, dict) else None
         if not isinstance(data, str):
             raise bad_request("message.data (a base64 string) is required")
         with self._lock:
-            self._run_of(key).last_heard = time.monotonic()
+            self._run_of(key, container).last_heard = time.monotonic()
         self._to_master({"type": "MESSAGE", "framework_id": key[0], "executor_id": key[1],
                          "data": data})
 
@@ -647,12 +691,15 @@ class EmbeddedAgent:
         self._run_counter += 1
         sandbox = (self.work_dir / "frameworks" / framework_id / "executors" / executor_id
                    / "runs" / str(self._run_counter))
+        container_id = str(uuid.uuid4())
+        token = (self._tokens.mint(ExecutorClaims(framework_id, executor_id, container_id))
+                 if self.authenticate_executors else None)
         where = ExecutorEnvironment(self.address, self.agent_id, framework_id, executor_id,
-                                    sandbox, self.executor_grace_seconds)
+                                    sandbox, self.executor_grace_seconds, token)
         process = start_executor(executor_info.get("command") or {}, where)
         executor_info = {**executor_info, "framework_id": {"value": framework_id}}
         run = ExecutorRun(framework_id, executor_id, executor_info, framework_info, sandbox,
-                          process)
+                          process, container_id)
         self._runs[run.key] = run
         run.watcher = threading.Thread(target=self._watch, args=(run,), daemon=True,
                                        name=f"watch-executor-{executor_id}")

@@ -1,7 +1,7 @@
 """A whole embedded cluster on one machine: a master and N agents, in-process or not.
 
 Owns starting and stopping them together (`EmbeddedCluster` is a context manager), restarting
-the master on the same port (`restart_master`, same cluster secret), and starting an agent as a
+the master on the same port (`restart_master`, same cluster secret and framework credential), and starting an agent as a
 separate OS process (`AgentProcess`, handed the secret in its environment) for fault tests that
 SIGKILL it. It does not own master or agent behaviour.
 """
@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from elastiq.embedded.agent import EmbeddedAgent, SilenceSetting
+from elastiq.embedded.auth import FrameworkCredential
 from elastiq.embedded.executors import kill_recorded_executors
 from elastiq.embedded.httpio import SECRET_ENV
 from elastiq.embedded.master import EmbeddedMaster
@@ -138,6 +139,12 @@ class EmbeddedCluster:
     @property
     def master_url(self) -> str:
         return self.master.url
+
+    @property
+    def framework_credential(self) -> FrameworkCredential:
+        """What a scheduler must present to the master (HTTP Basic): pass its `principal` and
+        `secret` to pymesos's MesosSchedulerDriver or to SchedulerService."""
+        return self.master.framework_credential
 
     @property
     def master_address(self) -> str:

@@ -1,7 +1,8 @@
 """Starting and ending executor processes for the embedded agent.
 
 Owns turning an ExecutorInfo's CommandInfo into a subprocess in its own session with the MESOS_*
-environment pymesos's executor driver needs, its sandbox directory with stdout/stderr files and a
+environment pymesos's executor driver needs (with the executor's authentication token, when the
+agent made one; never the cluster's own secrets), its sandbox directory with stdout/stderr files and a
 pid file, and ending process groups (SIGTERM, then SIGKILL after a grace; or SIGKILL at once).
 It does not own which tasks an executor runs (that is `agent`).
 """
@@ -18,10 +19,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from elastiq.embedded.auth import EXECUTOR_TOKEN_ENV, FRAMEWORK_SECRET_ENV
+from elastiq.embedded.httpio import SECRET_ENV
+
 logger = logging.getLogger(__name__)
 # Inherited variables pymesos would misread: it takes bool(str), so "0" means true.
 _SCRUBBED = ("MESOS_CHECKPOINT", "MESOS_LOCAL", "MESOS_RECOVERY_TIMEOUT",
              "MESOS_SUBSCRIPTION_BACKOFF_MAX")
+# The agent's and master's secrets, which an executor (framework code) must not inherit.
+_PRIVATE = (SECRET_ENV, FRAMEWORK_SECRET_ENV, EXECUTOR_TOKEN_ENV)
 
 
 class ExecutorLaunchError(Exception):
@@ -38,6 +44,7 @@ class ExecutorEnvironment:
     executor_id: str
     sandbox: Path
     shutdown_grace_seconds: float
+    auth_token: str | None = None  # for MESOS_EXECUTOR_AUTHENTICATION_TOKEN; None: no auth
 
 
 def command_argv(command: Mapping[str, Any]) -> list[str]:
@@ -54,7 +61,7 @@ def command_argv(command: Mapping[str, Any]) -> list[str]:
 
 
 def executor_env(command: Mapping[str, Any], where: ExecutorEnvironment) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in _SCRUBBED}
+    env = {k: v for k, v in os.environ.items() if k not in _SCRUBBED + _PRIVATE}
     variables = (command.get("environment") or {}).get("variables") or []
     for variable in variables:
         if isinstance(variable, dict) and isinstance(variable.get("name"), str):
@@ -69,8 +76,10 @@ def executor_env(command: Mapping[str, Any], where: ExecutorEnvironment) -> dict
         "MESOS_SANDBOX": str(where.sandbox),
         "MESOS_EXECUTOR_SHUTDOWN_GRACE_PERIOD": f"{where.shutdown_grace_seconds:g}secs",
     })
-    for name in _SCRUBBED:
+    for name in _SCRUBBED + _PRIVATE:
         env.pop(name, None)
+    if where.auth_token is not None:
+        env[EXECUTOR_TOKEN_ENV] = where.auth_token
     return env
 
 

@@ -69,10 +69,11 @@ Handler = Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
 class HttpError(Exception):
     """A request we refuse; becomes a JSON error reply with `status`."""
 
-    def __init__(self, status: int, message: str):
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None):
         super().__init__(message)
         self.status = status
         self.message = message
+        self.headers = headers  # e.g. WWW-Authenticate with a 401
 
 
 def bad_request(message: str) -> HttpError:
@@ -411,7 +412,7 @@ class AppServer:
         except HttpError as exc:
             logger.info("%s: %s %s refused (%s): %s", self.name, request.method, request.path,
                         exc.status, exc.message)
-            response = json_response(exc.status, {"error": exc.message})
+            response = json_response(exc.status, {"error": exc.message}, exc.headers)
             if exc.status in _CLOSE_AFTER:
                 response.force_close()  # the rest of the body is not worth draining
             return response

@@ -4,8 +4,18 @@ Owns the I/O shell around `master_state.MasterState`: `GET /version`, the v1 sch
 (`POST /api/v1/scheduler`, SUBSCRIBE as a chunked RecordIO stream with `Mesos-Stream-Id`), the
 internal agent protocol (`/internal/agent/register|ping|unregister|event`, refused with 401
 without the cluster secret), one sender thread per agent (its commands carry the secret), and
-the ticker that detects lost agents and expired failover timeouts. Every decision is the
-state's; this module only serialises calls into it under one lock and carries out the actions.
+the ticker that detects lost agents and expired failover timeouts.
+
+Framework authentication (on by default, as Mesos's `--authenticate_http_frameworks`): every
+scheduler call must carry HTTP Basic credentials of the master's framework credential
+(`framework_credential`: given, else made at construction, kept across `successor()`), checked
+in constant time before the body is read; otherwise 401 with `WWW-Authenticate: Basic
+realm="mesos"`. A SUBSCRIBE whose FrameworkInfo names another principal gets 403. Without it,
+anyone who reaches the port could launch any executor command, which an agent runs as its user;
+`authenticate_frameworks=False` (for a test that needs an open master) is unsafe and logged.
+
+Every decision is the state's; this module only serialises calls into it under one lock and
+carries out the actions.
 HTTP is served by `httpio.AppServer` on its own event loop thread; the handlers take the lock
 only on its worker pool (`run_sync`), never on the loop thread. The lock is never held during
 network I/O: actions become queue puts (`EventQueue.put` hands an event to the loop), and the
@@ -29,6 +39,9 @@ from typing import Any, Callable
 
 from aiohttp import web
 
+from elastiq.embedded.auth import (
+    BASIC_CHALLENGE, FrameworkCredential, authenticated_principal, new_framework_credential,
+)
 from elastiq.embedded.httpio import (
     AGENT_COMMAND_PATH, END_OF_STREAM, SECRET_ENV, SECRET_HEADER, AppServer, EventQueue, Handler,
     HttpError, JsonClient, Routes, accepted, json_response, read_json, require_secret,
@@ -84,13 +97,18 @@ class EmbeddedMaster:
     `secret` guards the internal agent routes (agents must send it in the `SECRET_HEADER`
     header; the master sends it to agents with every command); without one, `SECRET_ENV` is
     read, else a fresh one is made. Hand it to agents in memory, through `SECRET_ENV`, or a
-    0600 file, never on a command line."""
+    0600 file, never on a command line. `framework_credential` (fresh unless given) is what
+    schedulers must present (HTTP Basic) unless `authenticate_frameworks` is False (unsafe)."""
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, offer_interval: float = 1.0,
                  heartbeat_interval: float = 15.0, agent_timeout: float = 5.0,
                  offer_timeout: float | None = None, default_refuse_seconds: float = 5.0,
-                 agent_reregister_timeout: float | None = None, secret: str | None = None):
+                 agent_reregister_timeout: float | None = None, secret: str | None = None,
+                 framework_credential: FrameworkCredential | None = None,
+                 authenticate_frameworks: bool = True):
         self.secret = secret or os.environ.get(SECRET_ENV) or new_secret()
+        self.framework_credential = framework_credential or new_framework_credential()
+        self.authenticate_frameworks = authenticate_frameworks
         self._server = AppServer(host, port, "master", self._routes())
         self.config = MasterConfig(offer_interval, heartbeat_interval, agent_timeout,
                                    offer_timeout, default_refuse_seconds, host,
@@ -125,6 +143,9 @@ class EmbeddedMaster:
         ticker.start()
         self._threads.append(ticker)
         logger.info("%s: serving on %s", self.name, self.url)
+        if not self.authenticate_frameworks:
+            logger.warning("%s: framework authentication is OFF: whoever reaches %s can launch "
+                           "any command on its agents", self.name, self.url)
         return self
 
     def stop(self) -> None:
@@ -149,7 +170,8 @@ class EmbeddedMaster:
         c = self.config
         return EmbeddedMaster(c.hostname, self.port, c.offer_interval, c.heartbeat_interval,
                               c.agent_timeout, c.offer_timeout, c.default_refuse_seconds,
-                              c.agent_reregister_timeout, self.secret)
+                              c.agent_reregister_timeout, self.secret, self.framework_credential,
+                              self.authenticate_frameworks)
 
     def __enter__(self) -> "EmbeddedMaster":
         return self.start()
@@ -188,12 +210,27 @@ class EmbeddedMaster:
             return self.state.snapshot()
 
     async def _scheduler_call(self, request: web.BaseRequest) -> web.StreamResponse:
+        principal = self._authenticate(request)
         body = await read_json(request)
         if body.get("type") == "SUBSCRIBE":
+            _check_principal(body, principal)
             return await self._subscribe(request, body)
         stream_id = request.headers.get("Mesos-Stream-Id")
         await self._server.run_sync(self._call, body, stream_id)
         return accepted()
+
+    def _authenticate(self, request: web.BaseRequest) -> str | None:
+        """The caller's principal (None when authentication is off); HttpError(401) unless
+        the request carries the framework credential."""
+        if not self.authenticate_frameworks:
+            return None
+        principal = authenticated_principal(request.headers.get("Authorization"),
+                                            (self.framework_credential,))
+        if principal is None:
+            raise HttpError(401, "framework authentication failed: send HTTP Basic credentials "
+                                 "of the master's framework principal",
+                            {"WWW-Authenticate": BASIC_CHALLENGE})
+        return principal
 
     def _call(self, body: dict[str, Any], stream_id: str | None) -> None:
         with self._lock:
@@ -304,3 +341,13 @@ class EmbeddedMaster:
                     self._apply(self.state.tick(time.monotonic()))
             except Exception:  # the ticker must survive a bug in one tick
                 logger.exception("%s: tick failed", self.name)
+
+
+def _check_principal(body: dict[str, Any], principal: str | None) -> None:
+    """A SUBSCRIBE may name only the principal it authenticated as (HttpError 403)."""
+    subscribe = body.get("subscribe")
+    info = subscribe.get("framework_info") if isinstance(subscribe, dict) else None
+    claimed = info.get("principal") if isinstance(info, dict) else None
+    if principal is not None and claimed is not None and claimed != principal:
+        raise HttpError(403, f"authenticated as principal {principal!r}, but the FrameworkInfo "
+                             f"names principal {claimed!r}")
