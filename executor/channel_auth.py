@@ -227,3 +227,67 @@ def connect_curve(sock: zmq.Socket, auth: ReaderAuth) -> None:
     sock.setsockopt(zmq.CURVE_SERVERKEY, auth.server_key.encode("ascii"))
     sock.setsockopt(zmq.CURVE_PUBLICKEY, auth.keys.public.encode("ascii"))
     sock.setsockopt(zmq.CURVE_SECRETKEY, auth.keys.secret.encode("ascii"))
+
+
+# --- a task's keys, as the scheduler issues them ----------------------------------------------
+
+
+@dataclass(frozen=True)
+class TaskKeys:
+    """What a task's launch data carries: its own keypair, the public key of the producer of
+    each channel it reads, and the public keys of the reader tasks of each channel it serves."""
+
+    own: KeyPair
+    servers: Mapping[str, str] = field(default_factory=dict)  # input channel -> producer's key
+    readers: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # channel -> task -> key
+
+    @classmethod
+    def from_json(cls, raw: object) -> "TaskKeys":
+        """The launch data's "keys" object; ChannelKeyError naming what is wrong."""
+        if not isinstance(raw, Mapping):
+            raise ChannelKeyError("keys must be a JSON object")
+        servers, readers = raw.get("servers", {}), raw.get("readers", {})
+        if not isinstance(servers, Mapping) or not isinstance(readers, Mapping) or not all(
+                isinstance(v, Mapping) for v in readers.values()):
+            raise ChannelKeyError("keys.servers must map channels to keys and keys.readers "
+                                  "channels to {task: key}")
+        return cls(
+            KeyPair.from_json(raw.get("own")),
+            {str(c): check_key(k, f"producer key of channel {c}") for c, k in servers.items()},
+            {str(c): {str(t): check_key(k, f"key of reader {t} of channel {c}")
+                      for t, k in tasks.items()} for c, tasks in readers.items()})
+
+    def writer_auth(self, channel: str, reader_ids: Mapping[str, str]) -> WriterAuth:
+        """The auth of this task's writer of `channel`, admitting `reader_ids` (reader task ->
+        the reader id it subscribes with); ChannelKeyError if a reader task has no key."""
+        keys = self.readers.get(channel, {})
+        missing = sorted(set(reader_ids) - set(keys))
+        if missing:
+            raise ChannelKeyError(f"no key for readers {missing} of channel {channel}")
+        return WriterAuth(self.own, {rid: keys[task] for task, rid in reader_ids.items()})
+
+    def server_key(self, channel: str) -> str:
+        """The public key of `channel`'s producer; ChannelKeyError if none was issued."""
+        key = self.servers.get(channel)
+        if key is None:
+            raise ChannelKeyError(f"no producer key for channel {channel}")
+        return key
+
+
+def reader_auth(key_file: str, server_key: str) -> ReaderAuth | None:
+    """A reader's auth from its key file and its writer's public key; None when both are empty
+    (a plain-text channel); ChannelKeyError when only one is given or either is bad."""
+    if not key_file and not server_key:
+        return None
+    if not key_file or not server_key:
+        raise ChannelKeyError("a CURVE reader needs both a key file and the writer's public key")
+    return ReaderAuth(read_key_file(key_file), check_key(server_key, "writer's public key"))
+
+
+def save_key_file(path: str, pair: KeyPair) -> None:
+    """Write `pair` to `path` (0600), replacing what is there atomically."""
+    tmp = f"{path}.tmp-{os.getpid()}"
+    if os.path.exists(tmp):
+        os.unlink(tmp)
+    write_key_file(tmp, pair)
+    os.replace(tmp, path)
