@@ -297,13 +297,18 @@ class ExecutorLoop:
                 self._seen[mesos_task_id] = seen
                 self._handle(RunnerStatusChanged(stimulus("poll"), mesos_task_id, status.state,
                                                  status.reason, status.restarts))
-            task_id = getattr(runner, "task_id", None)
-            blocked = self.hub.blocked(task_id) if task_id is not None else (0.0, 0.0)
             try:
+                blocked = self._blocked(runner)
                 figures[mesos_task_id] = figures_of(runner.metrics(), blocked)
             except Exception as exc:  # a query between runs has no progress to read
                 log.debug("task %s: no metrics (%s)", mesos_task_id, exc)
         self._handle(Tick(stimulus("tick"), self.clock(), figures))
+
+    def _blocked(self, runner: Runner) -> tuple[float, float]:
+        """The hub's blocked-sink figures of the runner's task (see `ChannelHub.blocked`)."""
+        task_id = getattr(runner, "task_id", None)
+        blocked = getattr(self.pool.hub, "blocked", None)
+        return blocked(task_id) if task_id is not None and blocked is not None else (0.0, 0.0)
 
     def _run(self, command: Command) -> None:
         if isinstance(command, StartRunner):
