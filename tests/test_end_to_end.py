@@ -229,7 +229,7 @@ def reader_auth_of(stack: Stack, query_id: str, reader: str, producer: str) -> A
     it (the test plays a declared reader gone bad: its frames pass the handshake)."""
     from executor.channel_auth import KeyPair, ReaderAuth
 
-    keys = stack.service.state.queries[query_id].keys
+    keys = stack.service.loop.state.queries[query_id].keys
     return ReaderAuth(KeyPair(**keys[reader]), keys[producer]["public"])
 
 
