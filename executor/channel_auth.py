@@ -12,7 +12,6 @@ nor who issues keys (the scheduler, `scheduler.state`).
 from __future__ import annotations
 
 import json
-import logging
 import os
 import threading
 from dataclasses import dataclass, field
@@ -21,7 +20,8 @@ from typing import Mapping
 import zmq
 from zmq.utils import z85
 
-log = logging.getLogger("executor.channels")
+from executor.channel_base import _RefusalLog
+
 
 ZAP_ENDPOINT = "inproc://zeromq.zap.01"
 KEY_CHARS = 40  # a CURVE key in Z85 text
@@ -152,12 +152,12 @@ class ZapHandler:
     Writers register a domain with the public keys they admit (raw 32 bytes -> reader id)."""
 
     _lock = threading.Lock()
-    _instances: dict[int, "ZapHandler"] = {}
+    _instances: dict[tuple[int, int], "ZapHandler"] = {}  # (pid, id(context)): a fork starts anew
 
     def __init__(self, ctx: zmq.Context) -> None:
         self._domains: dict[str, dict[bytes, str]] = {}
         self._guard = threading.Lock()
-        self.refused = 0
+        self._refusals = _RefusalLog("channel auth (ZAP)")
         self._socket = ctx.socket(zmq.REP)
         self._socket.setsockopt(zmq.LINGER, 0)
         self._socket.bind(ZAP_ENDPOINT)
@@ -168,9 +168,10 @@ class ZapHandler:
     def of(cls, ctx: zmq.Context) -> "ZapHandler":
         """The context's handler, started on first use (a context has at most one)."""
         with cls._lock:
-            handler = cls._instances.get(id(ctx))
+            key = (os.getpid(), id(ctx))
+            handler = cls._instances.get(key)
             if handler is None:
-                handler = cls._instances[id(ctx)] = cls(ctx)
+                handler = cls._instances[key] = cls(ctx)
             return handler
 
     def admit(self, domain: str, readers: Mapping[str, str]) -> None:
@@ -204,11 +205,10 @@ class ZapHandler:
         with self._guard:
             status, text, user = zap_decision(
                 self._domains, domain.decode("utf-8", "replace"), mechanism, request[6:])
-        if status != "200":
-            self.refused += 1
-            log.warning("channel auth: refused %s client from %s on %s: %s",
-                        mechanism.decode("ascii", "replace"), address.decode("ascii", "replace"),
-                        domain.decode("utf-8", "replace"), text)
+        if status != "200":  # logged rate-limited: a flood of handshakes cannot flood the log
+            self._refusals.refuse(f"{mechanism.decode('ascii', 'replace')} client from "
+                                  f"{address.decode('ascii', 'replace')} on "
+                                  f"{domain.decode('utf-8', 'replace')}: {text}")
         return [version, request_id, status.encode(), text.encode(), user.encode("utf-8"), b""]
 
 

@@ -395,19 +395,19 @@ class ChannelWriter:
                 self._blocked_since = None
 
     def _wait_locked(self, nbytes: int, timeout: float | None, deadline: float | None) -> int:
-        with self._cond:
-            while not self._buffer.has_room(nbytes, self._max_batches, self._max_bytes):
-                if self._closing:
-                    raise ChannelError(f"channel {self.channel_id}: writer is closed")
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    raise ChannelFull(
-                        f"channel {self.channel_id}: retention full ({len(self._buffer)} "
-                        f"batches, {self._buffer.nbytes} bytes) for {timeout} s; "
-                        f"acked={dict(self._acked)}"
-                    )
-                self._cond.wait(remaining)
-            return self._buffer.last_seq
+        """The wait of `_wait_for_room`, under the writer lock."""
+        while not self._buffer.has_room(nbytes, self._max_batches, self._max_bytes):
+            if self._closing:
+                raise ChannelError(f"channel {self.channel_id}: writer is closed")
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                raise ChannelFull(
+                    f"channel {self.channel_id}: retention full ({len(self._buffer)} "
+                    f"batches, {self._buffer.nbytes} bytes) for {timeout} s; "
+                    f"acked={dict(self._acked)}"
+                )
+            self._cond.wait(remaining)
+        return self._buffer.last_seq
 
     def retained_range(self) -> tuple[int, int]:
         """(first retained seq, last seq); (last + 1, last) when nothing is retained."""
