@@ -13,7 +13,7 @@ import time
 import pyarrow as pa
 import pytest
 
-from executor.channel_auth import ChannelKeyError, KeyPair, TaskKeys
+from executor.channel_auth import ChannelKeyError, KeyPair, TaskKeys, read_key_file
 from executor.executor_state import LaunchDataError, read_launch
 from executor.runtime import ChannelHub, channel_reader_id
 from scheduler.config import SchedulerConfig
@@ -139,3 +139,18 @@ def test_a_sink_with_no_reader_reports_blocked_through_figures_status_and_metric
     metrics.observe_state(s)
     assert metrics.registry.get_sample_value(
         "elastiq_channel_blocked_seconds", {"query": "q", "task": "q.t0"}) == pytest.approx(blocked)
+
+
+def test_keygen_writes_an_owner_only_key_file_and_prints_only_the_public_key(
+        tmp_path, capsys) -> None:
+    from elastiq.cli import main
+
+    path = tmp_path / "sink.key"
+    assert main(["keygen", str(path)]) == 0
+    printed = capsys.readouterr().out.strip()
+    pair = read_key_file(str(path))
+    assert printed == pair.public and pair.secret not in printed
+    assert oct(path.stat().st_mode & 0o777) == "0o600"
+    assert main(["keygen", str(path)]) == 1  # never overwrites a key
+    assert "cannot create" in capsys.readouterr().err
+    assert read_key_file(str(path)) == pair
