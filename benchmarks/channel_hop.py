@@ -15,7 +15,12 @@ the channel with the in-memory backup against the same channel with a `log_dir` 
 folder per run, no fsync, segments trimmed as the reader acknowledges), and their ratio.
 
     python benchmarks/channel_hop.py [--repeats 3] [--sizes 1000,10000,100000]
+With --curve it measures the cost of authentication and encryption: saturated tuples/s of the
+plain-text channel against the same channel over CURVE (the reader's keypair in a 0600 file,
+the writer admitting only its key), runs interleaved, and their ratio.
+
     python benchmarks/channel_hop.py --durable [--repeats 3] [--sizes 1000,10000]
+    python benchmarks/channel_hop.py --curve [--repeats 3] [--sizes 1000,10000]
 """
 
 from __future__ import annotations
@@ -38,6 +43,8 @@ import zmq
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from executor.channel_auth import (KeyPair, WriterAuth, reader_auth,  # noqa: E402
+                                   write_key_file)
 from executor.channels import ChannelFull, ChannelReader, ChannelWriter  # noqa: E402
 from executor.wire import decode_table, encode_table  # noqa: E402
 
@@ -63,8 +70,10 @@ def make_table(rows: int) -> pa.Table:
 # --- the reader child ------------------------------------------------------------------------
 
 
-def run_reader(mode: str, endpoint: str, batches: int) -> None:
-    """Child process: receive `batches` batches, print the decode time of each as JSON."""
+def run_reader(mode: str, endpoint: str, batches: int, key_file: str = "",
+               server_key: str = "") -> None:
+    """Child process: receive `batches` batches, print the decode time of each as JSON; over
+    CURVE with the keypair in `key_file` when given."""
     recv_ns: list[int] = []
     deadline = time.monotonic() + 120
     if mode == "stuck":  # takes what its credit allows and never acknowledges
@@ -75,7 +84,8 @@ def run_reader(mode: str, endpoint: str, batches: int) -> None:
             reader.poll(0.2)
         return
     if mode == "channel":
-        reader = ChannelReader(CHANNEL, "bench", endpoint, SCHEMA, credit=8)
+        reader = ChannelReader(CHANNEL, "bench", endpoint, SCHEMA, credit=8,
+                               auth=reader_auth(key_file, server_key))
         reader.subscribe(timeout=10)
         print("ready", flush=True)
         while len(recv_ns) < batches and time.monotonic() < deadline:
@@ -109,9 +119,12 @@ class Run:
     p99_ms: float
 
 
-def spawn_reader(mode: str, endpoint: str, batches: int) -> subprocess.Popen:
+def spawn_reader(mode: str, endpoint: str, batches: int,
+                 curve: tuple[str, str] | None = None) -> subprocess.Popen:
     args = [sys.executable, __file__, "--role", "reader", "--mode", mode,
             "--endpoint", endpoint, "--batches", str(batches)]
+    if curve is not None:
+        args += ["--key-file", curve[0], "--server-key", curve[1]]
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True)
     if proc.stdout.readline().strip() != "ready":
         proc.kill()
@@ -133,9 +146,22 @@ def summarise(send_ns: list[int], recv_ns: list[int], rows: int) -> Run:
 
 
 def channel_run(table: pa.Table, batches: int, gap_s: float = 0.0,
-                log_dir: str | None = None) -> Run:
-    writer = ChannelWriter(CHANNEL, SCHEMA, expected_readers=("bench",), log_dir=log_dir)
-    proc = spawn_reader("channel", writer.endpoint, batches)
+                log_dir: str | None = None, curve: bool = False) -> Run:
+    with tempfile.TemporaryDirectory(prefix="channel-hop-keys-") as folder:
+        auth, child = None, None
+        if curve:
+            server, reader = KeyPair.generate(), KeyPair.generate()
+            write_key_file(os.path.join(folder, "reader.key"), reader)
+            auth = WriterAuth(server, {"bench": reader.public})
+            child = (os.path.join(folder, "reader.key"), server.public)
+        writer = ChannelWriter(CHANNEL, SCHEMA, expected_readers=("bench",), log_dir=log_dir,
+                               auth=auth)
+        return _timed_run(writer, spawn_reader("channel", writer.endpoint, batches, child),
+                          table, batches, gap_s)
+
+
+def _timed_run(writer: ChannelWriter, proc: subprocess.Popen, table: pa.Table, batches: int,
+               gap_s: float) -> Run:
     send_ns = []
     try:
         for tag in range(batches):
@@ -213,6 +239,23 @@ def bench_durable(rows: int, repeats: int) -> None:
           flush=True)
 
 
+def bench_curve(rows: int, repeats: int) -> None:
+    """Plain text against CURVE, runs interleaved so drift hits both alike."""
+    table = make_table(rows)
+    batches = DURABLE_ROWS.get(rows, 1_000_000) // rows
+    plain, curve = [], []
+    for _ in range(repeats):
+        plain.append(channel_run(table, batches))
+        curve.append(channel_run(table, batches, curve=True))
+    pl, cu = median_run(plain), median_run(curve)
+    print(f"rows/batch={rows:>7} batches={batches} ipc={len(encode_table(table)) / rows:.0f} B/row")
+    print(f"  plain     {pl.tuples_per_s:>12,.0f} tuples/s  p50 {pl.p50_ms:8.2f} ms"
+          f"  p99 {pl.p99_ms:8.2f} ms   runs {[round(r.tuples_per_s) for r in plain]}")
+    print(f"  CURVE     {cu.tuples_per_s:>12,.0f} tuples/s  p50 {cu.p50_ms:8.2f} ms"
+          f"  p99 {cu.p99_ms:8.2f} ms   runs {[round(r.tuples_per_s) for r in curve]}")
+    print(f"  ratio CURVE/plain throughput {cu.tuples_per_s / pl.tuples_per_s:.2f}", flush=True)
+
+
 def rss_bytes() -> int:
     with open("/proc/self/statm") as handle:
         return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
@@ -256,12 +299,22 @@ def main() -> None:
                         help="rows per batch (default 1000,10000,100000; with --durable 1000,10000)")
     parser.add_argument("--durable", action="store_true",
                         help="compare the in-memory and the durable (log_dir) upstream backup")
+    parser.add_argument("--curve", action="store_true",
+                        help="compare the plain-text and the CURVE channel")
+    parser.add_argument("--key-file", default="", help=argparse.SUPPRESS)
+    parser.add_argument("--server-key", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.role == "reader":
-        run_reader(args.mode, args.endpoint, args.batches)
+        run_reader(args.mode, args.endpoint, args.batches, args.key_file, args.server_key)
         return
-    sizes = [int(s) for s in (args.sizes or ("1000,10000" if args.durable else
+    sizes = [int(s) for s in (args.sizes or ("1000,10000" if args.durable or args.curve else
                                              "1000,10000,100000")).split(",")]
+    if args.curve:
+        print(f"channel hop, CURVE vs plain text: {args.repeats} repeats, medians; "
+              f"{os.cpu_count()} cores")
+        for rows in sizes:
+            bench_curve(rows, args.repeats)
+        return
     if args.durable:
         print(f"channel hop, durable vs in-memory upstream backup: {args.repeats} repeats, "
               f"medians; {os.cpu_count()} cores; log in {tempfile.gettempdir()}")

@@ -288,7 +288,9 @@ def _call(graph: Graph, node: Node, base_dir: Path, schema_of: Callable[[str], S
                       ("rate", None if rate is None else float(rate)))
     elif kind == "network-source":
         args = out + (("schema", schema_of(node.output)), ("endpoint", p("endpoint")),
-                      ("channel", p("channel") or node.output))
+                      ("channel", p("channel") or node.output)) + _given(
+            ("reader", p("reader")), ("server_key", p("server-key")),
+            ("key_file", p("key-file") and resolve_path(base_dir, p("key-file"))))
     elif kind == "filter":
         args = io + out + (("condition", p("condition")),)
     elif kind == "project":
@@ -313,12 +315,19 @@ def _call(graph: Graph, node: Node, base_dir: Path, schema_of: Callable[[str], S
     elif kind == "console-sink":
         args = io
     elif kind == "network-sink":
-        args = io + (("endpoint", p("endpoint")), ("channel", p("channel") or node.inputs[0]))
+        args = io + (("endpoint", p("endpoint")), ("channel", p("channel") or node.inputs[0])) \
+            + _given(("readers", p("readers")),
+                     ("key_file", p("key-file") and resolve_path(base_dir, p("key-file"))))
     elif kind == "control-sink":  # None: the executor's ELASTIQ_SCHEDULER, else the default
         args = io + (("scheduler", p("scheduler")),)
     else:
         raise ValueError(f"no code generator for operator kind {kind!r}")
     return Call(comment, kind.replace("-", "_"), head + args)
+
+
+def _given(*args: tuple[str, Any]) -> tuple[tuple[str, Any], ...]:
+    """The keyword arguments whose value the spec gave (optional key parameters)."""
+    return tuple((k, v) for k, v in args if v is not None)
 
 
 def _comment(graph: Graph, node: Node) -> str:

@@ -97,6 +97,13 @@ CATALOGUE: dict[str, OperatorDef] = {d.kind: d for d in (
                                                    "e.g. tcp://127.0.0.1:6000"),
         ParamDef("channel", "string", False, None, doc="channel id served there "
                                                        "(default: the output stream's name)"),
+        ParamDef("server-key", "string", False, None,
+                 doc="the writer's CURVE public key (Z85); with key-file, read over CURVE"),
+        ParamDef("key-file", "path", False, None,
+                 doc="this reader's keypair file (0600, made by `elastiq keygen`)"),
+        ParamDef("reader", "string", False, None,
+                 doc="the reader id the writer declared for this key "
+                     "(default: <task>/<operator>)"),
     ), doc="reads a stream that another query or program serves on a ZeroMQ endpoint"),
     OperatorDef("filter", "transform", (1, 1), (1, 1), False, (
         ParamDef("condition", "expression", True, doc="boolean expression over the input"),
@@ -140,6 +147,12 @@ CATALOGUE: dict[str, OperatorDef] = {d.kind: d for d in (
                                                    "e.g. tcp://127.0.0.1:6000"),
         ParamDef("channel", "string", False, None, doc="channel id to serve "
                                                        "(default: the input stream's name)"),
+        ParamDef("readers", "string", False, None,
+                 doc="the readers served, 'id=PUBLICKEY, ...' (CURVE public keys, Z85); only "
+                     "they are admitted and retained for"),
+        ParamDef("key-file", "path", False, None,
+                 doc="this writer's keypair file (0600, made by `elastiq keygen`); with "
+                     "readers, serve over CURVE"),
     ), doc="serves results as an Elastiq channel that other queries or programs can read"),
     OperatorDef("control-sink", "sink", (1, 1), (0, 0), False, (
         ParamDef("scheduler", "url", False, None,

@@ -61,6 +61,11 @@ def _parser() -> argparse.ArgumentParser:
     add_path_root_option(c)
     c.set_defaults(handler=cmd_compile)
 
+    k = sub.add_parser("keygen", help="write a channel CURVE keypair file (0600) and print its "
+                       "public key (for a network sink's or source's key-file)")
+    k.add_argument("path", metavar="FILE", help="the key file to create (must not exist)")
+    k.set_defaults(handler=cmd_keygen)
+
     for register in _EXTRA_COMMANDS:
         register(sub)
     return p
@@ -78,6 +83,21 @@ def spec_roots(spec: str | Path, args: argparse.Namespace,
     and $ELASTIQ_PATH_ROOTS (`compiler.paths.local_roots`)."""
     return local_roots(Path(spec).resolve().parent, getattr(args, "path_root", []) or [],
                        state_dir)
+
+
+def cmd_keygen(args: argparse.Namespace) -> int:
+    """Create a keypair file readable by its owner only; print the public key, never the
+    secret one."""
+    from executor.channel_auth import KeyPair, write_key_file
+
+    pair = KeyPair.generate()
+    try:
+        write_key_file(args.path, pair)
+    except OSError as e:
+        print(f"elastiq keygen: cannot create {args.path}: {e.strerror}", file=sys.stderr)
+        return 1
+    print(pair.public)
+    return 0
 
 
 def _register_service_commands(sub: argparse._SubParsersAction) -> None:

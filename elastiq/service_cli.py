@@ -387,6 +387,7 @@ def _print_status(reply: dict[str, Any], readings: Any = None, watch: bool = Fal
         for t in q.get("tasks", []):
             where = t.get("hostname") or "-"
             extra = f"  ({t['last_failure']})" if t.get("last_failure") else ""
+            extra += f"  [{t['blocked']}]" if t.get("blocked") else ""
             print(f"  {t['task_id']:<24} {t['state']:<9} attempt {t['attempt']} on {where}{extra}")
     return readings
 

@@ -44,6 +44,10 @@ class WriterStats:
     sessions: tuple[str, ...]  # reader ids currently served
     refused_frames: int
     blocked_sends: int  # sends that had to wait for room
+    unauthorized_frames: int = 0  # undeclared subscribers, frames claiming another reader's id
+    blocked_seconds: float = 0.0  # how long the current send has waited for room (0: not blocked)
+    authenticated: bool = False  # served over CURVE
+    readerless_seconds: float = 0.0  # how long no reader has been subscribed (0: one is)
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from typing import Callable
 import pyarrow as pa
 import zmq
 
+from executor.channel_auth import ReaderAuth, connect_curve
 from executor.channel_base import (
     BATCHED_RECV,
     Batch,
@@ -62,7 +63,10 @@ class ChannelReader:
         max_frame_bytes: int = 64 << 20,
         retains: bool = True,
         refresh_interval: float = 0.5,
+        auth: ReaderAuth | None = None,
     ) -> None:
+        """`auth`: connect over CURVE with `auth.keys`, to a writer whose public key is
+        `auth.server_key` (the writer must have declared this reader with that public key)."""
         if not reader_id or credit < 1:
             raise ValueError("reader_id must be non-empty and credit >= 1")
         self.channel_id = channel_id
@@ -73,6 +77,7 @@ class ChannelReader:
         self._max_frame = max_frame_bytes
         self._retains = retains
         self._refresh = refresh_interval
+        self._auth = auth
         self._lock = threading.RLock()
         self._ctx = zmq.Context.instance()
         self._socket = self._open(endpoint)
@@ -99,6 +104,8 @@ class ChannelReader:
     def _open(self, endpoint: str) -> zmq.Socket:
         sock = self._ctx.socket(zmq.DEALER)
         configure_socket(sock, self._max_frame)
+        if self._auth is not None:
+            connect_curve(sock, self._auth)
         sock.connect(endpoint)
         return sock
 
@@ -422,7 +429,7 @@ class ChannelReader:
         if code is not ErrorCode.WRONG_CHANNEL and header.d not in (0, self._sub_id):
             return  # about an earlier subscription
         if code in (ErrorCode.WRONG_CHANNEL, ErrorCode.TRIMMED, ErrorCode.SUPERSEDED,
-                    ErrorCode.RETARGETED):
+                    ErrorCode.RETARGETED, ErrorCode.UNAUTHORIZED):
             self._subscribed = False
         self._error = _error_for(code, header)
 

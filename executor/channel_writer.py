@@ -29,6 +29,7 @@ from executor.channel_base import (
     _RefusalLog,
     configure_socket,
 )
+from executor.channel_auth import WriterAuth, ZapHandler, serve_curve
 from executor.channel_log import ChannelLog, ChannelLogError
 from executor.wire import (
     FLAG_NON_RETAINING,
@@ -154,6 +155,14 @@ class _Session:
     retains: bool
 
 
+def _user_id(frame: zmq.Frame) -> str | None:
+    """The User-Id the ZAP handler gave the frame's connection; None when there is none."""
+    try:
+        return frame.get("User-Id")
+    except zmq.ZMQError:
+        return None
+
+
 def _tcp_bind_address(bind: str) -> str:
     return bind[: -len(":0")] + ":*" if bind.startswith("tcp://") and bind.endswith(":0") else bind
 
@@ -182,13 +191,26 @@ class ChannelWriter:
         log_dir: str | None = None,
         log_fsync: bool = False,
         log_segment_bytes: int = 64 << 20,
+        auth: WriterAuth | None = None,
+        open_readers: bool = False,
     ) -> None:
-        """`log_dir`: keep the upstream backup in a `ChannelLog` there too, and start from what
+        """`auth`: serve over CURVE with `auth.keys` and admit only the readers `auth.readers`
+        declares (each frame's reader id must be the one its connection's key stands for); every
+        declared reader is tracked. Without `auth` the channel is plain text and trusts its
+        peers' reader ids (a test, a trusted network). Either way only declared readers
+        (`expected_readers`, `auth.readers`, `add_reader`) are tracked and may subscribe with
+        retention; `open_readers` (plain text only: a network sink that declares no readers)
+        tracks whoever subscribes, as before readers were declared.
+        `log_dir`: keep the upstream backup in a `ChannelLog` there too, and start from what
         it holds (seqs, tags, bodies) - the writer a relaunched producer opens on the same folder
         continues the numbering. `log_fsync`: fsync each append (survives machine loss).
         `log_segment_bytes`: the log is trimmed by whole segments of about this size."""
         if not channel_id or max_retained_batches < 1 or max_retained_bytes < 1:
             raise ValueError("channel_id must be non-empty and retention bounds positive")
+        if auth is not None and (open_readers or not set(expected_readers) <= set(auth.readers)):
+            raise ValueError(f"channel {channel_id}: with CURVE every expected reader needs a "
+                             "declared key, and readers cannot be open")
+        declared = list(expected_readers) + list(auth.readers if auth is not None else ())
         self.channel_id = channel_id
         self.schema = schema
         self.epoch = epoch
@@ -199,14 +221,19 @@ class ChannelWriter:
         self._send_lock = threading.Lock()
         self._buffer = RetainedBuffer()
         self._tags = TagLog()
-        self._tracked: set[str] = set(expected_readers)
-        self._acked: dict[str, int] = {reader: 0 for reader in expected_readers}
+        self._auth = auth
+        self._open_readers = open_readers
+        self._domain = f"elastiq-channel-{uuid.uuid4().hex}"
+        self._tracked: set[str] = set(declared)
+        self._acked: dict[str, int] = {reader: 0 for reader in declared}
         self._sessions: dict[str, _Session] = {}
         self._to_end: list[tuple[str, ErrorCode, str]] = []
         self._closing = False
         self._backlog = False
         self._refusals = _RefusalLog(f"channel {channel_id} writer")
-        self._counts = {"batches": 0, "rows": 0, "frames": 0, "blocked": 0}
+        self._counts = {"batches": 0, "rows": 0, "frames": 0, "blocked": 0, "unauthorized": 0}
+        self._blocked_since: float | None = None
+        self._reader_seen = time.monotonic()  # last time a reader was subscribed
         self._log: ChannelLog | None = None
         self._log_floor = self._log_trimmed = 0
         if log_dir is not None:
@@ -219,6 +246,7 @@ class ChannelWriter:
         except ChannelError:
             if self._log is not None:
                 self._log.close()
+            self._revoke()
             raise
         self.endpoint: str = self._router.getsockopt_string(zmq.LAST_ENDPOINT)
         self._wake_rx, self._wake_tx = self._open_wake_pair()
@@ -227,7 +255,8 @@ class ChannelWriter:
             target=self._run, name=f"channel-writer-{channel_id}", daemon=True
         )
         self._thread.start()
-        log.info("channel %s: writer epoch %s bound %s", channel_id, epoch, self.endpoint)
+        log.info("channel %s: writer epoch %s bound %s (%s)", channel_id, epoch, self.endpoint,
+                 f"CURVE, key {auth.keys.public}" if auth is not None else "plain text")
 
     def _reload(self, channel_log: ChannelLog) -> None:
         """Retain every logged batch again and remember its tag; readers' acks start at 0."""
@@ -258,6 +287,8 @@ class ChannelWriter:
             sock = self._ctx.socket(zmq.ROUTER)
             sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
             configure_socket(sock, self._max_frame)
+            if self._auth is not None:
+                serve_curve(sock, self._auth, self._domain)
             try:
                 sock.bind(_tcp_bind_address(bind))
             except zmq.ZMQError as exc:
@@ -357,18 +388,26 @@ class ChannelWriter:
         with self._cond:
             if not self._buffer.has_room(nbytes, self._max_batches, self._max_bytes):
                 self._counts["blocked"] += 1
-            while not self._buffer.has_room(nbytes, self._max_batches, self._max_bytes):
-                if self._closing:
-                    raise ChannelError(f"channel {self.channel_id}: writer is closed")
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    raise ChannelFull(
-                        f"channel {self.channel_id}: retention full ({len(self._buffer)} "
-                        f"batches, {self._buffer.nbytes} bytes) for {timeout} s; "
-                        f"acked={dict(self._acked)}"
-                    )
-                self._cond.wait(remaining)
-            return self._buffer.last_seq
+                self._blocked_since = time.monotonic()
+            try:
+                return self._wait_locked(nbytes, timeout, deadline)
+            finally:
+                self._blocked_since = None
+
+    def _wait_locked(self, nbytes: int, timeout: float | None, deadline: float | None) -> int:
+        """The wait of `_wait_for_room`, under the writer lock."""
+        while not self._buffer.has_room(nbytes, self._max_batches, self._max_bytes):
+            if self._closing:
+                raise ChannelError(f"channel {self.channel_id}: writer is closed")
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                raise ChannelFull(
+                    f"channel {self.channel_id}: retention full ({len(self._buffer)} "
+                    f"batches, {self._buffer.nbytes} bytes) for {timeout} s; "
+                    f"acked={dict(self._acked)}"
+                )
+            self._cond.wait(remaining)
+        return self._buffer.last_seq
 
     def retained_range(self) -> tuple[int, int]:
         """(first retained seq, last seq); (last + 1, last) when nothing is retained."""
@@ -391,13 +430,22 @@ class ChannelWriter:
                 sessions=tuple(sorted(self._sessions)),
                 refused_frames=self._refusals.count,
                 blocked_sends=self._counts["blocked"],
+                unauthorized_frames=self._counts["unauthorized"],
+                blocked_seconds=(0.0 if self._blocked_since is None
+                                 else time.monotonic() - self._blocked_since),
+                authenticated=self._auth is not None,
+                readerless_seconds=(0.0 if self._sessions
+                                    else time.monotonic() - self._reader_seen),
             )
 
     # -- retargeting (control tuples)
 
-    def add_reader(self, reader_id: str, acked: int = 0) -> None:
-        """Retain for `reader_id` from `acked` + 1 on, before it subscribes."""
+    def add_reader(self, reader_id: str, acked: int = 0, public_key: str | None = None) -> None:
+        """Declare `reader_id` and retain for it from `acked` + 1 on, before it subscribes; a
+        CURVE writer admits it with `public_key` (None: the key it was declared with)."""
         with self._cond:
+            if self._auth is not None and public_key is not None:
+                ZapHandler.of(self._ctx).admit(self._domain, {reader_id: public_key})
             self._tracked.add(reader_id)
             self._acked[reader_id] = max(self._acked.get(reader_id, 0), acked)
 
@@ -405,16 +453,21 @@ class ChannelWriter:
         """Stop serving and retaining for `reader_id` (gone for good)."""
         self._end_reader(reader_id, ErrorCode.RETARGETED, None)
 
-    def retarget_reader(self, old_reader: str, new_reader: str) -> None:
-        """Serve `new_reader` instead of `old_reader`, continuing after the old reader's ack."""
-        self._end_reader(old_reader, ErrorCode.RETARGETED, new_reader)
+    def retarget_reader(self, old_reader: str, new_reader: str,
+                        public_key: str | None = None) -> None:
+        """Serve `new_reader` (admitted with `public_key` on a CURVE writer) instead of
+        `old_reader`, continuing after the old reader's ack."""
+        self._end_reader(old_reader, ErrorCode.RETARGETED, new_reader, public_key)
 
-    def _end_reader(self, reader_id: str, code: ErrorCode, successor: str | None) -> None:
+    def _end_reader(self, reader_id: str, code: ErrorCode, successor: str | None,
+                    public_key: str | None = None) -> None:
         with self._cond:
             acked = self._acked.pop(reader_id, 0)
             self._tracked.discard(reader_id)
+            if self._auth is not None:
+                ZapHandler.of(self._ctx).revoke(self._domain, reader_id)
             if successor is not None:
-                self.add_reader(successor, acked)
+                self.add_reader(successor, acked, public_key)
             message = f"channel {self.channel_id}: writer no longer serves reader {reader_id}"
             self._to_end.append((reader_id, code, message))
             self._trim()
@@ -434,7 +487,12 @@ class ChannelWriter:
             self._wake_tx.close(linger=0)
         if self._log is not None:
             self._log.close()
+        self._revoke()
         log.info("channel %s: writer closed", self.channel_id)
+
+    def _revoke(self) -> None:
+        if self._auth is not None:
+            ZapHandler.of(self._ctx).revoke(self._domain)
 
     # -- the I/O thread
 
@@ -471,18 +529,24 @@ class ChannelWriter:
     def _drain_router(self) -> None:
         for _ in range(BATCHED_RECV):
             try:
-                frames = self._router.recv_multipart(zmq.NOBLOCK)
+                frames = self._router.recv_multipart(zmq.NOBLOCK, copy=False)
             except zmq.Again:
                 return
+            peer = _user_id(frames[1]) if len(frames) > 1 else None
             with self._cond:
-                self._handle(frames[0], frames[1:])
+                self._handle(frames[0].bytes, [f.bytes for f in frames[1:]], peer)
 
-    def _handle(self, identity: bytes, frames: list[bytes]) -> None:
+    def _handle(self, identity: bytes, frames: list[bytes], peer: str | None = None) -> None:
+        """One reader message; `peer` is the reader id the connection's CURVE key stands for
+        (None on a plain-text writer)."""
         try:
             header = self._parse(frames)
         except FrameError as exc:
             self._refusals.refuse(f"from peer {identity.hex()}: {exc}")
             self._reply_error(identity, ErrorCode.BAD_FRAME, 0, str(exc))
+            return
+        if self._auth is not None and header.text and header.text != peer:
+            self._refuse_claim(identity, header, peer)
             return
         if header.channel_id != self.channel_id:
             message = (
@@ -501,6 +565,15 @@ class ChannelWriter:
         }[header.kind]
         handler(identity, header)
 
+    def _refuse_claim(self, identity: bytes, header: Header, peer: str | None) -> None:
+        """A frame whose reader id is not the one its connection authenticated as: nothing of
+        it is applied (a forged ACK trims nothing)."""
+        self._counts["unauthorized"] += 1
+        message = (f"channel {self.channel_id}: peer authenticated as {peer!r} may not speak "
+                   f"for reader {header.text!r}")
+        self._refusals.refuse(f"{header.kind.name} from peer {identity.hex()}: {message}")
+        self._reply_error(identity, ErrorCode.UNAUTHORIZED, header.d, message)
+
     def _parse(self, frames: list[bytes]) -> Header:
         check_frame_sizes([len(f) for f in frames], self._max_frame)
         if len(frames) != 1:
@@ -518,6 +591,13 @@ class ChannelWriter:
             self._reply_error(identity, ErrorCode.BAD_FRAME, sub_id, f"from_seq {from_seq} < 1")
             return
         retains = not header.c & FLAG_NON_RETAINING
+        if retains and reader_id not in self._tracked and not self._open_readers:
+            self._counts["unauthorized"] += 1
+            message = (f"channel {self.channel_id}: reader {reader_id!r} is not declared for "
+                       "this channel")
+            self._refusals.refuse(f"SUBSCRIBE from peer {identity.hex()}: {message}")
+            self._reply_error(identity, ErrorCode.UNAUTHORIZED, sub_id, message)
+            return
         start, trimmed = subscription_start(
             from_seq, self._acked.get(reader_id, 0), self._buffer.first_seq
         )
@@ -603,6 +683,8 @@ class ChannelWriter:
 
     def _pump(self) -> None:
         self._backlog = False
+        if self._sessions:
+            self._reader_seen = time.monotonic()
         for session in list(self._sessions.values()):
             self._pump_session(session)
 

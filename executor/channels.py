@@ -7,6 +7,18 @@ retained number, and sends only within each reader's credit; readers drop number
 Frame layout and validation live in `executor.wire`. Does not own what a batch means, Spark
 offsets or checkpoints (the Spark source/sink code), nor where endpoints are registered.
 
+Who may speak. A writer given a `WriterAuth` serves over CURVE (encrypted, authenticated) and
+admits, through the context's ZAP handler (`executor.channel_auth`), only the public keys of its
+declared readers, each standing for one reader id; every frame's reader id must be the one its
+connection's key stands for, else it is refused (ERROR `UNAUTHORIZED`, counted in
+`unauthorized_frames`) and nothing of it applies: a forged ACK trims nothing. A peer without a
+declared key is dropped at the handshake and sees nothing. Only declared readers are tracked
+(`expected_readers`, `auth.readers`, `add_reader`/`retarget_reader`): an undeclared SUBSCRIBE
+that would retain is refused, on plain-text writers too, so nobody can pin the backup by
+subscribing and vanishing; a non-retaining subscriber pins nothing. A plain-text writer (no
+`auth`) trusts its peers' reader ids: for tests, and for network sinks that declare no readers
+(`open_readers`, the old behaviour, on a trusted network only).
+
 Threading: the writer binds a ROUTER and runs one background I/O
 thread that owns the socket (pyzmq sockets are not thread-safe); `send` only encodes, appends to
 the retained buffer under a lock and wakes the I/O thread through an inproc PAIR socket. A reader
@@ -22,12 +34,13 @@ buffer); ZeroMQ send queues share those bytes (zero-copy), so the writer holds a
 caller has taken, plus the batches the caller has taken but not yet acknowledged (kept for
 `fetch`), which the writer's retention bound caps in turn.
 
-Liveness trade-off. A tracked reader (expected, or one that has subscribed and retains) that
-vanishes keeps its batches retained: it will come back and replay. Retention is bounded, so once
+Liveness trade-off. A tracked (declared) reader that vanishes keeps its batches retained: it will come back and replay. Retention is bounded, so once
 it fills, `send` blocks (or raises ChannelFull) and the producer stalls for everyone, which is
 what upstream backup must do rather than lose data. A reader that is gone for good must be
 released with `drop_reader` (or replaced with `retarget_reader`). Readers that vanish never wedge
 the I/O thread: every socket send is non-blocking and an unreachable reader's session is ended.
+A stalled writer says so: `WriterStats.blocked_seconds` (how long a send has waited for room)
+and `readerless_seconds` (how long no reader has been subscribed).
 
 Durability. Without a `log_dir` the upstream backup lives in the writer's memory and dies with
 its process. With `log_dir`, every admitted batch is first appended to an

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping, Union
 
 from compiler.tasks import QueryTask
+from executor.channel_auth import ChannelKeyError, TaskKeys
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +86,7 @@ class TaskLaunch:
     outputs: tuple[str, ...] = ()  # channel ids this task serves (its writers live in the hub)
     params: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # set by control tuples
     params_version: int = 0
+    keys: TaskKeys | None = None  # this task's channel keys (None: plain-text channels)
 
 
 @dataclass(frozen=True)
@@ -97,6 +99,8 @@ class TaskFigures:
     batch_ms: int = 0
     backlog: int = 0
     latency_ms: int = 0
+    channel_blocked_ms: int = 0  # how long its channel sink has waited for backup room
+    channel_readerless_ms: int = 0  # ... and how long that channel has had no reader
 
 
 @dataclass(frozen=True)
@@ -346,7 +350,17 @@ def read_launch(task_info: Mapping[str, Any]) -> TaskLaunch:
     version, params = _control(payload.get("control") or {"version": 0, "params": {}})
     return TaskLaunch(mesos_task_id, task.task_id, task.query_id, task.kind, task.program,
                       _endpoints(payload.get("endpoints")), attempt, task.outputs, params,
-                      version)
+                      version, _keys(payload.get("keys")))
+
+
+def _keys(raw: Any) -> TaskKeys | None:
+    """The launch's channel keys; LaunchDataError (never quoting a key) when malformed."""
+    if raw is None:
+        return None
+    try:
+        return TaskKeys.from_json(raw)
+    except ChannelKeyError as exc:
+        raise LaunchDataError(f"keys: {exc}") from None
 
 
 def _control(raw: Any) -> tuple[int, dict[str, dict[str, Any]]]:
@@ -666,7 +680,9 @@ class ExecutorState:
         state = task.runner_state if task.phase == "running" else task.phase
         return {"state": state, "tuples_in": m.tuples_in, "tuples_out": m.tuples_out,
                 "batches": m.batches, "batch_ms": m.batch_ms, "backlog": m.backlog,
-                "latency_ms": m.latency_ms, "restarts": task.restarts}
+                "latency_ms": m.latency_ms, "restarts": task.restarts,
+                "channel_blocked_ms": m.channel_blocked_ms,
+                "channel_readerless_ms": m.channel_readerless_ms}
 
     def _on_ShutdownRequested(self, ev: ShutdownRequested) -> list[Command]:
         if self.shutting_down:

@@ -121,12 +121,16 @@ def default_hub_factory() -> Any:
     return ChannelHub()
 
 
-def figures_of(metrics: Any) -> TaskFigures:
-    """TaskMetrics (or None before the first batch) -> TaskFigures."""
+def figures_of(metrics: Any, blocked: tuple[float, float] = (0.0, 0.0)) -> TaskFigures:
+    """TaskMetrics (or None before the first batch) and the hub's `blocked` figures of the
+    task's channel sink (seconds) -> TaskFigures."""
+    waits = {"channel_blocked_ms": int(blocked[0] * 1000),
+             "channel_readerless_ms": int(blocked[1] * 1000)}
     if metrics is None:
-        return TaskFigures()
+        return TaskFigures(**waits)
     return TaskFigures(int(metrics.tuples_in), int(metrics.tuples_out), int(metrics.batches),
-                       int(metrics.batch_ms), int(metrics.backlog), int(metrics.latency_ms))
+                       int(metrics.batch_ms), int(metrics.backlog), int(metrics.latency_ms),
+                       **waits)
 
 
 def checkpoint_dir(config: ExecutorConfig, task_id: str) -> Path:
@@ -220,7 +224,8 @@ class RunnerPool:
         kwargs = {"query_id": launch.query_id, "task_id": launch.task_id,
                   "checkpoint_dir": str(checkpoint_dir(self.config, launch.task_id)),
                   "endpoints": dict(launch.endpoints), "channels": self.hub,
-                  "params": dict(launch.params), "params_version": launch.params_version}
+                  "params": dict(launch.params), "params_version": launch.params_version,
+                  "keys": launch.keys}
         return self.runner_factory(self.session, program, kwargs)
 
     def _stop(self, job: StopRunner) -> None:
@@ -295,10 +300,17 @@ class ExecutorLoop:
                 self._handle(RunnerStatusChanged(stimulus("poll"), mesos_task_id, status.state,
                                                  status.reason, status.restarts))
             try:
-                figures[mesos_task_id] = figures_of(runner.metrics())
+                blocked = self._blocked(runner)
+                figures[mesos_task_id] = figures_of(runner.metrics(), blocked)
             except Exception as exc:  # a query between runs has no progress to read
                 log.debug("task %s: no metrics (%s)", mesos_task_id, exc)
         self._handle(Tick(stimulus("tick"), self.clock(), figures))
+
+    def _blocked(self, runner: Runner) -> tuple[float, float]:
+        """The hub's blocked-sink figures of the runner's task (see `ChannelHub.blocked`)."""
+        task_id = getattr(runner, "task_id", None)
+        blocked = getattr(self.pool.hub, "blocked", None)
+        return blocked(task_id) if task_id is not None and blocked is not None else (0.0, 0.0)
 
     def _run(self, command: Command) -> None:
         if isinstance(command, StartRunner):

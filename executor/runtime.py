@@ -36,6 +36,8 @@ from compiler.paths import PathRefused, confine_at_open
 from compiler.types import ColumnType, Field, Schema
 from executor import shapes, sinks, sources
 from executor.batch_gate import BatchGate
+from executor.channel_auth import (ChannelKeyError, TaskKeys, WriterAuth, parse_readers,
+                                   read_key_file, reader_auth, save_key_file)
 from executor.endpoints_file import endpoints_path
 
 if TYPE_CHECKING:
@@ -110,17 +112,23 @@ class ChannelHub:
         self.bind_host = bind_host
         self._writers: dict[str, "ChannelWriter"] = {}
         self._binds: dict[str, str | None] = {}  # the bind each writer was opened with
+        self._owners: dict[str, str] = {}  # channel id -> the task whose sink writes it
         self._lock = threading.Lock()
 
     def writer(self, channel_id: str, schema: pa.Schema, *, bind: str | None = None,
                expected_readers: Sequence[str] = (),
-               log_dir: str | None = None) -> "ChannelWriter":
+               log_dir: str | None = None, auth: WriterAuth | None = None,
+               open_readers: bool = False, owner: str | None = None) -> "ChannelWriter":
         """The channel's writer, created on first use; `log_dir` makes its upstream backup
         durable there (a writer opened later on the same folder resumes from it). Asked for
         another `bind` than the writer has (a control tuple moved a network sink), the writer is
         closed and reopened there on the same log: numbering and unacknowledged batches carry
-        over, its readers follow it to the new endpoint."""
+        over, its readers follow it to the new endpoint. `auth` and `open_readers`: see
+        `ChannelWriter` (a writer that exists already keeps what it was opened with). `owner`:
+        the task whose sink writes the channel (see `blocked`)."""
         with self._lock:
+            if owner is not None:
+                self._owners[channel_id] = owner
             existing = self._writers.get(channel_id)
             if existing is not None and bind is not None and self._binds.get(channel_id) \
                     not in (None, bind):
@@ -133,7 +141,8 @@ class ChannelHub:
                 return existing
             from executor.channels import ChannelWriter
 
-            kwargs: dict[str, Any] = {"expected_readers": list(expected_readers)}
+            kwargs: dict[str, Any] = {"expected_readers": list(expected_readers),
+                                      "auth": auth, "open_readers": open_readers}
             if bind is not None:
                 kwargs["bind"] = bind
             if log_dir is not None:
@@ -143,6 +152,18 @@ class ChannelHub:
             self._binds[channel_id] = bind
             log.info("hub: channel %s writer at %s", channel_id, writer.endpoint)
             return writer
+
+    def blocked(self, owner: str) -> tuple[float, float]:
+        """(seconds the task's longest-blocked send has waited for backup room, seconds no
+        reader has been subscribed to that writer); (0, 0) when no send of `owner` waits."""
+        with self._lock:
+            writers = [w for c, w in self._writers.items() if self._owners.get(c) == owner]
+        stats = [w.stats() for w in writers if hasattr(w, "stats")]
+        waiting = [s for s in stats if s.blocked_seconds > 0]
+        if not waiting:
+            return 0.0, 0.0
+        worst = max(waiting, key=lambda s: s.blocked_seconds)
+        return worst.blocked_seconds, worst.readerless_seconds
 
     def bind_of(self, channel_id: str) -> str | None:
         """The bind the channel's writer was opened with (None: a free local port)."""
@@ -180,15 +201,20 @@ class TaskRuntime:
     sources/sinks); `trigger_seconds` (micro-batch interval, 0 = back to back);
     `source_partitions` (Spark partitions a generator batch is split into); `params` (operator
     id -> runtime keyword -> value: the parameters control tuples changed, which win over the
-    program's own arguments).
+    program's own arguments); `keys` (the task's channel keys from its launch: its channels are
+    then CURVE-authenticated; None: plain text, a run outside a cluster).
     """
 
     def __init__(self, spark: SparkSession, *, query_id: str, task_id: str, checkpoint_dir: str,
                  endpoints: Mapping[str, str] = {}, channels: ChannelHub | None = None,
                  trigger_seconds: float = 0.0, source_partitions: int = 2,
                  channel_poll_seconds: float = 0.2,
-                 params: Mapping[str, Mapping[str, Any]] = {}) -> None:
+                 params: Mapping[str, Mapping[str, Any]] = {},
+                 keys: TaskKeys | None = None) -> None:
         self.spark = spark
+        self.keys = keys
+        # channel -> how its writer admits readers (auth, expected readers, open), for a move
+        self._access: dict[str, tuple[WriterAuth | None, tuple[str, ...], bool]] = {}
         self.query_id, self.task_id = query_id, task_id
         self.checkpoint_dir = checkpoint_dir
         self.endpoints = dict(endpoints)
@@ -326,22 +352,50 @@ class TaskRuntime:
         self._put(op, output, self._load(sources.FileSource.name(), config), schema)
 
     def _channel_stream(self, op: str, output: str, schema: Schema, channel: str,
-                        endpoint: str) -> None:
-        config = sources.ChannelConfig(self.task_id, channel, f"{self.task_id}/{op}", endpoint,
+                        endpoint: str, reader_id: str, key_file: str = "",
+                        server_key: str = "") -> None:
+        config = sources.ChannelConfig(self.task_id, channel, reader_id, endpoint,
                                        sources.schema_pairs(schema), self.channel_poll_seconds,
                                        self._endpoints_file(), self.deterministic,
-                                       sources.source_log_path(self.checkpoint_dir))
+                                       sources.source_log_path(self.checkpoint_dir),
+                                       key_file, server_key)
         self._put(op, output, self._load(sources.ChannelSource.name(), config), schema)
 
     def network_source(self, *, op: str, output: str, schema: Schema, endpoint: str,
-                       channel: str) -> None:
+                       channel: str, reader: str | None = None, key_file: str | None = None,
+                       server_key: str | None = None) -> None:
         """Another query's network-sink (or any program speaking the channel protocol) serving
-        `channel` at `endpoint`."""
-        self._channel_stream(op, output, schema, channel, self._param(op, "endpoint", endpoint))
+        `channel` at `endpoint`; with `key_file` (this reader's keypair, `elastiq keygen`) and
+        `server_key` (the writer's public key) over CURVE, as reader id `reader` (default
+        "<task>/<op>"), which the writer must have declared with this key."""
+        try:
+            reader_auth(key_file or "", server_key or "")
+        except ChannelKeyError as exc:
+            raise self._error(op, str(exc)) from None
+        self._channel_stream(op, output, schema, channel, self._param(op, "endpoint", endpoint),
+                             reader or f"{self.task_id}/{op}", key_file or "", server_key or "")
 
     def channel_source(self, *, output: str, schema: Schema, channel: str) -> None:
         op = f"read:{channel}"
-        self._channel_stream(op, output, schema, channel, self._endpoint_of(op, channel))
+        key_file, server_key = self._reader_keys(op, channel)
+        self._channel_stream(op, output, schema, channel, self._endpoint_of(op, channel),
+                             channel_reader_id(self.task_id, channel), key_file, server_key)
+
+    def _reader_keys(self, op: str, channel: str) -> tuple[str, str]:
+        """(key file, producer's public key) for reading a channel of this query; ("", "")
+        without keys. The key file (0600, next to the checkpoint) is how the Spark source,
+        which gets its config as text, finds this task's secret key without it being in the
+        config."""
+        if self.keys is None:
+            return "", ""
+        try:
+            server_key = self.keys.server_key(channel)
+        except ChannelKeyError as exc:
+            raise self._error(op, str(exc)) from None
+        path = os.path.join(self.checkpoint_dir, "channel-key.json")
+        os.makedirs(self.checkpoint_dir, exist_ok=True)
+        save_key_file(path, self.keys.own)
+        return path, server_key
 
     def _endpoint_of(self, op: str, channel: str) -> str:
         endpoint = self.endpoints.get(channel)
@@ -357,12 +411,14 @@ class TaskRuntime:
         op = f"select:{output}"
         if not channels or len(set(channels)) != len(channels):
             raise self._error(op, f"a selector needs distinct replica channels, got {channels}")
+        keys = {c: self._reader_keys(op, c) for c in channels}
         replicas = tuple(sources.Replica(c, channel_reader_id(self.task_id, c),
-                                         self._endpoint_of(op, c)) for c in channels)
+                                         self._endpoint_of(op, c), keys[c][1]) for c in channels)
         config = sources.SelectorConfig(self.task_id, replicas, sources.schema_pairs(schema),
                                         self.channel_poll_seconds, self._endpoints_file(),
                                         self.deterministic,
-                                        sources.source_log_path(self.checkpoint_dir))
+                                        sources.source_log_path(self.checkpoint_dir),
+                                        key_file=keys[channels[0]][0])
         self._put(op, output, self._load(sources.SelectorSource.name(), config), schema)
 
     # --- operators -----------------------------------------------------------------------------
@@ -538,23 +594,40 @@ class TaskRuntime:
 
     def _channel_sink(self, op: str, input: str, channel: str, bind: str | None,
                       readers: Sequence[str] = ()) -> None:
+        """Serve `input` as `channel` to this query's reader tasks `readers`."""
+        self._serve(op, input, channel, bind, self._declared(op, channel, readers))
+
+    def _declared(self, op: str, channel: str,
+                  readers: Sequence[str]) -> tuple[WriterAuth | None, tuple[str, ...], bool]:
+        """How this query's writer of `channel` admits its reader tasks `readers`: by their
+        CURVE keys from the launch (plain text without keys), each under its reader id."""
+        ids = {task: channel_reader_id(task, channel) for task in readers}
+        try:
+            auth = self.keys.writer_auth(channel, ids) if self.keys is not None else None
+        except ChannelKeyError as exc:
+            raise self._error(op, str(exc)) from None
+        return auth, tuple(ids.values()), False
+
+    def _serve(self, op: str, input: str, channel: str, bind: str | None,
+               access: tuple[WriterAuth | None, tuple[str, ...], bool]) -> None:
         if self.channels is None:
             raise self._error(op, "channel sinks need the executor's ChannelHub")
         schema = shapes.arrow_schema(self._get(op, input).schema)
-        writer = self._writer(channel, schema, bind, readers)
+        self._access[channel] = access
+        writer = self._writer(channel, schema, bind)
         self._start(op, input, sinks.ChannelSink(self.task_id, writer, schema))
 
-    def _writer(self, channel: str, schema: pa.Schema, bind: str | None,
-                readers: Sequence[str]) -> "ChannelWriter":
-        """The hub's writer of `channel`, expecting `readers`, with its upstream backup logged
-        under this task's checkpoint folder: a relaunch of the task (in a new executor, on any
-        agent reaching that folder) continues the same numbering and still serves every batch
-        its readers had not acknowledged."""
+    def _writer(self, channel: str, schema: pa.Schema, bind: str | None) -> "ChannelWriter":
+        """The hub's writer of `channel`, admitting the readers `_access` declares for it, with
+        its upstream backup logged under this task's checkpoint folder: a relaunch of the task
+        (in a new executor, on any agent reaching that folder) continues the same numbering and
+        still serves every batch its readers had not acknowledged."""
         assert self.channels is not None
+        auth, expected, open_readers = self._access[channel]
         log_dir = os.path.join(self.checkpoint_dir, "channels", quote(channel, safe=""))
         return self.channels.writer(channel, schema, bind=bind, log_dir=log_dir,
-                                    expected_readers=[channel_reader_id(task, channel)
-                                                      for task in readers])
+                                    expected_readers=expected, auth=auth,
+                                    open_readers=open_readers, owner=self.task_id)
 
     def control_sink(self, *, op: str, input: str, scheduler: str | None = None) -> None:
         """Send `input`'s rows (string columns query, operator, parameter, value) as control
@@ -577,9 +650,26 @@ class TaskRuntime:
         log.info("task %s: control sink %s sends to %s", self.task_id, op, url)
         self._start(op, input, sinks.ControlSink(self.task_id, client))
 
-    def network_sink(self, *, op: str, input: str, endpoint: str, channel: str) -> None:
-        """Serve the results as `channel` at `endpoint` for other queries or programs."""
-        self._channel_sink(op, input, channel, self._param(op, "endpoint", endpoint))
+    def network_sink(self, *, op: str, input: str, endpoint: str, channel: str,
+                     readers: str | None = None, key_file: str | None = None) -> None:
+        """Serve the results as `channel` at `endpoint` for other queries or programs: the
+        readers "id=PUBLICKEY, ..." over CURVE with the keypair in `key_file`; without a key
+        file, plain text to the reader ids `readers` names; with neither, plain text to whoever
+        subscribes (a trusted network only: any peer can read, ack or pin the backup)."""
+        try:
+            declared = parse_readers(readers or "")
+            auth = WriterAuth(read_key_file(key_file), declared) if key_file else None
+        except ChannelKeyError as exc:
+            raise self._error(op, str(exc)) from None
+        if auth is not None and not declared:
+            raise self._error(op, "a network sink with a key file must declare its readers "
+                                  "(readers=\"id=PUBLICKEY, ...\")")
+        if auth is None and not declared:
+            log.warning("task %s: network sink %s serves %s in plain text to any peer; declare "
+                        "its readers and a key file to authenticate them", self.task_id, op,
+                        channel)
+        access = (auth, () if auth is not None else tuple(declared), not declared)
+        self._serve(op, input, channel, self._param(op, "endpoint", endpoint), access)
         sink = self.sink
         assert isinstance(sink, sinks.ChannelSink)
         self.live[(op, "endpoint")] = LiveParam(
@@ -600,9 +690,9 @@ class TaskRuntime:
     def _rebind(self, sink: sinks.ChannelSink, channel: str, bind: str, fallback: str) -> None:
         """`sink`'s writer reopened at `bind`; if that fails, at `fallback`, and the error raised."""
         try:
-            sink.writer = self._writer(channel, sink.schema, bind, ())
+            sink.writer = self._writer(channel, sink.schema, bind)
         except Exception:
-            sink.writer = self._writer(channel, sink.schema, fallback, ())
+            sink.writer = self._writer(channel, sink.schema, fallback)
             raise
 
     def channel_sink(self, *, input: str, channel: str, readers: Sequence[str] = ()) -> None:
@@ -626,8 +716,10 @@ class TaskRuntime:
             raise self._error(op, f"{len(channels)} channels but {len(readers)} reader lists")
         stream = self._get(op, input)
         schema = shapes.arrow_schema(stream.schema)
-        writers = [self._writer(channel, schema, self.endpoints.get(channel), tasks)
-                   for channel, tasks in zip(channels, readers)]
+        for channel, tasks in zip(channels, readers):
+            self._access[channel] = self._declared(op, channel, tasks)
+        writers = [self._writer(channel, schema, self.endpoints.get(channel))
+                   for channel in channels]
         partition = self._partition(op, stream, self._param(op, "key", key), len(channels))
         sink = sinks.SplitChannelSink(self.task_id, writers, schema, partition)
         self.live[(op, "key")] = LiveParam(

@@ -294,6 +294,8 @@ class ChannelConfig:
     endpoints_file: str = ""  # the task's endpoints file ("" = never retarget)
     one_batch: bool = False  # at most one channel batch per micro-batch
     log_file: str = ""  # the task's source log ("" = stderr only)
+    key_file: str = ""  # this reader's CURVE keypair file ("" = plain text)
+    server_key: str = ""  # the writer's CURVE public key
 
     @property
     def stream_schema(self) -> Schema:
@@ -302,11 +304,13 @@ class ChannelConfig:
 
 @dataclass(frozen=True)
 class Replica:
-    """One replica channel a stream selector reads: its id, this task's reader id, its writer."""
+    """One replica channel a stream selector reads: its id, this task's reader id, its writer
+    and the writer's CURVE public key ("" = plain text)."""
 
     channel: str
     reader_id: str
     endpoint: str
+    server_key: str = ""
 
 
 @dataclass(frozen=True)
@@ -320,6 +324,7 @@ class SelectorConfig:
     log_file: str = ""
     fetch_seconds: float = 10.0  # a replay waits this long for one replica before the next
     retry_seconds: float = 2.0  # a replica that failed is re-subscribed after this long
+    key_file: str = ""  # this reader's CURVE keypair file ("" = plain text)
 
     @property
     def stream_schema(self) -> Schema:
@@ -598,11 +603,13 @@ class ChannelReaderSource(SimpleDataSourceStreamReader):
 
     def _channel(self) -> Any:
         if self._reader is None:
+            from executor.channel_auth import reader_auth
             from executor.channels import ChannelReader
 
             cfg = self.config
             self._reader = ChannelReader(cfg.channel, cfg.reader_id, self._endpoint,
-                                         shapes.arrow_schema(cfg.stream_schema))
+                                         shapes.arrow_schema(cfg.stream_schema),
+                                         auth=reader_auth(cfg.key_file, cfg.server_key))
         return self._reader
 
     def _follow_endpoints(self) -> None:
@@ -719,11 +726,14 @@ class SelectorReaderSource(SimpleDataSourceStreamReader):
         if not force and time.monotonic() < state.retry_at:
             return None
         if state.reader is None:
+            from executor.channel_auth import reader_auth
             from executor.channels import ChannelReader
 
             state.reader = ChannelReader(state.replica.channel, state.replica.reader_id,
                                          state.endpoint,
-                                         shapes.arrow_schema(self.config.stream_schema))
+                                         shapes.arrow_schema(self.config.stream_schema),
+                                         auth=reader_auth(self.config.key_file,
+                                                          state.replica.server_key))
             state.subscribed = False
         return state.reader
 

@@ -68,6 +68,7 @@ class ErrorCode(enum.IntEnum):
     NOT_SUBSCRIBED = 4
     SUPERSEDED = 5
     RETARGETED = 6
+    UNAUTHORIZED = 7  # an undeclared reader, or a reader id its connection's key does not own
 
 
 class FrameError(ValueError):

@@ -10,7 +10,7 @@ Does not own how they are executed (`scheduler.mesos_adapter`) nor the Mesos JSO
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping, Union
 
 
@@ -24,7 +24,9 @@ class TaskLaunch:
     cpus: float
     mem_mb: float
     ports: tuple[int, ...]
-    data: str  # {"task": ..., "endpoints": ..., "attempt": n, "query": ...}
+    # {"task": ..., "endpoints": ..., "attempt": n, "query": ..., "keys": ...}; holds the task's
+    # secret channel key, so it is never in a repr
+    data: str = field(repr=False)
 
 
 @dataclass(frozen=True)

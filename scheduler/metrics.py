@@ -168,6 +168,10 @@ class SchedulerMetrics:
                                    "duration", qt, registry=r)
         self.latency_seconds = Gauge("elastiq_task_latency_seconds", "last batch's end-to-end "
                                      "latency", qt, registry=r)
+        self.channel_blocked = Gauge(
+            "elastiq_channel_blocked_seconds", "how long the task's channel sink has waited for "
+            "room in its upstream backup (0: not blocked; readers absent or not acknowledging)",
+            qt, registry=r)
 
     def _define_reported_metrics(self) -> None:
         r = self.registry
@@ -322,6 +326,8 @@ class SchedulerMetrics:
             self.batch_seconds.labels(*labels).set(figures["batch_ms"] / 1000.0)
         if "latency_ms" in figures:
             self.latency_seconds.labels(*labels).set(figures["latency_ms"] / 1000.0)
+        if "channel_blocked_ms" in figures:
+            self.channel_blocked.labels(*labels).set(figures["channel_blocked_ms"] / 1000.0)
 
     # ---- reported by other parts of the scheduler ----------------------------------------
     def record_failover(self, query_id: str, pattern: str, gap_seconds: float) -> None:

@@ -20,7 +20,9 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal
+from typing import Any, Callable, Literal, Mapping
+
+import zmq
 
 from compiler.control import ControlCatalog, ControlRefused, check_tuples
 from compiler.tasks import CompiledQuery
@@ -63,6 +65,9 @@ class QueryRecord:
     failure: str = ""
     control: ctl.QueryControl = field(default_factory=ctl.QueryControl)
     source: QuerySource | None = None  # None: not from a spec (tests), never persisted
+    # task id -> its channel CURVE keypair {"public", "secret"} (Z85), issued at submit and kept
+    # with the placements: secret, never shown by status, the API, logs or metrics
+    keys: dict[str, dict[str, str]] = field(default_factory=dict)
 
     @property
     def query_id(self) -> str:
@@ -207,7 +212,8 @@ class SchedulerState:
         log.info("[%s] launching %s on agent %s (ports %s): %s", sid, task.mesos_task_id,
                  a.agent_id, a.ports, where.reason)
         return TaskLaunch(task.mesos_task_id, task.task_id, task.task_id, a.cpus, a.mem_mb,
-                          a.ports, launch_data(record.query, task, record.control))
+                          a.ports, launch_data(record.query, task, record.control,
+                                               record.keys))
 
     def _retargets(self, sid: str, record: QueryRecord, launched: set[str]) -> list[Command]:
         """The live consumers of channels whose producer was just (re)launched with another
@@ -481,7 +487,7 @@ class SchedulerState:
         first = {t: r.attempt + 1 for t, r in old.tasks.items()} if old else {}
         self.queries[q.query_id] = QueryRecord(q, {
             t.task_id: TaskRecord(t, attempt=first.get(t.task_id, 1), pending_since=self.now)
-            for t in q.tasks}, source=ev.source)
+            for t in q.tasks}, source=ev.source, keys=issue_keys(t.task_id for t in q.tasks))
         log.info("[%s] query %s submitted with %s tasks", sid, q.query_id, len(q.tasks))
         self.suppressed = False
         return [ReplyToRequest(sid, True, 200, f"query {q.query_id} accepted"),
@@ -741,12 +747,41 @@ def known_endpoints(tasks: Any, live: list[TaskRecord]) -> dict[str, str]:
                          if c in t.task.outputs}
 
 
+def issue_keys(task_ids: Any) -> dict[str, dict[str, str]]:
+    """A fresh CURVE keypair (Z85 text) for each task."""
+    keys = {}
+    for task_id in task_ids:
+        public, secret = zmq.curve_keypair()
+        keys[task_id] = {"public": public.decode("ascii"), "secret": secret.decode("ascii")}
+    return keys
+
+
+def task_keys(query: CompiledQuery, task_id: str,
+              keys: Mapping[str, Mapping[str, str]]) -> dict[str, Any] | None:
+    """A task's "keys" launch data: its own keypair, the public key of the producer of each
+    channel it reads and of each reader task of each channel it serves (None: no keys issued)."""
+    if task_id not in keys:
+        return None
+    public = {t: k["public"] for t, k in keys.items()}
+    return {
+        "own": dict(keys[task_id]),
+        "servers": {c.channel_id: public[c.producer] for c in query.channels
+                    if task_id in c.consumers and c.producer in public},
+        "readers": {c.channel_id: {t: public[t] for t in c.consumers if t in public}
+                    for c in query.channels if c.producer == task_id},
+    }
+
+
 def launch_data(query: CompiledQuery, task: TaskRecord,
-                control: ctl.QueryControl | None = None) -> str:
+                control: ctl.QueryControl | None = None,
+                keys: Mapping[str, Mapping[str, str]] | None = None) -> str:
     """The JSON a task's executor receives: the task, its channel endpoints, its attempt, what
-    it needs of its query (its channels and the sinks) and the parameters control tuples set."""
+    it needs of its query (its channels and the sinks), the parameters control tuples set and
+    its channel keys."""
     mine = set(task.task.inputs + task.task.outputs)
+    own_keys = task_keys(query, task.task_id, keys or {})
     return json.dumps({
+        **({"keys": own_keys} if own_keys is not None else {}),
         "task": task.task.to_json(),
         "endpoints": dict(task.endpoints),
         "attempt": task.attempt,
@@ -793,7 +828,8 @@ __all__ = ["SchedulerState", "QueryRecord", "launch_data", "durable_placements",
 def durable_placements(q: QueryRecord) -> dict[str, Any]:
     """What a new leader needs of a query besides its source: its phase and, per task,
     the attempt (so reconciliation recognises the running attempt), launches, state and place."""
-    return {"phase": q.phase, "failure": q.failure, "control": q.control.to_json(), "tasks": {
+    return {"phase": q.phase, "failure": q.failure, "control": q.control.to_json(),
+            "keys": {t: dict(k) for t, k in q.keys.items()}, "tasks": {
         t.task_id: {"attempt": t.attempt, "launches": t.launches, "failures": t.failures,
                     "state": t.state.value,
                     "restarting": t.restart_at is not None, "agent_id": t.agent_id,
@@ -814,8 +850,11 @@ def restore_query(query: CompiledQuery, source: QuerySource | None,
     control = ctl.QueryControl.from_json((placements or {}).get("control"))
     for dropped in ctl.drop_refused(control, query.controls or ControlCatalog(), query.query_id):
         log.warning("query %s: %s", query.query_id, dropped)  # stored before today's checks
+    saved_keys = (placements or {}).get("keys") or {}
+    keys = {t.task_id: dict(saved_keys[t.task_id]) if t.task_id in saved_keys
+            else issue_keys([t.task_id])[t.task_id] for t in query.tasks}
     return QueryRecord(query, tasks, (placements or {}).get("phase", "active"),
-                       (placements or {}).get("failure", ""), control, source)
+                       (placements or {}).get("failure", ""), control, source=source, keys=keys)
 
 
 def _restore_task(task: Any, saved: dict[str, Any] | None, now: float) -> TaskRecord:

@@ -60,4 +60,17 @@ def task_view(t: TaskRecord, unplaced_reason: str) -> dict[str, Any]:
         "last_failure": t.last_failure,
         "restart_at": t.restart_at,
         "waiting_for": unplaced_reason if t.state is TaskState.PENDING else "",
+        "blocked": blocked_reason(t.figures),
     }
+
+
+def blocked_reason(figures: dict[str, float]) -> str:
+    """Why a task's channel sink waits ("" when it does not): its upstream backup is full
+    because no reader acknowledges (none at all, or one that is not keeping up)."""
+    blocked = figures.get("channel_blocked_ms", 0.0) / 1000.0
+    if blocked <= 0:
+        return ""
+    readerless = figures.get("channel_readerless_ms", 0.0) / 1000.0
+    if readerless > 0:
+        return f"blocked: no reader for {readerless:.0f} s, backup full for {blocked:.0f} s"
+    return f"blocked: backup full for {blocked:.0f} s (a reader is not acknowledging)"

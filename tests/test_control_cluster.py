@@ -23,6 +23,7 @@ from typing import Any, Iterator
 
 import pytest
 
+from executor.channel_auth import KeyPair, ReaderAuth, write_key_file
 from executor.channel_reader import ChannelReader
 from executor.shapes import arrow_schema, shape_named
 from scheduler.client import RequestRejected, SchedulerClient
@@ -49,6 +50,8 @@ SPEC = """<?xml version="1.0" encoding="UTF-8"?>
     <input name="kept"/>
     <param name="endpoint" value="{endpoint}"/>
     <param name="channel" value="ctl-out"/>
+    <param name="readers" value="test-reader={reader_key}"/>
+    <param name="key-file" value="{key_file}"/>
   </operator>
 </dataflow>
 """
@@ -64,9 +67,9 @@ class FollowingReader:
     """Reads the query's channel on a thread, acking each batch; `follow(endpoint)` moves it
     to the writer's new endpoint. Records (seq, Spark batch id, endpoint, ids) per batch."""
 
-    def __init__(self, endpoint: str) -> None:
+    def __init__(self, endpoint: str, auth: ReaderAuth) -> None:
         schema = arrow_schema(shape_named("sequence").columns)
-        self.reader = ChannelReader("ctl-out", "test-reader", endpoint, schema)
+        self.reader = ChannelReader("ctl-out", "test-reader", endpoint, schema, auth=auth)
         self.batches: list[tuple[int, int, str, list[int]]] = []
         self._move: str | None = None
         self._stop = threading.Event()
@@ -151,7 +154,12 @@ def test_control_tuples_move_the_writer_change_the_filter_and_refuse_bad_input(
     from compiler.pipeline import compile_spec_text
 
     first, second = f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
-    spec = SPEC.format(name="e2e-control", rate=200, condition="nums.id % 2 = 0", endpoint=first)
+    # the sink serves over CURVE (its key file as `elastiq keygen` writes it) to the one reader
+    # it declares; the test reads as that reader, with its own keypair
+    sink_keys, reader_keys = KeyPair.generate(), KeyPair.generate()
+    write_key_file(str(tmp_path / "sink.key"), sink_keys)
+    spec = SPEC.format(name="e2e-control", rate=200, condition="nums.id % 2 = 0", endpoint=first,
+                       reader_key=reader_keys.public, key_file=tmp_path / "sink.key")
     query = compile_spec_text(spec.encode(),
                               str(tmp_path / "e2e-control.xml"), base_dir=tmp_path).query
     submit(stack, query)
@@ -159,7 +167,7 @@ def test_control_tuples_move_the_writer_change_the_filter_and_refuse_bad_input(
     task_id = query.tasks[0].task_id
     checkpoint = stack.work / "state" / task_id / "checkpoint"
     client = stack.client()
-    reader = FollowingReader(first).start()
+    reader = FollowingReader(first, ReaderAuth(reader_keys, sink_keys.public)).start()
     try:
         wait_until(lambda: len(reader.ids()) >= 20, 120, "rows at the first endpoint")
 

@@ -224,13 +224,32 @@ def expect_refusal(sock: zmq.Socket, what: str) -> None:
     assert (reply.kind, reply.a) == (Kind.ERROR, ErrorCode.BAD_FRAME), (what, reply)
 
 
-def send_garbage(endpoint: str, channel_id: str) -> None:
+def reader_auth_of(stack: Stack, query_id: str, reader: str, producer: str) -> Any:
+    """The CURVE identity of task `reader` towards `producer`'s writer, as the scheduler issued
+    it (the test plays a declared reader gone bad: its frames pass the handshake)."""
+    from executor.channel_auth import KeyPair, ReaderAuth
+
+    keys = stack.service.loop.state.queries[query_id].keys
+    return ReaderAuth(KeyPair(**keys[reader]), keys[producer]["public"])
+
+
+def dealer(endpoint: str, auth: Any) -> zmq.Socket:
+    """A raw DEALER to `endpoint`, a CURVE client with `auth` (None: plain text)."""
+    from executor.channel_auth import connect_curve
+
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    if auth is not None:
+        connect_curve(sock, auth)
+    sock.connect(endpoint)
+    return sock
+
+
+def send_garbage(endpoint: str, channel_id: str, auth: Any) -> None:
     """Garbage frames and a frame of a kind only writers send, each refused with a reason."""
     from executor.wire import Header, Kind, encode_header
 
-    with zmq.Context.instance().socket(zmq.DEALER) as sock:
-        sock.setsockopt(zmq.LINGER, 0)
-        sock.connect(endpoint)
+    with dealer(endpoint, auth) as sock:
         bad = {"junk bytes": [b"definitely not a frame"],
                "two junk frames": [b"\x00" * 64, b"\xff" * 10],
                "a writer's DATA frame": [encode_header(Header(Kind.DATA, channel_id, 1, 0, 0, 1))],
@@ -241,22 +260,32 @@ def send_garbage(endpoint: str, channel_id: str) -> None:
             expect_refusal(sock, what)
 
 
-def send_oversized(endpoint: str) -> None:
+def send_oversized(endpoint: str, auth: Any) -> None:
     """One frame above the writer's 64 MiB cap (+ slack): ZeroMQ drops that connection."""
-    with zmq.Context.instance().socket(zmq.DEALER) as sock:
-        sock.setsockopt(zmq.LINGER, 0)
-        sock.connect(endpoint)
+    with dealer(endpoint, auth) as sock:
         sock.send(bytes((64 << 20) + (64 << 10) + 1))
         time.sleep(1.0)
 
 
-def subscribe_with_wrong_channel(endpoint: str, query_id: str) -> None:
+def unauthenticated_peer_gets_nothing(endpoint: str, channel_id: str) -> None:
+    """A plain-text peer (no CURVE key) is dropped at the handshake: no frame of it reaches the
+    writer, so not even an error comes back."""
+    from executor.wire import Header, Kind, encode_header
+
+    with dealer(endpoint, None) as sock:
+        sock.send(encode_header(Header(Kind.SUBSCRIBE, channel_id, 1, 8, 0, 1, "intruder")),
+                  zmq.NOBLOCK)
+        assert not sock.poll(1500), "an unauthenticated peer got an answer"
+
+
+def subscribe_with_wrong_channel(endpoint: str, query_id: str, reader_id: str,
+                                 auth: Any) -> None:
     from compiler.types import Schema
     from executor.channels import ChannelReader, WrongChannel
     from executor.shapes import arrow_schema
 
     schema = arrow_schema(Schema.of(("symbol", "string"), ("ts", "timestamp")))
-    reader = ChannelReader(f"{query_id}/no-such-stream", "intruder", endpoint, schema)
+    reader = ChannelReader(f"{query_id}/no-such-stream", reader_id, endpoint, schema, auth=auth)
     try:
         with pytest.raises(WrongChannel, match="serves channel"):
             reader.subscribe(timeout=10)
@@ -317,10 +346,15 @@ class TestThreeTasksOnTwoAgents:
                                                            multi: tuple[Any, Path]) -> None:
         qid = multi[0].query_id
         endpoint = channel_endpoint(stack, qid)
-        send_garbage(endpoint, f"{qid}/trades")
-        send_oversized(endpoint)
-        send_garbage(endpoint, f"{qid}/trades")  # the writer still answers after the drop
-        subscribe_with_wrong_channel(endpoint, qid)
+        from executor.runtime import channel_reader_id
+
+        auth = reader_auth_of(stack, qid, f"{qid}.t1", f"{qid}.t0")
+        unauthenticated_peer_gets_nothing(endpoint, f"{qid}/trades")
+        send_garbage(endpoint, f"{qid}/trades", auth)
+        send_oversized(endpoint, auth)
+        send_garbage(endpoint, f"{qid}/trades", auth)  # the writer still answers after the drop
+        subscribe_with_wrong_channel(endpoint, qid, channel_reader_id(f"{qid}.t1", f"{qid}/trades"),
+                                     auth)
         submit_invalid_spec(stack)
         assert stack.status(qid)["status"] == "running"
         tasks = stack.tasks(qid).values()
