@@ -23,6 +23,7 @@ RUN apt-get update \
 WORKDIR /opt/elastiq
 COPY pyproject.toml README.md ./
 COPY scripts/ scripts/
+COPY common/ common/
 COPY compiler/ compiler/
 COPY executor/ executor/
 COPY scheduler/ scheduler/

@@ -5,7 +5,7 @@ itself, `nums := generator(sequence, paced) -> keep := filter(condition) -> out 
 on the stack of tests/e2e_support.py (embedded master, 1 agent of 2.5 cpus, the framework
 scheduler and its HTTP API, one real executor and SparkSession, 127.0.0.1 only), reads the sink's
 channel here with the ZeroMQ `FollowingReader` of tests/test_control_cluster.py (each batch's
-arrival time is recorded) and sends control tuples through `scheduler.client.SchedulerClient`
+arrival time is recorded) and sends control tuples through `common.api_client.SchedulerClient`
 (what `elastiq control` calls). Per kind of change it measures:
 - `ack`: from the `control()` call until `control_status()` shows the request applied (polled
   every 10 ms), and the executor's own `pause_s` (filter, rate: batch gate closed -> query
@@ -50,8 +50,8 @@ from common import fmt, format_table, median_of, percentile, ratio, use_repo_on_
 
 use_repo_on_path()
 
+from common.api_client import SchedulerClient  # noqa: E402
 from compiler.pipeline import compile_spec_text  # noqa: E402
-from scheduler.client import SchedulerClient  # noqa: E402
 from tests.e2e_support import (Stack, start_stack, stop_query, stop_stack, submit,  # noqa: E402
                                wait_running, wait_until)
 from tests.test_control_cluster import SPEC, FollowingReader, free_port  # noqa: E402

@@ -21,10 +21,11 @@ from typing import Any, Callable, Iterator, Mapping
 
 import jinja2
 
+from common.tasks import ChannelSpec
+from common.types import Schema
 from compiler.graph import Graph, Node, render_term
 from compiler.operators import canonical_duration
-from compiler.tasks import ChannelSpec, TaskPlan
-from compiler.types import Schema
+from compiler.tasks import TaskPlan
 
 _ENV = jinja2.Environment(
     loader=jinja2.PackageLoader("compiler", "templates"),

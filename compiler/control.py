@@ -1,45 +1,36 @@
 """What a running query lets people change, and whether a control tuple may change it.
 
-Owns the control catalogue of a compiled query (`ControlCatalog`: for every operator of the spec,
-its adjustable parameters with their type, current value and where each lives at run time - the
-task and the program's operator id of every physical copy - and the parameters that are fixed,
-with the reason), built by `catalog_for` from the logical and physical graphs and the task cut,
+Owns building the control catalogue of a compiled query (`common.control.ControlCatalog`: for
+every operator of the spec, its adjustable parameters with their type, current value and where
+each lives at run time - the task and the program's operator id of every physical copy - and the
+parameters that are fixed, with the reason) with `catalog_for` from the logical and physical
+graphs and the task cut,
 and the pure check of a control tuple `<query, operator, parameter, value>` against it
 (`check_tuple`, `check_tuples`: every problem of a request at once, nothing applied unless all
 pass). A filter condition is parsed and type-checked here, with the expression language the spec
 uses, before anything reaches a task; every value is checked against its range (a rate finite and
 within the spec's own bounds, `compiler.operators.MIN_RATE..MAX_RATE`, a condition at most MAX_CONDITION_CHARS long, a sink path inside the
-path roots the query was compiled with, `compiler.paths`). Does not own sending changes
+path roots the query was compiled with, `common.paths`). Does not own sending changes
 (`scheduler`) or applying them at a batch boundary (`executor.task_runner`, `executor.runtime`).
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any, Callable
 
+from common.control import (ADJUSTABLE, ALIASES, PARTITION_KEY, Adjustable, Change, ControlCatalog,
+                            ControlRefused, Fixed, Target)
+from common.paths import PathRefused, PathRoots, confine
+from common.tasks import splitter_op_id
 from compiler import expressions
 from compiler.operators import MAX_RATE, MIN_RATE, CATALOGUE, ParamDef, ParamValueError, parse_value
-from compiler.paths import PathRefused, PathRoots, confine
-from compiler.types import Schema
 
 if TYPE_CHECKING:
     from compiler.graph import Graph, Node
     from compiler.tasks import TaskPlan
 
-# The runtime keyword a control parameter sets, per operator kind: parameter -> keyword.
-ADJUSTABLE: dict[str, dict[str, str]] = {
-    "filter": {"condition": "condition"},
-    "generator": {"rate": "rate"},
-    "file-source": {"rate": "rate"},
-    "network-source": {"endpoint": "endpoint"},
-    "file-sink": {"path": "path"},
-    "network-sink": {"endpoint": "endpoint"},
-}
-# The paper's name for a network writer's destination.
-ALIASES: dict[str, str] = {"target-addr": "endpoint"}
-PARTITION_KEY = "partition-key"  # the routing key of a partitioned operator's splitter
 
 _STATE_REASON = {
     "window-aggregate": "its windows hold per-group state built with this value; changing it "
@@ -69,110 +60,6 @@ _SIMPLE_NAME = re.compile(r"^(?P<base>.+)_(?P<n>\d+)$")
 # What a control tuple's value may be (docs/control.md): a rate in tuples per second, and the
 # length of a condition's text (its nesting is bounded by the expression parser).
 MAX_CONDITION_CHARS = 10_000
-
-
-class ControlRefused(ValueError):
-    """Control tuples that may not be applied; `problems` lists each one with what to fix."""
-
-    def __init__(self, problems: list[str], status: int = 400) -> None:
-        super().__init__("; ".join(problems))
-        self.problems, self.status = problems, status
-
-
-@dataclass(frozen=True)
-class Target:
-    """Where one copy of an operator's parameter lives: a task, the operator id its program
-    uses, and the keyword of the runtime call it sets."""
-
-    task_id: str
-    op: str
-    keyword: str
-
-    def to_json(self) -> list[str]:
-        return [self.task_id, self.op, self.keyword]
-
-    @classmethod
-    def from_json(cls, d: list[str]) -> "Target":
-        return cls(d[0], d[1], d[2])
-
-
-@dataclass(frozen=True)
-class Adjustable:
-    """One parameter that may change while the query runs."""
-
-    operator: str
-    kind: str  # the operator's kind
-    parameter: str
-    value_kind: str  # expression | float | endpoint | path | columns
-    value: str  # the value the query started with, as text
-    targets: tuple[Target, ...]
-    scope: tuple[tuple[str, Schema], ...] = ()  # input streams, for a condition
-    doc: str = ""
-
-    def to_json(self) -> dict[str, Any]:
-        return {"operator": self.operator, "kind": self.kind, "parameter": self.parameter,
-                "value_kind": self.value_kind, "value": self.value,
-                "targets": [t.to_json() for t in self.targets],
-                "scope": [[name, schema.to_json()] for name, schema in self.scope],
-                "doc": self.doc}
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> "Adjustable":
-        return cls(d["operator"], d["kind"], d["parameter"], d["value_kind"], d["value"],
-                   tuple(Target.from_json(t) for t in d["targets"]),
-                   tuple((name, Schema.from_json(s)) for name, s in d.get("scope", [])),
-                   d.get("doc", ""))
-
-
-@dataclass(frozen=True)
-class Fixed:
-    """A parameter that may not change while the query runs, and why."""
-
-    operator: str
-    parameter: str
-    reason: str
-
-    def to_json(self) -> list[str]:
-        return [self.operator, self.parameter, self.reason]
-
-
-@dataclass(frozen=True)
-class ControlCatalog:
-    adjustable: tuple[Adjustable, ...] = ()
-    fixed: tuple[Fixed, ...] = ()
-    operators: tuple[tuple[str, str], ...] = ()  # every spec operator and its kind
-    path_roots: tuple[str, ...] = ()  # where a new sink path may lie (the compile's roots)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"adjustable": [a.to_json() for a in self.adjustable],
-                "fixed": [f.to_json() for f in self.fixed],
-                "operators": [list(o) for o in self.operators],
-                "path_roots": list(self.path_roots)}
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any] | None) -> "ControlCatalog":
-        if not d:
-            return cls()
-        return cls(tuple(Adjustable.from_json(a) for a in d.get("adjustable", [])),
-                   tuple(Fixed(*f) for f in d.get("fixed", [])),
-                   tuple((o[0], o[1]) for o in d.get("operators", [])),
-                   tuple(str(r) for r in d.get("path_roots", [])))
-
-    def find(self, operator: str, parameter: str) -> Adjustable | None:
-        for a in self.adjustable:
-            if a.operator == operator and a.parameter == parameter:
-                return a
-        return None
-
-
-@dataclass(frozen=True)
-class Change:
-    """A checked control tuple: the parameter and its new value, as text and as the runtime
-    takes it."""
-
-    adjustable: Adjustable
-    text: str
-    runtime_value: Any = field(compare=False)
 
 
 # --- building the catalogue (pure) --------------------------------------------------------------
@@ -272,7 +159,7 @@ def _routing(node: "Node", physical: "Graph", copies: list["Node"], task_of: dic
         plan = next((p for p in plans if p.task_id == task_id), None)
         if plan is None:
             return None
-        op = f"split:{'+'.join(plan.outputs)}"
+        op = splitter_op_id(plan.outputs)
         key = splitter.param("key")
         return Adjustable(node.name, node.kind, PARTITION_KEY, "columns",
                           key if isinstance(key, str) else ",".join(key or ()),
@@ -393,7 +280,6 @@ def _runtime_value(adjustable: Adjustable, text: str, roots: PathRoots) -> Any:
 def _shown(value: str, limit: int = 120) -> str:
     """A refused value as a refusal quotes it: its repr, shortened past `limit` characters."""
     return repr(value) if len(value) <= limit else f"{value[:limit]!r}... ({len(value)} chars)"
-
 
 
 def _sink_path(text: str, roots: PathRoots) -> str:

@@ -13,7 +13,7 @@ User text is never code: nothing here calls eval/exec, `F.expr`, `spark.sql` or 
 function names resolve only through the closed `FUNCTIONS` table. pyspark is imported lazily,
 inside `to_column` only.
 
-Does not own: column types and schemas (`compiler.types`), mapping offsets to file positions
+Does not own: column types and schemas (`common.types`), mapping offsets to file positions
 (`compiler.validate` does that with `ParamDecl.value_pos`), or aliasing input DataFrames with
 their stream names (the runtime does `df.alias(stream)`).
 """
@@ -28,7 +28,7 @@ from datetime import datetime, timedelta, timezone
 from decimal import ROUND_HALF_UP, Context, Decimal
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal as Lit, Mapping, Union
 
-from compiler.types import ColumnType, Schema
+from common.types import ColumnType, Schema
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from pyspark.sql import Column

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterator, TypeVar, Union
 
-from compiler.types import Schema
+from common.types import Schema
 
 T = TypeVar("T")
 

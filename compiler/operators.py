@@ -2,8 +2,8 @@
 
 Owns, for each kind: its role (source, transform, sink, or plumbing inserted by rewriting), how
 many inputs and outputs it takes, whether it keeps state, which key it can be partitioned by, and
-its parameters with their value kinds and defaults, and the columns of a control stream (what a
-control-sink reads). Also owns parsing parameter values (numbers, durations, column lists,
+its parameters with their value kinds and defaults (the columns of a control stream are
+`common.operator_schemas`). Also owns parsing parameter values (numbers, durations, column lists,
 timestamps, endpoints, API addresses) into typed Python values. The rewrite rules
 (`rewrite_rules/`) and the validator read this table; nothing here knows about XML or Spark.
 """
@@ -15,8 +15,6 @@ import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Literal
-
-from compiler.types import ColumnType, Field, Schema
 
 Role = Literal["source", "transform", "sink", "plumbing"]
 ValueKind = Literal["int", "float", "string", "duration", "expression", "columns", "column",
@@ -162,9 +160,6 @@ CATALOGUE: dict[str, OperatorDef] = {d.kind: d for d in (
            "as control tuples to the scheduler: the closed loop"),
 )}
 
-# The columns, all strings, of a control-sink's input: one control tuple per row.
-CONTROL_COLUMNS = ("query", "operator", "parameter", "value")
-
 # Plumbing operators: inserted by the rewrite rules (rewrite_rules/*.rule), never written in a
 # spec. Each carries in its params what the runtime needs; see docs/patterns.md.
 PLUMBING: dict[str, OperatorDef] = {d.kind: d for d in (
@@ -206,40 +201,6 @@ PLUMBING: dict[str, OperatorDef] = {d.kind: d for d in (
     ), output_type="same", doc="receiving end of a channel between tasks"),
 )}
 
-
-AGGREGATE_FUNCTIONS = ("count", "sum", "avg", "min", "max")
-
-
-def aggregate_type(function: str, column: Field | None) -> ColumnType:
-    """The result type of an aggregate (pure): count -> int, avg -> double, else the input's."""
-    if function == "count":
-        return ColumnType.INT
-    if column is None:
-        raise ValueError(f"aggregate {function} needs a column")
-    if function in ("sum", "avg") and not column.type.is_numeric:
-        raise ValueError(f"{function}({column.name}) needs a numeric column, it is "
-                         f"{column.type.value}")
-    if function in ("min", "max") and not column.type.is_orderable:
-        raise ValueError(f"{function}({column.name}) needs an orderable column")
-    return ColumnType.DOUBLE if function == "avg" else column.type
-
-
-def control_schema_problems(schema: Schema) -> list[str]:
-    """What keeps a stream from being a control stream, whose columns are exactly query,
-    operator, parameter and value, all strings, in any order (pure; empty when it is one)."""
-    missing = [n for n in CONTROL_COLUMNS if schema.get(n) is None]
-    extra = [f.name for f in schema if f.name not in CONTROL_COLUMNS]
-    problems = [f"no column {', '.join(missing)}"] if missing else []
-    problems += [f"{f.name} is {f.type.value}, not string" for f in schema
-                 if f.name in CONTROL_COLUMNS and f.type is not ColumnType.STRING]
-    problems += [f"other columns {', '.join(extra)}"] if extra else []
-    return problems
-
-
-def join_output_names(left: Schema, right: Schema, right_name: str) -> list[str]:
-    """Right column names after renaming clashes with left names to f"{right}_{name}" (pure)."""
-    taken = set(left.names)
-    return [f"{right_name}_{n}" if n in taken else n for n in right.names]
 
 # ----------------------------------------------------------------------------------------------
 # Parameter values

@@ -14,15 +14,15 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from common.diagnostics import Diagnostic, Position, SpecError, cap_diagnostics
+from common.paths import PathRoots, local_roots
+from common.tasks import ChannelSpec, CompiledQuery, QueryTask
 from compiler import codegen, spec as spec_mod, validate
 from compiler.control import catalog_for
 from compiler.graph import Graph
-from compiler.paths import PathRoots, local_roots
 from compiler.rewrite import Firing, rewrite
 from compiler.rules import Rule, load_rules
-from compiler.tasks import (ChannelSpec, CompiledQuery, QueryTask, TaskPlan, split_into_tasks,
-                            task_resources)
-from elastiq.diagnostics import Diagnostic, Position, SpecError, cap_diagnostics
+from compiler.tasks import TaskPlan, split_into_tasks, task_resources
 from rewrite_rules import rule_files
 
 

@@ -17,12 +17,12 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterator, Union
 
+from common.diagnostics import Diagnostic, Position, SpecError
+from common.types import Schema
 from compiler.graph import Graph, Node, Stream, render_term
 from compiler.operators import MAX_PATTERN_OPERATORS, PLUMBING
 from compiler.rules import (PHASES, Call, Guard, Loop, PatternTerm, PlacementRef, ReplTerm, Rule,
                             Value)
-from compiler.types import Schema
-from elastiq.diagnostics import Diagnostic, Position, SpecError
 
 log = logging.getLogger(__name__)
 

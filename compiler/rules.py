@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Union
 
+from common.diagnostics import Diagnostic, Position, SpecError, suggest
 from compiler.operators import CATALOGUE, PLUMBING
-from elastiq.diagnostics import Diagnostic, Position, SpecError, suggest
 
 PHASES = ("fault-tolerance", "partitioning", "pipelining")  # the written order of the phases
 REQUESTS = ("ha", "replicas", "parallelism", "partition-by", "partition-keys", "pipeline")

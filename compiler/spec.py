@@ -17,8 +17,8 @@ from typing import Iterable
 
 from lxml import etree
 
+from common.diagnostics import Diagnostic, Position, SpecError, suggest
 from compiler.xmlsource import ElementSource, XmlDocument, read_xml
-from elastiq.diagnostics import Diagnostic, Position, SpecError, suggest
 
 TOP_LEVEL = ("description", "type", "operator")
 

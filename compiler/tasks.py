@@ -1,9 +1,9 @@
 """Query tasks: the unit the scheduler places and the executor runs.
 
-Owns the `QueryTask` and `ChannelSpec` values (what crosses from the compiler to the scheduler,
-serialised as JSON in Mesos task data) and `split_into_tasks`, which cuts a physical graph into
-tasks. By default tasks are few and large, as the paper says: a task is a tree of operators ending
-in one output (a sink or a channel to other tasks), so a simple query costs one Spark query.
+Owns `split_into_tasks`, which cuts a physical graph into tasks (the `QueryTask` and
+`ChannelSpec` values it yields, what crosses to the scheduler, are `common.tasks`). By default
+tasks are few and large, as the paper says: a task is a tree of operators ending in one output
+(a sink or a channel to other tasks), so a simple query costs one Spark query.
 A stream becomes a channel between tasks only where it has several consumers or where the plan
 asks for a task boundary (the plumbing operators of the patterns and their placement labels); a
 splitter's output becomes one channel per partition. `place_tasks` derives each task's placement
@@ -13,163 +13,14 @@ Does not own how a task's program looks (`compiler.codegen`) or where it runs (`
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING
 
-from compiler.types import Schema
+from common.tasks import (ChannelSpec, FailoverMode, Placement, QueryTask, Resources, channel_id,
+                          partition_channel_id)
 
 if TYPE_CHECKING:
-    from compiler.control import ControlCatalog
     from compiler.graph import Graph, Node
-
-TaskKind = Literal["spark", "plumbing"]
-# How the scheduler fails a task over (docs/patterns.md): "standby" and "checkpoint" restart it at
-# once on another agent than the one it failed on (its checkpoint folder is on storage every
-# agent reaches); "replica" is one of several hot-standby replicas, restarted like any task while
-# the stream selector reads the others; None: the default restart policy.
-FailoverMode = Literal["standby", "checkpoint", "replica"]
-
-
-@dataclass(frozen=True)
-class Resources:
-    """What one task asks of an agent, on top of its executor's own share."""
-
-    cpus: float = 1.0
-    mem_mb: int = 512
-    ports: int = 0  # one port per output channel the task serves
-
-    def to_json(self) -> dict[str, Any]:
-        return {"cpus": self.cpus, "mem_mb": self.mem_mb, "ports": self.ports}
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> "Resources":
-        return cls(float(d["cpus"]), int(d["mem_mb"]), int(d["ports"]))
-
-
-@dataclass(frozen=True)
-class ChannelSpec:
-    """A stream that crosses from one task to others; its producer serves it on a port."""
-
-    channel_id: str  # "<query>/<stream>"
-    stream: str
-    schema: Schema
-    producer: str  # task id
-    consumers: tuple[str, ...]  # task ids
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "channel_id": self.channel_id,
-            "stream": self.stream,
-            "schema": self.schema.to_json(),
-            "producer": self.producer,
-            "consumers": list(self.consumers),
-        }
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> "ChannelSpec":
-        return cls(
-            d["channel_id"], d["stream"], Schema.from_json(d["schema"]), d["producer"],
-            tuple(d["consumers"]),
-        )
-
-
-@dataclass(frozen=True)
-class Placement:
-    """Where a task may go: `group` names a placement annotation (`@p1`); tasks whose groups
-    differ and that list each other in `apart_from` must land on distinct agents."""
-
-    group: str | None = None
-    apart_from: tuple[str, ...] = ()
-    # groups kept apart at the first launch only: a protected task starts away from its
-    # neighbours, so one agent's failure takes it alone; its failover may land next to them
-    initially_apart_from: tuple[str, ...] = ()
-
-    def to_json(self) -> dict[str, Any]:
-        return {"group": self.group, "apart_from": list(self.apart_from),
-                "initially_apart_from": list(self.initially_apart_from)}
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> "Placement":
-        return cls(d.get("group"), tuple(d.get("apart_from", ())),
-                   tuple(d.get("initially_apart_from", ())))
-
-
-@dataclass(frozen=True)
-class QueryTask:
-    """One schedulable task of a query, with the program the executor runs for it."""
-
-    query_id: str
-    task_id: str  # "<query>.t<n>", unique within the query's deployment
-    kind: TaskKind
-    operators: tuple[str, ...]  # operator names, in dataflow order
-    inputs: tuple[str, ...]  # channel ids read from other tasks
-    outputs: tuple[str, ...]  # channel ids served to other tasks
-    stateful: bool
-    resources: Resources
-    program: str  # generated Python source (compiler.codegen)
-    placement: Placement = field(default_factory=Placement)
-    failover: FailoverMode | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "query_id": self.query_id,
-            "task_id": self.task_id,
-            "kind": self.kind,
-            "operators": list(self.operators),
-            "inputs": list(self.inputs),
-            "outputs": list(self.outputs),
-            "stateful": self.stateful,
-            "resources": self.resources.to_json(),
-            "program": self.program,
-            "placement": self.placement.to_json(),
-            "failover": self.failover,
-        }
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> "QueryTask":
-        return cls(
-            d["query_id"], d["task_id"], d["kind"], tuple(d["operators"]), tuple(d["inputs"]),
-            tuple(d["outputs"]), bool(d["stateful"]), Resources.from_json(d["resources"]),
-            d["program"], Placement.from_json(d.get("placement", {})), d.get("failover"),
-        )
-
-
-@dataclass(frozen=True)
-class CompiledQuery:
-    """Everything the scheduler needs to deploy one query."""
-
-    query_id: str
-    tasks: tuple[QueryTask, ...]
-    channels: tuple[ChannelSpec, ...]
-    sinks: dict[str, str] = field(default_factory=dict)  # sink operator -> output path, if a file
-    controls: "ControlCatalog | None" = None  # what may change while it runs (compiler.control)
-
-    def task(self, task_id: str) -> QueryTask:
-        for t in self.tasks:
-            if t.task_id == task_id:
-                return t
-        raise KeyError(task_id)
-
-    def to_json(self) -> str:
-        return json.dumps({
-            "query_id": self.query_id,
-            "tasks": [t.to_json() for t in self.tasks],
-            "channels": [c.to_json() for c in self.channels],
-            "sinks": self.sinks,
-            "controls": self.controls.to_json() if self.controls is not None else None,
-        })
-
-    @classmethod
-    def from_json(cls, text: str) -> "CompiledQuery":
-        from compiler.control import ControlCatalog
-
-        d = json.loads(text)
-        return cls(
-            d["query_id"], tuple(QueryTask.from_json(t) for t in d["tasks"]),
-            tuple(ChannelSpec.from_json(c) for c in d["channels"]), dict(d.get("sinks", {})),
-            ControlCatalog.from_json(d.get("controls")),
-        )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -192,15 +43,6 @@ class TaskPlan:
     stateful: bool
     placement: Placement = field(default_factory=Placement)
     failover: FailoverMode | None = None
-
-
-def channel_id(query_id: str, stream: str) -> str:
-    return f"{query_id}/{stream}"
-
-
-def partition_channel_id(query_id: str, stream: str, partition: int) -> str:
-    """The channel carrying partition `partition` (1-based) of a splitter's output stream."""
-    return f"{query_id}/{stream}#{partition}"
 
 
 def cut_streams(graph: "Graph") -> set[str]:
@@ -354,22 +196,3 @@ def task_resources(plan: TaskPlan) -> Resources:
     cpus = 1.0 if plan.stateful else 0.5
     mem = 512 if plan.stateful else 256
     return Resources(cpus=cpus, mem_mb=mem, ports=len(plan.outputs))
-
-
-def agents_needed(tasks: "tuple[QueryTask, ...] | list[QueryTask]") -> int:
-    """How many agents a query's first launch needs so that every task is apart from the groups
-    its placement names (`apart_from` and `initially_apart_from`, either way round): a greedy
-    colouring in task order, which for the patterns' constraints (a star around a protected
-    task, a clique of replicas or partitions) is exact."""
-    groups = {t.task_id: t.placement.group or t.task_id for t in tasks}
-    apart = {t.task_id: set(t.placement.apart_from) | set(t.placement.initially_apart_from)
-             for t in tasks}
-    colour: dict[str, int] = {}
-    for t in tasks:
-        clash = {colour[o.task_id] for o in tasks if o.task_id in colour
-                 and groups[o.task_id] != groups[t.task_id]
-                 and (groups[o.task_id] in apart[t.task_id]
-                      or groups[t.task_id] in apart[o.task_id])}
-        colour[t.task_id] = next(c for c in range(len(tasks) + 1) if c not in clash)
-    return max(colour.values(), default=0) + 1
-

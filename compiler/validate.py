@@ -13,17 +13,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Union
 
+from common.diagnostics import (MAX_SHOWN, Diagnostic, Position, Severity, SpecError,
+                                 cap_diagnostics, suggest)
+from common.operator_schemas import (AGGREGATE_FUNCTIONS, aggregate_type, control_schema_problems,
+                                     join_output_names)
+from common.paths import PathRefused, PathRoots, confine
+from common.types import ColumnType, Field, Schema
 from compiler import expressions as ex
 from compiler.graph import Graph, Node, Stream
-from compiler.operators import (AGGREGATE_FUNCTIONS, CATALOGUE, MAX_PATTERN_OPERATORS,
-                                PLUMBING, SHAPE_COLUMNS, OperatorDef,
-                                ParamValueError, aggregate_type, canonical_duration,
-                                control_schema_problems, join_output_names, parse_value)
-from compiler.paths import PathRefused, PathRoots, confine
+from compiler.operators import (CATALOGUE, MAX_PATTERN_OPERATORS, PLUMBING, SHAPE_COLUMNS,
+                                OperatorDef, ParamValueError, canonical_duration, parse_value)
 from compiler.spec import OperatorDecl, ParamDecl, PatternAttr, Spec
-from compiler.types import ColumnType, Field, Schema
-from elastiq.diagnostics import (MAX_SHOWN, Diagnostic, Position, Severity, SpecError,
-                                 cap_diagnostics, suggest)
 
 WINDOW_COLUMNS = ("window_start", "window_end")
 
@@ -814,7 +814,7 @@ def _check_pipeline(c: _Checker, op: OperatorDecl, attrs: dict[str, PatternAttr]
 
 
 # ----------------------------------------------------------------------------------------------
-# File paths: inside the operator's roots (compiler.paths); kept apart from the checks above
+# File paths: inside the operator's roots (common.paths); kept apart from the checks above
 
 def check_paths(spec: Spec, base: str, roots: PathRoots) -> list[Diagnostic]:
     """One located error per path parameter (a file source's or sink's `path`) that names a

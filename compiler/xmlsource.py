@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from lxml import etree
 
-from elastiq.diagnostics import Diagnostic, Position, SpecError
+from common.diagnostics import Diagnostic, Position, SpecError
 
 MAX_SPEC_BYTES = 4 << 20
 

@@ -1,8 +1,8 @@
 """Elastiq: an elastic stream query service.
 
-This package owns what every other part shares: the command line (`elastiq.cli`), source
-positions and diagnostics (`elastiq.diagnostics`), and the embedded Mesos-compatible cluster
-(`elastiq.embedded`). The compiler, scheduler and executor live in their own top-level packages.
+This package owns the command line (`elastiq.cli`) and the embedded Mesos-compatible cluster
+(`elastiq.embedded`). The compiler, scheduler and executor live in their own top-level packages;
+what they share (source positions and diagnostics among it) is `common`.
 """
 
 __version__ = "0.1.0"

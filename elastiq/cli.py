@@ -13,9 +13,9 @@ import sys
 from pathlib import Path
 from typing import Callable, Sequence
 
-from compiler.paths import PathRoots, local_roots
+from common.diagnostics import Diagnostic, SpecError
+from common.paths import PathRoots, local_roots
 from compiler.pipeline import check_spec_text, compile_spec_file
-from elastiq.diagnostics import Diagnostic, SpecError
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -80,7 +80,7 @@ def add_path_root_option(p: argparse.ArgumentParser) -> None:
 def spec_roots(spec: str | Path, args: argparse.Namespace,
                state_dir: str | Path | None = None) -> PathRoots:
     """The path roots of a spec compiled here: its folder, the state data folder, --path-root
-    and $ELASTIQ_PATH_ROOTS (`compiler.paths.local_roots`)."""
+    and $ELASTIQ_PATH_ROOTS (`common.paths.local_roots`)."""
     return local_roots(Path(spec).resolve().parent, getattr(args, "path_root", []) or [],
                        state_dir)
 

@@ -14,8 +14,8 @@ import sys
 import time
 from typing import Any, Iterable
 
+from common.api_client import DEFAULT_URL
 from elastiq.service_cli import TOKEN_FILE_HELP, _call, _client
-from scheduler.client import DEFAULT_URL
 
 
 class TupleSyntaxError(ValueError):

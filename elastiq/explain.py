@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from common.tasks import QueryTask
 from compiler.graph import Graph, notation, to_dot, to_mermaid
 from compiler.pipeline import Compilation
 from compiler.rewrite import placement_groups
-from compiler.tasks import QueryTask
 
 
 def explain(c: Compilation) -> str:

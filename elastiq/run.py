@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, TextIO
 
-from compiler.paths import ENV_VAR as PATH_ROOTS_ENV, PathRoots, local_roots
+from common.paths import ENV_VAR as PATH_ROOTS_ENV, PathRoots, local_roots
+from common.tasks import agents_needed
 from compiler.pipeline import compile_spec_file
-from compiler.tasks import agents_needed
 from elastiq.progress import ProgressLine, Summary
 
 log = logging.getLogger("elastiq.run")
@@ -156,7 +156,7 @@ def _serve_api(service: Any, port: int | None, query_id: str, err: TextIO) -> An
     """The scheduler's API on 127.0.0.1 (`port`, or any free one when it is taken), so `elastiq
     status`, `control` and `migrate` reach the running query; None when `port` is None. Its
     token is new and written (mode 0600) where the CLI looks for the port's token
-    (`scheduler.api_token`); it is removed when the API stops."""
+    (`common.api_token`); it is removed when the API stops."""
     if port is None:
         return None
     from scheduler.api import ApiServer

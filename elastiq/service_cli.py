@@ -2,7 +2,7 @@
 
 Owns the arguments and output of `run`, `scheduler`, `submit`, `status`, `stop` and `tail`.
 The service itself is `scheduler.mesos_adapter.SchedulerService` behind `scheduler.api`; the
-client is `scheduler.client.SchedulerClient`; the local run is `elastiq.run`.
+client is `common.api_client.SchedulerClient`; the local run is `elastiq.run`.
 """
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from compiler.paths import ENV_VAR as PATH_ROOTS_ENV, service_roots
-from scheduler.client import DEFAULT_URL, RequestRejected, SchedulerClient, SchedulerUnavailable
+from common.api_client import DEFAULT_URL, RequestRejected, SchedulerClient, SchedulerUnavailable
+from common.api_token import read_token_file
+from common.paths import ENV_VAR as PATH_ROOTS_ENV, service_roots
 
 TOKEN_FILE_HELP = ("the scheduler's API token file (default: $ELASTIQ_TOKEN_FILE, else "
                    "$XDG_STATE_HOME/elastiq/api-token-PORT, i.e. ~/.local/state/elastiq/"
@@ -149,7 +150,7 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
         coordination, principal, secret = (_coordination(args), args.mesos_principal,
                                            _secret(args))
         if args.token_file is not None:
-            read_token(args.token_file)  # a bad token file is a usage error, before anything
+            read_token_file(args.token_file)  # a bad token file is a usage error, before anything
         extra_env = executor_environment(args.executor_env)
     except (ValueError, OSError) as e:
         print(f"elastiq: {e}", file=sys.stderr)
@@ -243,7 +244,7 @@ def executor_token_environment(token_file: str | None, port: int) -> tuple[tuple
     the scheduler reads or writes; nothing when the port is only known once bound. On a real
     cluster the agents need that file at that path (or --executor-env ELASTIQ_TOKEN_FILE=...);
     the token itself never goes into the environment, which Mesos shows in its state."""
-    from scheduler.api_token import default_token_file
+    from common.api_token import default_token_file
 
     if token_file is not None:
         return (("ELASTIQ_TOKEN_FILE", str(Path(token_file).resolve())),)
@@ -261,17 +262,10 @@ def executor_environment(pairs: list[str]) -> tuple[tuple[str, str], ...]:
     return tuple(env)
 
 
-def read_token(path: str | None) -> str | None:
-    """The API token kept in a file (never on the command line, where `ps` shows it)."""
-    from scheduler.api_token import read_token as read
-
-    return None if path is None else read(path)
-
-
 def _client(args: argparse.Namespace) -> SchedulerClient:
     """A client of --scheduler with the token from --token-file, $ELASTIQ_TOKEN_FILE or the
-    default file for the API's port (`scheduler.api_token`)."""
-    from scheduler.api_token import read_client_token
+    default file for the API's port (`common.api_token`)."""
+    from common.api_token import read_client_token
 
     return SchedulerClient(args.scheduler,
                            token=read_client_token(args.token_file, args.scheduler))

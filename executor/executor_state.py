@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping, Union
 
-from compiler.tasks import QueryTask
+from common.tasks import QueryTask
 from executor.channel_auth import ChannelKeyError, TaskKeys
 
 log = logging.getLogger(__name__)

@@ -30,10 +30,11 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
-from compiler.operators import (AGGREGATE_FUNCTIONS, aggregate_type, control_schema_problems,
-                                join_output_names)
-from compiler.paths import PathRefused, confine_at_open
-from compiler.types import ColumnType, Field, Schema
+from common.operator_schemas import (AGGREGATE_FUNCTIONS, aggregate_type, control_schema_problems,
+                                     join_output_names)
+from common.paths import PathRefused, confine_at_open
+from common.tasks import splitter_op_id
+from common.types import ColumnType, Field, Schema
 from executor import shapes, sinks, sources
 from executor.batch_gate import BatchGate
 from executor.channel_auth import (ChannelKeyError, TaskKeys, WriterAuth, parse_readers,
@@ -634,8 +635,8 @@ class TaskRuntime:
         tuples to the scheduler API at `scheduler` (None: the executor's ELASTIQ_SCHEDULER,
         else the default address), with the token in the file ELASTIQ_TOKEN_FILE names, if
         set. The rows are data: the scheduler checks every tuple before anything changes."""
-        from elastiq.service_cli import read_token
-        from scheduler.client import DEFAULT_URL, SchedulerClient
+        from common.api_client import DEFAULT_URL, SchedulerClient
+        from common.api_token import read_token_file
 
         problems = control_schema_problems(self._get(op, input).schema)
         if problems:
@@ -644,7 +645,7 @@ class TaskRuntime:
         url = scheduler or os.environ.get("ELASTIQ_SCHEDULER") or DEFAULT_URL
         try:
             client = SchedulerClient(url, timeout=CONTROL_TIMEOUT_SECONDS,
-                                     token=read_token(os.environ.get("ELASTIQ_TOKEN_FILE")))
+                                     token=read_token_file(os.environ.get("ELASTIQ_TOKEN_FILE")))
         except (ValueError, OSError) as exc:
             raise self._error(op, str(exc)) from None
         log.info("task %s: control sink %s sends to %s", self.task_id, op, url)
@@ -707,7 +708,7 @@ class TaskRuntime:
         """Serve `input` split into k = len(channels) partitions, partition i+1 on channels[i]
         for the tasks readers[i]; a row goes to pmod(hash(key columns), k) (all columns when
         `key` is empty), Spark's Murmur3 hash, the same in every process."""
-        op = f"split:{'+'.join(channels)}"
+        op = splitter_op_id(channels)
         if self.channels is None:
             raise self._error(op, "channel sinks need the executor's ChannelHub")
         if not channels or len(set(channels)) != len(channels):

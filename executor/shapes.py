@@ -19,7 +19,7 @@ from typing import Any, Callable
 import numpy as np
 import pyarrow as pa
 
-from compiler.types import Schema
+from common.types import Schema
 
 MASK64 = (1 << 64) - 1
 _GOLDEN = 0x9E3779B97F4A7C15

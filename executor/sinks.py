@@ -29,9 +29,9 @@ from typing import Any, Callable, Iterable, Mapping, Protocol, TextIO
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from compiler.operators import CONTROL_COLUMNS
-from compiler.paths import confine_at_open
-from scheduler.client import RequestRejected, SchedulerUnavailable
+from common.api_client import RequestRejected, SchedulerUnavailable
+from common.operator_schemas import CONTROL_COLUMNS
+from common.paths import confine_at_open
 
 log = logging.getLogger(__name__)
 
@@ -355,7 +355,7 @@ def plan_control(rows: Iterable[Mapping[str, Any]]) -> ControlPlan:
 
 
 class ControlClient(Protocol):
-    """What the control sink needs of `scheduler.client.SchedulerClient`."""
+    """What the control sink needs of `common.api_client.SchedulerClient`."""
 
     def control(self, query_id: str, tuples: list[ControlTuple]) -> dict[str, Any]: ...
 

@@ -46,7 +46,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from compiler.types import Schema
+from common.types import Schema
 from executor import shapes
 from executor.endpoints_file import EndpointWatcher
 

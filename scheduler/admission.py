@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from compiler.tasks import CompiledQuery, QueryTask
+from common.tasks import CompiledQuery, QueryTask
 
 MAX_TASKS = 1000
 

@@ -21,7 +21,7 @@ a connection is closed when no complete request arrived within `IDLE_TIMEOUT` se
 start or of its last reply, and a body must arrive within `BODY_TIMEOUT` seconds. Service calls
 (which wait on the scheduler's loop) and compiling run in a thread pool, never on the event
 loop. Does not own the scheduler (any `QueryService`, e.g. `SchedulerService`), the token's file
-(`scheduler.api_token`) nor the client (`scheduler.client`).
+(`scheduler.api_token`) nor the client (`common.api_client`).
 """
 
 from __future__ import annotations
@@ -42,11 +42,10 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
-from compiler.tasks import CompiledQuery
-from elastiq.diagnostics import Diagnostic, SpecError
-from scheduler.api_token import (
-    default_token_file, new_token, read_token, remove_token_file, where_to_look, write_token_file,
-)
+from common.api_token import default_token_file, read_token, where_to_look
+from common.diagnostics import Diagnostic, SpecError
+from common.tasks import CompiledQuery
+from scheduler.api_token import new_token, remove_token_file, write_token_file
 from scheduler.loop import Reply
 from scheduler.metrics import CONTENT_TYPE
 from scheduler.query_source import QuerySource, compile_source

@@ -16,8 +16,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from compiler.control import (MAX_RATE, MIN_RATE, Change, ControlCatalog, ControlRefused,
-                              check_tuple)
+from common.control import Change, ControlCatalog, ControlRefused
+from compiler.control import MAX_RATE, MIN_RATE, check_tuple
 
 RequestState = Literal["pending", "applied", "refused"]
 HISTORY_KEPT = 200

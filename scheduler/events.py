@@ -13,9 +13,9 @@ import itertools
 from dataclasses import dataclass
 from typing import Literal, Union
 
-from compiler.tasks import CompiledQuery
-from scheduler.query_source import QuerySource
+from common.tasks import CompiledQuery
 from scheduler.placement import Offer
+from scheduler.query_source import QuerySource
 
 _counter = itertools.count(1)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
-from compiler.tasks import QueryTask
+from common.tasks import QueryTask
 
 
 class TaskState(str, Enum):

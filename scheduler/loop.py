@@ -18,7 +18,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
-from compiler.tasks import CompiledQuery
+from common.tasks import CompiledQuery
 from scheduler.commands import Command, ReplyToRequest
 from scheduler.config import SchedulerConfig
 from scheduler.events import Event, QueryStopRequested, QuerySubmitted, Tick, new_stimulus_id
@@ -125,7 +125,7 @@ class SchedulerLoop:
 
     def query_control(self, query_id: str, request_id: str | None = None) -> dict[str, Any] | None:
         """What may change in a query and what did (or one control request's progress)."""
-        from compiler.control import ControlCatalog
+        from common.control import ControlCatalog
         from scheduler.control import catalog_view
 
         with self._lock:

@@ -23,21 +23,21 @@ from typing import Any
 
 from pymesos import MesosSchedulerDriver, Scheduler
 
-from compiler.control import ALIASES
-from compiler.tasks import CompiledQuery
+from common.control import ALIASES
+from common.tasks import CompiledQuery
 from scheduler import mesos_json
 from scheduler.commands import (
     Command, DeclineOffers, KillTask, LaunchTasks, ReconcileTasks, RetargetChannels,
     ReviveOffers, SendFrameworkMessage, SuppressOffers,
 )
 from scheduler.config import SchedulerConfig
-from scheduler.events import (
-    AgentLost, Disconnected, ExecutorLost, FrameworkMessageReceived, OfferRescinded,
-    OffersReceived, Registered, Reregistered, new_stimulus_id,
-)
 from scheduler.coordination import (
     Coordination, ConnectionState, CoordinationError, InProcessCoordination, QueryPersister,
     SchedulerRegistry,
+)
+from scheduler.events import (
+    AgentLost, Disconnected, ExecutorLost, FrameworkMessageReceived, OfferRescinded,
+    OffersReceived, Registered, Reregistered, new_stimulus_id,
 )
 from scheduler.events import (
     ControlRequested, QueryStopRequested, QuerySubmitted, TaskMigrationRequested,

@@ -15,7 +15,7 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any, Iterable
 
-from compiler.tasks import CompiledQuery
+from common.tasks import CompiledQuery
 
 SOURCE_FORMAT = "elastiq-query-source/1"
 
@@ -71,7 +71,7 @@ def compile_source(source: QuerySource) -> CompiledQuery:
     """Compile `source` with the scheduler's compiler; SpecError with every problem. File paths
     must lie in the scheduler's own roots (`configured_roots`): the client's folder
     (`base_dir`, from X-Spec-Dir) only resolves relative paths and never widens them."""
-    from compiler.paths import configured_roots
+    from common.paths import configured_roots
     from compiler.pipeline import compile_spec_text  # the compiler is heavy: load on first use
 
     return compile_spec_text(source.spec_bytes(), source.filename,

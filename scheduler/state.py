@@ -24,9 +24,9 @@ from typing import Any, Callable, Literal, Mapping
 
 import zmq
 
-from compiler.control import ControlCatalog, ControlRefused, check_tuples
-from compiler.tasks import CompiledQuery
-from scheduler.query_source import QuerySource
+from common.control import ControlCatalog, ControlRefused
+from common.tasks import CompiledQuery
+from compiler.control import check_tuples
 from scheduler import admission, control as ctl
 from scheduler.commands import (
     Command, DeclineOffers, KillTask, LaunchTasks, ReconcileTasks, ReplyToRequest,
@@ -51,6 +51,7 @@ from scheduler.lifecycle import (
 from scheduler.placement import (
     Offer, PlacementResult, QueryDemand, Share, TaskAssignment, TaskDemand, place,
 )
+from scheduler.query_source import QuerySource
 
 log = logging.getLogger("elastiq.scheduler.state")
 

@@ -9,10 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from compiler.tasks import (
-    ChannelSpec, CompiledQuery, FailoverMode, Placement, QueryTask, Resources,
-)
-from compiler.types import Schema
+from common.tasks import ChannelSpec, CompiledQuery, FailoverMode, Placement, QueryTask, Resources
+from common.types import Schema
 from scheduler.placement import Offer
 from scheduler.query_source import QuerySource, compile_source
 

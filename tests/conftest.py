@@ -26,8 +26,8 @@ def scheduler_path_roots(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Pat
     """The path roots an operator gave the in-process scheduler (`elastiq scheduler
     --path-root`): this test's folder, where its specs write, and the working folder (the
     scheduler's default root). The scheduler compiles specs from clients with these roots only
-    (compiler.paths.configured_roots)."""
-    from compiler.paths import ENV_VAR
+    (common.paths.configured_roots)."""
+    from common.paths import ENV_VAR
 
     monkeypatch.setenv(ENV_VAR, os.pathsep.join([str(tmp_path), os.getcwd()]))
     return tmp_path

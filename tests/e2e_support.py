@@ -178,7 +178,7 @@ class Stack:
 
     def client(self, timeout: float = 30.0) -> Any:
         """A client of the stack's API with its token."""
-        from scheduler.client import SchedulerClient
+        from common.api_client import SchedulerClient
 
         return SchedulerClient(self.api.url, timeout=timeout, token=self.api.token)
 

@@ -18,9 +18,9 @@ from typing import Any, Iterator
 
 import pytest
 
-from compiler.paths import ENV_VAR as PATH_ROOTS_ENV
+from common.api_client import SchedulerClient
+from common.paths import ENV_VAR as PATH_ROOTS_ENV
 from scheduler.api import ApiServer
-from scheduler.client import SchedulerClient
 from scheduler.loop import Reply, SchedulerLoop
 from scheduler.testing import chain_query
 from waiting import wait_for

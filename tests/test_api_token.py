@@ -12,11 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from common.api_client import RequestRejected, SchedulerClient
+from common.api_token import default_token_file, read_client_token, token_file_for
 from scheduler.api import ApiServer
-from scheduler.api_token import (
-    default_token_file, read_client_token, token_file_for, write_token_file,
-)
-from scheduler.client import RequestRejected, SchedulerClient
+from scheduler.api_token import write_token_file
 from scheduler.loop import SchedulerLoop
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -17,9 +17,9 @@ from typing import Any, Iterator
 
 import pytest
 
+from common.api_client import SchedulerClient
 from executor import shapes
 from executor.sinks import read_mark
-from scheduler.client import SchedulerClient
 from tests.e2e_support import (ROOT, Stack, read_sink, start_stack, stop_query, stop_stack,
                                submit, wait_running, wait_until)
 

@@ -1,4 +1,4 @@
-"""How many agents a plan needs (compiler.tasks.agents_needed) and how embedded agents on one host
+"""How many agents a plan needs (common.tasks.agents_needed) and how embedded agents on one host
 share its ports (elastiq.embedded.cluster.agent_resources)."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from common.tasks import agents_needed
 from compiler.pipeline import compile_spec_file
-from compiler.tasks import agents_needed
 from elastiq.embedded.cluster import agent_resources
 
 SPECS = Path(__file__).resolve().parent / "specs"

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from common.diagnostics import SpecError
+from common.paths import PathRoots, control_characters
 from compiler.codegen import py_literal
 from compiler.graph import notation, to_dot, to_mermaid
-from compiler.paths import PathRoots, control_characters
 from compiler.pipeline import Compilation, compile_spec_file, compile_spec_text
-from elastiq.diagnostics import SpecError
 from elastiq.explain import explain
 from tests.spec_snippets import SOURCE, SINK, dataflow
 
@@ -113,7 +113,7 @@ def test_join_renames_clashing_right_columns() -> None:
 
 def test_compiled_query_round_trips_through_json() -> None:
     c = _compile(ROOT / "examples" / "stock-ticks.xml")
-    from compiler.tasks import CompiledQuery
+    from common.tasks import CompiledQuery
     assert CompiledQuery.from_json(c.query.to_json()) == c.query
 
 
@@ -158,7 +158,7 @@ def test_hostile_paths_stay_data_in_the_generated_program(text: str) -> None:
     spec = dataflow(SOURCE + SINK.format(stream="raw").replace(
         'value="out.jsonl"', f'value="/tmp/{xml_text}"'))
     roots = PathRoots.of(["/tmp"])
-    if control_characters(text):  # refused before any program is written (compiler.paths)
+    if control_characters(text):  # refused before any program is written (common.paths)
         with pytest.raises(SpecError, match=r"nasty\.xml:\d+:\d+: error: .*control characters"):
             compile_spec_text(spec, "nasty.xml", base_dir=BASE, path_roots=roots)
         return
@@ -171,7 +171,7 @@ def test_hostile_paths_stay_data_in_the_generated_program(text: str) -> None:
     path = next(k.value for k in call.keywords if k.arg == "path")
     assert isinstance(path, ast.Constant) and path.value.endswith(text.strip())
     imports = [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))]
-    assert sorted(m.module for m in imports) == ["compiler.types", "executor.runtime"]
+    assert sorted(m.module for m in imports) == ["common.types", "executor.runtime"]
 
 
 def test_hostile_condition_never_reaches_the_program() -> None:

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from compiler.control import ControlRefused, check_tuple, check_tuples
-from compiler.paths import configured_roots
+from common.control import ControlRefused
+from common.paths import configured_roots
+from compiler.control import check_tuple, check_tuples
 from compiler.pipeline import compile_spec_text
 from elastiq.control_cli import TupleSyntaxError, read_tuples
 from executor import executor_state as ex

@@ -23,10 +23,10 @@ from typing import Any, Iterator
 
 import pytest
 
+from common.api_client import RequestRejected, SchedulerClient
 from executor.channel_auth import KeyPair, ReaderAuth, write_key_file
 from executor.channel_reader import ChannelReader
 from executor.shapes import arrow_schema, shape_named
-from scheduler.client import RequestRejected, SchedulerClient
 from tests.e2e_support import (ROOT, Stack, pythonpath, start_stack, stop_stack, submit,
                                wait_running, wait_until)
 

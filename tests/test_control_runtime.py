@@ -19,7 +19,7 @@ from test_runtime_support import wait_for
 pytestmark = pytest.mark.spark
 
 PROGRAM = '''
-from compiler.types import Schema
+from common.types import Schema
 SEQ = Schema.of(("id", "int"), ("ts", "timestamp"), ("key", "string"), ("value", "double"))
 def build(rt):
     rt.generator(op="src", output="nums", schema=SEQ, shape="sequence", seed=3, rate=400.0,

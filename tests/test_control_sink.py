@@ -12,14 +12,15 @@ from typing import Any
 
 import pytest
 
+from common.api_client import RequestRejected, SchedulerUnavailable
+from common.control import ControlRefused
+from common.operator_schemas import control_schema_problems
+from common.types import Schema
 from compiler import expressions
-from compiler.control import ControlRefused, check_tuples
-from compiler.operators import (CATALOGUE, ParamValueError, control_schema_problems,
-                                parse_url)
+from compiler.control import check_tuples
+from compiler.operators import CATALOGUE, ParamValueError, parse_url
 from compiler.pipeline import compile_spec_file, compile_spec_text
-from compiler.types import Schema
 from executor.sinks import ControlPlan, ControlSink, plan_control
-from scheduler.client import RequestRejected, SchedulerUnavailable
 from tests.spec_snippets import SOURCE, dataflow
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -280,7 +280,7 @@ def unauthenticated_peer_gets_nothing(endpoint: str, channel_id: str) -> None:
 
 def subscribe_with_wrong_channel(endpoint: str, query_id: str, reader_id: str,
                                  auth: Any) -> None:
-    from compiler.types import Schema
+    from common.types import Schema
     from executor.channels import ChannelReader, WrongChannel
     from executor.shapes import arrow_schema
 
@@ -295,7 +295,7 @@ def subscribe_with_wrong_channel(endpoint: str, query_id: str, reader_id: str,
 
 def submit_invalid_spec(stack: Stack) -> None:
     """POST an invalid spec to the scheduler's HTTP API: 400 with every located diagnostic."""
-    from scheduler.client import RequestRejected
+    from common.api_client import RequestRejected
 
     path = SPECS / "e2e-invalid.xml"
     lines = path.read_text().splitlines()

@@ -18,13 +18,13 @@ from typing import Any
 
 import pytest
 
+from common.types import ColumnType, Schema
 from compiler import expressions as ex
 from compiler.expressions import (
     Between, Binary, Call, ColumnRef, ExpressionError, InList, IsNull, Literal, Scope, Unary,
     check, compile_condition, compile_expression, evaluate, from_json, parse,
     referenced_columns, render, to_json,
 )
-from compiler.types import ColumnType, Schema
 
 UTC = timezone.utc
 RAW = Schema.of(("sensor", "string"), ("ts", "timestamp"), ("temp", "double"), ("n", "int"),

@@ -1,4 +1,4 @@
-"""File paths confined to the operator's roots (compiler/paths.py): the decision itself, the
+"""File paths confined to the operator's roots (common/paths.py): the decision itself, the
 located errors of validate/compile, the scheduler API (a client's folder widens nothing), a
 control tuple moving a sink, the executor's re-check when it opens a file, and the CLI flags."""
 
@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from compiler.control import ControlRefused, check_tuple
-from compiler.paths import (ENV_VAR, PathRefused, PathRoots, confine, confine_at_open,
+from common.control import ControlRefused
+from common.paths import (ENV_VAR, PathRefused, PathRoots, confine, confine_at_open,
                             configured_roots, local_roots, service_roots)
+from compiler.control import check_tuple
 from compiler.pipeline import check_spec_text, compile_spec_text
 from elastiq.cli import main
 from executor.sinks import FileSink

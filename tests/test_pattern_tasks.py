@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from common.diagnostics import SpecError
+from common.tasks import CompiledQuery, QueryTask, partition_channel_id
 from compiler import expressions
 from compiler.pipeline import Compilation, check_spec_text, compile_spec_text
-from compiler.tasks import CompiledQuery, QueryTask, cut_streams, partition_channel_id
-from elastiq.diagnostics import SpecError
+from compiler.tasks import cut_streams
 from tests.spec_snippets import locate
 from tests.test_rewrite import ROOT, spec
 

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from common.diagnostics import SpecError
+from common.types import Schema
 from compiler.graph import Graph, Node, Stream
 from compiler.pipeline import compile_spec_text, logical_graph_text, rules_for
 from compiler.rewrite import RewriteError, check_invariants, find_matches, rewrite
-from compiler.types import Schema
 from elastiq.cli import main
-from elastiq.diagnostics import SpecError
 from elastiq.explain import explain
 from tests.spec_snippets import locate
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from common.diagnostics import SpecError
 from compiler.rules import PHASES, Loop, load_rules, parse_rule, tokenize
-from elastiq.diagnostics import SpecError
 from rewrite_rules import rule_files, shipped_rule_files
 
 GOOD = """\

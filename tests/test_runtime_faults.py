@@ -21,7 +21,7 @@ from test_runtime_support import START, input_rows, read_sink, wait_drained, wai
 pytestmark = pytest.mark.spark
 
 PROGRAM = '''
-from compiler.types import Schema
+from common.types import Schema
 READING = Schema.of(("sensor", "string"), ("ts", "timestamp"), ("temp", "double"))
 def build(rt):
     rt.generator(op="src", output="raw", schema=READING, shape="sensor", seed=77, rate=500.0,
@@ -96,7 +96,7 @@ def test_sigkilled_source_runner_is_restarted_and_sink_is_exact(spark: Any, tmp_
 
 
 def test_channel_between_two_tasks_in_one_session(spark: Any, tmp_path: Path) -> None:
-    from compiler.types import Schema
+    from common.types import Schema
     from executor.runtime import channel_reader_id
     from executor.shapes import arrow_schema
 

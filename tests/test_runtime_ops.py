@@ -11,7 +11,7 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-from compiler.types import Schema
+from common.types import Schema
 from executor.runtime import RuntimeSpecError, TaskRuntime
 from test_runtime_support import START, input_rows, read_sink, wait_drained
 

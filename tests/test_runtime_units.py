@@ -8,9 +8,10 @@ from datetime import timedelta
 
 import pytest
 
-from compiler.types import ColumnType, Field, Schema
+from common.operator_schemas import aggregate_type, join_output_names
+from common.types import ColumnType, Field, Schema
+from compiler.operators import canonical_duration
 from executor import shapes, sinks, sources
-from compiler.operators import aggregate_type, canonical_duration, join_output_names
 from executor.runtime import parse_duration
 from executor.task_runner import backlog_of, decide_restart
 

@@ -11,8 +11,8 @@ from typing import Iterator
 
 import pytest
 
+from common.api_client import RequestRejected, SchedulerClient, SchedulerUnavailable
 from scheduler.api import ApiServer
-from scheduler.client import RequestRejected, SchedulerClient, SchedulerUnavailable
 from scheduler.loop import SchedulerLoop
 from scheduler.testing import chain_query
 from spec_snippets import dataflow

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from common.diagnostics import MAX_SHOWN, Diagnostic, Position, SpecError, cap_diagnostics
+from common.types import Schema
 from compiler.graph import Graph, Node, Stream, notation
 from compiler.pipeline import check_spec_text, compile_spec_text
-from compiler.types import Schema
-from elastiq.diagnostics import MAX_SHOWN, Diagnostic, Position, SpecError, cap_diagnostics
 from elastiq.explain import explain, write_pictures
 from tests.spec_snippets import READING_TYPE, SINK, SOURCE, dataflow, locate, with_source_and_sink
 

@@ -22,10 +22,10 @@ from typing import Callable
 
 import pytest
 
+from common.diagnostics import Diagnostic, SpecError
+from common.types import ColumnType
 from compiler import expressions as ex
 from compiler.pipeline import check_spec_text, compile_spec_text
-from compiler.types import ColumnType
-from elastiq.diagnostics import Diagnostic, SpecError
 from elastiq.explain import explain
 from tests.spec_snippets import READING_TYPE, SINK, SOURCE, dataflow, with_source_and_sink
 

@@ -34,8 +34,8 @@ from tests.zookeeper_server import ZooKeeperServer, free_port, missing
 if missing():
     pytest.skip(f"no ZooKeeper server: {missing()}", allow_module_level=True)
 
+from common.api_client import RequestRejected, SchedulerClient, SchedulerUnavailable
 from elastiq.embedded import EmbeddedCluster
-from scheduler.client import RequestRejected, SchedulerClient, SchedulerUnavailable
 from tests.e2e_support import (
     ROOT,
     SPECS,

@@ -10,7 +10,7 @@ The executor imports this module and calls build() with the task's runtime; each
 one operator of the dataflow, in order. Do not edit: recompile the spec instead.
 """
 
-from compiler.types import Schema
+from common.types import Schema
 from executor.runtime import TaskRuntime
 
 SCHEMA_HOT_W = Schema.of(

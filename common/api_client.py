@@ -32,7 +32,7 @@ class RequestRejected(Exception):
 
 class SchedulerClient:
     def __init__(self, url: str = DEFAULT_URL, timeout: float = 30.0, token: str | None = None):
-        """`token`: the API's bearer token (`scheduler.api_token.read_client_token` finds it)."""
+        """`token`: the API's bearer token (`common.api_token.read_client_token` finds it)."""
         parts = urlsplit(url)
         if parts.scheme != "http" or not parts.hostname:
             raise ValueError(f"scheduler URL must look like http://host:port, not {url!r}")

@@ -1,0 +1,196 @@
+"""The import rules between Elastiq's packages (R1-R7 of issue 16), checked on the source.
+
+Walks every module of common/, compiler/, rewrite_rules/, scheduler/, executor/ and elastiq/
+with `ast`, including imports inside functions and under `TYPE_CHECKING`, resolves relative
+imports, and reports every import that breaks a rule with file:line, all in one failure. The
+golden task programs (tests/golden) stand for the generated programs (R7): tests/test_compiler.py
+keeps them equal to what the compiler generates. A synthetic forbidden import proves the checker
+reports one, and the known violations must still exist, so their list stays honest.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("common", "compiler", "rewrite_rules", "scheduler", "executor", "elastiq")
+OURS = frozenset(PACKAGES)
+STDLIB = frozenset(sys.stdlib_module_names)
+
+# (file, imported module) pairs that break a rule today and that a planned step removes.
+KNOWN_VIOLATIONS: frozenset[tuple[str, str]] = frozenset({
+    # removed by the expression split (issue 16, step C)
+    ("compiler/expressions.py", "pyspark.sql"),
+    ("executor/runtime.py", "compiler.expressions"),
+})
+
+
+@dataclass(frozen=True)
+class Violation:
+    file: str
+    line: int
+    module: str
+    rule: str
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}: imports {self.module}: {self.rule}"
+
+
+def _top(module: str) -> str:
+    return module.split(".")[0]
+
+
+def _is_ours_module(module: str) -> bool:
+    path = ROOT.joinpath(*module.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+
+def imported_modules(rel: str, source: str) -> list[tuple[int, str]]:
+    """Every module a source imports, with its line: `from a import b` counts as a.b when a.b is
+    one of our modules (`from compiler import expressions`), else as a."""
+    package = rel[:-3].split("/")[:-1]  # the package a relative import starts from
+    out: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(source, rel)):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[:len(package) - node.level + 1]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            if module == "__future__":
+                continue
+            for a in node.names:
+                sub = f"{module}.{a.name}"
+                out.append((node.lineno, sub if _top(module) in OURS and _is_ours_module(sub)
+                            else module))
+    return out
+
+
+def _third_party(top: str) -> bool:
+    return top not in STDLIB and top not in OURS
+
+
+def rule_for(rel: str, module: str) -> str | None:
+    """The rule `module` breaks when `rel` imports it, or None."""
+    top = _top(module)
+    owner = rel.split("/")[0]
+    if owner == "common":
+        if top != "common" and top not in STDLIB:
+            return "R1: common imports the standard library and common only"
+    elif owner == "compiler":
+        if top not in STDLIB and top not in {"common", "compiler", "rewrite_rules", "lxml",
+                                             "jinja2"}:
+            return "R2: compiler imports common, compiler, rewrite_rules, lxml, jinja2 only"
+    elif owner == "rewrite_rules":
+        if top not in STDLIB:
+            return "R3: rewrite_rules imports the standard library only"
+    elif owner == "executor":
+        if top in {"scheduler", "elastiq", "rewrite_rules"}:
+            return "R4: the executor never imports scheduler or elastiq"
+        if top == "compiler" and module != "compiler.expr" and not module.startswith(
+                "compiler.expr."):
+            return "R4: the executor imports only compiler.expr of the compiler"
+        if top == "pymesos" and rel != "executor/mesos_executor.py":
+            return "R4: pymesos only in executor/mesos_executor.py"
+    elif owner == "scheduler":
+        if top in {"executor", "elastiq", "pyspark", "rewrite_rules"}:
+            return "R5: the scheduler never imports executor, elastiq or pyspark"
+        if top == "pymesos" and rel != "scheduler/mesos_adapter.py":
+            return "R5: pymesos only in scheduler/mesos_adapter.py"
+        if top == "kazoo" and rel != "scheduler/zk.py":
+            return "R5: kazoo only in scheduler/zk.py"
+    elif rel.startswith("elastiq/embedded/"):
+        if top in OURS and top != "common" and module != "elastiq.embedded" and \
+                not module.startswith("elastiq.embedded."):
+            return "R6: elastiq.embedded imports common and elastiq.embedded only"
+    return None
+
+
+def violations(rel: str, source: str) -> list[Violation]:
+    found: dict[tuple[int, str], Violation] = {}
+    for line, module in imported_modules(rel, source):
+        rule = rule_for(rel, module)
+        if rule is not None:
+            found.setdefault((line, module), Violation(rel, line, module, rule))
+    return list(found.values())
+
+
+def program_violations(rel: str, source: str) -> list[Violation]:
+    """R7: a generated task program imports exactly common.types and executor.runtime."""
+    modules = imported_modules(rel, source)
+    names = {m for _, m in modules}
+    if names == {"common.types", "executor.runtime"}:
+        return []
+    line = modules[0][0] if modules else 1
+    return [Violation(rel, line, ", ".join(sorted(names)) or "nothing",
+                      "R7: a task program imports exactly common.types and executor.runtime")]
+
+
+def tree_violations() -> list[Violation]:
+    found: list[Violation] = []
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            rel = path.relative_to(ROOT).as_posix()
+            found += violations(rel, path.read_text(encoding="utf-8"))
+    return found
+
+
+def test_every_package_keeps_the_import_rules() -> None:
+    found = tree_violations()
+    new = [v for v in found if (v.file, v.module) not in KNOWN_VIOLATIONS]
+    assert not new, "imports that break the rules:\n" + "\n".join(map(str, new))
+
+
+def test_the_known_violations_still_exist() -> None:
+    present = {(v.file, v.module) for v in tree_violations()}
+    gone = sorted(KNOWN_VIOLATIONS - present)
+    assert not gone, ("these known violations are gone; remove them from KNOWN_VIOLATIONS: "
+                      + ", ".join(f"{f} -> {m}" for f, m in gone))
+
+
+def test_generated_programs_import_only_the_types_and_the_runtime() -> None:
+    programs = sorted((ROOT / "tests" / "golden").rglob("*.py"))
+    assert programs, "no golden task programs under tests/golden"
+    found = [v for p in programs
+             for v in program_violations(p.relative_to(ROOT).as_posix(), p.read_text("utf-8"))]
+    assert not found, "\n".join(map(str, found))
+
+
+def test_a_forbidden_import_is_reported_with_its_line() -> None:
+    source = ("import json\n\n\ndef f():\n    from scheduler.client import X\n    return X\n")
+    found = violations("executor/x.py", source)
+    assert [(v.file, v.line, v.module) for v in found] == [("executor/x.py", 5,
+                                                            "scheduler.client")]
+    assert str(found[0]).startswith("executor/x.py:5: imports scheduler.client: R4")
+
+
+def test_each_rule_reports_its_forbidden_edges() -> None:
+    cases = {
+        ("common/x.py", "import zmq"): "R1",
+        ("common/x.py", "from compiler.tasks import TaskPlan"): "R1",
+        ("compiler/x.py", "from pyspark.sql import functions"): "R2",
+        ("compiler/x.py", "if TYPE_CHECKING:\n    from elastiq.cli import main"): "R2",
+        ("rewrite_rules/x.py", "import lxml"): "R3",
+        ("executor/x.py", "from compiler import operators"): "R4",
+        ("executor/x.py", "import pymesos"): "R4",
+        ("scheduler/x.py", "from ..executor import runtime"): "R5",
+        ("scheduler/x.py", "from kazoo.client import KazooClient"): "R5",
+        ("elastiq/embedded/x.py", "from scheduler import state"): "R6",
+    }
+    for (rel, source), rule in cases.items():
+        found = violations(rel, source)
+        assert [v.rule[:2] for v in found] == [rule], (rel, source, found)
+    allowed = {("executor/x.py", "from compiler.expr import parser"),
+               ("executor/x.py", "from .runtime import TaskRuntime"),
+               ("scheduler/x.py", "from compiler.tasks import split_into_tasks"),
+               ("elastiq/embedded/x.py", "from . import protocol"),
+               ("elastiq/x.py", "from scheduler import state")}
+    for rel, source in allowed:
+        assert violations(rel, source) == [], (rel, source)
+    assert program_violations("p.py", "from compiler.types import Schema\n"
+                                      "from executor.runtime import TaskRuntime\n")
