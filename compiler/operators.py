@@ -96,7 +96,8 @@ CATALOGUE: dict[str, OperatorDef] = {d.kind: d for d in (
         ParamDef("channel", "string", False, None, doc="channel id served there "
                                                        "(default: the output stream's name)"),
         ParamDef("server-key", "string", False, None,
-                 doc="the writer's CURVE public key (Z85); with key-file, read over CURVE"),
+                 doc="the writer's CURVE public key (hex, as elastiq keygen prints it, or Z85); "
+                     "with key-file, read over CURVE"),
         ParamDef("key-file", "path", False, None,
                  doc="this reader's keypair file (0600, made by `elastiq keygen`)"),
         ParamDef("reader", "string", False, None,
@@ -146,8 +147,9 @@ CATALOGUE: dict[str, OperatorDef] = {d.kind: d for d in (
         ParamDef("channel", "string", False, None, doc="channel id to serve "
                                                        "(default: the input stream's name)"),
         ParamDef("readers", "string", False, None,
-                 doc="the readers served, 'id=PUBLICKEY, ...' (CURVE public keys, Z85); only "
-                     "they are admitted and retained for"),
+                 doc="the readers served, 'id=PUBLICKEY, ...' (CURVE public keys in hex, as "
+                     "elastiq keygen prints them, or Z85); only they are admitted and retained "
+                     "for"),
         ParamDef("key-file", "path", False, None,
                  doc="this writer's keypair file (0600, made by `elastiq keygen`); with "
                      "readers, serve over CURVE"),

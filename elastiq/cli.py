@@ -86,9 +86,9 @@ def spec_roots(spec: str | Path, args: argparse.Namespace,
 
 
 def cmd_keygen(args: argparse.Namespace) -> int:
-    """Create a keypair file readable by its owner only; print the public key, never the
-    secret one."""
-    from executor.channel_auth import KeyPair, write_key_file
+    """Create a keypair file readable by its owner only; print the public key (in hexadecimal
+    digits, which a spec takes without escaping), never the secret one."""
+    from executor.channel_auth import KeyPair, key_hex, write_key_file
 
     pair = KeyPair.generate()
     try:
@@ -96,7 +96,7 @@ def cmd_keygen(args: argparse.Namespace) -> int:
     except OSError as e:
         print(f"elastiq keygen: cannot create {args.path}: {e.strerror}", file=sys.stderr)
         return 1
-    print(pair.public)
+    print(key_hex(pair.public))
     return 0
 
 

@@ -25,6 +25,7 @@ from executor.channel_base import _RefusalLog
 
 ZAP_ENDPOINT = "inproc://zeromq.zap.01"
 KEY_CHARS = 40  # a CURVE key in Z85 text
+HEX_KEY_CHARS = 64  # the same 32 bytes in hexadecimal digits
 
 
 class ChannelKeyError(ValueError):
@@ -75,14 +76,27 @@ class ReaderAuth:
 
 
 def check_key(key: str, what: str) -> str:
-    """`key` if it is a Z85 CURVE key (40 characters, decodes to 32 bytes); ChannelKeyError."""
+    """`key` as Z85 text if it is a CURVE key, written either as 64 hexadecimal digits (what
+    `elastiq keygen` prints: safe in XML) or as 40 Z85 characters (which may contain `<` and `&`,
+    so a spec must escape them); ChannelKeyError otherwise."""
+    if isinstance(key, str) and len(key) == HEX_KEY_CHARS:
+        try:
+            return z85.encode(bytes.fromhex(key)).decode("ascii")
+        except ValueError:
+            raise ChannelKeyError(f"{what} is not {HEX_KEY_CHARS} hexadecimal digits") from None
     if not isinstance(key, str) or len(key) != KEY_CHARS:
-        raise ChannelKeyError(f"{what} must be {KEY_CHARS} Z85 characters")
+        raise ChannelKeyError(f"{what} must be {HEX_KEY_CHARS} hexadecimal digits (as `elastiq "
+                              f"keygen` prints it) or {KEY_CHARS} Z85 characters")
     try:
         z85.decode(key.encode("ascii"))
     except (ValueError, KeyError, UnicodeError, IndexError):
         raise ChannelKeyError(f"{what} is not Z85 text") from None
     return key
+
+
+def key_hex(key: str) -> str:
+    """A Z85 CURVE key as 64 hexadecimal digits: how people copy a key into a spec."""
+    return z85.decode(key.encode("ascii")).hex()
 
 
 def parse_readers(text: str) -> dict[str, str]:

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import time
 
 import pyarrow as pa
 import pytest
 
-from executor.channel_auth import ChannelKeyError, KeyPair, TaskKeys, read_key_file
+from executor.channel_auth import (ChannelKeyError, KeyPair, TaskKeys, check_key, key_hex,
+                                   read_key_file)
 from executor.executor_state import LaunchDataError, read_launch
 from executor.runtime import ChannelHub, channel_reader_id
 from scheduler.config import SchedulerConfig
@@ -149,8 +151,20 @@ def test_keygen_writes_an_owner_only_key_file_and_prints_only_the_public_key(
     assert main(["keygen", str(path)]) == 0
     printed = capsys.readouterr().out.strip()
     pair = read_key_file(str(path))
-    assert printed == pair.public and pair.secret not in printed
+    assert check_key(printed, "printed") == pair.public and pair.secret not in printed
+    assert re.fullmatch("[0-9a-f]{64}", printed)  # safe in an XML attribute as it is
     assert oct(path.stat().st_mode & 0o777) == "0o600"
     assert main(["keygen", str(path)]) == 1  # never overwrites a key
     assert "cannot create" in capsys.readouterr().err
     assert read_key_file(str(path)) == pair
+
+
+def test_a_key_is_taken_in_hexadecimal_or_z85_and_refused_otherwise() -> None:
+    """A Z85 key may hold `<` and `&`, which break a spec's XML: a spec may give the same key as
+    the 64 hexadecimal digits `elastiq keygen` prints; both name the same key."""
+    for _ in range(50):
+        pair = KeyPair.generate()
+        assert check_key(key_hex(pair.public), "k") == check_key(pair.public, "k") == pair.public
+    for bad in ("", "g" * 64, "0" * 63, "~" * 40, " " * 40, "0" * 41):
+        with pytest.raises(ChannelKeyError):
+            check_key(bad, "k")

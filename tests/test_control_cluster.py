@@ -24,7 +24,7 @@ from typing import Any, Iterator
 import pytest
 
 from common.api_client import RequestRejected, SchedulerClient
-from executor.channel_auth import KeyPair, ReaderAuth, write_key_file
+from executor.channel_auth import KeyPair, ReaderAuth, key_hex, write_key_file
 from executor.channel_reader import ChannelReader
 from executor.shapes import arrow_schema, shape_named
 from tests.e2e_support import (ROOT, Stack, pythonpath, start_stack, stop_stack, submit,
@@ -159,7 +159,7 @@ def test_control_tuples_move_the_writer_change_the_filter_and_refuse_bad_input(
     sink_keys, reader_keys = KeyPair.generate(), KeyPair.generate()
     write_key_file(str(tmp_path / "sink.key"), sink_keys)
     spec = SPEC.format(name="e2e-control", rate=200, condition="nums.id % 2 = 0", endpoint=first,
-                       reader_key=reader_keys.public, key_file=tmp_path / "sink.key")
+                       reader_key=key_hex(reader_keys.public), key_file=tmp_path / "sink.key")
     query = compile_spec_text(spec.encode(),
                               str(tmp_path / "e2e-control.xml"), base_dir=tmp_path).query
     submit(stack, query)

@@ -312,6 +312,103 @@ def submit_invalid_spec(stack: Stack) -> None:
     assert "e2e-invalid" not in stack.service.status()["queries"]
 
 
+# --- an attacker's attempts while the query runs (docs/security.md) -----------------------------
+
+def code_through_the_api_is_refused(stack: Stack, query_id: str, marker: Path) -> None:
+    """The running query's own compiled JSON with every program replaced by one that would
+    write `marker`, POSTed with the token under every content type a client (or a browser,
+    cross-site) could send: never compiled, never submitted, never run."""
+    import http.client
+    import json as json_
+
+    evil = json_.loads(stack.service.loop.state.queries[query_id].query.to_json())
+    evil["query_id"] = "evil"
+    for task in evil["tasks"]:
+        task["program"] = f"import pathlib\npathlib.Path({str(marker)!r}).write_text('pwned')\n"
+    body = json_.dumps(evil).encode()
+    host, port = stack.api.url.removeprefix("http://").split(":")
+    for content_type in ("application/json", "text/plain;format=json", "text/plain",
+                         "application/xml", "text/xml; charset=utf-8"):
+        conn = http.client.HTTPConnection(host, int(port), timeout=10)
+        conn.request("POST", "/queries?query_id=evil", body=body,
+                     headers={"Content-Type": content_type,
+                              "Authorization": f"Bearer {stack.api.token}"})
+        status = conn.getresponse().status
+        conn.close()
+        assert status in (400, 415), (content_type, status)
+    assert "evil" not in stack.service.status()["queries"]
+    assert not marker.exists()
+
+
+def unknown_key_gets_nothing(endpoint: str, channel_id: str, producer_public: str) -> None:
+    """A CURVE client whose key no reader of the plan owns fails the handshake (ZAP): nothing
+    of it reaches the writer, not even an error."""
+    from executor.channel_auth import KeyPair, ReaderAuth
+    from executor.wire import Header, Kind, encode_header
+
+    with dealer(endpoint, ReaderAuth(KeyPair.generate(), producer_public)) as sock:
+        sock.send(encode_header(Header(Kind.SUBSCRIBE, channel_id, 1, 8, 0, 1, "intruder")),
+                  zmq.NOBLOCK)
+        assert not sock.poll(1500), "a peer with an unknown key got an answer"
+
+
+def forged_ack_is_refused(endpoint: str, channel_id: str, auth: Any, victim_reader: str) -> None:
+    """A declared reader's key acknowledging everything on behalf of another reader: refused as
+    UNAUTHORIZED, so the victim's upstream backup is not trimmed (its sink, checked against the
+    oracle at the end of the class, loses nothing)."""
+    from executor.wire import ErrorCode, Header, Kind, decode_header, encode_header
+
+    with dealer(endpoint, auth) as sock:
+        sock.send(encode_header(Header(Kind.ACK, channel_id, 10**9, 10**9, 0, 1, victim_reader)))
+        assert sock.poll(5000), "no answer to a forged ACK"
+        reply = decode_header(sock.recv_multipart()[0])
+        assert (reply.kind, reply.a) == (Kind.ERROR, ErrorCode.UNAUTHORIZED), reply
+
+
+def idle_and_slow_connections_do_not_starve(stack: Stack, query_id: str) -> None:
+    """300 idle connections and 10 slowloris ones to the API and to the master each: both still
+    answer while they are open (bounded wait, no threads per connection)."""
+    import http.client
+    import socket
+
+    opened: list[socket.socket] = []
+    targets = [stack.api.url, stack.cluster.master_url]
+    try:
+        for url in targets:
+            host, port = url.removeprefix("http://").split(":")
+            for i in range(310):
+                s = socket.create_connection((host, int(port)), timeout=5)
+                if i >= 300:
+                    s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+                opened.append(s)
+        assert stack.client(timeout=20).status(query_id)["query_id"] == query_id
+        host, port = stack.cluster.master_url.removeprefix("http://").split(":")
+        conn = http.client.HTTPConnection(host, int(port), timeout=20)
+        conn.request("GET", "/version")
+        assert conn.getresponse().status == 200
+        conn.close()
+    finally:
+        for s in opened:
+            s.close()
+
+
+def internal_routes_are_closed(stack: Stack, marker: Path) -> None:
+    """The embedded agent's internal command route without the cluster secret: 401, nothing
+    runs."""
+    import http.client
+    import json as json_
+
+    agent = stack.cluster.agents[0]
+    host, port = agent.url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=10)
+    conn.request("POST", "/internal/command", body=json_.dumps(
+        {"type": "LAUNCH", "command": f"touch {marker}"}).encode(),
+        headers={"Content-Type": "application/json"})
+    assert conn.getresponse().status == 401
+    conn.close()
+    assert not marker.exists()
+
+
 MULTI = "e2e-multi.xml"
 
 
@@ -362,6 +459,29 @@ class TestThreeTasksOnTwoAgents:
             [("running", 1, 0)] * 3
         logs = stack.executor_logs()
         assert "refused frame" in logs and f"not {qid}/no-such-stream" in logs
+
+    @pytest.mark.timeout(120)
+    def test_an_attackers_attempts_are_refused_and_the_query_carries_on(
+            self, stack: Stack, multi: tuple[Any, Path], tmp_path: Path) -> None:
+        """Code through the API, an unauthenticated and an unknown-key subscriber, a forged
+        ACK, an idle/slow connection flood, the agent's internal route: each refused while the
+        query keeps running (its sinks equal the oracle in the last test of the class)."""
+        qid = multi[0].query_id
+        channel = f"{qid}/trades"
+        endpoint = channel_endpoint(stack, qid)
+        from executor.runtime import channel_reader_id
+
+        keys = stack.service.loop.state.queries[qid].keys
+        code_through_the_api_is_refused(stack, qid, tmp_path / "pwned-by-api")
+        unauthenticated_peer_gets_nothing(endpoint, channel)
+        unknown_key_gets_nothing(endpoint, channel, keys[f"{qid}.t0"]["public"])
+        t1_key = reader_auth_of(stack, qid, f"{qid}.t1", f"{qid}.t0")
+        forged_ack_is_refused(endpoint, channel, t1_key, channel_reader_id(f"{qid}.t2", channel))
+        idle_and_slow_connections_do_not_starve(stack, qid)
+        internal_routes_are_closed(stack, tmp_path / "pwned-by-agent")
+        tasks = stack.tasks(qid).values()
+        assert [(t["state"], t["attempt"], t["figures"].get("restarts", 0)) for t in tasks] == \
+            [("running", 1, 0)] * 3
 
     @pytest.mark.timeout(120)
     def test_killed_source_runner_of_a_consumer_restarts_from_its_checkpoint(

@@ -281,7 +281,8 @@ def test_migrating_a_stateful_task_twice_leaves_the_sink_exact(
             here, attempt = view(stack, qid, task)["agent_id"], view(stack, qid, task)["attempt"]
             there = next(a for a in agents if a != here)
             not_done(sink, total, f"migration {move + 1}")
-            code = main(["migrate", qid, task, "--to", there, "--scheduler", stack.api.url])
+            code = main(["migrate", qid, task, "--to", there, "--scheduler", stack.api.url,
+                         "--token-file", str(stack.api.token_file)])
             said = capsys.readouterr().out
             assert code == 0, said
             assert f"task {task} runs on agent {there} (attempt {attempt + 1}): paused " in said
@@ -290,7 +291,7 @@ def test_migrating_a_stateful_task_twice_leaves_the_sink_exact(
                 (there, attempt + 1, "running")
             have = grows(sink, have, 120, f"windows after migration {move + 1}")
         refused = main(["migrate", qid, task, "--to", "no-such-agent",
-                        "--scheduler", stack.api.url])
+                        "--scheduler", stack.api.url, "--token-file", str(stack.api.token_file)])
         assert refused != 0 and "no agent no-such-agent" in capsys.readouterr().err
         check_windows(sink, spec, 300)
         assert view(stack, qid, task)["attempt"] == 3, "the refusal moved nothing"
