@@ -19,7 +19,7 @@ from common.operator_schemas import (AGGREGATE_FUNCTIONS, aggregate_type, contro
                                      join_output_names)
 from common.paths import PathRefused, PathRoots, confine
 from common.types import ColumnType, Field, Schema
-from compiler import expressions as ex
+from compiler import expr as ex
 from compiler.graph import Graph, Node, Stream
 from compiler.operators import (CATALOGUE, MAX_PATTERN_OPERATORS, PLUMBING, SHAPE_COLUMNS,
                                 OperatorDef, ParamValueError, canonical_duration, parse_value)
@@ -348,10 +348,15 @@ def _expression(c: _Checker, op: OperatorDecl, p: ParamDecl, scope: ex.Scope,
     try:
         return ex.compile_expression(p.value, scope)
     except ex.ExpressionError as e:
-        for problem in e.problems:
-            c.error(p.value_pos(problem.offset), f"{what} of '{op.name}': {problem.message}",
-                    problem.hint)
+        _report(c, op, p, what, e)
         return None
+
+
+def _report(c: _Checker, op: OperatorDecl, p: ParamDecl, what: str,
+            e: ex.ExpressionError) -> None:
+    for problem in e.problems:
+        c.error(p.value_pos(problem.offset), f"{what} of '{op.name}': {problem.message}",
+                problem.hint)
 
 
 def _generator(c: _Checker, op: OperatorDecl, inputs: list[Schema]) -> Schema | None:
@@ -362,11 +367,13 @@ def _generator(c: _Checker, op: OperatorDecl, inputs: list[Schema]) -> Schema | 
 def _filter(c: _Checker, op: OperatorDecl, inputs: list[Schema]) -> Schema | None:
     p = op.param("condition")
     if p is not None:
-        typed = _expression(c, op, p, _scope(op, inputs), "condition")
-        if typed is not None and typed.type is not ColumnType.BOOLEAN:
-            c.error(p.value_pos(), f"the condition of '{op.name}' is of type "
-                                   f"{typed.type.value}, not boolean",
-                    "write a comparison such as raw.temp > 30")
+        try:
+            ex.compile_condition(p.value, _scope(op, inputs))
+        except ex.NotBoolean as e:
+            c.error(p.value_pos(), f"the condition of '{op.name}' is of type {e.type.value}, "
+                                   "not boolean", "write a comparison such as raw.temp > 30")
+        except ex.ExpressionError as e:
+            _report(c, op, p, "condition", e)
     return inputs[0]
 
 
