@@ -729,12 +729,13 @@ def _check_ha(c: _Checker, op: OperatorDecl, d: OperatorDef, attrs: dict[str, Pa
                 suggest(ha.value, HA_MODES, "patterns"))
         return
     mode = ha.value
-    if mode == "standby" and not GUARDS["stateless"].holds(_subject(op, d)):
+    stateless = GUARDS["stateless"].holds(_subject(op, d))
+    if mode == "standby" and not stateless:
         c.error(ha.pos, f"'{op.name}' is a stateful {op.kind}: a simple standby would lose its "
                         f"state{_where(ha, op)}",
                 'use ha="checkpoint" (restart from a checkpoint) or ha="hot-standby" (replicas)')
         return
-    if mode == "checkpoint" and not d.stateful:
+    if mode == "checkpoint" and stateless:
         c.warn(ha.pos, f"'{op.name}' is stateless, so there is no state to checkpoint; a simple "
                        f"standby protects it{_where(ha, op)}", 'write ha="standby"')
         mode = "standby"
