@@ -2,7 +2,7 @@
 
 Owns the closed set of column types a user can name in a spec, how each maps to a Spark SQL type
 and an Arrow type, and `Schema`, the ordered, typed column list of a stream. Does not own
-expressions (see `compiler.expressions`).
+expressions (see `compiler.expr`).
 """
 
 from __future__ import annotations

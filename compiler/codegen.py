@@ -8,7 +8,7 @@ one `split_channel_sink` over its partition channels, a stream selector one `sel
 over its replica channels; a hot-standby replica first asks for deterministic batches. Every value
 that came from the user is written as a Python literal by `py_literal` (repr of a str, int, float,
 bool, None, or a tuple of those): user text can never become code (DESIGN.md invariant 4).
-Expressions stay text; the runtime parses them with `compiler.expressions`.
+Expressions stay text; the runtime parses them with `compiler.expr`.
 """
 
 from __future__ import annotations

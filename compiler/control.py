@@ -24,7 +24,7 @@ from common.control import (ADJUSTABLE, ALIASES, PARTITION_KEY, Adjustable, Chan
                             ControlRefused, Fixed, Target)
 from common.paths import PathRefused, PathRoots, confine
 from common.tasks import splitter_op_id
-from compiler import expressions
+from compiler import expr
 from compiler.operators import MAX_RATE, MIN_RATE, CATALOGUE, ParamDef, ParamValueError, parse_value
 
 if TYPE_CHECKING:
@@ -209,7 +209,7 @@ def check_tuple(catalog: ControlCatalog, query_id: str, operator: str, parameter
         raise ControlRefused([f"{operator}.{parameter}: the value must be text"])
     try:
         runtime_value = _runtime_value(adjustable, value, PathRoots(catalog.path_roots))
-    except (ParamValueError, PathRefused, expressions.ExpressionError) as exc:
+    except (ParamValueError, PathRefused, expr.ExpressionError) as exc:
         raise ControlRefused([f"{operator}.{parameter} = {_shown(value)}: {exc}"]) from None
     return Change(adjustable, value.strip(), runtime_value)
 
@@ -256,8 +256,8 @@ def _runtime_value(adjustable: Adjustable, text: str, roots: PathRoots) -> Any:
         if len(text) > MAX_CONDITION_CHARS:
             raise ParamValueError(f"the condition has {len(text)} characters; at most "
                                   f"{MAX_CONDITION_CHARS} are taken")
-        scope = expressions.Scope(dict(adjustable.scope))
-        expressions.compile_condition(text, scope)
+        scope = expr.Scope(dict(adjustable.scope))
+        expr.compile_condition(text, scope)
         return text.strip()
     if adjustable.value_kind == "columns":
         columns = parse_value(ParamDef(adjustable.parameter, "columns"), text)

@@ -20,6 +20,7 @@ from common.tasks import ChannelSpec, CompiledQuery, QueryTask
 from compiler import codegen, spec as spec_mod, validate
 from compiler.control import catalog_for
 from compiler.graph import Graph
+from compiler.guards import GUARDS
 from compiler.rewrite import Firing, rewrite
 from compiler.rules import Rule, load_rules
 from compiler.tasks import TaskPlan, split_into_tasks, task_resources
@@ -183,7 +184,7 @@ def _unrunnable(parsed: spec_mod.Spec, physical: Graph) -> tuple[Diagnostic, ...
     for selector in (n for n in physical.nodes if n.kind == "stream-selector"):
         protected = selector.param("protects")
         replicas = [physical.producer(s) for s in selector.inputs]
-        if all(len(r.inputs) <= 1 for r in replicas):
+        if all(GUARDS["single-input"].holds(r) for r in replicas):
             continue
         where = _pattern_position(parsed, protected, "ha")
         d = Diagnostic(where, "hot standby needs an operator with one input",

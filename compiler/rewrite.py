@@ -20,6 +20,7 @@ from typing import Any, Iterator, Union
 from common.diagnostics import Diagnostic, Position, SpecError
 from common.types import Schema
 from compiler.graph import Graph, Node, Stream, render_term
+from compiler.guards import GUARDS
 from compiler.operators import MAX_PATTERN_OPERATORS, PLUMBING
 from compiler.rules import (PHASES, Call, Guard, Loop, PatternTerm, PlacementRef, ReplTerm, Rule,
                             Value)
@@ -174,20 +175,11 @@ def _match_ports(graph: Graph, args: tuple[PatternTerm, ...], inputs: tuple[str,
 
 
 def guard_holds(guard: Guard, m: Match) -> bool:
-    node = m.node(guard.args[0])
-    if guard.name == "stateless":
-        return not node.stateful
-    if guard.name == "stateful":
-        return node.stateful
-    if guard.name == "kind":
-        return node.kind == guard.args[1]
-    if guard.name == "wants":
-        value = node.wants(guard.args[1])
-        return value is not None and (len(guard.args) < 3 or str(value) == guard.args[2])
-    if guard.name == "partitionable":
-        keys, by = node.partition_keys, node.wants("partition-by")
-        return keys is not None and (keys == () or by in keys)
-    raise ValueError(f"unknown guard {guard.name}")  # compiler.rules refuses these
+    """Whether `guard` holds of its bound operator (the predicates are compiler.guards')."""
+    definition = GUARDS.get(guard.name)
+    if definition is None:
+        raise ValueError(f"unknown guard {guard.name}")  # compiler.rules refuses these
+    return definition.holds(m.node(guard.args[0]), *guard.args[1:])
 
 
 # ----------------------------------------------------------------------------------------------

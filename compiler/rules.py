@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Iterable, Union
 
 from common.diagnostics import Diagnostic, Position, SpecError, suggest
+from compiler.guards import GUARDS
 from compiler.operators import CATALOGUE, PLUMBING
 
 PHASES = ("fault-tolerance", "partitioning", "pipelining")  # the written order of the phases
@@ -47,7 +48,8 @@ class PatternTerm:
 
 @dataclass(frozen=True)
 class Guard:
-    """`name(arg, ...)`: a check from the closed set `GUARDS` over bound nodes."""
+    """`name(arg, ...)`: a check from the closed set `compiler.guards.GUARDS` over bound
+    nodes."""
 
     name: str
     args: tuple[str, ...]
@@ -133,15 +135,8 @@ def _walk(term: PatternTerm) -> Iterable[PatternTerm]:
 
 
 # ----------------------------------------------------------------------------------------------
-# Guards: the closed set (name -> (arity range, which arguments are bindings))
+# Functions of replacement terms (guards are in compiler.guards)
 
-GUARDS: dict[str, tuple[int, int, str]] = {
-    "stateless": (1, 1, "f: a bound operator keeps no state"),
-    "stateful": (1, 1, "f: a bound operator keeps state"),
-    "partitionable": (1, 1, "f: a bound operator can be split by its requested key"),
-    "wants": (2, 3, "f, request[, value]: the spec asks f for a pattern"),
-    "kind": (2, 2, "f, kind: a bound operator is of this kind"),
-}
 FUNCTIONS: dict[str, int] = {"request": 2, "input-key": 1}
 
 
@@ -403,12 +398,12 @@ def _check_pattern(term: PatternTerm, problems: list[Diagnostic]) -> dict[str, P
 
 
 def _check_guard(g: Guard, bound: dict[str, PatternTerm], stars: set[str]) -> list[Diagnostic]:
-    spec = GUARDS.get(g.name)
-    if spec is None:
+    guard = GUARDS.get(g.name)
+    if guard is None:
         return [Diagnostic(g.pos, f"unknown guard '{g.name}'", suggest(g.name, GUARDS, "guards"))]
-    lo, hi, doc = spec
-    if not lo <= len(g.args) <= hi:
-        return [Diagnostic(g.pos, f"guard {g.name} takes {doc}", "fix the number of arguments")]
+    if not guard.min_args <= len(g.args) <= guard.max_args:
+        return [Diagnostic(g.pos, f"guard {g.name} takes {guard.doc}",
+                           "fix the number of arguments")]
     problems = []
     if g.args[0] not in bound or g.args[0] in stars:
         problems.append(Diagnostic(g.arg_pos[0], f"guard {g.name}: '{g.args[0]}' is not a "

@@ -19,8 +19,9 @@ from common.operator_schemas import (AGGREGATE_FUNCTIONS, aggregate_type, contro
                                      join_output_names)
 from common.paths import PathRefused, PathRoots, confine
 from common.types import ColumnType, Field, Schema
-from compiler import expressions as ex
+from compiler import expr as ex
 from compiler.graph import Graph, Node, Stream
+from compiler.guards import GUARDS
 from compiler.operators import (CATALOGUE, MAX_PATTERN_OPERATORS, PLUMBING, SHAPE_COLUMNS,
                                 OperatorDef, ParamValueError, canonical_duration, parse_value)
 from compiler.spec import OperatorDecl, ParamDecl, PatternAttr, Spec
@@ -348,10 +349,15 @@ def _expression(c: _Checker, op: OperatorDecl, p: ParamDecl, scope: ex.Scope,
     try:
         return ex.compile_expression(p.value, scope)
     except ex.ExpressionError as e:
-        for problem in e.problems:
-            c.error(p.value_pos(problem.offset), f"{what} of '{op.name}': {problem.message}",
-                    problem.hint)
+        _report(c, op, p, what, e)
         return None
+
+
+def _report(c: _Checker, op: OperatorDecl, p: ParamDecl, what: str,
+            e: ex.ExpressionError) -> None:
+    for problem in e.problems:
+        c.error(p.value_pos(problem.offset), f"{what} of '{op.name}': {problem.message}",
+                problem.hint)
 
 
 def _generator(c: _Checker, op: OperatorDecl, inputs: list[Schema]) -> Schema | None:
@@ -362,11 +368,13 @@ def _generator(c: _Checker, op: OperatorDecl, inputs: list[Schema]) -> Schema | 
 def _filter(c: _Checker, op: OperatorDecl, inputs: list[Schema]) -> Schema | None:
     p = op.param("condition")
     if p is not None:
-        typed = _expression(c, op, p, _scope(op, inputs), "condition")
-        if typed is not None and typed.type is not ColumnType.BOOLEAN:
-            c.error(p.value_pos(), f"the condition of '{op.name}' is of type "
-                                   f"{typed.type.value}, not boolean",
-                    "write a comparison such as raw.temp > 30")
+        try:
+            ex.compile_condition(p.value, _scope(op, inputs))
+        except ex.NotBoolean as e:
+            c.error(p.value_pos(), f"the condition of '{op.name}' is of type {e.type.value}, "
+                                   "not boolean", "write a comparison such as raw.temp > 30")
+        except ex.ExpressionError as e:
+            _report(c, op, p, "condition", e)
     return inputs[0]
 
 
@@ -675,7 +683,7 @@ def _check_patterns(c: _Checker, op: OperatorDecl, d: OperatorDef) -> None:
     requests: dict[str, Any] = {}
     _check_families(c, op, attrs)
     _check_ha(c, op, d, attrs, requests)
-    _check_parallelism(c, op, attrs, requests)
+    _check_parallelism(c, op, d, attrs, requests)
     _check_pipeline(c, op, attrs, requests)
     if requests:
         c.patterns[op.name] = tuple(requests.items())
@@ -721,12 +729,13 @@ def _check_ha(c: _Checker, op: OperatorDecl, d: OperatorDef, attrs: dict[str, Pa
                 suggest(ha.value, HA_MODES, "patterns"))
         return
     mode = ha.value
-    if mode == "standby" and d.stateful:
+    stateless = GUARDS["stateless"].holds(_subject(op, d))
+    if mode == "standby" and not stateless:
         c.error(ha.pos, f"'{op.name}' is a stateful {op.kind}: a simple standby would lose its "
                         f"state{_where(ha, op)}",
                 'use ha="checkpoint" (restart from a checkpoint) or ha="hot-standby" (replicas)')
         return
-    if mode == "checkpoint" and not d.stateful:
+    if mode == "checkpoint" and stateless:
         c.warn(ha.pos, f"'{op.name}' is stateless, so there is no state to checkpoint; a simple "
                        f"standby protects it{_where(ha, op)}", 'write ha="standby"')
         mode = "standby"
@@ -752,8 +761,8 @@ def _count(c: _Checker, attr: PatternAttr, default: int, lo: int, hi: int) -> in
     return value
 
 
-def _check_parallelism(c: _Checker, op: OperatorDecl, attrs: dict[str, PatternAttr],
-                       requests: dict[str, Any]) -> None:
+def _check_parallelism(c: _Checker, op: OperatorDecl, d: OperatorDef,
+                       attrs: dict[str, PatternAttr], requests: dict[str, Any]) -> None:
     par, by = attrs.get("parallelism"), attrs.get("partition-by")
     if par is None:
         if by is not None:
@@ -761,11 +770,11 @@ def _check_parallelism(c: _Checker, op: OperatorDecl, attrs: dict[str, PatternAt
         return
     k = _count(c, par, 1, 1, MAX_PARALLELISM)
     keys = _partition_keys(op.kind, c.params[op.name])
-    if keys is None:
-        c.error(par.pos, f"'{op.name}' ({op.kind}) cannot be partitioned{_where(par, op)}",
-                "only filter, project, union, joins and window aggregates with group-by can; "
-                "a window-aggregate needs group-by columns")
+    wanted = by.value if by is not None else (keys[0] if keys else None)
+    if not GUARDS["partitionable"].holds(_subject(op, d, keys, (("partition-by", wanted),))):
+        _not_partitionable(c, op, keys, par, by)
         return
+    assert keys is not None  # partitionable
     column = _partition_column(c, op, keys, by)
     if k < 2 or (by is not None and column is None):
         return
@@ -773,14 +782,33 @@ def _check_parallelism(c: _Checker, op: OperatorDecl, attrs: dict[str, PatternAt
                      "partition-keys": _keys_per_input(c, op, column)})
 
 
+def _subject(op: OperatorDecl, d: OperatorDef, keys: tuple[str, ...] | None = None,
+             patterns: tuple[tuple[str, Any], ...] = ()) -> Node:
+    """The declared operator as the guards see it (compiler.guards.Subject), before any graph
+    exists: its kind, state, inputs, partition keys and the pattern requests given."""
+    return Node(name=op.name, kind=op.kind, role=d.role, stateful=d.stateful,
+                inputs=tuple(p.name for p in op.inputs),
+                output=op.outputs[0].name if op.outputs else None,
+                partition_keys=keys, patterns=patterns)
+
+
+def _not_partitionable(c: _Checker, op: OperatorDecl, keys: tuple[str, ...] | None,
+                       par: PatternAttr, by: PatternAttr | None) -> None:
+    """Why `partitionable` does not hold: no partition keys at all, or `by` is not one."""
+    if keys is None:
+        c.error(par.pos, f"'{op.name}' ({op.kind}) cannot be partitioned{_where(par, op)}",
+                "only filter, project, union, joins and window aggregates with group-by can; "
+                "a window-aggregate needs group-by columns")
+        return
+    assert by is not None  # with no partition-by, the first key is taken, and it is a key
+    c.error(by.pos, f"'{op.name}' cannot be partitioned by '{by.value}'{_where(by, op)}",
+            suggest(by.value, keys, "its partition keys"))
+
+
 def _partition_column(c: _Checker, op: OperatorDecl, keys: tuple[str, ...],
                       by: PatternAttr | None) -> str | None:
     if by is None:
         return keys[0] if keys else None  # stateless without a key: round robin
-    if keys and by.value not in keys:
-        c.error(by.pos, f"'{op.name}' cannot be partitioned by '{by.value}'{_where(by, op)}",
-                suggest(by.value, keys, "its partition keys"))
-        return None
     if not keys:
         missing = [p.name for p in op.inputs
                    if c.schemas.get(p.name) is not None and c.schemas[p.name].get(by.value) is None]

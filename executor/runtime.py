@@ -2,13 +2,14 @@
 
 Owns `TaskRuntime` (one instance per start of a task's query: sources, operators, exactly one
 sink that starts the query; streams tracked by name, each DataFrame aliased with its stream name
-so `compiler.expressions.to_column` can address columns as `stream`.`col`; the patterns' plumbing
-calls too: identity, split sink, stream selector, deterministic batches; and, in `live`, the
+so `executor.expression_lowering.to_column` can address columns as `stream`.`col`; the patterns'
+plumbing calls too: identity, split sink, stream selector, deterministic batches; and, in `live`, the
 parameters its running query takes without a rebuild: a sink's destination and routing) and
 `ChannelHub`
 (the executor-lifetime registry of channel writers, which must outlive any one query so a
 restarted query finds its upstream backup intact). User text (conditions, computed columns)
-only ever goes through `compiler.expressions`. Does not own supervision/restarts
+only ever goes through `compiler.expr` (parsed and type-checked) and
+`executor.expression_lowering` (lowered to Spark). Does not own supervision/restarts
 (`executor.task_runner`), the sources and sinks themselves (`executor.sources`, `executor.sinks`)
 or the channel protocol (`executor.channels`).
 """
@@ -35,11 +36,13 @@ from common.operator_schemas import (AGGREGATE_FUNCTIONS, aggregate_type, contro
 from common.paths import PathRefused, confine_at_open
 from common.tasks import splitter_op_id
 from common.types import ColumnType, Field, Schema
+from compiler import expr
 from executor import shapes, sinks, sources
 from executor.batch_gate import BatchGate
 from executor.channel_auth import (ChannelKeyError, TaskKeys, WriterAuth, parse_readers,
                                    read_key_file, reader_auth, save_key_file)
 from executor.endpoints_file import endpoints_path
+from executor.expression_lowering import to_column
 
 if TYPE_CHECKING:
     from executor.channels import ChannelWriter
@@ -430,36 +433,33 @@ class TaskRuntime:
         stream = self._get(op, input)
         self._put(op, output, stream.df, stream.schema)
 
-    def _compile(self, op: str, text: str, scope: Any) -> Any:
-        from compiler import expressions
-
+    def _compile(self, op: str, text: str, scope: expr.Scope,
+                 compile: Callable[[str, expr.Scope], expr.TypedExpr] = expr.compile_expression
+                 ) -> expr.TypedExpr:
         try:
-            return expressions.compile_expression(text, scope)
-        except expressions.ExpressionError as exc:
+            return compile(text, scope)
+        except expr.NotBoolean as exc:
+            raise self._error(op, f"condition {text!r} is {exc.type.value}, not boolean") \
+                from None
+        except expr.ExpressionError as exc:
             raise self._error(op, f"expression {text!r}: {exc}") from None
 
     def filter(self, *, op: str, input: str, output: str, condition: str) -> None:
-        from compiler import expressions
-
         condition = self._param(op, "condition", condition)
         stream = self._get(op, input)
-        scope = expressions.Scope({input: stream.schema})
-        typed = self._compile(op, condition, scope)
-        if typed.type is not ColumnType.BOOLEAN:
-            raise self._error(op, f"condition {condition!r} is {typed.type.value}, not boolean")
-        df = stream.df.filter(expressions.to_column(typed.expr, scope))
+        scope = expr.Scope({input: stream.schema})
+        typed = self._compile(op, condition, scope, expr.compile_condition)
+        df = stream.df.filter(to_column(typed.expr, scope))
         self._put(op, output, df, stream.schema)
 
     def project(self, *, op: str, input: str, output: str,
                 fields: Sequence[tuple[str, str]]) -> None:
-        from compiler import expressions
-
         stream = self._get(op, input)
-        scope = expressions.Scope({input: stream.schema})
+        scope = expr.Scope({input: stream.schema})
         columns, out_fields = [], []
         for name, text in fields:
             typed = self._compile(op, text, scope)
-            columns.append(expressions.to_column(typed.expr, scope).alias(name))
+            columns.append(to_column(typed.expr, scope).alias(name))
             out_fields.append(Field(name, typed.type))
         names = [f.name for f in out_fields]
         if len(set(names)) != len(names):

@@ -16,11 +16,12 @@ from common.api_client import RequestRejected, SchedulerUnavailable
 from common.control import ControlRefused
 from common.operator_schemas import control_schema_problems
 from common.types import Schema
-from compiler import expressions
+from compiler import expr
 from compiler.control import check_tuples
 from compiler.operators import CATALOGUE, ParamValueError, parse_url
 from compiler.pipeline import compile_spec_file, compile_spec_text
 from executor.sinks import ControlPlan, ControlSink, plan_control
+from tests import expression_oracle as oracle
 from tests.spec_snippets import SOURCE, dataflow
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -220,9 +221,9 @@ def test_the_monitor_example_emits_tuples_the_monitored_example_accepts(
     monitor = compile_spec_file(LOOP / "monitor.xml", base_dir="/srv/elastiq")
     monitored = compile_spec_file(LOOP / "monitored.xml", base_dir="/srv/elastiq")
     project = monitor.logical.node("tuples")
-    scope = expressions.Scope({"counts": monitor.logical.stream("counts").schema})
+    scope = expr.Scope({"counts": monitor.logical.stream("counts").schema})
     window = {"counts": {"window_start": None, "window_end": None, "n": count}}
-    emitted = {name: expressions.evaluate(expressions.parse(text), window, scope)
+    emitted = {name: oracle.evaluate(expr.parse(text), window, scope)
                for name, text in project.param("fields")}
     assert emitted == {"query": "monitored", "operator": "hot", "parameter": "condition",
                        "value": f"raw.temp > {threshold}"}

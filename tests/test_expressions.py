@@ -1,7 +1,8 @@
-"""Tests of the expression language (compiler.expressions): parsing and precedence, every
-operator and function, type errors and their offsets, rendering and JSON round trips, refusal of
-injection attempts and oversized input, and (marked spark) agreement of `to_column` on real Spark
-with the pure-Python evaluator.
+"""Tests of the expression language (compiler.expr; its oracle tests/expression_oracle.py):
+parsing and precedence, every operator and function, type errors and their offsets, rendering
+and JSON round trips, refusal of injection attempts and oversized input, and (marked spark)
+agreement of `to_column` (executor.expression_lowering) on real Spark with the pure-Python
+evaluator.
 
 Oracles: hand-computed values and a fully parenthesised rendering written here, independent of
 the module's own `render`."""
@@ -19,12 +20,13 @@ from typing import Any
 import pytest
 
 from common.types import ColumnType, Schema
-from compiler import expressions as ex
-from compiler.expressions import (
+from compiler import expr as ex
+from compiler.expr import (
     Between, Binary, Call, ColumnRef, ExpressionError, InList, IsNull, Literal, Scope, Unary,
-    check, compile_condition, compile_expression, evaluate, from_json, parse,
-    referenced_columns, render, to_json,
+    check, compile_condition, compile_expression, parse,
 )
+from tests import expression_oracle as oracle
+from tests.expression_oracle import evaluate, from_json, referenced_columns, render, to_json
 
 UTC = timezone.utc
 RAW = Schema.of(("sensor", "string"), ("ts", "timestamp"), ("temp", "double"), ("n", "int"),
@@ -283,12 +285,12 @@ def test_nan_follows_spark_ordering() -> None:
 
 
 def test_pow_follows_java_not_c() -> None:
-    assert math.isnan(ex.java_pow(1.0, math.nan))  # C says 1.0
-    assert math.isnan(ex.java_pow(-1.0, math.inf))  # C says 1.0
-    assert ex.java_pow(math.nan, 0.0) == 1.0
-    assert ex.java_pow(-0.0, -3.0) == -math.inf
-    assert ex.java_pow(-10.0, 309.0) == -math.inf
-    assert math.isnan(ex.java_pow(-8.0, 1 / 3))
+    assert math.isnan(oracle.java_pow(1.0, math.nan))  # C says 1.0
+    assert math.isnan(oracle.java_pow(-1.0, math.inf))  # C says 1.0
+    assert oracle.java_pow(math.nan, 0.0) == 1.0
+    assert oracle.java_pow(-0.0, -3.0) == -math.inf
+    assert oracle.java_pow(-10.0, 309.0) == -math.inf
+    assert math.isnan(oracle.java_pow(-8.0, 1 / 3))
 
 
 NULLS = [
@@ -605,7 +607,7 @@ def test_hand_built_deep_trees_are_refused_everywhere() -> None:
 
 
 def test_module_does_not_import_pyspark() -> None:
-    code = ("import sys; import compiler.expressions as e; "
+    code = ("import sys; import compiler.expr as e; "
             "e.compile_expression('x > 1', e.Scope({})) if False else None; "
             "assert 'pyspark' not in sys.modules, 'pyspark imported'")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60,
@@ -620,7 +622,7 @@ def test_module_does_not_import_pyspark() -> None:
     (12345678.9, "1.23456789E7"), (math.nan, "NaN"), (-math.inf, "-Infinity"),
 ])
 def test_double_text_is_javas(x: float, text: str) -> None:
-    assert ex.java_double_text(x) == text
+    assert oracle.java_double_text(x) == text
 
 
 @pytest.mark.parametrize("s,as_int,as_double", [
@@ -630,8 +632,8 @@ def test_double_text_is_javas(x: float, text: str) -> None:
     ("9223372036854775808", None, 9.223372036854775808e18), ("", None, None),
 ])
 def test_text_casts(s: str, as_int: int | None, as_double: float | None) -> None:
-    assert ex.text_to_int(s) == as_int
-    got = ex.text_to_double(s)
+    assert oracle.text_to_int(s) == as_int
+    got = oracle.text_to_double(s)
     assert got == as_double or (got is not None and math.isnan(got) and math.isnan(as_double))
 
 
@@ -687,12 +689,14 @@ def same_value(py: Any, spark: Any) -> bool:
 def test_spark_agrees_with_the_python_evaluator(spark: Any) -> None:
     scope = Scope({"raw": SPARK_SCHEMA})
     df = spark.createDataFrame(SPARK_ROWS, SPARK_SCHEMA.ddl()).alias("raw")
+    from executor.expression_lowering import to_column
+
     typed = [compile_expression(t, scope) for t in SPARK_EXPRESSIONS]
-    columns = [ex.to_column(t.expr, scope).alias(f"c{i}") for i, t in enumerate(typed)]
+    columns = [to_column(t.expr, scope).alias(f"c{i}") for i, t in enumerate(typed)]
     collected = df.select(*columns).collect()  # the one action
     mismatches = []
     for i, t in enumerate(typed):
-        run = ex.evaluator(t.expr, scope)
+        run = oracle.evaluator(t.expr, scope)
         for r, (raw, out) in enumerate(zip(SPARK_ROWS, collected)):
             py = run({"raw": dict(zip(SPARK_SCHEMA.names, raw))})
             if not same_value(py, out[i]):

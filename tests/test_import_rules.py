@@ -21,11 +21,7 @@ OURS = frozenset(PACKAGES)
 STDLIB = frozenset(sys.stdlib_module_names)
 
 # (file, imported module) pairs that break a rule today and that a planned step removes.
-KNOWN_VIOLATIONS: frozenset[tuple[str, str]] = frozenset({
-    # removed by the expression split (issue 16, step C)
-    ("compiler/expressions.py", "pyspark.sql"),
-    ("executor/runtime.py", "compiler.expressions"),
-})
+KNOWN_VIOLATIONS: frozenset[tuple[str, str]] = frozenset()
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ import pytest
 
 from common.diagnostics import SpecError
 from common.tasks import CompiledQuery, QueryTask, partition_channel_id
-from compiler import expressions
+from compiler import expr
 from compiler.pipeline import Compilation, check_spec_text, compile_spec_text
 from compiler.tasks import cut_streams
 from tests.spec_snippets import locate
@@ -130,12 +130,12 @@ def test_generated_expressions_type_check_against_the_streams_the_program_names(
             if method not in ("filter", "project"):
                 continue
             schema = c.physical.stream(c.physical.node(str(kw["op"])).inputs[0]).schema
-            scope = expressions.Scope({str(kw["input"]): schema})
+            scope = expr.Scope({str(kw["input"]): schema})
             if method == "filter":
-                expressions.compile_condition(str(kw["condition"]), scope)
+                expr.compile_condition(str(kw["condition"]), scope)
             else:
                 for _, text in kw["fields"]:  # type: ignore[union-attr]
-                    expressions.compile_expression(text, scope)
+                    expr.compile_expression(text, scope)
             checked += 1
     assert checked > 0
 

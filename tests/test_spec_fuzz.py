@@ -24,9 +24,10 @@ import pytest
 
 from common.diagnostics import Diagnostic, SpecError
 from common.types import ColumnType
-from compiler import expressions as ex
+from compiler import expr as ex
 from compiler.pipeline import check_spec_text, compile_spec_text
 from elastiq.explain import explain
+from tests import expression_oracle as oracle
 from tests.spec_snippets import READING_TYPE, SINK, SOURCE, dataflow, with_source_and_sink
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -236,7 +237,7 @@ def with_expression(rng: random.Random, _: str) -> str:
         expression = random_tokens(rng)
     else:
         tree = random_ast(rng, rng.randrange(1, 9))
-        expression = ex.render(tree)
+        expression = oracle.render(tree)
         assert ex.parse(expression) == tree, f"render/parse round trip: {expression}"
     where = rng.choice(("condition", "field"))
     if where == "condition":

@@ -1,0 +1,86 @@
+"""When a pattern applies to an operator: the closed table of guards, decided here once.
+
+Owns `GUARDS`, guard name -> `GuardDef` (its arity, the text that documents it, and `holds`, the
+predicate), and `Subject`, what a predicate looks at. The rewrite rules name guards after
+`when` (`stateless(f)`, `partitionable(f)`: compiler.rules checks the names and arities,
+compiler.rewrite evaluates them on a match); the validator asks the same predicates before any
+rule runs (a simple standby needs `stateless`, parallelism needs `partitionable`), and the
+pipeline asks `single-input` of hot-standby replicas after rewriting. `graph.Node` is a Subject;
+the validator builds one from an operator declaration. Does not own the diagnostics: each
+caller keeps its own message and position.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol
+
+
+class Subject(Protocol):
+    """The facts about one operator that guards read."""
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def stateful(self) -> bool: ...
+
+    @property
+    def inputs(self) -> tuple[str, ...]: ...
+
+    @property
+    def partition_keys(self) -> tuple[str, ...] | None: ...
+
+    def wants(self, name: str, default: Any = None) -> Any: ...
+
+
+@dataclass(frozen=True)
+class GuardDef:
+    """One guard: `name(f, arg...)` with min_args..max_args arguments, the first a bound
+    operator and the rest words of the rule; `holds(subject, *words)`."""
+
+    name: str
+    min_args: int
+    max_args: int
+    doc: str
+    holds: Callable[..., bool]
+
+
+def stateless(s: Subject) -> bool:
+    return not s.stateful
+
+
+def stateful(s: Subject) -> bool:
+    return s.stateful
+
+
+def partitionable(s: Subject) -> bool:
+    """It can be split by its requested `partition-by` key: a stateless operator by any key,
+    a stateful one only by one of its partition keys."""
+    keys, by = s.partition_keys, s.wants("partition-by")
+    return keys is not None and (keys == () or by in keys)
+
+
+def wants(s: Subject, request: str, value: str | None = None) -> bool:
+    found = s.wants(request)
+    return found is not None and (value is None or str(found) == value)
+
+
+def of_kind(s: Subject, kind: str) -> bool:
+    return s.kind == kind
+
+
+def single_input(s: Subject) -> bool:
+    """It reads at most one stream (hot-standby replicas can be kept in step only then)."""
+    return len(s.inputs) <= 1
+
+
+GUARDS: dict[str, GuardDef] = {g.name: g for g in (
+    GuardDef("stateless", 1, 1, "f: a bound operator keeps no state", stateless),
+    GuardDef("stateful", 1, 1, "f: a bound operator keeps state", stateful),
+    GuardDef("partitionable", 1, 1, "f: a bound operator can be split by its requested key",
+             partitionable),
+    GuardDef("wants", 2, 3, "f, request[, value]: the spec asks f for a pattern", wants),
+    GuardDef("kind", 2, 2, "f, kind: a bound operator is of this kind", of_kind),
+    GuardDef("single-input", 1, 1, "f: a bound operator reads one stream", single_input),
+)}
