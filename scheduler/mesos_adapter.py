@@ -44,9 +44,9 @@ from scheduler.events import (
     ControlRequested, QueryStopRequested, QuerySubmitted, TaskMigrationRequested,
 )
 from scheduler.leadership import (
-    Action, Clock, Deposed, Elected, Fact, FencedRequest, LeaderSeen, Leadership,
-    LeadershipGained, LeadershipUpdated, Reconnected, RestoreAndRegister, SessionLost, StepDown,
-    Suspended, next_leadership,
+    Action, Clock, Deposed, Elected, EnterSafeMode, Fact, FencedRequest, LeaderSeen,
+    LeaveSafeMode, Leadership, LeadershipGained, LeadershipUpdated, Reconnected,
+    RestoreAndRegister, SessionLost, StepDown, Suspended, next_leadership,
 )
 from scheduler.control import new_request_id
 from scheduler.loop import DroppingRunner, Reply, SchedulerLoop
@@ -312,15 +312,15 @@ class SchedulerService:
                 self._changed.notify_all()
 
     def _run_action(self, action: Action) -> None:
-        sid = new_stimulus_id("leadership")
-        if isinstance(action, RestoreAndRegister):
-            self._restore_and_register(sid, action)
-        elif isinstance(action, StepDown):
-            self._persister.end()
-            self._stop_driver(failover=True)
-            self.loop.request(LeadershipUpdated(sid, self.leadership))
-        else:
-            self.loop.put(LeadershipUpdated(sid, self.leadership))
+        handler(_ACTIONS, action, "SchedulerService")(self, new_stimulus_id("leadership"), action)
+
+    def _step_down(self, sid: str, action: StepDown) -> None:
+        self._persister.end()
+        self._stop_driver(failover=True)
+        self.loop.request(LeadershipUpdated(sid, self.leadership))
+
+    def _announce(self, sid: str, action: EnterSafeMode | LeaveSafeMode) -> None:
+        self.loop.put(LeadershipUpdated(sid, self.leadership))
 
     def _restore_and_register(self, sid: str, action: RestoreAndRegister) -> None:
         framework_id = self.registry.framework_id() or self._first_framework_id
@@ -438,6 +438,12 @@ class SchedulerService:
         return snapshot(scratch)
 
 
+_ACTIONS: dict[type, Callable[[SchedulerService, str, Any], None]] = {
+    RestoreAndRegister: SchedulerService._restore_and_register,
+    StepDown: SchedulerService._step_down,
+    EnterSafeMode: SchedulerService._announce,
+    LeaveSafeMode: SchedulerService._announce,
+}
 _STOP = object()
 
 
