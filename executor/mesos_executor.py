@@ -1,16 +1,18 @@
 """The I/O shell of the executor: pymesos callbacks in, runners, status updates and heartbeats out.
 
-Owns `ElastiqExecutor` (the pymesos `Executor`: each callback turns into an event on a queue, through
-`executor.mesos_events` for TaskInfos and framework messages, and returns at once), `RunnerPool` (one worker thread that starts and stops `TaskRunner`s in order,
-builds the agent's one SparkSession lazily on the first Spark task, writes each task's program to
+Owns `ElastiqExecutor` (the pymesos `Executor`: each callback turns into an event on a queue,
+through `executor.mesos_events` for TaskInfos and framework messages, and returns at once),
+`RunnerPool` (one worker thread that starts and stops `TaskRunner`s in order, builds the agent's
+one SparkSession lazily on the first Spark task, writes each task's program to
 `<state>/<task_id>/program.py` and gives it the checkpoint folder `<state>/<task_id>/checkpoint`,
 stable across attempts), `ExecutorLoop` (the one thread that owns `ExecutorState`, polls runners,
-ticks, and runs commands, each by its function in `_RUNS` through `common.dispatch`; it alone writes each task's endpoints file, at launch before the
-runner starts and on every retarget from the scheduler), `AuthenticatedExecutorDriver` (pymesos's
-driver sending the agent's executor token, which pymesos 0.3.15 does not) and `run_executor` (the
-process: driver, loop, SIGTERM, exit code). This is the only executor module importing pymesos. Does not own decisions
-(`executor.executor_state`), the task runtime (`executor.task_runner`, `executor.runtime`) or
-the session settings (`executor.spark_session`).
+ticks, and runs commands, each by its function in `_RUNS` through `common.dispatch`; it alone
+writes each task's endpoints file, at launch before the runner starts and on every retarget from
+the scheduler), `AuthenticatedExecutorDriver` (pymesos's driver sending the agent's executor token,
+which pymesos 0.3.15 does not) and `run_executor` (the process: driver, loop, SIGTERM, exit code).
+This is the only executor module importing pymesos. Does not own decisions
+(`executor.executor_state`), the task runtime (`executor.task_runner`, `executor.runtime`) or the
+session settings (`executor.spark_session`).
 """
 
 from __future__ import annotations

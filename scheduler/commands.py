@@ -1,9 +1,9 @@
 """Commands: what the state machine asks the I/O shell to do, one frozen dataclass each.
 
-Owns the imperatives (`LaunchTasks`, `DeclineOffers`, `KillTask`, `RetargetChannels`, ...)
-and `TaskLaunch`, the launch data of one task. Messages to executors are typed
-(`common.messages`); each command's `data` is their JSON. Each command carries the `stimulus_id` of the
-event that caused it.
+Owns the imperatives (`LaunchTasks`, `DeclineOffers`, `KillTask`, `RetargetChannels`, ...) and
+`TaskLaunch`, the launch data of one task. Messages to executors are typed (`common.messages`);
+each command's `data` is their JSON. Each command carries the `stimulus_id` of the event that
+caused it.
 Does not own how they are executed (`scheduler.mesos_adapter`) nor the Mesos JSON they become
 (`scheduler.mesos_json`).
 """

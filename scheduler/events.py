@@ -4,7 +4,8 @@ Owns the vocabulary of what happened (named as facts, in the past tense) and `ne
 Every event carries a `stimulus_id` that follows it into every command and log line it causes.
 Mesos-side events are made from pymesos callbacks by `scheduler.mesos_json` and
 `scheduler.mesos_adapter` (an executor's framework message arrives typed: `HeartbeatReceived`,
-`ControlAcknowledged`, or `MessageUnreadable`); requests come from the HTTP API; `Tick` from the event loop's clock.
+`ControlAcknowledged`, or `MessageUnreadable`); requests come from the HTTP API; `Tick` from the
+event loop's clock.
 Does not own what the state machine does with them (`scheduler.state`).
 """
 

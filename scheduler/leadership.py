@@ -3,10 +3,11 @@
 Owns the values (`Term`, `Leadership`), the facts a coordination service reports (`Elected`,
 `Suspended`, `Reconnected`, `SessionLost`, `Deposed`, `Clock`), the actions they cause
 (`RestoreAndRegister`, `EnterSafeMode`, `LeaveSafeMode`, `StepDown`) through
-`next_leadership(current, fact)` (one function per fact type, in `_NEXT`), the verdict on a mutating command's epoch (`check_epoch`) and
-the scheduler-state events that carry leadership into `SchedulerState` (`LeadershipGained`,
-`LeadershipUpdated`, `FencedRequest`). Does not own any I/O: `scheduler.coordination` and
-`scheduler.zk` report the facts; `scheduler.mesos_adapter` runs the actions.
+`next_leadership(current, fact)` (one function per fact type, in `_NEXT`), the verdict on a
+mutating command's epoch (`check_epoch`) and the scheduler-state events that carry leadership into
+`SchedulerState` (`LeadershipGained`, `LeadershipUpdated`, `FencedRequest`). Does not own any I/O:
+`scheduler.coordination` and `scheduler.zk` report the facts; `scheduler.mesos_adapter` runs the
+actions.
 
 SUSPENDED puts a leader in safe mode (no launches, decisions deferred); a leader still suspended
 after a whole session timeout, or told LOST, steps down (its session is gone on the server).

@@ -38,7 +38,8 @@ from scheduler.coordination import (
     SchedulerRegistry,
 )
 from scheduler.events import (
-    AgentLost, Disconnected, ExecutorLost, OfferRescinded, OffersReceived, Registered, Reregistered, new_stimulus_id,
+    AgentLost, Disconnected, ExecutorLost, OfferRescinded, OffersReceived, Registered,
+    Reregistered, new_stimulus_id,
 )
 from scheduler.events import (
     ControlRequested, QueryStopRequested, QuerySubmitted, TaskMigrationRequested,

@@ -11,11 +11,11 @@ one task refuses; bookkeeping in `scheduler.control`).
 `handle` picks the handler for an event's type from `_HANDLERS` (through `common.dispatch`);
 executors' messages arrive typed (`common.messages`), and `launch_data` builds the typed
 `LaunchData` (the adapter does the JSON and base64). Time comes only from `Tick` events and a
-control request's id from `ControlRequested.request_id`. Leadership (`scheduler.leadership`) gates it: a leader in
-safe mode launches, restarts and kills nothing; a standby forgets every query; a mutating
-`FencedRequest` with a stale epoch is refused. `durable_placements` and `restore_query` are what
-a new leader persists and restores. Does not own any I/O: `scheduler.mesos_adapter` runs the
-commands and turns what Mesos says into events; views for the API are in `scheduler.views`.
+control request's id from `ControlRequested.request_id`. Leadership (`scheduler.leadership`) gates
+it: a leader in safe mode launches, restarts and kills nothing; a standby forgets every query; a
+mutating `FencedRequest` with a stale epoch is refused. `durable_placements` and `restore_query`
+are what a new leader persists and restores. Does not own any I/O: `scheduler.mesos_adapter` runs
+the commands and turns what Mesos says into events; views for the API are in `scheduler.views`.
 """
 
 from __future__ import annotations
@@ -43,8 +43,8 @@ from scheduler.destinations import (
 )
 from scheduler.events import (
     AgentLost, ControlAcknowledged, ControlRequested, Disconnected, Event, ExecutorLost,
-    HeartbeatReceived, MessageUnreadable, OfferRescinded, OffersReceived, QueryStopRequested, QuerySubmitted, Registered, Reregistered, StatusUpdated,
-    TaskMigrationRequested, Tick,
+    HeartbeatReceived, MessageUnreadable, OfferRescinded, OffersReceived, QueryStopRequested,
+    QuerySubmitted, Registered, Reregistered, StatusUpdated, TaskMigrationRequested, Tick,
 )
 from scheduler.leadership import (
     FencedRequest, Leadership, LeadershipGained, LeadershipUpdated, check_epoch,
