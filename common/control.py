@@ -10,7 +10,7 @@ keyword of each adjustable parameter. Does not own building the catalogue or che
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterable
 
 from common.types import Schema
 
@@ -120,6 +120,18 @@ class ControlCatalog:
             if a.operator == operator and a.parameter == parameter:
                 return a
         return None
+
+    def source_endpoints(self, tuples: Iterable[tuple[str, str, str]]
+                         ) -> list[tuple[str, str]]:
+        """(operator, value) of each tuple that sets a network source's endpoint (by its name
+        or an alias); the other tuples are not about where a source reads."""
+        found = []
+        for operator, parameter, value in tuples:
+            adjustable = self.find(operator, ALIASES.get(parameter, parameter))
+            if adjustable is not None and adjustable.kind == "network-source" \
+                    and adjustable.parameter == "endpoint":
+                found.append((operator, value))
+        return found
 
 
 @dataclass(frozen=True)

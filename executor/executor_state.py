@@ -5,28 +5,24 @@ events (facts: a task was launched or killed, a runner changed state or stopped,
 agent asked for shutdown, the scheduler sent a framework message) and returns commands
 (imperatives: start or stop a runner, rewrite a task's endpoints file, send a status update,
 send a heartbeat, exit). Every task moves along the edges of `TRANSITIONS` only; a
-missing edge raises `IllegalTransition` with the task's history. Also owns `read_launch`, which
-turns a Mesos TaskInfo into a checked `TaskLaunch`, `read_message`/`read_retarget`/
-`read_control` for the scheduler's framework messages (`{"kind": "retarget", "task": <mesos task
-id>, "endpoints": {channel id: endpoint}}`: a channel the task reads moved; `{"kind": "control",
-"task": ..., "version": n, "params": {op: {keyword: value}}, "request": id}`: control tuples to
-apply at a batch boundary), and the JSON of the heartbeat and of a control acknowledgement.
+missing edge raises `IllegalTransition` with the task's history. The scheduler's framework
+messages arrive typed (`common.messages.RetargetMessage`: a channel the task reads moved;
+`ControlMessage`: a task's parameter set to apply at a batch boundary). `handle` picks the
+handler from `_HANDLERS` (event type -> function) through `common.dispatch`.
 Does not own pymesos, Spark, threads, files or the clock (`executor.mesos_executor` runs the
-commands and reports what happened as new events).
+commands and reports what happened as new events), nor reading TaskInfos and message bytes
+(`executor.mesos_events`).
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 import logging
-import re
 from dataclasses import dataclass, field
-from typing import Any, Literal, Mapping, Union
+from typing import Any, Callable, Literal, Mapping, Union
 
-from common.tasks import QueryTask
-from executor.channel_auth import ChannelKeyError, TaskKeys
+from common.dispatch import handler
+from common.messages import ControlMessage, RetargetMessage
+from executor.channel_auth import TaskKeys
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +33,6 @@ MesosState = Literal["TASK_STARTING", "TASK_RUNNING", "TASK_FINISHED", "TASK_FAI
 
 TERMINAL_PHASES: frozenset[str] = frozenset({"finished", "failed", "killed"})
 REASON_INVALID = "REASON_TASK_INVALID"  # Mesos TaskStatus.Reason for tasks that cannot run
-_SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 
 # (from, to) -> what triggers the edge. A task starts in "launching" (TaskLaunched).
 TRANSITIONS: dict[tuple[str, str], str] = {
@@ -60,14 +55,6 @@ class IllegalTransition(RuntimeError):
         lines = "; ".join(f"{h.stimulus_id}: {h.start}->{h.finish}" for h in history)
         super().__init__(f"task {mesos_task_id}: no transition {start} -> {finish} "
                          f"(history: {lines or 'none'})")
-
-
-class LaunchDataError(ValueError):
-    """A TaskInfo whose data is not a task this executor can run; the message says why."""
-
-
-class MessageError(ValueError):
-    """A framework message from the scheduler that cannot be read; the message says why."""
 
 
 # --- values ---------------------------------------------------------------------------------------
@@ -127,7 +114,7 @@ class TaskLaunched:
 
 @dataclass(frozen=True)
 class LaunchRejected:
-    """A TaskInfo arrived whose data could not be read (see `read_launch`)."""
+    """A TaskInfo arrived whose data could not be read (see `executor.mesos_events`)."""
 
     stimulus_id: str
     mesos_task_id: str
@@ -180,11 +167,27 @@ class ShutdownRequested:
 
 
 @dataclass(frozen=True)
-class FrameworkMessageReceived:
-    """A framework message from the scheduler, as pymesos delivers it (base64 text)."""
+class ControlReceived:
+    """The scheduler sent a task's new parameter set (`executor.mesos_events.message_event`)."""
 
     stimulus_id: str
-    data: str | bytes
+    message: ControlMessage
+
+
+@dataclass(frozen=True)
+class RetargetReceived:
+    """The scheduler says channels a task reads moved."""
+
+    stimulus_id: str
+    message: RetargetMessage
+
+
+@dataclass(frozen=True)
+class MessageUnreadable:
+    """A framework message from the scheduler that could not be read, and why."""
+
+    stimulus_id: str
+    why: str
 
 
 @dataclass(frozen=True)
@@ -214,7 +217,8 @@ class ParamsRefused:
 
 Event = Union[Registered, TaskLaunched, LaunchRejected, TaskKilled, RunnerStatusChanged,
               RunnerStartFailed, RunnerStopped, Tick, ShutdownRequested,
-              FrameworkMessageReceived, ParamsApplied, ParamsRefused]
+              ControlReceived, RetargetReceived, MessageUnreadable, ParamsApplied,
+              ParamsRefused]
 
 
 # --- commands (imperatives) -----------------------------------------------------------------------
@@ -300,150 +304,6 @@ Command = Union[StartRunner, StopRunner, WriteEndpoints, ApplyParams, SendContro
                 SendHeartbeat, Exit]
 
 
-# --- reading a launch (pure) ----------------------------------------------------------------------
-
-def _decode_data(raw: Any) -> dict[str, Any]:
-    if not isinstance(raw, str) or not raw:
-        raise LaunchDataError("TaskInfo.data is missing")
-    try:
-        payload = json.loads(base64.b64decode(raw, validate=True).decode("utf-8"))
-    except (binascii.Error, UnicodeDecodeError, ValueError) as exc:
-        raise LaunchDataError(f"TaskInfo.data is not base64 of JSON: {exc}") from None
-    if not isinstance(payload, dict):
-        raise LaunchDataError("TaskInfo.data must be a JSON object")
-    return payload
-
-
-def _endpoints(raw: Any) -> dict[str, str]:
-    if raw is None:
-        return {}
-    if not isinstance(raw, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) and v.startswith("tcp://")
-            for k, v in raw.items()):
-        raise LaunchDataError("endpoints must map channel ids to 'tcp://host:port' strings")
-    return dict(raw)
-
-
-def _query_task(raw: Any) -> QueryTask:
-    if not isinstance(raw, dict):
-        raise LaunchDataError("'task' must be a QueryTask JSON object")
-    try:
-        task = QueryTask.from_json(raw)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise LaunchDataError(f"'task' is not a QueryTask: missing or bad {exc}") from None
-    if not _SAFE_ID.match(task.task_id) or ".." in task.task_id:
-        raise LaunchDataError(f"task id {task.task_id!r} is not a safe name "
-                              "(letters, digits, '.', '_', '-')")
-    if not isinstance(task.program, str) or not task.program.strip():
-        raise LaunchDataError(f"task {task.task_id} has no program")
-    return task
-
-
-def read_launch(task_info: Mapping[str, Any]) -> TaskLaunch:
-    """A Mesos TaskInfo -> TaskLaunch; raises LaunchDataError naming what is wrong."""
-    mesos_task_id = mesos_task_id_of(task_info)
-    payload = _decode_data(task_info.get("data"))
-    task = _query_task(payload.get("task"))
-    attempt = payload.get("attempt", 1)
-    if not isinstance(attempt, int) or isinstance(attempt, bool) or attempt < 1:
-        raise LaunchDataError(f"attempt must be a positive integer, got {attempt!r}")
-    version, params = _control(payload.get("control") or {"version": 0, "params": {}})
-    return TaskLaunch(mesos_task_id, task.task_id, task.query_id, task.kind, task.program,
-                      _endpoints(payload.get("endpoints")), attempt, task.outputs, params,
-                      version, _keys(payload.get("keys")))
-
-
-def _keys(raw: Any) -> TaskKeys | None:
-    """The launch's channel keys; LaunchDataError (never quoting a key) when malformed."""
-    if raw is None:
-        return None
-    try:
-        return TaskKeys.from_json(raw)
-    except ChannelKeyError as exc:
-        raise LaunchDataError(f"keys: {exc}") from None
-
-
-def _control(raw: Any) -> tuple[int, dict[str, dict[str, Any]]]:
-    """`{"version": n, "params": {op: {keyword: value}}}` -> (n, params); LaunchDataError."""
-    if not isinstance(raw, Mapping):
-        raise LaunchDataError("control must be a JSON object")
-    version, params = raw.get("version", 0), raw.get("params", {})
-    if not isinstance(version, int) or isinstance(version, bool) or version < 0:
-        raise LaunchDataError(f"control version must be a whole number >= 0, got {version!r}")
-    if not isinstance(params, Mapping) or not all(
-            isinstance(op, str) and isinstance(values, Mapping)
-            and all(isinstance(k, str) for k in values) for op, values in params.items()):
-        raise LaunchDataError("control params must map operator ids to {keyword: value}")
-    return version, {op: dict(values) for op, values in params.items()}
-
-
-def mesos_task_id_of(task_info: Mapping[str, Any]) -> str:
-    """`{"task_id": {"value": "x"}}` -> "x"; LaunchDataError when absent."""
-    inner = task_info.get("task_id")
-    value = inner.get("value") if isinstance(inner, Mapping) else None
-    if not isinstance(value, str) or not value:
-        raise LaunchDataError("TaskInfo.task_id.value is missing")
-    return value
-
-
-def read_message(raw: str | bytes) -> dict[str, Any]:
-    """A scheduler's framework message (base64 of a JSON object) -> the object; MessageError."""
-    try:
-        text = raw.encode("ascii") if isinstance(raw, str) else raw
-        message = json.loads(base64.b64decode(text, validate=True).decode("utf-8"))
-    except (binascii.Error, UnicodeError, ValueError) as exc:
-        raise MessageError(f"not base64 of JSON: {exc}") from None
-    if not isinstance(message, dict):
-        raise MessageError("not a JSON object")
-    return message
-
-
-def read_retarget(message: Mapping[str, Any]) -> tuple[str, dict[str, str]]:
-    """A retarget message -> (mesos task id, {channel id: endpoint}); MessageError."""
-    task = message.get("task")
-    if not isinstance(task, str) or not task:
-        raise MessageError("retarget without a 'task' (mesos task id)")
-    try:
-        endpoints = _endpoints(message.get("endpoints"))
-    except LaunchDataError as exc:
-        raise MessageError(f"retarget of {task}: {exc}") from None
-    if not endpoints:
-        raise MessageError(f"retarget of {task} names no endpoints")
-    return task, endpoints
-
-
-def read_control(message: Mapping[str, Any]) -> tuple[str, str, int, dict[str, dict[str, Any]]]:
-    """A control message -> (mesos task id, request id, version, params); MessageError."""
-    task, request = message.get("task"), message.get("request")
-    if not isinstance(task, str) or not task:
-        raise MessageError("control without a 'task' (mesos task id)")
-    if not isinstance(request, str) or not request:
-        raise MessageError(f"control of {task} without a 'request' id")
-    try:
-        version, params = _control(message)
-    except LaunchDataError as exc:
-        raise MessageError(f"control of {task}: {exc}") from None
-    if version < 1:
-        raise MessageError(f"control of {task}: version must be >= 1")
-    return task, request, version, params
-
-
-def control_ack_message(ack: SendControlAck) -> bytes:
-    """The framework message a control acknowledgement is sent as (JSON, before base64)."""
-    return json.dumps({"kind": "control-ack", "task": ack.mesos_task_id, "request": ack.request,
-                       "version": ack.version, "applied": ack.applied, "epoch": ack.epoch,
-                       "pause_s": round(ack.pause_s, 4), "message": ack.message,
-                       "at": ack.at},
-                      sort_keys=True).encode("utf-8")
-
-
-def heartbeat_message(executor_id: str, figures: Mapping[str, Mapping[str, Any]]) -> bytes:
-    """The framework message a heartbeat is sent as (JSON, before Mesos' base64)."""
-    return json.dumps({"kind": "heartbeat", "executor_id": executor_id,
-                       "tasks": {k: dict(v) for k, v in figures.items()}},
-                      sort_keys=True).encode("utf-8")
-
-
 # --- the state machine ----------------------------------------------------------------------------
 
 @dataclass
@@ -483,10 +343,7 @@ class ExecutorState:
         self.shutting_down = False
 
     def handle(self, event: Event) -> list[Command]:
-        handler = getattr(self, f"_on_{type(event).__name__}", None)
-        if handler is None:
-            raise TypeError(f"ExecutorState: unknown event {event!r}")
-        return handler(event)
+        return handler(_HANDLERS, event, "ExecutorState")(self, event)
 
     def live_tasks(self) -> list[TaskRecord]:
         return [t for t in self.tasks.values() if t.live]
@@ -596,32 +453,25 @@ class ExecutorState:
 
     # --- messages from the scheduler ---------------------------------------------------------
 
-    def _on_FrameworkMessageReceived(self, ev: FrameworkMessageReceived) -> list[Command]:
-        sid = ev.stimulus_id
-        try:
-            message = read_message(ev.data)
-            kind = message.get("kind")
-            if kind == "control":
-                return self._control(sid, *read_control(message))
-            if kind != "retarget":
-                raise MessageError(f"unknown kind {kind!r}")
-            mesos_task_id, endpoints = read_retarget(message)
-        except MessageError as exc:
-            log.warning("[%s] executor %s: framework message ignored: %s", sid, self.executor_id,
-                        exc)
-            return []
-        return self._retarget(sid, mesos_task_id, endpoints)
+    def _on_MessageUnreadable(self, ev: MessageUnreadable) -> list[Command]:
+        log.warning("[%s] executor %s: framework message ignored: %s", ev.stimulus_id,
+                    self.executor_id, ev.why)
+        return []
 
-    def _control(self, sid: str, mesos_task_id: str, request: str, version: int,
-                 params: dict[str, dict[str, Any]]) -> list[Command]:
+    def _on_RetargetReceived(self, ev: RetargetReceived) -> list[Command]:
+        return self._retarget(ev.stimulus_id, ev.message.task, dict(ev.message.endpoints))
+
+    def _on_ControlReceived(self, ev: ControlReceived) -> list[Command]:
         """Control tuples for a task: applied by its runner if it runs; refused (nothing
         touched) if it is not here or not running; an old version is acknowledged as is."""
+        sid, m = ev.stimulus_id, ev.message
+        mesos_task_id, request, version, params = m.task, m.request, m.version, m.params
         task = self.tasks.get(mesos_task_id)
         if task is None or task.phase != "running":
             why = f"task is {task.phase}" if task else "task is not on this executor"
             log.warning("[%s] task %s: control %s refused (%s)", sid, mesos_task_id, request, why)
             return [SendControlAck(sid, mesos_task_id, request, version, False, message=why)]
-        if version <= task.params_version:
+        if not m.param_set.newer_than(task.params_version):
             log.info("[%s] task %s: control %s (version %s) already asked", sid, mesos_task_id,
                      request, version)
             return []
@@ -694,3 +544,21 @@ class ExecutorState:
                 commands += self._begin_stop(task, ev.stimulus_id, f"executor shutdown: {ev.why}")
         self.shutting_down = True
         return commands + [Exit(ev.stimulus_id, 0)]
+
+
+_HANDLERS: dict[type, Callable[[ExecutorState, Any], list[Command]]] = {
+    Registered: ExecutorState._on_Registered,
+    TaskLaunched: ExecutorState._on_TaskLaunched,
+    LaunchRejected: ExecutorState._on_LaunchRejected,
+    TaskKilled: ExecutorState._on_TaskKilled,
+    RunnerStatusChanged: ExecutorState._on_RunnerStatusChanged,
+    RunnerStartFailed: ExecutorState._on_RunnerStartFailed,
+    RunnerStopped: ExecutorState._on_RunnerStopped,
+    ControlReceived: ExecutorState._on_ControlReceived,
+    RetargetReceived: ExecutorState._on_RetargetReceived,
+    MessageUnreadable: ExecutorState._on_MessageUnreadable,
+    ParamsApplied: ExecutorState._on_ParamsApplied,
+    ParamsRefused: ExecutorState._on_ParamsRefused,
+    Tick: ExecutorState._on_Tick,
+    ShutdownRequested: ExecutorState._on_ShutdownRequested,
+}

@@ -1,16 +1,18 @@
 """The I/O shell of the executor: pymesos callbacks in, runners, status updates and heartbeats out.
 
-Owns `ElastiqExecutor` (the pymesos `Executor`: each callback turns into an event on a queue and
-returns at once), `RunnerPool` (one worker thread that starts and stops `TaskRunner`s in order,
-builds the agent's one SparkSession lazily on the first Spark task, writes each task's program to
+Owns `ElastiqExecutor` (the pymesos `Executor`: each callback turns into an event on a queue,
+through `executor.mesos_events` for TaskInfos and framework messages, and returns at once),
+`RunnerPool` (one worker thread that starts and stops `TaskRunner`s in order, builds the agent's
+one SparkSession lazily on the first Spark task, writes each task's program to
 `<state>/<task_id>/program.py` and gives it the checkpoint folder `<state>/<task_id>/checkpoint`,
 stable across attempts), `ExecutorLoop` (the one thread that owns `ExecutorState`, polls runners,
-ticks, and runs commands; it alone writes each task's endpoints file, at launch before the
-runner starts and on every retarget from the scheduler), `AuthenticatedExecutorDriver` (pymesos's
-driver sending the agent's executor token, which pymesos 0.3.15 does not) and `run_executor` (the
-process: driver, loop, SIGTERM, exit code). This is the only executor module importing pymesos. Does not own decisions
-(`executor.executor_state`), the task runtime (`executor.task_runner`, `executor.runtime`) or
-the session settings (`executor.spark_session`).
+ticks, and runs commands, each by its function in `_RUNS` through `common.dispatch`; it alone
+writes each task's endpoints file, at launch before the runner starts and on every retarget from
+the scheduler), `AuthenticatedExecutorDriver` (pymesos's driver sending the agent's executor token,
+which pymesos 0.3.15 does not) and `run_executor` (the process: driver, loop, SIGTERM, exit code).
+This is the only executor module importing pymesos. Does not own decisions
+(`executor.executor_state`), the task runtime (`executor.task_runner`, `executor.runtime`) or the
+session settings (`executor.spark_session`).
 """
 
 from __future__ import annotations
@@ -29,15 +31,15 @@ from typing import Any, Callable, Mapping, Protocol
 
 from pymesos import Executor, MesosExecutorDriver
 
+from common.dispatch import handler
 from executor.endpoints_file import endpoints_path, write_endpoints
 from executor.executor_state import (ApplyParams, Command, Event, Exit, ExecutorState,
-                                     FrameworkMessageReceived, LaunchDataError, LaunchRejected,
                                      ParamsApplied, ParamsRefused, Registered, RunnerStartFailed,
                                      RunnerStatusChanged, RunnerStopped, SendControlAck,
                                      SendHeartbeat, SendStatus, ShutdownRequested, StartRunner,
-                                     StopRunner, TaskFigures, TaskKilled, TaskLaunch, TaskLaunched,
-                                     Tick, WriteEndpoints, control_ack_message, heartbeat_message,
-                                     mesos_task_id_of, read_launch)
+                                     StopRunner, TaskFigures, TaskKilled, TaskLaunch, Tick,
+                                     WriteEndpoints)
+from executor.mesos_events import ack_bytes, heartbeat_bytes, launch_event, message_event
 
 log = logging.getLogger(__name__)
 
@@ -313,22 +315,10 @@ class ExecutorLoop:
         return blocked(task_id) if task_id is not None and blocked is not None else (0.0, 0.0)
 
     def _run(self, command: Command) -> None:
-        if isinstance(command, StartRunner):
-            self._start(command)
-        elif isinstance(command, StopRunner):
-            self.pool.submit(command)
-        elif isinstance(command, WriteEndpoints):
-            self._write_endpoints(command)
-        elif isinstance(command, ApplyParams):
-            self._apply_params(command)
-        elif isinstance(command, SendControlAck):
-            self._send_control_ack(command)
-        elif isinstance(command, SendStatus):
-            self._send_status(command)
-        elif isinstance(command, SendHeartbeat):
-            self._send_heartbeat(command)
-        elif isinstance(command, Exit):
-            self._exit(command)
+        handler(_RUNS, command, "ExecutorLoop")(self, command)
+
+    def _stop(self, command: StopRunner) -> None:
+        self.pool.submit(command)
 
     def _start(self, command: StartRunner) -> None:
         """Write the task's endpoints file, then have the pool start its runner. The file is
@@ -384,7 +374,7 @@ class ExecutorLoop:
                          daemon=True).start()
 
     def _send_control_ack(self, command: SendControlAck) -> None:
-        data = control_ack_message(command)
+        data = ack_bytes(command)
         try:
             self.driver.sendFrameworkMessage(base64.b64encode(data).decode("ascii"))
         except Exception as exc:
@@ -408,7 +398,7 @@ class ExecutorLoop:
                       command.state, exc)
 
     def _send_heartbeat(self, command: SendHeartbeat) -> None:
-        data = heartbeat_message(self.config.executor_id, command.figures)
+        data = heartbeat_bytes(self.config.executor_id, command.figures)
         try:
             self.driver.sendFrameworkMessage(base64.b64encode(data).decode("ascii"))
         except Exception as exc:
@@ -420,6 +410,18 @@ class ExecutorLoop:
                  self.config.executor_id)
         self.pool.close(timeout=self.config.stop_timeout_seconds * 2)
         self.exit_code = command.code
+
+
+_RUNS: dict[type, Callable[["ExecutorLoop", Any], None]] = {
+    StartRunner: ExecutorLoop._start,
+    StopRunner: ExecutorLoop._stop,
+    WriteEndpoints: ExecutorLoop._write_endpoints,
+    ApplyParams: ExecutorLoop._apply_params,
+    SendControlAck: ExecutorLoop._send_control_ack,
+    SendStatus: ExecutorLoop._send_status,
+    SendHeartbeat: ExecutorLoop._send_heartbeat,
+    Exit: ExecutorLoop._exit,
+}
 
 
 # --- pymesos callbacks ----------------------------------------------------------------------------
@@ -448,23 +450,19 @@ class ElastiqExecutor(Executor):
 
     def launchTask(self, driver: Any, task: Any) -> None:
         sid = stimulus("launch")
-        try:
-            self.put(TaskLaunched(sid, read_launch(task)))
-        except LaunchDataError as exc:
-            try:
-                mesos_task_id = mesos_task_id_of(task)
-            except LaunchDataError:
-                log.error("[%s] executor %s: a TaskInfo without a task id was dropped: %s", sid,
-                          self.executor_id, exc)
-                return
-            self.put(LaunchRejected(sid, mesos_task_id, str(exc)))
+        event = launch_event(sid, task)
+        if event is None:
+            log.error("[%s] executor %s: a TaskInfo without a task id was dropped: %s", sid,
+                      self.executor_id, "TaskInfo.task_id.value is missing")
+            return
+        self.put(event)
 
     def killTask(self, driver: Any, taskId: Any) -> None:
         self.put(TaskKilled(stimulus("kill"), str(taskId.get("value", ""))))
 
     def frameworkMessage(self, driver: Any, message: Any) -> None:
         """`message` is the base64 text of the scheduler's data (pymesos passes it on as is)."""
-        self.put(FrameworkMessageReceived(stimulus("message"), message or ""))
+        self.put(message_event(stimulus("message"), message or ""))
 
     def shutdown(self, driver: Any) -> None:
         why = ("the stream to the agent closed" if self._connection_lost

@@ -28,6 +28,7 @@ from typing import Any, Literal, Mapping, Sequence
 
 from pyspark.sql import SparkSession
 
+from common.messages import ParamSet
 from executor.batch_gate import await_commit, next_batch_id
 from executor.runtime import TaskRuntime
 
@@ -250,7 +251,7 @@ class TaskRunner:
                 raise ReconfigureFailed(f"task {self.task_id} has no running query")
             if self._stop.is_set():
                 raise ReconfigureFailed(f"task {self.task_id} is stopping")
-            if version <= self.params_version:
+            if not ParamSet(version, params).newer_than(self.params_version):
                 return Reconfigured(self.params_version, -1, 0.0)
             changes = live_changes(self.kwargs.get("params", {}), params,
                                    {key: p.program_value for key, p in rt.live.items()})

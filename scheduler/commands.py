@@ -1,17 +1,19 @@
 """Commands: what the state machine asks the I/O shell to do, one frozen dataclass each.
 
-Owns the imperatives (`LaunchTasks`, `DeclineOffers`, `KillTask`, `RetargetChannels`, ...)
-and `TaskLaunch`, the launch data of one task. Each command carries the `stimulus_id` of the
-event that caused it.
+Owns the imperatives (`LaunchTasks`, `DeclineOffers`, `KillTask`, `RetargetChannels`, ...) and
+`TaskLaunch`, the launch data of one task. Messages to executors are typed (`common.messages`);
+each command's `data` is their JSON. Each command carries the `stimulus_id` of the event that
+caused it.
 Does not own how they are executed (`scheduler.mesos_adapter`) nor the Mesos JSON they become
 (`scheduler.mesos_json`).
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Union
+
+from common import messages
 
 
 @dataclass(frozen=True)
@@ -24,8 +26,8 @@ class TaskLaunch:
     cpus: float
     mem_mb: float
     ports: tuple[int, ...]
-    # {"task": ..., "endpoints": ..., "attempt": n, "query": ..., "keys": ...}; holds the task's
-    # secret channel key, so it is never in a repr
+    # `common.messages.LaunchData` as JSON text; holds the task's secret channel key, so it is
+    # never in a repr
     data: str = field(repr=False)
 
 
@@ -73,10 +75,16 @@ class SuppressOffers:
 
 @dataclass(frozen=True)
 class SendFrameworkMessage:
+    """A control message to a task's executor (JSON `data`; the adapter adds base64)."""
+
     stimulus_id: str
     agent_id: str
     executor_id: str
-    data: bytes
+    message: messages.ControlMessage
+
+    @property
+    def data(self) -> bytes:
+        return messages.encode(self.message)
 
 
 @dataclass(frozen=True)
@@ -92,9 +100,12 @@ class RetargetChannels:
     endpoints: tuple[tuple[str, str], ...]  # (channel id, new endpoint), sorted
 
     @property
+    def message(self) -> messages.RetargetMessage:
+        return messages.RetargetMessage(self.mesos_task_id, self.endpoints)
+
+    @property
     def data(self) -> bytes:
-        return json.dumps({"kind": "retarget", "task": self.mesos_task_id,
-                           "endpoints": dict(self.endpoints)}, sort_keys=True).encode("utf-8")
+        return messages.encode(self.message)
 
 
 @dataclass(frozen=True)

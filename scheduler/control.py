@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from common.control import Change, ControlCatalog, ControlRefused
+from common.messages import ParamSet
 from compiler.control import MAX_RATE, MIN_RATE, check_tuple
 
 RequestState = Literal["pending", "applied", "refused"]
@@ -26,6 +27,8 @@ _ids = itertools.count(1)
 
 
 def new_request_id(query_id: str) -> str:
+    """A fresh control request id (wall clock and a counter): minted at the edge, carried by
+    `ControlRequested.request_id`, never inside the state machine."""
     return f"{query_id}-c{int(time.time() * 1000) % 10**9}-{next(_ids)}"
 
 
@@ -72,9 +75,14 @@ class QueryControl:
     requests: dict[str, ControlRequest] = field(default_factory=dict)
     history: list[dict[str, Any]] = field(default_factory=list)
 
+    def param_set(self, task_id: str) -> ParamSet:
+        """What a launch of `task_id` (and a control message to it) carries: the version and
+        its parameters."""
+        return ParamSet(self.version, self.task_params.get(task_id, {}))
+
     def params_of(self, task_id: str) -> dict[str, Any]:
-        """What a launch of `task_id` carries: the version and its parameters."""
-        return {"version": self.version, "params": self.task_params.get(task_id, {})}
+        """`param_set` as JSON."""
+        return self.param_set(task_id).to_json()
 
     def to_json(self) -> dict[str, Any]:
         return {"version": self.version, "values": self.values, "task_params": self.task_params,

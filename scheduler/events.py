@@ -3,7 +3,9 @@
 Owns the vocabulary of what happened (named as facts, in the past tense) and `new_stimulus_id`.
 Every event carries a `stimulus_id` that follows it into every command and log line it causes.
 Mesos-side events are made from pymesos callbacks by `scheduler.mesos_json` and
-`scheduler.mesos_adapter`; requests come from the HTTP API; `Tick` from the event loop's clock.
+`scheduler.mesos_adapter` (an executor's framework message arrives typed: `HeartbeatReceived`,
+`ControlAcknowledged`, or `MessageUnreadable`); requests come from the HTTP API; `Tick` from the
+event loop's clock.
 Does not own what the state machine does with them (`scheduler.state`).
 """
 
@@ -13,7 +15,9 @@ import itertools
 from dataclasses import dataclass
 from typing import Literal, Union
 
+from common.messages import ControlAck, Heartbeat
 from common.tasks import CompiledQuery
+from scheduler.control import new_request_id
 from scheduler.placement import Offer
 from scheduler.query_source import QuerySource
 
@@ -90,14 +94,33 @@ class ExecutorLost:
 
 
 @dataclass(frozen=True)
-class FrameworkMessageReceived:
-    """A message from an executor; heartbeats are JSON
-    `{"kind": "heartbeat", "tasks": {mesos_task_id: {figure: number}}}`."""
+class HeartbeatReceived:
+    """An executor's heartbeat (`common.messages.Heartbeat`: figures per mesos task id)."""
 
     stimulus_id: str
     agent_id: str
     executor_id: str
-    data: bytes
+    heartbeat: Heartbeat
+
+
+@dataclass(frozen=True)
+class ControlAcknowledged:
+    """An executor's answer to a control request on one task."""
+
+    stimulus_id: str
+    agent_id: str
+    executor_id: str
+    ack: ControlAck
+
+
+@dataclass(frozen=True)
+class MessageUnreadable:
+    """A framework message from an executor that could not be read, and why."""
+
+    stimulus_id: str
+    agent_id: str
+    executor_id: str
+    why: str
 
 
 @dataclass(frozen=True)
@@ -121,6 +144,11 @@ class ControlRequested:
     stimulus_id: str
     query_id: str
     tuples: tuple[tuple[str, str, str], ...]  # (operator, parameter, value)
+    request_id: str = ""  # minted by the edge (`scheduler.control.new_request_id`); "" mints one
+
+    def __post_init__(self) -> None:
+        if not self.request_id:
+            object.__setattr__(self, "request_id", new_request_id(self.query_id))
 
 
 @dataclass(frozen=True)
@@ -142,6 +170,7 @@ class Tick:
 
 Event = Union[
     Registered, Reregistered, Disconnected, OffersReceived, OfferRescinded, StatusUpdated,
-    AgentLost, ExecutorLost, FrameworkMessageReceived, QuerySubmitted, QueryStopRequested,
+    AgentLost, ExecutorLost, HeartbeatReceived, ControlAcknowledged, MessageUnreadable,
+    QuerySubmitted, QueryStopRequested,
     ControlRequested, TaskMigrationRequested, Tick,
 ]

@@ -3,10 +3,11 @@
 Owns the values (`Term`, `Leadership`), the facts a coordination service reports (`Elected`,
 `Suspended`, `Reconnected`, `SessionLost`, `Deposed`, `Clock`), the actions they cause
 (`RestoreAndRegister`, `EnterSafeMode`, `LeaveSafeMode`, `StepDown`) through
-`next_leadership(current, fact)`, the verdict on a mutating command's epoch (`check_epoch`) and
-the scheduler-state events that carry leadership into `SchedulerState` (`LeadershipGained`,
-`LeadershipUpdated`, `FencedRequest`). Does not own any I/O: `scheduler.coordination` and
-`scheduler.zk` report the facts; `scheduler.mesos_adapter` runs the actions.
+`next_leadership(current, fact)` (one function per fact type, in `_NEXT`), the verdict on a
+mutating command's epoch (`check_epoch`) and the scheduler-state events that carry leadership into
+`SchedulerState` (`LeadershipGained`, `LeadershipUpdated`, `FencedRequest`). Does not own any I/O:
+`scheduler.coordination` and `scheduler.zk` report the facts; `scheduler.mesos_adapter` runs the
+actions.
 
 SUSPENDED puts a leader in safe mode (no launches, decisions deferred); a leader still suspended
 after a whole session timeout, or told LOST, steps down (its session is gone on the server).
@@ -15,7 +16,9 @@ after a whole session timeout, or told LOST, steps down (its session is gone on 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Literal, Union
+from typing import Any, Callable, Literal, Union
+
+from common.dispatch import handler
 
 Role = Literal["standby", "leader", "safe_mode"]
 
@@ -114,36 +117,69 @@ class StepDown:
 Action = Union[RestoreAndRegister, EnterSafeMode, LeaveSafeMode, StepDown]
 
 
-def next_leadership(current: Leadership, fact: Fact, session_timeout: float = 10.0
-                    ) -> tuple[Leadership, tuple[Action, ...]]:
-    """The leadership after `fact`, and what must be done about it."""
-    leading = current.role in ("leader", "safe_mode")
-    if isinstance(fact, Elected):
-        if leading and current.term == fact.term:
-            return current, ()
-        steps: tuple[Action, ...] = (StepDown("re-elected in a new term"),) if leading else ()
-        return Leadership("leader", fact.term, fact.address), steps + (
-            RestoreAndRegister(fact.term),)
-    if isinstance(fact, LeaderSeen):
-        return (current if leading else replace(current, leader=fact.address)), ()
-    if not leading:
+Next = tuple[Leadership, tuple[Action, ...]]
+
+
+def next_leadership(current: Leadership, fact: Fact, session_timeout: float = 10.0) -> Next:
+    """The leadership after `fact`, and what must be done about it (the handler for the fact's
+    type in `_NEXT`, through `common.dispatch`). Only an election or a leader sighting
+    concerns a standby."""
+    step = handler(_NEXT, fact, "next_leadership")
+    if step not in _ANY_ROLE and current.role not in ("leader", "safe_mode"):
         return current, ()
-    if isinstance(fact, Suspended):
-        if current.role == "safe_mode":
-            return current, ()
-        return replace(current, role="safe_mode", suspended_at=fact.at), (EnterSafeMode(),)
-    if isinstance(fact, Reconnected):
-        if current.role != "safe_mode":
-            return current, ()
-        return replace(current, role="leader", suspended_at=None), (LeaveSafeMode(),)
-    if isinstance(fact, Clock):
-        if current.suspended_at is None or fact.now - current.suspended_at < session_timeout:
-            return current, ()
-        return _standby(), (StepDown(f"suspended for over the {session_timeout:g} s session "
-                                     "timeout"),)
-    if isinstance(fact, SessionLost):
-        return _standby(), (StepDown("ZooKeeper session lost"),)
+    return step(current, fact, session_timeout)
+
+
+def _elected(current: Leadership, fact: Elected, session_timeout: float) -> Next:
+    leading = current.role in ("leader", "safe_mode")
+    if leading and current.term == fact.term:
+        return current, ()
+    steps: tuple[Action, ...] = (StepDown("re-elected in a new term"),) if leading else ()
+    return Leadership("leader", fact.term, fact.address), steps + (RestoreAndRegister(fact.term),)
+
+
+def _leader_seen(current: Leadership, fact: LeaderSeen, session_timeout: float) -> Next:
+    leading = current.role in ("leader", "safe_mode")
+    return (current if leading else replace(current, leader=fact.address)), ()
+
+
+def _suspended(current: Leadership, fact: Suspended, session_timeout: float) -> Next:
+    if current.role == "safe_mode":
+        return current, ()
+    return replace(current, role="safe_mode", suspended_at=fact.at), (EnterSafeMode(),)
+
+
+def _reconnected(current: Leadership, fact: Reconnected, session_timeout: float) -> Next:
+    if current.role != "safe_mode":
+        return current, ()
+    return replace(current, role="leader", suspended_at=None), (LeaveSafeMode(),)
+
+
+def _clock(current: Leadership, fact: Clock, session_timeout: float) -> Next:
+    if current.suspended_at is None or fact.now - current.suspended_at < session_timeout:
+        return current, ()
+    return _standby(), (StepDown(f"suspended for over the {session_timeout:g} s session "
+                                 "timeout"),)
+
+
+def _session_lost(current: Leadership, fact: SessionLost, session_timeout: float) -> Next:
+    return _standby(), (StepDown("ZooKeeper session lost"),)
+
+
+def _deposed(current: Leadership, fact: Deposed, session_timeout: float) -> Next:
     return _standby(), (StepDown(fact.reason),)
+
+
+_NEXT: dict[type, Callable[[Leadership, Any, float], Next]] = {
+    Elected: _elected,
+    LeaderSeen: _leader_seen,
+    Suspended: _suspended,
+    Reconnected: _reconnected,
+    Clock: _clock,
+    SessionLost: _session_lost,
+    Deposed: _deposed,
+}
+_ANY_ROLE = (_elected, _leader_seen)  # the facts a standby acts on too
 
 
 def _standby() -> Leadership:

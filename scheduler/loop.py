@@ -18,6 +18,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
+from common.control import ControlCatalog
 from common.tasks import CompiledQuery
 from scheduler.commands import Command, ReplyToRequest
 from scheduler.config import SchedulerConfig
@@ -123,9 +124,14 @@ class SchedulerLoop:
             q = self.state.queries.get(query_id)
             return None if q is None else query_view(q, self.state.unplaced)
 
+    def query_catalog(self, query_id: str) -> ControlCatalog | None:
+        """What may change in a query (None: no such query)."""
+        with self._lock:
+            q = self.state.queries.get(query_id)
+            return None if q is None else (q.query.controls or ControlCatalog())
+
     def query_control(self, query_id: str, request_id: str | None = None) -> dict[str, Any] | None:
         """What may change in a query and what did (or one control request's progress)."""
-        from common.control import ControlCatalog
         from scheduler.control import catalog_view
 
         with self._lock:

@@ -3,7 +3,8 @@
 Owns `MesosCallbacks` (a pymesos `Scheduler` whose callbacks only turn what the master says into
 events on the loop's queue and return at once), `DriverRunner` (executes commands with the
 driver: launchTasks, declineOffer, killTask, reconcileTasks, reviveOffers, suppressOffers,
-sendFrameworkMessage, also for channel retargets) and `SchedulerService`, the running
+sendFrameworkMessage, also for channel retargets; each command by its function in `_RUNS`,
+through `common.dispatch`) and `SchedulerService`, the running
 scheduler: an event loop owning the state, a `Coordination` electing the leader, and (while
 leading) a pymesos driver. The
 framework registers as "elastiq" with a long failover timeout, reuses the persisted framework
@@ -19,11 +20,12 @@ import queue
 import socket
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 from pymesos import MesosSchedulerDriver, Scheduler
 
-from common.control import ALIASES
+from common.control import ControlCatalog
+from common.dispatch import handler
 from common.tasks import CompiledQuery
 from scheduler import mesos_json
 from scheduler.commands import (
@@ -36,17 +38,18 @@ from scheduler.coordination import (
     SchedulerRegistry,
 )
 from scheduler.events import (
-    AgentLost, Disconnected, ExecutorLost, FrameworkMessageReceived, OfferRescinded,
-    OffersReceived, Registered, Reregistered, new_stimulus_id,
+    AgentLost, Disconnected, ExecutorLost, OfferRescinded, OffersReceived, Registered,
+    Reregistered, new_stimulus_id,
 )
 from scheduler.events import (
     ControlRequested, QueryStopRequested, QuerySubmitted, TaskMigrationRequested,
 )
 from scheduler.leadership import (
-    Action, Clock, Deposed, Elected, Fact, FencedRequest, LeaderSeen, Leadership,
-    LeadershipGained, LeadershipUpdated, Reconnected, RestoreAndRegister, SessionLost, StepDown,
-    Suspended, next_leadership,
+    Action, Clock, Deposed, Elected, EnterSafeMode, Fact, FencedRequest, LeaderSeen,
+    LeaveSafeMode, Leadership, LeadershipGained, LeadershipUpdated, Reconnected,
+    RestoreAndRegister, SessionLost, StepDown, Suspended, next_leadership,
 )
+from scheduler.control import new_request_id
 from scheduler.loop import DroppingRunner, Reply, SchedulerLoop
 from scheduler.query_source import Compiled, QuerySource, Restorable, recompile_all
 from scheduler.state import SchedulerState, restore_query
@@ -92,9 +95,9 @@ class MesosCallbacks(Scheduler):
         self._put(mesos_json.parse_status(new_stimulus_id("status"), status))
 
     def frameworkMessage(self, driver: Any, executorId: Any, slaveId: Any, message: Any) -> None:
-        self._put(FrameworkMessageReceived(
+        self._put(mesos_json.message_event(
             new_stimulus_id("message"), str(slaveId.get("value")), str(executorId.get("value")),
-            mesos_json.decode_message(message)))
+            message))
 
     def slaveLost(self, driver: Any, slaveId: Any) -> None:
         self._put(AgentLost(new_stimulus_id("agent-lost"), str(slaveId.get("value"))))
@@ -115,7 +118,7 @@ class DriverRunner:
         self._config = config
 
     def run(self, command: Command) -> None:
-        getattr(self, "_" + type(command).__name__)(command)
+        handler(_RUNS, command, "DriverRunner")(self, command)
 
     def _LaunchTasks(self, c: LaunchTasks) -> None:
         executor = mesos_json.executor_info(self._config.executor, c.agent_id,
@@ -157,16 +160,24 @@ class DriverRunner:
                                           mesos_json.encode_bytes(c.data))
 
 
-def unreachable_endpoints(view: dict[str, Any] | None, tuples: list[tuple[str, str, str]],
+_RUNS: dict[type, Callable[[DriverRunner, Any], None]] = {
+    LaunchTasks: DriverRunner._LaunchTasks,
+    DeclineOffers: DriverRunner._DeclineOffers,
+    KillTask: DriverRunner._KillTask,
+    ReconcileTasks: DriverRunner._ReconcileTasks,
+    ReviveOffers: DriverRunner._ReviveOffers,
+    SuppressOffers: DriverRunner._SuppressOffers,
+    SendFrameworkMessage: DriverRunner._SendFrameworkMessage,
+    RetargetChannels: DriverRunner._RetargetChannels,
+}
+
+
+def unreachable_endpoints(catalog: ControlCatalog | None, tuples: list[tuple[str, str, str]],
                           timeout: float = 1.0) -> list[str]:
     """The network-source endpoints among `tuples` nobody listens on (a TCP connect within
     `timeout` fails), as problems; other tuples are left to the state machine's checks."""
-    sources = {a["operator"] for a in (view or {}).get("adjustable", [])
-               if a["kind"] == "network-source" and a["parameter"] == "endpoint"}
     problems = []
-    for operator, parameter, value in tuples:
-        if operator not in sources or ALIASES.get(parameter, parameter) != "endpoint":
-            continue
+    for operator, value in (catalog or ControlCatalog()).source_endpoints(tuples):
         host, _, port = value.strip().removeprefix("tcp://").rpartition(":")
         try:
             socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
@@ -302,15 +313,15 @@ class SchedulerService:
                 self._changed.notify_all()
 
     def _run_action(self, action: Action) -> None:
-        sid = new_stimulus_id("leadership")
-        if isinstance(action, RestoreAndRegister):
-            self._restore_and_register(sid, action)
-        elif isinstance(action, StepDown):
-            self._persister.end()
-            self._stop_driver(failover=True)
-            self.loop.request(LeadershipUpdated(sid, self.leadership))
-        else:
-            self.loop.put(LeadershipUpdated(sid, self.leadership))
+        handler(_ACTIONS, action, "SchedulerService")(self, new_stimulus_id("leadership"), action)
+
+    def _step_down(self, sid: str, action: StepDown) -> None:
+        self._persister.end()
+        self._stop_driver(failover=True)
+        self.loop.request(LeadershipUpdated(sid, self.leadership))
+
+    def _announce(self, sid: str, action: EnterSafeMode | LeaveSafeMode) -> None:
+        self.loop.put(LeadershipUpdated(sid, self.leadership))
 
     def _restore_and_register(self, sid: str, action: RestoreAndRegister) -> None:
         framework_id = self.registry.framework_id() or self._first_framework_id
@@ -393,12 +404,12 @@ class SchedulerService:
         """Control tuples for a query. A network source's new endpoint must have a writer
         listening there (probed first: the state machine does no I/O); the rest is checked and
         applied by the state machine."""
-        deaf = unreachable_endpoints(self.loop.query_control(query_id), tuples)
+        deaf = unreachable_endpoints(self.loop.query_catalog(query_id), tuples)
         if deaf:
             return Reply(False, 400, "; ".join(deaf), {"problems": deaf})
         sid = new_stimulus_id("control")
-        return self.loop.request(
-            FencedRequest(sid, epoch, ControlRequested(sid, query_id, tuple(tuples))), timeout)
+        return self.loop.request(FencedRequest(sid, epoch, ControlRequested(
+            sid, query_id, tuple(tuples), new_request_id(query_id))), timeout)
 
     def query_control(self, query_id: str, request_id: str | None = None) -> dict[str, Any] | None:
         """Only the leader knows the control stream's progress; a standby knows no query."""
@@ -428,6 +439,12 @@ class SchedulerService:
         return snapshot(scratch)
 
 
+_ACTIONS: dict[type, Callable[[SchedulerService, str, Any], None]] = {
+    RestoreAndRegister: SchedulerService._restore_and_register,
+    StepDown: SchedulerService._step_down,
+    EnterSafeMode: SchedulerService._announce,
+    LeaveSafeMode: SchedulerService._announce,
+}
 _STOP = object()
 
 

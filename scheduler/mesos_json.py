@@ -1,7 +1,8 @@
 """Mesos v1 JSON <-> our values: offers and statuses in, TaskInfos and filters out.
 
-Owns reading the dicts pymesos hands to callbacks (offers, task statuses, framework messages)
-into `scheduler.placement.Offer` and `scheduler.events` values, and building the TaskInfo,
+Owns reading the dicts pymesos hands to callbacks (offers, task statuses, framework messages:
+`message_event`, through `common.messages`) into `scheduler.placement.Offer` and
+`scheduler.events` values, and building the TaskInfo,
 ExecutorInfo and FrameworkInfo dicts the driver sends. Pure functions without pymesos, so they
 are tested without a master. Does not own deciding anything (`scheduler.state`) nor calling the
 driver (`scheduler.mesos_adapter`).
@@ -12,9 +13,13 @@ from __future__ import annotations
 import base64
 from typing import Any, Mapping
 
+from common import messages
+from common.messages import ControlAck, MessageError
 from scheduler.commands import TaskLaunch
 from scheduler.config import ExecutorSpec, SchedulerConfig
-from scheduler.events import StatusUpdated
+from scheduler.events import (
+    ControlAcknowledged, HeartbeatReceived, MessageUnreadable, StatusUpdated,
+)
 from scheduler.placement import Offer, PortRange
 
 Json = Mapping[str, Any]
@@ -57,6 +62,22 @@ def decode_message(data: str | bytes) -> bytes:
         return base64.b64decode(raw, validate=True)
     except ValueError:
         return raw
+
+
+def message_event(stimulus_id: str, agent_id: str, executor_id: str, raw: str | bytes
+                  ) -> HeartbeatReceived | ControlAcknowledged | MessageUnreadable:
+    """An executor's framework message (base64 or raw JSON of a `common.messages.Heartbeat` or
+    `ControlAck`) as the event it is."""
+    try:
+        message = messages.decode(decode_message(raw), messages.TO_SCHEDULER)
+    except MessageError as exc:
+        return MessageUnreadable(stimulus_id, agent_id, executor_id, str(exc))
+    if isinstance(message, ControlAck):
+        return ControlAcknowledged(stimulus_id, agent_id, executor_id, message)
+    if isinstance(message, messages.Heartbeat):
+        return HeartbeatReceived(stimulus_id, agent_id, executor_id, message)
+    return MessageUnreadable(stimulus_id, agent_id, executor_id,
+                             f"unknown kind {type(message).__name__!r}")
 
 
 def encode_bytes(data: bytes) -> str:

@@ -8,23 +8,28 @@ retargets the consumers of a channel whose producer moved, kills on stop, reconc
 after (re)registration, and the control stream of each query (control tuples checked against
 its catalogue, sent to the tasks they change, acknowledged with epochs, undone everywhere when
 one task refuses; bookkeeping in `scheduler.control`).
-Time comes only from `Tick` events. Leadership (`scheduler.leadership`) gates it: a leader in
-safe mode launches, restarts and kills nothing; a standby forgets every query; a mutating
-`FencedRequest` with a stale epoch is refused. `durable_placements` and `restore_query` are what
-a new leader persists and restores. Does not own any I/O: `scheduler.mesos_adapter` runs the
-commands and turns what Mesos says into events; views for the API are in `scheduler.views`.
+`handle` picks the handler for an event's type from `_HANDLERS` (through `common.dispatch`);
+executors' messages arrive typed (`common.messages`), and `launch_data` builds the typed
+`LaunchData` (the adapter does the JSON and base64). Time comes only from `Tick` events and a
+control request's id from `ControlRequested.request_id`. Leadership (`scheduler.leadership`) gates
+it: a leader in safe mode launches, restarts and kills nothing; a standby forgets every query; a
+mutating `FencedRequest` with a stale epoch is refused. `durable_placements` and `restore_query`
+are what a new leader persists and restores. Does not own any I/O: `scheduler.mesos_adapter` runs
+the commands and turns what Mesos says into events; views for the API are in `scheduler.views`.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Mapping
 
 import zmq
 
+from common import messages
 from common.control import ControlCatalog, ControlRefused
+from common.dispatch import handler
+from common.messages import ControlMessage, LaunchData, LaunchQuery
 from common.tasks import CompiledQuery
 from compiler.control import check_tuples
 from scheduler import admission, control as ctl
@@ -37,10 +42,9 @@ from scheduler.destinations import (
     IMMEDIATE_FAILOVER, Destinations, Past, apart_groups, destinations_for,
 )
 from scheduler.events import (
-    AgentLost, ControlRequested, Disconnected, Event, ExecutorLost, FrameworkMessageReceived,
-    OfferRescinded,
-    OffersReceived, QueryStopRequested, QuerySubmitted, Registered, Reregistered, StatusUpdated,
-    TaskMigrationRequested, Tick,
+    AgentLost, ControlAcknowledged, ControlRequested, Disconnected, Event, ExecutorLost,
+    HeartbeatReceived, MessageUnreadable, OfferRescinded, OffersReceived, QueryStopRequested,
+    QuerySubmitted, Registered, Reregistered, StatusUpdated, TaskMigrationRequested, Tick,
 )
 from scheduler.leadership import (
     FencedRequest, Leadership, LeadershipGained, LeadershipUpdated, check_epoch,
@@ -110,8 +114,7 @@ class SchedulerState:
     # ---- the one entry point -------------------------------------------------------------
     def handle(self, event: Event) -> list[Command]:
         """Apply one event; return the commands it causes. The only mutator of this state."""
-        handler: Callable[[Event], list[Command]] = getattr(self, _HANDLERS[type(event)])
-        commands = handler(event)
+        commands = handler(_HANDLERS, event, "SchedulerState")(self, event)
         for c in commands:
             log.debug("[%s] -> %s", event.stimulus_id, c)
         return commands
@@ -212,9 +215,9 @@ class SchedulerState:
         task.migrate_to = None
         log.info("[%s] launching %s on agent %s (ports %s): %s", sid, task.mesos_task_id,
                  a.agent_id, a.ports, where.reason)
+        data = launch_data(record.query, task, record.control, record.keys)
         return TaskLaunch(task.mesos_task_id, task.task_id, task.task_id, a.cpus, a.mem_mb,
-                          a.ports, launch_data(record.query, task, record.control,
-                                               record.keys))
+                          a.ports, messages.encode(data).decode("utf-8"))
 
     def _retargets(self, sid: str, record: QueryRecord, launched: set[str]) -> list[Command]:
         """The live consumers of channels whose producer was just (re)launched with another
@@ -453,19 +456,14 @@ class SchedulerState:
                     commands += self._after_terminal(sid, query, task, why)
         return commands + self._fail_over(sid)  # after every lost task is known lost
 
-    def _on_framework_message_received(self, ev: FrameworkMessageReceived) -> list[Command]:
-        try:
-            message = json.loads(ev.data.decode("utf-8"))
-            if isinstance(message, dict) and message.get("kind") == "control-ack":
-                return self._control_ack(ev.stimulus_id, message)
-            tasks = message["tasks"] if message.get("kind") == "heartbeat" else None
-            figures = {mid: _numeric_figures(f) for mid, f in tasks.items()}
-        except (ValueError, KeyError, TypeError, AttributeError) as e:
-            log.warning("[%s] unreadable message from %s on %s: %s", ev.stimulus_id,
-                        ev.executor_id, ev.agent_id, e)
-            return []
+    def _on_message_unreadable(self, ev: MessageUnreadable) -> list[Command]:
+        log.warning("[%s] unreadable message from %s on %s: %s", ev.stimulus_id,
+                    ev.executor_id, ev.agent_id, ev.why)
+        return []
+
+    def _on_heartbeat_received(self, ev: HeartbeatReceived) -> list[Command]:
         self.heartbeats[ev.executor_id] = self.now
-        for mid, figs in figures.items():
+        for mid, figs in ev.heartbeat.figures().items():
             parsed = parse_mesos_task_id(mid)
             found = self._find(parsed[0]) if parsed else None
             if found and parsed and found[1].attempt == parsed[1]:
@@ -524,8 +522,7 @@ class SchedulerState:
                                    {"problems": exc.problems, "query_id": ev.query_id})]
         changes = [c for c in changes if not ctl.in_force(query.control, c)]
         if not changes:
-            done = ctl.settled_at_once(query.control, ctl.new_request_id(ev.query_id),
-                                       [], self.now)
+            done = ctl.settled_at_once(query.control, ev.request_id, [], self.now)
             return [ReplyToRequest(sid, True, 200, "every value is already in force; nothing "
                                                    "to apply", done.to_json())]
         targets = sorted({t.task_id for c in changes for t in c.adjustable.targets})
@@ -538,7 +535,7 @@ class SchedulerState:
             return [ReplyToRequest(sid, False, 409, f"control of {ev.query_id} refused: {why}; "
                                                     "try again when it runs",
                                    {"problems": [why], "query_id": ev.query_id})]
-        request = ctl.begin(query.control, ctl.new_request_id(ev.query_id), changes, self.now)
+        request = ctl.begin(query.control, ev.request_id, changes, self.now)
         log.info("[%s] control %s of %s (version %s): %s -> tasks %s", sid, request.request_id,
                  ev.query_id, request.version, request.tuples, targets)
         return [ReplyToRequest(sid, True, 202, f"control {request.request_id} sent to "
@@ -548,24 +545,22 @@ class SchedulerState:
     def _send_params(self, sid: str, query: QueryRecord, task: TaskRecord,
                      request_id: str) -> Command:
         """A task's whole parameter set, as a framework message to its executor."""
-        data = json.dumps({"kind": "control", "task": task.mesos_task_id, "request": request_id,
-                           **query.control.params_of(task.task_id)}, sort_keys=True)
+        params = query.control.param_set(task.task_id)
         return SendFrameworkMessage(sid, task.agent_id or "", self._executor_id(task.agent_id or ""),
-                                    data.encode("utf-8"))
+                                    ControlMessage(task.mesos_task_id, request_id, params.version,
+                                                   params.params))
 
-    def _control_ack(self, sid: str, message: dict[str, Any]) -> list[Command]:
+    def _on_control_acknowledged(self, ev: ControlAcknowledged) -> list[Command]:
         """One task's answer to a control request; a refusal undoes the request on every task
         it reached, so the query runs on with its old parameters everywhere."""
-        parsed = parse_mesos_task_id(str(message.get("task", "")))
+        sid, ack = ev.stimulus_id, ev.ack
+        parsed = parse_mesos_task_id(ack.task)
         found = self._find(parsed[0]) if parsed else None
         if found is None or parsed is None or parsed[1] != found[1].attempt:
             return []  # an older attempt's answer: the new one was launched with the request
         query, task = found
-        answer = ctl.TaskAnswer(bool(message.get("applied")), int(message.get("epoch", -1)),
-                                float(message.get("pause_s", 0.0)), str(message.get("message", "")),
-                                float(message.get("at", 0.0)))
-        request = ctl.acknowledge(query.control, str(message.get("request", "")), task.task_id,
-                                  answer, self.now)
+        answer = ctl.TaskAnswer(ack.applied, ack.epoch, ack.pause_s, ack.message, ack.at)
+        request = ctl.acknowledge(query.control, ack.request, task.task_id, answer, self.now)
         if request is None:
             return []
         log.info("[%s] control %s on %s: %s", sid, request.request_id, task.task_id,
@@ -775,24 +770,17 @@ def task_keys(query: CompiledQuery, task_id: str,
 
 def launch_data(query: CompiledQuery, task: TaskRecord,
                 control: ctl.QueryControl | None = None,
-                keys: Mapping[str, Mapping[str, str]] | None = None) -> str:
-    """The JSON a task's executor receives: the task, its channel endpoints, its attempt, what
-    it needs of its query (its channels and the sinks), the parameters control tuples set and
-    its channel keys."""
+                keys: Mapping[str, Mapping[str, str]] | None = None) -> LaunchData:
+    """What a task's executor receives: the task, its channel endpoints, its attempt, what it
+    needs of its query (its channels and the sinks), the parameters control tuples set and its
+    channel keys."""
     mine = set(task.task.inputs + task.task.outputs)
-    own_keys = task_keys(query, task.task_id, keys or {})
-    return json.dumps({
-        **({"keys": own_keys} if own_keys is not None else {}),
-        "task": task.task.to_json(),
-        "endpoints": dict(task.endpoints),
-        "attempt": task.attempt,
-        "control": (control or ctl.QueryControl()).params_of(task.task_id),
-        "query": {
-            "query_id": query.query_id,
-            "channels": [c.to_json() for c in query.channels if c.channel_id in mine],
-            "sinks": dict(query.sinks),
-        },
-    })
+    return LaunchData(
+        task.task, dict(task.endpoints), task.attempt,
+        (control or ctl.QueryControl()).param_set(task.task_id),
+        LaunchQuery(query.query_id, tuple(c for c in query.channels if c.channel_id in mine),
+                    dict(query.sinks)),
+        task_keys(query, task.task_id, keys or {}))
 
 
 # Mesos reasons for a terminal update that say the task's executor or agent went away
@@ -802,25 +790,6 @@ INFRASTRUCTURE_REASONS = frozenset({
     "REASON_SLAVE_DISCONNECTED", "REASON_SLAVE_RESTARTED", "REASON_CONTAINER_PREEMPTED",
 })
 
-_HANDLERS: dict[type, str] = {
-    LeadershipGained: "_on_leadership_gained",
-    LeadershipUpdated: "_on_leadership_updated",
-    FencedRequest: "_on_fenced_request",
-    Registered: "_on_registered",
-    Reregistered: "_on_reregistered",
-    Disconnected: "_on_disconnected",
-    OffersReceived: "_on_offers_received",
-    OfferRescinded: "_on_offer_rescinded",
-    StatusUpdated: "_on_status_updated",
-    AgentLost: "_on_agent_lost",
-    ExecutorLost: "_on_executor_lost",
-    FrameworkMessageReceived: "_on_framework_message_received",
-    QuerySubmitted: "_on_query_submitted",
-    QueryStopRequested: "_on_query_stop_requested",
-    TaskMigrationRequested: "_on_task_migration_requested",
-    ControlRequested: "_on_control_requested",
-    Tick: "_on_tick",
-}
 
 __all__ = ["SchedulerState", "QueryRecord", "launch_data", "durable_placements",
            "restore_query"]
@@ -872,8 +841,25 @@ def _restore_task(task: Any, saved: dict[str, Any] | None, now: float) -> TaskRe
         last_failure=str(saved.get("last_failure", "")))
 
 
-def _numeric_figures(figures: dict[str, Any]) -> dict[str, float]:
-    """The numbers of a task's heartbeat figures (the executor also reports words, such as its
-    runner's state, which the task's own lifecycle already tracks)."""
-    return {k: float(v) for k, v in figures.items()
-            if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+_HANDLERS: dict[type, Callable[[SchedulerState, Any], list[Command]]] = {
+    LeadershipGained: SchedulerState._on_leadership_gained,
+    LeadershipUpdated: SchedulerState._on_leadership_updated,
+    FencedRequest: SchedulerState._on_fenced_request,
+    Registered: SchedulerState._on_registered,
+    Reregistered: SchedulerState._on_reregistered,
+    Disconnected: SchedulerState._on_disconnected,
+    OffersReceived: SchedulerState._on_offers_received,
+    OfferRescinded: SchedulerState._on_offer_rescinded,
+    StatusUpdated: SchedulerState._on_status_updated,
+    AgentLost: SchedulerState._on_agent_lost,
+    ExecutorLost: SchedulerState._on_executor_lost,
+    HeartbeatReceived: SchedulerState._on_heartbeat_received,
+    ControlAcknowledged: SchedulerState._on_control_acknowledged,
+    MessageUnreadable: SchedulerState._on_message_unreadable,
+    QuerySubmitted: SchedulerState._on_query_submitted,
+    QueryStopRequested: SchedulerState._on_query_stop_requested,
+    TaskMigrationRequested: SchedulerState._on_task_migration_requested,
+    ControlRequested: SchedulerState._on_control_requested,
+    Tick: SchedulerState._on_tick,
+}

@@ -14,9 +14,10 @@ import time
 import pyarrow as pa
 import pytest
 
+from common.messages import LaunchDataError
 from executor.channel_auth import (ChannelKeyError, KeyPair, TaskKeys, check_key, key_hex,
                                    read_key_file)
-from executor.executor_state import LaunchDataError, read_launch
+from executor.mesos_events import read_launch
 from executor.runtime import ChannelHub, channel_reader_id
 from scheduler.config import SchedulerConfig
 from scheduler.events import OffersReceived, QuerySubmitted, Registered

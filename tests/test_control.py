@@ -13,20 +13,22 @@ from pathlib import Path
 
 import pytest
 
-from common.control import ControlRefused
+from common.control import Adjustable, ControlCatalog, ControlRefused
 from common.paths import configured_roots
 from compiler.control import check_tuple, check_tuples
 from compiler.pipeline import compile_spec_text
 from elastiq.control_cli import TupleSyntaxError, read_tuples
 from executor import executor_state as ex
+from executor import mesos_events
 from executor.batch_gate import BatchGate, GateClosed, next_batch_id
 from executor.sources import pacing_anchor, paced_offset, rebased_anchor, repair_pacing
 from executor.task_runner import live_changes
 from scheduler.api import ApiError, control_tuples
 from scheduler.commands import ReplyToRequest, SendFrameworkMessage
-from scheduler.events import ControlRequested, FrameworkMessageReceived, OffersReceived, Tick
+from scheduler.events import ControlRequested, Event, OffersReceived, Tick
 from scheduler.lifecycle import TaskState
 from scheduler.mesos_adapter import unreachable_endpoints
+from scheduler.mesos_json import message_event
 from scheduler.state import SchedulerState, restore_query
 from tests.test_failover_policy import start, warm_offer
 from tests.test_pattern_tasks import compiled
@@ -157,10 +159,10 @@ def running(tmp_path: Path) -> SchedulerState:
 
 
 def ack(task: str, request: str, applied: bool = True, epoch: int = 7,
-        message: str = "") -> FrameworkMessageReceived:
+        message: str = "") -> Event:
     body = {"kind": "control-ack", "task": task, "request": request, "version": 1,
             "applied": applied, "epoch": epoch, "pause_s": 0.4, "message": message, "at": 5.0}
-    return FrameworkMessageReceived("f", "elastiq-exec-a1", "a1", json.dumps(body).encode())
+    return message_event("f", "elastiq-exec-a1", "a1", json.dumps(body).encode())
 
 
 def test_a_request_reaches_its_task_is_acknowledged_and_enters_the_history(tmp_path: Path
@@ -239,8 +241,8 @@ def executor_with_running_task() -> ex.ExecutorState:
     return state
 
 
-def message(body: dict) -> ex.FrameworkMessageReceived:
-    return ex.FrameworkMessageReceived("m", base64.b64encode(json.dumps(body).encode()))
+def message(body: dict) -> ex.Event:
+    return mesos_events.message_event("m", base64.b64encode(json.dumps(body).encode()))
 
 
 def test_the_executor_applies_a_control_message_once_and_acknowledges_it() -> None:
@@ -251,7 +253,7 @@ def test_the_executor_applies_a_control_message_once_and_acknowledges_it() -> No
     assert apply == ex.ApplyParams("m", "q.t0.a1", "r1", 2, {"hot": {"condition": "raw.temp > 1"}})
     assert state.handle(message(body)) == []  # the same version again
     (sent,) = state.handle(ex.ParamsApplied("a", "q.t0.a1", "r1", 2, 9, 0.3, 5.0))
-    assert json.loads(ex.control_ack_message(sent))["epoch"] == 9
+    assert json.loads(mesos_events.ack_bytes(sent))["epoch"] == 9
     (refusal,) = state.handle(message({**body, "task": "q.t9.a1", "version": 3}))
     assert isinstance(refusal, ex.SendControlAck) and not refusal.applied
     assert state.handle(message({**body, "version": 0})) == []  # unreadable: ignored
@@ -422,8 +424,8 @@ def test_a_tuple_file_keeps_the_rest_of_the_line_as_the_value() -> None:
 def test_a_network_source_endpoint_nobody_listens_on_is_refused() -> None:
     import socket
 
-    view = {"adjustable": [{"operator": "in", "kind": "network-source",
-                            "parameter": "endpoint"}]}
+    view = ControlCatalog((Adjustable("in", "network-source", "endpoint", "endpoint",
+                                      "tcp://127.0.0.1:1", ()),))
     with socket.socket() as server:
         server.bind(("127.0.0.1", 0))
         server.listen()

@@ -8,14 +8,15 @@ from typing import Any
 
 import pytest
 
-from executor.executor_state import (REASON_INVALID, TRANSITIONS, Exit, ExecutorState,
-                                     FrameworkMessageReceived, IllegalTransition,
-                                     LaunchDataError, LaunchRejected, Registered,
+from common.messages import LaunchDataError
+from executor.executor_state import (REASON_INVALID, TRANSITIONS, Event, Exit, ExecutorState,
+                                     IllegalTransition, LaunchRejected, Registered,
                                      RunnerStartFailed, RunnerStatusChanged, RunnerStopped,
                                      SendHeartbeat, SendStatus, ShutdownRequested, StartRunner,
                                      StopRunner, TaskFigures, TaskKilled, TaskLaunch,
-                                     TaskLaunched, TaskRecord, Tick, WriteEndpoints,
-                                     heartbeat_message, read_launch)
+                                     TaskLaunched, TaskRecord, Tick, WriteEndpoints)
+from executor.mesos_events import heartbeat_bytes as heartbeat_message
+from executor.mesos_events import message_event, read_launch
 
 PROGRAM = "def build(rt):\n    pass\n"
 
@@ -212,13 +213,13 @@ def test_heartbeat_message_shape() -> None:
 
 # --- retargets from the scheduler -----------------------------------------------------------------
 
-def message(payload: Any) -> FrameworkMessageReceived:
+def message(payload: Any) -> Event:
     """A framework message as pymesos hands it over: base64 text of the scheduler's JSON."""
     raw = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
-    return FrameworkMessageReceived("m", base64.b64encode(raw).decode("ascii"))
+    return message_event("m", base64.b64encode(raw).decode("ascii"))
 
 
-def retarget(task: str, endpoints: dict[str, str]) -> FrameworkMessageReceived:
+def retarget(task: str, endpoints: dict[str, str]) -> Event:
     return message({"kind": "retarget", "task": task, "endpoints": endpoints})
 
 
@@ -254,7 +255,7 @@ def test_retarget_while_launching_applies_and_own_outputs_are_refused() -> None:
 @pytest.mark.parametrize("event", [
     retarget("q.t9.a1", {"q/a": "tcp://h3:7000"}),  # not on this executor
     retarget("q.t1.a0", {"q/a": "tcp://h3:7000"}),  # another attempt
-    FrameworkMessageReceived("m", "%%% not base64"),
+    message_event("m", "%%% not base64"),
     message(b"{not json"),
     message(b"\xff\xfe"),
     message([1, 2]),
@@ -263,9 +264,9 @@ def test_retarget_while_launching_applies_and_own_outputs_are_refused() -> None:
     message({"kind": "retarget", "task": "q.t1.a1", "endpoints": {"q/a": "ipc:///x"}}),
     message({"kind": "retarget", "task": "q.t1.a1", "endpoints": ["q/a"]}),
     message({"kind": "retarget", "task": "q.t1.a1", "endpoints": {}}),
-    FrameworkMessageReceived("m", b""),
+    message_event("m", b""),
 ])
-def test_unknown_or_malformed_messages_are_ignored(event: FrameworkMessageReceived) -> None:
+def test_unknown_or_malformed_messages_are_ignored(event: Event) -> None:
     state = registered_state()
     running(state, reader_launch())
     assert state.handle(event) == []

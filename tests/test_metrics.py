@@ -19,10 +19,10 @@ from scheduler.api import ApiServer
 from scheduler.commands import Command
 from scheduler.config import SchedulerConfig
 from scheduler.events import (
-    Event, FrameworkMessageReceived, OffersReceived, QuerySubmitted, Registered, StatusUpdated,
-    Tick,
+    Event, OffersReceived, QuerySubmitted, Registered, StatusUpdated, Tick,
 )
 from scheduler.loop import SchedulerLoop
+from scheduler.mesos_json import message_event
 from scheduler.metrics import (
     CumulativeCounter, SchedulerMetrics, decline_class, format_watch, watch_rows,
 )
@@ -50,9 +50,9 @@ class Fed:
         return self.metrics.registry.get_sample_value(name, labels)
 
 
-def beat(figures: dict[str, dict[str, float]]) -> FrameworkMessageReceived:
+def beat(figures: dict[str, dict[str, float]]) -> Event:
     data = json.dumps({"kind": "heartbeat", "tasks": figures}).encode()
-    return FrameworkMessageReceived("hb", "a1", "elastiq-exec-a1", data)
+    return message_event("hb", "a1", "elastiq-exec-a1", data)
 
 
 def running_query(fed: Fed, tasks: int = 2) -> None:

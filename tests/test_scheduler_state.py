@@ -13,10 +13,11 @@ from scheduler.commands import (
 )
 from scheduler.config import SchedulerConfig
 from scheduler.events import (
-    AgentLost, ExecutorLost, FrameworkMessageReceived, OffersReceived, QueryStopRequested,
-    QuerySubmitted, Registered, StatusUpdated, Tick,
+    AgentLost, ExecutorLost, OffersReceived, QueryStopRequested, QuerySubmitted, Registered,
+    StatusUpdated, Tick,
 )
 from scheduler.lifecycle import IllegalTransition, TaskState
+from scheduler.mesos_json import message_event
 from scheduler.state import SchedulerState
 from scheduler.testing import chain_query, offer
 from scheduler.views import snapshot
@@ -278,12 +279,12 @@ def test_registration_reconciles_explicitly_then_implicitly(running: SchedulerSt
 def test_heartbeat_figures_are_kept_per_current_attempt(running: SchedulerState) -> None:
     beat = {"kind": "heartbeat", "tasks": {"q.t0.a1": {"rows_per_s": 120.5, "batch": 7},
                                            "q.t1.a9": {"rows_per_s": 1}}}
-    running.handle(FrameworkMessageReceived("hb", "a1", "elastiq-exec-a1",
-                                            json.dumps(beat).encode()))
+    running.handle(message_event("hb", "a1", "elastiq-exec-a1",
+                                 json.dumps(beat).encode()))
     tasks = {t["task_id"]: t for t in snapshot(running)["queries"]["q"]["tasks"]}
     assert tasks["q.t0"]["figures"] == {"rows_per_s": 120.5, "batch": 7.0}
     assert tasks["q.t1"]["figures"] == {}
-    assert running.handle(FrameworkMessageReceived("hb", "a1", "e", b"\xff not json")) == []
+    assert running.handle(message_event("hb", "a1", "e", b"\xff not json")) == []
 
 
 def test_bad_duplicate_and_unknown_requests_get_replies() -> None:
