@@ -11,7 +11,10 @@ import random
 import pytest
 
 from elastiq.embedded.httpio import HttpError
-from elastiq.embedded.master_state import MasterConfig, MasterState, ToAgent, ToFramework
+from elastiq.embedded.master_state import (
+    AgentEventReceived, AgentRegistering, CallReceived, FrameworkSubscribing, MasterConfig,
+    MasterState, Subscribed, Ticked, ToAgent, ToFramework,
+)
 from elastiq.embedded.recordio import RecordIODecoder, encode_record
 from elastiq.embedded.resources import (
     ResourceError, Resources, from_mesos, parse_agent_resources, parse_ranges,
@@ -67,17 +70,20 @@ def test_bad_agent_resources_are_refused(bad):
 
 def _subscribed_master() -> tuple[MasterState, str, str, dict]:
     state = MasterState(MasterConfig(default_refuse_seconds=5.0), "m")
-    state.register_agent({"url": "http://127.0.0.1:1", "resources": parse_agent_resources(
-        {"cpus": 2, "mem": 100}).to_mesos()}, now=0.0)
-    sub = state.subscribe({"type": "SUBSCRIBE", "subscribe": {"framework_info": {"name": "x"}}},
-                          now=0.0)
-    offers = [a.event for a in sub.actions if isinstance(a, ToFramework)
+    state.handle(AgentRegistering({"url": "http://127.0.0.1:1", "resources": parse_agent_resources(
+        {"cpus": 2, "mem": 100}).to_mesos()}, now=0.0, wall=0.0))
+    actions = state.handle(FrameworkSubscribing(
+        {"type": "SUBSCRIBE", "subscribe": {"framework_info": {"name": "x"}}},
+        stream_id="stream-1", now=0.0, wall=0.0))
+    (sub,) = [a for a in actions if isinstance(a, Subscribed)]
+    offers = [a.event for a in actions if isinstance(a, ToFramework)
               and a.event["type"] == "OFFERS"]
     return state, sub.framework_id, sub.stream_id, offers[0]["offers"]["offers"][0]
 
 
 def _call(state, fid, sid, kind, now=0.0, **body):
-    return state.call({"type": kind, "framework_id": {"value": fid}, **body}, sid, now)
+    return state.handle(CallReceived({"type": kind, "framework_id": {"value": fid}, **body}, sid,
+                                     now=now, wall=now))
 
 
 def _launch(state, fid, sid, offer, task_id, cpus):
@@ -105,8 +111,8 @@ def test_one_unacknowledged_update_in_flight_and_uuid_must_match():
     sent = []
     for state_name, uuid in (("TASK_RUNNING", "u1"), ("TASK_FINISHED", "u2")):
         status = {"task_id": {"value": "t"}, "state": state_name, "uuid": uuid}
-        sent += state.agent_event(agent_id, {"type": "UPDATE", "framework_id": fid,
-                                             "status": status}, now=1.0)
+        sent += state.handle(AgentEventReceived(agent_id, {"type": "UPDATE", "framework_id": fid,
+                                                           "status": status}, now=1.0, wall=1.0))
     delivered = [a.event["update"]["status"]["uuid"] for a in sent
                  if isinstance(a, ToFramework) and a.event["type"] == "UPDATE"]
     assert delivered == ["u1"]
@@ -132,7 +138,8 @@ def test_call_with_another_stream_id_is_refused():
 def test_silent_agent_is_removed_with_task_lost_and_failure():
     state, fid, sid, offer = _subscribed_master()
     _launch(state, fid, sid, offer, "t", 1)
-    actions = state.tick(now=state.config.agent_timeout + 1.0)
+    now = state.config.agent_timeout + 1.0
+    actions = state.handle(Ticked(now=now, wall=now))
     events = [a.event for a in actions if isinstance(a, ToFramework)]
     lost = [e["update"]["status"] for e in events if e["type"] == "UPDATE"]
     assert [(s["task_id"]["value"], s["state"]) for s in lost] == [("t", "TASK_LOST")]

@@ -11,8 +11,10 @@ executors wrote), never from the code under test's own earlier output.
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +24,14 @@ from elastiq.embedded import EmbeddedCluster
 from elastiq.embedded.httpio import HttpError
 from elastiq.embedded.master_state import (
     Action,
+    AgentAccepted,
+    AgentRegistering,
+    CallReceived,
+    FrameworkSubscribing,
     MasterConfig,
     MasterState,
+    Subscribed,
+    Ticked,
     ToAgent,
     ToFramework,
 )
@@ -52,24 +60,49 @@ def _report(*tasks: tuple[str, str], framework_id: str = "F1",
              "tasks": [{"task_id": t, "state": s, "resources": CPU1} for t, s in tasks]}]
 
 
+_STREAM_IDS = (f"stream-{n}" for n in itertools.count(1))
+
+
+@dataclass(frozen=True)
+class _Subscription:
+    framework_id: str
+    stream_id: str
+    actions: list[Action]
+
+
 def _reregister(state: MasterState, agent_id: str, executors: list[dict[str, Any]],
                 now: float) -> tuple[str, list[Action]]:
-    return state.register_agent({"agent_id": agent_id, "url": "http://127.0.0.1:1",
-                                 "resources": AGENT_TOTAL, "executors": executors}, now)
+    actions = state.handle(AgentRegistering({"agent_id": agent_id, "url": "http://127.0.0.1:1",
+                                             "resources": AGENT_TOTAL, "executors": executors},
+                                            now=now, wall=now))
+    (accepted,) = [a for a in actions if isinstance(a, AgentAccepted)]
+    return accepted.agent_id, [a for a in actions if a is not accepted]
 
 
-def _resubscribe(state: MasterState, framework_id: str, now: float):
-    return state.subscribe({"type": "SUBSCRIBE", "framework_id": {"value": framework_id},
-                            "subscribe": {"framework_info": {
-                                **INFO, "id": {"value": framework_id}}}}, now)
+def _resubscribe(state: MasterState, framework_id: str, now: float) -> _Subscription:
+    actions = state.handle(FrameworkSubscribing(
+        {"type": "SUBSCRIBE", "framework_id": {"value": framework_id},
+         "subscribe": {"framework_info": {**INFO, "id": {"value": framework_id}}}},
+        stream_id=next(_STREAM_IDS), now=now, wall=now))
+    (sub,) = [a for a in actions if isinstance(a, Subscribed)]
+    return _Subscription(sub.framework_id, sub.stream_id,
+                         [a for a in actions if a is not sub])
+
+
+def _call(state: MasterState, body: dict[str, Any], stream_id: str, now: float) -> list[Action]:
+    return state.handle(CallReceived(body, stream_id, now=now, wall=now))
+
+
+def _tick(state: MasterState, now: float) -> list[Action]:
+    return state.handle(Ticked(now=now, wall=now))
 
 
 def _reconcile(state: MasterState, framework_id: str, stream_id: str, now: float,
                *tasks: tuple[str, str | None]) -> list[Action]:
     listed = [{"task_id": {"value": t}, **({"agent_id": {"value": a}} if a else {})}
               for t, a in tasks]
-    return state.call({"type": "RECONCILE", "framework_id": {"value": framework_id},
-                       "reconcile": {"tasks": listed}}, stream_id, now)
+    return _call(state, {"type": "RECONCILE", "framework_id": {"value": framework_id},
+                         "reconcile": {"tasks": listed}}, stream_id, now)
 
 
 def _updates(actions: list[Action]) -> list[tuple[str, str, str]]:
@@ -108,7 +141,7 @@ def test_reconciliation_before_the_agent_returns_waits_for_it():
     state = _fresh_master(window=5.0)
     sub = _resubscribe(state, "F1", now=0.5)  # the framework is back before its agent
     assert _reconcile(state, "F1", sub.stream_id, 0.6, ("t1", "S7")) == []
-    assert not _updates(state.tick(now=1.0))
+    assert not _updates(_tick(state, 1.0))
     _, actions = _reregister(state, "S7", _report(("t1", "TASK_RUNNING")), now=1.5)
     assert _updates(actions) == [("t1", "TASK_RUNNING", "REASON_RECONCILIATION")]
     assert state.deferred == []
@@ -119,8 +152,8 @@ def test_deferred_reconciliation_is_answered_lost_when_the_window_closes():
     sub = _resubscribe(state, "F1", now=0.0)
     answered = _reconcile(state, "F1", sub.stream_id, 0.1, ("t1", "S9"), ("t2", None))
     assert _updates(answered) == [("t2", "TASK_LOST", "REASON_RECONCILIATION")]  # no agent named
-    assert not _updates(state.tick(now=1.9))
-    assert _updates(state.tick(now=2.0)) == [("t1", "TASK_LOST", "REASON_RECONCILIATION")]
+    assert not _updates(_tick(state, 1.9))
+    assert _updates(_tick(state, 2.0)) == [("t1", "TASK_LOST", "REASON_RECONCILIATION")]
     # after the window an unknown agent's task is answered at once
     assert _updates(_reconcile(state, "F1", sub.stream_id, 2.1, ("t3", "S9"))) == \
         [("t3", "TASK_LOST", "REASON_RECONCILIATION")]
@@ -130,8 +163,8 @@ def test_recovered_framework_that_never_returns_is_removed_and_its_tasks_killed(
     state = _fresh_master()
     _reregister(state, "S7", _report(("t1", "TASK_RUNNING"),
                                      info={**INFO, "failover_timeout": 3.0}), now=1.0)
-    assert not [a for a in state.tick(now=3.9) if isinstance(a, ToAgent)]
-    actions = state.tick(now=4.0)
+    assert not [a for a in _tick(state, 3.9) if isinstance(a, ToAgent)]
+    actions = _tick(state, 4.0)
     assert [(a.agent_id, a.command) for a in actions if isinstance(a, ToAgent)] == \
         [("S7", {"type": "SHUTDOWN_FRAMEWORK", "framework_id": "F1"})]
     assert state.tasks[("F1", "t1")].state == "TASK_KILLED" and "F1" not in state.frameworks
@@ -140,7 +173,7 @@ def test_recovered_framework_that_never_returns_is_removed_and_its_tasks_killed(
 def test_removed_agent_gets_a_new_id_and_its_report_is_ignored():
     state = _fresh_master()
     _reregister(state, "S7", _report(("t1", "TASK_RUNNING")), now=0.0)
-    state.tick(now=10.0)  # silent past the agent timeout: removed, t1 lost
+    _tick(state, 10.0)  # silent past the agent timeout: removed, t1 lost
     assert state.tasks[("F1", "t1")].state == "TASK_LOST"
     agent_id, _ = _reregister(state, "S7", _report(("t1", "TASK_RUNNING")), now=11.0)
     assert agent_id != "S7" and agent_id in state.agents
@@ -150,7 +183,7 @@ def test_removed_agent_gets_a_new_id_and_its_report_is_ignored():
 def test_report_of_a_removed_framework_shuts_it_down_on_the_agent():
     state = _fresh_master()
     sub = _resubscribe(state, "F1", now=0.0)
-    state.call({"type": "TEARDOWN", "framework_id": {"value": "F1"}}, sub.stream_id, 0.1)
+    _call(state, {"type": "TEARDOWN", "framework_id": {"value": "F1"}}, sub.stream_id, 0.1)
     _, actions = _reregister(state, "S7", _report(("t1", "TASK_RUNNING")), now=0.2)
     assert [a.command for a in actions if isinstance(a, ToAgent)] == \
         [{"type": "SHUTDOWN_FRAMEWORK", "framework_id": "F1"}]

@@ -734,7 +734,7 @@ class EmbeddedAgent:
                       reason: str, message: str) -> dict[str, Any]:
         status = make_status(task_id, state, agent_id=self.agent_id, executor_id=executor_id,
                              reason=reason, message=message, source="SOURCE_AGENT",
-                             reliable=True)
+                             reliable=True, timestamp=time.time())
         return {"type": "UPDATE", "framework_id": framework_id, "status": status}
 
     def _find_task(self, framework_id: str, task_id: str) -> ExecutorRun | None:

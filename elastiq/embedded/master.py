@@ -14,8 +14,10 @@ realm="mesos"`. A SUBSCRIBE whose FrameworkInfo names another principal gets 403
 anyone who reaches the port could launch any executor command, which an agent runs as its user;
 `authenticate_frameworks=False` (for a test that needs an open master) is unsafe and logged.
 
-Every decision is the state's; this module only serialises calls into it under one lock and
-carries out the actions.
+Every decision is the state's; this module only turns requests and time into events
+(`master_state.handle`), under one lock, and carries out the actions. It is where the clocks are
+read and the ids minted: each event gets `time.monotonic()` and `time.time()` of the same
+moment, a SUBSCRIBE its new stream id, the state its master id.
 HTTP is served by `httpio.AppServer` on its own event loop thread; the handlers take the lock
 only on its worker pool (`run_sync`), never on the loop thread. The lock is never held during
 network I/O: actions become queue puts (`EventQueue.put` hands an event to the loop), and the
@@ -35,7 +37,8 @@ import queue
 import secrets
 import threading
 import time
-from typing import Any, Callable
+import uuid
+from typing import Any, Callable, TypeVar
 
 from aiohttp import web
 
@@ -47,13 +50,17 @@ from elastiq.embedded.httpio import (
     HttpError, JsonClient, Routes, accepted, json_response, read_json, require_secret,
     serve_events,
 )
+from common.dispatch import handler
 from elastiq.embedded.master_state import (
-    Action, EndStream, ForgetAgent, MasterConfig, MasterState, ToAgent, ToFramework,
+    Action, AgentAccepted, AgentEventReceived, AgentPinged, AgentRegistering, AgentRemoved,
+    CallReceived, EndStream, ForgetAgent, FrameworkSubscribing, MasterConfig, MasterState,
+    PingAnswered, StreamClosed, Subscribed, Ticked, ToAgent, ToFramework,
 )
 from elastiq.embedded.protocol import VERSION
 
 logger = logging.getLogger(__name__)
 _END = END_OF_STREAM  # queue sentinel: end this stream / stop this link
+A = TypeVar("A")
 
 
 class AgentLink:
@@ -113,7 +120,7 @@ class EmbeddedMaster:
         self.config = MasterConfig(offer_interval, heartbeat_interval, agent_timeout,
                                    offer_timeout, default_refuse_seconds, host,
                                    self._server.port, agent_reregister_timeout)
-        self.state = MasterState(self.config, started=time.monotonic())
+        self.state = MasterState(self.config, uuid.uuid4().hex[:12], started=time.monotonic())
         self.name = f"master {self.state.master_id}"
         self._server.name = self.name
         self._lock = threading.Lock()
@@ -234,7 +241,8 @@ class EmbeddedMaster:
 
     def _call(self, body: dict[str, Any], stream_id: str | None) -> None:
         with self._lock:
-            self._apply(self.state.call(body, stream_id, time.monotonic()))
+            self._apply(self.state.handle(CallReceived(body, stream_id, time.monotonic(),
+                                                       time.time())))
 
     # ---------------------------------------------------------------- framework streams
 
@@ -253,12 +261,15 @@ class EmbeddedMaster:
             self._server.submit(self._close_stream, sub.framework_id, sub.stream_id)
         return response
 
-    def _open_stream(self, body: dict[str, Any], events: EventQueue) -> Any:
+    def _open_stream(self, body: dict[str, Any], events: EventQueue) -> Subscribed:
+        stream_id = str(uuid.uuid4())
         with self._lock:
-            sub = self.state.subscribe(body, time.monotonic())
+            actions = self.state.handle(FrameworkSubscribing(body, stream_id, time.monotonic(),
+                                                             time.time()))
+            sub = _answer(actions, Subscribed)
             self._queues[sub.stream_id] = events
             self._current[sub.framework_id] = sub.stream_id
-            self._apply(sub.actions)
+            self._apply(actions)
         return sub
 
     def _close_stream(self, framework_id: str, stream_id: str) -> None:
@@ -266,13 +277,15 @@ class EmbeddedMaster:
             self._queues.pop(stream_id, None)
             if self._current.get(framework_id) == stream_id:
                 del self._current[framework_id]
-            self._apply(self.state.stream_closed(framework_id, stream_id, time.monotonic()))
+            self._apply(self.state.handle(StreamClosed(framework_id, stream_id,
+                                                       time.monotonic(), time.time())))
 
     # ---------------------------------------------------------------- agents
 
     def _register_agent(self, body: dict[str, Any]) -> web.StreamResponse:
         with self._lock:
-            agent_id, actions = self.state.register_agent(body, time.monotonic())
+            actions = self.state.handle(AgentRegistering(body, time.monotonic(), time.time()))
+            agent_id = _answer(actions, AgentAccepted).agent_id
             old = self._links.pop(agent_id, None)
             if old is not None:
                 old.stop()
@@ -284,8 +297,8 @@ class EmbeddedMaster:
     def _agent_ping(self, body: dict[str, Any]) -> web.StreamResponse:
         agent_id = body.get("agent_id")
         with self._lock:
-            known = isinstance(agent_id, str) and self.state.agent_ping(agent_id,
-                                                                        time.monotonic())
+            known = isinstance(agent_id, str) and _answer(self.state.handle(AgentPinged(
+                agent_id, time.monotonic(), time.time())), PingAnswered).known
         if not known:
             raise HttpError(404, f"agent {agent_id!r} is not registered; register again")
         return json_response(200, {})
@@ -295,7 +308,8 @@ class EmbeddedMaster:
         if not isinstance(agent_id, str):
             raise HttpError(400, "agent_id (string) is required")
         with self._lock:
-            self._apply(self.state.remove_agent(agent_id, time.monotonic(), "agent stopped"))
+            self._apply(self.state.handle(AgentRemoved(agent_id, "agent stopped",
+                                                       time.monotonic(), time.time())))
         return accepted()
 
     def _agent_event(self, body: dict[str, Any]) -> web.StreamResponse:
@@ -303,7 +317,8 @@ class EmbeddedMaster:
         if not isinstance(agent_id, str) or not isinstance(event, dict):
             raise HttpError(400, "agent_id (string) and event (object) are required")
         with self._lock:
-            self._apply(self.state.agent_event(agent_id, event, time.monotonic()))
+            self._apply(self.state.handle(AgentEventReceived(agent_id, event, time.monotonic(),
+                                                             time.time())))
         return accepted()
 
     # ---------------------------------------------------------------- actions and time
@@ -311,36 +326,61 @@ class EmbeddedMaster:
     def _apply(self, actions: list[Action]) -> None:
         """Carry out actions as queue puts only; the caller holds the lock."""
         for action in actions:
-            if isinstance(action, ToFramework):
-                stream_id = self._current.get(action.framework_id)
-                if stream_id is not None:
-                    self._queues[stream_id].put(action.event)
-                else:
-                    logger.debug("%s: framework %s offline; %s dropped", self.name,
-                                 action.framework_id, action.event.get("type"))
-            elif isinstance(action, ToAgent):
-                link = self._links.get(action.agent_id)
-                if link is not None:
-                    link.send(action.command)
-            elif isinstance(action, EndStream):
-                events = self._queues.get(action.stream_id)
-                if events is not None:
-                    if action.final_event is not None:
-                        events.put(action.final_event)
-                    events.put(_END)
-            elif isinstance(action, ForgetAgent):
-                link = self._links.pop(action.agent_id, None)
-                if link is not None:
-                    link.stop()
+            handler(_ACTIONS, action, "EmbeddedMaster")(self, action)
+
+    def _to_framework(self, action: ToFramework) -> None:
+        stream_id = self._current.get(action.framework_id)
+        if stream_id is not None:
+            self._queues[stream_id].put(action.event)
+        else:
+            logger.debug("%s: framework %s offline; %s dropped", self.name,
+                         action.framework_id, action.event.get("type"))
+
+    def _to_agent(self, action: ToAgent) -> None:
+        link = self._links.get(action.agent_id)
+        if link is not None:
+            link.send(action.command)
+
+    def _end_stream(self, action: EndStream) -> None:
+        events = self._queues.get(action.stream_id)
+        if events is not None:
+            if action.final_event is not None:
+                events.put(action.final_event)
+            events.put(_END)
+
+    def _forget_agent(self, action: ForgetAgent) -> None:
+        link = self._links.pop(action.agent_id, None)
+        if link is not None:
+            link.stop()
+
+    def _answered(self, action: Subscribed | AgentAccepted | PingAnswered) -> None:
+        """An answer to the request being handled: its handler reads it (`_answer`)."""
 
     def _tick_loop(self) -> None:
         period = max(0.02, min(self.config.offer_interval, self.config.agent_timeout / 4))
         while not self._stopping.wait(period):
             try:
                 with self._lock:
-                    self._apply(self.state.tick(time.monotonic()))
+                    self._apply(self.state.handle(Ticked(time.monotonic(), time.time())))
             except Exception:  # the ticker must survive a bug in one tick
                 logger.exception("%s: tick failed", self.name)
+
+
+_ACTIONS: dict[type, Callable[[EmbeddedMaster, Any], None]] = {
+    ToFramework: EmbeddedMaster._to_framework,
+    ToAgent: EmbeddedMaster._to_agent,
+    EndStream: EmbeddedMaster._end_stream,
+    ForgetAgent: EmbeddedMaster._forget_agent,
+    Subscribed: EmbeddedMaster._answered,
+    AgentAccepted: EmbeddedMaster._answered,
+    PingAnswered: EmbeddedMaster._answered,
+}
+
+
+def _answer(actions: list[Action], kind: type[A]) -> A:
+    """The one answer of type `kind` among the actions of a handled request."""
+    (answer,) = [a for a in actions if isinstance(a, kind)]
+    return answer
 
 
 def _check_principal(body: dict[str, Any], principal: str | None) -> None:

@@ -1,9 +1,14 @@
 """The embedded master's decisions: frameworks, agents, offers, tasks and status-update streams.
 
 Owns every rule of the master (who gets offered what, what a call does, when a framework or an
-agent is gone) as a state object that takes calls and facts and returns actions: events for a
-framework's stream, commands for an agent, streams to end. It does no I/O and takes no locks;
-`master.EmbeddedMaster` serialises calls into it and carries the actions out.
+agent is gone) as a state object with one entry point, `MasterState.handle(event)`: it takes an
+event (a frozen dataclass named as a fact: a call received, an agent pinged, time passed) and
+returns actions: events for a framework's stream, commands for an agent, streams to end, and
+the answer the HTTP shell gives (`Subscribed`, `AgentAccepted`, `PingAnswered`). Events are
+dispatched through one table (`common.dispatch.handler`). It does no I/O, takes no locks and
+reads no clock and no random source: the monotonic time (`now`), the wall-clock time that
+statuses carry (`wall`) and the id of a new event stream arrive as event fields, minted by
+`master.EmbeddedMaster`, which serialises events into it and carries the actions out.
 
 Simplifications against a real Mesos master (documented, deliberate): one role (`*`); an agent's
 whole free capacity is offered to one framework at a time; a decline/refuse filter covers the
@@ -26,11 +31,11 @@ from __future__ import annotations
 
 import itertools
 import logging
-import uuid
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any, Callable, Union
 
+from common.dispatch import handler
 from elastiq.embedded.httpio import HttpError, bad_request
 from elastiq.embedded.protocol import (
     KNOWN_STATES, VERSION, id_value, is_terminal, make_status, safe_id,
@@ -91,7 +96,113 @@ class ForgetAgent:
     agent_id: str
 
 
-Action = Union[ToFramework, ToAgent, EndStream, ForgetAgent]
+@dataclass(frozen=True)
+class Subscribed:
+    """The SUBSCRIBE was accepted: `framework_id` now streams on `stream_id`."""
+
+    framework_id: str
+    stream_id: str
+
+
+@dataclass(frozen=True)
+class AgentAccepted:
+    """The (re-)registration was accepted under `agent_id` (kept, or new)."""
+
+    agent_id: str
+
+
+@dataclass(frozen=True)
+class PingAnswered:
+    """The answer to an agent's ping: whether the master knows it (else it must register)."""
+
+    agent_id: str
+    known: bool
+
+
+Action = Union[ToFramework, ToAgent, EndStream, ForgetAgent, Subscribed, AgentAccepted,
+               PingAnswered]
+
+
+# ------------------------------------------------------------------ events (facts, with times)
+# `now` is the shell's monotonic clock (deadlines, timeouts); `wall` is time.time() at the same
+# moment, the timestamp of any TaskStatus the master builds while handling the event.
+
+@dataclass(frozen=True)
+class FrameworkSubscribing:
+    """A SUBSCRIBE call; `stream_id` names the event stream it opens."""
+
+    body: dict[str, Any]
+    stream_id: str
+    now: float
+    wall: float
+
+
+@dataclass(frozen=True)
+class CallReceived:
+    """Any other scheduler call, with the Mesos-Stream-Id header it came with (or None)."""
+
+    body: dict[str, Any]
+    stream_id: str | None
+    now: float
+    wall: float
+
+
+@dataclass(frozen=True)
+class StreamClosed:
+    """The framework's event stream `stream_id` ended (it disconnected or was replaced)."""
+
+    framework_id: str
+    stream_id: str
+    now: float
+    wall: float
+
+
+@dataclass(frozen=True)
+class AgentRegistering:
+    """An agent's (re-)registration body: url, resources, optional id and what it runs."""
+
+    body: dict[str, Any]
+    now: float
+    wall: float
+
+
+@dataclass(frozen=True)
+class AgentPinged:
+    agent_id: str
+    now: float
+    wall: float
+
+
+@dataclass(frozen=True)
+class AgentEventReceived:
+    """UPDATE, MESSAGE or EXECUTOR_EXITED reported by an agent."""
+
+    agent_id: str
+    event: dict[str, Any]
+    now: float
+    wall: float
+
+
+@dataclass(frozen=True)
+class AgentRemoved:
+    """The agent is gone (it unregistered, or the shell decided so), for reason `why`."""
+
+    agent_id: str
+    why: str
+    now: float
+    wall: float
+
+
+@dataclass(frozen=True)
+class Ticked:
+    """Time passed."""
+
+    now: float
+    wall: float
+
+
+Event = Union[FrameworkSubscribing, CallReceived, StreamClosed, AgentRegistering, AgentPinged,
+              AgentEventReceived, AgentRemoved, Ticked]
 
 
 @dataclass(frozen=True)
@@ -120,13 +231,6 @@ class DeferredReconcile:
     framework_id: str
     task_id: str
     agent_id: str
-
-
-@dataclass(frozen=True)
-class Subscription:
-    framework_id: str
-    stream_id: str
-    actions: list[Action]
 
 
 @dataclass
@@ -177,12 +281,11 @@ class Offer:
 
 
 class MasterState:
-    """All master state; every public method returns the actions it decided on."""
+    """All master state; `handle(event)` is the only way to change it."""
 
-    def __init__(self, config: MasterConfig, master_id: str | None = None,
-                 started: float = 0.0):
+    def __init__(self, config: MasterConfig, master_id: str, started: float = 0.0):
         self.config = config
-        self.master_id = master_id or uuid.uuid4().hex[:12]
+        self.master_id = master_id
         self.recovery_until = started + config.reregister_window
         self.deferred: list[DeferredReconcile] = []
         self.frameworks: dict[str, Framework] = {}
@@ -192,6 +295,10 @@ class MasterState:
         self.tasks: dict[tuple[str, str], Task] = {}
         self.offers: dict[str, Offer] = {}
         self._ids = itertools.count(1)
+
+    def handle(self, event: Event) -> list[Action]:
+        """The actions `event` leads to, in order; HttpError for a call or report refused."""
+        return handler(_HANDLERS, event, "MasterState")(self, event)
 
     def _next_id(self, kind: str) -> str:
         return f"{self.master_id}-{kind}{next(self._ids):04d}"
@@ -203,8 +310,9 @@ class MasterState:
         return {"id": self.master_id, "ip": 0, "port": port, "hostname": host,
                 "version": VERSION, "address": {"hostname": host, "ip": host, "port": port}}
 
-    def subscribe(self, body: dict[str, Any], now: float) -> Subscription:
+    def _subscribe(self, ev: FrameworkSubscribing) -> list[Action]:
         """A SUBSCRIBE call: a new framework, or a known one failing over to a new stream."""
+        body = ev.body
         subscribe = _section(body, "subscribe")
         info = subscribe.get("framework_info")
         if not isinstance(info, dict):
@@ -227,15 +335,15 @@ class MasterState:
             framework.info = info
             logger.info("master %s: framework %s re-subscribed", self.master_id, framework_id)
         framework.info = {**info, "id": {"value": framework_id}}
-        framework.stream_id = str(uuid.uuid4())
+        framework.stream_id = ev.stream_id
         framework.failover_deadline = None
+        actions.append(Subscribed(framework_id, ev.stream_id))
         actions.append(ToFramework(framework_id, {"type": "SUBSCRIBED", "subscribed": {
             "framework_id": {"value": framework_id},
             "heartbeat_interval_seconds": self.config.heartbeat_interval,
             "master_info": self.master_info()}}))
         actions += self._resend_pending(framework_id)
-        actions += self.make_offers(now)
-        return Subscription(framework_id, framework.stream_id, actions)
+        return actions + self._make_offers(ev.now)
 
     def _replace_stream(self, framework: Framework) -> list[Action]:
         if framework.stream_id is None:
@@ -252,15 +360,15 @@ class MasterState:
             actions += self._pump(task)
         return actions
 
-    def stream_closed(self, framework_id: str, stream_id: str, now: float) -> list[Action]:
+    def _stream_closed(self, ev: StreamClosed) -> list[Action]:
         """The framework's event stream ended (it disconnected or was replaced)."""
-        framework = self.frameworks.get(framework_id)
-        if framework is None or framework.stream_id != stream_id:
+        framework = self.frameworks.get(ev.framework_id)
+        if framework is None or framework.stream_id != ev.stream_id:
             return []
         framework.stream_id = None
-        framework.failover_deadline = now + framework.failover_timeout
+        framework.failover_deadline = ev.now + framework.failover_timeout
         logger.info("master %s: framework %s disconnected; failover timeout %.1fs",
-                    self.master_id, framework_id, framework.failover_timeout)
+                    self.master_id, ev.framework_id, framework.failover_timeout)
         return self._drop_offers_of(framework)
 
     def _drop_offers_of(self, framework: Framework) -> list[Action]:
@@ -269,7 +377,7 @@ class MasterState:
             del self.offers[offer.offer_id]
         return []
 
-    def remove_framework(self, framework_id: str, why: str) -> list[Action]:
+    def _remove_framework(self, framework_id: str, why: str) -> list[Action]:
         """TEARDOWN or failover timeout: kill its tasks everywhere and forget it."""
         framework = self.frameworks.pop(framework_id, None)
         if framework is None:
@@ -290,11 +398,12 @@ class MasterState:
 
     # ---------------------------------------------------------------- calls
 
-    def call(self, body: dict[str, Any], stream_id: str | None, now: float) -> list[Action]:
+    def _call(self, ev: CallReceived) -> list[Action]:
         """Any scheduler call but SUBSCRIBE, from the framework's current stream."""
+        body, stream_id = ev.body, ev.stream_id
         kind = body.get("type")
-        handler = _CALLS.get(kind) if isinstance(kind, str) else None
-        if handler is None:
+        call = _CALLS.get(kind) if isinstance(kind, str) else None
+        if call is None:
             raise bad_request(f"unknown or unsupported call type {kind!r}")
         framework_id = id_value(body, "framework_id", "call")
         framework = self.frameworks.get(framework_id)
@@ -308,12 +417,14 @@ class MasterState:
         if stream_id != framework.stream_id:
             raise bad_request(f"Mesos-Stream-Id {stream_id} is not the stream of "
                               f"framework {framework_id}")
-        return handler(self, framework, body, now)
+        return call(self, framework, body, ev.now, ev.wall)
 
-    def _teardown(self, framework: Framework, body: dict[str, Any], now: float) -> list[Action]:
-        return self.remove_framework(framework.framework_id, "TEARDOWN")
+    def _teardown(self, framework: Framework, body: dict[str, Any], now: float,
+                  wall: float) -> list[Action]:
+        return self._remove_framework(framework.framework_id, "TEARDOWN")
 
-    def _accept(self, framework: Framework, body: dict[str, Any], now: float) -> list[Action]:
+    def _accept(self, framework: Framework, body: dict[str, Any], now: float,
+                wall: float) -> list[Action]:
         accept = _section(body, "accept")
         offer_ids = _id_list(accept, "offer_ids", "accept")
         operations = accept.get("operations", [])
@@ -323,16 +434,16 @@ class MasterState:
         refuse = _refuse_seconds(accept, self.config.default_refuse_seconds)
         offers, problem = self._take_offers(framework, offer_ids)
         if problem:
-            return [self._reject(framework, t, "TASK_LOST", "REASON_INVALID_OFFERS", problem)
-                    for t in task_infos] + self.make_offers(now)
+            return [self._reject(framework, t, "TASK_LOST", "REASON_INVALID_OFFERS", problem,
+                                 wall) for t in task_infos] + self._make_offers(now)
         agent = self.agents[offers[0].agent_id]
         pool = sum((o.resources for o in offers), Resources())
         actions: list[Action] = []
         for task_info in task_infos:
-            launched, pool = self._launch(framework, agent, task_info, pool)
+            launched, pool = self._launch(framework, agent, task_info, pool, wall)
             actions += launched
         framework.refused_until[agent.agent_id] = now + refuse
-        return actions + self.make_offers(now)
+        return actions + self._make_offers(now)
 
     def _take_offers(self, framework: Framework,
                      offer_ids: list[str]) -> tuple[list[Offer], str | None]:
@@ -354,15 +465,15 @@ class MasterState:
         return [o for o in offers if o is not None], None
 
     def _launch(self, framework: Framework, agent: Agent, task_info: Any,
-                pool: Resources) -> tuple[list[Action], Resources]:
+                pool: Resources, wall: float) -> tuple[list[Action], Resources]:
         problem, task = self._validate_task(framework, agent, task_info)
         if problem:
             return [self._reject(framework, task_info, "TASK_ERROR",
-                                 "REASON_TASK_INVALID", problem)], pool
+                                 "REASON_TASK_INVALID", problem, wall)], pool
         assert task is not None
         if not pool.contains(task.resources):
             return [self._reject(framework, task_info, "TASK_ERROR", "REASON_TASK_INVALID",
-                                 "task resources exceed the offered resources")], pool
+                                 "task resources exceed the offered resources", wall)], pool
         self.tasks[(framework.framework_id, task.task_id)] = task
         logger.info("master %s: launching task %s of framework %s on agent %s",
                     self.master_id, task.task_id, framework.framework_id, agent.agent_id)
@@ -398,16 +509,17 @@ class MasterState:
                           resources)
 
     def _reject(self, framework: Framework, task_info: Any, state: str, reason: str,
-                message: str) -> ToFramework:
+                message: str, wall: float) -> ToFramework:
         task_id = "?"
         if isinstance(task_info, dict) and isinstance(task_info.get("task_id"), dict):
             task_id = str(task_info["task_id"].get("value", "?"))
         logger.info("master %s: task %s of framework %s: %s (%s)", self.master_id, task_id,
                     framework.framework_id, state, message)
         return ToFramework(framework.framework_id, _update(make_status(
-            task_id, state, reason=reason, message=message)))
+            task_id, state, reason=reason, message=message, timestamp=wall)))
 
-    def _decline(self, framework: Framework, body: dict[str, Any], now: float) -> list[Action]:
+    def _decline(self, framework: Framework, body: dict[str, Any], now: float,
+                 wall: float) -> list[Action]:
         decline = _section(body, "decline")
         refuse = _refuse_seconds(decline, self.config.default_refuse_seconds)
         for offer_id in _id_list(decline, "offer_ids", "decline"):
@@ -415,31 +527,34 @@ class MasterState:
             if offer is not None and offer.framework_id == framework.framework_id:
                 del self.offers[offer_id]
                 framework.refused_until[offer.agent_id] = now + refuse
-        return self.make_offers(now)
+        return self._make_offers(now)
 
-    def _revive(self, framework: Framework, body: dict[str, Any], now: float) -> list[Action]:
+    def _revive(self, framework: Framework, body: dict[str, Any], now: float,
+                wall: float) -> list[Action]:
         framework.suppressed = False
         framework.refused_until.clear()
-        return self.make_offers(now)
+        return self._make_offers(now)
 
-    def _suppress(self, framework: Framework, body: dict[str, Any], now: float) -> list[Action]:
+    def _suppress(self, framework: Framework, body: dict[str, Any], now: float,
+                  wall: float) -> list[Action]:
         framework.suppressed = True
         return []
 
-    def _kill(self, framework: Framework, body: dict[str, Any], now: float) -> list[Action]:
+    def _kill(self, framework: Framework, body: dict[str, Any], now: float,
+              wall: float) -> list[Action]:
         task_id = id_value(_section(body, "kill"), "task_id", "kill")
         task = self.tasks.get((framework.framework_id, task_id))
         if task is None:
             return [ToFramework(framework.framework_id, _update(make_status(
                 task_id, "TASK_LOST", reason="REASON_RECONCILIATION",
-                message="task is unknown to the master")))]
+                message="task is unknown to the master", timestamp=wall)))]
         if is_terminal(task.state) or task.agent_id not in self.agents:
             return []
         return [ToAgent(task.agent_id, {"type": "KILL", "framework_id": framework.framework_id,
                                         "task_id": task_id})]
 
-    def _acknowledge(self, framework: Framework, body: dict[str, Any],
-                     now: float) -> list[Action]:
+    def _acknowledge(self, framework: Framework, body: dict[str, Any], now: float,
+                     wall: float) -> list[Action]:
         ack = _section(body, "acknowledge")
         task_id = id_value(ack, "task_id", "acknowledge")
         ack_uuid = ack.get("uuid")
@@ -461,8 +576,8 @@ class MasterState:
                 "task_id": task_id, "uuid": ack_uuid}))
         return actions + self._pump(task)
 
-    def _reconcile(self, framework: Framework, body: dict[str, Any],
-                   now: float) -> list[Action]:
+    def _reconcile(self, framework: Framework, body: dict[str, Any], now: float,
+                   wall: float) -> list[Action]:
         reconcile = body.get("reconcile", {})
         if not isinstance(reconcile, dict) or not isinstance(reconcile.get("tasks", []), list):
             raise bad_request("reconcile.tasks must be a list")
@@ -482,34 +597,38 @@ class MasterState:
                             "agent %s to re-register", self.master_id, task_id,
                             framework.framework_id, agent_id)
                 continue
-            actions.append(self._reconcile_update(framework.framework_id, task_id))
+            actions.append(self._reconcile_update(framework.framework_id, task_id, wall))
         return actions
 
-    def _reconcile_update(self, framework_id: str, task_id: str) -> ToFramework:
-        return ToFramework(framework_id, _update(self._reconcile_status(framework_id, task_id)))
+    def _reconcile_update(self, framework_id: str, task_id: str, wall: float) -> ToFramework:
+        return ToFramework(framework_id,
+                           _update(self._reconcile_status(framework_id, task_id, wall)))
 
     def _awaiting_agent(self, agent_id: str, now: float) -> bool:
         """An agent this master does not know yet but may still re-register (recovery window)."""
         return (agent_id not in self.agents and agent_id not in self.removed_agents
                 and now < self.recovery_until)
 
-    def _answer_settled_reconciles(self, now: float) -> list[Action]:
+    def _answer_settled_reconciles(self, now: float, wall: float) -> list[Action]:
         """Answer deferred reconciliations whose agent came back or can no longer come back."""
         settled = [d for d in self.deferred if not self._awaiting_agent(d.agent_id, now)]
         if not settled:
             return []
         self.deferred = [d for d in self.deferred if d not in settled]
-        return [self._reconcile_update(d.framework_id, d.task_id) for d in settled]
+        return [self._reconcile_update(d.framework_id, d.task_id, wall) for d in settled]
 
-    def _reconcile_status(self, framework_id: str, task_id: str) -> dict[str, Any]:
+    def _reconcile_status(self, framework_id: str, task_id: str,
+                          wall: float) -> dict[str, Any]:
         task = self.tasks.get((framework_id, task_id))
         if task is None:
             return make_status(task_id, "TASK_LOST", reason="REASON_RECONCILIATION",
-                               message="task is unknown to the master")
+                               message="task is unknown to the master", timestamp=wall)
         return make_status(task_id, task.state, agent_id=task.agent_id,
-                           executor_id=task.executor_id, reason="REASON_RECONCILIATION")
+                           executor_id=task.executor_id, reason="REASON_RECONCILIATION",
+                           timestamp=wall)
 
-    def _message(self, framework: Framework, body: dict[str, Any], now: float) -> list[Action]:
+    def _message(self, framework: Framework, body: dict[str, Any], now: float,
+                 wall: float) -> list[Action]:
         message = _section(body, "message")
         agent_id = id_value(message, "agent_id", "message")
         executor_id = id_value(message, "executor_id", "message")
@@ -523,7 +642,8 @@ class MasterState:
         return [ToAgent(agent_id, {"type": "MESSAGE", "framework_id": framework.framework_id,
                                    "executor_id": executor_id, "data": data})]
 
-    def _ignore(self, framework: Framework, body: dict[str, Any], now: float) -> list[Action]:
+    def _ignore(self, framework: Framework, body: dict[str, Any], now: float,
+                wall: float) -> list[Action]:
         logger.info("master %s: %s from framework %s accepted and ignored", self.master_id,
                     body.get("type"), framework.framework_id)
         return []
@@ -553,16 +673,17 @@ class MasterState:
         task.pending.append(status)
         actions = self._pump(task)
         if is_terminal(task.state) and not was_terminal:
-            actions += self.make_offers(now)  # its resources are free again
+            actions += self._make_offers(now)  # its resources are free again
         return actions
 
     # ---------------------------------------------------------------- agents
 
-    def register_agent(self, body: dict[str, Any], now: float) -> tuple[str, list[Action]]:
+    def _register_agent(self, ev: AgentRegistering) -> list[Action]:
         """An agent registers, or re-registers with its id and what it runs.
 
         A removed agent's id is refused (it gets a new one and must end its executors); any
         other requested id is kept and the agent's report rebuilds its part of the task table."""
+        body, now = ev.body, ev.now
         url = field_str(body, "url")
         try:
             total = from_mesos(body.get("resources"))
@@ -578,13 +699,14 @@ class MasterState:
         self.agents[agent_id] = Agent(agent_id, hostname, url, total, now)
         logger.info("master %s: agent %s registered at %s with %s, running %d task(s)",
                     self.master_id, agent_id, url, total.to_mesos(), len(report.tasks))
-        actions: list[Action] = []
+        actions: list[Action] = [AgentAccepted(agent_id)]
         if agent_id == requested:
-            actions += self._recover_agent(agent_id, report, now)
-        actions += self._answer_settled_reconciles(now)
-        return agent_id, actions + self.make_offers(now)
+            actions += self._recover_agent(agent_id, report, now, ev.wall)
+        actions += self._answer_settled_reconciles(now, ev.wall)
+        return actions + self._make_offers(now)
 
-    def _recover_agent(self, agent_id: str, report: AgentReport, now: float) -> list[Action]:
+    def _recover_agent(self, agent_id: str, report: AgentReport, now: float,
+                       wall: float) -> list[Action]:
         """Rebuild this agent's tasks from its report (the agent is the source of truth)."""
         actions: list[Action] = []
         for framework_id, info in report.frameworks:
@@ -598,7 +720,7 @@ class MasterState:
             if task.framework_id in self.frameworks:
                 reported.add((task.framework_id, task.task_id))
                 self._adopt_task(agent_id, task)
-        return actions + self._lose_unreported(agent_id, reported, now)
+        return actions + self._lose_unreported(agent_id, reported, now, wall)
 
     def _recover_framework(self, framework_id: str, info: dict[str, Any], now: float) -> None:
         framework = Framework(framework_id, {**info, "id": {"value": framework_id}})
@@ -621,8 +743,8 @@ class MasterState:
         self.tasks[key] = Task(reported.task_id, reported.framework_id, agent_id,
                                reported.executor_id, reported.resources, reported.state)
 
-    def _lose_unreported(self, agent_id: str, reported: set[tuple[str, str]],
-                         now: float) -> list[Action]:
+    def _lose_unreported(self, agent_id: str, reported: set[tuple[str, str]], now: float,
+                         wall: float) -> list[Action]:
         """Tasks the master placed on this agent that the agent no longer knows are lost."""
         actions: list[Action] = []
         for key, task in list(self.tasks.items()):
@@ -630,18 +752,19 @@ class MasterState:
                 actions += self._record_status(task, make_status(
                     task.task_id, "TASK_LOST", agent_id=agent_id, executor_id=task.executor_id,
                     reason="REASON_AGENT_RESTARTED",
-                    message=f"agent {agent_id} re-registered without this task"), now)
+                    message=f"agent {agent_id} re-registered without this task",
+                    timestamp=wall), now)
         return actions
 
-    def agent_ping(self, agent_id: str, now: float) -> bool:
-        agent = self.agents.get(agent_id)
-        if agent is None:
-            return False
-        agent.last_seen = now
-        return True
+    def _agent_pinged(self, ev: AgentPinged) -> list[Action]:
+        agent = self.agents.get(ev.agent_id)
+        if agent is not None:
+            agent.last_seen = ev.now
+        return [PingAnswered(ev.agent_id, agent is not None)]
 
-    def agent_event(self, agent_id: str, event: dict[str, Any], now: float) -> list[Action]:
+    def _agent_event(self, ev: AgentEventReceived) -> list[Action]:
         """UPDATE, MESSAGE or EXECUTOR_EXITED reported by an agent."""
+        agent_id, event, now = ev.agent_id, ev.event, ev.now
         if agent_id not in self.agents:
             raise HttpError(404, f"agent {agent_id} is not registered")
         self.agents[agent_id].last_seen = now
@@ -676,7 +799,10 @@ class MasterState:
             return []
         return self._record_status(task, {**status, "agent_id": {"value": agent_id}}, now)
 
-    def remove_agent(self, agent_id: str, now: float, why: str) -> list[Action]:
+    def _agent_removed(self, ev: AgentRemoved) -> list[Action]:
+        return self._remove_agent(ev.agent_id, ev.now, ev.wall, ev.why)
+
+    def _remove_agent(self, agent_id: str, now: float, wall: float, why: str) -> list[Action]:
         """The agent is gone: rescind its offers, lose its tasks, tell every framework."""
         agent = self.agents.pop(agent_id, None)
         if agent is None:
@@ -692,7 +818,8 @@ class MasterState:
             if not is_terminal(task.state):
                 actions += self._record_status(task, make_status(
                     task.task_id, "TASK_LOST", agent_id=agent_id, executor_id=task.executor_id,
-                    reason="REASON_AGENT_REMOVED", message=f"agent {agent_id} lost: {why}"), now)
+                    reason="REASON_AGENT_REMOVED", message=f"agent {agent_id} lost: {why}",
+                    timestamp=wall), now)
         for framework_id in self.frameworks:
             actions.append(ToFramework(framework_id, {
                 "type": "FAILURE", "failure": {"agent_id": {"value": agent_id}}}))
@@ -700,22 +827,23 @@ class MasterState:
 
     # ---------------------------------------------------------------- time
 
-    def tick(self, now: float) -> list[Action]:
+    def _ticked(self, ev: Ticked) -> list[Action]:
         """Time passed: lost agents, expired failover timeouts and offers, new offers."""
+        now = ev.now
         actions: list[Action] = []
         for agent in list(self.agents.values()):
             if now - agent.last_seen > self.config.agent_timeout:
-                actions += self.remove_agent(agent.agent_id, now,
-                                             f"silent for {now - agent.last_seen:.1f}s")
+                actions += self._remove_agent(agent.agent_id, now, ev.wall,
+                                              f"silent for {now - agent.last_seen:.1f}s")
         for framework in list(self.frameworks.values()):
             deadline = framework.failover_deadline
             if framework.stream_id is None and deadline is not None and now >= deadline:
-                actions += self.remove_framework(framework.framework_id,
+                actions += self._remove_framework(framework.framework_id,
                                                  "failover timeout expired")
         actions += self._expire_offers(now)
-        actions += self._answer_settled_reconciles(now)
+        actions += self._answer_settled_reconciles(now, ev.wall)
         self._prune_terminal()
-        return actions + self.make_offers(now)
+        return actions + self._make_offers(now)
 
     def _expire_offers(self, now: float) -> list[Action]:
         timeout = self.config.offer_timeout
@@ -733,7 +861,7 @@ class MasterState:
         for key in done[:max(0, len(done) - TERMINAL_KEEP)]:
             del self.tasks[key]
 
-    def make_offers(self, now: float) -> list[Action]:
+    def _make_offers(self, now: float) -> list[Action]:
         """Offer each agent's free capacity to one eligible framework, fewest tasks first."""
         batches: dict[str, list[dict[str, Any]]] = {}
         for agent in self.agents.values():
@@ -792,6 +920,18 @@ class MasterState:
         }
 
 
+_HANDLERS: dict[type, Callable[[MasterState, Any], list[Action]]] = {
+    FrameworkSubscribing: MasterState._subscribe,
+    CallReceived: MasterState._call,
+    StreamClosed: MasterState._stream_closed,
+    AgentRegistering: MasterState._register_agent,
+    AgentPinged: MasterState._agent_pinged,
+    AgentEventReceived: MasterState._agent_event,
+    AgentRemoved: MasterState._agent_removed,
+    Ticked: MasterState._ticked,
+}
+
+# The second level for CallReceived: one handler per call type.
 _CALLS = {
     "TEARDOWN": MasterState._teardown,
     "ACCEPT": MasterState._accept,

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import base64
 import re
-import time
 import uuid
 from typing import Any
 
@@ -40,14 +39,15 @@ def new_uuid() -> str:
     return base64.b64encode(uuid.uuid4().bytes).decode("ascii")
 
 
-def make_status(task_id: str, state: str, *, agent_id: str | None = None,
+def make_status(task_id: str, state: str, *, timestamp: float, agent_id: str | None = None,
                 executor_id: str | None = None, reason: str | None = None,
                 message: str | None = None, source: str = "SOURCE_MASTER",
                 reliable: bool = False) -> dict[str, Any]:
-    """A TaskStatus; `reliable` ones carry a uuid and wait for an acknowledgement."""
+    """A TaskStatus stamped `timestamp` (wall-clock seconds, given by the caller); `reliable`
+    ones carry a uuid and wait for an acknowledgement."""
     status: dict[str, Any] = {
         "task_id": {"value": task_id}, "state": state, "source": source,
-        "timestamp": time.time(),
+        "timestamp": timestamp,
     }
     if agent_id:
         status["agent_id"] = {"value": agent_id}
