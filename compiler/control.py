@@ -17,7 +17,6 @@ path roots the query was compiled with, `common.paths`). Does not own sending ch
 from __future__ import annotations
 
 import re
-from dataclasses import field
 from typing import TYPE_CHECKING, Any, Callable
 
 from common.control import (ADJUSTABLE, ALIASES, PARTITION_KEY, Adjustable, Change, ControlCatalog,
@@ -25,7 +24,7 @@ from common.control import (ADJUSTABLE, ALIASES, PARTITION_KEY, Adjustable, Chan
 from common.paths import PathRefused, PathRoots, confine
 from common.tasks import splitter_op_id
 from compiler import expr
-from compiler.operators import MAX_RATE, MIN_RATE, CATALOGUE, ParamDef, ParamValueError, parse_value
+from compiler.operators import CATALOGUE, ParamDef, ParamValueError, parse_value
 
 if TYPE_CHECKING:
     from compiler.graph import Graph, Node

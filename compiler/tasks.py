@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from common.tasks import (ChannelSpec, FailoverMode, Placement, QueryTask, Resources, channel_id,
+from common.tasks import (ChannelSpec, FailoverMode, Placement, Resources, channel_id,
                           partition_channel_id)
 
 if TYPE_CHECKING:

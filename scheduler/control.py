@@ -18,7 +18,8 @@ from typing import Any, Literal
 
 from common.control import Change, ControlCatalog, ControlRefused
 from common.messages import ParamSet
-from compiler.control import MAX_RATE, MIN_RATE, check_tuple
+from compiler.control import check_tuple
+from compiler.operators import MAX_RATE, MIN_RATE
 
 RequestState = Literal["pending", "applied", "refused"]
 HISTORY_KEPT = 200
