@@ -3,8 +3,10 @@
 Owns what crosses between the compiler, the scheduler, the executors and the CLI: column types
 and schemas (`types`), spec diagnostics (`diagnostics`), compiled queries and their tasks
 (`tasks`), the control catalogue and its values (`control`), the output-schema facts both the
-validator and the runtime use (`operator_schemas`), and the scheduler API's client and token
-lookup (`api_client`, `api_token`). Does not own compiling (`compiler`), placing (`scheduler`),
+validator and the runtime use (`operator_schemas`), the path roots file operators are confined
+to (`paths`), the typed scheduler<->executor messages (`messages`), the one dispatch idiom of
+every state machine (`dispatch`), and the scheduler API's client and token lookup
+(`api_client`, `api_token`). Does not own compiling (`compiler`), placing (`scheduler`),
 running (`executor`) or the command line (`elastiq`).
 
 Import rules (checked by tests/test_import_rules.py): `common` imports the standard library and
