@@ -2,9 +2,10 @@
 
 Owns `handler`, which every state machine (`scheduler.state`, `scheduler.leadership`,
 `executor.executor_state`, `elastiq.embedded.master_state`) and command runner
-(`scheduler.mesos_adapter`, `executor.mesos_executor`, `elastiq.embedded.master`) uses to pick the function for a value by its exact type, from a
-module-level `dict[type, Callable]` of function objects (never method-name strings). Does not own
-the tables themselves (each lives beside its handlers).
+(`scheduler.mesos_adapter`, `executor.mesos_executor`, `elastiq.embedded.master`) uses to
+pick the function for a value by its exact type, from a module-level `dict[type, Callable]` of
+function objects (never method-name strings). Does not own the tables themselves (each lives
+beside its handlers).
 """
 
 from __future__ import annotations

@@ -8,9 +8,10 @@ graphs and the task cut,
 and the pure check of a control tuple `<query, operator, parameter, value>` against it
 (`check_tuple`, `check_tuples`: every problem of a request at once, nothing applied unless all
 pass). A filter condition is parsed and type-checked here, with the expression language the spec
-uses, before anything reaches a task; every value is checked against its range (a rate finite and
-within the spec's own bounds, `compiler.operators.MIN_RATE..MAX_RATE`, a condition at most MAX_CONDITION_CHARS long, a sink path inside the
-path roots the query was compiled with, `common.paths`). Does not own sending changes
+uses, before anything reaches a task; every value is checked against its range (a rate finite
+and within the spec's own bounds, `compiler.operators.MIN_RATE..MAX_RATE`; a condition at most
+MAX_CONDITION_CHARS long; a sink path inside the path roots the query was compiled with,
+`common.paths`). Does not own sending changes
 (`scheduler`) or applying them at a batch boundary (`executor.task_runner`, `executor.runtime`).
 """
 
@@ -69,11 +70,11 @@ def catalog_for(logical: "Graph", physical: "Graph", plans: "tuple[TaskPlan, ...
     """The control catalogue of a compiled query; `resolve` makes a spec's relative paths
     absolute, as the tasks see them; a new sink path must lie inside `roots`."""
     task_of = {node: plan.task_id for plan in plans for node in plan.nodes}
-    logical_names = {n.name for n in logical.nodes}
+    copies_of = _copies_by_name(physical, {n.name for n in logical.nodes})
     adjustable: list[Adjustable] = []
     fixed: list[Fixed] = []
     for node in logical.nodes:
-        copies = _copies(node, physical, logical_names)
+        copies = [p for p in copies_of.get(node.name, ()) if p.kind == node.kind]
         if node.wants("ha") == "hot-standby" and len(copies) > 1:
             fixed += [Fixed(node.name, parameter, _REPLICA_REASON)
                       for parameter in ADJUSTABLE.get(node.kind, {})]
@@ -89,17 +90,17 @@ def catalog_for(logical: "Graph", physical: "Graph", plans: "tuple[TaskPlan, ...
                           tuple((n.name, n.kind) for n in logical.nodes), roots.roots)
 
 
-def _copies(node: "Node", physical: "Graph", logical_names: set[str]) -> list["Node"]:
-    """The physical instances of a spec operator: itself, or its numbered copies (partitions,
-    hot-standby replicas) that the rewrite rules named `<name>_<i>`."""
-    found = []
+def _copies_by_name(physical: "Graph", logical_names: set[str]) -> dict[str, list["Node"]]:
+    """Spec operator name -> its physical instances, in physical order: itself, or its numbered
+    copies (partitions, hot-standby replicas) that the rewrite rules named `<name>_<i>` (a name
+    that is itself a spec operator's is that operator's only). One pass over the plan, so the
+    catalogue is linear in its size."""
+    found: dict[str, list["Node"]] = {}
     for p in physical.nodes:
-        if p.kind != node.kind:
-            continue
+        found.setdefault(p.name, []).append(p)
         m = _SIMPLE_NAME.match(p.name)
-        if p.name == node.name or (m and m.group("base") == node.name
-                                   and p.name not in logical_names):
-            found.append(p)
+        if m and p.name not in logical_names:
+            found.setdefault(m.group("base"), []).append(p)
     return found
 
 

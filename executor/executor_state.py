@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Mapping, Union
 
 from common.dispatch import handler
-from common.messages import ControlMessage, RetargetMessage
+from common.messages import ControlAck, ControlMessage, RetargetMessage
 from executor.channel_auth import TaskKeys
 
 log = logging.getLogger(__name__)
@@ -279,17 +279,19 @@ class ApplyParams:
 
 @dataclass(frozen=True)
 class SendControlAck:
-    """Tell the scheduler how a control request went on one task."""
+    """Tell the scheduler how a control request went on one task (the acknowledgement as it is
+    sent, `common.messages.ControlAck`)."""
 
     stimulus_id: str
-    mesos_task_id: str
-    request: str
-    version: int
-    applied: bool
-    epoch: int = -1
-    pause_s: float = 0.0
-    message: str = ""
-    at: float = 0.0
+    ack: ControlAck
+
+    @property
+    def mesos_task_id(self) -> str:
+        return self.ack.task
+
+    @property
+    def applied(self) -> bool:
+        return self.ack.applied
 
 
 @dataclass(frozen=True)
@@ -470,7 +472,8 @@ class ExecutorState:
         if task is None or task.phase != "running":
             why = f"task is {task.phase}" if task else "task is not on this executor"
             log.warning("[%s] task %s: control %s refused (%s)", sid, mesos_task_id, request, why)
-            return [SendControlAck(sid, mesos_task_id, request, version, False, message=why)]
+            return [SendControlAck(sid, ControlAck(mesos_task_id, request, version, False,
+                                                   message=why))]
         if not m.param_set.newer_than(task.params_version):
             log.info("[%s] task %s: control %s (version %s) already asked", sid, mesos_task_id,
                      request, version)
@@ -481,14 +484,14 @@ class ExecutorState:
     def _on_ParamsApplied(self, ev: ParamsApplied) -> list[Command]:
         log.info("[%s] task %s: control %s applied from batch %s", ev.stimulus_id,
                  ev.mesos_task_id, ev.request, ev.epoch)
-        return [SendControlAck(ev.stimulus_id, ev.mesos_task_id, ev.request, ev.version, True,
-                               ev.epoch, ev.pause_s, at=ev.at)]
+        return [SendControlAck(ev.stimulus_id, ControlAck(ev.mesos_task_id, ev.request, ev.version,
+                                                          True, ev.epoch, ev.pause_s, at=ev.at))]
 
     def _on_ParamsRefused(self, ev: ParamsRefused) -> list[Command]:
         log.warning("[%s] task %s: control %s refused: %s", ev.stimulus_id, ev.mesos_task_id,
                     ev.request, ev.message)
-        return [SendControlAck(ev.stimulus_id, ev.mesos_task_id, ev.request, ev.version, False,
-                               message=ev.message)]
+        return [SendControlAck(ev.stimulus_id, ControlAck(ev.mesos_task_id, ev.request, ev.version,
+                                                          False, message=ev.message))]
 
     def _retarget(self, sid: str, mesos_task_id: str,
                   endpoints: Mapping[str, str]) -> list[Command]:

@@ -17,7 +17,7 @@ import json
 from typing import Any, Mapping
 
 from common import messages
-from common.messages import (ControlAck, ControlMessage, Heartbeat, LaunchData, LaunchDataError,
+from common.messages import (ControlMessage, Heartbeat, LaunchData, LaunchDataError,
                              MessageError, RetargetMessage)
 from executor.channel_auth import ChannelKeyError, TaskKeys
 from executor.executor_state import (ControlReceived, LaunchRejected, MessageUnreadable,
@@ -95,8 +95,7 @@ def message_event(stimulus_id: str, raw: str | bytes
 
 def ack_bytes(ack: SendControlAck) -> bytes:
     """The framework message a control acknowledgement is sent as (JSON, before base64)."""
-    return messages.encode(ControlAck(ack.mesos_task_id, ack.request, ack.version, ack.applied,
-                                      ack.epoch, ack.pause_s, ack.message, ack.at))
+    return messages.encode(ack.ack)
 
 
 def heartbeat_bytes(executor_id: str, figures: Mapping[str, Mapping[str, Any]]) -> bytes:
