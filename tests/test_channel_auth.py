@@ -17,6 +17,7 @@ from executor.channel_auth import (ChannelKeyError, KeyPair, ReaderAuth, WriterA
                                    parse_readers, read_key_file, write_key_file, zap_decision)
 from executor.channels import ChannelError, ChannelReader, ChannelWriter
 from executor.wire import NONE, ErrorCode, Header, Kind, decode_header, encode_header
+from test_channels import wait_for
 
 SCHEMA = pa.schema([("id", pa.int64())])
 ROWS = 5
@@ -29,15 +30,6 @@ def batch_ids(tag: int) -> list[int]:
 
 def make_table(tag: int) -> pa.Table:
     return pa.table({"id": batch_ids(tag)}, schema=SCHEMA)
-
-
-def wait_for(condition, limit_s: float = 5.0) -> bool:
-    deadline = time.monotonic() + limit_s
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.01)
-    return condition()
 
 
 def drain(reader: ChannelReader, upto: int, limit_s: float = 10.0) -> list[int]:
