@@ -1,8 +1,8 @@
 """RecordIO framing as the Mesos v1 HTTP APIs use it: `<length>\\n<json>` repeated.
 
-Owns encoding one JSON record, wrapping bytes in one HTTP/1.1 chunk, and decoding a byte stream
-back into records (records may span reads). It does not own sockets or HTTP headers
-(see `httpio`).
+Owns encoding one JSON record and decoding a byte stream back into records (records may span
+reads). It does not own sockets, HTTP headers or chunked transfer encoding (aiohttp's
+`StreamResponse` chunks the stream; see `httpio`).
 """
 
 from __future__ import annotations
@@ -12,18 +12,12 @@ import re
 from typing import Any
 
 _LENGTH = re.compile(rb"(\d+)\n")
-LAST_CHUNK = b"0\r\n\r\n"
 
 
 def encode_record(record: dict[str, Any]) -> bytes:
     """One RecordIO record: the decimal byte length, a newline, the compact JSON."""
     data = json.dumps(record, separators=(",", ":")).encode("utf-8")
     return b"%d\n%s" % (len(data), data)
-
-
-def http_chunk(data: bytes) -> bytes:
-    """`data` framed as one HTTP/1.1 chunk (chunked transfer encoding)."""
-    return b"%x\r\n%s\r\n" % (len(data), data)
 
 
 class RecordIODecoder:
