@@ -888,8 +888,9 @@ def _not_partitionable(c: _Checker, op: OperatorDecl, keys: tuple[str, ...] | No
     """Why `partitionable` does not hold: no partition keys at all, or `by` is not one."""
     if keys is None:
         c.error(par.pos, f"'{op.name}' ({op.kind}) cannot be partitioned{_where(par, op)}",
-                "only filter, project, union, joins and window aggregates with group-by can; "
-                "a window-aggregate needs group-by columns")
+                "only filter, project, union, joins, window aggregates with group-by and "
+                "patterns with partition-by can; a window-aggregate needs group-by columns, a "
+                "pattern partition-by columns")
         return
     assert by is not None  # with no partition-by, the first key is taken, and it is a key
     c.error(by.pos, f"'{op.name}' cannot be partitioned by '{by.value}'{_where(by, op)}",
