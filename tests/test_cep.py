@@ -299,3 +299,100 @@ def test_partial_matches_beyond_the_bound_fail_loudly() -> None:
     rows = [{"k": "x", "ts": i, "price": 1.0, "volume": 1} for i in range(40)]
     with pytest.raises(PatternOverflow, match="max-partial-matches=50"):
         KeyMatcher(program).feed(rows, 10**6)
+
+
+# ================================================================ the operator in a spec ==
+
+from compiler.pipeline import check_spec_text  # noqa: E402
+from tests.spec_snippets import locate, with_source_and_sink  # noqa: E402
+
+
+def _pattern_op(pattern: str = "A B+ C", params: str = "", defines: str = "",
+                fields: str = '    <field name="start" value="first(A.ts)"/>\n') -> str:
+    return ('  <operator name="p" type="pattern">\n    <input name="raw"/>\n'
+            f'    <param name="pattern" value="{pattern}"/>\n'
+            '    <param name="time" value="ts"/>\n    <param name="within" value="1 minute"/>\n'
+            f'{params}{defines}{fields}    <output name="hits"/>\n  </operator>\n')
+
+
+_TEMP_DEFINES = ('    <define name="B" value="temp &lt; prev(temp)"/>\n'
+                 '    <define name="C" value="temp &gt; first(A.temp)"/>\n')
+
+
+def test_a_pattern_spec_compiles_to_keys_and_measures() -> None:
+    xml = with_source_and_sink(_pattern_op(
+        params='    <param name="partition-by" value="sensor"/>\n', defines=_TEMP_DEFINES,
+        fields='    <field name="start" value="first(A.ts)"/>\n'
+               '    <field name="drop" value="first(A.temp) - min(B.temp)"/>\n'
+               '    <field name="n" value="count(B)"/>\n'), "hits")
+    graph, diagnostics = check_spec_text(xml, "ok.xml")
+    assert graph is not None, [d.render() for d in diagnostics]
+    schema = graph.stream("hits").schema
+    assert [(f.name, f.type.value) for f in schema] == [
+        ("sensor", "string"), ("start", "timestamp"), ("drop", "double"), ("n", "int")]
+    assert graph.node("p").partition_keys == ("sensor",)
+
+
+BAD_SPECS = [
+    (_pattern_op("A B++"), "A B++", 4, "'+' after '+'"),
+    (_pattern_op("A* B?"), "A* B?", 0, "no rows at all"),
+    (_pattern_op(defines='    <define name="Z" value="true"/>\n'), '<define name="Z"', 0,
+     "does not use"),
+    (_pattern_op(defines='    <define name="B" value="temp &lt; prev(A.temp)"/>\n'),
+     "temp &lt; prev(A.temp)", 15, "prev reads the row before"),
+    (_pattern_op(defines='    <define name="B" value="temp + 1"/>\n'), "temp + 1", 0,
+     "not boolean"),
+    (_pattern_op(fields='    <field name="x" value="prev(temp)"/>\n'), "prev(temp)", 0,
+     "unknown function 'prev'"),
+    (_pattern_op(fields=''), '<operator name="p"', 0, "has no <field>"),
+    (_pattern_op(params='    <param name="partition-by" value="sensr"/>\n'), "sensr", 0,
+     "not in stream"),
+    (_pattern_op().replace('value="1 minute"', 'value="0 seconds"'), "0 seconds", 0,
+     "above zero"),
+    (_pattern_op().replace('value="ts"', 'value="temp"'), 'value="temp"', 7,
+     "needs a timestamp column"),
+]
+
+
+@pytest.mark.parametrize("body,needle,shift,message", BAD_SPECS)
+def test_bad_pattern_specs_are_refused_at_file_line_column(body: str, needle: str, shift: int,
+                                                           message: str) -> None:
+    xml = with_source_and_sink(body, "hits")
+    graph, diagnostics = check_spec_text(xml, "bad.xml")
+    assert graph is None
+    line, column = locate(xml, needle)
+    errors = [d for d in diagnostics if d.severity == "error"]
+    at = {(d.position.line, d.position.column) for d in errors
+          if message in d.message + " " + d.hint}
+    assert (line, column + shift) in at, [d.render() for d in errors]
+
+
+def test_every_problem_of_a_pattern_operator_is_reported_at_once() -> None:
+    body = _pattern_op("A B+ C", defines='    <define name="B" value="tmp &lt; 1"/>\n'
+                                         '    <define name="C" value="count(temp) &gt; 1"/>\n',
+                       fields='    <field name="x" value="sqrt(temp)"/>\n')
+    graph, diagnostics = check_spec_text(with_source_and_sink(body, "hits"), "bad.xml")
+    messages = " | ".join(d.message for d in diagnostics)
+    assert graph is None
+    for fragment in ("unknown column 'tmp'", "count takes one pattern variable",
+                     "'sqrt' is not available"):
+        assert fragment in messages, messages
+
+
+def test_pattern_spec_fuzz_every_refusal_located() -> None:
+    rng = random.Random(915)
+    pieces = ["A", "B+", "C*", "(", ")", "|", "?", " ", "1", "A.temp", "&lt;", "prev(temp)",
+              "first(", "count(B)", "&amp;", "'", "\u00e9", "temp", "&gt;", ","]
+    for _ in range(150):
+        pattern = "".join(rng.choice(pieces[:9]) for _ in range(rng.randint(0, 6)))
+        condition = " ".join(rng.choice(pieces) for _ in range(rng.randint(0, 6)))
+        measure = " ".join(rng.choice(pieces[9:]) for _ in range(rng.randint(0, 4)))
+        body = _pattern_op(pattern, defines=f'    <define name="B" value="{condition}"/>\n',
+                           fields=f'    <field name="m" value="{measure}"/>\n')
+        xml = with_source_and_sink(body, "hits")
+        graph, diagnostics = check_spec_text(xml, "fuzz.xml")
+        lines = xml.count("\n") + 1
+        for d in diagnostics:
+            assert d.position.file == "fuzz.xml" and 1 <= d.position.line <= lines, d.render()
+            assert d.position.column >= 1 and d.message
+        assert (graph is None) == any(d.severity == "error" for d in diagnostics)
