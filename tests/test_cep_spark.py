@@ -1,8 +1,10 @@
 """Spark layer: the example examples/tick-shape.xml (the paper's tick-shaped pattern AB+CD+ per
-stock symbol) compiled by the compiler and run through a real streaming query with Spark's state
-store; the matches in its file sink are compared with the independent backtracking matcher
-(tests/cep_oracle.py) over the generator's rows computed in plain Python, with the tick
-conditions and the measures written here in Python."""
+stock symbol), checked by the compiler, run as a real streaming query under the TaskRunner with
+the matchers in Spark's state store; the query is SIGKILLed mid-stream (its Python source
+runner) and restarted from its checkpoint. The matches in its exactly-once file sink are
+compared with the independent backtracking matcher (tests/cep_oracle.py) over the generator's
+rows computed in plain Python, with the tick conditions and the measures written here in
+Python: no match lost, none twice, none different."""
 
 from __future__ import annotations
 
@@ -11,30 +13,25 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Iterator
 
+import os
+import signal
+
 import pytest
 
 from compiler.expr import pattern as pt
 from compiler.spec import load_spec
 from compiler.validate import check_or_raise
-from executor.runtime import TaskRuntime
+from executor.task_runner import TaskRunner
 from tests import cep_oracle
-from test_runtime_support import START, input_rows, read_sink, wait_drained
+from test_runtime_faults import source_runner_pids
+from test_runtime_support import START, input_rows, read_sink, wait_drained, wait_for
 
 pytestmark = pytest.mark.spark
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "tick-shape.xml"
-RATE, LIMIT, SEED = 1000.0, 6000, 7
+RATE, LIMIT, SEED = 60.0, 3000, 7  # 50 s of ticks: the kill lands mid-stream
 WITHIN = timedelta(seconds=1)  # shorter than the example's 30 s, so 6 s of ticks decide most
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-
-
-@pytest.fixture
-def runtime(spark: Any, tmp_path: Path) -> Iterator[TaskRuntime]:
-    rt = TaskRuntime(spark, query_id="q", task_id=f"t-{tmp_path.name}",
-                     checkpoint_dir=str(tmp_path / "ck"), trigger_seconds=0.5)
-    yield rt
-    if rt.query is not None and rt.query.isActive:
-        rt.query.stop()
 
 
 def _first(rows: list[dict], labels: list[str], var: str) -> float | None:
@@ -72,22 +69,51 @@ def _expected(rows: list[dict], within_us: int) -> dict[str, list[dict]]:
     return out
 
 
-def test_tick_shape_example_on_spark_equals_the_backtracking_matcher(
-        runtime: TaskRuntime, tmp_path: Path) -> None:
+def _program(out: Path) -> str:
+    """A task program: the example's pattern operator (its parameters as the compiler checked
+    them) over a finite stock generator, with a shorter time bound, to a file sink."""
     graph = check_or_raise(load_spec(str(EXAMPLE)))
-    node = graph.node("tick")
-    params = dict(node.params)
-    assert params["pattern"] == "A B+ C D+"
-    runtime.generator(op="ticks", output="stock", schema=graph.stream("stock").schema,
-                      shape="stock", seed=SEED, rate=RATE, limit=LIMIT, start=START)
-    runtime.pattern(op="tick", input="stock", output="shapes", time="ts",
-                    partition_by=params["partition-by"], pattern=params["pattern"],
-                    within="1 seconds", watermark="1 seconds", defines=params["defines"],
-                    measures=params["measures"], max_partial=params["max-partial-matches"])
-    out = tmp_path / "out.jsonl"
-    runtime.file_sink(op="sink", input="shapes", path=str(out))
-    assert runtime.query is not None
-    wait_drained(runtime.query, [LIMIT], timeout=240.0)
+    params = dict(graph.node("tick").params)
+    assert params["pattern"] == "A B+ C D+" and params["partition-by"] == ("symbol",)
+    schema = [(f.name, f.type.value) for f in graph.stream("stock").schema]
+    return f"""
+from common.types import Schema
+def build(rt):
+    rt.generator(op="ticks", output="stock", schema=Schema.of(*{schema!r}), shape="stock",
+                 seed={SEED}, rate={RATE}, limit={LIMIT}, start={START!r})
+    rt.pattern(op="tick", input="stock", output="shapes", time="ts",
+               partition_by={params["partition-by"]!r}, pattern={params["pattern"]!r},
+               within="1 seconds", watermark={"1 seconds"!r}, defines={params["defines"]!r},
+               measures={params["measures"]!r}, max_partial={params["max-partial-matches"]!r})
+    rt.file_sink(op="sink", input="shapes", path={str(out)!r})
+"""
+
+
+def test_tick_shape_example_on_spark_killed_mid_stream_equals_the_backtracking_matcher(
+        spark: Any, tmp_path: Path) -> None:
+    out = tmp_path / "shapes.jsonl"
+    program = tmp_path / "program.py"
+    program.write_text(_program(out), encoding="utf-8")
+    runner = TaskRunner(spark, program, {"query_id": "q", "task_id": "tick",
+                                         "checkpoint_dir": str(tmp_path / "ck"),
+                                         "trigger_seconds": 0.5},
+                        max_restarts=3, backoff_seconds=0.5)
+    jvm_pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
+    try:
+        runner.start()
+        wait_for(lambda: out.exists() and out.stat().st_size > 0, 90, "first matches")
+        progress = runner.runtime.query.lastProgress  # type: ignore[union-attr]
+        assert str(LIMIT) not in str(progress["sources"][0]["endOffset"]), \
+            "too late to kill mid-stream"
+        victims = source_runner_pids(jvm_pid)
+        assert len(victims) == 1, victims
+        os.kill(victims[0], signal.SIGKILL)
+        wait_for(lambda: runner.status().restarts >= 1 and runner.status().state == "running",
+                 60, "a restart")
+        assert runner.runtime is not None and runner.runtime.query is not None
+        wait_drained(runner.runtime.query, [LIMIT], timeout=240.0)
+    finally:
+        runner.stop()
     got = read_sink(out)
     rows = input_rows("stock", SEED, RATE, LIMIT)
     expected = _expected(rows, WITHIN // timedelta(microseconds=1))
