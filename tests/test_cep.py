@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import random
+from pathlib import Path
 from typing import Any, Callable
 
 import pytest
@@ -396,3 +397,20 @@ def test_pattern_spec_fuzz_every_refusal_located() -> None:
             assert d.position.file == "fuzz.xml" and 1 <= d.position.line <= lines, d.render()
             assert d.position.column >= 1 and d.message
         assert (graph is None) == any(d.severity == "error" for d in diagnostics)
+
+
+def test_control_tuples_cannot_change_a_running_pattern(tmp_path: Path,
+                                                        scheduler_path_roots: Path) -> None:
+    from common.control import ControlRefused
+    from common.paths import configured_roots
+    from compiler.control import check_tuple
+    from compiler.pipeline import compile_spec_text
+
+    example = Path(__file__).resolve().parent.parent / "examples" / "tick-shape.xml"
+    text = example.read_bytes().replace(b"out/tick-shapes.jsonl",
+                                              str(tmp_path / "o.jsonl").encode())
+    catalog = compile_spec_text(text, str(tmp_path / "t.xml"), base_dir=tmp_path,
+                                path_roots=configured_roots()).query.controls
+    for parameter, value in (("within", "1 minute"), ("pattern", "A B+"), ("define", "true")):
+        with pytest.raises(ControlRefused, match="partial matches per key"):
+            check_tuple(catalog, "tick-shape", "tick", parameter, value)
