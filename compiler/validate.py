@@ -615,11 +615,16 @@ def _pattern(c: _Checker, op: OperatorDecl, inputs: list[Schema]) -> Schema | No
     keys = _group_columns(c, op, schema, stream, "partition-by")
     tree = _pattern_tree(c, op)
     ok = time is not None and keys is not None and tree is not None
-    if values.get("within") == 0:
-        c.error(op.param("within").value_pos(), "a pattern's time bound must be above zero",  # type: ignore[union-attr]
-                "e.g. 1 minute")
+    within = op.param("within")
+    if values.get("within") == 0 and within is not None:
+        c.error(within.value_pos(), "a pattern's time bound must be above zero", "e.g. 1 minute")
         ok = False
     if tree is None:
+        return None
+    if stream in ex_pattern.variables(tree):
+        c.error(op.param("pattern").value_pos(),  # type: ignore[union-attr]
+                f"pattern variable '{stream}' has the name of the input stream",
+                "rename the variable: stream.col names the current row")
         return None
     scope = ex_pattern.PatternScope(stream, schema, ex_pattern.variables(tree))
     ok = _defines(c, op, scope) and ok
@@ -647,10 +652,6 @@ def _defines(c: _Checker, op: OperatorDecl, scope: ex_pattern.PatternScope) -> b
             ok = False
         elif d.name in seen:
             c.error(d.pos, f"variable '{d.name}' is defined twice", "keep one <define>")
-            ok = False
-        elif d.name == scope.stream:
-            c.error(d.pos, f"variable '{d.name}' has the name of the input stream",
-                    "rename the variable")
             ok = False
         seen.add(d.name)
         try:

@@ -46,6 +46,12 @@ class PatternProgram:
     within_us: int
     max_partial: int = MAX_PARTIAL_DEFAULT
 
+    @property
+    def variables(self) -> tuple[str, ...]:
+        """The variables in name order: a thread's labels hold one letter per row, 'A' for the
+        first of these (stable across restarts, as the state store needs)."""
+        return tuple(sorted({s.var for s in self.nfa.states if s.kind == "var"}))
+
 
 def build_program(stream: str, schema: Schema, time: str, pattern: str,
                   defines: Sequence[tuple[str, str]], measures: Sequence[tuple[str, str]],
@@ -93,9 +99,8 @@ class KeyMatcher:
     attempts: list[Attempt] = field(default_factory=list)
     late: int = 0
 
-    @property
-    def _vars(self) -> tuple[str, ...]:
-        return tuple(sorted({s.var for s in self.program.nfa.states if s.kind == "var"}))
+    def __post_init__(self) -> None:
+        self._vars = self.program.variables
 
     def feed(self, batch: Sequence[Row], watermark_us: int | None) -> list[Match]:
         """Take a batch's rows; process every row at or before `watermark_us` (None: hold

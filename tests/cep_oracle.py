@@ -15,7 +15,7 @@ import json
 import sys
 from typing import Any, Callable, Sequence
 
-from compiler.expr.pattern import Alt, Node, Repeat, Seq, Var
+from compiler.expr.pattern import Alt, Node, Seq, Var
 
 Row = dict[str, Any]
 Condition = Callable[[list[Row], list[str]], bool]

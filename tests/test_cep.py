@@ -43,6 +43,7 @@ def test_patterns_parse_and_render(text: str, rendered: str) -> None:
     ("A B ++", 5, "'+' after '+'"), ("(A B", 4, "expected ')'"), ("A | ", 4, "must not be "),
     ("A 1", 2, "unexpected '1'"), ("A)", 1, "closes no"), ("A+?", 2, "'?' after '+'"),
     ("(" * 17 + "A" + ")" * 17, 16, "nest more than"), ("A " * 65, 128, "at most 64"),
+    ("A and+", 2, "is a keyword"),
 ])
 def test_bad_patterns_are_refused_where_they_go_wrong(text: str, offset: int,
                                                       message: str) -> None:
@@ -231,7 +232,8 @@ def _run_case(rng: random.Random) -> tuple[int, int]:
             break
         except ex.ExpressionError:
             continue
-    defines = {v: _random_condition(rng, pt.variables(tree)) for v in pt.variables(tree) if rng.random() < 0.8}
+    names = pt.variables(tree)
+    defines = {v: _random_condition(rng, names) for v in names if rng.random() < 0.8}
     within = rng.choice([2, 5, 10, 1000])
     delay = rng.choice([0, 1, 3])
     program, _ = build_program("s", SCHEMA, "ts", text,
@@ -352,6 +354,7 @@ BAD_SPECS = [
      "above zero"),
     (_pattern_op().replace('value="ts"', 'value="temp"'), 'value="temp"', 7,
      "needs a timestamp column"),
+    (_pattern_op("A raw+"), "A raw+", 0, "has the name of the input stream"),
 ]
 
 

@@ -8,13 +8,12 @@ Python: no match lost, none twice, none different."""
 
 from __future__ import annotations
 
+import os
+import signal
 from collections import defaultdict
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any, Iterator
-
-import os
-import signal
+from typing import Any
 
 import pytest
 

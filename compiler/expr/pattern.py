@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Literal as Lit, Union
 
 from common.types import ColumnType, Schema
-from compiler.expr.ast import (FUNCTIONS, Call, ColumnRef, ExpressionError, Problem, Scope,
+from compiler.expr.ast import (FUNCTIONS, KEYWORDS, Call, ColumnRef, ExpressionError, Problem, Scope,
                                TypedExpr, walk)
 from compiler.expr.checker import NotBoolean, check
 from compiler.expr.parser import parse
@@ -203,6 +203,9 @@ class _PatternParser:
         if self.items > MAX_PATTERN_ITEMS:
             self.fail(f"a pattern has at most {MAX_PATTERN_ITEMS} variable occurrences")
         name = match.group(0)  # type: ignore[union-attr]
+        if name.lower() in KEYWORDS:
+            self.fail(f"'{name}' is a keyword of the expression language",
+                      "name the variable otherwise, e.g. A", len(name))
         if match.end() < len(self.text) and _VAR.match(self.text[match.end()]):  # type: ignore
             self.fail("a variable name is at most 32 characters", length=match.end() - self.pos)
         self.pos = match.end()  # type: ignore[union-attr]
