@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Literal as Lit, Union
+from typing import Callable, Literal as Lit, Union
 
 from common.types import ColumnType, Schema
-from compiler.expr.ast import (FUNCTIONS, KEYWORDS, Call, ColumnRef, ExpressionError, Problem, Scope,
-                               TypedExpr, walk)
+from compiler.expr.ast import (FUNCTIONS, KEYWORDS, Call, ColumnRef, Expr, ExpressionError,
+                               Problem, Scope, TypedExpr, walk)
 from compiler.expr.checker import NotBoolean, check
 from compiler.expr.parser import parse
 
@@ -329,7 +329,8 @@ class PatternScope:
     variables: tuple[str, ...]
 
 
-def _navigation_types(scope: PatternScope, allowed: frozenset[str]):  # noqa: ANN202
+def _navigation_types(scope: PatternScope, allowed: frozenset[str]
+                      ) -> Callable[[Call], ColumnType | list[Problem]]:
     def type_call(call: Call) -> ColumnType | list[Problem]:
         if call.function not in allowed:
             where = "in a measure" if call.function == "prev" else "here"
@@ -386,7 +387,7 @@ def _scope(scope: PatternScope, allowed: frozenset[str]) -> Scope:
                  navigation=_navigation_types(scope, allowed))
 
 
-def _refuse_other_functions(text: str, expr_tree) -> None:  # noqa: ANN001
+def _refuse_other_functions(text: str, expr_tree: Expr) -> None:
     problems = [Problem(n.offset, n.length, f"function '{n.function}' is not available in a "
                         "pattern", "pattern conditions and measures may call "
                         + ", ".join(sorted(ROW_FUNCTIONS | NAVIGATION)))
