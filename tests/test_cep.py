@@ -417,3 +417,20 @@ def test_control_tuples_cannot_change_a_running_pattern(tmp_path: Path,
     for parameter, value in (("within", "1 minute"), ("pattern", "A B+"), ("define", "true")):
         with pytest.raises(ControlRefused, match="partial matches per key"):
             check_tuple(catalog, "tick-shape", "tick", parameter, value)
+
+
+def test_values_cross_arrow_as_text_exactly() -> None:
+    """executor.cep's transport: what Spark's cast to string gives back as the typed value, and
+    measures as the text Spark casts to their types (Java spellings of NaN and infinities)."""
+    from executor.cep import _from_text, _text
+
+    assert _from_text("9223372036854775807", ColumnType.INT) == 2**63 - 1
+    assert _from_text("-1704067200000000", ColumnType.TIMESTAMP) == -1704067200000000
+    assert math.isnan(_from_text("NaN", ColumnType.DOUBLE))
+    assert _from_text("-Infinity", ColumnType.DOUBLE) == -math.inf
+    assert _from_text("1.0E-4", ColumnType.DOUBLE) == 1e-4
+    assert _from_text("true", ColumnType.BOOLEAN) is True
+    assert _from_text(None, ColumnType.STRING) is None
+    assert _from_text(float("nan"), ColumnType.INT) is None  # pandas' null of a missing value
+    assert [_text(v) for v in (None, True, math.nan, math.inf, -math.inf, 0.1, 2**63 - 1)] == [
+        None, "true", "NaN", "Infinity", "-Infinity", "0.1", "9223372036854775807"]
