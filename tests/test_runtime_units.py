@@ -181,14 +181,6 @@ def test_input_counter_counts_each_batch_of_each_run_once() -> None:
     assert counter.add([{"runId": "b", "batchId": 2, "numInputRows": 7}]) == 23
 
 
-def test_moved_endpoints_names_only_channels_in_use_whose_writer_moved() -> None:
-    current = {"a": "tcp://h:1", "b": "tcp://h:2"}
-    assert sources.moved_endpoints({"a": "tcp://h:1", "b": "tcp://h:9", "c": "tcp://h:3"},
-                                   current) == {"b": "tcp://h:9"}
-    assert sources.moved_endpoints({}, current) == {}
-    assert sources.moved_endpoints({"a": ""}, current) == {}
-
-
 def test_split_by_partition_keeps_rows_and_order_and_drops_the_column() -> None:
     import pyarrow as pa
 
@@ -196,10 +188,3 @@ def test_split_by_partition_keeps_rows_and_order_and_drops_the_column() -> None:
     parts = sinks.split_by_partition(table, "p", 3)
     assert [part.to_pylist() for part in parts] == [
         [{"k": "y"}], [{"k": "x"}, {"k": "z"}, {"k": "w"}], []]
-
-
-def test_selector_config_survives_the_json_option() -> None:
-    config = sources.SelectorConfig("t", (sources.Replica("c1", "t/read:c1", "tcp://h:1"),
-                                          sources.Replica("c2", "t/read:c2", "tcp://h:2")),
-                                    (("x", "int"),), 0.2, "/e.json", True, "/s.log")
-    assert sources._decode(sources.SelectorConfig, sources.encode_config(config)) == config
