@@ -2,8 +2,10 @@
 
 Owns the layout of one spool folder and every operation on it; no sockets, no Spark. A spool
 holds one numbered stream (a channel, or the one stream a selector's replicas serve):
-- `<seq>.<chunks>.arrow`: batch `seq` as an Arrow IPC file of `chunks` record batches, written
-  by the receiver under a temporary name and renamed (a reader never sees half a batch);
+- `<seq>.<chunks>.<bytes>.arrow`: batch `seq` as an Arrow IPC file of `chunks` record batches
+  and `bytes` bytes, written by the receiver under a temporary name and renamed (a reader never
+  sees half a batch; the name tells the reader how to split and bound a micro-batch without
+  opening the file);
 - `committed`: the highest seq Spark has committed (the reader's `commit()` writes it, then
   unlinks the batches up to it; the receiver acknowledges it upstream). Before the first commit
   it holds the base: the seq before the first batch the writer still retained when the spool
@@ -26,7 +28,7 @@ import pyarrow as pa
 CHUNK_ROWS = 32_768  # rows per record batch in a spooled file: the unit Spark partitions split
 COMMITTED = "committed"
 ERROR = "error"
-_BATCH = re.compile(r"^(\d{20})\.(\d{1,9})\.arrow$")
+_BATCH = re.compile(r"^(\d{20})\.(\d{1,9})\.(\d{1,15})\.arrow$")
 
 
 class SpoolError(RuntimeError):
@@ -37,16 +39,19 @@ class SpoolError(RuntimeError):
 class SpooledBatch:
     seq: int
     chunks: int
+    size: int  # bytes
 
 
-def batch_name(seq: int, chunks: int) -> str:
-    return f"{seq:020d}.{chunks}.arrow"
+def batch_name(seq: int, chunks: int, size: int) -> str:
+    return f"{seq:020d}.{chunks}.{size}.arrow"
 
 
 def parse_name(name: str) -> SpooledBatch | None:
     """The batch a spool file name stands for; None for any other name (pure)."""
     match = _BATCH.match(name)
-    return SpooledBatch(int(match.group(1)), int(match.group(2))) if match else None
+    if match is None:
+        return None
+    return SpooledBatch(int(match.group(1)), int(match.group(2)), int(match.group(3)))
 
 
 def listing(folder: str) -> dict[int, SpooledBatch]:
@@ -64,6 +69,19 @@ def contiguous_high(seqs: Iterable[int], after: int) -> int:
     present = set(seqs)
     high = after
     while high + 1 in present:
+        high += 1
+    return high
+
+
+def capped_high(found: dict[int, SpooledBatch], after: int, max_bytes: int) -> int:
+    """Like `contiguous_high`, but stopping before the batch that would take the bytes of
+    (after, high] over `max_bytes`; at least one batch when one is there (pure). Bounds a
+    micro-batch after a backlog, so that its output still fits a channel frame."""
+    high, total = after, 0
+    while high + 1 in found:
+        total += found[high + 1].size
+        if total > max_bytes and high > after:
+            break
         high += 1
     return high
 
@@ -98,7 +116,7 @@ def trim(folder: str, upto: int) -> int:
     for seq, batch in listing(folder).items():
         if seq <= upto:
             try:
-                os.unlink(os.path.join(folder, batch_name(seq, batch.chunks)))
+                os.unlink(os.path.join(folder, batch_name(seq, batch.chunks, batch.size)))
                 gone += 1
             except FileNotFoundError:
                 pass
@@ -109,13 +127,13 @@ def write_batch(folder: str, seq: int, table: pa.Table) -> int:
     """Spool batch `seq` (atomically: temporary file, then rename); its size in bytes."""
     batches = table.to_batches(max_chunksize=CHUNK_ROWS) or [
         pa.RecordBatch.from_pylist([], schema=table.schema)]
-    final = os.path.join(folder, batch_name(seq, len(batches)))
     tmp = os.path.join(folder, f".{seq}.{os.getpid()}.tmp")
     with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
         for batch in batches:
             writer.write_batch(batch)
-    os.replace(tmp, final)
-    return os.path.getsize(final)
+    size = os.path.getsize(tmp)
+    os.replace(tmp, os.path.join(folder, batch_name(seq, len(batches), size)))
+    return size
 
 
 def set_error(folder: str, message: str) -> None:
@@ -140,7 +158,7 @@ def read_error(folder: str) -> str | None:
 
 # --- splitting a micro-batch's range into Spark partitions ---------------------------------------
 
-Unit = tuple[int, int, int, int]  # (seq, chunks, first, end): record batches [first, end) of seq
+Unit = tuple[int, int, int, int, int]  # (seq, chunks, size, first, end): batches [first, end)
 
 
 def split_units(batches: Sequence[SpooledBatch], parts: int) -> list[tuple[Unit, ...]]:
@@ -161,7 +179,7 @@ def split_units(batches: Sequence[SpooledBatch], parts: int) -> list[tuple[Unit,
             first = max(lo, position) - position
             end = min(hi, position + batch.chunks) - position
             if end > first:
-                units.append((batch.seq, batch.chunks, first, end))
+                units.append((batch.seq, batch.chunks, batch.size, first, end))
             if position + batch.chunks <= hi:
                 position += batch.chunks
                 index += 1
@@ -173,8 +191,8 @@ def split_units(batches: Sequence[SpooledBatch], parts: int) -> list[tuple[Unit,
 
 def read_units(folder: str, units: Sequence[Unit], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
     """The record batches `units` name, memory-mapped, as `schema` (a Spark Python worker's side)."""
-    for seq, chunks, first, end in units:
-        path = os.path.join(folder, batch_name(seq, chunks))
+    for seq, chunks, size, first, end in units:
+        path = os.path.join(folder, batch_name(seq, chunks, size))
         try:
             reader = pa.ipc.open_file(pa.memory_map(path))  # batches keep the mapping alive
         except FileNotFoundError:

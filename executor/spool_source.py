@@ -48,6 +48,7 @@ class SpoolConfig:
     start_seconds: float = 30.0  # initialOffset waits this long for the receiver's base
     replay_seconds: float = 30.0  # a replayed range waits this long to be spooled again
     idle_seconds: float = 0.05  # latestOffset waits up to this long for a new batch
+    max_batch_bytes: int = 48 << 20  # spooled bytes per micro-batch (at least one batch)
 
     @property
     def stream_schema(self) -> Schema:
@@ -153,9 +154,11 @@ class SpoolStreamReader(DataSourceStreamReader):
         flushed = True if self.config.one_batch else None
         return offset(self.config.name, base, flushed)
 
-    def _high(self) -> int:
-        return spool.contiguous_high(spool.listing(self.config.folder),
-                                     self._committed(self.config.start_seconds))
+    def _high(self, after: int) -> int:
+        """The furthest seq the next micro-batch (after `after`) may take."""
+        self._committed(self.config.start_seconds)  # raises the receiver's error, if any
+        return spool.capped_high(spool.listing(self.config.folder), after,
+                                 self.config.max_batch_bytes)
 
     def _wait_for_change(self) -> None:
         """Sleep until the folder changes, up to `idle_seconds` (keeps idle queries cheap)."""
@@ -171,10 +174,10 @@ class SpoolStreamReader(DataSourceStreamReader):
         cfg = self.config
         if self._last is None:
             self._last = planned_offset(cfg.spark_dir, cfg.name) or self.initialOffset()
-        high = self._high()
+        high = self._high(self._last["seq"])
         if high <= self._last["seq"] and self._last.get("flushed", True):
             self._wait_for_change()
-            high = self._high()
+            high = self._high(self._last["seq"])
         if cfg.one_batch:
             latest = next_one_batch(self._last, high)
         else:

@@ -38,8 +38,9 @@ def table(lo: int, hi: int) -> pa.Table:
 # --- the folder and the pure parts ---------------------------------------------------------------
 
 def test_batch_names_round_trip_and_other_names_are_not_batches() -> None:
-    assert spool.parse_name(spool.batch_name(42, 3)) == spool.SpooledBatch(42, 3)
-    for name in ("committed", "error", ".7.123.tmp", "42.3.arrow", "x" * 20 + ".1.arrow"):
+    assert spool.parse_name(spool.batch_name(42, 3, 900)) == spool.SpooledBatch(42, 3, 900)
+    for name in ("committed", "error", ".7.123.tmp", "42.3.9.arrow", "x" * 20 + ".1.9.arrow",
+                 f"{1:020d}.3.arrow"):
         assert spool.parse_name(name) is None
 
 
@@ -49,7 +50,7 @@ def test_parse_name_never_raises_on_random_names() -> None:
     for _ in range(2000):
         name = "".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 40)))
         found = spool.parse_name(name)
-        assert found is None or spool.batch_name(found.seq, found.chunks) == name
+        assert found is None or spool.batch_name(found.seq, found.chunks, found.size) == name
 
 
 def test_contiguous_high_stops_at_the_first_gap() -> None:
@@ -58,22 +59,30 @@ def test_contiguous_high_stops_at_the_first_gap() -> None:
     assert spool.contiguous_high([3, 4], 5) == 5
 
 
+def test_capped_high_bounds_a_micro_batch_by_bytes_but_takes_at_least_one_batch() -> None:
+    found = {seq: spool.SpooledBatch(seq, 1, 10) for seq in (6, 7, 8, 10)}
+    assert spool.capped_high(found, 5, 25) == 7
+    assert spool.capped_high(found, 5, 1000) == 8  # and never over a gap
+    assert spool.capped_high(found, 5, 1) == 6
+    assert spool.capped_high(found, 8, 1) == 8
+
+
 def test_split_units_covers_every_chunk_once_in_order_and_balances_the_parts() -> None:
     rng = random.Random(7)
     for _ in range(500):
-        batches = [spool.SpooledBatch(seq, rng.randrange(1, 6))
+        batches = [spool.SpooledBatch(seq, rng.randrange(1, 6), 1)
                    for seq in range(1, rng.randrange(1, 9))]
         parts = rng.randrange(1, 6)
         runs = spool.split_units(batches, parts)
-        flat = [(seq, index) for units in runs for seq, _c, first, end in units
+        flat = [(seq, index) for units in runs for seq, _c, _s, first, end in units
                 for index in range(first, end)]
         expected = [(b.seq, index) for b in batches for index in range(b.chunks)]
         assert flat == expected
-        sizes = [sum(end - first for _s, _c, first, end in units) for units in runs]
+        sizes = [sum(end - first for _q, _c, _s, first, end in units) for units in runs]
         assert len(runs) == min(parts, len(expected))
         assert not sizes or max(sizes) - min(sizes) <= 1
         chunks = {b.seq: b.chunks for b in batches}
-        assert all(c == chunks[seq] for units in runs for seq, c, _f, _e in units)
+        assert all(c == chunks[seq] for units in runs for seq, c, _s, _f, _e in units)
 
 
 def test_written_batches_read_back_by_units_trimmed_and_marked(tmp_path: Path) -> None:
@@ -84,8 +93,9 @@ def test_written_batches_read_back_by_units_trimmed_and_marked(tmp_path: Path) -
     spool.write_batch(folder, 2, table(rows, rows + 1))
     spool.write_batch(folder, 3, table(0, 0))
     found = spool.listing(folder)
-    assert found == {1: spool.SpooledBatch(1, 3), 2: spool.SpooledBatch(2, 1),
-                     3: spool.SpooledBatch(3, 1)}
+    assert {seq: b.chunks for seq, b in found.items()} == {1: 3, 2: 1, 3: 1}
+    assert all(b.size == os.path.getsize(os.path.join(folder, spool.batch_name(
+        b.seq, b.chunks, b.size))) for b in found.values())
     runs = spool.split_units([found[1], found[2], found[3]], 2)
     got = [batch for units in runs for batch in spool.read_units(folder, units, ARROW)]
     assert pa.Table.from_batches(got, schema=ARROW).column("k").to_pylist() == \
