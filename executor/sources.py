@@ -213,6 +213,51 @@ def _offset_of(line: str) -> int:
     return max(numbers, default=0)
 
 
+# --- bounded micro-batches ----------------------------------------------------------------------
+
+MAX_BATCH_BYTES = 48 << 20  # about this much Arrow data per source micro-batch
+_WIDTHS = {"int": 8, "double": 8, "timestamp": 8, "boolean": 1, "string": 32}
+
+
+def batch_row_cap(schema: Schema) -> int:
+    """Rows per micro-batch that make about MAX_BATCH_BYTES of `schema`'s Arrow data (pure).
+    A backlog (a restart after downtime, a slow batch) then comes in several micro-batches,
+    as Spark's maxOffsetsPerTrigger does, and an output batch still fits a channel frame."""
+    width = sum(_WIDTHS.get(f.type.value, 32) for f in schema)
+    return max(1, MAX_BATCH_BYTES // max(1, width))
+
+
+def capped(start: int | None, latest: int, cap: int) -> int:
+    """`latest`, but at most `cap` past `start` (None: not known, no cap) (pure)."""
+    return latest if start is None else min(latest, max(start, start + cap))
+
+
+def planned_start(spark_checkpoint: str, key: str) -> int | None:
+    """Where the next micro-batch of the task's one source with offsets {key: n} starts: its
+    offset in the last batch Spark planned (0 before any); None when the task has several such
+    sources (which line is whose is not known)."""
+    folder = os.path.join(spark_checkpoint, "offsets")
+    try:
+        batches = [int(name) for name in os.listdir(folder) if name.isdigit()]
+    except FileNotFoundError:
+        return 0
+    if not batches:
+        return 0
+    with open(os.path.join(folder, str(max(batches))), encoding="utf-8") as f:
+        lines = f.read().splitlines()[2:]
+    found = [n for n in (_offset_with(line, key) for line in lines) if n is not None]
+    return found[0] if len(found) == 1 else None
+
+
+def _offset_with(line: str, key: str) -> int | None:
+    try:
+        offset = json.loads(line)
+    except ValueError:
+        return None
+    value = offset.get(key) if isinstance(offset, dict) else None
+    return value if isinstance(value, int) else None
+
+
 def spark_dir_of(anchor_path: str) -> str:
     """The Spark checkpoint of the task whose pacing file is `anchor_path`
     (<task>/pacing/<op>.anchor -> <task>/spark; `TaskRuntime` lays them out so)."""
@@ -300,8 +345,11 @@ class GeneratorReader(DataSourceStreamReader):
     def __init__(self, config: GeneratorConfig) -> None:
         self.config = config
         self._anchor: float | None = None
+        self._start: int | None = None  # where the next micro-batch starts, once known
+        self._known = False
 
     def initialOffset(self) -> dict:
+        self._start, self._known = 0, True
         return {"index": 0}
 
     def latestOffset(self) -> dict:
@@ -309,11 +357,19 @@ class GeneratorReader(DataSourceStreamReader):
         pace = self.config.pace or self.config.rate
         if self._anchor is None:
             self._anchor = pacing_anchor(self.config.anchor_path, now, pace)
+        if not self._known:
+            self._start = planned_start(spark_dir_of(self.config.anchor_path), "index")
+            self._known = True
         limit = self.config.limit
         available = limit if limit is not None else int(MAX_OFFSET)
-        return {"index": paced_offset(self._anchor, now, pace, available, limit)}
+        latest = capped(self._start, paced_offset(self._anchor, now, pace, available, limit),
+                        batch_row_cap(self.config.stream_schema))
+        self._start = latest if self._start is None else max(self._start, latest)
+        return {"index": latest}
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        self._start = end["index"] if self._start is None else max(self._start, end["index"])
+        self._known = True
         ranges = split_range(start["index"], end["index"], self.config.partitions)
         return [IndexRange(lo, hi) for lo, hi in ranges]
 
@@ -407,6 +463,8 @@ class FileReader(DataSourceStreamReader):
         self.config = config
         self._index: LineIndex | None = None
         self._anchor: float | None = None
+        self._start: int | None = None  # where the next micro-batch starts, once known
+        self._known = False
 
     def _lines(self) -> LineIndex:
         if self._index is None:
@@ -415,6 +473,7 @@ class FileReader(DataSourceStreamReader):
         return self._index
 
     def initialOffset(self) -> dict:
+        self._start, self._known = 0, True
         return {"line": 0}
 
     def latestOffset(self) -> dict:
@@ -423,9 +482,18 @@ class FileReader(DataSourceStreamReader):
         if self._anchor is None:
             self._anchor = pacing_anchor(self.config.anchor_path, now, self.config.rate,
                                          available)
-        return {"line": paced_offset(self._anchor, now, self.config.rate, available, None)}
+        if not self._known:
+            self._start = planned_start(spark_dir_of(self.config.anchor_path), "line")
+            self._known = True
+        latest = capped(self._start,
+                        paced_offset(self._anchor, now, self.config.rate, available, None),
+                        batch_row_cap(self.config.stream_schema))
+        self._start = latest if self._start is None else max(self._start, latest)
+        return {"line": latest}
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        self._start = end["line"] if self._start is None else max(self._start, end["line"])
+        self._known = True
         if end["line"] <= start["line"]:
             return []
         index = self._lines()
