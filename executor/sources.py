@@ -187,29 +187,34 @@ def pacing_anchor(path: str, now: float, rate: float | None, unpaced_bound: int 
 OFFSET_KEYS = ("index", "line")  # the offsets of paced sources: generator, file replay
 
 
-def planned_offset(spark_checkpoint: str) -> int:
-    """The furthest offset of a paced source ({"index": n} or {"line": n}) in the last
-    micro-batch Spark planned on `spark_checkpoint` (0 when none): where the source resumes."""
+def planned_offsets(spark_checkpoint: str) -> list[dict]:
+    """The source offsets (JSON objects, in the query's source order) of the last micro-batch
+    Spark planned on `spark_checkpoint`; [] before any."""
     folder = os.path.join(spark_checkpoint, "offsets")
     try:
         batches = [int(name) for name in os.listdir(folder) if name.isdigit()]
     except FileNotFoundError:
-        return 0
+        return []
     if not batches:
-        return 0
+        return []
     with open(os.path.join(folder, str(max(batches))), encoding="utf-8") as f:
         lines = f.read().splitlines()[2:]  # a version line, the batch's metadata, then sources
-    return max((_offset_of(line) for line in lines), default=0)
+    out = []
+    for line in lines:
+        try:
+            offset = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(offset, dict):
+            out.append(offset)
+    return out
 
 
-def _offset_of(line: str) -> int:
-    try:
-        offset = json.loads(line)
-    except ValueError:
-        return 0
-    if not isinstance(offset, dict):
-        return 0
-    numbers = [offset[k] for k in OFFSET_KEYS if isinstance(offset.get(k), int)]
+def planned_offset(spark_checkpoint: str) -> int:
+    """The furthest offset of a paced source ({"index": n} or {"line": n}) in the last
+    micro-batch Spark planned on `spark_checkpoint` (0 when none): where the source resumes."""
+    numbers = [offset[k] for offset in planned_offsets(spark_checkpoint) for k in OFFSET_KEYS
+               if isinstance(offset.get(k), int)]
     return max(numbers, default=0)
 
 
@@ -236,26 +241,11 @@ def planned_start(spark_checkpoint: str, key: str) -> int | None:
     """Where the next micro-batch of the task's one source with offsets {key: n} starts: its
     offset in the last batch Spark planned (0 before any); None when the task has several such
     sources (which line is whose is not known)."""
-    folder = os.path.join(spark_checkpoint, "offsets")
-    try:
-        batches = [int(name) for name in os.listdir(folder) if name.isdigit()]
-    except FileNotFoundError:
+    offsets = planned_offsets(spark_checkpoint)
+    found = [o[key] for o in offsets if isinstance(o.get(key), int)]
+    if not offsets:
         return 0
-    if not batches:
-        return 0
-    with open(os.path.join(folder, str(max(batches))), encoding="utf-8") as f:
-        lines = f.read().splitlines()[2:]
-    found = [n for n in (_offset_with(line, key) for line in lines) if n is not None]
     return found[0] if len(found) == 1 else None
-
-
-def _offset_with(line: str, key: str) -> int | None:
-    try:
-        offset = json.loads(line)
-    except ValueError:
-        return None
-    value = offset.get(key) if isinstance(offset, dict) else None
-    return value if isinstance(value, int) else None
 
 
 def spark_dir_of(anchor_path: str) -> str:

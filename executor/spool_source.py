@@ -32,6 +32,7 @@ from pyspark.sql.types import StructType
 
 from common.types import Schema
 from executor import shapes, spool
+from executor.sources import planned_offsets
 
 CONFIG_OPTION = "config"
 
@@ -96,23 +97,8 @@ def later(a: dict | None, b: dict) -> dict:
 
 def planned_offset(spark_dir: str, name: str) -> dict | None:
     """The offset of spool `name` in the last micro-batch Spark planned on `spark_dir`."""
-    folder = os.path.join(spark_dir, "offsets")
-    try:
-        batches = [int(entry) for entry in os.listdir(folder) if entry.isdigit()]
-    except FileNotFoundError:
-        return None
-    if not batches:
-        return None
-    with open(os.path.join(folder, str(max(batches))), encoding="utf-8") as f:
-        lines = f.read().splitlines()[2:]  # a version line, the batch's metadata, then sources
-    for line in lines:
-        try:
-            found = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(found, dict) and found.get("spool") == name:
-            return found
-    return None
+    found = [o for o in planned_offsets(spark_dir) if o.get("spool") == name]
+    return found[0] if found else None
 
 
 # --- the reader ----------------------------------------------------------------------------------
