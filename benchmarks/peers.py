@@ -46,6 +46,7 @@ import json
 import logging
 import math
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -83,6 +84,12 @@ WATERMARK_MS = 2_000
 SINK_POLL_S = 0.01
 FEED_TICK_S = 0.05
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+# how each job is asked to stop, and how long it may take: `elastiq run` stops its query,
+# executors and embedded cluster on SIGINT; the peer jobs hold nothing worth a clean stop
+STOP: dict[str, tuple[int, float]] = {"elastiq": (signal.SIGINT, 60.0),
+                                      "spark": (signal.SIGTERM, 10.0),
+                                      "flink": (signal.SIGTERM, 10.0),
+                                      "bytewax": (signal.SIGTERM, 10.0)}
 FLUSHING = frozenset({"flink", "bytewax"})  # close every window at the end of a finite input
 
 
@@ -304,22 +311,24 @@ class Job:
         return self.proc.poll() is None
 
     def stop(self, first: int = signal.SIGTERM, grace: float = 30.0) -> None:
-        """`first` to the whole process group, then SIGKILL after `grace` seconds."""
-        for sig, wait in ((first, grace), (signal.SIGKILL, 10.0)):
-            if self.proc.poll() is not None:
-                break
+        """`first` to the job's own process (it stops what it started), SIGKILL to its whole
+        process group after `grace` seconds or once it has ended."""
+        if self.proc.poll() is None:
             try:
-                os.killpg(self.proc.pid, sig)
+                os.kill(self.proc.pid, first)
+                self.proc.wait(grace)
             except ProcessLookupError:
-                break
-            try:
-                self.proc.wait(wait)
+                pass
             except subprocess.TimeoutExpired:
-                log.warning("%s: still alive %.0f s after signal %s", self.name, wait, sig)
+                log.warning("%s: still alive %.0f s after signal %s", self.name, grace, first)
         try:  # children that outlived the leader (JVMs, workers) go too
             os.killpg(self.proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+        try:
+            self.proc.wait(10.0)
+        except subprocess.TimeoutExpired:
+            log.warning("%s: pid %s survived SIGKILL", self.name, self.proc.pid)
         self._reader.join(5.0)
         self._log.close()
 
@@ -486,23 +495,36 @@ def spec_text(name: str, source: Path, sink: Path) -> str:
 """
 
 
-class ElastiqRunning:
-    """Watches `elastiq run`'s scheduler API until its task reports running."""
+API_LINE = re.compile(r"elastiq: API at http://127\.0\.0\.1:(\d+)")
 
-    def __init__(self, job: Job, xdg: Path, port: int, query_id: str) -> None:
-        self.job, self.xdg, self.port, self.query_id = job, xdg, port, query_id
+
+class ElastiqRunning:
+    """Watches `elastiq run`'s scheduler API until its task reports running (the port is the
+    one `elastiq run` says it serves: another free one if ours was taken meanwhile)."""
+
+    def __init__(self, job: Job, xdg: Path, query_id: str) -> None:
+        self.job, self.xdg, self.query_id = job, xdg, query_id
         self._client: Any = None
 
-    def check(self) -> bool:
+    def _connect(self) -> Any:
         from common.api_client import SchedulerClient
         from common.api_token import read_token
 
+        found = API_LINE.search(self.job.log_path.read_text(encoding="utf-8", errors="replace"))
+        if found is None:
+            return None
+        token_file = self.xdg / "elastiq" / f"api-token-{found.group(1)}"
+        try:
+            token = read_token(token_file)
+        except (OSError, ValueError):  # not written yet
+            return None
+        return SchedulerClient(f"http://127.0.0.1:{found.group(1)}", timeout=2.0, token=token)
+
+    def check(self) -> bool:
         if self._client is None:
-            token_file = self.xdg / "elastiq" / f"api-token-{self.port}"
-            if not token_file.exists():
+            self._client = self._connect()
+            if self._client is None:
                 return False
-            self._client = SchedulerClient(f"http://127.0.0.1:{self.port}", timeout=2.0,
-                                           token=read_token(token_file))
         try:
             status = self._client.status(self.query_id)
         except Exception:  # not up yet, or busy: ask again
@@ -529,7 +551,7 @@ def start_engine(engine: str, setup: Setup, run_dir: Path, source: Path, sink: P
                 "--path-root", str(source.parent), "--path-root", str(sink.parent)]
         job = Job(engine, argv, run_dir, env={"PYTHONPATH": _pythonpath(),
                                               "XDG_STATE_HOME": str(xdg)})
-        return job, ElastiqRunning(job, xdg, port, query_id).check
+        return job, ElastiqRunning(job, xdg, query_id).check
     if engine == "spark":
         argv = [setup.pythons["spark"], str(JOBS / "spark_job.py"), "--input", str(source),
                 "--sink", str(sink), "--checkpoint", str(run_dir / "checkpoint")]
@@ -582,7 +604,7 @@ def throughput_run(engine: str, setup: Setup, n: int) -> Run:
         if engine in FLUSHING:  # they end by themselves: let them, so nothing is cut short
             job.done.wait(30.0)
     finally:
-        job.stop(signal.SIGINT if engine == "elastiq" else signal.SIGTERM)
+        job.stop(*STOP[engine])
         watcher.close()
     result.seen = watcher.seen
     problem = compare([row for _, row in watcher.seen], expected)
@@ -622,7 +644,7 @@ def latency_run(engine: str, setup: Setup, lines: Sequence[str], rate: float, n:
             result.problem = f"timed out with {len(watcher.seen)}/{len(expected)} windows"
     finally:
         feeder.stop()
-        job.stop(signal.SIGINT if engine == "elastiq" else signal.SIGTERM)
+        job.stop(*STOP[engine])
         watcher.close()
     result.seen = watcher.seen
     got = [row for _, row in watcher.seen if row.key in expected or engine not in FLUSHING]
@@ -696,7 +718,8 @@ def report(figures: Mapping[str, Figures], rows: int, repeats: int, rate: float)
             goal = "" if peer == "bytewax" else (" (goal >= 1.0: " +
                                                  ("met" if tp >= 1.0 else "MISSED") + ")")
             lines.append(f"Elastiq/{label}: throughput {fmt(tp, 2)}{goal}, start-up "
-                         f"{fmt(ratio(e.startup_s, figures[peer].startup_s), 2)}")
+                         f"{fmt(ratio(e.startup_s, figures[peer].startup_s), 2)}, window "
+                         f"latency p50 {fmt(ratio(e.latency_p50_ms, figures[peer].latency_p50_ms), 2)}")
     if e is not None:
         if not math.isnan(e.latency_p50_ms):
             met = "met" if e.latency_p50_ms <= 500 else "MISSED"

@@ -122,3 +122,21 @@ def test_arguments() -> None:
             peers.parse_args(bad)
     assert peers.order_for(["a", "b", "c"], 1) == ["b", "c", "a"]
     assert peers.order_for([], 2) == []
+
+
+def test_report_gives_ratios_goals_and_problems() -> None:
+    def figures(engine: str, rows_per_s: float, startup: float, latency: float,
+                problems: tuple[str, ...] = ()) -> peers.Figures:
+        return peers.Figures(engine, rows_per_s, startup, not problems, 3, latency, 15, problems)
+
+    text = peers.report({"elastiq": figures("elastiq", 300_000, 9.0, 400.0),
+                         "spark": figures("spark", 250_000, 10.0, 800.0),
+                         "flink": figures("flink", 600_000, 6.0, 200.0, ("flink: 1 missing",))},
+                        3_000_000, 3, 2000.0)
+    assert "Elastiq/Flink: throughput 0.50 (goal >= 1.0: MISSED), start-up 1.50" in text
+    assert "Elastiq/hand-written Spark: throughput 1.20 (goal >= 1.0: met)" in text
+    assert "window latency p50 0.50" in text
+    assert "(goal <= 500 ms: met)" in text and "start-up 9.0 s (goal <= 8 s: MISSED)" in text
+    assert "PROBLEM flink: 1 missing" in text
+    assert [line.split()[3] for line in text.splitlines() if line.startswith("flink ")] == ["NO"]
+    assert "bytewax" not in text
