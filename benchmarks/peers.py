@@ -13,7 +13,8 @@ subprocess (its own process group, killed in a `finally`):
   (a file source follows its file, so the query never ends by itself).
 - spark: benchmarks/peers_jobs/spark_job.py, hand-written Structured Streaming with Spark's own
   file source (`readStream.json`, one file, `maxFilesPerTrigger` 1), local[2], this interpreter.
-- flink: peers_jobs/flink_job.py, PyFlink Table API (filesystem JSON source, TUMBLE), parallelism 2.
+- flink: peers_jobs/flink_job.py, PyFlink Table API (filesystem JSON source, TUMBLE), parallelism 2
+  (1 in the latency runs, where it follows a folder: see the README).
 - bytewax: peers_jobs/bytewax_job.py, one worker, FileSource, EventClock + TumblingWindower.
 
 Flink and bytewax are installed by this script into their own virtualenvs under
@@ -29,9 +30,10 @@ Measured per engine, medians over `--repeats` runs (order rotated per repeat):
   and Elastiq emit a window once the watermark (largest event time - 2 s) passes its end, so on
   a finite input they emit the windows that end by then; Flink and bytewax close every window
   at the end of the input. Each engine is held to its own exact expected set.
-- latency at a fixed rate (elastiq and spark; flink too, see the README): a feeder releases the
-  first rows of the same file at `--rate` rows/s (a chunk every 50 ms: appended to the file the
-  Elastiq source follows; a new file in the folder Spark's/Flink's source watches); for each
+- latency at a fixed rate (every engine): once the engine has emitted a warm-up window (two
+  rows of sensor `warm-up` before the input's start), a feeder releases the first rows of the
+  same file at `--rate` rows/s (a chunk every 50 ms: appended to the file the Elastiq source and
+  the bytewax job follow; a new file in the folder Spark's/Flink's source watches); for each
   window, the wall time its row appeared in the sink minus the wall time the chunk holding the
   first row past `window end + watermark` (the row that closes it) was released; p50 pooled.
 
@@ -90,6 +92,7 @@ STOP: dict[str, tuple[int, float]] = {"elastiq": (signal.SIGINT, 60.0),
                                       "spark": (signal.SIGTERM, 10.0),
                                       "flink": (signal.SIGTERM, 10.0),
                                       "bytewax": (signal.SIGTERM, 10.0)}
+WARM_SENSOR = "warm-up"  # latency runs: see warmup_lines()
 FLUSHING = frozenset({"flink", "bytewax"})  # close every window at the end of a finite input
 
 
@@ -249,6 +252,18 @@ def window_latencies(seen: Sequence[tuple[float, WindowRow]], readings: Sequence
     return out
 
 
+def warmup_lines() -> list[str]:
+    """Two rows of sensor WARM_SENSOR, 30 s and 15 s before the input: the second moves the
+    watermark past the first one's window, so its result shows that an engine consumes."""
+    return [input_line(WARM_SENSOR, START_MS - 30_000, 35.0, 50.0),
+            input_line(WARM_SENSOR, START_MS - 15_000, 35.0, 50.0)]
+
+
+def data_rows(seen: Sequence[tuple[float, WindowRow]]) -> list[tuple[float, WindowRow]]:
+    """Sink rows of the measured input (the warm-up window left out)."""
+    return [(wall, row) for wall, row in seen if row.sensor != WARM_SENSOR]
+
+
 def rows_for_rate(rate: float, seconds: float) -> int:
     return int(rate * seconds)
 
@@ -390,18 +405,21 @@ class Feeder:
     def start(self) -> None:
         self._thread.start()
 
-    def finished(self) -> bool:
-        return bool(self.chunks) and self.chunks[-1][0] >= len(self.lines)
+    def warm_up(self) -> None:
+        """Release the warm-up rows (not part of the measured input)."""
+        self._write("".join(line + "\n" for line in warmup_lines()), "warm-up")
 
-    def _release(self, lo: int, hi: int, n: int) -> None:
-        text = "".join(self.lines[lo:hi])
+    def _write(self, text: str, name: str) -> None:
         if self.into_dir:
-            tmp = self.target.parent / f".part-{n:06d}.json"
+            tmp = self.target.parent / f".part-{name}.json"
             tmp.write_text(text, encoding="utf-8")
-            os.rename(tmp, self.target / f"part-{n:06d}.json")
+            os.rename(tmp, self.target / f"part-{name}.json")
         else:
             with open(self.target, "a", encoding="utf-8") as f:
                 f.write(text)
+
+    def _release(self, lo: int, hi: int, n: int) -> None:
+        self._write("".join(self.lines[lo:hi]), f"{n:06d}")
         self.chunks.append((hi, time.time()))
 
     def _loop(self) -> None:
@@ -559,7 +577,7 @@ def start_engine(engine: str, setup: Setup, run_dir: Path, source: Path, sink: P
             argv += ["--max-files-per-trigger", "1"]
     elif engine == "flink":
         argv = [setup.pythons["flink"], str(JOBS / "flink_job.py"), "--input", str(source),
-                "--sink", str(sink)] + (["--follow"] if follow else [])
+                "--sink", str(sink)] + (["--follow", "--parallelism", "1"] if follow else [])
     elif engine == "bytewax":
         argv = [setup.pythons["bytewax"], str(JOBS / "bytewax_job.py"), "--input", str(source),
                 "--sink", str(sink)] + (["--follow"] if follow else [])
@@ -615,8 +633,10 @@ def throughput_run(engine: str, setup: Setup, n: int) -> Run:
 
 
 def latency_run(engine: str, setup: Setup, lines: Sequence[str], rate: float, n: int) -> Run:
-    """The first len(lines) rows released at `rate` rows/s once the engine runs; window-close
-    latencies, and the emitted windows checked against the oracle of those rows."""
+    """The first len(lines) rows released at `rate` rows/s once the engine has emitted the
+    warm-up window (so it consumes: a source that starts late would otherwise find seconds of
+    files at once, in any order); window-close latencies, and the emitted windows checked
+    against the oracle of those rows."""
     run_dir = setup.work / f"{engine}-lat-{n}"
     run_dir.mkdir()
     sink = run_dir / "out" / "sink.jsonl"
@@ -637,21 +657,27 @@ def latency_run(engine: str, setup: Setup, lines: Sequence[str], rate: float, n:
         if not wait_until(lambda: running() or not job.alive(), 240.0, 0.05) or not running():
             result.problem = f"did not start (log {job.log_path})"
             return result
+        feeder.warm_up()
+        if not wait_until(lambda: len(data_rows(watcher.seen)) < len(watcher.seen)
+                          or not job.alive(), 240.0, 0.05) or not job.alive():
+            result.problem = f"no warm-up window (log {job.log_path})"
+            return result
         feeder.start()
         span = len(lines) / rate
-        if not wait_until(lambda: len(watcher.seen) >= len(expected) or not job.alive(),
-                          span + 120.0, 0.05):
-            result.problem = f"timed out with {len(watcher.seen)}/{len(expected)} windows"
+        if not wait_until(lambda: len(data_rows(watcher.seen)) >= len(expected)
+                          or not job.alive(), span + 120.0, 0.05):
+            result.problem = (f"timed out with {len(data_rows(watcher.seen))}/{len(expected)} "
+                              "windows")
     finally:
         feeder.stop()
         job.stop(*STOP[engine])
         watcher.close()
-    result.seen = watcher.seen
-    got = [row for _, row in watcher.seen if row.key in expected or engine not in FLUSHING]
+    result.seen = data_rows(watcher.seen)
+    got = [row for _, row in result.seen if row.key in expected or engine not in FLUSHING]
     problem = compare(got, expected)
     result.problem = "; ".join(p for p in (result.problem, problem) if p)
     result.latencies = window_latencies(
-        [(w, r) for w, r in watcher.seen if r.key in expected], fed, feeder.chunks)
+        [(w, r) for w, r in result.seen if r.key in expected], fed, feeder.chunks)
     log.info("%s latency run %s: %s window closes, p50 %s ms, %s", engine, n,
              len(result.latencies), fmt(percentile(result.latencies, 50) * 1000),
              result.problem or "equal to the oracle")

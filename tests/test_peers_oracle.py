@@ -140,3 +140,14 @@ def test_report_gives_ratios_goals_and_problems() -> None:
     assert "PROBLEM flink: 1 missing" in text
     assert [line.split()[3] for line in text.splitlines() if line.startswith("flink ")] == ["NO"]
     assert "bytewax" not in text
+
+
+def test_warm_up_window_closes_by_itself_and_is_left_out_of_the_results() -> None:
+    warm = peers.parse_input(peers.warmup_lines())
+    assert {r.sensor for r in warm} == {peers.WARM_SENSOR}
+    assert max(r.ts_ms for r in warm) < T0  # before every measured row: never late data
+    closed = peers.oracle(warm, peers.final_watermark(warm))
+    assert list(closed) == [(T0 - 30_000, peers.WARM_SENSOR)]
+    row = peers.WindowRow(T0, "s-1", 31.0, 31.0, 1)
+    seen = [(1.0, closed[(T0 - 30_000, peers.WARM_SENSOR)]), (2.0, row)]
+    assert peers.data_rows(seen) == [(2.0, row)]

@@ -5,7 +5,8 @@ Run by benchmarks/peers.py in a subprocess with the Flink venv's interpreter:
     python flink_job.py --input PATH --sink FILE [--follow]
 
 A filesystem table over PATH (one JSON-lines file: bounded; with --follow a folder watched for
-new files every 100 ms: unbounded), event time `ts` with a 2 s bounded-out-of-orderness
+new files every 100 ms: unbounded; run with --parallelism 1 then, so that one reader sees the
+files in order and no row comes after a watermark another reader advanced), event time `ts` with a 2 s bounded-out-of-orderness
 watermark, `temp > 30`, TUMBLE 10 s per sensor, avg/max/count, collected by this process and
 appended to FILE as JSON lines (`window_start_ms`, `sensor`, `avg_temp`, `max_temp`, `readings`).
 Prints `PEERS running <epoch seconds>` once the job is submitted and `PEERS done` when a bounded
@@ -55,8 +56,6 @@ def main() -> None:
     config = env.get_config()
     config.set("parallelism.default", str(args.parallelism))
     config.set("table.local-time-zone", "UTC")
-    if args.follow:  # a reader with no split must not hold the watermark back
-        config.set("table.exec.source.idle-timeout", "500 ms")
     env.execute_sql(source_ddl(args.input, args.follow))
     result = env.execute_sql(QUERY)
     print(f"PEERS running {time.time():.6f}", flush=True)
