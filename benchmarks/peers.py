@@ -63,12 +63,10 @@ from pathlib import Path
 from typing import Any, TextIO
 
 ROOT = Path(__file__).resolve().parents[1]
-# benchmarks/common.py would shadow the project's `common` package: import both by full name
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "benchmarks"]
-if str(ROOT) not in sys.path:
+if str(ROOT) not in sys.path:  # the repository: `benchmarks.*` (as the tests import it), `common`
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.common import fmt, format_table, median_of, percentile, ratio  # noqa: E402
+from benchmarks.bench_util import fmt, format_table, median_of, percentile, ratio  # noqa: E402
 
 log = logging.getLogger("bench.peers")
 
