@@ -44,7 +44,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Self
 
-from common import fmt, format_table, median_of, percentile, ratio, use_repo_on_path
+from bench_util import fmt, format_table, median_of, percentile, ratio, use_repo_on_path
 
 use_repo_on_path()
 
