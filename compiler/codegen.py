@@ -302,6 +302,12 @@ def _call(graph: Graph, node: Node, base_dir: Path, schema_of: Callable[[str], S
                            ("watermark", _duration(p("watermark"))),
                            ("group_by", tuple(p("group-by", ()))),
                            ("aggregates", p("aggregates")))
+    elif kind == "pattern":
+        args = io + out + (("time", p("time")), ("partition_by", tuple(p("partition-by", ()))),
+                           ("pattern", p("pattern")), ("within", _duration(p("within"))),
+                           ("watermark", _duration(p("watermark"))),
+                           ("defines", p("defines")), ("measures", p("measures")),
+                           ("max_partial", p("max-partial-matches")))
     elif kind == "join":
         args = (("left", name(node.inputs[0])), ("right", name(node.inputs[1]))) + out + (
             ("left_keys", p("left-key")), ("right_keys", p("right-key")),

@@ -38,6 +38,8 @@ _STATE_REASON = {
                         "resubmit the spec instead)",
     "join": "its buffered tuples were matched and kept with this value; changing it on a "
             "running join would corrupt that state (stop the query and resubmit the spec)",
+    "pattern": "its partial matches per key were built with this value; changing it on a "
+               "running pattern would corrupt them (stop the query and resubmit the spec)",
 }
 _FIXED_REASON = {
     "shape": "the generated stream's columns are fixed by its shape",
@@ -49,6 +51,9 @@ _FIXED_REASON = {
 }
 _CHILD_REASON = {
     "window-aggregate": (("aggregate", _STATE_REASON["window-aggregate"]),),
+    "pattern": (("define", _STATE_REASON["pattern"]),
+                ("field", "the measures are the schema the operators downstream were compiled "
+                          "against; resubmit the spec to change them")),
     "project": (("field", "the output columns are the schema the operators downstream were "
                           "compiled against; resubmit the spec to change them"),),
 }

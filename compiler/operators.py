@@ -134,6 +134,26 @@ CATALOGUE: dict[str, OperatorDef] = {d.kind: d for d in (
         ParamDef("watermark", "duration", False, None,
                  doc="how late a tuple may arrive on either side (default: within)"),
     ), output_type="computed", doc="windowed inner equi-join of two streams"),
+    OperatorDef("pattern", "transform", (1, 1), (1, 1), True, (
+        ParamDef("pattern", "string", True, doc="the row pattern over variables, e.g. "
+                                                "'A B+ C D+' (concatenation, + * ?, |, ( ))"),
+        ParamDef("time", "column", True, doc="the event-time column (timestamp) rows are "
+                                             "ordered by"),
+        ParamDef("partition-by", "columns", False, "",
+                 doc="comma-separated key columns; each key is matched on its own"),
+        ParamDef("within", "duration", True, doc="a match spans at most this much event time, "
+                                                 "from its first row to its last"),
+        ParamDef("watermark", "duration", False, "0 seconds",
+                 doc="how late a row may arrive; later ones are dropped"),
+        ParamDef("after-match", "choice", False, "skip-past-last-row",
+                 choices=("skip-past-last-row",),
+                 doc="where matching resumes after a match: the row after its last"),
+        ParamDef("max-partial-matches", "int", False, "100000", minimum=1,
+                 maximum=10_000_000, doc="bound on one key's partial matches; beyond it the "
+                                         "query fails with this message"),
+    ), children=("define", "field"), output_type="computed",
+        doc="row pattern recognition (MATCH_RECOGNIZE): one row per match, the key columns "
+            "and the <field> measures; <define name value> gives a variable's condition"),
     OperatorDef("union", "transform", (2, 16), (1, 1), False, (), output_type="same",
                 doc="merges streams of the same type"),
     OperatorDef("file-sink", "sink", (1, 1), (0, 0), False, (

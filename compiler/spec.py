@@ -95,6 +95,7 @@ class OperatorDecl:
     pos: Position
     kind_pos: Position
     patterns: tuple[PatternAttr, ...] = ()
+    defines: tuple[ParamDecl, ...] = ()  # <define name value>: a pattern variable's condition
 
     def param(self, name: str) -> ParamDecl | None:
         for p in self.params:
@@ -282,12 +283,12 @@ for _attr in PATTERN_ATTRIBUTES:
 _ALLOWED_ATTRS = {
     "dataflow": ("name",) + PATTERN_ATTRIBUTES, "type": ("name",), "column": ("name", "type"),
     "operator": ("name", "type") + PATTERN_ATTRIBUTES, "input": ("name",), "output": ("name", "type"),
-    "param": ("name", "value"), "field": ("name", "value"),
+    "param": ("name", "value"), "field": ("name", "value"), "define": ("name", "value"),
     "aggregate": ("name", "function", "column"),
 }
 _CHILDREN = {
     "dataflow": TOP_LEVEL, "type": ("column",),
-    "operator": ("input", "output", "param", "field", "aggregate"),
+    "operator": ("input", "output", "param", "field", "aggregate", "define"),
 }
 
 
@@ -351,6 +352,7 @@ def _operator(doc: XmlDocument, element: etree._Element) -> OperatorDecl:
         pos=where.position,
         kind_pos=where.value("type"),
         patterns=_patterns(doc, element),
+        defines=tuple(_param(doc, c) for c in _children(element, "define", "name", "value")),
     )
 
 

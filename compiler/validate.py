@@ -20,6 +20,7 @@ from common.operator_schemas import (AGGREGATE_FUNCTIONS, aggregate_type, contro
 from common.paths import PathRefused, PathRoots, confine
 from common.types import ColumnType, Field, Schema
 from compiler import expr as ex
+from compiler.expr import pattern as ex_pattern
 from compiler.graph import Graph, Node, Stream
 from compiler.guards import GUARDS
 from compiler.operators import (CATALOGUE, MAX_PATTERN_OPERATORS, PLUMBING, SHAPE_COLUMNS,
@@ -171,11 +172,13 @@ def _check_arity(c: _Checker, op: OperatorDecl, d: OperatorDef) -> None:
 
 
 def _check_children(c: _Checker, op: OperatorDecl, d: OperatorDef) -> None:
-    for tag, items in (("field", op.fields), ("aggregate", op.aggregates)):
+    owners = {"field": "project and pattern", "aggregate": "window-aggregate",
+              "define": "pattern"}
+    for tag, items in (("field", op.fields), ("aggregate", op.aggregates),
+                       ("define", op.defines)):
         if items and tag not in d.children:
             c.error(items[0].pos, f"<{tag}> is not used by a {op.kind} operator",
-                    f"remove it; <{tag}> belongs to "
-                    f"{'project' if tag == 'field' else 'window-aggregate'} operators")
+                    f"remove it; <{tag}> belongs to {owners[tag]} operators")
 
 
 def _check_params(c: _Checker, op: OperatorDecl, d: OperatorDef) -> dict[str, Any]:
@@ -446,13 +449,14 @@ def _window(c: _Checker, op: OperatorDecl, inputs: list[Schema]) -> Schema | Non
                         + aggregates))
 
 
-def _group_columns(c: _Checker, op: OperatorDecl, schema: Schema, stream: str) -> list[Field] | None:
+def _group_columns(c: _Checker, op: OperatorDecl, schema: Schema, stream: str,
+                   param: str = "group-by") -> list[Field] | None:
     result, ok = [], True
-    for name in c.params[op.name].get("group-by", ()):
+    for name in c.params[op.name].get(param, ()):
         found = schema.get(name)
         if found is None:
-            c.error(op.param("group-by").value_pos(),  # type: ignore[union-attr]
-                    f"group-by column '{name}' is not in stream '{stream}'",
+            c.error(op.param(param).value_pos(),  # type: ignore[union-attr]
+                    f"{param} column '{name}' is not in stream '{stream}'",
                     lambda name=name: suggest(name, schema.names, "its columns"))
             ok = False
         else:
@@ -603,8 +607,91 @@ def _union(c: _Checker, op: OperatorDecl, inputs: list[Schema]) -> Schema | None
     return first
 
 
+def _pattern(c: _Checker, op: OperatorDecl, inputs: list[Schema]) -> Schema | None:
+    """The pattern operator: its pattern, variables' conditions and measures, all checked
+    (compiler.expr.pattern); its output is the key columns, then the measures."""
+    schema, stream, values = inputs[0], op.inputs[0].name, c.params[op.name]
+    time = _column_of(c, op, schema, "time", stream, ColumnType.TIMESTAMP)
+    keys = _group_columns(c, op, schema, stream, "partition-by")
+    tree = _pattern_tree(c, op)
+    ok = time is not None and keys is not None and tree is not None
+    within = op.param("within")
+    if values.get("within") == 0 and within is not None:
+        c.error(within.value_pos(), "a pattern's time bound must be above zero", "e.g. 1 minute")
+        ok = False
+    if tree is None:
+        return None
+    if stream in ex_pattern.variables(tree):
+        c.error(op.param("pattern").value_pos(),  # type: ignore[union-attr]
+                f"pattern variable '{stream}' has the name of the input stream",
+                "rename the variable: stream.col names the current row")
+        return None
+    scope = ex_pattern.PatternScope(stream, schema, ex_pattern.variables(tree))
+    ok = _defines(c, op, scope) and ok
+    measures = _measures(c, op, scope, keys or [])
+    return Schema(tuple(keys) + tuple(measures)) if ok and measures is not None else None
+
+
+def _pattern_tree(c: _Checker, op: OperatorDecl) -> ex_pattern.Node | None:
+    p = op.param("pattern")
+    if p is None:
+        return None
+    try:
+        return ex_pattern.parse_pattern(p.value)
+    except ex.ExpressionError as e:
+        _report(c, op, p, "pattern", e)
+        return None
+
+
+def _defines(c: _Checker, op: OperatorDecl, scope: ex_pattern.PatternScope) -> bool:
+    ok, seen = True, set()
+    for d in op.defines:
+        if d.name not in scope.variables:
+            c.error(d.pos, f"<define> names '{d.name}', which the pattern of '{op.name}' does "
+                           "not use", lambda d=d: suggest(d.name, scope.variables, "its variables"))
+            ok = False
+        elif d.name in seen:
+            c.error(d.pos, f"variable '{d.name}' is defined twice", "keep one <define>")
+            ok = False
+        seen.add(d.name)
+        try:
+            ex_pattern.compile_define(d.value, scope)
+        except ex.NotBoolean as e:
+            c.error(d.value_pos(), f"the condition of '{d.name}' in '{op.name}' is "
+                                   f"{e.type.value}, not boolean", "write a comparison such as "
+                                                                  "price < prev(price)")
+            ok = False
+        except ex.ExpressionError as e:
+            _report(c, op, d, f"the condition of '{d.name}'", e)
+            ok = False
+    return ok
+
+
+def _measures(c: _Checker, op: OperatorDecl, scope: ex_pattern.PatternScope,
+              keys: list[Field]) -> list[Field] | None:
+    if not op.fields:
+        c.error(op.pos, f"pattern operator '{op.name}' has no <field>",
+                'add a measure, e.g. <field name="start" value="first(A.ts)"/>')
+        return None
+    taken = {_folded(k.name) for k in keys}
+    fields, ok = [], True
+    for f in op.fields:
+        if _folded(f.name) in taken:
+            c.error(f.pos, f"measure '{f.name}' of '{op.name}' is already an output column",
+                    "the key columns come first; give the measure another name")
+            ok = False
+            continue
+        taken.add(_folded(f.name))
+        try:
+            fields.append(Field(f.name, ex_pattern.compile_measure(f.value, scope).type))
+        except ex.ExpressionError as e:
+            _report(c, op, f, f"measure '{f.name}'", e)
+            ok = False
+    return fields if ok else None
+
+
 _RESOLVERS: dict[str, Callable[[_Checker, OperatorDecl, list[Schema]], Schema | None]] = {
-    "generator": _generator, "filter": _filter, "project": _project,
+    "generator": _generator, "filter": _filter, "project": _project, "pattern": _pattern,
     "window-aggregate": _window, "join": _join, "union": _union, "control-sink": _control_sink,
 }
 
@@ -636,6 +723,9 @@ def _node(c: _Checker, op: OperatorDecl, d: OperatorDef) -> Node:
         params["fields"] = tuple((f.name, f.value) for f in op.fields)
     if op.kind == "window-aggregate":
         params["aggregates"] = tuple((a.name, a.function, a.column) for a in op.aggregates)
+    if op.kind == "pattern":
+        params["measures"] = tuple((f.name, f.value) for f in op.fields)
+        params["defines"] = tuple((d.name, d.value) for d in op.defines)
     if op.kind == "filter":
         params["condition"] = op.param("condition").value  # type: ignore[union-attr]
     return Node(
@@ -653,6 +743,8 @@ def _partition_keys(kind: str, params: dict[str, Any]) -> tuple[str, ...] | None
         return ()  # stateless: any partitioning is correct
     if kind == "window-aggregate":
         return tuple(params.get("group-by", ())) or None
+    if kind == "pattern":
+        return tuple(params.get("partition-by", ())) or None
     if kind == "join":
         return tuple(params.get("left-key", ()))
     return None
@@ -797,8 +889,9 @@ def _not_partitionable(c: _Checker, op: OperatorDecl, keys: tuple[str, ...] | No
     """Why `partitionable` does not hold: no partition keys at all, or `by` is not one."""
     if keys is None:
         c.error(par.pos, f"'{op.name}' ({op.kind}) cannot be partitioned{_where(par, op)}",
-                "only filter, project, union, joins and window aggregates with group-by can; "
-                "a window-aggregate needs group-by columns")
+                "only filter, project, union, joins, window aggregates with group-by and "
+                "patterns with partition-by can; a window-aggregate needs group-by columns, a "
+                "pattern partition-by columns")
         return
     assert by is not None  # with no partition-by, the first key is taken, and it is a key
     c.error(by.pos, f"'{op.name}' cannot be partitioned by '{by.value}'{_where(by, op)}",

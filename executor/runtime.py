@@ -37,7 +37,7 @@ from common.paths import PathRefused, confine_at_open
 from common.tasks import splitter_op_id
 from common.types import ColumnType, Field, Schema
 from compiler import expr
-from executor import shapes, sinks, sources, spool_source
+from executor import cep, cep_match, shapes, sinks, sources, spool_source
 from executor.batch_gate import BatchGate
 from executor.channel_auth import (ChannelKeyError, TaskKeys, WriterAuth, parse_readers,
                                    read_key_file, reader_auth, save_key_file)
@@ -527,6 +527,25 @@ class TaskRuntime:
                        *[F.col(f"`{k.name}`") for k in keys], *[F.col(f"`{n}`") for n, *_ in aggregates])
         schema = Schema((Field("window_start", ColumnType.TIMESTAMP),
                          Field("window_end", ColumnType.TIMESTAMP), *keys, *[f for _, f in aggs]))
+        self._put(op, output, df, schema)
+
+    def pattern(self, *, op: str, input: str, output: str, time: str, partition_by: Sequence[str],
+                pattern: str, within: str, watermark: str, defines: Sequence[tuple[str, str]],
+                measures: Sequence[tuple[str, str]], max_partial: int) -> None:
+        """Row pattern recognition per key (`executor.cep`): one row per match."""
+        stream = self._get(op, input)
+        if self._field(op, stream, time).type is not ColumnType.TIMESTAMP:
+            raise self._error(op, f"time column {time!r} is not a timestamp")
+        keys = [self._field(op, stream, k) for k in partition_by]
+        within_us = parse_duration(self._duration(op, within)) // timedelta(microseconds=1)
+        try:
+            program, typed = cep_match.build_program(input, stream.schema, time, pattern,
+                                                     defines, measures, within_us, max_partial)
+        except expr.ExpressionError as exc:
+            raise self._error(op, f"pattern {pattern!r}: {exc}") from None
+        fields = [Field(name, t.type) for (name, _), t in zip(measures, typed)]
+        df, schema = cep.pattern_frame(stream.df, input, program, keys, fields,
+                                       self._duration(op, watermark))
         self._put(op, output, df, schema)
 
     def join(self, *, op: str, left: str, right: str, output: str, left_keys: Sequence[str],

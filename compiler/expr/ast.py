@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Iterator, Literal as Lit, Mapping, Union
+from typing import Any, Callable, Iterator, Literal as Lit, Mapping, Union
 
 from common.types import ColumnType, Schema
 
@@ -161,9 +161,13 @@ class TypedExpr:
 @dataclass(frozen=True)
 class Scope:
     """The names an expression may use: input stream name -> its schema. An unqualified column
-    name resolves when exactly one stream has it."""
+    name resolves when exactly one stream has it, or, with `current`, in that stream only.
+    `navigation` types the calls of a pattern's navigation functions (`compiler.expr.pattern`):
+    given the call, it returns the result type or the problems; None elsewhere."""
 
     streams: Mapping[str, Schema]
+    current: str | None = None
+    navigation: "Callable[[Call], ColumnType | list[Problem]] | None" = None
 
 
 def children(expr: Expr) -> tuple[Expr, ...]:

@@ -105,6 +105,8 @@ class _Checker:
         if node.stream is not None:
             return self.qualified(node)
         owners = [s for s, schema in self.scope.streams.items() if schema.get(node.name)]
+        if self.scope.current is not None:
+            owners = [s for s in owners if s == self.scope.current]
         if len(owners) == 1:
             self.streams[id(node)] = owners[0]
             return self.scope.streams[owners[0]].get(node.name).type  # type: ignore[union-attr]
@@ -134,6 +136,8 @@ class _Checker:
 
     def unknown_column(self, node: ColumnRef) -> None:
         streams = self.scope.streams
+        if self.scope.current is not None:
+            streams = {self.scope.current: streams[self.scope.current]}
         if len(streams) == 1:
             (name, schema), = streams.items()
             self.problem(node, f"unknown column '{node.name}' in stream '{name}' "
@@ -231,6 +235,8 @@ class _Checker:
     # -- functions ------------------------------------------------------------------------------
 
     def check_call(self, node: Call) -> ColumnType | None:
+        if self.scope.navigation is not None and node.function not in FUNCTIONS:
+            return self.navigation(node)
         arg_types = [self.type_of(a) for a in node.args]
         sig = FUNCTIONS.get(node.function)
         if sig is None:
@@ -243,6 +249,15 @@ class _Checker:
         if any(t is None for t in arg_types):
             return None
         return self.call_type(node, sig, arg_types)  # type: ignore[arg-type]
+
+    def navigation(self, node: Call) -> ColumnType | None:
+        """A pattern's navigation call, typed by the scope's hook (its argument is a column or
+        variable reference, never a nested expression, so nothing below it needs checking)."""
+        result = self.scope.navigation(node)  # type: ignore[misc]
+        if isinstance(result, list):
+            self.problems.extend(result)
+            return None
+        return result
 
     def arity_ok(self, node: Call, sig: FunctionSig) -> bool:
         n = len(node.args)

@@ -39,8 +39,10 @@ _COMPARISON_LEVEL = 4
 _UNARY_LEVEL = 7
 
 
-def parse(text: str) -> Expr:
-    """Parse expression text to an AST; raises ExpressionError with every problem found."""
+def parse(text: str, navigation: frozenset[str] = frozenset()) -> Expr:
+    """Parse expression text to an AST; raises ExpressionError with every problem found.
+    `navigation` names the extra functions a pattern's conditions and measures may call
+    (`compiler.expr.pattern`); elsewhere there are none."""
     if not isinstance(text, str):
         raise ExpressionError([Problem(0, 0, f"expected expression text, got {type(text).__name__}")])
     if len(text) > MAX_TEXT_LENGTH:
@@ -51,14 +53,15 @@ def parse(text: str) -> Expr:
     tokens, problems = tokenize(text)
     if problems:
         raise ExpressionError(problems)
-    return _Parser(tokens).run()
+    return _Parser(tokens, navigation).run()
 
 
 class _Parser:
     """Recursive descent with precedence climbing over a token list."""
 
-    def __init__(self, tokens: list[Token]):
+    def __init__(self, tokens: list[Token], navigation: frozenset[str] = frozenset()):
         self.tokens = tokens
+        self.navigation = navigation
         self.pos = 0
         self.depth = 0
         self.problems: list[Problem] = []
@@ -293,11 +296,12 @@ class _Parser:
 
     def call(self, name_tok: Token) -> Expr:
         name = name_tok.text.lower()
-        if name not in FUNCTIONS:
-            hint = did_you_mean(name, list(FUNCTIONS))
+        if name not in FUNCTIONS and name not in self.navigation:
+            known = [*FUNCTIONS, *self.navigation]
+            hint = did_you_mean(name, known)
             self.problems.append(Problem(
                 name_tok.offset, name_tok.length,
-                f"unknown function '{name_tok.text}' (functions: {', '.join(sorted(FUNCTIONS))})",
+                f"unknown function '{name_tok.text}' (functions: {', '.join(sorted(known))})",
                 hint))
         self.advance()  # (
         args: list[Expr] = []

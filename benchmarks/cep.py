@@ -1,0 +1,326 @@
+"""Benchmark: the pattern operator's matcher on the paper's tick-shaped pattern AB+CD+.
+
+Measures rows/s and matches/s of `executor.cep_match.KeyMatcher` (the generic automaton with the
+checked conditions interpreted per row) over the `stock` generator's rows (plain-Python
+reference rows, per symbol, all fed at once and then in micro-batches of 500 rows through the
+state store's JSON round trip), against a tick matcher written by hand for this one pattern in
+plain Python (the same semantics: greedy, SKIP PAST LAST ROW, the time bound) in the same run;
+both must find the same matches. Medians over repeats. Not run by pytest.
+
+    python benchmarks/cep.py [--rows 40000] [--repeats 3] [--spark [--spark-rows 60000]]
+
+With --spark, also the operator on Spark (its runtime: generator -> pattern -> exactly-once file
+sink, state in the state store) against the same pattern written by hand as one PySpark job
+(generator source -> withWatermark -> groupBy(symbol).applyInPandasWithState with a tick
+function written for this pattern -> foreachBatch JSON lines), one query at a time in one local[2]
+session: rows/s from start to drained, and the two must emit the same number of matches.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+# The repository first, so `common` is the package, and this folder's helpers as
+# benchmarks.common.
+sys.path[0] = str(Path(__file__).resolve().parents[1])
+
+from benchmarks.common import fmt, format_table, median_of, ratio, use_repo_on_path  # noqa: E402
+
+use_repo_on_path()
+
+from executor import shapes  # noqa: E402
+from executor.cep_match import KeyMatcher, build_program, measures  # noqa: E402
+
+SPARK_RATE = 200_000.0  # the generator's pace (tuples/s): far above what either side processes
+
+WITHIN_US = 30_000_000
+DEFINES = (("B", "price < prev(price)"),
+           ("C", "price > prev(price) and price < first(A.price)"),
+           ("D", "price > prev(price) and price > first(A.price)"))
+MEASURES = (("start", "first(A.ts)"), ("bottom", "min(B.price)"), ("top", "max(D.price)"),
+            ("falls", "count(B)"))
+SCHEMA = shapes.shape_named("stock").columns
+
+
+def stock_rows(count: int) -> dict[str, list[dict[str, Any]]]:
+    shape = shapes.shape_named("stock")
+    start = shapes.parse_start("2024-01-01T00:00:00Z")
+    by_symbol: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for i in range(count):
+        row = shapes.reference_row(shape, 7, start, 1000.0, i)
+        ts = row["ts"] - shapes.EPOCH
+        by_symbol[row["symbol"]].append({**row, "ts": (ts.days * 86_400 + ts.seconds)
+                                         * 1_000_000 + ts.microseconds})
+    return by_symbol
+
+
+def generic(rows: dict[str, list[dict]], batch: int | None) -> list[tuple]:
+    program, _ = build_program("stock", SCHEMA, "ts", "A B+ C D+", DEFINES, MEASURES, WITHIN_US)
+    out = []
+    for symbol, own in rows.items():
+        matcher = KeyMatcher(program)
+        step = batch or len(own)
+        for i in range(0, len(own), step):
+            part = own[i:i + step]
+            found = matcher.feed(part, part[-1]["ts"])
+            out += [(symbol,) + measures(program, m) for m in found]
+            if batch:
+                matcher = KeyMatcher.from_json(program, matcher.to_json())
+    return out
+
+
+def by_hand(rows: dict[str, list[dict]], batch: int | None) -> list[tuple]:
+    """AB+CD+ written for this pattern: B+ and D+ are maximal runs (a shorter B+ leaves a
+    falling row where C needs a rise), so each start row needs one forward scan."""
+    out = []
+    for symbol, own in rows.items():
+        i, n = 0, len(own)
+        while i < n:
+            end = _tick_at(own, i)
+            if end is None:
+                i += 1
+                continue
+            a, match = own[i], own[i:end + 1]
+            falls = [r for r in match[1:] if r is not match[-1]]
+            b_rows = falls[:_run_length(match)]
+            d_rows = match[len(b_rows) + 2:]
+            out.append((symbol, a["ts"], min(r["price"] for r in b_rows),
+                        max(r["price"] for r in d_rows), len(b_rows)))
+            i = end + 1
+    return out
+
+
+def _run_length(match: list[dict]) -> int:
+    k = 1
+    while match[k + 1]["price"] < match[k]["price"]:
+        k += 1
+    return k
+
+
+def _tick_at(rows: list[dict], i: int) -> int | None:
+    a = rows[i]
+    n = len(rows)
+
+    def ok(j: int) -> bool:
+        return j < n and rows[j]["ts"] - a["ts"] <= WITHIN_US
+
+    j = i + 1
+    while ok(j) and rows[j]["price"] < rows[j - 1]["price"]:
+        j += 1
+    if j == i + 1 or not ok(j) or not (rows[j - 1]["price"] < rows[j]["price"] < a["price"]):
+        return None
+    k = j + 1
+    while ok(k) and rows[k - 1]["price"] < rows[k]["price"] and rows[k]["price"] > a["price"]:
+        k += 1
+    return k - 1 if k > j + 1 else None
+
+
+# --- Spark: the operator against a hand-written applyInPandasWithState job --------------------
+
+
+def _hand_tick_state(rows: list[list[float]], watermark_us: int
+                     ) -> tuple[list[tuple[int, float, float, float, int]], list[list[float]]]:
+    """The hand-written streaming tick matcher of one key: `rows` ([ts, price], time order, all
+    at or before the watermark, from the first undecided start) -> matches and the rows to keep.
+    A start whose scan reaches the end of the rows while its time bound is still open waits."""
+    out, i, n = [], 0, len(rows)
+    while i < n:
+        a_ts, a_price = rows[i]
+        open_bound = a_ts + WITHIN_US > watermark_us
+
+        def ok(j: int) -> bool:
+            return j < n and rows[j][0] - a_ts <= WITHIN_US
+
+        j = i + 1
+        while ok(j) and rows[j][1] < rows[j - 1][1]:
+            j += 1
+        if j >= n and open_bound:
+            break
+        if j == i + 1 or not ok(j) or not rows[j - 1][1] < rows[j][1] < a_price:
+            i += 1
+            continue
+        k = j + 1
+        while ok(k) and rows[k - 1][1] < rows[k][1] and rows[k][1] > a_price:
+            k += 1
+        if k >= n and open_bound:
+            break
+        if k == j + 1:
+            i += 1
+            continue
+        falls = j - i - 1
+        out.append((int(a_ts), min(r[1] for r in rows[i + 1:j]),
+                    max(r[1] for r in rows[j + 1:k]), float(falls), k - 1))
+        i = k
+    return out, rows[i:]
+
+
+def start_handwritten(spark: Any, run_dir: Path, limit: int) -> Any:
+    import json
+
+    import pandas as pd
+    from pyspark.sql import functions as F
+    from pyspark.sql.streaming.state import GroupStateTimeout
+
+    from executor.sources import CONFIG_OPTION, GeneratorConfig, GeneratorSource, encode_config
+
+    spark.dataSource.register(GeneratorSource)
+    columns = tuple((f.name, f.type.value) for f in SCHEMA)
+    config = GeneratorConfig("hand", "src", "stock", columns, 7, SPARK_RATE, limit,
+                             shapes.parse_start("2024-01-01T00:00:00Z"),
+                             str(run_dir / "anchor"), 2)
+    ticks = (spark.readStream.format(GeneratorSource.name())
+             .option(CONFIG_OPTION, encode_config(config)).load()
+             .select("symbol", "ts", F.unix_micros("ts").alias("t"), "price")
+             .withWatermark("ts", "0 seconds"))  # the pace sets event time: 0.2 s per 40k rows
+
+    def tick(key: tuple, frames: Any, state: Any) -> Any:
+        kept = json.loads(state.get[0]) if state.exists else {"rows": [], "done": 0}
+        wm = state.getCurrentWatermarkMs() * 1000
+        new = [[int(t), float(p)] for f in frames for t, p in zip(f["t"], f["price"])
+               if t > kept["done"]]
+        rows = sorted(kept["rows"] + new)
+        ready = [r for r in rows if r[0] <= wm]
+        found, rest = _hand_tick_state(ready, wm)
+        kept = {"rows": rest + [r for r in rows if r[0] > wm], "done": max(kept["done"], wm)}
+        if kept["rows"]:
+            state.update((json.dumps(kept),))
+            state.setTimeoutTimestamp(max(wm // 1000, -(-kept["rows"][0][0] // 1000), 1))
+        else:
+            state.remove()
+        yield pd.DataFrame([(key[0], m[0], m[1], m[2], int(m[3])) for m in found],
+                           columns=["symbol", "start", "bottom", "top", "falls"])
+
+    out = ticks.groupBy("symbol").applyInPandasWithState(
+        tick, "symbol string, start long, bottom double, top double, falls long",
+        "rows string", "append", GroupStateTimeout.EventTimeTimeout)
+    sink = run_dir / "hand.jsonl"
+
+    def append(batch: Any, batch_id: int) -> None:
+        rows = batch.collect()
+        if rows:
+            with open(sink, "a", encoding="utf-8") as f:
+                f.write("".join(json.dumps(r.asDict()) + "\n" for r in rows))
+
+    return (out.writeStream.foreachBatch(append)
+            .option("checkpointLocation", str(run_dir / "ck")).start()), sink
+
+
+def start_elastiq(spark: Any, run_dir: Path, limit: int) -> Any:
+    from executor.runtime import TaskRuntime
+
+    rt = TaskRuntime(spark, query_id="bench", task_id=f"cep-{run_dir.name}",
+                     checkpoint_dir=str(run_dir / "ck"))
+    rt.generator(op="ticks", output="stock", schema=SCHEMA, shape="stock", seed=7,
+                 rate=SPARK_RATE, limit=limit, start="2024-01-01T00:00:00Z")
+    rt.pattern(op="tick", input="stock", output="shapes", time="ts", partition_by=("symbol",),
+               pattern="A B+ C D+", within="30 seconds", watermark="0 seconds",
+               defines=DEFINES, measures=MEASURES, max_partial=100_000)
+    sink = run_dir / "elastiq.jsonl"
+    rt.file_sink(op="sink", input="shapes", path=str(sink))
+    return rt.query, sink
+
+
+def _drained(query: Any, limit: int) -> bool:
+    progress = query.lastProgress
+    if not progress or progress["numInputRows"] != 0:
+        return False
+    return str(limit) in str(progress["sources"][0]["endOffset"]) and \
+        not query.status["isDataAvailable"]
+
+
+def spark_side(spark: Any, start: Callable[..., Any], run_dir: Path, limit: int
+               ) -> tuple[float, int]:
+    run_dir.mkdir(parents=True)
+    began = time.perf_counter()
+    query, sink = start(spark, run_dir, limit)
+    try:
+        deadline = began + 900
+        while not _drained(query, limit) and time.perf_counter() < deadline:
+            if query.exception() is not None:
+                raise RuntimeError(str(query.exception()))
+            time.sleep(0.2)
+        took = time.perf_counter() - began
+    finally:
+        query.stop()
+    matches = len(sink.read_text(encoding="utf-8").splitlines()) if sink.exists() else 0
+    return took, matches
+
+
+def spark_comparison(limit: int, repeats: int) -> int:
+    import tempfile
+
+    from executor.spark_session import build_session
+
+    work = Path(tempfile.mkdtemp(prefix="bench-cep-"))
+    spark = build_session(2, "bench-cep", str(work / "state"))
+    seconds: dict[str, list[float]] = defaultdict(list)
+    found: dict[str, set[int]] = defaultdict(set)
+    try:
+        spark_side(spark, start_elastiq, work / "warm-e", 2000)  # JVM and workers warm
+        spark_side(spark, start_handwritten, work / "warm-h", 2000)
+        for turn in range(repeats):
+            order = [("elastiq", start_elastiq), ("hand-written", start_handwritten)]
+            for name, start in (order if turn % 2 == 0 else order[::-1]):
+                took, matches = spark_side(spark, start, work / f"{name}-{turn}", limit)
+                seconds[name].append(took)
+                found[name].add(matches)
+    finally:
+        spark.stop()
+    if found["elastiq"] != found["hand-written"] or len(found["elastiq"]) != 1 or \
+            found["elastiq"] == {0}:
+        print(f"MISMATCH: matches per run {dict(found)}")
+        return 1
+    base = median_of(seconds["hand-written"])
+    table = [(name, fmt(limit / median_of(s)), fmt(next(iter(found[name])) / median_of(s)),
+              f"{ratio(median_of(s), base):.2f}x") for name, s in seconds.items()]
+    print(f"Spark, tick pattern over {limit} rows, {next(iter(found['elastiq']))} matches, "
+          f"medians of {repeats} (start to drained, the query's own start included)")
+    print(format_table(("side", "rows/s", "matches/s", "time vs hand-written"), table))
+    return 0
+
+
+def timed(fn: Callable[[], list[tuple]]) -> tuple[float, list[tuple]]:
+    started = time.perf_counter()
+    result = fn()
+    return time.perf_counter() - started, result
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=40_000)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--spark", action="store_true")
+    parser.add_argument("--spark-rows", type=int, default=60_000)
+    args = parser.parse_args(argv)
+    rows = stock_rows(args.rows)
+    sides = {"generic, one batch": lambda: generic(rows, None),
+             "generic, batches of 500 + state JSON": lambda: generic(rows, 500),
+             "hand-written tick matcher": lambda: by_hand(rows, None)}
+    seconds: dict[str, list[float]] = defaultdict(list)
+    results: dict[str, list[tuple]] = {}
+    for _ in range(args.repeats):
+        for name, fn in sides.items():
+            took, results[name] = timed(fn)
+            seconds[name].append(took)
+    reference = sorted(results["hand-written tick matcher"])
+    for name, found in results.items():
+        if sorted(found) != reference:
+            print(f"MISMATCH: {name} found {len(found)} matches, the hand-written matcher "
+                  f"{len(reference)}")
+            return 1
+    base = median_of(seconds["hand-written tick matcher"])
+    table = [(name, fmt(args.rows / median_of(s)), fmt(len(reference) / median_of(s)),
+              f"{ratio(median_of(s), base):.1f}x") for name, s in seconds.items()]
+    print(f"tick pattern AB+CD+ over {args.rows} stock rows (8 symbols), {len(reference)} "
+          f"matches, medians of {args.repeats}")
+    print(format_table(("matcher", "rows/s", "matches/s", "time vs hand-written"), table))
+    return spark_comparison(args.spark_rows, args.repeats) if args.spark else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,120 @@
+"""The pattern operator on Spark: one `KeyMatcher` per partition key in Spark's state store.
+
+Owns `pattern_frame` (the input DataFrame -> the DataFrame of matches, through
+`applyInPandasWithState` with event-time timeouts: the state of each key is its matcher's JSON,
+checkpointed with the query, so a restarted query resumes every partial match exactly once) and
+the exact row transport across Arrow: every non-string column crosses as its text (ints and
+timestamps as decimal integers, doubles as Java prints them), so nulls, NaN and 64-bit values
+arrive unchanged, and the measures come back the same way and are cast to their types. A key
+wakes up when new rows arrive or when the watermark reaches its next deadline (a waiting row's
+time, or an open match's time bound). Does not own matching (`executor.cep_match`).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any, Iterator, Sequence
+
+import pandas as pd
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
+
+from common.types import ColumnType, Field, Schema
+from executor.cep_match import KeyMatcher, PatternProgram, measures
+
+log = logging.getLogger(__name__)
+
+_KEY = "__elastiq_key"
+_TIME = "__elastiq_time"  # the event time as a timestamp, for the watermark
+STATE_SCHEMA = "matcher string"
+
+
+def _to_text(stream: str, field: Field) -> Column:
+    column = F.col(f"`{stream}`.`{field.name}`")
+    if field.type is ColumnType.TIMESTAMP:
+        column = F.unix_micros(column)
+    return column.cast("string").alias(field.name)
+
+
+def _from_text(value: Any, kind: ColumnType) -> Any:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    if kind in (ColumnType.INT, ColumnType.TIMESTAMP):
+        return int(value)
+    if kind is ColumnType.DOUBLE:
+        return float(value)
+    if kind is ColumnType.BOOLEAN:
+        return value == "true"
+    return value
+
+
+def _text(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "NaN"
+        if math.isinf(value):
+            return "Infinity" if value > 0 else "-Infinity"
+        return repr(value)
+    return str(value)
+
+
+def _typed(name: str, kind: ColumnType) -> Column:
+    column = F.col(f"`{name}`")
+    if kind is ColumnType.TIMESTAMP:
+        return F.timestamp_micros(column.cast("bigint")).alias(name)
+    return column.cast(kind.spark_type_name()).alias(name)
+
+
+def _deadline_ms(matcher: KeyMatcher, watermark_ms: int) -> int | None:
+    """The timeout that wakes the key once the watermark reaches its next deadline (Spark fires
+    an event-time timeout when the watermark passes it)."""
+    deadline = matcher.next_deadline()
+    if deadline is None:
+        return None
+    return max(-(-deadline // 1000) - 1, watermark_ms, 1)
+
+
+def pattern_frame(df: DataFrame, stream: str, program: PatternProgram, keys: Sequence[Field],
+                  measure_fields: Sequence[Field], watermark: str) -> tuple[DataFrame, Schema]:
+    """The matches of `df` (aliased `stream`): the key columns, then the measures."""
+    schema = program.schema
+    out_fields = tuple(keys) + tuple(measure_fields)
+    key_names = [k.name for k in keys]
+    texts = df.select(*[_to_text(stream, f) for f in schema],
+                      F.col(f"`{stream}`.`{program.time}`").alias(_TIME))
+    texts = texts.withWatermark(_TIME, watermark)
+    grouping = [F.col(f"`{k}`") for k in key_names] or [F.lit("").alias(_KEY)]
+    types = {f.name: f.type for f in schema}
+
+    def run(key: tuple, frames: Iterator[pd.DataFrame], state: GroupState
+            ) -> Iterator[pd.DataFrame]:
+        matcher = (KeyMatcher.from_json(program, state.get[0]) if state.exists
+                   else KeyMatcher(program))
+        rows = [{name: _from_text(value, types[name]) for name, value in record.items()
+                 if name in types}
+                for frame in frames for record in frame.to_dict("records")]
+        watermark_ms = state.getCurrentWatermarkMs()
+        found = matcher.feed(rows, watermark_ms * 1000)
+        if matcher.idle():
+            state.remove()
+        else:
+            state.update((matcher.to_json(),))
+            deadline = _deadline_ms(matcher, watermark_ms)
+            if deadline is not None:
+                state.setTimeoutTimestamp(deadline)
+        key_values = list(key) if key_names else []
+        out = [[_text(v) for v in key_values] + [_text(v) for v in measures(program, m)]
+               for m in found]
+        yield pd.DataFrame(out, columns=[f.name for f in out_fields], dtype=object)
+
+    output_schema = ", ".join(f"`{f.name}` string" for f in out_fields)
+    result = texts.groupBy(*grouping).applyInPandasWithState(
+        run, output_schema, STATE_SCHEMA, "append", GroupStateTimeout.EventTimeTimeout)
+    typed = result.select(*[_typed(f.name, f.type) for f in out_fields])
+    return typed, Schema(out_fields)

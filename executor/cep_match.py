@@ -1,0 +1,228 @@
+"""The pattern operator's matcher for one partition key: pure Python, no Spark.
+
+Owns `PatternProgram` (a pattern operator's parsed pattern, automaton, typed conditions and
+measures, time bound), `KeyMatcher` (the state of one key: rows waiting for the watermark, the
+rows of open attempts, the attempts and their threads; `feed` takes a micro-batch's rows and
+watermark and returns the completed matches; `to_json`/`from_json` for Spark's state store) and
+`measures` (one output row per match).
+
+Semantics (docs/spec-language.md, "pattern"): rows are matched in event-time order (ties by their
+values), once the watermark has passed them; a row at or before the watermark of the batch it
+arrives in is late and dropped. An attempt starts at every row; its threads run the automaton in
+preference order (greedy quantifiers, left alternatives first), each with its own mapping of rows
+to variables, so a condition sees exactly the match it extends; when a thread completes, the
+threads it is preferred over end. The match of an attempt is its most preferred completed thread,
+final once no more preferred thread is alive. Attempts are decided in order of their first row;
+after a match, matching resumes after its last row (SKIP PAST LAST ROW). A thread ends when the
+next row lies more than `within` after its first row, or when the watermark passes that bound.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from common.types import Schema
+from compiler import expr
+from compiler.expr import pattern as pt
+from executor.cep_eval import MatchView, Row, evaluate
+
+MAX_PARTIAL_DEFAULT = 100_000
+
+
+class PatternOverflow(RuntimeError):
+    """A key holds more partial matches than the operator's bound."""
+
+
+@dataclass(frozen=True)
+class PatternProgram:
+    stream: str
+    schema: Schema
+    time: str
+    nfa: pt.Nfa
+    defines: Mapping[str, expr.Expr]
+    measures: tuple[tuple[str, expr.Expr], ...]
+    within_us: int
+    max_partial: int = MAX_PARTIAL_DEFAULT
+
+    @property
+    def variables(self) -> tuple[str, ...]:
+        """The variables in name order: a thread's labels hold one letter per row, 'A' for the
+        first of these (stable across restarts, as the state store needs)."""
+        return tuple(sorted({s.var for s in self.nfa.states if s.kind == "var"}))
+
+
+def build_program(stream: str, schema: Schema, time: str, pattern: str,
+                  defines: Sequence[tuple[str, str]], measures: Sequence[tuple[str, str]],
+                  within_us: int, max_partial: int = MAX_PARTIAL_DEFAULT
+                  ) -> tuple[PatternProgram, tuple[expr.TypedExpr, ...]]:
+    """The program of a pattern operator and its measures' typed trees; ExpressionError as the
+    compiler reports it (the validator checked the spec already; this re-checks the program)."""
+    tree = pt.parse_pattern(pattern)
+    scope = pt.PatternScope(stream, schema, pt.variables(tree))
+    typed_defines = {name: pt.compile_define(text, scope).expr for name, text in defines}
+    typed_measures = tuple(pt.compile_measure(text, scope) for _, text in measures)
+    program = PatternProgram(stream, schema, time, pt.compile_nfa(tree), typed_defines,
+                             tuple((n, t.expr) for (n, _), t in zip(measures, typed_measures)),
+                             within_us, max_partial)
+    return program, typed_measures
+
+
+@dataclass
+class Attempt:
+    start: int  # sequence number of its first row
+    start_ts: int
+    threads: list[tuple[int, str]]  # (automaton state, labels: one variable index per row)
+    candidate: str | None = None  # labels of the preferred completed match so far
+
+
+@dataclass(frozen=True)
+class Match:
+    rows: tuple[Row, ...]
+    labels: tuple[str, ...]
+
+
+def _sort_key(row: Row, time: str) -> tuple[Any, str]:
+    return row[time], json.dumps(row, sort_keys=True, default=str)
+
+
+@dataclass
+class KeyMatcher:
+    """The matching state of one partition key."""
+
+    program: PatternProgram
+    processed_to: int | None = None  # rows at or before this time (us) are processed
+    pending: list[Row] = field(default_factory=list)
+    rows: list[Row] = field(default_factory=list)  # rows from sequence number `base` on
+    base: int = 0
+    attempts: list[Attempt] = field(default_factory=list)
+    late: int = 0
+
+    def __post_init__(self) -> None:
+        self._vars = self.program.variables
+
+    def feed(self, batch: Sequence[Row], watermark_us: int | None) -> list[Match]:
+        """Take a batch's rows; process every row at or before `watermark_us` (None: hold
+        all) in time order; return the matches decided."""
+        time = self.program.time
+        for row in batch:
+            ts = row.get(time)
+            if ts is None or (self.processed_to is not None and ts <= self.processed_to):
+                self.late += 1
+                continue
+            self.pending.append(row)
+        if watermark_us is None:
+            return []
+        ready = sorted((r for r in self.pending if r[time] <= watermark_us),
+                       key=lambda r: _sort_key(r, time))
+        self.pending = [r for r in self.pending if r[time] > watermark_us]
+        out: list[Match] = []
+        for row in ready:
+            out += self._process(row)
+        self.processed_to = watermark_us if self.processed_to is None else max(
+            self.processed_to, watermark_us)
+        for attempt in self.attempts:
+            if attempt.start_ts + self.program.within_us <= watermark_us:
+                attempt.threads = []
+        out += self._decide()
+        self._prune()
+        return out
+
+    def next_deadline(self) -> int | None:
+        """The earliest time (us) the watermark must reach for this key to change: a waiting
+        row's time or an open attempt's time bound."""
+        times = [r[self.program.time] for r in self.pending]
+        times += [a.start_ts + self.program.within_us for a in self.attempts if a.threads]
+        return min(times) if times else None
+
+    def idle(self) -> bool:
+        return not self.pending and not self.attempts
+
+    # -- the automaton --------------------------------------------------------------------------
+
+    def _process(self, row: Row) -> list[Match]:
+        seq = self.base + len(self.rows)
+        self.rows.append(row)
+        nfa = self.program.nfa
+        self.attempts.append(Attempt(seq, row[self.program.time],
+                                     [(pc, "") for pc in nfa.closure(nfa.start)]))
+        total = 0
+        for attempt in self.attempts:
+            if attempt.threads:
+                self._step(attempt, row, seq)
+                total += len(attempt.threads)
+        if total > self.program.max_partial:
+            raise PatternOverflow(f"one key holds {total} partial matches, more than "
+                                  f"max-partial-matches={self.program.max_partial}")
+        return self._decide()
+
+    def _step(self, attempt: Attempt, row: Row, seq: int) -> None:
+        if row[self.program.time] - attempt.start_ts > self.program.within_us:
+            attempt.threads = []
+            return
+        nfa = self.program.nfa
+        rows = self.rows[attempt.start - self.base: seq - self.base + 1]
+        new: list[tuple[int, str]] = []
+        names = self._vars
+        for pc, labels in attempt.threads:
+            state = nfa.states[pc]
+            extended = labels + chr(65 + names.index(state.var))
+            if not self._holds(state.var, rows, extended, names):
+                continue
+            accepted = False
+            for nxt in nfa.closure(state.next):
+                if nfa.states[nxt].kind == "accept":
+                    attempt.candidate = extended
+                    accepted = True
+                    break
+                new.append((nxt, extended))
+            if accepted:
+                break
+        attempt.threads = new
+
+    def _holds(self, var: str, rows: list[Row], labels: str, names: tuple[str, ...]) -> bool:
+        condition = self.program.defines.get(var)
+        if condition is None:
+            return True
+        view = MatchView(rows, [names[ord(c) - 65] for c in labels], self.program.stream)
+        return evaluate(condition, view) is True
+
+    def _decide(self) -> list[Match]:
+        out: list[Match] = []
+        names = self._vars
+        while self.attempts and not self.attempts[0].threads:
+            head = self.attempts.pop(0)
+            if head.candidate is None:
+                continue
+            end = head.start + len(head.candidate) - 1
+            rows = tuple(self.rows[head.start - self.base: end - self.base + 1])
+            out.append(Match(rows, tuple(names[ord(c) - 65] for c in head.candidate)))
+            self.attempts = [a for a in self.attempts if a.start > end]
+        return out
+
+    def _prune(self) -> None:
+        keep_from = self.attempts[0].start if self.attempts else self.base + len(self.rows)
+        del self.rows[:keep_from - self.base]
+        self.base = keep_from
+
+    # -- state store ----------------------------------------------------------------------------
+
+    def to_json(self) -> str:
+        return json.dumps({"p": self.processed_to, "w": self.pending, "r": self.rows,
+                           "b": self.base, "l": self.late,
+                           "a": [[a.start, a.start_ts, a.threads, a.candidate]
+                                 for a in self.attempts]}, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, program: PatternProgram, text: str) -> "KeyMatcher":
+        data = json.loads(text)
+        return cls(program, data["p"], data["w"], data["r"], data["b"],
+                   [Attempt(s, t, [(pc, lb) for pc, lb in th], c) for s, t, th, c in data["a"]],
+                   data["l"])
+
+
+def measures(program: PatternProgram, match: Match) -> tuple[Any, ...]:
+    """The measure values of a complete match."""
+    view = MatchView(match.rows, match.labels, program.stream)
+    return tuple(evaluate(tree, view) for _, tree in program.measures)

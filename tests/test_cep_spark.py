@@ -1,0 +1,131 @@
+"""Spark layer: the example examples/tick-shape.xml (the paper's tick-shaped pattern AB+CD+ per
+stock symbol), checked by the compiler, run as a real streaming query under the TaskRunner with
+the matchers in Spark's state store; the query is SIGKILLed mid-stream (its Python source
+runner) and restarted from its checkpoint. The matches in its exactly-once file sink are
+compared with the independent backtracking matcher (tests/cep_oracle.py) over the generator's
+rows computed in plain Python, with the tick conditions and the measures written here in
+Python: no match lost, none twice, none different."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections import defaultdict
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from compiler.expr import pattern as pt
+from compiler.spec import load_spec
+from compiler.validate import check_or_raise
+from executor.task_runner import TaskRunner
+from tests import cep_oracle
+from test_runtime_faults import source_runner_pids
+from test_runtime_support import START, input_rows, read_sink, wait_drained, wait_for
+
+pytestmark = pytest.mark.spark
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "tick-shape.xml"
+RATE, LIMIT, SEED = 60.0, 3000, 7  # 50 s of ticks: the kill lands mid-stream
+WITHIN = timedelta(seconds=1)  # shorter than the example's 30 s, so 6 s of ticks decide most
+EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def _first(rows: list[dict], labels: list[str], var: str) -> float | None:
+    return next((r["price"] for r, v in zip(rows, labels) if v == var), None)
+
+
+def _rising(rows: list[dict]) -> bool:
+    return len(rows) > 1 and rows[-1]["price"] > rows[-2]["price"]
+
+
+TICK = {
+    "B": lambda rows, lb: len(rows) > 1 and rows[-1]["price"] < rows[-2]["price"],
+    "C": lambda rows, lb: _rising(rows) and rows[-1]["price"] < _first(rows, lb, "A"),
+    "D": lambda rows, lb: _rising(rows) and rows[-1]["price"] > _first(rows, lb, "A"),
+}
+
+
+def _expected(rows: list[dict], within_us: int) -> dict[str, list[dict]]:
+    by_symbol: dict[str, list[dict]] = defaultdict(list)
+    for r in rows:
+        by_symbol[r["symbol"]].append({**r, "t": (r["ts"] - EPOCH) // timedelta(microseconds=1)})
+    tree = pt.parse_pattern("A B+ C D+")
+    out: dict[str, list[dict]] = {}
+    for symbol, own in by_symbol.items():
+        own.sort(key=lambda r: r["t"])
+        out[symbol] = []
+        for i, labels in cep_oracle.all_matches(tree, own, TICK, within_us, "t"):
+            match = own[i:i + len(labels)]
+            of = lambda v: [r for r, lb in zip(match, labels) if lb == v]  # noqa: E731
+            out[symbol].append({
+                "symbol": symbol, "start": of("A")[0]["ts"], "finish": of("D")[-1]["ts"],
+                "open": of("A")[0]["price"], "bottom": min(r["price"] for r in of("B")),
+                "top": max(r["price"] for r in of("D")), "falls": len(of("B")),
+                "rises": len(of("D"))})
+    return out
+
+
+def _program(out: Path) -> str:
+    """A task program: the example's pattern operator (its parameters as the compiler checked
+    them) over a finite stock generator, with a shorter time bound, to a file sink."""
+    graph = check_or_raise(load_spec(str(EXAMPLE)))
+    params = dict(graph.node("tick").params)
+    assert params["pattern"] == "A B+ C D+" and params["partition-by"] == ("symbol",)
+    schema = [(f.name, f.type.value) for f in graph.stream("stock").schema]
+    return f"""
+from common.types import Schema
+def build(rt):
+    rt.generator(op="ticks", output="stock", schema=Schema.of(*{schema!r}), shape="stock",
+                 seed={SEED}, rate={RATE}, limit={LIMIT}, start={START!r})
+    rt.pattern(op="tick", input="stock", output="shapes", time="ts",
+               partition_by={params["partition-by"]!r}, pattern={params["pattern"]!r},
+               within="1 seconds", watermark={"1 seconds"!r}, defines={params["defines"]!r},
+               measures={params["measures"]!r}, max_partial={params["max-partial-matches"]!r})
+    rt.file_sink(op="sink", input="shapes", path={str(out)!r})
+"""
+
+
+def test_tick_shape_example_on_spark_killed_mid_stream_equals_the_backtracking_matcher(
+        spark: Any, tmp_path: Path) -> None:
+    out = tmp_path / "shapes.jsonl"
+    program = tmp_path / "program.py"
+    program.write_text(_program(out), encoding="utf-8")
+    runner = TaskRunner(spark, program, {"query_id": "q", "task_id": "tick",
+                                         "checkpoint_dir": str(tmp_path / "ck"),
+                                         "trigger_seconds": 0.5},
+                        max_restarts=3, backoff_seconds=0.5)
+    jvm_pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
+    try:
+        runner.start()
+        wait_for(lambda: out.exists() and out.stat().st_size > 0, 90, "first matches")
+        progress = runner.runtime.query.lastProgress  # type: ignore[union-attr]
+        assert str(LIMIT) not in str(progress["sources"][0]["endOffset"]), \
+            "too late to kill mid-stream"
+        victims = source_runner_pids(jvm_pid)
+        assert len(victims) == 1, victims
+        os.kill(victims[0], signal.SIGKILL)
+        wait_for(lambda: runner.status().restarts >= 1 and runner.status().state == "running",
+                 60, "a restart")
+        assert runner.runtime is not None and runner.runtime.query is not None
+        wait_drained(runner.runtime.query, [LIMIT], timeout=240.0)
+    finally:
+        runner.stop()
+    got = read_sink(out)
+    rows = input_rows("stock", SEED, RATE, LIMIT)
+    expected = _expected(rows, WITHIN // timedelta(microseconds=1))
+    final_watermark = max(r["ts"] for r in rows) - timedelta(seconds=1)
+    got_by: dict[str, list[dict]] = defaultdict(list)
+    for row in sorted(got, key=lambda r: r["start"]):
+        got_by[row["symbol"]].append(row)
+    decided = 0
+    for symbol, want in expected.items():
+        mine = got_by.get(symbol, [])
+        assert mine == want[:len(mine)], symbol  # what was emitted is the oracle's, in order
+        sure = [m for m in want if m["start"] + WITHIN < final_watermark]
+        assert len(mine) >= len(sure), (symbol, len(mine), len(sure))
+        decided += len(sure)
+    assert set(got_by) <= set(expected)
+    assert decided > 50
