@@ -25,11 +25,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-# The repository first, so `common` is the package, and this folder's helpers as
-# benchmarks.common.
-sys.path[0] = str(Path(__file__).resolve().parents[1])
-
-from benchmarks.common import fmt, format_table, median_of, ratio, use_repo_on_path  # noqa: E402
+from bench_util import fmt, format_table, median_of, ratio, use_repo_on_path  # noqa: E402
 
 use_repo_on_path()
 
