@@ -19,7 +19,6 @@ session: rows/s from start to drained, and the two must emit the same number of 
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from collections import defaultdict
 from pathlib import Path
