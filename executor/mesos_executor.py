@@ -33,6 +33,7 @@ from pymesos import Executor, MesosExecutorDriver
 
 from common.dispatch import handler
 from executor.endpoints_file import endpoints_path, write_endpoints
+from executor.fencing import Fence
 from executor.executor_state import (ApplyParams, Command, Event, Exit, ExecutorState,
                                      ParamsApplied, ParamsRefused, Registered, RunnerStartFailed,
                                      RunnerStatusChanged, RunnerStopped, SendControlAck,
@@ -217,6 +218,9 @@ class RunnerPool:
     def _make_runner(self, launch: TaskLaunch) -> Runner:
         task_dir = self.config.state_dir / launch.task_id
         task_dir.mkdir(parents=True, exist_ok=True)
+        fence = Fence(str(checkpoint_dir(self.config, launch.task_id)), launch.epoch,
+                      launch.mesos_task_id)
+        fence.raise_()  # Fenced (a start failure) when a newer attempt already owns the task
         program = task_dir / "program.py"
         program.write_text(launch.program, encoding="utf-8")
         if self.session is None:
@@ -227,7 +231,7 @@ class RunnerPool:
                   "checkpoint_dir": str(checkpoint_dir(self.config, launch.task_id)),
                   "endpoints": dict(launch.endpoints), "channels": self.hub,
                   "params": dict(launch.params), "params_version": launch.params_version,
-                  "keys": launch.keys}
+                  "keys": launch.keys, "fence": fence}
         return self.runner_factory(self.session, program, kwargs)
 
     def _stop(self, job: StopRunner) -> None:

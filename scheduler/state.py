@@ -106,6 +106,10 @@ class SchedulerState:
     heartbeats: dict[str, float] = field(default_factory=dict)  # executor id -> last seen
     unplaced: dict[str, str] = field(default_factory=dict)  # task id -> why it waits
     leadership: Leadership | None = None  # None: not coordinated, acts as leader
+    # the last fencing epoch issued (`executor.fencing`): every launch gets a larger one. The I/O
+    # shell starts it at the wall clock in ms, a new leader at least at the persisted ones, so
+    # epochs grow across restarts, leaders and a query's removal and resubmission.
+    epoch_floor: int = 0
 
     def deferring(self) -> bool:
         """True while decisions wait: in safe mode or as a standby (no launches, no kills)."""
@@ -213,6 +217,7 @@ class SchedulerState:
         task.endpoints = dict(a.endpoints)
         task.launches += 1
         task.migrate_to = None
+        task.epoch = self.epoch_floor = self.epoch_floor + 1
         log.info("[%s] launching %s on agent %s (ports %s): %s", sid, task.mesos_task_id,
                  a.agent_id, a.ports, where.reason)
         data = launch_data(record.query, task, record.control, record.keys)
@@ -631,6 +636,7 @@ class SchedulerState:
         restored = [restore_query(q, s, p, self.now) for q, s, p in ev.queries]
         for record in restored:
             self.queries[record.query_id] = record
+            self.epoch_floor = max([self.epoch_floor] + [t.epoch for t in record.tasks.values()])
         log.info("[%s] leading in epoch %s; restored %s queries (framework %s)", ev.stimulus_id,
                  ev.leadership.epoch, len(restored), self.framework_id)
         return [ReplyToRequest(ev.stimulus_id, True, 200, f"restored {len(restored)} queries")]
@@ -771,16 +777,16 @@ def task_keys(query: CompiledQuery, task_id: str,
 def launch_data(query: CompiledQuery, task: TaskRecord,
                 control: ctl.QueryControl | None = None,
                 keys: Mapping[str, Mapping[str, str]] | None = None) -> LaunchData:
-    """What a task's executor receives: the task, its channel endpoints, its attempt, what it
-    needs of its query (its channels and the sinks), the parameters control tuples set and its
-    channel keys."""
+    """What a task's executor receives: the task, its channel endpoints, its attempt and its
+    fencing epoch, what it needs of its query (its channels and the sinks), the parameters
+    control tuples set and its channel keys."""
     mine = set(task.task.inputs + task.task.outputs)
     return LaunchData(
         task.task, dict(task.endpoints), task.attempt,
         (control or ctl.QueryControl()).param_set(task.task_id),
         LaunchQuery(query.query_id, tuple(c for c in query.channels if c.channel_id in mine),
                     dict(query.sinks)),
-        task_keys(query, task.task_id, keys or {}))
+        task_keys(query, task.task_id, keys or {}), task.epoch)
 
 
 # Mesos reasons for a terminal update that say the task's executor or agent went away
@@ -800,7 +806,7 @@ def durable_placements(q: QueryRecord) -> dict[str, Any]:
     the attempt (so reconciliation recognises the running attempt), launches, state and place."""
     return {"phase": q.phase, "failure": q.failure, "control": q.control.to_json(),
             "keys": {t: dict(k) for t, k in q.keys.items()}, "tasks": {
-        t.task_id: {"attempt": t.attempt, "launches": t.launches, "failures": t.failures,
+        t.task_id: {"attempt": t.attempt, "epoch": t.epoch, "launches": t.launches, "failures": t.failures,
                     "state": t.state.value,
                     "restarting": t.restart_at is not None, "agent_id": t.agent_id,
                     "hostname": t.hostname, "ports": list(t.ports),
@@ -832,7 +838,8 @@ def _restore_task(task: Any, saved: dict[str, Any] | None, now: float) -> TaskRe
         return TaskRecord(task, pending_since=now)
     state = TaskState(saved["state"])
     return TaskRecord(
-        task, state, attempt=int(saved["attempt"]), launches=int(saved["launches"]),
+        task, state, attempt=int(saved["attempt"]), epoch=int(saved.get("epoch", 0)),
+        launches=int(saved["launches"]),
         failures=int(saved.get("failures", 0)), agent_id=saved.get("agent_id"),
         hostname=saved.get("hostname"), ports=tuple(saved.get("ports", ())),
         endpoints=dict(saved.get("endpoints", {})),
