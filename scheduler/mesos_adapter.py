@@ -30,7 +30,7 @@ from common.tasks import CompiledQuery
 from scheduler import mesos_json
 from scheduler.commands import (
     Command, DeclineOffers, KillTask, LaunchTasks, ReconcileTasks, RetargetChannels,
-    ReviveOffers, SendFrameworkMessage, SuppressOffers,
+    ReviveOffers, SendFrameworkMessage, ShutdownExecutor, SuppressOffers,
 )
 from scheduler.config import SchedulerConfig
 from scheduler.coordination import (
@@ -137,6 +137,18 @@ class DriverRunner:
         log.info("[%s] KILL %s", c.stimulus_id, c.mesos_task_id)
         self._driver.killTask({"value": c.mesos_task_id})
 
+    def _ShutdownExecutor(self, c: ShutdownExecutor) -> None:
+        """Mesos's SHUTDOWN call, which pymesos 0.3.15 has no method for: sent on its
+        connection (`_send`) as its own calls are."""
+        log.warning("[%s] SHUTDOWN executor %s on %s: %s", c.stimulus_id, c.executor_id,
+                    c.agent_id, c.reason)
+        framework_id = self._driver.framework_id
+        if not framework_id or not self._driver.connected:
+            return  # the next periodic reconciliation and the detector try again
+        self._driver._send({"type": "SHUTDOWN", "framework_id": {"value": framework_id},
+                            "shutdown": {"executor_id": {"value": c.executor_id},
+                                         "agent_id": {"value": c.agent_id}}})
+
     def _ReconcileTasks(self, c: ReconcileTasks) -> None:
         log.info("[%s] RECONCILE %s", c.stimulus_id, [t for t, _ in c.tasks] or "all")
         self._driver.reconcileTasks([{"task_id": {"value": t}, "agent_id": {"value": a}}
@@ -164,6 +176,7 @@ _RUNS: dict[type, Callable[[DriverRunner, Any], None]] = {
     LaunchTasks: DriverRunner._LaunchTasks,
     DeclineOffers: DriverRunner._DeclineOffers,
     KillTask: DriverRunner._KillTask,
+    ShutdownExecutor: DriverRunner._ShutdownExecutor,
     ReconcileTasks: DriverRunner._ReconcileTasks,
     ReviveOffers: DriverRunner._ReviveOffers,
     SuppressOffers: DriverRunner._SuppressOffers,

@@ -72,8 +72,8 @@ class TestShouldFence:
 class TestResolveFenceSeconds:
     MASTER = "http://10.0.0.1:5050"
 
-    def test_default_on_for_an_agent_on_another_host_off_on_the_masters_host(self) -> None:
-        assert resolve_fence_seconds("auto", {}, "10.0.0.2", self.MASTER) == DEFAULT_FENCE_SECONDS
+    def test_default_off_on_any_host_as_a_real_mesos_agent(self) -> None:
+        assert resolve_fence_seconds("auto", {}, "10.0.0.2", self.MASTER) is None
         assert resolve_fence_seconds("auto", {}, "10.0.0.1", self.MASTER) is None
         assert resolve_fence_seconds("auto", {}, "127.0.0.1", "http://127.0.0.1:5050") is None
 
@@ -175,6 +175,7 @@ def test_cut_off_agent_fences_its_task_fails_over_and_the_sink_is_exact(
     resources = {"cpus": 1.5, "mem": 8192, "ports": "31000-31015"}
     try:
         agents.append(NetnsAgent(net, "a", master.url, tmp_path / "agent-a", resources,
+                                 env={FENCE_ENV: str(DEFAULT_FENCE_SECONDS)},  # opted in
                                  executor_grace_seconds=5.0))
         service = SchedulerService(master.address, scheduler_config(tmp_path),
                                    tick_interval=0.1,

@@ -553,6 +553,20 @@ class MasterState:
         return [ToAgent(task.agent_id, {"type": "KILL", "framework_id": framework.framework_id,
                                         "task_id": task_id})]
 
+    def _shutdown(self, framework: Framework, body: dict[str, Any], now: float,
+                  wall: float) -> list[Action]:
+        """SHUTDOWN: the agent ends one of the framework's executors (its tasks end with it)."""
+        shutdown = _section(body, "shutdown")
+        executor_id = id_value(shutdown, "executor_id", "shutdown")
+        agent_id = id_value(shutdown, "agent_id", "shutdown")
+        if agent_id not in self.agents:
+            logger.warning("master %s: SHUTDOWN of executor %s on unknown agent %s dropped",
+                           self.master_id, executor_id, agent_id)
+            return []
+        return [ToAgent(agent_id, {"type": "SHUTDOWN_EXECUTOR",
+                                   "framework_id": framework.framework_id,
+                                   "executor_id": executor_id})]
+
     def _acknowledge(self, framework: Framework, body: dict[str, Any], now: float,
                      wall: float) -> list[Action]:
         ack = _section(body, "acknowledge")
@@ -939,6 +953,7 @@ _CALLS = {
     "REVIVE": MasterState._revive,
     "SUPPRESS": MasterState._suppress,
     "KILL": MasterState._kill,
+    "SHUTDOWN": MasterState._shutdown,
     "ACKNOWLEDGE": MasterState._acknowledge,
     "RECONCILE": MasterState._reconcile,
     "MESSAGE": MasterState._message,
