@@ -57,6 +57,53 @@ from scheduler.views import snapshot
 
 log = logging.getLogger("elastiq.scheduler.mesos")
 
+CREDENTIALS_REFUSED = ("the Mesos master refused the framework's credentials ({status}): check "
+                       "--mesos-principal and --mesos-secret-file (the secret the master has "
+                       "for that principal)")
+
+
+def _refused_status(exc: BaseException | None) -> str | None:
+    """"HTTP 401"/"HTTP 403" when pymesos gave up because the master refused our credentials."""
+    text = str(exc) if exc is not None else ""
+    for status in ("HTTP 401", "HTTP 403"):
+        if f"Failed with {status}" in text:
+            return status
+    return None
+
+
+class _CredentialsRefused(logging.Filter):
+    """pymesos logs the abort of its I/O thread with a traceback; a refused credential is a
+    usage error, said in one line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        status = _refused_status(record.exc_info[1] if record.exc_info else None)
+        if status is not None:
+            record.msg, record.args = CREDENTIALS_REFUSED.format(status=status), ()
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
+logging.getLogger("pymesos.process").addFilter(_CredentialsRefused())
+
+
+def driver_failure() -> str | None:
+    """Why pymesos's I/O thread gave up, once it has (it then interrupts the main thread), or
+    None: a refused credential in words, anything else as its error."""
+    import pymesos.process
+
+    info = getattr(pymesos.process, "_exc_info", None)
+    return explain_driver_error(info[1]) if info else None
+
+
+def explain_driver_error(exc: BaseException) -> str:
+    """A pymesos driver error as a user reads it (a refused credential says what to check)."""
+    status = _refused_status(exc)
+    return CREDENTIALS_REFUSED.format(status=status) if status else f"Mesos driver: {exc}"
+
+
+def credentials_refused(exc: BaseException) -> bool:
+    return _refused_status(exc) is not None
+
 
 def _master(info: Any) -> str:
     return f"{info.get('hostname', '')}:{info.get('port', '')}"

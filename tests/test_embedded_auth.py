@@ -19,6 +19,9 @@ import hmac
 import json
 import os
 import signal
+import socket
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -385,3 +388,31 @@ def test_a_standalone_master_takes_the_framework_secret_from_its_env_or_a_0600_f
     options = _framework_options(other)
     assert options["framework_credential"] == FrameworkCredential("ops", "from-the-environment")
     assert options["authenticate_frameworks"] is False
+
+
+@pytest.mark.cluster
+@pytest.mark.timeout(90)
+def test_a_wrong_mesos_secret_ends_the_scheduler_command_with_one_clear_line(
+        tmp_path: Path) -> None:
+    from elastiq.embedded.master import EmbeddedMaster
+
+    master = EmbeddedMaster(port=0).start()
+    try:
+        secret_file = tmp_path / "mesos-secret"
+        secret_file.touch(mode=0o600)
+        secret_file.write_text("not-the-secret\n", encoding="utf-8")
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, "-m", "elastiq.cli", "scheduler", "--master", master.address,
+             "--mesos-principal", master.framework_credential.principal,
+             "--mesos-secret-file", str(secret_file), "--listen", f"127.0.0.1:{port}",
+             "--state-dir", str(tmp_path / "state")],
+            capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    finally:
+        master.stop()
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    assert "refused the framework's credentials (HTTP 401)" in done.stderr
+    assert "--mesos-secret-file" in done.stderr.splitlines()[-1]
