@@ -68,12 +68,13 @@ def test_bad_agent_resources_are_refused(bad):
         parse_agent_resources(bad)
 
 
-def _subscribed_master() -> tuple[MasterState, str, str, dict]:
+def _subscribed_master(capabilities: tuple[str, ...] = ()) -> tuple[MasterState, str, str, dict]:
     state = MasterState(MasterConfig(default_refuse_seconds=5.0), "m")
     state.handle(AgentRegistering({"url": "http://127.0.0.1:1", "resources": parse_agent_resources(
         {"cpus": 2, "mem": 100}).to_mesos()}, now=0.0, wall=0.0))
+    info = {"name": "x", "capabilities": [{"type": c} for c in capabilities]}
     actions = state.handle(FrameworkSubscribing(
-        {"type": "SUBSCRIBE", "subscribe": {"framework_info": {"name": "x"}}},
+        {"type": "SUBSCRIBE", "subscribe": {"framework_info": info}},
         stream_id="stream-1", now=0.0, wall=0.0))
     (sub,) = [a for a in actions if isinstance(a, Subscribed)]
     offers = [a.event for a in actions if isinstance(a, ToFramework)
@@ -185,3 +186,39 @@ def test_the_secret_check_is_exact():
         with pytest.raises(HttpError) as refused:
             require_secret("s3cret", req(wrong))
         assert refused.value.status == 401
+
+
+def _updates(actions) -> list[tuple[str, str]]:
+    return [(a.event["update"]["status"]["task_id"]["value"], a.event["update"]["status"]["state"])
+            for a in actions if isinstance(a, ToFramework) and a.event["type"] == "UPDATE"]
+
+
+def _finish_and_acknowledge(state, fid, sid, offer, task_id: str) -> None:
+    _launch(state, fid, sid, offer, task_id, 1)
+    status = {"task_id": {"value": task_id}, "state": "TASK_FINISHED", "uuid": "u-" + task_id}
+    state.handle(AgentEventReceived(offer["agent_id"]["value"], {
+        "type": "UPDATE", "framework_id": fid, "status": status}, now=1.0, wall=1.0))
+    _call(state, fid, sid, "ACKNOWLEDGE", acknowledge={
+        "agent_id": offer["agent_id"], "task_id": {"value": task_id}, "uuid": "u-" + task_id})
+
+
+@pytest.mark.parametrize("aware, answer", [(False, "TASK_LOST"), (True, "TASK_GONE")])
+def test_reconciling_an_acknowledged_finished_task_finds_it_forgotten(aware, answer):
+    state, fid, sid, offer = _subscribed_master(("PARTITION_AWARE",) if aware else ())
+    _finish_and_acknowledge(state, fid, sid, offer, "done")
+    asked = _call(state, fid, sid, "RECONCILE", reconcile={"tasks": [
+        {"task_id": {"value": "done"}, "agent_id": offer["agent_id"]}]})
+    assert _updates(asked) == [("done", answer)]  # its agent is here without it
+    unknown = _call(state, fid, sid, "RECONCILE", reconcile={"tasks": [
+        {"task_id": {"value": "never"}}]})
+    assert _updates(unknown) == [("never", "TASK_UNKNOWN" if aware else "TASK_LOST")]
+
+
+def test_a_partition_aware_framework_is_told_unreachable_then_reconciles_unreachable():
+    state, fid, sid, offer = _subscribed_master(("PARTITION_AWARE",))
+    _launch(state, fid, sid, offer, "t", 1)
+    now = state.config.agent_timeout + 1.0
+    assert _updates(state.handle(Ticked(now=now, wall=now))) == [("t", "TASK_UNREACHABLE")]
+    asked = _call(state, fid, sid, "RECONCILE", now=now, reconcile={"tasks": [
+        {"task_id": {"value": "t"}, "agent_id": offer["agent_id"]}]})
+    assert _updates(asked) == [("t", "TASK_UNREACHABLE")]  # it may still run there

@@ -52,6 +52,7 @@ from elastiq.embedded.agent import (
 
 log = logging.getLogger("tests.netns")
 SPEC = "e2e-stateful-count.xml"
+FENCED_SPEC = "e2e-fenced-count.xml"  # the same query with a minute of data
 AGENT_TIMEOUT = 6.0  # the master's; agents fence after DEFAULT_FENCE_SECONDS (3 s)
 SECOND = timedelta(seconds=1)
 
@@ -124,8 +125,8 @@ def scheduler_config(work: Path) -> Any:
                            offer_hold_seconds=1.0, decline_seconds=0.5)
 
 
-def expected_windows() -> tuple[dict[tuple, list[Row]], Counter]:
-    windows = window_oracle(generator_rows(spec_params(SPEC)["src"]), "ts", ["sensor"],
+def expected_windows(spec: str = SPEC) -> tuple[dict[tuple, list[Row]], Counter]:
+    windows = window_oracle(generator_rows(spec_params(spec)["src"]), "ts", ["sensor"],
                             2 * SECOND, 2 * SECOND, timedelta(milliseconds=500))
     expected = Counter((start, start + 2 * SECOND, sensor, len(rows))
                        for (start, sensor), rows in windows.items())
@@ -195,7 +196,7 @@ def test_cut_off_agent_fences_its_task_fails_over_and_the_sink_is_exact(
 
 @pytest.mark.cluster
 @pytest.mark.spark
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(300)
 def test_without_self_fencing_the_stale_attempt_runs_on_and_its_writes_are_refused(
         net: NetnsNetwork, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from elastiq.embedded.httpio import SECRET_ENV
@@ -230,7 +231,7 @@ def test_without_self_fencing_the_stale_attempt_runs_on_and_its_writes_are_refus
 def run_fenced_scenario(net: NetnsNetwork, master_url: str, service: Any,
                         agents: list[NetnsAgent], work: Path, resources: dict[str, Any]) -> None:
     a = agents[0]
-    query = compile_spec(SPEC, work)
+    query = compile_spec(FENCED_SPEC, work)
     qid = query.query_id
     assert service.submit(query).accepted
     wait_until(lambda: (t := task_view(service, qid)).get("state") == "running"
@@ -239,10 +240,10 @@ def run_fenced_scenario(net: NetnsNetwork, master_url: str, service: Any,
     agents.append(NetnsAgent(net, "b", master_url, work / "agent-b", resources,
                              executor_grace_seconds=5.0))
     b = agents[1]
-    windows, expected = expected_windows()
-    sink = sink_path(work, SPEC, "sink")
+    windows, expected = expected_windows(FENCED_SPEC)
+    sink = sink_path(work, FENCED_SPEC, "sink")
     wait_until(lambda: read_sink(sink), 90, "first windows from agent A", step=0.1)
-    assert len(read_sink(sink)) < sum(expected.values()) / 2, "too late to cut A"
+    assert len(read_sink(sink)) < sum(expected.values()) * 0.6, "too late to cut A"
     [executor] = a.live_executor_groups()
 
     net.cut("a")

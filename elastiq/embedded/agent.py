@@ -713,8 +713,10 @@ class EmbeddedAgent:
                 del self._runs[run.key]
             if run.events is not None:
                 run.events.put(END_OF_STREAM)
+            # queued tasks are in run.tasks too (STAGING): each is reported once
             unfinished = [t for t, s in run.tasks.items() if not is_terminal(s)]
-            unfinished += [t["task_id"]["value"] for t in run.waiting]
+            unfinished += [t["task_id"]["value"] for t in run.waiting
+                           if t["task_id"]["value"] not in run.tasks]
             for task_id in unfinished:
                 run.tasks[task_id] = "TASK_FAILED"
             run.tasks_changed(time.monotonic())

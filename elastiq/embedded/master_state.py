@@ -243,6 +243,13 @@ class Framework:
     refused_until: dict[str, float] = field(default_factory=dict)  # agent id -> time
 
     @property
+    def partition_aware(self) -> bool:
+        """Opted into PARTITION_AWARE: told TASK_UNREACHABLE / GONE / UNKNOWN, not TASK_LOST."""
+        caps = self.info.get("capabilities")
+        return isinstance(caps, list) and any(
+            isinstance(c, dict) and c.get("type") == "PARTITION_AWARE" for c in caps)
+
+    @property
     def failover_timeout(self) -> float:
         value = self.info.get("failover_timeout", 0.0)
         return float(value) if isinstance(value, (int, float)) else 0.0
@@ -269,6 +276,13 @@ class Task:
     pending: deque = field(default_factory=deque)  # status updates not yet acknowledged
     in_flight: str | None = None  # uuid sent and awaiting its acknowledgement
     acknowledged: set[str] = field(default_factory=set)
+
+    @property
+    def forgotten(self) -> bool:
+        """Terminal with its last update acknowledged: a real master has moved it to its
+        completed tasks, which reconciliation does not look at."""
+        return is_terminal(self.state) and not self.pending and self.in_flight is None \
+            and bool(self.acknowledged)
 
 
 @dataclass
@@ -611,12 +625,14 @@ class MasterState:
                             "agent %s to re-register", self.master_id, task_id,
                             framework.framework_id, agent_id)
                 continue
-            actions.append(self._reconcile_update(framework.framework_id, task_id, wall))
+            actions.append(self._reconcile_update(framework.framework_id, task_id, wall,
+                                                  agent_id))
         return actions
 
-    def _reconcile_update(self, framework_id: str, task_id: str, wall: float) -> ToFramework:
-        return ToFramework(framework_id,
-                           _update(self._reconcile_status(framework_id, task_id, wall)))
+    def _reconcile_update(self, framework_id: str, task_id: str, wall: float,
+                          agent_id: str | None = None) -> ToFramework:
+        return ToFramework(framework_id, _update(
+            self._reconcile_status(framework_id, task_id, wall, agent_id)))
 
     def _awaiting_agent(self, agent_id: str, now: float) -> bool:
         """An agent this master does not know yet but may still re-register (recovery window)."""
@@ -629,17 +645,32 @@ class MasterState:
         if not settled:
             return []
         self.deferred = [d for d in self.deferred if d not in settled]
-        return [self._reconcile_update(d.framework_id, d.task_id, wall) for d in settled]
+        return [self._reconcile_update(d.framework_id, d.task_id, wall, d.agent_id)
+                for d in settled]
 
-    def _reconcile_status(self, framework_id: str, task_id: str,
-                          wall: float) -> dict[str, Any]:
+    def _reconcile_status(self, framework_id: str, task_id: str, wall: float,
+                          agent_id: str | None = None) -> dict[str, Any]:
         task = self.tasks.get((framework_id, task_id))
-        if task is None:
-            return make_status(task_id, "TASK_LOST", reason="REASON_RECONCILIATION",
-                               message="task is unknown to the master", timestamp=wall)
+        if task is None or task.forgotten:
+            state, why = self._unknown_task_state(framework_id, agent_id)
+            return make_status(task_id, state, agent_id=agent_id,
+                               reason="REASON_RECONCILIATION", message=why, timestamp=wall)
         return make_status(task_id, task.state, agent_id=task.agent_id,
                            executor_id=task.executor_id, reason="REASON_RECONCILIATION",
                            timestamp=wall)
+
+    def _unknown_task_state(self, framework_id: str, agent_id: str | None) -> tuple[str, str]:
+        """What Mesos answers for a task it does not know (or has forgotten, being terminal and
+        acknowledged): TASK_LOST, or to a PARTITION_AWARE framework TASK_UNREACHABLE (its agent
+        was removed), TASK_GONE (its agent is here without it) or TASK_UNKNOWN."""
+        framework = self.frameworks.get(framework_id)
+        if framework is None or not framework.partition_aware:
+            return "TASK_LOST", "task is unknown to the master"
+        if agent_id is not None and agent_id in self.removed_agents:
+            return "TASK_UNREACHABLE", f"agent {agent_id} is unreachable"
+        if agent_id is not None and agent_id in self.agents:
+            return "TASK_GONE", f"agent {agent_id} does not run the task"
+        return "TASK_UNKNOWN", "task is unknown to the master"
 
     def _message(self, framework: Framework, body: dict[str, Any], now: float,
                  wall: float) -> list[Action]:
@@ -830,8 +861,11 @@ class MasterState:
                 "type": "RESCIND", "rescind": {"offer_id": {"value": offer.offer_id}}}))
         for task in [t for t in self.tasks.values() if t.agent_id == agent_id]:
             if not is_terminal(task.state):
+                framework = self.frameworks.get(task.framework_id)
+                state = ("TASK_UNREACHABLE" if framework is not None and framework.partition_aware
+                         else "TASK_LOST")
                 actions += self._record_status(task, make_status(
-                    task.task_id, "TASK_LOST", agent_id=agent_id, executor_id=task.executor_id,
+                    task.task_id, state, agent_id=agent_id, executor_id=task.executor_id,
                     reason="REASON_AGENT_REMOVED", message=f"agent {agent_id} lost: {why}",
                     timestamp=wall), now)
         for framework_id in self.frameworks:
