@@ -222,3 +222,44 @@ def test_a_partition_aware_framework_is_told_unreachable_then_reconciles_unreach
     asked = _call(state, fid, sid, "RECONCILE", now=now, reconcile={"tasks": [
         {"task_id": {"value": "t"}, "agent_id": offer["agent_id"]}]})
     assert _updates(asked) == [("t", "TASK_UNREACHABLE")]  # it may still run there
+
+
+def _with_executor(task_id: str, offer, cpus: float, executor_cpus: float, command: str = "true"):
+    return {"task_id": {"value": task_id}, "agent_id": offer["agent_id"],
+            "resources": [{"name": "cpus", "type": "SCALAR", "scalar": {"value": cpus}}],
+            "executor": {"executor_id": {"value": "e"}, "command": {"value": command},
+                         "resources": [{"name": "cpus", "type": "SCALAR",
+                                        "scalar": {"value": executor_cpus}}]}}
+
+
+def _accept(state, fid, sid, offer, *tasks):
+    return _call(state, fid, sid, "ACCEPT", accept={
+        "offer_ids": [offer["id"]], "filters": {"refuse_seconds": 0}, "operations": [
+            {"type": "LAUNCH", "launch": {"task_infos": list(tasks)}}]})
+
+
+def _next_offer(actions):
+    return [o for a in actions if isinstance(a, ToFramework) and a.event["type"] == "OFFERS"
+            for o in a.event["offers"]["offers"]][0]
+
+
+def test_task_and_executor_must_fit_and_the_executor_is_charged_once_and_offered_by_id():
+    state, fid, sid, offer = _subscribed_master()  # 2 cpus
+    refused = _accept(state, fid, sid, offer, _with_executor("big", offer, 1.8, 0.5))
+    assert _updates(refused) == [("big", "TASK_ERROR")]
+    out = _accept(state, fid, sid, _next_offer(refused), _with_executor("t1", offer, 1.0, 0.5))
+    assert [a.command["type"] for a in out if isinstance(a, ToAgent)] == ["LAUNCH"]
+    offer2 = _next_offer(out)  # 2 - 1.0 - 0.5 left, and the executor named
+    cpus = [r["scalar"]["value"] for r in offer2["resources"] if r["name"] == "cpus"]
+    assert cpus == [0.5] and offer2["executor_ids"] == [{"value": "e"}]
+    out = _accept(state, fid, sid, offer2, _with_executor("t2", offer2, 0.5, 0.5))
+    assert [a.command["type"] for a in out if isinstance(a, ToAgent)] == ["LAUNCH"]  # once
+
+
+def test_a_changed_executor_info_is_a_task_error_as_in_mesos():
+    state, fid, sid, offer = _subscribed_master()
+    out = _accept(state, fid, sid, offer, _with_executor("t1", offer, 0.5, 0.1))
+    changed = _accept(state, fid, sid, _next_offer(out),
+                      _with_executor("t2", offer, 0.5, 0.1, command="other"))
+    assert _updates(changed) == [("t2", "TASK_ERROR")]
+    assert not [a for a in changed if isinstance(a, ToAgent)]

@@ -307,6 +307,9 @@ class MasterState:
         self.agents: dict[str, Agent] = {}
         self.removed_agents: set[str] = set()
         self.tasks: dict[tuple[str, str], Task] = {}
+        # executors launched here: (framework, agent, executor id) -> ExecutorInfo; their own
+        # resources are charged on the agent until it reports them exited (as Mesos does)
+        self.executors: dict[tuple[str, str, str], dict[str, Any]] = {}
         self.offers: dict[str, Offer] = {}
         self._ids = itertools.count(1)
 
@@ -397,6 +400,7 @@ class MasterState:
         if framework is None:
             return []
         self.removed_frameworks.add(framework_id)
+        self.executors = {k: v for k, v in self.executors.items() if k[0] != framework_id}
         logger.info("master %s: framework %s removed (%s)", self.master_id, framework_id, why)
         self._drop_offers_of(framework)
         for task in self._tasks_of(framework_id):
@@ -485,9 +489,27 @@ class MasterState:
             return [self._reject(framework, task_info, "TASK_ERROR",
                                  "REASON_TASK_INVALID", problem, wall)], pool
         assert task is not None
-        if not pool.contains(task.resources):
+        key = (framework.framework_id, agent.agent_id, task.executor_id)
+        executor_info = _executor_identity(task_info["executor"])
+        running = self.executors.get(key)
+        if running is not None and running != executor_info:
             return [self._reject(framework, task_info, "TASK_ERROR", "REASON_TASK_INVALID",
-                                 "task resources exceed the offered resources", wall)], pool
+                                 f"ExecutorInfo of executor {task.executor_id} differs from the "
+                                 "one it runs with on this agent", wall)], pool
+        try:
+            executor_share = Resources() if running is not None else from_mesos(
+                task_info["executor"].get("resources", []))
+        except ResourceError as exc:
+            return [self._reject(framework, task_info, "TASK_ERROR", "REASON_TASK_INVALID",
+                                 f"executor resources: {exc}", wall)], pool
+        if not pool.contains(task.resources + executor_share):
+            what = "task resources" if executor_share.is_empty() else \
+                "task and executor resources"
+            return [self._reject(framework, task_info, "TASK_ERROR", "REASON_TASK_INVALID",
+                                 f"{what} exceed the offered resources", wall)], pool
+        if running is None:
+            self.executors[key] = executor_info
+            pool = pool - executor_share
         self.tasks[(framework.framework_id, task.task_id)] = task
         logger.info("master %s: launching task %s of framework %s on agent %s",
                     self.master_id, task.task_id, framework.framework_id, agent.agent_id)
@@ -825,6 +847,7 @@ class MasterState:
                 "executor_id": {"value": field_str(event, "executor_id")},
                 "data": event.get("data", "")}})]
         if kind == "EXECUTOR_EXITED":
+            self.executors.pop((framework_id, agent_id, field_str(event, "executor_id")), None)
             return [ToFramework(framework_id, {"type": "FAILURE", "failure": {
                 "agent_id": {"value": agent_id},
                 "executor_id": {"value": field_str(event, "executor_id")},
@@ -853,6 +876,7 @@ class MasterState:
         if agent is None:
             return []
         self.removed_agents.add(agent_id)
+        self.executors = {k: v for k, v in self.executors.items() if k[1] != agent_id}
         logger.warning("master %s: agent %s removed (%s)", self.master_id, agent_id, why)
         actions: list[Action] = [ForgetAgent(agent_id)]
         for offer in [o for o in self.offers.values() if o.agent_id == agent_id]:
@@ -928,6 +952,8 @@ class MasterState:
     def _free(self, agent: Agent) -> Resources:
         used = sum((t.resources for t in self.tasks.values()
                     if t.agent_id == agent.agent_id and not is_terminal(t.state)), Resources())
+        used = used + sum((_executor_resources(info) for (_, a, _), info
+                           in self.executors.items() if a == agent.agent_id), Resources())
         offered = sum((o.resources for o in self.offers.values()
                        if o.agent_id == agent.agent_id), Resources())
         return agent.total - used - offered
@@ -946,6 +972,8 @@ class MasterState:
                 "framework_id": {"value": offer.framework_id},
                 "agent_id": {"value": agent.agent_id}, "hostname": agent.hostname,
                 "resources": offer.resources.to_mesos(),
+                "executor_ids": [{"value": e} for (f, a, e) in sorted(self.executors)
+                                 if f == offer.framework_id and a == agent.agent_id],
                 "allocation_info": {"role": "*"}}
 
     def _tasks_of(self, framework_id: str) -> list[Task]:
@@ -993,6 +1021,18 @@ _CALLS = {
     "MESSAGE": MasterState._message,
     "REQUEST": MasterState._ignore,
 }
+
+
+def _executor_identity(executor: dict[str, Any]) -> dict[str, Any]:
+    """An ExecutorInfo as launches compare it (the agent-filled framework_id left out)."""
+    return {k: v for k, v in executor.items() if k != "framework_id"}
+
+
+def _executor_resources(info: dict[str, Any]) -> Resources:
+    try:
+        return from_mesos(info.get("resources", []))
+    except ResourceError:
+        return Resources()
 
 
 def _update(status: dict[str, Any]) -> dict[str, Any]:
