@@ -225,13 +225,13 @@ def test_a_scheduler_without_the_credential_can_neither_subscribe_nor_launch(
         {**JSON, **framework_auth(cluster)})
     assert status == 403 and "someone-else" in reply["error"]
     # nothing registered, nothing launched: the offer the intruder named is still the driver's
-    _, state = http_call(url, "GET", "/state", None)
+    _, state = http_call(url, "GET", "/state", None, framework_auth(cluster))
     assert list(state["frameworks"]) == [framework_id]
     driver.launchTasks([offer["id"]], [task_info("legit", offer, "finish", "echo")])
     recorder.wait_for("update", lambda s: s["task_id"]["value"] == "legit"
                       and s["state"] == "TASK_FINISHED")
     assert not proof.exists()
-    _, state = http_call(url, "GET", "/state", None)
+    _, state = http_call(url, "GET", "/state", None, framework_auth(cluster))
     assert {t["task_id"] for t in state["tasks"]} <= {"legit"}
 
 
@@ -256,8 +256,10 @@ def test_knowing_the_ids_is_not_enough_to_take_over_an_executor(cluster, drivers
     launch(recorder, driver, "bystander", "run", "other-exec")
     victim_pid, other_pid = executor_pid(cluster, "victim-exec"), executor_pid(cluster,
                                                                               "other-exec")
-    # what an attacker learns from the master's open /state
-    _, state = http_call(cluster.master_url, "GET", "/state", None)
+    # /state asks the framework credential, as Mesos's operator endpoints do...
+    assert http_call(cluster.master_url, "GET", "/state", None)[0] == 401
+    # ... but say an attacker learned the ids (from a log, or a leaked credential)
+    _, state = http_call(cluster.master_url, "GET", "/state", None, framework_auth(cluster))
     victim = next(t for t in state["tasks"] if t["task_id"] == "victim")
     framework_id, executor_id = victim["framework_id"], victim["executor_id"]
     assert executor_id == "victim-exec"

@@ -319,7 +319,7 @@ def test_framework_gone_past_failover_timeout_has_its_tasks_killed(cluster, driv
     driver.join()
     wait_until(lambda: not cluster.agents[0].executor_pids())
     wait_until(lambda: not pid_alive(pid))
-    status, state = http_call(cluster.master_url, "GET", "/state", None)
+    status, state = http_call(cluster.master_url, "GET", "/state", None, framework_auth(cluster))
     assert status == 200 and state["frameworks"] == {}
 
 
@@ -352,7 +352,7 @@ def test_teardown_kills_tasks(cluster, drivers):
     driver.stop()  # no failover: TEARDOWN
     driver.join()
     wait_until(lambda: not pid_alive(pid))
-    _, state = http_call(cluster.master_url, "GET", "/state", None)
+    _, state = http_call(cluster.master_url, "GET", "/state", None, framework_auth(cluster))
     assert state["frameworks"] == {}
 
 

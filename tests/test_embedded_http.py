@@ -304,7 +304,9 @@ def test_internal_routes_refuse_callers_without_the_secret(cluster, tmp_path: Pa
                                                       **headers}))
             assert status == 401, (path, headers, status, data[:200])
     # the agent is still registered (the unauthenticated unregister did nothing)
-    state = json.loads(first_status(master, request("GET", "/state"))[1].split(b"\r\n\r\n")[1])
+    operator = framework_auth(cluster)
+    state = json.loads(first_status(master, request("GET", "/state", headers=operator))[1]
+                       .split(b"\r\n\r\n")[1])
     assert cluster.agents[0].agent_id in json.dumps(state)
     # with the secret the route answers on its merits (here: an unknown agent is 404)
     status, _ = first_status(master, request(

@@ -43,6 +43,7 @@ from e2e_support import (
 )
 from netns_support import NetnsAgent, NetnsNetwork, group_alive, netns_unavailable
 
+from elastiq.embedded.auth import basic_authorization
 from elastiq.embedded.agent import (
     DEFAULT_FENCE_SECONDS,
     FENCE_ENV,
@@ -110,8 +111,12 @@ def net() -> Iterator[NetnsNetwork]:
         assert not network.leftovers(), f"namespaces left behind: {network.leftovers()}"
 
 
+MASTER_AUTH: dict[str, dict[str, str]] = {}  # master url -> its operator credential header
+
+
 def master_state(url: str) -> dict[str, Any]:
-    with urllib.request.urlopen(f"{url}/state", timeout=5.0) as reply:
+    request = urllib.request.Request(f"{url}/state", headers=MASTER_AUTH.get(url, {}))
+    with urllib.request.urlopen(request, timeout=5.0) as reply:
         return json.loads(reply.read())
 
 
@@ -171,6 +176,7 @@ def test_cut_off_agent_fences_its_task_fails_over_and_the_sink_is_exact(
     monkeypatch.setenv(SECRET_ENV, new_secret())  # the master's and the agent processes'
     master = EmbeddedMaster(host=net.host_address, port=0, offer_interval=0.2,
                             agent_timeout=AGENT_TIMEOUT).start()
+    MASTER_AUTH[master.url] = {"Authorization": basic_authorization(master.framework_credential)}
     agents: list[NetnsAgent] = []
     service = None
     resources = {"cpus": 1.5, "mem": 8192, "ports": "31000-31015"}
@@ -206,6 +212,7 @@ def test_without_self_fencing_the_stale_attempt_runs_on_and_its_writes_are_refus
     monkeypatch.setenv(SECRET_ENV, new_secret())
     master = EmbeddedMaster(host=net.host_address, port=0, offer_interval=0.2,
                             agent_timeout=AGENT_TIMEOUT).start()
+    MASTER_AUTH[master.url] = {"Authorization": basic_authorization(master.framework_credential)}
     agents: list[NetnsAgent] = []
     service = None
     resources = {"cpus": 1.5, "mem": 8192, "ports": "31000-31015"}
