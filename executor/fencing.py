@@ -11,7 +11,9 @@ commit in progress: after `raise_()` returns, no older attempt writes again. Rea
 fences an agent cut off from its master (it keeps running its tasks), so this is what keeps two
 live attempts from both changing one checkpoint or one sink. Works across hosts as far as the
 checkpoint folder's file system honours `flock` (local disks, NFSv4, CephFS; docs/deploy.md).
-Also owns `older_writer`, the one check a channel reader makes of a writer's epoch.
+A task's channel writes are fenced the same way: its channel sink is its one sink, so a stale
+producer's batch is refused before it reaches its channel writer (`executor.channel_writer` is
+unchanged).
 Epoch 0 means unfenced (a launch from a scheduler that issues no tokens). Does not own the epoch's
 issue (`scheduler.state`) nor where the checkpoint folder is (`executor.mesos_executor`).
 """
@@ -121,8 +123,3 @@ class Fence:
         finally:
             os.close(fd)  # releases the lock
 
-
-def older_writer(writer_epoch: int, newest_seen: int) -> bool:
-    """Whether a channel writer announcing `writer_epoch` is older than the newest writer of the
-    channel a reader has seen (`newest_seen`): its frames are refused. 0 is unfenced."""
-    return bool(writer_epoch) and writer_epoch < newest_seen

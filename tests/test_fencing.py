@@ -19,7 +19,7 @@ import pytest
 from waiting import wait_for
 
 from executor.batch_gate import BatchGate
-from executor.fencing import Fence, Fenced, older_writer
+from executor.fencing import Fence, Fenced
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -124,7 +124,3 @@ def test_raising_waits_for_a_commit_in_progress_and_gives_up_after_its_timeout(
     Fence(folder, 2).raise_(timeout=0.2)
     assert holder.current() == 2
 
-
-def test_a_channel_reader_refuses_only_an_older_fenced_writer() -> None:
-    assert older_writer(3, 5) and not older_writer(5, 5) and not older_writer(6, 5)
-    assert not older_writer(0, 5)  # unfenced
