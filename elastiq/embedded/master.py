@@ -282,7 +282,7 @@ class EmbeddedMaster:
             _check_principal(body, principal)
             return await self._subscribe(request, body)
         stream_id = request.headers.get("Mesos-Stream-Id")
-        await self._server.run_sync(self._call, body, stream_id)
+        await self._server.run_sync(self._call, body, stream_id, principal)
         return accepted()
 
     def _authenticate(self, request: web.BaseRequest) -> str | None:
@@ -298,8 +298,14 @@ class EmbeddedMaster:
                             {"WWW-Authenticate": BASIC_CHALLENGE})
         return principal
 
-    def _call(self, body: dict[str, Any], stream_id: str | None) -> None:
+    def _call(self, body: dict[str, Any], stream_id: str | None,
+              principal: str | None = None) -> None:
         with self._lock:
+            framework_id = body.get("framework_id")
+            framework = self.state.frameworks.get(
+                framework_id.get("value") if isinstance(framework_id, dict) else None)
+            if framework is not None:  # every call, not only SUBSCRIBE, as its own principal
+                _check_principal({"subscribe": {"framework_info": framework.info}}, principal)
             self._apply(self.state.handle(CallReceived(body, stream_id, time.monotonic(),
                                                        time.time())))
 
@@ -443,7 +449,8 @@ def _answer(actions: list[Action], kind: type[A]) -> A:
 
 
 def _check_principal(body: dict[str, Any], principal: str | None) -> None:
-    """A SUBSCRIBE may name only the principal it authenticated as (HttpError 403)."""
+    """A SUBSCRIBE may name only the principal it authenticated as, and a later call must come
+    from the principal its framework subscribed with (HttpError 403)."""
     subscribe = body.get("subscribe")
     info = subscribe.get("framework_info") if isinstance(subscribe, dict) else None
     claimed = info.get("principal") if isinstance(info, dict) else None
