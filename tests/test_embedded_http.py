@@ -378,7 +378,8 @@ def _fuzz_request(rng: random.Random, calls: list[dict[str, Any]], secret: str,
         path = rng.choice(["/version", "/state", "/master/state", "/api/v1/scheduler",
                            "/api/v1/executor", "/internal/command", "/internal/agent/register",
                            "/internal/agent/event", "/%00", "/" + "a" * rng.randint(1, 50),
-                           "/api/v1/scheduler?x=1", "//..//etc/passwd"])
+                           "/api/v1/scheduler?x=1", "//..//etc/passwd", "/api/v1",
+                           "/state.json", "/metrics/snapshot", "/health", "/redirect"])
     roll = rng.random()
     if roll < 0.25:
         body = json.dumps(rng.choice(calls)).encode()

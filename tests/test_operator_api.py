@@ -89,6 +89,9 @@ def test_operator_endpoints_refuse_what_they_do_not_speak_and_survive_fuzz(clust
     assert status == 415 and "JSON only" in reply["error"]
     status, reply = call(cluster, {"type": "GET_HEALTH"}, {"Accept": "application/x-protobuf"})
     assert status == 406
+    status, reply = http_call(url, "POST", "/api/v1/scheduler", b"\x08\x01", {
+        "Content-Type": "application/x-protobuf", **framework_auth(cluster)})
+    assert status == 415 and "scheduler API in JSON only" in reply["error"]
     status, reply = call(cluster, {"type": "SET_LOGGING_LEVEL"})
     assert status == 400 and "GET_STATE" in reply["error"]
 

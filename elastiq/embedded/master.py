@@ -261,12 +261,7 @@ class EmbeddedMaster:
     async def _operator_call(self, request: web.BaseRequest) -> web.StreamResponse:
         """`POST /api/v1`: the read-only operator calls, JSON in and out."""
         self._authenticate(request)
-        for header in ("Content-Type", "Accept"):
-            value = request.headers.get(header, "application/json")
-            if "protobuf" in value:
-                raise HttpError(415 if header == "Content-Type" else 406,
-                                f"{header} {value}: the embedded master speaks the operator "
-                                "API in JSON only (application/json)")
+        _json_only(request, "operator API")
         body = await read_json(request)
         try:
             answer = await self._server.run_sync(self._read, lambda: operator_api.v1_call(
@@ -277,6 +272,7 @@ class EmbeddedMaster:
 
     async def _scheduler_call(self, request: web.BaseRequest) -> web.StreamResponse:
         principal = self._authenticate(request)
+        _json_only(request, "scheduler API")
         body = await read_json(request)
         if body.get("type") == "SUBSCRIBE":
             _check_principal(body, principal)
@@ -302,8 +298,8 @@ class EmbeddedMaster:
               principal: str | None = None) -> None:
         with self._lock:
             framework_id = body.get("framework_id")
-            framework = self.state.frameworks.get(
-                framework_id.get("value") if isinstance(framework_id, dict) else None)
+            value = framework_id.get("value") if isinstance(framework_id, dict) else None
+            framework = self.state.frameworks.get(value) if isinstance(value, str) else None
             if framework is not None:  # every call, not only SUBSCRIBE, as its own principal
                 _check_principal({"subscribe": {"framework_info": framework.info}}, principal)
             self._apply(self.state.handle(CallReceived(body, stream_id, time.monotonic(),
@@ -446,6 +442,15 @@ def _answer(actions: list[Action], kind: type[A]) -> A:
     """The one answer of type `kind` among the actions of a handled request."""
     (answer,) = [a for a in actions if isinstance(a, kind)]
     return answer
+
+
+def _json_only(request: web.BaseRequest, api: str) -> None:
+    """415 for a protobuf body, 406 for a protobuf-only Accept: this master speaks JSON."""
+    for header, status in (("Content-Type", 415), ("Accept", 406)):
+        value = request.headers.get(header, "application/json")
+        if "protobuf" in value and "json" not in value:
+            raise HttpError(status, f"{header} {value}: the embedded master speaks the {api} "
+                                    "in JSON only (application/json)")
 
 
 def _check_principal(body: dict[str, Any], principal: str | None) -> None:
