@@ -34,13 +34,13 @@ from pymesos import Executor, MesosExecutorDriver
 
 from common.dispatch import handler
 from executor.endpoints_file import endpoints_path, write_endpoints
-from executor.fencing import Fence
 from executor.executor_state import (ApplyParams, Command, Event, Exit, ExecutorState,
                                      ParamsApplied, ParamsRefused, Registered, RunnerStartFailed,
                                      RunnerStatusChanged, RunnerStopped, SendControlAck,
                                      SendHeartbeat, SendStatus, ShutdownRequested, StartRunner,
                                      StopRunner, TaskFigures, TaskKilled, TaskLaunch, Tick,
                                      WriteEndpoints)
+from executor.fencing import Fence
 from executor.mesos_events import ack_bytes, heartbeat_bytes, launch_event, message_event
 
 log = logging.getLogger(__name__)
