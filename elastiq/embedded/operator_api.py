@@ -72,13 +72,19 @@ def get_frameworks(state: MasterState) -> dict[str, Any]:
     return {"frameworks": frameworks, "completed_frameworks": []}
 
 
+def _completed(task: Any) -> bool:
+    """Terminal with every update acknowledged (or none to acknowledge), as Mesos's
+    `completed_tasks`; a terminal task with updates still unacknowledged stays in `tasks`."""
+    return is_terminal(task.state) and not task.pending and task.in_flight is None
+
+
 def get_tasks(state: MasterState) -> dict[str, Any]:
     live = [t for t in state.tasks.values() if t.framework_id in state.frameworks]
-    return {"tasks": [_task(state, t) for t in live if not is_terminal(t.state)
+    return {"tasks": [_task(state, t) for t in live if not _completed(t)
                       and t.state != "TASK_UNREACHABLE"],
             "unreachable_tasks": [_task(state, t) for t in live
                                   if t.state == "TASK_UNREACHABLE"],
-            "completed_tasks": [_task(state, t) for t in live if is_terminal(t.state)],
+            "completed_tasks": [_task(state, t) for t in live if _completed(t)],
             "orphan_tasks": [], "pending_tasks": []}
 
 
@@ -177,7 +183,8 @@ def master_state_v0(state: MasterState, hostname: str, port: int, uptime: float,
                        for o in state.offers.values() if o.framework_id == f.framework_id],
             "executors": [{"executor_id": e, "slave_id": a} for (fid, a, e) in state.executors
                           if fid == f.framework_id]})
-    slaves = [{"id": a.agent_id, "hostname": a.hostname, "pid": f"slave(1)@{a.hostname}",
+    slaves = [{"id": a.agent_id, "hostname": a.hostname,
+               "pid": f"slave(1)@{a.url.removeprefix('http://')}",
                "resources": _v0_resources(a.total),
                "used_resources": _v0_resources(_agent_used(state, a.agent_id)),
                "offered_resources": _v0_resources(_agent_offered(state, a.agent_id)),
