@@ -14,13 +14,14 @@ of a 10 ms batch (100 us per call).
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from common import median_of, ratio, use_repo_on_path
+
+use_repo_on_path()
 
 from executor.batch_gate import BatchGate  # noqa: E402
 from executor.fencing import Fence  # noqa: E402
@@ -53,10 +54,10 @@ def main() -> int:
             plain.append(per_call_us(BatchGate(), Path(work) / "plain.out", args.calls))
             fenced.append(per_call_us(BatchGate(fence.holding), Path(work) / "fenced.out",
                                       args.calls))
-    base, with_fence = statistics.median(plain), statistics.median(fenced)
+    base, with_fence = median_of(plain), median_of(fenced)
     added = with_fence - base
     print(f"sink call without fence: {base:8.1f} us (median of {args.repeats} x {args.calls})")
-    print(f"sink call with fence:    {with_fence:8.1f} us  ratio {with_fence / base:.2f}")
+    print(f"sink call with fence:    {with_fence:8.1f} us  ratio {ratio(with_fence, base):.2f}")
     print(f"added per call:          {added:8.1f} us  goal < {GOAL_US:.0f} us: "
           f"{'met' if added < GOAL_US else 'MISSED'}")
     return 0
