@@ -3,7 +3,7 @@
 Owns the messages both sides exchange, each a frozen dataclass with `to_json()` and a checking
 `from_json()` (MessageError naming what is wrong):
 - `LaunchData`: what a task's executor receives in TaskInfo.data (the task, its channel
-  endpoints, its attempt, its `ParamSet`, what it needs of its query, its channel CURVE keys);
+  endpoints, its attempt and the attempt's fencing epoch, its `ParamSet`, what it needs of its query, its channel CURVE keys);
   `LaunchDataError` when it cannot be read;
 - `ControlMessage` (kind "control"): a task's whole parameter set, to apply at a batch boundary;
 - `RetargetMessage` (kind "retarget"): channels a task reads moved;
@@ -115,6 +115,8 @@ class LaunchData:
     control: ParamSet = field(default_factory=ParamSet)
     query: LaunchQuery | None = None
     keys: Mapping[str, Any] | None = field(default=None, repr=False)
+    # the attempt's fencing token: larger for every later attempt of the task (0: unfenced)
+    epoch: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -124,6 +126,7 @@ class LaunchData:
             "attempt": self.attempt,
             "control": self.control.to_json(),
             **({"query": self.query.to_json()} if self.query is not None else {}),
+            "epoch": self.epoch,
         }
 
     @classmethod
@@ -136,10 +139,13 @@ class LaunchData:
         attempt = payload.get("attempt", 1)
         if not _whole(attempt) or attempt < 1:
             raise LaunchDataError(f"attempt must be a positive integer, got {attempt!r}")
+        epoch = payload.get("epoch", 0)
+        if not _whole(epoch) or epoch < 0:
+            raise LaunchDataError(f"epoch must be a whole number >= 0, got {epoch!r}")
         control = ParamSet.from_json(payload.get("control") or {"version": 0, "params": {}})
         endpoints = _endpoints(payload.get("endpoints"))
         query = LaunchQuery.from_json(payload["query"]) if "query" in payload else None
-        return cls(task, endpoints, attempt, control, query, payload.get("keys"))
+        return cls(task, endpoints, attempt, control, query, payload.get("keys"), epoch)
 
 
 def _query_task(raw: Any) -> QueryTask:

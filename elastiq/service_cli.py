@@ -141,7 +141,8 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from scheduler.api import ApiServer
     from scheduler.config import ExecutorSpec, SchedulerConfig
-    from scheduler.mesos_adapter import SchedulerService
+    from scheduler.mesos_adapter import (SchedulerService, credentials_refused, driver_failure,
+                                         explain_driver_error)
 
     host, _, port = args.listen.rpartition(":")
     state = Path(args.state_dir).resolve()
@@ -191,12 +192,14 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
     service.address = api.url  # what standbys tell clients to use
     try:
         service.start()
-    except Exception as e:  # e.g. no ZooKeeper answers
-        print(f"elastiq: cannot start the scheduler: {e}", file=sys.stderr)
+    except Exception as e:  # e.g. no ZooKeeper answers, or the master refused our credentials
+        refused = credentials_refused(e)
+        print(f"elastiq: cannot start the scheduler: "
+              f"{explain_driver_error(e) if refused else e}", file=sys.stderr)
         api.stop()
         if cluster is not None:
             cluster.__exit__(None, None, None)
-        return 1
+        return 2 if refused else 1
     print(f"elastiq scheduler: API on {api.url} (token in {api.token_file}), master {master}; "
           f"file operators confined to {roots.describe()}; Ctrl-C stops it", file=sys.stderr)
     stop = {"now": False}
@@ -210,6 +213,10 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
         service.stop(failover=cluster is None)
         if cluster is not None:
             cluster.__exit__(None, None, None)
+    failure = driver_failure()  # pymesos gave up (it interrupts us), e.g. credentials refused
+    if failure is not None:
+        print(f"elastiq: {failure}", file=sys.stderr)
+        return 2
     return 0
 
 

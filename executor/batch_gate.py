@@ -8,8 +8,9 @@ it. For a change that needs a new query, `drain()` lets the micro-batch in fligh
 before writing anything, so Spark runs it again in the next run of the query, which carries the
 new parameters). Also owns `next_batch_id`, which reads Spark's offset and commit logs to tell
 which micro-batch comes next: the epoch a change is acknowledged with, and `await_commit`, which
-waits for Spark to commit a written batch. Does not own stopping or rebuilding the query
-(`executor.task_runner`).
+waits for Spark to commit a written batch. Each sink call runs inside the gate's guard, the
+task attempt's fence (`executor.fencing`): a stale attempt's batch fails before it writes, so
+Spark never commits it. Does not own stopping or rebuilding the query (`executor.task_runner`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Callable, TypeVar
 
 T = TypeVar("T")
@@ -30,7 +32,10 @@ class GateClosed(RuntimeError):
 class BatchGate:
     """Brackets each sink call; `close` makes the current batch the last one written."""
 
-    def __init__(self) -> None:
+    def __init__(self, guard: Callable[[], AbstractContextManager[Any]] = nullcontext) -> None:
+        # what each sink call runs inside: the attempt's fence (`executor.fencing`), which
+        # refuses the call before it writes once a newer attempt of the task owns the checkpoint
+        self._guard = guard
         self._cond = threading.Condition()
         self._writing: int | None = None  # the batch being written
         self._closed = False
@@ -40,7 +45,8 @@ class BatchGate:
         def gated(df: Any, batch_id: int) -> None:
             self._enter(batch_id)
             try:
-                sink(df, batch_id)
+                with self._guard():
+                    sink(df, batch_id)
             except BaseException:
                 self._leave(None)
                 raise

@@ -74,6 +74,7 @@ class TaskLaunch:
     params: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # set by control tuples
     params_version: int = 0
     keys: TaskKeys | None = None  # this task's channel keys (None: plain-text channels)
+    epoch: int = 0  # the attempt's fencing token (`executor.fencing`; 0: unfenced)
 
 
 @dataclass(frozen=True)

@@ -59,7 +59,7 @@ def read_launch(task_info: Mapping[str, Any]) -> TaskLaunch:
     task = data.task
     return TaskLaunch(mesos_task_id, task.task_id, task.query_id, task.kind, task.program,
                       data.endpoints, data.attempt, task.outputs, data.control.params,
-                      data.control.version, _keys(data.keys))
+                      data.control.version, _keys(data.keys), data.epoch)
 
 
 def launch_event(stimulus_id: str, task_info: Mapping[str, Any]

@@ -8,7 +8,8 @@ one SparkSession lazily on the first Spark task, writes each task's program to
 stable across attempts), `ExecutorLoop` (the one thread that owns `ExecutorState`, polls runners,
 ticks, and runs commands, each by its function in `_RUNS` through `common.dispatch`; it alone
 writes each task's endpoints file, at launch before the runner starts and on every retarget from
-the scheduler), `AuthenticatedExecutorDriver` (pymesos's driver sending the agent's executor token,
+the scheduler), `pulse` (the thread that heartbeats without figures and never touches Spark, for
+the scheduler's failure detector), `AuthenticatedExecutorDriver` (pymesos's driver sending the agent's executor token,
 which pymesos 0.3.15 does not) and `run_executor` (the process: driver, loop, SIGTERM, exit code).
 This is the only executor module importing pymesos. Does not own decisions
 (`executor.executor_state`), the task runtime (`executor.task_runner`, `executor.runtime`) or the
@@ -39,6 +40,7 @@ from executor.executor_state import (ApplyParams, Command, Event, Exit, Executor
                                      SendHeartbeat, SendStatus, ShutdownRequested, StartRunner,
                                      StopRunner, TaskFigures, TaskKilled, TaskLaunch, Tick,
                                      WriteEndpoints)
+from executor.fencing import Fence
 from executor.mesos_events import ack_bytes, heartbeat_bytes, launch_event, message_event
 
 log = logging.getLogger(__name__)
@@ -217,6 +219,9 @@ class RunnerPool:
     def _make_runner(self, launch: TaskLaunch) -> Runner:
         task_dir = self.config.state_dir / launch.task_id
         task_dir.mkdir(parents=True, exist_ok=True)
+        fence = Fence(str(checkpoint_dir(self.config, launch.task_id)), launch.epoch,
+                      launch.mesos_task_id)
+        fence.raise_()  # Fenced (a start failure) when a newer attempt already owns the task
         program = task_dir / "program.py"
         program.write_text(launch.program, encoding="utf-8")
         if self.session is None:
@@ -227,7 +232,7 @@ class RunnerPool:
                   "checkpoint_dir": str(checkpoint_dir(self.config, launch.task_id)),
                   "endpoints": dict(launch.endpoints), "channels": self.hub,
                   "params": dict(launch.params), "params_version": launch.params_version,
-                  "keys": launch.keys}
+                  "keys": launch.keys, "fence": fence}
         return self.runner_factory(self.session, program, kwargs)
 
     def _stop(self, job: StopRunner) -> None:
@@ -522,13 +527,31 @@ def run_executor(config: ExecutorConfig,
     log.info("executor %s: state in %s, Spark cores %s", config.executor_id, config.state_dir,
              config.spark_cores)
     driver.start()
+    stop_pulse = threading.Event()
+    threading.Thread(target=pulse, args=(driver, config.executor_id, config.heartbeat_seconds,
+                                         stop_pulse), name="executor-pulse", daemon=True).start()
     code = _run_loop_thread(loop, config.executor_id)
+    stop_pulse.set()
     try:
         driver.stop()
     except Exception as exc:
         log.debug("executor %s: driver stop: %s", config.executor_id, exc)
     log.info("executor %s: exit %s", config.executor_id, code)
     return code
+
+
+def pulse(driver: Any, executor_id: str, every: float, stop: threading.Event) -> None:
+    """Send a heartbeat with no figures every `every` s, from a thread of its own that never
+    touches Spark: the scheduler's failure detector hears a busy executor (a long py4j call,
+    a loaded JVM) as alive, and a hung one (SIGSTOPped, wedged interpreter) as silent."""
+    data = base64.b64encode(heartbeat_bytes(executor_id, {})).decode("ascii")
+    while not stop.wait(every):
+        if not getattr(driver, "connected", True):
+            continue
+        try:
+            driver.sendFrameworkMessage(data)
+        except Exception as exc:  # not subscribed yet, or the agent is restarting
+            log.debug("executor %s: pulse not sent: %s", executor_id, exc)
 
 
 def _run_loop_thread(loop: ExecutorLoop, executor_id: str) -> int:

@@ -39,6 +39,7 @@ from common.types import ColumnType, Field, Schema
 from compiler import expr
 from executor import cep, cep_match, shapes, sinks, sources, spool_source
 from executor.batch_gate import BatchGate
+from executor.fencing import Fence
 from executor.channel_auth import (ChannelKeyError, TaskKeys, WriterAuth, parse_readers,
                                    read_key_file, reader_auth, save_key_file)
 from executor.endpoints_file import endpoints_path
@@ -207,7 +208,8 @@ class TaskRuntime:
     `source_partitions` (Spark partitions a generator batch is split into); `params` (operator
     id -> runtime keyword -> value: the parameters control tuples changed, which win over the
     program's own arguments); `keys` (the task's channel keys from its launch: its channels are
-    then CURVE-authenticated; None: plain text, a run outside a cluster).
+    then CURVE-authenticated; None: plain text, a run outside a cluster); `fence` (this attempt's
+    fence, `executor.fencing`: every sink call checks it; None: unfenced).
     """
 
     def __init__(self, spark: SparkSession, *, query_id: str, task_id: str, checkpoint_dir: str,
@@ -215,7 +217,7 @@ class TaskRuntime:
                  trigger_seconds: float = 0.0, source_partitions: int = 2,
                  channel_poll_seconds: float = 0.05,
                  params: Mapping[str, Mapping[str, Any]] = {},
-                 keys: TaskKeys | None = None) -> None:
+                 keys: TaskKeys | None = None, fence: Fence | None = None) -> None:
         self.spark = spark
         self.keys = keys
         # channel -> how its writer admits readers (auth, expected readers, open), for a move
@@ -232,7 +234,8 @@ class TaskRuntime:
         self.query: StreamingQuery | None = None
         self.deterministic = False
         self.params = {op: dict(values) for op, values in params.items()}
-        self.gate = BatchGate()
+        self.fence = fence
+        self.gate = BatchGate(fence.holding) if fence is not None else BatchGate()
         self.live: dict[tuple[str, str], LiveParam] = {}  # (operator id, keyword) -> how
         self.notices: list[str] = []  # persisted state found unreadable and replaced
         self.receivers: list[SpoolReceiver] = []  # channel inputs, closed with the query

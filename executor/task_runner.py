@@ -382,6 +382,12 @@ class TaskRunner:
             failure = self._wait_for_failure()
             if failure is None or self._stop.is_set():
                 return
+            fence = self.kwargs.get("fence")
+            if fence is not None and fence.current() > fence.epoch:  # restarting is pointless
+                self._set(state="failed", reason=f"{failure}; superseded: a newer attempt of "
+                          f"the task owns its checkpoint (epoch {fence.current()} > "
+                          f"{fence.epoch})")
+                return
             restarts = self.status().restarts
             decision = decide_restart(restarts, self.max_restarts, self.backoff_seconds)
             log.warning("task %s: query failed (%s); %s", self.task_id, failure, decision.reason)

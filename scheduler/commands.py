@@ -56,6 +56,17 @@ class KillTask:
 
 
 @dataclass(frozen=True)
+class ShutdownExecutor:
+    """Mesos SHUTDOWN: the agent ends our executor (SIGTERM, SIGKILL after its grace), e.g. one
+    the failure detector took for dead (`scheduler.liveness`)."""
+
+    stimulus_id: str
+    executor_id: str
+    agent_id: str
+    reason: str = ""
+
+
+@dataclass(frozen=True)
 class ReconcileTasks:
     """Explicit reconciliation of the given tasks; an empty tuple asks for all (implicit)."""
 
@@ -120,6 +131,6 @@ class ReplyToRequest:
 
 
 Command = Union[
-    LaunchTasks, DeclineOffers, KillTask, ReconcileTasks, ReviveOffers, SuppressOffers,
-    SendFrameworkMessage, RetargetChannels, ReplyToRequest,
+    LaunchTasks, DeclineOffers, KillTask, ShutdownExecutor, ReconcileTasks, ReviveOffers,
+    SuppressOffers, SendFrameworkMessage, RetargetChannels, ReplyToRequest,
 ]

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from scheduler.liveness import DetectorSettings
+
 ONE_WEEK = 7 * 24 * 3600.0
 
 
@@ -48,3 +50,5 @@ class SchedulerConfig:
     # of). A leader restores the persisted queries before it registers, so the tasks of known
     # queries are never among them; without ZooKeeper nothing persists across a restart.
     kill_unknown_tasks: bool = True
+    # the failure detector on executor heartbeats (`scheduler.liveness`; threshold None: off)
+    detector: DetectorSettings = field(default_factory=DetectorSettings)

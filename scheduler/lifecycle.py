@@ -108,6 +108,7 @@ class TaskRecord:
     task: QueryTask
     state: TaskState = TaskState.PENDING
     attempt: int = 1  # the attempt number in this task's Mesos id
+    epoch: int = 0  # the current attempt's fencing token, issued at its launch (0: none yet)
     launches: int = 0  # launches in this deployment (backoff grows with them)
     # times the task itself failed or was killed (not the loss of its executor or agent, which
     # the patterns exist to survive), counted against the restart budget

@@ -57,7 +57,9 @@ class Reply:
 class SchedulerLoop:
     def __init__(self, config: SchedulerConfig | None = None, runner: CommandRunner | None = None,
                  tick_interval: float = 0.25, metrics: SchedulerMetrics | None = None):
-        self.state = SchedulerState(config or SchedulerConfig())
+        # fencing epochs start at the wall clock (ms): larger than any an earlier run issued
+        self.state = SchedulerState(config or SchedulerConfig(),
+                                    epoch_floor=int(time.time() * 1000))
         self.metrics = metrics or SchedulerMetrics()
         self.runner: CommandRunner = runner or DroppingRunner()
         # called on the loop thread with the lock held after each step; they only read the

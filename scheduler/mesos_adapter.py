@@ -30,7 +30,7 @@ from common.tasks import CompiledQuery
 from scheduler import mesos_json
 from scheduler.commands import (
     Command, DeclineOffers, KillTask, LaunchTasks, ReconcileTasks, RetargetChannels,
-    ReviveOffers, SendFrameworkMessage, SuppressOffers,
+    ReviveOffers, SendFrameworkMessage, ShutdownExecutor, SuppressOffers,
 )
 from scheduler.config import SchedulerConfig
 from scheduler.coordination import (
@@ -56,6 +56,53 @@ from scheduler.state import SchedulerState, restore_query
 from scheduler.views import snapshot
 
 log = logging.getLogger("elastiq.scheduler.mesos")
+
+CREDENTIALS_REFUSED = ("the Mesos master refused the framework's credentials ({status}): check "
+                       "--mesos-principal and --mesos-secret-file (the secret the master has "
+                       "for that principal)")
+
+
+def _refused_status(exc: BaseException | None) -> str | None:
+    """"HTTP 401"/"HTTP 403" when pymesos gave up because the master refused our credentials."""
+    text = str(exc) if exc is not None else ""
+    for status in ("HTTP 401", "HTTP 403"):
+        if f"Failed with {status}" in text:
+            return status
+    return None
+
+
+class _CredentialsRefused(logging.Filter):
+    """pymesos logs the abort of its I/O thread with a traceback; a refused credential is a
+    usage error, said in one line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        status = _refused_status(record.exc_info[1] if record.exc_info else None)
+        if status is not None:
+            record.msg, record.args = CREDENTIALS_REFUSED.format(status=status), ()
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
+logging.getLogger("pymesos.process").addFilter(_CredentialsRefused())
+
+
+def driver_failure() -> str | None:
+    """Why pymesos's I/O thread gave up, once it has (it then interrupts the main thread), or
+    None: a refused credential in words, anything else as its error."""
+    import pymesos.process
+
+    info = getattr(pymesos.process, "_exc_info", None)
+    return explain_driver_error(info[1]) if info else None
+
+
+def explain_driver_error(exc: BaseException) -> str:
+    """A pymesos driver error as a user reads it (a refused credential says what to check)."""
+    status = _refused_status(exc)
+    return CREDENTIALS_REFUSED.format(status=status) if status else f"Mesos driver: {exc}"
+
+
+def credentials_refused(exc: BaseException) -> bool:
+    return _refused_status(exc) is not None
 
 
 def _master(info: Any) -> str:
@@ -137,6 +184,18 @@ class DriverRunner:
         log.info("[%s] KILL %s", c.stimulus_id, c.mesos_task_id)
         self._driver.killTask({"value": c.mesos_task_id})
 
+    def _ShutdownExecutor(self, c: ShutdownExecutor) -> None:
+        """Mesos's SHUTDOWN call, which pymesos 0.3.15 has no method for: sent on its
+        connection (`_send`) as its own calls are."""
+        log.warning("[%s] SHUTDOWN executor %s on %s: %s", c.stimulus_id, c.executor_id,
+                    c.agent_id, c.reason)
+        framework_id = self._driver.framework_id
+        if not framework_id or not self._driver.connected:
+            return  # the next periodic reconciliation and the detector try again
+        self._driver._send({"type": "SHUTDOWN", "framework_id": {"value": framework_id},
+                            "shutdown": {"executor_id": {"value": c.executor_id},
+                                         "agent_id": {"value": c.agent_id}}})
+
     def _ReconcileTasks(self, c: ReconcileTasks) -> None:
         log.info("[%s] RECONCILE %s", c.stimulus_id, [t for t, _ in c.tasks] or "all")
         self._driver.reconcileTasks([{"task_id": {"value": t}, "agent_id": {"value": a}}
@@ -164,6 +223,7 @@ _RUNS: dict[type, Callable[[DriverRunner, Any], None]] = {
     LaunchTasks: DriverRunner._LaunchTasks,
     DeclineOffers: DriverRunner._DeclineOffers,
     KillTask: DriverRunner._KillTask,
+    ShutdownExecutor: DriverRunner._ShutdownExecutor,
     ReconcileTasks: DriverRunner._ReconcileTasks,
     ReviveOffers: DriverRunner._ReviveOffers,
     SuppressOffers: DriverRunner._SuppressOffers,

@@ -138,7 +138,10 @@ def framework_info(config: SchedulerConfig, user: str,
         "roles": [config.role],
         "failover_timeout": config.failover_timeout,
         "checkpoint": True,
-        "capabilities": [{"type": "MULTI_ROLE"}],
+        # PARTITION_AWARE: an agent cut off gives TASK_UNREACHABLE (the task may still run: its
+        # attempt is superseded and fenced, `executor.fencing`), TASK_GONE / _UNKNOWN / DROPPED
+        # for tasks known not to run or not known; all of them fail the attempt over
+        "capabilities": [{"type": "MULTI_ROLE"}, {"type": "PARTITION_AWARE"}],
     }
     if framework_id:
         info["id"] = {"value": framework_id}

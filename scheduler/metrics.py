@@ -141,6 +141,12 @@ class SchedulerMetrics:
         self.leadership_changes = Counter("elastiq_scheduler_leadership_changes",
                                           "times this scheduler gained or lost leadership",
                                           registry=r)
+        self.suspicions = Counter("elastiq_executor_suspicions", "executors the failure "
+                                  "detector took for dead (their tasks failed over)", registry=r)
+        self.false_suspicions = Counter("elastiq_executor_false_suspicions", "executors taken "
+                                        "for dead that sent a heartbeat afterwards (false "
+                                        "positives of the failure detector)", registry=r)
+        self._suspicions_seen = (0, 0)
 
     def _define_task_metrics(self) -> None:
         r, qt = self.registry, ["query", "task"]
@@ -265,6 +271,7 @@ class SchedulerMetrics:
         self._observe_control(state)
         self.connected.set(1 if state.connected else 0)
         self.offers_held.set(len(state.held))
+        self._observe_detector(state)
         self.info.info({"framework_id": state.framework_id or "", "master": state.master or ""})
         phases = {p: 0 for p in QUERY_PHASES}
         current: set[str] = set()
@@ -278,6 +285,14 @@ class SchedulerMetrics:
             counter.keep_only(current)
         self._last_state = {k: v for k, v in self._last_state.items() if k in current}
         self._failed_at = {k: v for k, v in self._failed_at.items() if k[0] in state.queries}
+
+    def _observe_detector(self, state: SchedulerState) -> None:
+        """The state counts suspicions and false ones since it started; counters take the
+        growth (a new state, e.g. after losing leadership, starts again at 0)."""
+        seen, false_seen = self._suspicions_seen
+        self.suspicions.inc(max(0, state.suspicions - seen))
+        self.false_suspicions.inc(max(0, state.false_suspicions - false_seen))
+        self._suspicions_seen = (state.suspicions, state.false_suspicions)
 
     def _observe_query(self, query_id: str, tasks: Iterable[TaskRecord], now: float) -> None:
         counts = {s.value: 0 for s in TaskState}

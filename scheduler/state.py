@@ -21,7 +21,7 @@ the commands and turns what Mesos says into events; views for the API are in `sc
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Literal, Mapping
 
 import zmq
@@ -35,9 +35,11 @@ from compiler.control import check_tuples
 from scheduler import admission, control as ctl
 from scheduler.commands import (
     Command, DeclineOffers, KillTask, LaunchTasks, ReconcileTasks, ReplyToRequest,
-    RetargetChannels, ReviveOffers, SendFrameworkMessage, SuppressOffers, TaskLaunch,
+    RetargetChannels, ReviveOffers, SendFrameworkMessage, ShutdownExecutor, SuppressOffers,
+    TaskLaunch,
 )
 from scheduler.config import SchedulerConfig
+from scheduler.liveness import Arrivals, phi, suspected
 from scheduler.destinations import (
     IMMEDIATE_FAILOVER, Destinations, Past, apart_groups, destinations_for,
 )
@@ -104,8 +106,18 @@ class SchedulerState:
     suppressed: bool = False
     last_reconcile: float = 0.0
     heartbeats: dict[str, float] = field(default_factory=dict)  # executor id -> last seen
+    # the failure detector (`scheduler.liveness`): heartbeat arrivals per (executor, agent),
+    # executors taken for dead (-> their agent) until Mesos reports them gone or they speak again
+    arrivals: dict[tuple[str, str], Arrivals] = field(default_factory=dict)
+    suspected: dict[str, str] = field(default_factory=dict)
+    suspicions: int = 0  # executors taken for dead
+    false_suspicions: int = 0  # ... that spoke again afterwards (a detector's false positive)
     unplaced: dict[str, str] = field(default_factory=dict)  # task id -> why it waits
     leadership: Leadership | None = None  # None: not coordinated, acts as leader
+    # the last fencing epoch issued (`executor.fencing`): every launch gets a larger one. The I/O
+    # shell starts it at the wall clock in ms, a new leader at least at the persisted ones, so
+    # epochs grow across restarts, leaders and a query's removal and resubmission.
+    epoch_floor: int = 0
 
     def deferring(self) -> bool:
         """True while decisions wait: in safe mode or as a standby (no launches, no kills)."""
@@ -150,6 +162,12 @@ class SchedulerState:
 
     # ---- offers --------------------------------------------------------------------------
     def _on_offers_received(self, ev: OffersReceived) -> list[Command]:
+        shunned = set(self.suspected.values())  # its executor may take no task until it is gone
+        refused = [o.offer_id for o in ev.offers if o.agent_id in shunned]
+        if refused:
+            return self._decline(ev.stimulus_id, refused, "our executor there is taken for "
+                                 "dead and being shut down") + self._on_offers_received(
+                replace(ev, offers=tuple(o for o in ev.offers if o.agent_id not in shunned)))
         for offer in ev.offers:
             self.gone_agents.discard(offer.agent_id)
             self.agents[offer.agent_id] = offer.hostname
@@ -213,6 +231,7 @@ class SchedulerState:
         task.endpoints = dict(a.endpoints)
         task.launches += 1
         task.migrate_to = None
+        task.epoch = self.epoch_floor = self.epoch_floor + 1
         log.info("[%s] launching %s on agent %s (ports %s): %s", sid, task.mesos_task_id,
                  a.agent_id, a.ports, where.reason)
         data = launch_data(record.query, task, record.control, record.keys)
@@ -302,7 +321,8 @@ class SchedulerState:
                                 reason=f"migration from {t.agent_id} to {t.migrate_to}")
         return destinations_for(
             Past(t.task.failover, t.launches, t.agent_id, t.pending_since), t.attempt, self.now,
-            frozenset(self.gone_agents), frozenset(self.warm_agents),
+            frozenset(self.gone_agents) | frozenset(self.suspected.values()),
+            frozenset(self.warm_agents),
             self.config.same_agent_wait, self.config.failover_wait)
 
     # ---- task status ---------------------------------------------------------------------
@@ -442,6 +462,8 @@ class SchedulerState:
         log.warning("[%s] executor %s on agent %s lost (status %s)", ev.stimulus_id,
                     ev.executor_id, ev.agent_id, ev.status)
         self.warm_agents.discard(ev.agent_id)
+        self.suspected.pop(ev.executor_id, None)  # gone for good: its agent may have a new one
+        self.arrivals.pop((ev.executor_id, ev.agent_id), None)
         ours = ev.executor_id == self._executor_id(ev.agent_id)
         return self._lose_tasks(ev.stimulus_id, lambda t: ours and t.agent_id == ev.agent_id,
                                 f"executor {ev.executor_id} lost (status {ev.status})")
@@ -463,6 +485,17 @@ class SchedulerState:
 
     def _on_heartbeat_received(self, ev: HeartbeatReceived) -> list[Command]:
         self.heartbeats[ev.executor_id] = self.now
+        key = (ev.executor_id, ev.agent_id)
+        if ev.executor_id in self.suspected:
+            self.false_suspicions += 1
+            log.warning("[%s] executor %s on %s speaks again after it was taken for dead "
+                        "(a false suspicion; its tasks were failed over)", ev.stimulus_id,
+                        ev.executor_id, ev.agent_id)
+            del self.suspected[ev.executor_id]
+        if key in self.arrivals:
+            self.arrivals[key].record(self.now)
+        else:
+            self.arrivals[key] = Arrivals(self.now)
         for mid, figs in ev.heartbeat.figures().items():
             parsed = parse_mesos_task_id(mid)
             found = self._find(parsed[0]) if parsed else None
@@ -631,6 +664,7 @@ class SchedulerState:
         restored = [restore_query(q, s, p, self.now) for q, s, p in ev.queries]
         for record in restored:
             self.queries[record.query_id] = record
+            self.epoch_floor = max([self.epoch_floor] + [t.epoch for t in record.tasks.values()])
         log.info("[%s] leading in epoch %s; restored %s queries (framework %s)", ev.stimulus_id,
                  ev.leadership.epoch, len(restored), self.framework_id)
         return [ReplyToRequest(ev.stimulus_id, True, 200, f"restored {len(restored)} queries")]
@@ -643,6 +677,7 @@ class SchedulerState:
             self.queries, self.held, self.unplaced = {}, {}, {}
             self.framework_id, self.master, self.connected = None, None, False
             self.warm_agents, self.gone_agents, self.heartbeats = set(), set(), {}
+            self.arrivals, self.suspected = {}, {}
         elif ev.leadership.role == "leader" and self._pending():
             self.suppressed = False
             return [ReviveOffers(ev.stimulus_id)]
@@ -661,7 +696,7 @@ class SchedulerState:
     def _on_tick(self, ev: Tick) -> list[Command]:
         self.now = ev.now
         sid = ev.stimulus_id
-        commands = self._restart_due(sid)
+        commands = self._detect_silent_executors(sid) + self._restart_due(sid)
         if self.held and self._pending():
             commands += self._try_place(sid)  # time may have widened where tasks may go
         expired = [oid for oid, h in self.held.items()
@@ -671,6 +706,34 @@ class SchedulerState:
                                       reason)
         if self.connected and self.now - self.last_reconcile >= self.config.reconcile_interval:
             commands += self._periodic_reconcile(sid)
+        return commands
+
+    def _detect_silent_executors(self, sid: str) -> list[Command]:
+        """Executors the failure detector takes for dead while tasks of ours run there: their
+        tasks are lost (and fail over), each attempt is killed, the executor shut down through
+        Mesos (a wedged process keeps its tasks RUNNING on real Mesos)."""
+        settings = self.config.detector
+        if settings.threshold is None or self.deferring():
+            return []
+        commands: list[Command] = []
+        for (executor_id, agent_id), arrivals in list(self.arrivals.items()):
+            running = [t for q in self.queries.values() for t in q.tasks.values()
+                       if t.state.launched and t.agent_id == agent_id]
+            if not running or executor_id in self.suspected \
+                    or not suspected(arrivals, self.now, settings):
+                continue
+            silent = self.now - arrivals.last
+            why = (f"executor {executor_id} on {agent_id} silent for {silent:.1f}s "
+                   f"(phi {phi(arrivals, self.now, settings):.1f} > {settings.threshold})")
+            log.warning("[%s] %s: failing over %s", sid, why, [t.task_id for t in running])
+            self.suspicions += 1
+            self.suspected[executor_id] = agent_id
+            del self.arrivals[(executor_id, agent_id)]
+            self.warm_agents.discard(agent_id)
+            commands += [KillTask(sid, t.mesos_task_id, agent_id) for t in running]
+            commands.append(ShutdownExecutor(sid, executor_id, agent_id, why))
+            lost = {id(t) for t in running}
+            commands += self._lose_tasks(sid, lambda t: id(t) in lost, why)
         return commands
 
     def _fail_over(self, sid: str) -> list[Command]:
@@ -771,16 +834,16 @@ def task_keys(query: CompiledQuery, task_id: str,
 def launch_data(query: CompiledQuery, task: TaskRecord,
                 control: ctl.QueryControl | None = None,
                 keys: Mapping[str, Mapping[str, str]] | None = None) -> LaunchData:
-    """What a task's executor receives: the task, its channel endpoints, its attempt, what it
-    needs of its query (its channels and the sinks), the parameters control tuples set and its
-    channel keys."""
+    """What a task's executor receives: the task, its channel endpoints, its attempt and its
+    fencing epoch, what it needs of its query (its channels and the sinks), the parameters
+    control tuples set and its channel keys."""
     mine = set(task.task.inputs + task.task.outputs)
     return LaunchData(
         task.task, dict(task.endpoints), task.attempt,
         (control or ctl.QueryControl()).param_set(task.task_id),
         LaunchQuery(query.query_id, tuple(c for c in query.channels if c.channel_id in mine),
                     dict(query.sinks)),
-        task_keys(query, task.task_id, keys or {}))
+        task_keys(query, task.task_id, keys or {}), task.epoch)
 
 
 # Mesos reasons for a terminal update that say the task's executor or agent went away
@@ -800,7 +863,7 @@ def durable_placements(q: QueryRecord) -> dict[str, Any]:
     the attempt (so reconciliation recognises the running attempt), launches, state and place."""
     return {"phase": q.phase, "failure": q.failure, "control": q.control.to_json(),
             "keys": {t: dict(k) for t, k in q.keys.items()}, "tasks": {
-        t.task_id: {"attempt": t.attempt, "launches": t.launches, "failures": t.failures,
+        t.task_id: {"attempt": t.attempt, "epoch": t.epoch, "launches": t.launches, "failures": t.failures,
                     "state": t.state.value,
                     "restarting": t.restart_at is not None, "agent_id": t.agent_id,
                     "hostname": t.hostname, "ports": list(t.ports),
@@ -832,7 +895,8 @@ def _restore_task(task: Any, saved: dict[str, Any] | None, now: float) -> TaskRe
         return TaskRecord(task, pending_since=now)
     state = TaskState(saved["state"])
     return TaskRecord(
-        task, state, attempt=int(saved["attempt"]), launches=int(saved["launches"]),
+        task, state, attempt=int(saved["attempt"]), epoch=int(saved.get("epoch", 0)),
+        launches=int(saved["launches"]),
         failures=int(saved.get("failures", 0)), agent_id=saved.get("agent_id"),
         hostname=saved.get("hostname"), ports=tuple(saved.get("ports", ())),
         endpoints=dict(saved.get("endpoints", {})),

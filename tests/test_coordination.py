@@ -171,3 +171,22 @@ def test_registry_keys_escape_free_text() -> None:
     assert registry_key("queries", "..") == "queries/%2E%2E"
     with pytest.raises(ValueError):
         registry_key("queries", "")
+
+
+def test_a_new_leader_issues_epochs_above_the_persisted_ones() -> None:
+    old = leading_state()
+    old.epoch_floor = 5_000
+    old.handle(QuerySubmitted("s", chain_query("q", 2)))
+    old.handle(OffersReceived("o", (offer("o1", "ag1"),)))
+    saved = [(r.query, None, json.loads(json.dumps(durable_placements(r))))
+             for r in old.queries.values()]
+    assert {t["epoch"] for t in saved[0][2]["tasks"].values()} == {5_001, 5_002}
+    new = SchedulerState()  # a leader whose clock is behind: the persisted epochs still win
+    new.handle(LeadershipGained("g", Leadership("leader", T2, "b"), "F1", tuple(saved)))
+    assert new.queries["q"].tasks["q.t0"].epoch in (5_001, 5_002)
+    new.handle(StatusUpdated("f", "q.t0.a1", "FAILED", agent_id="ag1"))
+    new.handle(Tick("t", 100.0))
+    out = new.handle(OffersReceived("o2", (offer("o2", "ag1", executor_ids=("x",)),)))
+    epochs = [json.loads(t.data)["epoch"] for c in out if isinstance(c, LaunchTasks)
+              for t in c.tasks]
+    assert epochs == [5_003]

@@ -19,6 +19,9 @@ import hmac
 import json
 import os
 import signal
+import socket
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -222,13 +225,13 @@ def test_a_scheduler_without_the_credential_can_neither_subscribe_nor_launch(
         {**JSON, **framework_auth(cluster)})
     assert status == 403 and "someone-else" in reply["error"]
     # nothing registered, nothing launched: the offer the intruder named is still the driver's
-    _, state = http_call(url, "GET", "/state", None)
+    _, state = http_call(url, "GET", "/state", None, framework_auth(cluster))
     assert list(state["frameworks"]) == [framework_id]
     driver.launchTasks([offer["id"]], [task_info("legit", offer, "finish", "echo")])
     recorder.wait_for("update", lambda s: s["task_id"]["value"] == "legit"
                       and s["state"] == "TASK_FINISHED")
     assert not proof.exists()
-    _, state = http_call(url, "GET", "/state", None)
+    _, state = http_call(url, "GET", "/state", None, framework_auth(cluster))
     assert {t["task_id"] for t in state["tasks"]} <= {"legit"}
 
 
@@ -253,8 +256,10 @@ def test_knowing_the_ids_is_not_enough_to_take_over_an_executor(cluster, drivers
     launch(recorder, driver, "bystander", "run", "other-exec")
     victim_pid, other_pid = executor_pid(cluster, "victim-exec"), executor_pid(cluster,
                                                                               "other-exec")
-    # what an attacker learns from the master's open /state
-    _, state = http_call(cluster.master_url, "GET", "/state", None)
+    # /state asks the framework credential, as Mesos's operator endpoints do...
+    assert http_call(cluster.master_url, "GET", "/state", None)[0] == 401
+    # ... but say an attacker learned the ids (from a log, or a leaked credential)
+    _, state = http_call(cluster.master_url, "GET", "/state", None, framework_auth(cluster))
     victim = next(t for t in state["tasks"] if t["task_id"] == "victim")
     framework_id, executor_id = victim["framework_id"], victim["executor_id"]
     assert executor_id == "victim-exec"
@@ -385,3 +390,31 @@ def test_a_standalone_master_takes_the_framework_secret_from_its_env_or_a_0600_f
     options = _framework_options(other)
     assert options["framework_credential"] == FrameworkCredential("ops", "from-the-environment")
     assert options["authenticate_frameworks"] is False
+
+
+@pytest.mark.cluster
+@pytest.mark.timeout(90)
+def test_a_wrong_mesos_secret_ends_the_scheduler_command_with_one_clear_line(
+        tmp_path: Path) -> None:
+    from elastiq.embedded.master import EmbeddedMaster
+
+    master = EmbeddedMaster(port=0).start()
+    try:
+        secret_file = tmp_path / "mesos-secret"
+        secret_file.touch(mode=0o600)
+        secret_file.write_text("not-the-secret\n", encoding="utf-8")
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, "-m", "elastiq.cli", "scheduler", "--master", master.address,
+             "--mesos-principal", master.framework_credential.principal,
+             "--mesos-secret-file", str(secret_file), "--listen", f"127.0.0.1:{port}",
+             "--state-dir", str(tmp_path / "state")],
+            capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    finally:
+        master.stop()
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    assert "refused the framework's credentials (HTTP 401)" in done.stderr
+    assert "--mesos-secret-file" in done.stderr.splitlines()[-1]

@@ -319,7 +319,7 @@ def test_framework_gone_past_failover_timeout_has_its_tasks_killed(cluster, driv
     driver.join()
     wait_until(lambda: not cluster.agents[0].executor_pids())
     wait_until(lambda: not pid_alive(pid))
-    status, state = http_call(cluster.master_url, "GET", "/state", None)
+    status, state = http_call(cluster.master_url, "GET", "/state", None, framework_auth(cluster))
     assert status == 200 and state["frameworks"] == {}
 
 
@@ -352,7 +352,7 @@ def test_teardown_kills_tasks(cluster, drivers):
     driver.stop()  # no failover: TEARDOWN
     driver.join()
     wait_until(lambda: not pid_alive(pid))
-    _, state = http_call(cluster.master_url, "GET", "/state", None)
+    _, state = http_call(cluster.master_url, "GET", "/state", None, framework_auth(cluster))
     assert state["frameworks"] == {}
 
 
@@ -408,6 +408,23 @@ def test_executor_that_cannot_start_fails_its_task(cluster, drivers):
     driver.launchTasks([offer["id"]], [task])
     failed = recorder.wait_for("update", lambda s: s["task_id"]["value"] == "bad1")
     assert failed["state"] == "TASK_FAILED" and "/nonexistent/executor" in failed["message"]
+
+
+def test_an_executor_dying_before_it_takes_its_queued_tasks_reports_each_once(cluster, drivers):
+    recorder, driver = subscribe(cluster, drivers)
+    offer = recorder.wait_for("offer")
+    tasks = [task_info(t, offer, cpus=0.2, executor_id="shortlived") for t in ("q1", "q2")]
+    for task in tasks:  # it exits before it subscribes: both tasks wait in the agent's queue
+        task["executor"]["command"] = {"value": "sleep 0.3; exit 3", "shell": True}
+    driver.launchTasks([offer["id"]], tasks)
+    for task_id in ("q1", "q2"):
+        recorder.wait_for("update", lambda s, t=task_id: s["task_id"]["value"] == t
+                          and s["state"] == "TASK_FAILED")
+    recorder.wait_for("executor_lost")
+    time.sleep(0.5)  # a duplicate would follow the first report at once
+    failed = [s["task_id"]["value"] for k, s in list(recorder.events)
+              if k == "update" and s["state"] == "TASK_FAILED"]
+    assert sorted(failed) == ["q1", "q2"], failed
 
 
 def test_clean_agent_stop_ends_its_executors_and_is_reported(cluster, drivers):

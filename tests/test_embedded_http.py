@@ -304,7 +304,9 @@ def test_internal_routes_refuse_callers_without_the_secret(cluster, tmp_path: Pa
                                                       **headers}))
             assert status == 401, (path, headers, status, data[:200])
     # the agent is still registered (the unauthenticated unregister did nothing)
-    state = json.loads(first_status(master, request("GET", "/state"))[1].split(b"\r\n\r\n")[1])
+    operator = framework_auth(cluster)
+    state = json.loads(first_status(master, request("GET", "/state", headers=operator))[1]
+                       .split(b"\r\n\r\n")[1])
     assert cluster.agents[0].agent_id in json.dumps(state)
     # with the secret the route answers on its merits (here: an unknown agent is 404)
     status, _ = first_status(master, request(
@@ -376,7 +378,8 @@ def _fuzz_request(rng: random.Random, calls: list[dict[str, Any]], secret: str,
         path = rng.choice(["/version", "/state", "/master/state", "/api/v1/scheduler",
                            "/api/v1/executor", "/internal/command", "/internal/agent/register",
                            "/internal/agent/event", "/%00", "/" + "a" * rng.randint(1, 50),
-                           "/api/v1/scheduler?x=1", "//..//etc/passwd"])
+                           "/api/v1/scheduler?x=1", "//..//etc/passwd", "/api/v1",
+                           "/state.json", "/metrics/snapshot", "/health", "/redirect"])
     roll = rng.random()
     if roll < 0.25:
         body = json.dumps(rng.choice(calls)).encode()

@@ -68,12 +68,13 @@ def test_bad_agent_resources_are_refused(bad):
         parse_agent_resources(bad)
 
 
-def _subscribed_master() -> tuple[MasterState, str, str, dict]:
+def _subscribed_master(capabilities: tuple[str, ...] = ()) -> tuple[MasterState, str, str, dict]:
     state = MasterState(MasterConfig(default_refuse_seconds=5.0), "m")
     state.handle(AgentRegistering({"url": "http://127.0.0.1:1", "resources": parse_agent_resources(
         {"cpus": 2, "mem": 100}).to_mesos()}, now=0.0, wall=0.0))
+    info = {"name": "x", "capabilities": [{"type": c} for c in capabilities]}
     actions = state.handle(FrameworkSubscribing(
-        {"type": "SUBSCRIBE", "subscribe": {"framework_info": {"name": "x"}}},
+        {"type": "SUBSCRIBE", "subscribe": {"framework_info": info}},
         stream_id="stream-1", now=0.0, wall=0.0))
     (sub,) = [a for a in actions if isinstance(a, Subscribed)]
     offers = [a.event for a in actions if isinstance(a, ToFramework)
@@ -185,3 +186,80 @@ def test_the_secret_check_is_exact():
         with pytest.raises(HttpError) as refused:
             require_secret("s3cret", req(wrong))
         assert refused.value.status == 401
+
+
+def _updates(actions) -> list[tuple[str, str]]:
+    return [(a.event["update"]["status"]["task_id"]["value"], a.event["update"]["status"]["state"])
+            for a in actions if isinstance(a, ToFramework) and a.event["type"] == "UPDATE"]
+
+
+def _finish_and_acknowledge(state, fid, sid, offer, task_id: str) -> None:
+    _launch(state, fid, sid, offer, task_id, 1)
+    status = {"task_id": {"value": task_id}, "state": "TASK_FINISHED", "uuid": "u-" + task_id}
+    state.handle(AgentEventReceived(offer["agent_id"]["value"], {
+        "type": "UPDATE", "framework_id": fid, "status": status}, now=1.0, wall=1.0))
+    _call(state, fid, sid, "ACKNOWLEDGE", acknowledge={
+        "agent_id": offer["agent_id"], "task_id": {"value": task_id}, "uuid": "u-" + task_id})
+
+
+@pytest.mark.parametrize("aware, answer", [(False, "TASK_LOST"), (True, "TASK_GONE")])
+def test_reconciling_an_acknowledged_finished_task_finds_it_forgotten(aware, answer):
+    state, fid, sid, offer = _subscribed_master(("PARTITION_AWARE",) if aware else ())
+    _finish_and_acknowledge(state, fid, sid, offer, "done")
+    asked = _call(state, fid, sid, "RECONCILE", reconcile={"tasks": [
+        {"task_id": {"value": "done"}, "agent_id": offer["agent_id"]}]})
+    assert _updates(asked) == [("done", answer)]  # its agent is here without it
+    unknown = _call(state, fid, sid, "RECONCILE", reconcile={"tasks": [
+        {"task_id": {"value": "never"}}]})
+    assert _updates(unknown) == [("never", "TASK_UNKNOWN" if aware else "TASK_LOST")]
+
+
+def test_a_partition_aware_framework_is_told_unreachable_then_reconciles_unreachable():
+    state, fid, sid, offer = _subscribed_master(("PARTITION_AWARE",))
+    _launch(state, fid, sid, offer, "t", 1)
+    now = state.config.agent_timeout + 1.0
+    assert _updates(state.handle(Ticked(now=now, wall=now))) == [("t", "TASK_UNREACHABLE")]
+    asked = _call(state, fid, sid, "RECONCILE", now=now, reconcile={"tasks": [
+        {"task_id": {"value": "t"}, "agent_id": offer["agent_id"]}]})
+    assert _updates(asked) == [("t", "TASK_UNREACHABLE")]  # it may still run there
+
+
+def _with_executor(task_id: str, offer, cpus: float, executor_cpus: float, command: str = "true"):
+    return {"task_id": {"value": task_id}, "agent_id": offer["agent_id"],
+            "resources": [{"name": "cpus", "type": "SCALAR", "scalar": {"value": cpus}}],
+            "executor": {"executor_id": {"value": "e"}, "command": {"value": command},
+                         "resources": [{"name": "cpus", "type": "SCALAR",
+                                        "scalar": {"value": executor_cpus}}]}}
+
+
+def _accept(state, fid, sid, offer, *tasks):
+    return _call(state, fid, sid, "ACCEPT", accept={
+        "offer_ids": [offer["id"]], "filters": {"refuse_seconds": 0}, "operations": [
+            {"type": "LAUNCH", "launch": {"task_infos": list(tasks)}}]})
+
+
+def _next_offer(actions):
+    return [o for a in actions if isinstance(a, ToFramework) and a.event["type"] == "OFFERS"
+            for o in a.event["offers"]["offers"]][0]
+
+
+def test_task_and_executor_must_fit_and_the_executor_is_charged_once_and_offered_by_id():
+    state, fid, sid, offer = _subscribed_master()  # 2 cpus
+    refused = _accept(state, fid, sid, offer, _with_executor("big", offer, 1.8, 0.5))
+    assert _updates(refused) == [("big", "TASK_ERROR")]
+    out = _accept(state, fid, sid, _next_offer(refused), _with_executor("t1", offer, 1.0, 0.5))
+    assert [a.command["type"] for a in out if isinstance(a, ToAgent)] == ["LAUNCH"]
+    offer2 = _next_offer(out)  # 2 - 1.0 - 0.5 left, and the executor named
+    cpus = [r["scalar"]["value"] for r in offer2["resources"] if r["name"] == "cpus"]
+    assert cpus == [0.5] and offer2["executor_ids"] == [{"value": "e"}]
+    out = _accept(state, fid, sid, offer2, _with_executor("t2", offer2, 0.5, 0.5))
+    assert [a.command["type"] for a in out if isinstance(a, ToAgent)] == ["LAUNCH"]  # once
+
+
+def test_a_changed_executor_info_is_a_task_error_as_in_mesos():
+    state, fid, sid, offer = _subscribed_master()
+    out = _accept(state, fid, sid, offer, _with_executor("t1", offer, 0.5, 0.1))
+    changed = _accept(state, fid, sid, _next_offer(out),
+                      _with_executor("t2", offer, 0.5, 0.1, command="other"))
+    assert _updates(changed) == [("t2", "TASK_ERROR")]
+    assert not [a for a in changed if isinstance(a, ToAgent)]

@@ -63,8 +63,10 @@ class TestShouldKillSilentExecutor:
 
 
 class TestResolveSilenceSeconds:
-    def test_default_is_on(self) -> None:
-        assert resolve_silence_seconds("auto", {}) == DEFAULT_EXECUTOR_SILENCE_SECONDS == 30.0
+    def test_default_is_off_as_on_a_real_mesos_agent(self) -> None:
+        assert resolve_silence_seconds("auto", {}) is None  # the scheduler's detector acts
+        on = {SILENCE_ENV: str(DEFAULT_EXECUTOR_SILENCE_SECONDS)}  # how an operator opts in
+        assert resolve_silence_seconds("auto", on) == DEFAULT_EXECUTOR_SILENCE_SECONDS == 30.0
 
     def test_environment_overrides_the_default(self) -> None:
         assert resolve_silence_seconds("auto", {SILENCE_ENV: "off"}) is None

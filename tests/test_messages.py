@@ -51,9 +51,11 @@ def test_the_wire_form_is_the_documented_json() -> None:
 def test_launch_data_keeps_its_field_order_and_hides_its_keys() -> None:
     keys = {"own": {"public": "P" * 40, "secret": SECRET}, "servers": {}, "readers": {}}
     data = LaunchData(TASK, {"q/in": "tcp://h:1"}, 2, ParamSet(1, {"a": {"k": "v"}}),
-                      LaunchQuery("q", (), {"a": "/tmp/x"}), keys)
+                      LaunchQuery("q", (), {"a": "/tmp/x"}), keys, epoch=7)
     text = messages.encode(data).decode()
-    assert list(json.loads(text)) == ["keys", "task", "endpoints", "attempt", "control", "query"]
+    assert list(json.loads(text)) == ["keys", "task", "endpoints", "attempt", "control", "query",
+                                      "epoch"]
+    assert json.loads(text)["epoch"] == 7
     assert LaunchData.from_json(json.loads(text)) == data
     assert SECRET not in repr(data) and SECRET in text
 
@@ -122,3 +124,11 @@ def test_a_control_request_carries_the_id_its_edge_minted() -> None:
     minted = sev.ControlRequested("c", "q", ())
     other = sev.ControlRequested("c", "q", ())
     assert minted.request_id.startswith("q-c") and minted.request_id != other.request_id
+
+
+@pytest.mark.parametrize("epoch", [-1, 1.5, "3", True, None, [2]])
+def test_a_bad_fencing_epoch_is_refused_with_its_name(epoch: object) -> None:
+    payload = LaunchData(TASK, epoch=3).to_json()
+    assert LaunchData.from_json(payload).epoch == 3
+    with pytest.raises(LaunchDataError, match="epoch must be a whole number"):
+        LaunchData.from_json({**payload, "epoch": epoch})

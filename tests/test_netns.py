@@ -9,8 +9,11 @@ e2e-stateful-count.xml) runs on A with its checkpoint under ELASTIQ_STATE_DIR on
 system. A's bridge port goes down: A fences itself (SIGKILLs its executor) before the master's
 agent timeout, the master declares A lost, the scheduler relaunches the task on B, which resumes
 from the shared checkpoint. The link comes back: A registers again under a new agent id with no
-executor, and the sink equals the plain-Python oracle (nothing missing, nothing twice). Skipped
-with the reason when namespaces cannot be created here (not root, no iproute2, kernel forbids).
+executor, and the sink equals the plain-Python oracle (nothing missing, nothing twice). A second
+cluster test does the same with A's self-fencing off, as on real Mesos: the old attempt keeps
+running on A beside the new one on B, and only the attempts' fencing (`executor.fencing`) keeps
+its writes out of the shared checkpoint and sink. Skipped with the reason when namespaces cannot
+be created here (not root, no iproute2, kernel forbids).
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from e2e_support import (
 )
 from netns_support import NetnsAgent, NetnsNetwork, group_alive, netns_unavailable
 
+from elastiq.embedded.auth import basic_authorization
 from elastiq.embedded.agent import (
     DEFAULT_FENCE_SECONDS,
     FENCE_ENV,
@@ -49,6 +53,7 @@ from elastiq.embedded.agent import (
 
 log = logging.getLogger("tests.netns")
 SPEC = "e2e-stateful-count.xml"
+FENCED_SPEC = "e2e-fenced-count.xml"  # the same query with a minute of data
 AGENT_TIMEOUT = 6.0  # the master's; agents fence after DEFAULT_FENCE_SECONDS (3 s)
 SECOND = timedelta(seconds=1)
 
@@ -69,8 +74,8 @@ class TestShouldFence:
 class TestResolveFenceSeconds:
     MASTER = "http://10.0.0.1:5050"
 
-    def test_default_on_for_an_agent_on_another_host_off_on_the_masters_host(self) -> None:
-        assert resolve_fence_seconds("auto", {}, "10.0.0.2", self.MASTER) == DEFAULT_FENCE_SECONDS
+    def test_default_off_on_any_host_as_a_real_mesos_agent(self) -> None:
+        assert resolve_fence_seconds("auto", {}, "10.0.0.2", self.MASTER) is None
         assert resolve_fence_seconds("auto", {}, "10.0.0.1", self.MASTER) is None
         assert resolve_fence_seconds("auto", {}, "127.0.0.1", "http://127.0.0.1:5050") is None
 
@@ -106,8 +111,12 @@ def net() -> Iterator[NetnsNetwork]:
         assert not network.leftovers(), f"namespaces left behind: {network.leftovers()}"
 
 
+MASTER_AUTH: dict[str, dict[str, str]] = {}  # master url -> its operator credential header
+
+
 def master_state(url: str) -> dict[str, Any]:
-    with urllib.request.urlopen(f"{url}/state", timeout=5.0) as reply:
+    request = urllib.request.Request(f"{url}/state", headers=MASTER_AUTH.get(url, {}))
+    with urllib.request.urlopen(request, timeout=5.0) as reply:
         return json.loads(reply.read())
 
 
@@ -121,8 +130,8 @@ def scheduler_config(work: Path) -> Any:
                            offer_hold_seconds=1.0, decline_seconds=0.5)
 
 
-def expected_windows() -> tuple[dict[tuple, list[Row]], Counter]:
-    windows = window_oracle(generator_rows(spec_params(SPEC)["src"]), "ts", ["sensor"],
+def expected_windows(spec: str = SPEC) -> tuple[dict[tuple, list[Row]], Counter]:
+    windows = window_oracle(generator_rows(spec_params(spec)["src"]), "ts", ["sensor"],
                             2 * SECOND, 2 * SECOND, timedelta(milliseconds=500))
     expected = Counter((start, start + 2 * SECOND, sensor, len(rows))
                        for (start, sensor), rows in windows.items())
@@ -167,11 +176,13 @@ def test_cut_off_agent_fences_its_task_fails_over_and_the_sink_is_exact(
     monkeypatch.setenv(SECRET_ENV, new_secret())  # the master's and the agent processes'
     master = EmbeddedMaster(host=net.host_address, port=0, offer_interval=0.2,
                             agent_timeout=AGENT_TIMEOUT).start()
+    MASTER_AUTH[master.url] = {"Authorization": basic_authorization(master.framework_credential)}
     agents: list[NetnsAgent] = []
     service = None
     resources = {"cpus": 1.5, "mem": 8192, "ports": "31000-31015"}
     try:
         agents.append(NetnsAgent(net, "a", master.url, tmp_path / "agent-a", resources,
+                                 env={FENCE_ENV: str(DEFAULT_FENCE_SECONDS)},  # opted in
                                  executor_grace_seconds=5.0))
         service = SchedulerService(master.address, scheduler_config(tmp_path),
                                    tick_interval=0.1,
@@ -187,6 +198,81 @@ def test_cut_off_agent_fences_its_task_fails_over_and_the_sink_is_exact(
         master.stop()
         for agent in agents:
             assert not agent.live_executor_groups(), f"executors left on {agent.host}"
+
+
+@pytest.mark.cluster
+@pytest.mark.spark
+@pytest.mark.timeout(300)
+def test_without_self_fencing_the_stale_attempt_runs_on_and_its_writes_are_refused(
+        net: NetnsNetwork, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from elastiq.embedded.httpio import SECRET_ENV
+    from elastiq.embedded.master import EmbeddedMaster, new_secret
+    from scheduler.mesos_adapter import SchedulerService
+
+    monkeypatch.setenv(SECRET_ENV, new_secret())
+    master = EmbeddedMaster(host=net.host_address, port=0, offer_interval=0.2,
+                            agent_timeout=AGENT_TIMEOUT).start()
+    MASTER_AUTH[master.url] = {"Authorization": basic_authorization(master.framework_credential)}
+    agents: list[NetnsAgent] = []
+    service = None
+    resources = {"cpus": 1.5, "mem": 8192, "ports": "31000-31015"}
+    try:
+        agents.append(NetnsAgent(net, "a", master.url, tmp_path / "agent-a", resources,
+                                 env={FENCE_ENV: "off"}, executor_grace_seconds=5.0))
+        service = SchedulerService(master.address, scheduler_config(tmp_path),
+                                   tick_interval=0.1,
+                                   principal=master.framework_credential.principal,
+                                   secret=master.framework_credential.secret).start()
+        wait_until(lambda: service.status()["connected"], 20, "the scheduler to register")
+        run_fenced_scenario(net, master.url, service, agents, tmp_path, resources)
+    finally:
+        if service is not None:
+            service.stop(failover=False)
+        for agent in agents:
+            agent.stop()
+        master.stop()
+        for agent in agents:
+            assert not agent.live_executor_groups(), f"executors left on {agent.host}"
+
+
+def run_fenced_scenario(net: NetnsNetwork, master_url: str, service: Any,
+                        agents: list[NetnsAgent], work: Path, resources: dict[str, Any]) -> None:
+    a = agents[0]
+    query = compile_spec(FENCED_SPEC, work)
+    qid = query.query_id
+    assert service.submit(query).accepted
+    wait_until(lambda: (t := task_view(service, qid)).get("state") == "running"
+               and t["agent_id"] == a.agent_id, 90, "the task running on agent A",
+               lambda: str(task_view(service, qid)))
+    agents.append(NetnsAgent(net, "b", master_url, work / "agent-b", resources,
+                             executor_grace_seconds=5.0))
+    b = agents[1]
+    windows, expected = expected_windows(FENCED_SPEC)
+    sink = sink_path(work, FENCED_SPEC, "sink")
+    wait_until(lambda: read_sink(sink), 90, "first windows from agent A", step=0.1)
+    assert len(read_sink(sink)) < sum(expected.values()) * 0.6, "too late to cut A"
+    [executor] = a.live_executor_groups()
+
+    net.cut("a")
+    wait_until(lambda: (t := task_view(service, qid)).get("state") == "running"
+               and t["agent_id"] == b.agent_id, AGENT_TIMEOUT + 120,
+               "the task running again on agent B", lambda: str(task_view(service, qid)))
+    assert group_alive(executor), "A's executor died: this test needs it to run on (no fencing)"
+    a_log = lambda: "\n".join(p.read_text(errors="replace")  # noqa: E731
+                               for p in a.work_dir.rglob("stderr"))
+    wait_until(lambda: "refused: a newer attempt" in a_log(), 60,
+               "the stale attempt on A to have a write refused", lambda: a_log()[-2000:])
+    assert group_alive(executor), "A's executor must run on beside B's (no self-fencing)"
+    key: Callable[[Row], tuple] = lambda r: (r["window_start"], r["window_end"], r["sensor"],
+                                             r["readings"])
+    wait_for_sink(sink, expected, key, 120, "the windows after the failover", settle=3.0)
+    for row in read_sink(sink):
+        temps = [m["temp"] for m in windows[(row["window_start"], row["sensor"])]]
+        assert row["total_temp"] == pytest.approx(sum(temps), rel=1e-12)
+    net.restore("a")
+    wait_until(lambda: rejoined_id(master_url, a), 30, "A to register again",
+               lambda: json.dumps(master_state(master_url)["agents"]))
+    service.stop_query(qid)
 
 
 def run_scenario(net: NetnsNetwork, master_url: str, service: Any, agents: list[NetnsAgent],

@@ -322,3 +322,29 @@ def test_registration_without_tasks_reconciles_implicitly_only() -> None:
 def test_unknown_tasks_are_left_alone_when_configured() -> None:
     s = SchedulerState(replace(CONFIG, kill_unknown_tasks=False))
     assert s.handle(update("other.t0.a1", "RUNNING")) == []
+
+
+def test_every_launch_gets_a_larger_fencing_epoch_and_a_resubmission_too(
+        running: SchedulerState) -> None:
+    s = running
+    first = {t.task_id: t.epoch for t in s.queries["q"].tasks.values()}
+    assert sorted(first.values()) == [1, 2]  # one per launch, from the floor 0 of this state
+    s.handle(Tick("t", 10.0))
+    s.handle(update("q.t0.a1", "FAILED"))
+    s.handle(Tick("t2", 11.0))
+    out = s.handle(OffersReceived("o3", (offer("o3", "a1", executor_ids=("elastiq-exec-a1",)),)))
+    assert launched(out)["q.t0.a2"][1]["epoch"] == 3  # the relaunch outranks every earlier one
+    s.handle(QueryStopRequested("stop", "q"))
+    for mid in ("q.t0.a2", "q.t1.a1"):
+        s.handle(update(mid, "KILLED"))
+    s.handle(QuerySubmitted("again", chain_query("q", 2)))
+    out = s.handle(OffersReceived("o", (offer("o5", "a1"),)))
+    assert sorted(d["epoch"] for _, d in launched(out).values()) == [4, 5]
+
+
+def test_a_state_started_at_a_floor_issues_epochs_above_it() -> None:
+    s = SchedulerState(CONFIG, epoch_floor=1_700_000_000_000)
+    s.handle(Registered("r", "fw-1", "127.0.0.1:5050"))
+    s.handle(QuerySubmitted("s", chain_query("q", 1)))
+    out = s.handle(OffersReceived("o", (offer("o1", "a1"),)))
+    assert [d["epoch"] for _, d in launched(out).values()] == [1_700_000_000_001]

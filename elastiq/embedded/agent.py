@@ -29,19 +29,18 @@ Self-fencing: an agent that has heard nothing from its master for `fence_after` 
 the process group of every executor it runs, so that after a network partition the master's
 replacement copy of a task (launched once the master declares this agent lost) never runs beside
 the old one and two copies never write one checkpoint or sink. `fence_after` must be shorter than
-the master's agent timeout (`--agent-timeout`, 5 s by default). It is on by default
-(`DEFAULT_FENCE_SECONDS`) for an agent whose address differs from its master's host (a separately
-hosted agent, which a partition can cut off), off for an agent on its master's host (the embedded
-one-machine cluster, where only a master restart can silence the master and Mesos keeps tasks
-running through that). The environment variable `ELASTIQ_AGENT_FENCE_SECONDS` overrides the
-default (`off`, or seconds); an explicit constructor argument overrides both. When the link comes
+the master's agent timeout (`--agent-timeout`, 5 s by default). It is off by default, as a real
+Mesos agent never does it: the task attempts' own fencing (`executor.fencing`) is what keeps a
+stale attempt's writes out. The environment variable `ELASTIQ_AGENT_FENCE_SECONDS` turns it on
+(seconds, e.g. `DEFAULT_FENCE_SECONDS`; `off`); an explicit constructor argument overrides it. When the link comes
 back the master answers the ping with 404 (it removed the agent), and the agent registers again
 under a new agent id with no executors. The decision is `should_fence`, a pure function.
 
 Silent executors: an executor run that has subscribed and has live tasks but from which nothing
-has come (no UPDATE, MESSAGE or re-SUBSCRIBE) for `executor_silence_after` seconds (30 s by
-default; `ELASTIQ_EXECUTOR_SILENCE_SECONDS`, `off` or seconds; an explicit constructor argument
-wins) is hung (SIGSTOPped, wedged, livelocked): the agent SIGKILLs its process group, and its
+has come (no UPDATE, MESSAGE or re-SUBSCRIBE) for `executor_silence_after` seconds (off by
+default, as on a real Mesos agent, where the scheduler's failure detector `scheduler.liveness` does
+this; `ELASTIQ_EXECUTOR_SILENCE_SECONDS`, seconds such as `DEFAULT_EXECUTOR_SILENCE_SECONDS` or
+`off`; an explicit constructor argument wins) is hung (SIGSTOPped, wedged, livelocked): the agent SIGKILLs its process group, and its
 exit is reported like a crash, TASK_FAILED / REASON_EXECUTOR_TERMINATED with a message naming
 the silence, so the scheduler fails its tasks over. The decision is
 `should_kill_silent_executor`, a pure function.
@@ -70,7 +69,6 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Mapping
-from urllib.parse import urlsplit
 
 from aiohttp import web
 
@@ -93,11 +91,11 @@ logger = logging.getLogger(__name__)
 DEFAULT_RESOURCES: Mapping[str, Any] = {"cpus": 2, "mem": 2048, "ports": "31000-31999"}
 REGISTER_TIMEOUT_SECONDS = 10.0
 FENCE_ENV = "ELASTIQ_AGENT_FENCE_SECONDS"
-DEFAULT_FENCE_SECONDS = 3.0  # below the master's default agent timeout of 5 s
+DEFAULT_FENCE_SECONDS = 3.0  # a value to opt in with: below the master's agent timeout of 5 s
 FenceSetting = float | None | Literal["auto"]
 SILENCE_ENV = "ELASTIQ_EXECUTOR_SILENCE_SECONDS"
-# Our executor heartbeats about every second, from a thread that also asks Spark for figures
-# (py4j): a generous bound, so a loaded JVM (GC, a busy machine) is never taken for a hung one.
+# A value to opt in with. Our executor heartbeats every second from a thread of its own: a
+# generous bound, so a loaded JVM (GC, a busy machine) is never taken for a hung one.
 DEFAULT_EXECUTOR_SILENCE_SECONDS = 30.0
 SilenceSetting = float | None | Literal["auto"]
 
@@ -107,27 +105,28 @@ def resolve_fence_seconds(explicit: FenceSetting, environ: Mapping[str, str], ag
     """Seconds of master silence after which the agent fences itself, or None (never).
 
     An explicit number or None wins; then `ELASTIQ_AGENT_FENCE_SECONDS` (`off`/`0` or seconds);
-    then on (`DEFAULT_FENCE_SECONDS`) only when the agent's host differs from the master's."""
+    then off, as a real Mesos agent (the attempts' own fencing, `executor.fencing`, keeps a
+    stale attempt's writes out). `agent_host` and `master_url` are not looked at any more."""
     if explicit != "auto":
         return _positive_or_none(explicit, "fence_after")
     text = environ.get(FENCE_ENV, "").strip().lower()
     if text:
         return _seconds_setting(text, FENCE_ENV)
-    master_host = urlsplit(master_url).hostname or ""
-    return None if master_host == agent_host else DEFAULT_FENCE_SECONDS
+    return None
 
 
 def resolve_silence_seconds(explicit: SilenceSetting, environ: Mapping[str, str]) -> float | None:
     """Seconds without a word from a busy executor after which the agent kills it, or None.
 
     An explicit number or None wins; then `ELASTIQ_EXECUTOR_SILENCE_SECONDS` (`off`/`0` or
-    seconds); then `DEFAULT_EXECUTOR_SILENCE_SECONDS`."""
+    seconds); then off, as a real Mesos agent (the scheduler's failure detector,
+    `scheduler.liveness`, handles hung executors)."""
     if explicit != "auto":
         return _positive_or_none(explicit, "executor_silence_after")
     text = environ.get(SILENCE_ENV, "").strip().lower()
     if text:
         return _seconds_setting(text, SILENCE_ENV)
-    return DEFAULT_EXECUTOR_SILENCE_SECONDS
+    return None
 
 
 def _seconds_setting(text: str, name: str) -> float | None:
@@ -651,7 +650,8 @@ class EmbeddedAgent:
         kind = command.get("type")
         handler = {"LAUNCH": self._launch, "KILL": self._kill, "MESSAGE": self._message,
                    "ACKNOWLEDGED": self._acknowledged,
-                   "SHUTDOWN_FRAMEWORK": self._shutdown_framework}.get(str(kind))
+                   "SHUTDOWN_FRAMEWORK": self._shutdown_framework,
+                   "SHUTDOWN_EXECUTOR": self._shutdown_executor}.get(str(kind))
         if handler is None or not isinstance(command.get("framework_id"), str):
             raise bad_request(f"unknown master command {kind!r} or no framework_id")
         handler(command)
@@ -713,8 +713,10 @@ class EmbeddedAgent:
                 del self._runs[run.key]
             if run.events is not None:
                 run.events.put(END_OF_STREAM)
+            # queued tasks are in run.tasks too (STAGING): each is reported once
             unfinished = [t for t, s in run.tasks.items() if not is_terminal(s)]
-            unfinished += [t["task_id"]["value"] for t in run.waiting]
+            unfinished += [t["task_id"]["value"] for t in run.waiting
+                           if t["task_id"]["value"] not in run.tasks]
             for task_id in unfinished:
                 run.tasks[task_id] = "TASK_FAILED"
             run.tasks_changed(time.monotonic())
@@ -771,6 +773,29 @@ class EmbeddedAgent:
                 return
             run.events.put({"type": "MESSAGE", "message": {"data": command.get("data", "")}})
 
+    def _shutdown_executor(self, command: dict[str, Any]) -> None:
+        """The framework's SHUTDOWN of one executor: SHUTDOWN event, SIGKILL after the grace
+        (a SIGSTOPped one never reads the event)."""
+        key = (command["framework_id"], str(command.get("executor_id")))
+        with self._lock:
+            run = self._runs.get(key)
+            if run is None:
+                logger.warning("%s: SHUTDOWN of unknown executor %s ignored", self.name, key[1])
+                return
+            run.killed_for = run.killed_for or "executor shut down by its framework"
+            self._end_run(run)
+        logger.warning("%s: shutting down executor %s of framework %s at its request",
+                       self.name, key[1], key[0])
+
+    def _end_run(self, run: ExecutorRun) -> None:
+        """Ask a run to shut down and kill it after the grace (caller holds the lock)."""
+        run.shutting_down = True
+        if run.events is not None:
+            run.events.put({"type": "SHUTDOWN"})
+            kill_group_later(run.process, self.executor_grace_seconds + 1.0)
+        else:
+            kill_group_later(run.process, 0.0)
+
     def _acknowledged(self, command: dict[str, Any]) -> None:
         with self._lock:
             run = self._find_task(command["framework_id"], str(command.get("task_id")))
@@ -783,12 +808,7 @@ class EmbeddedAgent:
         with self._lock:
             runs = [r for r in self._runs.values() if r.framework_id == command["framework_id"]]
             for run in runs:
-                run.shutting_down = True
-                if run.events is not None:
-                    run.events.put({"type": "SHUTDOWN"})
-                    kill_group_later(run.process, self.executor_grace_seconds + 1.0)
-                else:
-                    kill_group_later(run.process, 0.0)
+                self._end_run(run)
         if runs:
             logger.info("%s: shutting down %d executor(s) of framework %s", self.name,
                         len(runs), command["framework_id"])

@@ -1,6 +1,9 @@
 """The embedded Mesos-compatible master: HTTP endpoints, event streams and agent links.
 
-Owns the I/O shell around `master_state.MasterState`: `GET /version`, the v1 scheduler API
+Owns the I/O shell around `master_state.MasterState`: `GET /version`, the operator API
+(`POST /api/v1` read-only calls, `/master/state` = `/state.json`, `/metrics/snapshot`, `/health`,
+`/redirect`; answers from `operator_api`, JSON only: a protobuf body is 415), the debugging view
+`GET /state` (its own schema), the v1 scheduler API
 (`POST /api/v1/scheduler`, SUBSCRIBE as a chunked RecordIO stream with `Mesos-Stream-Id`), the
 internal agent protocol (`/internal/agent/register|ping|unregister|event`, refused with 401
 without the cluster secret), one sender thread per agent (its commands carry the secret), and
@@ -10,7 +13,9 @@ Framework authentication (on by default, as Mesos's `--authenticate_http_framewo
 scheduler call must carry HTTP Basic credentials of the master's framework credential
 (`framework_credential`: given, else made at construction, kept across `successor()`), checked
 in constant time before the body is read; otherwise 401 with `WWW-Authenticate: Basic
-realm="mesos"`. A SUBSCRIBE whose FrameworkInfo names another principal gets 403. Without it,
+realm="mesos"`. A SUBSCRIBE whose FrameworkInfo names another principal gets 403. The operator
+endpoints but `/health`, `/version` and `/redirect` ask the same credential when it is on (as
+Mesos with `--authenticate_http_readonly`). Without it,
 anyone who reaches the port could launch any executor command, which an agent runs as its user;
 `authenticate_frameworks=False` (for a test that needs an open master) is unsafe and logged.
 
@@ -45,10 +50,11 @@ from aiohttp import web
 from elastiq.embedded.auth import (
     BASIC_CHALLENGE, FrameworkCredential, authenticated_principal, new_framework_credential,
 )
+from elastiq.embedded import operator_api
 from elastiq.embedded.httpio import (
     AGENT_COMMAND_PATH, END_OF_STREAM, SECRET_ENV, SECRET_HEADER, AppServer, EventQueue, Handler,
-    HttpError, JsonClient, Routes, accepted, json_response, read_json, require_secret,
-    serve_events,
+    HttpError, JsonClient, Routes, accepted, bad_request, json_response, read_json,
+    require_secret, serve_events,
 )
 from common.dispatch import handler
 from elastiq.embedded.master_state import (
@@ -121,6 +127,7 @@ class EmbeddedMaster:
                                    offer_timeout, default_refuse_seconds, host,
                                    self._server.port, agent_reregister_timeout)
         self.state = MasterState(self.config, uuid.uuid4().hex[:12], started=time.monotonic())
+        self._started = (time.monotonic(), time.time())  # for uptime and start_time
         self.name = f"master {self.state.master_id}"
         self._server.name = self.name
         self._lock = threading.Lock()
@@ -190,7 +197,13 @@ class EmbeddedMaster:
 
     def _routes(self) -> Routes:
         return {("GET", "/version"): self._version,
-                ("GET", "/state"): self._state, ("GET", "/master/state"): self._state,
+                ("GET", "/state"): self._state,
+                ("GET", "/master/state"): self._state_v0, ("GET", "/state.json"): self._state_v0,
+                ("GET", "/master/state.json"): self._state_v0,
+                ("GET", "/metrics/snapshot"): self._metrics,
+                ("GET", "/health"): self._health, ("GET", "/master/health"): self._health,
+                ("GET", "/redirect"): self._redirect, ("GET", "/master/redirect"): self._redirect,
+                ("POST", "/api/v1"): self._operator_call,
                 ("POST", "/api/v1/scheduler"): self._scheduler_call,
                 ("POST", "/internal/agent/register"): self._internal(self._register_agent),
                 ("POST", "/internal/agent/ping"): self._internal(self._agent_ping),
@@ -210,20 +223,62 @@ class EmbeddedMaster:
         return json_response(200, {"version": VERSION, "build_user": "elastiq-embedded"})
 
     async def _state(self, request: web.BaseRequest) -> web.StreamResponse:
+        self._authenticate(request)  # an operator endpoint: as Mesos's, when auth is on
         return json_response(200, await self._server.run_sync(self._snapshot))
 
     def _snapshot(self) -> dict[str, Any]:
         with self._lock:
             return self.state.snapshot()
 
+    # ---------------------------------------------------------------- operator API
+
+    def _uptime(self) -> float:
+        return time.monotonic() - self._started[0]
+
+    def _read(self, view: Callable[[], Any]) -> Any:
+        with self._lock:
+            return view()
+
+    async def _state_v0(self, request: web.BaseRequest) -> web.StreamResponse:
+        self._authenticate(request)
+        port = self.port
+        return json_response(200, await self._server.run_sync(self._read, lambda: (
+            operator_api.master_state_v0(self.state, self.config.hostname, port,
+                                         self._uptime(), self._started[1]))))
+
+    async def _metrics(self, request: web.BaseRequest) -> web.StreamResponse:
+        self._authenticate(request)
+        return json_response(200, await self._server.run_sync(self._read, lambda: (
+            operator_api.metrics(self.state, self._uptime()))))
+
+    async def _health(self, request: web.BaseRequest) -> web.StreamResponse:
+        return web.Response(status=200)  # open, as Mesos's /health
+
+    async def _redirect(self, request: web.BaseRequest) -> web.StreamResponse:
+        """To the leading master: this one (there is one embedded master)."""
+        return web.Response(status=307, headers={"Location": f"//{self.address}"})
+
+    async def _operator_call(self, request: web.BaseRequest) -> web.StreamResponse:
+        """`POST /api/v1`: the read-only operator calls, JSON in and out."""
+        self._authenticate(request)
+        _json_only(request, "operator API")
+        body = await read_json(request)
+        try:
+            answer = await self._server.run_sync(self._read, lambda: operator_api.v1_call(
+                self.state, body, self._uptime()))
+        except operator_api.OperatorCallError as exc:
+            raise bad_request(str(exc)) from None
+        return json_response(200, answer)
+
     async def _scheduler_call(self, request: web.BaseRequest) -> web.StreamResponse:
         principal = self._authenticate(request)
+        _json_only(request, "scheduler API")
         body = await read_json(request)
         if body.get("type") == "SUBSCRIBE":
             _check_principal(body, principal)
             return await self._subscribe(request, body)
         stream_id = request.headers.get("Mesos-Stream-Id")
-        await self._server.run_sync(self._call, body, stream_id)
+        await self._server.run_sync(self._call, body, stream_id, principal)
         return accepted()
 
     def _authenticate(self, request: web.BaseRequest) -> str | None:
@@ -239,8 +294,14 @@ class EmbeddedMaster:
                             {"WWW-Authenticate": BASIC_CHALLENGE})
         return principal
 
-    def _call(self, body: dict[str, Any], stream_id: str | None) -> None:
+    def _call(self, body: dict[str, Any], stream_id: str | None,
+              principal: str | None = None) -> None:
         with self._lock:
+            framework_id = body.get("framework_id")
+            value = framework_id.get("value") if isinstance(framework_id, dict) else None
+            framework = self.state.frameworks.get(value) if isinstance(value, str) else None
+            if framework is not None:  # every call, not only SUBSCRIBE, as its own principal
+                _check_principal({"subscribe": {"framework_info": framework.info}}, principal)
             self._apply(self.state.handle(CallReceived(body, stream_id, time.monotonic(),
                                                        time.time())))
 
@@ -383,8 +444,18 @@ def _answer(actions: list[Action], kind: type[A]) -> A:
     return answer
 
 
+def _json_only(request: web.BaseRequest, api: str) -> None:
+    """415 for a protobuf body, 406 for a protobuf-only Accept: this master speaks JSON."""
+    for header, status in (("Content-Type", 415), ("Accept", 406)):
+        value = request.headers.get(header, "application/json")
+        if "protobuf" in value and "json" not in value:
+            raise HttpError(status, f"{header} {value}: the embedded master speaks the {api} "
+                                    "in JSON only (application/json)")
+
+
 def _check_principal(body: dict[str, Any], principal: str | None) -> None:
-    """A SUBSCRIBE may name only the principal it authenticated as (HttpError 403)."""
+    """A SUBSCRIBE may name only the principal it authenticated as, and a later call must come
+    from the principal its framework subscribed with (HttpError 403)."""
     subscribe = body.get("subscribe")
     info = subscribe.get("framework_info") if isinstance(subscribe, dict) else None
     claimed = info.get("principal") if isinstance(info, dict) else None

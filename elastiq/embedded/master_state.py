@@ -243,6 +243,13 @@ class Framework:
     refused_until: dict[str, float] = field(default_factory=dict)  # agent id -> time
 
     @property
+    def partition_aware(self) -> bool:
+        """Opted into PARTITION_AWARE: told TASK_UNREACHABLE / GONE / UNKNOWN, not TASK_LOST."""
+        caps = self.info.get("capabilities")
+        return isinstance(caps, list) and any(
+            isinstance(c, dict) and c.get("type") == "PARTITION_AWARE" for c in caps)
+
+    @property
     def failover_timeout(self) -> float:
         value = self.info.get("failover_timeout", 0.0)
         return float(value) if isinstance(value, (int, float)) else 0.0
@@ -270,6 +277,13 @@ class Task:
     in_flight: str | None = None  # uuid sent and awaiting its acknowledgement
     acknowledged: set[str] = field(default_factory=set)
 
+    @property
+    def forgotten(self) -> bool:
+        """Terminal with its last update acknowledged: a real master has moved it to its
+        completed tasks, which reconciliation does not look at."""
+        return is_terminal(self.state) and not self.pending and self.in_flight is None \
+            and bool(self.acknowledged)
+
 
 @dataclass
 class Offer:
@@ -293,6 +307,9 @@ class MasterState:
         self.agents: dict[str, Agent] = {}
         self.removed_agents: set[str] = set()
         self.tasks: dict[tuple[str, str], Task] = {}
+        # executors launched here: (framework, agent, executor id) -> ExecutorInfo; their own
+        # resources are charged on the agent until it reports them exited (as Mesos does)
+        self.executors: dict[tuple[str, str, str], dict[str, Any]] = {}
         self.offers: dict[str, Offer] = {}
         self._ids = itertools.count(1)
 
@@ -383,6 +400,7 @@ class MasterState:
         if framework is None:
             return []
         self.removed_frameworks.add(framework_id)
+        self.executors = {k: v for k, v in self.executors.items() if k[0] != framework_id}
         logger.info("master %s: framework %s removed (%s)", self.master_id, framework_id, why)
         self._drop_offers_of(framework)
         for task in self._tasks_of(framework_id):
@@ -471,9 +489,27 @@ class MasterState:
             return [self._reject(framework, task_info, "TASK_ERROR",
                                  "REASON_TASK_INVALID", problem, wall)], pool
         assert task is not None
-        if not pool.contains(task.resources):
+        key = (framework.framework_id, agent.agent_id, task.executor_id)
+        executor_info = _executor_identity(task_info["executor"])
+        running = self.executors.get(key)
+        if running is not None and running != executor_info:
             return [self._reject(framework, task_info, "TASK_ERROR", "REASON_TASK_INVALID",
-                                 "task resources exceed the offered resources", wall)], pool
+                                 f"ExecutorInfo of executor {task.executor_id} differs from the "
+                                 "one it runs with on this agent", wall)], pool
+        try:
+            executor_share = Resources() if running is not None else from_mesos(
+                task_info["executor"].get("resources", []))
+        except ResourceError as exc:
+            return [self._reject(framework, task_info, "TASK_ERROR", "REASON_TASK_INVALID",
+                                 f"executor resources: {exc}", wall)], pool
+        if not pool.contains(task.resources + executor_share):
+            what = "task resources" if executor_share.is_empty() else \
+                "task and executor resources"
+            return [self._reject(framework, task_info, "TASK_ERROR", "REASON_TASK_INVALID",
+                                 f"{what} exceed the offered resources", wall)], pool
+        if running is None:
+            self.executors[key] = executor_info
+            pool = pool - executor_share
         self.tasks[(framework.framework_id, task.task_id)] = task
         logger.info("master %s: launching task %s of framework %s on agent %s",
                     self.master_id, task.task_id, framework.framework_id, agent.agent_id)
@@ -553,6 +589,20 @@ class MasterState:
         return [ToAgent(task.agent_id, {"type": "KILL", "framework_id": framework.framework_id,
                                         "task_id": task_id})]
 
+    def _shutdown(self, framework: Framework, body: dict[str, Any], now: float,
+                  wall: float) -> list[Action]:
+        """SHUTDOWN: the agent ends one of the framework's executors (its tasks end with it)."""
+        shutdown = _section(body, "shutdown")
+        executor_id = id_value(shutdown, "executor_id", "shutdown")
+        agent_id = id_value(shutdown, "agent_id", "shutdown")
+        if agent_id not in self.agents:
+            logger.warning("master %s: SHUTDOWN of executor %s on unknown agent %s dropped",
+                           self.master_id, executor_id, agent_id)
+            return []
+        return [ToAgent(agent_id, {"type": "SHUTDOWN_EXECUTOR",
+                                   "framework_id": framework.framework_id,
+                                   "executor_id": executor_id})]
+
     def _acknowledge(self, framework: Framework, body: dict[str, Any], now: float,
                      wall: float) -> list[Action]:
         ack = _section(body, "acknowledge")
@@ -597,12 +647,14 @@ class MasterState:
                             "agent %s to re-register", self.master_id, task_id,
                             framework.framework_id, agent_id)
                 continue
-            actions.append(self._reconcile_update(framework.framework_id, task_id, wall))
+            actions.append(self._reconcile_update(framework.framework_id, task_id, wall,
+                                                  agent_id))
         return actions
 
-    def _reconcile_update(self, framework_id: str, task_id: str, wall: float) -> ToFramework:
-        return ToFramework(framework_id,
-                           _update(self._reconcile_status(framework_id, task_id, wall)))
+    def _reconcile_update(self, framework_id: str, task_id: str, wall: float,
+                          agent_id: str | None = None) -> ToFramework:
+        return ToFramework(framework_id, _update(
+            self._reconcile_status(framework_id, task_id, wall, agent_id)))
 
     def _awaiting_agent(self, agent_id: str, now: float) -> bool:
         """An agent this master does not know yet but may still re-register (recovery window)."""
@@ -615,17 +667,32 @@ class MasterState:
         if not settled:
             return []
         self.deferred = [d for d in self.deferred if d not in settled]
-        return [self._reconcile_update(d.framework_id, d.task_id, wall) for d in settled]
+        return [self._reconcile_update(d.framework_id, d.task_id, wall, d.agent_id)
+                for d in settled]
 
-    def _reconcile_status(self, framework_id: str, task_id: str,
-                          wall: float) -> dict[str, Any]:
+    def _reconcile_status(self, framework_id: str, task_id: str, wall: float,
+                          agent_id: str | None = None) -> dict[str, Any]:
         task = self.tasks.get((framework_id, task_id))
-        if task is None:
-            return make_status(task_id, "TASK_LOST", reason="REASON_RECONCILIATION",
-                               message="task is unknown to the master", timestamp=wall)
+        if task is None or task.forgotten:
+            state, why = self._unknown_task_state(framework_id, agent_id)
+            return make_status(task_id, state, agent_id=agent_id,
+                               reason="REASON_RECONCILIATION", message=why, timestamp=wall)
         return make_status(task_id, task.state, agent_id=task.agent_id,
                            executor_id=task.executor_id, reason="REASON_RECONCILIATION",
                            timestamp=wall)
+
+    def _unknown_task_state(self, framework_id: str, agent_id: str | None) -> tuple[str, str]:
+        """What Mesos answers for a task it does not know (or has forgotten, being terminal and
+        acknowledged): TASK_LOST, or to a PARTITION_AWARE framework TASK_UNREACHABLE (its agent
+        was removed), TASK_GONE (its agent is here without it) or TASK_UNKNOWN."""
+        framework = self.frameworks.get(framework_id)
+        if framework is None or not framework.partition_aware:
+            return "TASK_LOST", "task is unknown to the master"
+        if agent_id is not None and agent_id in self.removed_agents:
+            return "TASK_UNREACHABLE", f"agent {agent_id} is unreachable"
+        if agent_id is not None and agent_id in self.agents:
+            return "TASK_GONE", f"agent {agent_id} does not run the task"
+        return "TASK_UNKNOWN", "task is unknown to the master"
 
     def _message(self, framework: Framework, body: dict[str, Any], now: float,
                  wall: float) -> list[Action]:
@@ -780,6 +847,7 @@ class MasterState:
                 "executor_id": {"value": field_str(event, "executor_id")},
                 "data": event.get("data", "")}})]
         if kind == "EXECUTOR_EXITED":
+            self.executors.pop((framework_id, agent_id, field_str(event, "executor_id")), None)
             return [ToFramework(framework_id, {"type": "FAILURE", "failure": {
                 "agent_id": {"value": agent_id},
                 "executor_id": {"value": field_str(event, "executor_id")},
@@ -808,6 +876,7 @@ class MasterState:
         if agent is None:
             return []
         self.removed_agents.add(agent_id)
+        self.executors = {k: v for k, v in self.executors.items() if k[1] != agent_id}
         logger.warning("master %s: agent %s removed (%s)", self.master_id, agent_id, why)
         actions: list[Action] = [ForgetAgent(agent_id)]
         for offer in [o for o in self.offers.values() if o.agent_id == agent_id]:
@@ -816,8 +885,11 @@ class MasterState:
                 "type": "RESCIND", "rescind": {"offer_id": {"value": offer.offer_id}}}))
         for task in [t for t in self.tasks.values() if t.agent_id == agent_id]:
             if not is_terminal(task.state):
+                framework = self.frameworks.get(task.framework_id)
+                state = ("TASK_UNREACHABLE" if framework is not None and framework.partition_aware
+                         else "TASK_LOST")
                 actions += self._record_status(task, make_status(
-                    task.task_id, "TASK_LOST", agent_id=agent_id, executor_id=task.executor_id,
+                    task.task_id, state, agent_id=agent_id, executor_id=task.executor_id,
                     reason="REASON_AGENT_REMOVED", message=f"agent {agent_id} lost: {why}",
                     timestamp=wall), now)
         for framework_id in self.frameworks:
@@ -880,6 +952,8 @@ class MasterState:
     def _free(self, agent: Agent) -> Resources:
         used = sum((t.resources for t in self.tasks.values()
                     if t.agent_id == agent.agent_id and not is_terminal(t.state)), Resources())
+        used = used + sum((_executor_resources(info) for (_, a, _), info
+                           in self.executors.items() if a == agent.agent_id), Resources())
         offered = sum((o.resources for o in self.offers.values()
                        if o.agent_id == agent.agent_id), Resources())
         return agent.total - used - offered
@@ -898,6 +972,8 @@ class MasterState:
                 "framework_id": {"value": offer.framework_id},
                 "agent_id": {"value": agent.agent_id}, "hostname": agent.hostname,
                 "resources": offer.resources.to_mesos(),
+                "executor_ids": [{"value": e} for (f, a, e) in sorted(self.executors)
+                                 if f == offer.framework_id and a == agent.agent_id],
                 "allocation_info": {"role": "*"}}
 
     def _tasks_of(self, framework_id: str) -> list[Task]:
@@ -939,11 +1015,24 @@ _CALLS = {
     "REVIVE": MasterState._revive,
     "SUPPRESS": MasterState._suppress,
     "KILL": MasterState._kill,
+    "SHUTDOWN": MasterState._shutdown,
     "ACKNOWLEDGE": MasterState._acknowledge,
     "RECONCILE": MasterState._reconcile,
     "MESSAGE": MasterState._message,
     "REQUEST": MasterState._ignore,
 }
+
+
+def _executor_identity(executor: dict[str, Any]) -> dict[str, Any]:
+    """An ExecutorInfo as launches compare it (the agent-filled framework_id left out)."""
+    return {k: v for k, v in executor.items() if k != "framework_id"}
+
+
+def _executor_resources(info: dict[str, Any]) -> Resources:
+    try:
+        return from_mesos(info.get("resources", []))
+    except ResourceError:
+        return Resources()
 
 
 def _update(status: dict[str, Any]) -> dict[str, Any]:
