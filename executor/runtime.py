@@ -203,7 +203,7 @@ class TaskRuntime:
     anchors next to it - reuse it across restarts); `endpoints` (channel id -> ZeroMQ endpoint of
     its writer, for channel_source); `channels` (the executor's ChannelHub, needed by channel
     sources/sinks); `trigger_seconds` (micro-batch interval, 0 = back to back);
-    `source_partitions` (Spark partitions a generator batch is split into); `params` (operator
+    `source_partitions` (Spark partitions a generator or file batch is split into); `params` (operator
     id -> runtime keyword -> value: the parameters control tuples changed, which win over the
     program's own arguments); `keys` (the task's channel keys from its launch: its channels are
     then CURVE-authenticated; None: plain text, a run outside a cluster).
@@ -352,7 +352,8 @@ class TaskRuntime:
         if rate is not None and not (rate > 0 and sources.usable_rate(float(rate))):
             raise self._error(op, f"file replay rate must be a finite number > 0, got {rate}")
         config = sources.FileConfig(self.task_id, op, os.path.abspath(path), format,
-                                    sources.schema_pairs(schema), rate, self._pacing(op, rate))
+                                    sources.schema_pairs(schema), rate, self._pacing(op, rate),
+                                    self.source_partitions)
         self._put(op, output, self._load(sources.FileSource.name(), config), schema)
 
     def _channel_stream(self, op: str, output: str, schema: Schema, channel: str,
