@@ -553,7 +553,10 @@ class FileReader(DataSourceStreamReader):
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         if end["line"] <= start["line"]:
             return []
-        ranges = self._lines().partitions(start["line"], end["line"], self.config.partitions)
+        index = self._index
+        if index is None or len(index.ends) < end["line"]:  # a replay after a restart
+            index = self._lines()
+        ranges = index.partitions(start["line"], end["line"], self.config.partitions)
         return [ByteRange(self.config.path, self.config.format, lo, hi) for lo, hi in ranges]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

@@ -118,3 +118,35 @@ def test_partitions_of_an_empty_range_are_none(tmp_path: Path) -> None:
     index.refresh()
     assert index.partitions(2, 2, 3) == []
     assert index.partitions(0, 2, 3, min_lines=1) == [(2, 4), (4, 6)]
+
+
+def reader_rows(path: Path, fmt: str, partitions: int, start: int, end: int,
+                tmp_path: Path) -> tuple[int, list[dict[str, Any]]]:
+    """(partitions planned, rows) of the file reader's replay of lines [start, end), as Spark
+    calls it: a fresh reader (a restarted planner) plans, each partition is read on its own."""
+    config = sources.FileConfig("t", "replay", str(path), fmt, sources.schema_pairs(SENSOR),
+                                None, str(tmp_path / "pacing" / f"{partitions}.anchor"),
+                                partitions)
+    reader = sources.FileReader(config)
+    planned = reader.partitions({"line": start}, {"line": end})
+    return len(planned), [row for part in planned for batch in reader.read(part)
+                          for row in batch.to_pylist()]
+
+
+@pytest.mark.parametrize("fmt", ["csv", "jsonl"])
+def test_the_file_readers_replay_by_offset_is_the_same_in_any_partition_count(
+        fmt: str, tmp_path: Path) -> None:
+    path = tmp_path / f"in.{fmt}"
+    write_input(path, fmt, sensor_rows(70_000))  # > 4 x MIN_PARTITION_LINES
+    expected = oracle_parse(path, fmt)
+    reader = sources.FileReader(sources.FileConfig(
+        "t", "replay", str(path), fmt, sources.schema_pairs(SENSOR), None,
+        str(tmp_path / "pacing" / "latest.anchor"), 2))
+    assert reader.latestOffset() == {"line": 70_000}
+    for start, end in [(0, 70_000), (1234, 69_000)]:
+        counts = []
+        for partitions in (1, 2, 4):
+            count, rows = reader_rows(path, fmt, partitions, start, end, tmp_path)
+            assert rows == expected[start:end], (start, end, partitions)
+            counts.append(count)
+        assert counts == [1, 2, 4]
