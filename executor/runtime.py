@@ -203,9 +203,9 @@ class TaskRuntime:
     anchors next to it - reuse it across restarts); `endpoints` (channel id -> ZeroMQ endpoint of
     its writer, for channel_source); `channels` (the executor's ChannelHub, needed by channel
     sources/sinks); `trigger_seconds` (micro-batch interval, 0 = back to back);
-    `source_partitions` (Spark partitions a generator or file batch is split into); `params` (operator
-    id -> runtime keyword -> value: the parameters control tuples changed, which win over the
-    program's own arguments); `keys` (the task's channel keys from its launch: its channels are
+    `source_partitions` (Spark partitions a generator or file batch is split into); `params`
+    (operator id -> runtime keyword -> value: the parameters control tuples changed, which win over
+    the program's own arguments); `keys` (the task's channel keys from its launch: its channels are
     then CURVE-authenticated; None: plain text, a run outside a cluster).
     """
 
