@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from common import fmt, format_table, median_of, percentile, ratio, use_repo_on_path
+from bench_util import fmt, format_table, median_of, percentile, ratio, use_repo_on_path
 
 use_repo_on_path()
 

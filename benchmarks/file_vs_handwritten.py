@@ -29,7 +29,6 @@ import csv
 import logging
 import math
 import tempfile
-import sys
 import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -37,11 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-# the repository first: `common` is the project's package, this folder's helpers are
-# `benchmarks.common`
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks.common import fmt, format_table, median_of, ratio, use_repo_on_path  # noqa: E402
+from bench_util import fmt, format_table, median_of, ratio, use_repo_on_path
 
 use_repo_on_path()
 
@@ -52,7 +47,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from executor import shapes
 from executor.spark_session import build_session
-from benchmarks.spark_vs_handwritten import (
+from spark_vs_handwritten import (
     SEED,
     SENSOR_COLUMNS,
     START_US,
@@ -169,7 +164,7 @@ class Outcome:
 
 
 def data_span_rows_per_s(progress: Sequence[Mapping[str, Any]], rows: int) -> float:
-    from benchmarks.spark_vs_handwritten import _batch_span
+    from spark_vs_handwritten import _batch_span
 
     batches = data_batches(progress)
     if not batches:

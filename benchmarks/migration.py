@@ -29,7 +29,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Callable
 
-from common import ROOT, fmt, format_table, median_of, percentile, use_repo_on_path
+from bench_util import ROOT, fmt, format_table, median_of, percentile, use_repo_on_path
 
 use_repo_on_path()
 sys.path.append(str(ROOT / "tests"))  # the stack helpers and oracles (read-only use)

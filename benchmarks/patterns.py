@@ -50,7 +50,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from common import ROOT, fmt, format_table, median_of, percentile, ratio, use_repo_on_path
+from bench_util import ROOT, fmt, format_table, median_of, percentile, ratio, use_repo_on_path
 
 use_repo_on_path()
 sys.path.append(str(ROOT / "tests"))  # the stack helpers and oracles (read-only use)

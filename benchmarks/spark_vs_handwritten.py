@@ -35,7 +35,6 @@ import logging
 import math
 import os
 import re
-import sys
 import tempfile
 import threading
 import time
@@ -45,12 +44,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Self
 
-# the repository first: `common` is the project's package, this folder's helpers are
-# `benchmarks.common`
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks.common import (  # noqa: E402
-    fmt, format_table, median_of, percentile, ratio, use_repo_on_path)
+from bench_util import fmt, format_table, median_of, percentile, ratio, use_repo_on_path
 
 use_repo_on_path()
 

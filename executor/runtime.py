@@ -37,11 +37,12 @@ from common.paths import PathRefused, confine_at_open
 from common.tasks import splitter_op_id
 from common.types import ColumnType, Field, Schema
 from compiler import expr
-from executor import shapes, sinks, sources
+from executor import shapes, sinks, sources, spool_source
 from executor.batch_gate import BatchGate
 from executor.channel_auth import (ChannelKeyError, TaskKeys, WriterAuth, parse_readers,
                                    read_key_file, reader_auth, save_key_file)
 from executor.endpoints_file import endpoints_path
+from executor.spool_receiver import Replica, SpoolReceiver
 from executor.expression_lowering import to_column
 
 if TYPE_CHECKING:
@@ -212,7 +213,7 @@ class TaskRuntime:
     def __init__(self, spark: SparkSession, *, query_id: str, task_id: str, checkpoint_dir: str,
                  endpoints: Mapping[str, str] = {}, channels: ChannelHub | None = None,
                  trigger_seconds: float = 0.0, source_partitions: int = 2,
-                 channel_poll_seconds: float = 0.2,
+                 channel_poll_seconds: float = 0.05,
                  params: Mapping[str, Mapping[str, Any]] = {},
                  keys: TaskKeys | None = None) -> None:
         self.spark = spark
@@ -234,8 +235,23 @@ class TaskRuntime:
         self.gate = BatchGate()
         self.live: dict[tuple[str, str], LiveParam] = {}  # (operator id, keyword) -> how
         self.notices: list[str] = []  # persisted state found unreadable and replaced
-        for source in sources.ALL_SOURCES:
+        self.receivers: list[SpoolReceiver] = []  # channel inputs, closed with the query
+        for source in (*sources.ALL_SOURCES, spool_source.SpoolSource):
             spark.dataSource.register(source)
+
+    def stop(self) -> None:
+        """Stop the query (if running) and the receivers of its channel inputs."""
+        try:
+            if self.query is not None and self.query.isActive:
+                self.query.stop()
+        finally:
+            self.close_receivers()
+
+    def close_receivers(self) -> None:
+        """Stop receiving this runtime's channel inputs (its query is stopped or has died)."""
+        receivers, self.receivers = self.receivers, []
+        for receiver in receivers:
+            receiver.close()
 
     # --- stream bookkeeping --------------------------------------------------------------------
 
@@ -356,15 +372,30 @@ class TaskRuntime:
                                     self.source_partitions)
         self._put(op, output, self._load(sources.FileSource.name(), config), schema)
 
+    def _spool(self, op: str, output: str, schema: Schema, name: str, folder: str,
+               replicas: Sequence[Replica], key_file: str) -> None:
+        """Receive `replicas` (one writer, or a hot-standby group's) into the spool `folder`
+        and read it as the stream `output` (`executor.spool_source`)."""
+        receiver = SpoolReceiver(self.task_id, folder, replicas, shapes.arrow_schema(schema),
+                                 key_file=key_file, endpoints_file=self._endpoints_file(),
+                                 log_file=sources.source_log_path(self.checkpoint_dir))
+        self.receivers.append(receiver.start())
+        config = spool_source.SpoolConfig(
+            self.task_id, name, folder, os.path.join(self.checkpoint_dir, "spark"),
+            sources.schema_pairs(schema), self.source_partitions, self.deterministic,
+            idle_seconds=self.channel_poll_seconds)
+        df = (self.spark.readStream.format(spool_source.SpoolSource.name())
+              .option(spool_source.CONFIG_OPTION, spool_source.encode_config(config)).load())
+        self._put(op, output, df, schema)
+
+    def _spool_folder(self, name: str) -> str:
+        return os.path.join(self.checkpoint_dir, "spool", quote(name, safe=""))
+
     def _channel_stream(self, op: str, output: str, schema: Schema, channel: str,
                         endpoint: str, reader_id: str, key_file: str = "",
                         server_key: str = "") -> None:
-        config = sources.ChannelConfig(self.task_id, channel, reader_id, endpoint,
-                                       sources.schema_pairs(schema), self.channel_poll_seconds,
-                                       self._endpoints_file(), self.deterministic,
-                                       sources.source_log_path(self.checkpoint_dir),
-                                       key_file, server_key)
-        self._put(op, output, self._load(sources.ChannelSource.name(), config), schema)
+        self._spool(op, output, schema, channel, self._spool_folder(channel),
+                    [Replica(channel, reader_id, endpoint, server_key)], key_file)
 
     def network_source(self, *, op: str, output: str, schema: Schema, endpoint: str,
                        channel: str, reader: str | None = None, key_file: str | None = None,
@@ -417,14 +448,10 @@ class TaskRuntime:
         if not channels or len(set(channels)) != len(channels):
             raise self._error(op, f"a selector needs distinct replica channels, got {channels}")
         keys = {c: self._reader_keys(op, c) for c in channels}
-        replicas = tuple(sources.Replica(c, channel_reader_id(self.task_id, c),
-                                         self._endpoint_of(op, c), keys[c][1]) for c in channels)
-        config = sources.SelectorConfig(self.task_id, replicas, sources.schema_pairs(schema),
-                                        self.channel_poll_seconds, self._endpoints_file(),
-                                        self.deterministic,
-                                        sources.source_log_path(self.checkpoint_dir),
-                                        key_file=keys[channels[0]][0])
-        self._put(op, output, self._load(sources.SelectorSource.name(), config), schema)
+        replicas = [Replica(c, channel_reader_id(self.task_id, c), self._endpoint_of(op, c),
+                            keys[c][1]) for c in channels]
+        self._spool(op, output, schema, op, self._spool_folder(op), replicas,
+                    keys[channels[0]][0])
 
     # --- operators -----------------------------------------------------------------------------
 

@@ -1,6 +1,6 @@
 """Spark 4 Python streaming data sources of Elastiq task queries; every offset is a sequence number.
 
-Owns three sources and the reasoning for their reader kind:
+Owns two sources and the reasoning for their reader kind:
 - generator (`elastiq_generator`, full reader): offset = tuple index; rows of any index range are
   a pure function of (shape, seed, index) (`executor.shapes`), generated in the executor Python
   workers, partitioned across cores (full reader ~200k rows/s vs simple ~130k: all data would
@@ -13,17 +13,8 @@ Owns three sources and the reasoning for their reader kind:
   indexes byte positions of line ends (numpy, no per-line Python), a micro-batch's lines are split
   into several partitions of whole lines (byte ranges), workers parse each range with pyarrow's
   CSV/JSON reader. Any split of the same lines gives the same rows in the same order.
-- channel (`elastiq_channel`, simple reader): offset = channel sequence number of the last batch
-  included. Batches already arrive at the planner process's ZeroMQ socket, so a full reader would
-  add a second hop for nothing; acks go upstream from `commit()`; a fresh checkpoint starts from
-  the writer's retained range.
-- stream selector (`elastiq_selector`, simple reader): one numbered stream served by k replica
-  channels (hot standby); offset = that stream's sequence number, batches taken from whichever
-  replica has them first, replays fetched from any replica that can serve them, acks to all.
-Both channel readers can take exactly one channel batch per micro-batch (`one_batch`, for
-hot-standby replicas whose output must depend only on the numbered input; the channel source then
-follows each input batch with one empty flush step, see `one_batch_offset`) and follow the task's
-endpoints file (`executor.endpoints_file`), reconnecting when a channel's writer moved.
+Channel inputs (a channel, a hot-standby group's stream selector) are `executor.spool_source`,
+fed by `executor.spool_receiver`.
 Does not own the operators or sinks (`executor.runtime`, `executor.sinks`) nor the channel protocol
 (`executor.channels`).
 """
@@ -37,7 +28,7 @@ import math
 import os
 import time
 from dataclasses import asdict, dataclass
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -45,13 +36,11 @@ from pyspark.sql.datasource import (
     DataSource,
     DataSourceStreamReader,
     InputPartition,
-    SimpleDataSourceStreamReader,
 )
 from pyspark.sql.types import StructType
 
 from common.types import Schema
 from executor import shapes
-from executor.endpoints_file import EndpointWatcher
 
 log = logging.getLogger(__name__)
 
@@ -201,30 +190,65 @@ def pacing_anchor(path: str, now: float, rate: float | None, unpaced_bound: int 
 OFFSET_KEYS = ("index", "line")  # the offsets of paced sources: generator, file replay
 
 
-def planned_offset(spark_checkpoint: str) -> int:
-    """The furthest offset of a paced source ({"index": n} or {"line": n}) in the last
-    micro-batch Spark planned on `spark_checkpoint` (0 when none): where the source resumes."""
+def planned_offsets(spark_checkpoint: str) -> list[dict]:
+    """The source offsets (JSON objects, in the query's source order) of the last micro-batch
+    Spark planned on `spark_checkpoint`; [] before any."""
     folder = os.path.join(spark_checkpoint, "offsets")
     try:
         batches = [int(name) for name in os.listdir(folder) if name.isdigit()]
     except FileNotFoundError:
-        return 0
+        return []
     if not batches:
-        return 0
+        return []
     with open(os.path.join(folder, str(max(batches))), encoding="utf-8") as f:
         lines = f.read().splitlines()[2:]  # a version line, the batch's metadata, then sources
-    return max((_offset_of(line) for line in lines), default=0)
+    out = []
+    for line in lines:
+        try:
+            offset = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(offset, dict):
+            out.append(offset)
+    return out
 
 
-def _offset_of(line: str) -> int:
-    try:
-        offset = json.loads(line)
-    except ValueError:
-        return 0
-    if not isinstance(offset, dict):
-        return 0
-    numbers = [offset[k] for k in OFFSET_KEYS if isinstance(offset.get(k), int)]
+def planned_offset(spark_checkpoint: str) -> int:
+    """The furthest offset of a paced source ({"index": n} or {"line": n}) in the last
+    micro-batch Spark planned on `spark_checkpoint` (0 when none): where the source resumes."""
+    numbers = [offset[k] for offset in planned_offsets(spark_checkpoint) for k in OFFSET_KEYS
+               if isinstance(offset.get(k), int)]
     return max(numbers, default=0)
+
+
+# --- bounded micro-batches ----------------------------------------------------------------------
+
+MAX_BATCH_BYTES = 48 << 20  # about this much Arrow data per source micro-batch
+_WIDTHS = {"int": 8, "double": 8, "timestamp": 8, "boolean": 1, "string": 32}
+
+
+def batch_row_cap(schema: Schema) -> int:
+    """Rows per micro-batch that make about MAX_BATCH_BYTES of `schema`'s Arrow data (pure).
+    A backlog (a restart after downtime, a slow batch) then comes in several micro-batches,
+    as Spark's maxOffsetsPerTrigger does, and an output batch still fits a channel frame."""
+    width = sum(_WIDTHS.get(f.type.value, 32) for f in schema)
+    return max(1, MAX_BATCH_BYTES // max(1, width))
+
+
+def capped(start: int | None, latest: int, cap: int) -> int:
+    """`latest`, but at most `cap` past `start` (None: not known, no cap) (pure)."""
+    return latest if start is None else min(latest, max(start, start + cap))
+
+
+def planned_start(spark_checkpoint: str, key: str) -> int | None:
+    """Where the next micro-batch of the task's one source with offsets {key: n} starts: its
+    offset in the last batch Spark planned (0 before any); None when the task has several such
+    sources (which line is whose is not known)."""
+    offsets = planned_offsets(spark_checkpoint)
+    found = [o[key] for o in offsets if isinstance(o.get(key), int)]
+    if not offsets:
+        return 0
+    return found[0] if len(found) == 1 else None
 
 
 def spark_dir_of(anchor_path: str) -> str:
@@ -287,54 +311,6 @@ class FileConfig:
         return Schema.of(*self.schema)
 
 
-@dataclass(frozen=True)
-class ChannelConfig:
-    task_id: str
-    channel: str
-    reader_id: str
-    endpoint: str
-    schema: tuple[tuple[str, str], ...]
-    poll_seconds: float
-    endpoints_file: str = ""  # the task's endpoints file ("" = never retarget)
-    one_batch: bool = False  # at most one channel batch per micro-batch
-    log_file: str = ""  # the task's source log ("" = stderr only)
-    key_file: str = ""  # this reader's CURVE keypair file ("" = plain text)
-    server_key: str = ""  # the writer's CURVE public key
-
-    @property
-    def stream_schema(self) -> Schema:
-        return Schema.of(*self.schema)
-
-
-@dataclass(frozen=True)
-class Replica:
-    """One replica channel a stream selector reads: its id, this task's reader id, its writer
-    and the writer's CURVE public key ("" = plain text)."""
-
-    channel: str
-    reader_id: str
-    endpoint: str
-    server_key: str = ""
-
-
-@dataclass(frozen=True)
-class SelectorConfig:
-    task_id: str
-    replicas: tuple[Replica, ...]
-    schema: tuple[tuple[str, str], ...]
-    poll_seconds: float
-    endpoints_file: str = ""
-    one_batch: bool = False
-    log_file: str = ""
-    fetch_seconds: float = 10.0  # a replay waits this long for one replica before the next
-    retry_seconds: float = 2.0  # a replica that failed is re-subscribed after this long
-    key_file: str = ""  # this reader's CURVE keypair file ("" = plain text)
-
-    @property
-    def stream_schema(self) -> Schema:
-        return Schema.of(*self.schema)
-
-
 def encode_config(config: Any) -> str:
     return json.dumps(asdict(config))
 
@@ -342,8 +318,6 @@ def encode_config(config: Any) -> str:
 def _decode(cls: type, text: str) -> Any:
     data = json.loads(text)
     data["schema"] = tuple(tuple(pair) for pair in data["schema"])
-    if "replicas" in data:
-        data["replicas"] = tuple(Replica(**r) for r in data["replicas"])
     return cls(**data)
 
 
@@ -365,8 +339,11 @@ class GeneratorReader(DataSourceStreamReader):
     def __init__(self, config: GeneratorConfig) -> None:
         self.config = config
         self._anchor: float | None = None
+        self._start: int | None = None  # where the next micro-batch starts, once known
+        self._known = False
 
     def initialOffset(self) -> dict:
+        self._start, self._known = 0, True
         return {"index": 0}
 
     def latestOffset(self) -> dict:
@@ -374,11 +351,19 @@ class GeneratorReader(DataSourceStreamReader):
         pace = self.config.pace or self.config.rate
         if self._anchor is None:
             self._anchor = pacing_anchor(self.config.anchor_path, now, pace)
+        if not self._known:
+            self._start = planned_start(spark_dir_of(self.config.anchor_path), "index")
+            self._known = True
         limit = self.config.limit
         available = limit if limit is not None else int(MAX_OFFSET)
-        return {"index": paced_offset(self._anchor, now, pace, available, limit)}
+        latest = capped(self._start, paced_offset(self._anchor, now, pace, available, limit),
+                        batch_row_cap(self.config.stream_schema))
+        self._start = latest if self._start is None else max(self._start, latest)
+        return {"index": latest}
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        self._start = end["index"] if self._start is None else max(self._start, end["index"])
+        self._known = True
         ranges = split_range(start["index"], end["index"], self.config.partitions)
         return [IndexRange(lo, hi) for lo, hi in ranges]
 
@@ -532,6 +517,8 @@ class FileReader(DataSourceStreamReader):
         self.config = config
         self._index: LineIndex | None = None
         self._anchor: float | None = None
+        self._start: int | None = None  # where the next micro-batch starts, once known
+        self._known = False
 
     def _lines(self) -> LineIndex:
         if self._index is None:
@@ -540,6 +527,7 @@ class FileReader(DataSourceStreamReader):
         return self._index
 
     def initialOffset(self) -> dict:
+        self._start, self._known = 0, True
         return {"line": 0}
 
     def latestOffset(self) -> dict:
@@ -548,9 +536,18 @@ class FileReader(DataSourceStreamReader):
         if self._anchor is None:
             self._anchor = pacing_anchor(self.config.anchor_path, now, self.config.rate,
                                          available)
-        return {"line": paced_offset(self._anchor, now, self.config.rate, available, None)}
+        if not self._known:
+            self._start = planned_start(spark_dir_of(self.config.anchor_path), "line")
+            self._known = True
+        latest = capped(self._start,
+                        paced_offset(self._anchor, now, self.config.rate, available, None),
+                        batch_row_cap(self.config.stream_schema))
+        self._start = latest if self._start is None else max(self._start, latest)
+        return {"line": latest}
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        self._start = end["line"] if self._start is None else max(self._start, end["line"])
+        self._known = True
         if end["line"] <= start["line"]:
             return []
         index = self._index
@@ -583,374 +580,12 @@ class FileSource(DataSource):
         return FileReader(_decode(FileConfig, self.options[CONFIG_OPTION]))
 
 
-# --- channel ------------------------------------------------------------------------------------
-
-def contiguous_after(batches: Sequence[Any], after: int) -> list[Any]:
-    """Batches with seq > after, in seq order, stopping at the first gap (pure)."""
-    picked: list[Any] = []
-    expected = after + 1
-    for batch in sorted(batches, key=lambda b: b.seq):
-        if batch.seq < expected:
-            continue
-        if batch.seq != expected:
-            break
-        picked.append(batch)
-        expected += 1
-    return picked
-
-
-def moved_endpoints(endpoints: Mapping[str, str], current: Mapping[str, str]) -> dict[str, str]:
-    """Channel -> new endpoint for each channel of `current` whose endpoint in `endpoints` (the
-    task's endpoints file) differs from the one in use (pure)."""
-    return {channel: endpoints[channel] for channel, in_use in current.items()
-            if endpoints.get(channel) and endpoints[channel] != in_use}
-
-
-def _to_batches(schema: Schema, tables: Sequence[pa.Table]) -> list[pa.RecordBatch]:
-    target = shapes.arrow_schema(schema)
-    out: list[pa.RecordBatch] = []
-    for table in tables:
-        out.extend(table.select(target.names).cast(target).to_batches())
-    return out
-
-
-def _watcher(path: str) -> EndpointWatcher | None:
-    return EndpointWatcher(path) if path else None
-
+# --- channel inputs -----------------------------------------------------------------------------
 
 def source_log_path(checkpoint_dir: str) -> str:
-    """Where the channel sources of the task whose folder is `checkpoint_dir` log."""
+    """Where the channel inputs of the task whose folder is `checkpoint_dir` log (retargets,
+    replica switches; `executor.spool_receiver`)."""
     return os.path.join(checkpoint_dir, "control", "sources.log")
 
 
-def _ensure_source_logging(log_file: str) -> None:
-    """Spark starts the source runner as a bare Python process: without handlers our INFO lines
-    (retargets, replica switches) would be lost. They go to its stderr (the JVM's) and, when
-    given, to the task's own `log_file`, where the executor and tests can read them."""
-    package = logging.getLogger("executor")
-    if package.level == logging.NOTSET:
-        package.setLevel(os.environ.get("ELASTIQ_LOG_LEVEL", "INFO"))
-    formatter = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if not logging.getLogger().handlers and not package.handlers:
-        stderr = logging.StreamHandler()
-        stderr.setFormatter(formatter)
-        package.addHandler(stderr)
-    if log_file and not any(getattr(h, "baseFilename", None) == os.path.abspath(log_file)
-                            for h in package.handlers):
-        os.makedirs(os.path.dirname(log_file), exist_ok=True)
-        to_file = logging.FileHandler(log_file, encoding="utf-8")
-        to_file.setFormatter(formatter)
-        package.addHandler(to_file)
-
-
-def one_batch_offset(seq: int, flushed: bool) -> dict:
-    """An offset of a channel source taking one channel batch per micro-batch (a hot-standby
-    replica). Every input batch is followed by one empty step (`flushed` False -> True): that
-    micro-batch reads nothing and emits what the input batch's watermark closed (windows, join
-    state), exactly as Spark's own no-data batch would, but at the same point in every replica,
-    which a no-data batch (run or not depending on timing) is not. Spark's own no-data batches
-    are off for these queries, so without this step a window would only close when the next
-    input arrives, and the last windows of a finite input never."""
-    return {"seq": seq, "flushed": flushed}
-
-
-class ChannelReaderSource(SimpleDataSourceStreamReader):
-    """Offsets {"seq": s}: every channel batch with seq <= s is included. Runs entirely in the
-    query's planner process, where the ZeroMQ reader stays open between calls."""
-
-    def __init__(self, config: ChannelConfig) -> None:
-        _ensure_source_logging(config.log_file)
-        self.config = config
-        self._endpoint = config.endpoint
-        self._reader: Any = None
-        self._subscribed_after: int | None = None
-        self._pending: dict[int, Any] = {}  # polled but not yet handed to Spark (one_batch)
-        self._watcher = _watcher(config.endpoints_file)
-
-    def _channel(self) -> Any:
-        if self._reader is None:
-            from executor.channel_auth import reader_auth
-            from executor.channels import ChannelReader
-
-            cfg = self.config
-            self._reader = ChannelReader(cfg.channel, cfg.reader_id, self._endpoint,
-                                         shapes.arrow_schema(cfg.stream_schema),
-                                         auth=reader_auth(cfg.key_file, cfg.server_key))
-        return self._reader
-
-    def _follow_endpoints(self) -> None:
-        """Reconnect when the endpoints file names another writer for this channel."""
-        endpoints = self._watcher.changed() if self._watcher is not None else None
-        if not endpoints:
-            return
-        moved = moved_endpoints(endpoints, {self.config.channel: self._endpoint})
-        new = moved.get(self.config.channel)
-        if new is None:
-            return
-        log.info("task %s: channel %s moves %s -> %s", self.config.task_id, self.config.channel,
-                 self._endpoint, new)
-        self._endpoint = new
-        if self._reader is not None:
-            self._reader.connect_to(new)
-
-    def initialOffset(self) -> dict:
-        self._follow_endpoints()
-        first, _last = self._channel().retained_range(timeout=10.0)
-        return one_batch_offset(first - 1, flushed=True) if self.config.one_batch \
-            else {"seq": first - 1}
-
-    def read(self, start: dict) -> tuple[Iterator[pa.RecordBatch], dict]:
-        after = start["seq"]
-        if self.config.one_batch and not start.get("flushed", True):
-            return iter([]), one_batch_offset(after, flushed=True)  # the flush step
-        self._follow_endpoints()
-        reader = self._channel()
-        if self._subscribed_after is None:
-            reader.subscribe(from_seq=after + 1)
-            self._subscribed_after = after
-        self._pending = {seq: b for seq, b in self._pending.items() if seq > after}
-        if after + 1 not in self._pending:
-            for batch in reader.poll(self.config.poll_seconds):
-                if batch.seq > after:
-                    self._pending[batch.seq] = batch
-        picked = contiguous_after(list(self._pending.values()), after)
-        if self.config.one_batch:
-            picked = picked[:1]
-        if not picked:
-            return iter([]), start
-        tables = [b.table for b in picked]
-        end = one_batch_offset(picked[-1].seq, flushed=False) if self.config.one_batch \
-            else {"seq": picked[-1].seq}
-        return iter(_to_batches(self.config.stream_schema, tables)), end
-
-    def readBetweenOffsets(self, start: dict, end: dict) -> Iterator[pa.RecordBatch]:
-        if end["seq"] <= start["seq"]:
-            return iter([])  # nothing, or a replica's flush step
-        self._follow_endpoints()
-        fetched = self._channel().fetch(start["seq"], end["seq"], timeout=30.0)
-        picked = contiguous_after(fetched, start["seq"])
-        if not picked or picked[-1].seq != end["seq"]:
-            raise RuntimeError(
-                f"task {self.config.task_id}: channel {self.config.channel} replay of "
-                f"({start['seq']}, {end['seq']}] came back incomplete")
-        return iter(_to_batches(self.config.stream_schema, [b.table for b in picked]))
-
-    def commit(self, end: dict) -> None:
-        self._channel().ack(end["seq"])
-
-
-class ChannelSource(DataSource):
-    @classmethod
-    def name(cls) -> str:
-        return "elastiq_channel"
-
-    def schema(self) -> str:
-        return _decode(ChannelConfig, self.options[CONFIG_OPTION]).stream_schema.ddl()
-
-    def simpleStreamReader(self, schema: StructType) -> SimpleDataSourceStreamReader:
-        return ChannelReaderSource(_decode(ChannelConfig, self.options[CONFIG_OPTION]))
-
-
-# --- stream selector ----------------------------------------------------------------------------
-
-class _ReplicaState:
-    """Planner-side state of one replica channel of a selector (mutable, one process)."""
-
-    def __init__(self, replica: Replica) -> None:
-        self.replica = replica
-        self.endpoint = replica.endpoint
-        self.reader: Any = None
-        self.subscribed = False
-        self.retry_at = 0.0  # monotonic time before which this replica is skipped
-
-
-class SelectorReaderSource(SimpleDataSourceStreamReader):
-    """Offsets {"seq": s} of ONE numbered stream served by k replica channels (same content per
-    seq, one writer each). New batches come from whichever replica has them first, preferring
-    the one that supplied the last batches; replays from any replica that can serve them; acks
-    go to every replica so each writer can trim. No gap and no duplicate: a seq is taken once,
-    whoever supplies it."""
-
-    def __init__(self, config: SelectorConfig) -> None:
-        _ensure_source_logging(config.log_file)
-        if not config.replicas:
-            raise ValueError(f"task {config.task_id}: a selector needs at least one replica")
-        self.config = config
-        self._replicas = [_ReplicaState(r) for r in config.replicas]
-        self._current: int | None = None
-        self._pending: dict[int, tuple[int, Any]] = {}  # seq -> (replica index, batch)
-        self._watcher = _watcher(config.endpoints_file)
-
-    # -- replicas
-
-    def _name(self, index: int) -> str:
-        return self._replicas[index].replica.channel
-
-    def _reader(self, index: int, *, force: bool = False) -> Any:
-        """The replica's reader, or None while it waits to be retried after an error."""
-        state = self._replicas[index]
-        if not force and time.monotonic() < state.retry_at:
-            return None
-        if state.reader is None:
-            from executor.channel_auth import reader_auth
-            from executor.channels import ChannelReader
-
-            state.reader = ChannelReader(state.replica.channel, state.replica.reader_id,
-                                         state.endpoint,
-                                         shapes.arrow_schema(self.config.stream_schema),
-                                         auth=reader_auth(self.config.key_file,
-                                                          state.replica.server_key))
-            state.subscribed = False
-        return state.reader
-
-    def _fail(self, index: int, error: Exception) -> None:
-        """Skip a replica that errored; a fresh reader re-subscribes after `retry_seconds`."""
-        state = self._replicas[index]
-        log.warning("task %s: selector skips replica %s for %s s: %s", self.config.task_id,
-                    self._name(index), self.config.retry_seconds, error)
-        if state.reader is not None:
-            try:
-                state.reader.close(flush_timeout=0)  # its writer is failing
-            except Exception:  # noqa: BLE001 - closing a broken reader must not hide the error
-                log.debug("task %s: closing replica %s failed", self.config.task_id,
-                          self._name(index), exc_info=True)
-        state.reader, state.subscribed = None, False
-        state.retry_at = time.monotonic() + self.config.retry_seconds
-
-    def _order(self) -> list[int]:
-        """Replica indexes, the one that supplied the last batches first."""
-        others = [i for i in range(len(self._replicas)) if i != self._current]
-        return others if self._current is None else [self._current, *others]
-
-    def _follow_endpoints(self) -> None:
-        endpoints = self._watcher.changed() if self._watcher is not None else None
-        if not endpoints:
-            return
-        current = {s.replica.channel: s.endpoint for s in self._replicas}
-        for channel, new in moved_endpoints(endpoints, current).items():
-            for state in self._replicas:
-                if state.replica.channel != channel:
-                    continue
-                log.info("task %s: selector replica %s moves %s -> %s", self.config.task_id,
-                         channel, state.endpoint, new)
-                state.endpoint = new
-                if state.reader is not None:
-                    state.reader.connect_to(new)
-
-    def _supplied(self, index: int, seq: int) -> None:
-        if index != self._current:
-            log.info("task %s: selector now reads replica %s at seq %s", self.config.task_id,
-                     self._name(index), seq)
-            self._current = index
-
-    # -- Spark's calls
-
-    def initialOffset(self) -> dict:
-        """The highest "first retained - 1" among the replicas that answer."""
-        from executor.channels import ChannelError
-
-        self._follow_endpoints()
-        deadline = time.monotonic() + 30.0
-        while True:
-            answers = []
-            for index in range(len(self._replicas)):
-                try:
-                    first, _last = self._reader(index, force=True).retained_range(timeout=2.0)
-                    answers.append(first - 1)
-                except ChannelError as exc:
-                    log.info("task %s: replica %s gave no retained range: %s",
-                             self.config.task_id, self._name(index), exc)
-            if answers:
-                return {"seq": max(answers)}
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"task {self.config.task_id}: no selector replica answered")
-
-    def _poll(self, index: int, after: int, wait: float) -> None:
-        from executor.channels import ChannelError
-
-        reader = self._reader(index)
-        if reader is None:
-            time.sleep(wait)  # waiting to be retried: keep read()'s loop from spinning
-            return
-        state = self._replicas[index]
-        try:
-            if not state.subscribed:
-                reader.subscribe(from_seq=after + 1)
-                state.subscribed = True
-            for batch in reader.poll(wait):
-                if batch.seq > after and batch.seq not in self._pending:
-                    self._pending[batch.seq] = (index, batch)
-        except ChannelError as exc:
-            self._fail(index, exc)
-
-    def read(self, start: dict) -> tuple[Iterator[pa.RecordBatch], dict]:
-        after = start["seq"]
-        self._follow_endpoints()
-        self._pending = {seq: v for seq, v in self._pending.items() if seq > after}
-        deadline = time.monotonic() + self.config.poll_seconds
-        while after + 1 not in self._pending:
-            first, *rest = self._order()
-            self._poll(first, after, max(0.0, min(0.05, deadline - time.monotonic())))
-            for index in rest:
-                self._poll(index, after, 0.0)
-            if time.monotonic() >= deadline:
-                break
-        picked = contiguous_after([b for _, b in self._pending.values()], after)
-        if self.config.one_batch:
-            picked = picked[:1]
-        if not picked:
-            return iter([]), {"seq": after}
-        self._supplied(self._pending[picked[0].seq][0], picked[0].seq)
-        tables = [b.table for b in picked]
-        return iter(_to_batches(self.config.stream_schema, tables)), {"seq": picked[-1].seq}
-
-    def readBetweenOffsets(self, start: dict, end: dict) -> Iterator[pa.RecordBatch]:
-        from executor.channels import ChannelError
-
-        after, upto = start["seq"], end["seq"]
-        if upto <= after:
-            return iter([])
-        self._follow_endpoints()
-        ready = [i for i in self._order() if self._reader(i) is not None]
-        waiting = [i for i in self._order() if i not in ready]
-        for index in ready + waiting:
-            try:
-                fetched = self._reader(index, force=True).fetch(
-                    after, upto, timeout=self.config.fetch_seconds)
-            except ChannelError as exc:
-                self._fail(index, exc)
-                continue
-            picked = contiguous_after(fetched, after)
-            if picked and picked[-1].seq == upto:
-                self._supplied(index, after + 1)
-                return iter(_to_batches(self.config.stream_schema, [b.table for b in picked]))
-        raise RuntimeError(f"task {self.config.task_id}: no selector replica could replay "
-                           f"({after}, {upto}]")
-
-    def commit(self, end: dict) -> None:
-        from executor.channels import ChannelError
-
-        for index in range(len(self._replicas)):
-            reader = self._reader(index)
-            if reader is None:
-                continue
-            try:
-                reader.ack(end["seq"])
-            except ChannelError as exc:
-                self._fail(index, exc)
-
-
-class SelectorSource(DataSource):
-    @classmethod
-    def name(cls) -> str:
-        return "elastiq_selector"
-
-    def schema(self) -> str:
-        return _decode(SelectorConfig, self.options[CONFIG_OPTION]).stream_schema.ddl()
-
-    def simpleStreamReader(self, schema: StructType) -> SimpleDataSourceStreamReader:
-        return SelectorReaderSource(_decode(SelectorConfig, self.options[CONFIG_OPTION]))
-
-
-ALL_SOURCES: tuple[type[DataSource], ...] = (GeneratorSource, FileSource, ChannelSource,
-                                             SelectorSource)
+ALL_SOURCES: tuple[type[DataSource], ...] = (GeneratorSource, FileSource)

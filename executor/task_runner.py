@@ -330,9 +330,8 @@ class TaskRunner:
         self._stop.set()
         locked = self._rebuild.acquire(timeout=timeout)
         try:
-            rt = self.runtime
-            if rt is not None and rt.query is not None and rt.query.isActive:
-                rt.query.stop()
+            if self.runtime is not None:
+                self.runtime.stop()
         finally:
             if locked:
                 self._rebuild.release()
@@ -348,10 +347,18 @@ class TaskRunner:
             self._status = replace(self._status, **changes)
 
     def _launch(self) -> None:
+        """Build and start a new query; the previous one (stopped or dead) lets go of its channel
+        inputs first, and a build that fails lets go of what it had started."""
+        if self.runtime is not None:
+            self.runtime.close_receivers()
         rt = TaskRuntime(self.spark, **self.kwargs)
-        self.module.build(rt)
-        if rt.query is None:
-            raise RuntimeError(f"task {self.task_id}: build() ended without a sink")
+        try:
+            self.module.build(rt)
+            if rt.query is None:
+                raise RuntimeError(f"task {self.task_id}: build() ended without a sink")
+        except BaseException:
+            rt.stop()
+            raise
         self.runtime = rt
         # running, and saying so when it replaced persisted state it could not read
         self._set(state="running", reason="; ".join(rt.notices), query_id=str(rt.query.id))

@@ -82,8 +82,7 @@ def test_a_task_with_launch_keys_reads_and_serves_over_curve(spark: Any, tmp_pat
             pump()  # a duplicate would arrive now
         assert rt.query is not None and rt.query.exception() is None
     finally:
-        if rt.query is not None:
-            rt.query.stop()
+        rt.stop()
         for r in (reader, stranger):
             if r is not None:
                 r.close()
@@ -114,7 +113,6 @@ def test_a_network_source_reads_a_curve_sink_with_its_key_file(spark: Any,
         wait_for(lambda: len(read_sink(out)) >= len(rows) + 1, 30, "the last row")
         assert rt.query is not None and rt.query.exception() is None
     finally:
-        if rt.query is not None:
-            rt.query.stop()
+        rt.stop()
         writer.close()
     assert sorted(map(key, read_sink(out))) == sorted(map(key, rows + rows[:1]))

@@ -126,6 +126,5 @@ def test_channel_between_two_tasks_in_one_session(spark: Any, tmp_path: Path) ->
         assert last_seq >= 2  # several micro-batches crossed the channel
     finally:
         for rt in (a, b):
-            if rt.query is not None and rt.query.isActive:
-                rt.query.stop()
+            rt.stop()
         hub.close()

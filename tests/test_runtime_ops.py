@@ -28,8 +28,7 @@ def runtime(spark: Any, tmp_path: Path) -> Iterator[TaskRuntime]:
     rt = TaskRuntime(spark, query_id="q", task_id=f"t-{tmp_path.name}",
                      checkpoint_dir=str(tmp_path / "ck"), trigger_seconds=0.5)
     yield rt
-    if rt.query is not None and rt.query.isActive:
-        rt.query.stop()
+    rt.stop()
 
 
 def run_to_sink(rt: TaskRuntime, tmp_path: Path, stream: str, limits: list[int]) -> list[dict]:

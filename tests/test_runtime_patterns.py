@@ -50,8 +50,7 @@ def send_all(writer: ChannelWriter, batches: Iterable[tuple[int, list[dict]]]) -
 
 def stop(*runtimes: TaskRuntime) -> None:
     for rt in runtimes:
-        if rt.query is not None and rt.query.isActive:
-            rt.query.stop()
+        rt.stop()
 
 
 class Collector:
@@ -346,44 +345,3 @@ def test_channel_source_follows_the_endpoints_file(spark: Any, tmp_path: Path) -
     assert acked >= 5, f"acknowledged to the new writer: {acked}"
     logged = Path(source_log_path(str(checkpoint))).read_text(encoding="utf-8")
     assert f"channel up.raw moves {old.endpoint} -> {new.endpoint}" in logged
-
-
-def test_selector_replay_falls_back_to_a_replica_that_can_serve(tmp_path: Path) -> None:
-    """readBetweenOffsets (a restarted query's replay), called directly on the planner-side
-    reader: the first replica is gone, so after its fetch times out the second one serves."""
-    import logging
-
-    from executor.sources import Replica, SelectorConfig, SelectorReaderSource, schema_pairs
-
-    rows = input_rows("sensor", 61, 1000.0, 300)
-    writers = [ChannelWriter(ch, ARROW_SENSOR, expected_readers=[channel_reader_id("t", ch)])
-               for ch in ("rep.1", "rep.2")]
-    package = logging.getLogger("executor")
-    handlers, level = list(package.handlers), package.level
-    try:
-        for writer in writers:
-            send_all(writer, enumerate(chunks(rows, 100)))
-        replicas = tuple(Replica(w.channel_id, channel_reader_id("t", w.channel_id), w.endpoint)
-                         for w in writers)
-        config = SelectorConfig("t", replicas,
-                                schema_pairs(SENSOR), 0.2, log_file=str(tmp_path / "s.log"),
-                                fetch_seconds=1.0)
-        source = SelectorReaderSource(config)
-        assert source.initialOffset() == {"seq": 0}
-        writers[0].close()
-        replayed = pa.Table.from_batches(list(source.readBetweenOffsets({"seq": 0}, {"seq": 3})))
-        source.commit({"seq": 3})
-        wait_for(lambda: writers[1].stats().acked[channel_reader_id("t", "rep.2")] == 3, 10,
-                 "the acknowledgement on the surviving replica")
-    finally:
-        for writer in writers:
-            writer.close()
-        for handler in package.handlers:
-            if handler not in handlers:
-                package.removeHandler(handler)
-                handler.close()
-        package.setLevel(level)
-    assert Counter(map(sensor_key, replayed.to_pylist())) == Counter(map(sensor_key, rows))
-    logged = (tmp_path / "s.log").read_text(encoding="utf-8")
-    assert "selector skips replica rep.1" in logged
-    assert "selector now reads replica rep.2 at seq 1" in logged

@@ -181,14 +181,6 @@ def test_input_counter_counts_each_batch_of_each_run_once() -> None:
     assert counter.add([{"runId": "b", "batchId": 2, "numInputRows": 7}]) == 23
 
 
-def test_moved_endpoints_names_only_channels_in_use_whose_writer_moved() -> None:
-    current = {"a": "tcp://h:1", "b": "tcp://h:2"}
-    assert sources.moved_endpoints({"a": "tcp://h:1", "b": "tcp://h:9", "c": "tcp://h:3"},
-                                   current) == {"b": "tcp://h:9"}
-    assert sources.moved_endpoints({}, current) == {}
-    assert sources.moved_endpoints({"a": ""}, current) == {}
-
-
 def test_split_by_partition_keeps_rows_and_order_and_drops_the_column() -> None:
     import pyarrow as pa
 
@@ -198,8 +190,45 @@ def test_split_by_partition_keeps_rows_and_order_and_drops_the_column() -> None:
         [{"k": "y"}], [{"k": "x"}, {"k": "z"}, {"k": "w"}], []]
 
 
-def test_selector_config_survives_the_json_option() -> None:
-    config = sources.SelectorConfig("t", (sources.Replica("c1", "t/read:c1", "tcp://h:1"),
-                                          sources.Replica("c2", "t/read:c2", "tcp://h:2")),
-                                    (("x", "int"),), 0.2, "/e.json", True, "/s.log")
-    assert sources._decode(sources.SelectorConfig, sources.encode_config(config)) == config
+def test_a_source_micro_batch_is_bounded_to_about_48_mb_of_its_rows() -> None:
+    sensor = shapes.shape_named("sensor").columns
+    cap = sources.batch_row_cap(sensor)
+    assert cap == sources.MAX_BATCH_BYTES // 56  # 32 (string) + 3 x 8 bytes a row
+    assert sources.capped(None, 10**9, cap) == 10**9  # the start not known: no cap
+    assert sources.capped(100, 10**9, cap) == 100 + cap
+    assert sources.capped(100, 150, cap) == 150
+
+
+def test_planned_start_is_the_one_source_with_that_offset_key(tmp_path) -> None:
+    offsets = tmp_path / "offsets"
+    assert sources.planned_start(str(tmp_path), "index") == 0
+    offsets.mkdir()
+    (offsets / "3").write_text('v1\n{"batchWatermarkMs":0}\n{"index":900}\n{"seq":4}\n')
+    assert sources.planned_start(str(tmp_path), "index") == 900
+    assert sources.planned_start(str(tmp_path), "line") is None
+    (offsets / "4").write_text('v1\n{}\n{"index":900}\n{"index":7}\n')  # two generators
+    assert sources.planned_start(str(tmp_path), "index") is None
+
+
+def test_a_generator_backlog_comes_in_bounded_micro_batches(tmp_path) -> None:
+    """Planner-side calls of the generator reader (plain Python): an hour of backlog at
+    1M rows/s is taken at most `batch_row_cap` rows per micro-batch, resuming where Spark's
+    offset log says after a restart."""
+    sensor = shapes.shape_named("sensor").columns
+    anchor = tmp_path / "pacing" / "gen.anchor"
+    anchor.parent.mkdir()
+    anchor.write_text(json.dumps({"anchor": 0.0, "rate": 1e6}))  # started long ago
+    config = sources.GeneratorConfig("t", "gen", "sensor", sources.schema_pairs(sensor), 1,
+                                     1e6, None, 0, str(anchor), 2)
+    cap = sources.batch_row_cap(sensor)
+    reader = sources.GeneratorReader(config)
+    start = reader.initialOffset()
+    first = reader.latestOffset()
+    assert first == {"index": cap}
+    assert reader.latestOffset() == {"index": 2 * cap}
+    spark = tmp_path / "spark" / "offsets"
+    spark.mkdir(parents=True)
+    (spark / "0").write_text('v1\n{}\n' + json.dumps(first))
+    restarted = sources.GeneratorReader(config)
+    assert restarted.latestOffset() == {"index": 2 * cap}
+    assert start == {"index": 0}

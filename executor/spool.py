@@ -1,0 +1,207 @@
+"""The channel spool: numbered Arrow batches on disk between a channel's receiver and Spark.
+
+Owns the layout of one spool folder and every operation on it; no sockets, no Spark. A spool
+holds one numbered stream (a channel, or the one stream a selector's replicas serve):
+- `<seq>.<chunks>.<bytes>.arrow`: batch `seq` as an Arrow IPC file of `chunks` record batches
+  and `bytes` bytes, written by the receiver under a temporary name and renamed (a reader never
+  sees half a batch; the name tells the reader how to split and bound a micro-batch without
+  opening the file);
+- `committed`: the highest seq Spark has committed (the reader's `commit()` writes it, then
+  unlinks the batches up to it; the receiver acknowledges it upstream). Before the first commit
+  it holds the base: the seq before the first batch the writer still retained when the spool
+  was created, which is where a fresh query starts;
+- `error`: why the receiver gave up (a writer's refusal, a changed epoch), raised by the reader.
+Batches are neither fsynced nor copied: a SIGKILLed process loses nothing that the page cache
+holds, and a batch lost with the machine is still retained upstream (acks follow commits).
+The reading side (`executor.spool_source`, in Spark's processes) memory-maps the files.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from typing import Iterable, Iterator, Sequence
+
+import pyarrow as pa
+
+CHUNK_ROWS = 32_768  # rows per record batch in a spooled file: the unit Spark partitions split
+COMMITTED = "committed"
+ERROR = "error"
+_BATCH = re.compile(r"^(\d{20})\.(\d{1,9})\.(\d{1,15})\.arrow$")
+
+
+class SpoolError(RuntimeError):
+    """The spool cannot serve what was asked (the receiver gave up, or batches never came)."""
+
+
+@dataclass(frozen=True)
+class SpooledBatch:
+    seq: int
+    chunks: int
+    size: int  # bytes
+
+
+def batch_name(seq: int, chunks: int, size: int) -> str:
+    return f"{seq:020d}.{chunks}.{size}.arrow"
+
+
+def parse_name(name: str) -> SpooledBatch | None:
+    """The batch a spool file name stands for; None for any other name (pure)."""
+    match = _BATCH.match(name)
+    if match is None:
+        return None
+    return SpooledBatch(int(match.group(1)), int(match.group(2)), int(match.group(3)))
+
+
+def listing(folder: str) -> dict[int, SpooledBatch]:
+    """seq -> spooled batch, for every complete batch file in `folder` ({} if none)."""
+    try:
+        names = os.listdir(folder)
+    except FileNotFoundError:
+        return {}
+    found = (parse_name(name) for name in names)
+    return {b.seq: b for b in found if b is not None}
+
+
+def contiguous_high(seqs: Iterable[int], after: int) -> int:
+    """The highest s such that every seq in (after, s] is in `seqs` (`after` if none) (pure)."""
+    present = set(seqs)
+    high = after
+    while high + 1 in present:
+        high += 1
+    return high
+
+
+def capped_high(found: dict[int, SpooledBatch], after: int, max_bytes: int) -> int:
+    """Like `contiguous_high`, but stopping before the batch that would take the bytes of
+    (after, high] over `max_bytes`; at least one batch when one is there (pure). Bounds a
+    micro-batch after a backlog, so that its output still fits a channel frame."""
+    high, total = after, 0
+    while high + 1 in found:
+        total += found[high + 1].size
+        if total > max_bytes and high > after:
+            break
+        high += 1
+    return high
+
+
+def _replace(path: str, text: str) -> None:
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def read_committed(folder: str) -> int | None:
+    """The committed seq (or the base); None before the receiver set one."""
+    try:
+        with open(os.path.join(folder, COMMITTED), encoding="utf-8") as f:
+            text = f.read().strip()
+    except FileNotFoundError:
+        return None
+    if not text.isdigit():
+        raise SpoolError(f"spool {folder}: unreadable committed mark {text[:40]!r}")
+    return int(text)
+
+
+def write_committed(folder: str, seq: int) -> None:
+    os.makedirs(folder, exist_ok=True)
+    _replace(os.path.join(folder, COMMITTED), str(seq))
+
+
+def trim(folder: str, upto: int) -> int:
+    """Unlink the batches with seq <= `upto`; how many went."""
+    gone = 0
+    for seq, batch in listing(folder).items():
+        if seq <= upto:
+            try:
+                os.unlink(os.path.join(folder, batch_name(seq, batch.chunks, batch.size)))
+                gone += 1
+            except FileNotFoundError:
+                pass
+    return gone
+
+
+def write_batch(folder: str, seq: int, table: pa.Table) -> int:
+    """Spool batch `seq` (atomically: temporary file, then rename); its size in bytes."""
+    batches = table.to_batches(max_chunksize=CHUNK_ROWS) or [
+        pa.RecordBatch.from_pylist([], schema=table.schema)]
+    tmp = os.path.join(folder, f".{seq}.{os.getpid()}.tmp")
+    with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+        for batch in batches:
+            writer.write_batch(batch)
+    size = os.path.getsize(tmp)
+    os.replace(tmp, os.path.join(folder, batch_name(seq, len(batches), size)))
+    return size
+
+
+def set_error(folder: str, message: str) -> None:
+    os.makedirs(folder, exist_ok=True)
+    _replace(os.path.join(folder, ERROR), message)
+
+
+def clear_error(folder: str) -> None:
+    try:
+        os.unlink(os.path.join(folder, ERROR))
+    except FileNotFoundError:
+        pass
+
+
+def read_error(folder: str) -> str | None:
+    try:
+        with open(os.path.join(folder, ERROR), encoding="utf-8") as f:
+            return f.read() or "the channel receiver failed"
+    except FileNotFoundError:
+        return None
+
+
+# --- splitting a micro-batch's range into Spark partitions ---------------------------------------
+
+Unit = tuple[int, int, int, int, int]  # (seq, chunks, size, first, end): batches [first, end)
+
+
+def split_units(batches: Sequence[SpooledBatch], parts: int) -> list[tuple[Unit, ...]]:
+    """The record batches of `batches` (in seq order) cut into at most `parts` runs of nearly
+    equal chunk counts, each a tuple of units; a batch may be cut between two parts (pure)."""
+    total = sum(b.chunks for b in batches)
+    if total == 0:
+        return []
+    parts = max(1, min(parts, total))
+    bounds = [total * i // parts for i in range(parts + 1)]
+    out: list[tuple[Unit, ...]] = []
+    position = 0  # chunks before the current batch
+    index = 0
+    for lo, hi in zip(bounds, bounds[1:]):
+        units: list[Unit] = []
+        while index < len(batches) and position < hi:
+            batch = batches[index]
+            first = max(lo, position) - position
+            end = min(hi, position + batch.chunks) - position
+            if end > first:
+                units.append((batch.seq, batch.chunks, batch.size, first, end))
+            if position + batch.chunks <= hi:
+                position += batch.chunks
+                index += 1
+            else:
+                break
+        out.append(tuple(units))
+    return [units for units in out if units]
+
+
+def read_units(folder: str, units: Sequence[Unit], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """The record batches `units` name, memory-mapped, as `schema` (a Spark Python worker's side)."""
+    for seq, chunks, size, first, end in units:
+        path = os.path.join(folder, batch_name(seq, chunks, size))
+        try:
+            reader = pa.ipc.open_file(pa.memory_map(path))  # batches keep the mapping alive
+        except FileNotFoundError:
+            raise SpoolError(f"spool {folder}: batch {seq} is gone (trimmed before it was "
+                             "read)") from None
+        for index in range(first, end):
+            batch = reader.get_batch(index)
+            if not batch.schema.equals(schema, check_metadata=False):
+                batch = pa.Table.from_batches([batch]).select(schema.names) \
+                    .cast(schema).combine_chunks().to_batches()[0]
+            yield batch
+

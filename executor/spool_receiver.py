@@ -1,0 +1,276 @@
+"""The receiving end of a task's channel input: a thread of the executor process that takes
+numbered batches from one writer (a channel) or from k replica writers of one stream (a stream
+selector, hot standby) and spools them (`executor.spool`) for the task's Spark query to read.
+
+Owns subscribing, following moved writers (the task's endpoints file), picking batches from
+whichever replica has them first (each seq spooled once), acknowledging upstream what Spark has
+committed (the spool's `committed` mark), and bounding the spool (no credit is granted while
+`max_spool_bytes` of uncommitted batches wait). A single writer's refusal (trimmed, superseded,
+unauthorized, a changed epoch) is written to the spool for the reader to raise, as the query's
+failure; a replica's error only skips that replica for `retry_seconds`. Does not own the
+channel protocol (`executor.channel_reader`) nor the Spark side (`executor.spool_source`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass
+from typing import Sequence
+
+import pyarrow as pa
+
+from executor import spool
+from executor.channel_base import Batch, ChannelError
+from executor.endpoints_file import EndpointWatcher
+
+log = logging.getLogger("executor.spool")
+
+POLL_SECONDS = 0.05
+BASE_ANSWER_SECONDS = 2.0
+
+
+@dataclass(frozen=True)
+class Replica:
+    """One writer serving the spooled stream: its channel id, this task's reader id there, its
+    endpoint and its CURVE public key ("" = plain text)."""
+
+    channel: str
+    reader_id: str
+    endpoint: str
+    server_key: str = ""
+
+
+class _Source:
+    """One replica's reader and whether it may be used now (mutable, receiver thread only)."""
+
+    def __init__(self, replica: Replica) -> None:
+        self.replica = replica
+        self.endpoint = replica.endpoint
+        self.reader: object | None = None
+        self.subscribed = False
+        self.retry_at = 0.0
+
+
+class SpoolReceiver:
+    """Fills the spool `folder` from `replicas` (one for a channel) in a daemon thread."""
+
+    def __init__(self, task_id: str, folder: str, replicas: Sequence[Replica],
+                 schema: pa.Schema, *, key_file: str = "", endpoints_file: str = "",
+                 log_file: str = "", credit: int = 16, max_spool_bytes: int = 256 << 20,
+                 retry_seconds: float = 2.0) -> None:
+        if not replicas:
+            raise ValueError(f"task {task_id}: a spool needs at least one writer")
+        self.task_id, self.folder, self.schema = task_id, folder, schema
+        self._sources = [_Source(r) for r in replicas]
+        self._key_file = key_file
+        self._watcher = EndpointWatcher(endpoints_file) if endpoints_file else None
+        self._credit, self._max_bytes, self._retry = credit, max_spool_bytes, retry_seconds
+        self._selector = len(replicas) > 1
+        self._log = _task_logger(task_id, folder, log_file)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._high = 0  # every seq <= high is spooled (or committed)
+        self._acked = 0
+        self._pending: dict[int, Batch] = {}  # arrived ahead of a gap (replicas out of step)
+        self._sizes: dict[int, int] = {}  # seq -> bytes, spooled and not committed
+        self._current: int | None = None  # the replica that supplied the last batch
+
+    # -- lifecycle
+
+    def start(self) -> "SpoolReceiver":
+        """Start receiving; a failure the last receiver left in the spool is cleared first."""
+        os.makedirs(self.folder, exist_ok=True)
+        spool.clear_error(self.folder)
+        self._thread = threading.Thread(target=self._run, daemon=True,
+                                        name=f"spool-{self.task_id}-{os.path.basename(self.folder)}")
+        self._thread.start()
+        return self
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop receiving and close the readers (acks sent are confirmed first, briefly)."""
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+        for source in self._sources:
+            if source.reader is not None:
+                source.reader.close(flush_timeout=0.5)  # type: ignore[attr-defined]
+                source.reader = None
+        for handler in list(self._log.handlers):
+            self._log.removeHandler(handler)
+            handler.close()
+
+    # -- the thread
+
+    def _run(self) -> None:
+        try:
+            committed = self._base()
+            if committed is None:
+                return
+            self._acked = committed
+            self._high = spool.contiguous_high(spool.listing(self.folder), committed)
+            while not self._stop.is_set():
+                self._follow_endpoints()
+                self._acknowledge()
+                if self._spooled_bytes() > self._max_bytes:
+                    self._stop.wait(POLL_SECONDS / 5)
+                    continue
+                self._receive()
+        except _GiveUp as exc:
+            self._log.warning("task %s: spool %s stops: %s", self.task_id, self.folder, exc)
+            spool.set_error(self.folder, str(exc))
+        except Exception as exc:  # noqa: BLE001 - the reader must learn why, or it would wait
+            self._log.exception("task %s: spool receiver failed", self.task_id)
+            spool.set_error(self.folder, f"channel receiver failed: {type(exc).__name__}: {exc}")
+
+    def _base(self) -> int | None:
+        """The committed mark; on a new spool, set it to the seq before the first batch a writer
+        retains (several replicas: the highest such seq among those that answer)."""
+        committed = spool.read_committed(self.folder)
+        while committed is None and not self._stop.is_set():
+            answers = []
+            for index in range(len(self._sources)):
+                try:
+                    first, _last = self._reader(index, force=True).retained_range(  # type: ignore[attr-defined]
+                        timeout=BASE_ANSWER_SECONDS)
+                    answers.append(first - 1)
+                except ChannelError as exc:
+                    self._log.info("task %s: channel %s gave no retained range: %s",
+                                   self.task_id, self._name(index), exc)
+            if answers:
+                committed = max(answers)
+                spool.write_committed(self.folder, committed)
+        return committed
+
+    def _receive(self) -> None:
+        order = self._order()
+        for position, index in enumerate(order):
+            batches = self._poll(index, POLL_SECONDS if position == 0 else 0.0)
+            for batch in batches:
+                self._take(index, batch)
+            if batches and position == 0:
+                return
+
+    def _take(self, index: int, batch: Batch) -> None:
+        if batch.seq <= self._high:
+            return  # another replica supplied it already
+        self._pending[batch.seq] = batch
+        while self._high + 1 in self._pending:
+            ready = self._pending.pop(self._high + 1)
+            self._sizes[ready.seq] = spool.write_batch(self.folder, ready.seq, ready.table)
+            self._high = ready.seq
+            if self._selector and index != self._current:
+                self._log.info("task %s: selector now reads replica %s at seq %s", self.task_id,
+                               self._name(index), ready.seq)
+            self._current = index
+
+    def _acknowledge(self) -> None:
+        committed = spool.read_committed(self.folder) or 0
+        if committed <= self._acked:
+            return
+        self._acked = committed
+        for seq in [s for s in self._sizes if s <= committed]:
+            del self._sizes[seq]
+        for index in range(len(self._sources)):
+            reader = self._reader(index)
+            if reader is None:
+                continue
+            try:
+                reader.ack(committed)  # type: ignore[attr-defined]
+            except ChannelError as exc:
+                self._fail(index, exc)
+
+    def _spooled_bytes(self) -> int:
+        return sum(self._sizes.values())
+
+    # -- replicas
+
+    def _name(self, index: int) -> str:
+        return self._sources[index].replica.channel
+
+    def _order(self) -> list[int]:
+        """Replica indexes, the one that supplied the last batches first."""
+        others = [i for i in range(len(self._sources)) if i != self._current]
+        return others if self._current is None else [self._current, *others]
+
+    def _reader(self, index: int, *, force: bool = False) -> object | None:
+        """The replica's reader, or None while it waits to be retried after an error."""
+        source = self._sources[index]
+        if not force and time.monotonic() < source.retry_at:
+            return None
+        if source.reader is None:
+            from executor.channel_auth import reader_auth
+            from executor.channels import ChannelReader
+
+            source.reader = ChannelReader(source.replica.channel, source.replica.reader_id,
+                                          source.endpoint, self.schema, credit=self._credit,
+                                          auth=reader_auth(self._key_file,
+                                                           source.replica.server_key))
+            source.subscribed = False
+        return source.reader
+
+    def _poll(self, index: int, wait: float) -> list[Batch]:
+        reader = self._reader(index)
+        if reader is None:
+            if wait:
+                self._stop.wait(wait)
+            return []
+        source = self._sources[index]
+        try:
+            if not source.subscribed:
+                reader.subscribe(from_seq=self._high + 1)  # type: ignore[attr-defined]
+                source.subscribed = True
+            return reader.poll(wait)  # type: ignore[attr-defined]
+        except ChannelError as exc:
+            self._fail(index, exc)
+            return []
+
+    def _fail(self, index: int, error: Exception) -> None:
+        """A single writer's error ends the receiver (the query fails and is restarted); a
+        replica's only skips it, and a fresh reader re-subscribes after `retry_seconds`."""
+        if not self._selector:
+            raise _GiveUp(f"channel {self._name(index)}: {error}")
+        source = self._sources[index]
+        self._log.warning("task %s: selector skips replica %s for %s s: %s", self.task_id,
+                          self._name(index), self._retry, error)
+        if source.reader is not None:
+            try:
+                source.reader.close(flush_timeout=0)  # type: ignore[attr-defined]
+            except Exception:  # noqa: BLE001 - closing a broken reader must not hide the error
+                log.debug("closing replica %s failed", self._name(index), exc_info=True)
+        source.reader, source.subscribed = None, False
+        source.retry_at = time.monotonic() + self._retry
+
+    def _follow_endpoints(self) -> None:
+        """Reconnect a reader whose writer the endpoints file now places elsewhere."""
+        endpoints = self._watcher.changed() if self._watcher is not None else None
+        if not endpoints:
+            return
+        for source in self._sources:
+            new = endpoints.get(source.replica.channel)
+            if not new or new == source.endpoint:
+                continue
+            self._log.info("task %s: channel %s moves %s -> %s", self.task_id,
+                           source.replica.channel, source.endpoint, new)
+            source.endpoint = new
+            if source.reader is not None:
+                source.reader.connect_to(new)  # type: ignore[attr-defined]
+
+
+class _GiveUp(Exception):
+    """The stream cannot continue from this writer (raised inside the receiver thread)."""
+
+
+def _task_logger(task_id: str, folder: str, log_file: str) -> logging.Logger:
+    """A child of `executor.spool` for this receiver that also writes to the task's source log
+    (`log_file`, "" = none), where the executor and tests read retargets and replica switches."""
+    logger = log.getChild(f"{task_id}.{os.path.basename(folder)}")
+    if log_file:
+        os.makedirs(os.path.dirname(log_file), exist_ok=True)
+        handler = logging.FileHandler(log_file, encoding="utf-8")
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+    return logger

@@ -1,0 +1,318 @@
+"""The channel spool without Spark: the folder's operations and the pure range splitting
+(`executor.spool`), the receiver thread against real ZeroMQ channel writers
+(`executor.spool_receiver`), and the planner-side calls of the Spark reader called directly
+(`executor.spool_source`: they are plain Python; `read` is what Spark's workers run). The Spark
+layer runs it in tests/test_runtime_patterns.py and tests/test_runtime_faults.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import string
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from common.types import Schema
+from executor import spool
+from executor.channels import ChannelWriter
+from executor.shapes import arrow_schema
+from executor.spool_receiver import Replica, SpoolReceiver
+from executor.spool_source import (SpoolConfig, SpoolPart, SpoolStreamReader, decode_config,
+                                   encode_config, later, next_one_batch, offset, planned_offset)
+from test_runtime_support import wait_for
+
+SCHEMA = Schema.of(("k", "int"), ("v", "string"))
+ARROW = arrow_schema(SCHEMA)
+
+
+def table(lo: int, hi: int) -> pa.Table:
+    return pa.table({"k": list(range(lo, hi)), "v": [f"v{i}" for i in range(lo, hi)]},
+                    schema=ARROW)
+
+
+# --- the folder and the pure parts ---------------------------------------------------------------
+
+def test_batch_names_round_trip_and_other_names_are_not_batches() -> None:
+    assert spool.parse_name(spool.batch_name(42, 3, 900)) == spool.SpooledBatch(42, 3, 900)
+    for name in ("committed", "error", ".7.123.tmp", "42.3.9.arrow", "x" * 20 + ".1.9.arrow",
+                 f"{1:020d}.3.arrow"):
+        assert spool.parse_name(name) is None
+
+
+def test_parse_name_never_raises_on_random_names() -> None:
+    rng = random.Random(11)
+    alphabet = string.printable + "é\x00"
+    for _ in range(2000):
+        name = "".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 40)))
+        found = spool.parse_name(name)
+        assert found is None or spool.batch_name(found.seq, found.chunks, found.size) == name
+
+
+def test_contiguous_high_stops_at_the_first_gap() -> None:
+    assert spool.contiguous_high([], 5) == 5
+    assert spool.contiguous_high([6, 7, 9], 5) == 7
+    assert spool.contiguous_high([3, 4], 5) == 5
+
+
+def test_capped_high_bounds_a_micro_batch_by_bytes_but_takes_at_least_one_batch() -> None:
+    found = {seq: spool.SpooledBatch(seq, 1, 10) for seq in (6, 7, 8, 10)}
+    assert spool.capped_high(found, 5, 25) == 7
+    assert spool.capped_high(found, 5, 1000) == 8  # and never over a gap
+    assert spool.capped_high(found, 5, 1) == 6
+    assert spool.capped_high(found, 8, 1) == 8
+
+
+def test_split_units_covers_every_chunk_once_in_order_and_balances_the_parts() -> None:
+    rng = random.Random(7)
+    for _ in range(500):
+        batches = [spool.SpooledBatch(seq, rng.randrange(1, 6), 1)
+                   for seq in range(1, rng.randrange(1, 9))]
+        parts = rng.randrange(1, 6)
+        runs = spool.split_units(batches, parts)
+        flat = [(seq, index) for units in runs for seq, _c, _s, first, end in units
+                for index in range(first, end)]
+        expected = [(b.seq, index) for b in batches for index in range(b.chunks)]
+        assert flat == expected
+        sizes = [sum(end - first for _q, _c, _s, first, end in units) for units in runs]
+        assert len(runs) == min(parts, len(expected))
+        assert not sizes or max(sizes) - min(sizes) <= 1
+        chunks = {b.seq: b.chunks for b in batches}
+        assert all(c == chunks[seq] for units in runs for seq, c, _s, _f, _e in units)
+
+
+def test_written_batches_read_back_by_units_trimmed_and_marked(tmp_path: Path) -> None:
+    folder = str(tmp_path / "s")
+    os.makedirs(folder)
+    rows = spool.CHUNK_ROWS * 2 + 5
+    spool.write_batch(folder, 1, table(0, rows))
+    spool.write_batch(folder, 2, table(rows, rows + 1))
+    spool.write_batch(folder, 3, table(0, 0))
+    found = spool.listing(folder)
+    assert {seq: b.chunks for seq, b in found.items()} == {1: 3, 2: 1, 3: 1}
+    assert all(b.size == os.path.getsize(os.path.join(folder, spool.batch_name(
+        b.seq, b.chunks, b.size))) for b in found.values())
+    runs = spool.split_units([found[1], found[2], found[3]], 2)
+    got = [batch for units in runs for batch in spool.read_units(folder, units, ARROW)]
+    assert pa.Table.from_batches(got, schema=ARROW).column("k").to_pylist() == \
+        list(range(rows + 1))
+    spool.write_committed(folder, 2)
+    assert spool.read_committed(folder) == 2
+    assert spool.trim(folder, 2) == 2
+    assert sorted(spool.listing(folder)) == [3]
+    with pytest.raises(spool.SpoolError, match="batch 1 is gone"):
+        list(spool.read_units(folder, runs[0], ARROW))
+
+
+def test_an_unreadable_committed_mark_is_refused_with_its_path(tmp_path: Path) -> None:
+    (tmp_path / spool.COMMITTED).write_text("12x", encoding="utf-8")
+    with pytest.raises(spool.SpoolError, match="unreadable committed mark"):
+        spool.read_committed(str(tmp_path))
+
+
+def test_one_batch_offsets_alternate_a_batch_and_its_flush_step() -> None:
+    start = offset("c", 4, True)
+    assert next_one_batch(start, 4) == start  # nothing new
+    step = next_one_batch(start, 9)
+    assert step == offset("c", 5, False)  # one batch, although 5 are there
+    assert next_one_batch(step, 9) == offset("c", 5, True)
+    assert later(step, offset("c", 5, True)) == offset("c", 5, True)
+    assert later(None, step) == step and later(offset("c", 6), step) == offset("c", 6)
+
+
+def test_config_survives_the_json_option() -> None:
+    config = SpoolConfig("t", "select:x", "/ck/spool/x", "/ck/spark", (("k", "int"),), 3, True)
+    assert decode_config(encode_config(config)) == config
+
+
+def test_planned_offset_finds_this_spool_in_sparks_last_offsets_file(tmp_path: Path) -> None:
+    offsets = tmp_path / "offsets"
+    offsets.mkdir()
+    assert planned_offset(str(tmp_path), "a") is None
+    for batch, (a, b) in enumerate([(1, 1), (4, 2)]):
+        (offsets / str(batch)).write_text("\n".join([
+            "v1", json.dumps({"batchWatermarkMs": 0}),
+            json.dumps(offset("a", a, False)), json.dumps(offset("b", b))]), encoding="utf-8")
+    assert planned_offset(str(tmp_path), "a") == offset("a", 4, False)
+    assert planned_offset(str(tmp_path), "b") == offset("b", 2)
+    assert planned_offset(str(tmp_path), "c") is None
+
+
+# --- the receiver against real writers -----------------------------------------------------------
+
+def writer_for(channel: str, reader: str, **kwargs: Any) -> ChannelWriter:
+    return ChannelWriter(channel, ARROW, expected_readers=[reader], **kwargs)
+
+
+def config_for(folder: Path, **kwargs: Any) -> SpoolConfig:
+    return SpoolConfig("t", "up", str(folder), str(folder.parent / "spark"),
+                       (("k", "int"), ("v", "string")), **kwargs)
+
+
+def read_range(reader: SpoolStreamReader, start: dict, end: dict) -> list[int]:
+    keys: list[int] = []
+    for part in reader.partitions(start, end):
+        assert isinstance(part, SpoolPart)
+        for batch in reader.read(part):
+            keys.extend(batch.column("k").to_pylist())
+    return keys
+
+
+def test_receiver_spools_in_order_and_commit_acks_upstream_and_trims(tmp_path: Path) -> None:
+    writer = writer_for("up", "t/up")
+    folder = tmp_path / "spool"
+    writer.send(table(0, 10), 0)  # before the spool exists: the base is before it
+    receiver = SpoolReceiver("t", str(folder), [Replica("up", "t/up", writer.endpoint)],
+                             ARROW).start()
+    try:
+        for tag in range(1, 6):
+            writer.send(table(tag * 10, tag * 10 + 10), tag)
+        reader = SpoolStreamReader(config_for(folder))
+        start = reader.initialOffset()
+        assert start == offset("up", 0)
+        wait_for(lambda: reader.latestOffset()["seq"] == 6, 20, "six spooled batches")
+        end = offset("up", 6)
+        assert read_range(reader, start, end) == list(range(60))
+        reader.commit(end)
+        wait_for(lambda: writer.stats().acked.get("t/up") == 6, 20, "the ack upstream")
+        assert spool.listing(str(folder)) == {}
+        writer.send(table(60, 61), 6)
+        wait_for(lambda: reader.latestOffset()["seq"] == 7, 20, "the next batch")
+        assert read_range(reader, end, offset("up", 7)) == [60]
+    finally:
+        receiver.close()
+        writer.close()
+
+
+def test_a_new_receiver_resumes_after_what_is_spooled_and_spark_replays_it(
+        tmp_path: Path) -> None:
+    """A restarted task: batches spooled but not committed are read again from the folder, and
+    the new receiver continues after them (nothing asked twice, nothing lost)."""
+    writer = writer_for("up", "t/up")
+    folder = tmp_path / "spool"
+    replica = [Replica("up", "t/up", writer.endpoint)]
+    first = SpoolReceiver("t", str(folder), replica, ARROW).start()
+    try:
+        for tag in range(3):
+            writer.send(table(tag * 10, tag * 10 + 10), tag)
+        reader = SpoolStreamReader(config_for(folder))
+        wait_for(lambda: reader.latestOffset()["seq"] == 3, 20, "three spooled batches")
+        reader.commit(offset("up", 1))
+    finally:
+        first.close()
+    second = SpoolReceiver("t", str(folder), replica, ARROW).start()
+    try:
+        writer.send(table(30, 40), 3)
+        again = SpoolStreamReader(config_for(folder))
+        wait_for(lambda: again.latestOffset()["seq"] == 4, 20, "the batch after the restart")
+        assert read_range(again, offset("up", 1), offset("up", 4)) == list(range(10, 40))
+    finally:
+        second.close()
+        writer.close()
+
+
+def test_the_spool_is_bounded_until_spark_commits(tmp_path: Path) -> None:
+    writer = writer_for("up", "t/up")
+    folder = tmp_path / "spool"
+    receiver = SpoolReceiver("t", str(folder), [Replica("up", "t/up", writer.endpoint)], ARROW,
+                             credit=2, max_spool_bytes=1).start()
+    try:
+        for tag in range(8):
+            writer.send(table(tag * 10, tag * 10 + 10), tag)
+        reader = SpoolStreamReader(config_for(folder))
+        wait_for(lambda: reader.latestOffset()["seq"] >= 1, 20, "the first batch")
+        wait_for(lambda: writer.stats().data_frames >= 2, 20, "the credit to be used")
+        sent = writer.stats().data_frames
+        time.sleep(0.5)  # more would come now if the receiver granted credit over the bound
+        spooled = sorted(spool.listing(str(folder)))
+        assert writer.stats().data_frames == sent  # stopped: no credit while over the bound
+        assert spooled in ([1], [1, 2])  # one poll's batches, no more
+        assert sent <= len(spooled) + 2  # and at most a credit's worth in flight
+        reader.commit(offset("up", 1))
+        wait_for(lambda: 2 in spool.listing(str(folder)), 20, "receiving after the commit")
+    finally:
+        receiver.close()
+        writer.close()
+
+
+def test_a_writers_refusal_reaches_the_reader_as_the_querys_failure(tmp_path: Path) -> None:
+    writer = writer_for("up", "t/up")
+    folder = tmp_path / "spool"
+    for tag in range(3):
+        writer.send(table(tag, tag + 1), tag)
+    spool.write_committed(str(folder), 0)
+    stranger = SpoolReceiver("t", str(folder), [Replica("up", "t/other", writer.endpoint)],
+                             ARROW).start()  # a reader id the writer never declared
+    try:
+        reader = SpoolStreamReader(config_for(folder, start_seconds=1.0))
+        wait_for(lambda: spool.read_error(str(folder)) is not None, 20, "the refusal")
+        with pytest.raises(spool.SpoolError, match="channel up"):
+            reader.latestOffset()
+    finally:
+        stranger.close()
+        writer.close()
+    assert spool.listing(str(folder)) == {}
+
+
+def test_selector_takes_each_seq_once_from_whichever_replica_has_it(tmp_path: Path) -> None:
+    writers = [writer_for(f"rep.{i}", f"t/rep.{i}") for i in (1, 2)]
+    folder = tmp_path / "spool"
+    log_file = tmp_path / "sources.log"
+    replicas = [Replica(w.channel_id, f"t/{w.channel_id}", w.endpoint) for w in writers]
+    receiver = SpoolReceiver("t", str(folder), replicas, ARROW, log_file=str(log_file),
+                             retry_seconds=0.2).start()
+    try:
+        for tag in range(3):  # replica 2 lags
+            writers[0].send(table(tag * 10, tag * 10 + 10), tag)
+        reader = SpoolStreamReader(config_for(folder))
+        wait_for(lambda: reader.latestOffset()["seq"] == 3, 20, "three batches")
+        writers[0].close()  # replica 1 fails; replica 2 serves the rest, and the same seqs again
+        for tag in range(6):
+            writers[1].send(table(tag * 10, tag * 10 + 10), tag)
+        wait_for(lambda: reader.latestOffset()["seq"] == 6, 30, "the rest from replica 2")
+        assert read_range(reader, offset("up", 0), offset("up", 6)) == list(range(60))
+        reader.commit(offset("up", 6))
+        wait_for(lambda: writers[1].stats().acked.get("t/rep.2") == 6, 20, "the ack")
+    finally:
+        receiver.close()
+        writers[1].close()
+    logged = log_file.read_text(encoding="utf-8")
+    assert "selector now reads replica rep.1 at seq 1" in logged
+    assert "selector now reads replica rep.2 at seq 4" in logged
+
+
+def test_one_batch_reader_takes_one_spooled_batch_per_micro_batch(tmp_path: Path) -> None:
+    folder = tmp_path / "spool"
+    os.makedirs(folder)
+    spool.write_committed(str(folder), 0)
+    for seq in (1, 2, 3):
+        spool.write_batch(str(folder), seq, table(seq * 10, seq * 10 + 2))
+    reader = SpoolStreamReader(config_for(folder, one_batch=True, idle_seconds=0.01))
+    start = reader.initialOffset()
+    steps = [start]
+    for _ in range(7):
+        steps.append(reader.latestOffset())
+    assert [(s["seq"], s["flushed"]) for s in steps] == [
+        (0, True), (1, False), (1, True), (2, False), (2, True), (3, False), (3, True), (3, True)]
+    assert read_range(reader, steps[0], steps[1]) == [10, 11]
+    assert read_range(reader, steps[1], steps[2]) == []  # the flush step reads nothing
+    # a restarted planner resumes where Spark's offset log says, not at the start
+    spark = folder.parent / "spark" / "offsets"
+    spark.mkdir(parents=True)
+    (spark / "0").write_text("v1\n{}\n" + json.dumps(steps[4]), encoding="utf-8")
+    fresh = SpoolStreamReader(config_for(folder, one_batch=True, idle_seconds=0.01))
+    assert fresh.latestOffset() == offset("up", 3, False)
+
+
+def test_a_replay_of_batches_never_spooled_fails_with_the_range(tmp_path: Path) -> None:
+    folder = tmp_path / "spool"
+    os.makedirs(folder)
+    spool.write_committed(str(folder), 0)
+    spool.write_batch(str(folder), 1, table(0, 1))
+    reader = SpoolStreamReader(config_for(folder, replay_seconds=0.3))
+    with pytest.raises(spool.SpoolError, match=r"batches 2..3 of \(0, 3\]"):
+        reader.partitions(offset("up", 0), offset("up", 3))
