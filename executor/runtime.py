@@ -205,11 +205,11 @@ class TaskRuntime:
     anchors next to it - reuse it across restarts); `endpoints` (channel id -> ZeroMQ endpoint of
     its writer, for channel_source); `channels` (the executor's ChannelHub, needed by channel
     sources/sinks); `trigger_seconds` (micro-batch interval, 0 = back to back);
-    `source_partitions` (Spark partitions a generator batch is split into); `params` (operator
-    id -> runtime keyword -> value: the parameters control tuples changed, which win over the
-    program's own arguments); `keys` (the task's channel keys from its launch: its channels are
-    then CURVE-authenticated; None: plain text, a run outside a cluster); `fence` (this attempt's
-    fence, `executor.fencing`: every sink call checks it; None: unfenced).
+    `source_partitions` (Spark partitions a generator, file or channel batch is split into);
+    `params` (operator id -> runtime keyword -> value: the parameters control tuples changed,
+    which win over the program's own arguments); `keys` (the task's channel keys from its launch:
+    its channels are then CURVE-authenticated; None: plain text, a run outside a cluster);
+    `fence` (this attempt's fence, `executor.fencing`: every sink call checks it; None: unfenced).
     """
 
     def __init__(self, spark: SparkSession, *, query_id: str, task_id: str, checkpoint_dir: str,
@@ -371,7 +371,8 @@ class TaskRuntime:
         if rate is not None and not (rate > 0 and sources.usable_rate(float(rate))):
             raise self._error(op, f"file replay rate must be a finite number > 0, got {rate}")
         config = sources.FileConfig(self.task_id, op, os.path.abspath(path), format,
-                                    sources.schema_pairs(schema), rate, self._pacing(op, rate))
+                                    sources.schema_pairs(schema), rate, self._pacing(op, rate),
+                                    self.source_partitions)
         self._put(op, output, self._load(sources.FileSource.name(), config), schema)
 
     def _spool(self, op: str, output: str, schema: Schema, name: str, folder: str,

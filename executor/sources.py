@@ -10,7 +10,9 @@ Owns two sources and the reasoning for their reader kind:
   number that cannot be read back; an unreadable one is replaced (`repair_pacing`) so that the
   source resumes at the offset Spark last planned for it.
 - file replay (`elastiq_file`, full reader): offset = number of complete data lines; the planner
-  indexes byte positions of line ends, partitions carry byte ranges, workers parse with pyarrow.
+  indexes byte positions of line ends (numpy, no per-line Python), a micro-batch's lines are split
+  into several partitions of whole lines (byte ranges), workers parse each range with pyarrow's
+  CSV/JSON reader. Any split of the same lines gives the same rows in the same order.
 Channel inputs (a channel, a hot-standby group's stream selector) are `executor.spool_source`,
 fed by `executor.spool_receiver`.
 Does not own the operators or sinks (`executor.runtime`, `executor.sinks`) nor the channel protocol
@@ -28,6 +30,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, Iterator, Sequence
 
+import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSource,
@@ -301,6 +304,7 @@ class FileConfig:
     schema: tuple[tuple[str, str], ...]
     rate: float | None
     anchor_path: str
+    partitions: int = 2  # Spark partitions a micro-batch's lines are split into
 
     @property
     def stream_schema(self) -> Schema:
@@ -398,35 +402,95 @@ class ByteRange(InputPartition):
     hi: int
 
 
+WHITESPACE = b" \t\r\x0b\x0c"  # what bytes.strip() removes, but the line feed
+SCAN_CHUNK_BYTES = 16 << 20  # a refresh reads the file in slices of this size
+MIN_PARTITION_LINES = 16_384  # a file partition holds at least this many lines (but one)
+
+
+def data_line_ends(chunk: bytes, base: int) -> tuple[np.ndarray, int]:
+    """(end offsets, after the line feed, of the non-blank lines of `chunk`, each + `base`;
+    bytes consumed = up to the last line feed) (pure, vectorised: no per-line Python but for
+    lines that begin with white space, which are checked for being blank one by one)."""
+    raw = np.frombuffer(chunk, dtype=np.uint8)
+    feeds = np.flatnonzero(raw == 10)
+    if feeds.size == 0:
+        return np.empty(0, dtype=np.int64), 0
+    starts = np.empty_like(feeds)
+    starts[0] = 0
+    starts[1:] = feeds[:-1] + 1
+    keep = feeds > starts  # an empty line is blank
+    firsts = raw[np.minimum(starts, feeds)]
+    doubtful = np.flatnonzero(keep & np.isin(firsts, np.frombuffer(WHITESPACE, np.uint8)))
+    for i in doubtful:  # rare: a line that begins with white space may be all white space
+        keep[i] = bool(chunk[starts[i]:feeds[i]].strip())
+    return feeds[keep].astype(np.int64) + (base + 1), int(feeds[-1]) + 1
+
+
 class LineIndex:
-    """Byte offsets of the ends of complete lines of a growing file (planner-side, incremental)."""
+    """Byte offsets of the ends of complete lines of a growing file (planner-side, incremental;
+    a numpy buffer, scanned without per-line Python)."""
 
     def __init__(self, path: str, skip_header: bool) -> None:
         self.path = path
         self.skip_header = skip_header
-        self.ends: list[int] = []  # end offset (after "\n") of each data line
+        self._ends = np.empty(1024, dtype=np.int64)
+        self._count = 0
         self.header_end = 0
         self._scanned = 0
         self._header_done = not skip_header
 
+    @property
+    def ends(self) -> np.ndarray:
+        """End offset (after the line feed) of each data line, in order."""
+        return self._ends[:self._count]
+
     def refresh(self) -> None:
+        """Index the complete lines appended since the last refresh."""
+        size = SCAN_CHUNK_BYTES
         with open(self.path, "rb") as f:
-            f.seek(self._scanned)
-            chunk = f.read()
-        pos = 0
-        while (nl := chunk.find(b"\n", pos)) >= 0:
-            end = self._scanned + nl + 1
-            if not self._header_done:
-                self.header_end, self._header_done = end, True
-            elif chunk[pos:nl].strip():
-                self.ends.append(end)
-            pos = nl + 1
-        self._scanned += pos
+            while True:
+                f.seek(self._scanned)
+                chunk = f.read(size)
+                if self._take(chunk):
+                    size = SCAN_CHUNK_BYTES
+                elif len(chunk) < size:
+                    return  # nothing more, or only a partial last line
+                else:
+                    size *= 2  # one line longer than a slice: read more of it at once
+
+    def _take(self, chunk: bytes) -> bool:
+        """Index the complete lines of `chunk` (read at `_scanned`); whether it held any."""
+        if not self._header_done:
+            feed = chunk.find(b"\n")
+            if feed < 0:
+                return False
+            self.header_end, self._header_done = self._scanned + feed + 1, True
+            self._scanned = self.header_end
+            return True
+        ends, used = data_line_ends(chunk, self._scanned)
+        self._append(ends)
+        self._scanned += used
+        return used > 0
+
+    def _append(self, ends: np.ndarray) -> None:
+        need = self._count + ends.size
+        if need > self._ends.size:
+            grown = np.empty(max(need, 2 * self._ends.size), dtype=np.int64)
+            grown[:self._count] = self._ends[:self._count]
+            self._ends = grown
+        self._ends[self._count:need] = ends
+        self._count = need
 
     def byte_range(self, first: int, last: int) -> tuple[int, int]:
         """Bytes of data lines [first, last)."""
-        lo = self.ends[first - 1] if first > 0 else self.header_end
-        return lo, self.ends[last - 1]
+        lo = int(self._ends[first - 1]) if first > 0 else self.header_end
+        return lo, int(self._ends[last - 1])
+
+    def partitions(self, first: int, last: int, parts: int,
+                   min_lines: int = MIN_PARTITION_LINES) -> list[tuple[int, int]]:
+        """Byte ranges of data lines [first, last) split into at most `parts` contiguous
+        pieces of whole lines (`split_range`), in order."""
+        return [self.byte_range(a, b) for a, b in split_range(first, last, parts, min_lines)]
 
 
 def parse_lines(data: bytes, fmt: str, schema: Schema) -> pa.Table:
@@ -486,9 +550,11 @@ class FileReader(DataSourceStreamReader):
         self._known = True
         if end["line"] <= start["line"]:
             return []
-        index = self._lines()
-        lo, hi = index.byte_range(start["line"], end["line"])
-        return [ByteRange(self.config.path, self.config.format, lo, hi)]
+        index = self._index
+        if index is None or len(index.ends) < end["line"]:  # a replay after a restart
+            index = self._lines()
+        ranges = index.partitions(start["line"], end["line"], self.config.partitions)
+        return [ByteRange(self.config.path, self.config.format, lo, hi) for lo, hi in ranges]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, ByteRange)
