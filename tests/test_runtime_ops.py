@@ -13,6 +13,7 @@ import pytest
 
 from common.types import Schema
 from executor.runtime import RuntimeSpecError, TaskRuntime
+import window_chain_oracle
 from test_runtime_support import START, input_rows, read_sink, wait_drained
 
 pytestmark = pytest.mark.spark
@@ -175,3 +176,47 @@ def test_bad_program_calls_fail_clearly_without_starting(runtime: TaskRuntime) -
     with pytest.raises(RuntimeSpecError, match="unknown input stream 'nope'"):
         runtime.union(op="u", inputs=("raw", "nope"), output="y")
     assert runtime.query is None
+
+
+STOCK = Schema.of(("symbol", "string"), ("ts", "timestamp"), ("price", "double"),
+                  ("volume", "int"))
+
+
+def test_a_window_over_a_windows_results_emits_the_oracles_hot_items(
+        runtime: TaskRuntime, tmp_path: Path) -> None:
+    """Nexmark's "hot items" in one query: counts per symbol in sliding windows, then per
+    tumbling window over their `window_end` the top count. The second window adds no watermark
+    of its own (it would hold the query's at 0); the first's reaches it through `window_end`."""
+    runtime.generator(op="src", output="raw", schema=STOCK, shape="stock", seed=31,
+                      rate=1000.0, limit=3000, start=START)
+    runtime.window_aggregate(op="per_symbol", input="raw", output="counts", time="ts",
+                             window="1 seconds", slide="500 milliseconds",
+                             watermark="200 milliseconds", group_by=("symbol",),
+                             aggregates=(("n", "count", None),))
+    runtime.window_aggregate(op="hot", input="counts", output="hot", time="window_end",
+                             window="500 milliseconds", slide=None, watermark="0 seconds",
+                             group_by=(), aggregates=(("top", "max", "n"),
+                                                      ("windows", "count", None)))
+    got = run_to_sink(runtime, tmp_path, "hot", [3000])
+    rows = input_rows("stock", 31, 1000.0, 3000)
+    closed_by = max(r["ts"] for r in rows) - timedelta(milliseconds=200)
+    size, size2 = timedelta(seconds=1), timedelta(milliseconds=500)
+    first = window_chain_oracle.counts(rows, "symbol", size, timedelta(milliseconds=500),
+                                       closed_by)
+    expected = window_chain_oracle.hot_items(first, size, size2, closed_by)
+    assert len(expected) >= 3, expected
+    keyed = {r["window_start"]: {"top": r["top"], "windows": r["windows"]} for r in got}
+    assert len(keyed) == len(got), "a window was emitted twice"
+    assert keyed == expected
+
+
+def test_a_window_over_a_windows_results_must_use_window_end(runtime: TaskRuntime) -> None:
+    runtime.generator(op="src", output="raw", schema=STOCK, shape="stock", seed=31,
+                      rate=1000.0, limit=10, start=START)
+    runtime.window_aggregate(op="per_symbol", input="raw", output="counts", time="ts",
+                             window="1 seconds", slide=None, watermark="0 seconds",
+                             group_by=("symbol",), aggregates=(("n", "count", None),))
+    with pytest.raises(RuntimeSpecError, match="not an event-time column.*window_end"):
+        runtime.window_aggregate(op="hot", input="counts", output="hot", time="window_start",
+                                 window="1 seconds", slide=None, watermark="0 seconds",
+                                 group_by=(), aggregates=(("top", "max", "n"),))
