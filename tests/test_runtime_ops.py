@@ -216,3 +216,32 @@ def test_a_window_over_a_windows_results_must_use_window_end(runtime: TaskRuntim
         runtime.window_aggregate(op="hot", input="counts", output="hot", time="window_start",
                                  window="1 seconds", slide=None, watermark="0 seconds",
                                  group_by=(), aggregates=(("top", "max", "n"),))
+
+
+def test_a_window_over_a_joins_output_uses_its_time_column_and_counts_exactly(
+        runtime: TaskRuntime, tmp_path: Path) -> None:
+    """A join's time columns carry its watermark, so a window over them adds none. Each
+    emitted window holds exactly the oracle's pairs, and the windows come out in order (all
+    of the oracle's up to the last one emitted)."""
+    runtime.generator(op="l", output="left", schema=SENSOR, shape="sensor", seed=1,
+                      rate=500.0, limit=1000, start=START)
+    runtime.generator(op="r", output="right", schema=SENSOR, shape="sensor", seed=2,
+                      rate=250.0, limit=500, start=START)
+    runtime.join(op="j", left="left", right="right", output="pairs", left_keys=("sensor",),
+                 right_keys=("sensor",), left_time="ts", right_time="ts",
+                 within="100 milliseconds", watermark="200 milliseconds")
+    runtime.window_aggregate(op="w", input="pairs", output="per_window", time="ts",
+                             window="500 milliseconds", slide=None, watermark="0 seconds",
+                             group_by=("sensor",), aggregates=(("pairs", "count", None),))
+    got = run_to_sink(runtime, tmp_path, "per_window", [1000, 500])
+    within, size = timedelta(milliseconds=100), timedelta(milliseconds=500)
+    expected: Counter = Counter()
+    for l in input_rows("sensor", 1, 500.0, 1000):
+        for r in input_rows("sensor", 2, 250.0, 500):
+            if l["sensor"] == r["sensor"] and abs(l["ts"] - r["ts"]) <= within:
+                expected[(l["ts"] - (l["ts"] - EPOCH) % size, l["sensor"])] += 1
+    emitted = {(r["window_start"], r["sensor"]): r["pairs"] for r in got}
+    assert len(emitted) == len(got), "a window was emitted twice"
+    assert len({start for start, _ in emitted}) >= 2, emitted
+    last = max(start for start, _ in emitted)
+    assert emitted == {k: n for k, n in expected.items() if k[0] <= last}
