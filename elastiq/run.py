@@ -24,7 +24,7 @@ from typing import Any, Iterator, TextIO
 from common.paths import ENV_VAR as PATH_ROOTS_ENV, PathRoots, local_roots
 from compiler.pipeline import compile_spec_file
 from elastiq.progress import ProgressLine, Summary
-from elastiq.sizing import ClusterSize, PlanDoesNotFit, size_cluster
+from elastiq.sizing import EPHEMERAL_LOW, ClusterSize, PlanDoesNotFit, size_cluster
 
 log = logging.getLogger("elastiq.run")
 
@@ -127,6 +127,14 @@ def cluster_size(query: Any, options: RunOptions) -> ClusterSize:
         raise RunError(str(exc)) from None
 
 
+def ephemeral_low(path: str = "/proc/sys/net/ipv4/ip_local_port_range") -> int:
+    """The first port of this host's ephemeral range (Linux's default when unreadable)."""
+    try:
+        return int(Path(path).read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return EPHEMERAL_LOW
+
+
 def _run_in(state: Path, compilation: Any, size: ClusterSize, options: RunOptions, out: TextIO,
             err: TextIO, roots: PathRoots) -> int:
     from elastiq.embedded import EmbeddedCluster
@@ -134,7 +142,7 @@ def _run_in(state: Path, compilation: Any, size: ClusterSize, options: RunOption
     from scheduler.mesos_adapter import SchedulerService
 
     query = compilation.query
-    agents, resources = size.agents, size.resources()
+    agents, resources = size.agents, size.resources(ephemeral_low())
     from elastiq.service_cli import executor_token_environment
 
     executor = ExecutorSpec(command=f"exec {sys.executable} -m executor",
