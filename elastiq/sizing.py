@@ -24,6 +24,7 @@ DEFAULT_MEM_MB = 6144
 PORTS_PER_AGENT = 1000  # each embedded agent's band (elastiq.embedded.cluster.agent_resources)
 FIRST_PORT = 31000  # Mesos's default agent ports begin here
 LOWEST_PORT = 10000
+MAX_AGENTS = 22  # bands of PORTS_PER_AGENT from LOWEST_PORT up to the ephemeral range
 EPHEMERAL_LOW = 32768  # Linux's default start of the ephemeral range (ip_local_port_range)
 
 
@@ -57,6 +58,7 @@ def size_cluster(tasks: Sequence[QueryTask], executor: Share, agents: int | None
                  cpus: float | None = None, mem_mb: int | None = None) -> ClusterSize:
     """The cluster for `tasks`: the user's sizes where given, the plan's needs otherwise.
     Raises PlanDoesNotFit, naming every shortfall and its flag, when the given sizes are short."""
+    _check_given(agents, cpus, mem_mb)
     apart = agents_needed(tasks)
     total_cpus = sum(t.resources.cpus for t in tasks) + executor.cpus
     total_mem = sum(t.resources.mem_mb for t in tasks) + executor.mem_mb
@@ -77,6 +79,17 @@ def size_cluster(tasks: Sequence[QueryTask], executor: Share, agents: int | None
                              f"agent(s) of {size.cpus:g} cpus and {size.mem_mb} MB: "
                              + "; ".join(problems))
     return size
+
+
+def _check_given(agents: int | None, cpus: float | None, mem_mb: int | None) -> None:
+    """Sizes that are no sizes (zero, negative, not finite) are refused, naming the flag."""
+    bad = [f"{flag} must be a number above 0, got {value}"
+           for flag, value in (("--agents", agents), ("--cpus", cpus), ("--mem", mem_mb))
+           if value is not None and not (math.isfinite(value) and value > 0)]
+    if agents is not None and agents > MAX_AGENTS:
+        bad.append(f"--agents {agents} is more than one machine runs (at most {MAX_AGENTS})")
+    if bad:
+        raise PlanDoesNotFit("; ".join(bad))
 
 
 def _unplaced(tasks: Sequence[QueryTask], executor: Share, size: ClusterSize) -> list[str]:

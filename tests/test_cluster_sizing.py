@@ -5,6 +5,7 @@ embedded cluster from the plan or refuses at once (elastiq.sizing)."""
 from __future__ import annotations
 
 import math
+import random
 import subprocess
 import sys
 import time
@@ -16,7 +17,7 @@ from common.tasks import agents_needed
 from compiler.pipeline import compile_spec_file
 from elastiq.embedded.cluster import agent_resources
 from elastiq.sizing import ClusterSize, PlanDoesNotFit, size_cluster
-from scheduler.placement import Share
+from scheduler.placement import Offer, QueryDemand, Share, TaskDemand, place
 
 SPECS = Path(__file__).resolve().parent / "specs"
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -145,3 +146,29 @@ def test_every_agents_port_band_ends_below_the_ephemeral_range(agents: int) -> N
     assert min(starts) >= 10000 and len(set(bands)) == agents
     if agents == 1:
         assert bands == ["31000-31999"]  # Mesos's default range where it fits
+
+
+def test_fuzzed_sizes_either_fit_or_are_refused_naming_a_flag() -> None:
+    """Seeded, bounded: any mix of --agents, --cpus and --mem (zero, negative, huge, NaN,
+    infinite) gives a size the scheduler's placement accepts, or a refusal naming a flag."""
+    tasks = compile_spec_file(SPECS / "e2e-checkpoint.xml").query.tasks
+    rng = random.Random(18)
+    cpu_values = [None, 0, -1, 0.25, 1, 2, 3.5, 8, 64, 1e9, float("nan"), float("inf")]
+    mem_values = [None, 0, -5, 100, 2048, 6144, 20000, 10**9]
+    for _ in range(300):
+        agents = rng.choice([None, -2, 0, 1, 2, 3, 22, 30, 10**6])
+        cpus, mem = rng.choice(cpu_values), rng.choice(mem_values)
+        try:
+            size = size_cluster(tasks, EXECUTOR, agents, cpus, mem)
+        except PlanDoesNotFit as exc:
+            assert any(f in str(exc) for f in ("--agents", "--cpus", "--mem")), str(exc)
+            continue
+        assert size.agents >= agents_needed(tasks) and size.cpus > 0 and size.mem_mb > 0
+        offers = [Offer(f"o{i}", f"a{i}", "h", size.cpus, size.mem_mb, ((20000, 20999),))
+                  for i in range(size.agents)]
+        demands = [TaskDemand(t.task_id, t.resources.cpus, float(t.resources.mem_mb),
+                              t.outputs, t.inputs, t.placement.group,
+                              t.placement.apart_from + t.placement.initially_apart_from)
+                   for t in tasks]
+        assert not place(offers, [QueryDemand("q", tuple(demands))],
+                         executor_share=EXECUTOR).unplaced
