@@ -46,6 +46,9 @@ class _Checker:
     readers: dict[str, list[str]] = field(default_factory=dict)  # stream -> operators reading it
     schemas: dict[str, Schema] = field(default_factory=dict)
     params: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # stream -> its event-time columns, for streams downstream of a window or join (whose
+    # watermark they carry); a stream not in it has no event time yet (docs/spec-language.md)
+    event_times: dict[str, frozenset[str]] = field(default_factory=dict)
     patterns: dict[str, tuple[tuple[str, Any], ...]] = field(default_factory=dict)
     counted: dict[str, int] = field(default_factory=lambda: {"error": 0, "warning": 0})
     unshown: list[Diagnostic] = field(default_factory=list)  # past the cap, without hints
@@ -337,6 +340,9 @@ def _resolve(c: _Checker, op: OperatorDecl, d: OperatorDef) -> None:
                 "change the declared type or leave out type= to use what the operator produces")
         return
     c.schemas[out.name] = declared or computed  # type: ignore[assignment]
+    times = _event_times_out(c, op)
+    if times is not None:
+        c.event_times[out.name] = times
 
 
 def _describe(schema: Schema) -> str:
@@ -431,7 +437,7 @@ def _window(c: _Checker, op: OperatorDecl, inputs: list[Schema]) -> Schema | Non
     schema, stream, values = inputs[0], op.inputs[0].name, c.params[op.name]
     time = _column_of(c, op, schema, "time", stream, ColumnType.TIMESTAMP)
     size, slide = values.get("size"), values.get("slide")
-    ok = time is not None
+    ok = time is not None and _is_event_time(c, op, stream, time.name, "time")
     if size is not None and size <= 0:
         c.error(op.param("size").value_pos(), "a window size must be above zero",  # type: ignore[union-attr]
                 "e.g. 10 seconds")
@@ -447,6 +453,52 @@ def _window(c: _Checker, op: OperatorDecl, inputs: list[Schema]) -> Schema | Non
         return None
     return Schema(tuple([Field(n, ColumnType.TIMESTAMP) for n in WINDOW_COLUMNS] + groups
                         + aggregates))
+
+
+def _is_event_time(c: _Checker, op: OperatorDecl, stream: str, column: str | None,
+                   param: str) -> bool:
+    """A stream downstream of a window or join has event time already: the time column of an
+    operator reading it must be one of its event-time columns (a window's `window_end`), which
+    carry the upstream watermark; another column would need a second watermark, which Spark's
+    min policy would hold at zero, so nothing would ever come out."""
+    times = c.event_times.get(stream)
+    if column is None or times is None or column in times:
+        return True
+    where = op.param(param)
+    have = ", ".join(sorted(times)) or "none (a project dropped them)"
+    c.error(where.value_pos() if where is not None else op.pos,
+            f"'{column}' is not an event-time column of stream '{stream}', which comes after a "
+            f"window or join: its event-time columns are {have}",
+            "a window's results carry event time window_end: use time=\"window_end\"")
+    return False
+
+
+def _event_times_out(c: _Checker, op: OperatorDecl) -> frozenset[str] | None:
+    """The event-time columns of `op`'s output, or None while no window or join is upstream."""
+    ins = [c.event_times.get(p.name) for p in op.inputs]
+    values = c.params.get(op.name, {})
+    if op.kind == "window-aggregate":
+        return frozenset({"window_end"})
+    if op.kind == "join":
+        out = c.schemas[op.outputs[0].name].names
+        left_in, right_in = (c.schemas[p.name].names for p in op.inputs)
+        left, right = values.get("left-time"), values.get("right-time")
+        if left not in left_in or right not in right_in or len(out) != len(left_in) + len(right_in):
+            return frozenset()
+        return frozenset({left, out[len(left_in) + right_in.index(right)]})
+    known = [t for t in ins if t is not None]
+    if not known:
+        return None
+    if op.kind == "project":
+        return frozenset(f.name for f in op.fields
+                         if any(_names_column(f.value, t) for t in known[0]))
+    return known[0]
+
+
+def _names_column(text: str, column: str) -> bool:
+    """Whether an expression is just the column (`window_end` or `stream.window_end`)."""
+    bare = text.strip()
+    return bare == column or bare.endswith("." + column) and bare.count(".") == 1
 
 
 def _group_columns(c: _Checker, op: OperatorDecl, schema: Schema, stream: str,
@@ -522,6 +574,10 @@ def _join(c: _Checker, op: OperatorDecl, inputs: list[Schema]) -> Schema | None:
     if "watermark" not in values and "within" in values:
         values["watermark"] = values["within"]
     if keys is None or None in times:
+        return None
+    fits = [_is_event_time(c, op, stream, t, f"{side}-time" if f"{side}-time" in values else "time")
+            for stream, t, side in ((ln, times[0], "left"), (rn, times[1], "right"))]
+    if not all(fits):
         return None
     values["left-key"], values["right-key"] = keys
     values["left-time"], values["right-time"] = times

@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any, Iterator, TextIO
 
 from common.paths import ENV_VAR as PATH_ROOTS_ENV, PathRoots, local_roots
-from common.tasks import agents_needed
 from compiler.pipeline import compile_spec_file
 from elastiq.progress import ProgressLine, Summary
+from elastiq.sizing import EPHEMERAL_LOW, ClusterSize, PlanDoesNotFit, size_cluster
 
 log = logging.getLogger("elastiq.run")
 
@@ -36,8 +36,8 @@ EXECUTOR_GRACE_SECONDS = 15.0  # an executor stops its Spark queries and session
 class RunOptions:
     spec: Path
     agents: int | None = None  # None: as many as the plan's placement needs (at least 1)
-    cpus_per_agent: float = 4.0  # scheduling units each agent offers (tasks ask 0.5 or 1)
-    mem_per_agent_mb: int = 6144
+    cpus_per_agent: float | None = None  # scheduling units each agent offers; None: from the plan
+    mem_per_agent_mb: int | None = None  # None: from the plan (elastiq.sizing)
     state_dir: Path | None = None  # default: a fresh temporary folder, removed afterwards
     duration: float | None = None  # seconds; None: until Ctrl-C or the query ends
     show_progress: bool = True
@@ -106,33 +106,55 @@ def run(options: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.stderr)
         compilation = compile_spec_file(options.spec, path_roots=roots)
         for warning in compilation.warnings:
             print(warning.render(), file=err)
-        return _run_in(state, compilation, options, out, err, roots)
+        size = cluster_size(compilation.query, options)
+        return _run_in(state, compilation, size, options, out, err, roots)
     finally:
         if options.state_dir is None:
             shutil.rmtree(state, ignore_errors=True)
 
 
-def _run_in(state: Path, compilation: Any, options: RunOptions, out: TextIO, err: TextIO,
-            roots: PathRoots) -> int:
+def cluster_size(query: Any, options: RunOptions) -> ClusterSize:
+    """The embedded agents for the plan (`elastiq.sizing`), or a RunError at once saying what
+    is missing and which flag gives it."""
+    from scheduler.config import ExecutorSpec
+    from scheduler.placement import Share
+
+    spec = ExecutorSpec()
+    try:
+        return size_cluster(query.tasks, Share(spec.cpus, spec.mem_mb), options.agents,
+                            options.cpus_per_agent, options.mem_per_agent_mb)
+    except PlanDoesNotFit as exc:
+        raise RunError(str(exc)) from None
+
+
+def ephemeral_low(path: str = "/proc/sys/net/ipv4/ip_local_port_range") -> int:
+    """The first port of this host's ephemeral range (Linux's default when unreadable)."""
+    try:
+        return int(Path(path).read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return EPHEMERAL_LOW
+
+
+def _run_in(state: Path, compilation: Any, size: ClusterSize, options: RunOptions, out: TextIO,
+            err: TextIO, roots: PathRoots) -> int:
     from elastiq.embedded import EmbeddedCluster
     from scheduler.config import ExecutorSpec, SchedulerConfig
     from scheduler.mesos_adapter import SchedulerService
 
     query = compilation.query
-    agents = options.agents or agents_needed(query.tasks)
-    resources = {"cpus": options.cpus_per_agent, "mem": options.mem_per_agent_mb,
-                 "ports": "31000-31999"}
+    agents, resources = size.agents, size.resources(ephemeral_low())
     from elastiq.service_cli import executor_token_environment
 
     executor = ExecutorSpec(command=f"exec {sys.executable} -m executor",
                             environment=(("ELASTIQ_STATE_DIR", str(state / "state")),
-                                         ("ELASTIQ_SPARK_CORES", str(spark_cores(options.cpus_per_agent))),
+                                         ("ELASTIQ_SPARK_CORES", str(spark_cores(size.cpus))),
                                          ("PYTHONPATH", _pythonpath()),
                                          (PATH_ROOTS_ENV, roots.to_env()))
                             + executor_token_environment(None, options.api_port or 0))
     config = SchedulerConfig(executor=executor)
     print(f"elastiq: running {query.query_id} ({len(query.tasks)} task(s)) on "
-          f"{agents} embedded agent(s); Ctrl-C stops it", file=err)
+          f"{agents} embedded agent(s) of {size.cpus:g} cpus and {size.mem_mb} MB; Ctrl-C "
+          "stops it", file=err)
     with EmbeddedCluster(agents=agents, resources=resources, work_dir=state / "cluster",
                          executor_grace_seconds=EXECUTOR_GRACE_SECONDS) as cluster:
         credential = cluster.framework_credential  # the embedded master authenticates us

@@ -31,10 +31,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("spec", metavar="SPEC")
     r.add_argument("--agents", type=int, default=None,
                    help="embedded agents (default: as many as the plan's placement needs)")
-    r.add_argument("--cpus", type=float, default=4.0,
-                   help="cpus each agent offers to tasks (default 4; the agent's SparkSession uses "
-                        "at most the machine's cores)")
-    r.add_argument("--mem", type=int, default=6144, help="MB each agent offers (default 6144)")
+    r.add_argument("--cpus", type=float, default=None,
+                   help="cpus each agent offers to tasks (default: room for the whole plan, at "
+                        "least 4; the agent's SparkSession uses at most the machine's cores)")
+    r.add_argument("--mem", type=int, default=None,
+                   help="MB each agent offers (default: room for the whole plan, at least 6144)")
     r.add_argument("--duration", type=float, help="stop after this many seconds")
     r.add_argument("--state-dir", help="keep checkpoints, sandboxes and logs here")
     r.add_argument("--no-progress", action="store_true", help="no live progress line")

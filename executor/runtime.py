@@ -111,6 +111,14 @@ class Stream:
     schema: Schema
 
 
+WATERMARK_DELAY_KEY = "spark.watermarkDelayMs"  # Spark's mark of an event-time column
+
+
+def event_time_columns(df: DataFrame) -> set[str]:
+    """The columns of `df` that carry a watermark from upstream in the same query."""
+    return {f.name for f in df.schema.fields if WATERMARK_DELAY_KEY in f.metadata}
+
+
 class ChannelHub:
     """Get-or-create channel writers by channel id; lives as long as the executor process."""
 
@@ -523,15 +531,32 @@ class TaskRuntime:
         aggs = [self._aggregate_column(op, stream, n, f, c) for n, f, c in aggregates]
         slide_text = self._duration(op, slide) if slide is not None else None
         windowed = F.window(_qcol(input, time), self._duration(op, window), slide_text)
-        df = (stream.df.withWatermark(time, self._duration(op, watermark))
+        df = (self._watermarked(op, stream, time, watermark)
               .groupBy(windowed.alias("window"), *[_qcol(input, k.name) for k in keys])
               .agg(*[a for a, _ in aggs]))
+        event_time = {WATERMARK_DELAY_KEY: df.schema["window"].metadata[WATERMARK_DELAY_KEY]}
         df = df.select(F.col("window.start").alias("window_start"),
-                       F.col("window.end").alias("window_end"),
+                       F.col("window.end").alias("window_end", metadata=event_time),
                        *[F.col(f"`{k.name}`") for k in keys], *[F.col(f"`{n}`") for n, *_ in aggregates])
         schema = Schema((Field("window_start", ColumnType.TIMESTAMP),
                          Field("window_end", ColumnType.TIMESTAMP), *keys, *[f for _, f in aggs]))
         self._put(op, output, df, schema)
+
+    def _watermarked(self, op: str, stream: Stream, time: str, watermark: str) -> DataFrame:
+        """The stream with event time `time`: a watermark on it, unless the stream already has
+        event time (it comes from a window or a join in this query, whose watermark it carries
+        on `window_end` or the join's time columns). Then `time` must be one of those columns
+        and no second watermark is added: Spark keeps the minimum of a query's watermarks, and
+        one that sees rows only once the upstream window closes would hold the upstream at 0."""
+        delay = self._duration(op, watermark)
+        times = event_time_columns(stream.df)
+        if not times:
+            return stream.df.withWatermark(time, delay)
+        if time not in times:
+            raise self._error(op, f"{time!r} is not an event-time column of stream "
+                                  f"{stream.name!r} (it comes after a window or join; its "
+                                  f"event-time columns: {sorted(times)}); use window_end")
+        return stream.df
 
     def pattern(self, *, op: str, input: str, output: str, time: str, partition_by: Sequence[str],
                 pattern: str, within: str, watermark: str, defines: Sequence[tuple[str, str]],
@@ -568,9 +593,8 @@ class TaskRuntime:
             if self._field(op, stream, name).type is not ColumnType.TIMESTAMP:
                 raise self._error(op, f"{stream.name}.{name} is not a timestamp")
         bound = F.lit(parse_duration(self._duration(op, within)))
-        delay = self._duration(op, watermark)
-        ldf = ls.df.withWatermark(left_time, delay).alias(left)
-        rdf = rs.df.withWatermark(right_time, delay).alias(right)
+        ldf = self._watermarked(op, ls, left_time, watermark).alias(left)
+        rdf = self._watermarked(op, rs, right_time, watermark).alias(right)
         cond = [_qcol(left, lk) == _qcol(right, rk) for lk, rk in zip(left_keys, right_keys)]
         cond += [_qcol(left, left_time) >= _qcol(right, right_time) - bound,
                  _qcol(left, left_time) <= _qcol(right, right_time) + bound]

@@ -33,6 +33,8 @@ from executor.batch_gate import await_commit, next_batch_id
 from executor.runtime import TaskRuntime
 
 log = logging.getLogger(__name__)
+INITIALIZING_SOURCES = "Initializing sources"  # a streaming query's status while it starts them
+SOURCES_UP_SECONDS = 30.0  # how long a task start waits for them before the next task starts
 
 TaskState = Literal["starting", "running", "restarting", "failed", "finished"]
 
@@ -215,9 +217,11 @@ class TaskRunner:
     # --- public --------------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Build and start the query, then supervise it in a background thread. Raises what
-        build() raised (e.g. RuntimeSpecError) without starting anything."""
+        """Build and start the query, wait until its sources are up, then supervise it in a
+        background thread. Raises what build() raised (e.g. RuntimeSpecError) without starting
+        anything."""
         self._launch()
+        self._await_sources()
         self._thread = threading.Thread(target=self._supervise, name=f"task-{self.task_id}",
                                         daemon=True)
         self._thread.start()
@@ -362,6 +366,22 @@ class TaskRunner:
         self.runtime = rt
         # running, and saying so when it replaced persisted state it could not read
         self._set(state="running", reason="; ".join(rt.notices), query_id=str(rt.query.id))
+
+    def _await_sources(self) -> None:
+        """Return once the new query has initialised its sources (Spark has started each
+        Python source's runner process), it ended, or SOURCES_UP_SECONDS passed. The executor
+        starts its tasks one after another (one runner-pool thread), so this keeps their runner
+        processes from starting all at once: Spark gives each 10 s to connect back, which a
+        burst of them on a loaded machine misses ("Python worker failed to connect back")."""
+        query = self.runtime.query  # type: ignore[union-attr]
+        deadline = time.monotonic() + SOURCES_UP_SECONDS
+        while query.isActive and time.monotonic() < deadline and not self._stop.is_set():
+            if query.status.get("message") != INITIALIZING_SOURCES:
+                return
+            self._stop.wait(self.poll_seconds)
+        if query.isActive and not self._stop.is_set():
+            log.info("task %s: sources still initialising after %.0f s; going on",
+                     self.task_id, SOURCES_UP_SECONDS)
 
     def _wait_for_failure(self) -> str | None:
         """Block until the query dies or stop() is called; the failure text, or None. A query

@@ -277,6 +277,11 @@ class SchedulerState:
         log.info("[%s] declining %s offers: %s", sid, len(offer_ids), reason)
         return [DeclineOffers(sid, tuple(offer_ids), self.config.decline_seconds, reason)]
 
+    def _revive(self, sid: str) -> list[Command]:
+        """Ask for offers again, once registered: before, the framework has no id to ask with
+        (a REVIVE needs it), and registering revives by itself when tasks are pending."""
+        return [ReviveOffers(sid)] if self.connected else []
+
     def _suppress(self, sid: str) -> Command:
         self.suppressed = True
         return SuppressOffers(sid)
@@ -523,7 +528,7 @@ class SchedulerState:
         log.info("[%s] query %s submitted with %s tasks", sid, q.query_id, len(q.tasks))
         self.suppressed = False
         return [ReplyToRequest(sid, True, 200, f"query {q.query_id} accepted"),
-                ReviveOffers(sid)] + self._try_place(sid)
+                *self._revive(sid)] + self._try_place(sid)
 
     def _on_query_stop_requested(self, ev: QueryStopRequested) -> list[Command]:
         sid, query = ev.stimulus_id, self.queries.get(ev.query_id)
@@ -680,7 +685,7 @@ class SchedulerState:
             self.arrivals, self.suspected = {}, {}
         elif ev.leadership.role == "leader" and self._pending():
             self.suppressed = False
-            return [ReviveOffers(ev.stimulus_id)]
+            return self._revive(ev.stimulus_id)
         return []
 
     def _on_fenced_request(self, ev: FencedRequest) -> list[Command]:
@@ -757,7 +762,7 @@ class SchedulerState:
         if not due:
             return []
         self.suppressed = False
-        return [ReviveOffers(sid)] + self._try_place(sid)
+        return self._revive(sid) + self._try_place(sid)
 
     def _periodic_reconcile(self, sid: str) -> list[Command]:
         """Explicit reconciliation, and kills repeated for tasks that ignored the first."""

@@ -403,6 +403,25 @@ def window_oracle(rows: Iterable[Row], time_col: str, group_by: Sequence[str], s
     return {k: v for k, v in groups.items() if k[0] + size <= closed_by}
 
 
+def hot_items_oracle(rows: Sequence[Row], key: str, size: timedelta, slide: timedelta,
+                     watermark: timedelta, size2: timedelta,
+                     second_watermark: timedelta | None = None) -> Counter:
+    """Chained windows ("hot items"): counts per `key` in (size, slide) windows of `ts`, then per
+    tumbling `size2` window over each count's event time, its window's end, the largest count
+    and how many counts it holds, as (window_start, window_end, top, windows). The second window
+    closes by the first's watermark when both run in one query (`second_watermark` None), else
+    by its own over the ends it received (the largest emitted end - `second_watermark`)."""
+    first = window_oracle(rows, "ts", [key], size, slide, watermark)
+    ends = [start + size for start, _ in first]
+    closed_by = (max(r["ts"] for r in rows) - watermark if second_watermark is None
+                 else max(ends) - second_watermark)
+    groups: dict[datetime, list[int]] = defaultdict(list)
+    for (start, _), members in first.items():
+        groups[floor_time(start + size, size2)].append(len(members))
+    return Counter((s, s + size2, max(ns), len(ns)) for s, ns in groups.items()
+                   if s + size2 <= closed_by)
+
+
 def join_oracle(left: Sequence[Row], right: Sequence[Row], key: str, time_col: str,
                 within: timedelta, right_name: str) -> list[Row]:
     """Inner equi-join with |left time - right time| <= within; right columns whose names are

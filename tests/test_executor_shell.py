@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import resource
 import subprocess
 import sys
 import threading
@@ -237,3 +238,38 @@ def test_bad_cores_setting_exits_2_with_the_setting_named(tmp_path: Path) -> Non
     done = run_module({**AGENT_ENV, "ELASTIQ_STATE_DIR": str(tmp_path),
                        "ELASTIQ_SPARK_CORES": "0"})
     assert done.returncode == 2 and "ELASTIQ_SPARK_CORES" in done.stderr
+
+
+@pytest.mark.parametrize("soft, hard, target", [
+    (1024, 4096, 4096), (1024, 1024, 1024), (4096, 1024, 4096),
+    (1024, resource.RLIM_INFINITY, 1 << 20), (1 << 21, resource.RLIM_INFINITY, 1 << 21),
+    (resource.RLIM_INFINITY, resource.RLIM_INFINITY, resource.RLIM_INFINITY),
+])
+def test_the_executor_lifts_its_open_files_limit_to_the_hard_limit(soft: int, hard: int,
+                                                                    target: int) -> None:
+    """30 task queries hold ~640 descriptors in the JVM: a soft limit of 1024 would stop a
+    machine at ~45 tasks, so the executor asks for what the hard limit allows."""
+    from executor.__main__ import open_files_target
+
+    assert open_files_target(soft, hard) == target
+
+
+def test_the_executor_process_runs_with_the_raised_limit_in_its_children(tmp_path: Path) -> None:
+    """A real child of a process that lowered its soft limit gets the hard one back."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard <= 256:
+        pytest.skip(f"the hard open-files limit ({hard}) leaves nothing to raise")
+    code = ("import resource, subprocess, sys; "
+            "resource.setrlimit(resource.RLIMIT_NOFILE, (256, resource.getrlimit("
+            "resource.RLIMIT_NOFILE)[1])); "
+            "from executor.__main__ import _raise_open_files_limit; _raise_open_files_limit(); "
+            "print(subprocess.run(['sh', '-c', 'ulimit -n'], capture_output=True, "
+            "text=True).stdout.strip())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 0, out.stderr
+    from executor.__main__ import open_files_target
+
+    expected = open_files_target(256, hard)
+    assert out.stdout.strip() == ("unlimited" if expected == resource.RLIM_INFINITY
+                                  else str(expected))

@@ -26,7 +26,8 @@ from typing import Any, Iterator
 
 import pytest
 
-from e2e_support import (Stack, compile_spec, generator_rows, java_child, kill_session,
+from e2e_support import (Stack, compile_spec, generator_rows, hot_items_oracle, java_child,
+                         kill_session,
                          read_sink, session_members, sink_path, source_runner_pids, spec_params,
                          start_stack, stop_query, stop_stack, submit, wait_for_sink, wait_running,
                          wait_until, window_oracle)
@@ -254,6 +255,39 @@ def test_partitioned_and_pipelined_plans_equal_the_oracle(stack: Stack, tmp_path
         check_windows(sink_path(tmp_path, spec, "sink"), spec, 240)
     finally:
         stop_query(stack, query.query_id)
+
+
+# --- chained windows across tasks ---------------------------------------------------------------
+
+HOT_KEY = ("window_start", "window_end", "top", "windows")
+
+
+@pytest.mark.timeout(420)
+@pytest.mark.parametrize("spec", ["e2e-hot-items-pipelined.xml", "e2e-hot-items-checkpoint.xml"])
+def test_a_window_over_a_windows_results_in_another_task_equals_the_oracle(
+        stack: Stack, tmp_path: Path, spec: str) -> None:
+    """Hot items with the second window across a channel from the first; with the first
+    checkpointed, its executor is SIGKILLed once mid-stream and the sink stays exact."""
+    query = running_query(stack, spec, tmp_path)
+    qid = query.query_id
+    try:
+        expected = hot_items_oracle(generator_rows(spec_params(spec)["src"]), "symbol", SECOND,
+                                    SECOND / 2, timedelta(milliseconds=200), SECOND / 2,
+                                    second_watermark=timedelta(0))
+        assert len(expected) >= 20, expected
+        sink = sink_path(tmp_path, spec, "sink")
+        if "checkpoint" in spec:
+            (task,) = tasks_with(query, "checkpoint")
+            agent = assert_alone(stack, qid, task)
+            grows(sink, 0, 150, "first hot items of the checkpointed query")
+            not_done(sink, sum(expected.values()), "the first window's executor")
+            attempt = view(stack, qid, task)["attempt"]
+            kill_executor(stack, agent, task)
+            relaunched(stack, qid, task, attempt, timeout=180)
+        wait_for_sink(sink, expected, lambda r: tuple(r[c] for c in HOT_KEY), 300,
+                      f"the hot items of {spec} to equal the oracle")
+    finally:
+        stop_query(stack, qid)
 
 
 # --- migration: a stateful task moved between agents under load -----------------------------------

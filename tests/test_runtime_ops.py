@@ -13,6 +13,7 @@ import pytest
 
 from common.types import Schema
 from executor.runtime import RuntimeSpecError, TaskRuntime
+from e2e_support import hot_items_oracle
 from test_runtime_support import START, input_rows, read_sink, wait_drained
 
 pytestmark = pytest.mark.spark
@@ -174,3 +175,72 @@ def test_bad_program_calls_fail_clearly_without_starting(runtime: TaskRuntime) -
     with pytest.raises(RuntimeSpecError, match="unknown input stream 'nope'"):
         runtime.union(op="u", inputs=("raw", "nope"), output="y")
     assert runtime.query is None
+
+
+STOCK = Schema.of(("symbol", "string"), ("ts", "timestamp"), ("price", "double"),
+                  ("volume", "int"))
+
+
+def test_a_window_over_a_windows_results_emits_the_oracles_hot_items(
+        runtime: TaskRuntime, tmp_path: Path) -> None:
+    """Nexmark's "hot items" in one query: counts per symbol in sliding windows, then per
+    tumbling window over their `window_end` the top count. The second window adds no watermark
+    of its own (it would hold the query's at 0); the first's reaches it through `window_end`."""
+    runtime.generator(op="src", output="raw", schema=STOCK, shape="stock", seed=31,
+                      rate=1000.0, limit=3000, start=START)
+    runtime.window_aggregate(op="per_symbol", input="raw", output="counts", time="ts",
+                             window="1 seconds", slide="500 milliseconds",
+                             watermark="200 milliseconds", group_by=("symbol",),
+                             aggregates=(("n", "count", None),))
+    runtime.window_aggregate(op="hot", input="counts", output="hot", time="window_end",
+                             window="500 milliseconds", slide=None, watermark="0 seconds",
+                             group_by=(), aggregates=(("top", "max", "n"),
+                                                      ("windows", "count", None)))
+    got = run_to_sink(runtime, tmp_path, "hot", [3000])
+    expected = hot_items_oracle(input_rows("stock", 31, 1000.0, 3000), "symbol",
+                                timedelta(seconds=1), timedelta(milliseconds=500),
+                                timedelta(milliseconds=200), timedelta(milliseconds=500))
+    assert len(expected) >= 3, expected
+    assert Counter((r["window_start"], r["window_end"], r["top"], r["windows"])
+                   for r in got) == expected
+
+
+def test_a_window_over_a_windows_results_must_use_window_end(runtime: TaskRuntime) -> None:
+    runtime.generator(op="src", output="raw", schema=STOCK, shape="stock", seed=31,
+                      rate=1000.0, limit=10, start=START)
+    runtime.window_aggregate(op="per_symbol", input="raw", output="counts", time="ts",
+                             window="1 seconds", slide=None, watermark="0 seconds",
+                             group_by=("symbol",), aggregates=(("n", "count", None),))
+    with pytest.raises(RuntimeSpecError, match="not an event-time column.*window_end"):
+        runtime.window_aggregate(op="hot", input="counts", output="hot", time="window_start",
+                                 window="1 seconds", slide=None, watermark="0 seconds",
+                                 group_by=(), aggregates=(("top", "max", "n"),))
+
+
+def test_a_window_over_a_joins_output_uses_its_time_column_and_counts_exactly(
+        runtime: TaskRuntime, tmp_path: Path) -> None:
+    """A join's time columns carry its watermark, so a window over them adds none. Each
+    emitted window holds exactly the oracle's pairs, and the windows come out in order (all
+    of the oracle's up to the last one emitted)."""
+    runtime.generator(op="l", output="left", schema=SENSOR, shape="sensor", seed=1,
+                      rate=500.0, limit=1000, start=START)
+    runtime.generator(op="r", output="right", schema=SENSOR, shape="sensor", seed=2,
+                      rate=250.0, limit=500, start=START)
+    runtime.join(op="j", left="left", right="right", output="pairs", left_keys=("sensor",),
+                 right_keys=("sensor",), left_time="ts", right_time="ts",
+                 within="100 milliseconds", watermark="200 milliseconds")
+    runtime.window_aggregate(op="w", input="pairs", output="per_window", time="ts",
+                             window="500 milliseconds", slide=None, watermark="0 seconds",
+                             group_by=("sensor",), aggregates=(("pairs", "count", None),))
+    got = run_to_sink(runtime, tmp_path, "per_window", [1000, 500])
+    within, size = timedelta(milliseconds=100), timedelta(milliseconds=500)
+    expected: Counter = Counter()
+    for l in input_rows("sensor", 1, 500.0, 1000):
+        for r in input_rows("sensor", 2, 250.0, 500):
+            if l["sensor"] == r["sensor"] and abs(l["ts"] - r["ts"]) <= within:
+                expected[(l["ts"] - (l["ts"] - EPOCH) % size, l["sensor"])] += 1
+    emitted = {(r["window_start"], r["sensor"]): r["pairs"] for r in got}
+    assert len(emitted) == len(got), "a window was emitted twice"
+    assert len({start for start, _ in emitted}) >= 2, emitted
+    last = max(start for start, _ in emitted)
+    assert emitted == {k: n for k, n in expected.items() if k[0] <= last}

@@ -13,7 +13,7 @@ from scheduler.commands import (
 )
 from scheduler.config import SchedulerConfig
 from scheduler.events import (
-    AgentLost, ExecutorLost, OffersReceived, QueryStopRequested, QuerySubmitted, Registered,
+    AgentLost, Disconnected, ExecutorLost, OffersReceived, QueryStopRequested, QuerySubmitted, Registered,
     StatusUpdated, Tick,
 )
 from scheduler.lifecycle import IllegalTransition, TaskState
@@ -60,6 +60,7 @@ def running() -> SchedulerState:
 
 def test_submit_then_offer_launches_the_gang_with_ports_and_launch_data() -> None:
     s = SchedulerState(CONFIG)
+    s.handle(Registered("r", "fw-1", "127.0.0.1:5050"))
     out = s.handle(QuerySubmitted("sub-1", chain_query("q", 2)))
     assert of(ReplyToRequest, out) == [ReplyToRequest("sub-1", True, 200, "query q accepted")]
     assert of(ReviveOffers, out) == [ReviveOffers("sub-1")]
@@ -105,6 +106,18 @@ def test_offers_nothing_needs_are_declined_at_once_and_offers_suppressed() -> No
     out = s.handle(OffersReceived("o", (offer("o1", "a1"),)))
     assert of(DeclineOffers, out)[0].reason == "no pending task needs it"
     assert of(SuppressOffers, out) == [SuppressOffers("o")]
+
+
+def test_a_query_submitted_before_registration_revives_offers_once_registered() -> None:
+    """A REVIVE needs the framework id, which only registration brings (pymesos asserts it):
+    before that, submitting asks for nothing, and registering revives because tasks wait."""
+    s = SchedulerState(CONFIG)
+    out = s.handle(QuerySubmitted("sub-1", chain_query("q", 2)))
+    assert of(ReplyToRequest, out)[0].accepted and of(ReviveOffers, out) == []
+    out = s.handle(Registered("r", "fw-1", "127.0.0.1:5050"))
+    assert of(ReviveOffers, out) == [ReviveOffers("r")]
+    s.handle(Disconnected("d"))
+    assert of(ReviveOffers, s.handle(QuerySubmitted("sub-2", chain_query("q2", 1)))) == []
 
 
 def test_failed_task_restarts_on_the_same_agent_with_next_attempt(running: SchedulerState

@@ -35,6 +35,20 @@ def _window(params: str, aggregates: str = '    <aggregate name="n" function="co
 
 _W_OK = ('    <param name="time" value="ts"/>\n    <param name="size" value="10 seconds"/>\n')
 
+def _over(stream: str, time: str, out: str = "agg2") -> str:
+    """A second window, over `stream`, on event time `time`."""
+    return (f'  <operator name="w2" type="window-aggregate">\n    <input name="{stream}"/>\n'
+            f'    <param name="time" value="{time}"/>\n    <param name="size" value="1 minute"/>\n'
+            f'    <aggregate name="top" function="max" column="n"/>\n'
+            f'    <output name="{out}"/>\n  </operator>\n')
+
+
+def _keep(fields: str) -> str:
+    """A project of the window's results into `kept`."""
+    return (f'  <operator name="p" type="project">\n    <input name="agg"/>\n{fields}'
+            f'    <output name="kept"/>\n  </operator>\n')
+
+
 _SECOND_SOURCE = ('  <operator name="src2" type="generator">\n    <param name="shape" value="stock"/>\n'
                   '    <output name="ticks"/>\n  </operator>\n')
 
@@ -147,6 +161,14 @@ CASES = [
     Case("window-slide-larger", with_source_and_sink(
         _window(_W_OK + '    <param name="slide" value="20 seconds"/>\n'), "agg"),
         '20 seconds"', "at most the window size"),
+    Case("window-over-window-start", with_source_and_sink(
+        _window(_W_OK) + _over("agg", "window_start"), "agg2"),
+        'window_start"', "not an event-time column of stream 'agg'"),
+    Case("window-after-project-dropped-event-time", with_source_and_sink(
+        _window(_W_OK) + _keep('    <field name="late_t" value="window_start"/>\n'
+                               '    <field name="n" value="n"/>\n')
+        + _over("kept", "late_t"), "agg2"),
+        'late_t"', "its event-time columns are none", nth=1),
     Case("window-bad-duration", with_source_and_sink(
         _window('    <param name="time" value="ts"/>\n    <param name="size" value="ten seconds"/>\n'),
         "agg"), 'ten seconds"', "not a duration"),
@@ -273,3 +295,14 @@ def test_unused_stream_is_a_warning_not_an_error() -> None:
     assert graph is not None
     assert [d.severity for d in diagnostics] == ["warning"]
     assert "never read" in diagnostics[0].message
+
+
+@pytest.mark.parametrize("middle", [
+    _window(_W_OK) + _over("agg", "window_end"),
+    _window(_W_OK) + _keep('    <field name="t" value="agg.window_end"/>\n'
+                           '    <field name="n" value="n"/>\n') + _over("kept", "t"),
+], ids=["window-over-window-end", "through-a-project"])
+def test_a_window_over_a_windows_results_on_window_end_is_valid(middle: str) -> None:
+    graph, diagnostics = check_spec_text(with_source_and_sink(middle, "agg2"), "ok.xml")
+    assert graph is not None, [d.render() for d in diagnostics]
+    assert [d for d in diagnostics if d.severity == "error"] == []
