@@ -17,10 +17,12 @@ import signal
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, TextIO
 
+from common.failures import kind_in
 from common.paths import ENV_VAR as PATH_ROOTS_ENV, PathRoots, local_roots
 from common.tasks import agents_needed
 from compiler.pipeline import compile_spec_file
@@ -30,6 +32,7 @@ log = logging.getLogger("elastiq.run")
 
 TERMINAL = ("finished", "failed", "stopped")
 EXECUTOR_GRACE_SECONDS = 15.0  # an executor stops its Spark queries and session cleanly within
+PORTS_PER_AGENT = 199  # channel ports each embedded agent offers (one per output channel)
 
 
 @dataclass(frozen=True)
@@ -74,7 +77,9 @@ class Follower:
 
 @dataclass
 class FailureNotes:
-    """Says once per task attempt why it failed, so a user sees restarts as they happen."""
+    """Says once per failed task attempt why it failed and what the scheduler does about it, so
+    a user sees restarts as they happen. A kill or migration the user asked for is no failure
+    (the scheduler records none for it)."""
 
     said: set[tuple[str, int]] = field(default_factory=set)
 
@@ -82,12 +87,21 @@ class FailureNotes:
         notes = []
         for task in (status or {}).get("tasks", []):
             reason = task.get("last_failure")
-            key = (task.get("task_id", "?"), int(task.get("attempt", 0)))
-            if reason and key not in self.said:
+            key = (task.get("task_id", "?"), int(task.get("last_failure_attempt", 0) or 0))
+            if reason and key[1] and key not in self.said:
                 self.said.add(key)
-                notes.append(f"task {key[0]} failed ({reason}); the scheduler restarts it "
-                             "from its checkpoint")
+                notes.append(f"task {key[0]} failed ({reason}); {_what_next(reason)}")
         return notes
+
+
+def _what_next(reason: str) -> str:
+    """What the scheduler does after a failure with this reason (`common.failures`)."""
+    kind = kind_in(reason)
+    if kind == "port":
+        return "the scheduler relaunches it on another port"
+    if kind == "permanent":
+        return "retrying cannot heal that, so the query fails"
+    return "the scheduler restarts it from its checkpoint"
 
 
 def check_java() -> None:
@@ -103,7 +117,7 @@ def run(options: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.stderr)
     state = options.state_dir or Path(tempfile.mkdtemp(prefix="elastiq-run-"))
     try:
         roots = local_roots(options.spec.resolve().parent, options.path_roots, state)
-        compilation = compile_spec_file(options.spec, path_roots=roots)
+        compilation = compile_spec_file(options.spec, path_roots=roots, check_inputs=True)
         for warning in compilation.warnings:
             print(warning.render(), file=err)
         return _run_in(state, compilation, options, out, err, roots)
@@ -120,8 +134,7 @@ def _run_in(state: Path, compilation: Any, options: RunOptions, out: TextIO, err
 
     query = compilation.query
     agents = options.agents or agents_needed(query.tasks)
-    resources = {"cpus": options.cpus_per_agent, "mem": options.mem_per_agent_mb,
-                 "ports": "31000-31999"}
+    resources = {"cpus": options.cpus_per_agent, "mem": options.mem_per_agent_mb}
     from elastiq.service_cli import executor_token_environment
 
     executor = ExecutorSpec(command=f"exec {sys.executable} -m executor",
@@ -133,8 +146,9 @@ def _run_in(state: Path, compilation: Any, options: RunOptions, out: TextIO, err
     config = SchedulerConfig(executor=executor)
     print(f"elastiq: running {query.query_id} ({len(query.tasks)} task(s)) on "
           f"{agents} embedded agent(s); Ctrl-C stops it", file=err)
-    with EmbeddedCluster(agents=agents, resources=resources, work_dir=state / "cluster",
-                         executor_grace_seconds=EXECUTOR_GRACE_SECONDS) as cluster:
+    with EmbeddedCluster(agents=0, work_dir=state / "cluster",
+                         executor_grace_seconds=EXECUTOR_GRACE_SECONDS) as cluster, \
+            claimed_agents(cluster, agents, resources):
         credential = cluster.framework_credential  # the embedded master authenticates us
         service = SchedulerService(cluster.master_address, config, principal=credential.principal,
                                    secret=credential.secret).start()
@@ -150,6 +164,24 @@ def _run_in(state: Path, compilation: Any, options: RunOptions, out: TextIO, err
             service.stop_query(query.query_id)
             _wait_until_ended(service, query.query_id, timeout=20.0)
             service.stop(failover=False)
+
+
+@contextmanager
+def claimed_agents(cluster: Any, count: int, resources: dict[str, Any],
+                   ports_per_agent: int = PORTS_PER_AGENT) -> Iterator[list[Any]]:
+    """Add `count` agents to `cluster`, each offering a band of ports claimed on this machine
+    (`elastiq.embedded.ports`: free when claimed, and never the band of another run); the
+    claims are released when the block ends."""
+    from elastiq.embedded.ports import claim_band
+
+    claims = []
+    try:
+        for _ in range(count):
+            claims.append(claim_band(ports_per_agent))
+        yield [cluster.add_agent({**resources, "ports": c.ports}) for c in claims]
+    finally:
+        for claim in claims:
+            claim.release()
 
 
 def _serve_api(service: Any, port: int | None, query_id: str, err: TextIO) -> Any:

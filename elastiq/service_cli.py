@@ -162,16 +162,21 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
         environment=(("ELASTIQ_STATE_DIR", str(state / "state")),
                      (PATH_ROOTS_ENV, roots.to_env()))
         + executor_token_environment(args.token_file, int(port)) + extra_env))
-    cluster = None
+    cluster = claims = None
     master = args.master
     if master is None:
         from elastiq.embedded import EmbeddedCluster
-        from elastiq.run import EXECUTOR_GRACE_SECONDS
+        from elastiq.run import EXECUTOR_GRACE_SECONDS, claimed_agents
 
-        cluster = EmbeddedCluster(agents=args.embedded_agents, work_dir=state / "cluster",
-                                  executor_grace_seconds=EXECUTOR_GRACE_SECONDS,
-                                  resources={"cpus": 4, "mem": 6144, "ports": "31000-31999"})
+        cluster = EmbeddedCluster(agents=0, work_dir=state / "cluster",
+                                  executor_grace_seconds=EXECUTOR_GRACE_SECONDS)
         cluster.__enter__()
+        claims = claimed_agents(cluster, args.embedded_agents, {"cpus": 4, "mem": 6144})
+        try:
+            claims.__enter__()
+        except BaseException:
+            cluster.__exit__(None, None, None)
+            raise
         master = cluster.master_address
         principal = cluster.framework_credential.principal
         secret = cluster.framework_credential.secret
@@ -185,8 +190,7 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
         print(f"elastiq: cannot serve the API on {args.listen}: {e.strerror or e} "
               f"({e.filename or 'the address'}); choose another address with --listen HOST:PORT "
               "or a token file with --token-file", file=sys.stderr)
-        if cluster is not None:
-            cluster.__exit__(None, None, None)
+        _stop_embedded(cluster, claims)
         return 1
     service.address = api.url  # what standbys tell clients to use
     try:
@@ -194,8 +198,7 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
     except Exception as e:  # e.g. no ZooKeeper answers
         print(f"elastiq: cannot start the scheduler: {e}", file=sys.stderr)
         api.stop()
-        if cluster is not None:
-            cluster.__exit__(None, None, None)
+        _stop_embedded(cluster, claims)
         return 1
     print(f"elastiq scheduler: API on {api.url} (token in {api.token_file}), master {master}; "
           f"file operators confined to {roots.describe()}; Ctrl-C stops it", file=sys.stderr)
@@ -208,8 +211,7 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
     finally:
         api.stop()
         service.stop(failover=cluster is None)
-        if cluster is not None:
-            cluster.__exit__(None, None, None)
+        _stop_embedded(cluster, claims)
     return 0
 
 
@@ -237,6 +239,15 @@ def _secret(args: argparse.Namespace) -> str | None:
     if not secret:
         raise ValueError(f"{args.mesos_secret_file} is empty")
     return secret
+
+
+def _stop_embedded(cluster: Any, claims: Any) -> None:
+    """Stop the embedded cluster `elastiq scheduler` started (if any), then release its agents'
+    port claims."""
+    if cluster is not None:
+        cluster.__exit__(None, None, None)
+    if claims is not None:
+        claims.__exit__(None, None, None)
 
 
 def executor_token_environment(token_file: str | None, port: int) -> tuple[tuple[str, str], ...]:

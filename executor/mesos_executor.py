@@ -32,6 +32,7 @@ from typing import Any, Callable, Mapping, Protocol
 from pymesos import Executor, MesosExecutorDriver
 
 from common.dispatch import handler
+from common.failures import tag
 from executor.endpoints_file import endpoints_path, write_endpoints
 from executor.executor_state import (ApplyParams, Command, Event, Exit, ExecutorState,
                                      ParamsApplied, ParamsRefused, Registered, RunnerStartFailed,
@@ -203,11 +204,14 @@ class RunnerPool:
             runner = self._make_runner(launch)
             runner.start()
         except Exception as exc:  # any failure to load/build is this task's, not the executor's
+            from executor.failure_kinds import failure_kind
+
             log.warning("[%s] task %s: start failed", job.stimulus_id, launch.mesos_task_id,
                         exc_info=True)
             self.report(RunnerStartFailed(job.stimulus_id, launch.mesos_task_id,
-                                          f"task {launch.task_id} did not start: "
-                                          f"{type(exc).__name__}: {exc}"))
+                                          tag(failure_kind(exc),
+                                              f"task {launch.task_id} did not start: "
+                                              f"{type(exc).__name__}: {exc}")))
             return
         with self._lock:
             self._runners[launch.mesos_task_id] = runner

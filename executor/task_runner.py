@@ -28,6 +28,7 @@ from typing import Any, Literal, Mapping, Sequence
 
 from pyspark.sql import SparkSession
 
+from common.failures import kind_of_text
 from common.messages import ParamSet
 from executor.batch_gate import await_commit, next_batch_id
 from executor.runtime import TaskRuntime
@@ -376,7 +377,9 @@ class TaskRunner:
             if failure is None or self._stop.is_set():
                 return
             restarts = self.status().restarts
-            decision = decide_restart(restarts, self.max_restarts, self.backoff_seconds)
+            decision = decide_restart(restarts, self.max_restarts, self.backoff_seconds) \
+                if kind_of_text(failure) != "permanent" else \
+                RestartDecision(False, 0.0, "restarting cannot heal it")
             log.warning("task %s: query failed (%s); %s", self.task_id, failure, decision.reason)
             if not decision.restart:
                 self._set(state="failed", reason=f"{failure}; {decision.reason}")
@@ -391,5 +394,6 @@ class TaskRunner:
                     self._launch()
             except Exception as exc:  # a program that no longer builds will not heal by retrying
                 log.warning("task %s: restart failed: %s", self.task_id, exc)
-                self._set(state="failed", reason=f"restart failed: {exc}")
+                self._set(state="failed",
+                          reason=f"restart failed: {type(exc).__name__}: {exc}")
                 return

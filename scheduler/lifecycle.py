@@ -120,7 +120,10 @@ class TaskRecord:
     pending_since: float = 0.0
     kill_requested: bool = False
     migrate_to: str | None = None  # a requested migration's target agent, until it launches there
-    last_failure: str = ""
+    last_failure: str = ""  # why it last failed; a kill or migration we asked for is none
+    last_failure_attempt: int = 0  # the attempt `last_failure` ended (0: none failed)
+    port_clashes: int = 0  # launches that found a port taken by another program
+    avoid_ports: set[int] = field(default_factory=set)  # ports it found taken; not offered again
     figures: dict[str, float] = field(default_factory=dict)
     history: list[HistoryEntry] = field(default_factory=list)
 

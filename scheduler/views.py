@@ -58,6 +58,7 @@ def task_view(t: TaskRecord, unplaced_reason: str) -> dict[str, Any]:
         "endpoints": dict(t.endpoints),
         "figures": dict(t.figures),
         "last_failure": t.last_failure,
+        "last_failure_attempt": t.last_failure_attempt,
         "restart_at": t.restart_at,
         "waiting_for": unplaced_reason if t.state is TaskState.PENDING else "",
         "blocked": blocked_reason(t.figures),

@@ -12,6 +12,7 @@ from elastiq.run import FailureNotes, Follower
 def _status(tuples_in: int, state: str = "running", failure: str = "") -> dict:
     return {"query_id": "q", "phase": "active", "status": "running", "tasks": [
         {"task_id": "q.t0", "state": state, "attempt": 1, "last_failure": failure,
+         "last_failure_attempt": 1 if failure else 0,
          "figures": {"tuples_in": tuples_in, "tuples_out": 7, "batch_ms": 250.0,
                      "latency_ms": 1500.0}},
         {"task_id": "q.t1", "state": "pending", "attempt": 1, "last_failure": "",
@@ -39,6 +40,18 @@ def test_failure_notes_say_each_failed_attempt_once() -> None:
     failed = _status(1, failure="TASK_FAILED boom")
     assert notes.news(failed) == ["task q.t0 failed (TASK_FAILED boom); the scheduler restarts "
                                   "it from its checkpoint"]
+    assert notes.news(failed) == []
+    port = _status(1, failure="TASK_FAILED R [port in use] task q.t0 did not start")
+    port["tasks"][0]["last_failure_attempt"] = 2
+    assert notes.news(port) == ["task q.t0 failed (TASK_FAILED R [port in use] task q.t0 did "
+                                "not start); the scheduler relaunches it on another port"]
+
+
+def test_a_relaunch_after_a_kill_or_migration_is_no_new_failure() -> None:
+    notes = FailureNotes()
+    failed = _status(1, failure="TASK_FAILED boom")
+    assert len(notes.news(failed)) == 1
+    failed["tasks"][0]["attempt"] = 2  # moved on purpose: the last failure is still attempt 1's
     assert notes.news(failed) == []
 
 
