@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import sys
 import tempfile
 import time
@@ -76,6 +77,27 @@ class Follower:
 
 
 @dataclass
+class SinkWatch:
+    """The files of each file sink to follow: the path in force (a control tuple may change it)
+    and every earlier one (the batch in flight at the change may still land there)."""
+
+    paths: dict[str, list[Path]] = field(default_factory=dict)
+
+    def update(self, sinks: dict[str, str]) -> list[tuple[str, Path]]:
+        """Take the sinks' paths in force; returns the (sink, path) pairs that are new."""
+        added = []
+        for sink, path in sorted(sinks.items()):
+            known = self.paths.setdefault(sink, [])
+            if Path(path) not in known:
+                known.append(Path(path))
+                added.append((sink, Path(path)))
+        return added
+
+    def files(self) -> list[tuple[str, Path]]:
+        return [(sink, path) for sink, paths in sorted(self.paths.items()) for path in paths]
+
+
+@dataclass
 class FailureNotes:
     """Says once per failed task attempt why it failed and what the scheduler does about it, so
     a user sees restarts as they happen. A kill or migration the user asked for is no failure
@@ -134,6 +156,7 @@ def _run_in(state: Path, compilation: Any, options: RunOptions, out: TextIO, err
 
     query = compilation.query
     agents = options.agents or agents_needed(query.tasks)
+    api_port = api_port_for(options.api_port)  # the executors' token file names this port
     resources = {"cpus": options.cpus_per_agent, "mem": options.mem_per_agent_mb}
     from elastiq.service_cli import executor_token_environment
 
@@ -142,7 +165,7 @@ def _run_in(state: Path, compilation: Any, options: RunOptions, out: TextIO, err
                                          ("ELASTIQ_SPARK_CORES", str(spark_cores(options.cpus_per_agent))),
                                          ("PYTHONPATH", _pythonpath()),
                                          (PATH_ROOTS_ENV, roots.to_env()))
-                            + executor_token_environment(None, options.api_port or 0))
+                            + executor_token_environment(None, api_port or 0))
     config = SchedulerConfig(executor=executor)
     print(f"elastiq: running {query.query_id} ({len(query.tasks)} task(s)) on "
           f"{agents} embedded agent(s); Ctrl-C stops it", file=err)
@@ -152,7 +175,7 @@ def _run_in(state: Path, compilation: Any, options: RunOptions, out: TextIO, err
         credential = cluster.framework_credential  # the embedded master authenticates us
         service = SchedulerService(cluster.master_address, config, principal=credential.principal,
                                    secret=credential.secret).start()
-        api = _serve_api(service, options.api_port, query.query_id, err)
+        api = _serve_api(service, api_port, query.query_id, err)
         try:
             reply = service.submit(query, source=_source(options.spec, query.query_id))
             if not reply.accepted:
@@ -184,6 +207,21 @@ def claimed_agents(cluster: Any, count: int, resources: dict[str, Any],
             claim.release()
 
 
+def api_port_for(wanted: int | None) -> int | None:
+    """The port the run's API will serve on: `wanted` when it is free, else one the kernel
+    picks (None: no API). Chosen before the executors are configured, whose token file names
+    the port."""
+    if wanted is None:
+        return None
+    from elastiq.embedded.ports import port_bindable
+
+    if wanted and port_bindable(wanted):
+        return wanted
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
 def _serve_api(service: Any, port: int | None, query_id: str, err: TextIO) -> Any:
     """The scheduler's API on 127.0.0.1 (`port`, or any free one when it is taken), so `elastiq
     status`, `control` and `migrate` reach the running query; None when `port` is None. Its
@@ -195,8 +233,10 @@ def _serve_api(service: Any, port: int | None, query_id: str, err: TextIO) -> An
 
     try:
         api = ApiServer.serving(service, host="127.0.0.1", port=port)
-    except OSError:
+    except OSError:  # taken since `api_port_for` chose it
         api = ApiServer.serving(service, host="127.0.0.1", port=0)
+        print(f"elastiq: port {port} was taken meanwhile; this run's control sinks cannot "
+              "reach its API", file=err)
     hint = "" if api.url.endswith(":8088") else f" --scheduler {api.url}"
     print(f"elastiq: API at {api.url}; try `elastiq control --list {query_id}{hint}`", file=err)
     return api
@@ -224,9 +264,10 @@ def _pythonpath() -> str:
 def _follow(service: Any, query: Any, cluster_dir: Path, options: RunOptions, out: TextIO,
             err: TextIO) -> int:
     follower = Follower()
-    for path in query.sinks.values():  # show this run's results, not an earlier run's
-        if Path(path).exists():
-            follower.offsets[Path(path)] = Path(path).stat().st_size
+    watch = SinkWatch()
+    for _, path in watch.update(query.sinks):  # show this run's results, not an earlier run's
+        if path.exists():
+            follower.offsets[path] = path.stat().st_size
     progress = ProgressLine(err, enabled=options.show_progress)
     summary = Summary()
     failures = FailureNotes()
@@ -235,8 +276,8 @@ def _follow(service: Any, query: Any, cluster_dir: Path, options: RunOptions, ou
     interrupted = _install_sigint()
     status: dict[str, Any] | None = None
     while not interrupted() and (deadline is None or time.monotonic() < deadline):
-        for sink, path in sorted(query.sinks.items()):
-            for line in follower.lines(Path(path)):
+        for sink, path in watch.files():
+            for line in follower.lines(path):
                 progress.clear()
                 print(f"{sink}: {line}", file=out, flush=True)
         for stdout in sorted(cluster_dir.rglob("stdout")):
@@ -245,6 +286,9 @@ def _follow(service: Any, query: Any, cluster_dir: Path, options: RunOptions, ou
                     progress.clear()
                     print(line, file=out, flush=True)
         status = service.query_status(query.query_id)
+        for sink, path in watch.update((status or {}).get("sinks", {})):
+            progress.clear()
+            print(f"elastiq: sink {sink} now writes to {path}", file=err, flush=True)
         for note in failures.news(status):
             progress.clear()
             print(f"elastiq: {note}", file=err, flush=True)

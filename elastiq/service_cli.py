@@ -20,6 +20,7 @@ from common.api_client import DEFAULT_URL, RequestRejected, SchedulerClient, Sch
 from common.api_token import read_token_file
 from common.paths import ENV_VAR as PATH_ROOTS_ENV, service_roots
 
+TAIL_STATUS_SECONDS = 1.0  # how often `tail` asks whether a control tuple moved its sink
 TOKEN_FILE_HELP = ("the scheduler's API token file (default: $ELASTIQ_TOKEN_FILE, else "
                    "$XDG_STATE_HOME/elastiq/api-token-PORT, i.e. ~/.local/state/elastiq/"
                    "api-token-PORT, which `elastiq scheduler` and `elastiq run` write)")
@@ -372,6 +373,14 @@ def cmd_status(args: argparse.Namespace) -> int:
         return 0
 
 
+def _where(task: dict[str, Any]) -> str:
+    """"agent A (host H)": the agent id `migrate --to` takes, and the host it runs on."""
+    agent, host = task.get("agent_id"), task.get("hostname")
+    if not agent:
+        return "-"
+    return f"agent {agent} ({host})" if host else f"agent {agent}"
+
+
 def _print_status(reply: dict[str, Any], readings: Any = None, watch: bool = False) -> Any:
     """One query list; with `watch`, a cleared screen and the table of `status --watch`
     (rates from the previous frame's `readings`; returns this frame's)."""
@@ -389,8 +398,10 @@ def _print_status(reply: dict[str, Any], readings: Any = None, watch: bool = Fal
         print("no queries")
     for q in queries:
         print(f"{q.get('query_id')}: {summarize(q)}")
+        for sink, path in sorted((q.get("sinks") or {}).items()):
+            print(f"  sink {sink} -> {path}")
         for t in q.get("tasks", []):
-            where = t.get("hostname") or "-"
+            where = _where(t)
             extra = f"  ({t['last_failure']})" if t.get("last_failure") else ""
             extra += f"  [{t['blocked']}]" if t.get("blocked") else ""
             print(f"  {t['task_id']:<24} {t['state']:<9} attempt {t['attempt']} on {where}{extra}")
@@ -398,7 +409,7 @@ def _print_status(reply: dict[str, Any], readings: Any = None, watch: bool = Fal
 
 
 def cmd_tail(args: argparse.Namespace) -> int:
-    from elastiq.run import Follower
+    from elastiq.run import Follower, SinkWatch
 
     code, reply = _call(lambda: _client(args).status(args.query))
     if code != 0:
@@ -408,14 +419,23 @@ def cmd_tail(args: argparse.Namespace) -> int:
         print(f"elastiq: query {args.query} has no file sink '{args.sink}' "
               f"(file sinks: {', '.join(sinks) or 'none'})", file=sys.stderr)
         return 1
-    path = Path(sinks[args.sink])
-    follower = Follower()
-    if not args.from_start and path.exists():
-        follower.offsets[path] = path.stat().st_size
+    follower, watch = Follower(), SinkWatch()
+    for _, path in watch.update({args.sink: sinks[args.sink]}):
+        if not args.from_start and path.exists():
+            follower.offsets[path] = path.stat().st_size
+    polled = time.monotonic()
     try:
         while True:
-            for line in follower.lines(path):
-                print(line, flush=True)
+            for _, path in watch.files():
+                for line in follower.lines(path):
+                    print(line, flush=True)
+            if time.monotonic() - polled >= TAIL_STATUS_SECONDS:  # a control tuple moved it?
+                polled = time.monotonic()
+                code, reply = _call(lambda: _client(args).status(args.query))
+                now = reply.get("sinks", {}) if code == 0 else {}
+                for _, path in watch.update({k: v for k, v in now.items() if k == args.sink}):
+                    print(f"elastiq: sink {args.sink} now writes to {path}", file=sys.stderr,
+                          flush=True)
             time.sleep(0.25)
     except (KeyboardInterrupt, BrokenPipeError):
         return 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from scheduler.control import sinks_in_force
 from scheduler.lifecycle import TaskRecord, TaskState
 from scheduler.state import QueryRecord, SchedulerState
 
@@ -29,7 +30,7 @@ def query_view(q: QueryRecord, unplaced: dict[str, str]) -> dict[str, Any]:
         "phase": q.phase,
         "status": query_status(q),
         "failure": q.failure,
-        "sinks": dict(q.query.sinks),
+        "sinks": sinks_in_force(q.query.sinks, q.control, q.query.controls),
         "tasks": [task_view(t, unplaced.get(t.task_id, "")) for t in q.tasks.values()],
     }
 
