@@ -68,14 +68,18 @@ class Summary:
 
 def summarize(status: dict[str, Any] | None, meter: RateMeter | None = None) -> str:
     """`running | tasks 2/2 running | 12,345 tuples in (1,980/s) | 60 out | batch 210 ms | ...`
-    (tuples in and out are summed over the query's tasks)."""
+    (tuples in: read by the query's sources; out: written by its sinks)."""
     if not status:
         return "waiting for the scheduler"
     tasks = status.get("tasks", [])
     running = sum(1 for t in tasks if t.get("state") == "running")
     figures = [t.get("figures") or {} for t in tasks]
-    into = sum(int(f.get("tuples_in", 0) or 0) for f in figures)
-    out = sum(int(f.get("tuples_out", 0) or 0) for f in figures)
+    # in: what the sources read (tasks fed by no channel); out: what the sinks wrote (tasks
+    # serving no channel), so channel hops between tasks count neither way
+    into = sum(int((t.get("figures") or {}).get("tuples_in", 0) or 0) for t in tasks
+               if not t.get("reads_channels"))
+    out = sum(int((t.get("figures") or {}).get("tuples_out", 0) or 0) for t in tasks
+              if not t.get("serves_channels"))
     parts = [str(status.get("status", status.get("phase", "?"))),
              f"tasks {running}/{len(tasks)} running", f"{into:,} tuples in"]
     if meter is not None:

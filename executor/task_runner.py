@@ -51,7 +51,7 @@ class TaskMetrics:
     batch_id: int
     batches: int  # progress reports seen in the current run
     tuples_in: int  # input rows since the runner started (all runs of the query)
-    tuples_out: int  # rows the sink has written in the current run
+    tuples_out: int  # rows the sink has written since the runner started (all runs)
     input_rate: float
     process_rate: float
     batch_ms: int  # last batch's trigger execution time
@@ -210,6 +210,7 @@ class TaskRunner:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._counted = InputCounter()
+        self._out_before = 0  # rows the sinks of earlier runs (restarts, rebuilds) wrote
         self._rebuild = threading.Lock()  # held while the query is replaced (restart, control)
         self.params_version = int(self.kwargs.pop("params_version", 0))
 
@@ -233,7 +234,7 @@ class TaskRunner:
         progress = query.lastProgress if query is not None else None
         if not progress:
             return None
-        out = rt.sink.rows_out if rt and rt.sink else 0
+        out = self._out_before + (rt.sink.rows_out if rt and rt.sink else 0)
         recent = query.recentProgress
         return metrics_from(progress, len(recent), out, self._counted.add(recent))
 
@@ -353,9 +354,15 @@ class TaskRunner:
         self.module.build(rt)
         if rt.query is None:
             raise RuntimeError(f"task {self.task_id}: build() ended without a sink")
-        self.runtime = rt
+        self._replace_runtime(rt)
         # running, and saying so when it replaced persisted state it could not read
         self._set(state="running", reason="; ".join(rt.notices), query_id=str(rt.query.id))
+
+    def _replace_runtime(self, rt: TaskRuntime) -> None:
+        """Make `rt` the current run, keeping the rows the previous run's sink wrote."""
+        old = self.runtime
+        self._out_before += old.sink.rows_out if old is not None and old.sink else 0
+        self.runtime = rt
 
     def _wait_for_failure(self) -> str | None:
         """Block until the query dies or stop() is called; the failure text, or None. A query

@@ -721,7 +721,7 @@ class SchedulerState:
             task.move(TaskState.PENDING, sid, f"{kind} after: {task.last_failure}")
             task.attempt += 1
             task.restart_at, task.kill_requested, task.pending_since = None, False, self.now
-            task.figures = {}
+            task.carry()
         if not due:
             return []
         self.suppressed = False

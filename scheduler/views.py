@@ -57,7 +57,9 @@ def task_view(t: TaskRecord, unplaced_reason: str) -> dict[str, Any]:
         "agent_id": t.agent_id,
         "hostname": t.hostname,
         "endpoints": dict(t.endpoints),
-        "figures": dict(t.figures),
+        "figures": t.totals(),
+        "reads_channels": bool(t.task.inputs),  # its input comes from other tasks
+        "serves_channels": bool(t.task.outputs),  # its output goes to other tasks
         "last_failure": t.last_failure,
         "last_failure_attempt": t.last_failure_attempt,
         "restart_at": t.restart_at,
