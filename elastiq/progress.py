@@ -91,7 +91,23 @@ def summarize(status: dict[str, Any] | None, meter: RateMeter | None = None) -> 
     latency = [float(f["latency_ms"]) for f in figures if f.get("latency_ms")]
     if latency:
         parts.append(f"latency {max(latency) / 1000:.1f} s")
-    waiting = [t.get("waiting_for") for t in tasks if t.get("waiting_for")]
+    waiting = [t.get("waiting_for") for t in tasks if t.get("waiting_for")] or \
+        [w for w in (first_output_wait(tasks, out),) if w]
     if waiting:
         parts.append(f"waiting: {waiting[0]}")
     return " | ".join(parts)
+
+
+def first_output_wait(tasks: list[dict[str, Any]], out: int) -> str:
+    """What a query without results yet waits for, once its tasks are placed (pure): the
+    executor (a JVM and a SparkSession, then the task's query), its first micro-batch, or its
+    first result (a window emits once the watermark passes its end)."""
+    if out or not tasks:
+        return ""
+    if any(t.get("state") in ("staging", "starting") for t in tasks):
+        return "executor start (JVM, SparkSession) and the task's query"
+    if not all(t.get("state") == "running" for t in tasks):
+        return ""
+    if not any((t.get("figures") or {}).get("batch_ms") for t in tasks):
+        return "the first micro-batch"
+    return "the first result (a window emits once the watermark passes its end)"

@@ -57,3 +57,29 @@ def test_status_prints_the_agent_id_migrate_needs_with_the_host_and_the_sinks(
     out = capsys.readouterr().out
     assert "on agent a1 (host-a1)" in out
     assert f"sink sink -> {query(tmp_path).sinks['sink']}" in out
+
+
+def test_a_control_sink_shows_what_it_sends_and_the_answer_as_a_run_prints_it() -> None:
+    import io
+    import re
+
+    from common.api_client import RequestRejected, SchedulerUnavailable
+    from executor.sinks import ControlSink
+    from tests.test_control_sink import HOT30, HOT35, FakeClient
+
+    shown = io.StringIO()
+    client = FakeClient(None, RequestRejected(404, "no query monitored", []),
+                        SchedulerUnavailable("no scheduler at http://fake:1"))
+    sink = ControlSink("monitor.t0", client, out=lambda: shown)
+    sink.send(3, [HOT35])
+    sink.send(4, [HOT30])
+    sink.send(5, [HOT30])  # (the same verdict as the accepted one would not be sent again)
+    lines = shown.getvalue().splitlines()
+    assert len(lines) == 3, lines
+    assert lines[0].startswith("[monitor.t0 #3] control monitored: hot.condition = "
+                               "'raw.temp > 35' -> accepted as request")
+    assert lines[1] == ("[monitor.t0 #4] control monitored: hot.condition = 'raw.temp > 30' -> "
+                        "refused: no query monitored")
+    assert lines[2].endswith("-> not sent, the scheduler is unreachable")
+    console = re.compile(r"^\[" + re.escape("monitor") + r"\.t\d+ #\d+\] ")  # elastiq run's
+    assert all(console.match(line) for line in lines)

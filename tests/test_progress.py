@@ -65,3 +65,18 @@ def test_follower_yields_each_complete_line_once(tmp_path: Path) -> None:
         f.write('2}\n')
     assert list(follower.lines(path)) == ['{"a":2}']
     assert list(follower.lines(path)) == []
+
+
+def test_a_query_without_results_says_what_it_waits_for() -> None:
+    starting = {"status": "deploying", "tasks": [{"task_id": "q.t0", "state": "starting",
+                                                  "figures": {}}]}
+    assert summarize(starting).endswith("waiting: executor start (JVM, SparkSession) and the "
+                                        "task's query")
+    first = {"status": "running", "tasks": [{"task_id": "q.t0", "state": "running",
+                                             "figures": {}}]}
+    assert summarize(first).endswith("waiting: the first micro-batch")
+    first["tasks"][0]["figures"] = {"tuples_in": 500, "batch_ms": 300}
+    assert summarize(first).endswith("waiting: the first result (a window emits once the "
+                                     "watermark passes its end)")
+    first["tasks"][0]["figures"]["tuples_out"] = 3
+    assert "waiting" not in summarize(first)
