@@ -141,6 +141,9 @@ def checkpoint_dir(config: ExecutorConfig, task_id: str) -> Path:
     return config.state_dir / task_id / "checkpoint"
 
 
+PREWARM = "prewarm"  # a runner-pool job: build the session before any task needs it
+
+
 class RunnerPool:
     """Starts and stops runners on one worker thread, in the order asked; reports events."""
 
@@ -155,12 +158,18 @@ class RunnerPool:
         self._runners: dict[str, Runner] = {}
         self._outputs: dict[str, tuple[str, ...]] = {}  # mesos task id -> channels it serves
         self._lock = threading.Lock()
-        self._jobs: queue.Queue[Command | None] = queue.Queue()
+        self._jobs: queue.Queue[Command | str | None] = queue.Queue()
         self._thread = threading.Thread(target=self._work, name="runner-pool", daemon=True)
         self._thread.start()
 
     def submit(self, command: StartRunner | StopRunner) -> None:
         self._jobs.put(command)
+
+    def prewarm(self) -> None:
+        """Build the SparkSession (JVM start included) now, on the worker thread, instead of
+        when the first task starts: the executor process starts before its first task arrives
+        (registration, the launch), so that time overlaps with the session's start."""
+        self._jobs.put(PREWARM)
 
     def runners(self) -> dict[str, Runner]:
         with self._lock:
@@ -193,7 +202,9 @@ class RunnerPool:
             job = self._jobs.get()
             if job is None:
                 return
-            if isinstance(job, StartRunner):
+            if job == PREWARM:
+                self._prewarm()
+            elif isinstance(job, StartRunner):
                 self._start(job)
             else:
                 self._stop(job)
@@ -217,6 +228,21 @@ class RunnerPool:
             self._runners[launch.mesos_task_id] = runner
             self._outputs[launch.mesos_task_id] = launch.outputs
         log.info("[%s] task %s: runner started", job.stimulus_id, launch.mesos_task_id)
+
+    def _prewarm(self) -> None:
+        if self.session is not None:
+            return
+        began = time.monotonic()
+        log.info("executor %s: prewarming the SparkSession (local[%s])", self.config.executor_id,
+                 self.config.spark_cores)
+        try:
+            self.session = self.session_factory(self.config)
+        except Exception as exc:  # the first task builds it again and reports what fails
+            log.warning("executor %s: prewarming the SparkSession failed: %s",
+                        self.config.executor_id, exc)
+            return
+        log.info("executor %s: SparkSession ready after %.1f s", self.config.executor_id,
+                 time.monotonic() - began)
 
     def _make_runner(self, launch: TaskLaunch) -> Runner:
         task_dir = self.config.state_dir / launch.task_id
@@ -525,6 +551,9 @@ def run_executor(config: ExecutorConfig,
         ShutdownRequested(stimulus("sigterm"), "SIGTERM")))
     log.info("executor %s: state in %s, Spark cores %s", config.executor_id, config.state_dir,
              config.spark_cores)
+    prewarm = getattr(loop.pool, "prewarm", None)
+    if prewarm is not None:
+        prewarm()  # the JVM and SparkSession start while the driver subscribes
     driver.start()
     code = _run_loop_thread(loop, config.executor_id)
     try:

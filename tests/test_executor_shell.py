@@ -237,3 +237,17 @@ def test_bad_cores_setting_exits_2_with_the_setting_named(tmp_path: Path) -> Non
     done = run_module({**AGENT_ENV, "ELASTIQ_STATE_DIR": str(tmp_path),
                        "ELASTIQ_SPARK_CORES": "0"})
     assert done.returncode == 2 and "ELASTIQ_SPARK_CORES" in done.stderr
+
+
+def test_a_prewarmed_session_is_built_before_any_task_and_used_by_the_first(
+        harness: Harness) -> None:
+    harness.loop.pool.prewarm()
+    wait_for(lambda: len(harness.sessions) == 1)  # no task launched yet
+    assert harness.runners == []
+    harness.callbacks.launchTask(None, task_info("q.t0", 1))
+    wait_for(lambda: len(harness.runners) == 1)
+    assert len(harness.sessions) == 1  # the runner asserts it got this very session
+    harness.loop.pool.prewarm()  # a second prewarm builds nothing
+    harness.callbacks.launchTask(None, task_info("q.t1", 1))
+    wait_for(lambda: len(harness.runners) == 2)
+    assert len(harness.sessions) == 1
