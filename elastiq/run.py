@@ -169,9 +169,10 @@ def _run_in(state: Path, compilation: Any, options: RunOptions, out: TextIO, err
     config = SchedulerConfig(executor=executor)
     print(f"elastiq: running {query.query_id} ({len(query.tasks)} task(s)) on "
           f"{agents} embedded agent(s); Ctrl-C stops it", file=err)
-    with EmbeddedCluster(agents=0, work_dir=state / "cluster",
-                         executor_grace_seconds=EXECUTOR_GRACE_SECONDS) as cluster, \
-            claimed_agents(cluster, agents, resources):
+    with claimed_bands(agents) as bands, \
+            EmbeddedCluster(agents=0, work_dir=state / "cluster",
+                            executor_grace_seconds=EXECUTOR_GRACE_SECONDS) as cluster:
+        add_agents(cluster, bands, resources)
         credential = cluster.framework_credential  # the embedded master authenticates us
         service = SchedulerService(cluster.master_address, config, principal=credential.principal,
                                    secret=credential.secret).start()
@@ -190,21 +191,26 @@ def _run_in(state: Path, compilation: Any, options: RunOptions, out: TextIO, err
 
 
 @contextmanager
-def claimed_agents(cluster: Any, count: int, resources: dict[str, Any],
-                   ports_per_agent: int = PORTS_PER_AGENT) -> Iterator[list[Any]]:
-    """Add `count` agents to `cluster`, each offering a band of ports claimed on this machine
-    (`elastiq.embedded.ports`: free when claimed, and never the band of another run); the
-    claims are released when the block ends."""
+def claimed_bands(count: int, ports_per_agent: int = PORTS_PER_AGENT) -> Iterator[list[Any]]:
+    """`count` bands of ports claimed on this machine, one per embedded agent
+    (`elastiq.embedded.ports`: free when claimed, and never the band of another run); released
+    when the block ends, after the cluster that used them stopped."""
     from elastiq.embedded.ports import claim_band
 
-    claims = []
+    claims: list[Any] = []
     try:
         for _ in range(count):
             claims.append(claim_band(ports_per_agent))
-        yield [cluster.add_agent({**resources, "ports": c.ports}) for c in claims]
+        yield claims
     finally:
         for claim in claims:
             claim.release()
+
+
+def add_agents(cluster: Any, bands: list[Any], resources: dict[str, Any]) -> None:
+    """One embedded agent per claimed band, offering `resources` and the band's ports."""
+    for band in bands:
+        cluster.add_agent({**resources, "ports": band.ports})
 
 
 def api_port_for(wanted: int | None) -> int | None:

@@ -167,16 +167,17 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
     master = args.master
     if master is None:
         from elastiq.embedded import EmbeddedCluster
-        from elastiq.run import EXECUTOR_GRACE_SECONDS, claimed_agents
+        from elastiq.run import EXECUTOR_GRACE_SECONDS, add_agents, claimed_bands
 
+        claims = claimed_bands(args.embedded_agents)
+        bands = claims.__enter__()
         cluster = EmbeddedCluster(agents=0, work_dir=state / "cluster",
                                   executor_grace_seconds=EXECUTOR_GRACE_SECONDS)
-        cluster.__enter__()
-        claims = claimed_agents(cluster, args.embedded_agents, {"cpus": 4, "mem": 6144})
         try:
-            claims.__enter__()
+            cluster.__enter__()
+            add_agents(cluster, bands, {"cpus": 4, "mem": 6144})
         except BaseException:
-            cluster.__exit__(None, None, None)
+            _stop_embedded(cluster, claims)
             raise
         master = cluster.master_address
         principal = cluster.framework_credential.principal
