@@ -164,6 +164,7 @@ def _run_in(state: Path, compilation: Any, options: RunOptions, out: TextIO, err
                             environment=(("ELASTIQ_STATE_DIR", str(state / "state")),
                                          ("ELASTIQ_SPARK_CORES", str(spark_cores(options.cpus_per_agent))),
                                          ("PYTHONPATH", _pythonpath()),
+                                         ("ELASTIQ_PREWARM", "1"),
                                          (PATH_ROOTS_ENV, roots.to_env()))
                             + executor_token_environment(None, api_port or 0))
     config = SchedulerConfig(executor=executor)

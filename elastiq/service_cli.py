@@ -160,7 +160,7 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
     os.environ[PATH_ROOTS_ENV] = roots.to_env()  # what the API compiles with (configured_roots)
     config = SchedulerConfig(executor=ExecutorSpec(
         command=args.executor_command or f"exec {sys.executable} -m executor",
-        environment=(("ELASTIQ_STATE_DIR", str(state / "state")),
+        environment=(("ELASTIQ_STATE_DIR", str(state / "state")), ("ELASTIQ_PREWARM", "1"),
                      (PATH_ROOTS_ENV, roots.to_env()))
         + executor_token_environment(args.token_file, int(port)) + extra_env))
     cluster = claims = None

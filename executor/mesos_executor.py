@@ -70,6 +70,7 @@ class ExecutorConfig:
     heartbeat_seconds: float = 1.0
     poll_seconds: float = 0.25
     stop_timeout_seconds: float = 20.0  # per runner, on kill and on shutdown
+    prewarm: bool = False  # build the SparkSession at start ($ELASTIQ_PREWARM=1), not at 1st task
 
 
 def config_from_env(env: Mapping[str, str]) -> ExecutorConfig:
@@ -86,7 +87,8 @@ def config_from_env(env: Mapping[str, str]) -> ExecutorConfig:
     cores_text = env.get("ELASTIQ_SPARK_CORES", "2")
     if not cores_text.isdigit() or int(cores_text) < 1:
         raise ValueError(f"ELASTIQ_SPARK_CORES must be a positive integer, got {cores_text!r}")
-    return ExecutorConfig(env["MESOS_EXECUTOR_ID"], Path(state).resolve(), int(cores_text))
+    return ExecutorConfig(env["MESOS_EXECUTOR_ID"], Path(state).resolve(), int(cores_text),
+                          prewarm=env.get(PREWARM_ENV) == "1")
 
 
 # --- runners --------------------------------------------------------------------------------------
@@ -142,6 +144,7 @@ def checkpoint_dir(config: ExecutorConfig, task_id: str) -> Path:
 
 
 PREWARM = "prewarm"  # a runner-pool job: build the session before any task needs it
+PREWARM_ENV = "ELASTIQ_PREWARM"  # "1": prewarm (`elastiq run` and `elastiq scheduler` set it)
 
 
 class RunnerPool:
@@ -552,7 +555,7 @@ def run_executor(config: ExecutorConfig,
     log.info("executor %s: state in %s, Spark cores %s", config.executor_id, config.state_dir,
              config.spark_cores)
     prewarm = getattr(loop.pool, "prewarm", None)
-    if prewarm is not None:
+    if config.prewarm and prewarm is not None:
         prewarm()  # the JVM and SparkSession start while the driver subscribes
     driver.start()
     code = _run_loop_thread(loop, config.executor_id)

@@ -209,6 +209,9 @@ def test_config_defaults_to_the_sandbox(tmp_path: Path) -> None:
     config = config_from_env({**AGENT_ENV, "ELASTIQ_STATE_DIR": str(tmp_path / "s"),
                               "ELASTIQ_SPARK_CORES": "3"})
     assert config.state_dir == tmp_path / "s" and config.spark_cores == 3
+    assert not config.prewarm  # only when asked: `elastiq run` and `elastiq scheduler` ask
+    assert config_from_env({**AGENT_ENV, "MESOS_SANDBOX": str(tmp_path),
+                            "ELASTIQ_PREWARM": "1"}).prewarm
 
 
 @pytest.mark.parametrize("env, message", [
