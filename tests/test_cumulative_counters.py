@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from common.messages import Heartbeat
 from elastiq.progress import summarize
-from scheduler.events import HeartbeatReceived, OffersReceived, StatusUpdated, TaskMigrationRequested, Tick
+from scheduler.events import (
+    HeartbeatReceived, OffersReceived, StatusUpdated, TaskMigrationRequested, Tick,
+)
 from scheduler.views import snapshot
 from scheduler.testing import offer
 from tests.test_failure_kinds import running_update, started

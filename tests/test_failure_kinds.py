@@ -78,7 +78,8 @@ def test_the_executor_finds_the_kind_through_an_exceptions_causes() -> None:
     except ChannelError as wrapped:
         assert failure_kind(wrapped) == "port"
     assert failure_kind(OSError(errno.EADDRINUSE, "in use")) == "port"
-    assert failure_kind(RuntimeSpecError("q.t0", "src", "input file '/x' does not exist")) == "permanent"
+    missing = RuntimeSpecError("q.t0", "src", "input file '/x' does not exist")
+    assert failure_kind(missing) == "permanent"
     assert failure_kind(SyntaxError("bad program")) == "permanent"
     assert failure_kind(FileNotFoundError("program.py")) == "permanent"
     assert failure_kind(RuntimeError("the JVM went away")) == "retry"
