@@ -11,7 +11,7 @@ import http.client
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 from urllib.parse import quote, urlsplit
 
 DEFAULT_URL = "http://127.0.0.1:8088"
@@ -90,10 +90,7 @@ class SchedulerClient:
             resp = conn.getresponse()
             status, data = resp.status, resp.read()
         except (OSError, http.client.HTTPException) as e:
-            raise SchedulerUnavailable(
-                f"no scheduler at {self.url} ({e}); start one with `elastiq scheduler` or "
-                f"set the URL (ELASTIQ_SCHEDULER={os.environ.get('ELASTIQ_SCHEDULER', '')!r})"
-            ) from None
+            raise SchedulerUnavailable(unavailable_hint(self.url, e)) from None
         finally:
             conn.close()
         return _decode(status, data)
@@ -108,3 +105,13 @@ def _decode(status: int, data: bytes) -> dict[str, Any]:
         raise RequestRejected(status, str(body.get("error", f"HTTP {status}")),
                               list(body.get("diagnostics", [])))
     return body
+
+
+def unavailable_hint(url: str, error: Exception, environ: Mapping[str, str] = os.environ) -> str:
+    """Why no scheduler answered and what to do: start one, or name the running one with
+    --scheduler URL (or $ELASTIQ_SCHEDULER, shown when it is set) (pure)."""
+    where = environ.get("ELASTIQ_SCHEDULER")
+    told = f"; $ELASTIQ_SCHEDULER is {where!r}" if where else ""
+    return (f"no scheduler at {url} ({error}){told}; start one with `elastiq scheduler` (or "
+            "`elastiq run SPEC`), or name the running one with --scheduler URL or "
+            "$ELASTIQ_SCHEDULER")

@@ -10,6 +10,8 @@ schema.
 
 from __future__ import annotations
 
+import difflib
+import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Union
 
@@ -993,10 +995,16 @@ def _check_pipeline(c: _Checker, op: OperatorDecl, attrs: dict[str, PatternAttr]
 # ----------------------------------------------------------------------------------------------
 # File paths: inside the operator's roots (common.paths); kept apart from the checks above
 
-def check_paths(spec: Spec, base: str, roots: PathRoots) -> list[Diagnostic]:
+INPUT_PATHS = frozenset({("file-source", "path")})  # path parameters naming a file to read
+
+
+def check_paths(spec: Spec, base: str, roots: PathRoots,
+                inputs_must_exist: bool = True) -> list[Diagnostic]:
     """One located error per path parameter (a file source's or sink's `path`) that names a
     place file operators may not use: control characters, a folder, or, relative parts taken
-    against `base` and `..` and symbolic links resolved, outside `roots`."""
+    against `base` and `..` and symbolic links resolved, outside `roots`; and, when
+    `inputs_must_exist` (a compile on the machine that runs the query), an input file that is
+    not there, with the near names in its folder."""
     found: list[Diagnostic] = []
     for op in spec.operators:
         definition = CATALOGUE.get(op.kind)
@@ -1007,9 +1015,29 @@ def check_paths(spec: Spec, base: str, roots: PathRoots) -> list[Diagnostic]:
             if pdef is None or pdef.kind != "path":
                 continue
             try:
-                confine(p.value.strip(), base, roots)
+                path = confine(p.value.strip(), base, roots)
             except PathRefused as e:
                 found.append(Diagnostic(p.value_pos(),
                                         f"parameter '{p.name}' of '{op.name}': {e}",
                                         "see docs/spec-language.md, 'Files'"))
+                continue
+            if inputs_must_exist and (op.kind, p.name) in INPUT_PATHS \
+                    and not os.path.isfile(path):
+                found.append(Diagnostic(p.value_pos(),
+                                        f"parameter '{p.name}' of '{op.name}': input file "
+                                        f"{p.value.strip()} does not exist",
+                                        missing_input_hint(path)))
     return found
+
+
+def missing_input_hint(path: str) -> str:
+    """What to do about a missing input file: the near names in its folder, if any."""
+    folder, name = os.path.split(path)
+    try:
+        names = sorted(n for n in os.listdir(folder) if os.path.isfile(os.path.join(folder, n)))
+    except OSError:
+        return f"the folder {folder} does not exist either; name an existing file"
+    near = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
+    if near:
+        return "did you mean " + " or ".join(repr(n) for n in near) + "?"
+    return f"name an existing file in {folder} (or create {name} first)"

@@ -138,7 +138,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
             print(f"{path}:1:1: error: cannot read the spec: {e.strerror}", file=sys.stderr)
             status = 1
             continue
-        graph, diagnostics = check_spec_text(text, path, path_roots=spec_roots(path, args))
+        graph, diagnostics = check_spec_text(text, path, path_roots=spec_roots(path, args),
+                                              check_inputs=True)
         _print_diagnostics(diagnostics)
         if graph is None:
             status = 1
@@ -151,7 +152,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     from elastiq.explain import explain, write_pictures
 
     compilation = compile_spec_file(args.spec, rules_dir=args.rules, plan_only=True,
-                                    path_roots=spec_roots(args.spec, args))
+                                    path_roots=spec_roots(args.spec, args), check_inputs=True)
     _print_diagnostics(compilation.warnings + compilation.refused)
     out = Path(args.out or Path("elastiq-out") / compilation.query.query_id / "plan")
     print(explain(compilation))
@@ -162,7 +163,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 def cmd_compile(args: argparse.Namespace) -> int:
     compilation = compile_spec_file(args.spec, rules_dir=args.rules,
-                                    path_roots=spec_roots(args.spec, args))
+                                    path_roots=spec_roots(args.spec, args), check_inputs=True)
     _print_diagnostics(compilation.warnings)
     out = Path(args.out or Path("elastiq-out") / compilation.query.query_id / "tasks")
     out.mkdir(parents=True, exist_ok=True)

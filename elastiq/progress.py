@@ -68,14 +68,18 @@ class Summary:
 
 def summarize(status: dict[str, Any] | None, meter: RateMeter | None = None) -> str:
     """`running | tasks 2/2 running | 12,345 tuples in (1,980/s) | 60 out | batch 210 ms | ...`
-    (tuples in and out are summed over the query's tasks)."""
+    (tuples in: read by the query's sources; out: written by its sinks)."""
     if not status:
         return "waiting for the scheduler"
     tasks = status.get("tasks", [])
     running = sum(1 for t in tasks if t.get("state") == "running")
     figures = [t.get("figures") or {} for t in tasks]
-    into = sum(int(f.get("tuples_in", 0) or 0) for f in figures)
-    out = sum(int(f.get("tuples_out", 0) or 0) for f in figures)
+    # in: what the sources read (tasks fed by no channel); out: what the sinks wrote (tasks
+    # serving no channel), so channel hops between tasks count neither way
+    into = sum(int((t.get("figures") or {}).get("tuples_in", 0) or 0) for t in tasks
+               if not t.get("reads_channels"))
+    out = sum(int((t.get("figures") or {}).get("tuples_out", 0) or 0) for t in tasks
+              if not t.get("serves_channels"))
     parts = [str(status.get("status", status.get("phase", "?"))),
              f"tasks {running}/{len(tasks)} running", f"{into:,} tuples in"]
     if meter is not None:
@@ -87,7 +91,23 @@ def summarize(status: dict[str, Any] | None, meter: RateMeter | None = None) -> 
     latency = [float(f["latency_ms"]) for f in figures if f.get("latency_ms")]
     if latency:
         parts.append(f"latency {max(latency) / 1000:.1f} s")
-    waiting = [t.get("waiting_for") for t in tasks if t.get("waiting_for")]
+    waiting = [t.get("waiting_for") for t in tasks if t.get("waiting_for")] or \
+        [w for w in (first_output_wait(tasks, out),) if w]
     if waiting:
         parts.append(f"waiting: {waiting[0]}")
     return " | ".join(parts)
+
+
+def first_output_wait(tasks: list[dict[str, Any]], out: int) -> str:
+    """What a query without results yet waits for, once its tasks are placed (pure): the
+    executor (a JVM and a SparkSession, then the task's query), its first micro-batch, or its
+    first result (a window emits once the watermark passes its end)."""
+    if out or not tasks:
+        return ""
+    if any(t.get("state") in ("staging", "starting") for t in tasks):
+        return "executor start (JVM, SparkSession) and the task's query"
+    if not all(t.get("state") == "running" for t in tasks):
+        return ""
+    if not any((t.get("figures") or {}).get("batch_ms") for t in tasks):
+        return "the first micro-batch"
+    return "the first result (a window emits once the watermark passes its end)"

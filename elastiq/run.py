@@ -14,17 +14,20 @@ import os
 import re
 import shutil
 import signal
+import socket
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, TextIO
 
+from common.failures import kind_in
 from common.paths import ENV_VAR as PATH_ROOTS_ENV, PathRoots, local_roots
 from compiler.pipeline import compile_spec_file
 from elastiq.progress import ProgressLine, Summary
-from elastiq.sizing import EPHEMERAL_LOW, ClusterSize, PlanDoesNotFit, size_cluster
+from elastiq.sizing import PORTS_PER_AGENT, ClusterSize, PlanDoesNotFit, size_cluster
 
 log = logging.getLogger("elastiq.run")
 
@@ -73,8 +76,31 @@ class Follower:
 
 
 @dataclass
+class SinkWatch:
+    """The files of each file sink to follow: the path in force (a control tuple may change it)
+    and every earlier one (the batch in flight at the change may still land there)."""
+
+    paths: dict[str, list[Path]] = field(default_factory=dict)
+
+    def update(self, sinks: dict[str, str]) -> list[tuple[str, Path]]:
+        """Take the sinks' paths in force; returns the (sink, path) pairs that are new."""
+        added = []
+        for sink, path in sorted(sinks.items()):
+            known = self.paths.setdefault(sink, [])
+            if Path(path) not in known:
+                known.append(Path(path))
+                added.append((sink, Path(path)))
+        return added
+
+    def files(self) -> list[tuple[str, Path]]:
+        return [(sink, path) for sink, paths in sorted(self.paths.items()) for path in paths]
+
+
+@dataclass
 class FailureNotes:
-    """Says once per task attempt why it failed, so a user sees restarts as they happen."""
+    """Says once per failed task attempt why it failed and what the scheduler does about it, so
+    a user sees restarts as they happen. A kill or migration the user asked for is no failure
+    (the scheduler records none for it)."""
 
     said: set[tuple[str, int]] = field(default_factory=set)
 
@@ -82,12 +108,21 @@ class FailureNotes:
         notes = []
         for task in (status or {}).get("tasks", []):
             reason = task.get("last_failure")
-            key = (task.get("task_id", "?"), int(task.get("attempt", 0)))
-            if reason and key not in self.said:
+            key = (task.get("task_id", "?"), int(task.get("last_failure_attempt", 0) or 0))
+            if reason and key[1] and key not in self.said:
                 self.said.add(key)
-                notes.append(f"task {key[0]} failed ({reason}); the scheduler restarts it "
-                             "from its checkpoint")
+                notes.append(f"task {key[0]} failed ({reason}); {_what_next(reason)}")
         return notes
+
+
+def _what_next(reason: str) -> str:
+    """What the scheduler does after a failure with this reason (`common.failures`)."""
+    kind = kind_in(reason)
+    if kind == "port":
+        return "the scheduler relaunches it on another port"
+    if kind == "permanent":
+        return "retrying cannot heal that, so the query fails"
+    return "the scheduler restarts it from its checkpoint"
 
 
 def check_java() -> None:
@@ -103,7 +138,7 @@ def run(options: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.stderr)
     state = options.state_dir or Path(tempfile.mkdtemp(prefix="elastiq-run-"))
     try:
         roots = local_roots(options.spec.resolve().parent, options.path_roots, state)
-        compilation = compile_spec_file(options.spec, path_roots=roots)
+        compilation = compile_spec_file(options.spec, path_roots=roots, check_inputs=True)
         for warning in compilation.warnings:
             print(warning.render(), file=err)
         size = cluster_size(compilation.query, options)
@@ -127,14 +162,6 @@ def cluster_size(query: Any, options: RunOptions) -> ClusterSize:
         raise RunError(str(exc)) from None
 
 
-def ephemeral_low(path: str = "/proc/sys/net/ipv4/ip_local_port_range") -> int:
-    """The first port of this host's ephemeral range (Linux's default when unreadable)."""
-    try:
-        return int(Path(path).read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return EPHEMERAL_LOW
-
-
 def _run_in(state: Path, compilation: Any, size: ClusterSize, options: RunOptions, out: TextIO,
             err: TextIO, roots: PathRoots) -> int:
     from elastiq.embedded import EmbeddedCluster
@@ -142,25 +169,30 @@ def _run_in(state: Path, compilation: Any, size: ClusterSize, options: RunOption
     from scheduler.mesos_adapter import SchedulerService
 
     query = compilation.query
-    agents, resources = size.agents, size.resources(ephemeral_low())
+    agents = size.agents
+    api_port = api_port_for(options.api_port)  # the executors' token file names this port
+    resources = {"cpus": size.cpus, "mem": size.mem_mb}  # ports: a claimed band per agent
     from elastiq.service_cli import executor_token_environment
 
     executor = ExecutorSpec(command=f"exec {sys.executable} -m executor",
                             environment=(("ELASTIQ_STATE_DIR", str(state / "state")),
                                          ("ELASTIQ_SPARK_CORES", str(spark_cores(size.cpus))),
                                          ("PYTHONPATH", _pythonpath()),
+                                         ("ELASTIQ_PREWARM", "1"),
                                          (PATH_ROOTS_ENV, roots.to_env()))
-                            + executor_token_environment(None, options.api_port or 0))
+                            + executor_token_environment(None, api_port or 0))
     config = SchedulerConfig(executor=executor)
     print(f"elastiq: running {query.query_id} ({len(query.tasks)} task(s)) on "
           f"{agents} embedded agent(s) of {size.cpus:g} cpus and {size.mem_mb} MB; Ctrl-C "
           "stops it", file=err)
-    with EmbeddedCluster(agents=agents, resources=resources, work_dir=state / "cluster",
-                         executor_grace_seconds=EXECUTOR_GRACE_SECONDS) as cluster:
+    with claimed_bands(agents) as bands, \
+            EmbeddedCluster(agents=0, work_dir=state / "cluster",
+                            executor_grace_seconds=EXECUTOR_GRACE_SECONDS) as cluster:
+        add_agents(cluster, bands, resources)
         credential = cluster.framework_credential  # the embedded master authenticates us
         service = SchedulerService(cluster.master_address, config, principal=credential.principal,
                                    secret=credential.secret).start()
-        api = _serve_api(service, options.api_port, query.query_id, err)
+        api = _serve_api(service, api_port, query.query_id, err)
         try:
             reply = service.submit(query, source=_source(options.spec, query.query_id))
             if not reply.accepted:
@@ -174,6 +206,44 @@ def _run_in(state: Path, compilation: Any, size: ClusterSize, options: RunOption
             service.stop(failover=False)
 
 
+@contextmanager
+def claimed_bands(count: int, ports_per_agent: int = PORTS_PER_AGENT) -> Iterator[list[Any]]:
+    """`count` bands of ports claimed on this machine, one per embedded agent
+    (`elastiq.embedded.ports`: free when claimed, and never the band of another run); released
+    when the block ends, after the cluster that used them stopped."""
+    from elastiq.embedded.ports import claim_band
+
+    claims: list[Any] = []
+    try:
+        for _ in range(count):
+            claims.append(claim_band(ports_per_agent))
+        yield claims
+    finally:
+        for claim in claims:
+            claim.release()
+
+
+def add_agents(cluster: Any, bands: list[Any], resources: dict[str, Any]) -> None:
+    """One embedded agent per claimed band, offering `resources` and the band's ports."""
+    for band in bands:
+        cluster.add_agent({**resources, "ports": band.ports})
+
+
+def api_port_for(wanted: int | None) -> int | None:
+    """The port the run's API will serve on: `wanted` when it is free, else one the kernel
+    picks (None: no API). Chosen before the executors are configured, whose token file names
+    the port."""
+    if wanted is None:
+        return None
+    from elastiq.embedded.ports import port_bindable
+
+    if wanted and port_bindable(wanted):
+        return wanted
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
 def _serve_api(service: Any, port: int | None, query_id: str, err: TextIO) -> Any:
     """The scheduler's API on 127.0.0.1 (`port`, or any free one when it is taken), so `elastiq
     status`, `control` and `migrate` reach the running query; None when `port` is None. Its
@@ -185,8 +255,10 @@ def _serve_api(service: Any, port: int | None, query_id: str, err: TextIO) -> An
 
     try:
         api = ApiServer.serving(service, host="127.0.0.1", port=port)
-    except OSError:
+    except OSError:  # taken since `api_port_for` chose it
         api = ApiServer.serving(service, host="127.0.0.1", port=0)
+        print(f"elastiq: port {port} was taken meanwhile; this run's control sinks cannot "
+              "reach its API", file=err)
     hint = "" if api.url.endswith(":8088") else f" --scheduler {api.url}"
     print(f"elastiq: API at {api.url}; try `elastiq control --list {query_id}{hint}`", file=err)
     return api
@@ -214,9 +286,10 @@ def _pythonpath() -> str:
 def _follow(service: Any, query: Any, cluster_dir: Path, options: RunOptions, out: TextIO,
             err: TextIO) -> int:
     follower = Follower()
-    for path in query.sinks.values():  # show this run's results, not an earlier run's
-        if Path(path).exists():
-            follower.offsets[Path(path)] = Path(path).stat().st_size
+    watch = SinkWatch()
+    for _, path in watch.update(query.sinks):  # show this run's results, not an earlier run's
+        if path.exists():
+            follower.offsets[path] = path.stat().st_size
     progress = ProgressLine(err, enabled=options.show_progress)
     summary = Summary()
     failures = FailureNotes()
@@ -225,8 +298,8 @@ def _follow(service: Any, query: Any, cluster_dir: Path, options: RunOptions, ou
     interrupted = _install_sigint()
     status: dict[str, Any] | None = None
     while not interrupted() and (deadline is None or time.monotonic() < deadline):
-        for sink, path in sorted(query.sinks.items()):
-            for line in follower.lines(Path(path)):
+        for sink, path in watch.files():
+            for line in follower.lines(path):
                 progress.clear()
                 print(f"{sink}: {line}", file=out, flush=True)
         for stdout in sorted(cluster_dir.rglob("stdout")):
@@ -235,6 +308,9 @@ def _follow(service: Any, query: Any, cluster_dir: Path, options: RunOptions, ou
                     progress.clear()
                     print(line, file=out, flush=True)
         status = service.query_status(query.query_id)
+        for sink, path in watch.update((status or {}).get("sinks", {})):
+            progress.clear()
+            print(f"elastiq: sink {sink} now writes to {path}", file=err, flush=True)
         for note in failures.news(status):
             progress.clear()
             print(f"elastiq: {note}", file=err, flush=True)

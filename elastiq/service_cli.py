@@ -20,6 +20,7 @@ from common.api_client import DEFAULT_URL, RequestRejected, SchedulerClient, Sch
 from common.api_token import read_token_file
 from common.paths import ENV_VAR as PATH_ROOTS_ENV, service_roots
 
+TAIL_STATUS_SECONDS = 1.0  # how often `tail` asks whether a control tuple moved its sink
 TOKEN_FILE_HELP = ("the scheduler's API token file (default: $ELASTIQ_TOKEN_FILE, else "
                    "$XDG_STATE_HOME/elastiq/api-token-PORT, i.e. ~/.local/state/elastiq/"
                    "api-token-PORT, which `elastiq scheduler` and `elastiq run` write)")
@@ -161,19 +162,25 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
     os.environ[PATH_ROOTS_ENV] = roots.to_env()  # what the API compiles with (configured_roots)
     config = SchedulerConfig(executor=ExecutorSpec(
         command=args.executor_command or f"exec {sys.executable} -m executor",
-        environment=(("ELASTIQ_STATE_DIR", str(state / "state")),
+        environment=(("ELASTIQ_STATE_DIR", str(state / "state")), ("ELASTIQ_PREWARM", "1"),
                      (PATH_ROOTS_ENV, roots.to_env()))
         + executor_token_environment(args.token_file, int(port)) + extra_env))
-    cluster = None
+    cluster = claims = None
     master = args.master
     if master is None:
         from elastiq.embedded import EmbeddedCluster
-        from elastiq.run import EXECUTOR_GRACE_SECONDS
+        from elastiq.run import EXECUTOR_GRACE_SECONDS, add_agents, claimed_bands
 
-        cluster = EmbeddedCluster(agents=args.embedded_agents, work_dir=state / "cluster",
-                                  executor_grace_seconds=EXECUTOR_GRACE_SECONDS,
-                                  resources={"cpus": 4, "mem": 6144, "ports": "31000-31999"})
-        cluster.__enter__()
+        claims = claimed_bands(args.embedded_agents)
+        bands = claims.__enter__()
+        cluster = EmbeddedCluster(agents=0, work_dir=state / "cluster",
+                                  executor_grace_seconds=EXECUTOR_GRACE_SECONDS)
+        try:
+            cluster.__enter__()
+            add_agents(cluster, bands, {"cpus": 4, "mem": 6144})
+        except BaseException:
+            _stop_embedded(cluster, claims)
+            raise
         master = cluster.master_address
         principal = cluster.framework_credential.principal
         secret = cluster.framework_credential.secret
@@ -187,8 +194,7 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
         print(f"elastiq: cannot serve the API on {args.listen}: {e.strerror or e} "
               f"({e.filename or 'the address'}); choose another address with --listen HOST:PORT "
               "or a token file with --token-file", file=sys.stderr)
-        if cluster is not None:
-            cluster.__exit__(None, None, None)
+        _stop_embedded(cluster, claims)
         return 1
     service.address = api.url  # what standbys tell clients to use
     try:
@@ -198,8 +204,7 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
         print(f"elastiq: cannot start the scheduler: "
               f"{explain_driver_error(e) if refused else e}", file=sys.stderr)
         api.stop()
-        if cluster is not None:
-            cluster.__exit__(None, None, None)
+        _stop_embedded(cluster, claims)
         return 2 if refused else 1
     print(f"elastiq scheduler: API on {api.url} (token in {api.token_file}), master {master}; "
           f"file operators confined to {roots.describe()}; Ctrl-C stops it", file=sys.stderr)
@@ -212,8 +217,7 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
     finally:
         api.stop()
         service.stop(failover=cluster is None)
-        if cluster is not None:
-            cluster.__exit__(None, None, None)
+        _stop_embedded(cluster, claims)
     failure = driver_failure()  # pymesos gave up (it interrupts us), e.g. credentials refused
     if failure is not None:
         print(f"elastiq: {failure}", file=sys.stderr)
@@ -245,6 +249,15 @@ def _secret(args: argparse.Namespace) -> str | None:
     if not secret:
         raise ValueError(f"{args.mesos_secret_file} is empty")
     return secret
+
+
+def _stop_embedded(cluster: Any, claims: Any) -> None:
+    """Stop the embedded cluster `elastiq scheduler` started (if any), then release its agents'
+    port claims."""
+    if cluster is not None:
+        cluster.__exit__(None, None, None)
+    if claims is not None:
+        claims.__exit__(None, None, None)
 
 
 def executor_token_environment(token_file: str | None, port: int) -> tuple[tuple[str, str], ...]:
@@ -369,6 +382,14 @@ def cmd_status(args: argparse.Namespace) -> int:
         return 0
 
 
+def _where(task: dict[str, Any]) -> str:
+    """"agent A (host H)": the agent id `migrate --to` takes, and the host it runs on."""
+    agent, host = task.get("agent_id"), task.get("hostname")
+    if not agent:
+        return "-"
+    return f"agent {agent} ({host})" if host else f"agent {agent}"
+
+
 def _print_status(reply: dict[str, Any], readings: Any = None, watch: bool = False) -> Any:
     """One query list; with `watch`, a cleared screen and the table of `status --watch`
     (rates from the previous frame's `readings`; returns this frame's)."""
@@ -386,8 +407,10 @@ def _print_status(reply: dict[str, Any], readings: Any = None, watch: bool = Fal
         print("no queries")
     for q in queries:
         print(f"{q.get('query_id')}: {summarize(q)}")
+        for sink, path in sorted((q.get("sinks") or {}).items()):
+            print(f"  sink {sink} -> {path}")
         for t in q.get("tasks", []):
-            where = t.get("hostname") or "-"
+            where = _where(t)
             extra = f"  ({t['last_failure']})" if t.get("last_failure") else ""
             extra += f"  [{t['blocked']}]" if t.get("blocked") else ""
             print(f"  {t['task_id']:<24} {t['state']:<9} attempt {t['attempt']} on {where}{extra}")
@@ -395,7 +418,7 @@ def _print_status(reply: dict[str, Any], readings: Any = None, watch: bool = Fal
 
 
 def cmd_tail(args: argparse.Namespace) -> int:
-    from elastiq.run import Follower
+    from elastiq.run import Follower, SinkWatch
 
     code, reply = _call(lambda: _client(args).status(args.query))
     if code != 0:
@@ -405,14 +428,23 @@ def cmd_tail(args: argparse.Namespace) -> int:
         print(f"elastiq: query {args.query} has no file sink '{args.sink}' "
               f"(file sinks: {', '.join(sinks) or 'none'})", file=sys.stderr)
         return 1
-    path = Path(sinks[args.sink])
-    follower = Follower()
-    if not args.from_start and path.exists():
-        follower.offsets[path] = path.stat().st_size
+    follower, watch = Follower(), SinkWatch()
+    for _, path in watch.update({args.sink: sinks[args.sink]}):
+        if not args.from_start and path.exists():
+            follower.offsets[path] = path.stat().st_size
+    polled = time.monotonic()
     try:
         while True:
-            for line in follower.lines(path):
-                print(line, flush=True)
+            for _, path in watch.files():
+                for line in follower.lines(path):
+                    print(line, flush=True)
+            if time.monotonic() - polled >= TAIL_STATUS_SECONDS:  # a control tuple moved it?
+                polled = time.monotonic()
+                code, reply = _call(lambda: _client(args).status(args.query))
+                now = reply.get("sinks", {}) if code == 0 else {}
+                for _, path in watch.update({k: v for k, v in now.items() if k == args.sink}):
+                    print(f"elastiq: sink {args.sink} now writes to {path}", file=sys.stderr,
+                          flush=True)
             time.sleep(0.25)
     except (KeyboardInterrupt, BrokenPipeError):
         return 0

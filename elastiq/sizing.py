@@ -21,11 +21,9 @@ from scheduler.placement import Offer, QueryDemand, Share, TaskDemand, place
 
 DEFAULT_CPUS = 4.0  # what an agent offers at least, so a small plan leaves room to grow
 DEFAULT_MEM_MB = 6144
-PORTS_PER_AGENT = 1000  # each embedded agent's band (elastiq.embedded.cluster.agent_resources)
-FIRST_PORT = 31000  # Mesos's default agent ports begin here
-LOWEST_PORT = 10000
-MAX_AGENTS = 22  # bands of PORTS_PER_AGENT from LOWEST_PORT up to the ephemeral range
-EPHEMERAL_LOW = 32768  # Linux's default start of the ephemeral range (ip_local_port_range)
+PORTS_PER_AGENT = 199  # channel ports each embedded agent offers (a claimed band: elastiq.run)
+FIRST_PORT = 31000  # where the nominal bands of the placement check begin
+MAX_AGENTS = 22  # more agents than one machine runs usefully
 
 
 @dataclass(frozen=True)
@@ -35,19 +33,6 @@ class ClusterSize:
     agents: int
     cpus: float
     mem_mb: int
-
-    def resources(self, ephemeral_low: int = EPHEMERAL_LOW) -> dict[str, object]:
-        """Agent 0's offer; agent i gets the i-th port band after it."""
-        first = first_port(self.agents, ephemeral_low)
-        return {"cpus": self.cpus, "mem": self.mem_mb,
-                "ports": f"{first}-{first + PORTS_PER_AGENT - 1}"}
-
-
-def first_port(agents: int, ephemeral_low: int) -> int:
-    """Where agent 0's band begins: 31000, or lower so that every agent's band ends below the
-    ephemeral range, where an outgoing connection could take a port before the task it was
-    given binds it (never below 10000)."""
-    return max(LOWEST_PORT, min(FIRST_PORT, ephemeral_low - agents * PORTS_PER_AGENT))
 
 
 class PlanDoesNotFit(Exception):

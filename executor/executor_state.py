@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Mapping, Union
 
 from common.dispatch import handler
+from common.failures import kind_of_text, tag
 from common.messages import ControlAck, ControlMessage, RetargetMessage
 from executor.channel_auth import TaskKeys
 
@@ -427,7 +428,8 @@ class ExecutorState:
             return [SendStatus(sid, mid, "TASK_RUNNING", ev.reason)]  # e.g. state replaced
         if ev.state == "failed":
             task.move("failed", sid)
-            return [SendStatus(sid, mid, "TASK_FAILED", ev.reason or "the query failed"),
+            reason = ev.reason or "the query failed"
+            return [SendStatus(sid, mid, "TASK_FAILED", tag(kind_of_text(reason), reason)),
                     StopRunner(sid, mid)]
         if ev.state == "finished":
             task.move("finished", sid)

@@ -33,6 +33,7 @@ from typing import Any, Callable, Mapping, Protocol
 from pymesos import Executor, MesosExecutorDriver
 
 from common.dispatch import handler
+from common.failures import tag
 from executor.endpoints_file import endpoints_path, write_endpoints
 from executor.executor_state import (ApplyParams, Command, Event, Exit, ExecutorState,
                                      ParamsApplied, ParamsRefused, Registered, RunnerStartFailed,
@@ -71,6 +72,7 @@ class ExecutorConfig:
     heartbeat_seconds: float = 1.0
     poll_seconds: float = 0.25
     stop_timeout_seconds: float = 20.0  # per runner, on kill and on shutdown
+    prewarm: bool = False  # build the SparkSession at start ($ELASTIQ_PREWARM=1), not at 1st task
 
 
 def config_from_env(env: Mapping[str, str]) -> ExecutorConfig:
@@ -87,7 +89,8 @@ def config_from_env(env: Mapping[str, str]) -> ExecutorConfig:
     cores_text = env.get("ELASTIQ_SPARK_CORES", "2")
     if not cores_text.isdigit() or int(cores_text) < 1:
         raise ValueError(f"ELASTIQ_SPARK_CORES must be a positive integer, got {cores_text!r}")
-    return ExecutorConfig(env["MESOS_EXECUTOR_ID"], Path(state).resolve(), int(cores_text))
+    return ExecutorConfig(env["MESOS_EXECUTOR_ID"], Path(state).resolve(), int(cores_text),
+                          prewarm=env.get(PREWARM_ENV) == "1")
 
 
 # --- runners --------------------------------------------------------------------------------------
@@ -142,6 +145,10 @@ def checkpoint_dir(config: ExecutorConfig, task_id: str) -> Path:
     return config.state_dir / task_id / "checkpoint"
 
 
+PREWARM = "prewarm"  # a runner-pool job: build the session before any task needs it
+PREWARM_ENV = "ELASTIQ_PREWARM"  # "1": prewarm (`elastiq run` and `elastiq scheduler` set it)
+
+
 class RunnerPool:
     """Starts and stops runners on one worker thread, in the order asked; reports events."""
 
@@ -156,12 +163,18 @@ class RunnerPool:
         self._runners: dict[str, Runner] = {}
         self._outputs: dict[str, tuple[str, ...]] = {}  # mesos task id -> channels it serves
         self._lock = threading.Lock()
-        self._jobs: queue.Queue[Command | None] = queue.Queue()
+        self._jobs: queue.Queue[Command | str | None] = queue.Queue()
         self._thread = threading.Thread(target=self._work, name="runner-pool", daemon=True)
         self._thread.start()
 
     def submit(self, command: StartRunner | StopRunner) -> None:
         self._jobs.put(command)
+
+    def prewarm(self) -> None:
+        """Build the SparkSession (JVM start included) now, on the worker thread, instead of
+        when the first task starts: the executor process starts before its first task arrives
+        (registration, the launch), so that time overlaps with the session's start."""
+        self._jobs.put(PREWARM)
 
     def runners(self) -> dict[str, Runner]:
         with self._lock:
@@ -194,7 +207,9 @@ class RunnerPool:
             job = self._jobs.get()
             if job is None:
                 return
-            if isinstance(job, StartRunner):
+            if job == PREWARM:
+                self._prewarm()
+            elif isinstance(job, StartRunner):
                 self._start(job)
             else:
                 self._stop(job)
@@ -205,16 +220,34 @@ class RunnerPool:
             runner = self._make_runner(launch)
             runner.start()
         except Exception as exc:  # any failure to load/build is this task's, not the executor's
+            from executor.failure_kinds import failure_kind
+
             log.warning("[%s] task %s: start failed", job.stimulus_id, launch.mesos_task_id,
                         exc_info=True)
             self.report(RunnerStartFailed(job.stimulus_id, launch.mesos_task_id,
-                                          f"task {launch.task_id} did not start: "
-                                          f"{type(exc).__name__}: {exc}"))
+                                          tag(failure_kind(exc),
+                                              f"task {launch.task_id} did not start: "
+                                              f"{type(exc).__name__}: {exc}")))
             return
         with self._lock:
             self._runners[launch.mesos_task_id] = runner
             self._outputs[launch.mesos_task_id] = launch.outputs
         log.info("[%s] task %s: runner started", job.stimulus_id, launch.mesos_task_id)
+
+    def _prewarm(self) -> None:
+        if self.session is not None:
+            return
+        began = time.monotonic()
+        log.info("executor %s: prewarming the SparkSession (local[%s])", self.config.executor_id,
+                 self.config.spark_cores)
+        try:
+            self.session = self.session_factory(self.config)
+        except Exception as exc:  # the first task builds it again and reports what fails
+            log.warning("executor %s: prewarming the SparkSession failed: %s",
+                        self.config.executor_id, exc)
+            return
+        log.info("executor %s: SparkSession ready after %.1f s", self.config.executor_id,
+                 time.monotonic() - began)
 
     def _make_runner(self, launch: TaskLaunch) -> Runner:
         task_dir = self.config.state_dir / launch.task_id
@@ -526,6 +559,9 @@ def run_executor(config: ExecutorConfig,
         ShutdownRequested(stimulus("sigterm"), "SIGTERM")))
     log.info("executor %s: state in %s, Spark cores %s", config.executor_id, config.state_dir,
              config.spark_cores)
+    prewarm = getattr(loop.pool, "prewarm", None)
+    if config.prewarm and prewarm is not None:
+        prewarm()  # the JVM and SparkSession start while the driver subscribes
     driver.start()
     stop_pulse = threading.Event()
     threading.Thread(target=pulse, args=(driver, config.executor_id, config.heartbeat_seconds,

@@ -24,7 +24,7 @@ import sys
 import threading
 from dataclasses import dataclass
 from datetime import date, datetime, timezone
-from typing import Any, Callable, Iterable, Mapping, Protocol, TextIO
+from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence, TextIO
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -373,9 +373,11 @@ class ControlSink:
     exactly once: a replayed batch may send its tuples again (the same values). An accepted
     request a task later refuses is undone by the scheduler; this sink does not follow it."""
 
-    def __init__(self, task_id: str, client: ControlClient) -> None:
+    def __init__(self, task_id: str, client: ControlClient,
+                 out: Callable[[], TextIO] = lambda: sys.stdout) -> None:
         self.task_id = task_id
         self.client = client
+        self.out = out  # what it sends and how the scheduler answered, as a console sink shows
         self.last_sent: dict[str, tuple[ControlTuple, ...]] = {}
         self.rows_out = 0  # tuples the scheduler accepted
         self.sent = self.unchanged = self.refused = self.unreachable = 0  # requests
@@ -396,20 +398,35 @@ class ControlSink:
                 log.debug("task %s: control batch %s: %s unchanged, not sent", self.task_id,
                           batch_id, query)
                 continue
+            shown = f"control {query}: {describe_tuples(tuples)}"
             try:
                 reply = self.client.control(query, list(tuples))
             except RequestRejected as exc:
                 self.refused += 1
                 log.warning("task %s: control batch %s: %s refused %s: %s", self.task_id,
                             batch_id, query, list(tuples), exc)
+                self._show(batch_id, f"{shown} -> refused: {exc}")
                 continue
             except SchedulerUnavailable as exc:
                 self.unreachable += 1
                 log.warning("task %s: control batch %s: tuples for %s dropped %s: %s",
                             self.task_id, batch_id, query, list(tuples), exc)
+                self._show(batch_id, f"{shown} -> not sent, the scheduler is unreachable")
                 continue
             self.last_sent[query] = tuples
             self.sent += 1
             self.rows_out += len(tuples)
             log.info("task %s: control batch %s: %s %s -> request %s", self.task_id, batch_id,
                      query, list(tuples), reply.get("request", "?"))
+            self._show(batch_id, f"{shown} -> accepted as request {reply.get('request', '?')} "
+                                 f"({reply.get('state', 'pending')})")
+
+    def _show(self, batch_id: int, line: str) -> None:
+        stream = self.out()
+        stream.write(f"[{self.task_id} #{batch_id}] {line}\n")
+        stream.flush()
+
+
+def describe_tuples(tuples: Sequence[ControlTuple]) -> str:
+    """`hot.condition = 'raw.temp > 35', src.rate = '10'` (pure)."""
+    return ", ".join(f"{t[0]}.{t[1]} = {t[2]!r}" for t in tuples)

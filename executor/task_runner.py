@@ -28,6 +28,7 @@ from typing import Any, Literal, Mapping, Sequence
 
 from pyspark.sql import SparkSession
 
+from common.failures import kind_of_text
 from common.messages import ParamSet
 from executor.batch_gate import await_commit, next_batch_id
 from executor.runtime import TaskRuntime
@@ -52,7 +53,7 @@ class TaskMetrics:
     batch_id: int
     batches: int  # progress reports seen in the current run
     tuples_in: int  # input rows since the runner started (all runs of the query)
-    tuples_out: int  # rows the sink has written in the current run
+    tuples_out: int  # rows the sink has written since the runner started (all runs)
     input_rate: float
     process_rate: float
     batch_ms: int  # last batch's trigger execution time
@@ -211,6 +212,7 @@ class TaskRunner:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._counted = InputCounter()
+        self._out_before = 0  # rows the sinks of earlier runs (restarts, rebuilds) wrote
         self._rebuild = threading.Lock()  # held while the query is replaced (restart, control)
         self.params_version = int(self.kwargs.pop("params_version", 0))
 
@@ -236,7 +238,7 @@ class TaskRunner:
         progress = query.lastProgress if query is not None else None
         if not progress:
             return None
-        out = rt.sink.rows_out if rt and rt.sink else 0
+        out = self._out_before + (rt.sink.rows_out if rt and rt.sink else 0)
         recent = query.recentProgress
         return metrics_from(progress, len(recent), out, self._counted.add(recent))
 
@@ -363,7 +365,7 @@ class TaskRunner:
         except BaseException:
             rt.stop()
             raise
-        self.runtime = rt
+        self._replace_runtime(rt)
         # running, and saying so when it replaced persisted state it could not read
         self._set(state="running", reason="; ".join(rt.notices), query_id=str(rt.query.id))
 
@@ -382,6 +384,12 @@ class TaskRunner:
         if query.isActive and not self._stop.is_set():
             log.info("task %s: sources still initialising after %.0f s; going on",
                      self.task_id, SOURCES_UP_SECONDS)
+
+    def _replace_runtime(self, rt: TaskRuntime) -> None:
+        """Make `rt` the current run, keeping the rows the previous run's sink wrote."""
+        old = self.runtime
+        self._out_before += old.sink.rows_out if old is not None and old.sink else 0
+        self.runtime = rt
 
     def _wait_for_failure(self) -> str | None:
         """Block until the query dies or stop() is called; the failure text, or None. A query
@@ -409,7 +417,9 @@ class TaskRunner:
                           f"{fence.epoch})")
                 return
             restarts = self.status().restarts
-            decision = decide_restart(restarts, self.max_restarts, self.backoff_seconds)
+            decision = decide_restart(restarts, self.max_restarts, self.backoff_seconds) \
+                if kind_of_text(failure) != "permanent" else \
+                RestartDecision(False, 0.0, "restarting cannot heal it")
             log.warning("task %s: query failed (%s); %s", self.task_id, failure, decision.reason)
             if not decision.restart:
                 self._set(state="failed", reason=f"{failure}; {decision.reason}")
@@ -424,5 +434,6 @@ class TaskRunner:
                     self._launch()
             except Exception as exc:  # a program that no longer builds will not heal by retrying
                 log.warning("task %s: restart failed: %s", self.task_id, exc)
-                self._set(state="failed", reason=f"restart failed: {exc}")
+                self._set(state="failed",
+                          reason=f"restart failed: {type(exc).__name__}: {exc}")
                 return

@@ -36,6 +36,7 @@ class SchedulerConfig:
     executor: ExecutorSpec = field(default_factory=ExecutorSpec)
     max_attempts: int = 4  # failures of a task before its query fails (losing its executor or
     # agent is no failure of the task: a query survives any number of those)
+    max_port_clashes: int = 10  # launches of a task that found its port taken (not failures)
     backoff_initial: float = 1.0  # seconds before the second attempt
     backoff_factor: float = 2.0
     backoff_max: float = 30.0

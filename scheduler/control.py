@@ -14,7 +14,7 @@ from __future__ import annotations
 import itertools
 import time
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Mapping
 
 from common.control import Change, ControlCatalog, ControlRefused
 from common.messages import ParamSet
@@ -95,6 +95,22 @@ class QueryControl:
             return cls()
         return cls(int(d.get("version", 0)), dict(d.get("values", {})),
                    dict(d.get("task_params", {})), {}, list(d.get("history", [])))
+
+
+def sinks_in_force(sinks: Mapping[str, str], control: QueryControl,
+                   catalog: ControlCatalog | None) -> dict[str, str]:
+    """Each file sink's path as its task has it now: the compiled one, or the one a control
+    tuple set (its runtime value, absolute), so whatever shows a sink follows it (pure)."""
+    found = dict(sinks)
+    for name in sinks:
+        adjustable = catalog.find(name, "path") if catalog is not None else None
+        for target in adjustable.targets if adjustable else ():
+            value = control.task_params.get(target.task_id, {}).get(target.op, {}).get(
+                target.keyword)
+            if isinstance(value, str) and value:
+                found[name] = value
+                break
+    return found
 
 
 def drop_refused(control: QueryControl, catalog: ControlCatalog, query_id: str) -> list[str]:

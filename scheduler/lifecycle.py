@@ -89,6 +89,9 @@ class HistoryEntry:
                 f"{self.finish.value}: {self.note}")
 
 
+COUNTERS = ("tuples_in", "tuples_out")  # figures that only grow within an attempt
+
+
 def mesos_task_id(task_id: str, attempt: int) -> str:
     return f"{task_id}.a{attempt}"
 
@@ -121,8 +124,12 @@ class TaskRecord:
     pending_since: float = 0.0
     kill_requested: bool = False
     migrate_to: str | None = None  # a requested migration's target agent, until it launches there
-    last_failure: str = ""
-    figures: dict[str, float] = field(default_factory=dict)
+    last_failure: str = ""  # why it last failed; a kill or migration we asked for is none
+    last_failure_attempt: int = 0  # the attempt `last_failure` ended (0: none failed)
+    port_clashes: int = 0  # launches that found a port taken by another program
+    avoid_ports: set[int] = field(default_factory=set)  # ports it found taken; not offered again
+    figures: dict[str, float] = field(default_factory=dict)  # the current attempt's
+    carried: dict[str, float] = field(default_factory=dict)  # counters of earlier attempts
     history: list[HistoryEntry] = field(default_factory=list)
 
     @property
@@ -132,6 +139,17 @@ class TaskRecord:
     @property
     def mesos_task_id(self) -> str:
         return mesos_task_id(self.task.task_id, self.attempt)
+
+    def totals(self) -> dict[str, float]:
+        """The figures with the counters (`COUNTERS`) summed over every attempt, so they never
+        go back after a restart, a migration or a control rebuild."""
+        return {**self.figures, **{k: self.figures.get(k, 0) + self.carried.get(k, 0)
+                                   for k in COUNTERS if k in self.figures or k in self.carried}}
+
+    def carry(self) -> None:
+        """A new attempt starts: keep the counters of the one that ended."""
+        self.carried = {k: v for k, v in self.totals().items() if k in COUNTERS}
+        self.figures = {}
 
     def move(self, finish: TaskState, stimulus_id: str, note: str = "") -> None:
         """Take the edge to `finish` or raise `IllegalTransition`."""

@@ -58,6 +58,7 @@ class TaskDemand:
     preferred_ports: Mapping[str, int] = field(default_factory=dict)  # channel -> port
     extra_ports: int = 0  # ports asked for beyond one per output channel
     excluded_agents: frozenset[str] = frozenset()  # never these (e.g. where it just failed)
+    avoid_ports: frozenset[int] = frozenset()  # taken by another program: only as a last resort
 
     @property
     def port_count(self) -> int:
@@ -283,8 +284,9 @@ def _why_not(task: TaskDemand, pools: Mapping[str, _Pool], executor: Share) -> s
 
 
 def _pick_ports(task: TaskDemand, pool: _Pool) -> tuple[int, ...]:
-    """One port per output channel (the preferred one if free), then any extra ports."""
-    free = list(pool.free_ports)
+    """One port per output channel (the preferred one if free), then any extra ports; ports
+    the task found taken come last."""
+    free = sorted(pool.free_ports, key=lambda p: p in task.avoid_ports)
     picked: list[int] = []
     for channel in task.outputs:
         wanted = task.preferred_ports.get(channel)

@@ -70,13 +70,16 @@ class QuerySource:
 def compile_source(source: QuerySource) -> CompiledQuery:
     """Compile `source` with the scheduler's compiler; SpecError with every problem. File paths
     must lie in the scheduler's own roots (`configured_roots`): the client's folder
-    (`base_dir`, from X-Spec-Dir) only resolves relative paths and never widens them."""
+    (`base_dir`, from X-Spec-Dir) only resolves relative paths and never widens them. Input
+    files are not required to exist here (a restored query must recompile while one is being
+    replaced); a task that finds its input missing fails its query at once."""
     from common.paths import configured_roots
     from compiler.pipeline import compile_spec_text  # the compiler is heavy: load on first use
 
     return compile_spec_text(source.spec_bytes(), source.filename,
                              base_dir=source.base_dir, query_id=source.query_id,
-                             rules_dir=source.rules_dir, path_roots=configured_roots()).query
+                             rules_dir=source.rules_dir, path_roots=configured_roots(),
+                             check_inputs=False).query
 
 
 def describe_failure(error: Exception) -> str:

@@ -29,6 +29,7 @@ import zmq
 from common import messages
 from common.control import ControlCatalog, ControlRefused
 from common.dispatch import handler
+from common.failures import FailureKind, kind_of
 from common.messages import ControlMessage, LaunchData, LaunchQuery
 from common.tasks import CompiledQuery
 from compiler.control import check_tuples
@@ -316,7 +317,8 @@ class SchedulerState:
             t.task.inputs, placement.group,
             apart_groups(placement.apart_from, placement.initially_apart_from, t.launches),
             where.allowed, where.preferred, preferred_ports,
-            max(0, t.task.resources.ports - len(t.task.outputs)), where.excluded)
+            max(0, t.task.resources.ports - len(t.task.outputs)), where.excluded,
+            frozenset(t.avoid_ports))
 
     def _destinations(self, t: TaskRecord) -> Destinations:
         """Where the pending task may go now: its migration target, else by its failover mode
@@ -351,9 +353,10 @@ class SchedulerState:
         log.info("[%s] task %s is %s %s", ev.stimulus_id, ev.mesos_task_id, target.value,
                  ev.message)
         if target.terminal:
+            kind = kind_of(ev.message) if target is TaskState.FAILED else "retry"
             return self._after_terminal(ev.stimulus_id, query, task, note,
-                                        infrastructure=ev.reason in INFRASTRUCTURE_REASONS) + \
-                self._fail_over(ev.stimulus_id)
+                                        infrastructure=ev.reason in INFRASTRUCTURE_REASONS,
+                                        kind=kind) + self._fail_over(ev.stimulus_id)
         if target is TaskState.RUNNING:
             self._relaunched_with_params(query, task)
         return []
@@ -390,14 +393,24 @@ class SchedulerState:
         return [KillTask(ev.stimulus_id, ev.mesos_task_id, ev.agent_id)]
 
     def _after_terminal(self, sid: str, query: QueryRecord, task: TaskRecord, why: str,
-                        infrastructure: bool = False) -> list[Command]:
+                        infrastructure: bool = False,
+                        kind: FailureKind = "retry") -> list[Command]:
         """Decide what a task reaching a terminal state means: restart, fail, or settle.
         `infrastructure`: it ended because its executor or agent went away, which is no failure
-        of the task and does not count against its restart budget (nor does TASK_LOST)."""
-        if task.state is not TaskState.FINISHED:
-            task.last_failure = why
+        of the task and does not count against its restart budget (nor does TASK_LOST).
+        `kind` (`common.failures`, from the executor's message): a failure retrying cannot heal
+        fails the query at once; a port another program holds relaunches the task at once on
+        other ports (`_port_clash`)."""
+        deliberate = task.kill_requested or task.migrate_to is not None
+        if task.state is not TaskState.FINISHED and not deliberate:
+            task.last_failure, task.last_failure_attempt = why, task.attempt
         if query.phase != "active" or task.state is TaskState.FINISHED or task.kill_requested:
             return self._settle(sid, query)
+        if kind == "permanent":
+            return self._fail_query(sid, query, f"task {task.task_id} cannot run, and "
+                                                f"retrying cannot heal it: {why}")
+        if kind == "port":
+            return self._port_clash(sid, query, task, why)
         if task.state is not TaskState.LOST and not infrastructure and task.migrate_to is None:
             task.failures += 1
         if task.failures >= self.config.max_attempts:
@@ -415,6 +428,24 @@ class SchedulerState:
                  task.task_id, task.restart_at, task.launches + 1, task.failures,
                  self.config.max_attempts)
         return []
+
+    def _port_clash(self, sid: str, query: QueryRecord, task: TaskRecord,
+                    why: str) -> list[Command]:
+        """The task could not bind a port another program holds: relaunch it at once on other
+        ports (never those again), without counting it against its restart budget; the query
+        fails after `max_port_clashes` clashes of one task."""
+        task.port_clashes += 1
+        if task.port_clashes > self.config.max_port_clashes:
+            return self._fail_query(sid, query, f"task {task.task_id} found its port taken "
+                                                f"{task.port_clashes} times; last: {why}")
+        task.avoid_ports |= set(task.ports)
+        task.ports = ()  # no preferred ports: the next launch takes free ones
+        task.restart_at = self.now
+        log.info("[%s] task %s: port %s taken by another program; relaunching it on another "
+                 "port (clash %s of at most %s)", sid, task.task_id,
+                 ", ".join(map(str, sorted(task.avoid_ports))), task.port_clashes,
+                 self.config.max_port_clashes)
+        return self._restart_due(sid, lambda t: t is task)
 
     def _backoff(self, launches: int) -> float:
         c = self.config
@@ -758,7 +789,7 @@ class SchedulerState:
             task.move(TaskState.PENDING, sid, f"{kind} after: {task.last_failure}")
             task.attempt += 1
             task.restart_at, task.kill_requested, task.pending_since = None, False, self.now
-            task.figures = {}
+            task.carry()
         if not due:
             return []
         self.suppressed = False

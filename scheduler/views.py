@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from scheduler.control import sinks_in_force
 from scheduler.lifecycle import TaskRecord, TaskState
 from scheduler.state import QueryRecord, SchedulerState
 
@@ -29,7 +30,7 @@ def query_view(q: QueryRecord, unplaced: dict[str, str]) -> dict[str, Any]:
         "phase": q.phase,
         "status": query_status(q),
         "failure": q.failure,
-        "sinks": dict(q.query.sinks),
+        "sinks": sinks_in_force(q.query.sinks, q.control, q.query.controls),
         "tasks": [task_view(t, unplaced.get(t.task_id, "")) for t in q.tasks.values()],
     }
 
@@ -56,8 +57,11 @@ def task_view(t: TaskRecord, unplaced_reason: str) -> dict[str, Any]:
         "agent_id": t.agent_id,
         "hostname": t.hostname,
         "endpoints": dict(t.endpoints),
-        "figures": dict(t.figures),
+        "figures": t.totals(),
+        "reads_channels": bool(t.task.inputs),  # its input comes from other tasks
+        "serves_channels": bool(t.task.outputs),  # its output goes to other tasks
         "last_failure": t.last_failure,
+        "last_failure_attempt": t.last_failure_attempt,
         "restart_at": t.restart_at,
         "waiting_for": unplaced_reason if t.state is TaskState.PENDING else "",
         "blocked": blocked_reason(t.figures),

@@ -205,16 +205,17 @@ def disjoint_port_ranges(count: int, size: int = 16) -> tuple[tuple[int, int], .
 
 
 def start_stack(work: Path, cpus_per_agent: float = 1.5, mem_per_agent: int = 8192,
-                spark_cores: int = 2, agents: int = 2) -> Stack:
-    """Start the cluster (`agents` agents with distinct free port ranges), the scheduler and its
-    API."""
+                spark_cores: int = 2, agents: int = 2,
+                port_ranges: tuple[tuple[int, int], ...] | None = None) -> Stack:
+    """Start the cluster (`agents` agents with distinct free port ranges, or `port_ranges`),
+    the scheduler and its API."""
     from elastiq.embedded import EmbeddedCluster
     from scheduler.api import ApiServer
     from scheduler.api_token import new_token, write_token_file
     from scheduler.config import ExecutorSpec, SchedulerConfig
     from scheduler.mesos_adapter import SchedulerService
 
-    ranges = disjoint_port_ranges(agents)
+    ranges = port_ranges or disjoint_port_ranges(agents)
     token_file = work / "api-token"  # the API's token, for the tests' clients and control sinks
     write_token_file(token_file, new_token())
     executor = ExecutorSpec(command=f"exec {sys.executable} -m executor", environment=(

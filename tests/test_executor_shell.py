@@ -210,6 +210,9 @@ def test_config_defaults_to_the_sandbox(tmp_path: Path) -> None:
     config = config_from_env({**AGENT_ENV, "ELASTIQ_STATE_DIR": str(tmp_path / "s"),
                               "ELASTIQ_SPARK_CORES": "3"})
     assert config.state_dir == tmp_path / "s" and config.spark_cores == 3
+    assert not config.prewarm  # only when asked: `elastiq run` and `elastiq scheduler` ask
+    assert config_from_env({**AGENT_ENV, "MESOS_SANDBOX": str(tmp_path),
+                            "ELASTIQ_PREWARM": "1"}).prewarm
 
 
 @pytest.mark.parametrize("env, message", [
@@ -273,3 +276,17 @@ def test_the_executor_process_runs_with_the_raised_limit_in_its_children(tmp_pat
     expected = open_files_target(256, hard)
     assert out.stdout.strip() == ("unlimited" if expected == resource.RLIM_INFINITY
                                   else str(expected))
+
+
+def test_a_prewarmed_session_is_built_before_any_task_and_used_by_the_first(
+        harness: Harness) -> None:
+    harness.loop.pool.prewarm()
+    wait_for(lambda: len(harness.sessions) == 1)  # no task launched yet
+    assert harness.runners == []
+    harness.callbacks.launchTask(None, task_info("q.t0", 1))
+    wait_for(lambda: len(harness.runners) == 1)
+    assert len(harness.sessions) == 1  # the runner asserts it got this very session
+    harness.loop.pool.prewarm()  # a second prewarm builds nothing
+    harness.callbacks.launchTask(None, task_info("q.t1", 1))
+    wait_for(lambda: len(harness.runners) == 2)
+    assert len(harness.sessions) == 1

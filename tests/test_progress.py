@@ -12,6 +12,7 @@ from elastiq.run import FailureNotes, Follower
 def _status(tuples_in: int, state: str = "running", failure: str = "") -> dict:
     return {"query_id": "q", "phase": "active", "status": "running", "tasks": [
         {"task_id": "q.t0", "state": state, "attempt": 1, "last_failure": failure,
+         "last_failure_attempt": 1 if failure else 0,
          "figures": {"tuples_in": tuples_in, "tuples_out": 7, "batch_ms": 250.0,
                      "latency_ms": 1500.0}},
         {"task_id": "q.t1", "state": "pending", "attempt": 1, "last_failure": "",
@@ -40,6 +41,18 @@ def test_failure_notes_say_each_failed_attempt_once() -> None:
     assert notes.news(failed) == ["task q.t0 failed (TASK_FAILED boom); the scheduler restarts "
                                   "it from its checkpoint"]
     assert notes.news(failed) == []
+    port = _status(1, failure="TASK_FAILED R [port in use] task q.t0 did not start")
+    port["tasks"][0]["last_failure_attempt"] = 2
+    assert notes.news(port) == ["task q.t0 failed (TASK_FAILED R [port in use] task q.t0 did "
+                                "not start); the scheduler relaunches it on another port"]
+
+
+def test_a_relaunch_after_a_kill_or_migration_is_no_new_failure() -> None:
+    notes = FailureNotes()
+    failed = _status(1, failure="TASK_FAILED boom")
+    assert len(notes.news(failed)) == 1
+    failed["tasks"][0]["attempt"] = 2  # moved on purpose: the last failure is still attempt 1's
+    assert notes.news(failed) == []
 
 
 def test_follower_yields_each_complete_line_once(tmp_path: Path) -> None:
@@ -52,3 +65,18 @@ def test_follower_yields_each_complete_line_once(tmp_path: Path) -> None:
         f.write('2}\n')
     assert list(follower.lines(path)) == ['{"a":2}']
     assert list(follower.lines(path)) == []
+
+
+def test_a_query_without_results_says_what_it_waits_for() -> None:
+    starting = {"status": "deploying", "tasks": [{"task_id": "q.t0", "state": "starting",
+                                                  "figures": {}}]}
+    assert summarize(starting).endswith("waiting: executor start (JVM, SparkSession) and the "
+                                        "task's query")
+    first = {"status": "running", "tasks": [{"task_id": "q.t0", "state": "running",
+                                             "figures": {}}]}
+    assert summarize(first).endswith("waiting: the first micro-batch")
+    first["tasks"][0]["figures"] = {"tuples_in": 500, "batch_ms": 300}
+    assert summarize(first).endswith("waiting: the first result (a window emits once the "
+                                     "watermark passes its end)")
+    first["tasks"][0]["figures"]["tuples_out"] = 3
+    assert "waiting" not in summarize(first)

@@ -346,6 +346,8 @@ def test_cli_explain_with_a_user_rule_folder_and_compile(
         "=> a2(f@p2(network-reader@p2(network-writer{backup: upstream}@p1(a1))))\n")
     path = tmp_path / "paper-filter.xml"
     path.write_text(spec("paper-filter", {"myFilter": 'pipeline="split"'}))
+    (tmp_path / "data").mkdir()  # the CLI wants the spec's input file to exist
+    (tmp_path / "data" / "numbers.jsonl").write_text('{"n": 1}\n')
     assert main(["explain", str(path), "--rules", str(rules), "-o", str(tmp_path / "o")]) == 0
     out = capsys.readouterr().out
     assert "1. a-isolate-filter [pipelining] on myFilter" in out

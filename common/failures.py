@@ -1,0 +1,60 @@
+"""Kinds of task failure, as the executor names them in a status message and the scheduler reads.
+
+Owns `FailureKind` and its text form: the executor puts the kind first in a failed task's
+status message (`tag`: "[port in use] task q.t0 did not start: ..."), since Mesos's own reason
+codes are a fixed list, and the scheduler reads it back (`kind_of`) to decide: a port taken by
+another program is retried at once on another port; what retrying cannot heal (a missing input
+file, a program that does not build) fails the query at once with the reason; anything else is
+retried from the checkpoint. Also `kind_of_text`, the classification of a failure reason by its
+words (a Spark error, an exception's text), pure. Does not own the decisions themselves
+(`scheduler.state`) nor how the executor finds the kind of an exception (`executor.failures`).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+FailureKind = Literal["retry", "port", "permanent"]
+
+TAGS: dict[FailureKind, str] = {"port": "[port in use] ", "permanent": "[cannot heal] "}
+
+# words of a failure that retrying does not heal, as Python, Spark and our own checks say them
+_PERMANENT = re.compile(
+    r"PATH_NOT_FOUND|Path does not exist|FileNotFoundError|SyntaxError|ImportError|"
+    r"ModuleNotFoundError|RuntimeSpecError|PathRefused|has no build\(rt\)|"
+    r"ended without a sink")
+_PORT = re.compile(r"Address already in use|EADDRINUSE", re.IGNORECASE)
+
+
+def tag(kind: FailureKind, message: str) -> str:
+    """`message` with its kind in front (a "retry" failure is left as it is)."""
+    prefix = TAGS.get(kind, "")
+    return message if not prefix or message.startswith(prefix) else prefix + message
+
+
+def kind_of(message: str) -> FailureKind:
+    """The kind a status message was tagged with; "retry" when it carries none."""
+    for kind, prefix in TAGS.items():
+        if message.startswith(prefix):
+            return kind
+    return "retry"
+
+
+def kind_in(text: str) -> FailureKind:
+    """The kind tagged anywhere in `text` (a task's last failure, "TASK_FAILED ... [port in
+    use] ..."); "retry" when none is."""
+    for kind, prefix in TAGS.items():
+        if prefix in text:
+            return kind
+    return "retry"
+
+
+def kind_of_text(text: str) -> FailureKind:
+    """The kind of a failure from its words alone (pure): a port in use, or something retrying
+    cannot heal, else "retry"."""
+    if _PORT.search(text):
+        return "port"
+    if _PERMANENT.search(text):
+        return "permanent"
+    return "retry"

@@ -1,0 +1,52 @@
+"""Port bands of embedded agents (`elastiq.embedded.ports`): free when claimed, never shared by
+two runs on one machine, outside the ephemeral range. Real sockets on 127.0.0.1."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from elastiq.embedded.ports import NoFreeBand, candidate_bands, claim_band, port_bindable
+
+
+def test_candidate_bands_skip_the_ephemeral_range() -> None:
+    bands = list(candidate_bands(100, (32768, 60999), low=32500, high=61200))
+    assert bands == [(32500, 32599), (32600, 32699), (61000, 61099), (61100, 61199)]
+    assert all(last - first == 99 for first, last in bands)
+
+
+def test_two_claims_get_disjoint_bands_whose_ports_are_all_bindable() -> None:
+    first = claim_band(20)
+    second = claim_band(20)
+    try:
+        a = set(range(first.low, first.high + 1))
+        b = set(range(second.low, second.high + 1))
+        assert len(a) == len(b) == 20 and not a & b
+        assert all(port_bindable(p) for p in a | b)
+        assert not port_bindable(first.low - 1)  # the claim is held
+    finally:
+        first.release()
+        second.release()
+    assert port_bindable(first.low - 1)
+
+
+def test_a_band_with_a_port_in_use_is_passed_over() -> None:
+    probe = claim_band(20)
+    probe.release()  # the band the next claim would take: make one of its ports busy
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", probe.low + 5))
+    busy.listen(1)
+    try:
+        claim = claim_band(20)
+        try:
+            assert not claim.low <= probe.low + 5 <= claim.high
+        finally:
+            claim.release()
+    finally:
+        busy.close()
+
+
+def test_no_free_band_is_a_clear_error() -> None:
+    with pytest.raises(NoFreeBand, match="no band of 10 free ports"):
+        claim_band(10, probe=lambda port: False)
