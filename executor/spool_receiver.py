@@ -130,6 +130,7 @@ class SpoolReceiver:
         retains (several replicas: the highest such seq among those that answer)."""
         committed = spool.read_committed(self.folder)
         while committed is None and not self._stop.is_set():
+            self._follow_endpoints()  # the writer may have moved before it ever answered
             answers = []
             for index in range(len(self._sources)):
                 try:
@@ -257,6 +258,7 @@ class SpoolReceiver:
             source.endpoint = new
             if source.reader is not None:
                 source.reader.connect_to(new)  # type: ignore[attr-defined]
+                source.retry_at = 0.0  # a replica skipped at its old endpoint is tried at once
 
 
 class _GiveUp(Exception):

@@ -316,3 +316,29 @@ def test_a_replay_of_batches_never_spooled_fails_with_the_range(tmp_path: Path) 
     reader = SpoolStreamReader(config_for(folder, replay_seconds=0.3))
     with pytest.raises(spool.SpoolError, match=r"batches 2..3 of \(0, 3\]"):
         reader.partitions(offset("up", 0), offset("up", 3))
+
+
+def test_a_receiver_waiting_for_its_first_answer_follows_a_moved_writer(tmp_path: Path) -> None:
+    """The producer was relaunched elsewhere (its port was taken) before it ever answered:
+    the receiver must not keep asking the old endpoint for its base."""
+    import socket
+
+    from executor.endpoints_file import write_endpoints
+
+    with socket.socket() as silent:  # an endpoint nobody answers on
+        silent.bind(("127.0.0.1", 0))
+        gone = f"tcp://127.0.0.1:{silent.getsockname()[1]}"
+    writer = writer_for("up", "t/up")
+    folder = tmp_path / "spool"
+    endpoints = tmp_path / "endpoints.json"
+    receiver = SpoolReceiver("t", str(folder), [Replica("up", "t/up", gone)], ARROW,
+                             endpoints_file=str(endpoints)).start()
+    try:
+        writer.send(table(0, 5), 0)
+        write_endpoints(str(endpoints), {"up": writer.endpoint})
+        reader = SpoolStreamReader(config_for(folder))
+        wait_for(lambda: reader.latestOffset()["seq"] == 1, 30, "the batch at the new endpoint")
+        assert read_range(reader, offset("up", 0), offset("up", 1)) == list(range(5))
+    finally:
+        receiver.close()
+        writer.close()
