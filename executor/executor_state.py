@@ -22,7 +22,7 @@ from typing import Any, Callable, Literal, Mapping, Union
 
 from common.dispatch import handler
 from common.failures import kind_of_text, tag
-from common.messages import ControlAck, ControlMessage, RetargetMessage
+from common.messages import RETAINED_PREFIX, ControlAck, ControlMessage, RetargetMessage
 from executor.channel_auth import TaskKeys
 
 log = logging.getLogger(__name__)
@@ -90,6 +90,8 @@ class TaskFigures:
     latency_ms: int = 0
     channel_blocked_ms: int = 0  # how long its channel sink has waited for backup room
     channel_readerless_ms: int = 0  # ... and how long that channel has had no reader
+    # channel id -> batches its writer keeps for readers that have not acknowledged them
+    retained: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -538,7 +540,8 @@ class ExecutorState:
                 "batches": m.batches, "batch_ms": m.batch_ms, "backlog": m.backlog,
                 "latency_ms": m.latency_ms, "restarts": task.restarts,
                 "channel_blocked_ms": m.channel_blocked_ms,
-                "channel_readerless_ms": m.channel_readerless_ms}
+                "channel_readerless_ms": m.channel_readerless_ms,
+                **{f"{RETAINED_PREFIX}{c}": n for c, n in sorted(m.retained.items())}}
 
     def _on_ShutdownRequested(self, ev: ShutdownRequested) -> list[Command]:
         if self.shutting_down:
