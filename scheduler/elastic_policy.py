@@ -166,6 +166,17 @@ class OperatorView:
     last_change_at: float | None = None
 
 
+def view_of(history: SampleHistory, query_id: str, operator_id: str, parallelism: int,
+            instances: Iterable[str], upstreams: Iterable[str],
+            last_change_at: float | None) -> OperatorView:
+    """The view `decide` needs, from `history`: `instances` are the ids of the operator's
+    active instance tasks (slots 1..parallelism), `upstreams` those of the tasks whose splitter
+    feeds it."""
+    return OperatorView(query_id, operator_id, parallelism,
+                        {key: history.samples(key) for key in instances},
+                        {key: history.samples(key) for key in upstreams}, last_change_at)
+
+
 @dataclass(frozen=True)
 class Rates:
     """What the window showed. Rates in rows per second; `true_rate` is rows per busy second
@@ -491,6 +502,7 @@ def _scale_in(view: OperatorView, policy: ElasticPolicy, measured: Measured, nee
     return _decision(view, "in", target, "load", why, measured, need)
 
 
-__all__ = ["Sample", "sample_of", "SampleHistory", "ElasticPolicy", "OperatorView", "Rates",
+__all__ = ["Sample", "sample_of", "SampleHistory", "ElasticPolicy", "OperatorView", "view_of",
+           "Rates",
            "Measured", "Decision", "decide", "measure", "needed", "increase", "slope", "OUTCOMES",
            "REASONS"]

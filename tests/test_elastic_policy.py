@@ -13,7 +13,7 @@ import pytest
 
 from scheduler.elastic_policy import (
     OUTCOMES, Decision, ElasticPolicy, OperatorView, Sample, SampleHistory, decide, increase,
-    measure, needed, sample_of, slope,
+    measure, needed, sample_of, slope, view_of,
 )
 
 POLICY = ElasticPolicy(min_parallelism=1, max_parallelism=8, target_utilisation=0.8,
@@ -341,6 +341,22 @@ def test_history_keeps_a_bounded_recent_window_per_task() -> None:
     assert [s.at for s in long.samples("b")][0] == pytest.approx(39.5)
     long.keep_only(["c"])
     assert long.samples("b") == ()
+
+
+def test_heartbeats_through_the_history_give_the_same_decision_as_the_samples() -> None:
+    """The integration path: heartbeat figures -> sample_of -> SampleHistory -> view_of."""
+    op = overloaded()
+    history = SampleHistory()
+    for key, samples in [("q.up", op.upstream), *op.instances.items(), ("q.f2", [])]:
+        for s in samples:
+            history.record(key, sample_of(s.at, {"tuples_in": s.tuples_in, "busy_ms": s.busy_ms,
+                                                 "tuples_out": s.tuples_out,
+                                                 "backlog": s.backlog, "state": "running"}))
+    view = view_of(history, "q", "f", 1, ["q.f1"], ["q.up"], None)
+    assert list(view.instances["q.f1"]) == op.instances["q.f1"]
+    assert list(view.upstreams["q.up"]) == op.upstream
+    assert decide(view, POLICY, op.t) == decide(op.view(), POLICY, op.t)
+    assert history.samples("q.f2") == ()
 
 
 def test_a_policy_with_wrong_settings_names_every_problem() -> None:
