@@ -90,6 +90,7 @@ class TaskFigures:
     latency_ms: int = 0
     channel_blocked_ms: int = 0  # how long its channel sink has waited for backup room
     channel_readerless_ms: int = 0  # ... and how long that channel has had no reader
+    busy_ms: int = 0  # time spent in micro-batches, cumulative over the runner's runs
     # channel id -> batches its writer keeps for readers that have not acknowledged them
     retained: Mapping[str, int] = field(default_factory=dict)
 
@@ -538,7 +539,7 @@ class ExecutorState:
         state = task.runner_state if task.phase == "running" else task.phase
         return {"state": state, "tuples_in": m.tuples_in, "tuples_out": m.tuples_out,
                 "batches": m.batches, "batch_ms": m.batch_ms, "backlog": m.backlog,
-                "latency_ms": m.latency_ms, "restarts": task.restarts,
+                "latency_ms": m.latency_ms, "busy_ms": m.busy_ms, "restarts": task.restarts,
                 "channel_blocked_ms": m.channel_blocked_ms,
                 "channel_readerless_ms": m.channel_readerless_ms,
                 **{f"{RETAINED_PREFIX}{c}": n for c, n in sorted(m.retained.items())}}

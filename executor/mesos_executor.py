@@ -139,7 +139,7 @@ def figures_of(metrics: Any, blocked: tuple[float, float] = (0.0, 0.0),
         return TaskFigures(**waits)
     return TaskFigures(int(metrics.tuples_in), int(metrics.tuples_out), int(metrics.batches),
                        int(metrics.batch_ms), int(metrics.backlog), int(metrics.latency_ms),
-                       **waits)
+                       busy_ms=int(metrics.busy_ms), **waits)
 
 
 def checkpoint_dir(config: ExecutorConfig, task_id: str) -> Path:

@@ -95,7 +95,7 @@ class HistoryEntry:
                 f"{self.finish.value}: {self.note}")
 
 
-COUNTERS = ("tuples_in", "tuples_out")  # figures that only grow within an attempt
+COUNTERS = ("tuples_in", "tuples_out", "busy_ms")  # figures that only grow within an attempt
 
 
 def mesos_task_id(task_id: str, attempt: int) -> str:
