@@ -254,6 +254,8 @@ class TaskRuntime:
         self.live: dict[tuple[str, str], LiveParam] = {}  # (operator id, keyword) -> how
         self.notices: list[str] = []  # persisted state found unreadable and replaced
         self.receivers: list[SpoolReceiver] = []  # channel inputs, closed with the query
+        # how far each paced source lags behind its rate, in tuples (`sources.generator_backlog`)
+        self.backlogs: list[Callable[[], int]] = []
         for source in (*sources.ALL_SOURCES, spool_source.SpoolSource):
             spark.dataSource.register(source)
 
@@ -264,6 +266,19 @@ class TaskRuntime:
                 self.query.stop()
         finally:
             self.close_receivers()
+
+    def backlog(self) -> int | None:
+        """Tuples the task's paced sources have made available beyond what it planned; None
+        when it has none (Spark's progress is then the only measure)."""
+        if not self.backlogs:
+            return None
+        total = 0
+        for lag in self.backlogs:
+            try:
+                total += lag()
+            except (OSError, ValueError) as exc:  # a pacing file being replaced
+                log.debug("task %s: backlog unknown: %s", self.task_id, exc)
+        return total
 
     def close_receivers(self) -> None:
         """Stop receiving this runtime's channel inputs (its query is stopped or has died)."""
@@ -370,6 +385,9 @@ class TaskRuntime:
         config = sources.GeneratorConfig(
             self.task_id, op, shape, sources.schema_pairs(schema), seed, float(rate), limit,
             start_us, self._pacing(op, pace), self.source_partitions, pace)
+        anchor = config.anchor_path
+        self.backlogs.append(
+            lambda: sources.generator_backlog(anchor, pace, limit, time.time()))
         self._put(op, output, self._load(sources.GeneratorSource.name(), config), schema)
 
     def file_source(self, *, op: str, output: str, schema: Schema, path: str,

@@ -67,6 +67,19 @@ def paced_offset(anchor: float, now: float, rate: float | None, available: int,
     return bound
 
 
+def generator_backlog(anchor_path: str, rate: float, limit: int | None, now: float) -> int:
+    """Tuples a paced generator has made available and no micro-batch has planned yet: what
+    its task lags behind its rate (Spark's own progress shows a Python source's latest offset
+    as the planned end, so it never shows this)."""
+    stored = _read_anchor(anchor_path)
+    start = planned_start(spark_dir_of(anchor_path), "index")
+    if stored is None or start is None:
+        return 0
+    available = limit if limit is not None else int(MAX_OFFSET)
+    pace = stored[1] if stored[1] is not None else rate
+    return max(0, paced_offset(stored[0], now, pace, available, limit) - start)
+
+
 def split_range(lo: int, hi: int, parts: int, min_rows: int = 1024) -> list[tuple[int, int]]:
     """[lo, hi) split into at most `parts` contiguous ranges of at least `min_rows` (but one)."""
     total = hi - lo

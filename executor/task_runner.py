@@ -257,7 +257,9 @@ class TaskRunner:
         out = self._out_before + (rt.sink.rows_out if rt and rt.sink else 0)
         recent = query.recentProgress
         tuples_in = self._counted.add(recent)
-        return metrics_from(progress, len(recent), out, tuples_in, self._counted.busy_ms)
+        metrics = metrics_from(progress, len(recent), out, tuples_in, self._counted.busy_ms)
+        lag = rt.backlog() if rt is not None else None
+        return metrics if lag is None else replace(metrics, backlog=lag)
 
     def reconfigure(self, version: int, params: Params,
                     timeout: float = 30.0, drain_seconds: float = 5.0) -> Reconfigured:

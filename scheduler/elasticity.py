@@ -19,12 +19,15 @@ from common.control import PARALLELISM
 from common.messages import retained_of
 from common.tasks import CompiledQuery, ElasticOperator
 from scheduler.control import QueryControl
+from scheduler.elastic_policy import (Decision, ElasticPolicy, OperatorView, SampleHistory,
+                                      view_of)
 from scheduler.lifecycle import TaskRecord, TaskState
 
 # A retiring instance's own figures must arrive this long after its input was seen drained,
 # so that they were measured after its last output write (heartbeats come every second).
 DRAIN_SETTLE_SECONDS = 3.0
 RESCALES_KEPT = 50
+DECIDE_EVERY_SECONDS = 1.0  # the automatic policy looks at an operator at most this often
 
 
 @dataclass
@@ -52,11 +55,24 @@ class Rescale:
 
 @dataclass
 class ElasticState:
-    """A query's elastic bookkeeping: its rescales, newest last, and per retiring slot the time
-    its input was first seen drained."""
+    """A query's elastic bookkeeping: its rescales, newest last; per retiring slot the time its
+    input was first seen drained; the automatic policy's decisions (the latest per operator
+    for the status view, the recent ones and their count for the metrics) and when it last
+    decided on each operator."""
 
     rescales: list[Rescale] = field(default_factory=list)
     drained_at: dict[str, float] = field(default_factory=dict)
+    latest: dict[str, Decision] = field(default_factory=dict)
+    decisions: list[Decision] = field(default_factory=list)
+    decided: int = 0
+    decided_at: dict[str, float] = field(default_factory=dict)
+
+    def decide(self, decision: Decision, now: float) -> None:
+        self.latest[decision.operator_id] = decision
+        self.decided_at[decision.operator_id] = now
+        self.decisions.append(decision)
+        self.decided += 1
+        del self.decisions[:-RESCALES_KEPT]
 
     def record(self, rescale: Rescale) -> None:
         self.rescales.append(rescale)
@@ -148,6 +164,30 @@ def _partition_channel(outputs: Iterable[str], index: int) -> str | None:
     return next((c for c in outputs if c.endswith(suffix)), None)
 
 
+def auto_view(e: ElasticOperator, tasks: dict[str, TaskRecord], control: QueryControl,
+              state: ElasticState, history: SampleHistory, query_id: str,
+              now: float) -> OperatorView | None:
+    """What the policy sees of an automatic operator now, or None while it must not decide:
+    a rescale in flight (its request pending, an instance starting or draining), or within
+    DECIDE_EVERY_SECONDS of its last decision."""
+    if e.mode != "auto" or changing(control, e.operator) or \
+            now - state.decided_at.get(e.operator, -DECIDE_EVERY_SECONDS) < DECIDE_EVERY_SECONDS:
+        return None
+    n = parallelism(e, control)
+    moving = [t for i, t in enumerate(e.slots) if tasks[t].retiring or
+              (i < n and tasks[t].state is not TaskState.RUNNING)]
+    if moving:
+        return None
+    last = state.last(e.operator)
+    return view_of(history, query_id, e.operator, n, e.slots[:n],
+                   sorted({task for task, _ in e.splitters}),
+                   last.asked_at if last is not None else None)
+
+
+def policy_of(e: ElasticOperator) -> ElasticPolicy:
+    return ElasticPolicy(min_parallelism=e.minimum, max_parallelism=e.maximum)
+
+
 def describe(query: CompiledQuery, tasks: dict[str, TaskRecord], control: QueryControl,
              state: ElasticState) -> list[dict[str, Any]]:
     """The status view of each elastic operator: its parallelism, bounds, mode, instances by
@@ -160,9 +200,9 @@ def describe(query: CompiledQuery, tasks: dict[str, TaskRecord], control: QueryC
                       "min": e.minimum, "max": e.maximum, "mode": e.mode,
                       "stateful": e.stateful, "slots": slots,
                       "rescales": [r.to_json() for r in state.rescales
-                                   if r.operator == e.operator][-5:]})
+                                   if r.operator == e.operator][-5:],
+                      "decision": (state.latest[e.operator].to_json()
+                                   if e.operator in state.latest else None)})
     return views
 
 
-__all__ = ["DRAIN_SETTLE_SECONDS", "ElasticState", "Rescale", "Steps", "changing", "describe",
-           "dormant_at_start", "parallelism", "reconcile"]

@@ -32,7 +32,8 @@ from scheduler.commands import (
 from scheduler.elastic_policy import OUTCOMES, Decision
 from scheduler.events import Event, OfferRescinded, OffersReceived
 from scheduler.lifecycle import TaskRecord, TaskState, parse_mesos_task_id
-from scheduler.state import SchedulerState
+from scheduler import elasticity
+from scheduler.state import QueryRecord, SchedulerState
 
 log = logging.getLogger("elastiq.scheduler.metrics")
 
@@ -195,6 +196,8 @@ class SchedulerMetrics:
             "acknowledgement", ["query"], registry=r,
             buckets=(0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0))
         self._control_seen: set[str] = set()
+        self._rescales_seen: set[str] = set()  # control request ids of settled rescales
+        self._decisions_seen: dict[str, int] = {}  # query id -> its policy decisions counted
         self.failovers = Counter("elastiq_failovers", "failovers, by pattern",
                                  ["query", "pattern"], registry=r)
         self.failover_gap = Histogram("elastiq_failover_gap_seconds", "gap in output a "
@@ -300,6 +303,7 @@ class SchedulerMetrics:
         for query in state.queries.values():
             phases[query.phase] = phases.get(query.phase, 0) + 1
             self._observe_query(query.query_id, query.tasks.values(), now)
+            self._observe_elastic(query)
             current |= {t.mesos_task_id for t in query.tasks.values()}
         for phase, count in phases.items():
             self.queries.labels(phase).set(count)
@@ -309,6 +313,26 @@ class SchedulerMetrics:
                                   if query.phase in ("active", "stopping")})
         self._last_state = {k: v for k, v in self._last_state.items() if k in current}
         self._failed_at = {k: v for k, v in self._failed_at.items() if k[0] in state.queries}
+
+    def _observe_elastic(self, query: QueryRecord) -> None:
+        """Each elastic operator's parallelism, each rescale once when it settled, each policy
+        decision once."""
+        if not query.query.elastic or query.phase not in ("active", "stopping"):
+            return
+        for e in query.query.elastic:
+            self.set_parallelism(query.query_id, e.operator,
+                                 elasticity.parallelism(e, query.control))
+        for r in query.elastic.rescales:
+            if r.state == "applied" and r.request not in self._rescales_seen:
+                self._rescales_seen.add(r.request)
+                stateful = any(e.stateful for e in query.query.elastic if e.operator == r.operator)
+                self.record_rescale(query.query_id, r.operator, r.before, r.after, r.trigger,
+                                    r.pause_s or 0.0, stateful)
+        seen = self._decisions_seen.get(query.query_id, 0)
+        fresh = min(max(0, query.elastic.decided - seen), len(query.elastic.decisions))
+        for decision in query.elastic.decisions[len(query.elastic.decisions) - fresh:]:
+            self.record_elastic_decision(decision)
+        self._decisions_seen[query.query_id] = query.elastic.decided
 
     def _observe_detector(self, state: SchedulerState) -> None:
         """The state counts suspicions and false ones since it started; counters take the

@@ -27,7 +27,7 @@ from typing import Any, Callable, Literal, Mapping
 import zmq
 
 from common import messages
-from common.control import ControlCatalog, ControlRefused
+from common.control import PARALLELISM, ControlCatalog, ControlRefused
 from common.dispatch import handler
 from common.failures import FailureKind, kind_of
 from common.messages import ControlMessage, LaunchData, LaunchQuery
@@ -40,6 +40,7 @@ from scheduler.commands import (
     TaskLaunch,
 )
 from scheduler.config import SchedulerConfig
+from scheduler.elastic_policy import SampleHistory, decide, sample_of
 from scheduler.liveness import Arrivals, phi, suspected
 from scheduler.destinations import (
     IMMEDIATE_FAILOVER, Destinations, Past, apart_groups, destinations_for,
@@ -122,6 +123,8 @@ class SchedulerState:
     # shell starts it at the wall clock in ms, a new leader at least at the persisted ones, so
     # epochs grow across restarts, leaders and a query's removal and resubmission.
     epoch_floor: int = 0
+    # recent heartbeat figures of every task, by task id (the automatic elasticity policy's)
+    samples: SampleHistory = field(default_factory=SampleHistory)
 
     def deferring(self) -> bool:
         """True while decisions wait: in safe mode or as a standby (no launches, no kills)."""
@@ -542,6 +545,7 @@ class SchedulerState:
             found = self._find(parsed[0]) if parsed else None
             if found and parsed and found[1].attempt == parsed[1]:
                 found[1].figures, found[1].figures_at = figs, self.now
+                self.samples.record(found[1].task_id, sample_of(self.now, found[1].totals()))
         return self._rescale_steps(ev.stimulus_id)
 
     # ---- requests ------------------------------------------------------------------------
@@ -756,6 +760,39 @@ class SchedulerState:
             commands += self._revive(sid) + self._try_place(sid)
         return commands
 
+    def _auto_scale(self, sid: str) -> list[Command]:
+        """Let the policy (`scheduler.elastic_policy`) decide on every automatic operator that
+        is not being rescaled; a decision to move becomes a control request of trigger auto."""
+        if self.deferring():
+            return []
+        commands: list[Command] = []
+        for query in list(self.queries.values()):
+            if query.phase != "active":
+                continue
+            for e in query.query.elastic:
+                view = elasticity.auto_view(e, query.tasks, query.control, query.elastic,
+                                            self.samples, query.query_id, self.now)
+                if view is None:
+                    continue
+                decision = decide(view, elasticity.policy_of(e), self.now)
+                query.elastic.decide(decision, self.now)
+                if decision.kind == "hold":
+                    continue
+                log.info("[%s] %s: automatic elasticity: %s", sid, query.query_id,
+                         decision.explanation)
+                asked = ControlRequested(sid, query.query_id, (
+                    (e.operator, PARALLELISM, str(decision.target)),), trigger="auto")
+                replies = self._on_control_requested(asked)
+                for c in replies:
+                    if isinstance(c, ReplyToRequest) and not c.accepted:
+                        log.warning("[%s] %s: automatic rescale of %s refused: %s", sid,
+                                    query.query_id, e.operator, c.message)
+                for rescale in query.elastic.rescales[-1:]:
+                    if rescale.request == asked.request_id:
+                        rescale.reason = decision.explanation
+                commands += [c for c in replies if not isinstance(c, ReplyToRequest)]
+        return commands
+
     def _retired(self, sid: str, query: QueryRecord, task: TaskRecord) -> list[Command]:
         """A retiring instance stopped after draining: its slot is dormant until a scale-out."""
         task.move(TaskState.DORMANT, sid, f"retired by a scale-in once drained "
@@ -811,7 +848,7 @@ class SchedulerState:
         self.now = ev.now
         sid = ev.stimulus_id
         commands = self._detect_silent_executors(sid) + self._restart_due(sid) + \
-            self._rescale_steps(sid)
+            self._rescale_steps(sid) + self._auto_scale(sid)
         if self.held and self._pending():
             commands += self._try_place(sid)  # time may have widened where tasks may go
         expired = [oid for oid, h in self.held.items()
