@@ -195,6 +195,12 @@ PLUMBING: dict[str, OperatorDef] = {d.kind: d for d in (
                      "running query can scale out to"),
         ParamDef("key", "column", False, None,
                  doc="hash-partitioning column (none: round robin)"),
+        ParamDef("time", "column", False, None,
+                 doc="a stateful operator's event-time column: a rescale switches routing at "
+                     "a window boundary of it"),
+        ParamDef("window-ms", "int", False, None, minimum=1, doc="its tumbling window size"),
+        ParamDef("horizon-ms", "int", False, None, minimum=1,
+                 doc="event time after a switch during which retiring instances get ticks"),
     ), output_type="same", doc="routes each tuple to one of its active partitions, by key hash"),
     OperatorDef("merger", "plumbing", (1, 64), (1, 1), False, (
         ParamDef("partitions", "int", True, minimum=1, doc="number of merged partitions"),

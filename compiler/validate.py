@@ -938,6 +938,8 @@ def _check_parallelism(c: _Checker, op: OperatorDecl, d: OperatorDef,
                      "partition-keys": _keys_per_input(c, op, column)})
     if k != high:  # the query starts on fewer instances than it has slots for
         requests["active"] = k
+    if d.stateful and _switchable(op, c.params[op.name]):
+        requests.update(switch_requests(op, c.params[op.name]))
     if (low, mode) != (1, "manual"):
         requests.update({"min-parallelism": low, "elastic": mode})
 
@@ -970,13 +972,35 @@ def _elastic_bounds(c: _Checker, op: OperatorDecl, d: OperatorDef,
                            f"{min(k, high)}", "the query starts with parallelism= instances "
                                               "(default 1): keep min-parallelism at or below it")
         ok = False
-    if d.stateful and (high > k or mode == "auto"):
+    if d.stateful and (high > k or mode == "auto") and not _switchable(op, c.params[op.name]):
         where = most if most is not None and high > k else elastic
-        c.error(where.pos, f"'{op.name}' is a stateful {op.kind}: its keyed state cannot move "  # type: ignore[union-attr]
-                           "between instances at run time yet",
+        c.error(where.pos, f"'{op.name}' is a stateful {op.kind}: only a tumbling "  # type: ignore[union-attr]
+                           "window-aggregate hands its keyed state over at run time for now",
                 f"write parallelism=\"{high}\" alone (a fixed partitioning)")
         ok = False
     return (low, high, mode) if ok else None
+
+
+# Event time a splitter keeps sending "ticks" to an instance a scale-in retires, after the
+# switch, on top of the window and its watermark: enough for the instance's watermark to pass
+# the switch so it emits its last windows (docs/elasticity.md).
+SWITCH_MARGIN_MS = 30_000
+
+
+def _switchable(op: OperatorDecl, params: dict[str, Any]) -> bool:
+    """Whether a stateful operator can change its parallelism at run time: a tumbling window
+    aggregate (each window lies on one side of an event-time switch, so the switch moves no
+    state: the old instances finish the windows before it, the new ones take those after)."""
+    slide, size = params.get("slide"), params.get("size")
+    return op.kind == "window-aggregate" and (slide is None or slide == size)
+
+
+def switch_requests(op: OperatorDecl, params: dict[str, Any]) -> dict[str, Any]:
+    """What the splitter of a switchable stateful operator needs: its time column, window
+    size and how long after a switch it keeps ticking retiring instances (all in ms)."""
+    size, delay = int(params.get("size") or 0), int(params.get("watermark") or 0)
+    return {"switch-time": params.get("time"), "switch-window": size,
+            "switch-horizon": size + delay + SWITCH_MARGIN_MS}
 
 
 def _subject(op: OperatorDecl, d: OperatorDef, keys: tuple[str, ...] | None = None,

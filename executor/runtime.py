@@ -37,7 +37,7 @@ from common.paths import PathRefused, confine_at_open
 from common.tasks import splitter_op_id
 from common.types import ColumnType, Field, Schema
 from compiler import expr
-from executor import cep, cep_match, shapes, sinks, sources, spool_source
+from executor import cep, cep_match, routing, shapes, sinks, sources, spool_source
 from executor.batch_gate import BatchGate
 from executor.fencing import Fence
 from executor.channel_auth import (ChannelKeyError, TaskKeys, WriterAuth, parse_readers,
@@ -256,6 +256,9 @@ class TaskRuntime:
         self.receivers: list[SpoolReceiver] = []  # channel inputs, closed with the query
         # how far each paced source lags behind its rate, in tuples (`sources.generator_backlog`)
         self.backlogs: list[Callable[[], int]] = []
+        # what the last live switch decided that its acknowledgement reports (a splitter's
+        # event-time switch, `switch_ms`; -1: at once)
+        self.switch_detail: dict[str, float] = {}
         for source in (*sources.ALL_SOURCES, spool_source.SpoolSource):
             spark.dataSource.register(source)
 
@@ -805,16 +808,27 @@ class TaskRuntime:
         """Serve `input` to the tasks `readers` on the endpoint the scheduler assigned (a free
         local port when run outside a cluster); the writer keeps every batch until each reader
         has acknowledged it."""
-        self._channel_sink(f"write:{channel}", input, channel, self.endpoints.get(channel),
-                           readers)
+        op = f"write:{channel}"
+        self._channel_sink(op, input, channel, self.endpoints.get(channel), readers)
+        sink = self.sink
+        if isinstance(sink, sinks.ChannelSink) and sinks.WINDOW_START in sink.schema.names:
+            # an instance a scale-in retires sends only the windows before its splitter's switch
+            until = self._param(op, "until", None)
+            sink.retire_before(None if until is None else int(until))
+            self.live[(op, "until")] = LiveParam(
+                None, lambda value: sink.retire_before(None if value is None else int(value)))
 
     def split_channel_sink(self, *, input: str, channels: Sequence[str], key: Sequence[str],
-                           readers: Sequence[Sequence[str]], active: int | None = None) -> None:
+                           readers: Sequence[Sequence[str]], active: int | None = None,
+                           switch: tuple[str, int, int] | None = None) -> None:
         """Serve `input` split over the first `active` (default all) of k = len(channels)
         partitions, partition i+1 on channels[i] for the tasks readers[i]; a row goes to
         pmod(hash(key columns), active) (all columns when `key` is empty), Spark's Murmur3
         hash, the same in every process. `key` and `active` are live: a control tuple changes
-        them between two micro-batches (a rescale of the partitioned operator)."""
+        them between two micro-batches (a rescale). With `switch` (a stateful operator's time
+        column, tumbling window and tick horizon, ms) a new `active` takes over for rows from
+        the next window boundary on (`executor.routing`); the schedule is kept next to the
+        checkpoint, so a restarted query routes as before."""
         op = splitter_op_id(channels)
         if self.channels is None:
             raise self._error(op, "channel sinks need the executor's ChannelHub")
@@ -828,27 +842,26 @@ class TaskRuntime:
             self._access[channel] = self._declared(op, channel, tasks)
         writers = [self._writer(channel, schema, self.endpoints.get(channel))
                    for channel in channels]
-        routing = {"key": list(self._param(op, "key", key)),
-                   "active": self._active(op, self._param(op, "active", active or len(channels)),
-                                          len(channels))}
+        n = self._active(op, self._param(op, "active", active or len(channels)), len(channels))
+        timing = routing.Switch(self._field(op, stream, switch[0]).name, int(switch[1]),
+                                int(switch[2])) if switch is not None else None
+        path = os.path.join(self.checkpoint_dir, "routing", quote(op, safe="") + ".json")
+        schedule = routing.load(path) if timing is not None else None
+        if schedule is None or schedule.entries[-1][1] > len(channels):
+            schedule = routing.Schedule([(None, n)])
         sink = sinks.SplitChannelSink(self.task_id, writers, schema,
-                                      self._partition(op, stream, routing["key"],
-                                                      routing["active"]))
+                                      self._hash(op, stream, self._param(op, "key", key)),
+                                      schedule, timing, path if timing is not None else None)
+        if schedule.active != n:  # changed while the query was down: switch now
+            sink.rescale(n)
 
-        def reroute(keyword: str, value: Any) -> Undo:
-            new = {**routing, keyword: list(value) if keyword == "key" else
-                   self._active(op, value, len(channels))}
-            undo = sink.route(self._partition(op, stream, new["key"], new["active"]))
-            before = dict(routing)
-            routing.update(new)
-
-            def back() -> None:
-                routing.update(before)
-                undo()
-            return back
-        self.live[(op, "key")] = LiveParam(list(key), lambda new: reroute("key", new))
-        self.live[(op, "active")] = LiveParam(active or len(channels),
-                                              lambda new: reroute("active", new))
+        def rescale(value: Any) -> Undo:
+            undo, at = sink.rescale(self._active(op, value, len(channels)))
+            self.switch_detail["switch_ms"] = float(at) if at is not None else -1.0
+            return undo
+        self.live[(op, "key")] = LiveParam(
+            list(key), lambda new: sink.route(self._hash(op, stream, new)))
+        self.live[(op, "active")] = LiveParam(active or len(channels), rescale)
         self._start(op, input, sink)
 
     def _active(self, op: str, value: Any, slots: int) -> int:
@@ -858,8 +871,8 @@ class TaskRuntime:
                                   f"them, not {value!r}")
         return value
 
-    def _partition(self, op: str, stream: Stream, key: Sequence[str], parts: int) -> Column:
-        """A row's partition, 0..parts-1: pmod(hash(key columns), parts), all columns when `key`
-        is empty (Spark's Murmur3 hash, the same in every process)."""
+    def _hash(self, op: str, stream: Stream, key: Sequence[str]) -> Column:
+        """A row's key hash: Spark's Murmur3 `hash` of the key columns (all columns when `key`
+        is empty), the same in every process (Python's `hash()` is salted per process)."""
         names = [self._field(op, stream, k).name for k in key] or list(stream.schema.names)
-        return F.pmod(F.hash(*[F.col(f"`{k}`") for k in names]), F.lit(parts))
+        return F.hash(*[F.col(f"`{k}`") for k in names])

@@ -27,11 +27,12 @@ from typing import Any, Callable, Literal, Mapping
 import zmq
 
 from common import messages
-from common.control import PARALLELISM, ControlCatalog, ControlRefused
+from common.control import (PARALLELISM, Adjustable, Change, ControlCatalog, ControlRefused,
+                            Target)
 from common.dispatch import handler
 from common.failures import FailureKind, kind_of
 from common.messages import ControlMessage, LaunchData, LaunchQuery
-from common.tasks import CompiledQuery
+from common.tasks import CompiledQuery, ElasticOperator
 from compiler.control import check_tuples
 from scheduler import admission, control as ctl, elasticity
 from scheduler.commands import (
@@ -62,6 +63,9 @@ from scheduler.placement import (
 from scheduler.query_source import QuerySource
 
 log = logging.getLogger("elastiq.scheduler.state")
+# the internal control parameter that tells a retiring instance of a stateful elastic operator
+# from which event time on its windows belong to other instances (`scheduler.elasticity`)
+RETIRE_BEFORE = "retire-before"
 
 QueryPhase = Literal["active", "stopping", "stopped", "failed", "finished"]
 
@@ -611,6 +615,11 @@ class SchedulerState:
                 if query.tasks[t].state is not TaskState.RUNNING or query.tasks[t].migrate_to]
         pending = [r.request_id for r in query.control.requests.values() if r.state == "pending"
                    and set(r.tasks) & set(targets)]
+        draining = [f"{t.task_id} of {e.operator} is still draining after a scale-in"
+                    for e in query.query.elastic if e.stateful
+                    and any(c.adjustable.operator == e.operator for c in changes)
+                    for t in (query.tasks[s] for s in e.slots) if t.retiring]
+        busy += draining
         if busy or pending:
             why = "; ".join(busy) or f"request {pending[0]} is still being applied"
             return [ReplyToRequest(sid, False, 409, f"control of {ev.query_id} refused: {why}; "
@@ -643,7 +652,8 @@ class SchedulerState:
         if found is None or parsed is None or parsed[1] != found[1].attempt:
             return []  # an older attempt's answer: the new one was launched with the request
         query, task = found
-        answer = ctl.TaskAnswer(ack.applied, ack.epoch, ack.pause_s, ack.message, ack.at)
+        answer = ctl.TaskAnswer(ack.applied, ack.epoch, ack.pause_s, ack.message, ack.at,
+                                dict(ack.detail))
         request = ctl.acknowledge(query.control, ack.request, task.task_id, answer, self.now)
         if request is None:
             return []
@@ -729,6 +739,9 @@ class SchedulerState:
                 rescale.state, rescale.applied_at = request.state, self.now
                 pauses = [a.pause_s for a in request.tasks.values() if a is not None]
                 rescale.pause_s = max(pauses, default=0.0)
+                switches = [int(a.detail["switch_ms"]) for a in request.tasks.values()
+                            if a is not None and "switch_ms" in a.detail]
+                rescale.switch_ms = max(switches) if switches else None
                 rescale.reason = rescale.reason or request.reason
 
     def _rescale_steps(self, sid: str, only: QueryRecord | None = None) -> list[Command]:
@@ -745,7 +758,10 @@ class SchedulerState:
                                          self.now)
             for note in steps.notes:
                 log.info("[%s] %s: %s", sid, query.query_id, note)
+            commands += self._send_until(sid, query, steps.until)
             for task in steps.activate:
+                for op, keyword in elasticity.until_targets(task):  # it owns windows again
+                    query.control.task_params.get(task.task_id, {}).get(op, {}).pop(keyword, None)
                 task.move(TaskState.PENDING, sid)
                 task.attempt += 1
                 task.pending_since, task.kill_requested = self.now, False
@@ -793,12 +809,37 @@ class SchedulerState:
                 commands += [c for c in replies if not isinstance(c, ReplyToRequest)]
         return commands
 
+    def _send_until(self, sid: str, query: QueryRecord,
+                    until: tuple[tuple[ElasticOperator, TaskRecord, int], ...]) -> list[Command]:
+        """Tell retiring instances of a stateful operator to send no window that starts at or
+        after the switch (their splitter's ticks open such windows; other instances own them):
+        an internal control request (`<operator, retire-before, switch ms>`), acknowledged
+        like any other."""
+        commands: list[Command] = []
+        for e, task, switch in until:
+            kind = dict(query.query.controls.operators if query.query.controls else ()).get(
+                e.operator, "")
+            targets = tuple(Target(task.task_id, op, keyword)
+                            for op, keyword in elasticity.until_targets(task))
+            change = Change(Adjustable(e.operator, kind, RETIRE_BEFORE, "time", "", targets),
+                            str(switch), switch)
+            request = ctl.begin(query.control, f"{task.mesos_task_id}-until-{switch}", [change],
+                                self.now)
+            query.elastic.until[task.task_id] = switch
+            query.elastic.until_request[task.task_id] = request.request_id
+            log.info("[%s] %s: %s retires: it sends no window from %s on (its splitter's "
+                     "switch)", sid, query.query_id, task.task_id, switch)
+            commands.append(self._send_params(sid, query, task, request.request_id))
+        return commands
+
     def _retired(self, sid: str, query: QueryRecord, task: TaskRecord) -> list[Command]:
         """A retiring instance stopped after draining: its slot is dormant until a scale-out."""
         task.move(TaskState.DORMANT, sid, f"retired by a scale-in once drained "
                                           f"(ended {task.state.value})")
         task.retiring = task.kill_requested = False
         query.elastic.drained_at.pop(task.task_id, None)
+        query.elastic.until.pop(task.task_id, None)
+        query.elastic.until_request.pop(task.task_id, None)
         for e in query.query.elastic:
             last = query.elastic.last(e.operator)
             if task.task_id in e.slots and last is not None and all(
