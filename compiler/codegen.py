@@ -181,6 +181,13 @@ def _behind_forwarding(graph: Graph, stream: str) -> str:
     return stream
 
 
+def _ticked(graph: Graph, stream: str) -> bool:
+    """Whether `stream` is a partition of a splitter with an event-time switch, whose rows carry
+    the tick mark."""
+    producer = graph.node(graph.stream(stream).producer)
+    return producer.kind == "splitter" and producer.param("time") is not None
+
+
 def _source_calls(graph: Graph, plan: TaskPlan, channels: Mapping[str, ChannelSpec],
                   schema_of: Callable[[str], SchemaRef], name: Callable[[str], str]) -> list[Call]:
     """One `channel_source` per input channel, except the replica channels of a stream selector
@@ -192,9 +199,10 @@ def _source_calls(graph: Graph, plan: TaskPlan, channels: Mapping[str, ChannelSp
         stream = channels[c].stream
         selector = selected.get(stream)
         if selector is None:
+            ticks = (("ticks", True),) if _ticked(graph, stream) else ()
             calls.append(Call(f"{stream} <- channel {c}", "channel_source",
                               (("output", name(stream)), ("schema", schema_of(stream)),
-                               ("channel", c))))
+                               ("channel", c), *ticks)))
         elif stream == selector.inputs[0]:
             replicas = tuple(next(i for i in plan.inputs if channels[i].stream == s)
                              for s in selector.inputs)

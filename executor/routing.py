@@ -39,13 +39,15 @@ class Schedule:
 
     entries: list[Entry] = field(default_factory=list)
     max_seen: int | None = None
+    ticks: int = 0  # micro-batches that ticked the partitions the last switch retires
 
     @property
     def active(self) -> int:
         return self.entries[-1][1]
 
     def to_json(self) -> dict:
-        return {"entries": [list(e) for e in self.entries], "max_seen": self.max_seen}
+        return {"entries": [list(e) for e in self.entries], "max_seen": self.max_seen,
+                "ticks": self.ticks}
 
     @classmethod
     def from_json(cls, d: dict) -> "Schedule":
@@ -53,7 +55,7 @@ class Schedule:
         if not entries or entries[0][0] is not None or any(n < 1 for _, n in entries):
             raise ValueError(f"not a routing schedule: {d!r}")
         seen = d.get("max_seen")
-        return cls(entries, None if seen is None else int(seen))
+        return cls(entries, None if seen is None else int(seen), int(d.get("ticks", 0)))
 
 
 def switch_time(max_seen: int | None, window_ms: int) -> int | None:
@@ -72,7 +74,7 @@ def rescaled(schedule: Schedule, n: int, switch: Switch | None) -> tuple[Schedul
     if at is None:
         return Schedule([(None, n)], schedule.max_seen), None
     entries = [e for e in schedule.entries if e[0] is None or e[0] < at] + [(at, n)]
-    return Schedule(entries, schedule.max_seen), at
+    return Schedule(entries, schedule.max_seen, 0), at
 
 
 def partitions(hashes: np.ndarray, times: np.ndarray | None, schedule: Schedule) -> np.ndarray:
@@ -86,16 +88,20 @@ def partitions(hashes: np.ndarray, times: np.ndarray | None, schedule: Schedule)
     return np.mod(hashes.astype(np.int64), counts[scheme])
 
 
+MIN_TICKS = 5  # a switch ticks its retiring partitions in at least this many micro-batches
+
+
 def ticked(schedule: Schedule, horizon_ms: int) -> list[int]:
-    """Partitions that get a tick this batch: those an earlier entry routed to but the last
-    one does not (a scale-in retires them), until event time passes the last switch by
-    `horizon_ms`; ticks advance their watermark, so they emit the windows before the switch."""
+    """Partitions that get a tick this batch: those the entry before the last routed to and
+    the last does not (the last switch was a scale-in and retires them), in MIN_TICKS
+    micro-batches and until event time passes that switch by `horizon_ms` (a source catching
+    up can cross the horizon in one batch); ticks advance their watermark, so they emit the
+    windows before the switch."""
     last_from = schedule.entries[-1][0]
-    if last_from is None or schedule.max_seen is None or \
-            schedule.max_seen >= last_from + horizon_ms:
+    if last_from is None or len(schedule.entries) < 2 or schedule.max_seen is None or (
+            schedule.max_seen >= last_from + horizon_ms and schedule.ticks >= MIN_TICKS):
         return []
-    widest = max(n for _, n in schedule.entries)
-    return list(range(schedule.active, widest))
+    return list(range(schedule.active, schedule.entries[-2][1]))
 
 
 def too_late(parts: np.ndarray, times: np.ndarray, schedule: Schedule,

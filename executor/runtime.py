@@ -114,6 +114,22 @@ class Stream:
 WATERMARK_DELAY_KEY = "spark.watermarkDelayMs"  # Spark's mark of an event-time column
 
 
+def with_tick(schema: Schema) -> Schema:
+    """A partition channel's schema under an event-time switch: the rows and their tick mark."""
+    return Schema((*schema.fields, Field(sinks.TICK_COLUMN, ColumnType.BOOLEAN)))
+
+
+def _without_ticks(df: DataFrame, time: str) -> DataFrame:
+    """`df` without its splitter's ticks, dropped after the watermark saw them: a tick only
+    moves an instance's event time on (a retiring instance's, past the switch). The condition
+    names the event-time column `time` (true for every row that has one: ticks always do), so
+    Spark's optimizer cannot push it below the watermark, as it does with other filters."""
+    if sinks.TICK_COLUMN not in df.columns:
+        return df
+    keep = ~F.col(f"`{sinks.TICK_COLUMN}`") | F.col(f"`{time}`").isNull()
+    return df.filter(keep).drop(sinks.TICK_COLUMN)
+
+
 def event_time_columns(df: DataFrame) -> set[str]:
     """The columns of `df` that carry a watermark from upstream in the same query."""
     return {f.name for f in df.schema.fields if WATERMARK_DELAY_KEY in f.metadata}
@@ -412,18 +428,21 @@ class TaskRuntime:
         self._put(op, output, self._load(sources.FileSource.name(), config), schema)
 
     def _spool(self, op: str, output: str, schema: Schema, name: str, folder: str,
-               replicas: Sequence[Replica], key_file: str) -> None:
+               replicas: Sequence[Replica], key_file: str, ticks: bool = False) -> None:
         """Receive `replicas` (one writer, or a hot-standby group's) into the spool `folder`
-        and read it as the stream `output` (`executor.spool_source`)."""
+        and read it as the stream `output` (`executor.spool_source`); with `ticks`, its rows
+        carry the splitter's tick mark (`sinks.TICK_COLUMN`), which the stream keeps hidden
+        until a window drops the ticks after its watermark."""
         spark_dir = os.path.join(self.checkpoint_dir, "spark")
-        receiver = SpoolReceiver(self.task_id, folder, replicas, shapes.arrow_schema(schema),
+        wire = with_tick(schema) if ticks else schema
+        receiver = SpoolReceiver(self.task_id, folder, replicas, shapes.arrow_schema(wire),
                                  key_file=key_file, endpoints_file=self._endpoints_file(),
                                  log_file=sources.source_log_path(self.checkpoint_dir),
                                  finished=lambda: spool_source.finished_seq(spark_dir, name))
         self.receivers.append(receiver.start())
         config = spool_source.SpoolConfig(
             self.task_id, name, folder, os.path.join(self.checkpoint_dir, "spark"),
-            sources.schema_pairs(schema), self.source_partitions, self.deterministic,
+            sources.schema_pairs(wire), self.source_partitions, self.deterministic,
             idle_seconds=self.channel_poll_seconds)
         df = (self.spark.readStream.format(spool_source.SpoolSource.name())
               .option(spool_source.CONFIG_OPTION, spool_source.encode_config(config)).load())
@@ -434,9 +453,9 @@ class TaskRuntime:
 
     def _channel_stream(self, op: str, output: str, schema: Schema, channel: str,
                         endpoint: str, reader_id: str, key_file: str = "",
-                        server_key: str = "") -> None:
+                        server_key: str = "", ticks: bool = False) -> None:
         self._spool(op, output, schema, channel, self._spool_folder(channel),
-                    [Replica(channel, reader_id, endpoint, server_key)], key_file)
+                    [Replica(channel, reader_id, endpoint, server_key)], key_file, ticks)
 
     def network_source(self, *, op: str, output: str, schema: Schema, endpoint: str,
                        channel: str, reader: str | None = None, key_file: str | None = None,
@@ -452,11 +471,15 @@ class TaskRuntime:
         self._channel_stream(op, output, schema, channel, self._param(op, "endpoint", endpoint),
                              reader or f"{self.task_id}/{op}", key_file or "", server_key or "")
 
-    def channel_source(self, *, output: str, schema: Schema, channel: str) -> None:
+    def channel_source(self, *, output: str, schema: Schema, channel: str,
+                       ticks: bool = False) -> None:
+        """Read `channel` as `output`; `ticks`: a partition channel of a stateful operator's
+        splitter, whose rows carry the tick mark (`split_channel_sink`'s `switch`)."""
         op = f"read:{channel}"
         key_file, server_key = self._reader_keys(op, channel)
         self._channel_stream(op, output, schema, channel, self._endpoint_of(op, channel),
-                             channel_reader_id(self.task_id, channel), key_file, server_key)
+                             channel_reader_id(self.task_id, channel), key_file, server_key,
+                             ticks)
 
     def _reader_keys(self, op: str, channel: str) -> tuple[str, str]:
         """(key file, producer's public key) for reading a channel of this query; ("", "")
@@ -565,7 +588,7 @@ class TaskRuntime:
         aggs = [self._aggregate_column(op, stream, n, f, c) for n, f, c in aggregates]
         slide_text = self._duration(op, slide) if slide is not None else None
         windowed = F.window(_qcol(input, time), self._duration(op, window), slide_text)
-        df = (self._watermarked(op, stream, time, watermark)
+        df = (_without_ticks(self._watermarked(op, stream, time, watermark), time)
               .groupBy(windowed.alias("window"), *[_qcol(input, k.name) for k in keys])
               .agg(*[a for a, _ in aggs]))
         event_time = {WATERMARK_DELAY_KEY: df.schema["window"].metadata[WATERMARK_DELAY_KEY]}
@@ -808,15 +831,8 @@ class TaskRuntime:
         """Serve `input` to the tasks `readers` on the endpoint the scheduler assigned (a free
         local port when run outside a cluster); the writer keeps every batch until each reader
         has acknowledged it."""
-        op = f"write:{channel}"
-        self._channel_sink(op, input, channel, self.endpoints.get(channel), readers)
-        sink = self.sink
-        if isinstance(sink, sinks.ChannelSink) and sinks.WINDOW_START in sink.schema.names:
-            # an instance a scale-in retires sends only the windows before its splitter's switch
-            until = self._param(op, "until", None)
-            sink.retire_before(None if until is None else int(until))
-            self.live[(op, "until")] = LiveParam(
-                None, lambda value: sink.retire_before(None if value is None else int(value)))
+        self._channel_sink(f"write:{channel}", input, channel, self.endpoints.get(channel),
+                           readers)
 
     def split_channel_sink(self, *, input: str, channels: Sequence[str], key: Sequence[str],
                            readers: Sequence[Sequence[str]], active: int | None = None,
@@ -837,7 +853,7 @@ class TaskRuntime:
         if len(readers) != len(channels):
             raise self._error(op, f"{len(channels)} channels but {len(readers)} reader lists")
         stream = self._get(op, input)
-        schema = shapes.arrow_schema(stream.schema)
+        schema = shapes.arrow_schema(with_tick(stream.schema) if switch else stream.schema)
         for channel, tasks in zip(channels, readers):
             self._access[channel] = self._declared(op, channel, tasks)
         writers = [self._writer(channel, schema, self.endpoints.get(channel))

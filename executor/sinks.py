@@ -255,23 +255,9 @@ class ChannelSink:
         self.writer = writer
         self.schema = schema
         self.rows_out = 0
-        # an instance a scale-in retires sends only windows that start before this event time
-        # (ms): later ones are its splitter's ticks, owned by another instance (None: all)
-        self.until: int | None = None
-
-    def retire_before(self, until: int | None) -> Callable[[], None]:
-        before, self.until = self.until, until
-
-        def undo() -> None:
-            self.until = before
-        return undo
 
     def __call__(self, df: Any, batch_id: int) -> None:
         table = df.toArrow().select(self.schema.names).cast(self.schema)
-        if self.until is not None and WINDOW_START in self.schema.names:
-            bound = pa.scalar(self.until * 1000, pa.int64())
-            starts = table.column(WINDOW_START).cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
-            table = table.filter(pc.less(starts, bound))
         seq = self.writer.send(table, batch_id)
         self.rows_out += table.num_rows
         log.debug("task %s: batch %s -> seq %s (%s rows)", self.task_id, batch_id, seq,
@@ -279,7 +265,9 @@ class ChannelSink:
 
 
 PARTITION_COLUMN = "__elastiq_partition"
-WINDOW_START = "window_start"  # a window aggregate's first output column
+# Under an event-time switch a splitter's rows carry this mark: true for a tick, a copy of the
+# batch's latest row that only moves a retiring instance's watermark (`executor.routing`)
+TICK_COLUMN = "__elastiq_tick"
 
 
 def split_by_partition(table: pa.Table, column: str, parts: int) -> list[pa.Table]:
@@ -339,7 +327,7 @@ class SplitChannelSink:
     def __call__(self, df: Any, batch_id: int) -> None:
         from pyspark.sql import functions as F
 
-        table = df.select(*[F.col(f"`{n}`") for n in self.schema.names],
+        table = df.select(*[F.col(f"`{n}`") for n in self.schema.names if n != TICK_COLUMN],
                           self.hash.alias(PARTITION_COLUMN)).toArrow()
         hashes = table.column(PARTITION_COLUMN).to_numpy(zero_copy_only=False)
         times = self._times(table)
@@ -355,7 +343,10 @@ class SplitChannelSink:
             if late.any():
                 self.late_rows += int(late.sum())
                 keep = ~late
-        rest = table.drop_columns([PARTITION_COLUMN]).select(self.schema.names).cast(self.schema)
+        rest = table.drop_columns([PARTITION_COLUMN])
+        if self.switch is not None:
+            rest = rest.append_column(TICK_COLUMN, pa.array([False] * rest.num_rows))
+        rest = rest.select(self.schema.names).cast(self.schema)
         ticks = self._ticks(rest, times)
         for index, writer in enumerate(self.writers):
             mask = parts == index if keep is None else (parts == index) & keep
@@ -377,13 +368,20 @@ class SplitChannelSink:
         return (raw * unit).astype("int64") if unit != 1 else raw
 
     def _ticks(self, rows: pa.Table, times: Any) -> dict[int, pa.Table | None]:
-        """A copy of the batch's latest row for each partition a scale-in retires: it moves
-        that instance's watermark past the switch; the window it opens there is after the
-        switch, which the instance drops (`ChannelSink.until`)."""
+        """A copy of the batch's latest row, marked as a tick, for each partition a scale-in
+        retires: it moves that instance's watermark past the switch, and its window operator
+        drops it after the watermark saw it (`runtime._without_ticks`)."""
         if self.switch is None or times is None or not len(times):
             return {}
+        slots = routing.ticked(self.schedule, self.switch.horizon_ms)
+        if not slots:
+            return {}
         latest = rows.slice(int(times.argmax()), 1)
-        return {i: latest for i in routing.ticked(self.schedule, self.switch.horizon_ms)}
+        marks = latest.schema.get_field_index(TICK_COLUMN)
+        tick = latest.set_column(marks, TICK_COLUMN, pa.array([True]))
+        self.schedule.ticks += 1
+        self._persist()
+        return {i: tick for i in slots}
 
 
 # --- control tuples: the closed loop ------------------------------------------------------------

@@ -70,10 +70,6 @@ class ElasticState:
     decisions: list[Decision] = field(default_factory=list)
     decided: int = 0
     decided_at: dict[str, float] = field(default_factory=dict)
-    # retiring instances of stateful operators: the switch their watermark must pass, and the
-    # control request that told them to send no window from it on (`until`)
-    until: dict[str, int] = field(default_factory=dict)
-    until_request: dict[str, str] = field(default_factory=dict)
 
     def decide(self, decision: Decision, now: float) -> None:
         self.latest[decision.operator_id] = decision
@@ -97,8 +93,6 @@ class Steps:
     activate: tuple[TaskRecord, ...] = ()
     stop: tuple[TaskRecord, ...] = ()
     notes: tuple[str, ...] = ()
-    # retiring instances of a stateful operator to tell to drop windows from the switch on
-    until: tuple[tuple[ElasticOperator, TaskRecord, int], ...] = ()
 
 
 def parallelism(e: ElasticOperator, control: QueryControl) -> int:
@@ -128,7 +122,6 @@ def reconcile(query: CompiledQuery, tasks: dict[str, TaskRecord], control: Query
     activate: list[TaskRecord] = []
     stop: list[TaskRecord] = []
     notes: list[str] = []
-    until: list[tuple[ElasticOperator, TaskRecord, int]] = []
     for e in query.elastic:
         n = parallelism(e, control)
         settled = not changing(control, e.operator)
@@ -145,19 +138,11 @@ def reconcile(query: CompiledQuery, tasks: dict[str, TaskRecord], control: Query
             if task.state.launched and not task.retiring:
                 task.retiring = True
                 notes.append(f"{task_id} retires once drained ({e.operator} scales in to {n})")
-            if not (task.retiring and settled and not task.kill_requested):
-                continue
-            if e.switch_time is not None and _needs_until(e, task, control, state):
-                switch = _switch_of(state, e.operator)
-                if switch is not None and switch >= 0 and task.state is TaskState.RUNNING:
-                    until.append((e, task, switch))
-                elif switch is not None and switch < 0:
-                    state.until[task_id] = -1  # switched at once: it holds no window
-                continue
-            if task.state is TaskState.RUNNING and _drained(e, index, task, tasks, control,
-                                                           state, now):
+            if task.retiring and settled and not task.kill_requested and \
+                    task.state is TaskState.RUNNING and _drained(e, index, task, tasks, state,
+                                                                  now):
                 stop.append(task)
-    return Steps(tuple(activate), tuple(stop), tuple(notes), tuple(until))
+    return Steps(tuple(activate), tuple(stop), tuple(notes))
 
 
 def _switch_of(state: ElasticState, operator: str) -> int | None:
@@ -165,33 +150,16 @@ def _switch_of(state: ElasticState, operator: str) -> int | None:
     return last.switch_ms if last is not None and last.state == "applied" else None
 
 
-def _needs_until(e: ElasticOperator, task: TaskRecord, control: QueryControl,
-                 state: ElasticState) -> bool:
-    """A retiring instance of a stateful operator still to be told (or told again, after a
-    refusal) to drop the windows from the switch on."""
-    if task.task_id not in state.until:
-        return True
-    request = control.requests.get(state.until_request.get(task.task_id, ""))
-    if request is not None and request.state == "refused":
-        del state.until[task.task_id]
-        return True
-    return False
-
-
-def until_targets(task: TaskRecord) -> list[tuple[str, str]]:
-    """(program operator id, keyword) of an instance's `until`: its channel sinks."""
-    return [(f"write:{channel}", "until") for channel in task.task.outputs]
-
-
 def _drained(e: ElasticOperator, index: int, task: TaskRecord, tasks: dict[str, TaskRecord],
-             control: QueryControl, state: ElasticState, now: float) -> bool:
+             state: ElasticState, now: float) -> bool:
     """Slot `index` has drained: its input is done (stateless: every splitter reports no batch
     of its partition channel unacknowledged, so the instance committed all it was sent;
-    stateful: told to drop windows from the switch on, its watermark passed the switch, so it
-    emitted every window before it), and then, in figures measured afterwards, the instance
+    stateful: its watermark passed the switch, so it emitted every window before it; its
+    splitter's ticks carried it there), and then, in figures measured afterwards, the instance
     reports none of its own outputs unacknowledged."""
     if e.switch_time is not None:
-        if not _input_done_stateful(task, control, state):
+        switch = _switch_of(state, e.operator)
+        if switch is None or task.figures.get("watermark_ms", -1) < switch:
             state.drained_at.pop(task.task_id, None)
             return False
         return _outputs_done(task, state, now)
@@ -202,18 +170,6 @@ def _drained(e: ElasticOperator, index: int, task: TaskRecord, tasks: dict[str, 
             state.drained_at.pop(task.task_id, None)
             return False
     return _outputs_done(task, state, now)
-
-
-def _input_done_stateful(task: TaskRecord, control: QueryControl, state: ElasticState) -> bool:
-    switch = state.until.get(task.task_id)
-    if switch is None:
-        return False
-    if switch < 0:
-        return True
-    request = control.requests.get(state.until_request.get(task.task_id, ""))
-    if request is None or request.state != "applied":
-        return False
-    return task.figures.get("watermark_ms", -1) >= switch
 
 
 def _outputs_done(task: TaskRecord, state: ElasticState, now: float) -> bool:

@@ -27,12 +27,11 @@ from typing import Any, Callable, Literal, Mapping
 import zmq
 
 from common import messages
-from common.control import (PARALLELISM, Adjustable, Change, ControlCatalog, ControlRefused,
-                            Target)
+from common.control import PARALLELISM, ControlCatalog, ControlRefused
 from common.dispatch import handler
 from common.failures import FailureKind, kind_of
 from common.messages import ControlMessage, LaunchData, LaunchQuery
-from common.tasks import CompiledQuery, ElasticOperator
+from common.tasks import CompiledQuery
 from compiler.control import check_tuples
 from scheduler import admission, control as ctl, elasticity
 from scheduler.commands import (
@@ -63,9 +62,6 @@ from scheduler.placement import (
 from scheduler.query_source import QuerySource
 
 log = logging.getLogger("elastiq.scheduler.state")
-# the internal control parameter that tells a retiring instance of a stateful elastic operator
-# from which event time on its windows belong to other instances (`scheduler.elasticity`)
-RETIRE_BEFORE = "retire-before"
 
 QueryPhase = Literal["active", "stopping", "stopped", "failed", "finished"]
 
@@ -758,10 +754,7 @@ class SchedulerState:
                                          self.now)
             for note in steps.notes:
                 log.info("[%s] %s: %s", sid, query.query_id, note)
-            commands += self._send_until(sid, query, steps.until)
             for task in steps.activate:
-                for op, keyword in elasticity.until_targets(task):  # it owns windows again
-                    query.control.task_params.get(task.task_id, {}).get(op, {}).pop(keyword, None)
                 task.move(TaskState.PENDING, sid)
                 task.attempt += 1
                 task.pending_since, task.kill_requested = self.now, False
@@ -809,37 +802,12 @@ class SchedulerState:
                 commands += [c for c in replies if not isinstance(c, ReplyToRequest)]
         return commands
 
-    def _send_until(self, sid: str, query: QueryRecord,
-                    until: tuple[tuple[ElasticOperator, TaskRecord, int], ...]) -> list[Command]:
-        """Tell retiring instances of a stateful operator to send no window that starts at or
-        after the switch (their splitter's ticks open such windows; other instances own them):
-        an internal control request (`<operator, retire-before, switch ms>`), acknowledged
-        like any other."""
-        commands: list[Command] = []
-        for e, task, switch in until:
-            kind = dict(query.query.controls.operators if query.query.controls else ()).get(
-                e.operator, "")
-            targets = tuple(Target(task.task_id, op, keyword)
-                            for op, keyword in elasticity.until_targets(task))
-            change = Change(Adjustable(e.operator, kind, RETIRE_BEFORE, "time", "", targets),
-                            str(switch), switch)
-            request = ctl.begin(query.control, f"{task.mesos_task_id}-until-{switch}", [change],
-                                self.now)
-            query.elastic.until[task.task_id] = switch
-            query.elastic.until_request[task.task_id] = request.request_id
-            log.info("[%s] %s: %s retires: it sends no window from %s on (its splitter's "
-                     "switch)", sid, query.query_id, task.task_id, switch)
-            commands.append(self._send_params(sid, query, task, request.request_id))
-        return commands
-
     def _retired(self, sid: str, query: QueryRecord, task: TaskRecord) -> list[Command]:
         """A retiring instance stopped after draining: its slot is dormant until a scale-out."""
         task.move(TaskState.DORMANT, sid, f"retired by a scale-in once drained "
                                           f"(ended {task.state.value})")
         task.retiring = task.kill_requested = False
         query.elastic.drained_at.pop(task.task_id, None)
-        query.elastic.until.pop(task.task_id, None)
-        query.elastic.until_request.pop(task.task_id, None)
         for e in query.query.elastic:
             last = query.elastic.last(e.operator)
             if task.task_id in e.slots and last is not None and all(
