@@ -33,6 +33,8 @@ class Subject(Protocol):
 
     def wants(self, name: str, default: Any = None) -> Any: ...
 
+    def param(self, name: str, default: Any = None) -> Any: ...
+
 
 @dataclass(frozen=True)
 class GuardDef:
@@ -70,6 +72,13 @@ def of_kind(s: Subject, kind: str) -> bool:
     return s.kind == kind
 
 
+def independent_matches(s: Subject) -> bool:
+    """It is a pattern operator whose start rows keep their own matches (after-match
+    skip-to-next-row): no match decides where another may start, so its partial matches can be
+    split over instances that never hear of each other's matches."""
+    return s.kind == "pattern" and s.param("after-match") == "skip-to-next-row"
+
+
 def single_input(s: Subject) -> bool:
     """It reads at most one stream (hot-standby replicas can be kept in step only then)."""
     return len(s.inputs) <= 1
@@ -83,4 +92,6 @@ GUARDS: dict[str, GuardDef] = {g.name: g for g in (
     GuardDef("wants", 2, 3, "f, request[, value]: the spec asks f for a pattern", wants),
     GuardDef("kind", 2, 2, "f, kind: a bound operator is of this kind", of_kind),
     GuardDef("single-input", 1, 1, "f: a bound operator reads one stream", single_input),
+    GuardDef("independent-matches", 1, 1, "f: a pattern operator whose start rows keep their "
+             "own matches (after-match skip-to-next-row)", independent_matches),
 )}

@@ -28,7 +28,8 @@ from compiler.guards import GUARDS
 from compiler.operators import CATALOGUE, PLUMBING
 
 PHASES = ("fault-tolerance", "partitioning", "pipelining")  # the written order of the phases
-REQUESTS = ("ha", "replicas", "parallelism", "partition-by", "partition-keys", "pipeline")
+REQUESTS = ("ha", "replicas", "parallelism", "partition-by", "partition-keys", "pipeline",
+            "match-instances")
 MAX_RULE_BYTES = 64 * 1024
 
 

@@ -71,7 +71,8 @@ class AggregateDecl:
     column_pos: Position
 
 
-PATTERN_ATTRIBUTES = ("ha", "replicas", "parallelism", "partition-by", "pipeline")
+PATTERN_ATTRIBUTES = ("ha", "replicas", "parallelism", "partition-by", "pipeline",
+                      "match-instances")
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import difflib
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Union
 
 from common.diagnostics import (MAX_SHOWN, Diagnostic, Position, Severity, SpecError,
@@ -814,6 +814,7 @@ def _partition_keys(kind: str, params: dict[str, Any]) -> tuple[str, ...] | None
 HA_MODES = ("standby", "checkpoint", "hot-standby")
 MAX_REPLICAS = 16
 MAX_PARALLELISM = 64
+MAX_MATCH_INSTANCES = 16
 
 
 def _check_patterns(c: _Checker, op: OperatorDecl, d: OperatorDef) -> None:
@@ -827,7 +828,8 @@ def _check_patterns(c: _Checker, op: OperatorDecl, d: OperatorDef) -> None:
                                         "or scale")
         return
     if not attrs and d.role == "transform":
-        attrs = {a.name: a for a in c.spec.patterns}
+        attrs = {a.name: a for a in c.spec.patterns
+                 if a.name != "match-instances" or op.kind == "pattern"}
     if not attrs:
         return
     requests: dict[str, Any] = {}
@@ -835,6 +837,7 @@ def _check_patterns(c: _Checker, op: OperatorDecl, d: OperatorDef) -> None:
     _check_ha(c, op, d, attrs, requests)
     _check_parallelism(c, op, d, attrs, requests)
     _check_pipeline(c, op, attrs, requests)
+    _check_match_instances(c, op, d, attrs, requests)
     if requests:
         c.patterns[op.name] = tuple(requests.items())
 
@@ -859,7 +862,8 @@ def _where(attr: PatternAttr, op: OperatorDecl) -> str:
 
 
 def _check_families(c: _Checker, op: OperatorDecl, attrs: dict[str, PatternAttr]) -> None:
-    asked = [name for name in ("ha", "parallelism", "pipeline") if name in attrs]
+    asked = [name for name in ("ha", "parallelism", "pipeline", "match-instances")
+             if name in attrs]
     if len(asked) > 1:
         second = attrs[asked[1]]
         c.error(second.pos, f"'{op.name}' asks for {' and '.join(asked)}; one pattern per "
@@ -990,6 +994,30 @@ def _check_pipeline(c: _Checker, op: OperatorDecl, attrs: dict[str, PatternAttr]
                 'write pipeline="split" to run this operator as its own task')
         return
     requests["pipeline"] = "split"
+
+
+def _check_match_instances(c: _Checker, op: OperatorDecl, d: OperatorDef,
+                           attrs: dict[str, PatternAttr], requests: dict[str, Any]) -> None:
+    """match-instances="k": a pattern operator's partial matches split over k instances
+    (rewrite_rules/pattern-partitioning.rule); its start rows must keep their own matches."""
+    asked = attrs.get("match-instances")
+    if asked is None:
+        return
+    if op.kind != "pattern":
+        c.error(asked.pos, f"match-instances= applies to pattern operators; '{op.name}' is a "
+                           f"{op.kind}", 'use parallelism="k" to partition it by a key')
+        return
+    k = _count(c, asked, 2, 2, MAX_MATCH_INSTANCES)
+    subject = replace(_subject(op, d), params=tuple(c.params.get(op.name, {}).items()))
+    if not GUARDS["independent-matches"].holds(subject):
+        c.error(asked.pos, f"'{op.name}' resumes matching after each match's last row "
+                           f"(after-match skip-past-last-row): each match decides where the next "
+                           f"may start, so its partial matches cannot be split over instances"
+                           f"{_where(asked, op)}",
+                'add <param name="after-match" value="skip-to-next-row"/> (every start row '
+                'keeps its own match), or remove match-instances=')
+        return
+    requests["match-instances"] = k
 
 
 # ----------------------------------------------------------------------------------------------
