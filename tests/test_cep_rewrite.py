@@ -237,3 +237,35 @@ def test_the_generated_instances_carry_their_shares_and_the_producer_is_not_pace
                and any(o.startswith("tick_rd_") for o in t.operators)}
     (channel,) = [ch for ch in c.query.channels if ch.stream == "tick_m"]
     assert set(channel.consumers) == readers and len(readers) == 3
+
+
+def test_match_instances_fuzz_compiles_or_refuses_located() -> None:
+    """Seeded, bounded: random values of match-instances and after-match, on the pattern, on
+    another operator or query-wide; every spec compiles (then the rule fired with that many
+    instances) or is refused with every diagnostic inside the file."""
+    from common.diagnostics import SpecError
+    rng = random.Random(4315)
+    values = ["2", "3", "16", "17", "0", "-1", "1", "two", "", "2.5", "x" * 70, "\u00e92", "08"]
+    afters = ["skip-to-next-row", "skip-past-last-row", "skip-to-last", "", "SKIP-TO-NEXT-ROW"]
+    compiled = refused = 0
+    for _ in range(150):
+        value, after = rng.choice(values), rng.choice(afters)
+        text = _tick("", after=f'<param name="after-match" value="{after}"/>')
+        where = rng.choice(['<operator name="tick" type="pattern"',
+                            '<operator name="out" type="file-sink"',
+                            '<dataflow name="tick-shape"'])
+        text = text.replace(where, f'{where} match-instances="{value}"')
+        lines = text.count("\n") + 1
+        try:
+            c = compile_spec_text(text, "fuzz.xml", base_dir=BASE, plan_only=True)
+        except SpecError as e:
+            refused += 1
+            assert e.diagnostics
+            for d in e.diagnostics:
+                assert d.position.file == "fuzz.xml" and 1 <= d.position.line <= lines
+                assert d.position.column >= 1 and d.message
+            continue
+        compiled += 1
+        assert [f.rule for f in c.firings] == ["pattern-partitioning"]
+        assert len([n for n in c.physical.nodes if n.kind == "pattern"]) == int(value)
+    assert compiled > 5 and refused > 50, (compiled, refused)
