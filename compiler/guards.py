@@ -4,8 +4,8 @@ Owns `GUARDS`, guard name -> `GuardDef` (its arity, the text that documents it, 
 predicate), and `Subject`, what a predicate looks at. The rewrite rules name guards after
 `when` (`stateless(f)`, `partitionable(f)`: compiler.rules checks the names and arities,
 compiler.rewrite evaluates them on a match); the validator asks the same predicates before any
-rule runs (a simple standby needs `stateless`, parallelism needs `partitionable`), and the
-pipeline asks `single-input` of hot-standby replicas after rewriting. `graph.Node` is a Subject;
+rule runs (a simple standby needs `stateless`, parallelism needs `partitionable`,
+match-instances needs `independent-matches`), and the pipeline asks `single-input` of hot-standby replicas after rewriting. `graph.Node` is a Subject;
 the validator builds one from an operator declaration. Does not own the diagnostics: each
 caller keeps its own message and position.
 """

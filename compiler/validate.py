@@ -809,7 +809,8 @@ def _partition_keys(kind: str, params: dict[str, Any]) -> tuple[str, ...] | None
 
 
 # ----------------------------------------------------------------------------------------------
-# Pattern requests (ha, replicas, parallelism, partition-by, pipeline): docs/patterns.md
+# Pattern requests (ha, replicas, parallelism, partition-by, pipeline, match-instances):
+# docs/patterns.md
 
 HA_MODES = ("standby", "checkpoint", "hot-standby")
 MAX_REPLICAS = 16
@@ -851,7 +852,8 @@ def _check_pattern_count(c: _Checker, order: list[OperatorDecl]) -> None:
     first = asking[MAX_PATTERN_OPERATORS]
     where = (first.patterns or c.spec.patterns or (None,))[0]
     c.error(where.pos if where else first.pos,
-            f"{len(asking)} operators ask for a pattern (ha, parallelism or pipeline), more "
+            f"{len(asking)} operators ask for a pattern (ha, parallelism, pipeline or "
+            f"match-instances), more "
             f"than the {MAX_PATTERN_OPERATORS} a query may have; '{first.name}' is the first "
             "past the limit", "ask for patterns on fewer operators, or split the dataflow "
                               "into several queries")
