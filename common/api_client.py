@@ -66,6 +66,14 @@ class SchedulerClient:
         return self._call("POST", f"/queries/{quote(query_id, safe='')}/control",
                           json.dumps(body).encode("utf-8"), {"Content-Type": "application/json"})
 
+    def scale(self, query_id: str, operator: str, parallelism: int) -> dict[str, Any]:
+        """Rescale a partitioned operator to `parallelism` instances (a control request on its
+        splitters; the scheduler starts or retires instances); returns the request's progress."""
+        target = (f"/queries/{quote(query_id, safe='')}/operators/"
+                  f"{quote(operator, safe='')}/scale")
+        return self._call("POST", target, json.dumps({"parallelism": parallelism}).encode(),
+                          {"Content-Type": "application/json"})
+
     def control_status(self, query_id: str, request_id: str | None = None) -> dict[str, Any]:
         """One request's progress, or (no request) the query's adjustable parameters."""
         target = f"/queries/{quote(query_id, safe='')}/control"

@@ -26,6 +26,7 @@ ADJUSTABLE: dict[str, dict[str, str]] = {
 # The paper's name for a network writer's destination.
 ALIASES: dict[str, str] = {"target-addr": "endpoint"}
 PARTITION_KEY = "partition-key"  # the routing key of a partitioned operator's splitter
+PARALLELISM = "parallelism"  # how many instances of a partitioned operator the splitters feed
 
 
 class ControlRefused(ValueError):
@@ -65,20 +66,23 @@ class Adjustable:
     targets: tuple[Target, ...]
     scope: tuple[tuple[str, Schema], ...] = ()  # input streams, for a condition
     doc: str = ""
+    bounds: tuple[int, int] | None = None  # a count's least and greatest value
 
     def to_json(self) -> dict[str, Any]:
         return {"operator": self.operator, "kind": self.kind, "parameter": self.parameter,
                 "value_kind": self.value_kind, "value": self.value,
                 "targets": [t.to_json() for t in self.targets],
                 "scope": [[name, schema.to_json()] for name, schema in self.scope],
-                "doc": self.doc}
+                "doc": self.doc,
+                **({"bounds": list(self.bounds)} if self.bounds is not None else {})}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "Adjustable":
         return cls(d["operator"], d["kind"], d["parameter"], d["value_kind"], d["value"],
                    tuple(Target.from_json(t) for t in d["targets"]),
                    tuple((name, Schema.from_json(s)) for name, s in d.get("scope", [])),
-                   d.get("doc", ""))
+                   d.get("doc", ""),
+                   (int(d["bounds"][0]), int(d["bounds"][1])) if d.get("bounds") else None)
 
 
 @dataclass(frozen=True)

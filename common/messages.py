@@ -252,6 +252,17 @@ class ControlAck:
             raise MessageError(str(exc)) from None
 
 
+# A heartbeat figure `retained:<channel id>`: the batches a task's writer of that channel keeps
+# for readers that have not acknowledged them (0: every reader committed everything sent).
+RETAINED_PREFIX = "retained:"
+
+
+def retained_of(figures: Mapping[str, float]) -> dict[str, int]:
+    """The `retained:<channel>` figures of one task, by channel id."""
+    return {k[len(RETAINED_PREFIX):]: int(v) for k, v in figures.items()
+            if k.startswith(RETAINED_PREFIX)}
+
+
 @dataclass(frozen=True)
 class Heartbeat:
     """Executor -> scheduler: what each live task measured (figures and words, by mesos task

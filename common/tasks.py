@@ -130,6 +130,37 @@ class QueryTask:
 
 
 @dataclass(frozen=True)
+class ElasticOperator:
+    """A partitioned operator whose parallelism may change while its query runs: its instance
+    tasks by slot (slot i reads partition channel #i of every splitter feeding it), the
+    splitters that route to the first `parallelism` slots, and the bounds and mode of its
+    run-time parallelism (docs/elasticity.md)."""
+
+    operator: str  # the spec operator
+    slots: tuple[str, ...]  # instance task ids, slot 1..max in order
+    splitters: tuple[tuple[str, str], ...]  # (task id, program operator id) of each splitter
+    initial: int  # instances the query starts with
+    minimum: int
+    mode: str = "manual"  # manual | auto (the scheduler chooses within minimum..len(slots))
+    stateful: bool = False
+
+    @property
+    def maximum(self) -> int:
+        return len(self.slots)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"operator": self.operator, "slots": list(self.slots),
+                "splitters": [list(s) for s in self.splitters], "initial": self.initial,
+                "minimum": self.minimum, "mode": self.mode, "stateful": self.stateful}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "ElasticOperator":
+        return cls(str(d["operator"]), tuple(d["slots"]),
+                   tuple((str(t), str(o)) for t, o in d["splitters"]), int(d["initial"]),
+                   int(d["minimum"]), str(d.get("mode", "manual")), bool(d.get("stateful")))
+
+
+@dataclass(frozen=True)
 class CompiledQuery:
     """Everything the scheduler needs to deploy one query."""
 
@@ -138,6 +169,10 @@ class CompiledQuery:
     channels: tuple[ChannelSpec, ...]
     sinks: dict[str, str] = field(default_factory=dict)  # sink operator -> output path, if a file
     controls: "ControlCatalog | None" = None  # what may change while it runs (common.control)
+    elastic: tuple[ElasticOperator, ...] = ()  # operators whose parallelism may change
+
+    def elastic_operator(self, operator: str) -> ElasticOperator | None:
+        return next((e for e in self.elastic if e.operator == operator), None)
 
     def task(self, task_id: str) -> QueryTask:
         for t in self.tasks:
@@ -152,6 +187,7 @@ class CompiledQuery:
             "channels": [c.to_json() for c in self.channels],
             "sinks": self.sinks,
             "controls": self.controls.to_json() if self.controls is not None else None,
+            "elastic": [e.to_json() for e in self.elastic],
         })
 
     @classmethod
@@ -163,6 +199,7 @@ class CompiledQuery:
             d["query_id"], tuple(QueryTask.from_json(t) for t in d["tasks"]),
             tuple(ChannelSpec.from_json(c) for c in d["channels"]), dict(d.get("sinks", {})),
             ControlCatalog.from_json(d.get("controls")),
+            tuple(ElasticOperator.from_json(e) for e in d.get("elastic", [])),
         )
 
 

@@ -220,10 +220,13 @@ def _sink_calls(graph: Graph, plan: TaskPlan, channels: Mapping[str, ChannelSpec
     if root.kind == "splitter":
         key = root.param("key")
         keys = () if key is None else ((key,) if isinstance(key, str) else tuple(key))
+        active = root.param("active")
         return [Call(f"{_comment(graph, root)} -> {len(plan.outputs)} partition channels",
                      "split_channel_sink",
                      (("input", name(root.inputs[0])), ("channels", plan.outputs), ("key", keys),
-                      ("readers", tuple(channels[c].consumers for c in plan.outputs))))]
+                      ("readers", tuple(channels[c].consumers for c in plan.outputs)),
+                      *((("active", int(active)),)
+                        if active is not None and int(active) != len(plan.outputs) else ())))]
     if len(plan.outputs) > 1:
         raise ValueError(f"task {plan.task_id} serves {len(plan.outputs)} channels; only a "
                          "splitter serves several")

@@ -20,10 +20,10 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any, Callable
 
-from common.control import (ADJUSTABLE, ALIASES, PARTITION_KEY, Adjustable, Change, ControlCatalog,
+from common.control import (ADJUSTABLE, ALIASES, PARALLELISM, PARTITION_KEY, Adjustable, Change, ControlCatalog,
                             ControlRefused, Fixed, Target)
 from common.paths import PathRefused, PathRoots, confine
-from common.tasks import splitter_op_id
+from common.tasks import ElasticOperator, splitter_op_id
 from compiler import expr
 from compiler.operators import CATALOGUE, ParamDef, ParamValueError, parse_value
 
@@ -71,11 +71,13 @@ MAX_CONDITION_CHARS = 10_000
 
 def catalog_for(logical: "Graph", physical: "Graph", plans: "tuple[TaskPlan, ...]",
                 resolve: Callable[[str], str] = lambda path: path,
-                roots: PathRoots = PathRoots(())) -> ControlCatalog:
+                roots: PathRoots = PathRoots(()),
+                elastic: tuple[ElasticOperator, ...] = ()) -> ControlCatalog:
     """The control catalogue of a compiled query; `resolve` makes a spec's relative paths
-    absolute, as the tasks see them; a new sink path must lie inside `roots`."""
+    absolute, as the tasks see them; a new sink path must lie inside `roots`; the parallelism
+    of each `elastic` operator is adjustable (stateless) or fixed (stateful)."""
     task_of = {node: plan.task_id for plan in plans for node in plan.nodes}
-    copies_of = _copies_by_name(physical, {n.name for n in logical.nodes})
+    copies_of = copies_by_name(physical, {n.name for n in logical.nodes})
     adjustable: list[Adjustable] = []
     fixed: list[Fixed] = []
     for node in logical.nodes:
@@ -91,11 +93,28 @@ def catalog_for(logical: "Graph", physical: "Graph", plans: "tuple[TaskPlan, ...
             adjustable.append(routing)
         elif routing is not None:
             fixed.append(routing)
+    for e in elastic:
+        found = _parallelism(e, {n.name: n.kind for n in logical.nodes})
+        (adjustable if isinstance(found, Adjustable) else fixed).append(found)  # type: ignore
     return ControlCatalog(tuple(adjustable), tuple(fixed),
                           tuple((n.name, n.kind) for n in logical.nodes), roots.roots)
 
 
-def _copies_by_name(physical: "Graph", logical_names: set[str]) -> dict[str, list["Node"]]:
+def _parallelism(e: ElasticOperator, kinds: dict[str, str]) -> Adjustable | Fixed:
+    """The number of instances an elastic operator's splitters route to: adjustable within
+    its bounds for a stateless operator; fixed for a stateful one (each instance holds its
+    keys' state, which does not move between instances yet)."""
+    if e.stateful:
+        return Fixed(e.operator, PARALLELISM,
+                     "each instance holds the state of the keys routed to it, and keyed state "
+                     "does not move between instances at run time yet")
+    return Adjustable(e.operator, kinds[e.operator], PARALLELISM, "count", str(e.initial),
+                      tuple(Target(task, op, "active") for task, op in e.splitters), (),
+                      f"instances the operator runs on, {e.minimum} to {e.maximum} "
+                      "(`elastiq scale`)", (e.minimum, e.maximum))
+
+
+def copies_by_name(physical: "Graph", logical_names: set[str]) -> dict[str, list["Node"]]:
     """Spec operator name -> its physical instances, in physical order: itself, or its numbered
     copies (partitions, hot-standby replicas) that the rewrite rules named `<name>_<i>` (a name
     that is itself a spec operator's is that operator's only). One pass over the plan, so the
@@ -154,7 +173,7 @@ def _routing(node: "Node", physical: "Graph", copies: list["Node"], task_of: dic
     operator, fixed for a stateful one (each partition holds its keys' state)."""
     copy_names = {c.name for c in copies}
     for splitter in (n for n in physical.nodes if n.kind == "splitter"):
-        if not _feeds(physical, splitter, copy_names):
+        if not feeds(physical, splitter, copy_names):
             continue
         if node.stateful:
             return Fixed(node.name, PARTITION_KEY,
@@ -175,7 +194,7 @@ def _routing(node: "Node", physical: "Graph", copies: list["Node"], task_of: dic
     return None
 
 
-def _feeds(physical: "Graph", splitter: "Node", copies: set[str]) -> bool:
+def feeds(physical: "Graph", splitter: "Node", copies: set[str]) -> bool:
     """Whether the splitter's partitions reach the copies through network readers only."""
     assert splitter.output is not None
     for reader in physical.consumers(splitter.output):
@@ -264,6 +283,8 @@ def _runtime_value(adjustable: Adjustable, text: str, roots: PathRoots) -> Any:
         scope = expr.Scope(dict(adjustable.scope))
         expr.compile_condition(text, scope)
         return text.strip()
+    if adjustable.value_kind == "count":
+        return _count(text, adjustable.bounds or (1, 1))
     if adjustable.value_kind == "columns":
         columns = parse_value(ParamDef(adjustable.parameter, "columns"), text)
         known = {n for _, schema in adjustable.scope for n in schema.names}
@@ -279,6 +300,19 @@ def _runtime_value(adjustable: Adjustable, text: str, roots: PathRoots) -> Any:
     value = parse_value(definition, text)  # a rate: finite, within MIN_RATE..MAX_RATE
     if adjustable.value_kind == "endpoint" and str(value).startswith("tcp://*"):
         raise ParamValueError("name the host readers reach, e.g. tcp://127.0.0.1:7000")
+    return value
+
+
+def _count(text: str, bounds: tuple[int, int]) -> int:
+    low, high = bounds
+    try:
+        value = int(text.strip())
+    except ValueError:
+        raise ParamValueError(f"{_shown(text)!r} is not a whole number; write one from {low} "
+                              f"to {high}") from None
+    if not low <= value <= high:
+        raise ParamValueError(f"{value} is outside {low}..{high} (the operator's "
+                              "min-parallelism and its instance slots, max-parallelism)")
     return value
 
 

@@ -191,9 +191,12 @@ PLUMBING: dict[str, OperatorDef] = {d.kind: d for d in (
     ), output_type="same", doc="sends every tuple of its input to all its readers"),
     OperatorDef("splitter", "plumbing", (1, 1), (1, 1), False, (
         ParamDef("partitions", "int", True, minimum=1, doc="number of partitions"),
+        ParamDef("active", "int", False, None, minimum=1,
+                 doc="partitions routed to at the start (none: all); the rest are slots a "
+                     "running query can scale out to"),
         ParamDef("key", "column", False, None,
                  doc="hash-partitioning column (none: round robin)"),
-    ), output_type="same", doc="routes each tuple to one partition, by key hash"),
+    ), output_type="same", doc="routes each tuple to one of its active partitions, by key hash"),
     OperatorDef("merger", "plumbing", (1, 64), (1, 1), False, (
         ParamDef("partitions", "int", True, minimum=1, doc="number of merged partitions"),
         ParamDef("key", "column", False, None, doc="the partitioning key, for the record"),

@@ -19,6 +19,7 @@ from common.paths import PathRoots, local_roots
 from common.tasks import ChannelSpec, CompiledQuery, QueryTask
 from compiler import codegen, spec as spec_mod, validate
 from compiler.control import catalog_for
+from compiler.elastic import elastic_operators
 from compiler.graph import Graph
 from compiler.guards import GUARDS
 from compiler.rewrite import Firing, rewrite
@@ -175,10 +176,11 @@ def _finish(parsed: spec_mod.Spec, logical: Graph, query_id: str, base: Path,
     tasks = tuple(_task(physical, plan, query_id, base, by_id) for plan in plans)
     sinks = {n.name: str(codegen.resolve_path(base, n.param("path")))
              for n in physical.sinks() if n.kind == "file-sink"}
+    elastic = elastic_operators(logical, physical, plans, by_id)
     query = CompiledQuery(query_id, tasks, channels, sinks,
                           catalog_for(logical, physical, plans,
                                       lambda path: str(codegen.resolve_path(base, path)),
-                                      roots))
+                                      roots, elastic), elastic)
     return Compilation(parsed, logical, physical, plans, query, warnings, rewritten.firings,
                        refused)
 

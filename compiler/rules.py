@@ -29,7 +29,7 @@ from compiler.operators import CATALOGUE, PLUMBING
 
 PHASES = ("fault-tolerance", "partitioning", "pipelining")  # the written order of the phases
 REQUESTS = ("ha", "replicas", "parallelism", "partition-by", "partition-keys", "pipeline",
-            "match-instances")
+            "active", "min-parallelism", "elastic", "match-instances")
 MAX_RULE_BYTES = 64 * 1024
 
 

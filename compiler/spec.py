@@ -72,7 +72,7 @@ class AggregateDecl:
 
 
 PATTERN_ATTRIBUTES = ("ha", "replicas", "parallelism", "partition-by", "pipeline",
-                      "match-instances")
+                      "max-parallelism", "min-parallelism", "elastic", "match-instances")
 
 
 @dataclass(frozen=True)

@@ -865,9 +865,9 @@ def _where(attr: PatternAttr, op: OperatorDecl) -> str:
 
 def _check_families(c: _Checker, op: OperatorDecl, attrs: dict[str, PatternAttr]) -> None:
     asked = [name for name in ("ha", "parallelism", "pipeline", "match-instances")
-             if name in attrs]
+             if name in attrs or (name == "parallelism" and "max-parallelism" in attrs)]
     if len(asked) > 1:
-        second = attrs[asked[1]]
+        second = attrs.get(asked[1]) or attrs["max-parallelism"]  # elastic: max- alone asks
         c.error(second.pos, f"'{op.name}' asks for {' and '.join(asked)}; one pattern per "
                             "operator for now", "keep one of the attributes")
 
@@ -919,23 +919,69 @@ def _count(c: _Checker, attr: PatternAttr, default: int, lo: int, hi: int) -> in
 
 def _check_parallelism(c: _Checker, op: OperatorDecl, d: OperatorDef,
                        attrs: dict[str, PatternAttr], requests: dict[str, Any]) -> None:
-    par, by = attrs.get("parallelism"), attrs.get("partition-by")
-    if par is None:
-        if by is not None:
-            c.error(by.pos, "partition-by= needs parallelism=", 'add e.g. parallelism="4"')
+    par, by, most = attrs.get("parallelism"), attrs.get("partition-by"), \
+        attrs.get("max-parallelism")
+    if par is None and most is None:
+        for name in ("partition-by", "min-parallelism", "elastic"):
+            if name in attrs:
+                c.error(attrs[name].pos, f"{name}= needs parallelism= or max-parallelism=",
+                        'add e.g. parallelism="4", or max-parallelism="4" to rescale at run time')
         return
-    k = _count(c, par, 1, 1, MAX_PARALLELISM)
+    k = _count(c, par, 1, 1, MAX_PARALLELISM) if par is not None else 1
     keys = _partition_keys(op.kind, c.params[op.name])
     wanted = by.value if by is not None else (keys[0] if keys else None)
     if not GUARDS["partitionable"].holds(_subject(op, d, keys, (("partition-by", wanted),))):
-        _not_partitionable(c, op, keys, par, by)
+        _not_partitionable(c, op, keys, par or most, by)  # type: ignore[arg-type]
         return
     assert keys is not None  # partitionable
     column = _partition_column(c, op, keys, by)
-    if k < 2 or (by is not None and column is None):
+    slots = _elastic_bounds(c, op, d, attrs, k)
+    if slots is None or slots[1] < 2 or (by is not None and column is None):
         return
-    requests.update({"parallelism": k, "partition-by": column,
+    low, high, mode = slots
+    requests.update({"parallelism": high, "partition-by": column,
                      "partition-keys": _keys_per_input(c, op, column)})
+    if k != high:  # the query starts on fewer instances than it has slots for
+        requests["active"] = k
+    if (low, mode) != (1, "manual"):
+        requests.update({"min-parallelism": low, "elastic": mode})
+
+
+ELASTIC_MODES = ("manual", "auto")
+
+
+def _elastic_bounds(c: _Checker, op: OperatorDecl, d: OperatorDef,
+                    attrs: dict[str, PatternAttr], k: int) -> tuple[int, int, str] | None:
+    """(min, max, mode) of a partitioned operator's parallelism at run time: `parallelism=k`
+    alone fixes the instance slots at k (a running query may scale it within 1..k); with
+    `max-parallelism=M` it starts with k (default 1) of M slots; `elastic="auto"` lets the
+    scheduler choose within min..max. None after an error (reported at its attribute)."""
+    most, least, elastic = (attrs.get(n) for n in ("max-parallelism", "min-parallelism",
+                                                   "elastic"))
+    high = _count(c, most, k, 1, MAX_PARALLELISM) if most is not None else k
+    low = _count(c, least, 1, 1, MAX_PARALLELISM) if least is not None else 1
+    mode = elastic.value if elastic is not None else "manual"
+    ok = True
+    if mode not in ELASTIC_MODES:
+        c.error(elastic.pos, f"elastic='{mode}' is not an elasticity mode",  # type: ignore[union-attr]
+                suggest(mode, ELASTIC_MODES, "modes"))
+        ok = False
+    if most is not None and k > high:
+        c.error(most.pos, f"max-parallelism={high} is below parallelism={k}",
+                f"write max-parallelism=\"{k}\" or more, or a smaller parallelism=")
+        ok = False
+    if least is not None and not low <= min(k, high):
+        c.error(least.pos, f"min-parallelism={low} is above the starting parallelism "
+                           f"{min(k, high)}", "the query starts with parallelism= instances "
+                                              "(default 1): keep min-parallelism at or below it")
+        ok = False
+    if d.stateful and (high > k or mode == "auto"):
+        where = most if most is not None and high > k else elastic
+        c.error(where.pos, f"'{op.name}' is a stateful {op.kind}: its keyed state cannot move "  # type: ignore[union-attr]
+                           "between instances at run time yet",
+                f"write parallelism=\"{high}\" alone (a fixed partitioning)")
+        ok = False
+    return (low, high, mode) if ok else None
 
 
 def _subject(op: OperatorDecl, d: OperatorDef, keys: tuple[str, ...] | None = None,

@@ -107,13 +107,14 @@ def _register_service_commands(sub: argparse._SubParsersAction) -> None:
 
 
 def _register_control_command(sub: argparse._SubParsersAction) -> None:
-    from elastiq.control_cli import register
+    from elastiq.control_cli import register, register_scale
 
     register(sub)
+    register_scale(sub)
 
 
 # Commands whose modules live elsewhere (run, scheduler, submit, status, stop, tail, migrate,
-# control).
+# control, scale).
 _EXTRA_COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     _register_service_commands, _register_control_command]
 

@@ -45,6 +45,73 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.set_defaults(handler=cmd_control)
 
 
+def register_scale(sub: argparse._SubParsersAction) -> None:
+    c = sub.add_parser(
+        "scale", help="change a partitioned operator's parallelism while its query runs",
+        description="Rescale a running operator to N instances (within its min-parallelism and "
+                    "max-parallelism): its splitters switch at a micro-batch boundary, new "
+                    "instances start, and instances a scale-in takes away stop once drained. "
+                    "Nothing else restarts.")
+    c.add_argument("query")
+    c.add_argument("operator", help="the partitioned operator's name in the spec")
+    c.add_argument("parallelism", type=int, help="the number of instances to run")
+    c.add_argument("--timeout", type=float, default=120.0,
+                   help="seconds to wait until the instances run or have retired (default 120)")
+    c.add_argument("--json", action="store_true", help="print the raw JSON")
+    c.add_argument("--scheduler", default=DEFAULT_URL, help=f"API URL (default {DEFAULT_URL})")
+    c.add_argument("--token-file", metavar="FILE", help=TOKEN_FILE_HELP)
+    c.set_defaults(handler=cmd_scale)
+
+
+def cmd_scale(args: argparse.Namespace) -> int:
+    client = _client(args)
+    started = time.monotonic()
+    code, reply = _call(lambda: client.scale(args.query, args.operator, args.parallelism))
+    if code != 0:
+        return code
+    request = reply.get("request", "")
+    print(f"scale {args.query}.{args.operator} to {args.parallelism} instances "
+          f"(control {request})")
+    code = _await(args, client, request, started)
+    return code if code != 0 else _await_instances(args, client, started)
+
+
+def _await_instances(args: argparse.Namespace, client: Any, started: float) -> int:
+    """Poll the query's status until the operator's first N slots run and the others are
+    dormant; print each slot and the rescale's figures."""
+    view: dict[str, Any] = {}
+    while time.monotonic() - started < args.timeout:
+        code, status = _call(lambda: client.status(args.query))
+        if code != 0:
+            return code
+        view = next((e for e in status.get("elastic", []) if e["operator"] == args.operator), {})
+        if view and instances_settled(view):
+            break
+        time.sleep(0.2)
+    for slot in view.get("slots", []):
+        print(f"  slot {slot['slot']}: {slot['task']} {slot['state']}"
+              + (" (retiring: draining)" if slot.get("retiring") else ""))
+    last = (view.get("rescales") or [None])[-1]
+    if view and instances_settled(view):
+        pause = f", splitters paused {last['pause_s']:.2f} s" if last and last.get(
+            "pause_s") is not None else ""
+        print(f"{args.operator} runs {view['parallelism']} instances{pause}; settled in "
+              f"{time.monotonic() - started:.1f} s")
+        return 0
+    print(f"elastiq: instances not settled after {args.timeout:g} s; `elastiq status "
+          f"{args.query}` shows them", file=sys.stderr)
+    return 1
+
+
+def instances_settled(view: dict[str, Any]) -> bool:
+    """An operator's status view: its first `parallelism` slots run, the others are dormant
+    (pure)."""
+    n = int(view.get("parallelism", 0))
+    slots = view.get("slots", [])
+    return all((s["state"] == "running") == (i < n) and (i < n or s["state"] == "dormant")
+               for i, s in enumerate(slots))
+
+
 def read_tuples(lines: Iterable[str], source: str = "<stdin>") -> list[tuple[str, str, str]]:
     """`OPERATOR PARAMETER VALUE` lines (the value is the rest of the line) -> tuples; blank
     lines and `#` comments are skipped; TupleSyntaxError names every bad line (pure)."""

@@ -22,7 +22,7 @@ from typing import Any, Callable, Literal, Mapping, Union
 
 from common.dispatch import handler
 from common.failures import kind_of_text, tag
-from common.messages import ControlAck, ControlMessage, RetargetMessage
+from common.messages import RETAINED_PREFIX, ControlAck, ControlMessage, RetargetMessage
 from executor.channel_auth import TaskKeys
 
 log = logging.getLogger(__name__)
@@ -90,6 +90,9 @@ class TaskFigures:
     latency_ms: int = 0
     channel_blocked_ms: int = 0  # how long its channel sink has waited for backup room
     channel_readerless_ms: int = 0  # ... and how long that channel has had no reader
+    busy_ms: int = 0  # time spent in micro-batches, cumulative over the runner's runs
+    # channel id -> batches its writer keeps for readers that have not acknowledged them
+    retained: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -536,9 +539,10 @@ class ExecutorState:
         state = task.runner_state if task.phase == "running" else task.phase
         return {"state": state, "tuples_in": m.tuples_in, "tuples_out": m.tuples_out,
                 "batches": m.batches, "batch_ms": m.batch_ms, "backlog": m.backlog,
-                "latency_ms": m.latency_ms, "restarts": task.restarts,
+                "latency_ms": m.latency_ms, "busy_ms": m.busy_ms, "restarts": task.restarts,
                 "channel_blocked_ms": m.channel_blocked_ms,
-                "channel_readerless_ms": m.channel_readerless_ms}
+                "channel_readerless_ms": m.channel_readerless_ms,
+                **{f"{RETAINED_PREFIX}{c}": n for c, n in sorted(m.retained.items())}}
 
     def _on_ShutdownRequested(self, ev: ShutdownRequested) -> list[Command]:
         if self.shutting_down:

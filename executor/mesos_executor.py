@@ -128,16 +128,18 @@ def default_hub_factory() -> Any:
     return ChannelHub()
 
 
-def figures_of(metrics: Any, blocked: tuple[float, float] = (0.0, 0.0)) -> TaskFigures:
-    """TaskMetrics (or None before the first batch) and the hub's `blocked` figures of the
-    task's channel sink (seconds) -> TaskFigures."""
-    waits = {"channel_blocked_ms": int(blocked[0] * 1000),
-             "channel_readerless_ms": int(blocked[1] * 1000)}
+def figures_of(metrics: Any, blocked: tuple[float, float] = (0.0, 0.0),
+               retained: Mapping[str, int] | None = None) -> TaskFigures:
+    """TaskMetrics (or None before the first batch), the hub's `blocked` figures of the
+    task's channel sink (seconds) and its writers' `retained` batches -> TaskFigures."""
+    waits: dict[str, Any] = {"channel_blocked_ms": int(blocked[0] * 1000),
+                             "channel_readerless_ms": int(blocked[1] * 1000),
+                             "retained": dict(retained or {})}
     if metrics is None:
         return TaskFigures(**waits)
     return TaskFigures(int(metrics.tuples_in), int(metrics.tuples_out), int(metrics.batches),
                        int(metrics.batch_ms), int(metrics.backlog), int(metrics.latency_ms),
-                       **waits)
+                       busy_ms=int(metrics.busy_ms), **waits)
 
 
 def checkpoint_dir(config: ExecutorConfig, task_id: str) -> Path:
@@ -340,17 +342,22 @@ class ExecutorLoop:
                 self._handle(RunnerStatusChanged(stimulus("poll"), mesos_task_id, status.state,
                                                  status.reason, status.restarts))
             try:
-                blocked = self._blocked(runner)
-                figures[mesos_task_id] = figures_of(runner.metrics(), blocked)
+                blocked, retained = self._channel_figures(runner)
+                figures[mesos_task_id] = figures_of(runner.metrics(), blocked, retained)
             except Exception as exc:  # a query between runs has no progress to read
                 log.debug("task %s: no metrics (%s)", mesos_task_id, exc)
         self._handle(Tick(stimulus("tick"), self.clock(), figures))
 
-    def _blocked(self, runner: Runner) -> tuple[float, float]:
-        """The hub's blocked-sink figures of the runner's task (see `ChannelHub.blocked`)."""
+    def _channel_figures(self, runner: Runner) -> tuple[tuple[float, float], dict[str, int]]:
+        """The hub's figures of the runner's task: its blocked sink (`ChannelHub.blocked`) and
+        the batches its writers retain (`ChannelHub.retained`)."""
         task_id = getattr(runner, "task_id", None)
         blocked = getattr(self.pool.hub, "blocked", None)
-        return blocked(task_id) if task_id is not None and blocked is not None else (0.0, 0.0)
+        retained = getattr(self.pool.hub, "retained", None)
+        if task_id is None:
+            return (0.0, 0.0), {}
+        return (blocked(task_id) if blocked is not None else (0.0, 0.0),
+                retained(task_id) if retained is not None else {})
 
     def _run(self, command: Command) -> None:
         handler(_RUNS, command, "ExecutorLoop")(self, command)

@@ -179,6 +179,13 @@ class ChannelHub:
         worst = max(waiting, key=lambda s: s.blocked_seconds)
         return worst.blocked_seconds, worst.readerless_seconds
 
+    def retained(self, owner: str) -> dict[str, int]:
+        """Per channel `owner`'s sink writes: the batches not yet acknowledged by every reader
+        (0: its readers have committed all it sent; a scale-in retires an instance then)."""
+        with self._lock:
+            writers = {c: w for c, w in self._writers.items() if self._owners.get(c) == owner}
+        return {c: w.stats().retained_batches for c, w in writers.items() if hasattr(w, "stats")}
+
     def bind_of(self, channel_id: str) -> str | None:
         """The bind the channel's writer was opened with (None: a free local port)."""
         with self._lock:
@@ -387,9 +394,11 @@ class TaskRuntime:
                replicas: Sequence[Replica], key_file: str) -> None:
         """Receive `replicas` (one writer, or a hot-standby group's) into the spool `folder`
         and read it as the stream `output` (`executor.spool_source`)."""
+        spark_dir = os.path.join(self.checkpoint_dir, "spark")
         receiver = SpoolReceiver(self.task_id, folder, replicas, shapes.arrow_schema(schema),
                                  key_file=key_file, endpoints_file=self._endpoints_file(),
-                                 log_file=sources.source_log_path(self.checkpoint_dir))
+                                 log_file=sources.source_log_path(self.checkpoint_dir),
+                                 finished=lambda: spool_source.finished_seq(spark_dir, name))
         self.receivers.append(receiver.start())
         config = spool_source.SpoolConfig(
             self.task_id, name, folder, os.path.join(self.checkpoint_dir, "spark"),
@@ -445,12 +454,16 @@ class TaskRuntime:
         return path, server_key
 
     def _endpoint_of(self, op: str, channel: str) -> str:
+        """Where `channel`'s writer is: the launch's endpoints, else this executor's hub; ""
+        when neither knows (a producer not placed yet, e.g. a dormant instance of an elastic
+        operator: the receiver waits until the endpoints file names it)."""
         endpoint = self.endpoints.get(channel)
         if endpoint is None and self.channels is not None:
             endpoint = self.channels.endpoint(channel)
         if endpoint is None:
-            raise self._error(op, f"no endpoint known for channel {channel!r}")
-        return endpoint
+            log.info("task %s: no endpoint known yet for channel %s; waiting for one",
+                     self.task_id, channel)
+        return endpoint or ""
 
     def selector_source(self, *, output: str, schema: Schema, channels: Sequence[str]) -> None:
         """One numbered stream read from k replica channels (a hot-standby group's outputs):
@@ -782,10 +795,12 @@ class TaskRuntime:
                            readers)
 
     def split_channel_sink(self, *, input: str, channels: Sequence[str], key: Sequence[str],
-                           readers: Sequence[Sequence[str]]) -> None:
-        """Serve `input` split into k = len(channels) partitions, partition i+1 on channels[i]
-        for the tasks readers[i]; a row goes to pmod(hash(key columns), k) (all columns when
-        `key` is empty), Spark's Murmur3 hash, the same in every process."""
+                           readers: Sequence[Sequence[str]], active: int | None = None) -> None:
+        """Serve `input` split over the first `active` (default all) of k = len(channels)
+        partitions, partition i+1 on channels[i] for the tasks readers[i]; a row goes to
+        pmod(hash(key columns), active) (all columns when `key` is empty), Spark's Murmur3
+        hash, the same in every process. `key` and `active` are live: a control tuple changes
+        them between two micro-batches (a rescale of the partitioned operator)."""
         op = splitter_op_id(channels)
         if self.channels is None:
             raise self._error(op, "channel sinks need the executor's ChannelHub")
@@ -799,11 +814,35 @@ class TaskRuntime:
             self._access[channel] = self._declared(op, channel, tasks)
         writers = [self._writer(channel, schema, self.endpoints.get(channel))
                    for channel in channels]
-        partition = self._partition(op, stream, self._param(op, "key", key), len(channels))
-        sink = sinks.SplitChannelSink(self.task_id, writers, schema, partition)
-        self.live[(op, "key")] = LiveParam(
-            list(key), lambda new: sink.route(self._partition(op, stream, new, len(channels))))
+        routing = {"key": list(self._param(op, "key", key)),
+                   "active": self._active(op, self._param(op, "active", active or len(channels)),
+                                          len(channels))}
+        sink = sinks.SplitChannelSink(self.task_id, writers, schema,
+                                      self._partition(op, stream, routing["key"],
+                                                      routing["active"]))
+
+        def reroute(keyword: str, value: Any) -> Undo:
+            new = {**routing, keyword: list(value) if keyword == "key" else
+                   self._active(op, value, len(channels))}
+            undo = sink.route(self._partition(op, stream, new["key"], new["active"]))
+            before = dict(routing)
+            routing.update(new)
+
+            def back() -> None:
+                routing.update(before)
+                undo()
+            return back
+        self.live[(op, "key")] = LiveParam(list(key), lambda new: reroute("key", new))
+        self.live[(op, "active")] = LiveParam(active or len(channels),
+                                              lambda new: reroute("active", new))
         self._start(op, input, sink)
+
+    def _active(self, op: str, value: Any, slots: int) -> int:
+        """The number of partitions routed to: a whole number in 1..slots."""
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= slots:
+            raise self._error(op, f"a split over {slots} channels routes to 1..{slots} of "
+                                  f"them, not {value!r}")
+        return value
 
     def _partition(self, op: str, stream: Stream, key: Sequence[str], parts: int) -> Column:
         """A row's partition, 0..parts-1: pmod(hash(key columns), parts), all columns when `key`

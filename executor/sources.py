@@ -190,18 +190,36 @@ def pacing_anchor(path: str, now: float, rate: float | None, unpaced_bound: int 
 OFFSET_KEYS = ("index", "line")  # the offsets of paced sources: generator, file replay
 
 
-def planned_offsets(spark_checkpoint: str) -> list[dict]:
-    """The source offsets (JSON objects, in the query's source order) of the last micro-batch
-    Spark planned on `spark_checkpoint`; [] before any."""
-    folder = os.path.join(spark_checkpoint, "offsets")
+def _last_batch(folder: str) -> int | None:
     try:
         batches = [int(name) for name in os.listdir(folder) if name.isdigit()]
     except FileNotFoundError:
+        return None
+    return max(batches) if batches else None
+
+
+def planned_offsets(spark_checkpoint: str) -> list[dict]:
+    """The source offsets (JSON objects, in the query's source order) of the last micro-batch
+    Spark planned on `spark_checkpoint`; [] before any."""
+    batch = _last_batch(os.path.join(spark_checkpoint, "offsets"))
+    return [] if batch is None else batch_offsets(spark_checkpoint, batch)
+
+
+def finished_offsets(spark_checkpoint: str) -> list[dict]:
+    """The source offsets of the last micro-batch Spark finished on `spark_checkpoint` (its
+    commit log entry written: its sink is done and it never runs again); [] before any. Spark
+    calls a source's `commit` only when the next batch starts, so this is ahead of it."""
+    batch = _last_batch(os.path.join(spark_checkpoint, "commits"))
+    return [] if batch is None else batch_offsets(spark_checkpoint, batch)
+
+
+def batch_offsets(spark_checkpoint: str, batch: int) -> list[dict]:
+    """The source offsets of micro-batch `batch` from Spark's offset log ([] if missing)."""
+    try:
+        with open(os.path.join(spark_checkpoint, "offsets", str(batch)), encoding="utf-8") as f:
+            lines = f.read().splitlines()[2:]  # a version line, the batch's metadata, sources
+    except FileNotFoundError:
         return []
-    if not batches:
-        return []
-    with open(os.path.join(folder, str(max(batches))), encoding="utf-8") as f:
-        lines = f.read().splitlines()[2:]  # a version line, the batch's metadata, then sources
     out = []
     for line in lines:
         try:

@@ -18,7 +18,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import pyarrow as pa
 
@@ -29,6 +29,7 @@ from executor.endpoints_file import EndpointWatcher
 log = logging.getLogger("executor.spool")
 
 POLL_SECONDS = 0.05
+FINISHED_CHECK_SECONDS = 0.5  # how often Spark's commit log is read for finished batches
 BASE_ANSWER_SECONDS = 2.0
 
 
@@ -60,7 +61,8 @@ class SpoolReceiver:
     def __init__(self, task_id: str, folder: str, replicas: Sequence[Replica],
                  schema: pa.Schema, *, key_file: str = "", endpoints_file: str = "",
                  log_file: str = "", credit: int = 16, max_spool_bytes: int = 256 << 20,
-                 retry_seconds: float = 2.0) -> None:
+                 retry_seconds: float = 2.0, finished: Callable[[], int | None] | None = None
+                 ) -> None:
         if not replicas:
             raise ValueError(f"task {task_id}: a spool needs at least one writer")
         self.task_id, self.folder, self.schema = task_id, folder, schema
@@ -77,6 +79,11 @@ class SpoolReceiver:
         self._pending: dict[int, Batch] = {}  # arrived ahead of a gap (replicas out of step)
         self._sizes: dict[int, int] = {}  # seq -> bytes, spooled and not committed
         self._current: int | None = None  # the replica that supplied the last batch
+        # the highest seq of this spool in a micro-batch Spark has finished (None: unknown);
+        # acknowledged upstream at once, without waiting for Spark's commit call on the source,
+        # which comes only when a next micro-batch starts (an idle channel would never settle)
+        self._finished = finished
+        self._finished_checked = 0.0
 
     # -- lifecycle
 
@@ -129,10 +136,17 @@ class SpoolReceiver:
         """The committed mark; on a new spool, set it to the seq before the first batch a writer
         retains (several replicas: the highest such seq among those that answer)."""
         committed = spool.read_committed(self.folder)
+        if committed is None and not any(source.endpoint for source in self._sources):
+            # no writer was ever placed (a dormant instance of an elastic operator): it will
+            # number its first batch 1
+            committed = 0
+            spool.write_committed(self.folder, committed)
         while committed is None and not self._stop.is_set():
             self._follow_endpoints()  # the writer may have moved before it ever answered
             answers = []
             for index in range(len(self._sources)):
+                if not self._sources[index].endpoint:
+                    continue
                 try:
                     first, _last = self._reader(index, force=True).retained_range(  # type: ignore[attr-defined]
                         timeout=BASE_ANSWER_SECONDS)
@@ -168,7 +182,7 @@ class SpoolReceiver:
             self._current = index
 
     def _acknowledge(self) -> None:
-        committed = spool.read_committed(self.folder) or 0
+        committed = max(spool.read_committed(self.folder) or 0, self._finished_seq())
         if committed <= self._acked:
             return
         self._acked = committed
@@ -182,6 +196,15 @@ class SpoolReceiver:
                 reader.ack(committed)  # type: ignore[attr-defined]
             except ChannelError as exc:
                 self._fail(index, exc)
+
+    def _finished_seq(self) -> int:
+        """`finished()`, asked at most every FINISHED_CHECK_SECONDS; never above what is
+        spooled."""
+        now = time.monotonic()
+        if self._finished is None or now - self._finished_checked < FINISHED_CHECK_SECONDS:
+            return 0
+        self._finished_checked = now
+        return min(self._finished() or 0, self._high)
 
     def _spooled_bytes(self) -> int:
         return sum(self._sizes.values())
@@ -199,8 +222,8 @@ class SpoolReceiver:
     def _reader(self, index: int, *, force: bool = False) -> object | None:
         """The replica's reader, or None while it waits to be retried after an error."""
         source = self._sources[index]
-        if not force and time.monotonic() < source.retry_at:
-            return None
+        if not source.endpoint or (not force and time.monotonic() < source.retry_at):
+            return None  # no endpoint yet (a producer never placed), or waiting for a retry
         if source.reader is None:
             from executor.channel_auth import reader_auth
             from executor.channels import ChannelReader

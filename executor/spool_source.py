@@ -32,7 +32,7 @@ from pyspark.sql.types import StructType
 
 from common.types import Schema
 from executor import shapes, spool
-from executor.sources import planned_offsets
+from executor.sources import finished_offsets, planned_offsets
 
 CONFIG_OPTION = "config"
 
@@ -93,6 +93,12 @@ def later(a: dict | None, b: dict) -> dict:
     key_a = (a["seq"], a.get("flushed", True))
     key_b = (b["seq"], b.get("flushed", True))
     return a if key_a >= key_b else b
+
+
+def finished_seq(spark_dir: str, name: str) -> int | None:
+    """The highest seq of spool `name` in the last micro-batch Spark finished on `spark_dir`."""
+    found = [o for o in finished_offsets(spark_dir) if o.get("spool") == name]
+    return int(found[0]["seq"]) if found and isinstance(found[0].get("seq"), int) else None
 
 
 def planned_offset(spark_dir: str, name: str) -> dict | None:

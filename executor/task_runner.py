@@ -59,6 +59,7 @@ class TaskMetrics:
     batch_ms: int  # last batch's trigger execution time
     backlog: int  # sum over sources of latest - end offset (sequence numbers)
     latency_ms: int  # last batch's end-to-end processing time (= batch_ms at present)
+    busy_ms: int = 0  # time spent in micro-batches since the runner started (all runs)
 
 
 @dataclass(frozen=True)
@@ -132,25 +133,40 @@ def backlog_of(progress: Mapping[str, Any]) -> int:
     return total
 
 
+def executed(report: Mapping[str, Any]) -> bool:
+    """Whether a progress report is of a micro-batch that ran. A query with no new data reports
+    an idle trigger now and then (every 10 s) under the id of the batch it has *not yet* run,
+    with no rows and no `addBatch` duration; counting it would claim that id before the batch
+    itself comes (pure)."""
+    return bool(int(report.get("numInputRows", 0) or 0)) or \
+        "addBatch" in (report.get("durationMs") or {})
+
+
 @dataclass
 class InputCounter:
-    """Input rows summed over progress reports, each batch of each run counted once; Spark keeps
-    only its recent reports, so this is fed every time metrics are read."""
+    """Input rows and busy time summed over progress reports, each executed batch of each run
+    counted once (`executed`); Spark keeps only its recent reports, so this is fed every time
+    metrics are read. Busy time is each batch's `durationMs.triggerExecution`: the time the
+    query spent in micro-batches, not waiting for data (DS2's "useful time")."""
 
     total: int = 0
+    busy_ms: int = 0
     last_batch: dict[str, int] = field(default_factory=dict)  # run id -> last counted batch
 
     def add(self, reports: Sequence[Mapping[str, Any]]) -> int:
+        """Count the reports not counted yet; the input rows so far."""
         for report in reports:
             run, batch = str(report.get("runId", "")), int(report.get("batchId", -1))
-            if batch > self.last_batch.get(run, -1):
+            if batch > self.last_batch.get(run, -1) and executed(report):
                 self.last_batch[run] = batch
                 self.total += int(report.get("numInputRows", 0) or 0)
+                self.busy_ms += int((report.get("durationMs") or {}).get("triggerExecution", 0)
+                                    or 0)
         return self.total
 
 
 def metrics_from(progress: Mapping[str, Any], batches: int, tuples_out: int,
-                 tuples_in: int) -> TaskMetrics:
+                 tuples_in: int, busy_ms: int = 0) -> TaskMetrics:
     """TaskMetrics from one StreamingQueryProgress dict (pure)."""
     batch_ms = int(progress.get("durationMs", {}).get("triggerExecution", 0))
     return TaskMetrics(
@@ -158,7 +174,7 @@ def metrics_from(progress: Mapping[str, Any], batches: int, tuples_out: int,
         tuples_in=tuples_in, tuples_out=tuples_out,
         input_rate=float(progress.get("inputRowsPerSecond", 0.0) or 0.0),
         process_rate=float(progress.get("processedRowsPerSecond", 0.0) or 0.0),
-        batch_ms=batch_ms, backlog=backlog_of(progress), latency_ms=batch_ms)
+        batch_ms=batch_ms, backlog=backlog_of(progress), latency_ms=batch_ms, busy_ms=busy_ms)
 
 
 def failure_reason(exc: Any) -> str:
@@ -240,7 +256,8 @@ class TaskRunner:
             return None
         out = self._out_before + (rt.sink.rows_out if rt and rt.sink else 0)
         recent = query.recentProgress
-        return metrics_from(progress, len(recent), out, self._counted.add(recent))
+        tuples_in = self._counted.add(recent)
+        return metrics_from(progress, len(recent), out, tuples_in, self._counted.busy_ms)
 
     def reconfigure(self, version: int, params: Params,
                     timeout: float = 30.0, drain_seconds: float = 5.0) -> Reconfigured:

@@ -4,6 +4,8 @@ Owns the routes: `POST /queries` (body: spec XML, `Content-Type: application/xml
 compiled here with `compiler.pipeline` through `scheduler.query_source`; no route takes a
 compiled query or program text), `GET /queries`, `GET /queries/{id}`, `DELETE /queries/{id}`,
 `POST /queries/{id}/tasks/{task}/migrate` (body `{"to": "<agent id>"}`), `POST
+/queries/{id}/operators/{operator}/scale` (body `{"parallelism": N}`: the control tuple
+`<id, operator, parallelism, N>`, answered like the control route), `POST
 /queries/{id}/control` (body `{"tuples": [{"operator", "parameter", "value"}, ...]}`: 202 with
 the request's progress, or every problem), `GET /queries/{id}/control` (the adjustable
 parameters, their values, the applied history), `GET /queries/{id}/control/{request}` (one
@@ -42,6 +44,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
+from common.control import PARALLELISM
 from common.api_token import default_token_file, read_token, where_to_look
 from common.diagnostics import Diagnostic, SpecError
 from common.tasks import CompiledQuery
@@ -177,6 +180,18 @@ def migrate_target(body: bytes) -> str:
     return target
 
 
+def scale_parallelism(body: bytes) -> int:
+    """`{"parallelism": N}` -> N, a whole number (the catalogue checks its bounds);
+    ApiError(400) otherwise."""
+    try:
+        value = json.loads(body or b"{}").get("parallelism")
+    except (ValueError, AttributeError):
+        value = None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ApiError(400, 'the body must be JSON {"parallelism": N}, N a whole number')
+    return value
+
+
 def control_tuples(body: bytes) -> list[tuple[str, str, str]]:
     """`{"tuples": [{"operator": .., "parameter": .., "value": ..}, ...]}` -> (operator,
     parameter, value) triples; ApiError(400) naming what is malformed."""
@@ -259,6 +274,10 @@ def route(service: QueryService, call: Call) -> tuple[int, Any]:
             and (method, len(parts)) in (("GET", 3), ("GET", 4), ("POST", 3)):
         return _control(service, method, parts[1], parts[3] if len(parts) == 4 else None,
                         call.body)
+    if len(parts) == 5 and (parts[0], parts[2], parts[4]) == ("queries", "operators", "scale") \
+            and method == "POST":
+        tuples = [(parts[3], PARALLELISM, str(scale_parallelism(call.body)))]
+        return _control(service, method, parts[1], None, b"", tuples)
     raise ApiError(404 if method == "GET" else 405, f"no route {method} {call.target[:200]}")
 
 
@@ -298,14 +317,14 @@ def _migrate(service: QueryService, query_id: str, task_id: str,
 
 
 def _control(service: QueryService, method: str, query_id: str, request_id: str | None,
-             body: bytes) -> tuple[int, Any]:
+             body: bytes, tuples: list[tuple[str, str, str]] | None = None) -> tuple[int, Any]:
     if method == "GET":
         view = service.query_control(query_id, request_id)
         if view is None:
             raise ApiError(404, f"no control request {request_id} of query {query_id}"
                            if request_id else f"no query {query_id}")
         return 200, view
-    reply = service.control(query_id, control_tuples(body))
+    reply = service.control(query_id, tuples if tuples is not None else control_tuples(body))
     if not reply.accepted:
         problems = (reply.body or {}).get("problems") or [reply.message]
         raise ApiError(reply.status, reply.message, [{"message": m} for m in problems])

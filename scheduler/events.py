@@ -145,6 +145,7 @@ class ControlRequested:
     query_id: str
     tuples: tuple[tuple[str, str, str], ...]  # (operator, parameter, value)
     request_id: str = ""  # minted by the edge (`scheduler.control.new_request_id`); "" mints one
+    trigger: str = "manual"  # who asked: manual (the API: people, control sinks) | auto (policy)
 
     def __post_init__(self) -> None:
         if not self.request_id:

@@ -23,6 +23,7 @@ class TaskState(str, Enum):
     FAILED = "failed"
     KILLED = "killed"
     LOST = "lost"
+    DORMANT = "dormant"  # an elastic operator's instance slot beyond its parallelism: not run
 
     @property
     def terminal(self) -> bool:
@@ -36,6 +37,7 @@ class TaskState(str, Enum):
 TERMINAL = frozenset({TaskState.FINISHED, TaskState.FAILED, TaskState.KILLED, TaskState.LOST})
 P, S, ST, R = TaskState.PENDING, TaskState.STAGING, TaskState.STARTING, TaskState.RUNNING
 FIN, F, K, L = TaskState.FINISHED, TaskState.FAILED, TaskState.KILLED, TaskState.LOST
+D = TaskState.DORMANT
 
 # (from, to) -> the trigger that takes this edge. Nothing else is allowed.
 TRANSITIONS: dict[tuple[TaskState, TaskState], str] = {
@@ -54,6 +56,10 @@ TRANSITIONS: dict[tuple[TaskState, TaskState], str] = {
     (F, P): "restart: backoff over (Tick), budget left, query active; attempt + 1",
     (L, P): "restart: backoff over (Tick), budget left, query active; attempt + 1",
     (K, P): "restart of a task killed without our asking; attempt + 1",
+    (P, D): "instance slot beyond the operator's parallelism: not launched",
+    (K, D): "retired by a scale-in once drained",
+    (D, P): "activated by a scale-out; attempt + 1",
+    (D, K): "query stopped or failed while the slot was dormant",
 }
 
 # Mesos TaskState -> ours; KILLING and anything unknown map to None (no change).
@@ -89,7 +95,7 @@ class HistoryEntry:
                 f"{self.finish.value}: {self.note}")
 
 
-COUNTERS = ("tuples_in", "tuples_out")  # figures that only grow within an attempt
+COUNTERS = ("tuples_in", "tuples_out", "busy_ms")  # figures that only grow within an attempt
 
 
 def mesos_task_id(task_id: str, attempt: int) -> str:
@@ -123,6 +129,8 @@ class TaskRecord:
     restart_at: float | None = None  # set while a failed task waits for its backoff
     pending_since: float = 0.0
     kill_requested: bool = False
+    retiring: bool = False  # a scale-in took its slot away: killed once drained, then dormant
+    figures_at: float = 0.0  # scheduler time the current figures arrived
     migrate_to: str | None = None  # a requested migration's target agent, until it launches there
     last_failure: str = ""  # why it last failed; a kill or migration we asked for is none
     last_failure_attempt: int = 0  # the attempt `last_failure` ended (0: none failed)

@@ -2,9 +2,10 @@
 
 Owns `SchedulerMetrics`: a private `CollectorRegistry` (never the global one, so tests and several
 schedulers in one process do not clash), fed by the event loop after every step with the event,
-the commands it caused and the state (read only), plus functions the failover, rewrite, control
-and leadership code call (`record_failover`, `record_rewrite`, `record_control_applied`,
-`record_control_refused`, `set_leadership`). Heartbeat figures are cumulative per runner (they
+the commands it caused and the state (read only), plus functions the failover, rewrite, control,
+elasticity and leadership code call (`record_failover`, `record_rewrite`, `record_control_applied`,
+`record_control_refused`, `record_elastic_decision`, `record_rescale`, `set_parallelism`,
+`set_leadership`). Heartbeat figures are cumulative per runner (they
 restart at 0 with a new attempt or runner); they become monotonic counters here. Also owns the
 rows of `elastiq status --watch` (`watch_rows`), which derive the same rates from the API's JSON.
 Label values are bounded: query and task ids, state names and small fixed classes; never offer,
@@ -28,6 +29,7 @@ from prometheus_client import (
 from scheduler.commands import (
     Command, DeclineOffers, LaunchTasks, ReplyToRequest, RetargetChannels,
 )
+from scheduler.elastic_policy import OUTCOMES, Decision
 from scheduler.events import Event, OfferRescinded, OffersReceived
 from scheduler.lifecycle import TaskRecord, TaskState, parse_mesos_task_id
 from scheduler.state import SchedulerState
@@ -50,6 +52,8 @@ DECLINE_CLASSES: tuple[tuple[str, str], ...] = (
 )
 PLACEMENT_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 GAP_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300)
+PAUSE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 3, 5, 10, 20, 30, 60)
+RESCALE_TRIGGERS = frozenset({"manual", "auto"})
 
 
 def decline_class(reason: str) -> str:
@@ -102,6 +106,7 @@ class SchedulerMetrics:
         self._define_scheduler_metrics()
         self._define_task_metrics()
         self._define_reported_metrics()
+        self._define_elastic_metrics()
         self._tuples_in = CumulativeCounter()
         self._tuples_out = CumulativeCounter()
         self._last_state: dict[str, TaskState] = {}
@@ -206,6 +211,23 @@ class SchedulerMetrics:
                                        "refused, by reason class", ["query", "reason"],
                                        registry=r)
 
+    def _define_elastic_metrics(self) -> None:
+        r = self.registry
+        self.parallelism = Gauge("elastiq_operator_parallelism", "active instances of an "
+                                 "elastic operator", ["query", "operator"], registry=r)
+        self.rescales = Counter("elastiq_rescales", "rescales of an operator that completed, "
+                                "by direction (out, in) and trigger (manual: elastiq scale; "
+                                "auto: the elastic policy)",
+                                ["query", "operator", "direction", "trigger"], registry=r)
+        self.rescale_pause = Histogram("elastiq_rescale_pause_seconds", "how long a rescale "
+                                       "held the operator's inputs (quiesce to unquiesce), by "
+                                       "whether the operator keeps state",
+                                       ["state"], buckets=PAUSE_BUCKETS, registry=r)
+        self.elastic_decisions = Counter("elastiq_elastic_decisions", "decisions of the "
+                                         "elastic policy: out, in, or hold_<reason>",
+                                         ["outcome"], registry=r)
+        self._parallelism_seen: set[tuple[str, str]] = set()
+
     # ---- fed by the loop -----------------------------------------------------------------
     def observe_step(self, event: Event, commands: Iterable[Command], state: SchedulerState,
                      now: float | None = None) -> None:
@@ -283,6 +305,8 @@ class SchedulerMetrics:
             self.queries.labels(phase).set(count)
         for counter in (self._tuples_in, self._tuples_out):
             counter.keep_only(current)
+        self._forget_parallelism({q for q, query in state.queries.items()
+                                  if query.phase in ("active", "stopping")})
         self._last_state = {k: v for k, v in self._last_state.items() if k in current}
         self._failed_at = {k: v for k, v in self._failed_at.items() if k[0] in state.queries}
 
@@ -362,6 +386,34 @@ class SchedulerMetrics:
     def record_control_refused(self, query_id: str, reason: str) -> None:
         """`reason` is a short class such as "stale-epoch", "unknown-task", "bad-value"."""
         self.control_refused.labels(query_id, bounded(reason)).inc()
+
+    def record_elastic_decision(self, decision: Decision) -> None:
+        """One decision of `scheduler.elastic_policy.decide` (hold included), by outcome."""
+        outcome = decision.outcome if decision.outcome in OUTCOMES else "other"
+        self.elastic_decisions.labels(outcome).inc()
+
+    def record_rescale(self, query_id: str, operator_id: str, before: int, after: int,
+                       trigger: str, pause_seconds: float, stateful: bool) -> None:
+        """A rescale of `operator_id` from `before` to `after` instances completed after
+        holding its inputs `pause_seconds`; `trigger` is "manual" or "auto" (else "other").
+        Also sets the operator's parallelism to `after`."""
+        direction = "out" if after > before else "in" if after < before else "none"
+        self.rescales.labels(query_id, operator_id, direction,
+                             bounded(trigger, RESCALE_TRIGGERS)).inc()
+        self.rescale_pause.labels("stateful" if stateful else "stateless").observe(
+            max(0.0, pause_seconds))
+        self.set_parallelism(query_id, operator_id, after)
+
+    def set_parallelism(self, query_id: str, operator_id: str, parallelism: int) -> None:
+        """The operator's active instances now: at deployment and after each rescale. The
+        series goes when its query is no longer active or stopping (`observe_state`)."""
+        self.parallelism.labels(query_id, operator_id).set(parallelism)
+        self._parallelism_seen.add((query_id, operator_id))
+
+    def _forget_parallelism(self, live_queries: set[str]) -> None:
+        for key in [k for k in self._parallelism_seen if k[0] not in live_queries]:
+            self.parallelism.remove(*key)
+            self._parallelism_seen.discard(key)
 
     def set_leadership(self, leader: bool, epoch: int | None = None,
                        safe_mode: bool = False) -> None:

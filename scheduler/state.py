@@ -33,7 +33,7 @@ from common.failures import FailureKind, kind_of
 from common.messages import ControlMessage, LaunchData, LaunchQuery
 from common.tasks import CompiledQuery
 from compiler.control import check_tuples
-from scheduler import admission, control as ctl
+from scheduler import admission, control as ctl, elasticity
 from scheduler.commands import (
     Command, DeclineOffers, KillTask, LaunchTasks, ReconcileTasks, ReplyToRequest,
     RetargetChannels, ReviveOffers, SendFrameworkMessage, ShutdownExecutor, SuppressOffers,
@@ -76,13 +76,16 @@ class QueryRecord:
     # task id -> its channel CURVE keypair {"public", "secret"} (Z85), issued at submit and kept
     # with the placements: secret, never shown by status, the API, logs or metrics
     keys: dict[str, dict[str, str]] = field(default_factory=dict)
+    elastic: elasticity.ElasticState = field(default_factory=elasticity.ElasticState)
 
     @property
     def query_id(self) -> str:
         return self.query.query_id
 
     def all_terminal(self) -> bool:
-        return all(t.state.terminal and t.restart_at is None for t in self.tasks.values())
+        """Every task ended (a dormant elastic slot counts as ended: it runs nothing)."""
+        return all((t.state.terminal or t.state is TaskState.DORMANT) and t.restart_at is None
+                   for t in self.tasks.values())
 
 
 @dataclass
@@ -401,6 +404,8 @@ class SchedulerState:
         `kind` (`common.failures`, from the executor's message): a failure retrying cannot heal
         fails the query at once; a port another program holds relaunches the task at once on
         other ports (`_port_clash`)."""
+        if task.retiring and task.kill_requested and query.phase == "active":
+            return self._retired(sid, query, task)
         deliberate = task.kill_requested or task.migrate_to is not None
         if task.state is not TaskState.FINISHED and not deliberate:
             task.last_failure, task.last_failure_attempt = why, task.attempt
@@ -458,7 +463,7 @@ class SchedulerState:
         if query.phase == "stopping":
             query.phase = "stopped"
         elif query.phase == "active" and all(
-                t.state is TaskState.FINISHED for t in query.tasks.values()):
+                t.state in (TaskState.FINISHED, TaskState.DORMANT) for t in query.tasks.values()):
             query.phase = "finished"
         log.info("[%s] query %s is %s", sid, query.query_id, query.phase)
         return [] if self._pending() else [self._suppress(sid)]
@@ -472,7 +477,7 @@ class SchedulerState:
         commands: list[Command] = []
         for task in query.tasks.values():
             task.restart_at = None
-            if task.state is TaskState.PENDING:
+            if task.state in (TaskState.PENDING, TaskState.DORMANT):
                 task.move(TaskState.KILLED, sid, why)
             elif task.state.launched:
                 task.kill_requested = True
@@ -536,8 +541,8 @@ class SchedulerState:
             parsed = parse_mesos_task_id(mid)
             found = self._find(parsed[0]) if parsed else None
             if found and parsed and found[1].attempt == parsed[1]:
-                found[1].figures = figs
-        return []
+                found[1].figures, found[1].figures_at = figs, self.now
+        return self._rescale_steps(ev.stimulus_id)
 
     # ---- requests ------------------------------------------------------------------------
     def _on_query_submitted(self, ev: QuerySubmitted) -> list[Command]:
@@ -556,6 +561,9 @@ class SchedulerState:
         self.queries[q.query_id] = QueryRecord(q, {
             t.task_id: TaskRecord(t, attempt=first.get(t.task_id, 1), pending_since=self.now)
             for t in q.tasks}, source=ev.source, keys=issue_keys(t.task_id for t in q.tasks))
+        record = self.queries[q.query_id]
+        for task_id in sorted(elasticity.dormant_at_start(q)):
+            record.tasks[task_id].move(TaskState.DORMANT, sid)
         log.info("[%s] query %s submitted with %s tasks", sid, q.query_id, len(q.tasks))
         self.suppressed = False
         return [ReplyToRequest(sid, True, 200, f"query {q.query_id} accepted"),
@@ -604,12 +612,15 @@ class SchedulerState:
             return [ReplyToRequest(sid, False, 409, f"control of {ev.query_id} refused: {why}; "
                                                     "try again when it runs",
                                    {"problems": [why], "query_id": ev.query_id})]
+        before = {e.operator: elasticity.parallelism(e, query.control) for e in query.query.elastic}
         request = ctl.begin(query.control, ev.request_id, changes, self.now)
+        self._note_rescales(query, request, before, ev.trigger)
         log.info("[%s] control %s of %s (version %s): %s -> tasks %s", sid, request.request_id,
                  ev.query_id, request.version, request.tuples, targets)
         return [ReplyToRequest(sid, True, 202, f"control {request.request_id} sent to "
                                               f"{', '.join(targets)}", request.to_json())] + \
-            [self._send_params(sid, query, query.tasks[t], request.request_id) for t in targets]
+            [self._send_params(sid, query, query.tasks[t], request.request_id) for t in targets] + \
+            self._rescale_steps(sid, query)
 
     def _send_params(self, sid: str, query: QueryRecord, task: TaskRecord,
                      request_id: str) -> Command:
@@ -634,12 +645,14 @@ class SchedulerState:
             return []
         log.info("[%s] control %s on %s: %s", sid, request.request_id, task.task_id,
                  f"from batch {answer.epoch}" if answer.applied else f"refused: {answer.message}")
+        self._settle_rescales(query, request)
         if request.state != "refused" or answer.applied:
-            return []
+            return self._rescale_steps(sid, query)
         resend = ctl.undo(query.control, request)
         undo_id = f"{request.request_id}-undo"
         return [self._send_params(sid, query, query.tasks[t], undo_id) for t in resend
-                if t != task.task_id and query.tasks[t].state.launched]
+                if t != task.task_id and query.tasks[t].state.launched] + \
+            self._rescale_steps(sid, query)
 
     def _on_task_migration_requested(self, ev: TaskMigrationRequested) -> list[Command]:
         """Quiesce the task (a graceful kill: its query stops after its current micro-batch and
@@ -692,6 +705,71 @@ class SchedulerState:
                       and ((t.task.placement.group or t.task_id) in task.task.placement.apart_from
                            or (group is not None and group in t.task.placement.apart_from)))
 
+    # ---- elasticity (scheduler.elasticity) -------------------------------------------------
+    def _note_rescales(self, query: QueryRecord, request: ctl.ControlRequest,
+                       before: dict[str, int], trigger: str) -> None:
+        for e in query.query.elastic:
+            after = elasticity.parallelism(e, query.control)
+            if after != before[e.operator]:
+                query.elastic.record(elasticity.Rescale(
+                    e.operator, before[e.operator], after, trigger, request.request_id,
+                    self.now))
+                log.info("[%s] %s: %s scales from %s to %s instances (%s)", request.request_id,
+                         query.query_id, e.operator, before[e.operator], after, trigger)
+
+    def _settle_rescales(self, query: QueryRecord, request: ctl.ControlRequest) -> None:
+        if request.state == "pending":
+            return
+        for rescale in query.elastic.rescales:
+            if rescale.request == request.request_id and rescale.state == "pending":
+                rescale.state, rescale.applied_at = request.state, self.now
+                pauses = [a.pause_s for a in request.tasks.values() if a is not None]
+                rescale.pause_s = max(pauses, default=0.0)
+                rescale.reason = rescale.reason or request.reason
+
+    def _rescale_steps(self, sid: str, only: QueryRecord | None = None) -> list[Command]:
+        """Keep elastic operators' slots in line with their parallelism: launch activated
+        slots, stop retiring instances once drained."""
+        if self.deferring():
+            return []
+        commands: list[Command] = []
+        activated = False
+        for query in [only] if only is not None else list(self.queries.values()):
+            if query.phase != "active" or not query.query.elastic:
+                continue
+            steps = elasticity.reconcile(query.query, query.tasks, query.control, query.elastic,
+                                         self.now)
+            for note in steps.notes:
+                log.info("[%s] %s: %s", sid, query.query_id, note)
+            for task in steps.activate:
+                task.move(TaskState.PENDING, sid)
+                task.attempt += 1
+                task.pending_since, task.kill_requested = self.now, False
+                task.carry()
+                activated = True
+            for task in steps.stop:
+                log.info("[%s] %s drained; stopping it", sid, task.mesos_task_id)
+                task.kill_requested = True
+                commands.append(KillTask(sid, task.mesos_task_id, task.agent_id or ""))
+        if activated:
+            self.suppressed = False
+            commands += self._revive(sid) + self._try_place(sid)
+        return commands
+
+    def _retired(self, sid: str, query: QueryRecord, task: TaskRecord) -> list[Command]:
+        """A retiring instance stopped after draining: its slot is dormant until a scale-out."""
+        task.move(TaskState.DORMANT, sid, f"retired by a scale-in once drained "
+                                          f"(ended {task.state.value})")
+        task.retiring = task.kill_requested = False
+        query.elastic.drained_at.pop(task.task_id, None)
+        for e in query.query.elastic:
+            last = query.elastic.last(e.operator)
+            if task.task_id in e.slots and last is not None and all(
+                    query.tasks[t].state is TaskState.DORMANT
+                    for t in e.slots[elasticity.parallelism(e, query.control):]):
+                last.retired_at = self.now
+        return []
+
     # ---- leadership ----------------------------------------------------------------------
     def _on_leadership_gained(self, ev: LeadershipGained) -> list[Command]:
         """Restore the persisted queries BEFORE registering, so reconciliation knows them."""
@@ -732,7 +810,8 @@ class SchedulerState:
     def _on_tick(self, ev: Tick) -> list[Command]:
         self.now = ev.now
         sid = ev.stimulus_id
-        commands = self._detect_silent_executors(sid) + self._restart_due(sid)
+        commands = self._detect_silent_executors(sid) + self._restart_due(sid) + \
+            self._rescale_steps(sid)
         if self.held and self._pending():
             commands += self._try_place(sid)  # time may have widened where tasks may go
         expired = [oid for oid, h in self.held.items()
@@ -904,7 +983,7 @@ def durable_placements(q: QueryRecord) -> dict[str, Any]:
                     "restarting": t.restart_at is not None, "agent_id": t.agent_id,
                     "hostname": t.hostname, "ports": list(t.ports),
                     "endpoints": dict(t.endpoints), "kill_requested": t.kill_requested,
-                    "migrate_to": t.migrate_to,
+                    "retiring": t.retiring, "migrate_to": t.migrate_to,
                     "last_failure": t.last_failure}
         for t in q.tasks.values()}}
 
@@ -938,6 +1017,7 @@ def _restore_task(task: Any, saved: dict[str, Any] | None, now: float) -> TaskRe
         endpoints=dict(saved.get("endpoints", {})),
         restart_at=now if saved.get("restarting") else None, pending_since=now,
         kill_requested=bool(saved.get("kill_requested")), migrate_to=saved.get("migrate_to"),
+        retiring=bool(saved.get("retiring")),
         last_failure=str(saved.get("last_failure", "")))
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from scheduler import elasticity
 from scheduler.control import sinks_in_force
 from scheduler.lifecycle import TaskRecord, TaskState
 from scheduler.state import QueryRecord, SchedulerState
@@ -32,6 +33,7 @@ def query_view(q: QueryRecord, unplaced: dict[str, str]) -> dict[str, Any]:
         "failure": q.failure,
         "sinks": sinks_in_force(q.query.sinks, q.control, q.query.controls),
         "tasks": [task_view(t, unplaced.get(t.task_id, "")) for t in q.tasks.values()],
+        "elastic": elasticity.describe(q.query, q.tasks, q.control, q.elastic),
     }
 
 
@@ -39,7 +41,7 @@ def query_status(q: QueryRecord) -> str:
     """One word for people: deploying, running, restarting, stopping, stopped, failed..."""
     if q.phase != "active":
         return q.phase
-    states = {t.state for t in q.tasks.values()}
+    states = {t.state for t in q.tasks.values()} - {TaskState.DORMANT}
     if states == {TaskState.RUNNING}:
         return "running"
     if any(t.launches > 1 or t.restart_at is not None for t in q.tasks.values()):

@@ -116,8 +116,20 @@ def test_dashboard_parses_and_queries_only_existing_metrics(exposed: set[str]) -
     assert used <= exposed, used - exposed
     for needed in ("elastiq_task_tuples_in_total", "elastiq_task_backlog",
                    "elastiq_scheduler_is_leader", "elastiq_failovers_total",
-                   "elastiq_offers_declined_total", "elastiq_placement_seconds_bucket"):
+                   "elastiq_offers_declined_total", "elastiq_placement_seconds_bucket",
+                   "elastiq_operator_parallelism", "elastiq_rescales_total",
+                   "elastiq_rescale_pause_seconds_bucket", "elastiq_elastic_decisions_total"):
         assert needed in used
+
+
+def test_dashboard_shows_parallelism_over_time_per_operator() -> None:
+    dash = json.loads((DEPLOY / "grafana" / "dashboards" / "elastiq.json").read_text())
+    (panel,) = [p for p in dash["panels"] if p["title"] == "Parallelism over time"]
+    (target,) = panel["targets"]
+    assert metric_names(target["expr"]) == {"elastiq_operator_parallelism"}
+    assert "operator" in target["legendFormat"] and '$query' in target["expr"]
+    ids = [p["id"] for p in dash["panels"]]
+    assert len(ids) == len(set(ids))
 
 
 def test_grafana_provisioning_points_at_the_dashboards_and_prometheus() -> None:

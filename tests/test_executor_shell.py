@@ -38,6 +38,7 @@ class Metrics:
     batch_ms: int = 120
     backlog: int = 0
     latency_ms: int = 120
+    busy_ms: int = 240
 
 
 class StandInRunner:
@@ -152,6 +153,7 @@ def test_launch_run_heartbeat_kill(harness: Harness) -> None:
     beat = [m for m in harness.driver.messages if "q.t0.a1" in m["tasks"]][-1]
     assert beat["kind"] == "heartbeat" and beat["executor_id"] == "exec-1"
     assert beat["tasks"]["q.t0.a1"]["tuples_out"] == 3
+    assert beat["tasks"]["q.t0.a1"]["busy_ms"] == 240
     assert beat["tasks"]["q.t0.a1"]["state"] == "running"
     harness.callbacks.killTask(None, {"value": "q.t0.a1"})
     wait_for(lambda: "TASK_KILLED" in harness.driver.states_of("q.t0.a1"))

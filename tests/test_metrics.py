@@ -18,8 +18,9 @@ from prometheus_client import REGISTRY
 from scheduler.api import ApiServer
 from scheduler.commands import Command
 from scheduler.config import SchedulerConfig
+from scheduler.elastic_policy import ElasticPolicy, OperatorView, Sample, decide
 from scheduler.events import (
-    Event, OffersReceived, QuerySubmitted, Registered, StatusUpdated, Tick,
+    Event, OffersReceived, QueryStopRequested, QuerySubmitted, Registered, StatusUpdated, Tick,
 )
 from scheduler.loop import SchedulerLoop
 from scheduler.mesos_json import message_event
@@ -171,6 +172,57 @@ def test_reported_facts_failovers_rewrites_control_and_leadership() -> None:
     m.set_leadership(False)
     assert value("elastiq_scheduler_leadership_changes_total") == 2
     assert value("elastiq_scheduler_safe_mode") == 0
+
+
+def test_rescales_pauses_and_parallelism_are_recorded_by_direction_and_trigger() -> None:
+    m = SchedulerMetrics()
+
+    def value(name: str, **labels: str) -> float | None:
+        return m.registry.get_sample_value(name, labels)
+
+    m.set_parallelism("q", "f", 1)
+    assert value("elastiq_operator_parallelism", query="q", operator="f") == 1
+    m.record_rescale("q", "f", 1, 3, "auto", 0.4, stateful=False)
+    m.record_rescale("q", "f", 3, 2, "manual", 3.5, stateful=True)
+    m.record_rescale("q", "f", 2, 1, "cron'; DROP", 1.5, stateful=True)
+    assert value("elastiq_rescales_total", query="q", operator="f", direction="out",
+                 trigger="auto") == 1
+    assert value("elastiq_rescales_total", query="q", operator="f", direction="in",
+                 trigger="manual") == 1
+    assert value("elastiq_rescales_total", query="q", operator="f", direction="in",
+                 trigger="other") == 1
+    assert value("elastiq_operator_parallelism", query="q", operator="f") == 1
+    assert value("elastiq_rescale_pause_seconds_sum", state="stateful") == 5.0
+    assert value("elastiq_rescale_pause_seconds_bucket", state="stateful", le="2.0") == 1
+    assert value("elastiq_rescale_pause_seconds_count", state="stateless") == 1
+
+
+def test_elastic_decisions_are_counted_by_outcome() -> None:
+    m = SchedulerMetrics()
+    up = [Sample(float(t), 3000.0 * t, 3000.0 * t, 100.0 * t) for t in range(11)]
+    busy = {"q.f1": [Sample(float(t), 1000.0 * t, 1000.0 * t, 1000.0 * t) for t in range(11)]}
+    view = OperatorView("q", "f", 1, busy, {"q.up": up})
+    policy = ElasticPolicy(max_parallelism=8)
+    for d in (decide(view, policy, 10.0), decide(view, policy, 30.0),
+              decide(OperatorView("q", "f", 4, busy, {"q.up": up}, 5.0), policy, 10.0)):
+        m.record_elastic_decision(d)
+    value = m.registry.get_sample_value
+    assert value("elastiq_elastic_decisions_total", {"outcome": "out"}) == 1
+    assert value("elastiq_elastic_decisions_total", {"outcome": "hold_no_data"}) == 1
+    assert value("elastiq_elastic_decisions_total", {"outcome": "hold_cooldown"}) == 1
+
+
+def test_an_operators_parallelism_series_goes_with_its_query() -> None:
+    fed = Fed()
+    running_query(fed)
+    fed.metrics.set_parallelism("q", "f", 2)
+    fed.step(Tick("t1", 103.0), 103.0)
+    assert fed.value("elastiq_operator_parallelism", query="q", operator="f") == 2
+    fed.step(QueryStopRequested("stop", "q"), 104.0)
+    for i in range(2):
+        fed.step(StatusUpdated("k", f"q.t{i}.a1", "KILLED", agent_id="a1"), 105.0)
+    assert fed.state.queries["q"].phase == "stopped"
+    assert fed.value("elastiq_operator_parallelism", query="q", operator="f") is None
 
 
 def test_each_scheduler_has_its_own_registry_and_the_global_one_is_untouched() -> None:

@@ -11,6 +11,7 @@ import re
 import shutil
 import signal
 import sys
+import time
 import urllib.request
 from pathlib import Path
 from typing import Any, Callable
@@ -79,6 +80,7 @@ def test_metrics_move_as_a_real_query_runs(tmp_path: Path) -> None:
         api = ApiServer(service, token="metrics-cluster-token").start()  # /metrics: open
         try:
             wait_for_slowly("registration", lambda: service.status()["connected"], 30)
+            submitted = time.monotonic()
             assert service.submit(query).accepted
             first = wait_for_slowly("a launch in /metrics", lambda: (s := scrape(api.url)).get(
                 'elastiq_task_launches_total{query="paper-filter"}', 0) >= 1 and s, 60)
@@ -94,6 +96,9 @@ def test_metrics_move_as_a_real_query_runs(tmp_path: Path) -> None:
             assert task_value(second, "elastiq_task_tuples_out_total") > \
                 task_value(first, "elastiq_task_tuples_out_total")
             assert task_value(second, "elastiq_task_tuples_out_total") == len(kept)
+            (task,) = (service.query_status(query.query_id) or {})["tasks"]
+            busy_ms = task["figures"]["busy_ms"]  # the time its micro-batches took, summed
+            assert 0 < busy_ms <= (time.monotonic() - submitted) * 1000, busy_ms
             assert len(rows) > len(kept) > 0
             assert second["elastiq_offers_received_total"] >= \
                 first["elastiq_offers_received_total"]

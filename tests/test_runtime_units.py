@@ -181,6 +181,48 @@ def test_input_counter_counts_each_batch_of_each_run_once() -> None:
     assert counter.add([{"runId": "b", "batchId": 2, "numInputRows": 7}]) == 23
 
 
+def _report(run: str, batch: int, rows: int, trigger_ms: int, ran: bool = True) -> dict:
+    """A progress dict as Spark 4.1 reports it: a batch that ran has `addBatch` among its
+    durations; an idle trigger (no new data) only `latestOffset` and `triggerExecution`."""
+    durations = {"triggerExecution": trigger_ms, "latestOffset": 1}
+    if ran:
+        durations.update(addBatch=max(0, trigger_ms - 5), queryPlanning=2)
+    return {"runId": run, "batchId": batch, "numInputRows": rows, "durationMs": durations}
+
+
+def test_busy_time_sums_each_executed_batch_of_each_run_once() -> None:
+    from executor.task_runner import InputCounter
+
+    counter = InputCounter()
+    first = [_report("a", 0, 10, 1100), _report("a", 1, 5, 200)]
+    counter.add(first)
+    assert counter.busy_ms == 1300
+    counter.add(first + [_report("a", 2, 0, 40)])  # a no-data batch that ran (state cleanup)
+    assert (counter.total, counter.busy_ms) == (15, 1340)
+    counter.add([_report("b", 2, 7, 90)])  # a restart: a new run goes on from the checkpoint
+    assert (counter.total, counter.busy_ms) == (22, 1430)
+
+
+def test_an_idle_trigger_neither_counts_nor_claims_the_next_batch_id() -> None:
+    """Spark reports an idle trigger under the id of the batch it has not run yet (seen on
+    Spark 4.1.4: batch 0 ran, then `1 rows=0 [latestOffset, triggerExecution]`, then batch 1
+    with its rows); the batch that follows must still be counted, rows and time."""
+    from executor.task_runner import InputCounter
+
+    counter = InputCounter()
+    counter.add([_report("a", 0, 1, 1124), _report("a", 1, 0, 1, ran=False)])
+    assert (counter.total, counter.busy_ms) == (1, 1124)
+    counter.add([_report("a", 1, 0, 1, ran=False), _report("a", 1, 2, 204)])
+    assert (counter.total, counter.busy_ms) == (3, 1328)
+
+
+def test_metrics_carry_the_busy_time_they_are_given() -> None:
+    from executor.task_runner import metrics_from
+
+    m = metrics_from(_report("a", 4, 3, 250), batches=5, tuples_out=2, tuples_in=9, busy_ms=777)
+    assert (m.busy_ms, m.batch_ms, m.tuples_in, m.batch_id) == (777, 250, 9, 4)
+
+
 def test_split_by_partition_keeps_rows_and_order_and_drops_the_column() -> None:
     import pyarrow as pa
 

@@ -1,0 +1,50 @@
+"""Which partitioned operators of a plan may change their parallelism at run time.
+
+Owns `elastic_operators`: from the physical plan and its tasks, each partitioned spec operator's
+instance tasks by slot, the splitters that route to them, and its bounds (the `parallelism`,
+`max-parallelism`, `min-parallelism` and `elastic` requests the validator resolved). Does not
+own the control parameter that changes it (`compiler.control`) nor the rescale itself
+(`scheduler.elasticity`, `executor.runtime.TaskRuntime.split_channel_sink`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Mapping
+
+from common.tasks import ChannelSpec, ElasticOperator, splitter_op_id
+
+if TYPE_CHECKING:
+    from compiler.graph import Graph, Node
+    from compiler.tasks import TaskPlan
+
+
+def elastic_operators(logical: "Graph", physical: "Graph", plans: "tuple[TaskPlan, ...]",
+                      channels: Mapping[str, ChannelSpec]) -> tuple[ElasticOperator, ...]:
+    """One entry per partitioned spec operator (its splitters' partition channels each feed one
+    instance task); a fixed `parallelism=k` is elastic within 1..k."""
+    from compiler.control import copies_by_name, feeds
+
+    task_of = {node: plan.task_id for plan in plans for node in plan.nodes}
+    plan_of = {plan.task_id: plan for plan in plans}
+    copies_of = copies_by_name(physical, {n.name for n in logical.nodes})
+    found = []
+    for node in (n for n in logical.nodes if n.wants("parallelism") is not None):
+        copies = {c.name for c in copies_of.get(node.name, ()) if c.kind == node.kind}
+        splitters = [s for s in physical.nodes if s.kind == "splitter"
+                     and feeds(physical, s, copies) and s.name in task_of]
+        entry = _entry(node, [plan_of[task_of[s.name]] for s in splitters], channels)
+        if entry is not None:
+            found.append(entry)
+    return tuple(found)
+
+
+def _entry(node: "Node", splitter_plans: "list[TaskPlan]",
+           channels: Mapping[str, ChannelSpec]) -> ElasticOperator | None:
+    if not splitter_plans:
+        return None
+    first = splitter_plans[0]
+    slots = tuple(channels[c].consumers[0] for c in first.outputs)
+    return ElasticOperator(
+        node.name, slots, tuple((p.task_id, splitter_op_id(p.outputs)) for p in splitter_plans),
+        int(node.wants("active") or len(slots)), int(node.wants("min-parallelism") or 1),
+        str(node.wants("elastic") or "manual"), node.stateful)

@@ -1,0 +1,508 @@
+"""Automatic elasticity's decision: how many instances a partitioned operator needs (pure).
+
+Owns the rate-based model of automatic mode (seeds/002 4.3: the rate tuples arrive at an
+operator against the rate its instances can process them; DS2's "true processing rate": rows
+processed per second of *busy* time, so idle time does not hide capacity):
+- `Sample`, one heartbeat's cumulative figures of one task, and `sample_of` (heartbeat figures
+  -> Sample, refusing what cannot be a sample);
+- `SampleHistory`, a bounded history of samples per task (the last `keep_seconds`, at most
+  `max_samples` each), fed on every heartbeat;
+- `ElasticPolicy` (bounds, target utilisation, scale-in margin, cool-down, window, minimum
+  samples), `OperatorView` (what `decide` sees of one operator) and `decide`, which returns a
+  `Decision`: scale out, scale in or hold, the target parallelism, a bounded reason class, the
+  measured `Rates` and an explanation with the numbers.
+Reads no clock (the caller passes `now`, the same clock as the samples' `at`) and does no I/O.
+Does not own when it is asked or how a decision is applied (the scheduler and the rescale
+mechanism), nor the metrics that count decisions (`scheduler.metrics`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any, Iterable, Literal, Mapping, Sequence
+
+DecisionKind = Literal["out", "in", "hold"]
+# why: "load" (the model's need), "backlog" (a queue grew all window), "bounds" (min/max),
+# "steady" (the current parallelism fits), "settling" (the need changed inside the window),
+# "cooldown", "no_data", "draining"
+Reason = Literal["load", "backlog", "bounds", "steady", "settling", "cooldown", "no_data",
+                 "draining"]
+REASONS: tuple[str, ...] = ("load", "backlog", "bounds", "steady", "settling", "cooldown",
+                            "no_data", "draining")
+NEED_CAP = 1_000_000  # a need above any parallelism, so huge or odd figures stay integers
+MAX_FIGURE = 1e15  # no counter of a task reaches this; bounding them keeps the sums finite
+MAX_TIME = 1e12  # seconds, either side of the clock's zero
+
+
+# --- samples ------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Sample:
+    """One task's cumulative figures at time `at` (seconds, the scheduler's clock): rows in and
+    out, milliseconds spent in micro-batches, and its sources' backlog (offsets not yet read)."""
+
+    at: float
+    tuples_in: float
+    tuples_out: float
+    busy_ms: float
+    backlog: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name, value in asdict(self).items():
+            if not isinstance(value, (int, float)) or isinstance(value, bool) \
+                    or not math.isfinite(value):
+                raise ValueError(f"sample {name} must be a finite number, got {value!r}")
+            low, high = (-MAX_TIME, MAX_TIME) if name == "at" else (0.0, MAX_FIGURE)
+            if not low <= value <= high:
+                raise ValueError(f"sample {name} must be in [{low:g}, {high:g}], got {value!r}")
+
+
+SAMPLE_FIGURES = ("tuples_in", "tuples_out", "busy_ms")  # what a heartbeat must carry
+
+
+def sample_of(at: float, figures: Mapping[str, Any]) -> Sample | None:
+    """A Sample from one task's heartbeat figures (`TaskRecord.totals()`); None when a figure
+    is missing (an executor that does not report busy time) or is not a finite number >= 0."""
+    if any(name not in figures for name in SAMPLE_FIGURES):
+        return None
+    try:
+        return Sample(at, *(figures[name] for name in SAMPLE_FIGURES),
+                      backlog=figures.get("backlog", 0.0))
+    except ValueError:
+        return None
+
+
+class SampleHistory:
+    """The recent samples of each task (key: task id), oldest first: the last `keep_seconds`
+    before the task's newest sample, at most `max_samples`. A sample not newer than the task's
+    last one is ignored (a duplicate or reordered heartbeat)."""
+
+    def __init__(self, keep_seconds: float = 60.0, max_samples: int = 240) -> None:
+        if keep_seconds <= 0 or max_samples < 2:
+            raise ValueError("a history keeps more than 0 s and at least 2 samples")
+        self.keep_seconds, self.max_samples = keep_seconds, max_samples
+        self._samples: dict[str, list[Sample]] = {}
+
+    def record(self, key: str, sample: Sample | None) -> None:
+        """Add `sample` (None: nothing) to task `key`'s history and drop what is too old."""
+        if sample is None:
+            return
+        samples = self._samples.setdefault(key, [])
+        if samples and sample.at <= samples[-1].at:
+            return
+        samples.append(sample)
+        oldest = sample.at - self.keep_seconds
+        first = next((i for i, s in enumerate(samples) if s.at >= oldest), len(samples))
+        del samples[:max(first, len(samples) - self.max_samples)]
+
+    def samples(self, key: str) -> tuple[Sample, ...]:
+        return tuple(self._samples.get(key, ()))
+
+    def keep_only(self, keys: Iterable[str]) -> None:
+        """Forget every task not in `keys` (ended, retired, its query gone)."""
+        wanted = set(keys)
+        for key in [k for k in self._samples if k not in wanted]:
+            del self._samples[key]
+
+
+# --- what decide sees ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ElasticPolicy:
+    """How one operator is scaled. Scale out when the load needs more than `target_utilisation`
+    of the current instances; scale in only to a parallelism that would be at most
+    `target_utilisation * (1 - scale_in_margin)` busy (the hysteresis); nothing changes within
+    `cooldown_seconds` of the last change; rates are taken over the last `window_seconds`, from
+    at least `min_samples` samples of every task covering at least half the window."""
+
+    min_parallelism: int = 1
+    max_parallelism: int = 4
+    target_utilisation: float = 0.8
+    scale_in_margin: float = 0.15
+    cooldown_seconds: float = 20.0
+    window_seconds: float = 10.0
+    min_samples: int = 5
+
+    def __post_init__(self) -> None:
+        problems = self.problems()
+        if problems:
+            raise ValueError("elastic policy: " + "; ".join(problems))
+
+    def problems(self) -> list[str]:
+        """Everything wrong with these settings (empty: none)."""
+        found = []
+        if not 1 <= self.min_parallelism <= self.max_parallelism:
+            found.append(f"min-parallelism {self.min_parallelism} must be >= 1 and <= "
+                         f"max-parallelism {self.max_parallelism}")
+        if not 0.0 < self.target_utilisation <= 1.0:
+            found.append(f"target utilisation {self.target_utilisation} must be in (0, 1]")
+        if not 0.0 <= self.scale_in_margin < 1.0:
+            found.append(f"scale-in margin {self.scale_in_margin} must be in [0, 1)")
+        if not (math.isfinite(self.cooldown_seconds) and self.cooldown_seconds >= 0):
+            found.append(f"cool-down {self.cooldown_seconds} s must be >= 0")
+        if not (math.isfinite(self.window_seconds) and self.window_seconds > 0):
+            found.append(f"window {self.window_seconds} s must be > 0")
+        if self.min_samples < 3:
+            found.append(f"minimum samples {self.min_samples} must be >= 3 (each half of "
+                         f"the window needs two)")
+        return found
+
+    def clamp(self, parallelism: int) -> int:
+        return max(self.min_parallelism, min(self.max_parallelism, parallelism))
+
+
+@dataclass(frozen=True)
+class OperatorView:
+    """One elastic operator as the scheduler sees it: its current parallelism, the samples of
+    each active instance task and of each task feeding its splitter (by task id, oldest
+    first), and when its parallelism last changed (None: never)."""
+
+    query_id: str
+    operator_id: str
+    parallelism: int
+    instances: Mapping[str, Sequence[Sample]]
+    upstreams: Mapping[str, Sequence[Sample]]
+    last_change_at: float | None = None
+
+
+def view_of(history: SampleHistory, query_id: str, operator_id: str, parallelism: int,
+            instances: Iterable[str], upstreams: Iterable[str],
+            last_change_at: float | None) -> OperatorView:
+    """The view `decide` needs, from `history`: `instances` are the ids of the operator's
+    active instance tasks (slots 1..parallelism), `upstreams` those of the tasks whose splitter
+    feeds it."""
+    return OperatorView(query_id, operator_id, parallelism,
+                        {key: history.samples(key) for key in instances},
+                        {key: history.samples(key) for key in upstreams}, last_change_at)
+
+
+@dataclass(frozen=True)
+class Rates:
+    """What the window showed. Rates in rows per second; `true_rate` is rows per busy second
+    of one instance; utilisations are busy fractions of wall time (0..1)."""
+
+    arrival: float  # upstream_out + backlog_slope * upstream selectivity
+    upstream_out: float  # rows the upstream tasks handed to the operator's splitter
+    backlog_slope: float  # growth of the upstream sources' backlog (offsets per second)
+    backlog: float  # the upstream sources' backlog at the last samples
+    backlog_growing: bool  # it grew over the whole window (never fell, ended higher)
+    processed: float  # rows the instances read
+    true_rate: float | None  # None: the instances were never busy in the window
+    utilisation: float  # mean over the instances
+    busiest: float  # the busiest instance's
+    window: float  # seconds the samples covered (the shortest task's span)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What to do with one operator: `kind` to `target` (= `current` for hold), why (`reason`,
+    a bounded class), the rates of the whole window and of its recent half (None when there
+    were not enough samples), the parallelism the recent half's load needs (None when not
+    computed) and a sentence with the numbers."""
+
+    query_id: str
+    operator_id: str
+    kind: DecisionKind
+    current: int
+    target: int
+    reason: Reason
+    explanation: str
+    rates: Rates | None = None
+    needed: int | None = None
+    recent: Rates | None = None
+
+    @property
+    def outcome(self) -> str:
+        """The label of `elastiq_elastic_decisions_total`: out, in, or hold's reason."""
+        return self.kind if self.kind != "hold" else f"hold_{self.reason}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"query_id": self.query_id, "operator_id": self.operator_id,
+                "kind": self.kind, "current": self.current, "target": self.target,
+                "reason": self.reason, "needed": self.needed,
+                "explanation": self.explanation,
+                "rates": asdict(self.rates) if self.rates is not None else None,
+                "recent": asdict(self.recent) if self.recent is not None else None}
+
+
+OUTCOMES: tuple[str, ...] = ("out", "in") + tuple(f"hold_{r}" for r in REASONS)
+
+
+# --- measuring the window (pure) ---------------------------------------------------------------
+
+def increase(values: Sequence[float]) -> float:
+    """How much a cumulative counter grew over `values`; a drop is a restart from 0, whose new
+    value is what it counted since (never negative)."""
+    return sum(after - before if after >= before else after
+               for before, after in zip(values, values[1:]))
+
+
+def slope(points: Sequence[tuple[float, float]]) -> float:
+    """The least-squares slope of (time, value) points (0 for fewer than two distinct times)."""
+    if len(points) < 2:
+        return 0.0
+    mean_t = sum(t for t, _ in points) / len(points)
+    mean_v = sum(v for _, v in points) / len(points)
+    var = sum((t - mean_t) ** 2 for t, _ in points)
+    if var <= 0:
+        return 0.0
+    return sum((t - mean_t) * (v - mean_v) for t, v in points) / var
+
+
+def in_window(samples: Sequence[Sample], now: float, seconds: float) -> list[Sample]:
+    """The samples taken in [now - seconds, now], in time order, one per instant."""
+    chosen = sorted((s for s in samples if now - seconds <= s.at <= now), key=lambda s: s.at)
+    return [s for i, s in enumerate(chosen) if i == 0 or s.at > chosen[i - 1].at]
+
+
+def growing(samples: Sequence[Sample]) -> bool:
+    """The backlog never fell and ended higher than it started."""
+    values = [s.backlog for s in samples]
+    return len(values) >= 2 and values[-1] > values[0] and \
+        all(b >= a for a, b in zip(values, values[1:]))
+
+
+def _windows(tasks: Mapping[str, Sequence[Sample]], now: float, policy: ElasticPolicy
+             ) -> tuple[dict[str, list[Sample]], list[str]]:
+    """Each task's window, and a phrase for every task whose window is too thin."""
+    windows, thin = {}, []
+    for key, samples in sorted(tasks.items()):
+        window = in_window(samples, now, policy.window_seconds)
+        span = window[-1].at - window[0].at if window else 0.0
+        if len(window) < policy.min_samples or span < policy.window_seconds / 2:
+            thin.append(f"{key} ({len(window)} samples over {span:.1f} s)")
+        windows[key] = window
+    return windows, thin
+
+
+def _span(window: Sequence[Sample]) -> float:
+    return window[-1].at - window[0].at
+
+
+def _upstream_rates(windows: Mapping[str, list[Sample]]) -> tuple[float, float, float, float,
+                                                                    bool]:
+    """(rows out per s, backlog slope scaled by selectivity, raw backlog slope, backlog now,
+    growing) summed over the upstream tasks."""
+    out = scaled = raw = backlog = 0.0
+    grew = False
+    for window in windows.values():
+        rows_in = increase([s.tuples_in for s in window])
+        rows_out = increase([s.tuples_out for s in window])
+        selectivity = rows_out / rows_in if rows_in > 0 else 1.0
+        task_slope = slope([(s.at, s.backlog) for s in window])
+        out += rows_out / _span(window)
+        raw += task_slope
+        scaled += task_slope * selectivity
+        backlog += window[-1].backlog
+        grew = grew or growing(window)
+    return out, scaled, raw, backlog, grew
+
+
+def _instance_rates(windows: Mapping[str, list[Sample]]) -> tuple[float, float | None, float,
+                                                                    float]:
+    """(rows read per s, true rate per instance or None, mean and max busy fraction)."""
+    rows = busy = 0.0
+    processed, fractions = 0.0, []
+    for window in windows.values():
+        task_rows = increase([s.tuples_in for s in window])
+        task_busy = increase([s.busy_ms for s in window]) / 1000.0
+        rows, busy = rows + task_rows, busy + task_busy
+        processed += task_rows / _span(window)
+        fractions.append(min(1.0, task_busy / _span(window)))
+    true_rate = rows / busy if busy > 0 else None
+    mean = sum(fractions) / len(fractions) if fractions else 0.0
+    return processed, true_rate, mean, max(fractions, default=0.0)
+
+
+@dataclass(frozen=True)
+class Measured:
+    """The rates of the whole window and of its two halves (each task's samples split at the
+    one nearest the middle of its span, which both halves share): a change of load inside the
+    window shows as halves that disagree."""
+
+    whole: Rates
+    early: Rates
+    recent: Rates
+
+
+def _rates(instances: Mapping[str, list[Sample]], upstreams: Mapping[str, list[Sample]]
+           ) -> Rates:
+    out, scaled, raw, backlog, grew = _upstream_rates(upstreams)
+    processed, true_rate, mean, busiest = _instance_rates(instances)
+    window = min(_span(w) for w in [*instances.values(), *upstreams.values()])
+    return Rates(arrival=max(0.0, out + scaled), upstream_out=out, backlog_slope=raw,
+                 backlog=backlog, backlog_growing=grew, processed=processed,
+                 true_rate=true_rate, utilisation=mean, busiest=busiest, window=window)
+
+
+def _middle(window: Sequence[Sample]) -> int:
+    """The index of the sample nearest the middle of the window's time span, leaving each half
+    at least two samples (a window has at least three)."""
+    middle = (window[0].at + window[-1].at) / 2
+    nearest = min(range(len(window)), key=lambda i: abs(window[i].at - middle))
+    return max(1, min(len(window) - 2, nearest))
+
+
+def _half(windows: Mapping[str, list[Sample]], early: bool) -> dict[str, list[Sample]]:
+    """Each task's early (up to its middle sample) or recent (from it) half."""
+    return {key: w[:_middle(w) + 1] if early else w[_middle(w):] for key, w in windows.items()}
+
+
+def measure(view: OperatorView, policy: ElasticPolicy, now: float) -> Measured | str:
+    """The window's rates (whole and halves), or a sentence saying which tasks lack samples."""
+    if not view.instances:
+        return "no active instance task has reported"
+    if not view.upstreams:
+        return "no upstream task has reported"
+    instances, thin = _windows(view.instances, now, policy)
+    upstreams, thin_up = _windows(view.upstreams, now, policy)
+    if thin or thin_up:
+        return (f"too few samples in the last {policy.window_seconds:g} s (at least "
+                f"{policy.min_samples} over {policy.window_seconds / 2:g} s wanted): "
+                + ", ".join(thin + thin_up))
+    halves = [_rates(_half(instances, e), _half(upstreams, e)) for e in (True, False)]
+    return Measured(_rates(instances, upstreams), *halves)
+
+
+# --- deciding (pure) ----------------------------------------------------------------------------
+
+def needed(arrival: float, true_rate: float, utilisation: float) -> int:
+    """ceil(arrival / (true_rate x utilisation)): instances that carry `arrival` each busy at
+    most `utilisation` of the time (at least 0; NEED_CAP for what no parallelism carries)."""
+    capacity = true_rate * utilisation
+    if arrival <= 0:
+        return 0
+    ratio = arrival / capacity if capacity > 0 else math.inf
+    if not ratio < NEED_CAP:  # also NaN
+        return NEED_CAP
+    return max(0, math.ceil(ratio - 1e-9))
+
+
+def describe(rates: Rates) -> str:
+    """The numbers of a window, for explanations."""
+    rate = "none (never busy)" if rates.true_rate is None else f"{rates.true_rate:,.0f} rows/s"
+    backlog = f"backlog {rates.backlog:,.0f} ({rates.backlog_slope:+,.0f}/s" + \
+        (", growing all window)" if rates.backlog_growing else ")")
+    return (f"over {rates.window:.1f} s: arrival {rates.arrival:,.0f} rows/s (upstream out "
+            f"{rates.upstream_out:,.0f} rows/s, {backlog}), processed {rates.processed:,.0f} "
+            f"rows/s, true rate per instance {rate}, busy {rates.utilisation:.0%} on average "
+            f"and {rates.busiest:.0%} at most")
+
+
+def _decision(view: OperatorView, kind: DecisionKind, target: int, reason: Reason, why: str,
+              measured: Measured | None = None, need: int | None = None) -> Decision:
+    n = view.parallelism
+    verb = {"out": f"scale out {n} -> {target}", "in": f"scale in {n} -> {target}",
+            "hold": f"hold at {n}"}[kind]
+    text = f"{view.query_id}/{view.operator_id}: {verb}: {why}"
+    whole, recent = (measured.whole, measured.recent) if measured else (None, None)
+    return Decision(view.query_id, view.operator_id, kind, n, target, reason, text, whole, need,
+                    recent)
+
+
+def _move(view: OperatorView, target: int, reason: Reason, why: str,
+          measured: Measured | None = None, need: int | None = None) -> Decision:
+    """Out or in to `target`, or hold when it is the current parallelism."""
+    n = view.parallelism
+    kind: DecisionKind = "out" if target > n else "in" if target < n else "hold"
+    return _decision(view, kind, target, reason if kind != "hold" else "steady", why, measured,
+                     need)
+
+
+def decide(view: OperatorView, policy: ElasticPolicy, now: float) -> Decision:
+    """The parallelism `view`'s operator needs now, in one step (see the module docstring and
+    docs/elasticity.md, "The policy"). Never raises for a view of valid samples."""
+    n = view.parallelism
+    if policy.clamp(n) != n:  # the policy changed under a running operator: at once
+        return _move(view, policy.clamp(n), "bounds", f"parallelism {n} is outside "
+                     f"[{policy.min_parallelism}, {policy.max_parallelism}]")
+    if view.last_change_at is not None and now - view.last_change_at < policy.cooldown_seconds:
+        left = policy.cooldown_seconds - (now - view.last_change_at)
+        return _decision(view, "hold", n, "cooldown",
+                         f"cool-down, {left:.1f} s of {policy.cooldown_seconds:g} s left "
+                         f"since the last change")
+    measured = measure(view, policy, now)
+    if isinstance(measured, str):
+        return _decision(view, "hold", n, "no_data", f"not enough data: {measured}")
+    return _decide_on(view, policy, measured)
+
+
+def _needs(measured: Measured, utilisation: float) -> tuple[int, int, int]:
+    """The need of the whole window and of each half; a half without busy time borrows the
+    whole window's true rate (which `_decide_on` has checked is known)."""
+    rate = measured.whole.true_rate or 0.0
+    whole, early, recent = (needed(r.arrival, r.true_rate or rate, utilisation)
+                            for r in (measured.whole, measured.early, measured.recent))
+    return whole, early, recent
+
+
+def _formula(measured: Measured, utilisation: float, needs: tuple[int, int, int]) -> str:
+    recent = measured.recent
+    rate = recent.true_rate or measured.whole.true_rate or 0.0
+    return (f"the last {recent.window:.1f} s need ceil({recent.arrival:,.0f} / ({rate:,.0f} x "
+            f"{utilisation:.2f})) = {needs[2]} (the {measured.early.window:.1f} s before: "
+            f"{needs[1]}, the whole window: {needs[0]})")
+
+
+def _decide_on(view: OperatorView, policy: ElasticPolicy, measured: Measured) -> Decision:
+    """The decision once the window's rates are known. It acts only when both halves of the
+    window agree on the direction, and then takes the recent half's need: a step of load in
+    the early half leaves the recent half wholly after it, so the target is right in one step;
+    a step in the recent half waits ("settling") until it is."""
+    n, rates, target_u = view.parallelism, measured.whole, policy.target_utilisation
+    numbers = describe(rates)
+    if rates.arrival <= 0 and not rates.backlog_growing:
+        return _move(view, policy.min_parallelism, "load", f"nothing arrives; {numbers}",
+                     measured, 0)
+    if rates.true_rate is None:
+        return _decision(view, "hold", n, "no_data", f"not enough data: the instances were "
+                         f"never busy in the window, so their true rate is unknown; {numbers}",
+                         measured)
+    needs = _needs(measured, target_u)
+    formula = _formula(measured, target_u, needs)
+    if needs[1] > n and needs[2] > n:
+        return _scale_out(view, policy, measured, needs[2], f"{formula}; {numbers}")
+    if max(needs) > n:
+        return _decision(view, "hold", n, "settling", f"{formula}: the load changed inside "
+                         f"the window, waiting for both halves to agree; {numbers}", measured,
+                         needs[2])
+    if rates.backlog_growing:
+        return _scale_out(view, policy, measured, n + 1, f"{formula}, but the backlog grew "
+                          f"over the whole window, so one more; {numbers}", "backlog")
+    return _scale_in(view, policy, measured, needs[2], f"{formula}; {numbers}")
+
+
+def _scale_out(view: OperatorView, policy: ElasticPolicy, measured: Measured, need: int,
+               why: str, reason: Reason = "load") -> Decision:
+    n = view.parallelism
+    target = policy.clamp(need)
+    if target <= n:
+        return _decision(view, "hold", n, "bounds", f"{why}; already at max-parallelism "
+                         f"{policy.max_parallelism}", measured, need)
+    return _decision(view, "out", target, reason, why, measured, need)
+
+
+def _scale_in(view: OperatorView, policy: ElasticPolicy, measured: Measured, need: int,
+              why: str) -> Decision:
+    """Scale in only when both halves of the window fit fewer instances each busy at most
+    target x (1 - margin) (the hysteresis), to what the recent half needs; never while the
+    backlog drains."""
+    n, rates = view.parallelism, measured.whole
+    relaxed = policy.target_utilisation * (1.0 - policy.scale_in_margin)
+    _, early, recent = _needs(measured, relaxed)
+    target = policy.clamp(recent)
+    why = (f"{why}; with the scale-in margin (busy at most {relaxed:.2f}) the halves need "
+           f"{early} and {recent}")
+    if early >= n or target >= n:
+        return _decision(view, "hold", n, "steady", why, measured, need)
+    if rates.backlog_slope < 0 and rates.backlog > 0:
+        return _decision(view, "hold", n, "draining", f"{why}, but the backlog is still "
+                         f"draining", measured, need)
+    return _decision(view, "in", target, "load", why, measured, need)
+
+
+__all__ = ["Sample", "sample_of", "SampleHistory", "ElasticPolicy", "OperatorView", "view_of",
+           "Rates",
+           "Measured", "Decision", "decide", "measure", "needed", "increase", "slope", "OUTCOMES",
+           "REASONS"]

@@ -1,0 +1,168 @@
+"""Run-time parallelism of a query's elastic operators at the scheduler (docs/elasticity.md).
+
+Owns the pure steps that keep an elastic operator's instance slots in line with the parallelism
+in force (the `parallelism` control value, else the spec's): `reconcile` activates the dormant
+slots a scale-out needs, marks the slots a scale-in takes away as retiring, and says which
+retiring instances have drained (every batch routed to them committed, every batch they
+produced committed downstream) and may be stopped; `Rescale` records each change for the status
+view. Does not own checking the new value (`compiler.control`, through the control catalogue),
+sending it to the splitters (`scheduler.state`, as a control request) or choosing it
+(`scheduler.elastic_policy`, automatic mode).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from common.control import PARALLELISM
+from common.messages import retained_of
+from common.tasks import CompiledQuery, ElasticOperator
+from scheduler.control import QueryControl
+from scheduler.lifecycle import TaskRecord, TaskState
+
+# A retiring instance's own figures must arrive this long after its input was seen drained,
+# so that they were measured after its last output write (heartbeats come every second).
+DRAIN_SETTLE_SECONDS = 3.0
+RESCALES_KEPT = 50
+
+
+@dataclass
+class Rescale:
+    """One change of an operator's parallelism, as the status view shows it."""
+
+    operator: str
+    before: int
+    after: int
+    trigger: str  # manual | auto
+    request: str
+    asked_at: float
+    applied_at: float | None = None
+    pause_s: float | None = None  # the splitters' longest pause between two micro-batches
+    retired_at: float | None = None  # a scale-in: when its last instance was stopped
+    state: str = "pending"  # pending | applied | refused
+    reason: str = ""  # why (automatic mode: the policy's explanation)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"operator": self.operator, "from": self.before, "to": self.after,
+                "trigger": self.trigger, "request": self.request, "asked_at": self.asked_at,
+                "applied_at": self.applied_at, "pause_s": self.pause_s,
+                "retired_at": self.retired_at, "state": self.state, "reason": self.reason}
+
+
+@dataclass
+class ElasticState:
+    """A query's elastic bookkeeping: its rescales, newest last, and per retiring slot the time
+    its input was first seen drained."""
+
+    rescales: list[Rescale] = field(default_factory=list)
+    drained_at: dict[str, float] = field(default_factory=dict)
+
+    def record(self, rescale: Rescale) -> None:
+        self.rescales.append(rescale)
+        del self.rescales[:-RESCALES_KEPT]
+
+    def last(self, operator: str) -> Rescale | None:
+        return next((r for r in reversed(self.rescales) if r.operator == operator), None)
+
+
+@dataclass(frozen=True)
+class Steps:
+    """What `reconcile` decided: slots to launch again, and retiring instances to stop."""
+
+    activate: tuple[TaskRecord, ...] = ()
+    stop: tuple[TaskRecord, ...] = ()
+    notes: tuple[str, ...] = ()
+
+
+def parallelism(e: ElasticOperator, control: QueryControl) -> int:
+    """The parallelism in force: the last applied (or pending) control value, else the spec's."""
+    value = control.values.get(e.operator, {}).get(PARALLELISM)
+    return int(value) if value is not None else e.initial
+
+
+def changing(control: QueryControl, operator: str) -> bool:
+    """Whether a control request that sets the operator's parallelism is still in flight."""
+    return any(r.state == "pending" and any(t[0] == operator and t[1] == PARALLELISM
+                                            for t in r.tuples)
+               for r in control.requests.values())
+
+
+def dormant_at_start(query: CompiledQuery) -> set[str]:
+    """The instance tasks a query's first launch leaves out (slots beyond the initial
+    parallelism)."""
+    return {t for e in query.elastic for t in e.slots[e.initial:]}
+
+
+def reconcile(query: CompiledQuery, tasks: dict[str, TaskRecord], control: QueryControl,
+              state: ElasticState, now: float) -> Steps:
+    """Bring every elastic operator's slots in line with its parallelism in force (pure but
+    for the records' `retiring` flags and `state.drained_at`): slots below it that are dormant
+    are activated; launched slots at or above it retire, and are stopped once drained."""
+    activate: list[TaskRecord] = []
+    stop: list[TaskRecord] = []
+    notes: list[str] = []
+    for e in query.elastic:
+        n = parallelism(e, control)
+        settled = not changing(control, e.operator)
+        for index, task_id in enumerate(e.slots):
+            task = tasks[task_id]
+            if index < n:
+                if task.state is TaskState.DORMANT:
+                    activate.append(task)
+                elif task.retiring and not task.kill_requested:
+                    task.retiring = False
+                    state.drained_at.pop(task_id, None)
+                    notes.append(f"{task_id} stays: {e.operator} runs {n} instances again")
+                continue
+            if task.state.launched and not task.retiring:
+                task.retiring = True
+                notes.append(f"{task_id} retires once drained ({e.operator} scales in to {n})")
+            if task.retiring and settled and not task.kill_requested and task.state is \
+                    TaskState.RUNNING and _drained(e, index, task, tasks, state, now):
+                stop.append(task)
+    return Steps(tuple(activate), tuple(stop), tuple(notes))
+
+
+def _drained(e: ElasticOperator, index: int, task: TaskRecord, tasks: dict[str, TaskRecord],
+             state: ElasticState, now: float) -> bool:
+    """Slot `index` has drained: every splitter reports no batch of its partition channel
+    unacknowledged (so the instance committed all it was sent), and then, in figures measured
+    afterwards, the instance reports none of its own outputs unacknowledged."""
+    for splitter_task, _ in e.splitters:
+        splitter = tasks[splitter_task]
+        channel = _partition_channel(splitter.task.outputs, index)
+        if channel is None or retained_of(splitter.figures).get(channel, 1) != 0:
+            state.drained_at.pop(task.task_id, None)
+            return False
+    since = state.drained_at.setdefault(task.task_id, now)
+    if task.figures_at < since + DRAIN_SETTLE_SECONDS:
+        return False
+    outputs = retained_of(task.figures)
+    return all(outputs.get(c, 1) == 0 for c in task.task.outputs)
+
+
+def _partition_channel(outputs: Iterable[str], index: int) -> str | None:
+    """The splitter's channel of partition `index` (0-based): the one ending in `#index+1`."""
+    suffix = f"#{index + 1}"
+    return next((c for c in outputs if c.endswith(suffix)), None)
+
+
+def describe(query: CompiledQuery, tasks: dict[str, TaskRecord], control: QueryControl,
+             state: ElasticState) -> list[dict[str, Any]]:
+    """The status view of each elastic operator: its parallelism, bounds, mode, instances by
+    state and its last rescales."""
+    views = []
+    for e in query.elastic:
+        slots = [{"slot": i + 1, "task": t, "state": tasks[t].state.value,
+                  "retiring": tasks[t].retiring} for i, t in enumerate(e.slots)]
+        views.append({"operator": e.operator, "parallelism": parallelism(e, control),
+                      "min": e.minimum, "max": e.maximum, "mode": e.mode,
+                      "stateful": e.stateful, "slots": slots,
+                      "rescales": [r.to_json() for r in state.rescales
+                                   if r.operator == e.operator][-5:]})
+    return views
+
+
+__all__ = ["DRAIN_SETTLE_SECONDS", "ElasticState", "Rescale", "Steps", "changing", "describe",
+           "dormant_at_start", "parallelism", "reconcile"]
