@@ -62,9 +62,10 @@ class PatternProgram:
     def skips_past_match(self) -> bool:
         return self.after_match == "skip-past-last-row"
 
-    def owns(self, row: Row) -> bool:
-        """Whether this instance starts the attempt at `row` (always, without a share)."""
-        return self.share is None or owner(row, self.share[1]) == self.share[0]
+    def owns(self, text: str) -> bool:
+        """Whether this instance starts the attempt at the row whose `row_text` this is
+        (always, without a share)."""
+        return self.share is None or owner_of_text(text, self.share[1]) == self.share[0]
 
     @property
     def variables(self) -> tuple[str, ...]:
@@ -73,10 +74,18 @@ class PatternProgram:
         return tuple(sorted({s.var for s in self.nfa.states if s.kind == "var"}))
 
 
+def row_text(row: Row) -> str:
+    """A row's canonical JSON: what orders rows of equal time, and what decides their owner."""
+    return json.dumps(row, sort_keys=True, default=str)
+
+
 def owner(row: Row, shares: int) -> int:
     """The instance (1..shares) that starts the attempt at `row`: a CRC-32 of the row's canonical
     JSON, so every process, and a restarted one, agrees; equal rows have one owner."""
-    text = json.dumps(row, sort_keys=True, default=str, separators=(",", ":"))
+    return owner_of_text(row_text(row), shares)
+
+
+def owner_of_text(text: str, shares: int) -> int:
     return zlib.crc32(text.encode("utf-8")) % shares + 1
 
 
@@ -117,10 +126,6 @@ class Match:
     labels: tuple[str, ...]
 
 
-def _sort_key(row: Row, time: str) -> tuple[Any, str]:
-    return row[time], json.dumps(row, sort_keys=True, default=str)
-
-
 @dataclass
 class KeyMatcher:
     """The matching state of one partition key."""
@@ -148,12 +153,12 @@ class KeyMatcher:
             self.pending.append(row)
         if watermark_us is None:
             return []
-        ready = sorted((r for r in self.pending if r[time] <= watermark_us),
-                       key=lambda r: _sort_key(r, time))
+        ready = sorted(((r[time], row_text(r), r) for r in self.pending if r[time] <= watermark_us),
+                       key=lambda entry: entry[:2])
         self.pending = [r for r in self.pending if r[time] > watermark_us]
         out: list[Match] = []
-        for row in ready:
-            out += self._process(row)
+        for _, text, row in ready:
+            out += self._process(row, text)
         self.processed_to = watermark_us if self.processed_to is None else max(
             self.processed_to, watermark_us)
         for attempt in self.attempts:
@@ -175,11 +180,11 @@ class KeyMatcher:
 
     # -- the automaton --------------------------------------------------------------------------
 
-    def _process(self, row: Row) -> list[Match]:
+    def _process(self, row: Row, text: str) -> list[Match]:
         seq = self.base + len(self.rows)
         self.rows.append(row)
         nfa = self.program.nfa
-        if self.program.owns(row):
+        if self.program.owns(text):
             self.attempts.append(Attempt(seq, row[self.program.time],
                                          [(pc, "") for pc in nfa.closure(nfa.start)]))
         total = 0

@@ -162,8 +162,9 @@ def test_a_misused_match_instances_is_located(attrs: str, after: str, attr: str,
                                               words: list[str]) -> None:
     text = _tick(attrs, after)
     errors = _errors(text)
-    line, column = locate(text, attr)
-    where = (line, column + attr.index('"') + 1)
+    tag = '<operator name="tick" type="pattern" '
+    line, column = locate(text, tag + attr)
+    where = (line, column + len(tag) + attr.index('"') + 1)
     assert any((ln, col) == where and all(w in msg for w in words)
                for ln, col, msg in errors), (where, errors)
 
