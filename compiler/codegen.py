@@ -121,7 +121,7 @@ def render_task(graph: Graph, plan: TaskPlan, query_id: str, base_dir: Path,
         return names.get(stream, stream)
 
     calls: list[Call] = []
-    if any(graph.node(n).kind == "multicast" for n in plan.nodes):
+    if any(_feeds_replicas(graph, graph.node(n)) for n in plan.nodes):
         calls.append(Call("feeds hot-standby replicas (one input batch per micro-batch each)",
                           "paced_batches", (("seconds", REPLICA_INPUT_INTERVAL),)))
     if plan.failover == "replica":
@@ -141,6 +141,13 @@ def render_task(graph: Graph, plan: TaskPlan, query_id: str, base_dir: Path,
     )
     ast.parse(source)  # a template bug must never reach an executor
     return source
+
+
+def _feeds_replicas(graph: Graph, node: Node) -> bool:
+    """A multicast read by hot-standby replicas (readers with `replica`), whose producer paces
+    its micro-batches; the instances of a partitioned pattern read theirs at their own pace."""
+    return node.kind == "multicast" and node.output is not None and any(
+        c.param("replica") is not None for c in graph.consumers(node.output))
 
 
 def _unique(name: str, taken: set[str]) -> str:
@@ -320,7 +327,8 @@ def _call(graph: Graph, node: Node, base_dir: Path, schema_of: Callable[[str], S
                            ("pattern", p("pattern")), ("within", _duration(p("within"))),
                            ("watermark", _duration(p("watermark"))),
                            ("defines", p("defines")), ("measures", p("measures")),
-                           ("max_partial", p("max-partial-matches")))
+                           ("max_partial", p("max-partial-matches")),
+                           ("after_match", p("after-match"))) + _share(graph, node)
     elif kind == "join":
         args = (("left", name(node.inputs[0])), ("right", name(node.inputs[1]))) + out + (
             ("left_keys", p("left-key")), ("right_keys", p("right-key")),
@@ -343,6 +351,14 @@ def _call(graph: Graph, node: Node, base_dir: Path, schema_of: Callable[[str], S
     else:
         raise ValueError(f"no code generator for operator kind {kind!r}")
     return Call(comment, kind.replace("-", "_"), head + args)
+
+
+def _share(graph: Graph, node: Node) -> tuple[tuple[str, Any], ...]:
+    """`share=(i, k)` for a pattern instance whose reader carries its share of the partial
+    matches (rewrite_rules/pattern-partitioning.rule); nothing for any other pattern."""
+    producer = graph.producer(node.inputs[0])
+    share = producer.param("share") if producer.kind == "network-reader" else None
+    return () if share is None else (("share", (share, producer.param("shares"))),)
 
 
 def _given(*args: tuple[str, Any]) -> tuple[tuple[str, Any], ...]:

@@ -617,8 +617,11 @@ class TaskRuntime:
 
     def pattern(self, *, op: str, input: str, output: str, time: str, partition_by: Sequence[str],
                 pattern: str, within: str, watermark: str, defines: Sequence[tuple[str, str]],
-                measures: Sequence[tuple[str, str]], max_partial: int) -> None:
-        """Row pattern recognition per key (`executor.cep`): one row per match."""
+                measures: Sequence[tuple[str, str]], max_partial: int,
+                after_match: str = "skip-past-last-row",
+                share: tuple[int, int] | None = None) -> None:
+        """Row pattern recognition per key (`executor.cep`): one row per match; with `share`
+        (i, k), instance i of a partitioned pattern (docs/patterns.md)."""
         stream = self._get(op, input)
         if self._field(op, stream, time).type is not ColumnType.TIMESTAMP:
             raise self._error(op, f"time column {time!r} is not a timestamp")
@@ -626,8 +629,9 @@ class TaskRuntime:
         within_us = parse_duration(self._duration(op, within)) // timedelta(microseconds=1)
         try:
             program, typed = cep_match.build_program(input, stream.schema, time, pattern,
-                                                     defines, measures, within_us, max_partial)
-        except expr.ExpressionError as exc:
+                                                     defines, measures, within_us, max_partial,
+                                                     after_match, share)
+        except (expr.ExpressionError, ValueError) as exc:
             raise self._error(op, f"pattern {pattern!r}: {exc}") from None
         fields = [Field(name, t.type) for (name, _), t in zip(measures, typed)]
         df, schema = cep.pattern_frame(stream.df, input, program, keys, fields,
