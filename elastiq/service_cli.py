@@ -414,7 +414,29 @@ def _print_status(reply: dict[str, Any], readings: Any = None, watch: bool = Fal
             extra = f"  ({t['last_failure']})" if t.get("last_failure") else ""
             extra += f"  [{t['blocked']}]" if t.get("blocked") else ""
             print(f"  {t['task_id']:<24} {t['state']:<9} attempt {t['attempt']} on {where}{extra}")
+        for line in elastic_lines(q.get("elastic") or []):
+            print(line)
     return readings
+
+
+def elastic_lines(operators: list[dict[str, Any]]) -> list[str]:
+    """`status` lines of a query's elastic operators: parallelism, bounds, mode, the last
+    rescale and the policy's last decision (pure)."""
+    lines = []
+    for e in operators:
+        retiring = [s["task"] for s in e.get("slots", []) if s.get("retiring")]
+        lines.append(f"  elastic {e['operator']}: {e['parallelism']} of {e['max']} instances "
+                     f"(min {e['min']}, {e['mode']})"
+                     + (f", retiring {', '.join(retiring)}" if retiring else ""))
+        last = (e.get("rescales") or [None])[-1]
+        if last:
+            pause = f", paused {last['pause_s']:.2f} s" if last.get("pause_s") is not None else ""
+            lines.append(f"    last rescale {last['from']} -> {last['to']} ({last['trigger']}, "
+                         f"{last['state']}{pause})")
+        decision = e.get("decision")
+        if decision:
+            lines.append(f"    policy: {decision.get('explanation', '')}")
+    return lines
 
 
 def cmd_tail(args: argparse.Namespace) -> int:

@@ -93,6 +93,7 @@ class Steps:
     activate: tuple[TaskRecord, ...] = ()
     stop: tuple[TaskRecord, ...] = ()
     notes: tuple[str, ...] = ()
+    deactivate: tuple[TaskRecord, ...] = ()  # activated slots not launched yet, wanted no more
 
 
 def parallelism(e: ElasticOperator, control: QueryControl) -> int:
@@ -122,6 +123,7 @@ def reconcile(query: CompiledQuery, tasks: dict[str, TaskRecord], control: Query
     activate: list[TaskRecord] = []
     stop: list[TaskRecord] = []
     notes: list[str] = []
+    deactivate: list[TaskRecord] = []
     for e in query.elastic:
         n = parallelism(e, control)
         settled = not changing(control, e.operator)
@@ -135,6 +137,9 @@ def reconcile(query: CompiledQuery, tasks: dict[str, TaskRecord], control: Query
                     state.drained_at.pop(task_id, None)
                     notes.append(f"{task_id} stays: {e.operator} runs {n} instances again")
                 continue
+            if task.state is TaskState.PENDING and not task.retiring:
+                deactivate.append(task)  # activated, then scaled in again before it launched
+                continue
             if task.state.launched and not task.retiring:
                 task.retiring = True
                 notes.append(f"{task_id} retires once drained ({e.operator} scales in to {n})")
@@ -142,7 +147,7 @@ def reconcile(query: CompiledQuery, tasks: dict[str, TaskRecord], control: Query
                     task.state is TaskState.RUNNING and _drained(e, index, task, tasks, state,
                                                                   now):
                 stop.append(task)
-    return Steps(tuple(activate), tuple(stop), tuple(notes))
+    return Steps(tuple(activate), tuple(stop), tuple(notes), tuple(deactivate))
 
 
 def _switch_of(state: ElasticState, operator: str) -> int | None:

@@ -754,6 +754,8 @@ class SchedulerState:
                                          self.now)
             for note in steps.notes:
                 log.info("[%s] %s: %s", sid, query.query_id, note)
+            for task in steps.deactivate:
+                task.move(TaskState.DORMANT, sid, "scaled in again before it was launched")
             for task in steps.activate:
                 task.move(TaskState.PENDING, sid)
                 task.attempt += 1
