@@ -55,8 +55,9 @@ def register_scale(sub: argparse._SubParsersAction) -> None:
     c.add_argument("query")
     c.add_argument("operator", help="the partitioned operator's name in the spec")
     c.add_argument("parallelism", type=int, help="the number of instances to run")
-    c.add_argument("--timeout", type=float, default=120.0,
-                   help="seconds to wait until the instances run or have retired (default 120)")
+    c.add_argument("--timeout", type=float, default=300.0,
+                   help="seconds to wait until the instances run or have retired (default 300: "
+                        "a new agent's executor starts a SparkSession first)")
     c.add_argument("--json", action="store_true", help="print the raw JSON")
     c.add_argument("--scheduler", default=DEFAULT_URL, help=f"API URL (default {DEFAULT_URL})")
     c.add_argument("--token-file", metavar="FILE", help=TOKEN_FILE_HELP)

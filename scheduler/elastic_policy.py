@@ -310,7 +310,9 @@ def _instance_rates(windows: Mapping[str, list[Sample]]) -> tuple[float, float |
         rows, busy = rows + task_rows, busy + task_busy
         processed += task_rows / _span(window)
         fractions.append(min(1.0, task_busy / _span(window)))
-    true_rate = rows / busy if busy > 0 else None
+    # busy without a row read (a query starting, a micro-batch's fixed cost) says nothing of
+    # what an instance can do: no true rate, as when it was never busy
+    true_rate = rows / busy if busy > 0 and rows > 0 else None
     mean = sum(fractions) / len(fractions) if fractions else 0.0
     return processed, true_rate, mean, max(fractions, default=0.0)
 

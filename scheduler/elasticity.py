@@ -70,6 +70,9 @@ class ElasticState:
     decisions: list[Decision] = field(default_factory=list)
     decided: int = 0
     decided_at: dict[str, float] = field(default_factory=dict)
+    # scale-outs whose splitters hear of them only once the new instances run (so no row waits
+    # for a launch): control request id -> the instance tasks it waits for
+    deferred: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def decide(self, decision: Decision, now: float) -> None:
         self.latest[decision.operator_id] = decision
@@ -107,6 +110,19 @@ def changing(control: QueryControl, operator: str) -> bool:
     return any(r.state == "pending" and any(t[0] == operator and t[1] == PARALLELISM
                                             for t in r.tuples)
                for r in control.requests.values())
+
+
+def growing(query: CompiledQuery, before: dict[str, int],
+            control: QueryControl) -> tuple[str, ...]:
+    """The instance tasks a scale-out (from the parallelism `before` to the one now in force)
+    starts, in slot order."""
+    return tuple(t for e in query.elastic
+                 for t in e.slots[before[e.operator]:parallelism(e, control)])
+
+
+def ready(deferred: tuple[str, ...], tasks: dict[str, TaskRecord]) -> bool:
+    """Every instance a deferred scale-out waits for runs."""
+    return all(tasks[t].state is TaskState.RUNNING for t in deferred)
 
 
 def dormant_at_start(query: CompiledQuery) -> set[str]:
@@ -211,8 +227,11 @@ def auto_view(e: ElasticOperator, tasks: dict[str, TaskRecord], control: QueryCo
                    last.asked_at if last is not None else None)
 
 
-def policy_of(e: ElasticOperator) -> ElasticPolicy:
-    return ElasticPolicy(min_parallelism=e.minimum, max_parallelism=e.maximum)
+def policy_of(e: ElasticOperator, agents: int) -> ElasticPolicy:
+    """The operator's bounds for the policy: at most as many instances as there are agents
+    (they run apart), never below its minimum."""
+    return ElasticPolicy(min_parallelism=e.minimum,
+                         max_parallelism=max(e.minimum, min(e.maximum, agents)))
 
 
 def describe(query: CompiledQuery, tasks: dict[str, TaskRecord], control: QueryControl,

@@ -622,13 +622,23 @@ class SchedulerState:
                                                     "try again when it runs",
                                    {"problems": [why], "query_id": ev.query_id})]
         before = {e.operator: elasticity.parallelism(e, query.control) for e in query.query.elastic}
+        short = self._agents_short(query, changes)
+        if short:
+            return [ReplyToRequest(sid, False, 409, f"control of {ev.query_id} refused: {short}",
+                                   {"problems": [short], "query_id": ev.query_id})]
         request = ctl.begin(query.control, ev.request_id, changes, self.now)
         self._note_rescales(query, request, before, ev.trigger)
+        starting = elasticity.growing(query.query, before, query.control)
+        if starting:  # the splitters switch once the new instances run
+            query.elastic.deferred[request.request_id] = starting
+            log.info("[%s] %s: %s start first; the splitters switch once they run", sid,
+                     ev.query_id, ", ".join(starting))
         log.info("[%s] control %s of %s (version %s): %s -> tasks %s", sid, request.request_id,
                  ev.query_id, request.version, request.tuples, targets)
         return [ReplyToRequest(sid, True, 202, f"control {request.request_id} sent to "
                                               f"{', '.join(targets)}", request.to_json())] + \
-            [self._send_params(sid, query, query.tasks[t], request.request_id) for t in targets] + \
+            [self._send_params(sid, query, query.tasks[t], request.request_id) for t in targets
+             if request.request_id not in query.elastic.deferred] + \
             self._rescale_steps(sid, query)
 
     def _send_params(self, sid: str, query: QueryRecord, task: TaskRecord,
@@ -750,6 +760,7 @@ class SchedulerState:
         for query in [only] if only is not None else list(self.queries.values()):
             if query.phase != "active" or not query.query.elastic:
                 continue
+            commands += self._undefer(sid, query)
             steps = elasticity.reconcile(query.query, query.tasks, query.control, query.elastic,
                                          self.now)
             for note in steps.notes:
@@ -771,6 +782,39 @@ class SchedulerState:
             commands += self._revive(sid) + self._try_place(sid)
         return commands
 
+    def _undefer(self, sid: str, query: QueryRecord) -> list[Command]:
+        """Send each deferred scale-out to its splitters once its new instances run."""
+        commands: list[Command] = []
+        for request_id, waits in list(query.elastic.deferred.items()):
+            request = query.control.requests.get(request_id)
+            if request is None or request.state != "pending":
+                del query.elastic.deferred[request_id]
+                continue
+            if not elasticity.ready(waits, query.tasks):
+                continue
+            del query.elastic.deferred[request_id]
+            log.info("[%s] %s: %s run; switching the splitters (control %s)", sid,
+                     query.query_id, ", ".join(waits), request_id)
+            commands += [self._send_params(sid, query, query.tasks[t], request_id)
+                         for t in request.tasks if query.tasks[t].state.launched]
+        return commands
+
+    def _live_agents(self) -> int:
+        return len(set(self.agents) - self.gone_agents - set(self.suspected.values()))
+
+    def _agents_short(self, query: QueryRecord, changes: list[Any]) -> str:
+        """Why a scale-out cannot be placed: its instances must run on distinct agents."""
+        for change in changes:
+            e = query.query.elastic_operator(change.adjustable.operator)
+            if e is None or change.adjustable.parameter != PARALLELISM:
+                continue
+            wanted = int(change.runtime_value)
+            if wanted > elasticity.parallelism(e, query.control) and \
+                    wanted > self._live_agents():
+                return (f"{e.operator} at {wanted} instances needs {wanted} agents (its "
+                        f"instances run apart), and the cluster has {self._live_agents()}")
+        return ""
+
     def _auto_scale(self, sid: str) -> list[Command]:
         """Let the policy (`scheduler.elastic_policy`) decide on every automatic operator that
         is not being rescaled; a decision to move becomes a control request of trigger auto."""
@@ -785,7 +829,8 @@ class SchedulerState:
                                             self.samples, query.query_id, self.now)
                 if view is None:
                     continue
-                decision = decide(view, elasticity.policy_of(e), self.now)
+                policy = elasticity.policy_of(e, self._live_agents())
+                decision = decide(view, policy, self.now)
                 query.elastic.decide(decision, self.now)
                 if decision.kind == "hold":
                     continue
