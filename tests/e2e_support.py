@@ -17,6 +17,7 @@ import math
 import os
 import signal
 import socket
+import subprocess
 import sys
 import time
 import xml.etree.ElementTree as ET
@@ -240,6 +241,14 @@ def start_stack(work: Path, cpus_per_agent: float = 1.5, mem_per_agent: int = 81
         stop_parts(cluster, service, api)
         raise
     return Stack(work, cluster, service, api, ranges)
+
+
+def cli(stack: Stack, *args: str, timeout: float = 200) -> subprocess.CompletedProcess[str]:
+    """Run `elastiq ARGS` against the stack's API with its token, from the project root."""
+    return subprocess.run([sys.executable, "-m", "elastiq.cli", *args, "--scheduler",
+                           stack.api.url, "--token-file", str(stack.api.token_file)],
+                          capture_output=True, text=True, timeout=timeout, cwd=ROOT,
+                          env={"PYTHONPATH": pythonpath(), "PATH": "/usr/bin:/bin"})
 
 
 def stop_stack(stack: Stack) -> list[int]:

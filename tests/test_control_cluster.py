@@ -14,8 +14,6 @@ from __future__ import annotations
 import json
 import logging
 import socket
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -27,8 +25,8 @@ from common.api_client import RequestRejected, SchedulerClient
 from executor.channel_auth import KeyPair, ReaderAuth, key_hex, write_key_file
 from executor.channel_reader import ChannelReader
 from executor.shapes import arrow_schema, shape_named
-from tests.e2e_support import (ROOT, Stack, pythonpath, start_stack, stop_stack, submit,
-                               wait_running, wait_until)
+from tests.e2e_support import (Stack, cli, start_stack, stop_stack, submit, wait_running,
+                               wait_until)
 
 pytestmark = [pytest.mark.spark, pytest.mark.cluster, pytest.mark.timeout(420)]
 log = logging.getLogger(__name__)
@@ -140,13 +138,6 @@ def applied(client: SchedulerClient, query: str, tuples: list[tuple[str, str, st
 def current(client: SchedulerClient, query: str) -> dict[tuple[str, str], str]:
     view = client.control_status(query)
     return {(a["operator"], a["parameter"]): a["value"] for a in view["adjustable"]}
-
-
-def cli(stack: Stack, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "elastiq.cli", *args, "--scheduler", stack.api.url,
-                           "--token-file", str(stack.api.token_file)],
-                          capture_output=True, text=True, timeout=120, cwd=ROOT,
-                          env={"PYTHONPATH": pythonpath(), "PATH": "/usr/bin:/bin"})
 
 
 def test_control_tuples_move_the_writer_change_the_filter_and_refuse_bad_input(

@@ -16,17 +16,14 @@ watermark passed the switch. The sink must equal a plain-Python window oracle.
 from __future__ import annotations
 
 import logging
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
 
-from tests.e2e_support import (ROOT, Stack, generator_rows, pythonpath, read_sink, start_stack,
-                               stop_query, stop_stack, submit, wait_for_sink, wait_running,
-                               wait_until)
+from tests.e2e_support import (Stack, cli, generator_rows, read_sink, start_stack, stop_query,
+                               stop_stack, submit, wait_for_sink, wait_running, wait_until)
 
 pytestmark = [pytest.mark.spark, pytest.mark.cluster, pytest.mark.timeout(600)]
 log = logging.getLogger(__name__)
@@ -61,13 +58,6 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         leftovers = stop_stack(running)
         if leftovers:
             log.warning("elastic teardown: SIGKILLed leftover executor processes %s", leftovers)
-
-
-def cli(stack: Stack, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "elastiq.cli", *args, "--scheduler",
-                           stack.api.url, "--token-file", str(stack.api.token_file)],
-                          capture_output=True, text=True, timeout=200, cwd=ROOT,
-                          env={"PYTHONPATH": pythonpath(), "PATH": "/usr/bin:/bin"})
 
 
 def elastic_view(stack: Stack, query_id: str, operator: str) -> dict[str, Any]:
@@ -234,5 +224,44 @@ def test_a_running_window_aggregate_scales_one_three_two_one_with_its_state_exac
         for row in read_sink(sink):
             key = tuple(row[c] for c in WINDOW_KEY)
             assert row["total_temp"] == pytest.approx(totals[key], rel=1e-12), key
+    finally:
+        stop_query(stack, qid)
+
+
+def test_a_scale_out_whose_new_instance_is_killed_mid_handover_stays_exact(
+        stack: Stack, tmp_path: Path) -> None:
+    """Scale 1 -> 2 and SIGKILL the executor of the new instance's agent as soon as it runs
+    (the splitters switch then): the instance (and whatever else ran there) is relaunched, the
+    rescale completes, a scale-in back to 1 retires it, and the sink equals the oracle."""
+    from compiler.pipeline import compile_spec_text
+    from tests.test_patterns_cluster import kill_executor
+
+    spec = SPEC.replace('name="e2e-elastic"', 'name="e2e-elastic-kill"').replace(
+        "out/elastic.jsonl", "out/elastic-kill.jsonl")
+    query = compile_spec_text(spec.encode(), str(tmp_path / "e2e-elastic-kill.xml"),
+                              base_dir=tmp_path).query
+    qid = query.query_id
+    (elastic,) = query.elastic
+    sink = tmp_path / "out" / "elastic-kill.jsonl"
+    submit(stack, query)
+    try:
+        wait_running(stack, qid, timeout=180)
+        wait_until(lambda: len(read_sink(sink)) > 200, 120, "first output on one instance")
+        client = stack.client()
+        client.scale(qid, "keep", 2)
+        new = elastic.slots[1]
+        running = wait_until(lambda: (t := stack.tasks(qid)[new])["state"] == "running" and t,
+                             240, f"the new instance {new} to run")
+        kill_executor(stack, running["agent_id"], f"the new instance {new}")
+        wait_until(lambda: stack.tasks(qid)[new]["attempt"] > running["attempt"]
+                   and settled(stack, qid, 2), 240, f"{new} relaunched and the rescale done",
+                   lambda: str(elastic_view(stack, qid, "keep")))
+        assert elastic_view(stack, qid, "keep")["rescales"][-1]["state"] == "applied"
+        client.scale(qid, "keep", 1)
+        wait_until(lambda: settled(stack, qid, 1), 240, "the relaunched instance to retire",
+                   lambda: str(elastic_view(stack, qid, "keep")))
+        expected = Counter(r["id"] for r in generator_rows(SOURCE) if r["id"] % 3 != 1)
+        wait_for_sink(sink, expected, lambda r: r["id"], 300,
+                      "the sink after a kill during the rescale to equal the filter oracle")
     finally:
         stop_query(stack, qid)
