@@ -140,6 +140,21 @@ def reconcile(query: CompiledQuery, tasks: dict[str, TaskRecord], control: Query
     return Steps(tuple(activate), tuple(stop), tuple(notes))
 
 
+def never_launched_beyond(query: CompiledQuery, tasks: dict[str, TaskRecord],
+                          control: QueryControl) -> list[TaskRecord]:
+    """Slots at or beyond their operator's parallelism in force that a scale-out woke and that
+    have not launched since (pending, the last edge dormant -> pending): after a refused
+    scale-out nothing was routed to them, so they may sleep again (pure)."""
+    found = []
+    for e in query.elastic:
+        for task_id in e.slots[parallelism(e, control):]:
+            task = tasks[task_id]
+            if task.state is TaskState.PENDING and task.history and \
+                    task.history[-1].start is TaskState.DORMANT:
+                found.append(task)
+    return found
+
+
 def _drained(e: ElasticOperator, index: int, task: TaskRecord, tasks: dict[str, TaskRecord],
              state: ElasticState, now: float) -> bool:
     """Slot `index` has drained: every splitter reports no batch of its partition channel
