@@ -32,7 +32,7 @@ SPEC = dataflow(
       '    <output name="hot"/>\n  </operator>\n'
     + '  <operator name="w" type="window-aggregate" parallelism="2">\n    <input name="hot"/>\n'
       '    <param name="time" value="ts"/>\n    <param name="size" value="10 seconds"/>\n'
-      '    <param name="group-by" value="sensor"/>\n'
+      '    <param name="slide" value="5 seconds"/>\n    <param name="group-by" value="sensor"/>\n'
       '    <aggregate name="n" function="count"/>\n    <output name="agg"/>\n  </operator>\n'
     + SINK.format(stream="agg"), name="el")
 

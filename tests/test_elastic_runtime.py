@@ -23,6 +23,7 @@ pytestmark = pytest.mark.spark
 CHANNELS = ("q.el.p1", "q.el.p2", "q.el.p3")
 SPLIT = f"split:{'+'.join(CHANNELS)}"
 READERS = (("d1",), ("d2",), ("d3",))
+RATE, LIMIT = 100.0, 2000
 
 
 def test_a_split_routes_to_its_active_partitions_and_a_live_switch_widens_it(
@@ -32,26 +33,27 @@ def test_a_split_routes_to_its_active_partitions_and_a_live_switch_widens_it(
                      channels=hub, trigger_seconds=0.5)
     collectors: list[Collector] = []
     try:
+        # paced at RATE rows/s: the switch comes well before the last row is made
         rt.generator(op="src", output="raw", schema=SENSOR, shape="sensor", seed=8,
-                     rate=300.0, limit=1500, start=START)
+                     rate=RATE, limit=LIMIT, start=START)
         rt.split_channel_sink(input="raw", channels=CHANNELS, key=("sensor",), readers=READERS,
                               active=2)
         collectors = [Collector(ch, task, hub.endpoint(ch) or "", ARROW_SENSOR)
                       for ch, (task,) in zip(CHANNELS, READERS)]
-        wait_for(lambda: sum(c.pump() for c in collectors) >= 300, 60, "rows on two partitions")
+        wait_for(lambda: sum(c.pump() for c in collectors) >= RATE, 60, "rows on two partitions")
         switch = rt.live[(SPLIT, "active")].switch
         for bad in (0, 4, True, "2", 2.0, None):
             with pytest.raises(RuntimeSpecError, match=r"routes to 1\.\.3 of them"):
                 switch(bad)
         _, epoch = rt.gate.switch(lambda: switch(3), str(tmp_path / "ck" / "spark"), 10)
-        collect_rows(collectors, 1500, 90)
+        collect_rows(collectors, LIMIT, 120)
         assert rt.query is not None and rt.query.exception() is None
     finally:
         rt.stop()
         for c in collectors:
             c.close()
         hub.close()
-    expected = Counter(sensor_key(r) for r in input_rows("sensor", 8, 300.0, 1500))
+    expected = Counter(sensor_key(r) for r in input_rows("sensor", 8, RATE, LIMIT))
     assert Counter(sensor_key(r) for c in collectors for r in c.rows()) == expected
 
     def rows(c: Collector, after: bool) -> list[dict]:
@@ -60,7 +62,8 @@ def test_a_split_routes_to_its_active_partitions_and_a_live_switch_widens_it(
     before = [rows(c, False) for c in collectors]
     after = [rows(c, True) for c in collectors]
     assert before[0] and before[1] and before[2] == [], "two active partitions before"
-    assert all(after), "three active partitions from the epoch on"
+    assert all(after), ("three active partitions from the epoch on", epoch,
+                        [sorted({b.tag for b in c.batches}) for c in collectors])
     # the third writer sent nothing at all before the switch (an empty partition only
     # advances its tag), so a dormant reader has nothing to drain
     assert collectors[2].batches and min(b.tag for b in collectors[2].batches) >= epoch
