@@ -204,3 +204,45 @@ def samples(backlogs: list[float]) -> list[Sample]:
 def test_a_backlog_grows_all_window_only_when_it_rose_in_each_half(backlogs: list[float],
                                                                    grew: bool) -> None:
     assert growing(samples(backlogs)) is grew
+
+
+def test_every_decision_and_the_rescale_are_counted_once_in_the_metrics(cluster: Cluster
+                                                                        ) -> None:
+    """The scheduler's metrics read the state after every step: each policy decision counts
+    once by outcome, the automatic rescale once when applied, and the parallelism gauge follows
+    it (observed every simulated second, as the loop does after each step)."""
+    from scheduler.metrics import SchedulerMetrics
+
+    c, d = cluster, cluster.d
+    m = SchedulerMetrics()
+
+    def value(name: str, **labels: str) -> float:
+        return m.registry.get_sample_value(name, labels) or 0.0
+
+    def run(load: float, seconds: int) -> None:
+        for _ in range(seconds):
+            c.second(load)
+            m.observe_state(d.s, d.now)
+
+    run(BASE, 15)
+    assert value("elastiq_operator_parallelism", query="q", operator="f") == 1
+    run(BASE * STEP, 20)
+    (message,) = c.sent
+    d.run(d.offer("a2", "a3"))
+    m.observe_state(d.s, d.now)
+    assert value("elastiq_rescales_total", query="q", operator="f", direction="out",
+                 trigger="auto") == 0  # not applied yet
+    d.ack(message.message.request, pause=0.7)
+    c.routed = 3
+    run(BASE * STEP, 10)
+    assert value("elastiq_rescales_total", query="q", operator="f", direction="out",
+                 trigger="auto") == 1
+    assert value("elastiq_rescale_pause_seconds_sum", state="stateless") == pytest.approx(0.7)
+    assert value("elastiq_operator_parallelism", query="q", operator="f") == 3
+    decisions = d.s.queries["q"].elastic
+    counted = {o: value("elastiq_elastic_decisions_total", outcome=o)
+               for o in ("out", "in", "hold_steady", "hold_settling", "hold_no_data",
+                         "hold_cooldown", "hold_draining", "hold_bounds", "hold_backlog",
+                         "hold_load")}
+    assert sum(counted.values()) == decisions.decided > 0
+    assert counted["out"] == 1 and counted["in"] == 0
