@@ -9,6 +9,7 @@ from __future__ import annotations
 import http.client
 import json
 import random
+import threading
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -16,7 +17,9 @@ import pytest
 
 from common.api_client import RequestRejected, SchedulerClient
 from scheduler.api import ApiError, ApiServer, scale_parallelism
-from scheduler.events import ControlRequested, OffersReceived, Registered, StatusUpdated
+from common.messages import ControlAck
+from scheduler.events import (ControlAcknowledged, ControlRequested, OffersReceived, Registered,
+                              StatusUpdated)
 from scheduler.loop import Reply, SchedulerLoop, new_stimulus_id
 from scheduler.testing import offer
 from tests.spec_snippets import SINK, SOURCE, dataflow
@@ -182,6 +185,48 @@ def test_the_scale_route_takes_post_only(running: tuple[Scheduler, ApiServer, Sc
     got, headers, reply = request(server, "POST", "/queries/el/operators/f/scale",
                                   b'{"parallelism": 2}', token=None)
     assert got == 401
+
+
+def test_elastiq_scale_prints_the_switch_the_slots_and_the_pause(
+        running: tuple[Scheduler, ApiServer, SchedulerClient], tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """`elastiq scale el f 3` against the real API: it waits until the splitter acknowledged
+    and the new instances run, fed here with the offers, status updates and acknowledgement
+    Mesos and the executor would send, then prints each slot and the splitters' pause."""
+    from elastiq.cli import main
+
+    loop, server, _ = running
+    token = tmp_path / "token"
+    token.write_text(TOKEN)
+    done: list[int] = []
+    cli = threading.Thread(target=lambda: done.append(main(
+        ["scale", "el", "f", "3", "--timeout", "30", "--scheduler", server.url,
+         "--token-file", str(token)])))
+    cli.start()
+    try:
+        request = wait_for("the scale request", lambda: next(
+            (r["request"] for e in (loop.query_status("el") or {})["elastic"]
+             for r in e["rescales"] if r["state"] == "pending"), None), timeout=10)
+        loop.put(OffersReceived("o2", tuple(offer(f"o2-{a}", a, cpus=16.0, mem_mb=65536.0)
+                                            for a in ("a2", "a3"))))
+        staged = wait_for("the new instances", lambda: [
+            (t["mesos_task_id"], t["agent_id"]) for t in tasks_of(loop, "el").values()
+            if t["state"] == "staging"], timeout=10)
+        for mid, agent in staged:
+            loop.put(StatusUpdated("u", mid, "RUNNING", "", "", agent, f"elastiq-exec-{agent}",
+                                   "SOURCE_EXECUTOR"))
+        splitter = tasks_of(loop, "el")["el.t0"]
+        loop.put(ControlAcknowledged("a", splitter["agent_id"], "elastiq-exec-a1", ControlAck(
+            splitter["mesos_task_id"], request, 1, True, 4, 0.25, "", 1.0)))
+    finally:
+        cli.join(40)
+    assert done == [0], capsys.readouterr()
+    out = capsys.readouterr().out
+    assert f"scale el.f to 3 instances (control {request})" in out
+    assert "from micro-batch 4 (query paused 0.25 s)" in out
+    for slot in (1, 2, 3):
+        assert f"slot {slot}: el.t{slot} running" in out
+    assert "f runs 3 instances, splitters paused 0.25 s" in out
 
 
 # --- fuzz -----------------------------------------------------------------------------------------
