@@ -586,3 +586,33 @@ def test_a_new_leader_keeps_dormant_and_retiring_slots_and_the_parallelism(d: Dr
     assert [restored.tasks[t].retiring for t in e.slots] == [False, False, True]
     assert restored.control.values == {"f": {PARALLELISM: "2"}}
     assert parallelism(e, restored.control) == 2
+
+
+def test_a_query_whose_running_tasks_finish_is_finished_with_its_slots_asleep(d: Driver
+                                                                             ) -> None:
+    """A bounded source ends: every launched task finishes; the dormant slots ran nothing and
+    must not keep the query from settling."""
+    for task_id in ("q.t0", "q.t1", "q.t4"):
+        d.s.handle(update(d.mid(task_id), "FINISHED"))
+    assert d.s.queries["q"].phase == "finished"
+    assert [d.state(t) for t in ("q.t2", "q.t3")] == [TaskState.DORMANT] * 2
+    assert kills(d.tick()) == set() and launched(d.offer("a2")) == {}
+
+
+def test_slots_routed_to_before_they_launched_still_launch_to_drain_after_a_scale_in(
+        d: Driver) -> None:
+    """1 -> 3 applied by the splitter while the new instances wait for offers (rows for them
+    wait in the splitter's writers), then 3 -> 1: they must still run, to read those rows, and
+    then retire once drained; sleeping at once would strand them."""
+    d.ack(request_of(d.scale(3)))
+    d.ack(request_of(d.scale(1, "down")))
+    assert [d.state(t) for t in ("q.t2", "q.t3")] == [TaskState.PENDING] * 2
+    placed = d.run(d.offer("a2", "a3"))
+    assert set(placed) == {"q.t2", "q.t3"}
+    d.tick()
+    assert d.record("q.t2").retiring and d.record("q.t3").retiring
+    d.beat(drain_figures(d, {2: 3, 3: 0}, {2: 0, 3: 0}))
+    for _ in range(int(DRAIN_SETTLE_SECONDS)):
+        d.tick()
+        out = d.beat(drain_figures(d, {2: 3, 3: 0}, {2: 0, 3: 0}))
+    assert kills(out) == {d.mid("q.t3")}  # slot 2 still has rows waiting for it
