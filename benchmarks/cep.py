@@ -5,15 +5,25 @@ checked conditions interpreted per row) over the `stock` generator's rows (plain
 reference rows, per symbol, all fed at once and then in micro-batches of 500 rows through the
 state store's JSON round trip), against a tick matcher written by hand for this one pattern in
 plain Python (the same semantics: greedy, SKIP PAST LAST ROW, the time bound) in the same run;
-both must find the same matches. Medians over repeats. Not run by pytest.
+both must find the same matches. Then the partitioned repetition (rewrite_rules/
+pattern-partitioning.rule, after-match skip-to-next-row): one instance against k=2 instances
+each holding its share of the partial matches (each reads every row; measured one after the
+other, the pair's time on two cores is the slower one's); the two together must find exactly
+the one instance's matches; on the tick pattern and on a workload whose partial matches live
+long (--long-rows rows of `A B+ C`, B nearly every row, C rare, within 1 s). The pipeline
+variant of Figure 8 is not built (docs/patterns.md
+says why), so it has no row. Medians over repeats. Not run by pytest.
 
-    python benchmarks/cep.py [--rows 40000] [--repeats 3] [--spark [--spark-rows 60000]]
+    python benchmarks/cep.py [--rows 40000] [--long-rows 6000] [--repeats 3]
+                             [--spark [--spark-rows 60000]]
 
 With --spark, also the operator on Spark (its runtime: generator -> pattern -> exactly-once file
 sink, state in the state store) against the same pattern written by hand as one PySpark job
 (generator source -> withWatermark -> groupBy(symbol).applyInPandasWithState with a tick
 function written for this pattern -> foreachBatch JSON lines), one query at a time in one local[2]
-session: rows/s from start to drained, and the two must emit the same number of matches.
+session: rows/s from start to drained, and the two must emit the same number of matches; and
+the operator with skip-to-next-row as one query against k=2 instances as two concurrent queries
+(start to both drained), which must emit the same number of matches together.
 """
 
 from __future__ import annotations
@@ -54,8 +64,21 @@ def stock_rows(count: int) -> dict[str, list[dict[str, Any]]]:
     return by_symbol
 
 
-def generic(rows: dict[str, list[dict]], batch: int | None) -> list[tuple]:
-    program, _ = build_program("stock", SCHEMA, "ts", "A B+ C D+", DEFINES, MEASURES, WITHIN_US)
+# A workload whose partial matches live long (what makes the repetition critical, the paper
+# says): B takes almost every row and C is rare, so a key holds a partial match per row of the
+# last second.
+LONG = ("A B+ C", (("B", "price > 60"), ("C", "volume > 990 and price > first(A.price)")),
+        1_000_000)
+
+
+def generic(rows: dict[str, list[dict]], batch: int | None, after: str = "skip-past-last-row",
+            share: tuple[int, int] | None = None,
+            workload: tuple[str, tuple, int] = ("A B+ C D+", DEFINES, WITHIN_US)) -> list[tuple]:
+    pattern, defines, within = workload
+    program, _ = build_program("stock", SCHEMA, "ts", pattern, defines, MEASURES[:1], within,
+                               after_match=after, share=share) if workload[0] != "A B+ C D+" \
+        else build_program("stock", SCHEMA, "ts", pattern, defines, MEASURES, within,
+                           after_match=after, share=share)
     out = []
     for symbol, own in rows.items():
         matcher = KeyMatcher(program)
@@ -201,23 +224,39 @@ def start_handwritten(spark: Any, run_dir: Path, limit: int) -> Any:
             with open(sink, "a", encoding="utf-8") as f:
                 f.write("".join(json.dumps(r.asDict()) + "\n" for r in rows))
 
-    return (out.writeStream.foreachBatch(append)
-            .option("checkpointLocation", str(run_dir / "ck")).start()), sink
+    return [((out.writeStream.foreachBatch(append)
+              .option("checkpointLocation", str(run_dir / "ck")).start()), sink)]
 
 
-def start_elastiq(spark: Any, run_dir: Path, limit: int) -> Any:
+def _elastiq_query(spark: Any, run_dir: Path, limit: int, after: str,
+                   share: tuple[int, int] | None) -> tuple[Any, Path]:
     from executor.runtime import TaskRuntime
 
-    rt = TaskRuntime(spark, query_id="bench", task_id=f"cep-{run_dir.name}",
-                     checkpoint_dir=str(run_dir / "ck"))
+    name = "" if share is None else f"-{share[0]}"
+    rt = TaskRuntime(spark, query_id="bench", task_id=f"cep-{run_dir.name}{name}",
+                     checkpoint_dir=str(run_dir / f"ck{name}"))
     rt.generator(op="ticks", output="stock", schema=SCHEMA, shape="stock", seed=7,
                  rate=SPARK_RATE, limit=limit, start="2024-01-01T00:00:00Z")
     rt.pattern(op="tick", input="stock", output="shapes", time="ts", partition_by=("symbol",),
                pattern="A B+ C D+", within="30 seconds", watermark="0 seconds",
-               defines=DEFINES, measures=MEASURES, max_partial=100_000)
-    sink = run_dir / "elastiq.jsonl"
+               defines=DEFINES, measures=MEASURES, max_partial=100_000, after_match=after,
+               share=share)
+    sink = run_dir / f"elastiq{name}.jsonl"
     rt.file_sink(op="sink", input="shapes", path=str(sink))
     return rt.query, sink
+
+
+def start_elastiq(spark: Any, run_dir: Path, limit: int) -> list[tuple[Any, Path]]:
+    return [_elastiq_query(spark, run_dir, limit, "skip-past-last-row", None)]
+
+
+def start_next_row(spark: Any, run_dir: Path, limit: int) -> list[tuple[Any, Path]]:
+    return [_elastiq_query(spark, run_dir, limit, "skip-to-next-row", None)]
+
+
+def start_two_shares(spark: Any, run_dir: Path, limit: int) -> list[tuple[Any, Path]]:
+    """The two instances of the partitioned plan, as two concurrent queries (as two tasks)."""
+    return [_elastiq_query(spark, run_dir, limit, "skip-to-next-row", (i, 2)) for i in (1, 2)]
 
 
 def _drained(query: Any, limit: int) -> bool:
@@ -232,17 +271,21 @@ def spark_side(spark: Any, start: Callable[..., Any], run_dir: Path, limit: int
                ) -> tuple[float, int]:
     run_dir.mkdir(parents=True)
     began = time.perf_counter()
-    query, sink = start(spark, run_dir, limit)
+    queries = start(spark, run_dir, limit)
     try:
         deadline = began + 900
-        while not _drained(query, limit) and time.perf_counter() < deadline:
-            if query.exception() is not None:
-                raise RuntimeError(str(query.exception()))
+        while not all(_drained(q, limit) for q, _ in queries) and \
+                time.perf_counter() < deadline:
+            for query, _ in queries:
+                if query.exception() is not None:
+                    raise RuntimeError(str(query.exception()))
             time.sleep(0.2)
         took = time.perf_counter() - began
     finally:
-        query.stop()
-    matches = len(sink.read_text(encoding="utf-8").splitlines()) if sink.exists() else 0
+        for query, _ in queries:
+            query.stop()
+    matches = sum(len(sink.read_text(encoding="utf-8").splitlines())
+                  for _, sink in queries if sink.exists())
     return took, matches
 
 
@@ -259,7 +302,8 @@ def spark_comparison(limit: int, repeats: int) -> int:
         spark_side(spark, start_elastiq, work / "warm-e", 2000)  # JVM and workers warm
         spark_side(spark, start_handwritten, work / "warm-h", 2000)
         for turn in range(repeats):
-            order = [("elastiq", start_elastiq), ("hand-written", start_handwritten)]
+            order = [("elastiq", start_elastiq), ("hand-written", start_handwritten),
+                     (NEXT_ONE, start_next_row), (NEXT_TWO, start_two_shares)]
             for name, start in (order if turn % 2 == 0 else order[::-1]):
                 took, matches = spark_side(spark, start, work / f"{name}-{turn}", limit)
                 seconds[name].append(took)
@@ -267,15 +311,56 @@ def spark_comparison(limit: int, repeats: int) -> int:
     finally:
         spark.stop()
     if found["elastiq"] != found["hand-written"] or len(found["elastiq"]) != 1 or \
-            found["elastiq"] == {0}:
+            found["elastiq"] == {0} or found[NEXT_ONE] != found[NEXT_TWO] or \
+            len(found[NEXT_ONE]) != 1:
         print(f"MISMATCH: matches per run {dict(found)}")
         return 1
     base = median_of(seconds["hand-written"])
-    table = [(name, fmt(limit / median_of(s)), fmt(next(iter(found[name])) / median_of(s)),
-              f"{ratio(median_of(s), base):.2f}x") for name, s in seconds.items()]
-    print(f"Spark, tick pattern over {limit} rows, {next(iter(found['elastiq']))} matches, "
-          f"medians of {repeats} (start to drained, the query's own start included)")
-    print(format_table(("side", "rows/s", "matches/s", "time vs hand-written"), table))
+    one = median_of(seconds[NEXT_ONE])
+    table = [(name, fmt(limit / median_of(s)), next(iter(found[name])),
+              fmt(next(iter(found[name])) / median_of(s)),
+              f"{ratio(median_of(s), base):.2f}x", f"{ratio(median_of(s), one):.2f}x")
+             for name, s in seconds.items()]
+    print(f"Spark, tick pattern over {limit} rows, medians of {repeats} (start to drained, the "
+          f"queries' own start included)")
+    print(format_table(("side", "rows/s", "matches", "matches/s", "time vs hand-written",
+                        "time vs one instance (next row)"), table))
+    return 0
+
+
+NEXT_ONE = "elastiq, skip-to-next-row, one instance"
+NEXT_TWO = "elastiq, skip-to-next-row, k=2 instances (two queries)"
+
+
+def partitioned(rows: dict[str, list[dict]], repeats: int, label: str,
+                workload: tuple[str, tuple, int]) -> int:
+    """One instance with skip-to-next-row against its two shares, each timed on its own."""
+    sides = {"one instance": lambda: generic(rows, 500, "skip-to-next-row", None, workload),
+             "k=2, instance 1": lambda: generic(rows, 500, "skip-to-next-row", (1, 2), workload),
+             "k=2, instance 2": lambda: generic(rows, 500, "skip-to-next-row", (2, 2), workload)}
+    seconds: dict[str, list[float]] = defaultdict(list)
+    results: dict[str, list[tuple]] = {}
+    for _ in range(repeats):
+        for name, fn in sides.items():
+            took, results[name] = timed(fn)
+            seconds[name].append(took)
+    together = results["k=2, instance 1"] + results["k=2, instance 2"]
+    if sorted(together) != sorted(results["one instance"]):
+        print(f"MISMATCH: the two instances found {len(together)} matches, one instance "
+              f"{len(results['one instance'])}")
+        return 1
+    count = sum(len(own) for own in rows.values())
+    one = median_of(seconds["one instance"])
+    slower = max(median_of(seconds["k=2, instance 1"]), median_of(seconds["k=2, instance 2"]))
+    table = [(name, fmt(count / median_of(s)), len(results[name]),
+              fmt(len(results[name]) / median_of(s)), f"{ratio(median_of(s), one):.2f}x")
+             for name, s in seconds.items()]
+    table.append(("k=2 on two cores (the slower instance)", fmt(count / slower),
+                  len(together), fmt(len(together) / slower), f"{ratio(slower, one):.2f}x"))
+    print(f"partitioned repetition, {label} over {count} rows, skip-to-next-row, batches of "
+          f"500 + state JSON, medians of {repeats}; pipeline variant: not built")
+    print(format_table(("matcher", "rows/s", "matches", "matches/s", "time vs one instance"),
+                       table))
     return 0
 
 
@@ -291,6 +376,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--spark", action="store_true")
     parser.add_argument("--spark-rows", type=int, default=60_000)
+    parser.add_argument("--long-rows", type=int, default=6_000)
     args = parser.parse_args(argv)
     rows = stock_rows(args.rows)
     sides = {"generic, one batch": lambda: generic(rows, None),
@@ -314,6 +400,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"tick pattern AB+CD+ over {args.rows} stock rows (8 symbols), {len(reference)} "
           f"matches, medians of {args.repeats}")
     print(format_table(("matcher", "rows/s", "matches/s", "time vs hand-written"), table))
+    if partitioned(rows, args.repeats, "tick AB+CD+", ("A B+ C D+", DEFINES, WITHIN_US)):
+        return 1
+    if partitioned(stock_rows(args.long_rows), args.repeats, "long partial matches "
+                   "A B+ C within 1 s", LONG):
+        return 1
     return spark_comparison(args.spark_rows, args.repeats) if args.spark else 0
 
 

@@ -17,6 +17,7 @@ Also `ParamSet` (a version and the parameters control tuples set, with `newer_th
 
 from __future__ import annotations
 
+import math
 import json
 import re
 from dataclasses import dataclass, field
@@ -235,11 +236,13 @@ class ControlAck:
     pause_s: float = 0.0
     message: str = ""
     at: float = 0.0
+    detail: Mapping[str, float] = field(default_factory=dict)  # e.g. a splitter's switch_ms
 
     def to_json(self) -> dict[str, Any]:
         return {"kind": "control-ack", "task": self.task, "request": self.request,
                 "version": self.version, "applied": self.applied, "epoch": self.epoch,
-                "pause_s": round(self.pause_s, 4), "message": self.message, "at": self.at}
+                "pause_s": round(self.pause_s, 4), "message": self.message, "at": self.at,
+                **({"detail": dict(self.detail)} if self.detail else {})}
 
     @classmethod
     def from_json(cls, message: Mapping[str, Any]) -> "ControlAck":
@@ -247,9 +250,24 @@ class ControlAck:
             return cls(str(message.get("task", "")), str(message.get("request", "")),
                        int(message.get("version", 0)), bool(message.get("applied")),
                        int(message.get("epoch", -1)), float(message.get("pause_s", 0.0)),
-                       str(message.get("message", "")), float(message.get("at", 0.0)))
+                       str(message.get("message", "")), float(message.get("at", 0.0)),
+                       _numbers(message.get("detail")))
         except (TypeError, ValueError) as exc:
             raise MessageError(str(exc)) from None
+
+
+def _numbers(value: Any) -> dict[str, float]:
+    """A mapping of names to finite numbers (an acknowledgement's detail); ValueError else."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping) or len(value) > 16:
+        raise ValueError("an acknowledgement's detail must map at most 16 names to numbers")
+    out = {}
+    for k, v in value.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise ValueError(f"detail {str(k)[:40]!r} is not a finite number")
+        out[str(k)[:64]] = float(v)
+    return out
 
 
 # A heartbeat figure `retained:<channel id>`: the batches a task's writer of that channel keeps

@@ -143,6 +143,9 @@ class ElasticOperator:
     minimum: int
     mode: str = "manual"  # manual | auto (the scheduler chooses within minimum..len(slots))
     stateful: bool = False
+    # a stateful operator's event-time column: its splitters switch routing at a window
+    # boundary of it and the instances a scale-in retires finish the windows before that
+    switch_time: str | None = None
 
     @property
     def maximum(self) -> int:
@@ -151,13 +154,15 @@ class ElasticOperator:
     def to_json(self) -> dict[str, Any]:
         return {"operator": self.operator, "slots": list(self.slots),
                 "splitters": [list(s) for s in self.splitters], "initial": self.initial,
-                "minimum": self.minimum, "mode": self.mode, "stateful": self.stateful}
+                "minimum": self.minimum, "mode": self.mode, "stateful": self.stateful,
+                "switch_time": self.switch_time}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "ElasticOperator":
         return cls(str(d["operator"]), tuple(d["slots"]),
                    tuple((str(t), str(o)) for t, o in d["splitters"]), int(d["initial"]),
-                   int(d["minimum"]), str(d.get("mode", "manual")), bool(d.get("stateful")))
+                   int(d["minimum"]), str(d.get("mode", "manual")), bool(d.get("stateful")),
+                   d.get("switch_time"))
 
 
 @dataclass(frozen=True)

@@ -121,7 +121,7 @@ def render_task(graph: Graph, plan: TaskPlan, query_id: str, base_dir: Path,
         return names.get(stream, stream)
 
     calls: list[Call] = []
-    if any(graph.node(n).kind == "multicast" for n in plan.nodes):
+    if any(_feeds_replicas(graph, graph.node(n)) for n in plan.nodes):
         calls.append(Call("feeds hot-standby replicas (one input batch per micro-batch each)",
                           "paced_batches", (("seconds", REPLICA_INPUT_INTERVAL),)))
     if plan.failover == "replica":
@@ -141,6 +141,13 @@ def render_task(graph: Graph, plan: TaskPlan, query_id: str, base_dir: Path,
     )
     ast.parse(source)  # a template bug must never reach an executor
     return source
+
+
+def _feeds_replicas(graph: Graph, node: Node) -> bool:
+    """A multicast read by hot-standby replicas (readers with `replica`), whose producer paces
+    its micro-batches; the instances of a partitioned pattern read theirs at their own pace."""
+    return node.kind == "multicast" and node.output is not None and any(
+        c.param("replica") is not None for c in graph.consumers(node.output))
 
 
 def _unique(name: str, taken: set[str]) -> str:
@@ -181,6 +188,13 @@ def _behind_forwarding(graph: Graph, stream: str) -> str:
     return stream
 
 
+def _ticked(graph: Graph, stream: str) -> bool:
+    """Whether `stream` is a partition of a splitter with an event-time switch, whose rows carry
+    the tick mark."""
+    producer = graph.node(graph.stream(stream).producer)
+    return producer.kind == "splitter" and producer.param("time") is not None
+
+
 def _source_calls(graph: Graph, plan: TaskPlan, channels: Mapping[str, ChannelSpec],
                   schema_of: Callable[[str], SchemaRef], name: Callable[[str], str]) -> list[Call]:
     """One `channel_source` per input channel, except the replica channels of a stream selector
@@ -192,9 +206,10 @@ def _source_calls(graph: Graph, plan: TaskPlan, channels: Mapping[str, ChannelSp
         stream = channels[c].stream
         selector = selected.get(stream)
         if selector is None:
+            ticks = (("ticks", True),) if _ticked(graph, stream) else ()
             calls.append(Call(f"{stream} <- channel {c}", "channel_source",
                               (("output", name(stream)), ("schema", schema_of(stream)),
-                               ("channel", c))))
+                               ("channel", c), *ticks)))
         elif stream == selector.inputs[0]:
             replicas = tuple(next(i for i in plan.inputs if channels[i].stream == s)
                              for s in selector.inputs)
@@ -213,13 +228,15 @@ def _sink_calls(graph: Graph, plan: TaskPlan, channels: Mapping[str, ChannelSpec
     if root.kind == "splitter":
         key = root.param("key")
         keys = () if key is None else ((key,) if isinstance(key, str) else tuple(key))
-        active = root.param("active")
+        active, time = root.param("active"), root.param("time")
         return [Call(f"{_comment(graph, root)} -> {len(plan.outputs)} partition channels",
                      "split_channel_sink",
                      (("input", name(root.inputs[0])), ("channels", plan.outputs), ("key", keys),
                       ("readers", tuple(channels[c].consumers for c in plan.outputs)),
                       *((("active", int(active)),)
-                        if active is not None and int(active) != len(plan.outputs) else ())))]
+                        if active is not None and int(active) != len(plan.outputs) else ()),
+                      *((("switch", (str(time), int(root.param("window-ms")),
+                                     int(root.param("horizon-ms")))),) if time else ())))]
     if len(plan.outputs) > 1:
         raise ValueError(f"task {plan.task_id} serves {len(plan.outputs)} channels; only a "
                          "splitter serves several")
@@ -310,7 +327,8 @@ def _call(graph: Graph, node: Node, base_dir: Path, schema_of: Callable[[str], S
                            ("pattern", p("pattern")), ("within", _duration(p("within"))),
                            ("watermark", _duration(p("watermark"))),
                            ("defines", p("defines")), ("measures", p("measures")),
-                           ("max_partial", p("max-partial-matches")))
+                           ("max_partial", p("max-partial-matches")),
+                           ("after_match", p("after-match"))) + _share(graph, node)
     elif kind == "join":
         args = (("left", name(node.inputs[0])), ("right", name(node.inputs[1]))) + out + (
             ("left_keys", p("left-key")), ("right_keys", p("right-key")),
@@ -333,6 +351,14 @@ def _call(graph: Graph, node: Node, base_dir: Path, schema_of: Callable[[str], S
     else:
         raise ValueError(f"no code generator for operator kind {kind!r}")
     return Call(comment, kind.replace("-", "_"), head + args)
+
+
+def _share(graph: Graph, node: Node) -> tuple[tuple[str, Any], ...]:
+    """`share=(i, k)` for a pattern instance whose reader carries its share of the partial
+    matches (rewrite_rules/pattern-partitioning.rule); nothing for any other pattern."""
+    producer = graph.producer(node.inputs[0])
+    share = producer.param("share") if producer.kind == "network-reader" else None
+    return () if share is None else (("share", (share, producer.param("shares"))),)
 
 
 def _given(*args: tuple[str, Any]) -> tuple[tuple[str, Any], ...]:

@@ -104,10 +104,10 @@ def _parallelism(e: ElasticOperator, kinds: dict[str, str]) -> Adjustable | Fixe
     """The number of instances an elastic operator's splitters route to: adjustable within
     its bounds for a stateless operator; fixed for a stateful one (each instance holds its
     keys' state, which does not move between instances yet)."""
-    if e.stateful:
+    if e.stateful and e.switch_time is None:
         return Fixed(e.operator, PARALLELISM,
-                     "each instance holds the state of the keys routed to it, and keyed state "
-                     "does not move between instances at run time yet")
+                     "each instance holds the state of the keys routed to it; only a tumbling "
+                     "window-aggregate hands its state over at run time for now")
     return Adjustable(e.operator, kinds[e.operator], PARALLELISM, "count", str(e.initial),
                       tuple(Target(task, op, "active") for task, op in e.splitters), (),
                       f"instances the operator runs on, {e.minimum} to {e.maximum} "

@@ -4,8 +4,8 @@ Owns `GUARDS`, guard name -> `GuardDef` (its arity, the text that documents it, 
 predicate), and `Subject`, what a predicate looks at. The rewrite rules name guards after
 `when` (`stateless(f)`, `partitionable(f)`: compiler.rules checks the names and arities,
 compiler.rewrite evaluates them on a match); the validator asks the same predicates before any
-rule runs (a simple standby needs `stateless`, parallelism needs `partitionable`), and the
-pipeline asks `single-input` of hot-standby replicas after rewriting. `graph.Node` is a Subject;
+rule runs (a simple standby needs `stateless`, parallelism needs `partitionable`,
+match-instances needs `independent-matches`), and the pipeline asks `single-input` of hot-standby replicas after rewriting. `graph.Node` is a Subject;
 the validator builds one from an operator declaration. Does not own the diagnostics: each
 caller keeps its own message and position.
 """
@@ -32,6 +32,8 @@ class Subject(Protocol):
     def partition_keys(self) -> tuple[str, ...] | None: ...
 
     def wants(self, name: str, default: Any = None) -> Any: ...
+
+    def param(self, name: str, default: Any = None) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,13 @@ def of_kind(s: Subject, kind: str) -> bool:
     return s.kind == kind
 
 
+def independent_matches(s: Subject) -> bool:
+    """It is a pattern operator whose start rows keep their own matches (after-match
+    skip-to-next-row): no match decides where another may start, so its partial matches can be
+    split over instances that never hear of each other's matches."""
+    return s.kind == "pattern" and s.param("after-match") == "skip-to-next-row"
+
+
 def single_input(s: Subject) -> bool:
     """It reads at most one stream (hot-standby replicas can be kept in step only then)."""
     return len(s.inputs) <= 1
@@ -83,4 +92,6 @@ GUARDS: dict[str, GuardDef] = {g.name: g for g in (
     GuardDef("wants", 2, 3, "f, request[, value]: the spec asks f for a pattern", wants),
     GuardDef("kind", 2, 2, "f, kind: a bound operator is of this kind", of_kind),
     GuardDef("single-input", 1, 1, "f: a bound operator reads one stream", single_input),
+    GuardDef("independent-matches", 1, 1, "f: a pattern operator whose start rows keep their "
+             "own matches (after-match skip-to-next-row)", independent_matches),
 )}

@@ -146,8 +146,9 @@ CATALOGUE: dict[str, OperatorDef] = {d.kind: d for d in (
         ParamDef("watermark", "duration", False, "0 seconds",
                  doc="how late a row may arrive; later ones are dropped"),
         ParamDef("after-match", "choice", False, "skip-past-last-row",
-                 choices=("skip-past-last-row",),
-                 doc="where matching resumes after a match: the row after its last"),
+                 choices=("skip-past-last-row", "skip-to-next-row"),
+                 doc="where matching resumes after a match: the row after its last, or the "
+                     "row after its first (every start row keeps its match)"),
         ParamDef("max-partial-matches", "int", False, "100000", minimum=1,
                  maximum=10_000_000, doc="bound on one key's partial matches; beyond it the "
                                          "query fails with this message"),
@@ -195,6 +196,12 @@ PLUMBING: dict[str, OperatorDef] = {d.kind: d for d in (
                      "running query can scale out to"),
         ParamDef("key", "column", False, None,
                  doc="hash-partitioning column (none: round robin)"),
+        ParamDef("time", "column", False, None,
+                 doc="a stateful operator's event-time column: a rescale switches routing at "
+                     "a window boundary of it"),
+        ParamDef("window-ms", "int", False, None, minimum=1, doc="its tumbling window size"),
+        ParamDef("horizon-ms", "int", False, None, minimum=1,
+                 doc="event time after a switch during which retiring instances get ticks"),
     ), output_type="same", doc="routes each tuple to one of its active partitions, by key hash"),
     OperatorDef("merger", "plumbing", (1, 64), (1, 1), False, (
         ParamDef("partitions", "int", True, minimum=1, doc="number of merged partitions"),
@@ -223,6 +230,10 @@ PLUMBING: dict[str, OperatorDef] = {d.kind: d for d in (
     OperatorDef("network-reader", "plumbing", (1, 1), (1, 1), False, (
         ParamDef("replica", "int", False, None, minimum=1, doc="which replica reads"),
         ParamDef("partition", "int", False, None, minimum=1, doc="which partition it reads"),
+        ParamDef("share", "int", False, None, minimum=1,
+                 doc="the share of a pattern operator's partial matches its reader matches"),
+        ParamDef("shares", "int", False, None, minimum=2,
+                 doc="how many instances share a pattern operator's partial matches"),
     ), output_type="same", doc="receiving end of a channel between tasks"),
 )}
 

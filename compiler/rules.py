@@ -29,7 +29,8 @@ from compiler.operators import CATALOGUE, PLUMBING
 
 PHASES = ("fault-tolerance", "partitioning", "pipelining")  # the written order of the phases
 REQUESTS = ("ha", "replicas", "parallelism", "partition-by", "partition-keys", "pipeline",
-            "active", "min-parallelism", "elastic")
+            "active", "min-parallelism", "elastic", "switch-time", "switch-window",
+            "switch-horizon", "match-instances")
 MAX_RULE_BYTES = 64 * 1024
 
 

@@ -72,7 +72,7 @@ class AggregateDecl:
 
 
 PATTERN_ATTRIBUTES = ("ha", "replicas", "parallelism", "partition-by", "pipeline",
-                      "max-parallelism", "min-parallelism", "elastic")
+                      "max-parallelism", "min-parallelism", "elastic", "match-instances")
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import difflib
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Union
 
 from common.diagnostics import (MAX_SHOWN, Diagnostic, Position, Severity, SpecError,
@@ -809,11 +809,13 @@ def _partition_keys(kind: str, params: dict[str, Any]) -> tuple[str, ...] | None
 
 
 # ----------------------------------------------------------------------------------------------
-# Pattern requests (ha, replicas, parallelism, partition-by, pipeline): docs/patterns.md
+# Pattern requests (ha, replicas, parallelism, partition-by, pipeline, match-instances):
+# docs/patterns.md
 
 HA_MODES = ("standby", "checkpoint", "hot-standby")
 MAX_REPLICAS = 16
 MAX_PARALLELISM = 64
+MAX_MATCH_INSTANCES = 16
 
 
 def _check_patterns(c: _Checker, op: OperatorDecl, d: OperatorDef) -> None:
@@ -827,7 +829,8 @@ def _check_patterns(c: _Checker, op: OperatorDecl, d: OperatorDef) -> None:
                                         "or scale")
         return
     if not attrs and d.role == "transform":
-        attrs = {a.name: a for a in c.spec.patterns}
+        attrs = {a.name: a for a in c.spec.patterns
+                 if a.name != "match-instances" or op.kind == "pattern"}
     if not attrs:
         return
     requests: dict[str, Any] = {}
@@ -835,6 +838,7 @@ def _check_patterns(c: _Checker, op: OperatorDecl, d: OperatorDef) -> None:
     _check_ha(c, op, d, attrs, requests)
     _check_parallelism(c, op, d, attrs, requests)
     _check_pipeline(c, op, attrs, requests)
+    _check_match_instances(c, op, d, attrs, requests)
     if requests:
         c.patterns[op.name] = tuple(requests.items())
 
@@ -848,7 +852,8 @@ def _check_pattern_count(c: _Checker, order: list[OperatorDecl]) -> None:
     first = asking[MAX_PATTERN_OPERATORS]
     where = (first.patterns or c.spec.patterns or (None,))[0]
     c.error(where.pos if where else first.pos,
-            f"{len(asking)} operators ask for a pattern (ha, parallelism or pipeline), more "
+            f"{len(asking)} operators ask for a pattern (ha, parallelism, pipeline or "
+            f"match-instances), more "
             f"than the {MAX_PATTERN_OPERATORS} a query may have; '{first.name}' is the first "
             "past the limit", "ask for patterns on fewer operators, or split the dataflow "
                               "into several queries")
@@ -859,10 +864,10 @@ def _where(attr: PatternAttr, op: OperatorDecl) -> str:
 
 
 def _check_families(c: _Checker, op: OperatorDecl, attrs: dict[str, PatternAttr]) -> None:
-    asked = [name for name in ("ha", "parallelism", "pipeline") if name in attrs or (
-        name == "parallelism" and "max-parallelism" in attrs)]
+    asked = [name for name in ("ha", "parallelism", "pipeline", "match-instances")
+             if name in attrs or (name == "parallelism" and "max-parallelism" in attrs)]
     if len(asked) > 1:
-        second = attrs[asked[1]]
+        second = attrs.get(asked[1]) or attrs["max-parallelism"]  # elastic: max- alone asks
         c.error(second.pos, f"'{op.name}' asks for {' and '.join(asked)}; one pattern per "
                             "operator for now", "keep one of the attributes")
 
@@ -938,6 +943,8 @@ def _check_parallelism(c: _Checker, op: OperatorDecl, d: OperatorDef,
                      "partition-keys": _keys_per_input(c, op, column)})
     if k != high:  # the query starts on fewer instances than it has slots for
         requests["active"] = k
+    if d.stateful and _switchable(op, c.params[op.name]):
+        requests.update(switch_requests(op, c.params[op.name]))
     if (low, mode) != (1, "manual"):
         requests.update({"min-parallelism": low, "elastic": mode})
 
@@ -970,13 +977,35 @@ def _elastic_bounds(c: _Checker, op: OperatorDecl, d: OperatorDef,
                            f"{min(k, high)}", "the query starts with parallelism= instances "
                                               "(default 1): keep min-parallelism at or below it")
         ok = False
-    if d.stateful and (high > k or mode == "auto"):
+    if d.stateful and (high > k or mode == "auto") and not _switchable(op, c.params[op.name]):
         where = most if most is not None and high > k else elastic
-        c.error(where.pos, f"'{op.name}' is a stateful {op.kind}: its keyed state cannot move "  # type: ignore[union-attr]
-                           "between instances at run time yet",
+        c.error(where.pos, f"'{op.name}' is a stateful {op.kind}: only a tumbling "  # type: ignore[union-attr]
+                           "window-aggregate hands its keyed state over at run time for now",
                 f"write parallelism=\"{high}\" alone (a fixed partitioning)")
         ok = False
     return (low, high, mode) if ok else None
+
+
+# Event time a splitter keeps sending "ticks" to an instance a scale-in retires, after the
+# switch, on top of the window and its watermark: enough for the instance's watermark to pass
+# the switch so it emits its last windows (docs/elasticity.md).
+SWITCH_MARGIN_MS = 30_000
+
+
+def _switchable(op: OperatorDecl, params: dict[str, Any]) -> bool:
+    """Whether a stateful operator can change its parallelism at run time: a tumbling window
+    aggregate (each window lies on one side of an event-time switch, so the switch moves no
+    state: the old instances finish the windows before it, the new ones take those after)."""
+    slide, size = params.get("slide"), params.get("size")
+    return op.kind == "window-aggregate" and (slide is None or slide == size)
+
+
+def switch_requests(op: OperatorDecl, params: dict[str, Any]) -> dict[str, Any]:
+    """What the splitter of a switchable stateful operator needs: its time column, window
+    size and how long after a switch it keeps ticking retiring instances (all in ms)."""
+    size, delay = int(params.get("size") or 0), int(params.get("watermark") or 0)
+    return {"switch-time": params.get("time"), "switch-window": size,
+            "switch-horizon": size + delay + SWITCH_MARGIN_MS}
 
 
 def _subject(op: OperatorDecl, d: OperatorDef, keys: tuple[str, ...] | None = None,
@@ -1037,6 +1066,30 @@ def _check_pipeline(c: _Checker, op: OperatorDecl, attrs: dict[str, PatternAttr]
                 'write pipeline="split" to run this operator as its own task')
         return
     requests["pipeline"] = "split"
+
+
+def _check_match_instances(c: _Checker, op: OperatorDecl, d: OperatorDef,
+                           attrs: dict[str, PatternAttr], requests: dict[str, Any]) -> None:
+    """match-instances="k": a pattern operator's partial matches split over k instances
+    (rewrite_rules/pattern-partitioning.rule); its start rows must keep their own matches."""
+    asked = attrs.get("match-instances")
+    if asked is None:
+        return
+    if op.kind != "pattern":
+        c.error(asked.pos, f"match-instances= applies to pattern operators; '{op.name}' is a "
+                           f"{op.kind}", 'use parallelism="k" to partition it by a key')
+        return
+    k = _count(c, asked, 2, 2, MAX_MATCH_INSTANCES)
+    subject = replace(_subject(op, d), params=tuple(c.params.get(op.name, {}).items()))
+    if not GUARDS["independent-matches"].holds(subject):
+        c.error(asked.pos, f"'{op.name}' resumes matching after each match's last row "
+                           f"(after-match skip-past-last-row): each match decides where the next "
+                           f"may start, so its partial matches cannot be split over instances"
+                           f"{_where(asked, op)}",
+                'add <param name="after-match" value="skip-to-next-row"/> (every start row '
+                'keeps its own match), or remove match-instances=')
+        return
+    requests["match-instances"] = k
 
 
 # ----------------------------------------------------------------------------------------------

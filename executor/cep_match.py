@@ -13,13 +13,22 @@ preference order (greedy quantifiers, left alternatives first), each with its ow
 to variables, so a condition sees exactly the match it extends; when a thread completes, the
 threads it is preferred over end. The match of an attempt is its most preferred completed thread,
 final once no more preferred thread is alive. Attempts are decided in order of their first row;
-after a match, matching resumes after its last row (SKIP PAST LAST ROW). A thread ends when the
-next row lies more than `within` after its first row, or when the watermark passes that bound.
+after a match, matching resumes after its last row (SKIP PAST LAST ROW), or, with
+`skip-to-next-row`, every start row keeps its own match (attempts are then independent of each
+other). A thread ends when the next row lies more than `within` after its first row, or when the
+watermark passes that bound.
+
+A share (instance i of k, `PatternProgram.share`) starts attempts only at the rows it owns
+(`owner`: a stable hash of the row, the same in every process), and still reads every row: k
+instances with shares 1..k over the same rows find, together, exactly the matches of one
+instance without a share, each once, when attempts are independent (`skip-to-next-row`). This is
+the partitioning of the repetition's partial matches (docs/patterns.md, "The pattern operator").
 """
 
 from __future__ import annotations
 
 import json
+import zlib
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
@@ -29,6 +38,7 @@ from compiler.expr import pattern as pt
 from executor.cep_eval import MatchView, Row, evaluate
 
 MAX_PARTIAL_DEFAULT = 100_000
+AFTER_MATCH = ("skip-past-last-row", "skip-to-next-row")
 
 
 class PatternOverflow(RuntimeError):
@@ -45,6 +55,17 @@ class PatternProgram:
     measures: tuple[tuple[str, expr.Expr], ...]
     within_us: int
     max_partial: int = MAX_PARTIAL_DEFAULT
+    after_match: str = "skip-past-last-row"
+    share: tuple[int, int] | None = None  # (i, k): starts only the attempts instance i owns
+
+    @property
+    def skips_past_match(self) -> bool:
+        return self.after_match == "skip-past-last-row"
+
+    def owns(self, text: str) -> bool:
+        """Whether this instance starts the attempt at the row whose `row_text` this is
+        (always, without a share)."""
+        return self.share is None or owner_of_text(text, self.share[1]) == self.share[0]
 
     @property
     def variables(self) -> tuple[str, ...]:
@@ -53,19 +74,41 @@ class PatternProgram:
         return tuple(sorted({s.var for s in self.nfa.states if s.kind == "var"}))
 
 
+def row_text(row: Row) -> str:
+    """A row's canonical JSON: what orders rows of equal time, and what decides their owner."""
+    return json.dumps(row, sort_keys=True, default=str)
+
+
+def owner(row: Row, shares: int) -> int:
+    """The instance (1..shares) that starts the attempt at `row`: a CRC-32 of the row's canonical
+    JSON, so every process, and a restarted one, agrees; equal rows have one owner."""
+    return owner_of_text(row_text(row), shares)
+
+
+def owner_of_text(text: str, shares: int) -> int:
+    return zlib.crc32(text.encode("utf-8")) % shares + 1
+
+
 def build_program(stream: str, schema: Schema, time: str, pattern: str,
                   defines: Sequence[tuple[str, str]], measures: Sequence[tuple[str, str]],
-                  within_us: int, max_partial: int = MAX_PARTIAL_DEFAULT
+                  within_us: int, max_partial: int = MAX_PARTIAL_DEFAULT,
+                  after_match: str = "skip-past-last-row", share: tuple[int, int] | None = None
                   ) -> tuple[PatternProgram, tuple[expr.TypedExpr, ...]]:
     """The program of a pattern operator and its measures' typed trees; ExpressionError as the
-    compiler reports it (the validator checked the spec already; this re-checks the program)."""
+    compiler reports it (the validator checked the spec already; this re-checks the program);
+    ValueError for an unknown after-match policy or a share that is not 1 <= i <= k."""
+    if after_match not in AFTER_MATCH:
+        raise ValueError(f"after-match {after_match!r} is not one of {', '.join(AFTER_MATCH)}")
+    if share is not None and not (len(share) == 2 and 1 <= share[0] <= share[1]):
+        raise ValueError(f"share {share!r} is not (i, k) with 1 <= i <= k")
     tree = pt.parse_pattern(pattern)
     scope = pt.PatternScope(stream, schema, pt.variables(tree))
     typed_defines = {name: pt.compile_define(text, scope).expr for name, text in defines}
     typed_measures = tuple(pt.compile_measure(text, scope) for _, text in measures)
     program = PatternProgram(stream, schema, time, pt.compile_nfa(tree), typed_defines,
                              tuple((n, t.expr) for (n, _), t in zip(measures, typed_measures)),
-                             within_us, max_partial)
+                             within_us, max_partial, after_match,
+                             None if share is None else (int(share[0]), int(share[1])))
     return program, typed_measures
 
 
@@ -81,10 +124,6 @@ class Attempt:
 class Match:
     rows: tuple[Row, ...]
     labels: tuple[str, ...]
-
-
-def _sort_key(row: Row, time: str) -> tuple[Any, str]:
-    return row[time], json.dumps(row, sort_keys=True, default=str)
 
 
 @dataclass
@@ -114,12 +153,12 @@ class KeyMatcher:
             self.pending.append(row)
         if watermark_us is None:
             return []
-        ready = sorted((r for r in self.pending if r[time] <= watermark_us),
-                       key=lambda r: _sort_key(r, time))
+        ready = sorted(((r[time], row_text(r), r) for r in self.pending if r[time] <= watermark_us),
+                       key=lambda entry: entry[:2])
         self.pending = [r for r in self.pending if r[time] > watermark_us]
         out: list[Match] = []
-        for row in ready:
-            out += self._process(row)
+        for _, text, row in ready:
+            out += self._process(row, text)
         self.processed_to = watermark_us if self.processed_to is None else max(
             self.processed_to, watermark_us)
         for attempt in self.attempts:
@@ -141,12 +180,13 @@ class KeyMatcher:
 
     # -- the automaton --------------------------------------------------------------------------
 
-    def _process(self, row: Row) -> list[Match]:
+    def _process(self, row: Row, text: str) -> list[Match]:
         seq = self.base + len(self.rows)
         self.rows.append(row)
         nfa = self.program.nfa
-        self.attempts.append(Attempt(seq, row[self.program.time],
-                                     [(pc, "") for pc in nfa.closure(nfa.start)]))
+        if self.program.owns(text):
+            self.attempts.append(Attempt(seq, row[self.program.time],
+                                         [(pc, "") for pc in nfa.closure(nfa.start)]))
         total = 0
         for attempt in self.attempts:
             if attempt.threads:
@@ -198,7 +238,8 @@ class KeyMatcher:
             end = head.start + len(head.candidate) - 1
             rows = tuple(self.rows[head.start - self.base: end - self.base + 1])
             out.append(Match(rows, tuple(names[ord(c) - 65] for c in head.candidate)))
-            self.attempts = [a for a in self.attempts if a.start > end]
+            if self.program.skips_past_match:
+                self.attempts = [a for a in self.attempts if a.start > end]
         return out
 
     def _prune(self) -> None:

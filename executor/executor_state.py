@@ -91,6 +91,7 @@ class TaskFigures:
     channel_blocked_ms: int = 0  # how long its channel sink has waited for backup room
     channel_readerless_ms: int = 0  # ... and how long that channel has had no reader
     busy_ms: int = 0  # time spent in micro-batches, cumulative over the runner's runs
+    watermark_ms: int = -1  # the query's event-time watermark (-1: none)
     # channel id -> batches its writer keeps for readers that have not acknowledged them
     retained: Mapping[str, int] = field(default_factory=dict)
 
@@ -207,6 +208,7 @@ class ParamsApplied:
     epoch: int  # the first micro-batch with them
     pause_s: float
     at: float = 0.0  # wall-clock seconds when the runner had applied them
+    detail: Mapping[str, float] = field(default_factory=dict)  # what a live switch decided
 
 
 @dataclass(frozen=True)
@@ -491,7 +493,8 @@ class ExecutorState:
         log.info("[%s] task %s: control %s applied from batch %s", ev.stimulus_id,
                  ev.mesos_task_id, ev.request, ev.epoch)
         return [SendControlAck(ev.stimulus_id, ControlAck(ev.mesos_task_id, ev.request, ev.version,
-                                                          True, ev.epoch, ev.pause_s, at=ev.at))]
+                                                          True, ev.epoch, ev.pause_s, at=ev.at,
+                                                          detail=dict(ev.detail)))]
 
     def _on_ParamsRefused(self, ev: ParamsRefused) -> list[Command]:
         log.warning("[%s] task %s: control %s refused: %s", ev.stimulus_id, ev.mesos_task_id,
@@ -540,6 +543,7 @@ class ExecutorState:
         return {"state": state, "tuples_in": m.tuples_in, "tuples_out": m.tuples_out,
                 "batches": m.batches, "batch_ms": m.batch_ms, "backlog": m.backlog,
                 "latency_ms": m.latency_ms, "busy_ms": m.busy_ms, "restarts": task.restarts,
+                "watermark_ms": m.watermark_ms,
                 "channel_blocked_ms": m.channel_blocked_ms,
                 "channel_readerless_ms": m.channel_readerless_ms,
                 **{f"{RETAINED_PREFIX}{c}": n for c, n in sorted(m.retained.items())}}

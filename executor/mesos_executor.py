@@ -139,7 +139,8 @@ def figures_of(metrics: Any, blocked: tuple[float, float] = (0.0, 0.0),
         return TaskFigures(**waits)
     return TaskFigures(int(metrics.tuples_in), int(metrics.tuples_out), int(metrics.batches),
                        int(metrics.batch_ms), int(metrics.backlog), int(metrics.latency_ms),
-                       busy_ms=int(metrics.busy_ms), **waits)
+                       busy_ms=int(metrics.busy_ms),
+                       watermark_ms=int(getattr(metrics, "watermark_ms", -1)), **waits)
 
 
 def checkpoint_dir(config: ExecutorConfig, task_id: str) -> Path:
@@ -413,7 +414,7 @@ class ExecutorLoop:
                 return
             self.events.put(ParamsApplied(stimulus("control"), command.mesos_task_id,
                                           command.request, done.version, done.epoch,
-                                          done.pause_s, time.time()))
+                                          done.pause_s, time.time(), dict(done.detail)))
 
         threading.Thread(target=apply, name=f"control-{command.mesos_task_id}",
                          daemon=True).start()

@@ -37,7 +37,7 @@ from common.paths import PathRefused, confine_at_open
 from common.tasks import splitter_op_id
 from common.types import ColumnType, Field, Schema
 from compiler import expr
-from executor import cep, cep_match, shapes, sinks, sources, spool_source
+from executor import cep, cep_match, routing, shapes, sinks, sources, spool_source
 from executor.batch_gate import BatchGate
 from executor.fencing import Fence
 from executor.channel_auth import (ChannelKeyError, TaskKeys, WriterAuth, parse_readers,
@@ -112,6 +112,22 @@ class Stream:
 
 
 WATERMARK_DELAY_KEY = "spark.watermarkDelayMs"  # Spark's mark of an event-time column
+
+
+def with_tick(schema: Schema) -> Schema:
+    """A partition channel's schema under an event-time switch: the rows and their tick mark."""
+    return Schema((*schema.fields, Field(sinks.TICK_COLUMN, ColumnType.BOOLEAN)))
+
+
+def _without_ticks(df: DataFrame, time: str) -> DataFrame:
+    """`df` without its splitter's ticks, dropped after the watermark saw them: a tick only
+    moves an instance's event time on (a retiring instance's, past the switch). The condition
+    names the event-time column `time` (true for every row that has one: ticks always do), so
+    Spark's optimizer cannot push it below the watermark, as it does with other filters."""
+    if sinks.TICK_COLUMN not in df.columns:
+        return df
+    keep = ~F.col(f"`{sinks.TICK_COLUMN}`") | F.col(f"`{time}`").isNull()
+    return df.filter(keep).drop(sinks.TICK_COLUMN)
 
 
 def event_time_columns(df: DataFrame) -> set[str]:
@@ -256,6 +272,9 @@ class TaskRuntime:
         self.receivers: list[SpoolReceiver] = []  # channel inputs, closed with the query
         # how far each paced source lags behind its rate, in tuples (`sources.generator_backlog`)
         self.backlogs: list[Callable[[], int]] = []
+        # what the last live switch decided that its acknowledgement reports (a splitter's
+        # event-time switch, `switch_ms`; -1: at once)
+        self.switch_detail: dict[str, float] = {}
         for source in (*sources.ALL_SOURCES, spool_source.SpoolSource):
             spark.dataSource.register(source)
 
@@ -409,18 +428,21 @@ class TaskRuntime:
         self._put(op, output, self._load(sources.FileSource.name(), config), schema)
 
     def _spool(self, op: str, output: str, schema: Schema, name: str, folder: str,
-               replicas: Sequence[Replica], key_file: str) -> None:
+               replicas: Sequence[Replica], key_file: str, ticks: bool = False) -> None:
         """Receive `replicas` (one writer, or a hot-standby group's) into the spool `folder`
-        and read it as the stream `output` (`executor.spool_source`)."""
+        and read it as the stream `output` (`executor.spool_source`); with `ticks`, its rows
+        carry the splitter's tick mark (`sinks.TICK_COLUMN`), which the stream keeps hidden
+        until a window drops the ticks after its watermark."""
         spark_dir = os.path.join(self.checkpoint_dir, "spark")
-        receiver = SpoolReceiver(self.task_id, folder, replicas, shapes.arrow_schema(schema),
+        wire = with_tick(schema) if ticks else schema
+        receiver = SpoolReceiver(self.task_id, folder, replicas, shapes.arrow_schema(wire),
                                  key_file=key_file, endpoints_file=self._endpoints_file(),
                                  log_file=sources.source_log_path(self.checkpoint_dir),
                                  finished=lambda: spool_source.finished_seq(spark_dir, name))
         self.receivers.append(receiver.start())
         config = spool_source.SpoolConfig(
             self.task_id, name, folder, os.path.join(self.checkpoint_dir, "spark"),
-            sources.schema_pairs(schema), self.source_partitions, self.deterministic,
+            sources.schema_pairs(wire), self.source_partitions, self.deterministic,
             idle_seconds=self.channel_poll_seconds)
         df = (self.spark.readStream.format(spool_source.SpoolSource.name())
               .option(spool_source.CONFIG_OPTION, spool_source.encode_config(config)).load())
@@ -431,9 +453,9 @@ class TaskRuntime:
 
     def _channel_stream(self, op: str, output: str, schema: Schema, channel: str,
                         endpoint: str, reader_id: str, key_file: str = "",
-                        server_key: str = "") -> None:
+                        server_key: str = "", ticks: bool = False) -> None:
         self._spool(op, output, schema, channel, self._spool_folder(channel),
-                    [Replica(channel, reader_id, endpoint, server_key)], key_file)
+                    [Replica(channel, reader_id, endpoint, server_key)], key_file, ticks)
 
     def network_source(self, *, op: str, output: str, schema: Schema, endpoint: str,
                        channel: str, reader: str | None = None, key_file: str | None = None,
@@ -449,11 +471,15 @@ class TaskRuntime:
         self._channel_stream(op, output, schema, channel, self._param(op, "endpoint", endpoint),
                              reader or f"{self.task_id}/{op}", key_file or "", server_key or "")
 
-    def channel_source(self, *, output: str, schema: Schema, channel: str) -> None:
+    def channel_source(self, *, output: str, schema: Schema, channel: str,
+                       ticks: bool = False) -> None:
+        """Read `channel` as `output`; `ticks`: a partition channel of a stateful operator's
+        splitter, whose rows carry the tick mark (`split_channel_sink`'s `switch`)."""
         op = f"read:{channel}"
         key_file, server_key = self._reader_keys(op, channel)
         self._channel_stream(op, output, schema, channel, self._endpoint_of(op, channel),
-                             channel_reader_id(self.task_id, channel), key_file, server_key)
+                             channel_reader_id(self.task_id, channel), key_file, server_key,
+                             ticks)
 
     def _reader_keys(self, op: str, channel: str) -> tuple[str, str]:
         """(key file, producer's public key) for reading a channel of this query; ("", "")
@@ -562,7 +588,7 @@ class TaskRuntime:
         aggs = [self._aggregate_column(op, stream, n, f, c) for n, f, c in aggregates]
         slide_text = self._duration(op, slide) if slide is not None else None
         windowed = F.window(_qcol(input, time), self._duration(op, window), slide_text)
-        df = (self._watermarked(op, stream, time, watermark)
+        df = (_without_ticks(self._watermarked(op, stream, time, watermark), time)
               .groupBy(windowed.alias("window"), *[_qcol(input, k.name) for k in keys])
               .agg(*[a for a, _ in aggs]))
         event_time = {WATERMARK_DELAY_KEY: df.schema["window"].metadata[WATERMARK_DELAY_KEY]}
@@ -591,8 +617,11 @@ class TaskRuntime:
 
     def pattern(self, *, op: str, input: str, output: str, time: str, partition_by: Sequence[str],
                 pattern: str, within: str, watermark: str, defines: Sequence[tuple[str, str]],
-                measures: Sequence[tuple[str, str]], max_partial: int) -> None:
-        """Row pattern recognition per key (`executor.cep`): one row per match."""
+                measures: Sequence[tuple[str, str]], max_partial: int,
+                after_match: str = "skip-past-last-row",
+                share: tuple[int, int] | None = None) -> None:
+        """Row pattern recognition per key (`executor.cep`): one row per match; with `share`
+        (i, k), instance i of a partitioned pattern (docs/patterns.md)."""
         stream = self._get(op, input)
         if self._field(op, stream, time).type is not ColumnType.TIMESTAMP:
             raise self._error(op, f"time column {time!r} is not a timestamp")
@@ -600,8 +629,9 @@ class TaskRuntime:
         within_us = parse_duration(self._duration(op, within)) // timedelta(microseconds=1)
         try:
             program, typed = cep_match.build_program(input, stream.schema, time, pattern,
-                                                     defines, measures, within_us, max_partial)
-        except expr.ExpressionError as exc:
+                                                     defines, measures, within_us, max_partial,
+                                                     after_match, share)
+        except (expr.ExpressionError, ValueError) as exc:
             raise self._error(op, f"pattern {pattern!r}: {exc}") from None
         fields = [Field(name, t.type) for (name, _), t in zip(measures, typed)]
         df, schema = cep.pattern_frame(stream.df, input, program, keys, fields,
@@ -809,12 +839,16 @@ class TaskRuntime:
                            readers)
 
     def split_channel_sink(self, *, input: str, channels: Sequence[str], key: Sequence[str],
-                           readers: Sequence[Sequence[str]], active: int | None = None) -> None:
+                           readers: Sequence[Sequence[str]], active: int | None = None,
+                           switch: tuple[str, int, int] | None = None) -> None:
         """Serve `input` split over the first `active` (default all) of k = len(channels)
         partitions, partition i+1 on channels[i] for the tasks readers[i]; a row goes to
         pmod(hash(key columns), active) (all columns when `key` is empty), Spark's Murmur3
         hash, the same in every process. `key` and `active` are live: a control tuple changes
-        them between two micro-batches (a rescale of the partitioned operator)."""
+        them between two micro-batches (a rescale). With `switch` (a stateful operator's time
+        column, tumbling window and tick horizon, ms) a new `active` takes over for rows from
+        the next window boundary on (`executor.routing`); the schedule is kept next to the
+        checkpoint, so a restarted query routes as before."""
         op = splitter_op_id(channels)
         if self.channels is None:
             raise self._error(op, "channel sinks need the executor's ChannelHub")
@@ -823,32 +857,31 @@ class TaskRuntime:
         if len(readers) != len(channels):
             raise self._error(op, f"{len(channels)} channels but {len(readers)} reader lists")
         stream = self._get(op, input)
-        schema = shapes.arrow_schema(stream.schema)
+        schema = shapes.arrow_schema(with_tick(stream.schema) if switch else stream.schema)
         for channel, tasks in zip(channels, readers):
             self._access[channel] = self._declared(op, channel, tasks)
         writers = [self._writer(channel, schema, self.endpoints.get(channel))
                    for channel in channels]
-        routing = {"key": list(self._param(op, "key", key)),
-                   "active": self._active(op, self._param(op, "active", active or len(channels)),
-                                          len(channels))}
+        n = self._active(op, self._param(op, "active", active or len(channels)), len(channels))
+        timing = routing.Switch(self._field(op, stream, switch[0]).name, int(switch[1]),
+                                int(switch[2])) if switch is not None else None
+        path = os.path.join(self.checkpoint_dir, "routing", quote(op, safe="") + ".json")
+        schedule = routing.load(path) if timing is not None else None
+        if schedule is None or schedule.entries[-1][1] > len(channels):
+            schedule = routing.Schedule([(None, n)])
         sink = sinks.SplitChannelSink(self.task_id, writers, schema,
-                                      self._partition(op, stream, routing["key"],
-                                                      routing["active"]))
+                                      self._hash(op, stream, self._param(op, "key", key)),
+                                      schedule, timing, path if timing is not None else None)
+        if schedule.active != n:  # changed while the query was down: switch now
+            sink.rescale(n)
 
-        def reroute(keyword: str, value: Any) -> Undo:
-            new = {**routing, keyword: list(value) if keyword == "key" else
-                   self._active(op, value, len(channels))}
-            undo = sink.route(self._partition(op, stream, new["key"], new["active"]))
-            before = dict(routing)
-            routing.update(new)
-
-            def back() -> None:
-                routing.update(before)
-                undo()
-            return back
-        self.live[(op, "key")] = LiveParam(list(key), lambda new: reroute("key", new))
-        self.live[(op, "active")] = LiveParam(active or len(channels),
-                                              lambda new: reroute("active", new))
+        def rescale(value: Any) -> Undo:
+            undo, at = sink.rescale(self._active(op, value, len(channels)))
+            self.switch_detail["switch_ms"] = float(at) if at is not None else -1.0
+            return undo
+        self.live[(op, "key")] = LiveParam(
+            list(key), lambda new: sink.route(self._hash(op, stream, new)))
+        self.live[(op, "active")] = LiveParam(active or len(channels), rescale)
         self._start(op, input, sink)
 
     def _active(self, op: str, value: Any, slots: int) -> int:
@@ -858,8 +891,8 @@ class TaskRuntime:
                                   f"them, not {value!r}")
         return value
 
-    def _partition(self, op: str, stream: Stream, key: Sequence[str], parts: int) -> Column:
-        """A row's partition, 0..parts-1: pmod(hash(key columns), parts), all columns when `key`
-        is empty (Spark's Murmur3 hash, the same in every process)."""
+    def _hash(self, op: str, stream: Stream, key: Sequence[str]) -> Column:
+        """A row's key hash: Spark's Murmur3 `hash` of the key columns (all columns when `key`
+        is empty), the same in every process (Python's `hash()` is salted per process)."""
         names = [self._field(op, stream, k).name for k in key] or list(stream.schema.names)
-        return F.pmod(F.hash(*[F.col(f"`{k}`") for k in names]), F.lit(parts))
+        return F.hash(*[F.col(f"`{k}`") for k in names])

@@ -32,6 +32,7 @@ import pyarrow.compute as pc
 from common.api_client import RequestRejected, SchedulerUnavailable
 from common.operator_schemas import CONTROL_COLUMNS
 from common.paths import confine_at_open
+from executor import routing
 
 log = logging.getLogger(__name__)
 
@@ -264,6 +265,9 @@ class ChannelSink:
 
 
 PARTITION_COLUMN = "__elastiq_partition"
+# Under an event-time switch a splitter's rows carry this mark: true for a tick, a copy of the
+# batch's latest row that only moves a retiring instance's watermark (`executor.routing`)
+TICK_COLUMN = "__elastiq_tick"
 
 
 def split_by_partition(table: pa.Table, column: str, parts: int) -> list[pa.Table]:
@@ -277,38 +281,107 @@ def split_by_partition(table: pa.Table, column: str, parts: int) -> list[pa.Tabl
 class SplitChannelSink:
     """Sends each micro-batch as k tables, partition i to `writers[i]`, every one tagged with the
     batch id (an empty partition still advances its writer's tag, so seqs stay aligned with
-    batch ids and a replayed batch is dropped by every writer). The partition column is added
-    by Spark before the batch is taken out (`partition`, a Column over the stream's columns)."""
+    batch ids and a replayed batch is dropped by every writer). Spark adds each row's key hash
+    (`hash`, a Column over the stream's columns); the partition is pmod(hash, n) with the n
+    the routing schedule (`executor.routing`) has in force, at the row's event time for a
+    stateful operator (`switch`), whose schedule is kept in `schedule_path` across restarts."""
 
-    def __init__(self, task_id: str, writers: list[Any], schema: pa.Schema,
-                 partition: Any) -> None:
+    def __init__(self, task_id: str, writers: list[Any], schema: pa.Schema, hash: Any,
+                 schedule: routing.Schedule, switch: routing.Switch | None = None,
+                 schedule_path: str | None = None) -> None:
         self.task_id = task_id
         self.writers = writers
         self.schema = schema
-        self.partition = partition
+        self.hash = hash
+        self.schedule = schedule
+        self.switch = switch
+        self.schedule_path = schedule_path
         self.rows_out = 0
+        self.late_rows = 0
 
-    def route(self, partition: Any) -> Callable[[], None]:
-        """Route the next batches by `partition`; returns how to go back."""
-        before, self.partition = self.partition, partition
+    def route(self, hash: Any) -> Callable[[], None]:
+        """Hash the next batches' rows by `hash` (a new key); returns how to go back."""
+        before, self.hash = self.hash, hash
 
         def undo() -> None:
-            self.partition = before
+            self.hash = before
         return undo
+
+    def rescale(self, n: int) -> tuple[Callable[[], None], int | None]:
+        """Route the next batches to `n` partitions: at once (stateless), or for rows from the
+        next window boundary on (stateful); returns how to go back and the switch's event time
+        (ms; None: at once)."""
+        before = self.schedule
+        self.schedule, at = routing.rescaled(before, n, self.switch)
+        self._persist()
+
+        def undo() -> None:
+            self.schedule = before
+            self._persist()
+        return undo, at
+
+    def _persist(self) -> None:
+        if self.schedule_path is not None:
+            routing.save(self.schedule_path, self.schedule)
 
     def __call__(self, df: Any, batch_id: int) -> None:
         from pyspark.sql import functions as F
 
-        with_part = df.select(*[F.col(f"`{n}`") for n in self.schema.names],
-                              self.partition.alias(PARTITION_COLUMN))
-        table = with_part.toArrow()
-        parts = split_by_partition(table, PARTITION_COLUMN, len(self.writers))
-        for index, (writer, part) in enumerate(zip(self.writers, parts)):
-            part = part.select(self.schema.names).cast(self.schema)
+        table = df.select(*[F.col(f"`{n}`") for n in self.schema.names if n != TICK_COLUMN],
+                          self.hash.alias(PARTITION_COLUMN)).toArrow()
+        hashes = table.column(PARTITION_COLUMN).to_numpy(zero_copy_only=False)
+        times = self._times(table)
+        if times is not None and len(times):
+            latest = int(times.max())
+            if self.schedule.max_seen is None or latest > self.schedule.max_seen:
+                self.schedule.max_seen = latest
+                self._persist()
+        parts = routing.partitions(hashes, times, self.schedule)
+        keep = None
+        if times is not None and self.switch is not None:
+            late = routing.too_late(parts, times, self.schedule, self.switch.horizon_ms)
+            if late.any():
+                self.late_rows += int(late.sum())
+                keep = ~late
+        rest = table.drop_columns([PARTITION_COLUMN])
+        if self.switch is not None:
+            rest = rest.append_column(TICK_COLUMN, pa.array([False] * rest.num_rows))
+        rest = rest.select(self.schema.names).cast(self.schema)
+        ticks = self._ticks(rest, times)
+        for index, writer in enumerate(self.writers):
+            mask = parts == index if keep is None else (parts == index) & keep
+            part = rest.filter(pa.array(mask))
+            if index in ticks and ticks[index] is not None:
+                part = pa.concat_tables([part, ticks[index]])
             seq = writer.send(part, batch_id)
             log.debug("task %s: batch %s partition %s -> seq %s (%s rows)", self.task_id,
                       batch_id, index + 1, seq, part.num_rows)
         self.rows_out += table.num_rows
+
+    def _times(self, table: pa.Table) -> Any:
+        """The rows' event times in ms (None for a stateless operator)."""
+        if self.switch is None:
+            return None
+        column = table.column(self.switch.time)
+        unit = {"s": 1000, "ms": 1, "us": 1 / 1000, "ns": 1 / 1_000_000}[column.type.unit]
+        raw = column.cast(pa.int64()).to_numpy(zero_copy_only=False)
+        return (raw * unit).astype("int64") if unit != 1 else raw
+
+    def _ticks(self, rows: pa.Table, times: Any) -> dict[int, pa.Table | None]:
+        """A copy of the batch's latest row, marked as a tick, for each partition a scale-in
+        retires: it moves that instance's watermark past the switch, and its window operator
+        drops it after the watermark saw it (`runtime._without_ticks`)."""
+        if self.switch is None or times is None or not len(times):
+            return {}
+        slots = routing.ticked(self.schedule, self.switch.horizon_ms)
+        if not slots:
+            return {}
+        latest = rows.slice(int(times.argmax()), 1)
+        marks = latest.schema.get_field_index(TICK_COLUMN)
+        tick = latest.set_column(marks, TICK_COLUMN, pa.array([True]))
+        self.schedule.ticks += 1
+        self._persist()
+        return {i: tick for i in slots}
 
 
 # --- control tuples: the closed loop ------------------------------------------------------------

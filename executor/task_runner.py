@@ -22,6 +22,7 @@ import re
 import threading
 import time
 from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Literal, Mapping, Sequence
@@ -60,15 +61,18 @@ class TaskMetrics:
     backlog: int  # sum over sources of latest - end offset (sequence numbers)
     latency_ms: int  # last batch's end-to-end processing time (= batch_ms at present)
     busy_ms: int = 0  # time spent in micro-batches since the runner started (all runs)
+    watermark_ms: int = -1  # the query's event-time watermark (ms since the epoch; -1: none)
 
 
 @dataclass(frozen=True)
 class Reconfigured:
-    """Parameters applied: from micro-batch `epoch` on, after a pause of `pause_s`."""
+    """Parameters applied: from micro-batch `epoch` on, after a pause of `pause_s`; `detail`:
+    what a live switch decided (a splitter's event-time switch, `switch_ms`)."""
 
     version: int
     epoch: int
     pause_s: float
+    detail: Mapping[str, float] = field(default_factory=dict)
 
 
 class ReconfigureFailed(RuntimeError):
@@ -165,6 +169,21 @@ class InputCounter:
         return self.total
 
 
+def watermark_of(progress: Mapping[str, Any]) -> int:
+    """The watermark a progress report shows (`eventTime.watermark`, ISO-8601), in ms since
+    the epoch; -1 when it has none (a query without event time, or before its first rows)."""
+    text = (progress.get("eventTime") or {}).get("watermark")
+    if not isinstance(text, str):
+        return -1
+    try:
+        instant = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return -1
+    if instant.tzinfo is None:
+        instant = instant.replace(tzinfo=timezone.utc)
+    return int(instant.timestamp() * 1000)
+
+
 def metrics_from(progress: Mapping[str, Any], batches: int, tuples_out: int,
                  tuples_in: int, busy_ms: int = 0) -> TaskMetrics:
     """TaskMetrics from one StreamingQueryProgress dict (pure)."""
@@ -174,7 +193,8 @@ def metrics_from(progress: Mapping[str, Any], batches: int, tuples_out: int,
         tuples_in=tuples_in, tuples_out=tuples_out,
         input_rate=float(progress.get("inputRowsPerSecond", 0.0) or 0.0),
         process_rate=float(progress.get("processedRowsPerSecond", 0.0) or 0.0),
-        batch_ms=batch_ms, backlog=backlog_of(progress), latency_ms=batch_ms, busy_ms=busy_ms)
+        batch_ms=batch_ms, backlog=backlog_of(progress), latency_ms=batch_ms, busy_ms=busy_ms,
+        watermark_ms=watermark_of(progress))
 
 
 def failure_reason(exc: Any) -> str:
@@ -322,6 +342,7 @@ class TaskRunner:
 
         query = rt.query
         assert query is not None
+        rt.switch_detail.clear()
         try:
             _, epoch = rt.gate.switch(apply, self._spark_dir, timeout,
                                       alive=lambda: query.isActive)
@@ -334,7 +355,7 @@ class TaskRunner:
         pause = time.monotonic() - began
         log.info("task %s: parameters %s switched live from batch %s (%.3f s)", self.task_id,
                  version, epoch, pause)
-        return Reconfigured(version, epoch, pause)
+        return Reconfigured(version, epoch, pause, dict(rt.switch_detail))
 
     def _await_commit(self, written: int | None, timeout: float) -> None:
         """Wait until Spark has committed the last batch the sink wrote: stopped before that,

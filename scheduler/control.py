@@ -42,10 +42,11 @@ class TaskAnswer:
     pause_s: float = 0.0
     message: str = ""
     at: float = 0.0  # wall-clock seconds
+    detail: dict[str, float] = field(default_factory=dict)  # what a live switch decided
 
     def to_json(self) -> dict[str, Any]:
         return {"applied": self.applied, "epoch": self.epoch, "pause_s": self.pause_s,
-                "message": self.message, "at": self.at}
+                "message": self.message, "at": self.at, "detail": dict(self.detail)}
 
 
 @dataclass

@@ -45,12 +45,16 @@ class Rescale:
     retired_at: float | None = None  # a scale-in: when its last instance was stopped
     state: str = "pending"  # pending | applied | refused
     reason: str = ""  # why (automatic mode: the policy's explanation)
+    # a stateful operator's event-time switch (ms since the epoch), from its splitters'
+    # acknowledgements; -1: at once (nothing routed yet); None: not known yet
+    switch_ms: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"operator": self.operator, "from": self.before, "to": self.after,
                 "trigger": self.trigger, "request": self.request, "asked_at": self.asked_at,
                 "applied_at": self.applied_at, "pause_s": self.pause_s,
-                "retired_at": self.retired_at, "state": self.state, "reason": self.reason}
+                "retired_at": self.retired_at, "state": self.state, "reason": self.reason,
+                "switch_ms": self.switch_ms}
 
 
 @dataclass
@@ -134,8 +138,9 @@ def reconcile(query: CompiledQuery, tasks: dict[str, TaskRecord], control: Query
             if task.state.launched and not task.retiring:
                 task.retiring = True
                 notes.append(f"{task_id} retires once drained ({e.operator} scales in to {n})")
-            if task.retiring and settled and not task.kill_requested and task.state is \
-                    TaskState.RUNNING and _drained(e, index, task, tasks, state, now):
+            if task.retiring and settled and not task.kill_requested and \
+                    task.state is TaskState.RUNNING and _drained(e, index, task, tasks, state,
+                                                                  now):
                 stop.append(task)
     return Steps(tuple(activate), tuple(stop), tuple(notes))
 
@@ -155,17 +160,34 @@ def never_launched_beyond(query: CompiledQuery, tasks: dict[str, TaskRecord],
     return found
 
 
+def _switch_of(state: ElasticState, operator: str) -> int | None:
+    last = state.last(operator)
+    return last.switch_ms if last is not None and last.state == "applied" else None
+
+
 def _drained(e: ElasticOperator, index: int, task: TaskRecord, tasks: dict[str, TaskRecord],
              state: ElasticState, now: float) -> bool:
-    """Slot `index` has drained: every splitter reports no batch of its partition channel
-    unacknowledged (so the instance committed all it was sent), and then, in figures measured
-    afterwards, the instance reports none of its own outputs unacknowledged."""
+    """Slot `index` has drained: its input is done (stateless: every splitter reports no batch
+    of its partition channel unacknowledged, so the instance committed all it was sent;
+    stateful: its watermark passed the switch, so it emitted every window before it; its
+    splitter's ticks carried it there), and then, in figures measured afterwards, the instance
+    reports none of its own outputs unacknowledged."""
+    if e.switch_time is not None:
+        switch = _switch_of(state, e.operator)
+        if switch is None or task.figures.get("watermark_ms", -1) < switch:
+            state.drained_at.pop(task.task_id, None)
+            return False
+        return _outputs_done(task, state, now)
     for splitter_task, _ in e.splitters:
         splitter = tasks[splitter_task]
         channel = _partition_channel(splitter.task.outputs, index)
         if channel is None or retained_of(splitter.figures).get(channel, 1) != 0:
             state.drained_at.pop(task.task_id, None)
             return False
+    return _outputs_done(task, state, now)
+
+
+def _outputs_done(task: TaskRecord, state: ElasticState, now: float) -> bool:
     since = state.drained_at.setdefault(task.task_id, now)
     if task.figures_at < since + DRAIN_SETTLE_SECONDS:
         return False

@@ -611,6 +611,11 @@ class SchedulerState:
                 if query.tasks[t].state is not TaskState.RUNNING or query.tasks[t].migrate_to]
         pending = [r.request_id for r in query.control.requests.values() if r.state == "pending"
                    and set(r.tasks) & set(targets)]
+        draining = [f"{t.task_id} of {e.operator} is still draining after a scale-in"
+                    for e in query.query.elastic if e.stateful
+                    and any(c.adjustable.operator == e.operator for c in changes)
+                    for t in (query.tasks[s] for s in e.slots) if t.retiring]
+        busy += draining
         if busy or pending:
             why = "; ".join(busy) or f"request {pending[0]} is still being applied"
             return [ReplyToRequest(sid, False, 409, f"control of {ev.query_id} refused: {why}; "
@@ -643,7 +648,8 @@ class SchedulerState:
         if found is None or parsed is None or parsed[1] != found[1].attempt:
             return []  # an older attempt's answer: the new one was launched with the request
         query, task = found
-        answer = ctl.TaskAnswer(ack.applied, ack.epoch, ack.pause_s, ack.message, ack.at)
+        answer = ctl.TaskAnswer(ack.applied, ack.epoch, ack.pause_s, ack.message, ack.at,
+                                dict(ack.detail))
         request = ctl.acknowledge(query.control, ack.request, task.task_id, answer, self.now)
         if request is None:
             return []
@@ -732,6 +738,9 @@ class SchedulerState:
                 rescale.state, rescale.applied_at = request.state, self.now
                 pauses = [a.pause_s for a in request.tasks.values() if a is not None]
                 rescale.pause_s = max(pauses, default=0.0)
+                switches = [int(a.detail["switch_ms"]) for a in request.tasks.values()
+                            if a is not None and "switch_ms" in a.detail]
+                rescale.switch_ms = max(switches) if switches else None
                 rescale.reason = rescale.reason or request.reason
 
     def _rescale_steps(self, sid: str, only: QueryRecord | None = None) -> list[Command]:

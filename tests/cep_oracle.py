@@ -2,7 +2,8 @@
 
 Written apart from `executor.cep_match`: a recursive backtracking matcher over the pattern tree
 (continuation passing, preferred branch first: greedy quantifiers, left alternatives), tried from
-each row in time order; after a match, from the row after its last (SKIP PAST LAST ROW). Rows
+each row in time order; after a match, from the row after its last (SKIP PAST LAST ROW), or
+with `skip_to_next`, from the row after its first (every start row keeps its match). Rows
 are ordered by time (ties by their JSON form) after dropping late rows, which it works out from
 the batches as the docs define them (a row at or before the highest watermark of the batches
 before its own is late). Conditions are plain Python functions of (rows so far, their variables),
@@ -66,7 +67,7 @@ def match_at(tree: Node, rows: Sequence[Row], start: int, conditions: dict[str, 
 
 
 def all_matches(tree: Node, rows: Sequence[Row], conditions: dict[str, Condition], within: int,
-                time: str) -> list[tuple[int, list[str]]]:
+                time: str, skip_to_next: bool = False) -> list[tuple[int, list[str]]]:
     """(first row index, variables) of every match of one key's time-ordered rows."""
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 20_000))
     out, i = [], 0
@@ -74,7 +75,7 @@ def all_matches(tree: Node, rows: Sequence[Row], conditions: dict[str, Condition
         found = match_at(tree, rows, i, conditions, within, time)
         if found:
             out.append((i, found))
-            i += len(found)
+            i += 1 if skip_to_next else len(found)
         else:
             i += 1
     return out

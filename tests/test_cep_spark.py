@@ -4,7 +4,10 @@ the matchers in Spark's state store; the query is SIGKILLed mid-stream (its Pyth
 runner) and restarted from its checkpoint. The matches in its exactly-once file sink are
 compared with the independent backtracking matcher (tests/cep_oracle.py) over the generator's
 rows computed in plain Python, with the tick conditions and the measures written here in
-Python: no match lost, none twice, none different."""
+Python: no match lost, none twice, none different. Then the plan the pattern-partitioning rule
+makes of it (two instances reading every row, each with its share of the partial matches, as
+two queries, and the union of their matches) is checked against the same matcher with
+skip-to-next-row."""
 
 from __future__ import annotations
 
@@ -48,7 +51,8 @@ TICK = {
 }
 
 
-def _expected(rows: list[dict], within_us: int) -> dict[str, list[dict]]:
+def _expected(rows: list[dict], within_us: int, skip_to_next: bool = False
+              ) -> dict[str, list[dict]]:
     by_symbol: dict[str, list[dict]] = defaultdict(list)
     for r in rows:
         by_symbol[r["symbol"]].append({**r, "t": (r["ts"] - EPOCH) // timedelta(microseconds=1)})
@@ -57,7 +61,7 @@ def _expected(rows: list[dict], within_us: int) -> dict[str, list[dict]]:
     for symbol, own in by_symbol.items():
         own.sort(key=lambda r: r["t"])
         out[symbol] = []
-        for i, labels in cep_oracle.all_matches(tree, own, TICK, within_us, "t"):
+        for i, labels in cep_oracle.all_matches(tree, own, TICK, within_us, "t", skip_to_next):
             match = own[i:i + len(labels)]
             of = lambda v: [r for r, lb in zip(match, labels) if lb == v]  # noqa: E731
             out[symbol].append({
@@ -129,3 +133,64 @@ def test_tick_shape_example_on_spark_killed_mid_stream_equals_the_backtracking_m
         decided += len(sure)
     assert set(got_by) <= set(expected)
     assert decided > 50
+
+
+def _instance_program(out: Path, limit: int, share: int) -> str:
+    """One instance of the rewritten plan as its generated program calls it: every row, matches
+    started at its share of them; the generator stands for the multicast channel (it gives every
+    instance the same rows)."""
+    graph = check_or_raise(load_spec(str(EXAMPLE)))
+    params = dict(graph.node("tick").params)
+    schema = [(f.name, f.type.value) for f in graph.stream("stock").schema]
+    return f"""
+from common.types import Schema
+def build(rt):
+    rt.generator(op="ticks", output="stock", schema=Schema.of(*{schema!r}), shape="stock",
+                 seed={SEED}, rate={RATE}, limit={limit}, start={START!r})
+    rt.pattern(op="tick_{share}", input="stock", output="shapes", time="ts",
+               partition_by=("symbol",), pattern={params["pattern"]!r}, within="1 seconds",
+               watermark="1 seconds", defines={params["defines"]!r},
+               measures={params["measures"]!r}, max_partial=100000,
+               after_match="skip-to-next-row", share=({share}, 2))
+    rt.file_sink(op="sink", input="shapes", path={str(out)!r})
+"""
+
+
+def test_the_partitioned_tick_pattern_on_spark_equals_the_matcher_with_skip_to_next_row(
+        spark: Any, tmp_path: Path) -> None:
+    """Two instances, each its own streaming query in the shared session (as the rule's two
+    tasks), their sinks' union as the merger: nothing twice, nothing the matcher does not find,
+    nothing decided missing."""
+    limit = 900  # 15 s of ticks
+    runners, outs = [], []
+    for share in (1, 2):
+        outs.append(tmp_path / f"shapes_{share}.jsonl")
+        program = tmp_path / f"program_{share}.py"
+        program.write_text(_instance_program(outs[-1], limit, share), encoding="utf-8")
+        runners.append(TaskRunner(spark, program, {
+            "query_id": "q", "task_id": f"tick_{share}",
+            "checkpoint_dir": str(tmp_path / f"ck{share}"), "trigger_seconds": 0.5},
+            max_restarts=0, backoff_seconds=0.5))
+    try:
+        for runner in runners:
+            runner.start()
+        for runner in runners:
+            wait_for(lambda: runner.runtime is not None and runner.runtime.query is not None,
+                     90, "the query")
+            wait_drained(runner.runtime.query, [limit], timeout=240.0)  # type: ignore
+    finally:
+        for runner in runners:
+            runner.stop()
+    rows = input_rows("stock", SEED, RATE, limit)
+    expected = _expected(rows, WITHIN // timedelta(microseconds=1), skip_to_next=True)
+    final_watermark = max(r["ts"] for r in rows) - timedelta(seconds=1)
+    parts = [read_sink(out) for out in outs]
+    assert all(parts), "an instance found nothing"
+    got = parts[0] + parts[1]
+    key = lambda m: (m["symbol"], m["start"])  # noqa: E731
+    assert len({key(m) for m in got}) == len(got), "a match found twice"
+    want = {key(m): m for ms in expected.values() for m in ms}
+    assert all(want.get(key(m)) == m for m in got), "a match the matcher does not find"
+    sure = [m for m in want.values() if m["start"] + WITHIN < final_watermark]
+    assert {key(m) for m in sure} <= {key(m) for m in got}, "a decided match missing"
+    assert len(sure) > 25

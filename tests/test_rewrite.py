@@ -281,6 +281,8 @@ def _at_value(text: str, attr: str) -> tuple[int, int]:
     ("hot-sensors", {"hot": 'ha="standby" parallelism="2"'}, 'parallelism="2"',
      ["one pattern per operator"]),
     ("hot-sensors", {"hot": 'pipeline="merge"'}, 'pipeline="merge"', ["pipeline=\"split\""]),
+    ("hot-sensors", {"hot": 'ha="standby" max-parallelism="4"'}, 'max-parallelism="4"',
+     ["one pattern per operator"]),
     ("sensor-join", {"matched": 'parallelism="2" partition-by="temp"'}, 'partition-by="temp"',
      ["cannot be partitioned by 'temp'"]),
 ])

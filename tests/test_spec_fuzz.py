@@ -151,7 +151,7 @@ def case_collision(rng: random.Random, text: str) -> str:
 PATTERNS = ('ha="standby"', 'ha="checkpoint"', 'ha="hot-standby"', 'ha="hot-standby" replicas="3"',
             'replicas="99"', 'parallelism="2"', 'parallelism="3" partition-by="sensor"',
             'parallelism="65"', 'partition-by="nope"', 'pipeline="split"', 'pipeline="join"',
-            'ha="standby" pipeline="split"')
+            'ha="standby" pipeline="split"', 'match-instances="2"', 'match-instances="x"')
 
 
 def add_pattern(rng: random.Random, text: str) -> str:

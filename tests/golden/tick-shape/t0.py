@@ -45,6 +45,7 @@ def build(rt: TaskRuntime) -> None:
         defines=(('B', 'price < prev(price)'), ('C', 'price > prev(price) and price < first(A.price)'), ('D', 'price > prev(price) and price > first(A.price)')),
         measures=(('start', 'first(A.ts)'), ('finish', 'last(D.ts)'), ('open', 'first(A.price)'), ('bottom', 'min(B.price)'), ('top', 'max(D.price)'), ('falls', 'count(B)'), ('rises', 'count(D)')),
         max_partial=100000,
+        after_match='skip-past-last-row',
     )
     # out := file_sink(tick)
     rt.file_sink(op='out', input='shapes', path='/srv/elastiq/out/tick-shapes.jsonl')

@@ -1,0 +1,133 @@
+"""Where a splitter sends each row: its routing schedule, and how a rescale changes it.
+
+Owns `Schedule` (the number of instances routed to, from which event time on: a stateless
+operator's schedule has one entry, replaced at a micro-batch boundary; a stateful one's grows
+an entry at each rescale, switching at the first window boundary after every row routed so far,
+so every window stays whole on the instance that had it), the pure functions over it (a row's
+partition from its key hash and event time, the event time of a switch, the slots a scale-in
+retires that still need "ticks" so their watermark passes the switch, rows too late to route),
+and the schedule's file next to the task's checkpoint, so a restarted splitter routes as before.
+Does not own hashing (Spark's Murmur3, in the query) nor sending (`executor.sinks`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+
+# (from_ms, n): from event time `from_ms` on (None: from the start), rows go to n instances
+Entry = tuple[int | None, int]
+
+
+@dataclass(frozen=True)
+class Switch:
+    """A stateful splitter's event-time switch: its time column, tumbling window size and how
+    long after a switch it keeps ticking the instances a scale-in retires (ms)."""
+
+    time: str
+    window_ms: int
+    horizon_ms: int
+
+
+@dataclass
+class Schedule:
+    """The routing in force: entries ordered by `from_ms`, the first from the start; and the
+    largest event time routed so far (ms; None before any row)."""
+
+    entries: list[Entry] = field(default_factory=list)
+    max_seen: int | None = None
+    ticks: int = 0  # micro-batches that ticked the partitions the last switch retires
+
+    @property
+    def active(self) -> int:
+        return self.entries[-1][1]
+
+    def to_json(self) -> dict:
+        return {"entries": [list(e) for e in self.entries], "max_seen": self.max_seen,
+                "ticks": self.ticks}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Schedule":
+        entries = [(None if e[0] is None else int(e[0]), int(e[1])) for e in d["entries"]]
+        if not entries or entries[0][0] is not None or any(n < 1 for _, n in entries):
+            raise ValueError(f"not a routing schedule: {d!r}")
+        seen = d.get("max_seen")
+        return cls(entries, None if seen is None else int(seen), int(d.get("ticks", 0)))
+
+
+def switch_time(max_seen: int | None, window_ms: int) -> int | None:
+    """The first window boundary after every row routed so far (None: nothing routed yet, so
+    the new routing may take over at once)."""
+    if max_seen is None:
+        return None
+    return (max_seen // window_ms + 1) * window_ms
+
+
+def rescaled(schedule: Schedule, n: int, switch: Switch | None) -> tuple[Schedule, int | None]:
+    """The schedule after a change to `n` instances, and the event time it switches at (None:
+    at once, from the next micro-batch, which a stateless operator or one that has routed
+    nothing yet can afford)."""
+    at = switch_time(schedule.max_seen, switch.window_ms) if switch is not None else None
+    if at is None:
+        return Schedule([(None, n)], schedule.max_seen), None
+    entries = [e for e in schedule.entries if e[0] is None or e[0] < at] + [(at, n)]
+    return Schedule(entries, schedule.max_seen, 0), at
+
+
+def partitions(hashes: np.ndarray, times: np.ndarray | None, schedule: Schedule) -> np.ndarray:
+    """Each row's partition (0-based): pmod(hash, n) with the n in force at its event time
+    (the last entry's for rows without one)."""
+    if times is None or len(schedule.entries) == 1:
+        return np.mod(hashes.astype(np.int64), schedule.active)
+    starts = np.array([e[0] for e in schedule.entries[1:]], dtype=np.int64)
+    counts = np.array([n for _, n in schedule.entries], dtype=np.int64)
+    scheme = np.searchsorted(starts, times, side="right")
+    return np.mod(hashes.astype(np.int64), counts[scheme])
+
+
+MIN_TICKS = 5  # a switch ticks its retiring partitions in at least this many micro-batches
+
+
+def ticked(schedule: Schedule, horizon_ms: int) -> list[int]:
+    """Partitions that get a tick this batch: those the entry before the last routed to and
+    the last does not (the last switch was a scale-in and retires them), in MIN_TICKS
+    micro-batches and until event time passes that switch by `horizon_ms` (a source catching
+    up can cross the horizon in one batch); ticks advance their watermark, so they emit the
+    windows before the switch."""
+    last_from = schedule.entries[-1][0]
+    if last_from is None or len(schedule.entries) < 2 or schedule.max_seen is None or (
+            schedule.max_seen >= last_from + horizon_ms and schedule.ticks >= MIN_TICKS):
+        return []
+    return list(range(schedule.active, schedule.entries[-2][1]))
+
+
+def too_late(parts: np.ndarray, times: np.ndarray, schedule: Schedule,
+             horizon_ms: int) -> np.ndarray:
+    """Rows bound for a partition the schedule no longer routes to that are older than the
+    horizon behind the latest event time: their instance retired once its watermark passed
+    them, so they are late for it as for any window (dropped, as Spark drops late rows)."""
+    if schedule.max_seen is None:
+        return np.zeros(len(parts), dtype=bool)
+    return (parts >= schedule.active) & (times < schedule.max_seen - horizon_ms)
+
+
+def load(path: str) -> Schedule | None:
+    """The schedule a splitter persisted at `path`, None when there is none or it is not one
+    (then the program's routing is taken; a damaged file is replaced at the next batch)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return Schedule.from_json(json.load(f))
+    except (OSError, ValueError, KeyError, TypeError, IndexError):
+        return None
+
+
+def save(path: str, schedule: Schedule) -> None:
+    """Write the schedule atomically (temporary file, then rename)."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(schedule.to_json(), f)
+    os.replace(tmp, path)
