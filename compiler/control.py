@@ -308,7 +308,7 @@ def _count(text: str, bounds: tuple[int, int]) -> int:
     try:
         value = int(text.strip())
     except ValueError:
-        raise ParamValueError(f"{_shown(text)!r} is not a whole number; write one from {low} "
+        raise ParamValueError(f"{_shown(text)} is not a whole number; write one from {low} "
                               f"to {high}") from None
     if not low <= value <= high:
         raise ParamValueError(f"{value} is outside {low}..{high} (the operator's "

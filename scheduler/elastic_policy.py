@@ -257,10 +257,15 @@ def in_window(samples: Sequence[Sample], now: float, seconds: float) -> list[Sam
 
 
 def growing(samples: Sequence[Sample]) -> bool:
-    """The backlog never fell and ended higher than it started."""
+    """The backlog never fell and rose in each half of the samples (a backlog that sat still
+    and jumped only at the end did not grow all window: the load just changed)."""
     values = [s.backlog for s in samples]
-    return len(values) >= 2 and values[-1] > values[0] and \
-        all(b >= a for a, b in zip(values, values[1:]))
+    if len(values) < 2 or any(b < a for a, b in zip(values, values[1:])):
+        return False
+    if len(values) < 4:
+        return values[-1] > values[0]
+    middle = len(values) // 2
+    return values[middle - 1] > values[0] and values[-1] > values[middle]
 
 
 def _windows(tasks: Mapping[str, Sequence[Sample]], now: float, policy: ElasticPolicy

@@ -166,6 +166,21 @@ def reconcile(query: CompiledQuery, tasks: dict[str, TaskRecord], control: Query
     return Steps(tuple(activate), tuple(stop), tuple(notes), tuple(deactivate))
 
 
+def never_launched_beyond(query: CompiledQuery, tasks: dict[str, TaskRecord],
+                          control: QueryControl) -> list[TaskRecord]:
+    """Slots at or beyond their operator's parallelism in force that a scale-out woke and that
+    have not launched since (pending, the last edge dormant -> pending): after a refused
+    scale-out nothing was routed to them, so they may sleep again (pure)."""
+    found = []
+    for e in query.elastic:
+        for task_id in e.slots[parallelism(e, control):]:
+            task = tasks[task_id]
+            if task.state is TaskState.PENDING and task.history and \
+                    task.history[-1].start is TaskState.DORMANT:
+                found.append(task)
+    return found
+
+
 def _switch_of(state: ElasticState, operator: str) -> int | None:
     last = state.last(operator)
     return last.switch_ms if last is not None and last.state == "applied" else None

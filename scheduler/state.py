@@ -669,6 +669,9 @@ class SchedulerState:
         if request.state != "refused" or answer.applied:
             return self._rescale_steps(sid, query)
         resend = ctl.undo(query.control, request)
+        if all(a is not None and not a.applied for a in request.tasks.values()):
+            for slot in elasticity.never_launched_beyond(query.query, query.tasks, query.control):
+                slot.move(TaskState.DORMANT, sid, f"scale-out {request.request_id} refused")
         undo_id = f"{request.request_id}-undo"
         return [self._send_params(sid, query, query.tasks[t], undo_id) for t in resend
                 if t != task.task_id and query.tasks[t].state.launched] + \

@@ -1,0 +1,102 @@
+"""Spark layer, the run-time side of a rescale (issue 12): a splitter with more partition channels
+than it routes to sends rows to the first `active` partitions only (the others are sent
+nothing: their writers only advance their tags), a live switch of `active`
+routes to the new number from its epoch on, and a number of partitions outside 1..k, or not a
+whole number, is refused without changing the routing. Real Spark (the session fixture), real
+ZeroMQ channels read by test-owned readers; the oracle is the generator's reference twin."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from executor.runtime import ChannelHub, RuntimeSpecError, TaskRuntime
+from test_runtime_ops import SENSOR
+from test_runtime_patterns import ARROW_SENSOR, Collector, collect_rows, sensor_key
+from test_runtime_support import START, input_rows, wait_for
+
+pytestmark = pytest.mark.spark
+
+CHANNELS = ("q.el.p1", "q.el.p2", "q.el.p3")
+SPLIT = f"split:{'+'.join(CHANNELS)}"
+READERS = (("d1",), ("d2",), ("d3",))
+RATE, LIMIT = 100.0, 2000
+
+
+def test_a_split_routes_to_its_active_partitions_and_a_live_switch_widens_it(
+        spark: Any, tmp_path: Path) -> None:
+    hub = ChannelHub()
+    rt = TaskRuntime(spark, query_id="q", task_id="el", checkpoint_dir=str(tmp_path / "ck"),
+                     channels=hub, trigger_seconds=0.5)
+    collectors: list[Collector] = []
+    try:
+        # paced at RATE rows/s: the switch comes well before the last row is made
+        rt.generator(op="src", output="raw", schema=SENSOR, shape="sensor", seed=8,
+                     rate=RATE, limit=LIMIT, start=START)
+        rt.split_channel_sink(input="raw", channels=CHANNELS, key=("sensor",), readers=READERS,
+                              active=2)
+        collectors = [Collector(ch, task, hub.endpoint(ch) or "", ARROW_SENSOR)
+                      for ch, (task,) in zip(CHANNELS, READERS)]
+        wait_for(lambda: sum(c.pump() for c in collectors) >= RATE, 60, "rows on two partitions")
+        switch = rt.live[(SPLIT, "active")].switch
+        for bad in (0, 4, True, "2", 2.0, None):
+            with pytest.raises(RuntimeSpecError, match=r"routes to 1\.\.3 of them"):
+                switch(bad)
+        _, epoch = rt.gate.switch(lambda: switch(3), str(tmp_path / "ck" / "spark"), 10)
+        collect_rows(collectors, LIMIT, 120)
+        assert rt.query is not None and rt.query.exception() is None
+    finally:
+        rt.stop()
+        for c in collectors:
+            c.close()
+        hub.close()
+    expected = Counter(sensor_key(r) for r in input_rows("sensor", 8, RATE, LIMIT))
+    assert Counter(sensor_key(r) for c in collectors for r in c.rows()) == expected
+
+    def rows(c: Collector, after: bool) -> list[dict]:
+        return [r for b in c.batches if (b.tag >= epoch) == after for r in b.table.to_pylist()]
+
+    before = [rows(c, False) for c in collectors]
+    after = [rows(c, True) for c in collectors]
+    assert before[0] and before[1] and before[2] == [], "two active partitions before"
+    assert all(after), ("three active partitions from the epoch on", epoch,
+                        [sorted({b.tag for b in c.batches}) for c in collectors])
+    # the third writer sent nothing at all before the switch (an empty partition only
+    # advances its tag), so a dormant reader has nothing to drain
+    assert collectors[2].batches and min(b.tag for b in collectors[2].batches) >= epoch
+    for phase in (before, after):  # by key: a sensor goes to one partition in each phase
+        sensors = [{r["sensor"] for r in part} for part in phase]
+        assert all(not a & b for i, a in enumerate(sensors) for b in sensors[i + 1:]), sensors
+
+
+def test_the_number_of_active_partitions_is_a_whole_number_within_the_slots(
+        spark: Any, tmp_path: Path) -> None:
+    rt = TaskRuntime(spark, query_id="q", task_id="act", checkpoint_dir=str(tmp_path / "ck"))
+    for good in (1, 2, 3):
+        assert rt._active(SPLIT, good, 3) == good
+    for bad in (0, 4, -1, True, False, "2", 2.0, None, [2]):
+        with pytest.raises(RuntimeSpecError) as refused:
+            rt._active(SPLIT, bad, 3)
+        assert f"not {bad!r}" in str(refused.value) and "act" in str(refused.value)
+
+
+def test_a_launch_whose_control_parameters_ask_too_many_partitions_is_refused(
+        spark: Any, tmp_path: Path) -> None:
+    """A relaunch carries the parameters in force; a bad `active` among them is refused with
+    the operator named, before the query starts."""
+    hub = ChannelHub()
+    rt = TaskRuntime(spark, query_id="q", task_id="el", checkpoint_dir=str(tmp_path / "ck"),
+                     channels=hub, trigger_seconds=0.5, params={SPLIT: {"active": 5}})
+    try:
+        rt.generator(op="src", output="raw", schema=SENSOR, shape="sensor", seed=8,
+                     rate=300.0, limit=10, start=START)
+        with pytest.raises(RuntimeSpecError, match=r"1\.\.3 of them, not 5"):
+            rt.split_channel_sink(input="raw", channels=CHANNELS, key=("sensor",),
+                                  readers=READERS)
+        assert rt.query is None
+    finally:
+        rt.stop()
+        hub.close()

@@ -1,0 +1,618 @@
+"""Run-time parallelism (issue 12), our own logic without Spark or processes: the spec's
+elasticity attributes refused where they are written, the compiled plan of an elastic operator
+(slots, splitters, bounds, a JSON round trip), the `parallelism` control parameter of the
+catalogue and its checks, and the scheduler's state machine driven with events by hand (dormant
+slots, a scale-out placed on offers, a scale-in that retires instances only once drained, a
+refused acknowledgement, a failure while retiring, stopping, persisting). Automatic mode has
+tests/test_elastic_auto.py; the run with real processes is tests/test_elastic_cluster.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from common.control import PARALLELISM, ControlRefused
+from common.messages import RETAINED_PREFIX, ControlAck, ControlMessage, Heartbeat
+from common.tasks import CompiledQuery, ElasticOperator
+from compiler.control import check_tuple
+from compiler.pipeline import check_spec_text, compile_spec_text
+from elastiq.control_cli import instances_settled
+from scheduler.commands import (Command, KillTask, ReplyToRequest, ReviveOffers,
+                                SendFrameworkMessage)
+from scheduler.elasticity import DRAIN_SETTLE_SECONDS
+from scheduler.events import (ControlAcknowledged, ControlRequested, HeartbeatReceived,
+                              OffersReceived, QueryStopRequested, QuerySubmitted, Registered,
+                              Tick)
+from scheduler.lifecycle import TaskState
+from scheduler.state import SchedulerState, durable_placements, restore_query
+from scheduler.testing import offer
+from scheduler.views import query_view, snapshot
+from tests.spec_snippets import SINK, SOURCE, dataflow, locate
+from tests.test_scheduler_state import CONFIG, launched, of, update
+
+# --- specs ----------------------------------------------------------------------------------------
+
+def _filter(attrs: str, name: str = "f", stream: str = "raw", out: str = "hot") -> str:
+    return (f'  <operator name="{name}" type="filter" {attrs}>\n    <input name="{stream}"/>\n'
+            f'    <param name="condition" value="{stream}.temp &gt; 20"/>\n'
+            f'    <output name="{out}"/>\n  </operator>\n')
+
+
+def _window(attrs: str, group_by: bool = True, name: str = "w", out: str = "agg") -> str:
+    """A sliding window aggregate (its keyed state cannot be handed over at run time)."""
+    by = '    <param name="group-by" value="sensor"/>\n' if group_by else ""
+    return (f'  <operator name="{name}" type="window-aggregate" {attrs}>\n'
+            f'    <input name="raw"/>\n    <param name="time" value="ts"/>\n'
+            f'    <param name="size" value="10 seconds"/>\n'
+            f'    <param name="slide" value="5 seconds"/>\n{by}'
+            f'    <aggregate name="n" function="count"/>\n    <output name="{out}"/>\n'
+            f'  </operator>\n')
+
+
+def filter_spec(attrs: str) -> str:
+    return dataflow(SOURCE + _filter(attrs) + SINK.format(stream="hot"), name="q")
+
+
+def window_spec(attrs: str, group_by: bool = True) -> str:
+    return dataflow(SOURCE + _window(attrs, group_by) + SINK.format(stream="agg"), name="q")
+
+
+def at_value(text: str, attr: str) -> tuple[int, int]:
+    """1-based (line, column) of the value of the attribute written `attr` (name="value")."""
+    line, column = locate(text, attr)
+    return line, column + attr.index('"') + 1
+
+
+def errors_of(text: str) -> list:
+    graph, diagnostics = check_spec_text(text, "bad.xml")
+    errors = [d for d in diagnostics if d.severity == "error"]
+    assert graph is None and errors, "a spec with an error must not compile"
+    assert all(d.position.file == "bad.xml" for d in errors)
+    return errors
+
+
+# --- validation: every problem at its attribute, all at once ----------------------------------
+
+BAD = [
+    ("max-below-start", filter_spec('parallelism="3" max-parallelism="2"'),
+     'max-parallelism="2"', "max-parallelism=2 is below parallelism=3"),
+    ("min-above-start", filter_spec('parallelism="2" max-parallelism="4" min-parallelism="3"'),
+     'min-parallelism="3"', "min-parallelism=3 is above the starting parallelism 2"),
+    ("min-above-default-start", filter_spec('max-parallelism="4" min-parallelism="2"'),
+     'min-parallelism="2"', "above the starting parallelism 1"),
+    ("unknown-mode", filter_spec('max-parallelism="3" elastic="sometimes"'),
+     'elastic="sometimes"', "elastic='sometimes' is not an elasticity mode"),
+    ("stateful-max", window_spec('parallelism="2" max-parallelism="3"'),
+     'max-parallelism="3"', "'w' is a stateful window-aggregate"),
+    ("stateful-auto", window_spec('parallelism="2" elastic="auto"'),
+     'elastic="auto"', "'w' is a stateful window-aggregate"),
+    ("min-alone", filter_spec('min-parallelism="2"'),
+     'min-parallelism="2"', "min-parallelism= needs parallelism= or max-parallelism="),
+    ("elastic-alone", filter_spec('elastic="auto"'),
+     'elastic="auto"', "elastic= needs parallelism= or max-parallelism="),
+    ("not-partitionable", window_spec('max-parallelism="3"', group_by=False),
+     'max-parallelism="3"', "'w' (window-aggregate) cannot be partitioned"),
+    ("on-a-source", dataflow(SOURCE.replace('type="generator"',
+                                            'type="generator" max-parallelism="3"')
+                             + SINK.format(stream="raw"), name="q"),
+     'max-parallelism="3"', "max-parallelism= applies to transform operators"),
+    ("max-not-a-count", filter_spec('max-parallelism="many"'),
+     'max-parallelism="many"', "many"),
+]
+
+
+@pytest.mark.parametrize("text, attr, message", [c[1:] for c in BAD], ids=[c[0] for c in BAD])
+def test_a_bad_elasticity_attribute_is_refused_at_its_value(text: str, attr: str,
+                                                            message: str) -> None:
+    errors = errors_of(text)
+    matching = [d for d in errors if message in d.message + " " + d.hint]
+    assert matching, [d.render() for d in errors]
+    assert at_value(text, attr) in {(d.position.line, d.position.column) for d in matching}, \
+        [d.render() for d in matching]
+    assert all(d.hint for d in matching), "every refusal says what to write instead"
+
+
+def test_every_elasticity_problem_of_a_spec_is_reported_in_one_run() -> None:
+    text = dataflow(
+        SOURCE
+        + _filter('parallelism="3" max-parallelism="2"', "f1", out="h1")
+        + _filter('max-parallelism="3" elastic="sometimes"', "f2", out="h2")
+        + _filter('min-parallelism="2"', "f3", out="h3")
+        + _window('parallelism="2" elastic="auto"')
+        + SINK.format(stream="h1")
+        + SINK.replace('name="sink"', 'name="s2"').format(stream="h2")
+        + SINK.replace('name="sink"', 'name="s3"').format(stream="h3")
+        + SINK.replace('name="sink"', 'name="s4"').format(stream="agg"), name="q")
+    positions = {(d.position.line, d.position.column) for d in errors_of(text)}
+    for attr in ('max-parallelism="2"', 'elastic="sometimes"', 'min-parallelism="2"',
+                 'elastic="auto"'):
+        assert at_value(text, attr) in positions, attr
+
+
+@pytest.mark.parametrize("attrs", [
+    'parallelism="2"', 'max-parallelism="3"', 'parallelism="1" max-parallelism="3"',
+    'parallelism="2" max-parallelism="4" min-parallelism="2" elastic="auto"',
+    'max-parallelism="2" elastic="manual"'])
+def test_good_elasticity_attributes_compile_without_a_word(attrs: str) -> None:
+    graph, diagnostics = check_spec_text(filter_spec(attrs), "ok.xml")
+    assert graph is not None and diagnostics == [], [d.render() for d in diagnostics]
+
+
+# --- the compiled plan ----------------------------------------------------------------------------
+
+def compiled(attrs: str, base: Path, text: str | None = None) -> CompiledQuery:
+    return compile_spec_text(text or filter_spec(attrs), str(base / "q.xml"),
+                             base_dir=base).query
+
+
+SPLIT = "split:q/f_s#1+q/f_s#2+q/f_s#3+q/f_s#4"
+
+
+def test_an_elastic_filter_gets_a_slot_per_max_instance_and_starts_on_some(tmp_path: Path
+                                                                          ) -> None:
+    q = compiled('parallelism="2" max-parallelism="4" min-parallelism="2" elastic="auto"',
+                 tmp_path)
+    (e,) = q.elastic
+    assert e == ElasticOperator("f", ("q.t1", "q.t2", "q.t3", "q.t4"), (("q.t0", SPLIT),), 2, 2,
+                                "auto", False)
+    assert (e.maximum, q.elastic_operator("f"), q.elastic_operator("sink")) == (4, e, None)
+    for i, slot in enumerate(e.slots, 1):  # slot i reads partition i of the splitter
+        assert q.task(slot).inputs == (f"q/f_s#{i}",)
+        assert q.task(slot).operators == (f"f_rd_{i}", f"f_{i}")
+    assert q.task("q.t0").outputs == tuple(f"q/f_s#{i}" for i in range(1, 5))
+    assert "active=2," in q.task("q.t0").program  # the splitter starts on the first two
+    back = CompiledQuery.from_json(json.loads(json.dumps(q.to_json())))
+    assert back == q and back.elastic == (e,)
+    assert ElasticOperator.from_json(json.loads(json.dumps(e.to_json()))) == e
+
+
+def test_a_fixed_parallelism_is_elastic_within_one_to_k_and_routes_to_all(tmp_path: Path
+                                                                         ) -> None:
+    q = compiled('parallelism="3"', tmp_path)
+    (e,) = q.elastic
+    assert (e.initial, e.minimum, e.maximum, e.mode, e.stateful) == (3, 1, 3, "manual", False)
+    assert "active=" not in q.task("q.t0").program  # all partitions: the program says nothing
+    assert compiled("", tmp_path).elastic == ()
+
+
+def test_a_partitioned_window_is_an_elastic_entry_marked_stateful(tmp_path: Path) -> None:
+    q = compiled("", tmp_path, window_spec('parallelism="2"'))
+    (e,) = q.elastic
+    assert (e.operator, e.stateful, e.initial, e.maximum) == ("w", True, 2, 2)
+
+
+# --- the catalogue's parallelism ----------------------------------------------------------------
+
+def test_the_parallelism_is_adjustable_within_its_bounds_on_the_splitters(tmp_path: Path) -> None:
+    catalog = compiled('parallelism="2" max-parallelism="4" min-parallelism="2"',
+                       tmp_path).controls
+    assert catalog is not None
+    a = catalog.find("f", PARALLELISM)
+    assert a is not None
+    assert (a.value_kind, a.value, a.bounds) == ("count", "2", (2, 4))
+    assert [t.to_json() for t in a.targets] == [["q.t0", SPLIT, "active"]]
+    assert "2 to 4" in a.doc
+    assert check_tuple(catalog, "q", "f", PARALLELISM, " 3 ").runtime_value == 3
+    assert check_tuple(catalog, "q", "f", PARALLELISM, "4").runtime_value == 4
+    assert check_tuple(catalog, "q", "f", PARALLELISM, "2").runtime_value == 2
+
+
+@pytest.mark.parametrize("value, words", [
+    ("1", "1 is outside 2..4"), ("5", "5 is outside 2..4"), ("0", "outside 2..4"),
+    ("-3", "outside 2..4"), ("three", "'three' is not a whole number; write one from 2 to 4"),
+    ("2.5", "is not a whole number"), ("", "is not a whole number"),
+    ("9" * 50, "is outside 2..4"), ("9" * 5000, "(5000 chars) is not a whole number"),
+], ids=["1", "5", "0", "-3", "three", "2.5", "empty", "50-nines", "5000-nines"])
+def test_a_parallelism_out_of_bounds_or_not_a_number_is_refused(tmp_path: Path, value: str,
+                                                                words: str) -> None:
+    catalog = compiled('parallelism="2" max-parallelism="4" min-parallelism="2"',
+                       tmp_path).controls
+    assert catalog is not None
+    with pytest.raises(ControlRefused) as refused:
+        check_tuple(catalog, "q", "f", PARALLELISM, value)
+    assert words in str(refused.value) and refused.value.status == 400
+    assert len(str(refused.value)) < 400  # a long value is not echoed whole
+
+
+def test_a_stateful_operators_parallelism_is_fixed_with_the_reason(tmp_path: Path) -> None:
+    catalog = compiled("", tmp_path, window_spec('parallelism="2"')).controls
+    assert catalog is not None and catalog.find("w", PARALLELISM) is None
+    (fixed,) = [f for f in catalog.fixed if (f.operator, f.parameter) == ("w", PARALLELISM)]
+    assert "state" in fixed.reason
+    with pytest.raises(ControlRefused) as refused:
+        check_tuple(catalog, "q", "w", PARALLELISM, "1")
+    assert "state" in str(refused.value)
+
+
+# --- the scheduler's state machine ----------------------------------------------------------------
+
+AGENTS = ("a1", "a2", "a3", "a4")
+Q_SPEC = 'parallelism="1" max-parallelism="3"'
+
+
+def exec_of(agent: str) -> str:
+    return f"elastiq-exec-{agent}"
+
+
+def warm(offer_id: str, agent: str):
+    return offer(offer_id, agent, executor_ids=(exec_of(agent),))
+
+
+class Driver:
+    """A SchedulerState on a simulated clock, and the events of this test's cluster: offers,
+    status updates, control acks and heartbeats of the elastic query q
+    (src+splitter q.t0 -> filter slots q.t1..q.t3 -> merger+sink q.t4)."""
+
+    def __init__(self, query: CompiledQuery) -> None:
+        self.s = SchedulerState(CONFIG)
+        self.query = query
+        self.now = 100.0
+        self.s.handle(Registered("r", "fw-1", "m:5050"))
+        self.s.handle(Tick("t", self.now))
+        self.s.handle(QuerySubmitted("s", query))
+        self.offers = 0
+
+    def record(self, task_id: str):
+        return self.s.queries["q"].tasks[task_id]
+
+    def state(self, task_id: str) -> TaskState:
+        return self.record(task_id).state
+
+    def mid(self, task_id: str) -> str:
+        return self.record(task_id).mesos_task_id
+
+    def offer(self, *agents: str) -> list[Command]:
+        self.offers += 1
+        return self.s.handle(OffersReceived("o", tuple(warm(f"o{self.offers}-{a}", a)
+                                                       for a in agents)))
+
+    def run(self, out: list[Command]) -> dict[str, str]:
+        """Report every task launched in `out` RUNNING; task id -> agent."""
+        placed = {m: a for m, (a, _) in launched(out).items()}
+        for m, a in placed.items():
+            self.s.handle(update(m, "RUNNING", a))
+        return {m.rpartition(".a")[0]: a for m, a in placed.items()}
+
+    def tick(self, seconds: float = 1.0) -> list[Command]:
+        self.now += seconds
+        return self.s.handle(Tick("tick", self.now))
+
+    def scale(self, n: int | str, sid: str = "c") -> list[Command]:
+        return self.s.handle(ControlRequested(sid, "q", (("f", PARALLELISM, str(n)),)))
+
+    def ack(self, request: str, applied: bool = True, pause: float = 0.4,
+            message: str = "") -> list[Command]:
+        splitter = self.record("q.t0")
+        version = self.s.queries["q"].control.requests[request].version
+        return self.s.handle(ControlAcknowledged("a", splitter.agent_id or "", exec_of("a1"),
+                                                 ControlAck(splitter.mesos_task_id, request,
+                                                            version, applied, 9, pause,
+                                                            message, 5.0)))
+
+    def beat(self, figures: dict[str, dict[str, float]]) -> list[Command]:
+        """One heartbeat per executor, carrying `figures` of its tasks (by task id)."""
+        out: list[Command] = []
+        by_agent: dict[str, dict[str, dict[str, float]]] = {}
+        for task_id, figs in figures.items():
+            record = self.record(task_id)
+            by_agent.setdefault(record.agent_id or "", {})[record.mesos_task_id] = figs
+        for agent, tasks in sorted(by_agent.items()):
+            out += self.s.handle(HeartbeatReceived("hb", agent, exec_of(agent),
+                                                   Heartbeat(tasks, exec_of(agent))))
+        return out
+
+    def view(self) -> dict:
+        (e,) = query_view(self.s.queries["q"], self.s.unplaced)["elastic"]
+        return e
+
+
+def request_of(out: list[Command]) -> str:
+    (reply,) = of(ReplyToRequest, out)
+    assert (reply.accepted, reply.status) == (True, 202), reply
+    return reply.body["request"]
+
+
+def retained(channel: str, n: int) -> dict[str, float]:
+    return {f"{RETAINED_PREFIX}{channel}": float(n)}
+
+
+@pytest.fixture
+def d(tmp_path: Path) -> Driver:
+    """Query q running on one instance of its three filter slots, all on agent a1."""
+    driver = Driver(compiled(Q_SPEC, tmp_path))
+    assert driver.run(driver.offer("a1")) == {"q.t0": "a1", "q.t1": "a1", "q.t4": "a1"}
+    return driver
+
+
+def scaled_to_three(d: Driver) -> str:
+    """Scale q's filter from 1 to 3, place and run the new instances, acknowledge; the
+    request id."""
+    request = request_of(d.scale(3))
+    placed = d.run(d.offer("a2", "a3"))
+    assert set(placed) == {"q.t2", "q.t3"} and placed["q.t2"] != placed["q.t3"]
+    d.ack(request)
+    return request
+
+
+def test_slots_beyond_the_start_are_dormant_and_never_placed(tmp_path: Path) -> None:
+    d = Driver(compiled(Q_SPEC, tmp_path))
+    assert [d.state(t) for t in ("q.t2", "q.t3")] == [TaskState.DORMANT] * 2
+    placed = d.run(d.offer(*AGENTS))
+    assert set(placed) == {"q.t0", "q.t1", "q.t4"}
+    for _ in range(3):
+        d.tick(10.0)
+        assert launched(d.offer(*AGENTS)) == {}
+    assert [d.state(t) for t in ("q.t2", "q.t3")] == [TaskState.DORMANT] * 2
+    assert snapshot(d.s)["queries"]["q"]["status"] == "running"
+    view = d.view()
+    assert (view["parallelism"], view["min"], view["max"], view["mode"]) == (1, 1, 3, "manual")
+    assert [s["state"] for s in view["slots"]] == ["running", "dormant", "dormant"]
+    assert instances_settled(view)
+
+
+def test_a_scale_out_wakes_the_slots_places_them_and_tells_the_splitter(d: Driver) -> None:
+    out = d.scale(3)
+    request = request_of(out)
+    (message,) = of(SendFrameworkMessage, out)
+    assert (message.agent_id, message.executor_id) == ("a1", exec_of("a1"))
+    assert message.message == ControlMessage("q.t0.a1", request, 1,
+                                             {"split:q/f_s#1+q/f_s#2+q/f_s#3": {"active": 3}})
+    assert of(ReviveOffers, out)
+    assert [d.state(t) for t in ("q.t2", "q.t3")] == [TaskState.PENDING] * 2
+    assert not instances_settled(d.view())
+    placed = d.run(d.offer("a2", "a3"))
+    assert set(placed) == {"q.t2", "q.t3"} and placed["q.t2"] != placed["q.t3"]  # kept apart
+    (rescale,) = d.view()["rescales"]
+    assert (rescale["from"], rescale["to"], rescale["trigger"], rescale["state"]) == \
+        (1, 3, "manual", "pending")
+    d.ack(request, pause=0.4)
+    (rescale,) = d.view()["rescales"]
+    assert (rescale["state"], rescale["pause_s"], rescale["applied_at"]) == \
+        ("applied", 0.4, d.now)
+    assert d.view()["parallelism"] == 3 and instances_settled(d.view())
+    # a relaunch of the splitter carries the new parallelism
+    assert d.s.queries["q"].control.params_of("q.t0")["params"] == \
+        {"split:q/f_s#1+q/f_s#2+q/f_s#3": {"active": 3}}
+
+
+def test_a_second_request_waits_for_the_first(d: Driver) -> None:
+    request_of(d.scale(3))
+    (busy,) = d.scale(2, "c2")
+    assert (busy.accepted, busy.status) == (False, 409) and "still being applied" in busy.message
+    (bad,) = d.scale(7, "c3")
+    assert (bad.accepted, bad.status) == (False, 400) and "outside 1..3" in bad.message
+
+
+def drain_figures(d: Driver, splitter: dict[str, int], own: dict[str, int]
+                  ) -> dict[str, dict[str, float]]:
+    """Heartbeat figures: the splitter's retained batches per partition channel (by slot
+    number), and each listed instance's retained batches of its own output."""
+    figs = {"q.t0": {k: v for n, left in splitter.items()
+                     for k, v in retained(f"q/f_s#{n}", left).items()}}
+    for slot, left in own.items():
+        figs[f"q.t{slot}"] = retained(f"q/f_{slot}_out", left)
+    return figs
+
+
+def kills(out: list[Command]) -> set[str]:
+    return {k.mesos_task_id for k in of(KillTask, out)}
+
+
+def test_a_scale_in_retires_instances_only_once_drained_then_they_sleep(d: Driver) -> None:
+    scaled_to_three(d)
+    t2, t3 = d.mid("q.t2"), d.mid("q.t3")
+    out = d.scale(1)
+    request = request_of(out)
+    assert kills(out) == set()
+    assert [d.record(t).retiring for t in ("q.t1", "q.t2", "q.t3")] == [False, True, True]
+    assert [s["retiring"] for s in d.view()["slots"]] == [False, True, True]
+    # drained everywhere, but the request is not acknowledged yet: nothing stops
+    assert kills(d.beat(drain_figures(d, {2: 0, 3: 0}, {2: 0, 3: 0}))) == set()
+    for _ in range(5):
+        assert kills(d.tick()) == set()
+    d.ack(request)
+    # the splitter still holds batches for slot 2 and 3: never stopped, however long
+    for _ in range(int(DRAIN_SETTLE_SECONDS) + 3):
+        d.tick()
+        assert kills(d.beat(drain_figures(d, {2: 4, 3: 1}, {2: 0, 3: 0}))) == set()
+    # the splitter's partitions are drained from now on; the instances' own figures must come
+    # DRAIN_SETTLE_SECONDS later (measured after their last write), and be 0
+    d.tick()
+    drained_at = d.now
+    assert kills(d.beat(drain_figures(d, {2: 0, 3: 0}, {2: 0, 3: 0}))) == set()
+    stopped: dict[str, float] = {}
+    while d.now < drained_at + DRAIN_SETTLE_SECONDS + 3:
+        d.tick()
+        own_t3 = 2 if d.now < drained_at + DRAIN_SETTLE_SECONDS + 2 else 0
+        out = d.beat(drain_figures(d, {2: 0, 3: 0}, {2: 0, 3: own_t3}))
+        for mid in kills(out):
+            stopped.setdefault(mid, d.now)
+    assert stopped == {t2: drained_at + DRAIN_SETTLE_SECONDS,
+                       t3: drained_at + DRAIN_SETTLE_SECONDS + 2}
+    assert d.state("q.t2") is TaskState.RUNNING  # until the agent says it is killed
+    assert kills(d.tick()) == set()  # asked once
+    for mid in (t2, t3):
+        d.s.handle(update(mid, "KILLED", d.record(mid.rpartition(".a")[0]).agent_id or ""))
+    assert [d.state(t) for t in ("q.t1", "q.t2", "q.t3")] == \
+        [TaskState.RUNNING, TaskState.DORMANT, TaskState.DORMANT]
+    assert not d.record("q.t2").retiring and not d.record("q.t2").kill_requested
+    view = d.view()
+    assert instances_settled(view) and view["parallelism"] == 1
+    assert view["rescales"][-1]["retired_at"] == d.now
+    assert d.s.queries["q"].phase == "active"
+    assert snapshot(d.s)["queries"]["q"]["status"] == "running"
+    assert d.s.queries["q"].tasks["q.t0"].launches == 1  # the splitter never restarted
+
+
+def test_a_drained_splitter_that_fills_again_restarts_the_settle_clock(d: Driver) -> None:
+    scaled_to_three(d)
+    d.ack(request_of(d.scale(2)))
+    t3 = d.mid("q.t3")
+    d.tick()
+    d.beat(drain_figures(d, {3: 0}, {3: 0}))
+    for _ in range(2):
+        d.tick()
+        assert kills(d.beat(drain_figures(d, {3: 0}, {3: 0}))) == set()
+    d.tick()
+    assert kills(d.beat(drain_figures(d, {3: 1}, {3: 0}))) == set()  # a late batch
+    d.tick()
+    again = d.now
+    d.beat(drain_figures(d, {3: 0}, {3: 0}))
+    first_kill = None
+    for _ in range(int(DRAIN_SETTLE_SECONDS) + 1):
+        d.tick()
+        if kills(d.beat(drain_figures(d, {3: 0}, {3: 0}))) == {t3} and first_kill is None:
+            first_kill = d.now
+    assert first_kill == again + DRAIN_SETTLE_SECONDS
+    assert d.state("q.t2") is TaskState.RUNNING and not d.record("q.t2").retiring
+
+
+def test_a_retiring_instance_that_fails_on_its_own_restarts_instead_of_sleeping(d: Driver
+                                                                               ) -> None:
+    scaled_to_three(d)
+    d.ack(request_of(d.scale(2)))
+    assert d.record("q.t3").retiring
+    d.tick()
+    d.s.handle(update(d.mid("q.t3"), "FAILED", d.record("q.t3").agent_id or ""))
+    assert d.state("q.t3") is TaskState.FAILED
+    assert d.record("q.t3").restart_at is not None
+    d.tick(10.0)
+    assert d.state("q.t3") is TaskState.PENDING  # not dormant: it was not drained
+    placed = d.run(d.offer("a3"))
+    assert set(placed) == {"q.t3"}
+    assert d.record("q.t3").retiring  # it still retires, once drained
+
+
+def test_scaling_out_again_while_retiring_keeps_the_instances(d: Driver) -> None:
+    scaled_to_three(d)
+    d.ack(request_of(d.scale(1)))
+    assert d.record("q.t2").retiring and d.record("q.t3").retiring
+    out = d.scale(3, "up")
+    request = request_of(out)
+    assert not d.record("q.t2").retiring and not d.record("q.t3").retiring
+    assert launched(out) == {} and kills(out) == set()  # they never stopped
+    d.ack(request)
+    for _ in range(int(DRAIN_SETTLE_SECONDS) + 3):
+        d.tick()
+        assert kills(d.beat(drain_figures(d, {2: 0, 3: 0}, {2: 0, 3: 0}))) == set()
+    assert [d.state(t) for t in ("q.t2", "q.t3")] == [TaskState.RUNNING] * 2
+    assert instances_settled(d.view()) and d.view()["parallelism"] == 3
+
+
+def test_scaling_out_after_the_kill_was_sent_wakes_the_slot_again(d: Driver) -> None:
+    scaled_to_three(d)
+    d.ack(request_of(d.scale(2)))
+    t3 = d.mid("q.t3")
+    d.tick()
+    d.beat(drain_figures(d, {3: 0}, {3: 0}))
+    for _ in range(int(DRAIN_SETTLE_SECONDS)):
+        d.tick()
+        out = d.beat(drain_figures(d, {3: 0}, {3: 0}))
+    assert kills(out) == {t3}
+    d.ack(request_of(d.scale(3, "up")))
+    d.s.handle(update(t3, "KILLED", d.record("q.t3").agent_id or ""))
+    assert d.state("q.t3") is TaskState.DORMANT
+    d.tick()
+    assert d.state("q.t3") is TaskState.PENDING
+    assert set(d.run(d.offer("a3"))) == {"q.t3"}
+    assert instances_settled(d.view())
+
+
+def test_a_refused_scale_out_puts_the_slots_that_never_launched_back_to_sleep(d: Driver
+                                                                             ) -> None:
+    out = d.scale(3)
+    request = request_of(out)
+    assert [d.state(t) for t in ("q.t2", "q.t3")] == [TaskState.PENDING] * 2
+    d.ack(request, applied=False, message="the splitter cannot switch")
+    control = d.s.queries["q"].control
+    assert control.requests[request].state == "refused"
+    assert d.view()["parallelism"] == 1
+    assert d.view()["rescales"][-1]["state"] == "refused"
+    assert [d.state(t) for t in ("q.t2", "q.t3")] == [TaskState.DORMANT] * 2
+    assert launched(d.offer("a2", "a3")) == {}  # nothing to place
+    assert instances_settled(d.view())
+
+
+def test_a_refused_scale_out_retires_slots_that_already_launched(d: Driver) -> None:
+    request = request_of(d.scale(3))
+    d.run(d.offer("a2", "a3"))
+    d.ack(request, applied=False, message="the splitter cannot switch")
+    assert d.view()["parallelism"] == 1
+    assert d.record("q.t2").retiring and d.record("q.t3").retiring
+
+
+def test_stopping_the_query_kills_its_dormant_slots_and_it_settles(d: Driver) -> None:
+    out = d.s.handle(QueryStopRequested("stop", "q"))
+    assert [d.state(t) for t in ("q.t2", "q.t3")] == [TaskState.KILLED] * 2
+    assert kills(out) == {"q.t0.a1", "q.t1.a1", "q.t4.a1"}
+    for mid in sorted(kills(out)):
+        d.s.handle(update(mid, "KILLED"))
+    assert d.s.queries["q"].phase == "stopped"
+
+
+def test_stopping_while_retiring_kills_every_launched_instance(d: Driver) -> None:
+    scaled_to_three(d)
+    d.ack(request_of(d.scale(1)))
+    out = d.s.handle(QueryStopRequested("stop", "q"))
+    assert kills(out) == {d.mid(t) for t in ("q.t0", "q.t1", "q.t2", "q.t3", "q.t4")}
+    for mid in sorted(kills(out)):
+        d.s.handle(update(mid, "KILLED", d.record(mid.rpartition(".a")[0]).agent_id or ""))
+    assert d.s.queries["q"].phase == "stopped"
+    assert d.state("q.t3") is TaskState.KILLED  # a stopped query's slot is not dormant
+
+
+def persisted(d: Driver):
+    """The query as a new leader restores it from what was persisted (JSON, as ZooKeeper
+    keeps it)."""
+    saved = json.loads(json.dumps(durable_placements(d.s.queries["q"])))
+    return restore_query(d.query, None, saved, d.now + 100.0)
+
+
+def test_a_new_leader_keeps_dormant_and_retiring_slots_and_the_parallelism(d: Driver) -> None:
+    from scheduler.elasticity import parallelism
+
+    (e,) = d.query.elastic
+    restored = persisted(d)
+    assert [restored.tasks[t].state for t in e.slots] == \
+        [TaskState.RUNNING, TaskState.DORMANT, TaskState.DORMANT]
+    assert parallelism(e, restored.control) == 1
+    scaled_to_three(d)
+    d.ack(request_of(d.scale(2)))
+    restored = persisted(d)
+    assert {t: r.state for t, r in restored.tasks.items()} == \
+        {t: r.state for t, r in d.s.queries["q"].tasks.items()}
+    assert [restored.tasks[t].retiring for t in e.slots] == [False, False, True]
+    assert restored.control.values == {"f": {PARALLELISM: "2"}}
+    assert parallelism(e, restored.control) == 2
+
+
+def test_a_query_whose_running_tasks_finish_is_finished_with_its_slots_asleep(d: Driver
+                                                                             ) -> None:
+    """A bounded source ends: every launched task finishes; the dormant slots ran nothing and
+    must not keep the query from settling."""
+    for task_id in ("q.t0", "q.t1", "q.t4"):
+        d.s.handle(update(d.mid(task_id), "FINISHED"))
+    assert d.s.queries["q"].phase == "finished"
+    assert [d.state(t) for t in ("q.t2", "q.t3")] == [TaskState.DORMANT] * 2
+    assert kills(d.tick()) == set() and launched(d.offer("a2")) == {}
+
+
+def test_slots_routed_to_before_they_launched_still_launch_to_drain_after_a_scale_in(
+        d: Driver) -> None:
+    """1 -> 3 applied by the splitter while the new instances wait for offers (rows for them
+    wait in the splitter's writers), then 3 -> 1: they must still run, to read those rows, and
+    then retire once drained; sleeping at once would strand them."""
+    d.ack(request_of(d.scale(3)))
+    d.ack(request_of(d.scale(1, "down")))
+    assert [d.state(t) for t in ("q.t2", "q.t3")] == [TaskState.PENDING] * 2
+    placed = d.run(d.offer("a2", "a3"))
+    assert set(placed) == {"q.t2", "q.t3"}
+    d.tick()
+    assert d.record("q.t2").retiring and d.record("q.t3").retiring
+    d.beat(drain_figures(d, {2: 3, 3: 0}, {2: 0, 3: 0}))
+    for _ in range(int(DRAIN_SETTLE_SECONDS)):
+        d.tick()
+        out = d.beat(drain_figures(d, {2: 3, 3: 0}, {2: 0, 3: 0}))
+    assert kills(out) == {d.mid("q.t3")}  # slot 2 still has rows waiting for it
