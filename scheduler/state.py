@@ -622,10 +622,6 @@ class SchedulerState:
                                                     "try again when it runs",
                                    {"problems": [why], "query_id": ev.query_id})]
         before = {e.operator: elasticity.parallelism(e, query.control) for e in query.query.elastic}
-        short = self._agents_short(query, changes)
-        if short:
-            return [ReplyToRequest(sid, False, 409, f"control of {ev.query_id} refused: {short}",
-                                   {"problems": [short], "query_id": ev.query_id})]
         request = ctl.begin(query.control, ev.request_id, changes, self.now)
         self._note_rescales(query, request, before, ev.trigger)
         starting = elasticity.growing(query.query, before, query.control)
@@ -804,19 +800,6 @@ class SchedulerState:
 
     def _live_agents(self) -> int:
         return len(set(self.agents) - self.gone_agents - set(self.suspected.values()))
-
-    def _agents_short(self, query: QueryRecord, changes: list[Any]) -> str:
-        """Why a scale-out cannot be placed: its instances must run on distinct agents."""
-        for change in changes:
-            e = query.query.elastic_operator(change.adjustable.operator)
-            if e is None or change.adjustable.parameter != PARALLELISM:
-                continue
-            wanted = int(change.runtime_value)
-            if wanted > elasticity.parallelism(e, query.control) and \
-                    wanted > self._live_agents():
-                return (f"{e.operator} at {wanted} instances needs {wanted} agents (its "
-                        f"instances run apart), and the cluster has {self._live_agents()}")
-        return ""
 
     def _auto_scale(self, sid: str) -> list[Command]:
         """Let the policy (`scheduler.elastic_policy`) decide on every automatic operator that

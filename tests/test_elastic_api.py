@@ -109,8 +109,8 @@ def tasks_of(loop: SchedulerLoop, query_id: str) -> dict[str, dict[str, Any]]:
 
 @pytest.fixture
 def running(tmp_path: Path) -> Iterator[tuple[Scheduler, ApiServer, SchedulerClient]]:
-    """Query `el` submitted over HTTP and running on agents a1 and a2 (its filter on one of
-    three slots)."""
+    """Query `el` submitted over HTTP and running on agents a1..a3 (its filter on one of
+    three slots, which run apart)."""
     loop = Scheduler(tick_interval=0.05).start()
     server = ApiServer(loop, token=TOKEN).start()
     client = SchedulerClient(server.url, timeout=10, token=TOKEN)
@@ -120,7 +120,7 @@ def running(tmp_path: Path) -> Iterator[tuple[Scheduler, ApiServer, SchedulerCli
         assert client.submit_spec(spec, query_id="el")["query_id"] == "el"
         loop.put(Registered("r", "fw-1", "m:5050"))
         loop.put(OffersReceived("o", tuple(offer(f"o-{a}", a, cpus=16.0, mem_mb=65536.0)
-                                           for a in ("a1", "a2"))))  # its windows kept apart
+                                           for a in ("a1", "a2", "a3"))))  # slots run apart
         staged = wait_for("the first launch", lambda: [
             (t["mesos_task_id"], t["agent_id"]) for t in tasks_of(loop, "el").values()
             if t["state"] == "staging"], timeout=10)

@@ -28,7 +28,7 @@ from tests.e2e_support import (Stack, cli, generator_rows, read_sink, start_stac
 pytestmark = [pytest.mark.spark, pytest.mark.cluster, pytest.mark.timeout(600)]
 log = logging.getLogger(__name__)
 
-SOURCE = {"shape": "sequence", "rate": "250", "seed": "3", "limit": "30000"}
+SOURCE = {"shape": "sequence", "rate": "250", "seed": "3", "limit": "45000"}
 SPEC = f"""<?xml version="1.0" encoding="UTF-8"?>
 <dataflow name="e2e-elastic">
   <operator name="src" type="generator">

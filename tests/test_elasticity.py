@@ -355,15 +355,17 @@ def test_slots_beyond_the_start_are_dormant_and_never_placed(tmp_path: Path) -> 
 def test_a_scale_out_wakes_the_slots_places_them_and_tells_the_splitter(d: Driver) -> None:
     out = d.scale(3)
     request = request_of(out)
-    (message,) = of(SendFrameworkMessage, out)
-    assert (message.agent_id, message.executor_id) == ("a1", exec_of("a1"))
-    assert message.message == ControlMessage("q.t0.a1", request, 1,
-                                             {"split:q/f_s#1+q/f_s#2+q/f_s#3": {"active": 3}})
+    assert not of(SendFrameworkMessage, out)  # the splitter switches once the new slots run
     assert of(ReviveOffers, out)
     assert [d.state(t) for t in ("q.t2", "q.t3")] == [TaskState.PENDING] * 2
     assert not instances_settled(d.view())
     placed = d.run(d.offer("a2", "a3"))
     assert set(placed) == {"q.t2", "q.t3"} and placed["q.t2"] != placed["q.t3"]  # kept apart
+    (message,) = of(SendFrameworkMessage, d.tick())
+    assert (message.agent_id, message.executor_id) == ("a1", exec_of("a1"))
+    assert message.message == ControlMessage("q.t0.a1", request, 1,
+                                             {"split:q/f_s#1+q/f_s#2+q/f_s#3": {"active": 3}})
+    assert not of(SendFrameworkMessage, d.tick())  # once
     (rescale,) = d.view()["rescales"]
     assert (rescale["from"], rescale["to"], rescale["trigger"], rescale["state"]) == \
         (1, 3, "manual", "pending")
@@ -599,20 +601,17 @@ def test_a_query_whose_running_tasks_finish_is_finished_with_its_slots_asleep(d:
     assert kills(d.tick()) == set() and launched(d.offer("a2")) == {}
 
 
-def test_slots_routed_to_before_they_launched_still_launch_to_drain_after_a_scale_in(
-        d: Driver) -> None:
-    """1 -> 3 applied by the splitter while the new instances wait for offers (rows for them
-    wait in the splitter's writers), then 3 -> 1: they must still run, to read those rows, and
-    then retire once drained; sleeping at once would strand them."""
-    d.ack(request_of(d.scale(3)))
-    d.ack(request_of(d.scale(1, "down")))
+def test_a_scale_in_waits_for_a_scale_out_whose_slots_have_not_run_yet(d: Driver) -> None:
+    """1 -> 3 waits for its new instances before the splitter switches (nothing is routed to
+    them before they run); a scale-in asked meanwhile is refused, one request at a time; once
+    they ran and the splitter switched, a scale-in retires them."""
+    request = request_of(d.scale(3))
+    (busy,) = d.scale(1, "down")
+    assert (busy.accepted, busy.status) == (False, 409) and "still being applied" in busy.message
     assert [d.state(t) for t in ("q.t2", "q.t3")] == [TaskState.PENDING] * 2
-    placed = d.run(d.offer("a2", "a3"))
-    assert set(placed) == {"q.t2", "q.t3"}
+    assert set(d.run(d.offer("a2", "a3"))) == {"q.t2", "q.t3"}
+    assert of(SendFrameworkMessage, d.tick())  # now the splitter hears of it
+    d.ack(request)
+    d.ack(request_of(d.scale(1, "down")))
     d.tick()
     assert d.record("q.t2").retiring and d.record("q.t3").retiring
-    d.beat(drain_figures(d, {2: 3, 3: 0}, {2: 0, 3: 0}))
-    for _ in range(int(DRAIN_SETTLE_SECONDS)):
-        d.tick()
-        out = d.beat(drain_figures(d, {2: 3, 3: 0}, {2: 0, 3: 0}))
-    assert kills(out) == {d.mid("q.t3")}  # slot 2 still has rows waiting for it
