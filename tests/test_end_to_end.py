@@ -188,10 +188,13 @@ def test_windowed_join(stack: Stack, tmp_path: Path) -> None:
 # --- 1, 2 and 3: three tasks on two agents over a real channel; bad input; a killed consumer ----
 
 def kill_mid_stream(sink: Path, expected_rows: int, victim: int, what: str) -> None:
-    """SIGKILL `victim` once `sink` has output but less than half of what it will hold."""
+    """SIGKILL `victim` once `sink` has output but at most three quarters of what it will hold
+    (the class's query runs from its fixture on, through the tests before this one, and a
+    consumer's first micro-batch takes all its channel has spooled: the first output can be
+    half the stream; a quarter still to come is what the restart must produce exactly once)."""
     wait_until(lambda: read_sink(sink), 90, f"first output in {sink.name} before killing {what}")
     have = len(read_sink(sink))
-    assert have < expected_rows / 2, f"too late to kill {what} mid-stream ({have} rows out)"
+    assert have <= expected_rows * 3 / 4, f"too late to kill {what} mid-stream ({have} rows out)"
     os.kill(victim, signal.SIGKILL)
     log.info("e2e: SIGKILLed %s (pid %s) with %s of %s rows out", what, victim, have,
              expected_rows)
