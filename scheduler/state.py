@@ -566,6 +566,7 @@ class SchedulerState:
             t.task_id: TaskRecord(t, attempt=first.get(t.task_id, 1), pending_since=self.now)
             for t in q.tasks}, source=ev.source, keys=issue_keys(t.task_id for t in q.tasks))
         record = self.queries[q.query_id]
+        self.samples.keep_only(t for query in self.queries.values() for t in query.tasks)
         for task_id in sorted(elasticity.dormant_at_start(q)):
             record.tasks[task_id].move(TaskState.DORMANT, sid)
         log.info("[%s] query %s submitted with %s tasks", sid, q.query_id, len(q.tasks))
