@@ -352,13 +352,14 @@ class ExecutorLoop:
     def _channel_figures(self, runner: Runner) -> tuple[tuple[float, float], dict[str, int]]:
         """The hub's figures of the runner's task: its blocked sink (`ChannelHub.blocked`) and
         the batches its writers retain (`ChannelHub.retained`)."""
+        from executor.runtime import blocked_of, retained_of_stats
+
         task_id = getattr(runner, "task_id", None)
-        blocked = getattr(self.pool.hub, "blocked", None)
-        retained = getattr(self.pool.hub, "retained", None)
-        if task_id is None:
+        read = getattr(self.pool.hub, "stats", None)
+        if task_id is None or read is None:
             return (0.0, 0.0), {}
-        return (blocked(task_id) if blocked is not None else (0.0, 0.0),
-                retained(task_id) if retained is not None else {})
+        stats = read(task_id)  # one read of the writers for both figures
+        return blocked_of(stats), retained_of_stats(stats)
 
     def _run(self, command: Command) -> None:
         handler(_RUNS, command, "ExecutorLoop")(self, command)

@@ -114,6 +114,22 @@ class Stream:
 WATERMARK_DELAY_KEY = "spark.watermarkDelayMs"  # Spark's mark of an event-time column
 
 
+def blocked_of(stats: Mapping[str, Any]) -> tuple[float, float]:
+    """(seconds the longest-blocked send has waited for backup room, seconds no reader has been
+    subscribed to that writer); (0, 0) when no send waits."""
+    waiting = [s for s in stats.values() if s.blocked_seconds > 0]
+    if not waiting:
+        return 0.0, 0.0
+    worst = max(waiting, key=lambda s: s.blocked_seconds)
+    return worst.blocked_seconds, worst.readerless_seconds
+
+
+def retained_of_stats(stats: Mapping[str, Any]) -> dict[str, int]:
+    """Per channel, the batches not yet acknowledged by every reader (0: its readers committed
+    all it sent; a scale-in retires an instance then)."""
+    return {c: s.retained_batches for c, s in stats.items()}
+
+
 def with_tick(schema: Schema) -> Schema:
     """A partition channel's schema under an event-time switch: the rows and their tick mark."""
     return Schema((*schema.fields, Field(sinks.TICK_COLUMN, ColumnType.BOOLEAN)))
@@ -183,24 +199,15 @@ class ChannelHub:
             log.info("hub: channel %s writer at %s", channel_id, writer.endpoint)
             return writer
 
-    def blocked(self, owner: str) -> tuple[float, float]:
-        """(seconds the task's longest-blocked send has waited for backup room, seconds no
-        reader has been subscribed to that writer); (0, 0) when no send of `owner` waits."""
-        with self._lock:
-            writers = [w for c, w in self._writers.items() if self._owners.get(c) == owner]
-        stats = [w.stats() for w in writers if hasattr(w, "stats")]
-        waiting = [s for s in stats if s.blocked_seconds > 0]
-        if not waiting:
-            return 0.0, 0.0
-        worst = max(waiting, key=lambda s: s.blocked_seconds)
-        return worst.blocked_seconds, worst.readerless_seconds
-
-    def retained(self, owner: str) -> dict[str, int]:
-        """Per channel `owner`'s sink writes: the batches not yet acknowledged by every reader
-        (0: its readers have committed all it sent; a scale-in retires an instance then)."""
+    def stats(self, owner: str) -> dict[str, Any]:
+        """The `WriterStats` of each channel `owner`'s sink writes, read once (`blocked_of`
+        and `retained_of_stats` derive the heartbeat's figures from them)."""
         with self._lock:
             writers = {c: w for c, w in self._writers.items() if self._owners.get(c) == owner}
-        return {c: w.stats().retained_batches for c, w in writers.items() if hasattr(w, "stats")}
+        return {c: w.stats() for c, w in writers.items() if hasattr(w, "stats")}
+
+    def blocked(self, owner: str) -> tuple[float, float]:
+        return blocked_of(self.stats(owner))
 
     def bind_of(self, channel_id: str) -> str | None:
         """The bind the channel's writer was opened with (None: a free local port)."""

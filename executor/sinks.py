@@ -27,7 +27,6 @@ from datetime import date, datetime, timezone
 from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence, TextIO
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from common.api_client import RequestRejected, SchedulerUnavailable
 from common.operator_schemas import CONTROL_COLUMNS
@@ -268,14 +267,6 @@ PARTITION_COLUMN = "__elastiq_partition"
 # Under an event-time switch a splitter's rows carry this mark: true for a tick, a copy of the
 # batch's latest row that only moves a retiring instance's watermark (`executor.routing`)
 TICK_COLUMN = "__elastiq_tick"
-
-
-def split_by_partition(table: pa.Table, column: str, parts: int) -> list[pa.Table]:
-    """`table` split into `parts` tables by the partition numbers (0..parts-1) in `column`,
-    which is dropped; row order is kept within each part (pure)."""
-    numbers = table.column(column)
-    rest = table.drop_columns([column])
-    return [rest.filter(pc.equal(numbers, part)) for part in range(parts)]
 
 
 class SplitChannelSink:

@@ -223,15 +223,6 @@ def test_metrics_carry_the_busy_time_they_are_given() -> None:
     assert (m.busy_ms, m.batch_ms, m.tuples_in, m.batch_id) == (777, 250, 9, 4)
 
 
-def test_split_by_partition_keeps_rows_and_order_and_drops_the_column() -> None:
-    import pyarrow as pa
-
-    table = pa.table({"k": ["x", "y", "z", "w"], "p": [1, 0, 1, 1]})
-    parts = sinks.split_by_partition(table, "p", 3)
-    assert [part.to_pylist() for part in parts] == [
-        [{"k": "y"}], [{"k": "x"}, {"k": "z"}, {"k": "w"}], []]
-
-
 def test_a_source_micro_batch_is_bounded_to_about_48_mb_of_its_rows() -> None:
     sensor = shapes.shape_named("sensor").columns
     cap = sources.batch_row_cap(sensor)
