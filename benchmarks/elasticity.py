@@ -103,6 +103,7 @@ class Plan:
     step: float  # s of the stepped load (about: ends by the generator's count)
     down: float  # s of load after the step down (about: ends with the generator's limit)
     manual: bool
+    spark_cores: int = 1  # Spark's local[N] in each executor
     max_parallelism: int = 3
 
     @property
@@ -562,7 +563,7 @@ def report(runs: Sequence[Run], figs: Sequence[Figures], wall: float) -> str:
              f"upper(<{LITERAL_CHARS} Greek letters>) per row, min 1 max "
              f"{plan.max_parallelism}, {mode} -> filter humidity < {HUMIDITY_BELOW:g} -> file "
              f"sink; {plan.max_parallelism} agents (instances are placed apart), an executor "
-             f"with Spark local[2] on each; {plan.rate:g} rows/s for "
+             f"with Spark local[{plan.spark_cores}] on each; {plan.rate:g} rows/s for "
              f"{plan.steady:g} s, x{STEP} = {STEP * plan.rate:g} rows/s for ~{plan.step:g} s, "
              f"back to {plan.rate:g} rows/s; limit {plan.limit:,} rows",
              f"machine: {os.cpu_count()} cores; load average (1/5/15 min) at the start of each "
@@ -612,12 +613,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--step", type=float, default=100.0, help="s of stepped load (about)")
     parser.add_argument("--down", type=float, default=80.0, help="s after the step down (about)")
     parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--spark-cores", type=int, default=1,
+                        help="Spark's local[N] in each executor (default 1: an instance is one "
+                             "core, as on 1-CPU agents; with 2 on this 2-core machine one "
+                             "instance already uses every core, and more instances add none)")
     parser.add_argument("--manual", action="store_true",
                         help="elastic=\"manual\": one scale to 2 by hand, then back to 1")
     args = parser.parse_args(argv)
-    if not 1 <= args.fields <= 12 or args.rate <= 0 or args.repeats < 1:
-        parser.error("--fields 1..12, --rate > 0, --repeats >= 1")
-    plan = Plan(args.rate, args.fields, args.steady, args.step, args.down, args.manual)
+    if not 1 <= args.fields <= 12 or args.rate <= 0 or args.repeats < 1 or \
+            args.spark_cores < 1:
+        parser.error("--fields 1..12, --rate > 0, --repeats >= 1, --spark-cores >= 1")
+    plan = Plan(args.rate, args.fields, args.steady, args.step, args.down, args.manual,
+                args.spark_cores)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(name)s %(message)s")
     for noisy in ("executor", "scheduler", "elastiq", "pymesos", "tests.e2e"):
@@ -629,7 +636,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for repeat in range(args.repeats):
         with tempfile.TemporaryDirectory(prefix="elastiq-bench-elastic-") as tmp:
             stack = start_stack(Path(tmp) / "stack", cpus_per_agent=2.5,
-                                agents=plan.max_parallelism, spark_cores=2)
+                                agents=plan.max_parallelism, spark_cores=plan.spark_cores)
             try:
                 runs.append(run_once(stack, Path(tmp), plan, expected))
             finally:

@@ -2,7 +2,14 @@
 
 Owns the rate-based model of automatic mode (seeds/002 4.3: the rate tuples arrive at an
 operator against the rate its instances can process them; DS2's "true processing rate": rows
-processed per second of *busy* time, so idle time does not hide capacity):
+processed per second of *busy* time, so idle time does not hide capacity). A micro-batch engine
+that runs batches back to back is busy whenever rows trickle in, and a batch has a fixed cost:
+rows per busy second then grow with the load, and only an instance that falls behind (its
+batches grow) shows what it can do. So the model keeps a `Capacity` per operator: the true rate
+seen while the instances fell behind (`pressed`: the upstream's source backlog or the batches
+its channel writers retain grew all window), else the best rate seen so far, which is only a
+lower bound. Scale-outs act on pressure or on a capacity measured under it; scale-ins on a
+capacity that is at most the real one, so neither is fooled by the fixed cost:
 - `Sample`, one heartbeat's cumulative figures of one task, and `sample_of` (heartbeat figures
   -> Sample, refusing what cannot be a sample);
 - `SampleHistory`, a bounded history of samples per task (the last `keep_seconds`, at most
@@ -10,7 +17,8 @@ processed per second of *busy* time, so idle time does not hide capacity):
 - `ElasticPolicy` (bounds, target utilisation, scale-in margin, cool-down, window, minimum
   samples), `OperatorView` (what `decide` sees of one operator) and `decide`, which returns a
   `Decision`: scale out, scale in or hold, the target parallelism, a bounded reason class, the
-  measured `Rates` and an explanation with the numbers.
+  measured `Rates`, the operator's `Capacity` after this window (`learn`) and an explanation
+  with the numbers.
 Reads no clock (the caller passes `now`, the same clock as the samples' `at`) and does no I/O.
 Does not own when it is asked or how a decision is applied (the scheduler and the rescale
 mechanism), nor the metrics that count decisions (`scheduler.metrics`).
@@ -21,6 +29,8 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 from typing import Any, Iterable, Literal, Mapping, Sequence
+
+from common.messages import retained_of
 
 DecisionKind = Literal["out", "in", "hold"]
 # why: "load" (the model's need), "backlog" (a queue grew all window), "bounds" (min/max),
@@ -40,13 +50,15 @@ MAX_TIME = 1e12  # seconds, either side of the clock's zero
 @dataclass(frozen=True)
 class Sample:
     """One task's cumulative figures at time `at` (seconds, the scheduler's clock): rows in and
-    out, milliseconds spent in micro-batches, and its sources' backlog (offsets not yet read)."""
+    out, milliseconds spent in micro-batches, its sources' backlog (offsets not yet read) and
+    the batches its channel writers retain (sent, not yet acknowledged by every reader)."""
 
     at: float
     tuples_in: float
     tuples_out: float
     busy_ms: float
     backlog: float = 0.0
+    retained: float = 0.0
 
     def __post_init__(self) -> None:
         for name, value in asdict(self).items():
@@ -68,8 +80,9 @@ def sample_of(at: float, figures: Mapping[str, Any]) -> Sample | None:
         return None
     try:
         return Sample(at, *(figures[name] for name in SAMPLE_FIGURES),
-                      backlog=figures.get("backlog", 0.0))
-    except ValueError:
+                      backlog=figures.get("backlog", 0.0),
+                      retained=float(sum(retained_of(figures).values())))
+    except (ValueError, TypeError):
         return None
 
 
@@ -153,10 +166,26 @@ class ElasticPolicy:
 
 
 @dataclass(frozen=True)
+class Capacity:
+    """What one instance of an operator can process: `rate` rows per busy second. `measured`:
+    seen while the instances fell behind (their batches grew, so a batch's fixed cost was
+    spread over many rows: the real figure); otherwise the best rate seen while they kept up,
+    a lower bound. `at`: when it was last set (the scheduler's clock)."""
+
+    rate: float
+    measured: bool
+    at: float
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
 class OperatorView:
     """One elastic operator as the scheduler sees it: its current parallelism, the samples of
     each active instance task and of each task feeding its splitter (by task id, oldest
-    first), and when its parallelism last changed (None: never)."""
+    first), when its parallelism last changed (None: never), and its capacity as the last
+    decision left it (None: not known yet)."""
 
     query_id: str
     operator_id: str
@@ -164,17 +193,19 @@ class OperatorView:
     instances: Mapping[str, Sequence[Sample]]
     upstreams: Mapping[str, Sequence[Sample]]
     last_change_at: float | None = None
+    capacity: Capacity | None = None
 
 
 def view_of(history: SampleHistory, query_id: str, operator_id: str, parallelism: int,
             instances: Iterable[str], upstreams: Iterable[str],
-            last_change_at: float | None) -> OperatorView:
+            last_change_at: float | None, capacity: Capacity | None = None) -> OperatorView:
     """The view `decide` needs, from `history`: `instances` are the ids of the operator's
     active instance tasks (slots 1..parallelism), `upstreams` those of the tasks whose splitter
     feeds it."""
     return OperatorView(query_id, operator_id, parallelism,
                         {key: history.samples(key) for key in instances},
-                        {key: history.samples(key) for key in upstreams}, last_change_at)
+                        {key: history.samples(key) for key in upstreams}, last_change_at,
+                        capacity)
 
 
 @dataclass(frozen=True)
@@ -187,11 +218,18 @@ class Rates:
     backlog_slope: float  # growth of the upstream sources' backlog (offsets per second)
     backlog: float  # the upstream sources' backlog at the last samples
     backlog_growing: bool  # it grew over the whole window (never fell, ended higher)
+    retained: float  # batches the upstream tasks' channel writers hold, at the last samples
+    retained_rising: bool  # they rose over the whole window (`rising`)
     processed: float  # rows the instances read
     true_rate: float | None  # None: the instances were never busy in the window
     utilisation: float  # mean over the instances
     busiest: float  # the busiest instance's
     window: float  # seconds the samples covered (the shortest task's span)
+
+    @property
+    def pressed(self) -> bool:
+        """The instances fell behind all window: rows waited longer and longer upstream."""
+        return self.backlog_growing or self.retained_rising
 
 
 @dataclass(frozen=True)
@@ -199,7 +237,7 @@ class Decision:
     """What to do with one operator: `kind` to `target` (= `current` for hold), why (`reason`,
     a bounded class), the rates of the whole window and of its recent half (None when there
     were not enough samples), the parallelism the recent half's load needs (None when not
-    computed) and a sentence with the numbers."""
+    computed), the operator's capacity for the next decision and a sentence with the numbers."""
 
     query_id: str
     operator_id: str
@@ -211,6 +249,7 @@ class Decision:
     rates: Rates | None = None
     needed: int | None = None
     recent: Rates | None = None
+    capacity: Capacity | None = None
 
     @property
     def outcome(self) -> str:
@@ -223,7 +262,8 @@ class Decision:
                 "reason": self.reason, "needed": self.needed,
                 "explanation": self.explanation,
                 "rates": asdict(self.rates) if self.rates is not None else None,
-                "recent": asdict(self.recent) if self.recent is not None else None}
+                "recent": asdict(self.recent) if self.recent is not None else None,
+                "capacity": self.capacity.to_json() if self.capacity is not None else None}
 
 
 OUTCOMES: tuple[str, ...] = ("out", "in") + tuple(f"hold_{r}" for r in REASONS)
@@ -268,6 +308,22 @@ def growing(samples: Sequence[Sample]) -> bool:
     return values[middle - 1] > values[0] and values[-1] > values[middle]
 
 
+RETAINED_RISE = 2.0  # batches: less is the ebb and flow of acknowledgements, not a queue
+
+
+def rising(samples: Sequence[Sample]) -> bool:
+    """The batches retained upstream rose over the whole window: up by at least RETAINED_RISE,
+    and the recent half's lowest and highest both above the early half's. Acknowledgements come
+    a micro-batch at a time, so the count is a saw-tooth even when the instances keep up; a
+    queue shows as a saw-tooth that climbs."""
+    values = [s.retained for s in samples]
+    if len(values) < 4 or values[-1] - values[0] < RETAINED_RISE:
+        return False
+    middle = len(values) // 2
+    early, recent = values[:middle], values[middle:]
+    return min(recent) > min(early) and max(recent) > max(early)
+
+
 def _windows(tasks: Mapping[str, Sequence[Sample]], now: float, policy: ElasticPolicy
              ) -> tuple[dict[str, list[Sample]], list[str]]:
     """Each task's window, and a phrase for every task whose window is too thin."""
@@ -285,12 +341,12 @@ def _span(window: Sequence[Sample]) -> float:
     return window[-1].at - window[0].at
 
 
-def _upstream_rates(windows: Mapping[str, list[Sample]]) -> tuple[float, float, float, float,
-                                                                    bool]:
+def _upstream_rates(windows: Mapping[str, list[Sample]]
+                    ) -> tuple[float, float, float, float, bool, float, bool]:
     """(rows out per s, backlog slope scaled by selectivity, raw backlog slope, backlog now,
-    growing) summed over the upstream tasks."""
-    out = scaled = raw = backlog = 0.0
-    grew = False
+    growing, retained batches now, rising) summed over the upstream tasks."""
+    out = scaled = raw = backlog = retained = 0.0
+    grew = rose = False
     for window in windows.values():
         rows_in = increase([s.tuples_in for s in window])
         rows_out = increase([s.tuples_out for s in window])
@@ -301,7 +357,9 @@ def _upstream_rates(windows: Mapping[str, list[Sample]]) -> tuple[float, float, 
         scaled += task_slope * selectivity
         backlog += window[-1].backlog
         grew = grew or growing(window)
-    return out, scaled, raw, backlog, grew
+        retained += window[-1].retained
+        rose = rose or rising(window)
+    return out, scaled, raw, backlog, grew, retained, rose
 
 
 def _instance_rates(windows: Mapping[str, list[Sample]]) -> tuple[float, float | None, float,
@@ -335,11 +393,12 @@ class Measured:
 
 def _rates(instances: Mapping[str, list[Sample]], upstreams: Mapping[str, list[Sample]]
            ) -> Rates:
-    out, scaled, raw, backlog, grew = _upstream_rates(upstreams)
+    out, scaled, raw, backlog, grew, retained, rose = _upstream_rates(upstreams)
     processed, true_rate, mean, busiest = _instance_rates(instances)
     window = min(_span(w) for w in [*instances.values(), *upstreams.values()])
     return Rates(arrival=max(0.0, out + scaled), upstream_out=out, backlog_slope=raw,
-                 backlog=backlog, backlog_growing=grew, processed=processed,
+                 backlog=backlog, backlog_growing=grew, retained=retained,
+                 retained_rising=rose, processed=processed,
                  true_rate=true_rate, utilisation=mean, busiest=busiest, window=window)
 
 
@@ -386,35 +445,68 @@ def needed(arrival: float, true_rate: float, utilisation: float) -> int:
     return max(0, math.ceil(ratio - 1e-9))
 
 
+def learn(previous: Capacity | None, pressed: bool, true_rate: float | None,
+          now: float) -> Capacity | None:
+    """The operator's capacity after a window (pure). When the instances fell behind
+    (`pressed`), their true rate is the real figure and replaces what was known (the work per
+    row may have changed). Otherwise the larger of the known rate and `true_rate`, which the
+    instances reached while keeping up; it stays `measured` only if it was."""
+    if true_rate is None:
+        return previous
+    if pressed:
+        return Capacity(true_rate, True, now)
+    if previous is None:
+        return Capacity(true_rate, False, now)
+    if true_rate > previous.rate:
+        return Capacity(true_rate, previous.measured, now)
+    return previous
+
+
+def _learnt(previous: Capacity | None, measured: Measured, now: float) -> Capacity | None:
+    """`learn` from a window. Under pressure, from its recent half: the rows waited all
+    window, so the instances' batches had grown by then; the early half may still hold the
+    load before the step, at a rate that says little. Otherwise from the better of the two."""
+    whole, recent = measured.whole, measured.recent
+    if whole.pressed:
+        return learn(previous, True, recent.true_rate or whole.true_rate, now)
+    rates = [r for r in (whole.true_rate, recent.true_rate) if r is not None]
+    return learn(previous, False, max(rates) if rates else None, now)
+
+
 def describe(rates: Rates) -> str:
     """The numbers of a window, for explanations."""
     rate = "none (never busy)" if rates.true_rate is None else f"{rates.true_rate:,.0f} rows/s"
     backlog = f"backlog {rates.backlog:,.0f} ({rates.backlog_slope:+,.0f}/s" + \
         (", growing all window)" if rates.backlog_growing else ")")
+    retained = f"{rates.retained:,.0f} batches retained upstream" + \
+        (", rising all window" if rates.retained_rising else "")
     return (f"over {rates.window:.1f} s: arrival {rates.arrival:,.0f} rows/s (upstream out "
-            f"{rates.upstream_out:,.0f} rows/s, {backlog}), processed {rates.processed:,.0f} "
-            f"rows/s, true rate per instance {rate}, busy {rates.utilisation:.0%} on average "
-            f"and {rates.busiest:.0%} at most")
+            f"{rates.upstream_out:,.0f} rows/s, {backlog}, {retained}), processed "
+            f"{rates.processed:,.0f} rows/s, true rate per instance {rate}, busy "
+            f"{rates.utilisation:.0%} on average and {rates.busiest:.0%} at most")
 
 
 def _decision(view: OperatorView, kind: DecisionKind, target: int, reason: Reason, why: str,
-              measured: Measured | None = None, need: int | None = None) -> Decision:
+              measured: Measured | None = None, need: int | None = None,
+              capacity: Capacity | None = None) -> Decision:
+    """A Decision; `capacity` None keeps the view's."""
     n = view.parallelism
     verb = {"out": f"scale out {n} -> {target}", "in": f"scale in {n} -> {target}",
             "hold": f"hold at {n}"}[kind]
     text = f"{view.query_id}/{view.operator_id}: {verb}: {why}"
     whole, recent = (measured.whole, measured.recent) if measured else (None, None)
     return Decision(view.query_id, view.operator_id, kind, n, target, reason, text, whole, need,
-                    recent)
+                    recent, capacity if capacity is not None else view.capacity)
 
 
 def _move(view: OperatorView, target: int, reason: Reason, why: str,
-          measured: Measured | None = None, need: int | None = None) -> Decision:
+          measured: Measured | None = None, need: int | None = None,
+          capacity: Capacity | None = None) -> Decision:
     """Out or in to `target`, or hold when it is the current parallelism."""
     n = view.parallelism
     kind: DecisionKind = "out" if target > n else "in" if target < n else "hold"
     return _decision(view, kind, target, reason if kind != "hold" else "steady", why, measured,
-                     need)
+                     need, capacity)
 
 
 def decide(view: OperatorView, policy: ElasticPolicy, now: float) -> Decision:
@@ -432,84 +524,95 @@ def decide(view: OperatorView, policy: ElasticPolicy, now: float) -> Decision:
     measured = measure(view, policy, now)
     if isinstance(measured, str):
         return _decision(view, "hold", n, "no_data", f"not enough data: {measured}")
-    return _decide_on(view, policy, measured)
+    return _decide_on(view, policy, measured, _learnt(view.capacity, measured, now))
 
 
-def _needs(measured: Measured, utilisation: float) -> tuple[int, int, int]:
-    """The need of the whole window and of each half; a half without busy time borrows the
-    whole window's true rate (which `_decide_on` has checked is known)."""
-    rate = measured.whole.true_rate or 0.0
-    whole, early, recent = (needed(r.arrival, r.true_rate or rate, utilisation)
+def _needs(measured: Measured, capacity: Capacity, utilisation: float) -> tuple[int, int, int]:
+    """The need of the whole window and of each half, at the operator's capacity."""
+    whole, early, recent = (needed(r.arrival, capacity.rate, utilisation)
                             for r in (measured.whole, measured.early, measured.recent))
     return whole, early, recent
 
 
-def _formula(measured: Measured, utilisation: float, needs: tuple[int, int, int]) -> str:
+def _formula(measured: Measured, capacity: Capacity, utilisation: float,
+             needs: tuple[int, int, int]) -> str:
     recent = measured.recent
-    rate = recent.true_rate or measured.whole.true_rate or 0.0
-    return (f"the last {recent.window:.1f} s need ceil({recent.arrival:,.0f} / ({rate:,.0f} x "
-            f"{utilisation:.2f})) = {needs[2]} (the {measured.early.window:.1f} s before: "
-            f"{needs[1]}, the whole window: {needs[0]})")
+    kind = ("measured while the instances fell behind" if capacity.measured else
+            "a lower bound: the best seen while they kept up")
+    return (f"the last {recent.window:.1f} s need ceil({recent.arrival:,.0f} / "
+            f"({capacity.rate:,.0f} x {utilisation:.2f})) = {needs[2]} (the "
+            f"{measured.early.window:.1f} s before: {needs[1]}, the whole window: {needs[0]}; "
+            f"capacity per instance {capacity.rate:,.0f} rows/s, {kind})")
 
 
-def _decide_on(view: OperatorView, policy: ElasticPolicy, measured: Measured) -> Decision:
-    """The decision once the window's rates are known. It acts only when both halves of the
-    window agree on the direction, and then takes the recent half's need: a step of load in
-    the early half leaves the recent half wholly after it, so the target is right in one step;
-    a step in the recent half waits ("settling") until it is."""
+def _decide_on(view: OperatorView, policy: ElasticPolicy, measured: Measured,
+               capacity: Capacity | None) -> Decision:
+    """The decision once the window's rates and the capacity are known. Rows waiting longer
+    all window (`Rates.pressed`) scale out to the recent half's need, at least one more. A
+    capacity measured under pressure also scales out before a queue shows, when both halves of
+    the window need more (a step of load in the early half leaves the recent half wholly after
+    it, so the target is right in one step). A capacity that is only a lower bound gives needs
+    that are upper bounds: never a scale-out, but a safe scale-in."""
     n, rates, target_u = view.parallelism, measured.whole, policy.target_utilisation
     numbers = describe(rates)
-    if rates.arrival <= 0 and not rates.backlog_growing:
+    if rates.arrival <= 0 and not rates.pressed:
         return _move(view, policy.min_parallelism, "load", f"nothing arrives; {numbers}",
-                     measured, 0)
-    if rates.true_rate is None:
+                     measured, 0, capacity)
+    if capacity is None:
         return _decision(view, "hold", n, "no_data", f"not enough data: the instances were "
                          f"never busy in the window, so their true rate is unknown; {numbers}",
                          measured)
-    needs = _needs(measured, target_u)
-    formula = _formula(measured, target_u, needs)
-    if needs[1] > n and needs[2] > n:
-        return _scale_out(view, policy, measured, needs[2], f"{formula}; {numbers}")
-    if max(needs) > n:
+    needs = _needs(measured, capacity, target_u)
+    formula = _formula(measured, capacity, target_u, needs)
+    if rates.pressed:
+        why = formula if needs[2] > n else \
+            f"{formula}, but rows waited longer all window, so one more"
+        return _scale_out(view, policy, measured, max(needs[2], n + 1), f"{why}; {numbers}",
+                          capacity, "load" if needs[2] > n else "backlog")
+    if measured.recent.pressed or (capacity.measured and max(needs) > n):
+        if capacity.measured and min(needs[1:]) > n:
+            return _scale_out(view, policy, measured, needs[2], f"{formula}; {numbers}",
+                              capacity)
         return _decision(view, "hold", n, "settling", f"{formula}: the load changed inside "
-                         f"the window, waiting for both halves to agree; {numbers}", measured,
-                         needs[2])
-    if rates.backlog_growing:
-        return _scale_out(view, policy, measured, n + 1, f"{formula}, but the backlog grew "
-                          f"over the whole window, so one more; {numbers}", "backlog")
-    return _scale_in(view, policy, measured, needs[2], f"{formula}; {numbers}")
+                         f"the window, waiting for a whole window of it; {numbers}", measured,
+                         needs[2], capacity)
+    if needs[2] > n:
+        return _decision(view, "hold", n, "steady", f"{formula}, an upper bound: no rows wait "
+                         f"longer, so the instances keep up; {numbers}", measured, needs[2],
+                         capacity)
+    return _scale_in(view, policy, measured, capacity, needs[2], f"{formula}; {numbers}")
 
 
 def _scale_out(view: OperatorView, policy: ElasticPolicy, measured: Measured, need: int,
-               why: str, reason: Reason = "load") -> Decision:
+               why: str, capacity: Capacity, reason: Reason = "load") -> Decision:
     n = view.parallelism
     target = policy.clamp(need)
     if target <= n:
         return _decision(view, "hold", n, "bounds", f"{why}; already at max-parallelism "
-                         f"{policy.max_parallelism}", measured, need)
-    return _decision(view, "out", target, reason, why, measured, need)
+                         f"{policy.max_parallelism}", measured, need, capacity)
+    return _decision(view, "out", target, reason, why, measured, need, capacity)
 
 
-def _scale_in(view: OperatorView, policy: ElasticPolicy, measured: Measured, need: int,
-              why: str) -> Decision:
+def _scale_in(view: OperatorView, policy: ElasticPolicy, measured: Measured,
+              capacity: Capacity, need: int, why: str) -> Decision:
     """Scale in only when both halves of the window fit fewer instances each busy at most
     target x (1 - margin) (the hysteresis), to what the recent half needs; never while the
     backlog drains."""
     n, rates = view.parallelism, measured.whole
     relaxed = policy.target_utilisation * (1.0 - policy.scale_in_margin)
-    _, early, recent = _needs(measured, relaxed)
+    _, early, recent = _needs(measured, capacity, relaxed)
     target = policy.clamp(recent)
     why = (f"{why}; with the scale-in margin (busy at most {relaxed:.2f}) the halves need "
            f"{early} and {recent}")
     if early >= n or target >= n:
-        return _decision(view, "hold", n, "steady", why, measured, need)
+        return _decision(view, "hold", n, "steady", why, measured, need, capacity)
     if rates.backlog_slope < 0 and rates.backlog > 0:
         return _decision(view, "hold", n, "draining", f"{why}, but the backlog is still "
-                         f"draining", measured, need)
-    return _decision(view, "in", target, "load", why, measured, need)
+                         f"draining", measured, need, capacity)
+    return _decision(view, "in", target, "load", why, measured, need, capacity)
 
 
-__all__ = ["Sample", "sample_of", "SampleHistory", "ElasticPolicy", "OperatorView", "view_of",
-           "Rates",
+__all__ = ["Sample", "sample_of", "SampleHistory", "ElasticPolicy", "Capacity", "OperatorView",
+           "view_of", "Rates", "learn", "rising",
            "Measured", "Decision", "decide", "measure", "needed", "increase", "slope", "OUTCOMES",
            "REASONS"]

@@ -225,8 +225,8 @@ def _partition_channel(outputs: Iterable[str], index: int) -> str | None:
 def auto_view(e: ElasticOperator, tasks: dict[str, TaskRecord], control: QueryControl,
               state: ElasticState, history: SampleHistory, query_id: str,
               now: float) -> OperatorView | None:
-    """What the policy sees of an automatic operator now, or None while it must not decide:
-    a rescale in flight (its request pending, an instance starting or draining), or within
+    """What the policy sees of an automatic operator now (with the capacity its latest decision
+    learnt), or None while it must not decide: a rescale in flight (its request pending, an instance starting or draining), or within
     DECIDE_EVERY_SECONDS of its last decision."""
     if e.mode != "auto" or changing(control, e.operator) or \
             now - state.decided_at.get(e.operator, -DECIDE_EVERY_SECONDS) < DECIDE_EVERY_SECONDS:
@@ -237,9 +237,11 @@ def auto_view(e: ElasticOperator, tasks: dict[str, TaskRecord], control: QueryCo
     if moving:
         return None
     last = state.last(e.operator)
+    latest = state.latest.get(e.operator)
     return view_of(history, query_id, e.operator, n, e.slots[:n],
                    sorted({task for task, _ in e.splitters}),
-                   last.asked_at if last is not None else None)
+                   last.asked_at if last is not None else None,
+                   latest.capacity if latest is not None else None)
 
 
 def policy_of(e: ElasticOperator, agents: int) -> ElasticPolicy:

@@ -29,7 +29,7 @@ from prometheus_client import (
 from scheduler.commands import (
     Command, DeclineOffers, LaunchTasks, ReplyToRequest, RetargetChannels,
 )
-from scheduler.elastic_policy import OUTCOMES, Decision
+from scheduler.elastic_policy import OUTCOMES, Capacity, Decision
 from scheduler.events import Event, OfferRescinded, OffersReceived
 from scheduler.lifecycle import TaskRecord, TaskState, parse_mesos_task_id
 from scheduler import elasticity
@@ -229,7 +229,13 @@ class SchedulerMetrics:
         self.elastic_decisions = Counter("elastiq_elastic_decisions", "decisions of the "
                                          "elastic policy: out, in, or hold_<reason>",
                                          ["outcome"], registry=r)
+        self.capacity = Gauge("elastiq_operator_capacity_rows_per_second", "rows one instance "
+                              "of an automatic operator processes per busy second, as the "
+                              "policy knows it (measured: seen while rows waited; lower_bound: "
+                              "the best seen while the instances kept up)",
+                              ["query", "operator", "kind"], registry=r)
         self._parallelism_seen: set[tuple[str, str]] = set()
+        self._capacity_seen: dict[tuple[str, str], str] = {}  # (query, operator) -> kind
 
     # ---- fed by the loop -----------------------------------------------------------------
     def observe_step(self, event: Event, commands: Iterable[Command], state: SchedulerState,
@@ -322,6 +328,9 @@ class SchedulerMetrics:
         for e in query.query.elastic:
             self.set_parallelism(query.query_id, e.operator,
                                  elasticity.parallelism(e, query.control))
+            latest = query.elastic.latest.get(e.operator)
+            if latest is not None and latest.capacity is not None:
+                self._set_capacity(query.query_id, e.operator, latest.capacity)
         for r in query.elastic.rescales:
             if r.state == "applied" and r.request not in self._rescales_seen:
                 self._rescales_seen.add(r.request)
@@ -434,10 +443,20 @@ class SchedulerMetrics:
         self.parallelism.labels(query_id, operator_id).set(parallelism)
         self._parallelism_seen.add((query_id, operator_id))
 
+    def _set_capacity(self, query_id: str, operator_id: str, capacity: Capacity) -> None:
+        kind = "measured" if capacity.measured else "lower_bound"
+        before = self._capacity_seen.get((query_id, operator_id))
+        if before is not None and before != kind:
+            self.capacity.remove(query_id, operator_id, before)
+        self.capacity.labels(query_id, operator_id, kind).set(capacity.rate)
+        self._capacity_seen[(query_id, operator_id)] = kind
+
     def _forget_parallelism(self, live_queries: set[str]) -> None:
         for key in [k for k in self._parallelism_seen if k[0] not in live_queries]:
             self.parallelism.remove(*key)
             self._parallelism_seen.discard(key)
+        for key in [k for k in self._capacity_seen if k[0] not in live_queries]:
+            self.capacity.remove(*key, self._capacity_seen.pop(key))
 
     def set_leadership(self, leader: bool, epoch: int | None = None,
                        safe_mode: bool = False) -> None:

@@ -253,3 +253,7 @@ def test_every_decision_and_the_rescale_are_counted_once_in_the_metrics(cluster:
                          "hold_load")}
     assert sum(counted.values()) == decisions.decided > 0
     assert counted["out"] == 1 and counted["in"] == 0
+    capacity = decisions.latest["f"].capacity  # what the policy learnt, and the gauge shows
+    assert capacity is not None and capacity.measured and capacity.rate > 0
+    assert value("elastiq_operator_capacity_rows_per_second", query="q", operator="f",
+                 kind="measured") == pytest.approx(capacity.rate)

@@ -64,13 +64,17 @@ def elastic_view(stack: Stack, query_id: str, operator: str) -> dict[str, Any]:
     return next(e for e in stack.status(query_id)["elastic"] if e["operator"] == operator)
 
 
-def slot_states(stack: Stack, query_id: str) -> list[str]:
-    return [s["state"] for s in elastic_view(stack, query_id, "keep")["slots"]]
+def slot_states(stack: Stack, query_id: str, operator: str = "keep") -> list[str]:
+    return [s["state"] for s in elastic_view(stack, query_id, operator)["slots"]]
 
 
-def settled(stack: Stack, query_id: str, n: int) -> bool:
-    states = slot_states(stack, query_id)
-    return states[:n] == ["running"] * n and all(s == "dormant" for s in states[n:])
+def settled(stack: Stack, query_id: str, n: int, operator: str = "keep") -> bool:
+    """n slots run, the rest are dormant, and the last rescale to n is applied (a scale-out's
+    splitters switch only once its new instances run, so the slots settle first)."""
+    states = slot_states(stack, query_id, operator)
+    rescales = elastic_view(stack, query_id, operator)["rescales"]
+    applied = not rescales or (rescales[-1]["to"] == n and rescales[-1]["state"] == "applied")
+    return applied and states[:n] == ["running"] * n and all(s == "dormant" for s in states[n:])
 
 
 def rows_in(stack: Stack, query_id: str, task_id: str) -> float:
@@ -197,13 +201,10 @@ def test_a_running_window_aggregate_scales_one_three_two_one_with_its_state_exac
     def scale(n: int) -> dict[str, Any]:
         reply = client.scale(qid, "perSensor", n)
         assert reply["request"], reply
-        wait_until(lambda: settled_as(n), 240, f"perSensor to run {n} instances",
+        wait_until(lambda: settled(stack, qid, n, "perSensor"), 240,
+                   f"perSensor to run {n} instances",
                    lambda: str(elastic_view(stack, qid, "perSensor")))
         return elastic_view(stack, qid, "perSensor")["rescales"][-1]
-
-    def settled_as(n: int) -> bool:
-        slots = [s["state"] for s in elastic_view(stack, qid, "perSensor")["slots"]]
-        return slots[:n] == ["running"] * n and all(s == "dormant" for s in slots[n:])
 
     try:
         wait_running(stack, qid, timeout=180)

@@ -1,7 +1,8 @@
 """The automatic-elasticity policy (`scheduler.elastic_policy`), pure: histories of heartbeat
 samples are built by a small simulator of one operator (an upstream task feeding n instances,
-each processing `rate` rows per busy second), and the decisions are checked against the
-model's arithmetic done here by hand. Plus a seeded, bounded fuzz over random histories."""
+each processing `rate` rows per busy second; or, as Spark's back-to-back micro-batches, busy
+all the time it has rows), and the decisions are checked against the model's arithmetic done
+here by hand. Plus a seeded, bounded fuzz over random histories."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ from dataclasses import dataclass, field
 import pytest
 
 from scheduler.elastic_policy import (
-    OUTCOMES, Decision, ElasticPolicy, OperatorView, Sample, SampleHistory, decide, increase,
-    measure, needed, sample_of, slope, view_of,
+    OUTCOMES, RETAINED_RISE, Capacity, Decision, ElasticPolicy, OperatorView, Sample,
+    SampleHistory, decide, increase, learn, measure, needed, rising, sample_of, slope, view_of,
 )
 
 POLICY = ElasticPolicy(min_parallelism=1, max_parallelism=8, target_utilisation=0.8,
@@ -23,19 +24,24 @@ POLICY = ElasticPolicy(min_parallelism=1, max_parallelism=8, target_utilisation=
 
 @dataclass
 class Operator:
-    """A simulated elastic operator: the upstream hands over what the instances can take
-    (credit flow control) and the rest waits in its source's backlog, which it reports when
-    `backlog_visible`; instances share the load evenly, each busy rows / rate seconds."""
+    """A simulated elastic operator. The rows the instances cannot take wait `where`: in the
+    upstream's source ("source": the upstream hands over only what they take, credit flow
+    control, and reports the rest as its backlog), in its channel writer ("writer": it hands
+    over everything and retains one batch per BATCH_ROWS waiting rows), or unseen ("none").
+    Instances share the load evenly, each busy rows / rate seconds, or (`back_to_back`, as
+    Spark's micro-batches run) busy the whole second whenever it has rows."""
 
     n: int
     rate: float  # rows per busy second of one instance
-    backlog_visible: bool = True
+    where: str = "source"
+    back_to_back: bool = False
     selectivity: float = 1.0  # the upstream's rows out per row in
     t: float = 0.0
     backlog: float = 0.0
     upstream: list[Sample] = field(default_factory=list)
     instances: dict[str, list[Sample]] = field(default_factory=dict)
     last_change_at: float | None = None
+    capacity: Capacity | None = None  # what the last decision learnt
     totals: dict[str, list[float]] = field(default_factory=dict)  # task -> [in, out, busy]
 
     def run(self, arrival: float, seconds: int) -> None:
@@ -45,34 +51,42 @@ class Operator:
             wanted = arrival * self.selectivity + self.backlog * self.selectivity
             taken = min(wanted, self.n * self.rate)
             self.backlog = max(0.0, self.backlog + arrival - taken / self.selectivity)
+            handed = arrival * self.selectivity if self.where == "writer" else taken
             up = self.totals.setdefault("up", [0.0, 0.0, 0.0])
-            up[0] += taken / self.selectivity
-            up[1] += taken
-            up[2] += 1000.0 * min(1.0, taken / max(1.0, 10 * self.rate))
-            self.upstream.append(Sample(self.t, up[0], up[1], up[2],
-                                        self.backlog if self.backlog_visible else 0.0))
+            up[0] += handed / self.selectivity
+            up[1] += handed
+            up[2] += 1000.0 * min(1.0, handed / max(1.0, 10 * self.rate))
+            self.upstream.append(Sample(
+                self.t, up[0], up[1], up[2],
+                backlog=self.backlog if self.where == "source" else 0.0,
+                retained=1.0 + self.backlog // BATCH_ROWS if self.where == "writer" else 0.0))
             for i in range(1, self.n + 1):
                 key = f"q.f{i}"
                 figs = self.totals.setdefault(key, [0.0, 0.0, 0.0])
                 share = taken / self.n
                 figs[0] += share
                 figs[1] += share
-                figs[2] += 1000.0 * share / self.rate
+                figs[2] += (1000.0 if share > 0 else 0.0) if self.back_to_back else \
+                    1000.0 * share / self.rate
                 self.instances.setdefault(key, []).append(Sample(self.t, *figs))
 
     def view(self) -> OperatorView:
         active = {k: v for k, v in self.instances.items() if int(k[3:]) <= self.n}
         return OperatorView("q", "f", self.n, active, {"q.up": self.upstream},
-                            self.last_change_at)
+                            self.last_change_at, self.capacity)
 
     def apply(self, decision: Decision) -> None:
+        self.capacity = decision.capacity
         if decision.kind != "hold":
             self.n, self.last_change_at = decision.target, self.t
 
 
+BATCH_ROWS = 100.0
+
+
 def overloaded(n: int = 1, rate: float = 1000.0, arrival: float = 3200.0,
-               visible: bool = True) -> Operator:
-    op = Operator(n, rate, backlog_visible=visible)
+               where: str = "source") -> Operator:
+    op = Operator(n, rate, where=where)
     op.run(arrival, 12)
     return op
 
@@ -243,12 +257,88 @@ def test_the_minimum_holds_when_nothing_arrives() -> None:
 
 # --- backlog and selectivity ----------------------------------------------------------------------
 
-def test_saturated_instances_without_a_visible_backlog_still_scale_out() -> None:
-    """When the sources do not report their backlog, the arrival seen is what the saturated
-    instances take: 1 x 1000 / (1000 x 0.8) = 1.25 -> 2, one more instance per step."""
-    op = overloaded(visible=False)
+def test_rows_waiting_in_the_upstream_writer_scale_out_to_the_need_in_one_step() -> None:
+    """The upstream hands every row to its channel writer, which retains what the instances
+    have not taken: its output is the arrival, the retained batches climb (the pressure)."""
+    op = overloaded(where="writer")
     d = decide(op.view(), POLICY, op.t)
-    assert (d.kind, d.target, d.needed) == ("out", 2, 2)
+    # 3200 / (1000 x 0.8) = 4, the capacity measured while rows waited
+    assert (d.kind, d.target, d.needed, d.reason) == ("out", 4, 4, "load")
+    assert d.rates is not None and d.rates.retained_rising and not d.rates.backlog_growing
+    assert d.capacity == Capacity(1000.0, True, op.t)
+    assert "rising all window" in d.explanation
+
+
+def test_without_any_visible_queue_saturated_instances_hold_and_say_why() -> None:
+    """No backlog and no retained batches: nothing shows that rows wait, and a true rate seen
+    while keeping up is only a lower bound, so its need is an upper bound: hold."""
+    op = overloaded(where="none")
+    d = decide(op.view(), POLICY, op.t)
+    assert (d.kind, d.target, d.reason, d.needed) == ("hold", 1, "steady", 2)
+    assert "an upper bound: no rows wait longer" in d.explanation
+
+
+def test_back_to_back_batches_scale_out_once_and_back_in_once() -> None:
+    """Busy all the time it has rows (Spark's back-to-back micro-batches), an instance's rows
+    per busy second is its load, not its capacity: 700 rows/s on one instance reads 700. Only
+    the x4 step that makes rows wait shows the capacity (2,000); it needs
+    ceil(2800 / (2000 x 0.8)) = 2, and 700 afterwards ceil(700 / (2000 x 0.68)) = 1."""
+    op = Operator(1, 2000.0, back_to_back=True)
+    changes: list[tuple[str, int]] = []
+    for second, load in enumerate([700.0] * 40 + [2800.0] * 90 + [700.0] * 90):
+        op.run(load, 1)
+        if second % 2 == 0:
+            d = decide(op.view(), POLICY, op.t)
+            if d.kind != "hold":
+                changes.append((d.kind, d.target))
+            op.apply(d)
+    assert changes == [("out", 2), ("in", 1)]
+    assert op.capacity is not None and op.capacity.measured
+    assert op.capacity.rate == pytest.approx(2000.0)
+
+
+def test_the_old_rule_would_flip_flop_on_back_to_back_batches() -> None:
+    """The need from the window's own true rate, as a fixed per-batch cost distorts it: at a
+    steady 700 rows/s it reads ceil(700 / (700 x 0.8)) = 2 on one instance and on two, so the
+    capacity a lower bound gives may never scale out; a measured one holds at 1."""
+    op = Operator(1, 2800.0, back_to_back=True)
+    op.run(700.0, 12)
+    d = decide(op.view(), POLICY, op.t)
+    assert (d.kind, d.reason, d.needed) == ("hold", "steady", 2)
+    assert d.capacity == Capacity(700.0, False, op.t)
+    op.capacity = Capacity(2800.0, True, 0.0)
+    d = decide(op.view(), POLICY, op.t)
+    assert (d.kind, d.reason, d.needed) == ("hold", "steady", 1)
+    assert d.capacity == Capacity(2800.0, True, 0.0)
+
+
+def test_learn_keeps_the_best_lower_bound_and_replaces_it_by_a_measurement() -> None:
+    assert learn(None, False, None, 1.0) is None
+    low = learn(None, False, 500.0, 1.0)
+    assert low == Capacity(500.0, False, 1.0)
+    assert learn(low, False, 400.0, 2.0) == low  # a lower window says nothing new
+    assert learn(low, False, 600.0, 3.0) == Capacity(600.0, False, 3.0)
+    real = learn(low, True, 450.0, 4.0)  # under pressure: the figure, even if lower
+    assert real == Capacity(450.0, True, 4.0)
+    assert learn(real, False, 900.0, 5.0) == Capacity(900.0, True, 5.0)
+    assert learn(real, True, None, 6.0) == real
+
+
+def _retained(values: list[float]) -> list[Sample]:
+    return [Sample(float(t), 0.0, 0.0, 0.0, retained=v) for t, v in enumerate(values)]
+
+
+@pytest.mark.parametrize("values, expected", [
+    ([1, 3, 0, 2, 3, 1, 0, 3, 2, 1, 3], False),  # acknowledgements' saw-tooth, level
+    ([1, 3, 2, 4, 3, 5, 4, 6, 5, 7, 6], True),  # a saw-tooth that climbs
+    ([0, 0, 0, 0, 0, 0, 0, 0, 9, 9, 9], False),  # a jump at the end, early half flat
+    ([2, 2, 2, 2, 3], False),  # under RETAINED_RISE
+    ([5, 6, 7], False),  # too few samples
+])
+def test_retained_batches_rise_only_as_a_climbing_saw_tooth(values: list[float],
+                                                            expected: bool) -> None:
+    assert RETAINED_RISE == 2.0
+    assert rising(_retained([float(v) for v in values])) is expected
 
 
 def test_a_backlog_growing_all_window_adds_one_even_when_the_rates_say_enough() -> None:
@@ -390,7 +480,8 @@ def _random_samples(rng: random.Random, now: float) -> list[Sample]:
                     for f in figs]
         figs = [min(f, 1e15) for f in figs]
         figs[3] = rng.choice([0.0, rng.uniform(0, 1e6), figs[3]])
-        samples.append(Sample(round(t, 3), *figs))
+        retained = rng.choice([0.0, float(len(samples)), rng.uniform(0, 1e4)])
+        samples.append(Sample(round(t, 3), *figs, retained=retained))
     if rng.random() < 0.1:
         rng.shuffle(samples)  # a view built by hand may hold them in any order
     return samples
@@ -414,7 +505,9 @@ def test_fuzz_random_histories_never_raise_and_stay_within_the_bounds() -> None:
         instances = {f"q.f{i}": _random_samples(rng, now) for i in range(rng.randint(0, 4))}
         upstreams = {f"q.u{i}": _random_samples(rng, now) for i in range(rng.randint(0, 2))}
         last = rng.choice([None, now - rng.uniform(0, 40)])
-        view = OperatorView("q", "f", rng.randint(1, 12), instances, upstreams, last)
+        capacity = rng.choice([None, Capacity(rng.choice([0.0, 1e-9, rng.uniform(0, 1e6)]),
+                                              rng.random() < 0.5, now)])
+        view = OperatorView("q", "f", rng.randint(1, 12), instances, upstreams, last, capacity)
         d = decide(view, policy, now)
         assert policy.min_parallelism <= d.target <= policy.max_parallelism
         assert d.explanation.strip() and d.outcome in OUTCOMES

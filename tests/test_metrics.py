@@ -199,7 +199,8 @@ def test_rescales_pauses_and_parallelism_are_recorded_by_direction_and_trigger()
 
 def test_elastic_decisions_are_counted_by_outcome() -> None:
     m = SchedulerMetrics()
-    up = [Sample(float(t), 3000.0 * t, 3000.0 * t, 100.0 * t) for t in range(11)]
+    up = [Sample(float(t), 3000.0 * t, 3000.0 * t, 100.0 * t, backlog=2000.0 * t)
+          for t in range(11)]  # rows wait longer all window: the instance fell behind
     busy = {"q.f1": [Sample(float(t), 1000.0 * t, 1000.0 * t, 1000.0 * t) for t in range(11)]}
     view = OperatorView("q", "f", 1, busy, {"q.up": up})
     policy = ElasticPolicy(max_parallelism=8)
