@@ -275,9 +275,23 @@ class Run:
 
 
 def set_rate(stack: Stack, rate: float) -> float:
-    """Send the generator's new rate; returns when the scheduler saw it applied."""
+    """Send the generator's new rate; returns when the scheduler saw it applied. A query takes
+    one control request at a time: while a rescale is still being applied (its new instances
+    starting) the request is refused with "still being applied", and sent again."""
+    from common.api_client import RequestRejected
+
     client = stack.client()
-    request = client.control(QUERY, [(SOURCE, "rate", f"{rate:g}")])["request"]
+
+    def asked() -> str | None:
+        try:
+            return client.control(QUERY, [(SOURCE, "rate", f"{rate:g}")])["request"]
+        except RequestRejected as exc:
+            if "still being applied" not in str(exc):
+                raise
+            return None
+
+    request = wait_until(asked, 300, f"the rate {rate:g} accepted (a rescale in flight)",
+                         step=0.5)
     view = wait_until(lambda: (v := client.control_status(QUERY, request))["state"] != "pending"
                       and v, 120, f"the rate {rate:g} applied", step=0.05)
     if view["state"] != "applied":

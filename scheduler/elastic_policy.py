@@ -43,6 +43,8 @@ REASONS: tuple[str, ...] = ("load", "backlog", "bounds", "steady", "settling", "
 NEED_CAP = 1_000_000  # a need above any parallelism, so huge or odd figures stay integers
 MAX_FIGURE = 1e15  # no counter of a task reaches this; bounding them keeps the sums finite
 MAX_TIME = 1e12  # seconds, either side of the clock's zero
+PRESSED_BUSY = 0.9  # busy fraction of wall time: an instance that falls behind is never idle
+RETAINED_RISE = 5.0  # batches: less is acknowledgements' ebb and flow (or a start-up), not a queue
 
 
 # --- samples ------------------------------------------------------------------------------------
@@ -227,9 +229,16 @@ class Rates:
     window: float  # seconds the samples covered (the shortest task's span)
 
     @property
-    def pressed(self) -> bool:
-        """The instances fell behind all window: rows waited longer and longer upstream."""
+    def queued(self) -> bool:
+        """Rows waited longer and longer upstream all window."""
         return self.backlog_growing or self.retained_rising
+
+    @property
+    def pressed(self) -> bool:
+        """The instances fell behind all window: rows queued upstream while the busiest instance
+        was busy nearly all the time. A queue beside idle instances is not theirs (an upstream
+        that stalls or lacks a core): more instances would not drain it."""
+        return self.queued and self.busiest >= PRESSED_BUSY
 
 
 @dataclass(frozen=True)
@@ -308,7 +317,6 @@ def growing(samples: Sequence[Sample]) -> bool:
     return values[middle - 1] > values[0] and values[-1] > values[middle]
 
 
-RETAINED_RISE = 2.0  # batches: less is the ebb and flow of acknowledgements, not a queue
 
 
 def rising(samples: Sequence[Sample]) -> bool:
@@ -567,8 +575,13 @@ def _decide_on(view: OperatorView, policy: ElasticPolicy, measured: Measured,
     if rates.pressed:
         why = formula if needs[2] > n else \
             f"{formula}, but rows waited longer all window, so one more"
-        return _scale_out(view, policy, measured, max(needs[2], n + 1), f"{why}; {numbers}",
-                          capacity, "load" if needs[2] > n else "backlog")
+        return _scale_out(view, policy, measured, needs[2], f"{why}; {numbers}", capacity,
+                          "load" if needs[2] > n else "backlog", at_least=n + 1)
+    if rates.queued:
+        return _decision(view, "hold", n, "steady", f"{formula}; rows wait longer upstream, "
+                         f"but the busiest instance was busy only {rates.busiest:.0%} of the "
+                         f"time: the queue is not the instances' (an upstream stalled or short "
+                         f"of a core); {numbers}", measured, needs[2], capacity)
     if measured.recent.pressed or (capacity.measured and max(needs) > n):
         if capacity.measured and min(needs[1:]) > n:
             return _scale_out(view, policy, measured, needs[2], f"{formula}; {numbers}",
@@ -584,9 +597,11 @@ def _decide_on(view: OperatorView, policy: ElasticPolicy, measured: Measured,
 
 
 def _scale_out(view: OperatorView, policy: ElasticPolicy, measured: Measured, need: int,
-               why: str, capacity: Capacity, reason: Reason = "load") -> Decision:
+               why: str, capacity: Capacity, reason: Reason = "load",
+               at_least: int = 0) -> Decision:
+    """Out to `need` (at least `at_least`) within the bounds, or hold at the maximum."""
     n = view.parallelism
-    target = policy.clamp(need)
+    target = policy.clamp(max(need, at_least))
     if target <= n:
         return _decision(view, "hold", n, "bounds", f"{why}; already at max-parallelism "
                          f"{policy.max_parallelism}", measured, need, capacity)

@@ -49,6 +49,12 @@ class Rescale:
     # acknowledgements; -1: at once (nothing routed yet); None: not known yet
     switch_ms: int | None = None
 
+    def settled_at(self) -> float:
+        """When the change last moved: asked, then applied (the splitters switched, the new
+        instances run), then retired (a scale-in's last instance stopped). The policy's
+        cool-down counts from here, so a slow start of new instances is not measured as load."""
+        return max(t for t in (self.asked_at, self.applied_at, self.retired_at) if t is not None)
+
     def to_json(self) -> dict[str, Any]:
         return {"operator": self.operator, "from": self.before, "to": self.after,
                 "trigger": self.trigger, "request": self.request, "asked_at": self.asked_at,
@@ -240,7 +246,7 @@ def auto_view(e: ElasticOperator, tasks: dict[str, TaskRecord], control: QueryCo
     latest = state.latest.get(e.operator)
     return view_of(history, query_id, e.operator, n, e.slots[:n],
                    sorted({task for task, _ in e.splitters}),
-                   last.asked_at if last is not None else None,
+                   last.settled_at() if last is not None else None,
                    latest.capacity if latest is not None else None)
 
 

@@ -10,7 +10,9 @@ filter over the generator's rows: nothing lost, nothing twice.
 2. A keyed tumbling window aggregate, rescaled 1 -> 3 -> 2 -> 1 the same way: each rescale
 switches routing at the next window boundary of event time (the old instances finish the
 windows before it, the new ones take those after), retired instances go dormant once their
-watermark passed the switch. The sink must equal a plain-Python window oracle.
+watermark passed the switch. At 3 -> 2 the executor of the retiring instance is SIGKILLed while
+it drains. The sink must equal a plain-Python window oracle.
+3. A scale-out whose new instance's executor is SIGKILLed as the splitters switch.
 """
 
 from __future__ import annotations
@@ -187,7 +189,10 @@ def window_expectation() -> tuple[Counter, dict[tuple, float]]:
 
 def test_a_running_window_aggregate_scales_one_three_two_one_with_its_state_exact(
         stack: Stack, tmp_path: Path) -> None:
+    """1 -> 3 -> 2 -> 1, and at 3 -> 2 the old instance being retired is SIGKILLed mid
+    handover; the sink still equals the window oracle."""
     from compiler.pipeline import compile_spec_text
+    from tests.test_patterns_cluster import kill_executor
 
     query = compile_spec_text(WINDOW_SPEC.encode(), str(tmp_path / "e2e-elastic-window.xml"),
                               base_dir=tmp_path).query
@@ -198,9 +203,23 @@ def test_a_running_window_aggregate_scales_one_three_two_one_with_its_state_exac
     submit(stack, query)
     client = stack.client()
 
+    def kill_the_retiring_instance() -> None:
+        """SIGKILL the executor of slot 3 while it drains (it finishes the windows before the
+        switch): it is relaunched from its checkpoint and still retires."""
+        old = elastic.slots[2]
+        wait_until(lambda: elastic_view(stack, qid, "perSensor")["slots"][2]["retiring"], 30,
+                   f"{old} to retire", step=0.05)
+        task = stack.tasks(qid)[old]
+        assert task["state"] == "running", f"{old} drained before the kill: {task}"
+        kill_executor(stack, task["agent_id"], f"the retiring instance {old}")
+        wait_until(lambda: stack.tasks(qid)[old]["attempt"] > task["attempt"], 240,
+                   f"{old} relaunched after the kill", lambda: str(stack.tasks(qid)[old]))
+
     def scale(n: int) -> dict[str, Any]:
         reply = client.scale(qid, "perSensor", n)
         assert reply["request"], reply
+        if n == 2:
+            kill_the_retiring_instance()
         wait_until(lambda: settled(stack, qid, n, "perSensor"), 240,
                    f"perSensor to run {n} instances",
                    lambda: str(elastic_view(stack, qid, "perSensor")))

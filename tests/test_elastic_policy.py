@@ -332,24 +332,36 @@ def _retained(values: list[float]) -> list[Sample]:
     ([1, 3, 0, 2, 3, 1, 0, 3, 2, 1, 3], False),  # acknowledgements' saw-tooth, level
     ([1, 3, 2, 4, 3, 5, 4, 6, 5, 7, 6], True),  # a saw-tooth that climbs
     ([0, 0, 0, 0, 0, 0, 0, 0, 9, 9, 9], False),  # a jump at the end, early half flat
-    ([2, 2, 2, 2, 3], False),  # under RETAINED_RISE
+    ([2, 2, 2, 2, 6], False),  # under RETAINED_RISE
+    ([0, 0, 0, 1, 1, 2, 2, 2], False),  # a start-up: the first batches are in flight
     ([5, 6, 7], False),  # too few samples
 ])
 def test_retained_batches_rise_only_as_a_climbing_saw_tooth(values: list[float],
                                                             expected: bool) -> None:
-    assert RETAINED_RISE == 2.0
+    assert RETAINED_RISE == 5.0
     assert rising(_retained([float(v) for v in values])) is expected
 
 
 def test_a_backlog_growing_all_window_adds_one_even_when_the_rates_say_enough() -> None:
-    op = Operator(2, 1000.0)
-    op.run(1000.0, 12)
-    up = [Sample(s.at, s.tuples_in, s.tuples_out, s.busy_ms, 10.0 * i)
-          for i, s in enumerate(op.upstream)]  # +10 offsets/s: too little to change the need
-    view = OperatorView("q", "f", 2, op.view().instances, {"q.up": up})
-    d = decide(view, POLICY, op.t)
-    assert (d.kind, d.target, d.reason) == ("out", 3, "backlog")
-    assert "growing all window" in d.explanation
+    """A skewed partitioning: one instance busy all the time, the other 30%; the mean rates say
+    two are enough (1,310 / (1,000 x 0.8) = 2), the queue that only grows says otherwise."""
+    up = [Sample(float(t), 1300.0 * t, 1300.0 * t, 100.0 * t, 10.0 * t) for t in range(11)]
+    inst = {"q.f1": [Sample(float(t), 1000.0 * t, 1000.0 * t, 1000.0 * t) for t in range(11)],
+            "q.f2": [Sample(float(t), 300.0 * t, 300.0 * t, 300.0 * t) for t in range(11)]}
+    d = decide(OperatorView("q", "f", 2, inst, {"q.up": up}), POLICY, 10.0)
+    assert (d.kind, d.target, d.reason, d.needed) == ("out", 3, "backlog", 2)
+    assert "growing all window" in d.explanation and "so one more" in d.explanation
+
+
+def test_a_queue_beside_idle_instances_is_not_theirs() -> None:
+    """The upstream stalls (a new executor starting takes the cores): nothing reaches the
+    instances, its source backlog grows all window. More instances would not drain it."""
+    up = [Sample(float(t), 0.0, 0.0, 0.0, 2000.0 * t) for t in range(11)]
+    inst = {"q.f1": [Sample(float(t), 500.0 * t, 500.0 * t, 400.0 * t) for t in range(11)]}
+    d = decide(OperatorView("q", "f", 1, inst, {"q.up": up}), POLICY, 10.0)
+    assert (d.kind, d.reason) == ("hold", "steady")
+    assert d.rates is not None and d.rates.queued and not d.rates.pressed
+    assert "busy only 40% of the time: the queue is not the instances'" in d.explanation
 
 
 def test_no_scale_in_while_the_backlog_drains() -> None:
