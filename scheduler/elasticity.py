@@ -28,6 +28,7 @@ from scheduler.lifecycle import TaskRecord, TaskState
 DRAIN_SETTLE_SECONDS = 3.0
 RESCALES_KEPT = 50
 DECIDE_EVERY_SECONDS = 1.0  # the automatic policy looks at an operator at most this often
+REFUSED_BACKOFF_SECONDS = 10.0  # after the query refused an automatic rescale, look again then
 
 
 @dataclass
@@ -79,6 +80,8 @@ class ElasticState:
     # scale-outs whose splitters hear of them only once the new instances run (so no row waits
     # for a launch): control request id -> the instance tasks it waits for
     deferred: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # operator -> when the policy may decide again after the query refused its rescale
+    backoff_until: dict[str, float] = field(default_factory=dict)
 
     def decide(self, decision: Decision, now: float) -> None:
         self.latest[decision.operator_id] = decision
@@ -232,10 +235,12 @@ def auto_view(e: ElasticOperator, tasks: dict[str, TaskRecord], control: QueryCo
               state: ElasticState, history: SampleHistory, query_id: str,
               now: float) -> OperatorView | None:
     """What the policy sees of an automatic operator now (with the capacity its latest decision
-    learnt), or None while it must not decide: a rescale in flight (its request pending, an instance starting or draining), or within
-    DECIDE_EVERY_SECONDS of its last decision."""
+    learnt), or None while it must not decide: a rescale in flight (its request pending, an
+    instance starting or draining), within DECIDE_EVERY_SECONDS of its last decision, or
+    backing off after the query refused its rescale."""
     if e.mode != "auto" or changing(control, e.operator) or \
-            now - state.decided_at.get(e.operator, -DECIDE_EVERY_SECONDS) < DECIDE_EVERY_SECONDS:
+            now - state.decided_at.get(e.operator, -DECIDE_EVERY_SECONDS) < DECIDE_EVERY_SECONDS \
+            or now < state.backoff_until.get(e.operator, now):
         return None
     n = parallelism(e, control)
     moving = [t for i, t in enumerate(e.slots) if tasks[t].retiring or

@@ -828,8 +828,11 @@ class SchedulerState:
                 replies = self._on_control_requested(asked)
                 for c in replies:
                     if isinstance(c, ReplyToRequest) and not c.accepted:
-                        log.warning("[%s] %s: automatic rescale of %s refused: %s", sid,
-                                    query.query_id, e.operator, c.message)
+                        log.warning("[%s] %s: automatic rescale of %s refused (asked again "
+                                    "in %g s at the earliest): %s", sid, query.query_id,
+                                    e.operator, elasticity.REFUSED_BACKOFF_SECONDS, c.message)
+                        query.elastic.backoff_until[e.operator] = \
+                            self.now + elasticity.REFUSED_BACKOFF_SECONDS
                 for rescale in query.elastic.rescales[-1:]:
                     if rescale.request == asked.request_id:
                         rescale.reason = decision.explanation
