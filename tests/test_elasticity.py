@@ -21,7 +21,7 @@ from compiler.pipeline import check_spec_text, compile_spec_text
 from elastiq.control_cli import instances_settled
 from scheduler.commands import (Command, KillTask, ReplyToRequest, ReviveOffers,
                                 SendFrameworkMessage)
-from scheduler.elasticity import DRAIN_SETTLE_SECONDS
+from scheduler.elasticity import DRAIN_SETTLE_SECONDS, Rescale
 from scheduler.events import (ControlAcknowledged, ControlRequested, HeartbeatReceived,
                               OffersReceived, QueryStopRequested, QuerySubmitted, Registered,
                               Tick)
@@ -615,3 +615,13 @@ def test_a_scale_in_waits_for_a_scale_out_whose_slots_have_not_run_yet(d: Driver
     d.ack(request_of(d.scale(1, "down")))
     d.tick()
     assert d.record("q.t2").retiring and d.record("q.t3").retiring
+
+
+def test_a_rescale_settles_when_it_last_moved() -> None:
+    """The automatic policy's cool-down counts from the latest of asked, applied, retired."""
+    r = Rescale("f", 1, 3, "auto", "req", asked_at=10.0)
+    assert r.settled_at() == 10.0
+    r.applied_at = 25.0  # the new instances took 15 s to start
+    assert r.settled_at() == 25.0
+    r.retired_at = 40.0
+    assert r.settled_at() == 40.0
