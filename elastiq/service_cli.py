@@ -421,7 +421,7 @@ def _print_status(reply: dict[str, Any], readings: Any = None, watch: bool = Fal
 
 def elastic_lines(operators: list[dict[str, Any]]) -> list[str]:
     """`status` lines of a query's elastic operators: parallelism, bounds, mode, the last
-    rescale and the policy's last decision (pure)."""
+    rescale, the capacity the policy knows and its last decision (pure)."""
     lines = []
     for e in operators:
         retiring = [s["task"] for s in e.get("slots", []) if s.get("retiring")]
@@ -435,6 +435,12 @@ def elastic_lines(operators: list[dict[str, Any]]) -> list[str]:
                          f"{last['state']}{pause})")
         decision = e.get("decision")
         if decision:
+            capacity = decision.get("capacity")
+            if capacity:
+                kind = ("measured while rows queued" if capacity.get("measured") else
+                        "a lower bound, the best seen while keeping up")
+                lines.append(f"    capacity: {capacity.get('rate', 0.0):,.0f} rows/s per "
+                             f"instance ({kind})")
             lines.append(f"    policy: {decision.get('explanation', '')}")
     return lines
 

@@ -625,3 +625,24 @@ def test_a_rescale_settles_when_it_last_moved() -> None:
     assert r.settled_at() == 25.0
     r.retired_at = 40.0
     assert r.settled_at() == 40.0
+
+
+def test_status_lines_show_the_slots_the_last_rescale_and_the_policys_capacity() -> None:
+    from elastiq.service_cli import elastic_lines
+
+    view = {"operator": "f", "parallelism": 2, "max": 4, "min": 1, "mode": "auto",
+            "slots": [{"task": "q.t1", "retiring": False}, {"task": "q.t2", "retiring": True}],
+            "rescales": [{"from": 3, "to": 2, "trigger": "auto", "state": "applied",
+                          "pause_s": 0.25}],
+            "decision": {"explanation": "q/f: hold at 2: ...",
+                         "capacity": {"rate": 2000.0, "measured": True, "at": 1.0}}}
+    assert elastic_lines([view]) == [
+        "  elastic f: 2 of 4 instances (min 1, auto), retiring q.t2",
+        "    last rescale 3 -> 2 (auto, applied, paused 0.25 s)",
+        "    capacity: 2,000 rows/s per instance (measured while rows queued)",
+        "    policy: q/f: hold at 2: ..."]
+    view["decision"]["capacity"] = {"rate": 640.4, "measured": False, "at": 1.0}
+    assert elastic_lines([view])[2] == \
+        "    capacity: 640 rows/s per instance (a lower bound, the best seen while keeping up)"
+    view["decision"]["capacity"] = None
+    assert not any("capacity" in line for line in elastic_lines([view]))
