@@ -111,3 +111,49 @@ def first_output_wait(tasks: list[dict[str, Any]], out: int) -> str:
     if not any((t.get("figures") or {}).get("batch_ms") for t in tasks):
         return "the first micro-batch"
     return "the first result (a window emits once the watermark passes its end)"
+
+
+# what a moving task waits for in each phase of `elastiq migrate` (the phase: `migration_phase`)
+MIGRATION_WAITS = {
+    "stopping": "the old attempt to finish its micro-batch and stop",
+    "pending": "an offer from the target agent",
+    "staging": "the target agent's executor to take the task (on an agent that runs no executor "
+               "yet, a new executor process starts first)",
+    "starting": "the executor's SparkSession (a new JVM on an agent that ran no executor: "
+                "~10 s) and the task's query",
+}
+
+
+def migration_phase(task: dict[str, Any], old_attempt: int) -> str:
+    """The phase a task being moved is in, from its status view (pure): `stopping` while its
+    old attempt runs, then its new attempt's state (pending, staging, starting, running, or a
+    terminal one)."""
+    if int(task.get("attempt", 0) or 0) <= old_attempt:
+        return "stopping"
+    return str(task.get("state", "?"))
+
+
+@dataclass
+class Timeline:
+    """The phases a task went through and how long each lasted (seconds from a start)."""
+
+    started: float
+    phases: list[tuple[str, float]] = field(default_factory=list)  # (phase, began at)
+
+    def observe(self, phase: str, now: float) -> bool:
+        """Record `phase` seen at `now`; True when it is a new one."""
+        if self.phases and self.phases[-1][0] == phase:
+            return False
+        self.phases.append((phase, now))
+        return True
+
+    def durations(self, now: float) -> list[tuple[str, float]]:
+        """Each phase but the current one with its length; the current one up to `now`."""
+        ends = [at for _, at in self.phases[1:]] + [now]
+        return [(phase, end - at) for (phase, at), end in zip(self.phases, ends)]
+
+    def summary(self, now: float) -> str:
+        """`stopping 0.3 s, pending 0.1 s, starting 11.2 s` without the last phase (the one the
+        task is in now)."""
+        return ", ".join(f"{phase} {seconds:.1f} s"
+                         for phase, seconds in self.durations(now)[:-1])

@@ -19,6 +19,7 @@ from typing import Any
 from common.api_client import DEFAULT_URL, RequestRejected, SchedulerClient, SchedulerUnavailable
 from common.api_token import read_token_file
 from common.paths import ENV_VAR as PATH_ROOTS_ENV, service_roots
+from elastiq.progress import MIGRATION_WAITS, Timeline, migration_phase
 
 TAIL_STATUS_SECONDS = 1.0  # how often `tail` asks whether a control tuple moved its sink
 TOKEN_FILE_HELP = ("the scheduler's API token file (default: $ELASTIQ_TOKEN_FILE, else "
@@ -327,8 +328,10 @@ def cmd_stop(args: argparse.Namespace) -> int:
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
-    """Ask the scheduler to move the task, then wait until it runs on the target and say how
-    long it paused (from the request until it was running there)."""
+    """Ask the scheduler to move the task, then wait until it runs on the target: say what it
+    waits for in each phase (the old attempt stopping, an offer, the target's executor, its
+    SparkSession and the task's query), how long it paused (from the request until it was
+    running there) and how long each phase took."""
     client = _client(args)
     code, before = _call(lambda: client.status(args.query))
     if code != 0:
@@ -339,15 +342,21 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     if code != 0:
         return code
     print(reply.get("message") or json.dumps(reply))
+    timeline = Timeline(started)
     while time.monotonic() - started < args.timeout:
         code, view = _call(lambda: client.status(args.query))
         if code != 0:
             return code
-        task = _task_view(view, args.task)
+        task, now = _task_view(view, args.task), time.monotonic()
+        phase = migration_phase(task, attempt)
+        if timeline.observe(phase, now) and phase in MIGRATION_WAITS:
+            print(f"  +{now - started:.1f} s: {phase}: waiting for {MIGRATION_WAITS[phase]}")
         if task.get("attempt", 0) > attempt and task.get("state") == "running" and \
                 task.get("agent_id") == args.to:
+            waited = timeline.summary(now)
             print(f"task {args.task} runs on agent {args.to} (attempt {task['attempt']}): "
-                  f"paused {time.monotonic() - started:.1f} s from the request to running there")
+                  f"paused {now - started:.1f} s from the request to running there"
+                  + (f" ({waited})" if waited else ""))
             return 0
         time.sleep(0.2)
     print(f"elastiq: task {args.task} is not running on agent {args.to} after "

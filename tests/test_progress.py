@@ -1,11 +1,15 @@
 """What `elastiq run` shows while a query runs: the progress line, rates, failure notes, and
-following sink files as they grow."""
+following sink files as they grow; what `elastiq migrate` says a moving task waits for."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+from typing import Any
 
-from elastiq.progress import RateMeter, summarize
+import pytest
+
+from elastiq.progress import RateMeter, Timeline, migration_phase, summarize
 from elastiq.run import FailureNotes, Follower
 
 
@@ -80,3 +84,64 @@ def test_a_query_without_results_says_what_it_waits_for() -> None:
                                      "watermark passes its end)")
     first["tasks"][0]["figures"]["tuples_out"] = 3
     assert "waiting" not in summarize(first)
+
+
+# --- elastiq migrate: what a moving task waits for ----------------------------------------------
+
+class ScriptedScheduler:
+    """A stand-in for the scheduler's API: `migrate` accepts; each `status` returns the next
+    view of task q.t1 from a script (the last one repeats)."""
+
+    def __init__(self, views: list[tuple[int, str, str]]) -> None:
+        self.views = views  # (attempt, state, agent)
+
+    def migrate(self, query: str, task: str, to: str) -> dict[str, Any]:
+        return {"message": f"moving {task} to {to}"}
+
+    def status(self, query: str) -> dict[str, Any]:
+        attempt, state, agent = self.views.pop(0) if len(self.views) > 1 else self.views[0]
+        return {"tasks": [{"task_id": "q.t1", "attempt": attempt, "state": state,
+                           "agent_id": agent}]}
+
+
+def test_migrate_says_what_the_task_waits_for_in_each_phase(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from elastiq import service_cli
+    from elastiq.cli import main
+
+    script = ScriptedScheduler([(1, "running", "a1"), (1, "running", "a1"), (2, "pending", ""),
+                                (2, "staging", "a2"), (2, "starting", "a2"),
+                                (2, "starting", "a2"), (2, "running", "a2")])
+    monkeypatch.setattr(service_cli, "_client", lambda args: script)
+    assert main(["migrate", "q", "q.t1", "--to", "a2"]) == 0
+    out = capsys.readouterr().out
+    phases = [line.split(": ")[1] for line in out.splitlines() if line.startswith("  +")]
+    assert phases == ["stopping", "pending", "staging", "starting"], out
+    assert "waiting for the executor's SparkSession (a new JVM" in out
+    last = out.splitlines()[-1]
+    assert last.startswith("task q.t1 runs on agent a2 (attempt 2): paused "), last
+    assert re.search(r"\(stopping \d+\.\d s, pending \d+\.\d s, staging \d+\.\d s, "
+                     r"starting \d+\.\d s\)$", last), last
+
+
+def test_migrate_that_never_lands_says_where_it_stopped(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from elastiq import service_cli
+    from elastiq.cli import main
+
+    script = ScriptedScheduler([(1, "running", "a1"), (2, "staging", "a2")])
+    monkeypatch.setattr(service_cli, "_client", lambda args: script)
+    assert main(["migrate", "q", "q.t1", "--to", "a2", "--timeout", "1"]) == 1
+    said = capsys.readouterr()
+    assert "staging: waiting for the target agent's executor" in said.out
+    assert "is not running on agent a2 after 1 s" in said.err
+
+
+def test_a_timeline_measures_each_phase_until_the_next() -> None:
+    t = Timeline(100.0)
+    assert t.observe("stopping", 100.0) and not t.observe("stopping", 100.2)
+    assert t.observe("starting", 100.5) and t.observe("running", 111.0)
+    assert t.durations(111.5) == [("stopping", 0.5), ("starting", 10.5), ("running", 0.5)]
+    assert t.summary(111.5) == "stopping 0.5 s, starting 10.5 s"
+    assert migration_phase({"attempt": 3, "state": "running"}, 3) == "stopping"
+    assert migration_phase({"attempt": 4, "state": "staging"}, 3) == "staging"
