@@ -19,7 +19,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import median_of, ratio, use_repo_on_path
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # the repository: `benchmarks.*`, and the project's packages
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.bench_util import median_of, ratio, use_repo_on_path  # noqa: E402
 
 use_repo_on_path()
 

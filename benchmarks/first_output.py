@@ -30,17 +30,13 @@ import sys
 import time
 from pathlib import Path
 
-import importlib.util
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # the repository: `benchmarks.*`, and the project's `common`
+    sys.path.insert(0, str(ROOT))
 
-HERE = Path(__file__).resolve().parent
-# the benchmarks' helpers (benchmarks/common.py) under their own name: the project's `common`
-# package, which this script's client needs, has the same name
-_spec = importlib.util.spec_from_file_location("bench_common", HERE / "common.py")
-bench = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
-_spec.loader.exec_module(bench)  # type: ignore[union-attr]
-bench.use_repo_on_path()
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
-ROOT, format_table, median_of = bench.ROOT, bench.format_table, bench.median_of
+from benchmarks.bench_util import format_table, median_of, use_repo_on_path  # noqa: E402
+
+use_repo_on_path()
 
 WINDOW_CLOSES_AFTER_S = 10.0 + 2.0  # hot-sensors: window size + watermark, in event time
 GOAL_S = 2.0
