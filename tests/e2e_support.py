@@ -358,6 +358,14 @@ def sink_path(base_dir: Path, name: str, sink_op: str) -> Path:
 
 # --- oracles ------------------------------------------------------------------------------------
 
+def hurry(stack: Stack, query_id: str, source: str = "src", rate: str = "4000") -> None:
+    """What the test does while the query runs is done: the generator `source` makes its
+    remaining rows at `rate` (a live change of its pacing; their event times stay the spec's),
+    so the test ends with its work, while the spec's slow rate leaves a loaded machine time for
+    the kills and rescales."""
+    stack.client().control(query_id, [(source, "rate", rate)])
+
+
 def generator_rows(params: Mapping[str, str]) -> list[Row]:
     """A <generator>'s rows from its params, through the plain-Python reference generator."""
     shape = shapes.shape_named(params["shape"])

@@ -24,8 +24,9 @@ from typing import Any, Iterator
 
 import pytest
 
-from tests.e2e_support import (Stack, cli, generator_rows, read_sink, start_stack, stop_query,
-                               stop_stack, submit, wait_for_sink, wait_running, wait_until)
+from tests.e2e_support import (Stack, cli, generator_rows, hurry, read_sink, start_stack,
+                               stop_query, stop_stack, submit, wait_for_sink, wait_running,
+                               wait_until)
 
 pytestmark = [pytest.mark.spark, pytest.mark.cluster, pytest.mark.timeout(600)]
 log = logging.getLogger(__name__)
@@ -77,13 +78,6 @@ def settled(stack: Stack, query_id: str, n: int, operator: str = "keep") -> bool
     rescales = elastic_view(stack, query_id, operator)["rescales"]
     applied = not rescales or (rescales[-1]["to"] == n and rescales[-1]["state"] == "applied")
     return applied and states[:n] == ["running"] * n and all(s == "dormant" for s in states[n:])
-
-
-def hurry(stack: Stack, query_id: str) -> None:
-    """The rescales are done: the generator makes its remaining rows at 4,000 rows/s (a live
-    change of its pacing; their event times stay the spec's), so the test ends with its work,
-    while the slow spec rate leaves a loaded machine time for the rescales."""
-    stack.client().control(query_id, [("src", "rate", "4000")])
 
 
 def rows_in(stack: Stack, query_id: str, task_id: str) -> float:

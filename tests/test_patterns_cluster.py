@@ -26,8 +26,8 @@ from typing import Any, Iterator
 
 import pytest
 
-from e2e_support import (Stack, compile_spec, generator_rows, hot_items_oracle, java_child,
-                         kill_session,
+from e2e_support import (Stack, compile_spec, generator_rows, hot_items_oracle, hurry,
+                         java_child, kill_session,
                          read_sink, session_members, sink_path, source_runner_pids, spec_params,
                          start_stack, stop_query, stop_stack, submit, wait_for_sink, wait_running,
                          wait_until, window_oracle)
@@ -206,6 +206,7 @@ def test_checkpointed_window_aggregate_survives_five_executor_kills_exactly_once
             if alone:  # with its neighbours gone too, the old agent may be the way back
                 assert moved["agent_id"] != agent, (kill, moved)
             have = grows(sink, have, 180, f"windows after failover {kill + 1}")
+        hurry(stack, qid)
         check_windows(sink, spec, 300)
     finally:
         stop_query(stack, qid)
@@ -368,6 +369,7 @@ def test_migrating_a_stateful_task_twice_leaves_the_sink_exact(
         refused = main(["migrate", qid, task, "--to", "no-such-agent",
                         "--scheduler", stack.api.url, "--token-file", str(stack.api.token_file)])
         assert refused != 0 and "no agent no-such-agent" in capsys.readouterr().err
+        hurry(stack, qid)
         check_windows(sink, spec, 300)
         assert view(stack, qid, task)["attempt"] == 3, "the refusal moved nothing"
     finally:
