@@ -350,8 +350,9 @@ class ExecutorLoop:
         self._handle(Tick(stimulus("tick"), self.clock(), figures))
 
     def _channel_figures(self, runner: Runner) -> tuple[tuple[float, float], dict[str, int]]:
-        """The hub's figures of the runner's task: its blocked sink (`ChannelHub.blocked`) and
-        the batches its writers retain (`ChannelHub.retained`)."""
+        """The hub's figures of the runner's task, from one read of its writers
+        (`ChannelHub.stats`): its blocked sink (`blocked_of`) and the batches its writers retain
+        (`retained_of_stats`)."""
         from executor.runtime import blocked_of, retained_of_stats
 
         task_id = getattr(runner, "task_id", None)

@@ -171,7 +171,7 @@ class ChannelHub:
         closed and reopened there on the same log: numbering and unacknowledged batches carry
         over, its readers follow it to the new endpoint. `auth` and `open_readers`: see
         `ChannelWriter` (a writer that exists already keeps what it was opened with). `owner`:
-        the task whose sink writes the channel (see `blocked`)."""
+        the task whose sink writes the channel (see `stats`)."""
         with self._lock:
             if owner is not None:
                 self._owners[channel_id] = owner
@@ -205,9 +205,6 @@ class ChannelHub:
         with self._lock:
             writers = {c: w for c, w in self._writers.items() if self._owners.get(c) == owner}
         return {c: w.stats() for c, w in writers.items() if hasattr(w, "stats")}
-
-    def blocked(self, owner: str) -> tuple[float, float]:
-        return blocked_of(self.stats(owner))
 
     def bind_of(self, channel_id: str) -> str | None:
         """The bind the channel's writer was opened with (None: a free local port)."""

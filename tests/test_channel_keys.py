@@ -18,7 +18,7 @@ from common.messages import LaunchDataError
 from executor.channel_auth import (ChannelKeyError, KeyPair, TaskKeys, check_key, key_hex,
                                    read_key_file)
 from executor.mesos_events import read_launch
-from executor.runtime import ChannelHub, channel_reader_id
+from executor.runtime import ChannelHub, blocked_of, channel_reader_id
 from scheduler.config import SchedulerConfig
 from scheduler.events import OffersReceived, QuerySubmitted, Registered
 from scheduler.metrics import SchedulerMetrics
@@ -118,16 +118,16 @@ def test_a_sink_with_no_reader_reports_blocked_through_figures_status_and_metric
     try:
         for tag in (1, 2):
             writer.send(pa.table({"id": [tag]}, schema=schema), tag=tag)
-        assert hub.blocked("q.t1") == (0.0, 0.0)
+        assert blocked_of(hub.stats("q.t1")) == (0.0, 0.0)
         from concurrent.futures import ThreadPoolExecutor
         with ThreadPoolExecutor(1) as pool:
             waiting = pool.submit(writer.send, pa.table({"id": [3]}, schema=schema), 3, 3.0)
             deadline = time.monotonic() + 5
-            while hub.blocked("q.t1")[0] < 0.3 and time.monotonic() < deadline:
+            while blocked_of(hub.stats("q.t1"))[0] < 0.3 and time.monotonic() < deadline:
                 time.sleep(0.02)
-            blocked, readerless = hub.blocked("q.t1")
+            blocked, readerless = blocked_of(hub.stats("q.t1"))
             assert blocked >= 0.3 and readerless >= blocked
-            assert hub.blocked("q.t0") == (0.0, 0.0)
+            assert blocked_of(hub.stats("q.t0")) == (0.0, 0.0)
             with pytest.raises(Exception, match="retention full"):
                 waiting.result(timeout=10)
     finally:
