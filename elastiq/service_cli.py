@@ -198,6 +198,11 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
         _stop_embedded(cluster, claims)
         return 1
     service.address = api.url  # what standbys tell clients to use
+    # Our handlers go in before the driver starts: pymesos ends its I/O thread by interrupting
+    # the main thread, and its own SIGINT handler would raise that error wherever we are.
+    stop = {"now": False}
+    signal.signal(signal.SIGINT, lambda *_: stop.update(now=True))
+    signal.signal(signal.SIGTERM, lambda *_: stop.update(now=True))
     try:
         service.start()
     except Exception as e:  # e.g. no ZooKeeper answers, or the master refused our credentials
@@ -209,9 +214,6 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
         return 2 if refused else 1
     print(f"elastiq scheduler: API on {api.url} (token in {api.token_file}), master {master}; "
           f"file operators confined to {roots.describe()}; Ctrl-C stops it", file=sys.stderr)
-    stop = {"now": False}
-    signal.signal(signal.SIGINT, lambda *_: stop.update(now=True))
-    signal.signal(signal.SIGTERM, lambda *_: stop.update(now=True))
     try:
         while not stop["now"]:
             time.sleep(0.2)
