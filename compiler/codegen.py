@@ -188,11 +188,21 @@ def _behind_forwarding(graph: Graph, stream: str) -> str:
     return stream
 
 
-def _ticked(graph: Graph, stream: str) -> bool:
-    """Whether `stream` is a partition of a splitter with an event-time switch, whose rows carry
-    the tick mark."""
+def _switch_of(splitter: Node) -> tuple[str, int, int, int]:
+    """A stateful splitter's switch: time column, window size, tick horizon, slide (ms)."""
+    window = int(splitter.param("window-ms"))
+    return (str(splitter.param("time")), window, int(splitter.param("horizon-ms")),
+            int(splitter.param("slide-ms") or window))
+
+
+def _ticked(graph: Graph, stream: str) -> tuple[tuple[str, bool], ...]:
+    """The reading side's marks of `stream`: none; or, a partition of a splitter with an
+    event-time switch, the tick mark, and for a sliding window also the window-start bounds."""
     producer = graph.node(graph.stream(stream).producer)
-    return producer.kind == "splitter" and producer.param("time") is not None
+    if producer.kind != "splitter" or producer.param("time") is None:
+        return ()
+    _, window, _, slide = _switch_of(producer)
+    return (("ticks", True),) + ((("bounded", True),) if slide < window else ())
 
 
 def _source_calls(graph: Graph, plan: TaskPlan, channels: Mapping[str, ChannelSpec],
@@ -206,7 +216,7 @@ def _source_calls(graph: Graph, plan: TaskPlan, channels: Mapping[str, ChannelSp
         stream = channels[c].stream
         selector = selected.get(stream)
         if selector is None:
-            ticks = (("ticks", True),) if _ticked(graph, stream) else ()
+            ticks = _ticked(graph, stream)
             calls.append(Call(f"{stream} <- channel {c}", "channel_source",
                               (("output", name(stream)), ("schema", schema_of(stream)),
                                ("channel", c), *ticks)))
@@ -235,8 +245,7 @@ def _sink_calls(graph: Graph, plan: TaskPlan, channels: Mapping[str, ChannelSpec
                       ("readers", tuple(channels[c].consumers for c in plan.outputs)),
                       *((("active", int(active)),)
                         if active is not None and int(active) != len(plan.outputs) else ()),
-                      *((("switch", (str(time), int(root.param("window-ms")),
-                                     int(root.param("horizon-ms")))),) if time else ())))]
+                      *((("switch", _switch_of(root)),) if time else ())))]
     if len(plan.outputs) > 1:
         raise ValueError(f"task {plan.task_id} serves {len(plan.outputs)} channels; only a "
                          "splitter serves several")

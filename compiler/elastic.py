@@ -47,4 +47,5 @@ def _entry(node: "Node", splitter_plans: "list[TaskPlan]",
     return ElasticOperator(
         node.name, slots, tuple((p.task_id, splitter_op_id(p.outputs)) for p in splitter_plans),
         int(node.wants("active") or len(slots)), int(node.wants("min-parallelism") or 1),
-        str(node.wants("elastic") or "manual"), node.stateful, node.wants("switch-time"))
+        str(node.wants("elastic") or "manual"), node.stateful, node.wants("switch-time"),
+        int(node.wants("switch-window") or 0) - int(node.wants("switch-slide") or 0))

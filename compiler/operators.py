@@ -199,9 +199,12 @@ PLUMBING: dict[str, OperatorDef] = {d.kind: d for d in (
         ParamDef("time", "column", False, None,
                  doc="a stateful operator's event-time column: a rescale switches routing at "
                      "a window boundary of it"),
-        ParamDef("window-ms", "int", False, None, minimum=1, doc="its tumbling window size"),
+        ParamDef("window-ms", "int", False, None, minimum=1, doc="its window size"),
         ParamDef("horizon-ms", "int", False, None, minimum=1,
                  doc="event time after a switch during which retiring instances get ticks"),
+        ParamDef("slide-ms", "int", False, None, minimum=1,
+                 doc="its window slide (a sliding window's rows near a switch go to both sides, "
+                     "each copy bounded to the windows of its side)"),
     ), output_type="same", doc="routes each tuple to one of its active partitions, by key hash"),
     OperatorDef("merger", "plumbing", (1, 64), (1, 1), False, (
         ParamDef("partitions", "int", True, minimum=1, doc="number of merged partitions"),

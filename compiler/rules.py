@@ -30,7 +30,7 @@ from compiler.operators import CATALOGUE, PLUMBING
 PHASES = ("fault-tolerance", "partitioning", "pipelining")  # the written order of the phases
 REQUESTS = ("ha", "replicas", "parallelism", "partition-by", "partition-keys", "pipeline",
             "active", "min-parallelism", "elastic", "switch-time", "switch-window",
-            "switch-horizon", "match-instances")
+            "switch-horizon", "switch-slide", "match-instances")
 MAX_RULE_BYTES = 64 * 1024
 
 

@@ -979,8 +979,8 @@ def _elastic_bounds(c: _Checker, op: OperatorDecl, d: OperatorDef,
         ok = False
     if d.stateful and (high > k or mode == "auto") and not _switchable(op, c.params[op.name]):
         where = most if most is not None and high > k else elastic
-        c.error(where.pos, f"'{op.name}' is a stateful {op.kind}: only a tumbling "  # type: ignore[union-attr]
-                           "window-aggregate hands its keyed state over at run time for now",
+        c.error(where.pos, f"'{op.name}' is a stateful {op.kind}: only a window-aggregate "  # type: ignore[union-attr]
+                           "hands its keyed state over at run time for now",
                 f"write parallelism=\"{high}\" alone (a fixed partitioning)")
         ok = False
     return (low, high, mode) if ok else None
@@ -993,18 +993,19 @@ SWITCH_MARGIN_MS = 30_000
 
 
 def _switchable(op: OperatorDecl, params: dict[str, Any]) -> bool:
-    """Whether a stateful operator can change its parallelism at run time: a tumbling window
-    aggregate (each window lies on one side of an event-time switch, so the switch moves no
-    state: the old instances finish the windows before it, the new ones take those after)."""
-    slide, size = params.get("slide"), params.get("size")
-    return op.kind == "window-aggregate" and (slide is None or slide == size)
+    """Whether a stateful operator can change its parallelism at run time: a window aggregate,
+    tumbling or sliding (an event-time switch moves no state: the old instances finish the
+    windows that start before it, the new ones take those from it on; a sliding window's rows
+    near the switch go to both, each copy bounded to its side's windows)."""
+    return op.kind == "window-aggregate"
 
 
 def switch_requests(op: OperatorDecl, params: dict[str, Any]) -> dict[str, Any]:
     """What the splitter of a switchable stateful operator needs: its time column, window
-    size and how long after a switch it keeps ticking retiring instances (all in ms)."""
+    size and slide, and how long after a switch it keeps ticking retiring instances (ms)."""
     size, delay = int(params.get("size") or 0), int(params.get("watermark") or 0)
     return {"switch-time": params.get("time"), "switch-window": size,
+            "switch-slide": int(params.get("slide") or size),
             "switch-horizon": size + delay + SWITCH_MARGIN_MS}
 
 

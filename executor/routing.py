@@ -24,12 +24,28 @@ Entry = tuple[int | None, int]
 
 @dataclass(frozen=True)
 class Switch:
-    """A stateful splitter's event-time switch: its time column, tumbling window size and how
-    long after a switch it keeps ticking the instances a scale-in retires (ms)."""
+    """A stateful splitter's event-time switch: its time column, window size, how long after a
+    switch it keeps ticking the instances a scale-in retires and the window's slide (ms; the
+    size for a tumbling window)."""
 
     time: str
     window_ms: int
     horizon_ms: int
+    slide_ms: int = 0  # 0: tumbling (the slide is the size)
+
+    @property
+    def slide(self) -> int:
+        return self.slide_ms or self.window_ms
+
+    @property
+    def sliding(self) -> bool:
+        return self.slide < self.window_ms
+
+    @property
+    def closes_after_ms(self) -> int:
+        """Event time after a switch at which the old instances' last window ends (the
+        window that starts one slide before the switch)."""
+        return self.window_ms - self.slide
 
 
 @dataclass
@@ -58,19 +74,20 @@ class Schedule:
         return cls(entries, None if seen is None else int(seen), int(d.get("ticks", 0)))
 
 
-def switch_time(max_seen: int | None, window_ms: int) -> int | None:
-    """The first window boundary after every row routed so far (None: nothing routed yet, so
-    the new routing may take over at once)."""
+def switch_time(max_seen: int | None, slide_ms: int) -> int | None:
+    """The first window start after every row routed so far (None: nothing routed yet, so the
+    new routing may take over at once): no row routed before the switch lies in a window that
+    starts at or after it."""
     if max_seen is None:
         return None
-    return (max_seen // window_ms + 1) * window_ms
+    return (max_seen // slide_ms + 1) * slide_ms
 
 
 def rescaled(schedule: Schedule, n: int, switch: Switch | None) -> tuple[Schedule, int | None]:
     """The schedule after a change to `n` instances, and the event time it switches at (None:
     at once, from the next micro-batch, which a stateless operator or one that has routed
     nothing yet can afford)."""
-    at = switch_time(schedule.max_seen, switch.window_ms) if switch is not None else None
+    at = switch_time(schedule.max_seen, switch.slide) if switch is not None else None
     if at is None:
         return Schedule([(None, n)], schedule.max_seen), None
     entries = [e for e in schedule.entries if e[0] is None or e[0] < at] + [(at, n)]
@@ -86,6 +103,53 @@ def partitions(hashes: np.ndarray, times: np.ndarray | None, schedule: Schedule)
     counts = np.array([n for _, n in schedule.entries], dtype=np.int64)
     scheme = np.searchsorted(starts, times, side="right")
     return np.mod(hashes.astype(np.int64), counts[scheme])
+
+
+@dataclass(frozen=True)
+class Copies:
+    """Where a sliding window's splitter sends each row: `rows` indexes the batch (a row may
+    appear more than once), `parts` the partition of each copy, and [`lo`, `hi`) the window
+    starts (ms) that copy counts for (`UNBOUNDED` on either side: no bound)."""
+
+    rows: np.ndarray
+    parts: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+
+
+UNBOUNDED = np.iinfo(np.int64).min  # the marker of a missing window-start bound
+
+
+def sliding_copies(hashes: np.ndarray, times: np.ndarray, schedule: Schedule,
+                   window_ms: int, slide_ms: int) -> Copies:
+    """The copies of a batch's rows under a sliding window's schedule. A window (key, start s)
+    belongs to the instance pmod(hash, n) with the n in force at s. A row lies in the windows
+    starting in (t - window, t], and near a switch those starts fall under two entries or more:
+    the row then goes to each entry's instance, bounded to that entry's window starts, and each
+    instance aggregates a copy only into the windows of its bounds. So every window is whole on
+    its one instance, and no window counts a row twice (the bounds of a row's copies are
+    disjoint). Away from a switch a row has one copy, unbounded."""
+    hashes = hashes.astype(np.int64)
+    times = times.astype(np.int64)
+    first = (np.floor_divide(times - window_ms, slide_ms) + 1) * slide_ms  # earliest start
+    last = np.floor_divide(times, slide_ms) * slide_ms  # latest start
+    bounds = [e[0] for e in schedule.entries[1:]]
+    rows, parts, lo, hi = [], [], [], []
+    for k, (start, n) in enumerate(schedule.entries):
+        until = bounds[k] if k < len(bounds) else None
+        mask = np.ones(len(times), dtype=bool)
+        if start is not None:
+            mask &= last >= start
+        if until is not None:
+            mask &= first < until
+        index = np.flatnonzero(mask)
+        rows.append(index)
+        parts.append(np.mod(hashes[index], n))
+        lo.append(np.where(first[index] < start, start, UNBOUNDED) if start is not None
+                  else np.full(len(index), UNBOUNDED, dtype=np.int64))
+        hi.append(np.where(last[index] >= until, until, UNBOUNDED) if until is not None
+                  else np.full(len(index), UNBOUNDED, dtype=np.int64))
+    return Copies(*(np.concatenate(a).astype(np.int64) for a in (rows, parts, lo, hi)))
 
 
 MIN_TICKS = 5  # a switch ticks its retiring partitions in at least this many micro-batches

@@ -130,9 +130,25 @@ def retained_of_stats(stats: Mapping[str, Any]) -> dict[str, int]:
     return {c: s.retained_batches for c, s in stats.items()}
 
 
-def with_tick(schema: Schema) -> Schema:
-    """A partition channel's schema under an event-time switch: the rows and their tick mark."""
-    return Schema((*schema.fields, Field(sinks.TICK_COLUMN, ColumnType.BOOLEAN)))
+def with_tick(schema: Schema, bounded: bool = False) -> Schema:
+    """A partition channel's schema under an event-time switch: the rows and their tick mark,
+    and for a sliding window the window starts each row counts for (`routing.sliding_copies`)."""
+    bounds = (Field(sinks.FROM_COLUMN, ColumnType.TIMESTAMP),
+              Field(sinks.UNTIL_COLUMN, ColumnType.TIMESTAMP)) if bounded else ()
+    return Schema((*schema.fields, Field(sinks.TICK_COLUMN, ColumnType.BOOLEAN), *bounds))
+
+
+def _windowed_within_bounds(df: DataFrame, window: Column) -> DataFrame:
+    """`df`'s rows, one per window they lie in (column `window`), kept only where the window
+    starts within the row's bounds, the copy's share of a sliding window's switch; the bound
+    columns dropped. Without bounds, `df` as it is (the window is taken when grouping)."""
+    if sinks.FROM_COLUMN not in df.columns:
+        return df
+    start = F.col("window.start")
+    lo, hi = F.col(f"`{sinks.FROM_COLUMN}`"), F.col(f"`{sinks.UNTIL_COLUMN}`")
+    inside = (lo.isNull() | (start >= lo)) & (hi.isNull() | (start < hi))
+    return (df.select(window.alias("window"), *[F.col(f"`{c}`") for c in df.columns])
+            .where(inside).drop(sinks.FROM_COLUMN, sinks.UNTIL_COLUMN))
 
 
 def _without_ticks(df: DataFrame, time: str) -> DataFrame:
@@ -432,13 +448,15 @@ class TaskRuntime:
         self._put(op, output, self._load(sources.FileSource.name(), config), schema)
 
     def _spool(self, op: str, output: str, schema: Schema, name: str, folder: str,
-               replicas: Sequence[Replica], key_file: str, ticks: bool = False) -> None:
+               replicas: Sequence[Replica], key_file: str, ticks: bool = False,
+               bounded: bool = False) -> None:
         """Receive `replicas` (one writer, or a hot-standby group's) into the spool `folder`
         and read it as the stream `output` (`executor.spool_source`); with `ticks`, its rows
         carry the splitter's tick mark (`sinks.TICK_COLUMN`), which the stream keeps hidden
-        until a window drops the ticks after its watermark."""
+        until a window drops the ticks after its watermark; with `bounded` (a sliding window's
+        partition) also each row's window-start bounds, hidden until the window applies them."""
         spark_dir = os.path.join(self.checkpoint_dir, "spark")
-        wire = with_tick(schema) if ticks else schema
+        wire = with_tick(schema, bounded) if ticks else schema
         receiver = SpoolReceiver(self.task_id, folder, replicas, shapes.arrow_schema(wire),
                                  key_file=key_file, endpoints_file=self._endpoints_file(),
                                  log_file=sources.source_log_path(self.checkpoint_dir),
@@ -457,9 +475,11 @@ class TaskRuntime:
 
     def _channel_stream(self, op: str, output: str, schema: Schema, channel: str,
                         endpoint: str, reader_id: str, key_file: str = "",
-                        server_key: str = "", ticks: bool = False) -> None:
+                        server_key: str = "", ticks: bool = False,
+                        bounded: bool = False) -> None:
         self._spool(op, output, schema, channel, self._spool_folder(channel),
-                    [Replica(channel, reader_id, endpoint, server_key)], key_file, ticks)
+                    [Replica(channel, reader_id, endpoint, server_key)], key_file, ticks,
+                    bounded)
 
     def network_source(self, *, op: str, output: str, schema: Schema, endpoint: str,
                        channel: str, reader: str | None = None, key_file: str | None = None,
@@ -476,14 +496,15 @@ class TaskRuntime:
                              reader or f"{self.task_id}/{op}", key_file or "", server_key or "")
 
     def channel_source(self, *, output: str, schema: Schema, channel: str,
-                       ticks: bool = False) -> None:
+                       ticks: bool = False, bounded: bool = False) -> None:
         """Read `channel` as `output`; `ticks`: a partition channel of a stateful operator's
-        splitter, whose rows carry the tick mark (`split_channel_sink`'s `switch`)."""
+        splitter, whose rows carry the tick mark (`split_channel_sink`'s `switch`); `bounded`:
+        one of a sliding window's, whose rows also carry their window-start bounds."""
         op = f"read:{channel}"
         key_file, server_key = self._reader_keys(op, channel)
         self._channel_stream(op, output, schema, channel, self._endpoint_of(op, channel),
                              channel_reader_id(self.task_id, channel), key_file, server_key,
-                             ticks)
+                             ticks, bounded)
 
     def _reader_keys(self, op: str, channel: str) -> tuple[str, str]:
         """(key file, producer's public key) for reading a channel of this query; ("", "")
@@ -592,8 +613,11 @@ class TaskRuntime:
         aggs = [self._aggregate_column(op, stream, n, f, c) for n, f, c in aggregates]
         slide_text = self._duration(op, slide) if slide is not None else None
         windowed = F.window(_qcol(input, time), self._duration(op, window), slide_text)
-        df = (_without_ticks(self._watermarked(op, stream, time, watermark), time)
-              .groupBy(windowed.alias("window"), *[_qcol(input, k.name) for k in keys])
+        rows = _without_ticks(self._watermarked(op, stream, time, watermark), time)
+        bounded = _windowed_within_bounds(rows, windowed)
+        if bounded is not rows:  # each row already in its windows
+            rows, windowed = bounded.alias(input), F.col("window")
+        df = (rows.groupBy(windowed.alias("window"), *[_qcol(input, k.name) for k in keys])
               .agg(*[a for a, _ in aggs]))
         event_time = {WATERMARK_DELAY_KEY: df.schema["window"].metadata[WATERMARK_DELAY_KEY]}
         df = df.select(F.col("window.start").alias("window_start"),
@@ -844,15 +868,15 @@ class TaskRuntime:
 
     def split_channel_sink(self, *, input: str, channels: Sequence[str], key: Sequence[str],
                            readers: Sequence[Sequence[str]], active: int | None = None,
-                           switch: tuple[str, int, int] | None = None) -> None:
+                           switch: tuple[str, int, int, int] | None = None) -> None:
         """Serve `input` split over the first `active` (default all) of k = len(channels)
         partitions, partition i+1 on channels[i] for the tasks readers[i]; a row goes to
         pmod(hash(key columns), active) (all columns when `key` is empty), Spark's Murmur3
         hash, the same in every process. `key` and `active` are live: a control tuple changes
         them between two micro-batches (a rescale). With `switch` (a stateful operator's time
-        column, tumbling window and tick horizon, ms) a new `active` takes over for rows from
-        the next window boundary on (`executor.routing`); the schedule is kept next to the
-        checkpoint, so a restarted query routes as before."""
+        column, window size, tick horizon and slide, ms) a new `active` takes over for the
+        windows from the next window start on (`executor.routing`); the schedule is kept next
+        to the checkpoint, so a restarted query routes as before."""
         op = splitter_op_id(channels)
         if self.channels is None:
             raise self._error(op, "channel sinks need the executor's ChannelHub")
@@ -861,14 +885,15 @@ class TaskRuntime:
         if len(readers) != len(channels):
             raise self._error(op, f"{len(channels)} channels but {len(readers)} reader lists")
         stream = self._get(op, input)
-        schema = shapes.arrow_schema(with_tick(stream.schema) if switch else stream.schema)
+        timing = routing.Switch(self._field(op, stream, switch[0]).name, *map(int, switch[1:]))\
+            if switch is not None else None
+        schema = shapes.arrow_schema(with_tick(stream.schema, timing.sliding)
+                                     if timing is not None else stream.schema)
         for channel, tasks in zip(channels, readers):
             self._access[channel] = self._declared(op, channel, tasks)
         writers = [self._writer(channel, schema, self.endpoints.get(channel))
                    for channel in channels]
         n = self._active(op, self._param(op, "active", active or len(channels)), len(channels))
-        timing = routing.Switch(self._field(op, stream, switch[0]).name, int(switch[1]),
-                                int(switch[2])) if switch is not None else None
         path = os.path.join(self.checkpoint_dir, "routing", quote(op, safe="") + ".json")
         schedule = routing.load(path) if timing is not None else None
         if schedule is None or schedule.entries[-1][1] > len(channels):

@@ -267,6 +267,10 @@ PARTITION_COLUMN = "__elastiq_partition"
 # Under an event-time switch a splitter's rows carry this mark: true for a tick, a copy of the
 # batch's latest row that only moves a retiring instance's watermark (`executor.routing`)
 TICK_COLUMN = "__elastiq_tick"
+# Under a sliding window's switch, each copy of a row counts only for the windows starting in
+# [from, until) (null: unbounded), so a window spanning the switch is whole on its one instance
+FROM_COLUMN, UNTIL_COLUMN = "__elastiq_from", "__elastiq_until"
+HIDDEN_COLUMNS = (TICK_COLUMN, FROM_COLUMN, UNTIL_COLUMN)  # the splitter adds them, never Spark
 
 
 class SplitChannelSink:
@@ -318,7 +322,8 @@ class SplitChannelSink:
     def __call__(self, df: Any, batch_id: int) -> None:
         from pyspark.sql import functions as F
 
-        table = df.select(*[F.col(f"`{n}`") for n in self.schema.names if n != TICK_COLUMN],
+        table = df.select(*[F.col(f"`{n}`") for n in self.schema.names
+                            if n not in HIDDEN_COLUMNS],
                           self.hash.alias(PARTITION_COLUMN)).toArrow()
         hashes = table.column(PARTITION_COLUMN).to_numpy(zero_copy_only=False)
         times = self._times(table)
@@ -327,16 +332,22 @@ class SplitChannelSink:
             if self.schedule.max_seen is None or latest > self.schedule.max_seen:
                 self.schedule.max_seen = latest
                 self._persist()
-        parts = routing.partitions(hashes, times, self.schedule)
+        rest = table.drop_columns([PARTITION_COLUMN])
+        if self.switch is not None:
+            rest = rest.append_column(TICK_COLUMN, pa.array([False] * rest.num_rows))
+        if self.switch is not None and self.switch.sliding and times is not None:
+            copies = routing.sliding_copies(hashes, times, self.schedule,
+                                            self.switch.window_ms, self.switch.slide)
+            rest, parts, times = self._bounded(rest.take(copies.rows), copies), copies.parts, \
+                times[copies.rows]
+        else:
+            parts = routing.partitions(hashes, times, self.schedule)
         keep = None
         if times is not None and self.switch is not None:
             late = routing.too_late(parts, times, self.schedule, self.switch.horizon_ms)
             if late.any():
                 self.late_rows += int(late.sum())
                 keep = ~late
-        rest = table.drop_columns([PARTITION_COLUMN])
-        if self.switch is not None:
-            rest = rest.append_column(TICK_COLUMN, pa.array([False] * rest.num_rows))
         rest = rest.select(self.schema.names).cast(self.schema)
         ticks = self._ticks(rest, times)
         for index, writer in enumerate(self.writers):
@@ -348,6 +359,14 @@ class SplitChannelSink:
             log.debug("task %s: batch %s partition %s -> seq %s (%s rows)", self.task_id,
                       batch_id, index + 1, seq, part.num_rows)
         self.rows_out += table.num_rows
+
+    def _bounded(self, rows: pa.Table, copies: routing.Copies) -> pa.Table:
+        """`rows` (a batch's row copies) with the window-start bounds of each copy."""
+        for name, bound in ((FROM_COLUMN, copies.lo), (UNTIL_COLUMN, copies.hi)):
+            unit = self.schema.field(name).type
+            ms = pa.array(bound, mask=bound == routing.UNBOUNDED, type=pa.int64())
+            rows = rows.append_column(name, ms.cast(pa.timestamp("ms")).cast(unit))
+        return rows
 
     def _times(self, table: pa.Table) -> Any:
         """The rows' event times in ms (None for a stateless operator)."""

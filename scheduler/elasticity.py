@@ -199,12 +199,12 @@ def _drained(e: ElasticOperator, index: int, task: TaskRecord, tasks: dict[str, 
              state: ElasticState, now: float) -> bool:
     """Slot `index` has drained: its input is done (stateless: every splitter reports no batch
     of its partition channel unacknowledged, so the instance committed all it was sent;
-    stateful: its watermark passed the switch, so it emitted every window before it; its
-    splitter's ticks carried it there), and then, in figures measured afterwards, the instance
+    stateful: its watermark passed the end of the last window starting before the switch, so
+    it emitted every window it owns; its splitter's ticks carried it there), and then, in figures measured afterwards, the instance
     reports none of its own outputs unacknowledged."""
     if e.switch_time is not None:
         switch = _switch_of(state, e.operator)
-        if switch is None or task.figures.get("watermark_ms", -1) < switch:
+        if switch is None or task.figures.get("watermark_ms", -1) < switch + e.switch_close_ms:
             state.drained_at.pop(task.task_id, None)
             return False
         return _outputs_done(task, state, now)

@@ -33,10 +33,11 @@ SPEC = dataflow(
     + '  <operator name="f" type="filter" parallelism="1" max-parallelism="3">\n'
       '    <input name="raw"/>\n    <param name="condition" value="raw.temp &gt; 20"/>\n'
       '    <output name="hot"/>\n  </operator>\n'
-    + '  <operator name="w" type="window-aggregate" parallelism="2">\n    <input name="hot"/>\n'
-      '    <param name="time" value="ts"/>\n    <param name="size" value="10 seconds"/>\n'
-      '    <param name="slide" value="5 seconds"/>\n    <param name="group-by" value="sensor"/>\n'
-      '    <aggregate name="n" function="count"/>\n    <output name="agg"/>\n  </operator>\n'
+    + '  <operator name="w" type="pattern" parallelism="2">\n    <input name="hot"/>\n'
+      '    <param name="time" value="ts"/>\n    <param name="partition-by" value="sensor"/>\n'
+      '    <param name="pattern" value="A B+"/>\n    <param name="within" value="10 seconds"/>\n'
+      '    <define name="B" value="temp &gt; prev(temp)"/>\n'
+      '    <field name="rises" value="count(B)"/>\n    <output name="agg"/>\n  </operator>\n'
     + SINK.format(stream="agg"), name="el")
 
 

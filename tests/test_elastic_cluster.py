@@ -12,7 +12,10 @@ switches routing at the next window boundary of event time (the old instances fi
 windows before it, the new ones take those after), retired instances go dormant once their
 watermark passed the switch. At 3 -> 2 the executor of the retiring instance is SIGKILLed while
 it drains. The sink must equal a plain-Python window oracle.
-3. A scale-out whose new instance's executor is SIGKILLed as the splitters switch.
+3. A keyed sliding window aggregate (3 s every 1 s), rescaled 1 -> 3 -> 2 -> 1: rows whose
+windows span a switch go to both sides, each copy bounded to its side's windows; the sink must
+equal the window oracle.
+4. A scale-out whose new instance's executor is SIGKILLed as the splitters switch.
 """
 
 from __future__ import annotations
@@ -147,8 +150,13 @@ def test_a_running_filter_scales_one_three_two_one_and_the_sink_stays_exact(
 
 
 WINDOWED = {"shape": "sensor", "rate": "200", "seed": "8", "limit": "60000"}
-WINDOW_SPEC = f"""<?xml version="1.0" encoding="UTF-8"?>
-<dataflow name="e2e-elastic-window">
+
+
+def window_spec(name: str, size_s: int, slide_s: int | None = None) -> str:
+    """A per-sensor window aggregate over WINDOWED on one of three slots."""
+    slide = f'<param name="slide" value="{slide_s} seconds"/>' if slide_s else ""
+    return f"""<?xml version="1.0" encoding="UTF-8"?>
+<dataflow name="{name}">
   <operator name="src" type="generator">
     {''.join(f'<param name="{k}" value="{v}"/>' for k, v in WINDOWED.items())}
     <output name="raw"/>
@@ -156,7 +164,8 @@ WINDOW_SPEC = f"""<?xml version="1.0" encoding="UTF-8"?>
   <operator name="perSensor" type="window-aggregate" parallelism="1" max-parallelism="3">
     <input name="raw"/>
     <param name="time" value="ts"/>
-    <param name="size" value="2 seconds"/>
+    <param name="size" value="{size_s} seconds"/>
+    {slide}
     <param name="watermark" value="500 milliseconds"/>
     <param name="group-by" value="sensor"/>
     <aggregate name="readings" function="count"/>
@@ -165,22 +174,24 @@ WINDOW_SPEC = f"""<?xml version="1.0" encoding="UTF-8"?>
   </operator>
   <operator name="sink" type="file-sink">
     <input name="stats"/>
-    <param name="path" value="out/elastic-window.jsonl"/>
+    <param name="path" value="out/{name}.jsonl"/>
   </operator>
 </dataflow>
 """
+
+
 WINDOW_KEY = ("window_start", "window_end", "sensor", "readings")
 
 
-def window_expectation() -> tuple[Counter, dict[tuple, float]]:
-    """The 2-second per-sensor windows an append-mode query over WINDOWED emits (plain Python)."""
+def window_expectation(size_s: int, slide_s: int) -> tuple[Counter, dict[tuple, float]]:
+    """The per-sensor windows an append-mode query over WINDOWED emits (plain Python)."""
     from datetime import timedelta
 
     from tests.e2e_support import window_oracle
 
-    size = timedelta(seconds=2)
-    windows = window_oracle(generator_rows(WINDOWED), "ts", ["sensor"], size, size,
-                            timedelta(milliseconds=500))
+    size = timedelta(seconds=size_s)
+    windows = window_oracle(generator_rows(WINDOWED), "ts", ["sensor"], size,
+                            timedelta(seconds=slide_s), timedelta(milliseconds=500))
     exact, totals = Counter(), {}
     for (start, sensor), rows in windows.items():
         key = (start, start + size, sensor, len(rows))
@@ -189,19 +200,22 @@ def window_expectation() -> tuple[Counter, dict[tuple, float]]:
     return exact, totals
 
 
-def test_a_running_window_aggregate_scales_one_three_two_one_with_its_state_exact(
-        stack: Stack, tmp_path: Path) -> None:
-    """1 -> 3 -> 2 -> 1, and at 3 -> 2 the old instance being retired is SIGKILLed mid
-    handover; the sink still equals the window oracle."""
+def rescale_window_one_three_two_one(stack: Stack, tmp_path: Path, name: str, size_s: int,
+                                     slide_s: int, kill_at_two: bool) -> None:
+    """Run a window aggregate, rescale it 1 -> 3 -> 2 -> 1 (with `kill_at_two`, SIGKILL the
+    retiring instance's executor mid handover at 3 -> 2) and check its sink against the window
+    oracle."""
     from compiler.pipeline import compile_spec_text
     from tests.test_patterns_cluster import kill_executor
 
-    query = compile_spec_text(WINDOW_SPEC.encode(), str(tmp_path / "e2e-elastic-window.xml"),
+    text = window_spec(name, size_s, slide_s if slide_s != size_s else None)
+    query = compile_spec_text(text.encode(), str(tmp_path / f"{name}.xml"),
                               base_dir=tmp_path).query
     qid = query.query_id
     (elastic,) = query.elastic
     assert elastic.stateful and elastic.switch_time == "ts"
-    sink = tmp_path / "out" / "elastic-window.jsonl"
+    assert elastic.switch_close_ms == (size_s - slide_s) * 1000
+    sink = tmp_path / "out" / f"{name}.jsonl"
     submit(stack, query)
     client = stack.client()
 
@@ -220,7 +234,7 @@ def test_a_running_window_aggregate_scales_one_three_two_one_with_its_state_exac
     def scale(n: int) -> dict[str, Any]:
         reply = client.scale(qid, "perSensor", n)
         assert reply["request"], reply
-        if n == 2:
+        if n == 2 and kill_at_two:
             kill_the_retiring_instance()
         wait_until(lambda: settled(stack, qid, n, "perSensor"), 240,
                    f"perSensor to run {n} instances",
@@ -239,9 +253,9 @@ def test_a_running_window_aggregate_scales_one_three_two_one_with_its_state_exac
             have = len(read_sink(sink))
             wait_until(lambda h=have: len(read_sink(sink)) > h + 10, 120,
                        f"windows after the rescale to {n}")
-        assert switches == sorted(switches) and switches[0] % 2000 == 0, switches
+        assert switches == sorted(switches) and switches[0] % (slide_s * 1000) == 0, switches
         hurry(stack, qid)
-        exact, totals = window_expectation()
+        exact, totals = window_expectation(size_s, slide_s)
         wait_for_sink(sink, exact, lambda r: tuple(r[c] for c in WINDOW_KEY), 300,
                       "the rescaled window aggregate's sink to equal the window oracle")
         for row in read_sink(sink):
@@ -249,6 +263,21 @@ def test_a_running_window_aggregate_scales_one_three_two_one_with_its_state_exac
             assert row["total_temp"] == pytest.approx(totals[key], rel=1e-12), key
     finally:
         stop_query(stack, qid)
+
+
+def test_a_running_window_aggregate_scales_one_three_two_one_with_its_state_exact(
+        stack: Stack, tmp_path: Path) -> None:
+    """Tumbling, 2 s: 1 -> 3 -> 2 -> 1, and at 3 -> 2 the old instance being retired is
+    SIGKILLed mid handover; the sink still equals the window oracle."""
+    rescale_window_one_three_two_one(stack, tmp_path, "e2e-elastic-window", 2, 2, True)
+
+
+def test_a_running_sliding_window_scales_one_three_two_one_with_every_window_whole(
+        stack: Stack, tmp_path: Path) -> None:
+    """Sliding, 3 s every 1 s: windows span each switch, so the rows near it reach both sides,
+    each copy bounded to its side's windows; the sink equals the window oracle, each window
+    once with all its rows."""
+    rescale_window_one_three_two_one(stack, tmp_path, "e2e-elastic-sliding", 3, 1, False)
 
 
 def test_a_scale_out_whose_new_instance_is_killed_mid_handover_stays_exact(

@@ -2,7 +2,9 @@
 than it routes to sends rows to the first `active` partitions only (the others are sent
 nothing: their writers only advance their tags), a live switch of `active`
 routes to the new number from its epoch on, and a number of partitions outside 1..k, or not a
-whole number, is refused without changing the routing. Real Spark (the session fixture), real
+whole number, is refused without changing the routing; a sliding window's splitter sends the
+rows whose windows span an event-time switch to both sides, each copy bounded to its side's
+windows, so every window is whole on one partition. Real Spark (the session fixture), real
 ZeroMQ channels read by test-owned readers; the oracle is the generator's reference twin."""
 
 from __future__ import annotations
@@ -13,9 +15,11 @@ from typing import Any
 
 import pytest
 
-from executor.runtime import ChannelHub, RuntimeSpecError, TaskRuntime
+from executor import sinks
+from executor.runtime import ChannelHub, RuntimeSpecError, TaskRuntime, with_tick
+from executor.shapes import arrow_schema
 from test_runtime_ops import SENSOR
-from test_runtime_patterns import ARROW_SENSOR, Collector, collect_rows, sensor_key
+from test_runtime_patterns import ARROW_SENSOR, Collector, collect_rows, sensor_key, settle
 from test_runtime_support import START, input_rows, wait_for
 
 pytestmark = pytest.mark.spark
@@ -100,3 +104,72 @@ def test_a_launch_whose_control_parameters_ask_too_many_partitions_is_refused(
     finally:
         rt.stop()
         hub.close()
+
+
+def _ms(value: Any) -> int:
+    return int(value.timestamp() * 1000)
+
+
+def test_a_sliding_windows_split_sends_rows_near_the_switch_to_both_sides_bounded(
+        spark: Any, tmp_path: Path) -> None:
+    size, slide = 2000, 1000
+    hub = ChannelHub()
+    rt = TaskRuntime(spark, query_id="q", task_id="sl", checkpoint_dir=str(tmp_path / "ck"),
+                     channels=hub, trigger_seconds=0.5)
+    wire = arrow_schema(with_tick(SENSOR, bounded=True))
+    collectors: list[Collector] = []
+
+    def distinct() -> int:
+        for c in collectors:
+            c.pump()
+        return len({sensor_key(r) for c in collectors for r in c.rows()})
+    try:
+        rt.generator(op="src", output="raw", schema=SENSOR, shape="sensor", seed=8,
+                     rate=RATE, limit=LIMIT, start=START)
+        rt.split_channel_sink(input="raw", channels=CHANNELS, key=("sensor",), readers=READERS,
+                              active=1, switch=("ts", size, 40_000, slide))
+        collectors = [Collector(ch, task, hub.endpoint(ch) or "", wire)
+                      for ch, (task,) in zip(CHANNELS, READERS)]
+        wait_for(lambda: distinct() >= RATE, 60, "rows on the first partition")
+        switch = rt.live[(SPLIT, "active")].switch
+        rt.gate.switch(lambda: switch(3), str(tmp_path / "ck" / "spark"), 10)
+        at = int(rt.switch_detail["switch_ms"])
+        wait_for(lambda: distinct() == LIMIT, 120, "every row on some partition")
+        settle(collectors)
+        assert rt.query is not None and rt.query.exception() is None
+    finally:
+        rt.stop()
+        for c in collectors:
+            c.close()
+        hub.close()
+    assert at > 0 and at % slide == 0
+
+    def starts(ts: int) -> list[int]:  # the sliding windows holding ts, by brute force
+        first = (ts - size) - (ts - size) % slide
+        return [s for s in range(first, ts + 1, slide) if s <= ts < s + size]
+
+    want = Counter((r["sensor"], s) for r in input_rows("sensor", 8, RATE, LIMIT)
+                   for s in starts(_ms(r["ts"])))
+    got: dict[tuple, Counter] = {}
+    copies = Counter()
+    for index, c in enumerate(collectors):
+        for row in c.rows():
+            assert row[sinks.TICK_COLUMN] is False  # a scale-out ticks nobody
+            lo, hi = row[sinks.FROM_COLUMN], row[sinks.UNTIL_COLUMN]
+            copies[sensor_key(row)] += 1
+            for start in starts(_ms(row["ts"])):
+                if (lo is None or start >= _ms(lo)) and (hi is None or start < _ms(hi)):
+                    got.setdefault((row["sensor"], start), Counter())[index] += 1
+    assert set(got) == set(want)
+    owner: dict[str, int] = {}
+    for (sensor, start), parts in got.items():
+        assert len(parts) == 1 and sum(parts.values()) == want[(sensor, start)], (sensor, start)
+        (part,) = parts
+        if start < at:
+            assert part == 0, (sensor, start, "before the switch, one instance")
+        else:
+            assert owner.setdefault(sensor, part) == part, (sensor, "one owner after")
+    assert len(set(owner.values())) >= 2, owner
+    near = {k for k, n in copies.items() if n == 2}
+    assert near and all(at <= _ms(k[1]) < at + size for k in near)
+    assert all(n <= 2 for n in copies.values())

@@ -40,8 +40,20 @@ def _filter(attrs: str, name: str = "f", stream: str = "raw", out: str = "hot") 
             f'    <output name="{out}"/>\n  </operator>\n')
 
 
+def _pattern(attrs: str, name: str = "w", out: str = "agg") -> str:
+    """A pattern operator per sensor (its keyed state cannot be handed over at run time)."""
+    return (f'  <operator name="{name}" type="pattern" {attrs}>\n'
+            f'    <input name="raw"/>\n    <param name="time" value="ts"/>\n'
+            f'    <param name="partition-by" value="sensor"/>\n'
+            f'    <param name="pattern" value="A B+"/>\n'
+            f'    <param name="within" value="10 seconds"/>\n'
+            f'    <define name="B" value="temp &gt; prev(temp)"/>\n'
+            f'    <field name="rises" value="count(B)"/>\n    <output name="{out}"/>\n'
+            f'  </operator>\n')
+
+
 def _window(attrs: str, group_by: bool = True, name: str = "w", out: str = "agg") -> str:
-    """A sliding window aggregate (its keyed state cannot be handed over at run time)."""
+    """A sliding window aggregate (its keyed state is handed over at an event-time switch)."""
     by = '    <param name="group-by" value="sensor"/>\n' if group_by else ""
     return (f'  <operator name="{name}" type="window-aggregate" {attrs}>\n'
             f'    <input name="raw"/>\n    <param name="time" value="ts"/>\n'
@@ -57,6 +69,10 @@ def filter_spec(attrs: str) -> str:
 
 def window_spec(attrs: str, group_by: bool = True) -> str:
     return dataflow(SOURCE + _window(attrs, group_by) + SINK.format(stream="agg"), name="q")
+
+
+def pattern_spec(attrs: str) -> str:
+    return dataflow(SOURCE + _pattern(attrs) + SINK.format(stream="agg"), name="q")
 
 
 def at_value(text: str, attr: str) -> tuple[int, int]:
@@ -84,10 +100,10 @@ BAD = [
      'min-parallelism="2"', "above the starting parallelism 1"),
     ("unknown-mode", filter_spec('max-parallelism="3" elastic="sometimes"'),
      'elastic="sometimes"', "elastic='sometimes' is not an elasticity mode"),
-    ("stateful-max", window_spec('parallelism="2" max-parallelism="3"'),
-     'max-parallelism="3"', "'w' is a stateful window-aggregate"),
-    ("stateful-auto", window_spec('parallelism="2" elastic="auto"'),
-     'elastic="auto"', "'w' is a stateful window-aggregate"),
+    ("stateful-max", pattern_spec('parallelism="2" max-parallelism="3"'),
+     'max-parallelism="3"', "'w' is a stateful pattern"),
+    ("stateful-auto", pattern_spec('parallelism="2" elastic="auto"'),
+     'elastic="auto"', "'w' is a stateful pattern"),
     ("min-alone", filter_spec('min-parallelism="2"'),
      'min-parallelism="2"', "min-parallelism= needs parallelism= or max-parallelism="),
     ("elastic-alone", filter_spec('elastic="auto"'),
@@ -120,7 +136,7 @@ def test_every_elasticity_problem_of_a_spec_is_reported_in_one_run() -> None:
         + _filter('parallelism="3" max-parallelism="2"', "f1", out="h1")
         + _filter('max-parallelism="3" elastic="sometimes"', "f2", out="h2")
         + _filter('min-parallelism="2"', "f3", out="h3")
-        + _window('parallelism="2" elastic="auto"')
+        + _pattern('parallelism="2" elastic="auto"')
         + SINK.format(stream="h1")
         + SINK.replace('name="sink"', 'name="s2"').format(stream="h2")
         + SINK.replace('name="sink"', 'name="s3"').format(stream="h3")
@@ -183,6 +199,26 @@ def test_a_partitioned_window_is_an_elastic_entry_marked_stateful(tmp_path: Path
     assert (e.operator, e.stateful, e.initial, e.maximum) == ("w", True, 2, 2)
 
 
+def test_a_sliding_window_switches_with_bounded_copies(tmp_path: Path) -> None:
+    """A sliding window is elastic: its splitter knows the slide, its instances read the
+    window-start bounds, and its old instances retire once the windows before a switch end."""
+    q = compiled("", tmp_path, window_spec('parallelism="1" max-parallelism="3" '
+                                           'elastic="auto"'))
+    (e,) = q.elastic
+    assert (e.stateful, e.switch_time, e.switch_close_ms, e.mode) == (True, "ts", 5000, "auto")
+    assert ElasticOperator.from_json(json.loads(json.dumps(e.to_json()))) == e
+    splitter = next(t for t in q.tasks if len(t.outputs) == 3).program
+    assert "switch=('ts', 10000, 40000, 5000)" in splitter
+    for slot in e.slots:
+        assert "ticks=True, bounded=True" in q.task(slot).program
+    tumbling = compiled("", tmp_path, window_spec('max-parallelism="2"').replace(
+        '<param name="slide" value="5 seconds"/>', ""))
+    assert tumbling.elastic[0].switch_close_ms == 0
+    assert all("bounded" not in tumbling.task(slot).program
+               for slot in tumbling.elastic[0].slots)
+    assert "ticks=True" in tumbling.task(tumbling.elastic[0].slots[0]).program
+
+
 # --- the catalogue's parallelism ----------------------------------------------------------------
 
 def test_the_parallelism_is_adjustable_within_its_bounds_on_the_splitters(tmp_path: Path) -> None:
@@ -217,7 +253,7 @@ def test_a_parallelism_out_of_bounds_or_not_a_number_is_refused(tmp_path: Path, 
 
 
 def test_a_stateful_operators_parallelism_is_fixed_with_the_reason(tmp_path: Path) -> None:
-    catalog = compiled("", tmp_path, window_spec('parallelism="2"')).controls
+    catalog = compiled("", tmp_path, pattern_spec('parallelism="2"')).controls
     assert catalog is not None and catalog.find("w", PARALLELISM) is None
     (fixed,) = [f for f in catalog.fixed if (f.operator, f.parameter) == ("w", PARALLELISM)]
     assert "state" in fixed.reason
