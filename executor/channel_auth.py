@@ -20,6 +20,7 @@ from typing import Mapping
 import zmq
 from zmq.utils import z85
 
+from common.atomic_file import replace_file
 from executor.channel_base import _RefusalLog
 
 
@@ -300,8 +301,4 @@ def reader_auth(key_file: str, server_key: str) -> ReaderAuth | None:
 
 def save_key_file(path: str, pair: KeyPair) -> None:
     """Write `pair` to `path` (0600), replacing what is there atomically."""
-    tmp = f"{path}.tmp-{os.getpid()}"
-    if os.path.exists(tmp):
-        os.unlink(tmp)
-    write_key_file(tmp, pair)
-    os.replace(tmp, path)
+    replace_file(path, json.dumps(pair.to_json()) + "\n", mode=0o600)

@@ -16,6 +16,8 @@ import json
 import os
 from typing import Mapping
 
+from common.atomic_file import replace_file
+
 
 def endpoints_path(checkpoint_dir: str) -> str:
     """Where the endpoints file of the task whose checkpoint folder is `checkpoint_dir` lives."""
@@ -25,12 +27,7 @@ def endpoints_path(checkpoint_dir: str) -> str:
 def write_endpoints(path: str, endpoints: Mapping[str, str]) -> None:
     """Replace the file atomically with `endpoints` (a reader never sees half a file)."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(dict(sorted(endpoints.items())), f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    replace_file(path, json.dumps(dict(sorted(endpoints.items()))), fsync=True)
 
 
 def read_endpoints(path: str) -> dict[str, str]:

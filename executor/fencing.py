@@ -28,6 +28,8 @@ import time
 from contextlib import contextmanager
 from typing import Iterator
 
+from common.atomic_file import replace_file
+
 log = logging.getLogger(__name__)
 
 FENCE_FILE = "fence"
@@ -97,12 +99,8 @@ class Fence:
             yield
 
     def _write(self) -> None:
-        tmp = f"{self.path}.{os.getpid()}.tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump({"epoch": self.epoch, "attempt": self.attempt}, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        replace_file(self.path, json.dumps({"epoch": self.epoch, "attempt": self.attempt}),
+                     fsync=True)
 
     @contextmanager
     def _locked(self, kind: int, timeout: float) -> Iterator[None]:

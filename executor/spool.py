@@ -25,6 +25,8 @@ from typing import Iterable, Iterator, Sequence
 
 import pyarrow as pa
 
+from common.atomic_file import replace_file
+
 CHUNK_ROWS = 32_768  # rows per record batch in a spooled file: the unit Spark partitions split
 COMMITTED = "committed"
 ERROR = "error"
@@ -87,10 +89,7 @@ def capped_high(found: dict[int, SpooledBatch], after: int, max_bytes: int) -> i
 
 
 def _replace(path: str, text: str) -> None:
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    replace_file(path, text)
 
 
 def read_committed(folder: str) -> int | None:

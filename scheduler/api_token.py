@@ -9,11 +9,11 @@ it and reading it back is `common.api_token`. Does not own the check of a reques
 
 from __future__ import annotations
 
-import os
 import secrets
 from pathlib import Path
 
 from common.api_token import read_token
+from common.atomic_file import replace_file
 
 
 def new_token() -> str:
@@ -25,16 +25,7 @@ def write_token_file(path: Path, token: str) -> None:
     """Write `token` to `path` with mode 0600 (created so, then renamed into place); the folder
     is created with mode 0700 when missing."""
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    temp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0),
-                 0o600)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(token + "\n")
-        os.replace(temp, path)
-    except BaseException:
-        temp.unlink(missing_ok=True)
-        raise
+    replace_file(path, token + "\n", mode=0o600)
 
 
 def remove_token_file(path: Path, token: str) -> None:
