@@ -146,9 +146,12 @@ class ElasticOperator:
     # a stateful operator's event-time column: its splitters switch routing at a window
     # boundary of it and the instances a scale-in retires finish the windows before that
     switch_time: str | None = None
-    # event time after a switch by which the windows starting before it have ended (ms: the
-    # window size minus its slide; 0 for a tumbling window)
+    # event time after a switch by which the old instances emitted all they own (ms: a
+    # window's size minus its slide, 0 for a tumbling window; a join's bound)
     switch_close_ms: int = 0
+    # a join's: each splitter's spread (ms, in `splitters` order); the scheduler plans their
+    # common switch time (empty: each splitter picks its own, the next window start)
+    planned_spreads: tuple[int, ...] = ()
 
     @property
     def maximum(self) -> int:
@@ -158,14 +161,16 @@ class ElasticOperator:
         return {"operator": self.operator, "slots": list(self.slots),
                 "splitters": [list(s) for s in self.splitters], "initial": self.initial,
                 "minimum": self.minimum, "mode": self.mode, "stateful": self.stateful,
-                "switch_time": self.switch_time, "switch_close_ms": self.switch_close_ms}
+                "switch_time": self.switch_time, "switch_close_ms": self.switch_close_ms,
+                "planned_spreads": list(self.planned_spreads)}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "ElasticOperator":
         return cls(str(d["operator"]), tuple(d["slots"]),
                    tuple((str(t), str(o)) for t, o in d["splitters"]), int(d["initial"]),
                    int(d["minimum"]), str(d.get("mode", "manual")), bool(d.get("stateful")),
-                   d.get("switch_time"), int(d.get("switch_close_ms", 0)))
+                   d.get("switch_time"), int(d.get("switch_close_ms", 0)),
+                   tuple(int(s) for s in d.get("planned_spreads", ())))
 
 
 @dataclass(frozen=True)

@@ -188,11 +188,15 @@ def _behind_forwarding(graph: Graph, stream: str) -> str:
     return stream
 
 
-def _switch_of(splitter: Node) -> tuple[str, int, int, int]:
-    """A stateful splitter's switch: time column, window size, tick horizon, slide (ms)."""
+def _switch_of(splitter: Node) -> tuple[Any, ...]:
+    """A stateful splitter's switch: time column, window size, tick horizon, slide (ms); and
+    for a join's, its spread (ms) and 1 (the scheduler plans its switches)."""
     window = int(splitter.param("window-ms"))
-    return (str(splitter.param("time")), window, int(splitter.param("horizon-ms")),
-            int(splitter.param("slide-ms") or window))
+    switch = (str(splitter.param("time")), window, int(splitter.param("horizon-ms")),
+              int(splitter.param("slide-ms") or window))
+    if splitter.param("planned"):
+        return switch + (int(splitter.param("spread-ms") or 0), 1)
+    return switch
 
 
 def _ticked(graph: Graph, stream: str) -> tuple[tuple[str, bool], ...]:
@@ -201,7 +205,7 @@ def _ticked(graph: Graph, stream: str) -> tuple[tuple[str, bool], ...]:
     producer = graph.node(graph.stream(stream).producer)
     if producer.kind != "splitter" or producer.param("time") is None:
         return ()
-    _, window, _, slide = _switch_of(producer)
+    window, slide = _switch_of(producer)[1:4:2]
     return (("ticks", True),) + ((("bounded", True),) if slide < window else ())
 
 

@@ -9,7 +9,7 @@ own the control parameter that changes it (`compiler.control`) nor the rescale i
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from common.tasks import ChannelSpec, ElasticOperator, splitter_op_id
 
@@ -32,14 +32,16 @@ def elastic_operators(logical: "Graph", physical: "Graph", plans: "tuple[TaskPla
         copies = {c.name for c in copies_of.get(node.name, ()) if c.kind == node.kind}
         splitters = [s for s in physical.nodes if s.kind == "splitter"
                      and feeds(physical, s, copies) and s.name in task_of]
-        entry = _entry(node, [plan_of[task_of[s.name]] for s in splitters], channels)
+        entry = _entry(node, [plan_of[task_of[s.name]] for s in splitters], channels,
+                       tuple(int(s.param("spread-ms") or 0) for s in splitters
+                             if s.param("planned")))
         if entry is not None:
             found.append(entry)
     return tuple(found)
 
 
-def _entry(node: "Node", splitter_plans: "list[TaskPlan]",
-           channels: Mapping[str, ChannelSpec]) -> ElasticOperator | None:
+def _entry(node: "Node", splitter_plans: "list[TaskPlan]", channels: Mapping[str, ChannelSpec],
+           spreads: tuple[int, ...]) -> ElasticOperator | None:
     if not splitter_plans:
         return None
     first = splitter_plans[0]
@@ -47,5 +49,10 @@ def _entry(node: "Node", splitter_plans: "list[TaskPlan]",
     return ElasticOperator(
         node.name, slots, tuple((p.task_id, splitter_op_id(p.outputs)) for p in splitter_plans),
         int(node.wants("active") or len(slots)), int(node.wants("min-parallelism") or 1),
-        str(node.wants("elastic") or "manual"), node.stateful, node.wants("switch-time"),
-        int(node.wants("switch-window") or 0) - int(node.wants("switch-slide") or 0))
+        str(node.wants("elastic") or "manual"), node.stateful, _first(node.wants("switch-time")),
+        int(node.wants("switch-close") or 0), spreads)
+
+
+def _first(time: Any) -> str | None:
+    """The switch's event-time column (a join's: its left input's)."""
+    return time[0] if isinstance(time, (tuple, list)) else time

@@ -205,6 +205,11 @@ PLUMBING: dict[str, OperatorDef] = {d.kind: d for d in (
         ParamDef("slide-ms", "int", False, None, minimum=1,
                  doc="its window slide (a sliding window's rows near a switch go to both sides, "
                      "each copy bounded to the windows of its side)"),
+        ParamDef("spread-ms", "int", False, None, minimum=0,
+                 doc="a join's right input: a row goes to every instance owning a time within "
+                     "this bound of it"),
+        ParamDef("planned", "int", False, None, minimum=0,
+                 doc="1: a join's splitter, switching at the event time the scheduler plans"),
     ), output_type="same", doc="routes each tuple to one of its active partitions, by key hash"),
     OperatorDef("merger", "plumbing", (1, 64), (1, 1), False, (
         ParamDef("partitions", "int", True, minimum=1, doc="number of merged partitions"),

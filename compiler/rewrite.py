@@ -355,6 +355,11 @@ def _value(b: _Build, v: Value, env: dict[str, int], port: int) -> Any:
         assert isinstance(node, Node)
         if v.name == "request":
             return node.wants(v.args[1])
+        if v.name == "input-request":  # one value per input port, or one for all
+            wanted = node.wants(v.args[1])
+            if isinstance(wanted, (tuple, list)):
+                return wanted[port] if port < len(wanted) else None
+            return wanted
         keys = node.wants("partition-keys") or ()
         return keys[port] if port < len(keys) else None
     if v in env:

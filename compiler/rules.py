@@ -30,7 +30,7 @@ from compiler.operators import CATALOGUE, PLUMBING
 PHASES = ("fault-tolerance", "partitioning", "pipelining")  # the written order of the phases
 REQUESTS = ("ha", "replicas", "parallelism", "partition-by", "partition-keys", "pipeline",
             "active", "min-parallelism", "elastic", "switch-time", "switch-window",
-            "switch-horizon", "switch-slide", "match-instances")
+            "switch-horizon", "switch-slide", "switch-spread", "switch-planned", "switch-close", "match-instances")
 MAX_RULE_BYTES = 64 * 1024
 
 
@@ -61,7 +61,8 @@ class Guard:
 
 @dataclass(frozen=True)
 class Call:
-    """A value function in a replacement: `request(f, replicas)` or `input-key(f)`."""
+    """A value function in a replacement: `request(f, replicas)`, `input-request(f, name)` or
+    `input-key(f)`."""
 
     name: str
     args: tuple[str, ...]
@@ -139,7 +140,7 @@ def _walk(term: PatternTerm) -> Iterable[PatternTerm]:
 # ----------------------------------------------------------------------------------------------
 # Functions of replacement terms (guards are in compiler.guards)
 
-FUNCTIONS: dict[str, int] = {"request": 2, "input-key": 1}
+FUNCTIONS: dict[str, int] = {"request": 2, "input-request": 2, "input-key": 1}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -497,7 +498,8 @@ def _check_value(v: Value, pos: Position, scope: _Scope, problems: list[Diagnost
         if v.name not in FUNCTIONS or len(v.args) != FUNCTIONS[v.name]:
             problems.append(Diagnostic(v.pos, f"unknown value function '{v.name}' (or wrong "
                                               "number of arguments)",
-                                       "value functions: request(f, name), input-key(f)"))
+                                       "value functions: request(f, name), "
+                                       "input-request(f, name), input-key(f)"))
             return
         if v.args[0] not in scope.bound or v.args[0] in scope.stars:
             problems.append(Diagnostic(v.pos, f"{v.name}: '{v.args[0]}' is not a binding of one "

@@ -996,17 +996,31 @@ def _switchable(op: OperatorDecl, params: dict[str, Any]) -> bool:
     """Whether a stateful operator can change its parallelism at run time: a window aggregate,
     tumbling or sliding (an event-time switch moves no state: the old instances finish the
     windows that start before it, the new ones take those from it on; a sliding window's rows
-    near the switch go to both, each copy bounded to its side's windows)."""
-    return op.kind == "window-aggregate"
+    near the switch go to both, each copy bounded to its side's windows), or a join (a pair
+    belongs to the owner at its left row's time; right rows near the switch go to both)."""
+    return op.kind in ("window-aggregate", "join")
+
+
+PLANNED_GRID_MS = 1000  # a join's switch times are whole seconds of event time
 
 
 def switch_requests(op: OperatorDecl, params: dict[str, Any]) -> dict[str, Any]:
-    """What the splitter of a switchable stateful operator needs: its time column, window
-    size and slide, and how long after a switch it keeps ticking retiring instances (ms)."""
-    size, delay = int(params.get("size") or 0), int(params.get("watermark") or 0)
-    return {"switch-time": params.get("time"), "switch-window": size,
-            "switch-slide": int(params.get("slide") or size),
-            "switch-horizon": size + delay + SWITCH_MARGIN_MS}
+    """What the splitters of a switchable stateful operator need: the time column (per input
+    for a join), window size and slide (a join: the grid of its switch times), how long after
+    a switch they keep ticking retiring instances, a join's spreads (per input: 0 on the left,
+    the bound on the right) and that the scheduler plans its switches; and for the scheduler,
+    how long after a switch a retiring instance may still emit (`switch-close`; ms)."""
+    delay = int(params.get("watermark") or 0)
+    if op.kind == "join":
+        within = int(params.get("within") or 0)
+        return {"switch-time": (params.get("left-time"), params.get("right-time")),
+                "switch-window": PLANNED_GRID_MS, "switch-slide": PLANNED_GRID_MS,
+                "switch-spread": (0, within), "switch-planned": 1, "switch-close": within,
+                "switch-horizon": within + delay + SWITCH_MARGIN_MS}
+    size = int(params.get("size") or 0)
+    slide = int(params.get("slide") or size)
+    return {"switch-time": params.get("time"), "switch-window": size, "switch-slide": slide,
+            "switch-close": size - slide, "switch-horizon": size + delay + SWITCH_MARGIN_MS}
 
 
 def _subject(op: OperatorDecl, d: OperatorDef, keys: tuple[str, ...] | None = None,

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from common.atomic_file import replace_file
+
 # (from_ms, n): from event time `from_ms` on (None: from the start), rows go to n instances
 Entry = tuple[int | None, int]
 
@@ -32,6 +34,10 @@ class Switch:
     window_ms: int
     horizon_ms: int
     slide_ms: int = 0  # 0: tumbling (the slide is the size)
+    # a join's right input: a row meets left rows up to this far from its time, so it goes to
+    # every instance owning a time within it; its switch time is the scheduler's (`planned`)
+    spread_ms: int = 0
+    planned: bool = False  # a join's splitters switch at the time the scheduler chose
 
     @property
     def slide(self) -> int:
@@ -92,6 +98,42 @@ def rescaled(schedule: Schedule, n: int, switch: Switch | None) -> tuple[Schedul
         return Schedule([(None, n)], schedule.max_seen), None
     entries = [e for e in schedule.entries if e[0] is None or e[0] < at] + [(at, n)]
     return Schedule(entries, schedule.max_seen, 0), at
+
+
+def rescaled_at(schedule: Schedule, n: int, at: int, reach_ms: int) -> Schedule:
+    """The schedule after a change to `n` instances from event time `at` on, a time the
+    scheduler chose for every splitter of a join; ValueError when this splitter routed a row
+    whose time plus `reach_ms` (its spread) is at or after `at` already (that row went to the
+    old instances only, and a new one would miss it)."""
+    if schedule.max_seen is not None and schedule.max_seen + reach_ms >= at:
+        raise ValueError(f"event time already reached {schedule.max_seen} ms (+{reach_ms} ms "
+                         f"of join bound), at or past the planned switch {at} ms")
+    entries = [e for e in schedule.entries if e[0] is None or e[0] < at] + [(at, n)]
+    return Schedule(entries, schedule.max_seen, 0)
+
+
+def spread_partitions(hashes: np.ndarray, times: np.ndarray, schedule: Schedule,
+                      spread_ms: int) -> tuple[np.ndarray, np.ndarray]:
+    """A join's right rows: (row index, partition) pairs, each row once per distinct instance
+    owning a time within `spread_ms` of it (pmod(hash, n) with the n in force at that time).
+    A left row goes to the owner at its own time only, so each pair (left, right) meets on
+    exactly one instance, the left row's."""
+    hashes = hashes.astype(np.int64)
+    times = times.astype(np.int64)
+    bounds = [e[0] for e in schedule.entries[1:]]
+    candidates = []
+    for k, (start, n) in enumerate(schedule.entries):
+        until = bounds[k] if k < len(bounds) else None
+        mask = np.ones(len(times), dtype=bool)
+        if start is not None:
+            mask &= times + spread_ms >= start
+        if until is not None:
+            mask &= times - spread_ms < until
+        index = np.flatnonzero(mask)
+        candidates.append(np.stack([index, np.mod(hashes[index], n)], axis=1))
+    pairs = np.unique(np.concatenate(candidates), axis=0) if candidates else \
+        np.empty((0, 2), dtype=np.int64)
+    return pairs[:, 0].astype(np.int64), pairs[:, 1].astype(np.int64)
 
 
 def partitions(hashes: np.ndarray, times: np.ndarray | None, schedule: Schedule) -> np.ndarray:
@@ -191,7 +233,4 @@ def load(path: str) -> Schedule | None:
 def save(path: str, schedule: Schedule) -> None:
     """Write the schedule atomically (temporary file, then rename)."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(schedule.to_json(), f)
-    os.replace(tmp, path)
+    replace_file(path, json.dumps(schedule.to_json()))

@@ -682,8 +682,10 @@ class TaskRuntime:
             if self._field(op, stream, name).type is not ColumnType.TIMESTAMP:
                 raise self._error(op, f"{stream.name}.{name} is not a timestamp")
         bound = F.lit(parse_duration(self._duration(op, within)))
-        ldf = self._watermarked(op, ls, left_time, watermark).alias(left)
-        rdf = self._watermarked(op, rs, right_time, watermark).alias(right)
+        ldf = _without_ticks(self._watermarked(op, ls, left_time, watermark), left_time)\
+            .alias(left)
+        rdf = _without_ticks(self._watermarked(op, rs, right_time, watermark), right_time)\
+            .alias(right)
         cond = [_qcol(left, lk) == _qcol(right, rk) for lk, rk in zip(left_keys, right_keys)]
         cond += [_qcol(left, left_time) >= _qcol(right, right_time) - bound,
                  _qcol(left, left_time) <= _qcol(right, right_time) + bound]
@@ -868,15 +870,18 @@ class TaskRuntime:
 
     def split_channel_sink(self, *, input: str, channels: Sequence[str], key: Sequence[str],
                            readers: Sequence[Sequence[str]], active: int | None = None,
-                           switch: tuple[str, int, int, int] | None = None) -> None:
+                           switch: tuple[Any, ...] | None = None) -> None:
         """Serve `input` split over the first `active` (default all) of k = len(channels)
         partitions, partition i+1 on channels[i] for the tasks readers[i]; a row goes to
         pmod(hash(key columns), active) (all columns when `key` is empty), Spark's Murmur3
         hash, the same in every process. `key` and `active` are live: a control tuple changes
         them between two micro-batches (a rescale). With `switch` (a stateful operator's time
-        column, window size, tick horizon and slide, ms) a new `active` takes over for the
-        windows from the next window start on (`executor.routing`); the schedule is kept next
-        to the checkpoint, so a restarted query routes as before."""
+        column, window size, tick horizon and slide, ms; for a join's splitters also the
+        spread, the join bound on the right input, and 1: switches are planned by the
+        scheduler) a new `active` takes over for the windows from the next window start on, or
+        for a join from the event time the scheduler planned, `active` = [n, at]
+        (`executor.routing`); the schedule is kept next to the checkpoint, so a restarted query
+        routes as before."""
         op = splitter_op_id(channels)
         if self.channels is None:
             raise self._error(op, "channel sinks need the executor's ChannelHub")
@@ -885,7 +890,8 @@ class TaskRuntime:
         if len(readers) != len(channels):
             raise self._error(op, f"{len(channels)} channels but {len(readers)} reader lists")
         stream = self._get(op, input)
-        timing = routing.Switch(self._field(op, stream, switch[0]).name, *map(int, switch[1:]))\
+        timing = routing.Switch(self._field(op, stream, switch[0]).name,
+                                *[int(v) for v in switch[1:5]], bool(switch[5:] and switch[5])) \
             if switch is not None else None
         schema = shapes.arrow_schema(with_tick(stream.schema, timing.sliding)
                                      if timing is not None else stream.schema)
@@ -893,7 +899,8 @@ class TaskRuntime:
             self._access[channel] = self._declared(op, channel, tasks)
         writers = [self._writer(channel, schema, self.endpoints.get(channel))
                    for channel in channels]
-        n = self._active(op, self._param(op, "active", active or len(channels)), len(channels))
+        n, _ = self._planned(op, self._param(op, "active", active or len(channels)),
+                             len(channels))
         path = os.path.join(self.checkpoint_dir, "routing", quote(op, safe="") + ".json")
         schedule = routing.load(path) if timing is not None else None
         if schedule is None or schedule.entries[-1][1] > len(channels):
@@ -905,13 +912,28 @@ class TaskRuntime:
             sink.rescale(n)
 
         def rescale(value: Any) -> Undo:
-            undo, at = sink.rescale(self._active(op, value, len(channels)))
+            n, planned = self._planned(op, value, len(channels))
+            try:
+                undo, at = sink.rescale(n, planned)
+            except ValueError as exc:
+                raise self._error(op, f"cannot switch to {n} instances: {exc}; ask again") \
+                    from None
             self.switch_detail["switch_ms"] = float(at) if at is not None else -1.0
             return undo
         self.live[(op, "key")] = LiveParam(
             list(key), lambda new: sink.route(self._hash(op, stream, new)))
         self.live[(op, "active")] = LiveParam(active or len(channels), rescale)
         self._start(op, input, sink)
+
+    def _planned(self, op: str, value: Any, slots: int) -> tuple[int, int | None]:
+        """The number of partitions routed to, and the event time (ms) the scheduler planned
+        the switch at: `n`, or `[n, at]` for a join's splitters."""
+        if isinstance(value, (list, tuple)) and len(value) == 2:
+            at = value[1]
+            if isinstance(at, bool) or not isinstance(at, int) or at < 0:
+                raise self._error(op, f"a planned switch is at an event time in ms, not {at!r}")
+            return self._active(op, value[0], slots), at
+        return self._active(op, value, slots), None
 
     def _active(self, op: str, value: Any, slots: int) -> int:
         """The number of partitions routed to: a whole number in 1..slots."""

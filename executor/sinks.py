@@ -29,6 +29,7 @@ from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence, TextIO
 import pyarrow as pa
 
 from common.api_client import RequestRejected, SchedulerUnavailable
+from common.atomic_file import replace_file
 from common.operator_schemas import CONTROL_COLUMNS
 from common.paths import confine_at_open
 from executor import routing
@@ -102,12 +103,8 @@ def trusted_mark(mark: CommitMark | None, size: int) -> CommitMark | None:
 
 
 def write_mark(path: str, mark: CommitMark) -> None:
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump({"batch_id": mark.batch_id, "length": mark.length, "owner": mark.owner}, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    replace_file(path, json.dumps({"batch_id": mark.batch_id, "length": mark.length,
+                                   "owner": mark.owner}), fsync=True)
 
 
 def should_write(mark: CommitMark | None, batch_id: int) -> bool:
@@ -302,12 +299,16 @@ class SplitChannelSink:
             self.hash = before
         return undo
 
-    def rescale(self, n: int) -> tuple[Callable[[], None], int | None]:
-        """Route the next batches to `n` partitions: at once (stateless), or for rows from the
-        next window boundary on (stateful); returns how to go back and the switch's event time
-        (ms; None: at once)."""
+    def rescale(self, n: int, at: int | None = None) -> tuple[Callable[[], None], int | None]:
+        """Route the next batches to `n` partitions: at once (stateless), for rows from the
+        next window start on (a window), or from the event time `at` the scheduler planned
+        (a join's splitters, ValueError when this one is past it already); returns how to go
+        back and the switch's event time (ms; None: at once)."""
         before = self.schedule
-        self.schedule, at = routing.rescaled(before, n, self.switch)
+        if at is not None and self.switch is not None:
+            self.schedule = routing.rescaled_at(before, n, at, self.switch.spread_ms)
+        else:
+            self.schedule, at = routing.rescaled(before, n, self.switch)
         self._persist()
 
         def undo() -> None:
@@ -340,6 +341,10 @@ class SplitChannelSink:
                                             self.switch.window_ms, self.switch.slide)
             rest, parts, times = self._bounded(rest.take(copies.rows), copies), copies.parts, \
                 times[copies.rows]
+        elif self.switch is not None and self.switch.spread_ms and times is not None:
+            rows, parts = routing.spread_partitions(hashes, times, self.schedule,
+                                                    self.switch.spread_ms)
+            rest, times = rest.take(rows), times[rows]
         else:
             parts = routing.partitions(hashes, times, self.schedule)
         keep = None

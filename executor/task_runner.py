@@ -62,6 +62,7 @@ class TaskMetrics:
     latency_ms: int  # last batch's end-to-end processing time (= batch_ms at present)
     busy_ms: int = 0  # time spent in micro-batches since the runner started (all runs)
     watermark_ms: int = -1  # the query's event-time watermark (ms since the epoch; -1: none)
+    routed_ms: int = -1  # a stateful splitter's largest event time routed (ms; -1: none)
 
 
 @dataclass(frozen=True)
@@ -279,6 +280,9 @@ class TaskRunner:
         tuples_in = self._counted.add(recent)
         metrics = metrics_from(progress, len(recent), out, tuples_in, self._counted.busy_ms)
         lag = rt.backlog() if rt is not None else None
+        routed = getattr(getattr(rt.sink, "schedule", None), "max_seen", None) if rt else None
+        if routed is not None:
+            metrics = replace(metrics, routed_ms=int(routed))
         return metrics if lag is None else replace(metrics, backlog=lag)
 
     def reconfigure(self, version: int, params: Params,

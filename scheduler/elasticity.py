@@ -82,6 +82,8 @@ class ElasticState:
     deferred: dict[str, tuple[str, ...]] = field(default_factory=dict)
     # operator -> when the policy may decide again after the query refused its rescale
     backoff_until: dict[str, float] = field(default_factory=dict)
+    # a join's rescale: control request id -> the event time (ms) its splitters switch at
+    planned: dict[str, int] = field(default_factory=dict)
 
     def decide(self, decision: Decision, now: float) -> None:
         self.latest[decision.operator_id] = decision
@@ -188,6 +190,32 @@ def never_launched_beyond(query: CompiledQuery, tasks: dict[str, TaskRecord],
                     task.history[-1].start is TaskState.DORMANT:
                 found.append(task)
     return found
+
+
+# Event time a join's planned switch lies ahead of what its splitters reported routing (ms):
+# room for the rows routed between their last heartbeat and the switch reaching them
+PLAN_AHEAD_MS = 10_000
+PLAN_GRID_MS = 1000
+
+
+def planned_switch(e: ElasticOperator, tasks: dict[str, TaskRecord]) -> int:
+    """The event time (ms) every splitter of a join switches at: past each splitter's largest
+    routed time (its heartbeat's `routed_ms`) plus its spread, so no row routed under the old
+    routing could meet a row the new routing sends elsewhere, with PLAN_AHEAD_MS to spare, on
+    a whole second. A splitter still past it when the switch arrives refuses the rescale."""
+    reach = [int(tasks[t].figures.get("routed_ms", -1)) + spread
+             for (t, _), spread in zip(e.splitters, e.planned_spreads)
+             if int(tasks[t].figures.get("routed_ms", -1)) >= 0]
+    ahead = max(reach, default=0) + PLAN_AHEAD_MS
+    return -(-ahead // PLAN_GRID_MS) * PLAN_GRID_MS
+
+
+def planned_params(e: ElasticOperator, task_id: str, params: dict[str, dict[str, Any]],
+                   at: int) -> dict[str, dict[str, Any]]:
+    """A join splitter's parameters with its `active` as [n, at]: the switch time planned."""
+    ops = {op for t, op in e.splitters if t == task_id}
+    return {op: ({**kw, "active": [kw["active"], at]} if op in ops and "active" in kw else kw)
+            for op, kw in params.items()}
 
 
 def _switch_of(state: ElasticState, operator: str) -> int | None:

@@ -30,7 +30,7 @@ from common import messages
 from common.control import PARALLELISM, ControlCatalog, ControlRefused
 from common.dispatch import handler
 from common.failures import FailureKind, kind_of
-from common.messages import ControlMessage, LaunchData, LaunchQuery
+from common.messages import ControlMessage, LaunchData, LaunchQuery, ParamSet
 from common.tasks import CompiledQuery
 from compiler.control import check_tuples
 from scheduler import admission, control as ctl, elasticity
@@ -241,7 +241,8 @@ class SchedulerState:
         task.epoch = self.epoch_floor = self.epoch_floor + 1
         log.info("[%s] launching %s on agent %s (ports %s): %s", sid, task.mesos_task_id,
                  a.agent_id, a.ports, where.reason)
-        data = launch_data(record.query, task, record.control, record.keys)
+        data = replace(launch_data(record.query, task, record.control, record.keys),
+                       control=self._task_params(record, task.task_id))
         return TaskLaunch(task.mesos_task_id, task.task_id, task.task_id, a.cpus, a.mem_mb,
                           a.ports, messages.encode(data).decode("utf-8"))
 
@@ -641,10 +642,30 @@ class SchedulerState:
     def _send_params(self, sid: str, query: QueryRecord, task: TaskRecord,
                      request_id: str) -> Command:
         """A task's whole parameter set, as a framework message to its executor."""
-        params = query.control.param_set(task.task_id)
+        params = self._task_params(query, task.task_id, request_id)
         return SendFrameworkMessage(sid, task.agent_id or "", self._executor_id(task.agent_id or ""),
                                     ControlMessage(task.mesos_task_id, request_id, params.version,
                                                    params.params))
+
+    def _task_params(self, query: QueryRecord, task_id: str,
+                     request_id: str | None = None) -> ParamSet:
+        """The parameters in force for a task; a join's splitters get the event time to switch
+        at with their new parallelism, the same for all of them: planned at the first message
+        of `request_id` from their latest heartbeats, and given again to a splitter launched
+        while that request is pending (None: any pending one)."""
+        params = query.control.param_set(task_id)
+        sent = params.params
+        for e in query.query.elastic:
+            if not e.planned_spreads or task_id not in {t for t, _ in e.splitters}:
+                continue
+            pending = [r for r in query.control.requests.values() if r.state == "pending"
+                       and (request_id is None or r.request_id == request_id)
+                       and any((o, p) == (e.operator, PARALLELISM) for o, p, _ in r.tuples)]
+            for request in pending:
+                at = query.elastic.planned.setdefault(
+                    request.request_id, elasticity.planned_switch(e, query.tasks))
+                sent = elasticity.planned_params(e, task_id, sent, at)
+        return ParamSet(params.version, sent)
 
     def _on_control_acknowledged(self, ev: ControlAcknowledged) -> list[Command]:
         """One task's answer to a control request; a refusal undoes the request on every task
@@ -740,6 +761,7 @@ class SchedulerState:
     def _settle_rescales(self, query: QueryRecord, request: ctl.ControlRequest) -> None:
         if request.state == "pending":
             return
+        query.elastic.planned.pop(request.request_id, None)
         for rescale in query.elastic.rescales:
             if rescale.request == request.request_id and rescale.state == "pending":
                 rescale.state, rescale.applied_at = request.state, self.now

@@ -15,7 +15,9 @@ it drains. The sink must equal a plain-Python window oracle.
 3. A keyed sliding window aggregate (3 s every 1 s), rescaled 1 -> 3 -> 2 -> 1: rows whose
 windows span a switch go to both sides, each copy bounded to its side's windows; the sink must
 equal the window oracle.
-4. A scale-out whose new instance's executor is SIGKILLed as the splitters switch.
+4. A keyed interval join rescaled 1 -> 3 -> 2 -> 1: both splitters switch at one event time the
+scheduler planned; the sink must equal a plain-Python join.
+5. A scale-out whose new instance's executor is SIGKILLed as the splitters switch.
 """
 
 from __future__ import annotations
@@ -34,13 +36,17 @@ from tests.e2e_support import (Stack, cli, generator_rows, hurry, read_sink, sta
 pytestmark = [pytest.mark.spark, pytest.mark.cluster, pytest.mark.timeout(600)]
 log = logging.getLogger(__name__)
 
+def generator(name: str, params: dict[str, str], output: str) -> str:
+    """A <generator> operator of a test spec."""
+    body = "".join(f'<param name="{k}" value="{v}"/>' for k, v in params.items())
+    return (f'  <operator name="{name}" type="generator">\n    {body}\n'
+            f'    <output name="{output}"/>\n  </operator>')
+
+
 SOURCE = {"shape": "sequence", "rate": "250", "seed": "3", "limit": "45000"}
 SPEC = f"""<?xml version="1.0" encoding="UTF-8"?>
 <dataflow name="e2e-elastic">
-  <operator name="src" type="generator">
-    {''.join(f'<param name="{k}" value="{v}"/>' for k, v in SOURCE.items())}
-    <output name="nums"/>
-  </operator>
+{generator('src', SOURCE, 'nums')}
   <operator name="keep" type="filter" parallelism="1" max-parallelism="3">
     <input name="nums"/>
     <param name="condition" value="nums.id % 3 != 1"/>
@@ -56,7 +62,7 @@ SPEC = f"""<?xml version="1.0" encoding="UTF-8"?>
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    running = start_stack(tmp_path_factory.mktemp("elastic-stack"), cpus_per_agent=2.0,
+    running = start_stack(tmp_path_factory.mktemp("elastic-stack"), cpus_per_agent=3.0,
                           agents=3)
     try:
         yield running
@@ -157,10 +163,7 @@ def window_spec(name: str, size_s: int, slide_s: int | None = None) -> str:
     slide = f'<param name="slide" value="{slide_s} seconds"/>' if slide_s else ""
     return f"""<?xml version="1.0" encoding="UTF-8"?>
 <dataflow name="{name}">
-  <operator name="src" type="generator">
-    {''.join(f'<param name="{k}" value="{v}"/>' for k, v in WINDOWED.items())}
-    <output name="raw"/>
-  </operator>
+{generator('src', WINDOWED, 'raw')}
   <operator name="perSensor" type="window-aggregate" parallelism="1" max-parallelism="3">
     <input name="raw"/>
     <param name="time" value="ts"/>
@@ -278,6 +281,85 @@ def test_a_running_sliding_window_scales_one_three_two_one_with_every_window_who
     each copy bounded to its side's windows; the sink equals the window oracle, each window
     once with all its rows."""
     rescale_window_one_three_two_one(stack, tmp_path, "e2e-elastic-sliding", 3, 1, False)
+
+
+READINGS = {"shape": "sensor", "rate": "200", "seed": "1", "limit": "40000"}
+CALIBRATION = {"shape": "sensor", "rate": "50", "seed": "2", "limit": "10000"}
+JOIN_SPEC = f"""<?xml version="1.0" encoding="UTF-8"?>
+<dataflow name="e2e-elastic-join">
+{generator('readings', READINGS, 'reading')}
+{generator('calib', CALIBRATION, 'calibration')}
+  <operator name="offsets" type="project">
+    <input name="calibration"/>
+    <field name="sensor" value="calibration.sensor"/>
+    <field name="ts" value="calibration.ts"/>
+    <field name="offset" value="calibration.temp - 20.0"/>
+    <output name="offset"/>
+  </operator>
+  <operator name="matched" type="join" parallelism="1" max-parallelism="3">
+    <input name="reading"/>
+    <input name="offset"/>
+    <param name="key" value="sensor"/>
+    <param name="time" value="ts"/>
+    <param name="within" value="200 milliseconds"/>
+    <param name="watermark" value="1 second"/>
+    <output name="pairs"/>
+  </operator>
+  <operator name="sink" type="file-sink">
+    <input name="pairs"/>
+    <param name="path" value="out/elastic-join.jsonl"/>
+  </operator>
+</dataflow>
+"""
+JOIN_COLUMNS = ("sensor", "ts", "temp", "humidity", "offset_sensor", "offset_ts", "offset")
+
+
+def test_a_running_join_scales_one_three_two_one_and_every_pair_meets_once(
+        stack: Stack, tmp_path: Path) -> None:
+    """A keyed interval join, 1 -> 3 -> 2 -> 1: both splitters switch at the one event time
+    the scheduler planned, a pair belongs to the owner at its reading's time and the offsets
+    near the switch go to both sides; the sink equals a plain-Python join, each pair once."""
+    from datetime import timedelta
+
+    from compiler.pipeline import compile_spec_text
+    from tests.e2e_support import join_oracle
+
+    query = compile_spec_text(JOIN_SPEC.encode(), str(tmp_path / "e2e-elastic-join.xml"),
+                              base_dir=tmp_path).query
+    qid = query.query_id
+    (elastic,) = query.elastic
+    assert elastic.planned_spreads == (0, 200) and elastic.switch_close_ms == 200
+    sink = tmp_path / "out" / "elastic-join.jsonl"
+    submit(stack, query)
+    client = stack.client()
+    try:
+        wait_running(stack, qid, timeout=180)
+        wait_until(lambda: len(read_sink(sink)) > 20, 120, "first pairs on one instance")
+        switches = []
+        for n in (3, 2, 1):
+            reply = client.scale(qid, "matched", n)
+            assert reply["request"], reply
+            wait_until(lambda n=n: settled(stack, qid, n, "matched"), 240,
+                       f"matched to run {n} instances",
+                       lambda: str(elastic_view(stack, qid, "matched")))
+            rescale = elastic_view(stack, qid, "matched")["rescales"][-1]
+            assert rescale["state"] == "applied" and rescale["switch_ms"] > 0, rescale
+            assert rescale["pause_s"] < 5.0, rescale
+            switches.append(rescale["switch_ms"])
+            have = len(read_sink(sink))
+            wait_until(lambda h=have: len(read_sink(sink)) > h + 10, 120,
+                       f"pairs after the rescale to {n}")
+        assert switches == sorted(switches) and switches[0] % 1000 == 0, switches
+        client.control(qid, [("readings", "rate", "4000"), ("calib", "rate", "1000")])
+        offsets = [{"sensor": r["sensor"], "ts": r["ts"], "offset": r["temp"] - 20.0}
+                   for r in generator_rows(CALIBRATION)]
+        joined = join_oracle(generator_rows(READINGS), offsets, "sensor", "ts",
+                             timedelta(milliseconds=200), "offset")
+        expected = Counter(tuple(r[c] for c in JOIN_COLUMNS) for r in joined)
+        wait_for_sink(sink, expected, lambda r: tuple(r[c] for c in JOIN_COLUMNS), 300,
+                      "the rescaled join's sink to equal the join oracle")
+    finally:
+        stop_query(stack, qid)
 
 
 def test_a_scale_out_whose_new_instance_is_killed_mid_handover_stays_exact(

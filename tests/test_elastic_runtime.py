@@ -30,6 +30,13 @@ READERS = (("d1",), ("d2",), ("d3",))
 RATE, LIMIT = 100.0, 2000
 
 
+def close_all(rt: TaskRuntime, collectors: list[Collector], hub: ChannelHub) -> None:
+    rt.stop()
+    for c in collectors:
+        c.close()
+    hub.close()
+
+
 def test_a_split_routes_to_its_active_partitions_and_a_live_switch_widens_it(
         spark: Any, tmp_path: Path) -> None:
     hub = ChannelHub()
@@ -53,10 +60,7 @@ def test_a_split_routes_to_its_active_partitions_and_a_live_switch_widens_it(
         collect_rows(collectors, LIMIT, 120)
         assert rt.query is not None and rt.query.exception() is None
     finally:
-        rt.stop()
-        for c in collectors:
-            c.close()
-        hub.close()
+        close_all(rt, collectors, hub)
     expected = Counter(sensor_key(r) for r in input_rows("sensor", 8, RATE, LIMIT))
     assert Counter(sensor_key(r) for c in collectors for r in c.rows()) == expected
 
@@ -138,10 +142,7 @@ def test_a_sliding_windows_split_sends_rows_near_the_switch_to_both_sides_bounde
         settle(collectors)
         assert rt.query is not None and rt.query.exception() is None
     finally:
-        rt.stop()
-        for c in collectors:
-            c.close()
-        hub.close()
+        close_all(rt, collectors, hub)
     assert at > 0 and at % slide == 0
 
     def starts(ts: int) -> list[int]:  # the sliding windows holding ts, by brute force

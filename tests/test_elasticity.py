@@ -682,3 +682,73 @@ def test_status_lines_show_the_slots_the_last_rescale_and_the_policys_capacity()
         "    capacity: 640 rows/s per instance (a lower bound, the best seen while keeping up)"
     view["decision"]["capacity"] = None
     assert not any("capacity" in line for line in elastic_lines([view]))
+
+
+# --- a join: its splitters switch at one planned event time ---------------------------------------
+
+def join_query(tmp_path: Path) -> CompiledQuery:
+    text = (Path(__file__).parent / "specs" / "e2e-join.xml").read_text().replace(
+        '<operator name="matched" type="join">',
+        '<operator name="matched" type="join" parallelism="1" max-parallelism="3">')
+    return compile_spec_text(text.encode(), str(tmp_path / "j.xml"), base_dir=tmp_path).query
+
+
+def test_a_join_is_elastic_with_a_spread_on_its_right_input(tmp_path: Path) -> None:
+    q = join_query(tmp_path)
+    (e,) = q.elastic
+    assert (e.operator, e.stateful, e.switch_time, e.switch_close_ms) == ("matched", True,
+                                                                          "ts", 200)
+    assert e.planned_spreads == (0, 200) and len(e.splitters) == 2
+    assert ElasticOperator.from_json(json.loads(json.dumps(e.to_json()))) == e
+    left, right = (q.task(t).program for t, _ in e.splitters)
+    assert "switch=('ts', 1000, 32200, 1000, 0, 1)" in left
+    assert "switch=('ts', 1000, 32200, 1000, 200, 1)" in right
+    assert q.controls is not None and q.controls.find("matched", PARALLELISM) is not None
+
+
+def test_a_joins_splitters_get_one_switch_time_past_what_both_routed(tmp_path: Path) -> None:
+    from scheduler.elasticity import PLAN_AHEAD_MS
+
+    q = join_query(tmp_path)
+    (e,) = q.elastic
+    s = SchedulerState(CONFIG)
+    s.handle(Registered("r", "fw-1", "m:5050"))
+    s.handle(Tick("t", 100.0))
+    s.handle(QuerySubmitted("s", q))
+    record = s.queries[q.query_id]
+
+    def place(*agents: str) -> None:
+        out = s.handle(OffersReceived("o", tuple(warm(f"o-{a}-{len(record.tasks)}-{i}", a)
+                                                 for i, a in enumerate(agents))))
+        for m, (a, _) in launched(out).items():
+            s.handle(update(m, "RUNNING", a))
+    place(*AGENTS)
+    place(*AGENTS)
+    assert all(record.tasks[t].state is TaskState.RUNNING
+               for t, _ in e.splitters), {t: r.state for t, r in record.tasks.items()}
+    routed = {e.splitters[0][0]: 50_400, e.splitters[1][0]: 50_350}
+    for task_id, ms in routed.items():
+        task = record.tasks[task_id]
+        s.handle(HeartbeatReceived("hb", task.agent_id or "", exec_of(task.agent_id or ""),
+                                   Heartbeat({task.mesos_task_id: {"routed_ms": ms}},
+                                             exec_of(task.agent_id or ""))))
+    out = s.handle(ControlRequested("c", q.query_id, (("matched", PARALLELISM, "3"),)))
+    for _ in range(3):
+        place(*AGENTS)
+        out += s.handle(Tick("t", 101.0))
+    sent = {c.message.task.rpartition(".a")[0]: c.message.params
+            for c in of(SendFrameworkMessage, out)}
+    assert set(sent) == {t for t, _ in e.splitters}, sent
+    want = -(-(50_350 + 200 + PLAN_AHEAD_MS) // 1000) * 1000
+    for task_id, op in e.splitters:
+        assert sent[task_id][op]["active"] == [3, want], sent[task_id]
+    # a splitter that fails before it answers is relaunched with the same planned time
+    left, op = e.splitters[0]
+    failed = record.tasks[left]
+    s.handle(update(failed.mesos_task_id, "FAILED", failed.agent_id or ""))
+    relaunched: dict = {}
+    for _ in range(3):
+        out = s.handle(OffersReceived("o", tuple(warm(f"r-{a}-{_}", a) for a in AGENTS)))
+        relaunched.update({m.rpartition(".a")[0]: d for m, (_, d) in launched(out).items()})
+        s.handle(Tick("t", 110.0 + 20 * _))
+    assert relaunched[left]["control"]["params"][op]["active"] == [3, want], relaunched

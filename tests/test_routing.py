@@ -117,3 +117,51 @@ def test_a_tumbling_windows_rows_are_never_copied() -> None:
     assert copies.rows.tolist() == sorted(copies.rows.tolist()) == list(range(50))
     assert (copies.lo == UNBOUNDED).all() and (copies.hi == UNBOUNDED).all()
     assert copies.parts.tolist() == routing.partitions(hashes, times, schedule).tolist()
+
+
+def test_a_planned_switch_is_refused_once_a_row_could_reach_past_it() -> None:
+    schedule = Schedule([(None, 1)], max_seen=9_000)
+    after = routing.rescaled_at(schedule, 3, 10_000, 0)
+    assert after.entries == [(None, 1), (10_000, 3)] and after.max_seen == 9_000
+    assert routing.rescaled_at(Schedule([(None, 2)]), 1, 0, 500).entries == [(None, 2), (0, 1)]
+    for reach in (1_000, 5_000):
+        with pytest.raises(ValueError, match="past the planned switch 10000"):
+            routing.rescaled_at(schedule, 3, 10_000, reach)
+    # a later plan replaces entries at or after it
+    later = routing.rescaled_at(Schedule([(None, 1), (20_000, 3)], max_seen=9_000), 2, 15_000, 0)
+    assert later.entries == [(None, 1), (15_000, 2)]
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_a_joins_pairs_meet_once_on_the_owner_of_the_left_rows_time(seed: int) -> None:
+    """Left rows go to the owner at their own time (`partitions`), right rows to every owner
+    within the bound (`spread_partitions`): each pair within the bound meets on exactly one
+    instance, the left row's owner, and nowhere twice."""
+    rng = random.Random(seed)
+    span, bound = 30_000, rng.choice([0, 200, 1000, 4000])
+    entries: list[routing.Entry] = [(None, rng.randint(1, 4))]
+    for at in sorted(rng.sample(range(1000, span, 1000), rng.randint(0, 4))):
+        entries.append((at, rng.randint(1, 4)))
+    schedule = Schedule(entries, max_seen=span)
+    keys = 6
+
+    def side(count: int) -> tuple[np.ndarray, np.ndarray]:
+        return (np.array([rng.randint(0, keys - 1) * 7919 - 3 for _ in range(count)],
+                         dtype=np.int64),
+                np.array([rng.randint(0, span) for _ in range(count)], dtype=np.int64))
+    lh, lt = side(rng.randint(0, 150))
+    rh, rt = side(rng.randint(0, 150))
+    left_parts = routing.partitions(lh, lt, schedule)
+    rows, right_parts = routing.spread_partitions(rh, rt, schedule, bound)
+    assert len(set(zip(rows.tolist(), right_parts.tolist()))) == len(rows)  # once per instance
+    met: Counter = Counter()
+    for li in range(len(lh)):
+        for ri, part in zip(rows, right_parts):
+            if lh[li] == rh[ri] and abs(int(lt[li]) - int(rt[ri])) <= bound \
+                    and left_parts[li] == part:
+                met[(li, int(ri))] += 1
+    want = {(li, ri) for li in range(len(lh)) for ri in range(len(rh))
+            if lh[li] == rh[ri] and abs(int(lt[li]) - int(rt[ri])) <= bound}
+    assert set(met) == want and all(n == 1 for n in met.values())
+    for li in range(len(lh)):
+        assert left_parts[li] == _owner(int(lh[li]), int(lt[li]), schedule)

@@ -38,4 +38,5 @@ def build(rt: TaskRuntime) -> None:
         channels=('sensor-join/matched_s_in1#1', 'sensor-join/matched_s_in1#2'),
         key=('sensor',),
         readers=(('sensor-join.t2',), ('sensor-join.t3',)),
+        switch=('ts', 1000, 33000, 1000, 0, 1),
     )

@@ -45,4 +45,5 @@ def build(rt: TaskRuntime) -> None:
         channels=('sensor-join/matched_s_in2#1', 'sensor-join/matched_s_in2#2'),
         key=('sensor',),
         readers=(('sensor-join.t2',), ('sensor-join.t3',)),
+        switch=('ts', 1000, 33000, 1000, 1000, 1),
     )

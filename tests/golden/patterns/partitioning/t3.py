@@ -32,12 +32,14 @@ def build(rt: TaskRuntime) -> None:
         output='matched_s_in1',
         schema=SCHEMA_MATCHED_S_IN1,
         channel='sensor-join/matched_s_in1#2',
+        ticks=True,
     )
     # matched_s_in2 <- channel sensor-join/matched_s_in2#2
     rt.channel_source(
         output='matched_s_in2',
         schema=SCHEMA_MATCHED_S_IN2,
         channel='sensor-join/matched_s_in2#2',
+        ticks=True,
     )
     # matched_rd_2_in1 := network_reader(matched_s_in1)  (its output is read as reading, the spec's name)
     rt.identity(op='matched_rd_2_in1', input='matched_s_in1', output='reading')
