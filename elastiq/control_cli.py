@@ -12,6 +12,7 @@ import argparse
 import json
 import sys
 import time
+from datetime import datetime, timezone
 from typing import Any, Iterable
 
 from common.api_client import DEFAULT_URL
@@ -77,6 +78,17 @@ def cmd_scale(args: argparse.Namespace) -> int:
     return code if code != 0 else _await_instances(args, client, started)
 
 
+def switch_line(rescale: dict[str, Any] | None) -> str | None:
+    """Where a stateful rescale handed its state over: the event time its splitters switched
+    at (None for a stateless one, which switches at a micro-batch)."""
+    at = (rescale or {}).get("switch_ms")
+    if at is None or at < 0:
+        return None
+    instant = datetime.fromtimestamp(at / 1000, tz=timezone.utc)
+    return (f"  state handed over at event time {instant.isoformat(timespec='milliseconds')}: "
+            "the old instances finish what lies before it, the new routing takes the rest")
+
+
 def _await_instances(args: argparse.Namespace, client: Any, started: float) -> int:
     """Poll the query's status until the operator's first N slots run and the others are
     dormant; print each slot and the rescale's figures."""
@@ -98,6 +110,9 @@ def _await_instances(args: argparse.Namespace, client: Any, started: float) -> i
             "pause_s") is not None else ""
         print(f"{args.operator} runs {view['parallelism']} instances{pause}; settled in "
               f"{time.monotonic() - started:.1f} s")
+        switched = switch_line(last)
+        if switched:
+            print(switched)
         return 0
     print(f"elastiq: instances not settled after {args.timeout:g} s; `elastiq status "
           f"{args.query}` shows them", file=sys.stderr)

@@ -290,3 +290,12 @@ def test_fuzzed_scale_requests_never_get_a_500_and_every_refusal_says_why(
     assert (loop.query_status("el") or {})["phase"] == "active"
     assert slot_states(loop)[0] == "running"
     assert request(server, "GET", "/queries/el")[0] == 200
+
+
+def test_the_scale_command_says_where_a_stateful_rescale_handed_over() -> None:
+    from elastiq.control_cli import switch_line
+
+    assert switch_line(None) is None and switch_line({"switch_ms": None}) is None
+    assert switch_line({"switch_ms": -1.0}) is None  # stateless: at a micro-batch
+    line = switch_line({"switch_ms": 1_704_067_212_000.0})
+    assert line is not None and "event time 2024-01-01T00:00:12.000+00:00" in line
