@@ -129,6 +129,9 @@ class QueryTask:
         )
 
 
+PLANNED_GRID_MS = 1000  # a join's switch times are whole seconds of event time
+
+
 @dataclass(frozen=True)
 class ElasticOperator:
     """A partitioned operator whose parallelism may change while its query runs: its instance

@@ -106,8 +106,8 @@ def _parallelism(e: ElasticOperator, kinds: dict[str, str]) -> Adjustable | Fixe
     keys' state, which does not move between instances yet)."""
     if e.stateful and e.switch_time is None:
         return Fixed(e.operator, PARALLELISM,
-                     "each instance holds the state of the keys routed to it; only a "
-                     "window-aggregate hands its state over at run time for now")
+                     "each instance holds the state of the keys routed to it; only window "
+                     "aggregates and joins hand their state over at run time for now")
     return Adjustable(e.operator, kinds[e.operator], PARALLELISM, "count", str(e.initial),
                       tuple(Target(task, op, "active") for task, op in e.splitters), (),
                       f"instances the operator runs on, {e.minimum} to {e.maximum} "

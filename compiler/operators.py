@@ -198,7 +198,7 @@ PLUMBING: dict[str, OperatorDef] = {d.kind: d for d in (
                  doc="hash-partitioning column (none: round robin)"),
         ParamDef("time", "column", False, None,
                  doc="a stateful operator's event-time column: a rescale switches routing at "
-                     "a window boundary of it"),
+                     "an event time of it"),
         ParamDef("window-ms", "int", False, None, minimum=1, doc="its window size"),
         ParamDef("horizon-ms", "int", False, None, minimum=1,
                  doc="event time after a switch during which retiring instances get ticks"),

@@ -30,7 +30,8 @@ from compiler.operators import CATALOGUE, PLUMBING
 PHASES = ("fault-tolerance", "partitioning", "pipelining")  # the written order of the phases
 REQUESTS = ("ha", "replicas", "parallelism", "partition-by", "partition-keys", "pipeline",
             "active", "min-parallelism", "elastic", "switch-time", "switch-window",
-            "switch-horizon", "switch-slide", "switch-spread", "switch-planned", "switch-close", "match-instances")
+            "switch-horizon", "switch-slide", "switch-spread", "switch-planned", "switch-close",
+            "match-instances")
 MAX_RULE_BYTES = 64 * 1024
 
 

@@ -20,6 +20,7 @@ from common.diagnostics import (MAX_SHOWN, Diagnostic, Position, Severity, SpecE
 from common.operator_schemas import (AGGREGATE_FUNCTIONS, aggregate_type, control_schema_problems,
                                      join_output_names)
 from common.paths import PathRefused, PathRoots, confine
+from common.tasks import PLANNED_GRID_MS
 from common.types import ColumnType, Field, Schema
 from compiler import expr as ex
 from compiler.expr import pattern as ex_pattern
@@ -979,8 +980,8 @@ def _elastic_bounds(c: _Checker, op: OperatorDecl, d: OperatorDef,
         ok = False
     if d.stateful and (high > k or mode == "auto") and not _switchable(op, c.params[op.name]):
         where = most if most is not None and high > k else elastic
-        c.error(where.pos, f"'{op.name}' is a stateful {op.kind}: only a window-aggregate "  # type: ignore[union-attr]
-                           "hands its keyed state over at run time for now",
+        c.error(where.pos, f"'{op.name}' is a stateful {op.kind}: only window-aggregates "  # type: ignore[union-attr]
+                           "and joins hand their keyed state over at run time for now",
                 f"write parallelism=\"{high}\" alone (a fixed partitioning)")
         ok = False
     return (low, high, mode) if ok else None
@@ -999,9 +1000,6 @@ def _switchable(op: OperatorDecl, params: dict[str, Any]) -> bool:
     near the switch go to both, each copy bounded to its side's windows), or a join (a pair
     belongs to the owner at its left row's time; right rows near the switch go to both)."""
     return op.kind in ("window-aggregate", "join")
-
-
-PLANNED_GRID_MS = 1000  # a join's switch times are whole seconds of event time
 
 
 def switch_requests(op: OperatorDecl, params: dict[str, Any]) -> dict[str, Any]:

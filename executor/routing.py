@@ -47,12 +47,6 @@ class Switch:
     def sliding(self) -> bool:
         return self.slide < self.window_ms
 
-    @property
-    def closes_after_ms(self) -> int:
-        """Event time after a switch at which the old instances' last window ends (the
-        window that starts one slide before the switch)."""
-        return self.window_ms - self.slide
-
 
 @dataclass
 class Schedule:
@@ -100,6 +94,13 @@ def rescaled(schedule: Schedule, n: int, switch: Switch | None) -> tuple[Schedul
     return Schedule(entries, schedule.max_seen, 0), at
 
 
+def spans(schedule: Schedule) -> list[tuple[int | None, int | None, int]]:
+    """Each entry as (from, until, n): n instances from event time `from` (None: the start)
+    until `until` (None: no end)."""
+    ends = [e[0] for e in schedule.entries[1:]] + [None]
+    return [(start, until, n) for (start, n), until in zip(schedule.entries, ends)]
+
+
 def rescaled_at(schedule: Schedule, n: int, at: int, reach_ms: int) -> Schedule:
     """The schedule after a change to `n` instances from event time `at` on, a time the
     scheduler chose for every splitter of a join; ValueError when this splitter routed a row
@@ -120,10 +121,8 @@ def spread_partitions(hashes: np.ndarray, times: np.ndarray, schedule: Schedule,
     exactly one instance, the left row's."""
     hashes = hashes.astype(np.int64)
     times = times.astype(np.int64)
-    bounds = [e[0] for e in schedule.entries[1:]]
     candidates = []
-    for k, (start, n) in enumerate(schedule.entries):
-        until = bounds[k] if k < len(bounds) else None
+    for start, until, n in spans(schedule):
         mask = np.ones(len(times), dtype=bool)
         if start is not None:
             mask &= times + spread_ms >= start
@@ -131,8 +130,7 @@ def spread_partitions(hashes: np.ndarray, times: np.ndarray, schedule: Schedule,
             mask &= times - spread_ms < until
         index = np.flatnonzero(mask)
         candidates.append(np.stack([index, np.mod(hashes[index], n)], axis=1))
-    pairs = np.unique(np.concatenate(candidates), axis=0) if candidates else \
-        np.empty((0, 2), dtype=np.int64)
+    pairs = np.unique(np.concatenate(candidates), axis=0)
     return pairs[:, 0].astype(np.int64), pairs[:, 1].astype(np.int64)
 
 
@@ -175,10 +173,8 @@ def sliding_copies(hashes: np.ndarray, times: np.ndarray, schedule: Schedule,
     times = times.astype(np.int64)
     first = (np.floor_divide(times - window_ms, slide_ms) + 1) * slide_ms  # earliest start
     last = np.floor_divide(times, slide_ms) * slide_ms  # latest start
-    bounds = [e[0] for e in schedule.entries[1:]]
     rows, parts, lo, hi = [], [], [], []
-    for k, (start, n) in enumerate(schedule.entries):
-        until = bounds[k] if k < len(bounds) else None
+    for start, until, n in spans(schedule):
         mask = np.ones(len(times), dtype=bool)
         if start is not None:
             mask &= last >= start

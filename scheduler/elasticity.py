@@ -17,7 +17,7 @@ from typing import Any, Iterable
 
 from common.control import PARALLELISM
 from common.messages import retained_of
-from common.tasks import CompiledQuery, ElasticOperator
+from common.tasks import PLANNED_GRID_MS, CompiledQuery, ElasticOperator
 from scheduler.control import QueryControl
 from scheduler.elastic_policy import (Decision, ElasticPolicy, OperatorView, SampleHistory,
                                       view_of)
@@ -195,7 +195,6 @@ def never_launched_beyond(query: CompiledQuery, tasks: dict[str, TaskRecord],
 # Event time a join's planned switch lies ahead of what its splitters reported routing (ms):
 # room for the rows routed between their last heartbeat and the switch reaching them
 PLAN_AHEAD_MS = 10_000
-PLAN_GRID_MS = 1000
 
 
 def planned_switch(e: ElasticOperator, tasks: dict[str, TaskRecord]) -> int:
@@ -207,7 +206,7 @@ def planned_switch(e: ElasticOperator, tasks: dict[str, TaskRecord]) -> int:
              for (t, _), spread in zip(e.splitters, e.planned_spreads)
              if int(tasks[t].figures.get("routed_ms", -1)) >= 0]
     ahead = max(reach, default=0) + PLAN_AHEAD_MS
-    return -(-ahead // PLAN_GRID_MS) * PLAN_GRID_MS
+    return -(-ahead // PLANNED_GRID_MS) * PLANNED_GRID_MS
 
 
 def planned_params(e: ElasticOperator, task_id: str, params: dict[str, dict[str, Any]],
@@ -227,8 +226,9 @@ def _drained(e: ElasticOperator, index: int, task: TaskRecord, tasks: dict[str, 
              state: ElasticState, now: float) -> bool:
     """Slot `index` has drained: its input is done (stateless: every splitter reports no batch
     of its partition channel unacknowledged, so the instance committed all it was sent;
-    stateful: its watermark passed the end of the last window starting before the switch, so
-    it emitted every window it owns; its splitter's ticks carried it there), and then, in figures measured afterwards, the instance
+    stateful: its watermark passed the switch plus `switch_close_ms`, the end of the last
+    window starting before it or a join's bound, so it emitted all it owns; its splitters'
+    ticks carried it there), and then, in figures measured afterwards, the instance
     reports none of its own outputs unacknowledged."""
     if e.switch_time is not None:
         switch = _switch_of(state, e.operator)

@@ -27,8 +27,9 @@ def test_a_switch_happens_at_the_first_window_start_after_every_row_routed() -> 
 def test_a_rescale_appends_an_entry_at_the_switch_or_replaces_the_routing_at_once() -> None:
     tumbling = Switch("ts", 10_000, 50_000)
     sliding = Switch("ts", 10_000, 50_000, 2_500)
-    assert not tumbling.sliding and tumbling.slide == 10_000 and tumbling.closes_after_ms == 0
-    assert sliding.sliding and sliding.closes_after_ms == 7_500
+    assert not tumbling.sliding and tumbling.slide == 10_000
+    assert sliding.sliding and sliding.slide == 2_500
+    assert routing.spans(Schedule([(None, 1), (4000, 3)])) == [(None, 4000, 1), (4000, None, 3)]
     fresh = Schedule([(None, 1)])
     assert routing.rescaled(fresh, 3, sliding) == (Schedule([(None, 3)]), None)
     routed = Schedule([(None, 1)], max_seen=11_000)
