@@ -75,7 +75,24 @@ def cmd_scale(args: argparse.Namespace) -> int:
     print(f"scale {args.query}.{args.operator} to {args.parallelism} instances "
           f"(control {request})")
     code = _await(args, client, request, started)
-    return code if code != 0 else _await_instances(args, client, started)
+    if code != 0:  # e.g. a scale-out's splitters wait for new instances that found no place
+        _, status = _call(lambda: client.status(args.query))
+        _print_slots(status or {}, _elastic_view(status or {}, args.operator))
+        return code
+    return _await_instances(args, client, started)
+
+
+def _elastic_view(status: dict[str, Any], operator: str) -> dict[str, Any]:
+    return next((e for e in status.get("elastic", []) if e["operator"] == operator), {})
+
+
+def _print_slots(status: dict[str, Any], view: dict[str, Any]) -> None:
+    """One line per instance slot: its task and state, and what a pending one waits for."""
+    waiting = {t.get("task_id"): t.get("waiting_for") for t in status.get("tasks", [])}
+    for slot in view.get("slots", []):
+        print(f"  slot {slot['slot']}: {slot['task']} {slot['state']}"
+              + (" (retiring: draining)" if slot.get("retiring") else "")
+              + (f" (waiting for {waiting[slot['task']]})" if waiting.get(slot["task"]) else ""))
 
 
 def switch_line(rescale: dict[str, Any] | None) -> str | None:
@@ -93,17 +110,16 @@ def _await_instances(args: argparse.Namespace, client: Any, started: float) -> i
     """Poll the query's status until the operator's first N slots run and the others are
     dormant; print each slot and the rescale's figures."""
     view: dict[str, Any] = {}
+    status: dict[str, Any] = {}
     while time.monotonic() - started < args.timeout:
         code, status = _call(lambda: client.status(args.query))
         if code != 0:
             return code
-        view = next((e for e in status.get("elastic", []) if e["operator"] == args.operator), {})
+        view = _elastic_view(status, args.operator)
         if view and instances_settled(view):
             break
         time.sleep(0.2)
-    for slot in view.get("slots", []):
-        print(f"  slot {slot['slot']}: {slot['task']} {slot['state']}"
-              + (" (retiring: draining)" if slot.get("retiring") else ""))
+    _print_slots(status, view)
     last = (view.get("rescales") or [None])[-1]
     if view and instances_settled(view):
         pause = f", splitters paused {last['pause_s']:.2f} s" if last and last.get(

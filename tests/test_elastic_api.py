@@ -292,6 +292,36 @@ def test_fuzzed_scale_requests_never_get_a_500_and_every_refusal_says_why(
     assert request(server, "GET", "/queries/el")[0] == 200
 
 
+def test_elastiq_scale_says_what_a_slot_still_waits_for_when_it_gives_up(
+        running: tuple[Scheduler, ApiServer, SchedulerClient], tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Only offers too small for the new instances come: the command ends after its timeout,
+    and each pending slot's line says what the scheduler waits for."""
+    from elastiq.cli import main
+
+    loop, server, _ = running
+    token = tmp_path / "token"
+    token.write_text(TOKEN)
+    done: list[int] = []
+    cli = threading.Thread(target=lambda: done.append(main(
+        ["scale", "el", "f", "3", "--timeout", "3", "--scheduler", server.url,
+         "--token-file", str(token)])))
+    cli.start()
+    try:
+        wait_for("the scale request", lambda: next(
+            (r["request"] for e in (loop.query_status("el") or {})["elastic"]
+             for r in e["rescales"] if r["state"] == "pending"), None), timeout=10)
+        loop.put(OffersReceived("tiny", tuple(offer(f"tiny-{a}", a, cpus=0.01, mem_mb=8.0)
+                                              for a in ("a2", "a3"))))
+    finally:
+        cli.join(40)
+    code = done[0]
+    captured = capsys.readouterr()
+    assert code == 1 and "not acknowledged after 3 s" in captured.err  # the splitters wait
+    pending = [line for line in captured.out.splitlines() if "pending" in line]
+    assert len(pending) == 2 and all("(waiting for " in line for line in pending), captured.out
+
+
 def test_the_scale_command_says_where_a_stateful_rescale_handed_over() -> None:
     from elastiq.control_cli import switch_line
 
