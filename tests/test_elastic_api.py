@@ -188,26 +188,46 @@ def test_the_scale_route_takes_post_only(running: tuple[Scheduler, ApiServer, Sc
     assert got == 401
 
 
+class ScaleCommand(threading.Thread):
+    """`elastiq scale el f 3` run in a thread against the test's API; `code` once it ends."""
+
+    def __init__(self, url: str, token: Path, timeout: int) -> None:
+        super().__init__()
+        self.args = ["scale", "el", "f", "3", "--timeout", str(timeout), "--scheduler", url,
+                     "--token-file", str(token)]
+        self.code: int | None = None
+
+    def run(self) -> None:
+        from elastiq.cli import main
+
+        self.code = main(self.args)
+
+
+def scale_in_background(server: ApiServer, tmp_path: Path, timeout: int) -> ScaleCommand:
+    token = tmp_path / "token"
+    token.write_text(TOKEN)
+    command = ScaleCommand(server.url, token, timeout)
+    command.start()
+    return command
+
+
+def pending_rescale(loop: Scheduler) -> str:
+    """The id of the rescale request the scheduler holds pending for el."""
+    return wait_for("the scale request", lambda: next(
+        (r["request"] for e in (loop.query_status("el") or {})["elastic"]
+         for r in e["rescales"] if r["state"] == "pending"), None), timeout=10)
+
+
 def test_elastiq_scale_prints_the_switch_the_slots_and_the_pause(
         running: tuple[Scheduler, ApiServer, SchedulerClient], tmp_path: Path,
         capsys: pytest.CaptureFixture[str]) -> None:
     """`elastiq scale el f 3` against the real API: it waits until the splitter acknowledged
     and the new instances run, fed here with the offers, status updates and acknowledgement
     Mesos and the executor would send, then prints each slot and the splitters' pause."""
-    from elastiq.cli import main
-
     loop, server, _ = running
-    token = tmp_path / "token"
-    token.write_text(TOKEN)
-    done: list[int] = []
-    cli = threading.Thread(target=lambda: done.append(main(
-        ["scale", "el", "f", "3", "--timeout", "30", "--scheduler", server.url,
-         "--token-file", str(token)])))
-    cli.start()
+    cli = scale_in_background(server, tmp_path, 30)
     try:
-        request = wait_for("the scale request", lambda: next(
-            (r["request"] for e in (loop.query_status("el") or {})["elastic"]
-             for r in e["rescales"] if r["state"] == "pending"), None), timeout=10)
+        request = pending_rescale(loop)
         loop.put(OffersReceived("o2", tuple(offer(f"o2-{a}", a, cpus=16.0, mem_mb=65536.0)
                                             for a in ("a2", "a3"))))
         staged = wait_for("the new instances", lambda: [
@@ -221,7 +241,7 @@ def test_elastiq_scale_prints_the_switch_the_slots_and_the_pause(
             splitter["mesos_task_id"], request, 1, True, 4, 0.25, "", 1.0)))
     finally:
         cli.join(40)
-    assert done == [0], capsys.readouterr()
+    assert cli.code == 0, capsys.readouterr()
     out = capsys.readouterr().out
     assert f"scale el.f to 3 instances (control {request})" in out
     assert "from micro-batch 4 (query paused 0.25 s)" in out
@@ -297,25 +317,15 @@ def test_elastiq_scale_says_what_a_slot_still_waits_for_when_it_gives_up(
         capsys: pytest.CaptureFixture[str]) -> None:
     """Only offers too small for the new instances come: the command ends after its timeout,
     and each pending slot's line says what the scheduler waits for."""
-    from elastiq.cli import main
-
     loop, server, _ = running
-    token = tmp_path / "token"
-    token.write_text(TOKEN)
-    done: list[int] = []
-    cli = threading.Thread(target=lambda: done.append(main(
-        ["scale", "el", "f", "3", "--timeout", "3", "--scheduler", server.url,
-         "--token-file", str(token)])))
-    cli.start()
+    cli = scale_in_background(server, tmp_path, 3)
     try:
-        wait_for("the scale request", lambda: next(
-            (r["request"] for e in (loop.query_status("el") or {})["elastic"]
-             for r in e["rescales"] if r["state"] == "pending"), None), timeout=10)
+        pending_rescale(loop)
         loop.put(OffersReceived("tiny", tuple(offer(f"tiny-{a}", a, cpus=0.01, mem_mb=8.0)
                                               for a in ("a2", "a3"))))
     finally:
         cli.join(40)
-    code = done[0]
+    code = cli.code
     captured = capsys.readouterr()
     assert code == 1 and "not acknowledged after 3 s" in captured.err  # the splitters wait
     pending = [line for line in captured.out.splitlines() if "pending" in line]
