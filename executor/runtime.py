@@ -899,8 +899,8 @@ class TaskRuntime:
             self._access[channel] = self._declared(op, channel, tasks)
         writers = [self._writer(channel, schema, self.endpoints.get(channel))
                    for channel in channels]
-        n, planned = self._planned(op, self._param(op, "active", active or len(channels)),
-                                   len(channels))
+        n, _ = self._planned(op, self._param(op, "active", active or len(channels)),
+                             len(channels))
         path = os.path.join(self.checkpoint_dir, "routing", quote(op, safe="") + ".json")
         schedule = routing.load(path) if timing is not None else None
         if schedule is None or schedule.entries[-1][1] > len(channels):
@@ -908,19 +908,16 @@ class TaskRuntime:
         sink = sinks.SplitChannelSink(self.task_id, writers, schema,
                                       self._hash(op, stream, self._param(op, "key", key)),
                                       schedule, timing, path if timing is not None else None)
+        if schedule.active != n:  # changed while the query was down: switch now
+            sink.rescale(n)
 
-        def switch(n: int, planned: int | None) -> tuple[Undo, int | None]:
+        def rescale(value: Any) -> Undo:
+            n, planned = self._planned(op, value, len(channels))
             try:
-                return sink.rescale(n, planned)
+                undo, at = sink.rescale(n, planned)
             except ValueError as exc:
                 raise self._error(op, f"cannot switch to {n} instances: {exc}; ask again") \
                     from None
-
-        if schedule.active != n:  # changed while the query was down: switch now
-            switch(n, planned)  # a join's splitter at the time the scheduler planned
-
-        def rescale(value: Any) -> Undo:
-            undo, at = switch(*self._planned(op, value, len(channels)))
             self.switch_detail["switch_ms"] = float(at) if at is not None else -1.0
             return undo
         self.live[(op, "key")] = LiveParam(
