@@ -4,8 +4,10 @@ Owns `FailureKind` and its text form: the executor puts the kind first in a fail
 status message (`tag`: "[port in use] task q.t0 did not start: ..."), since Mesos's own reason
 codes are a fixed list, and the scheduler reads it back (`kind_of`) to decide: a port taken by
 another program is retried at once on another port; what retrying cannot heal (a missing input
-file, a program that does not build) fails the query at once with the reason; anything else is
-retried from the checkpoint. Also `kind_of_text`, the classification of a failure reason by its
+file, a program that does not build) fails the query at once with the reason; a join's
+splitter that cannot switch at the time planned for a pending rescale ("refused") has that
+rescale undone and is retried with the old routing; anything else is retried from the
+checkpoint. Also `kind_of_text`, the classification of a failure reason by its
 words (a Spark error, an exception's text), pure. Does not own the decisions themselves
 (`scheduler.state`) nor how the executor finds the kind of an exception (`executor.failures`).
 """
@@ -15,9 +17,10 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-FailureKind = Literal["retry", "port", "permanent"]
+FailureKind = Literal["retry", "port", "permanent", "refused"]
 
-TAGS: dict[FailureKind, str] = {"port": "[port in use] ", "permanent": "[cannot heal] "}
+TAGS: dict[FailureKind, str] = {"port": "[port in use] ", "permanent": "[cannot heal] ",
+                                "refused": "[switch refused] "}
 
 # words of a failure that retrying does not heal, as Python, Spark and our own checks say them
 _PERMANENT = re.compile(
@@ -55,6 +58,8 @@ def kind_of_text(text: str) -> FailureKind:
     cannot heal, else "retry"."""
     if _PORT.search(text):
         return "port"
+    if "SwitchRefused" in text:
+        return "refused"
     if _PERMANENT.search(text):
         return "permanent"
     return "retry"

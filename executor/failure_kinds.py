@@ -3,7 +3,8 @@
 Owns `failure_kind`: a port another program holds (a ZeroMQ or socket bind refused with
 EADDRINUSE) is "port"; what retrying the same launch cannot heal (the program does not load or
 build: a RuntimeSpecError such as a missing input file, a syntax or import error, a refused path,
-a missing program file) is "permanent"; anything else "retry". It walks the exception's causes.
+a missing program file) is "permanent"; a join's splitter launched with a planned switch it
+has routed past (SwitchRefused) is "refused"; anything else "retry". It walks the exception's causes.
 The kinds and their text form are `common.failures`; the executor tags its status messages with
 them, the scheduler decides.
 """
@@ -22,7 +23,7 @@ _PERMANENT = (SyntaxError, ImportError, FileNotFoundError, PathRefused)
 
 def failure_kind(exc: BaseException) -> FailureKind:
     """The kind of the failure `exc` (or one of its causes) stands for."""
-    from executor.runtime import RuntimeSpecError  # Spark-heavy: loaded once a task started
+    from executor.runtime import RuntimeSpecError, SwitchRefused  # loaded once a task started
 
     seen: set[int] = set()
     current: BaseException | None = exc
@@ -32,6 +33,8 @@ def failure_kind(exc: BaseException) -> FailureKind:
             return "port"
         if isinstance(current, OSError) and current.errno == errno.EADDRINUSE:
             return "port"
+        if isinstance(current, SwitchRefused):
+            return "refused"
         if isinstance(current, (RuntimeSpecError, *_PERMANENT)):
             return "permanent"
         current = current.__cause__ or current.__context__

@@ -90,6 +90,9 @@ def rescaled(schedule: Schedule, n: int, switch: Switch | None) -> tuple[Schedul
     at = switch_time(schedule.max_seen, switch.slide) if switch is not None else None
     if at is None:
         return Schedule([(None, n)], schedule.max_seen), None
+    last_from = schedule.entries[-1][0]
+    if last_from is not None and at <= last_from:  # the last switch is still ahead: keep it,
+        at = last_from + switch.slide                # so the instances it added own a span
     entries = [e for e in schedule.entries if e[0] is None or e[0] < at] + [(at, n)]
     return Schedule(entries, schedule.max_seen, 0), at
 
@@ -109,6 +112,9 @@ def rescaled_at(schedule: Schedule, n: int, at: int, reach_ms: int) -> Schedule:
     if schedule.max_seen is not None and schedule.max_seen + reach_ms >= at:
         raise ValueError(f"event time already reached {schedule.max_seen} ms (+{reach_ms} ms "
                          f"of join bound), at or past the planned switch {at} ms")
+    last_from = schedule.entries[-1][0]
+    if last_from is not None and at <= last_from:
+        raise ValueError(f"the planned switch {at} ms is not after the last one, {last_from} ms")
     entries = [e for e in schedule.entries if e[0] is None or e[0] < at] + [(at, n)]
     return Schedule(entries, schedule.max_seen, 0)
 

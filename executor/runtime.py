@@ -72,6 +72,15 @@ class RuntimeSpecError(ValueError):
         self.task_id, self.op = task_id, op
 
 
+class SwitchRefused(ValueError):
+    """A join's splitter, relaunched while a rescale was pending, was launched with the planned
+    switch time but had routed past it before it died: it cannot switch there. Not a broken
+    program: the scheduler undoes the rescale and relaunches the task with the old routing."""
+
+    def __init__(self, task_id: str, op: str, message: str) -> None:
+        super().__init__(f"task {task_id}, operator {op}: {message}")
+
+
 def parse_duration(text: str) -> timedelta:
     """A canonical duration "<n> milliseconds|seconds|minutes|hours" -> timedelta."""
     match = _DURATION.match(text)
@@ -899,8 +908,8 @@ class TaskRuntime:
             self._access[channel] = self._declared(op, channel, tasks)
         writers = [self._writer(channel, schema, self.endpoints.get(channel))
                    for channel in channels]
-        n, _ = self._planned(op, self._param(op, "active", active or len(channels)),
-                             len(channels))
+        n, planned = self._planned(op, self._param(op, "active", active or len(channels)),
+                                   len(channels))
         path = os.path.join(self.checkpoint_dir, "routing", quote(op, safe="") + ".json")
         schedule = routing.load(path) if timing is not None else None
         if schedule is None or schedule.entries[-1][1] > len(channels):
@@ -908,16 +917,20 @@ class TaskRuntime:
         sink = sinks.SplitChannelSink(self.task_id, writers, schema,
                                       self._hash(op, stream, self._param(op, "key", key)),
                                       schedule, timing, path if timing is not None else None)
+
+        def switch(n: int, planned: int | None, refused: type[ValueError] = RuntimeSpecError
+                   ) -> tuple[Undo, int | None]:
+            try:
+                return sink.rescale(n, planned)
+            except ValueError as exc:
+                raise refused(self.task_id, op, f"cannot switch to {n} instances: {exc}; "
+                                                "ask again") from None
+
         if schedule.active != n:  # changed while the query was down: switch now
-            sink.rescale(n)
+            switch(n, planned, SwitchRefused)  # a join's splitter at the planned time
 
         def rescale(value: Any) -> Undo:
-            n, planned = self._planned(op, value, len(channels))
-            try:
-                undo, at = sink.rescale(n, planned)
-            except ValueError as exc:
-                raise self._error(op, f"cannot switch to {n} instances: {exc}; ask again") \
-                    from None
+            undo, at = switch(*self._planned(op, value, len(channels)))
             self.switch_detail["switch_ms"] = float(at) if at is not None else -1.0
             return undo
         self.live[(op, "key")] = LiveParam(

@@ -47,6 +47,10 @@ class SchedulerConfig:
     offer_hold_seconds: float = 2.0  # keep offers while some demand could not be placed
     decline_seconds: float = 5.0  # refuse filter for offers nothing needs
     reconcile_interval: float = 60.0
+    # how long a scale-out waits for its new instances to run (placed, Spark started) before it
+    # is refused and undone, so one the cluster has no room for does not block the query's
+    # control for ever; its splitters never heard of it, so nothing was routed to them
+    scale_out_wait: float = 180.0
     # Kill running tasks no query of ours knows (left by a deploy this scheduler has no record
     # of). A leader restores the persisted queries before it registers, so the tasks of known
     # queries are never among them; without ZooKeeper nothing persists across a restart.

@@ -197,16 +197,29 @@ def never_launched_beyond(query: CompiledQuery, tasks: dict[str, TaskRecord],
 PLAN_AHEAD_MS = 10_000
 
 
-def planned_switch(e: ElasticOperator, tasks: dict[str, TaskRecord]) -> int:
+def planned_switch(e: ElasticOperator, tasks: dict[str, TaskRecord],
+                   after: int | None = None) -> int:
     """The event time (ms) every splitter of a join switches at: past each splitter's largest
     routed time (its heartbeat's `routed_ms`) plus its spread, so no row routed under the old
     routing could meet a row the new routing sends elsewhere, with PLAN_AHEAD_MS to spare, on
-    a whole second. A splitter still past it when the switch arrives refuses the rescale."""
+    a whole second; and a whole second past `after`, the operator's last switch, so a rescale
+    asked before the heartbeats moved does not land on it and undo it (the instances it added
+    would get no row, nor the ticks that retire them). A splitter still past it when the switch
+    arrives refuses the rescale."""
     reach = [int(tasks[t].figures.get("routed_ms", -1)) + spread
              for (t, _), spread in zip(e.splitters, e.planned_spreads)
              if int(tasks[t].figures.get("routed_ms", -1)) >= 0]
     ahead = max(reach, default=0) + PLAN_AHEAD_MS
-    return -(-ahead // PLANNED_GRID_MS) * PLANNED_GRID_MS
+    planned = -(-ahead // PLANNED_GRID_MS) * PLANNED_GRID_MS
+    if after is not None and planned <= after:
+        planned = (after // PLANNED_GRID_MS + 1) * PLANNED_GRID_MS
+    return planned
+
+
+def last_switch(state: ElasticState, operator: str) -> int | None:
+    """The event time of the operator's last applied switch (None: it never switched)."""
+    return next((r.switch_ms for r in reversed(state.rescales) if r.operator == operator
+                 and r.state == "applied" and r.switch_ms is not None), None)
 
 
 def planned_params(e: ElasticOperator, task_id: str, params: dict[str, dict[str, Any]],

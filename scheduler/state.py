@@ -361,9 +361,12 @@ class SchedulerState:
                  ev.message)
         if target.terminal:
             kind = kind_of(ev.message) if target is TaskState.FAILED else "retry"
-            return self._after_terminal(ev.stimulus_id, query, task, note,
-                                        infrastructure=ev.reason in INFRASTRUCTURE_REASONS,
-                                        kind=kind) + self._fail_over(ev.stimulus_id)
+            undone = self._refuse_pending(ev.stimulus_id, query, task, ev.message) \
+                if kind == "refused" else []
+            return undone + self._after_terminal(
+                ev.stimulus_id, query, task, note,
+                infrastructure=ev.reason in INFRASTRUCTURE_REASONS,
+                kind="retry" if kind == "refused" else kind) + self._fail_over(ev.stimulus_id)
         if target is TaskState.RUNNING:
             self._relaunched_with_params(query, task)
         return []
@@ -662,8 +665,8 @@ class SchedulerState:
                        and (request_id is None or r.request_id == request_id)
                        and any((o, p) == (e.operator, PARALLELISM) for o, p, _ in r.tuples)]
             for request in pending:
-                at = query.elastic.planned.setdefault(
-                    request.request_id, elasticity.planned_switch(e, query.tasks))
+                at = query.elastic.planned.setdefault(request.request_id, elasticity.planned_switch(
+                    e, query.tasks, elasticity.last_switch(query.elastic, e.operator)))
                 sent = elasticity.planned_params(e, task_id, sent, at)
         return ParamSet(params.version, sent)
 
@@ -678,7 +681,25 @@ class SchedulerState:
         query, task = found
         answer = ctl.TaskAnswer(ack.applied, ack.epoch, ack.pause_s, ack.message, ack.at,
                                 dict(ack.detail))
-        request = ctl.acknowledge(query.control, ack.request, task.task_id, answer, self.now)
+        return self._answered(sid, query, task, ack.request, answer)
+
+    def _refuse_pending(self, sid: str, query: QueryRecord, task: TaskRecord,
+                        why: str) -> list[Command]:
+        """A task failed at its launch refusing the parameters of the requests pending for it
+        (a join's splitter that routed past the planned switch before it died): each counts
+        as refused by it and is undone everywhere, so its relaunch takes the old ones."""
+        commands: list[Command] = []
+        for request in list(query.control.requests.values()):
+            if request.state == "pending" and task.task_id in request.tasks:
+                commands += self._answered(sid, query, task, request.request_id,
+                                           ctl.TaskAnswer(False, -1, 0.0, why, self.now))
+        return commands
+
+    def _answered(self, sid: str, query: QueryRecord, task: TaskRecord, request_id: str,
+                  answer: ctl.TaskAnswer) -> list[Command]:
+        """Record `task`'s answer to a control request; a refusal undoes the request on every
+        other task it reached."""
+        request = ctl.acknowledge(query.control, request_id, task.task_id, answer, self.now)
         if request is None:
             return []
         log.info("[%s] control %s on %s: %s", sid, request.request_id, task.task_id,
@@ -813,12 +834,42 @@ class SchedulerState:
                 del query.elastic.deferred[request_id]
                 continue
             if not elasticity.ready(waits, query.tasks):
+                if self.now - request.asked_at >= self.config.scale_out_wait:
+                    commands += self._scale_out_expired(sid, query, request, waits)
                 continue
             del query.elastic.deferred[request_id]
             log.info("[%s] %s: %s run; switching the splitters (control %s)", sid,
                      query.query_id, ", ".join(waits), request_id)
             commands += [self._send_params(sid, query, query.tasks[t], request_id)
                          for t in request.tasks if query.tasks[t].state.launched]
+        return commands
+
+    def _scale_out_expired(self, sid: str, query: QueryRecord, request: ctl.ControlRequest,
+                           waits: tuple[str, ...]) -> list[Command]:
+        """A deferred scale-out whose new instances did not all run within `scale_out_wait`
+        (no agent had room, or they kept failing to start): refused with what each waits for,
+        and undone. Its splitters never heard of it, so nothing was routed to the new slots:
+        a pending one goes dormant again (`reconcile`), a launched one is stopped at once."""
+        del query.elastic.deferred[request.request_id]
+        late = [t for t in waits if query.tasks[t].state is not TaskState.RUNNING]
+        why = "; ".join(f"{t} waits for {self.unplaced[t]}" if t in self.unplaced
+                        else f"{t} is {query.tasks[t].state.value}" for t in late)
+        request.state, request.settled_at = "refused", self.now
+        request.reason = (f"its new instances did not run within "
+                          f"{self.config.scale_out_wait:g} s ({why}); the scale-out is undone")
+        log.warning("[%s] %s: control %s %s", sid, query.query_id, request.request_id,
+                    request.reason)
+        ctl.undo(query.control, request)
+        self._settle_rescales(query, request)
+        for rescale in query.elastic.rescales:  # the policy does not ask again at once
+            if rescale.request == request.request_id:
+                query.elastic.backoff_until[rescale.operator] = \
+                    self.now + elasticity.REFUSED_BACKOFF_SECONDS
+        commands: list[Command] = []
+        for task in (query.tasks[t] for t in waits):
+            if task.state.launched and not task.kill_requested:
+                task.retiring = task.kill_requested = True
+                commands.append(KillTask(sid, task.mesos_task_id, task.agent_id or ""))
         return commands
 
     def _live_agents(self) -> int:

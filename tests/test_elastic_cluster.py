@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import pytest
 
@@ -203,6 +203,32 @@ def window_expectation(size_s: int, slide_s: int) -> tuple[Counter, dict[tuple, 
     return exact, totals
 
 
+def scale_one_three_two_one(stack: Stack, qid: str, operator: str, sink: Path, what: str,
+                            during: Callable[[int], None] | None = None) -> list[int]:
+    """Rescale a running stateful `operator` 1 -> 3 -> 2 -> 1 by command (`during(n)` runs
+    while the step to n is applied), each step settled with a pause < 5 s and followed by new
+    `what` in the sink; the switch times, each later than the one before."""
+    client = stack.client()
+    switches = []
+    for n in (3, 2, 1):
+        reply = client.scale(qid, operator, n)
+        assert reply["request"], reply
+        if during is not None:
+            during(n)
+        wait_until(lambda n=n: settled(stack, qid, n, operator), 240,
+                   f"{operator} to run {n} instances",
+                   lambda: str(elastic_view(stack, qid, operator)))
+        rescale = elastic_view(stack, qid, operator)["rescales"][-1]
+        assert rescale["state"] == "applied" and rescale["switch_ms"] > 0, rescale
+        assert rescale["pause_s"] < 5.0, rescale
+        switches.append(rescale["switch_ms"])
+        have = len(read_sink(sink))
+        wait_until(lambda h=have: len(read_sink(sink)) > h + 10, 120,
+                   f"{what} after the rescale to {n}")
+    assert all(a < b for a, b in zip(switches, switches[1:])), switches
+    return switches
+
+
 def rescale_window_one_three_two_one(stack: Stack, tmp_path: Path, name: str, size_s: int,
                                      slide_s: int, kill_at_two: bool) -> None:
     """Run a window aggregate, rescale it 1 -> 3 -> 2 -> 1 (with `kill_at_two`, SIGKILL the
@@ -220,7 +246,6 @@ def rescale_window_one_three_two_one(stack: Stack, tmp_path: Path, name: str, si
     assert elastic.switch_close_ms == (size_s - slide_s) * 1000
     sink = tmp_path / "out" / f"{name}.jsonl"
     submit(stack, query)
-    client = stack.client()
 
     def kill_the_retiring_instance() -> None:
         """SIGKILL the executor of slot 3 while it drains (it finishes the windows before the
@@ -234,29 +259,13 @@ def rescale_window_one_three_two_one(stack: Stack, tmp_path: Path, name: str, si
         wait_until(lambda: stack.tasks(qid)[old]["attempt"] > task["attempt"], 240,
                    f"{old} relaunched after the kill", lambda: str(stack.tasks(qid)[old]))
 
-    def scale(n: int) -> dict[str, Any]:
-        reply = client.scale(qid, "perSensor", n)
-        assert reply["request"], reply
-        if n == 2 and kill_at_two:
-            kill_the_retiring_instance()
-        wait_until(lambda: settled(stack, qid, n, "perSensor"), 240,
-                   f"perSensor to run {n} instances",
-                   lambda: str(elastic_view(stack, qid, "perSensor")))
-        return elastic_view(stack, qid, "perSensor")["rescales"][-1]
-
     try:
         wait_running(stack, qid, timeout=180)
         wait_until(lambda: len(read_sink(sink)) > 20, 120, "first windows on one instance")
-        switches = []
-        for n in (3, 2, 1):
-            rescale = scale(n)
-            assert rescale["state"] == "applied" and rescale["switch_ms"] > 0, rescale
-            assert rescale["pause_s"] < 5.0, rescale
-            switches.append(rescale["switch_ms"])
-            have = len(read_sink(sink))
-            wait_until(lambda h=have: len(read_sink(sink)) > h + 10, 120,
-                       f"windows after the rescale to {n}")
-        assert switches == sorted(switches) and switches[0] % (slide_s * 1000) == 0, switches
+        switches = scale_one_three_two_one(
+            stack, qid, "perSensor", sink, "windows",
+            lambda n: kill_the_retiring_instance() if n == 2 and kill_at_two else None)
+        assert switches[0] % (slide_s * 1000) == 0, switches
         hurry(stack, qid)
         exact, totals = window_expectation(size_s, slide_s)
         wait_for_sink(sink, exact, lambda r: tuple(r[c] for c in WINDOW_KEY), 300,
@@ -335,21 +344,8 @@ def test_a_running_join_scales_one_three_two_one_and_every_pair_meets_once(
     try:
         wait_running(stack, qid, timeout=180)
         wait_until(lambda: len(read_sink(sink)) > 20, 120, "first pairs on one instance")
-        switches = []
-        for n in (3, 2, 1):
-            reply = client.scale(qid, "matched", n)
-            assert reply["request"], reply
-            wait_until(lambda n=n: settled(stack, qid, n, "matched"), 240,
-                       f"matched to run {n} instances",
-                       lambda: str(elastic_view(stack, qid, "matched")))
-            rescale = elastic_view(stack, qid, "matched")["rescales"][-1]
-            assert rescale["state"] == "applied" and rescale["switch_ms"] > 0, rescale
-            assert rescale["pause_s"] < 5.0, rescale
-            switches.append(rescale["switch_ms"])
-            have = len(read_sink(sink))
-            wait_until(lambda h=have: len(read_sink(sink)) > h + 10, 120,
-                       f"pairs after the rescale to {n}")
-        assert switches == sorted(switches) and switches[0] % 1000 == 0, switches
+        switches = scale_one_three_two_one(stack, qid, "matched", sink, "pairs")
+        assert switches[0] % 1000 == 0, switches
         client.control(qid, [("readings", "rate", "4000"), ("calib", "rate", "1000")])
         offsets = [{"sensor": r["sensor"], "ts": r["ts"], "offset": r["temp"] - 20.0}
                    for r in generator_rows(CALIBRATION)]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,7 +25,7 @@ from scheduler.commands import (Command, KillTask, ReplyToRequest, ReviveOffers,
 from scheduler.elasticity import DRAIN_SETTLE_SECONDS, Rescale
 from scheduler.events import (ControlAcknowledged, ControlRequested, HeartbeatReceived,
                               OffersReceived, QueryStopRequested, QuerySubmitted, Registered,
-                              Tick)
+                              StatusUpdated, Tick)
 from scheduler.lifecycle import TaskState
 from scheduler.state import SchedulerState, durable_placements, restore_query
 from scheduler.testing import offer
@@ -581,6 +582,52 @@ def test_a_refused_scale_out_retires_slots_that_already_launched(d: Driver) -> N
     assert d.record("q.t2").retiring and d.record("q.t3").retiring
 
 
+def expire_scale_out(d: Driver, offers: tuple[str, ...]) -> tuple[str, list[Command]]:
+    """Ask q for 3 instances, then let `scale_out_wait` pass with `offers` made every 10 s;
+    the request (pending until the end) and what the scheduler did meanwhile."""
+    request = request_of(d.scale(3))
+    out: list[Command] = []
+    while d.now + 10.0 < 100.0 + CONFIG.scale_out_wait:
+        alive = {t: {} for t in ("q.t0", "q.t1", "q.t2", "q.t3", "q.t4")
+                 if d.record(t).state.launched}  # every executor heartbeats
+        out += d.tick(10.0) + d.beat(alive) + d.offer(*offers)
+        assert d.s.queries["q"].control.requests[request].state == "pending"
+    return request, out + d.tick(10.0)
+
+
+def test_a_scale_out_whose_instances_find_no_place_is_undone_after_the_wait(d: Driver
+                                                                             ) -> None:
+    """Only a1 offers, and it holds the first instance (the slots are kept apart): after
+    `scale_out_wait` the request is refused with what the new slots wait for and undone, the
+    splitter never heard of it, the slots sleep again and the query takes requests again."""
+    request, out = expire_scale_out(d, ("a1",))
+    done = d.s.queries["q"].control.requests[request]
+    assert done.state == "refused" and "q.t2 waits for" in done.reason, done.reason
+    assert "q.t3 waits for" in done.reason and "180 s" in done.reason, done.reason
+    assert not of(SendFrameworkMessage, out) and not kills(out)
+    assert d.view()["parallelism"] == 1 and d.view()["rescales"][-1]["state"] == "refused"
+    assert [d.state(t) for t in ("q.t2", "q.t3")] == [TaskState.DORMANT] * 2
+    assert instances_settled(d.view())
+    request_of(d.scale(2))
+
+
+def test_a_scale_out_whose_instances_never_start_stops_them_after_the_wait(d: Driver
+                                                                            ) -> None:
+    """The new instances are launched but never report running: after the wait they are
+    killed (nothing was routed to them) and sleep once they ended."""
+    placed = launched(d.offer("a2", "a3"))
+    assert placed == {}  # nothing asked yet
+    request, out = expire_scale_out(d, ("a2", "a3"))
+    assert d.s.queries["q"].control.requests[request].state == "refused"
+    assert "q.t2 is " in d.s.queries["q"].control.requests[request].reason
+    assert kills(out) == {d.mid("q.t2"), d.mid("q.t3")}
+    assert not of(SendFrameworkMessage, out)
+    for task_id in ("q.t2", "q.t3"):
+        d.s.handle(update(d.mid(task_id), "KILLED", d.record(task_id).agent_id or ""))
+    assert [d.state(t) for t in ("q.t2", "q.t3")] == [TaskState.DORMANT] * 2
+    assert d.view()["parallelism"] == 1 and instances_settled(d.view())
+
+
 def test_stopping_the_query_kills_its_dormant_slots_and_it_settles(d: Driver) -> None:
     out = d.s.handle(QueryStopRequested("stop", "q"))
     assert [d.state(t) for t in ("q.t2", "q.t3")] == [TaskState.KILLED] * 2
@@ -706,38 +753,65 @@ def test_a_join_is_elastic_with_a_spread_on_its_right_input(tmp_path: Path) -> N
     assert q.controls is not None and q.controls.find("matched", PARALLELISM) is not None
 
 
+class RunningJoin:
+    """A scheduler running the join query with every task placed."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.q = join_query(tmp_path)
+        (self.e,) = self.q.elastic
+        self.s = SchedulerState(CONFIG)
+        self.s.handle(Registered("r", "fw-1", "m:5050"))
+        self.s.handle(Tick("t", 100.0))
+        self.s.handle(QuerySubmitted("s", self.q))
+        self.record = self.s.queries[self.q.query_id]
+        self.place(*AGENTS)
+        self.place(*AGENTS)
+        assert all(self.record.tasks[t].state is TaskState.RUNNING for t, _ in self.e.splitters)
+
+    def place(self, *agents: str) -> None:
+        out = self.s.handle(OffersReceived("o", tuple(
+            warm(f"o-{a}-{len(self.record.tasks)}-{i}", a) for i, a in enumerate(agents))))
+        for m, (a, _) in launched(out).items():
+            self.s.handle(update(m, "RUNNING", a))
+
+    def routed(self, ms: dict[str, int]) -> None:
+        """Each splitter's heartbeat reports it routed up to `ms[task]`."""
+        for task_id, at in ms.items():
+            task = self.record.tasks[task_id]
+            agent = task.agent_id or ""
+            self.s.handle(HeartbeatReceived("hb", agent, exec_of(agent), Heartbeat(
+                {task.mesos_task_id: {"routed_ms": at}}, exec_of(agent))))
+
+    def rescale(self, n: int, sid: str = "c") -> dict[str, Any]:
+        """Ask for `n` instances, place any new ones; the parameters sent to each task."""
+        out = self.s.handle(ControlRequested(sid, self.q.query_id,
+                                             (("matched", PARALLELISM, str(n)),)))
+        for _ in range(3):
+            self.place(*AGENTS)
+            out += self.s.handle(Tick("t", 101.0))
+        return {c.message.task.rpartition(".a")[0]: c.message.params
+                for c in of(SendFrameworkMessage, out)}
+
+    def answer(self, switch_ms: int) -> None:
+        """Every splitter applies the pending request, switching at `switch_ms`."""
+        (request_id,) = [r for r, req in self.record.control.requests.items()
+                         if req.state == "pending"]
+        version = self.record.control.requests[request_id].version
+        for task_id, _ in self.e.splitters:
+            task = self.record.tasks[task_id]
+            agent = task.agent_id or ""
+            self.s.handle(ControlAcknowledged("a", agent, exec_of(agent), ControlAck(
+                task.mesos_task_id, request_id, version, True, 9, 0.1, "", 5.0,
+                {"switch_ms": float(switch_ms)})))
+
+
 def test_a_joins_splitters_get_one_switch_time_past_what_both_routed(tmp_path: Path) -> None:
     from scheduler.elasticity import PLAN_AHEAD_MS
 
-    q = join_query(tmp_path)
-    (e,) = q.elastic
-    s = SchedulerState(CONFIG)
-    s.handle(Registered("r", "fw-1", "m:5050"))
-    s.handle(Tick("t", 100.0))
-    s.handle(QuerySubmitted("s", q))
-    record = s.queries[q.query_id]
-
-    def place(*agents: str) -> None:
-        out = s.handle(OffersReceived("o", tuple(warm(f"o-{a}-{len(record.tasks)}-{i}", a)
-                                                 for i, a in enumerate(agents))))
-        for m, (a, _) in launched(out).items():
-            s.handle(update(m, "RUNNING", a))
-    place(*AGENTS)
-    place(*AGENTS)
-    assert all(record.tasks[t].state is TaskState.RUNNING
-               for t, _ in e.splitters), {t: r.state for t, r in record.tasks.items()}
-    routed = {e.splitters[0][0]: 50_400, e.splitters[1][0]: 50_350}
-    for task_id, ms in routed.items():
-        task = record.tasks[task_id]
-        s.handle(HeartbeatReceived("hb", task.agent_id or "", exec_of(task.agent_id or ""),
-                                   Heartbeat({task.mesos_task_id: {"routed_ms": ms}},
-                                             exec_of(task.agent_id or ""))))
-    out = s.handle(ControlRequested("c", q.query_id, (("matched", PARALLELISM, "3"),)))
-    for _ in range(3):
-        place(*AGENTS)
-        out += s.handle(Tick("t", 101.0))
-    sent = {c.message.task.rpartition(".a")[0]: c.message.params
-            for c in of(SendFrameworkMessage, out)}
+    join = RunningJoin(tmp_path)
+    s, record, e = join.s, join.record, join.e
+    join.routed({e.splitters[0][0]: 50_400, e.splitters[1][0]: 50_350})
+    sent = join.rescale(3)
     assert set(sent) == {t for t, _ in e.splitters}, sent
     want = -(-(50_350 + 200 + PLAN_AHEAD_MS) // 1000) * 1000
     for task_id, op in e.splitters:
@@ -752,3 +826,54 @@ def test_a_joins_splitters_get_one_switch_time_past_what_both_routed(tmp_path: P
         relaunched.update({m.rpartition(".a")[0]: d for m, (_, d) in launched(out).items()})
         s.handle(Tick("t", 110.0 + 20 * _))
     assert relaunched[left]["control"]["params"][op]["active"] == [3, want], relaunched
+
+
+def test_a_rescale_asked_before_the_splitters_routed_further_switches_after_the_last(
+        tmp_path: Path) -> None:
+    """The heartbeats have not moved since the last switch was planned: the next one lands a
+    second after it, not on it (where it would undo it: the instances it added would get no
+    row, nor the ticks that retire them)."""
+    join = RunningJoin(tmp_path)
+    join.routed({t: 50_000 for t, _ in join.e.splitters})
+    sent = join.rescale(3)
+    (at,) = {sent[t][o]["active"][1] for t, o in join.e.splitters}
+    join.answer(at)
+    assert (join.record.elastic.rescales[-1].state,
+            join.record.elastic.rescales[-1].switch_ms) == ("applied", at)
+    again = join.rescale(2, "c2")
+    assert {again[t][o]["active"][1] for t, o in join.e.splitters} == {at + 1000}, again
+
+
+def test_a_splitter_relaunched_past_the_planned_switch_has_the_rescale_undone(
+        tmp_path: Path) -> None:
+    """A join's splitter dies before it answers and, relaunched with the planned time, finds
+    it routed past it (its launch fails "[switch refused]"): the rescale is refused and undone
+    on the other splitter, and the failed one is relaunched with the old parallelism, not
+    failed as a broken program nor relaunched into the same refusal."""
+    from common.failures import tag
+
+    join = RunningJoin(tmp_path)
+    join.routed({t: 50_000 for t, _ in join.e.splitters})
+    sent = join.rescale(3)
+    (left, op), (right, right_op) = join.e.splitters
+    failed = join.record.tasks[left]
+    message = tag("refused", f"task {left} did not start: SwitchRefused: task {left}, operator "
+                             f"{op}: cannot switch to 3 instances: event time already reached")
+    agent = failed.agent_id or ""
+    out = join.s.handle(StatusUpdated("f", failed.mesos_task_id, "FAILED", "REASON_TASK_FAILED",
+                                      message, agent, exec_of(agent), "SOURCE_EXECUTOR"))
+    (request,) = join.record.control.requests.values()
+    assert request.state == "refused" and "SwitchRefused" in request.reason, request
+    assert join.record.phase == "active", join.record.phase
+    assert join.record.elastic.rescales[-1].state == "refused"
+    undo = {c.message.task.rpartition(".a")[0]: c.message.params
+            for c in of(SendFrameworkMessage, out)}
+    # the undo puts back what the program says (no override: the compiled parallelism, 1)
+    assert sent[right][right_op]["active"] != 1 and undo[right].get(right_op, {}) == {}, undo
+    relaunched: dict = {}
+    for i in range(3):
+        out = join.s.handle(OffersReceived("o", tuple(warm(f"r-{a}-{i}", a) for a in AGENTS)))
+        relaunched.update({m.rpartition(".a")[0]: d for m, (_, d) in launched(out).items()})
+        join.s.handle(Tick("t", 110.0 + 5 * i))
+    assert relaunched[left]["control"]["params"].get(op, {}) == {}, relaunched
+

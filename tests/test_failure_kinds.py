@@ -65,7 +65,7 @@ def test_the_kind_travels_in_front_of_the_message_and_is_read_back() -> None:
 
 def test_the_executor_finds_the_kind_through_an_exceptions_causes() -> None:
     from executor.failure_kinds import failure_kind
-    from executor.runtime import RuntimeSpecError
+    from executor.runtime import RuntimeSpecError, SwitchRefused
 
     class ChannelError(RuntimeError):
         pass
@@ -80,6 +80,8 @@ def test_the_executor_finds_the_kind_through_an_exceptions_causes() -> None:
     assert failure_kind(OSError(errno.EADDRINUSE, "in use")) == "port"
     missing = RuntimeSpecError("q.t0", "src", "input file '/x' does not exist")
     assert failure_kind(missing) == "permanent"
+    refused = SwitchRefused("q.t0", "split", "cannot switch to 3 instances: past it")
+    assert failure_kind(refused) == "refused" and kind_of_text(f"{refused!r}") == "refused"
     assert failure_kind(SyntaxError("bad program")) == "permanent"
     assert failure_kind(FileNotFoundError("program.py")) == "permanent"
     assert failure_kind(RuntimeError("the JVM went away")) == "retry"

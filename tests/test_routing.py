@@ -40,6 +40,15 @@ def test_a_rescale_appends_an_entry_at_the_switch_or_replaces_the_routing_at_onc
     assert at is None and stateless.entries == [(None, 2)]
 
 
+def test_a_second_rescale_before_event_time_moves_lands_a_slide_after_the_first() -> None:
+    sliding = Switch("ts", 10_000, 50_000, 2_500)
+    first, at = routing.rescaled(Schedule([(None, 1)], max_seen=11_000), 3, sliding)
+    assert at == 12_500
+    second, at = routing.rescaled(first, 2, sliding)
+    assert at == 15_000 and second.entries == [(None, 1), (12_500, 3), (15_000, 2)]
+    assert routing.ticked(second, 50_000) == [2]  # the third instance still owns a span
+
+
 def test_rows_go_to_the_instances_in_force_at_their_event_time() -> None:
     schedule = Schedule([(None, 1), (4000, 3), (8000, 2)], max_seen=9000)
     hashes = np.array([7, 7, 7, 8, -5])
@@ -128,9 +137,15 @@ def test_a_planned_switch_is_refused_once_a_row_could_reach_past_it() -> None:
     for reach in (1_000, 5_000):
         with pytest.raises(ValueError, match="past the planned switch 10000"):
             routing.rescaled_at(schedule, 3, 10_000, reach)
-    # a later plan replaces entries at or after it
-    later = routing.rescaled_at(Schedule([(None, 1), (20_000, 3)], max_seen=9_000), 2, 15_000, 0)
-    assert later.entries == [(None, 1), (15_000, 2)]
+    # a plan lands after the last switch, never on or before it: that switch's instances
+    # would get no row, nor the ticks that retire them
+    ahead = Schedule([(None, 1), (20_000, 3)], max_seen=9_000)
+    for at in (15_000, 20_000):
+        with pytest.raises(ValueError, match="not after the last one, 20000"):
+            routing.rescaled_at(ahead, 2, at, 0)
+    later = routing.rescaled_at(ahead, 2, 21_000, 0)
+    assert later.entries == [(None, 1), (20_000, 3), (21_000, 2)]
+    assert routing.ticked(later, 10_000) == [2]
 
 
 @pytest.mark.parametrize("seed", range(200))
