@@ -4,7 +4,8 @@ nothing: their writers only advance their tags), a live switch of `active`
 routes to the new number from its epoch on, and a number of partitions outside 1..k, or not a
 whole number, is refused without changing the routing; a sliding window's splitter sends the
 rows whose windows span an event-time switch to both sides, each copy bounded to its side's
-windows, so every window is whole on one partition. Real Spark (the session fixture), real
+windows, so every window is whole on one partition; a join's splitter relaunched with a
+planned switch switches there, or refuses at launch when it routed past it. Real Spark (the session fixture), real
 ZeroMQ channels read by test-owned readers; the oracle is the generator's reference twin."""
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from typing import Any
 import pytest
 
 from executor import sinks
-from executor.runtime import ChannelHub, RuntimeSpecError, TaskRuntime, with_tick
+from executor.runtime import (ChannelHub, RuntimeSpecError, SwitchRefused, TaskRuntime,
+                              with_tick)
 from executor.shapes import arrow_schema
 from test_runtime_ops import SENSOR
 from test_runtime_patterns import ARROW_SENSOR, Collector, collect_rows, sensor_key, settle
@@ -105,6 +107,44 @@ def test_a_launch_whose_control_parameters_ask_too_many_partitions_is_refused(
             rt.split_channel_sink(input="raw", channels=CHANNELS, key=("sensor",),
                                   readers=READERS)
         assert rt.query is None
+    finally:
+        rt.stop()
+        hub.close()
+
+
+@pytest.mark.parametrize("at, refused", [(45_000, True), (60_000, False)])
+def test_a_join_splitter_launched_with_a_planned_switch_switches_there_or_refuses(
+        spark: Any, tmp_path: Path, at: int, refused: bool) -> None:
+    """A join's right splitter relaunched while a rescale is pending gets `active` = [n, at]:
+    it switches at `at` if what it routed before its death (its persisted schedule) plus the
+    join bound stays before it, else its launch fails SwitchRefused (the scheduler then undoes
+    the rescale) before the query starts."""
+    from urllib.parse import quote
+
+    from executor import routing
+
+    path = tmp_path / "ck" / "routing" / (quote(SPLIT, safe="") + ".json")
+    path.parent.mkdir(parents=True)
+    routing.save(str(path), routing.Schedule([(None, 1)], max_seen=44_900))
+    hub = ChannelHub()
+    rt = TaskRuntime(spark, query_id="q", task_id="jr", checkpoint_dir=str(tmp_path / "ck"),
+                     channels=hub, trigger_seconds=0.5, params={SPLIT: {"active": [3, at]}})
+    try:
+        rt.generator(op="src", output="raw", schema=SENSOR, shape="sensor", seed=8,
+                     rate=300.0, limit=10, start=START)
+
+        def build() -> None:
+            rt.split_channel_sink(input="raw", channels=CHANNELS, key=("sensor",),
+                                  readers=READERS, active=1,
+                                  switch=("ts", 1000, 32_200, 1000, 200, 1))
+        if refused:
+            with pytest.raises(SwitchRefused, match="44900 ms .* planned switch 45000"):
+                build()
+            assert rt.query is None
+            assert routing.load(str(path)).entries == [(None, 1)]
+        else:
+            build()
+            assert routing.load(str(path)).entries == [(None, 1), (60_000, 3)]
     finally:
         rt.stop()
         hub.close()
