@@ -193,23 +193,36 @@ def never_launched_beyond(query: CompiledQuery, tasks: dict[str, TaskRecord],
 
 
 # Event time a join's planned switch lies ahead of what its splitters reported routing (ms):
-# room for the rows routed between their last heartbeat and the switch reaching them
+# room for the rows routed between their last heartbeat and the switch reaching them; or what
+# they route in PLAN_AHEAD_SECONDS at their pace, when that is more (a backlog being caught up)
 PLAN_AHEAD_MS = 10_000
+PLAN_AHEAD_SECONDS = 5.0
+
+
+def routed_pace(before: float | None, before_at: float, after: float | None, now: float,
+                last: float) -> float:
+    """Event-time ms routed per second between two heartbeats' `routed_ms` (`before` at
+    `before_at`, `after` now); `last` when the two do not tell (a first heartbeat, a new
+    attempt, nothing routed yet, or time not moving forward)."""
+    if before is None or after is None or before < 0 or after < before or now <= before_at:
+        return last
+    return (after - before) / (now - before_at)
 
 
 def planned_switch(e: ElasticOperator, tasks: dict[str, TaskRecord],
                    after: int | None = None) -> int:
     """The event time (ms) every splitter of a join switches at: past each splitter's largest
     routed time (its heartbeat's `routed_ms`) plus its spread, so no row routed under the old
-    routing could meet a row the new routing sends elsewhere, with PLAN_AHEAD_MS to spare, on
-    a whole second; and a whole second past `after`, the operator's last switch, so a rescale
+    routing could meet a row the new routing sends elsewhere, with PLAN_AHEAD_MS to spare (or
+    PLAN_AHEAD_SECONDS at the fastest splitter's pace, when that is more), on a whole second; and a whole second past `after`, the operator's last switch, so a rescale
     asked before the heartbeats moved does not land on it and undo it (the instances it added
     would get no row, nor the ticks that retire them). A splitter still past it when the switch
     arrives refuses the rescale."""
     reach = [int(tasks[t].figures.get("routed_ms", -1)) + spread
              for (t, _), spread in zip(e.splitters, e.planned_spreads)
              if int(tasks[t].figures.get("routed_ms", -1)) >= 0]
-    ahead = max(reach, default=0) + PLAN_AHEAD_MS
+    pace = max((tasks[t].routed_pace for t, _ in e.splitters), default=0.0)
+    ahead = max(reach, default=0) + max(PLAN_AHEAD_MS, int(pace * PLAN_AHEAD_SECONDS))
     planned = -(-ahead // PLANNED_GRID_MS) * PLANNED_GRID_MS
     if after is not None and planned <= after:
         planned = (after // PLANNED_GRID_MS + 1) * PLANNED_GRID_MS

@@ -131,6 +131,9 @@ class TaskRecord:
     kill_requested: bool = False
     retiring: bool = False  # a scale-in took its slot away: killed once drained, then dormant
     figures_at: float = 0.0  # scheduler time the current figures arrived
+    # a splitter's event-time pace: ms of event time it routed per second, between its last
+    # two heartbeats (`elasticity.routed_pace`; a source catching up runs far above 1000)
+    routed_pace: float = 0.0
     migrate_to: str | None = None  # a requested migration's target agent, until it launches there
     last_failure: str = ""  # why it last failed; a kill or migration we asked for is none
     last_failure_attempt: int = 0  # the attempt `last_failure` ended (0: none failed)

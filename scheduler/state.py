@@ -548,7 +548,11 @@ class SchedulerState:
             parsed = parse_mesos_task_id(mid)
             found = self._find(parsed[0]) if parsed else None
             if found and parsed and found[1].attempt == parsed[1]:
-                found[1].figures, found[1].figures_at = figs, self.now
+                task = found[1]
+                task.routed_pace = elasticity.routed_pace(
+                    task.figures.get("routed_ms"), task.figures_at, figs.get("routed_ms"),
+                    self.now, task.routed_pace)
+                task.figures, task.figures_at = figs, self.now
                 self.samples.record(found[1].task_id, sample_of(self.now, found[1].totals()))
         return self._rescale_steps(ev.stimulus_id)
 

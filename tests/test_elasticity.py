@@ -844,6 +844,36 @@ def test_a_rescale_asked_before_the_splitters_routed_further_switches_after_the_
     assert {again[t][o]["active"][1] for t, o in join.e.splitters} == {at + 1000}, again
 
 
+def test_a_join_catching_up_is_planned_further_ahead_at_its_pace(tmp_path: Path) -> None:
+    """The left splitter routed 20 s of event time in the last second (a backlog): 10 s ahead
+    would be past before the switch reached it, so the plan lies PLAN_AHEAD_SECONDS of its
+    pace ahead instead; the right one, at its real-time pace, does not move the plan."""
+    from scheduler.elasticity import PLAN_AHEAD_SECONDS
+
+    join = RunningJoin(tmp_path)
+    (left, _), (right, _) = join.e.splitters
+    join.routed({left: 50_000, right: 50_000})
+    join.s.handle(Tick("t", 101.0))
+    join.routed({left: 70_000, right: 51_000})
+    assert (join.record.tasks[left].routed_pace, join.record.tasks[right].routed_pace) == \
+        (20_000.0, 1_000.0)
+    sent = join.rescale(3)
+    want = 70_000 + int(20_000 * PLAN_AHEAD_SECONDS)
+    assert {sent[t][o]["active"][1] for t, o in join.e.splitters} == {want}, sent
+
+
+def test_a_splitters_pace_comes_from_two_heartbeats_that_tell() -> None:
+    from scheduler.elasticity import routed_pace
+
+    assert routed_pace(50_000, 10.0, 52_000, 12.0, 7.0) == 1_000.0
+    for before, before_at, after, now in ((None, 10.0, 52_000, 12.0),  # a first heartbeat
+                                          (50_000, 10.0, None, 12.0),  # a new attempt
+                                          (-1, 10.0, 52_000, 12.0),  # nothing routed before
+                                          (50_000, 10.0, -1, 12.0),  # nor now
+                                          (50_000, 12.0, 52_000, 12.0)):  # time stood still
+        assert routed_pace(before, before_at, after, now, 7.0) == 7.0
+
+
 def test_a_splitter_relaunched_past_the_planned_switch_has_the_rescale_undone(
         tmp_path: Path) -> None:
     """A join's splitter dies before it answers and, relaunched with the planned time, finds
