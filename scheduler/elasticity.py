@@ -254,8 +254,13 @@ def _drained(e: ElasticOperator, index: int, task: TaskRecord, tasks: dict[str, 
     of its partition channel unacknowledged, so the instance committed all it was sent;
     stateful: its watermark passed the switch plus `switch_close_ms`, the end of the last
     window starting before it or a join's bound, so it emitted all it owns; its splitters'
-    ticks carried it there), and then, in figures measured afterwards, the instance
-    reports none of its own outputs unacknowledged."""
+    ticks carried it there; an instance a refused scale-out started owns nothing, since no
+    switch to it happened), and then, in figures measured afterwards, the instance reports none
+    of its own outputs unacknowledged."""
+    last = state.last(e.operator)
+    if e.switch_time is not None and last is not None and last.state == "refused" and \
+            index >= last.before:
+        return _outputs_done(task, state, now)
     if e.switch_time is not None:
         switch = _switch_of(state, e.operator)
         if switch is None or task.figures.get("watermark_ms", -1) < switch + e.switch_close_ms:

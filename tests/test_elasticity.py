@@ -874,6 +874,43 @@ def test_a_splitters_pace_comes_from_two_heartbeats_that_tell() -> None:
         assert routed_pace(before, before_at, after, now, 7.0) == 7.0
 
 
+def test_a_joins_refused_scale_out_stops_its_new_instances_once_their_outputs_are_done(
+        tmp_path: Path) -> None:
+    """A splitter refuses the planned switch (it routed past it): the request is undone, and
+    the two new instances, which own no pair (no left row was routed to them), retire as soon
+    as their own outputs are acknowledged, without waiting for a watermark past a switch that
+    never happened; the operator takes rescales again."""
+    from scheduler.elasticity import DRAIN_SETTLE_SECONDS
+
+    join = RunningJoin(tmp_path)
+    join.routed({t: 50_000 for t, _ in join.e.splitters})
+    join.rescale(3)
+    new = [join.record.tasks[t] for t in join.e.slots[1:]]
+    assert all(t.state is TaskState.RUNNING for t in new)
+    left = join.record.tasks[join.e.splitters[0][0]]
+    (request_id,) = join.record.control.requests
+    agent = left.agent_id or ""
+    join.s.handle(ControlAcknowledged("a", agent, exec_of(agent), ControlAck(
+        left.mesos_task_id, request_id, join.record.control.requests[request_id].version,
+        False, -1, 0.0, "event time already reached 61000 ms, past the planned switch")))
+    assert join.record.elastic.rescales[-1].state == "refused"
+    assert all(t.retiring for t in new)
+
+    def beat(now: float) -> list[Command]:
+        join.s.handle(Tick("t", now))
+        out: list[Command] = []
+        for task in new:
+            done = {f"{RETAINED_PREFIX}{c}": 0.0 for c in task.task.outputs}
+            out += join.s.handle(HeartbeatReceived("hb", task.agent_id or "",
+                                                   exec_of(task.agent_id or ""), Heartbeat(
+                {task.mesos_task_id: {**done, "watermark_ms": 40_000.0}},
+                exec_of(task.agent_id or ""))))
+        return out
+    assert not kills(beat(102.0))
+    stopped = beat(103.0 + DRAIN_SETTLE_SECONDS)
+    assert kills(stopped) == {t.mesos_task_id for t in new}, stopped
+
+
 def test_a_splitter_relaunched_past_the_planned_switch_has_the_rescale_undone(
         tmp_path: Path) -> None:
     """A join's splitter dies before it answers and, relaunched with the planned time, finds
