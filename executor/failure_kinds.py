@@ -4,7 +4,8 @@ Owns `failure_kind`: a port another program holds (a ZeroMQ or socket bind refus
 EADDRINUSE) is "port"; what retrying the same launch cannot heal (the program does not load or
 build: a RuntimeSpecError such as a missing input file, a syntax or import error, a refused path,
 a missing program file) is "permanent"; a join's splitter launched with a planned switch it
-has routed past (SwitchRefused) is "refused"; anything else "retry". It walks the exception's causes.
+has routed past (SwitchRefused) is "refused"; anything else "retry". It walks the exception's
+causes.
 The kinds and their text form are `common.failures`; the executor tags its status messages with
 them, the scheduler decides.
 """

@@ -214,7 +214,8 @@ def planned_switch(e: ElasticOperator, tasks: dict[str, TaskRecord],
     """The event time (ms) every splitter of a join switches at: past each splitter's largest
     routed time (its heartbeat's `routed_ms`) plus its spread, so no row routed under the old
     routing could meet a row the new routing sends elsewhere, with PLAN_AHEAD_MS to spare (or
-    PLAN_AHEAD_SECONDS at the fastest splitter's pace, when that is more), on a whole second; and a whole second past `after`, the operator's last switch, so a rescale
+    PLAN_AHEAD_SECONDS at the fastest splitter's pace, when that is more), on a whole second; and
+    a whole second past `after`, the operator's last switch, so a rescale
     asked before the heartbeats moved does not land on it and undo it (the instances it added
     would get no row, nor the ticks that retire them). A splitter still past it when the switch
     arrives refuses the rescale."""

@@ -5,7 +5,8 @@ routes to the new number from its epoch on, and a number of partitions outside 1
 whole number, is refused without changing the routing; a sliding window's splitter sends the
 rows whose windows span an event-time switch to both sides, each copy bounded to its side's
 windows, so every window is whole on one partition; a join's splitter relaunched with a
-planned switch switches there, or refuses at launch when it routed past it. Real Spark (the session fixture), real
+planned switch switches there, or refuses at launch when it routed past it. Real Spark (the
+session fixture), real
 ZeroMQ channels read by test-owned readers; the oracle is the generator's reference twin."""
 
 from __future__ import annotations
