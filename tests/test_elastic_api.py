@@ -10,6 +10,7 @@ import http.client
 import json
 import random
 import threading
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -20,6 +21,7 @@ from scheduler.api import ApiError, ApiServer, scale_parallelism
 from common.messages import ControlAck
 from scheduler.events import (ControlAcknowledged, ControlRequested, OffersReceived, Registered,
                               StatusUpdated)
+from scheduler.config import SchedulerConfig
 from scheduler.loop import Reply, SchedulerLoop, new_stimulus_id
 from scheduler.testing import offer
 from tests.spec_snippets import SINK, SOURCE, dataflow
@@ -108,11 +110,12 @@ def tasks_of(loop: SchedulerLoop, query_id: str) -> dict[str, dict[str, Any]]:
     return {t["task_id"]: t for t in status.get("tasks", [])}
 
 
-@pytest.fixture
-def running(tmp_path: Path) -> Iterator[tuple[Scheduler, ApiServer, SchedulerClient]]:
+@contextmanager
+def started(tmp_path: Path, config: SchedulerConfig | None = None
+            ) -> Iterator[tuple[Scheduler, ApiServer, SchedulerClient]]:
     """Query `el` submitted over HTTP and running on agents a1..a3 (its filter on one of
     three slots, which run apart)."""
-    loop = Scheduler(tick_interval=0.05).start()
+    loop = Scheduler(config, tick_interval=0.05).start()
     server = ApiServer(loop, token=TOKEN).start()
     client = SchedulerClient(server.url, timeout=10, token=TOKEN)
     try:
@@ -134,6 +137,12 @@ def running(tmp_path: Path) -> Iterator[tuple[Scheduler, ApiServer, SchedulerCli
     finally:
         server.stop()
         loop.stop()
+
+
+@pytest.fixture
+def running(tmp_path: Path) -> Iterator[tuple[Scheduler, ApiServer, SchedulerClient]]:
+    with started(tmp_path) as stack:
+        yield stack
 
 
 def slot_states(loop: SchedulerLoop) -> list[str]:
@@ -339,3 +348,28 @@ def test_the_scale_command_says_where_a_stateful_rescale_handed_over() -> None:
     assert switch_line({"switch_ms": -1.0}) is None  # stateless: at a micro-batch
     line = switch_line({"switch_ms": 1_704_067_212_000.0})
     assert line is not None and "event time 2024-01-01T00:00:12.000+00:00" in line
+
+
+def test_a_scale_out_with_no_room_is_undone_after_the_wait_and_says_why(tmp_path: Path
+                                                                        ) -> None:
+    """With `scale_out_wait` at 2 s and only offers too small for the new instances, the
+    scale-out is refused after the wait with what each new slot waited for, the parallelism is
+    back at 1 with both slots asleep, and the query takes a rescale again."""
+    with started(tmp_path, SchedulerConfig(scale_out_wait=2.0)) as (loop, server, client):
+        assert client.scale("el", "f", 3)["request"]
+        pending_rescale(loop)
+        loop.put(OffersReceived("tiny", tuple(offer(f"tiny-{a}", a, cpus=0.01, mem_mb=8.0)
+                                              for a in ("a2", "a3"))))
+
+        def elastic() -> dict[str, Any]:
+            (e,) = [e for e in (loop.query_status("el") or {})["elastic"]
+                    if e["operator"] == "f"]
+            return e
+        undone = wait_for("the scale-out refused", lambda: next(
+            (r for r in elastic()["rescales"] if r["state"] == "refused"), None), timeout=30)
+        assert "did not run within 2 s" in undone["reason"], undone
+        assert undone["reason"].count(" waits for ") == 2, undone
+        assert elastic()["parallelism"] == 1, elastic()
+        assert slot_states(loop) == ["running", "dormant", "dormant"]
+        assert client.scale("el", "f", 2)["request"]
+
