@@ -197,6 +197,11 @@ def begin(control: QueryControl, request_id: str, changes: list[Change], now: fl
     return request
 
 
+def refuse(request: ControlRequest, reason: str, now: float) -> None:
+    """Settle a pending request as refused, saying why (the caller undoes it)."""
+    request.state, request.reason, request.settled_at = "refused", reason, now
+
+
 def acknowledge(control: QueryControl, request_id: str, task_id: str, answer: TaskAnswer,
                 now: float = 0.0) -> ControlRequest | None:
     """Record one task's answer; the request, or None if it is unknown or already settled
@@ -209,8 +214,7 @@ def acknowledge(control: QueryControl, request_id: str, task_id: str, answer: Ta
     if request.state != "pending":
         return request
     if not answer.applied:
-        request.state, request.reason = "refused", f"task {task_id}: {answer.message}"
-        request.settled_at = now
+        refuse(request, f"task {task_id}: {answer.message}", now)
     elif all(a is not None and a.applied for a in request.tasks.values()):
         request.state, request.settled_at = "applied", now
         epochs = {t: a.epoch for t, a in request.tasks.items() if a is not None}

@@ -258,11 +258,10 @@ def _drained(e: ElasticOperator, index: int, task: TaskRecord, tasks: dict[str, 
     ticks carried it there; an instance a refused scale-out started owns nothing, since no
     switch to it happened), and then, in figures measured afterwards, the instance reports none
     of its own outputs unacknowledged."""
-    last = state.last(e.operator)
-    if e.switch_time is not None and last is not None and last.state == "refused" and \
-            index >= last.before:
-        return _outputs_done(task, state, now)
     if e.switch_time is not None:
+        last = state.last(e.operator)
+        if last is not None and last.state == "refused" and index >= last.before:
+            return _outputs_done(task, state, now)  # a slot the refused scale-out started
         switch = _switch_of(state, e.operator)
         if switch is None or task.figures.get("watermark_ms", -1) < switch + e.switch_close_ms:
             state.drained_at.pop(task.task_id, None)

@@ -858,17 +858,13 @@ class SchedulerState:
         late = [t for t in waits if query.tasks[t].state is not TaskState.RUNNING]
         why = "; ".join(f"{t} waits for {self.unplaced[t]}" if t in self.unplaced
                         else f"{t} is {query.tasks[t].state.value}" for t in late)
-        request.state, request.settled_at = "refused", self.now
-        request.reason = (f"its new instances did not run within "
-                          f"{self.config.scale_out_wait:g} s ({why}); the scale-out is undone")
+        ctl.refuse(request, f"its new instances did not run within "
+                            f"{self.config.scale_out_wait:g} s ({why}); the scale-out is undone",
+                   self.now)
         log.warning("[%s] %s: control %s %s", sid, query.query_id, request.request_id,
                     request.reason)
         ctl.undo(query.control, request)
-        self._settle_rescales(query, request)
-        for rescale in query.elastic.rescales:  # the policy does not ask again at once
-            if rescale.request == request.request_id:
-                query.elastic.backoff_until[rescale.operator] = \
-                    self.now + elasticity.REFUSED_BACKOFF_SECONDS
+        self._settle_rescales(query, request)  # the policy's cool-down counts from now
         commands: list[Command] = []
         for task in (query.tasks[t] for t in waits):
             if task.state.launched and not task.kill_requested:
