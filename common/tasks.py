@@ -155,6 +155,9 @@ class ElasticOperator:
     # a join's: each splitter's spread (ms, in `splitters` order); the scheduler plans their
     # common switch time (empty: each splitter picks its own, the next window start)
     planned_spreads: tuple[int, ...] = ()
+    # a stateless operator that may run folded (min-parallelism 0): the task that runs its
+    # folded instance, which parallelism 0 routes every row to (rewrite_rules/folding.rule)
+    folded_into: str | None = None
 
     @property
     def maximum(self) -> int:
@@ -165,7 +168,7 @@ class ElasticOperator:
                 "splitters": [list(s) for s in self.splitters], "initial": self.initial,
                 "minimum": self.minimum, "mode": self.mode, "stateful": self.stateful,
                 "switch_time": self.switch_time, "switch_close_ms": self.switch_close_ms,
-                "planned_spreads": list(self.planned_spreads)}
+                "planned_spreads": list(self.planned_spreads), "folded_into": self.folded_into}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "ElasticOperator":
@@ -173,7 +176,7 @@ class ElasticOperator:
                    tuple((str(t), str(o)) for t, o in d["splitters"]), int(d["initial"]),
                    int(d["minimum"]), str(d.get("mode", "manual")), bool(d.get("stateful")),
                    d.get("switch_time"), int(d.get("switch_close_ms", 0)),
-                   tuple(int(s) for s in d.get("planned_spreads", ())))
+                   tuple(int(s) for s in d.get("planned_spreads", ())), d.get("folded_into"))
 
 
 @dataclass(frozen=True)

@@ -249,7 +249,8 @@ def _sink_calls(graph: Graph, plan: TaskPlan, channels: Mapping[str, ChannelSpec
                       ("readers", tuple(channels[c].consumers for c in plan.outputs)),
                       *((("active", int(active)),)
                         if active is not None and int(active) != len(plan.outputs) else ()),
-                      *((("switch", _switch_of(root)),) if time else ())))]
+                      *((("switch", _switch_of(root)),) if time else ()),
+                      *((("folded", True),) if root.param("folded") else ())))]
     if len(plan.outputs) > 1:
         raise ValueError(f"task {plan.task_id} serves {len(plan.outputs)} channels; only a "
                          "splitter serves several")

@@ -311,8 +311,10 @@ def _count(text: str, bounds: tuple[int, int]) -> int:
         raise ParamValueError(f"{_shown(text)} is not a whole number; write one from {low} "
                               f"to {high}") from None
     if not low <= value <= high:
+        fold = "; 0 folds it into the task after it, which min-parallelism=\"0\" on a " \
+               "stateless operator allows" if value == 0 else ""
         raise ParamValueError(f"{value} is outside {low}..{high} (the operator's "
-                              "min-parallelism and its instance slots, max-parallelism)")
+                              f"min-parallelism and its instance slots, max-parallelism){fold}")
     return value
 
 

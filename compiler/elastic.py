@@ -34,25 +34,35 @@ def elastic_operators(logical: "Graph", physical: "Graph", plans: "tuple[TaskPla
                      and feeds(physical, s, copies) and s.name in task_of]
         entry = _entry(node, [plan_of[task_of[s.name]] for s in splitters], channels,
                        tuple(int(s.param("spread-ms") or 0) for s in splitters
-                             if s.param("planned")))
+                             if s.param("planned")),
+                       any(s.param("folded") for s in splitters))
         if entry is not None:
             found.append(entry)
     return tuple(found)
 
 
 def _entry(node: "Node", splitter_plans: "list[TaskPlan]", channels: Mapping[str, ChannelSpec],
-           spreads: tuple[int, ...]) -> ElasticOperator | None:
+           spreads: tuple[int, ...], folded: bool) -> ElasticOperator | None:
+    """A folding splitter's last channel feeds the instance folded into the merger's task:
+    that task is no slot (it always runs), the operator's parallelism 0 routes to it."""
     if not splitter_plans:
         return None
     first = splitter_plans[0]
-    slots = tuple(channels[c].consumers[0] for c in first.outputs)
+    readers = [channels[c].consumers[0] for c in first.outputs]
+    slots = tuple(readers[:-1] if folded else readers)
     return ElasticOperator(
         node.name, slots, tuple((p.task_id, splitter_op_id(p.outputs)) for p in splitter_plans),
-        int(node.wants("active") or len(slots)), int(node.wants("min-parallelism") or 1),
+        _wanted(node, "active", len(slots)), _wanted(node, "min-parallelism", 1),
         str(node.wants("elastic") or "manual"), node.stateful, _first(node.wants("switch-time")),
-        int(node.wants("switch-close") or 0), spreads)
+        int(node.wants("switch-close") or 0), spreads, readers[-1] if folded else None)
 
 
 def _first(time: Any) -> str | None:
     """The switch's event-time column (a join's: its left input's)."""
     return time[0] if isinstance(time, (tuple, list)) else time
+
+
+def _wanted(node: "Node", request: str, default: int) -> int:
+    """A whole-number request, `default` when not asked (0 is an answer: folded)."""
+    value = node.wants(request)
+    return default if value is None else int(value)

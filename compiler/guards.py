@@ -68,6 +68,11 @@ def wants(s: Subject, request: str, value: str | None = None) -> bool:
     return found is not None and (value is None or str(found) == value)
 
 
+def lacks(s: Subject, request: str) -> bool:
+    """The spec does not ask f for this request (the negation of `wants` without a value)."""
+    return s.wants(request) is None
+
+
 def of_kind(s: Subject, kind: str) -> bool:
     return s.kind == kind
 
@@ -90,6 +95,7 @@ GUARDS: dict[str, GuardDef] = {g.name: g for g in (
     GuardDef("partitionable", 1, 1, "f: a bound operator can be split by its requested key",
              partitionable),
     GuardDef("wants", 2, 3, "f, request[, value]: the spec asks f for a pattern", wants),
+    GuardDef("lacks", 2, 2, "f, request: the spec does not ask f for this request", lacks),
     GuardDef("kind", 2, 2, "f, kind: a bound operator is of this kind", of_kind),
     GuardDef("single-input", 1, 1, "f: a bound operator reads one stream", single_input),
     GuardDef("independent-matches", 1, 1, "f: a pattern operator whose start rows keep their "

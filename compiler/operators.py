@@ -191,9 +191,9 @@ PLUMBING: dict[str, OperatorDef] = {d.kind: d for d in (
     ), output_type="same", doc="sends every tuple of its input to all its readers"),
     OperatorDef("splitter", "plumbing", (1, 1), (1, 1), False, (
         ParamDef("partitions", "int", True, minimum=1, doc="number of partitions"),
-        ParamDef("active", "int", False, None, minimum=1,
+        ParamDef("active", "int", False, None, minimum=0,
                  doc="partitions routed to at the start (none: all); the rest are slots a "
-                     "running query can scale out to"),
+                     "running query can scale out to; 0: only the folded one"),
         ParamDef("key", "column", False, None,
                  doc="hash-partitioning column (none: round robin)"),
         ParamDef("time", "column", False, None,
@@ -210,6 +210,9 @@ PLUMBING: dict[str, OperatorDef] = {d.kind: d for d in (
                      "this bound of it"),
         ParamDef("planned", "int", False, None, minimum=0,
                  doc="1: a join's splitter, switching at the event time the scheduler plans"),
+        ParamDef("folded", "int", False, None, minimum=0,
+                 doc="1: the last partition feeds an instance folded into the merger's task, "
+                     "routed to alone while `active` is 0 (rewrite_rules/folding.rule)"),
     ), output_type="same", doc="routes each tuple to one of its active partitions, by key hash"),
     OperatorDef("merger", "plumbing", (1, 64), (1, 1), False, (
         ParamDef("partitions", "int", True, minimum=1, doc="number of merged partitions"),

@@ -31,7 +31,7 @@ PHASES = ("fault-tolerance", "partitioning", "pipelining")  # the written order 
 REQUESTS = ("ha", "replicas", "parallelism", "partition-by", "partition-keys", "pipeline",
             "active", "min-parallelism", "elastic", "switch-time", "switch-window",
             "switch-horizon", "switch-slide", "switch-spread", "switch-planned", "switch-close",
-            "match-instances")
+            "match-instances", "folded-partitions")
 MAX_RULE_BYTES = 64 * 1024
 
 
@@ -413,7 +413,7 @@ def _check_guard(g: Guard, bound: dict[str, PatternTerm], stars: set[str]) -> li
         problems.append(Diagnostic(g.arg_pos[0], f"guard {g.name}: '{g.args[0]}' is not a "
                                                  "binding of one operator in the pattern",
                                    suggest(g.args[0], set(bound) - stars, "bindings")))
-    if g.name == "wants" and g.args[1] not in REQUESTS:
+    if g.name in ("wants", "lacks") and g.args[1] not in REQUESTS:
         problems.append(Diagnostic(g.arg_pos[1], f"unknown pattern request '{g.args[1]}'",
                                    suggest(g.args[1], REQUESTS, "requests")))
     if g.name == "kind" and g.args[1] not in CATALOGUE and g.args[1] not in PLUMBING:

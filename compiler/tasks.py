@@ -6,7 +6,8 @@ tasks are few and large, as the paper says: a task is a tree of operators ending
 (a sink or a channel to other tasks), so a simple query costs one Spark query.
 A stream becomes a channel between tasks only where it has several consumers or where the plan
 asks for a task boundary (the plumbing operators of the patterns and their placement labels); a
-splitter's output becomes one channel per partition. `place_tasks` derives each task's placement
+splitter's output becomes one channel per partition (the instance a folding splitter's last
+partition feeds stays in its merger's task, `folded`). `place_tasks` derives each task's placement
 group, the groups it must be kept apart from, and its failover mode from the plan's annotations.
 Does not own how a task's program looks (`compiler.codegen`) or where it runs (`scheduler`).
 """
@@ -54,10 +55,24 @@ def cut_streams(graph: "Graph") -> set[str]:
         consumers = graph.consumers(stream.name)
         producer = graph.node(stream.producer)
         if (len(consumers) > 1 or producer.kind in CHANNEL_WRITERS
-                or any(c.kind in CHANNEL_READERS for c in consumers)
+                or any(c.kind in CHANNEL_READERS and not folded(graph, producer)
+                       for c in consumers)
                 or any(_placed_apart(producer, c) for c in consumers)):
             cuts.add(stream.name)
     return cuts
+
+
+def folded(graph: "Graph", node: "Node") -> bool:
+    """Whether `node` is the instance a folding splitter's last partition feeds
+    (rewrite_rules/folding.rule): it runs in its merger's task, not in a task of its own."""
+    if node.role == "plumbing" or len(node.inputs) != 1:
+        return False
+    reader = graph.producer(node.inputs[0])
+    if reader.kind != "network-reader" or reader.param("partition") is None:
+        return False
+    splitter = graph.producer(reader.inputs[0])
+    return bool(splitter.param("folded")) and \
+        reader.param("partition") == splitter.param("partitions")
 
 
 def _placed_apart(a: "Node", b: "Node") -> bool:
@@ -145,13 +160,25 @@ def place_tasks(graph: "Graph", plans: tuple[TaskPlan, ...],
     for plan in plans:
         group = groups[plan.task_id]
         same = labelled.get(_label_group(group), set()) if _label_group(group) else set()
-        apart = tuple(sorted(same - {group}))
+        apart = tuple(sorted((same - {group}) | _folded_apart(graph, plan)))
         first_apart: tuple[str, ...] = ()
         if plan.task_id in modes:
             first_apart = tuple(sorted({groups[t] for t in _neighbours(plan, channels)} - {group}))
         placed.append(replace(plan, placement=Placement(group, apart, first_apart),
                               failover=modes.get(plan.task_id)))
     return tuple(placed)
+
+
+def _folded_apart(graph: "Graph", plan: TaskPlan) -> set[str]:
+    """The placement labels of the split instances of an operator folded into this task: split,
+    it runs on other agents than the task it was folded into."""
+    labels: set[str] = set()
+    for node in (graph.node(n) for n in plan.nodes):
+        if folded(graph, node):
+            splitter = graph.producer(graph.producer(node.inputs[0]).inputs[0])
+            labels |= {c.placement for c in graph.consumers(splitter.output)
+                       if c.placement is not None}
+    return labels
 
 
 def _label_group(label: str) -> str | None:

@@ -928,7 +928,8 @@ def _check_parallelism(c: _Checker, op: OperatorDecl, d: OperatorDef,
                 c.error(attrs[name].pos, f"{name}= needs parallelism= or max-parallelism=",
                         'add e.g. parallelism="4", or max-parallelism="4" to rescale at run time')
         return
-    k = _count(c, par, 1, 1, MAX_PARALLELISM) if par is not None else 1
+    folds = "min-parallelism" in attrs and attrs["min-parallelism"].value.strip() == "0"
+    k = _count(c, par, 1, 0 if folds else 1, MAX_PARALLELISM) if par is not None else 1
     keys = _partition_keys(op.kind, c.params[op.name])
     wanted = by.value if by is not None else (keys[0] if keys else None)
     if not GUARDS["partitionable"].holds(_subject(op, d, keys, (("partition-by", wanted),))):
@@ -937,13 +938,15 @@ def _check_parallelism(c: _Checker, op: OperatorDecl, d: OperatorDef,
     assert keys is not None  # partitionable
     column = _partition_column(c, op, keys, by)
     slots = _elastic_bounds(c, op, d, attrs, k)
-    if slots is None or slots[1] < 2 or (by is not None and column is None):
+    if slots is None or (slots[1] < 2 and slots[0] > 0) or (by is not None and column is None):
         return
     low, high, mode = slots
     requests.update({"parallelism": high, "partition-by": column,
                      "partition-keys": _keys_per_input(c, op, column)})
-    if k != high:  # the query starts on fewer instances than it has slots for
+    if k != high or low == 0:  # it starts on fewer instances than it has slots for
         requests["active"] = k
+    if low == 0:  # the splitter's last partition feeds the instance folded downstream
+        requests["folded-partitions"] = high + 1
     if d.stateful and _switchable(op, c.params[op.name]):
         requests.update(switch_requests(op, c.params[op.name]))
     if (low, mode) != (1, "manual"):
@@ -962,7 +965,7 @@ def _elastic_bounds(c: _Checker, op: OperatorDecl, d: OperatorDef,
     most, least, elastic = (attrs.get(n) for n in ("max-parallelism", "min-parallelism",
                                                    "elastic"))
     high = _count(c, most, k, 1, MAX_PARALLELISM) if most is not None else k
-    low = _count(c, least, 1, 1, MAX_PARALLELISM) if least is not None else 1
+    low = _count(c, least, 1, 0, MAX_PARALLELISM) if least is not None else 1
     mode = elastic.value if elastic is not None else "manual"
     ok = True
     if mode not in ELASTIC_MODES:
@@ -978,6 +981,8 @@ def _elastic_bounds(c: _Checker, op: OperatorDecl, d: OperatorDef,
                            f"{min(k, high)}", "the query starts with parallelism= instances "
                                               "(default 1): keep min-parallelism at or below it")
         ok = False
+    if low == 0 and not _foldable(c, op, d, least, mode):  # type: ignore[arg-type]
+        ok = False
     if d.stateful and (high > k or mode == "auto") and not _switchable(op, c.params[op.name]):
         where = most if most is not None and high > k else elastic
         c.error(where.pos, f"'{op.name}' is a stateful {op.kind}: only window-aggregates "  # type: ignore[union-attr]
@@ -985,6 +990,26 @@ def _elastic_bounds(c: _Checker, op: OperatorDecl, d: OperatorDef,
                 f"write parallelism=\"{high}\" alone (a fixed partitioning)")
         ok = False
     return (low, high, mode) if ok else None
+
+
+def _foldable(c: _Checker, op: OperatorDecl, d: OperatorDef, least: PatternAttr,
+              mode: str) -> bool:
+    """Whether `min-parallelism="0"` (the operator may run folded into its downstream task,
+    rewrite_rules/folding.rule) is sound: a stateless operator that reads one stream (nothing to
+    hand over when its rows move between the folded instance and its own), by hand only (the
+    automatic policy sizes instances of their own)."""
+    subject = _subject(op, d)
+    if not GUARDS["stateless"].holds(subject) or not GUARDS["single-input"].holds(subject):
+        c.error(least.pos, f"min-parallelism=0 folds '{op.name}' into the task after it, which "
+                           f"only a stateless operator with one input can do ({op.kind})",
+                'write min-parallelism="1" or more')
+        return False
+    if mode == "auto":
+        c.error(least.pos, "min-parallelism=0 is for splitting and merging by hand; "
+                           'elastic="auto" keeps at least one instance of its own',
+                'write min-parallelism="1", or elastic="manual"')
+        return False
+    return True
 
 
 # Event time a splitter keeps sending "ticks" to an instance a scale-in retires, after the

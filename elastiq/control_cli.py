@@ -55,7 +55,15 @@ def register_scale(sub: argparse._SubParsersAction) -> None:
                     "Nothing else restarts.")
     c.add_argument("query")
     c.add_argument("operator", help="the partitioned operator's name in the spec")
-    c.add_argument("parallelism", type=int, help="the number of instances to run")
+    c.add_argument("parallelism", type=int, nargs="?",
+                   help="the number of instances to run (0: folded into the task after it, "
+                        "for an operator with min-parallelism=\"0\")")
+    fold = c.add_mutually_exclusive_group()
+    fold.add_argument("--split", action="store_true",
+                      help="cut the operator out of the task it is folded into, onto an agent of "
+                           "its own (parallelism 1)")
+    fold.add_argument("--merge", action="store_true",
+                      help="fold the operator back into the task after it (parallelism 0)")
     c.add_argument("--timeout", type=float, default=300.0,
                    help="seconds to wait until the instances run or have retired (default 300: "
                         "a new agent's executor starts a SparkSession first)")
@@ -65,15 +73,27 @@ def register_scale(sub: argparse._SubParsersAction) -> None:
     c.set_defaults(handler=cmd_scale)
 
 
+def wanted_parallelism(parallelism: int | None, split: bool, merge: bool) -> int | str:
+    """The parallelism `elastiq scale` asks for, or why its arguments ask for none (pure)."""
+    if (parallelism is not None) + split + merge != 1:
+        return "give the number of instances, --split or --merge (one of them)"
+    return 1 if split else 0 if merge else parallelism  # type: ignore[return-value]
+
+
 def cmd_scale(args: argparse.Namespace) -> int:
+    wanted = wanted_parallelism(args.parallelism, args.split, args.merge)
+    if isinstance(wanted, str):
+        print(f"elastiq scale: {wanted}", file=sys.stderr)
+        return 2
     client = _client(args)
     started = time.monotonic()
-    code, reply = _call(lambda: client.scale(args.query, args.operator, args.parallelism))
+    code, reply = _call(lambda: client.scale(args.query, args.operator, wanted))
     if code != 0:
         return code
     request = reply.get("request", "")
-    print(f"scale {args.query}.{args.operator} to {args.parallelism} instances "
-          f"(control {request})")
+    what = (f"fold {args.query}.{args.operator} into the task after it" if wanted == 0 else
+            f"scale {args.query}.{args.operator} to {wanted} instances")
+    print(f"{what} (control {request})")
     code = _await(args, client, request, started)
     if code != 0:  # e.g. a scale-out's splitters wait for new instances that found no place
         _, status = _call(lambda: client.status(args.query))
@@ -124,7 +144,7 @@ def _await_instances(args: argparse.Namespace, client: Any, started: float) -> i
     if view and instances_settled(view):
         pause = f", splitters paused {last['pause_s']:.2f} s" if last and last.get(
             "pause_s") is not None else ""
-        print(f"{args.operator} runs {view['parallelism']} instances{pause}; settled in "
+        print(f"{args.operator} runs {instances_line(view)}{pause}; settled in "
               f"{time.monotonic() - started:.1f} s")
         switched = switch_line(last)
         if switched:
@@ -133,6 +153,13 @@ def _await_instances(args: argparse.Namespace, client: Any, started: float) -> i
     print(f"elastiq: instances not settled after {args.timeout:g} s; `elastiq status "
           f"{args.query}` shows them", file=sys.stderr)
     return 1
+
+
+def instances_line(view: dict[str, Any]) -> str:
+    """Where an elastic operator runs: on n instances, or folded into a task (pure)."""
+    if int(view.get("parallelism", 0)) == 0 and view.get("folded_into"):
+        return f"folded into {view['folded_into']}"
+    return f"{view.get('parallelism')} instances"
 
 
 def instances_settled(view: dict[str, Any]) -> bool:

@@ -436,8 +436,10 @@ def elastic_lines(operators: list[dict[str, Any]]) -> list[str]:
     lines = []
     for e in operators:
         retiring = [s["task"] for s in e.get("slots", []) if s.get("retiring")]
+        folded = f", folded into {e['folded_into']}" if e.get("folded_into") and \
+            not e["parallelism"] else ""
         lines.append(f"  elastic {e['operator']}: {e['parallelism']} of {e['max']} instances "
-                     f"(min {e['min']}, {e['mode']})"
+                     f"(min {e['min']}, {e['mode']}{folded})"
                      + (f", retiring {', '.join(retiring)}" if retiring else ""))
         last = (e.get("rescales") or [None])[-1]
         if last:

@@ -151,6 +151,12 @@ def partitions(hashes: np.ndarray, times: np.ndarray | None, schedule: Schedule)
     return np.mod(hashes.astype(np.int64), counts[scheme])
 
 
+def folded(rows: int, partitions: int) -> np.ndarray:
+    """Every row to the last partition (0-based `partitions - 1`): the splitter of an operator
+    folded into its merger's task, while no instance of its own runs (active 0)."""
+    return np.full(rows, partitions - 1, dtype=np.int64)
+
+
 @dataclass(frozen=True)
 class Copies:
     """Where a sliding window's splitter sends each row: `rows` indexes the batch (a row may

@@ -879,7 +879,7 @@ class TaskRuntime:
 
     def split_channel_sink(self, *, input: str, channels: Sequence[str], key: Sequence[str],
                            readers: Sequence[Sequence[str]], active: int | None = None,
-                           switch: tuple[Any, ...] | None = None) -> None:
+                           switch: tuple[Any, ...] | None = None, folded: bool = False) -> None:
         """Serve `input` split over the first `active` (default all) of k = len(channels)
         partitions, partition i+1 on channels[i] for the tasks readers[i]; a row goes to
         pmod(hash(key columns), active) (all columns when `key` is empty), Spark's Murmur3
@@ -890,7 +890,8 @@ class TaskRuntime:
         scheduler) a new `active` takes over for the windows from the next window start on, or
         for a join from the event time the scheduler planned, `active` = [n, at]
         (`executor.routing`); the schedule is kept next to the checkpoint, so a restarted query
-        routes as before."""
+        routes as before. `folded`: the last channel feeds the operator's instance folded into
+        the merger's task, routed to alone while `active` is 0, never by the hash."""
         op = splitter_op_id(channels)
         if self.channels is None:
             raise self._error(op, "channel sinks need the executor's ChannelHub")
@@ -908,15 +909,17 @@ class TaskRuntime:
             self._access[channel] = self._declared(op, channel, tasks)
         writers = [self._writer(channel, schema, self.endpoints.get(channel))
                    for channel in channels]
-        n, planned = self._planned(op, self._param(op, "active", active or len(channels)),
-                                   len(channels))
+        slots = len(channels) - 1 if folded else len(channels)
+        n, planned = self._planned(op, self._param(op, "active", slots if active is None
+                                                   else active), slots, folded)
         path = os.path.join(self.checkpoint_dir, "routing", quote(op, safe="") + ".json")
         schedule = routing.load(path) if timing is not None else None
         if schedule is None or schedule.entries[-1][1] > len(channels):
             schedule = routing.Schedule([(None, n)])
         sink = sinks.SplitChannelSink(self.task_id, writers, schema,
                                       self._hash(op, stream, self._param(op, "key", key)),
-                                      schedule, timing, path if timing is not None else None)
+                                      schedule, timing, path if timing is not None else None,
+                                      folded)
 
         def switch(n: int, planned: int | None, refused: type[ValueError] = RuntimeSpecError
                    ) -> tuple[Undo, int | None]:
@@ -930,28 +933,31 @@ class TaskRuntime:
             switch(n, planned, SwitchRefused)  # a join's splitter at the planned time
 
         def rescale(value: Any) -> Undo:
-            undo, at = switch(*self._planned(op, value, len(channels)))
+            undo, at = switch(*self._planned(op, value, slots, folded))
             self.switch_detail["switch_ms"] = float(at) if at is not None else -1.0
             return undo
         self.live[(op, "key")] = LiveParam(
             list(key), lambda new: sink.route(self._hash(op, stream, new)))
-        self.live[(op, "active")] = LiveParam(active or len(channels), rescale)
+        self.live[(op, "active")] = LiveParam(slots if active is None else active, rescale)
         self._start(op, input, sink)
 
-    def _planned(self, op: str, value: Any, slots: int) -> tuple[int, int | None]:
+    def _planned(self, op: str, value: Any, slots: int, folded: bool = False
+                 ) -> tuple[int, int | None]:
         """The number of partitions routed to, and the event time (ms) the scheduler planned
         the switch at: `n`, or `[n, at]` for a join's splitters."""
         if isinstance(value, (list, tuple)) and len(value) == 2:
             at = value[1]
             if isinstance(at, bool) or not isinstance(at, int) or at < 0:
                 raise self._error(op, f"a planned switch is at an event time in ms, not {at!r}")
-            return self._active(op, value[0], slots), at
-        return self._active(op, value, slots), None
+            return self._active(op, value[0], slots, folded), at
+        return self._active(op, value, slots, folded), None
 
-    def _active(self, op: str, value: Any, slots: int) -> int:
-        """The number of partitions routed to: a whole number in 1..slots."""
-        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= slots:
-            raise self._error(op, f"a split over {slots} channels routes to 1..{slots} of "
+    def _active(self, op: str, value: Any, slots: int, folded: bool = False) -> int:
+        """The number of partitions routed to: a whole number in 1..slots (0..slots when 0
+        routes to the folded instance)."""
+        low = 0 if folded else 1
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= slots:
+            raise self._error(op, f"a split over {slots} channels routes to {low}..{slots} of "
                                   f"them, not {value!r}")
         return value
 

@@ -276,11 +276,13 @@ class SplitChannelSink:
     batch ids and a replayed batch is dropped by every writer). Spark adds each row's key hash
     (`hash`, a Column over the stream's columns); the partition is pmod(hash, n) with the n
     the routing schedule (`executor.routing`) has in force, at the row's event time for a
-    stateful operator (`switch`), whose schedule is kept in `schedule_path` across restarts."""
+    stateful operator (`switch`), whose schedule is kept in `schedule_path` across restarts.
+    `folded`: the last writer feeds the instance folded into the merger's task, which gets
+    every row while n is 0 and none otherwise (a stateless operator split or merged)."""
 
     def __init__(self, task_id: str, writers: list[Any], schema: pa.Schema, hash: Any,
                  schedule: routing.Schedule, switch: routing.Switch | None = None,
-                 schedule_path: str | None = None) -> None:
+                 schedule_path: str | None = None, folded: bool = False) -> None:
         self.task_id = task_id
         self.writers = writers
         self.schema = schema
@@ -288,6 +290,7 @@ class SplitChannelSink:
         self.schedule = schedule
         self.switch = switch
         self.schedule_path = schedule_path
+        self.folded = folded
         self.rows_out = 0
         self.late_rows = 0
 
@@ -345,6 +348,8 @@ class SplitChannelSink:
             rows, parts = routing.spread_partitions(hashes, times, self.schedule,
                                                     self.switch.spread_ms)
             rest, times = rest.take(rows), times[rows]
+        elif self.folded and self.schedule.active == 0:
+            parts = routing.folded(len(hashes), len(self.writers))
         else:
             parts = routing.partitions(hashes, times, self.schedule)
         keep = None

@@ -331,7 +331,7 @@ def describe(query: CompiledQuery, tasks: dict[str, TaskRecord], control: QueryC
                   "retiring": tasks[t].retiring} for i, t in enumerate(e.slots)]
         views.append({"operator": e.operator, "parallelism": parallelism(e, control),
                       "min": e.minimum, "max": e.maximum, "mode": e.mode,
-                      "stateful": e.stateful, "slots": slots,
+                      "stateful": e.stateful, "slots": slots, "folded_into": e.folded_into,
                       "rescales": [r.to_json() for r in state.rescales
                                    if r.operator == e.operator][-5:],
                       "decision": (state.latest[e.operator].to_json()

@@ -18,6 +18,9 @@ equal the window oracle.
 4. A keyed interval join rescaled 1 -> 3 -> 2 -> 1: both splitters switch at one event time the
 scheduler planned; the sink must equal a plain-Python join.
 5. A scale-out whose new instance's executor is SIGKILLed as the splitters switch.
+6. A stateless filter folded into the sink's task (`min-parallelism="0"`), split onto an agent
+of its own and merged back (`elastiq scale --split`, `--merge`); the sink must equal the
+filter oracle and neither the generator's task nor the sink's restarts.
 """
 
 from __future__ import annotations
@@ -151,6 +154,66 @@ def test_a_running_filter_scales_one_three_two_one_and_the_sink_stays_exact(
         expected = Counter(r["id"] for r in generator_rows(SOURCE) if r["id"] % 3 != 1)
         wait_for_sink(sink, expected, lambda r: r["id"], 300,
                       "the rescaled query's sink to equal the filter oracle")
+    finally:
+        stop_query(stack, qid)
+
+
+FOLD_SPEC = SPEC.replace('name="e2e-elastic"', 'name="e2e-fold"').replace(
+    'parallelism="1" max-parallelism="3"',
+    'parallelism="0" min-parallelism="0" max-parallelism="1"').replace("elastic.jsonl",
+                                                                       "fold.jsonl")
+
+
+def test_a_running_filter_is_split_onto_its_own_agent_and_merged_back_exactly(
+        stack: Stack, tmp_path: Path) -> None:
+    """Pattern 5 at run time: the filter starts folded into the sink's task; `--split` cuts it
+    out onto another agent, `--merge` folds it back. Neither the generator's task nor the
+    sink's restarts, rows flow through each place in turn, the sink equals the filter oracle."""
+    from compiler.pipeline import compile_spec_text
+
+    query = compile_spec_text(FOLD_SPEC.encode(), str(tmp_path / "e2e-fold.xml"),
+                              base_dir=tmp_path).query
+    qid = query.query_id
+    (elastic,) = query.elastic
+    (slot,), home = elastic.slots, elastic.folded_into
+    splitter = elastic.splitters[0][0]
+    assert home is not None
+    sink = tmp_path / "out" / "fold.jsonl"
+    submit(stack, query)
+    try:
+        wait_running(stack, qid, timeout=180)
+        assert settled(stack, qid, 0), slot_states(stack, qid)
+        wait_until(lambda: len(read_sink(sink)) > 200, 120, "first output, folded")
+
+        done = cli(stack, "scale", qid, "keep", "--split")
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "keep runs 1 instances" in done.stdout, done.stdout
+        assert settled(stack, qid, 1), slot_states(stack, qid)
+        tasks = stack.tasks(qid)
+        assert tasks[slot]["agent_id"] != tasks[home]["agent_id"], tasks
+        seen = rows_in(stack, qid, slot)
+        wait_until(lambda: rows_in(stack, qid, slot) > seen + 100, 120,
+                   "rows reaching the split instance")
+
+        done = cli(stack, "scale", qid, "keep", "--merge")
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert f"keep runs folded into {home}" in done.stdout, done.stdout
+        assert settled(stack, qid, 0), slot_states(stack, qid)
+        seen = len(read_sink(sink))
+        wait_until(lambda: len(read_sink(sink)) > seen + 100, 120, "output, folded again")
+        view = elastic_view(stack, qid, "keep")
+        assert [(r["from"], r["to"], r["state"]) for r in view["rescales"]] == \
+            [(0, 1, "applied"), (1, 0, "applied")], view["rescales"]
+        assert all(r["pause_s"] is not None and r["pause_s"] < 2.0 for r in view["rescales"]), \
+            view["rescales"]
+        for task_id in (splitter, home):  # nothing else restarted
+            task = stack.tasks(qid)[task_id]
+            assert task["attempt"] == 1 and task["launches"] == 1, task
+
+        hurry(stack, qid)
+        expected = Counter(r["id"] for r in generator_rows(SOURCE) if r["id"] % 3 != 1)
+        wait_for_sink(sink, expected, lambda r: r["id"], 300,
+                      "the split and merged query's sink to equal the filter oracle")
     finally:
         stop_query(stack, qid)
 

@@ -5,7 +5,8 @@ routes to the new number from its epoch on, and a number of partitions outside 1
 whole number, is refused without changing the routing; a sliding window's splitter sends the
 rows whose windows span an event-time switch to both sides, each copy bounded to its side's
 windows, so every window is whole on one partition; a join's splitter relaunched with a
-planned switch switches there, or refuses at launch when it routed past it. Real Spark (the
+planned switch switches there, or refuses at launch when it routed past it; a folding splitter
+routes everything to its last (folded) partition at 0. Real Spark (the
 session fixture), real
 ZeroMQ channels read by test-owned readers; the oracle is the generator's reference twin."""
 
@@ -88,10 +89,57 @@ def test_the_number_of_active_partitions_is_a_whole_number_within_the_slots(
     rt = TaskRuntime(spark, query_id="q", task_id="act", checkpoint_dir=str(tmp_path / "ck"))
     for good in (1, 2, 3):
         assert rt._active(SPLIT, good, 3) == good
+    assert rt._active(SPLIT, 0, 2, folded=True) == 0  # routes to the folded partition
     for bad in (0, 4, -1, True, False, "2", 2.0, None, [2]):
         with pytest.raises(RuntimeSpecError) as refused:
             rt._active(SPLIT, bad, 3)
         assert f"not {bad!r}" in str(refused.value) and "act" in str(refused.value)
+
+
+def count(c: Collector, lo: int, hi: float) -> int:
+    """Rows a collector got in the batches tagged lo..hi (hi excluded)."""
+    return sum(b.table.num_rows for b in c.batches if lo <= b.tag < hi)
+
+
+def test_a_folding_split_routes_everything_to_the_folded_partition_at_zero_and_none_after(
+        spark: Any, tmp_path: Path) -> None:
+    """rewrite_rules/folding.rule: the last channel feeds the instance folded into the merger's
+    task. At 0 every row goes there; a split to 2 routes by key to the first two from its epoch
+    on, and the folded channel gets none; a merge back to 0 routes everything to it again."""
+    hub = ChannelHub()
+    rt = TaskRuntime(spark, query_id="q", task_id="fold", checkpoint_dir=str(tmp_path / "ck"),
+                     channels=hub, trigger_seconds=0.5)
+    collectors: list[Collector] = []
+    try:
+        rt.generator(op="src", output="raw", schema=SENSOR, shape="sensor", seed=5,
+                     rate=RATE, limit=LIMIT, start=START)
+        rt.split_channel_sink(input="raw", channels=CHANNELS, key=("sensor",), readers=READERS,
+                              active=0, folded=True)
+        collectors = [Collector(ch, task, hub.endpoint(ch) or "", ARROW_SENSOR)
+                      for ch, (task,) in zip(CHANNELS, READERS)]
+        wait_for(lambda: sum(c.pump() for c in collectors) >= RATE / 2, 60, "folded rows")
+        switch = rt.live[(SPLIT, "active")].switch
+        for bad in (3, -1, True, None):
+            with pytest.raises(RuntimeSpecError, match=r"routes to 0\.\.2 of them"):
+                switch(bad)
+        ck = str(tmp_path / "ck" / "spark")
+        _, split = rt.gate.switch(lambda: switch(2), ck, 10)
+        wait_for(lambda: all(c.pump() >= 0 for c in collectors) and all(
+            count(c, split, float("inf")) > 0 for c in collectors[:2]), 60,
+            "rows on both split partitions")
+        _, merged = rt.gate.switch(lambda: switch(0), ck, 10)
+        collect_rows(collectors, LIMIT, 120)
+        assert rt.query is not None and rt.query.exception() is None
+    finally:
+        close_all(rt, collectors, hub)
+    expected = Counter(sensor_key(r) for r in input_rows("sensor", 5, RATE, LIMIT))
+    assert Counter(sensor_key(r) for c in collectors for r in c.rows()) == expected
+    assert split < merged
+    phases = [(0, split), (split, merged), (merged, float("inf"))]
+    counts = [[count(c, lo, hi) for c in collectors] for lo, hi in phases]
+    assert counts[0][:2] == [0, 0] and counts[0][2] > 0, counts
+    assert counts[1][0] > 0 and counts[1][1] > 0 and counts[1][2] == 0, counts
+    assert counts[2][:2] == [0, 0] and counts[2][2] > 0, counts
 
 
 def test_a_launch_whose_control_parameters_ask_too_many_partitions_is_refused(
