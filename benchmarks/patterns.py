@@ -4,7 +4,7 @@ Owns this benchmark only (not a test; nothing in tests/ imports it). It writes i
 text generated here) into a temporary folder, compiles them with `compiler.pipeline`, runs them
 on the stack of tests/e2e_support.py (embedded Mesos-compatible master and agents, the framework
 scheduler, one real executor + SparkSession per agent, all on 127.0.0.1) and kills real processes
-with SIGKILL. Sections (--only gaps|overhead|partition, default all):
+with SIGKILL. Sections (--only gaps|overhead|partition|fold, default all):
 
 - gaps: standby (filter), checkpoint and hot standby (window aggregates) under a steady load on a
   3-agent stack. A thread polls the sink file's size every 10 ms and records each change. Before
@@ -20,6 +20,11 @@ with SIGKILL. Sections (--only gaps|overhead|partition, default all):
   checkpoint and hot standby on a window aggregate) on one 3-agent stack, order rotating, median
   of the repeats. Throughput = rows of a finite, unpaced input over the time from every task
   running to the sink holding the complete oracle result.
+- fold: the overhead section's filter in one task, folded into the sink's task
+  (min-parallelism="0" at parallelism 0) and split onto an agent of its own (at 1), throughput
+  as in overhead; then a paced folded filter split and merged while it runs (`elastiq scale
+  --split`/`--merge` through the API), each change's time to applied, splitter pause and (a
+  merge) time until the split instance retired; the sink against the filter oracle.
 - partition: a CPU-heavy project (four fields, each the sum of three chains of 20 nested
   sqrt/ln/exp/pow calls over temp and humidity; a cheap filter behind it keeps ~5 % for the sink) with parallelism="2" (splitter -> 2 instances -> merger) against one instance
   with the same two channel hops (parallelism="1" compiles to no plumbing at all and a one-input
@@ -27,7 +32,7 @@ with SIGKILL. Sections (--only gaps|overhead|partition, default all):
   `bench-partition-one` written into the temp folder: writer -> instance -> writer, three tasks
   like k=2 minus the second instance). A 2-agent stack, one Spark core per agent.
 
-    python benchmarks/patterns.py [--only gaps|overhead|partition] [--kills K] [--repeats N]
+    python benchmarks/patterns.py [--only gaps|overhead|partition|fold] [--kills K] [--repeats N]
                                   [--quick]
 """
 
@@ -58,7 +63,8 @@ sys.path.append(str(ROOT / "tests"))  # the stack helpers and oracles (read-only
 from compiler.pipeline import compile_spec_text  # noqa: E402
 from e2e_support import (Stack, generator_rows, java_child, kill_session,  # noqa: E402
                          session_members, source_runner_pids, start_stack, stop_query,
-                         stop_stack, submit, wait_running, wait_until, window_oracle, windows_of)
+                         stop_stack, submit, wait_running, wait_until, window_oracle, windows_of,
+                         hurry)
 from executor import shapes  # noqa: E402
 
 log = logging.getLogger("bench.patterns")
@@ -110,9 +116,14 @@ def generator_xml(rate: int, limit: int, seed: int = SEED) -> str:
   </operator>"""
 
 
+# the filter folded into the sink's task, or split onto an agent of its own (section fold)
+FOLDING = {"folded": ' parallelism="0" min-parallelism="0" max-parallelism="1"',
+           "split": ' parallelism="1" min-parallelism="0" max-parallelism="1"'}
+
+
 def pattern_attr(pattern: str | None) -> str:
     return {None: "", "standby": ' ha="standby"', "checkpoint": ' ha="checkpoint"',
-            "hot-standby": ' ha="hot-standby" replicas="2"'}[pattern]
+            "hot-standby": ' ha="hot-standby" replicas="2"', **FOLDING}[pattern]
 
 
 def filter_spec(name: str, pattern: str | None, rate: int, limit: int) -> str:
@@ -870,16 +881,135 @@ def section_partition(work: Path, plan: Plan) -> None:
           f"{'yes' if exact else 'no'}")
 
 
+# --- section 4: splitting and merging a running operator ------------------------------------
+
+@dataclass(frozen=True)
+class Change:
+    """One split or merge of the running filter: seconds from the request to applied (a
+    split: its instance started and the splitter switched), the splitter's pause, and for a
+    merge the seconds from applied until the split instance retired (drained and stopped)."""
+    to: int
+    applied_s: float
+    pause_s: float
+    retired_s: float | None
+
+
+def change_filter(stack: Stack, qid: str, to: int, timeout: float = 300) -> Change:
+    """`elastiq scale --split` (to=1) or `--merge` (to=0) through the API; waits until the
+    slot settled (a merge: the split instance retired)."""
+    client = stack.client()
+    request = client.scale(qid, "warm", to)["request"]
+    view = wait_until(lambda: (v := client.control_status(qid, request))["state"] != "pending"
+                      and v, timeout, f"the change to {to} applied", step=0.05)
+    if view["state"] != "applied":
+        raise RuntimeError(f"the change to {to} was {view['state']}: {view.get('reason')}")
+
+    def settled() -> dict[str, Any] | None:
+        (e,) = stack.status(qid)["elastic"]
+        last = e["rescales"][-1]
+        slot = e["slots"][0]["state"]
+        done = slot == "running" if to else (slot == "dormant" and last["retired_at"])
+        return last if done and last["request"] == request else None
+
+    last = wait_until(settled, timeout, f"the filter settled at {to}", step=0.1)
+    retired = last["retired_at"] - last["applied_at"] if last["retired_at"] else None
+    return Change(to, last["applied_at"] - last["asked_at"], last["pause_s"] or 0.0, retired)
+
+
+def fold_cycles(stack: Stack, work: Path, plan: Plan) -> tuple[list[Change], bool]:
+    """A paced folded filter split and merged `plan.repeats` times, `plan.settle_s` of steady
+    output between changes; then the rest of the input at full speed and the sink against the
+    oracle."""
+    rate = 4 * plan.gap_rate
+    limit = int(rate * (60 + 60 * plan.repeats))
+    name = "fold-cycles"
+    query = compile_query(filter_spec(name, "folded", rate, limit), work / "fold", name)
+    sink = sink_file(work / "fold", name)
+    changes: list[Change] = []
+    submit(stack, query)
+    try:
+        wait_running(stack, name, timeout=180)
+        wait_until(lambda: LineCounter(sink).count() > 0, 120, "first output, folded")
+        for _ in range(plan.repeats):
+            for to in (1, 0):
+                changes.append(change_filter(stack, name, to))
+                log.info("fold: %s", changes[-1])
+                time.sleep(plan.settle_s)
+        hurry(stack, name, rate=str(plan.overhead_rate))
+        expected = filter_oracle(rate, limit)
+        exact = wait_until(lambda: exact_filter(sink, expected), 300,
+                           "the split and merged filter's sink to equal the oracle", step=2.0)
+    finally:
+        stop_query(stack, name)
+    return changes, bool(exact)
+
+
+def section_fold(work: Path, plan: Plan) -> None:
+    rate = plan.overhead_rate
+    log.info("fold: computing the oracle (%d rows)", plan.filter_rows)
+    fdig = big_filter_oracle(rate, plan.filter_rows)
+
+    def check(path: Path) -> bool:
+        return digest(tuple(r[c] for c in READING_KEY) for r in sink_rows(path)) == fdig
+
+    results: dict[str, list[Throughput]] = defaultdict(list)
+    stack = start_stack(work / "stack-fold", cpus_per_agent=2.5, agents=3)
+    try:
+        timed_run(stack, work / "fold", "warmup", filter_spec("warmup", None, rate, 100_000),
+                  100_000, 1, lambda p: True, 120)
+        for r, order in enumerate(rotations(["plain", "folded", "split"], plan.repeats)):
+            for variant in order:
+                name = f"fold-{variant}-{r}"
+                results[variant].append(timed_run(
+                    stack, work / "fold", name,
+                    filter_spec(name, None if variant == "plain" else variant, rate,
+                                plan.filter_rows),
+                    plan.filter_rows, fdig.count, check, 300))
+        changes, exact = fold_cycles(stack, work, plan)
+    finally:
+        stop_stack(stack)
+    plain = median_of([t.rows_per_s for t in results["plain"]])
+    print()
+    print(f"Folding: the filter of the overhead section in one task (plain), folded into the "
+          f"sink's task (min-parallelism=0 at 0) and split onto an agent of its own (at 1); "
+          f"{plan.filter_rows:,} rows offered at {rate:,} rows/s, 3 agents, median of "
+          f"{plan.repeats}")
+    print(format_table(["plan", "rows/s", "/plain", "runs rows/s", "results exact"], [
+        [v, fmt(median_of([t.rows_per_s for t in results[v]])),
+         fmt(ratio(median_of([t.rows_per_s for t in results[v]]), plain), 2),
+         ", ".join(fmt(t.rows_per_s) for t in results[v]),
+         "yes" if all(t.exact for t in results[v]) else "no"]
+        for v in ("plain", "folded", "split")]))
+    splits = [c for c in changes if c.to == 1]
+    merges = [c for c in changes if c.to == 0]
+    print(f"Split and merged {plan.repeats} times while running at {4 * plan.gap_rate:,} "
+          f"rows/s (seconds, median / max):")
+    print(format_table(["change", "request -> applied", "splitter pause", "applied -> retired"], [
+        ["split (--split)", _med_max([c.applied_s for c in splits]),
+         _med_max([c.pause_s for c in splits]), "-"],
+        ["merge (--merge)", _med_max([c.applied_s for c in merges]),
+         _med_max([c.pause_s for c in merges]),
+         _med_max([c.retired_s or math.nan for c in merges])]]))
+    pause = max((c.pause_s for c in changes), default=math.nan)
+    print(f"largest splitter pause {pause:.3f} s (goal < 2 s: "
+          f"{'met' if pause < 2.0 else 'MISSED'}); results exact: {'yes' if exact else 'no'}")
+
+
+def _med_max(values: Sequence[float]) -> str:
+    return f"{median_of(values):.3f} / {max(values):.3f}" if values else "-"
+
+
 # --- main ------------------------------------------------------------------------------------
 
 SECTIONS: dict[str, Callable[[Path, Plan], None]] = {
-    "gaps": section_gaps, "overhead": section_overhead, "partition": section_partition}
+    "gaps": section_gaps, "overhead": section_overhead, "partition": section_partition,
+    "fold": section_fold}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--only", choices=sorted(SECTIONS), action="append",
-                        help="run only this section (repeatable); default: all three")
+                        help="run only this section (repeatable); default: all four")
     parser.add_argument("--quick", action="store_true",
                         help="2 executor kills, 1 in-place kill, 1 repeat, smaller inputs")
     parser.add_argument("--kills", type=int, default=None, help="executor kills per pattern")
@@ -897,7 +1027,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}",
           flush=True)
     with tempfile.TemporaryDirectory(prefix="elastiq-bench-patterns-") as tmp:
-        for name in args.only or ["gaps", "overhead", "partition"]:
+        for name in args.only or ["gaps", "overhead", "partition", "fold"]:
             t = time.monotonic()
             SECTIONS[name](Path(tmp), plan)
             print(f"section {name}: {time.monotonic() - t:.0f} s; load average "

@@ -928,8 +928,8 @@ def _check_parallelism(c: _Checker, op: OperatorDecl, d: OperatorDef,
                 c.error(attrs[name].pos, f"{name}= needs parallelism= or max-parallelism=",
                         'add e.g. parallelism="4", or max-parallelism="4" to rescale at run time')
         return
-    folds = "min-parallelism" in attrs and attrs["min-parallelism"].value.strip() == "0"
-    k = _count(c, par, 1, 0 if folds else 1, MAX_PARALLELISM) if par is not None else 1
+    k = _count(c, par, 1, 0 if _zero(attrs.get("min-parallelism")) else 1, MAX_PARALLELISM) \
+        if par is not None else 1
     keys = _partition_keys(op.kind, c.params[op.name])
     wanted = by.value if by is not None else (keys[0] if keys else None)
     if not GUARDS["partitionable"].holds(_subject(op, d, keys, (("partition-by", wanted),))):
@@ -954,6 +954,11 @@ def _check_parallelism(c: _Checker, op: OperatorDecl, d: OperatorDef,
 
 
 ELASTIC_MODES = ("manual", "auto")
+
+
+def _zero(attr: PatternAttr | None) -> bool:
+    """Whether the attribute is written as the number 0 (min-parallelism: it may fold)."""
+    return attr is not None and attr.value.isdigit() and int(attr.value) == 0
 
 
 def _elastic_bounds(c: _Checker, op: OperatorDecl, d: OperatorDef,
@@ -983,6 +988,11 @@ def _elastic_bounds(c: _Checker, op: OperatorDecl, d: OperatorDef,
         ok = False
     if low == 0 and not _foldable(c, op, d, least, mode):  # type: ignore[arg-type]
         ok = False
+    if high == 0:
+        c.error(attrs["parallelism"].pos,  # only parallelism="0" alone gives no slots
+                "parallelism=0 without max-parallelism= leaves no instance to split onto",
+                'add max-parallelism="1" or more')
+        ok = False
     if d.stateful and (high > k or mode == "auto") and not _switchable(op, c.params[op.name]):
         where = most if most is not None and high > k else elastic
         c.error(where.pos, f"'{op.name}' is a stateful {op.kind}: only window-aggregates "  # type: ignore[union-attr]
@@ -1001,12 +1011,14 @@ def _foldable(c: _Checker, op: OperatorDecl, d: OperatorDef, least: PatternAttr,
     subject = _subject(op, d)
     if not GUARDS["stateless"].holds(subject) or not GUARDS["single-input"].holds(subject):
         c.error(least.pos, f"min-parallelism=0 folds '{op.name}' into the task after it, which "
-                           f"only a stateless operator with one input can do ({op.kind})",
+                           f"only a stateless operator with one input can do ({op.kind})"
+                           f"{_where(least, op)}",
                 'write min-parallelism="1" or more')
         return False
     if mode == "auto":
         c.error(least.pos, "min-parallelism=0 is for splitting and merging by hand; "
-                           'elastic="auto" keeps at least one instance of its own',
+                           'elastic="auto" keeps at least one instance of its own'
+                           f"{_where(least, op)}",
                 'write min-parallelism="1", or elastic="manual"')
         return False
     return True

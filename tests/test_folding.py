@@ -44,6 +44,8 @@ BAD = [
      'min-parallelism="0"', 'elastic="auto" keeps at least one instance of its own'),
     ("zero-without-min", filter_spec('parallelism="0" max-parallelism="2"'), 'parallelism="0"',
      "parallelism=0 is out of range"),
+    ("no-slots", filter_spec('parallelism="0" min-parallelism="0"'), 'parallelism="0"',
+     "parallelism=0 without max-parallelism= leaves no instance to split onto"),
     ("negative-min", filter_spec('max-parallelism="2" min-parallelism="-1"'),
      'min-parallelism="-1"', "min-parallelism=-1 is out of range"),
 ]
@@ -59,7 +61,7 @@ def test_folding_where_it_cannot_hold_is_refused_at_the_attribute(text: str, att
     assert all(d.hint for d in matching)
 
 
-@pytest.mark.parametrize("attrs", [FOLDED, 'max-parallelism="1" min-parallelism="0"',
+@pytest.mark.parametrize("attrs", [FOLDED, 'max-parallelism="1" min-parallelism="00"',
                                    'parallelism="1" max-parallelism="3" min-parallelism="0"'])
 def test_folding_attributes_compile_without_a_word(attrs: str) -> None:
     graph, diagnostics = check_spec_text(filter_spec(attrs), "ok.xml")
