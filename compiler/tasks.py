@@ -170,14 +170,15 @@ def place_tasks(graph: "Graph", plans: tuple[TaskPlan, ...],
 
 
 def _folded_apart(graph: "Graph", plan: TaskPlan) -> set[str]:
-    """The placement labels of the split instances of an operator folded into this task: split,
-    it runs on other agents than the task it was folded into."""
+    """The placement label of the first own instance of an operator folded into this task:
+    split, it runs on another agent than the task it was folded into. The other instances are
+    only kept apart from each other, so M agents still hold M of them."""
     labels: set[str] = set()
     for node in (graph.node(n) for n in plan.nodes):
         if folded(graph, node):
             splitter = graph.producer(graph.producer(node.inputs[0]).inputs[0])
             labels |= {c.placement for c in graph.consumers(splitter.output)
-                       if c.placement is not None}
+                       if c.placement is not None and c.param("partition") == 1}
     return labels
 
 

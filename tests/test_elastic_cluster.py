@@ -1,12 +1,14 @@
 """Rescaling a running operator on the embedded cluster (issue 12): real executors with Spark,
 real channels, real HTTP and CLI.
 
-1. A stateless filter with three instance slots (`max-parallelism="3"`) that starts on one:
-while the generator runs, the test scales it 1 -> 3 -> 2 -> 1 (through the CLI and the API),
-each time waiting until the new instances run and the retired ones drained and went dormant,
-and checks that the generator's task was never restarted (the splitter switches between two
-micro-batches) and that every new instance received rows. The sink must equal a plain-Python
-filter over the generator's rows: nothing lost, nothing twice.
+1. A stateless filter with three instance slots (`max-parallelism="3"`) that starts folded
+into the sink's task (`min-parallelism="0"` at 0): while the generator runs, the test splits it
+out onto an agent of its own (`elastiq scale --split`), scales it 1 -> 3 -> 2 -> 1 (through the
+CLI and the API) and folds it back (`--merge`), each time waiting until the new instances run
+and the retired ones drained and went dormant, and checks that neither the generator's task nor
+the sink's was restarted (the splitter switches between two micro-batches) and that every new
+instance received rows. The sink must equal a plain-Python filter over the generator's rows:
+nothing lost, nothing twice.
 2. A keyed tumbling window aggregate, rescaled 1 -> 3 -> 2 -> 1 the same way: each rescale
 switches routing at the next window boundary of event time (the old instances finish the
 windows before it, the new ones take those after), retired instances go dormant once their
@@ -18,9 +20,6 @@ equal the window oracle.
 4. A keyed interval join rescaled 1 -> 3 -> 2 -> 1: both splitters switch at one event time the
 scheduler planned; the sink must equal a plain-Python join.
 5. A scale-out whose new instance's executor is SIGKILLed as the splitters switch.
-6. A stateless filter folded into the sink's task (`min-parallelism="0"`), split onto an agent
-of its own and merged back (`elastiq scale --split`, `--merge`); the sink must equal the
-filter oracle and neither the generator's task nor the sink's restarts.
 """
 
 from __future__ import annotations
@@ -96,22 +95,44 @@ def rows_in(stack: Stack, query_id: str, task_id: str) -> float:
     return stack.tasks(query_id)[task_id]["figures"].get("tuples_in", 0.0)
 
 
-def test_a_running_filter_scales_one_three_two_one_and_the_sink_stays_exact(
+FOLD_SPEC = SPEC.replace('name="e2e-elastic"', 'name="e2e-fold"').replace(
+    'parallelism="1" max-parallelism="3"',
+    'parallelism="0" min-parallelism="0" max-parallelism="3"').replace("elastic.jsonl",
+                                                                       "fold.jsonl")
+
+
+def test_a_running_filter_splits_scales_one_three_two_one_merges_and_stays_exact(
         stack: Stack, tmp_path: Path) -> None:
+    """The filter starts folded into the sink's task; `--split` cuts it out onto an agent of its
+    own (pattern 5 at run time), it scales 1 -> 3 -> 2 -> 1, and `--merge` folds it back.
+    Neither the generator's task (the splitter) nor the sink's restarts; rows reach every new
+    place; the sink equals the filter oracle."""
     from compiler.pipeline import compile_spec_text
 
-    query = compile_spec_text(SPEC.encode(), str(tmp_path / "e2e-elastic.xml"),
+    query = compile_spec_text(FOLD_SPEC.encode(), str(tmp_path / "e2e-fold.xml"),
                               base_dir=tmp_path).query
     qid = query.query_id
     (elastic,) = query.elastic
-    slots = elastic.slots
+    slots, home = elastic.slots, elastic.folded_into
     splitter = elastic.splitters[0][0]
-    sink = tmp_path / "out" / "elastic.jsonl"
+    assert home is not None
+    sink = tmp_path / "out" / "fold.jsonl"
     submit(stack, query)
     try:
         wait_running(stack, qid, timeout=180)
+        assert settled(stack, qid, 0), slot_states(stack, qid)
+        wait_until(lambda: len(read_sink(sink)) > 200, 120, "first output, folded")
+
+        # 0 -> 1 by the CLI's --split: the first slot starts on another agent than the sink's
+        done = cli(stack, "scale", qid, "keep", "--split")
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "keep runs 1 instances" in done.stdout, done.stdout
         assert settled(stack, qid, 1), slot_states(stack, qid)
-        wait_until(lambda: len(read_sink(sink)) > 200, 120, "first output on one instance")
+        tasks = stack.tasks(qid)
+        assert tasks[slots[0]]["agent_id"] != tasks[home]["agent_id"], tasks
+        seen = rows_in(stack, qid, slots[0])
+        wait_until(lambda: rows_in(stack, qid, slots[0]) > seen + 100, 120,
+                   "rows reaching the split instance")
 
         # 1 -> 3 by the CLI: two dormant slots start, the splitter routes to all three
         done = cli(stack, "scale", qid, "keep", "3")
@@ -136,65 +157,10 @@ def test_a_running_filter_scales_one_three_two_one_and_the_sink_stays_exact(
         wait_until(lambda: rows_in(stack, qid, slots[0]) > before + 100, 120,
                    "rows on two instances")
 
-        # 2 -> 1
+        # 2 -> 1, then 1 -> 0 by the CLI's --merge: back into the sink's task
         done = cli(stack, "scale", qid, "keep", "1")
         assert done.returncode == 0, done.stdout + done.stderr
         assert settled(stack, qid, 1), slot_states(stack, qid)
-        view = elastic_view(stack, qid, "keep")
-        assert [(r["from"], r["to"], r["state"]) for r in view["rescales"]] == \
-            [(1, 3, "applied"), (3, 2, "applied"), (2, 1, "applied")], view["rescales"]
-        assert all(r["pause_s"] is not None and r["pause_s"] < 2.0 for r in view["rescales"]), \
-            view["rescales"]
-
-        # the generator's task (which holds the splitter) never restarted
-        producer = stack.tasks(qid)[splitter]
-        assert producer["attempt"] == 1 and producer["launches"] == 1, producer
-
-        hurry(stack, qid)
-        expected = Counter(r["id"] for r in generator_rows(SOURCE) if r["id"] % 3 != 1)
-        wait_for_sink(sink, expected, lambda r: r["id"], 300,
-                      "the rescaled query's sink to equal the filter oracle")
-    finally:
-        stop_query(stack, qid)
-
-
-FOLD_SPEC = SPEC.replace('name="e2e-elastic"', 'name="e2e-fold"').replace(
-    'parallelism="1" max-parallelism="3"',
-    'parallelism="0" min-parallelism="0" max-parallelism="1"').replace("elastic.jsonl",
-                                                                       "fold.jsonl")
-
-
-def test_a_running_filter_is_split_onto_its_own_agent_and_merged_back_exactly(
-        stack: Stack, tmp_path: Path) -> None:
-    """Pattern 5 at run time: the filter starts folded into the sink's task; `--split` cuts it
-    out onto another agent, `--merge` folds it back. Neither the generator's task nor the
-    sink's restarts, rows flow through each place in turn, the sink equals the filter oracle."""
-    from compiler.pipeline import compile_spec_text
-
-    query = compile_spec_text(FOLD_SPEC.encode(), str(tmp_path / "e2e-fold.xml"),
-                              base_dir=tmp_path).query
-    qid = query.query_id
-    (elastic,) = query.elastic
-    (slot,), home = elastic.slots, elastic.folded_into
-    splitter = elastic.splitters[0][0]
-    assert home is not None
-    sink = tmp_path / "out" / "fold.jsonl"
-    submit(stack, query)
-    try:
-        wait_running(stack, qid, timeout=180)
-        assert settled(stack, qid, 0), slot_states(stack, qid)
-        wait_until(lambda: len(read_sink(sink)) > 200, 120, "first output, folded")
-
-        done = cli(stack, "scale", qid, "keep", "--split")
-        assert done.returncode == 0, done.stdout + done.stderr
-        assert "keep runs 1 instances" in done.stdout, done.stdout
-        assert settled(stack, qid, 1), slot_states(stack, qid)
-        tasks = stack.tasks(qid)
-        assert tasks[slot]["agent_id"] != tasks[home]["agent_id"], tasks
-        seen = rows_in(stack, qid, slot)
-        wait_until(lambda: rows_in(stack, qid, slot) > seen + 100, 120,
-                   "rows reaching the split instance")
-
         done = cli(stack, "scale", qid, "keep", "--merge")
         assert done.returncode == 0, done.stdout + done.stderr
         assert f"keep runs folded into {home}" in done.stdout, done.stdout
@@ -203,7 +169,8 @@ def test_a_running_filter_is_split_onto_its_own_agent_and_merged_back_exactly(
         wait_until(lambda: len(read_sink(sink)) > seen + 100, 120, "output, folded again")
         view = elastic_view(stack, qid, "keep")
         assert [(r["from"], r["to"], r["state"]) for r in view["rescales"]] == \
-            [(0, 1, "applied"), (1, 0, "applied")], view["rescales"]
+            [(0, 1, "applied"), (1, 3, "applied"), (3, 2, "applied"), (2, 1, "applied"),
+             (1, 0, "applied")], view["rescales"]
         assert all(r["pause_s"] is not None and r["pause_s"] < 2.0 for r in view["rescales"]), \
             view["rescales"]
         for task_id in (splitter, home):  # nothing else restarted
@@ -213,7 +180,7 @@ def test_a_running_filter_is_split_onto_its_own_agent_and_merged_back_exactly(
         hurry(stack, qid)
         expected = Counter(r["id"] for r in generator_rows(SOURCE) if r["id"] % 3 != 1)
         wait_for_sink(sink, expected, lambda r: r["id"], 300,
-                      "the split and merged query's sink to equal the filter oracle")
+                      "the rescaled query's sink to equal the filter oracle")
     finally:
         stop_query(stack, qid)
 

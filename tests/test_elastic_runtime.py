@@ -41,20 +41,35 @@ def close_all(rt: TaskRuntime, collectors: list[Collector], hub: ChannelHub) -> 
     hub.close()
 
 
-def test_a_split_routes_to_its_active_partitions_and_a_live_switch_widens_it(
-        spark: Any, tmp_path: Path) -> None:
+def assert_every_row_once(collectors: list[Collector], seed: int) -> None:
+    """The partitions together hold the generator's rows (seed `seed`), each once."""
+    expected = Counter(sensor_key(r) for r in input_rows("sensor", seed, RATE, LIMIT))
+    assert Counter(sensor_key(r) for c in collectors for r in c.rows()) == expected
+
+
+def started_split(spark: Any, tmp_path: Path, task_id: str, seed: int, **split: Any
+                  ) -> tuple[TaskRuntime, ChannelHub, list[Collector]]:
+    """A task splitting the sensor generator (paced at RATE rows/s, so a switch comes well
+    before its last row) over CHANNELS, with a test-owned reader on each channel."""
     hub = ChannelHub()
-    rt = TaskRuntime(spark, query_id="q", task_id="el", checkpoint_dir=str(tmp_path / "ck"),
+    rt = TaskRuntime(spark, query_id="q", task_id=task_id, checkpoint_dir=str(tmp_path / "ck"),
                      channels=hub, trigger_seconds=0.5)
-    collectors: list[Collector] = []
     try:
-        # paced at RATE rows/s: the switch comes well before the last row is made
-        rt.generator(op="src", output="raw", schema=SENSOR, shape="sensor", seed=8,
+        rt.generator(op="src", output="raw", schema=SENSOR, shape="sensor", seed=seed,
                      rate=RATE, limit=LIMIT, start=START)
         rt.split_channel_sink(input="raw", channels=CHANNELS, key=("sensor",), readers=READERS,
-                              active=2)
-        collectors = [Collector(ch, task, hub.endpoint(ch) or "", ARROW_SENSOR)
-                      for ch, (task,) in zip(CHANNELS, READERS)]
+                              **split)
+    except BaseException:
+        close_all(rt, [], hub)
+        raise
+    return rt, hub, [Collector(ch, task, hub.endpoint(ch) or "", ARROW_SENSOR)
+                     for ch, (task,) in zip(CHANNELS, READERS)]
+
+
+def test_a_split_routes_to_its_active_partitions_and_a_live_switch_widens_it(
+        spark: Any, tmp_path: Path) -> None:
+    rt, hub, collectors = started_split(spark, tmp_path, "el", 8, active=2)
+    try:
         wait_for(lambda: sum(c.pump() for c in collectors) >= RATE, 60, "rows on two partitions")
         switch = rt.live[(SPLIT, "active")].switch
         for bad in (0, 4, True, "2", 2.0, None):
@@ -65,8 +80,7 @@ def test_a_split_routes_to_its_active_partitions_and_a_live_switch_widens_it(
         assert rt.query is not None and rt.query.exception() is None
     finally:
         close_all(rt, collectors, hub)
-    expected = Counter(sensor_key(r) for r in input_rows("sensor", 8, RATE, LIMIT))
-    assert Counter(sensor_key(r) for c in collectors for r in c.rows()) == expected
+    assert_every_row_once(collectors, 8)
 
     def rows(c: Collector, after: bool) -> list[dict]:
         return [r for b in c.batches if (b.tag >= epoch) == after for r in b.table.to_pylist()]
@@ -106,17 +120,8 @@ def test_a_folding_split_routes_everything_to_the_folded_partition_at_zero_and_n
     """rewrite_rules/folding.rule: the last channel feeds the instance folded into the merger's
     task. At 0 every row goes there; a split to 2 routes by key to the first two from its epoch
     on, and the folded channel gets none; a merge back to 0 routes everything to it again."""
-    hub = ChannelHub()
-    rt = TaskRuntime(spark, query_id="q", task_id="fold", checkpoint_dir=str(tmp_path / "ck"),
-                     channels=hub, trigger_seconds=0.5)
-    collectors: list[Collector] = []
+    rt, hub, collectors = started_split(spark, tmp_path, "fold", 5, active=0, folded=True)
     try:
-        rt.generator(op="src", output="raw", schema=SENSOR, shape="sensor", seed=5,
-                     rate=RATE, limit=LIMIT, start=START)
-        rt.split_channel_sink(input="raw", channels=CHANNELS, key=("sensor",), readers=READERS,
-                              active=0, folded=True)
-        collectors = [Collector(ch, task, hub.endpoint(ch) or "", ARROW_SENSOR)
-                      for ch, (task,) in zip(CHANNELS, READERS)]
         wait_for(lambda: sum(c.pump() for c in collectors) >= RATE / 2, 60, "folded rows")
         switch = rt.live[(SPLIT, "active")].switch
         for bad in (3, -1, True, None):
@@ -132,8 +137,7 @@ def test_a_folding_split_routes_everything_to_the_folded_partition_at_zero_and_n
         assert rt.query is not None and rt.query.exception() is None
     finally:
         close_all(rt, collectors, hub)
-    expected = Counter(sensor_key(r) for r in input_rows("sensor", 5, RATE, LIMIT))
-    assert Counter(sensor_key(r) for c in collectors for r in c.rows()) == expected
+    assert_every_row_once(collectors, 5)
     assert split < merged
     phases = [(0, split), (split, merged), (merged, float("inf"))]
     counts = [[count(c, lo, hi) for c in collectors] for lo, hi in phases]

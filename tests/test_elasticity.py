@@ -123,6 +123,12 @@ BAD = [
 @pytest.mark.parametrize("text, attr, message", [c[1:] for c in BAD], ids=[c[0] for c in BAD])
 def test_a_bad_elasticity_attribute_is_refused_at_its_value(text: str, attr: str,
                                                             message: str) -> None:
+    refused_at_value(text, attr, message)
+
+
+def refused_at_value(text: str, attr: str, message: str) -> None:
+    """The spec is refused with an error saying `message`, located at the value of the
+    attribute written `attr`, with a hint."""
     errors = errors_of(text)
     matching = [d for d in errors if message in d.message + " " + d.hint]
     assert matching, [d.render() for d in errors]

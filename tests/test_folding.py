@@ -25,8 +25,8 @@ from executor import routing
 from scheduler.commands import SendFrameworkMessage
 from scheduler.elasticity import DRAIN_SETTLE_SECONDS
 from scheduler.lifecycle import TaskState
-from tests.test_elasticity import (Driver, at_value, compiled, drain_figures, errors_of,
-                                   filter_spec, kills, pattern_spec, request_of, window_spec)
+from tests.test_elasticity import (Driver, compiled, drain_figures, filter_spec, kills,
+                                   pattern_spec, refused_at_value, request_of, window_spec)
 from tests.test_scheduler_state import of, update
 
 FOLDED = 'parallelism="0" min-parallelism="0" max-parallelism="2"'
@@ -54,11 +54,7 @@ BAD = [
 @pytest.mark.parametrize("text, attr, message", [c[1:] for c in BAD], ids=[c[0] for c in BAD])
 def test_folding_where_it_cannot_hold_is_refused_at_the_attribute(text: str, attr: str,
                                                                   message: str) -> None:
-    errors = errors_of(text)
-    matching = [d for d in errors if message in d.message]
-    assert matching, [d.render() for d in errors]
-    assert at_value(text, attr) in {(d.position.line, d.position.column) for d in matching}
-    assert all(d.hint for d in matching)
+    refused_at_value(text, attr, message)
 
 
 @pytest.mark.parametrize("attrs", [FOLDED, 'max-parallelism="1" min-parallelism="00"',
@@ -81,8 +77,9 @@ def test_the_folded_instance_runs_in_the_mergers_task_and_is_no_slot(tmp_path: P
     folded = q.task("q.t3")  # reader of the last partition, the instance, the merger, the sink
     assert folded.operators == ("f_rd_0", "f_0", "f_merge", "sink")
     assert folded.inputs == ("q/f_s#3", "q/f_1_out", "q/f_2_out")
-    # split, the instances run apart from each other and from the task they were folded into
-    assert set(folded.placement.apart_from) == {"f.p1", "f.p2"}
+    # split, the first instance runs apart from the task it was folded into, and the
+    # instances apart from each other (so M agents still hold M of them)
+    assert folded.placement.apart_from == ("f.p1",)
     assert [q.task(t).placement.group for t in e.slots] == ["f.p1", "f.p2"]
     back = CompiledQuery.from_json(json.loads(json.dumps(q.to_json())))
     assert back == q and back.elastic == (e,)
