@@ -80,12 +80,33 @@ def wanted_parallelism(parallelism: int | None, split: bool, merge: bool) -> int
     return 1 if split else 0 if merge else parallelism  # type: ignore[return-value]
 
 
+def split_refusal(view: dict[str, Any], operator: str) -> str | None:
+    """Why `--split` does not apply to an operator's status view, or None: it must be folded
+    now (a split one is rescaled by number, never cut back to one instance by --split)."""
+    if not view:
+        return f"{operator} is not an elastic operator of this query"
+    if not view.get("folded_into"):
+        return f"{operator} cannot fold (it needs min-parallelism=\"0\"); give a number"
+    if int(view.get("parallelism", 0)) != 0:
+        return (f"{operator} is split already ({view.get('parallelism')} instances); give a "
+                "number to rescale it")
+    return None
+
+
 def cmd_scale(args: argparse.Namespace) -> int:
     wanted = wanted_parallelism(args.parallelism, args.split, args.merge)
     if isinstance(wanted, str):
         print(f"elastiq scale: {wanted}", file=sys.stderr)
         return 2
     client = _client(args)
+    if args.split:
+        code, status = _call(lambda: client.status(args.query))
+        if code != 0:
+            return code
+        refusal = split_refusal(_elastic_view(status, args.operator), args.operator)
+        if refusal:
+            print(f"elastiq scale: {refusal}", file=sys.stderr)
+            return 1
     started = time.monotonic()
     code, reply = _call(lambda: client.scale(args.query, args.operator, wanted))
     if code != 0:

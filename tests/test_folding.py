@@ -19,7 +19,8 @@ from common.messages import ControlMessage
 from common.tasks import CompiledQuery, ElasticOperator
 from compiler.control import check_tuple
 from compiler.pipeline import check_spec_text
-from elastiq.control_cli import instances_line, instances_settled, wanted_parallelism
+from elastiq.control_cli import (instances_line, instances_settled, split_refusal,
+                                  wanted_parallelism)
 from elastiq.service_cli import elastic_lines
 from executor import routing
 from scheduler.commands import SendFrameworkMessage
@@ -125,6 +126,10 @@ def test_scale_takes_a_number_or_split_or_merge() -> None:
     assert instances_line(view) == "folded into q.t3" and instances_settled(view)
     assert "folded into q.t3" in elastic_lines([view])[0]
     assert instances_line({**view, "parallelism": 1}) == "1 instances"
+    assert split_refusal(view, "f") is None
+    assert "split already (2 instances)" in str(split_refusal({**view, "parallelism": 2}, "f"))
+    assert "cannot fold" in str(split_refusal({**view, "folded_into": None}, "f"))
+    assert "not an elastic operator" in str(split_refusal({}, "f"))
 
 
 # --- the scheduler's state machine ----------------------------------------------------------------
