@@ -65,14 +65,20 @@ def cut_streams(graph: "Graph") -> set[str]:
 def folded(graph: "Graph", node: "Node") -> bool:
     """Whether `node` is the instance a folding splitter's last partition feeds
     (rewrite_rules/folding.rule): it runs in its merger's task, not in a task of its own."""
+    return _folding_splitter(graph, node) is not None
+
+
+def _folding_splitter(graph: "Graph", node: "Node") -> "Node | None":
+    """The folding splitter whose last partition feeds `node`, or None."""
     if node.role == "plumbing" or len(node.inputs) != 1:
-        return False
+        return None
     reader = graph.producer(node.inputs[0])
     if reader.kind != "network-reader" or reader.param("partition") is None:
-        return False
+        return None
     splitter = graph.producer(reader.inputs[0])
-    return bool(splitter.param("folded")) and \
+    last = bool(splitter.param("folded")) and \
         reader.param("partition") == splitter.param("partitions")
+    return splitter if last else None
 
 
 def _placed_apart(a: "Node", b: "Node") -> bool:
@@ -175,8 +181,8 @@ def _folded_apart(graph: "Graph", plan: TaskPlan) -> set[str]:
     only kept apart from each other, so M agents still hold M of them."""
     labels: set[str] = set()
     for node in (graph.node(n) for n in plan.nodes):
-        if folded(graph, node):
-            splitter = graph.producer(graph.producer(node.inputs[0]).inputs[0])
+        splitter = _folding_splitter(graph, node)
+        if splitter is not None:
             labels |= {c.placement for c in graph.consumers(splitter.output)
                        if c.placement is not None and c.param("partition") == 1}
     return labels

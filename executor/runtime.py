@@ -910,8 +910,8 @@ class TaskRuntime:
         writers = [self._writer(channel, schema, self.endpoints.get(channel))
                    for channel in channels]
         slots = len(channels) - 1 if folded else len(channels)
-        n, planned = self._planned(op, self._param(op, "active", slots if active is None
-                                                   else active), slots, folded)
+        initial = slots if active is None else active
+        n, planned = self._planned(op, self._param(op, "active", initial), slots, folded)
         path = os.path.join(self.checkpoint_dir, "routing", quote(op, safe="") + ".json")
         schedule = routing.load(path) if timing is not None else None
         if schedule is None or schedule.entries[-1][1] > len(channels):
@@ -938,7 +938,7 @@ class TaskRuntime:
             return undo
         self.live[(op, "key")] = LiveParam(
             list(key), lambda new: sink.route(self._hash(op, stream, new)))
-        self.live[(op, "active")] = LiveParam(slots if active is None else active, rescale)
+        self.live[(op, "active")] = LiveParam(initial, rescale)
         self._start(op, input, sink)
 
     def _planned(self, op: str, value: Any, slots: int, folded: bool = False
