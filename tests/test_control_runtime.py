@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from executor.task_runner import ReconfigureFailed, TaskRunner
-from test_runtime_support import wait_for
+from test_runtime_support import read_sink, wait_for
 
 pytestmark = pytest.mark.spark
 
@@ -39,9 +39,7 @@ def task_runner(spark: Any, tmp_path: Path, task_id: str) -> TaskRunner:
 
 
 def ids_in(path: Path) -> list[int]:
-    if not path.exists():
-        return []
-    return [json.loads(line)["id"] for line in path.read_text().splitlines() if line.strip()]
+    return [row["id"] for row in read_sink(path)]
 
 
 def end_index(checkpoint: Path, batch: int) -> int:

@@ -1,16 +1,16 @@
 """Helpers for the runtime tests: reading generated input in plain Python, waiting (bounded) for a
-query to drain a finite source, and reading a jsonl sink back."""
+query to drain a finite source, and reading a jsonl sink back (`e2e_support.read_sink`)."""
 
 from __future__ import annotations
 
-import json
 import re
 import time
-from datetime import datetime
-from pathlib import Path
 from typing import Any
 
+from e2e_support import read_sink
 from executor import shapes
+
+__all__ = ["START", "input_rows", "read_sink", "wait_drained", "wait_for"]
 
 START = "2024-01-01T00:00:00Z"
 
@@ -20,17 +20,6 @@ def input_rows(shape: str, seed: int, rate: float, limit: int) -> list[dict[str,
     s = shapes.shape_named(shape)
     start_us = shapes.parse_start(START)
     return [shapes.reference_row(s, seed, start_us, rate, i) for i in range(limit)]
-
-
-def read_sink(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
-    for row in rows:
-        for key, value in row.items():
-            if isinstance(value, str) and value.endswith("Z") and "T" in value:
-                row[key] = datetime.fromisoformat(value)
-    return rows
 
 
 def _offset(value: Any) -> int | None:
