@@ -18,7 +18,8 @@ capacity that is at most the real one, so neither is fooled by the fixed cost:
   samples), `OperatorView` (what `decide` sees of one operator) and `decide`, which returns a
   `Decision`: scale out, scale in or hold, the target parallelism, a bounded reason class, the
   measured `Rates`, the operator's `Capacity` after this window (`learn`) and an explanation
-  with the numbers.
+  with the numbers; `warming_up` names the instances whose first micro-batch (a cold one:
+  Python workers, code generation) is still inside the window, which is not measured.
 Reads no clock (the caller passes `now`, the same clock as the samples' `at`) and does no I/O.
 Does not own when it is asked or how a decision is applied (the scheduler and the rescale
 mechanism), nor the metrics that count decisions (`scheduler.metrics`).
@@ -345,6 +346,19 @@ def _windows(tasks: Mapping[str, Sequence[Sample]], now: float, policy: ElasticP
     return windows, thin
 
 
+def warming_up(tasks: Mapping[str, Sequence[Sample]], since: float) -> list[str]:
+    """The tasks whose first micro-batch ended after `since`: an earlier sample shows no busy
+    time yet, and a later one at or after `since` the first (pure). A task whose retained samples
+    all show busy time (it ran before them) is warm."""
+    cold = []
+    for key, samples in sorted(tasks.items()):
+        first = next((i for i, s in enumerate(samples) if s.busy_ms > 0), None)
+        if first is not None and first > 0 and samples[first].at >= since:
+            cold.append(f"{key} (its first batch ended {samples[-1].at - samples[first].at:.1f} "
+                        f"s ago)")
+    return cold
+
+
 def _span(window: Sequence[Sample]) -> float:
     return window[-1].at - window[0].at
 
@@ -435,6 +449,11 @@ def measure(view: OperatorView, policy: ElasticPolicy, now: float) -> Measured |
         return (f"too few samples in the last {policy.window_seconds:g} s (at least "
                 f"{policy.min_samples} over {policy.window_seconds / 2:g} s wanted): "
                 + ", ".join(thin + thin_up))
+    cold = warming_up(view.instances, now - policy.window_seconds)
+    if cold:
+        return ("the window holds the first micro-batch of " + ", ".join(cold) +
+                " (a first batch also starts Python workers and generates code, so its rows "
+                "per busy second are not the instance's rate)")
     halves = [_rates(_half(instances, e), _half(upstreams, e)) for e in (True, False)]
     return Measured(_rates(instances, upstreams), *halves)
 

@@ -15,6 +15,7 @@ import pytest
 from scheduler.elastic_policy import (
     OUTCOMES, RETAINED_RISE, Capacity, Decision, ElasticPolicy, OperatorView, Sample,
     SampleHistory, decide, increase, learn, measure, needed, rising, sample_of, slope, view_of,
+    warming_up,
 )
 
 POLICY = ElasticPolicy(min_parallelism=1, max_parallelism=8, target_utilisation=0.8,
@@ -346,8 +347,10 @@ def test_a_backlog_growing_all_window_adds_one_even_when_the_rates_say_enough() 
     """A skewed partitioning: one instance busy all the time, the other 30%; the mean rates say
     two are enough (1,310 / (1,000 x 0.8) = 2), the queue that only grows says otherwise."""
     up = [Sample(float(t), 1300.0 * t, 1300.0 * t, 100.0 * t, 10.0 * t) for t in range(11)]
-    inst = {"q.f1": [Sample(float(t), 1000.0 * t, 1000.0 * t, 1000.0 * t) for t in range(11)],
-            "q.f2": [Sample(float(t), 300.0 * t, 300.0 * t, 300.0 * t) for t in range(11)]}
+    inst = {"q.f1": [Sample(float(t), 1000.0 * (t + 9), 1000.0 * (t + 9), 1000.0 * (t + 9))
+                     for t in range(11)],  # (t + 9): running before the window, warm
+            "q.f2": [Sample(float(t), 300.0 * (t + 9), 300.0 * (t + 9), 300.0 * (t + 9))
+                     for t in range(11)]}
     d = decide(OperatorView("q", "f", 2, inst, {"q.up": up}), POLICY, 10.0)
     assert (d.kind, d.target, d.reason, d.needed) == ("out", 3, "backlog", 2)
     assert "growing all window" in d.explanation and "so one more" in d.explanation
@@ -357,7 +360,8 @@ def test_a_queue_beside_idle_instances_is_not_theirs() -> None:
     """The upstream stalls (a new executor starting takes the cores): nothing reaches the
     instances, its source backlog grows all window. More instances would not drain it."""
     up = [Sample(float(t), 0.0, 0.0, 0.0, 2000.0 * t) for t in range(11)]
-    inst = {"q.f1": [Sample(float(t), 500.0 * t, 500.0 * t, 400.0 * t) for t in range(11)]}
+    inst = {"q.f1": [Sample(float(t), 500.0 * (t + 9), 500.0 * (t + 9), 400.0 * (t + 9))
+                     for t in range(11)]}
     d = decide(OperatorView("q", "f", 1, inst, {"q.up": up}), POLICY, 10.0)
     assert (d.kind, d.reason) == ("hold", "steady")
     assert d.rates is not None and d.rates.queued and not d.rates.pressed
@@ -379,7 +383,8 @@ def test_no_scale_in_while_the_backlog_drains() -> None:
 
 def test_the_backlog_counts_through_the_upstream_selectivity() -> None:
     up = [Sample(float(t), 2000.0 * t, 1000.0 * t, 100.0 * t, 1000.0 * t) for t in range(11)]
-    inst = {"q.f1": [Sample(float(t), 1000.0 * t, 1000.0 * t, 800.0 * t) for t in range(11)]}
+    inst = {"q.f1": [Sample(float(t), 1000.0 * (t + 9), 1000.0 * (t + 9), 800.0 * (t + 9))
+                     for t in range(11)]}
     measured = measure(OperatorView("q", "f", 1, inst, {"q.up": up}), POLICY, 10.0)
     assert not isinstance(measured, str)
     rates = measured.whole
@@ -531,3 +536,44 @@ def test_fuzz_random_histories_never_raise_and_stay_within_the_bounds() -> None:
                 d.rates.utilisation, d.rates.busiest))
         kinds.add(d.outcome)
     assert {"out", "in", "hold_no_data", "hold_cooldown"} <= kinds  # the fuzz reaches them
+
+
+# --- a starting instance ------------------------------------------------------------------------
+
+def starting_instance(t: int) -> Sample:
+    """Nothing until t=6, when a cold first micro-batch of 6,000 rows ends after 6 s busy
+    (500 rows per busy second at best); then 1,000 rows/s at 25 % busy (4,000 per busy s)."""
+    if t < 6:
+        return Sample(float(t), 0.0, 0.0, 0.0)
+    return Sample(float(t), 6000.0 + 1000.0 * (t - 6), 6000.0 + 1000.0 * (t - 6),
+                  6000.0 + 250.0 * (t - 6))
+
+
+def test_an_instance_is_not_measured_while_its_window_holds_its_first_micro_batch() -> None:
+    """At a query's start the first batch also starts Python workers and generates code, and
+    rows queue upstream meanwhile: read as the instance's rate, that asked for the maximum
+    parallelism before any load (benchmarks/elasticity.py). The policy waits until the first
+    batch has left the window, then measures the instance as it runs."""
+    up = [Sample(float(t), 1000.0 * t, 1000.0 * t, 100.0 * t, 0.0, float(min(t, 6) * 4))
+          for t in range(31)]
+    inst = [starting_instance(t) for t in range(31)]
+
+    def view(now: int) -> OperatorView:
+        return OperatorView("q", "f", 1, {"q.f1": inst[:now + 1]}, {"q.up": up[:now + 1]})
+
+    early = decide(view(10), ElasticPolicy(max_parallelism=3), 10.0)
+    assert (early.kind, early.reason) == ("hold", "no_data"), early.explanation
+    assert "first micro-batch of q.f1 (its first batch ended 4.0 s ago)" in early.explanation
+    later = decide(view(17), ElasticPolicy(max_parallelism=3), 17.0)
+    assert later.kind == "hold" and later.reason == "steady", later.explanation
+    assert later.rates is not None and later.rates.true_rate == pytest.approx(4000.0)
+
+
+def test_warming_up_names_only_the_tasks_whose_first_batch_is_in_the_window() -> None:
+    warm = [Sample(float(t), 10.0 * t, 10.0 * t, 5.0 * (t + 1)) for t in range(20)]
+    idle = [Sample(float(t), 0.0, 0.0, 0.0) for t in range(20)]
+    cold = [starting_instance(t) for t in range(20)]
+    tasks = {"a": warm, "b": idle, "c": cold}
+    assert warming_up(tasks, 5.0) == ["c (its first batch ended 13.0 s ago)"]
+    assert warming_up(tasks, 6.5) == []
+    assert warming_up({}, 0.0) == []

@@ -201,7 +201,8 @@ def test_elastic_decisions_are_counted_by_outcome() -> None:
     m = SchedulerMetrics()
     up = [Sample(float(t), 3000.0 * t, 3000.0 * t, 100.0 * t, backlog=2000.0 * t)
           for t in range(11)]  # rows wait longer all window: the instance fell behind
-    busy = {"q.f1": [Sample(float(t), 1000.0 * t, 1000.0 * t, 1000.0 * t) for t in range(11)]}
+    busy = {"q.f1": [Sample(float(t), 1000.0 * (t + 9), 1000.0 * (t + 9), 1000.0 * (t + 9))
+                     for t in range(11)]}  # (t + 9): running before the window
     view = OperatorView("q", "f", 1, busy, {"q.up": up})
     policy = ElasticPolicy(max_parallelism=8)
     for d in (decide(view, policy, 10.0), decide(view, policy, 30.0),
