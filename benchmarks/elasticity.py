@@ -2,9 +2,10 @@
 CPU-heavy keyed operator, and whether it keeps up, how fast, and how much it pauses.
 
 Owns this benchmark only (not a test; nothing in tests/ imports it). It runs one query it writes
-itself on the stack of tests/e2e_support.py (embedded master, one agent per instance slot: the
-partitioning places instances apart, the framework scheduler and its HTTP API, a real executor
-and SparkSession of 2 cores per agent, 127.0.0.1 only):
+itself on the stack of tests/e2e_support.py (embedded master, one agent per task: the
+generator's, the sink's and one per instance slot, each agent with room for its executor and one
+task; the framework scheduler and its HTTP API; a real executor and SparkSession of
+local[--spark-cores] per agent; 127.0.0.1 only):
 
     src := generator(sensor shape, paced)
       -> heavy := project partitioned by `sensor`, elastic="auto" min 1 max 3 (starts on 1)
@@ -80,6 +81,11 @@ GREEK = "".join(chr(c) for c in range(0x3B1, 0x3CA) if c != 0x3C2)  # alpha..ome
 LITERAL_CHARS = 3900  # + the rest of the expression stays under the language's 4,096
 HUMIDITY_BELOW = 50.0  # the cheap filter behind the heavy project keeps ~half
 SAMPLE_EVERY = 1.0  # s between status samples
+# Each agent offers an executor (0.5 cpus, ExecutorSpec's default) and one stateless task (0.5,
+# compiler.tasks.task_resources), so no two tasks share an executor: with local[1] two queries in
+# one SparkSession take turns on its one Spark core, and a generator beside a busy instance could
+# not make its rows (the 2026-11-24 runs in benchmarks/README.md).
+AGENT_CPUS = 1.0
 QUIET_HOLDS = ("steady", "cooldown")  # hold reasons only counted
 
 
@@ -105,6 +111,11 @@ class Plan:
     manual: bool
     spark_cores: int = 1  # Spark's local[N] in each executor
     max_parallelism: int = 3
+
+    @property
+    def agents(self) -> int:
+        """One agent per task: the generator's, the sink's and one per instance slot."""
+        return self.max_parallelism + 2
 
     @property
     def limit(self) -> int:
@@ -197,6 +208,7 @@ class StatusSampler:
         self.ticks: list[Tick] = []
         self.rescales: dict[str, dict[str, Any]] = {}
         self.decisions: list[tuple[float, dict[str, Any]]] = []
+        self.placements: set[tuple[str, str]] = set()  # (task, agent) seen running
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="status", daemon=True)
@@ -240,15 +252,18 @@ class StatusSampler:
             self.ticks.append(tick)
             for r in view["rescales"]:
                 self.rescales[r["request"]] = r
+            self.placements |= {(t["task_id"], t["agent_id"]) for t in tasks.values()
+                                if t.get("state") == "running" and t.get("agent_id")}
             d = tick.decision
             if d is not None and (not self.decisions or
                                   self.decisions[-1][1]["explanation"] != d["explanation"]):
                 self.decisions.append((tick.at, d))
 
-    def snapshot(self) -> tuple[list[Tick], list[dict[str, Any]], list[tuple[float, dict]]]:
+    def snapshot(self) -> tuple[list[Tick], list[dict[str, Any]], list[tuple[float, dict]],
+                                set[tuple[str, str]]]:
         with self._lock:
             rescales = sorted(self.rescales.values(), key=lambda r: r["asked_at"])
-            return list(self.ticks), rescales, list(self.decisions)
+            return list(self.ticks), rescales, list(self.decisions), set(self.placements)
 
     def latest(self) -> Tick | None:
         with self._lock:
@@ -269,6 +284,7 @@ class Run:
     rescales: list[dict[str, Any]] = field(default_factory=list)
     decisions: list[tuple[float, dict[str, Any]]] = field(default_factory=list)
     manual: list[tuple[int, float]] = field(default_factory=list)  # (to, s request -> applied)
+    placements: set[tuple[str, str]] = field(default_factory=set)  # (task, agent) seen running
     exact: bool = False
     diff: str = ""
     load: tuple[tuple[float, ...], tuple[float, ...]] = ((), ())
@@ -354,7 +370,8 @@ def run_once(stack: Stack, work: Path, plan: Plan, expected: Counter) -> Run:
             wait_until(lambda: (t := sampler.latest()) is not None and t.sunk >= plan.limit,
                        600, "the sink task to read every generated row", step=0.5)
             result.exact, result.diff = sink_matches(sink, plan, expected)
-            result.ticks, result.rescales, result.decisions = sampler.snapshot()
+            result.ticks, result.rescales, result.decisions, result.placements = \
+                sampler.snapshot()
     finally:
         stop_query(stack, QUERY)
     result.load = (result.load[0], os.getloadavg())
@@ -576,8 +593,8 @@ def report(runs: Sequence[Run], figs: Sequence[Figures], wall: float) -> str:
              f"{plan.fields} fields of "
              f"upper(<{LITERAL_CHARS} Greek letters>) per row, min 1 max "
              f"{plan.max_parallelism}, {mode} -> filter humidity < {HUMIDITY_BELOW:g} -> file "
-             f"sink; {plan.max_parallelism} agents (instances are placed apart), an executor "
-             f"with Spark local[{plan.spark_cores}] on each; {plan.rate:g} rows/s for "
+             f"sink; {plan.agents} agents of {AGENT_CPUS:g} cpus (one task each), an "
+             f"executor with Spark local[{plan.spark_cores}] on each; {plan.rate:g} rows/s for "
              f"{plan.steady:g} s, x{STEP} = {STEP * plan.rate:g} rows/s for ~{plan.step:g} s, "
              f"back to {plan.rate:g} rows/s; limit {plan.limit:,} rows",
              f"machine: {os.cpu_count()} cores; load average (1/5/15 min) at the start of each "
@@ -602,6 +619,8 @@ def report(runs: Sequence[Run], figs: Sequence[Figures], wall: float) -> str:
             f"{r['from']}->{r['to']} {r['trigger']} asked t={r['asked_at'] - run.step_at:+.1f} "
             f"s, pause {r['pause_s'] if r['pause_s'] is None else round(r['pause_s'], 2)} s, "
             f"{r['state']}" for r in run.rescales) + (f"; flaps {f.flaps}" if f.flaps else ""))
+        lines.append(f"run {n}: tasks ran on: " + ", ".join(
+            f"{task} {agent[-6:]}" for task, agent in sorted(run.placements)))
         if f.scale_in_reason:
             lines.append(f"run {n}: scale-in decision: {f.scale_in_reason}")
         lines.append(f"run {n}: decisions to move, and the first hold of each other reason "
@@ -649,8 +668,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     runs = []
     for repeat in range(args.repeats):
         with tempfile.TemporaryDirectory(prefix="elastiq-bench-elastic-") as tmp:
-            stack = start_stack(Path(tmp) / "stack", cpus_per_agent=2.5,
-                                agents=plan.max_parallelism, spark_cores=plan.spark_cores)
+            stack = start_stack(Path(tmp) / "stack", cpus_per_agent=AGENT_CPUS,
+                                agents=plan.agents, spark_cores=plan.spark_cores)
             try:
                 runs.append(run_once(stack, Path(tmp), plan, expected))
             finally:

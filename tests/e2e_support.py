@@ -198,11 +198,11 @@ def pythonpath() -> str:
 
 def disjoint_port_ranges(count: int, size: int = 16) -> tuple[tuple[int, int], ...]:
     """`count` runs of `size` free ports on 127.0.0.1 that do not overlap, one per agent."""
-    ranges: list[tuple[int, int]] = []
-    for i in range(count):
-        low = 20000 + i * 10000  # a band per agent, so the runs cannot overlap
-        ranges.append(free_port_range(size, low=low, high=low + 10000))
-    return tuple(ranges)
+    band = 40000 // max(1, count)  # a band per agent in 20000-60000, so the runs cannot overlap
+    if band < 4 * size:
+        raise ValueError(f"{count} agents of {size} ports do not fit in 20000-60000")
+    return tuple(free_port_range(size, low=20000 + i * band, high=20000 + (i + 1) * band)
+                 for i in range(count))
 
 
 def start_stack(work: Path, cpus_per_agent: float = 1.5, mem_per_agent: int = 8192,
