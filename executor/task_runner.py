@@ -170,38 +170,6 @@ class InputCounter:
         return self.total
 
 
-PROCESSING = "Processing new data"  # StreamingQuery.status message while a batch with data runs
-
-
-@dataclass
-class BusyClock:
-    """Busy time as the heartbeats report it: the executed batches' (`InputCounter.busy_ms`)
-    plus how long the batch still running has been seen processing, so an instance inside a
-    long micro-batch (a backlog read at once) is not reported idle until the batch ends. Never
-    goes back: a finished batch's own duration is at least the part of it seen running."""
-
-    counted: int = -1  # the executed batches' busy ms when the running batch was first seen
-    since: float = 0.0  # when it was first seen (monotonic seconds)
-    reported: int = 0
-
-    def busy_ms(self, counted: int, processing: bool, now: float) -> int:
-        """`counted`: executed batches' busy ms; `processing`: a batch with data runs now. A
-        change of `counted` means a batch ended since, so one that runs now is another."""
-        if not processing:
-            self.counted, running = -1, 0
-        else:
-            if counted != self.counted:
-                self.counted, self.since = counted, now
-            running = int(max(0.0, now - self.since) * 1000)
-        self.reported = max(self.reported, counted + running)
-        return self.reported
-
-
-def processing(status: Mapping[str, Any]) -> bool:
-    """Whether a `StreamingQuery.status` says a micro-batch with data is running."""
-    return bool(status.get("isTriggerActive")) and status.get("message") == PROCESSING
-
-
 def watermark_of(progress: Mapping[str, Any]) -> int:
     """The watermark a progress report shows (`eventTime.watermark`, ISO-8601), in ms since
     the epoch; -1 when it has none (a query without event time, or before its first rows)."""
@@ -281,7 +249,6 @@ class TaskRunner:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._counted = InputCounter()
-        self._busy = BusyClock()
         self._out_before = 0  # rows the sinks of earlier runs (restarts, rebuilds) wrote
         self._rebuild = threading.Lock()  # held while the query is replaced (restart, control)
         self.params_version = int(self.kwargs.pop("params_version", 0))
@@ -311,9 +278,7 @@ class TaskRunner:
         out = self._out_before + (rt.sink.rows_out if rt and rt.sink else 0)
         recent = query.recentProgress
         tuples_in = self._counted.add(recent)
-        busy = self._busy.busy_ms(self._counted.busy_ms, processing(query.status),
-                                  time.monotonic())
-        metrics = metrics_from(progress, len(recent), out, tuples_in, busy)
+        metrics = metrics_from(progress, len(recent), out, tuples_in, self._counted.busy_ms)
         lag = rt.backlog() if rt is not None else None
         routed = getattr(getattr(rt.sink, "schedule", None), "max_seen", None) if rt else None
         if routed is not None:

@@ -265,30 +265,3 @@ def test_a_generator_backlog_comes_in_bounded_micro_batches(tmp_path) -> None:
     restarted = sources.GeneratorReader(config)
     assert restarted.latestOffset() == {"index": 2 * cap}
     assert start == {"index": 0}
-
-
-def test_a_running_batch_counts_as_busy_before_it_ends_and_busy_never_goes_back() -> None:
-    """A long micro-batch (an instance reading a backlog at once) reads as busy while it runs,
-    not only when it ends; the batch's own duration then replaces what was seen of it."""
-    from executor.task_runner import BusyClock
-
-    clock = BusyClock()
-    assert clock.busy_ms(1000, False, 10.0) == 1000  # idle after batches worth 1 s
-    assert clock.busy_ms(1000, True, 11.0) == 1000  # a batch seen running from now on
-    assert clock.busy_ms(1000, True, 14.5) == 4500  # 3.5 s of it so far
-    assert clock.busy_ms(1000, True, 20.0) == 10000
-    assert clock.busy_ms(10000, False, 21.0) == 10000  # it took 9 s of its own: no step back
-    assert clock.busy_ms(21000, True, 22.0) == 21000  # it took 20 s; the next one starts
-    assert clock.busy_ms(21000, True, 23.0) == 22000
-    # a batch that ended between two reads and the next one already running: a new batch
-    assert clock.busy_ms(21500, True, 24.0) == 22000  # not 21,500 + 3,000 seen of the old one
-    assert clock.busy_ms(21500, True, 25.0) == 22500
-
-
-def test_only_a_trigger_processing_data_is_a_running_batch() -> None:
-    from executor.task_runner import processing
-
-    assert processing({"isTriggerActive": True, "message": "Processing new data"})
-    assert not processing({"isTriggerActive": True, "message": "Getting offsets from x"})
-    assert not processing({"isTriggerActive": False, "message": "Waiting for data to arrive"})
-    assert not processing({})
