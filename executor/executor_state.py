@@ -91,6 +91,7 @@ class TaskFigures:
     channel_blocked_ms: int = 0  # how long its channel sink has waited for backup room
     channel_readerless_ms: int = 0  # ... and how long that channel has had no reader
     busy_ms: int = 0  # time spent in micro-batches, cumulative over the runner's runs
+    running_ms: int = 0  # how long the micro-batch running now has run (0: none runs)
     watermark_ms: int = -1  # the query's event-time watermark (-1: none)
     routed_ms: int = -1  # a stateful splitter's largest event time routed (-1: none)
     # channel id -> batches its writer keeps for readers that have not acknowledged them
@@ -543,7 +544,8 @@ class ExecutorState:
         state = task.runner_state if task.phase == "running" else task.phase
         return {"state": state, "tuples_in": m.tuples_in, "tuples_out": m.tuples_out,
                 "batches": m.batches, "batch_ms": m.batch_ms, "backlog": m.backlog,
-                "latency_ms": m.latency_ms, "busy_ms": m.busy_ms, "restarts": task.restarts,
+                "latency_ms": m.latency_ms, "busy_ms": m.busy_ms, "running_ms": m.running_ms,
+                "restarts": task.restarts,
                 "watermark_ms": m.watermark_ms, "routed_ms": m.routed_ms,
                 "channel_blocked_ms": m.channel_blocked_ms,
                 "channel_readerless_ms": m.channel_readerless_ms,

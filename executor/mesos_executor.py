@@ -140,6 +140,7 @@ def figures_of(metrics: Any, blocked: tuple[float, float] = (0.0, 0.0),
     return TaskFigures(int(metrics.tuples_in), int(metrics.tuples_out), int(metrics.batches),
                        int(metrics.batch_ms), int(metrics.backlog), int(metrics.latency_ms),
                        busy_ms=int(metrics.busy_ms),
+                       running_ms=int(metrics.running_ms),
                        watermark_ms=int(getattr(metrics, "watermark_ms", -1)),
                        routed_ms=int(getattr(metrics, "routed_ms", -1)), **waits)
 

@@ -63,6 +63,7 @@ class TaskMetrics:
     busy_ms: int = 0  # time spent in micro-batches since the runner started (all runs)
     watermark_ms: int = -1  # the query's event-time watermark (ms since the epoch; -1: none)
     routed_ms: int = -1  # a stateful splitter's largest event time routed (ms; -1: none)
+    running_ms: int = 0  # how long the micro-batch with data running now has run (0: none)
 
 
 @dataclass(frozen=True)
@@ -170,6 +171,36 @@ class InputCounter:
         return self.total
 
 
+PROCESSING = "Processing new data"  # StreamingQuery.status message while a batch with data runs
+
+
+def processing(status: Mapping[str, Any]) -> bool:
+    """Whether a `StreamingQuery.status` says a micro-batch with data is running (pure)."""
+    return bool(status.get("isTriggerActive")) and status.get("message") == PROCESSING
+
+
+@dataclass
+class RunningClock:
+    """How long the micro-batch running now has been seen running: from the first read that
+    saw it to `now`. Busy time (`InputCounter.busy_ms`) counts a batch only when it ends, so an
+    instance reading a backlog in one long batch would look idle until then; this figure lets
+    the policy see it busy, while its true rate stays over finished batches. A lower bound: a
+    batch is seen at most one read after it starts."""
+
+    counted: int = -1  # the executed batches' busy ms when the running batch was first seen
+    since: float = 0.0  # when it was first seen (monotonic seconds)
+
+    def running_ms(self, counted: int, running: bool, now: float) -> int:
+        """`counted`: executed batches' busy ms so far; `running`: a batch with data runs now.
+        A change of `counted` means a batch ended since, so one running now is another."""
+        if not running:
+            self.counted = -1
+            return 0
+        if counted != self.counted:
+            self.counted, self.since = counted, now
+        return int(max(0.0, now - self.since) * 1000)
+
+
 def watermark_of(progress: Mapping[str, Any]) -> int:
     """The watermark a progress report shows (`eventTime.watermark`, ISO-8601), in ms since
     the epoch; -1 when it has none (a query without event time, or before its first rows)."""
@@ -249,6 +280,7 @@ class TaskRunner:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._counted = InputCounter()
+        self._running = RunningClock()
         self._out_before = 0  # rows the sinks of earlier runs (restarts, rebuilds) wrote
         self._rebuild = threading.Lock()  # held while the query is replaced (restart, control)
         self.params_version = int(self.kwargs.pop("params_version", 0))
@@ -279,6 +311,9 @@ class TaskRunner:
         recent = query.recentProgress
         tuples_in = self._counted.add(recent)
         metrics = metrics_from(progress, len(recent), out, tuples_in, self._counted.busy_ms)
+        running = self._running.running_ms(self._counted.busy_ms, processing(query.status),
+                                           time.monotonic())
+        metrics = replace(metrics, running_ms=running)
         lag = rt.backlog() if rt is not None else None
         routed = getattr(getattr(rt.sink, "schedule", None), "max_seen", None) if rt else None
         if routed is not None:

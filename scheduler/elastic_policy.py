@@ -19,7 +19,9 @@ capacity that is at most the real one, so neither is fooled by the fixed cost:
   `Decision`: scale out, scale in or hold, the target parallelism, a bounded reason class, the
   measured `Rates`, the operator's `Capacity` after this window (`learn`) and an explanation
   with the numbers; `warming_up` names the instances whose first micro-batch (a cold one:
-  Python workers, code generation) is still inside the window, which is not measured.
+  Python workers, code generation) is still inside the window, which is not measured. Busy
+  fractions count the batch running now (`busy_in`: a heartbeat's `running_ms`), true rates
+  only finished batches (a batch's rows are counted when it ends).
 Reads no clock (the caller passes `now`, the same clock as the samples' `at`) and does no I/O.
 Does not own when it is asked or how a decision is applied (the scheduler and the rescale
 mechanism), nor the metrics that count decisions (`scheduler.metrics`).
@@ -36,11 +38,12 @@ from common.messages import retained_of
 DecisionKind = Literal["out", "in", "hold"]
 # why: "load" (the model's need), "backlog" (a queue grew all window), "bounds" (min/max),
 # "steady" (the current parallelism fits), "settling" (the need changed inside the window),
-# "cooldown", "no_data", "draining"
+# "cooldown", "no_data", "draining", "catching_up" (an instance is still in one micro-batch that
+# began before the window: the rows queued meanwhile wait for its end)
 Reason = Literal["load", "backlog", "bounds", "steady", "settling", "cooldown", "no_data",
-                 "draining"]
+                 "draining", "catching_up"]
 REASONS: tuple[str, ...] = ("load", "backlog", "bounds", "steady", "settling", "cooldown",
-                            "no_data", "draining")
+                            "no_data", "draining", "catching_up")
 NEED_CAP = 1_000_000  # a need above any parallelism, so huge or odd figures stay integers
 MAX_FIGURE = 1e15  # no counter of a task reaches this; bounding them keeps the sums finite
 MAX_TIME = 1e12  # seconds, either side of the clock's zero
@@ -53,8 +56,9 @@ RETAINED_RISE = 5.0  # batches: less is acknowledgements' ebb and flow (or a sta
 @dataclass(frozen=True)
 class Sample:
     """One task's cumulative figures at time `at` (seconds, the scheduler's clock): rows in and
-    out, milliseconds spent in micro-batches, its sources' backlog (offsets not yet read) and
-    the batches its channel writers retain (sent, not yet acknowledged by every reader)."""
+    out, milliseconds spent in finished micro-batches, its sources' backlog (offsets not yet
+    read), the batches its channel writers retain (sent, not yet acknowledged by every reader)
+    and, not cumulative, how long its micro-batch running now has run (`running_ms`, 0: none)."""
 
     at: float
     tuples_in: float
@@ -62,6 +66,7 @@ class Sample:
     busy_ms: float
     backlog: float = 0.0
     retained: float = 0.0
+    running_ms: float = 0.0
 
     def __post_init__(self) -> None:
         for name, value in asdict(self).items():
@@ -84,7 +89,8 @@ def sample_of(at: float, figures: Mapping[str, Any]) -> Sample | None:
     try:
         return Sample(at, *(figures[name] for name in SAMPLE_FIGURES),
                       backlog=figures.get("backlog", 0.0),
-                      retained=float(sum(retained_of(figures).values())))
+                      retained=float(sum(retained_of(figures).values())),
+                      running_ms=figures.get("running_ms", 0.0))
     except (ValueError, TypeError):
         return None
 
@@ -228,6 +234,9 @@ class Rates:
     utilisation: float  # mean over the instances
     busiest: float  # the busiest instance's
     window: float  # seconds the samples covered (the shortest task's span)
+    # the longest an instance that ended no batch in the window has been in the one it runs
+    # (seconds; 0: every instance ended a batch in the window, or runs none)
+    in_one_batch: float = 0.0
 
     @property
     def queued(self) -> bool:
@@ -384,22 +393,42 @@ def _upstream_rates(windows: Mapping[str, list[Sample]]
     return out, scaled, raw, backlog, grew, retained, rose
 
 
+def busy_in(window: Sequence[Sample]) -> float:
+    """Seconds of `window` its task spent in micro-batches: the finished batches' time, plus
+    the running batch's at the end, less the part of the batch running at the start that came
+    before the window (within [0, span])."""
+    finished = increase([s.busy_ms for s in window])
+    running = window[-1].running_ms - window[0].running_ms
+    return min(_span(window), max(0.0, (finished + running) / 1000.0))
+
+
+def in_one_batch(window: Sequence[Sample]) -> float:
+    """Seconds the task has been in the micro-batch it runs at the end of `window` when no
+    batch of it ended in the window (rows that queued meanwhile wait for that batch's end, so
+    the queue says nothing yet of what it can do); 0 otherwise."""
+    if increase([s.busy_ms for s in window]) > 0:
+        return 0.0
+    return window[-1].running_ms / 1000.0
+
+
 def _instance_rates(windows: Mapping[str, list[Sample]]) -> tuple[float, float | None, float,
-                                                                    float]:
-    """(rows read per s, true rate per instance or None, mean and max busy fraction)."""
+                                                                    float, float]:
+    """(rows read per s, true rate per instance or None, mean and max busy fraction, the
+    longest `in_one_batch`). The true rate is over finished batches only: a batch's rows are
+    counted when it ends, so its time is too; the busy fractions count the running batch."""
     rows = busy = 0.0
     processed, fractions = 0.0, []
     for window in windows.values():
         task_rows = increase([s.tuples_in for s in window])
-        task_busy = increase([s.busy_ms for s in window]) / 1000.0
-        rows, busy = rows + task_rows, busy + task_busy
+        rows, busy = rows + task_rows, busy + increase([s.busy_ms for s in window]) / 1000.0
         processed += task_rows / _span(window)
-        fractions.append(min(1.0, task_busy / _span(window)))
+        fractions.append(busy_in(window) / _span(window))
     # busy without a row read (a query starting, a micro-batch's fixed cost) says nothing of
     # what an instance can do: no true rate, as when it was never busy
     true_rate = rows / busy if busy > 0 and rows > 0 else None
     mean = sum(fractions) / len(fractions) if fractions else 0.0
-    return processed, true_rate, mean, max(fractions, default=0.0)
+    longest = max((in_one_batch(w) for w in windows.values()), default=0.0)
+    return processed, true_rate, mean, max(fractions, default=0.0), longest
 
 
 @dataclass(frozen=True)
@@ -416,12 +445,13 @@ class Measured:
 def _rates(instances: Mapping[str, list[Sample]], upstreams: Mapping[str, list[Sample]]
            ) -> Rates:
     out, scaled, raw, backlog, grew, retained, rose = _upstream_rates(upstreams)
-    processed, true_rate, mean, busiest = _instance_rates(instances)
+    processed, true_rate, mean, busiest, longest = _instance_rates(instances)
     window = min(_span(w) for w in [*instances.values(), *upstreams.values()])
     return Rates(arrival=max(0.0, out + scaled), upstream_out=out, backlog_slope=raw,
                  backlog=backlog, backlog_growing=grew, retained=retained,
                  retained_rising=rose, processed=processed,
-                 true_rate=true_rate, utilisation=mean, busiest=busiest, window=window)
+                 true_rate=true_rate, utilisation=mean, busiest=busiest, window=window,
+                 in_one_batch=longest)
 
 
 def _middle(window: Sequence[Sample]) -> int:
@@ -510,7 +540,9 @@ def describe(rates: Rates) -> str:
     return (f"over {rates.window:.1f} s: arrival {rates.arrival:,.0f} rows/s (upstream out "
             f"{rates.upstream_out:,.0f} rows/s, {backlog}, {retained}), processed "
             f"{rates.processed:,.0f} rows/s, true rate per instance {rate}, busy "
-            f"{rates.utilisation:.0%} on average and {rates.busiest:.0%} at most")
+            f"{rates.utilisation:.0%} on average and {rates.busiest:.0%} at most" +
+            (f", one instance {rates.in_one_batch:.1f} s into a micro-batch it has not ended"
+             if rates.in_one_batch > 0 else ""))
 
 
 def _decision(view: OperatorView, kind: DecisionKind, target: int, reason: Reason, why: str,
@@ -575,7 +607,9 @@ def _formula(measured: Measured, capacity: Capacity, utilisation: float,
 def _decide_on(view: OperatorView, policy: ElasticPolicy, measured: Measured,
                capacity: Capacity | None) -> Decision:
     """The decision once the window's rates and the capacity are known. Rows waiting longer
-    all window (`Rates.pressed`) scale out to the recent half's need, at least one more. A
+    all window (`Rates.pressed`) scale out to the recent half's need, at least one more; but
+    while an instance ended no batch in the window, the queue is that batch's and only the
+    need counts (`catching_up`, as after a scale-in, when the rest read the backlog). A
     capacity measured under pressure also scales out before a queue shows, when both halves of
     the window need more (a step of load in the early half leaves the recent half wholly after
     it, so the target is right in one step). A capacity that is only a lower bound gives needs
@@ -591,6 +625,12 @@ def _decide_on(view: OperatorView, policy: ElasticPolicy, measured: Measured,
                          measured)
     needs = _needs(measured, capacity, target_u)
     formula = _formula(measured, capacity, target_u, needs)
+    if rates.pressed and needs[2] <= n and rates.in_one_batch > 0:
+        return _decision(view, "hold", n, "catching_up", f"{formula}; rows waited longer all "
+                         f"window, but an instance has been in one micro-batch for "
+                         f"{rates.in_one_batch:.1f} s and ended none in the window: what "
+                         f"queued meanwhile waits for that batch's end, which shows whether "
+                         f"the instances keep up; {numbers}", measured, needs[2], capacity)
     if rates.pressed:
         why = formula if needs[2] > n else \
             f"{formula}, but rows waited longer all window, so one more"
@@ -647,6 +687,6 @@ def _scale_in(view: OperatorView, policy: ElasticPolicy, measured: Measured,
 
 
 __all__ = ["Sample", "sample_of", "SampleHistory", "ElasticPolicy", "Capacity", "OperatorView",
-           "view_of", "Rates", "learn", "rising",
+           "view_of", "Rates", "learn", "rising", "busy_in", "in_one_batch",
            "Measured", "Decision", "decide", "measure", "needed", "increase", "slope", "OUTCOMES",
            "REASONS"]

@@ -251,7 +251,7 @@ def test_every_decision_and_the_rescale_are_counted_once_in_the_metrics(cluster:
     counted = {o: value("elastiq_elastic_decisions_total", outcome=o)
                for o in ("out", "in", "hold_steady", "hold_settling", "hold_no_data",
                          "hold_cooldown", "hold_draining", "hold_bounds", "hold_backlog",
-                         "hold_load")}
+                         "hold_catching_up", "hold_load")}
     assert sum(counted.values()) == decisions.decided > 0
     assert counted["out"] == 1 and counted["in"] == 0
     capacity = decisions.latest["f"].capacity  # what the policy learnt, and the gauge shows

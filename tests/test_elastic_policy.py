@@ -14,8 +14,8 @@ import pytest
 
 from scheduler.elastic_policy import (
     OUTCOMES, RETAINED_RISE, Capacity, Decision, ElasticPolicy, OperatorView, Sample,
-    SampleHistory, decide, increase, learn, measure, needed, rising, sample_of, slope, view_of,
-    warming_up,
+    SampleHistory, busy_in, decide, in_one_batch, increase, learn, measure, needed, rising,
+    sample_of, slope, view_of, warming_up,
 )
 
 POLICY = ElasticPolicy(min_parallelism=1, max_parallelism=8, target_utilisation=0.8,
@@ -368,6 +368,55 @@ def test_a_queue_beside_idle_instances_is_not_theirs() -> None:
     assert "busy only 40% of the time: the queue is not the instances'" in d.explanation
 
 
+def _in_one_batch(running: bool) -> dict[str, list[Sample]]:
+    """An instance that ended no batch in the window (rows and busy time stay put): its
+    heartbeats say the batch it runs began 5 s before the window (`running`), or, as before
+    heartbeats carried `running_ms`, say nothing of it."""
+    return {"q.f1": [Sample(float(t), 9000.0, 9000.0, 9000.0,
+                            running_ms=1000.0 * (t + 5) if running else 0.0)
+                     for t in range(11)]}
+
+
+def test_an_instance_inside_one_long_batch_is_busy_and_the_queue_waits_for_its_end() -> None:
+    """After a scale-in the instance left reads the backlog in one long micro-batch; rows queue
+    upstream meanwhile. It is busy, but the queue is that batch's: at a measured capacity that
+    carries the load, no scale-out; the policy waits for the batch's end."""
+    up = [Sample(float(t), 500.0 * t, 500.0 * t, 100.0 * t, 300.0 * t) for t in range(11)]
+    carries = Capacity(2000.0, True, 0.0)  # ceil(800 / (2,000 x 0.8)) = 1
+    d = decide(OperatorView("q", "f", 1, _in_one_batch(True), {"q.up": up}, None, carries),
+               POLICY, 10.0)
+    assert (d.kind, d.reason, d.needed) == ("hold", "catching_up", 1)
+    assert d.rates is not None and d.rates.busiest == 1.0 and d.rates.in_one_batch == 15.0
+    assert "in one micro-batch for 15.0 s" in d.explanation
+    assert "15.0 s into a micro-batch it has not ended" in d.explanation
+    # the same heartbeats without the running batch's time read as an idle instance
+    blind = decide(OperatorView("q", "f", 1, _in_one_batch(False), {"q.up": up}, None, carries),
+                   POLICY, 10.0)
+    assert (blind.kind, blind.reason) == ("hold", "steady")
+    assert blind.rates is not None and blind.rates.busiest == 0.0
+    assert "the queue is not the instances'" in blind.explanation
+    # a capacity that does not carry the load still scales out, batch or not
+    short = Capacity(500.0, True, 0.0)  # ceil(800 / (500 x 0.8)) = 2
+    out = decide(OperatorView("q", "f", 1, _in_one_batch(True), {"q.up": up}, None, short),
+                 POLICY, 10.0)
+    assert (out.kind, out.target, out.reason) == ("out", 2, "load")
+
+
+def test_busy_time_in_a_window_counts_the_running_batch_and_not_what_came_before() -> None:
+    # a batch 3 s in at the start ends at t=2 (5 s in all), idle, then one runs from t=8
+    window = [Sample(0.0, 0.0, 0.0, 1000.0, running_ms=3000.0),
+              Sample(2.0, 50.0, 50.0, 6000.0),
+              Sample(8.0, 50.0, 50.0, 6000.0),
+              Sample(10.0, 50.0, 50.0, 6000.0, running_ms=2000.0)]
+    assert busy_in(window) == pytest.approx(4.0)  # 2 s of the first batch, 2 s of the last
+    assert in_one_batch(window) == 0.0  # a batch ended in the window
+    # a heartbeat that saw the running batch late never makes the time negative or > span
+    assert busy_in([Sample(0.0, 0, 0, 0, running_ms=9000.0), Sample(1.0, 0, 0, 0)]) == 0.0
+    assert busy_in([Sample(0.0, 0, 0, 0), Sample(1.0, 0, 0, 0, running_ms=9000.0)]) == 1.0
+    assert in_one_batch([Sample(0.0, 0, 0, 7.0, running_ms=100.0),
+                         Sample(4.0, 0, 0, 7.0, running_ms=4100.0)]) == pytest.approx(4.1)
+
+
 def test_no_scale_in_while_the_backlog_drains() -> None:
     op = Operator(1, 1000.0)
     op.run(3200.0, 60)  # a backlog of 60 x 2200 = 132,000 rows
@@ -427,6 +476,10 @@ def test_sample_of_reads_heartbeat_figures_and_refuses_what_is_not_a_sample() ->
     figures = {"tuples_in": 10.0, "tuples_out": 9.0, "busy_ms": 300.0, "backlog": 4.0,
                "batch_ms": 12.0}
     assert sample_of(5.0, figures) == Sample(5.0, 10.0, 9.0, 300.0, 4.0)
+    assert sample_of(5.0, {**figures, "running_ms": 700.0}) == \
+        Sample(5.0, 10.0, 9.0, 300.0, 4.0, running_ms=700.0)
+    for bad in (math.nan, -1.0, "7"):
+        assert sample_of(5.0, {**figures, "running_ms": bad}) is None, bad
     assert sample_of(5.0, {"tuples_in": 1.0, "tuples_out": 1.0}) is None  # no busy time
     for bad in (math.nan, math.inf, -1.0, 1e16, True, "12"):
         assert sample_of(5.0, {**figures, "busy_ms": bad}) is None, bad
@@ -498,7 +551,8 @@ def _random_samples(rng: random.Random, now: float) -> list[Sample]:
         figs = [min(f, 1e15) for f in figs]
         figs[3] = rng.choice([0.0, rng.uniform(0, 1e6), figs[3]])
         retained = rng.choice([0.0, float(len(samples)), rng.uniform(0, 1e4)])
-        samples.append(Sample(round(t, 3), *figs, retained=retained))
+        running = rng.choice([0.0, 0.0, rng.uniform(0, 1e5), rng.uniform(0, 1e15)])
+        samples.append(Sample(round(t, 3), *figs, retained=retained, running_ms=running))
     if rng.random() < 0.1:
         rng.shuffle(samples)  # a view built by hand may hold them in any order
     return samples
@@ -533,7 +587,8 @@ def test_fuzz_random_histories_never_raise_and_stay_within_the_bounds() -> None:
         if d.rates is not None:
             assert all(math.isfinite(v) and v >= 0 for v in (
                 d.rates.arrival, d.rates.upstream_out, d.rates.processed,
-                d.rates.utilisation, d.rates.busiest))
+                d.rates.utilisation, d.rates.busiest, d.rates.in_one_batch))
+            assert d.rates.busiest <= 1.0
         kinds.add(d.outcome)
     assert {"out", "in", "hold_no_data", "hold_cooldown"} <= kinds  # the fuzz reaches them
 

@@ -39,6 +39,7 @@ class Metrics:
     backlog: int = 0
     latency_ms: int = 120
     busy_ms: int = 240
+    running_ms: int = 700
 
 
 class StandInRunner:
@@ -154,6 +155,7 @@ def test_launch_run_heartbeat_kill(harness: Harness) -> None:
     assert beat["kind"] == "heartbeat" and beat["executor_id"] == "exec-1"
     assert beat["tasks"]["q.t0.a1"]["tuples_out"] == 3
     assert beat["tasks"]["q.t0.a1"]["busy_ms"] == 240
+    assert beat["tasks"]["q.t0.a1"]["running_ms"] == 700
     assert beat["tasks"]["q.t0.a1"]["state"] == "running"
     harness.callbacks.killTask(None, {"value": "q.t0.a1"})
     wait_for(lambda: "TASK_KILLED" in harness.driver.states_of("q.t0.a1"))

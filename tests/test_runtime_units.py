@@ -216,6 +216,34 @@ def test_an_idle_trigger_neither_counts_nor_claims_the_next_batch_id() -> None:
     assert (counter.total, counter.busy_ms) == (3, 1328)
 
 
+def test_running_clock_times_the_batch_running_now_from_when_it_was_first_seen() -> None:
+    from executor.task_runner import RunningClock
+
+    clock = RunningClock()
+    assert clock.running_ms(counted=0, running=False, now=10.0) == 0
+    assert clock.running_ms(counted=0, running=True, now=11.0) == 0  # first seen now
+    assert clock.running_ms(counted=0, running=True, now=14.5) == 3500
+    # the batch ended (its time joined the counted busy time) and another runs: timed anew
+    assert clock.running_ms(counted=3900, running=True, now=15.0) == 0
+    assert clock.running_ms(counted=3900, running=True, now=15.25) == 250
+    assert clock.running_ms(counted=4200, running=False, now=16.0) == 0
+    # idle between two batches with the same counted time (a read missed the end): anew
+    assert clock.running_ms(counted=4200, running=True, now=17.0) == 0
+    assert clock.running_ms(counted=4200, running=True, now=16.0) == 0  # never negative
+
+
+def test_only_a_trigger_processing_new_data_counts_as_running() -> None:
+    from executor.task_runner import processing
+
+    assert processing({"isTriggerActive": True, "message": "Processing new data",
+                       "isDataAvailable": True})
+    assert not processing({"isTriggerActive": False, "message": "Processing new data"})
+    assert not processing({"isTriggerActive": True, "message": "Getting offsets from x"})
+    assert not processing({"isTriggerActive": True,
+                           "message": "No new data but cleaning up state"})
+    assert not processing({})
+
+
 def test_metrics_carry_the_busy_time_they_are_given() -> None:
     from executor.task_runner import metrics_from
 

@@ -1,0 +1,61 @@
+"""Spark layer, what a running task reports: `TaskRunner.metrics()` read from a real query in the
+shared session. The figure checked here is the running micro-batch's time (`running_ms`): seen
+above 0 while a batch runs, and never more than that batch's own duration once it ends (the
+busy time it then adds), so the elastic policy's busy fractions never count time that was not
+spent in a batch."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from executor.task_runner import TaskRunner
+
+pytestmark = pytest.mark.spark
+
+PROGRAM = '''
+from common.types import Schema
+SEQ = Schema.of(("id", "int"), ("ts", "timestamp"), ("key", "string"), ("value", "double"))
+def build(rt):
+    rt.generator(op="src", output="nums", schema=SEQ, shape="sequence", seed=5, rate=2000.0,
+                 limit=None, start="2024-01-01T00:00:00Z")
+    rt.filter(op="keep", input="nums", output="kept", condition="nums.id % 7 = 0")
+    rt.file_sink(op="sink", input="kept", path=OUT)
+'''
+
+
+def test_the_running_batch_is_reported_and_never_outlasts_the_batch_it_times(
+        spark: Any, tmp_path: Path) -> None:
+    program = tmp_path / "program.py"
+    program.write_text(f"OUT = {str(tmp_path / 'kept.jsonl')!r}\n" + PROGRAM, encoding="utf-8")
+    runner = TaskRunner(spark, program, {"query_id": "q", "task_id": "metrics",
+                                         "checkpoint_dir": str(tmp_path / "ck"),
+                                         "trigger_seconds": 0.0})
+    seen: list[tuple[int, int]] = []  # (busy ms of the finished batches, running ms), running
+    try:
+        runner.start()
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and len({busy for busy, _ in seen}) < 3:
+            metrics = runner.metrics()
+            if metrics is not None and metrics.running_ms > 0:
+                seen.append((metrics.busy_ms, metrics.running_ms))
+            time.sleep(0.01)
+        assert len({busy for busy, _ in seen}) >= 3, \
+            f"saw a batch running in fewer than 3 batches within 120 s: {seen}"
+        final = None
+        while time.monotonic() < deadline + 60:
+            metrics = runner.metrics()
+            if metrics is not None and metrics.busy_ms > max(busy for busy, _ in seen):
+                final = metrics.busy_ms
+                break
+            time.sleep(0.05)
+        assert final is not None, "the last batch seen running never ended"
+    finally:
+        runner.stop()
+    for busy, running in seen:
+        ended = [b for b, _ in seen if b > busy] + [final]
+        # the batch seen running added its whole duration to the busy time when it ended
+        assert min(ended) - busy >= running, (busy, running, seen)
