@@ -302,18 +302,22 @@ class TaskRunner:
             return self._status
 
     def metrics(self) -> TaskMetrics | None:
+        """What the query measured; None before its first micro-batch ends, unless that batch
+        is running (its `running_ms` shows a starting instance at work)."""
         rt = self.runtime
         query = rt.query if rt else None
-        progress = query.lastProgress if query is not None else None
-        if not progress:
+        if query is None:
             return None
-        out = self._out_before + (rt.sink.rows_out if rt and rt.sink else 0)
-        recent = query.recentProgress
+        progress = query.lastProgress
+        recent = query.recentProgress if progress else []
         tuples_in = self._counted.add(recent)
-        metrics = metrics_from(progress, len(recent), out, tuples_in, self._counted.busy_ms)
         running = self._running.running_ms(self._counted.busy_ms, processing(query.status),
                                            time.monotonic())
-        metrics = replace(metrics, running_ms=running)
+        if not progress and not running:
+            return None
+        out = self._out_before + (rt.sink.rows_out if rt.sink else 0)
+        metrics = replace(metrics_from(progress or {}, len(recent), out, tuples_in,
+                                       self._counted.busy_ms), running_ms=running)
         lag = rt.backlog() if rt is not None else None
         routed = getattr(getattr(rt.sink, "schedule", None), "max_seen", None) if rt else None
         if routed is not None:

@@ -356,13 +356,16 @@ def _windows(tasks: Mapping[str, Sequence[Sample]], now: float, policy: ElasticP
 
 
 def warming_up(tasks: Mapping[str, Sequence[Sample]], since: float) -> list[str]:
-    """The tasks whose first micro-batch ended after `since`: an earlier sample shows no busy
-    time yet, and a later one at or after `since` the first (pure). A task whose retained samples
-    all show busy time (it ran before them) is warm."""
+    """The tasks whose first micro-batch ended after `since` (an earlier sample shows no busy
+    time yet, and a later one at or after `since` the first), or runs now (no sample shows busy
+    time, the last a batch running) (pure). A task whose retained samples all show busy time (it
+    ran before them) is warm; one that never ran a batch and runs none is idle, not starting."""
     cold = []
     for key, samples in sorted(tasks.items()):
         first = next((i for i, s in enumerate(samples) if s.busy_ms > 0), None)
-        if first is not None and first > 0 and samples[first].at >= since:
+        if first is None and samples and samples[-1].running_ms > 0:
+            cold.append(f"{key} (its first batch has run {samples[-1].running_ms / 1000:.1f} s)")
+        elif first is not None and first > 0 and samples[first].at >= since:
             cold.append(f"{key} (its first batch ended {samples[-1].at - samples[first].at:.1f} "
                         f"s ago)")
     return cold

@@ -632,3 +632,25 @@ def test_warming_up_names_only_the_tasks_whose_first_batch_is_in_the_window() ->
     assert warming_up(tasks, 5.0) == ["c (its first batch ended 13.0 s ago)"]
     assert warming_up(tasks, 6.5) == []
     assert warming_up({}, 0.0) == []
+
+
+def test_a_new_instance_inside_its_first_batch_holds_the_measure() -> None:
+    """A scale-out's new instance starts its JVM's Python workers and generates code in its
+    first batch, on cores the others share, so their batches slow down meanwhile (1 -> 2 -> 3 at
+    40 rows/s in benchmarks/elasticity.py, 2026-11-27, measured 25 rows/s per instance then).
+    Its heartbeats show the batch running before any has ended: not measured until it ends."""
+    up = [Sample(float(t), 40.0 * t, 40.0 * t, 100.0 * t, 0.0, 2.0 * t) for t in range(11)]
+    busy = [Sample(float(t), 25.0 * (t + 9), 25.0 * (t + 9), 1000.0 * (t + 9)) for t in range(11)]
+    first = [Sample(float(t), 0.0, 0.0, 0.0, running_ms=1000.0 * max(0, t - 3))
+             for t in range(11)]
+    d = decide(OperatorView("q", "f", 2, {"q.f1": busy, "q.f2": first}, {"q.up": up}, None,
+                            Capacity(26.0, True, 0.0)), POLICY, 10.0)
+    assert (d.kind, d.reason) == ("hold", "no_data"), d.explanation
+    assert "first micro-batch of q.f2 (its first batch has run 7.0 s)" in d.explanation
+    # without the running batch's time the same window scales out (the rule before)
+    blind = [Sample(s.at, 0.0, 0.0, 0.0) for s in first]
+    out = decide(OperatorView("q", "f", 2, {"q.f1": busy, "q.f2": blind}, {"q.up": up}, None,
+                              Capacity(26.0, True, 0.0)), POLICY, 10.0)
+    assert out.kind == "out", out.explanation
+    # an instance that never ran a batch and runs none is idle, not starting
+    assert warming_up({"q.f2": blind}, 0.0) == []

@@ -1,8 +1,9 @@
 """Spark layer, what a running task reports: `TaskRunner.metrics()` read from a real query in the
 shared session. The figure checked here is the running micro-batch's time (`running_ms`): seen
-above 0 while a batch runs, and never more than that batch's own duration once it ends (the
-busy time it then adds), so the elastic policy's busy fractions never count time that was not
-spent in a batch."""
+above 0 while a batch runs, already in the query's first batch (before any progress report, so
+the policy sees a starting instance at work), and never more than that batch's own duration
+once it ends (the busy time it then adds), so the elastic policy's busy fractions never count
+time that was not spent in a batch."""
 
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ def test_the_running_batch_is_reported_and_never_outlasts_the_batch_it_times(
                                          "checkpoint_dir": str(tmp_path / "ck"),
                                          "trigger_seconds": 0.0})
     seen: list[tuple[int, int]] = []  # (busy ms of the finished batches, running ms), running
+    first_batch = 0  # the longest running_ms seen before the first progress report
     try:
         runner.start()
         deadline = time.monotonic() + 120
@@ -42,7 +44,11 @@ def test_the_running_batch_is_reported_and_never_outlasts_the_batch_it_times(
             metrics = runner.metrics()
             if metrics is not None and metrics.running_ms > 0:
                 seen.append((metrics.busy_ms, metrics.running_ms))
+                if metrics.batch_id == -1:
+                    assert metrics.batches == 0 and metrics.tuples_in == 0
+                    first_batch = max(first_batch, metrics.running_ms)
             time.sleep(0.01)
+        assert first_batch > 0, "the first micro-batch was never seen running"
         assert len({busy for busy, _ in seen}) >= 3, \
             f"saw a batch running in fewer than 3 batches within 120 s: {seen}"
         final = None
