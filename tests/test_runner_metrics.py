@@ -13,28 +13,14 @@ from typing import Any
 
 import pytest
 
-from executor.task_runner import TaskRunner
+from test_control_runtime import task_runner
 
 pytestmark = pytest.mark.spark
-
-PROGRAM = '''
-from common.types import Schema
-SEQ = Schema.of(("id", "int"), ("ts", "timestamp"), ("key", "string"), ("value", "double"))
-def build(rt):
-    rt.generator(op="src", output="nums", schema=SEQ, shape="sequence", seed=5, rate=2000.0,
-                 limit=None, start="2024-01-01T00:00:00Z")
-    rt.filter(op="keep", input="nums", output="kept", condition="nums.id % 7 = 0")
-    rt.file_sink(op="sink", input="kept", path=OUT)
-'''
 
 
 def test_the_running_batch_is_reported_and_never_outlasts_the_batch_it_times(
         spark: Any, tmp_path: Path) -> None:
-    program = tmp_path / "program.py"
-    program.write_text(f"OUT = {str(tmp_path / 'kept.jsonl')!r}\n" + PROGRAM, encoding="utf-8")
-    runner = TaskRunner(spark, program, {"query_id": "q", "task_id": "metrics",
-                                         "checkpoint_dir": str(tmp_path / "ck"),
-                                         "trigger_seconds": 0.0})
+    runner = task_runner(spark, tmp_path, "metrics")  # a paced generator -> filter -> sink
     seen: list[tuple[int, int]] = []  # (busy ms of the finished batches, running ms), running
     first_batch = 0  # the longest running_ms seen before the first progress report
     try:
