@@ -38,8 +38,8 @@ from common.messages import retained_of
 DecisionKind = Literal["out", "in", "hold"]
 # why: "load" (the model's need), "backlog" (a queue grew all window), "bounds" (min/max),
 # "steady" (the current parallelism fits), "settling" (the need changed inside the window),
-# "cooldown", "no_data", "draining", "catching_up" (an instance is still in one micro-batch that
-# began before the window: the rows queued meanwhile wait for its end)
+# "cooldown", "no_data", "draining", "catching_up" (an instance ended no micro-batch in the
+# window and runs one: the rows queued meanwhile wait for its end)
 Reason = Literal["load", "backlog", "bounds", "steady", "settling", "cooldown", "no_data",
                  "draining", "catching_up"]
 REASONS: tuple[str, ...] = ("load", "backlog", "bounds", "steady", "settling", "cooldown",
