@@ -305,9 +305,9 @@ class TaskRunner:
         """What the query measured; None before its first micro-batch ends, unless that batch
         is running (its `running_ms` shows a starting instance at work)."""
         rt = self.runtime
-        query = rt.query if rt else None
-        if query is None:
+        if rt is None or rt.query is None:
             return None
+        query = rt.query
         progress = query.lastProgress
         recent = query.recentProgress if progress else []
         tuples_in = self._counted.add(recent)
@@ -318,8 +318,8 @@ class TaskRunner:
         out = self._out_before + (rt.sink.rows_out if rt.sink else 0)
         metrics = replace(metrics_from(progress or {}, len(recent), out, tuples_in,
                                        self._counted.busy_ms), running_ms=running)
-        lag = rt.backlog() if rt is not None else None
-        routed = getattr(getattr(rt.sink, "schedule", None), "max_seen", None) if rt else None
+        lag = rt.backlog()
+        routed = getattr(getattr(rt.sink, "schedule", None), "max_seen", None)
         if routed is not None:
             metrics = replace(metrics, routed_ms=int(routed))
         return metrics if lag is None else replace(metrics, backlog=lag)
