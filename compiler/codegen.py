@@ -342,7 +342,8 @@ def _call(graph: Graph, node: Node, base_dir: Path, schema_of: Callable[[str], S
                            ("watermark", _duration(p("watermark"))),
                            ("defines", p("defines")), ("measures", p("measures")),
                            ("max_partial", p("max-partial-matches")),
-                           ("after_match", p("after-match"))) + _share(graph, node)
+                           ("after_match", p("after-match"))) + _share(graph, node) \
+            + _stage(graph, node, schema_of)
     elif kind == "join":
         args = (("left", name(node.inputs[0])), ("right", name(node.inputs[1]))) + out + (
             ("left_keys", p("left-key")), ("right_keys", p("right-key")),
@@ -373,6 +374,24 @@ def _share(graph: Graph, node: Node) -> tuple[tuple[str, Any], ...]:
     producer = graph.producer(node.inputs[0])
     share = producer.param("share") if producer.kind == "network-reader" else None
     return () if share is None else (("share", (share, producer.param("shares"))),)
+
+
+def _stage(graph: Graph, node: Node, schema_of: Callable[[str], SchemaRef]
+           ) -> tuple[tuple[str, Any], ...]:
+    """`stage=(i, k, rows)` for stage i of a pipelined pattern operator, whose reader carries it
+    (rewrite_rules/pattern-pipelining.rule), and for a stage after the first, `row_schema`: the
+    type of the rows the first stage reads, which its partial matches hold; nothing for any
+    other pattern."""
+    reader = graph.producer(node.inputs[0])
+    if reader.kind != "network-reader" or reader.param("stage") is None:
+        return ()
+    stage = (reader.param("stage"), reader.param("stages"), reader.param("stage-rows"))
+    if stage[0] == 1:
+        return (("stage", stage),)
+    first = reader
+    while first.param("stage") != 1:  # reader <- writer <- stage i-1 <- its reader ...
+        first = graph.producer(graph.producer(graph.producer(first.inputs[0]).inputs[0]).inputs[0])
+    return (("stage", stage), ("row_schema", schema_of(first.output)))
 
 
 def _given(*args: tuple[str, Any]) -> tuple[tuple[str, Any], ...]:

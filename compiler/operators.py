@@ -245,6 +245,12 @@ PLUMBING: dict[str, OperatorDef] = {d.kind: d for d in (
                  doc="the share of a pattern operator's partial matches its reader matches"),
         ParamDef("shares", "int", False, None, minimum=2,
                  doc="how many instances share a pattern operator's partial matches"),
+        ParamDef("stage", "int", False, None, minimum=1,
+                 doc="which stage of a pipelined pattern operator reads"),
+        ParamDef("stages", "int", False, None, minimum=2,
+                 doc="how many stages a pipelined pattern operator runs in"),
+        ParamDef("stage-rows", "int", False, None, minimum=1,
+                 doc="rows a partial match grows by in each stage before it moves on"),
     ), output_type="same", doc="receiving end of a channel between tasks"),
 )}
 

@@ -18,12 +18,13 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Iterator, Union
 
 from common.diagnostics import Diagnostic, Position, SpecError
+from common.pattern_stages import stage_schema
 from common.types import Schema
 from compiler.graph import Graph, Node, Stream, render_term
 from compiler.guards import GUARDS
 from compiler.operators import MAX_PATTERN_OPERATORS, PLUMBING
-from compiler.rules import (PHASES, Call, Guard, Loop, PatternTerm, PlacementRef, ReplTerm, Rule,
-                            Value)
+from compiler.rules import (PHASES, Call, Chain, Guard, Loop, PatternTerm, PlacementRef, ReplTerm,
+                            Rule, Value)
 
 log = logging.getLogger(__name__)
 
@@ -201,6 +202,7 @@ class _Build:
     named: dict[str, list[str]] = field(default_factory=dict)  # term name -> its output streams
     named_nodes: dict[str, str] = field(default_factory=dict)
     expected: dict[str, tuple[Schema, ...]] = field(default_factory=dict)
+    stage: tuple[int, int] | None = None  # (i, k) while building copy i of a k-long chain
 
     @property
     def rule(self) -> Rule:
@@ -239,8 +241,11 @@ def apply(graph: Graph, m: Match) -> tuple[Graph, Firing, dict[str, tuple[Schema
     focus = m.node(m.rule.focus)
     b = _Build(graph, m, focus)
     top = m.rule.replacement.args[0]
-    assert isinstance(top, ReplTerm)
-    _eval(b, top, {}, out=focus.output)
+    assert isinstance(top, (ReplTerm, Chain))
+    if isinstance(top, Chain):
+        _chain(b, top, {}, out=focus.output)
+    else:
+        _eval(b, top, {}, out=focus.output)
     if focus.output is not None and not any(n.output == focus.output for n in b.nodes):
         raise RewriteError([Diagnostic(top.pos, f"rule {m.rule.name}: the replacement must end "
                                                 "in a new operator that takes the focus's place",
@@ -282,14 +287,35 @@ def _eval(b: _Build, t: ReplTerm, env: dict[str, int], out: str | None = None) -
     return streams
 
 
-def _eval_arg(b: _Build, a: Union[ReplTerm, Loop], env: dict[str, int]) -> list[str]:
+def _eval_arg(b: _Build, a: Union[ReplTerm, Loop, Chain], env: dict[str, int]) -> list[str]:
     if isinstance(a, ReplTerm):
         return _eval(b, a, env)
+    if isinstance(a, Chain):
+        return _chain(b, a, env)
+    stop = _stop(b, a, env)
+    return [s for i in range(a.start, stop + 1) for s in _eval(b, a.body, {**env, a.var: i})]
+
+
+def _stop(b: _Build, a: Union[Loop, Chain], env: dict[str, int]) -> int:
     stop = _value(b, a.stop, env, 0)
     if not isinstance(stop, int) or stop < a.start:
         raise RewriteError([Diagnostic(a.pos, f"rule {b.rule.name}: the loop bound is {stop!r}, "
                                               "not a number of copies", "")])
-    return [s for i in range(a.start, stop + 1) for s in _eval(b, a.body, {**env, a.var: i})]
+    return stop
+
+
+def _chain(b: _Build, c: Chain, env: dict[str, int], out: str | None = None) -> list[str]:
+    """The copies of a chain's body in a row, each reading the previous one's output; the last
+    writes `out`. A copy of the focus inside the chain is one stage of it (`_stage_types`)."""
+    stop = _stop(b, c, env)
+    streams = _eval(b, c.source, env)
+    for i in range(c.start, stop + 1):
+        b.named[c.prev] = streams
+        b.stage = (i - c.start + 1, stop - c.start + 1)
+        streams = _eval(b, c.body, {**env, c.var: i}, out=out if i == stop else None)
+    b.stage = None
+    del b.named[c.prev]
+    return streams
 
 
 def _copy(b: _Build, t: ReplTerm, original: Node, inputs: list[str], env: dict[str, int],
@@ -298,12 +324,32 @@ def _copy(b: _Build, t: ReplTerm, original: Node, inputs: list[str], env: dict[s
     base = f"{original.name}_{env[t.index]}" if t.index else original.name
     name = base if not t.index and original.name == b.focus.name else b.fresh(base)
     output = out or b.fresh(f"{name}_out")
-    b.expected[name] = tuple(b.graph.stream(s).schema for s in original.inputs)
+    reads = tuple(b.graph.stream(s).schema for s in original.inputs)
+    writes = b.graph.stream(original.output).schema
+    if b.stage is not None and original.name == b.focus.name:
+        reads, writes = _stage_types(b, t, original, reads, writes)
+    b.expected[name] = reads
     b.nodes.append(replace(original, name=name, inputs=tuple(inputs), output=output,
                            placement=b.label(t.placement, env), origin=b.rule.name,
                            patterns=_unconsumed(b.rule, t.head, original)))
-    b.streams.append(Stream(output, b.graph.stream(original.output).schema, name))
+    b.streams.append(Stream(output, writes, name))
     return output
+
+
+def _stage_types(b: _Build, t: ReplTerm, original: Node, reads: tuple[Schema, ...],
+                 writes: Schema) -> tuple[tuple[Schema, ...], Schema]:
+    """What stage i of k of a chained pattern operator reads and writes: the first reads the
+    operator's input, the last writes its output, and the streams between stages are of
+    `common.pattern_stages.stage_schema` (the partial matches they hand on)."""
+    if original.kind != "pattern" or len(reads) != 1:
+        raise RewriteError([Diagnostic(t.pos, f"rule {b.rule.name}: only a pattern operator "
+                                              f"runs in stages; '{original.name}' is a "
+                                              f"{original.kind}", "")])
+    assert b.stage is not None
+    i, k = b.stage
+    keys = [reads[0].get(name) for name in original.param("partition-by") or ()]
+    between = stage_schema([f for f in keys if f is not None])
+    return (reads if i == 1 else (between,)), (writes if i == k else between)
 
 
 def _unconsumed(rule: Rule, binding: str, node: Node) -> tuple[tuple[str, Any], ...]:

@@ -31,7 +31,7 @@ PHASES = ("fault-tolerance", "partitioning", "pipelining")  # the written order 
 REQUESTS = ("ha", "replicas", "parallelism", "partition-by", "partition-keys", "pipeline",
             "active", "min-parallelism", "elastic", "switch-time", "switch-window",
             "switch-horizon", "switch-slide", "switch-spread", "switch-planned", "switch-close",
-            "match-instances", "folded-partitions")
+            "match-instances", "folded-partitions", "pipeline-stages", "stage-rows")
 MAX_RULE_BYTES = 64 * 1024
 
 
@@ -101,6 +101,21 @@ class Loop:
 
 
 @dataclass(frozen=True)
+class Chain:
+    """`chain i in 1..count from source as prev: body`: count copies of body in a row, each
+    reading the one before it (`prev` names the previous copy's output, the first copy's is
+    `source`); it stands for the last copy's output, one stream."""
+
+    var: str
+    start: int
+    stop: Union[int, Call]
+    source: "ReplTerm"
+    prev: str
+    body: "ReplTerm"
+    pos: Position
+
+
+@dataclass(frozen=True)
 class ReplTerm:
     """`name := head[index]@placement{params}(args)`. The head is a pattern binding (the bound
     node itself, rebuilt when given arguments; with [i], its i-th copy) or a plumbing kind."""
@@ -110,7 +125,7 @@ class ReplTerm:
     index: str | None
     placement: PlacementRef | None
     params: tuple[Param, ...]
-    args: tuple[Union["ReplTerm", Loop], ...]
+    args: tuple[Union["ReplTerm", Loop, Chain], ...]
     has_args: bool
     pos: Position
 
@@ -297,15 +312,20 @@ class _Parser:
                 placement = self.placement()
             else:
                 params = self.params()
-        args: list[ReplTerm | Loop] = []
+        args: list[ReplTerm | Loop | Chain] = []
         has_args = self.accept("(")
         if has_args:
-            args.append(self.loop() if self.tok.text == "for" else self.repl())
+            args.append(self.arg())
             while self.accept(","):
-                args.append(self.loop() if self.tok.text == "for" else self.repl())
+                args.append(self.arg())
             self.take(")")
         return ReplTerm(binding, head.text, index, placement, params, tuple(args), has_args,
                         head.pos)
+
+    def arg(self) -> "ReplTerm | Loop | Chain":
+        if self.tok.text == "for":
+            return self.loop()
+        return self.chain() if self.tok.text == "chain" else self.repl()
 
     def placement(self) -> PlacementRef:
         at = self.take("@")
@@ -351,6 +371,22 @@ class _Parser:
 
     def loop(self) -> Loop:
         start = self.take("for")
+        var, first, stop = self.count()
+        self.take(":")
+        return Loop(var, first, stop, self.repl(), start.pos)
+
+    def chain(self) -> Chain:
+        start = self.take("chain")
+        var, first, stop = self.count()
+        self.take("from")
+        source = self.repl()
+        self.take("as")
+        prev = self.name("a name for the previous copy's output").text
+        self.take(":")
+        return Chain(var, first, stop, source, prev, self.repl(), start.pos)
+
+    def count(self) -> tuple[str, int, Union[int, Call]]:
+        """`i in 1..stop` of a loop or a chain."""
         var = self.name("a loop variable")
         self.take("in")
         if self.tok.kind != "INT":
@@ -360,8 +396,7 @@ class _Parser:
         stop = self.value()
         if not isinstance(stop, (int, Call)):
             raise self.fail("a number or request(f, name) after '..'")
-        self.take(":")
-        return Loop(var.text, first, stop, self.repl(), start.pos)
+        return var.text, first, stop
 
 
 # ----------------------------------------------------------------------------------------------
@@ -443,9 +478,49 @@ def _check_replacement(rule: Rule, bound: dict[str, PatternTerm],
     if top.placement or top.params:
         problems.append(Diagnostic(top.pos, f"'{root}' is kept as it is: no placement or "
                                             "parameters on it", "move them inside"))
-    scope = _Scope(bound, stars)
-    _check_repl(top.args[0], scope, problems, named=set())  # type: ignore[arg-type]
+    _check_arg(top.args[0], _Scope(bound, stars), problems, named=set())
     return problems
+
+
+def _check_arg(a: Union[ReplTerm, Loop, Chain], scope: _Scope, problems: list[Diagnostic],
+               named: set[str]) -> None:
+    if isinstance(a, ReplTerm):
+        _check_repl(a, scope, problems, named)
+        return
+    _check_value(a.stop, a.pos, scope, problems)
+    inner = _Scope(scope.bound, scope.stars, scope.loop_vars + (a.var,))
+    if isinstance(a, Loop):
+        _check_repl(a.body, inner, problems, named)
+        return
+    _check_repl(a.source, scope, problems, named)
+    if a.prev in scope.bound or a.prev in named:
+        problems.append(Diagnostic(a.pos, f"name '{a.prev}' is already used",
+                                   "choose a fresh name for the previous copy's output"))
+    inside = _named_in(a.body)
+    if inside:
+        problems.append(Diagnostic(a.pos, f"a chain's body names '{inside[0]}': each copy "
+                                          "would share it", "remove the name inside the chain"))
+    if not any(t.head == a.prev and not t.has_args for t in _repl_terms(a.body)):
+        problems.append(Diagnostic(a.pos, f"the chain's body never reads '{a.prev}', so its "
+                                          "copies would not be chained",
+                                   f"read {a.prev} in the body, e.g. network-writer({a.prev})"))
+    _check_repl(a.body, inner, problems, named | {a.prev})
+
+
+def _repl_terms(t: ReplTerm) -> Iterable[ReplTerm]:
+    yield t
+    for a in t.args:
+        if isinstance(a, ReplTerm):
+            yield from _repl_terms(a)
+        elif isinstance(a, Loop):
+            yield from _repl_terms(a.body)
+        else:
+            yield from _repl_terms(a.source)
+            yield from _repl_terms(a.body)
+
+
+def _named_in(t: ReplTerm) -> list[str]:
+    return [x.binding for x in _repl_terms(t) if x.binding]
 
 
 def _check_repl(t: ReplTerm, scope: _Scope, problems: list[Diagnostic], named: set[str]) -> None:
@@ -473,12 +548,7 @@ def _check_repl(t: ReplTerm, scope: _Scope, problems: list[Diagnostic], named: s
     if t.params:
         _check_params(t, scope, problems)
     for a in t.args:
-        if isinstance(a, Loop):
-            _check_value(a.stop, a.pos, scope, problems)
-            inner = _Scope(scope.bound, scope.stars, scope.loop_vars + (a.var,))
-            _check_repl(a.body, inner, problems, named)
-        else:
-            _check_repl(a, scope, problems, named)
+        _check_arg(a, scope, problems, named)
 
 
 def _check_params(t: ReplTerm, scope: _Scope, problems: list[Diagnostic]) -> None:

@@ -72,7 +72,8 @@ class AggregateDecl:
 
 
 PATTERN_ATTRIBUTES = ("ha", "replicas", "parallelism", "partition-by", "pipeline",
-                      "max-parallelism", "min-parallelism", "elastic", "match-instances")
+                      "max-parallelism", "min-parallelism", "elastic", "match-instances",
+                      "pipeline-stages", "stage-rows")
 
 
 @dataclass(frozen=True)

@@ -817,6 +817,10 @@ HA_MODES = ("standby", "checkpoint", "hot-standby")
 MAX_REPLICAS = 16
 MAX_PARALLELISM = 64
 MAX_MATCH_INSTANCES = 16
+MAX_PIPELINE_STAGES = 16
+MAX_STAGE_ROWS = 10_000
+DEFAULT_STAGE_ROWS = 2
+PATTERN_ONLY = ("match-instances", "pipeline-stages", "stage-rows")  # query-wide: patterns only
 
 
 def _check_patterns(c: _Checker, op: OperatorDecl, d: OperatorDef) -> None:
@@ -831,7 +835,7 @@ def _check_patterns(c: _Checker, op: OperatorDecl, d: OperatorDef) -> None:
         return
     if not attrs and d.role == "transform":
         attrs = {a.name: a for a in c.spec.patterns
-                 if a.name != "match-instances" or op.kind == "pattern"}
+                 if a.name not in PATTERN_ONLY or op.kind == "pattern"}
     if not attrs:
         return
     requests: dict[str, Any] = {}
@@ -840,6 +844,7 @@ def _check_patterns(c: _Checker, op: OperatorDecl, d: OperatorDef) -> None:
     _check_parallelism(c, op, d, attrs, requests)
     _check_pipeline(c, op, attrs, requests)
     _check_match_instances(c, op, d, attrs, requests)
+    _check_pipeline_stages(c, op, d, attrs, requests)
     if requests:
         c.patterns[op.name] = tuple(requests.items())
 
@@ -865,7 +870,8 @@ def _where(attr: PatternAttr, op: OperatorDecl) -> str:
 
 
 def _check_families(c: _Checker, op: OperatorDecl, attrs: dict[str, PatternAttr]) -> None:
-    asked = [name for name in ("ha", "parallelism", "pipeline", "match-instances")
+    asked = [name for name in ("ha", "parallelism", "pipeline", "match-instances",
+                               "pipeline-stages")
              if name in attrs or (name == "parallelism" and "max-parallelism" in attrs)]
     if len(asked) > 1:
         second = attrs.get(asked[1]) or attrs["max-parallelism"]  # elastic: max- alone asks
@@ -1140,6 +1146,36 @@ def _check_match_instances(c: _Checker, op: OperatorDecl, d: OperatorDef,
                 'keeps its own match), or remove match-instances=')
         return
     requests["match-instances"] = k
+
+
+def _check_pipeline_stages(c: _Checker, op: OperatorDecl, d: OperatorDef,
+                           attrs: dict[str, PatternAttr], requests: dict[str, Any]) -> None:
+    """pipeline-stages="k" (and stage-rows="n"): a pattern operator's partial matches pass down
+    a chain of k stages as they grow (rewrite_rules/pattern-pipelining.rule)."""
+    asked, rows = attrs.get("pipeline-stages"), attrs.get("stage-rows")
+    if asked is None:
+        if rows is not None:
+            c.error(rows.pos, "stage-rows= needs pipeline-stages=",
+                    'add e.g. pipeline-stages="2", or remove stage-rows=')
+        return
+    if op.kind != "pattern":
+        c.error(asked.pos, f"pipeline-stages= applies to pattern operators; '{op.name}' is a "
+                           f"{op.kind}", 'use pipeline="split" to run it as its own task')
+        return
+    k = _count(c, asked, 2, 2, MAX_PIPELINE_STAGES)
+    n = DEFAULT_STAGE_ROWS if rows is None else _count(c, rows, DEFAULT_STAGE_ROWS, 1,
+                                                       MAX_STAGE_ROWS)
+    subject = replace(_subject(op, d), params=tuple(c.params.get(op.name, {}).items()))
+    if not GUARDS["independent-matches"].holds(subject):
+        c.error(asked.pos, f"'{op.name}' resumes matching after each match's last row "
+                           f"(after-match skip-past-last-row): each match decides where the next "
+                           f"may start, so its stages could not decide their partial matches "
+                           f"apart{_where(asked, op)}",
+                'add <param name="after-match" value="skip-to-next-row"/> (every start row '
+                'keeps its own match), or remove pipeline-stages=')
+        return
+    requests["pipeline-stages"] = k
+    requests["stage-rows"] = n
 
 
 # ----------------------------------------------------------------------------------------------

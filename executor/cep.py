@@ -7,7 +7,9 @@ the exact row transport across Arrow: every non-string column crosses as its tex
 timestamps as decimal integers, doubles as Java prints them), so nulls, NaN and 64-bit values
 arrive unchanged, and the measures come back the same way and are cast to their types. A key
 wakes up when new rows arrive or when the watermark reaches its next deadline (a waiting row's
-time, or an open match's time bound). Does not own matching (`executor.cep_match`).
+time, or an open match's time bound). Also owns `stage_frame`, one stage of a pattern
+pipelined over k stages, whose state is that stage's `executor.cep_stage.StageMatcher`. Does not
+own matching (`executor.cep_match`, `executor.cep_stage`).
 """
 
 from __future__ import annotations
@@ -21,8 +23,11 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
 
+from common import pattern_stages
+from common.pattern_stages import stage_schema
 from common.types import ColumnType, Field, Schema
 from executor.cep_match import KeyMatcher, PatternProgram, measures
+from executor.cep_stage import Item, Stage, StageMatcher, carrier_order
 
 log = logging.getLogger(__name__)
 
@@ -118,3 +123,89 @@ def pattern_frame(df: DataFrame, stream: str, program: PatternProgram, keys: Seq
         run, output_schema, STATE_SCHEMA, "append", GroupStateTimeout.EventTimeTimeout)
     typed = result.select(*[_typed(f.name, f.type) for f in out_fields])
     return typed, Schema(out_fields)
+
+
+# ------------------------------------------------------------------------------------------------
+# A stage of a pipelined pattern operator (docs/patterns.md, "Pipelining a pattern's repetition")
+
+_SEQ = "__elastiq_seq"
+_TIME_US = "__elastiq_time_us"
+_ITEM = "__elastiq_item"
+# How far a later stage's watermark trails the newest item time it has read: stage i >= 2
+# trails by i - 1 ms. Spark drops a row at or before the watermark, so every item a stage writes
+# must lie after the next stage's watermark. A stage writes nothing later than the newest item
+# it has read, and ends each call with a tick (and matches) at its progress, which may be its
+# own watermark: the next stage trailing 1 ms more than this one keeps those after its own
+# watermark (docs/patterns.md, "Pipelining a pattern's repetition").
+
+
+def stage_watermark(stage: Stage) -> str:
+    """The watermark delay of a stage after the first (the first uses the operator's)."""
+    return f"{stage.index - 1} milliseconds"
+
+
+def stage_frame(df: DataFrame, stream: str, program: PatternProgram, keys: Sequence[Field],
+                measure_fields: Sequence[Field], watermark: str, stage: Stage
+                ) -> tuple[DataFrame, Schema]:
+    """Stage `stage` of the pattern over `df` (aliased `stream`): the first reads rows, the
+    others the items the stage before writes; the last returns the matches (the key columns,
+    then the measures), the others the items for the next stage
+    (`common.pattern_stages.stage_schema`)."""
+    key_names = [k.name for k in keys]
+    last = stage.index == stage.count
+    out_fields = tuple(keys) + (tuple(measure_fields) if last else
+                                tuple(stage_schema(keys))[len(keys):])
+    if stage.index == 1:
+        texts = df.select(*[_to_text(stream, f) for f in program.schema],
+                          F.col(f"`{stream}`.`{program.time}`").alias(_TIME))
+        texts = texts.withWatermark(_TIME, watermark)
+    else:
+        texts = df.select(*[_to_text(stream, f) for f in keys],
+                          F.col(f"`{stream}`.`{pattern_stages.TIME}`").alias(_TIME),
+                          F.unix_micros(F.col(f"`{stream}`.`{pattern_stages.TIME}`"))
+                          .cast("string").alias(_TIME_US),
+                          F.col(f"`{stream}`.`{pattern_stages.SEQ}`").cast("string").alias(_SEQ),
+                          F.col(f"`{stream}`.`{pattern_stages.ITEM}`").alias(_ITEM))
+        texts = texts.withWatermark(_TIME, stage_watermark(stage))
+    grouping = [F.col(f"`{k}`") for k in key_names] or [F.lit("").alias(_KEY)]
+    types = {f.name: f.type for f in program.schema}
+
+    def run(key: tuple, frames: Iterator[pd.DataFrame], state: GroupState
+            ) -> Iterator[pd.DataFrame]:
+        matcher = (StageMatcher.from_json(program, stage, state.get[0]) if state.exists
+                   else StageMatcher(program, stage))
+        watermark_ms = state.getCurrentWatermarkMs()
+        records = [record for frame in frames for record in frame.to_dict("records")]
+        if stage.index == 1:
+            rows = [{name: _from_text(value, types[name]) for name, value in record.items()
+                     if name in types} for record in records]
+            items = matcher.feed_rows(rows, watermark_ms * 1000)
+        else:
+            items = matcher.feed_items(_items_in_order(records, program), watermark_ms * 1000)
+        if matcher.idle():
+            state.remove()
+        else:
+            state.update((matcher.to_json(),))
+            deadline = _deadline_ms(matcher, watermark_ms)
+            if deadline is not None:
+                state.setTimeoutTimestamp(deadline)
+        key_values = [_text(v) for v in key] if key_names else []
+        out = ([key_values + [_text(v) for v in item.body] for item in items
+                if item.kind == "match"] if last else
+               [key_values + [str(item.time), str(seq), item.encode()]
+                for seq, item in enumerate(items)])
+        yield pd.DataFrame(out, columns=[f.name for f in out_fields], dtype=object)
+
+    output_schema = ", ".join(f"`{f.name}` string" for f in out_fields)
+    result = texts.groupBy(*grouping).applyInPandasWithState(
+        run, output_schema, STATE_SCHEMA, "append", GroupStateTimeout.EventTimeTimeout)
+    typed = result.select(*[_typed(f.name, f.type) for f in out_fields])
+    return typed, Schema(out_fields)
+
+
+def _items_in_order(records: list[dict[str, Any]], program: PatternProgram) -> list[Item]:
+    """The items of one key, decoded (`Item.decode` checks them and runs nothing: a malformed
+    one fails the query with what is wrong), in the order the stage before wrote them
+    (`cep_stage.carrier_order`)."""
+    return carrier_order([(Item.decode(r[_ITEM], int(r[_TIME_US]), program), int(r[_TIME_US]),
+                           int(r[_SEQ])) for r in records])

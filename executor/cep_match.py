@@ -3,8 +3,9 @@
 Owns `PatternProgram` (a pattern operator's parsed pattern, automaton, typed conditions and
 measures, time bound), `KeyMatcher` (the state of one key: rows waiting for the watermark, the
 rows of open attempts, the attempts and their threads; `feed` takes a micro-batch's rows and
-watermark and returns the completed matches; `to_json`/`from_json` for Spark's state store) and
-`measures` (one output row per match).
+watermark and returns the completed matches; `to_json`/`from_json` for Spark's state store),
+`step_threads` (one step of an attempt's threads by a row, which the stages of a pipelined
+pattern, `executor.cep_stage`, share) and `measures` (one output row per match).
 
 Semantics (docs/spec-language.md, "pattern"): rows are matched in event-time order (ties by their
 values), once the watermark has passed them; a row at or before the watermark of the batch it
@@ -201,32 +202,10 @@ class KeyMatcher:
         if row[self.program.time] - attempt.start_ts > self.program.within_us:
             attempt.threads = []
             return
-        nfa = self.program.nfa
         rows = self.rows[attempt.start - self.base: seq - self.base + 1]
-        new: list[tuple[int, str]] = []
-        names = self._vars
-        for pc, labels in attempt.threads:
-            state = nfa.states[pc]
-            extended = labels + chr(65 + names.index(state.var))
-            if not self._holds(state.var, rows, extended, names):
-                continue
-            accepted = False
-            for nxt in nfa.closure(state.next):
-                if nfa.states[nxt].kind == "accept":
-                    attempt.candidate = extended
-                    accepted = True
-                    break
-                new.append((nxt, extended))
-            if accepted:
-                break
-        attempt.threads = new
-
-    def _holds(self, var: str, rows: list[Row], labels: str, names: tuple[str, ...]) -> bool:
-        condition = self.program.defines.get(var)
-        if condition is None:
-            return True
-        view = MatchView(rows, [names[ord(c) - 65] for c in labels], self.program.stream)
-        return evaluate(condition, view) is True
+        attempt.threads, accepted = step_threads(self.program, self._vars, attempt.threads, rows)
+        if accepted is not None:
+            attempt.candidate = accepted
 
     def _decide(self) -> list[Match]:
         out: list[Match] = []
@@ -261,6 +240,36 @@ class KeyMatcher:
         return cls(program, data["p"], data["w"], data["r"], data["b"],
                    [Attempt(s, t, [(pc, lb) for pc, lb in th], c) for s, t, th, c in data["a"]],
                    data["l"])
+
+
+def step_threads(program: PatternProgram, names: tuple[str, ...],
+                 threads: Sequence[tuple[int, str]], rows: Sequence[Row]
+                 ) -> tuple[list[tuple[int, str]], str | None]:
+    """One step of an attempt's threads (in preference order) by the last of `rows`, the
+    attempt's rows from its first on (`names`: `program.variables`): the threads that go on and
+    the labels of the match this row completes, if one does (the threads it is preferred over
+    end). The time bound is the caller's to check."""
+    nfa = program.nfa
+    new: list[tuple[int, str]] = []
+    for pc, labels in threads:
+        state = nfa.states[pc]
+        extended = labels + chr(65 + names.index(state.var))
+        if not _holds(program, state.var, rows, extended, names):
+            continue
+        for nxt in nfa.closure(state.next):
+            if nfa.states[nxt].kind == "accept":
+                return new, extended
+            new.append((nxt, extended))
+    return new, None
+
+
+def _holds(program: PatternProgram, var: str, rows: Sequence[Row], labels: str,
+           names: tuple[str, ...]) -> bool:
+    condition = program.defines.get(var)
+    if condition is None:
+        return True
+    view = MatchView(rows, [names[ord(c) - 65] for c in labels], program.stream)
+    return evaluate(condition, view) is True
 
 
 def measures(program: PatternProgram, match: Match) -> tuple[Any, ...]:

@@ -37,7 +37,7 @@ from common.paths import PathRefused, confine_at_open
 from common.tasks import splitter_op_id
 from common.types import ColumnType, Field, Schema
 from compiler import expr
-from executor import cep, cep_match, routing, shapes, sinks, sources, spool_source
+from executor import cep, cep_match, cep_stage, routing, shapes, sinks, sources, spool_source
 from executor.batch_gate import BatchGate
 from executor.fencing import Fence
 from executor.channel_auth import (ChannelKeyError, TaskKeys, WriterAuth, parse_readers,
@@ -361,10 +361,13 @@ class TaskRuntime:
         return stream
 
     def _field(self, op: str, stream: Stream, name: str) -> Field:
-        field = stream.schema.get(name)
+        return self._column(op, stream.schema, stream.name, name)
+
+    def _column(self, op: str, schema: Schema, stream: str, name: str) -> Field:
+        field = schema.get(name)
         if field is None:
-            raise self._error(op, f"stream {stream.name!r} has no column {name!r} "
-                                  f"(it has {list(stream.schema.names)})")
+            raise self._error(op, f"stream {stream!r} has no column {name!r} "
+                                  f"(it has {list(schema.names)})")
         return field
 
     def _duration(self, op: str, text: str) -> str:
@@ -656,23 +659,36 @@ class TaskRuntime:
                 pattern: str, within: str, watermark: str, defines: Sequence[tuple[str, str]],
                 measures: Sequence[tuple[str, str]], max_partial: int,
                 after_match: str = "skip-past-last-row",
-                share: tuple[int, int] | None = None) -> None:
+                share: tuple[int, int] | None = None,
+                stage: tuple[int, int, int] | None = None,
+                row_schema: Schema | None = None) -> None:
         """Row pattern recognition per key (`executor.cep`): one row per match; with `share`
-        (i, k), instance i of a partitioned pattern (docs/patterns.md)."""
+        (i, k), instance i of a partitioned pattern; with `stage` (i, k, rows), stage i of a
+        pattern pipelined over k stages, which after the first reads the stream the stage
+        before writes, its rows of type `row_schema` (docs/patterns.md)."""
         stream = self._get(op, input)
-        if self._field(op, stream, time).type is not ColumnType.TIMESTAMP:
+        rows = stream.schema if stage is None or stage[0] == 1 else row_schema
+        if rows is None:
+            raise self._error(op, f"stage {stage} of a pipelined pattern needs the row schema")
+        if self._column(op, rows, stream.name, time).type is not ColumnType.TIMESTAMP:
             raise self._error(op, f"time column {time!r} is not a timestamp")
         keys = [self._field(op, stream, k) for k in partition_by]
         within_us = parse_duration(self._duration(op, within)) // timedelta(microseconds=1)
         try:
-            program, typed = cep_match.build_program(input, stream.schema, time, pattern,
+            program, typed = cep_match.build_program(input, rows, time, pattern,
                                                      defines, measures, within_us, max_partial,
                                                      after_match, share)
+            where = None if stage is None else cep_stage.Stage(*stage)
+            if where is not None:
+                cep_stage.StageMatcher(program, where)  # refuses a program stages cannot run
         except (expr.ExpressionError, ValueError) as exc:
             raise self._error(op, f"pattern {pattern!r}: {exc}") from None
         fields = [Field(name, t.type) for (name, _), t in zip(measures, typed)]
-        df, schema = cep.pattern_frame(stream.df, input, program, keys, fields,
-                                       self._duration(op, watermark))
+        delay = self._duration(op, watermark)
+        if where is None:
+            df, schema = cep.pattern_frame(stream.df, input, program, keys, fields, delay)
+        else:
+            df, schema = cep.stage_frame(stream.df, input, program, keys, fields, delay, where)
         self._put(op, output, df, schema)
 
     def join(self, *, op: str, left: str, right: str, output: str, left_keys: Sequence[str],

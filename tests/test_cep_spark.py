@@ -7,10 +7,12 @@ rows computed in plain Python, with the tick conditions and the measures written
 Python: no match lost, none twice, none different. Then the plan the pattern-partitioning rule
 makes of it (two instances reading every row, each with its share of the partial matches, as
 two queries, and the union of their matches) is checked against the same matcher with
-skip-to-next-row."""
+skip-to-next-row; and so is the plan the pattern-pipelining rule makes of it (three stages, as
+three queries, each reading what the one before wrote)."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 from collections import defaultdict
@@ -187,6 +189,75 @@ def test_the_partitioned_tick_pattern_on_spark_equals_the_matcher_with_skip_to_n
     parts = [read_sink(out) for out in outs]
     assert all(parts), "an instance found nothing"
     got = parts[0] + parts[1]
+    key = lambda m: (m["symbol"], m["start"])  # noqa: E731
+    assert len({key(m) for m in got}) == len(got), "a match found twice"
+    want = {key(m): m for ms in expected.values() for m in ms}
+    assert all(want.get(key(m)) == m for m in got), "a match the matcher does not find"
+    sure = [m for m in want.values() if m["start"] + WITHIN < final_watermark]
+    assert {key(m) for m in sure} <= {key(m) for m in got}, "a decided match missing"
+    assert len(sure) > 25
+
+
+def _stage_program(source: str, out: Path, stage: int, stages: int) -> str:
+    """Stage `stage` of the tick pattern pipelined over `stages`, as its generated program calls
+    it; `source` is the call that feeds it (the generator for the first stage, the file the
+    stage before wrote for the others, standing for the channel between them)."""
+    graph = check_or_raise(load_spec(str(EXAMPLE)))
+    params = dict(graph.node("tick").params)
+    schema = [(f.name, f.type.value) for f in graph.stream("stock").schema]
+    return f"""
+from common.types import Schema
+from common.pattern_stages import stage_schema
+ROWS = Schema.of(*{schema!r})
+BETWEEN = stage_schema([ROWS.get("symbol")])
+def build(rt):
+    {source}
+    rt.pattern(op="tick_{stage}", input="in", output="out", time="ts",
+               partition_by=("symbol",), pattern={params["pattern"]!r}, within="1 seconds",
+               watermark="1 seconds", defines={params["defines"]!r},
+               measures={params["measures"]!r}, max_partial=100000,
+               after_match="skip-to-next-row", stage=({stage}, {stages}, 2),
+               row_schema={"None" if stage == 1 else "ROWS"})
+    rt.file_sink(op="sink", input="out", path={str(out)!r})
+"""
+
+
+def test_the_pipelined_tick_pattern_on_spark_equals_the_matcher_with_skip_to_next_row(
+        spark: Any, tmp_path: Path) -> None:
+    """Three stages, each its own streaming query (as the rule's three tasks), run one after
+    the other: each stage's items, written by its exactly-once sink, are what the next stage
+    reads. The last stage's matches: nothing twice, nothing the matcher does not find, nothing
+    decided missing; and partial matches did move down the chain (the later stages found
+    matches)."""
+    limit, stages = 900, 3
+    files = [tmp_path / f"stage_{i}.jsonl" for i in range(1, stages + 1)]
+    for i in range(1, stages + 1):
+        source = (f'rt.generator(op="ticks", output="in", schema=ROWS, shape="stock", '
+                  f'seed={SEED}, rate={RATE}, limit={limit}, start={START!r})' if i == 1 else
+                  f'rt.file_source(op="items", output="in", schema=BETWEEN, '
+                  f'path={str(files[i - 2])!r}, format="jsonl", rate=None)')
+        program = tmp_path / f"program_{i}.py"
+        program.write_text(_stage_program(source, files[i - 1], i, stages), encoding="utf-8")
+        runner = TaskRunner(spark, program, {
+            "query_id": "q", "task_id": f"tick_{i}",
+            "checkpoint_dir": str(tmp_path / f"ck{i}"), "trigger_seconds": 0.5},
+            max_restarts=0, backoff_seconds=0.5)
+        fed = limit if i == 1 else len(files[i - 2].read_text().splitlines())
+        try:
+            runner.start()
+            wait_for(lambda: runner.runtime is not None and runner.runtime.query is not None,
+                     90, "the query")
+            wait_drained(runner.runtime.query, [fed], timeout=240.0)  # type: ignore
+        finally:
+            runner.stop()
+        assert files[i - 1].exists(), f"stage {i} wrote nothing"
+    items = [read_sink(f) for f in files[:-1]]
+    kinds = [{json.loads(r["__elastiq_stage_item"])[0] for r in part} for part in items]
+    assert all({"row", "attempt", "tick"} <= k for k in kinds), kinds
+    rows = input_rows("stock", SEED, RATE, limit)
+    expected = _expected(rows, WITHIN // timedelta(microseconds=1), skip_to_next=True)
+    final_watermark = max(r["ts"] for r in rows) - timedelta(seconds=1)
+    got = read_sink(files[-1])
     key = lambda m: (m["symbol"], m["start"])  # noqa: E731
     assert len({key(m) for m in got}) == len(got), "a match found twice"
     want = {key(m): m for ms in expected.values() for m in ms}

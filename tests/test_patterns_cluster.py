@@ -299,6 +299,48 @@ def test_a_partitioned_pattern_finds_the_matchers_matches_once_across_a_kill(
         stop_query(stack, query.query_id)
 
 
+@pytest.mark.timeout(300)
+def test_a_pipelined_pattern_finds_the_matchers_matches_once_across_a_kill(
+        stack: Stack, tmp_path: Path) -> None:
+    """pipeline-stages="3": the tick pattern's three stages on distinct agents, chained by
+    channels that carry rows, partial matches handed on and progress; the executor of the
+    middle stage's agent is SIGKILLed mid-stream and its tasks resume from their checkpoints;
+    the last stage's sink then holds every match the independent matcher (skip-to-next-row)
+    decides by the end, nothing twice and nothing it does not find."""
+    from test_cep_spark import _expected
+
+    spec = "e2e-pattern-pipelined.xml"
+    query = running_query(stack, spec, tmp_path)
+    try:
+        stage_tasks = {op: t for t in query.tasks for op in t.operators
+                       if op in ("tick_1", "tick_2", "tick_3")}
+        placed = stack.tasks(query.query_id)
+        assert len({placed[t.task_id]["agent_id"] for t in stage_tasks.values()}) == 3
+        rows = generator_rows(spec_params(spec)["ticks"])
+        want = {(m["symbol"], m["start"]): m for ms in _expected(
+            rows, SECOND // timedelta(microseconds=1), skip_to_next=True).values() for m in ms}
+        final_watermark = max(r["ts"] for r in rows) - SECOND
+        sure = {k for k, m in want.items() if m["start"] + SECOND < final_watermark}
+        assert len(sure) > 80
+        sink = sink_path(tmp_path, spec, "out")
+        got = lambda: read_sink(sink)  # noqa: E731
+        middle = stage_tasks["tick_2"].task_id
+        grows(sink, 0, 120, "first matches")
+        not_done(sink, len(sure), "the middle stage's executor")
+        attempt = view(stack, query.query_id, middle)["attempt"]
+        kill_executor(stack, placed[middle]["agent_id"], middle)
+        relaunched(stack, query.query_id, middle, attempt, timeout=180)
+        wait_until(lambda: sure <= {(m["symbol"], m["start"]) for m in got()}, 240,
+                   "every decided match in the sink")
+        found = got()
+        keys = Counter((m["symbol"], m["start"]) for m in found)
+        assert max(keys.values()) == 1, "a match twice"
+        assert all(want.get((m["symbol"], m["start"])) == m for m in found), \
+            "a match the matcher does not find"
+    finally:
+        stop_query(stack, query.query_id)
+
+
 # --- chained windows across tasks ---------------------------------------------------------------
 
 HOT_KEY = ("window_start", "window_end", "top", "windows")

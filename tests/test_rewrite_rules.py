@@ -24,7 +24,8 @@ when  wants(f, pipeline, split), stateless(f)
 def test_the_shipped_rules_load_in_phase_order() -> None:
     rules = load_rules(shipped_rule_files())
     assert [r.name for r in rules] == ["checkpoint", "hot-standby", "standby", "folding",
-                                      "partitioning", "pattern-partitioning", "pipelining"]
+                                      "partitioning", "pattern-partitioning", "pattern-pipelining",
+                                      "pipelining"]
     assert [PHASES.index(r.phase) for r in rules] == sorted(PHASES.index(r.phase) for r in rules)
     assert all(Path(r.file).name == f"{r.name}.rule" for r in rules)
 
