@@ -10,9 +10,11 @@ pattern-partitioning.rule, after-match skip-to-next-row): one instance against k
 each holding its share of the partial matches (each reads every row; measured one after the
 other, the pair's time on two cores is the slower one's); the two together must find exactly
 the one instance's matches; on the tick pattern and on a workload whose partial matches live
-long (--long-rows rows of `A B+ C`, B nearly every row, C rare, within 1 s). The pipeline
-variant of Figure 8 is not built (docs/patterns.md
-says why), so it has no row. Medians over repeats. Not run by pytest.
+long (--long-rows rows of `A B+ C`, B nearly every row, C rare, within 1 s). Then the pipeline
+P+ = P v (P P+) over k stages (rewrite_rules/pattern-pipelining.rule): each stage timed on its
+own over what the stage before wrote (every item through its text; on k cores the pipeline
+takes the slowest stage's time), on both workloads; the last stage must find exactly the one
+instance's matches. Medians over repeats. Not run by pytest.
 
     python benchmarks/cep.py [--rows 40000] [--long-rows 6000] [--repeats 3]
                              [--spark [--spark-rows 60000]]
@@ -23,7 +25,10 @@ sink, state in the state store) against the same pattern written by hand as one 
 function written for this pattern -> foreachBatch JSON lines), one query at a time in one local[2]
 session: rows/s from start to drained, and the two must emit the same number of matches; and
 the operator with skip-to-next-row as one query against k=2 instances as two concurrent queries
-(start to both drained), which must emit the same number of matches together.
+(start to both drained), which must emit the same number of matches together; and the pipelines
+of PIPELINES, their stages as queries one after the other (each reading the file the stage
+before wrote, standing for the channel), each start to drained, which must emit the one
+instance's number of matches.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ use_repo_on_path()
 
 from executor import shapes  # noqa: E402
 from executor.cep_match import KeyMatcher, build_program, measures  # noqa: E402
+from executor.cep_stage import Item, Stage, StageMatcher  # noqa: E402
 
 SPARK_RATE = 200_000.0  # the generator's pace (tuples/s): far above what either side processes
 
@@ -289,6 +295,59 @@ def spark_side(spark: Any, start: Callable[..., Any], run_dir: Path, limit: int
     return took, matches
 
 
+def _stage_query(spark: Any, run_dir: Path, limit: int, stage: Stage, fed: Path | None
+                 ) -> tuple[Any, Path, int]:
+    """Stage `stage` of the pipelined tick pattern as its own query: the first over the
+    generator, a later one over the file the stage before wrote (standing for the channel);
+    returns the query, its output file and how many input rows drain it."""
+    from common.pattern_stages import stage_schema
+    from executor.runtime import TaskRuntime
+
+    rt = TaskRuntime(spark, query_id="bench", task_id=f"cep-{run_dir.name}-s{stage.index}",
+                     checkpoint_dir=str(run_dir / f"ck-s{stage.index}"))
+    if fed is None:
+        rt.generator(op="ticks", output="in", schema=SCHEMA, shape="stock", seed=7,
+                     rate=SPARK_RATE, limit=limit, start="2024-01-01T00:00:00Z")
+        rows = limit
+    else:
+        rt.file_source(op="items", output="in", schema=stage_schema([SCHEMA.get("symbol")]),
+                       path=str(fed), format="jsonl", rate=None)
+        rows = len(fed.read_text(encoding="utf-8").splitlines())
+    rt.pattern(op="tick", input="in", output="out", time="ts", partition_by=("symbol",),
+               pattern="A B+ C D+", within="30 seconds", watermark="0 seconds",
+               defines=DEFINES, measures=MEASURES, max_partial=100_000,
+               after_match="skip-to-next-row", stage=(stage.index, stage.count, stage.rows),
+               row_schema=SCHEMA)
+    sink = run_dir / f"stage-{stage.index}.jsonl"
+    rt.file_sink(op="sink", input="out", path=str(sink))
+    return rt.query, sink, rows
+
+
+def spark_pipeline(spark: Any, run_dir: Path, limit: int, stages: int, stage_rows: int
+                   ) -> tuple[list[float], int]:
+    """The k stages one after the other in the session, each start to drained: their times
+    (on k agents the pipeline would take the slowest one's) and the last stage's matches."""
+    run_dir.mkdir(parents=True)
+    times: list[float] = []
+    fed: Path | None = None
+    for i in range(1, stages + 1):
+        began = time.perf_counter()
+        query, sink, rows = _stage_query(spark, run_dir, limit, Stage(i, stages, stage_rows),
+                                         fed)
+        try:
+            deadline = began + 900
+            while not _drained(query, rows) and time.perf_counter() < deadline:
+                if query.exception() is not None:
+                    raise RuntimeError(str(query.exception()))
+                time.sleep(0.2)
+            times.append(time.perf_counter() - began)
+        finally:
+            query.stop()
+        fed = sink
+    assert fed is not None
+    return times, len(fed.read_text(encoding="utf-8").splitlines()) if fed.exists() else 0
+
+
 def spark_comparison(limit: int, repeats: int) -> int:
     import tempfile
 
@@ -308,11 +367,22 @@ def spark_comparison(limit: int, repeats: int) -> int:
                 took, matches = spark_side(spark, start, work / f"{name}-{turn}", limit)
                 seconds[name].append(took)
                 found[name].add(matches)
+            for stages, stage_rows in PIPELINES:
+                times, matches = spark_pipeline(spark, work / f"pipe{stages}-{turn}", limit,
+                                                stages, stage_rows)
+                for i, took in enumerate(times, 1):
+                    seconds[f"{_piped(stages, stage_rows)}, stage {i}"].append(took)
+                seconds[f"{_piped(stages, stage_rows)} on {stages} agents (slowest stage)"
+                        ].append(max(times))
+                seconds[f"{_piped(stages, stage_rows)} on one core (sum)"].append(sum(times))
+                for name in [n for n in seconds if n.startswith(_piped(stages, stage_rows))]:
+                    found[name].add(matches)
     finally:
         spark.stop()
     if found["elastiq"] != found["hand-written"] or len(found["elastiq"]) != 1 or \
             found["elastiq"] == {0} or found[NEXT_ONE] != found[NEXT_TWO] or \
-            len(found[NEXT_ONE]) != 1:
+            len(found[NEXT_ONE]) != 1 or any(
+                found[n] != found[NEXT_ONE] for n in found if n.startswith("elastiq pipeline")):
         print(f"MISMATCH: matches per run {dict(found)}")
         return 1
     base = median_of(seconds["hand-written"])
@@ -329,6 +399,11 @@ def spark_comparison(limit: int, repeats: int) -> int:
 
 
 NEXT_ONE = "elastiq, skip-to-next-row, one instance"
+PIPELINES = ((2, 2), (3, 2))  # (stages, stage-rows) of the tick pattern's pipelines on Spark
+
+
+def _piped(stages: int, stage_rows: int) -> str:
+    return f"elastiq pipeline k={stages} (stage-rows {stage_rows})"
 NEXT_TWO = "elastiq, skip-to-next-row, k=2 instances (two queries)"
 
 
@@ -358,9 +433,85 @@ def partitioned(rows: dict[str, list[dict]], repeats: int, label: str,
     table.append(("k=2 on two cores (the slower instance)", fmt(count / slower),
                   len(together), fmt(len(together) / slower), f"{ratio(slower, one):.2f}x"))
     print(f"partitioned repetition, {label} over {count} rows, skip-to-next-row, batches of "
-          f"500 + state JSON, medians of {repeats}; pipeline variant: not built")
+          f"500 + state JSON, medians of {repeats}")
     print(format_table(("matcher", "rows/s", "matches", "matches/s", "time vs one instance"),
                        table))
+    return 0
+
+
+# --- the pipeline P+ = P v (P P+) over k stages (rewrite_rules/pattern-pipelining.rule) --------
+
+def _tick_program(workload: tuple[str, tuple, int]) -> Any:
+    pattern, defines, within = workload
+    chosen = MEASURES if pattern == "A B+ C D+" else MEASURES[:1]
+    return build_program("stock", SCHEMA, "ts", pattern, defines, chosen, within,
+                         after_match="skip-to-next-row")[0]
+
+
+def stage_calls(rows: dict[str, list[dict]], program: Any, stage: Stage,
+                fed: dict[str, list[list[Item]]] | None) -> dict[str, list[list[Item]]]:
+    """One stage over every symbol, its state through JSON between calls: the first over
+    batches of 500 rows (watermark: the batch's last time, as `generic` feeds one instance, so
+    both leave the same attempts open at the end), a later one over the calls of the
+    stage before, each call's items through their text as a channel carries them. Returns each
+    symbol's calls."""
+    out: dict[str, list[list[Item]]] = {}
+    for symbol, own in rows.items():
+        matcher, calls = StageMatcher(program, stage), []
+        if fed is None:
+            for i in range(0, len(own), 500):
+                part = own[i:i + 500]
+                calls.append(matcher.feed_rows(part, part[-1]["ts"]))
+                matcher = StageMatcher.from_json(program, stage, matcher.to_json())
+        else:
+            for call in fed[symbol]:
+                items = [Item.decode(item.encode(), item.time, program) for item in call]
+                calls.append(matcher.feed_items(items, None))
+                matcher = StageMatcher.from_json(program, stage, matcher.to_json())
+        out[symbol] = calls
+    return out
+
+
+def pipelined(rows: dict[str, list[dict]], repeats: int, label: str,
+              workload: tuple[str, tuple, int], stages: int, stage_rows: int) -> int:
+    """One instance with skip-to-next-row against the k stages of its pipeline, each stage
+    timed on its own over what the stage before wrote (on k cores the pipeline takes the
+    slowest stage's time); the last stage's matches must be exactly the one instance's."""
+    program = _tick_program(workload)
+    seconds: dict[str, list[float]] = defaultdict(list)
+    one: list[tuple] = []
+    found: list[tuple] = []
+    handed = 0
+    for _ in range(repeats):
+        took, one = timed(lambda: generic(rows, 500, "skip-to-next-row", None, workload))
+        seconds["one instance"].append(took)
+        fed = None
+        for i in range(1, stages + 1):
+            began = time.perf_counter()
+            fed = stage_calls(rows, program, Stage(i, stages, stage_rows), fed)
+            seconds[f"stage {i} of {stages}"].append(time.perf_counter() - began)
+            handed = max(handed, sum(1 for calls in fed.values() for call in calls
+                                     for item in call if item.kind == "attempt"))
+        assert fed is not None
+        found = [(symbol,) + tuple(item.body) for symbol, calls in fed.items()
+                 for call in calls for item in call]
+    if sorted(found) != sorted(one):
+        print(f"MISMATCH: the pipeline found {len(found)} matches, one instance {len(one)}")
+        return 1
+    count = sum(len(own) for own in rows.values())
+    base = median_of(seconds["one instance"])
+    slowest = max(median_of(s) for name, s in seconds.items() if name.startswith("stage"))
+    total = sum(median_of(s) for name, s in seconds.items() if name.startswith("stage"))
+    table = [(name, fmt(count / median_of(s)), f"{ratio(median_of(s), base):.2f}x")
+             for name, s in seconds.items()]
+    table.append((f"k={stages} on {stages} cores (the slowest stage)", fmt(count / slowest),
+                  f"{ratio(slowest, base):.2f}x"))
+    table.append((f"k={stages} on one core (the stages' sum)", fmt(count / total),
+                  f"{ratio(total, base):.2f}x"))
+    print(f"pipelined repetition, {label} over {count} rows, {stages} stages of {stage_rows} "
+          f"rows, skip-to-next-row, {len(one)} matches, {handed} partial matches handed on, "
+          f"medians of {repeats}")
+    print(format_table(("matcher", "rows/s", "time vs one instance"), table))
     return 0
 
 
@@ -405,6 +556,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if partitioned(stock_rows(args.long_rows), args.repeats, "long partial matches "
                    "A B+ C within 1 s", LONG):
         return 1
+    for stages, stage_rows in ((2, 2), (3, 2)):
+        if pipelined(rows, args.repeats, "tick AB+CD+", ("A B+ C D+", DEFINES, WITHIN_US),
+                     stages, stage_rows):
+            return 1
+    for stages, stage_rows in ((2, 30), (3, 20)):
+        if pipelined(stock_rows(args.long_rows), args.repeats, "long partial matches A B+ C "
+                     "within 1 s", LONG, stages, stage_rows):
+            return 1
     return spark_comparison(args.spark_rows, args.repeats) if args.spark else 0
 
 
