@@ -1136,16 +1136,25 @@ def _check_match_instances(c: _Checker, op: OperatorDecl, d: OperatorDef,
                            f"{op.kind}", 'use parallelism="k" to partition it by a key')
         return
     k = _count(c, asked, 2, 2, MAX_MATCH_INSTANCES)
-    subject = replace(_subject(op, d), params=tuple(c.params.get(op.name, {}).items()))
-    if not GUARDS["independent-matches"].holds(subject):
-        c.error(asked.pos, f"'{op.name}' resumes matching after each match's last row "
-                           f"(after-match skip-past-last-row): each match decides where the next "
-                           f"may start, so its partial matches cannot be split over instances"
-                           f"{_where(asked, op)}",
-                'add <param name="after-match" value="skip-to-next-row"/> (every start row '
-                'keeps its own match), or remove match-instances=')
+    if not _independent(c, op, d, asked, "its partial matches cannot be split over instances"):
         return
     requests["match-instances"] = k
+
+
+def _independent(c: _Checker, op: OperatorDecl, d: OperatorDef, asked: PatternAttr,
+                 why: str) -> bool:
+    """Whether the pattern operator's matches are independent of each other (after-match
+    skip-to-next-row, the guard `independent-matches`), as splitting its partial matches
+    needs; says at `asked` why not."""
+    subject = replace(_subject(op, d), params=tuple(c.params.get(op.name, {}).items()))
+    if GUARDS["independent-matches"].holds(subject):
+        return True
+    c.error(asked.pos, f"'{op.name}' resumes matching after each match's last row (after-match "
+                       f"skip-past-last-row): each match decides where the next may start, so "
+                       f"{why}{_where(asked, op)}",
+            'add <param name="after-match" value="skip-to-next-row"/> (every start row keeps '
+            f'its own match), or remove {asked.name}=')
+    return False
 
 
 def _check_pipeline_stages(c: _Checker, op: OperatorDecl, d: OperatorDef,
@@ -1165,14 +1174,8 @@ def _check_pipeline_stages(c: _Checker, op: OperatorDecl, d: OperatorDef,
     k = _count(c, asked, 2, 2, MAX_PIPELINE_STAGES)
     n = DEFAULT_STAGE_ROWS if rows is None else _count(c, rows, DEFAULT_STAGE_ROWS, 1,
                                                        MAX_STAGE_ROWS)
-    subject = replace(_subject(op, d), params=tuple(c.params.get(op.name, {}).items()))
-    if not GUARDS["independent-matches"].holds(subject):
-        c.error(asked.pos, f"'{op.name}' resumes matching after each match's last row "
-                           f"(after-match skip-past-last-row): each match decides where the next "
-                           f"may start, so its stages could not decide their partial matches "
-                           f"apart{_where(asked, op)}",
-                'add <param name="after-match" value="skip-to-next-row"/> (every start row '
-                'keeps its own match), or remove pipeline-stages=')
+    if not _independent(c, op, d, asked, "its stages could not decide their partial matches "
+                                         "apart"):
         return
     requests["pipeline-stages"] = k
     requests["stage-rows"] = n

@@ -55,6 +55,13 @@ def _from_text(value: Any, kind: ColumnType) -> Any:
     return value
 
 
+def _rows(records: list[dict[str, Any]], types: dict[str, ColumnType]) -> list[dict[str, Any]]:
+    """The rows of a group's records as the matcher takes them (typed values, the columns of
+    `types` only)."""
+    return [{name: _from_text(value, types[name]) for name, value in record.items()
+             if name in types} for record in records]
+
+
 def _text(value: Any) -> str | None:
     if value is None:
         return None
@@ -76,13 +83,35 @@ def _typed(name: str, kind: ColumnType) -> Column:
     return column.cast(kind.spark_type_name()).alias(name)
 
 
-def _deadline_ms(matcher: KeyMatcher, watermark_ms: int) -> int | None:
+def _deadline_ms(matcher: KeyMatcher | StageMatcher, watermark_ms: int) -> int | None:
     """The timeout that wakes the key once the watermark reaches its next deadline (Spark fires
     an event-time timeout when the watermark passes it)."""
     deadline = matcher.next_deadline()
     if deadline is None:
         return None
     return max(-(-deadline // 1000) - 1, watermark_ms, 1)
+
+
+def _keep(state: GroupState, matcher: KeyMatcher | StageMatcher, watermark_ms: int) -> None:
+    """Store the key's matcher (or drop an idle one) and wake the key at its next deadline."""
+    if matcher.idle():
+        state.remove()
+        return
+    state.update((matcher.to_json(),))
+    deadline = _deadline_ms(matcher, watermark_ms)
+    if deadline is not None:
+        state.setTimeoutTimestamp(deadline)
+
+
+def _per_key(texts: DataFrame, grouping: list[Column], run: Any, out_fields: tuple[Field, ...]
+             ) -> tuple[DataFrame, Schema]:
+    """`run` over each key's rows with its state (event-time timeouts, append mode); its text
+    columns cast back to `out_fields`' types."""
+    output_schema = ", ".join(f"`{f.name}` string" for f in out_fields)
+    result = texts.groupBy(*grouping).applyInPandasWithState(
+        run, output_schema, STATE_SCHEMA, "append", GroupStateTimeout.EventTimeTimeout)
+    typed = result.select(*[_typed(f.name, f.type) for f in out_fields])
+    return typed, Schema(out_fields)
 
 
 def pattern_frame(df: DataFrame, stream: str, program: PatternProgram, keys: Sequence[Field],
@@ -101,28 +130,17 @@ def pattern_frame(df: DataFrame, stream: str, program: PatternProgram, keys: Seq
             ) -> Iterator[pd.DataFrame]:
         matcher = (KeyMatcher.from_json(program, state.get[0]) if state.exists
                    else KeyMatcher(program))
-        rows = [{name: _from_text(value, types[name]) for name, value in record.items()
-                 if name in types}
-                for frame in frames for record in frame.to_dict("records")]
+        rows = _rows([record for frame in frames for record in frame.to_dict("records")],
+                     types)
         watermark_ms = state.getCurrentWatermarkMs()
         found = matcher.feed(rows, watermark_ms * 1000)
-        if matcher.idle():
-            state.remove()
-        else:
-            state.update((matcher.to_json(),))
-            deadline = _deadline_ms(matcher, watermark_ms)
-            if deadline is not None:
-                state.setTimeoutTimestamp(deadline)
+        _keep(state, matcher, watermark_ms)
         key_values = list(key) if key_names else []
         out = [[_text(v) for v in key_values] + [_text(v) for v in measures(program, m)]
                for m in found]
         yield pd.DataFrame(out, columns=[f.name for f in out_fields], dtype=object)
 
-    output_schema = ", ".join(f"`{f.name}` string" for f in out_fields)
-    result = texts.groupBy(*grouping).applyInPandasWithState(
-        run, output_schema, STATE_SCHEMA, "append", GroupStateTimeout.EventTimeTimeout)
-    typed = result.select(*[_typed(f.name, f.type) for f in out_fields])
-    return typed, Schema(out_fields)
+    return _per_key(texts, grouping, run, out_fields)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -177,18 +195,10 @@ def stage_frame(df: DataFrame, stream: str, program: PatternProgram, keys: Seque
         watermark_ms = state.getCurrentWatermarkMs()
         records = [record for frame in frames for record in frame.to_dict("records")]
         if stage.index == 1:
-            rows = [{name: _from_text(value, types[name]) for name, value in record.items()
-                     if name in types} for record in records]
-            items = matcher.feed_rows(rows, watermark_ms * 1000)
+            items = matcher.feed_rows(_rows(records, types), watermark_ms * 1000)
         else:
             items = matcher.feed_items(_items_in_order(records, program), watermark_ms * 1000)
-        if matcher.idle():
-            state.remove()
-        else:
-            state.update((matcher.to_json(),))
-            deadline = _deadline_ms(matcher, watermark_ms)
-            if deadline is not None:
-                state.setTimeoutTimestamp(deadline)
+        _keep(state, matcher, watermark_ms)
         key_values = [_text(v) for v in key] if key_names else []
         out = ([key_values + [_text(v) for v in item.body] for item in items
                 if item.kind == "match"] if last else
@@ -196,11 +206,7 @@ def stage_frame(df: DataFrame, stream: str, program: PatternProgram, keys: Seque
                 for seq, item in enumerate(items)])
         yield pd.DataFrame(out, columns=[f.name for f in out_fields], dtype=object)
 
-    output_schema = ", ".join(f"`{f.name}` string" for f in out_fields)
-    result = texts.groupBy(*grouping).applyInPandasWithState(
-        run, output_schema, STATE_SCHEMA, "append", GroupStateTimeout.EventTimeTimeout)
-    typed = result.select(*[_typed(f.name, f.type) for f in out_fields])
-    return typed, Schema(out_fields)
+    return _per_key(texts, grouping, run, out_fields)
 
 
 def _items_in_order(records: list[dict[str, Any]], program: PatternProgram) -> list[Item]:

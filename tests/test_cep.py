@@ -224,7 +224,9 @@ def _random_stream(rng: random.Random) -> list[list[dict]]:
     return batches
 
 
-def _run_case(rng: random.Random) -> tuple[int, int]:
+def random_case(rng: random.Random) -> tuple[str, pt.Node, dict[str, tuple[str, Any]], int, int]:
+    """A seeded random pattern that parses, its tree, conditions for most of its variables
+    (text, plain-Python check), a time bound and a watermark delay."""
     while True:
         text = _random_pattern(rng)
         try:
@@ -236,6 +238,11 @@ def _run_case(rng: random.Random) -> tuple[int, int]:
     defines = {v: _random_condition(rng, names) for v in names if rng.random() < 0.8}
     within = rng.choice([2, 5, 10, 1000])
     delay = rng.choice([0, 1, 3])
+    return text, tree, defines, within, delay
+
+
+def _run_case(rng: random.Random) -> tuple[int, int]:
+    text, tree, defines, within, delay = random_case(rng)
     program, _ = build_program("s", SCHEMA, "ts", text,
                                [(v, c[0]) for v, c in defines.items()],
                                [("n", "count()"), ("start", "first(ts)")], within)

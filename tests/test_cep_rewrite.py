@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from compiler import expr as ex
 from compiler.expr import pattern as pt
 from compiler.guards import GUARDS
 from compiler.pipeline import compile_spec_text
@@ -26,7 +25,7 @@ from executor.cep_match import KeyMatcher, PatternOverflow, build_program, owner
 from rewrite_rules import shipped_rule_files
 from tests import cep_oracle
 from tests.spec_snippets import locate
-from tests.test_cep import SCHEMA, _random_condition, _random_pattern, _random_stream
+from tests.test_cep import SCHEMA, _random_stream, random_case
 from tests.test_pattern_tasks import rt_calls
 from tests.test_rewrite import BASE, RULES, _errors, logical, spec
 
@@ -58,16 +57,8 @@ def _feed_all(program, batches: list[list[dict]], delay: int) -> list[tuple]:
 
 
 def _case(rng: random.Random) -> tuple[int, list[int]]:
-    while True:
-        text = _random_pattern(rng)
-        try:
-            tree = pt.parse_pattern(text)
-            break
-        except ex.ExpressionError:
-            continue
-    names = pt.variables(tree)
-    defines = {v: _random_condition(rng, names) for v in names if rng.random() < 0.8}
-    within, delay, k = rng.choice([2, 5, 10, 1000]), rng.choice([0, 1, 3]), rng.choice([2, 3])
+    text, tree, defines, within, delay = random_case(rng)
+    k = rng.choice([2, 3])
     batches = _random_stream(rng)
     one = _feed_all(_program(None, text, defines, within), batches, delay)
     parts = [_feed_all(_program((i, k), text, defines, within), batches, delay)

@@ -19,13 +19,12 @@ from typing import Any
 
 import pytest
 
-from compiler import expr as ex
 from compiler.expr import pattern as pt
 from executor.cep_match import KeyMatcher, PatternOverflow, PatternProgram, build_program, measures
 from executor.cep_stage import (MAX_ITEM_TEXT, Carried, Item, Stage, StageMatcher,
                                 carrier_order)
 from tests import cep_oracle
-from tests.test_cep import SCHEMA, _random_condition, _random_pattern, _random_stream
+from tests.test_cep import SCHEMA, _random_stream, random_case
 
 FINAL = 10**9  # a watermark past every row: everything is decided
 
@@ -149,16 +148,7 @@ def _oracle(tree: pt.Node, defines: dict[str, tuple[str, Any]], within: int,
 
 
 def _case(rng: random.Random, stats: Counter) -> None:
-    while True:
-        text = _random_pattern(rng)
-        try:
-            tree = pt.parse_pattern(text)
-            break
-        except ex.ExpressionError:
-            continue
-    names = pt.variables(tree)
-    defines = {v: _random_condition(rng, names) for v in names if rng.random() < 0.8}
-    within, delay = rng.choice([2, 5, 10, 1000]), rng.choice([0, 1, 3])
+    text, tree, defines, within, delay = random_case(rng)
     count, rows = rng.choice([2, 3, 4]), rng.choice([1, 2, 3])
     batches = _random_stream(rng)
     program = _program(text, defines, within)

@@ -258,22 +258,19 @@ def test_partitioned_and_pipelined_plans_equal_the_oracle(stack: Stack, tmp_path
         stop_query(stack, query.query_id)
 
 
-@pytest.mark.timeout(300)
-def test_a_partitioned_pattern_finds_the_matchers_matches_once_across_a_kill(
-        stack: Stack, tmp_path: Path) -> None:
-    """match-instances="2": the tick pattern's two instances on distinct agents read every tick
-    through a multicast channel; the executor of the first instance's agent is SIGKILLed
-    mid-stream and its tasks resume from their checkpoints; the merged sink then holds every
-    match the independent matcher (skip-to-next-row) decides by the end, nothing twice and
-    nothing it does not find."""
+def _pattern_plan_survives_a_kill(stack: Stack, tmp_path: Path, spec: str,
+                                  copies: tuple[str, ...], victim: str) -> None:
+    """The tick pattern's copies (`copies`, by operator name) run on distinct agents; the
+    executor of the agent running `victim` is SIGKILLed mid-stream and its tasks resume from
+    their checkpoints; the sink then holds every match the independent matcher
+    (skip-to-next-row) decides by the end, nothing twice and nothing it does not find."""
     from test_cep_spark import _expected
 
-    spec = "e2e-pattern-partitioned.xml"
     query = running_query(stack, spec, tmp_path)
     try:
-        pattern_tasks = [t for t in query.tasks if {"tick_1", "tick_2"} & set(t.operators)]
+        tasks = {op: t for t in query.tasks for op in t.operators if op in copies}
         placed = stack.tasks(query.query_id)
-        assert len({placed[t.task_id]["agent_id"] for t in pattern_tasks}) == 2
+        assert len({placed[t.task_id]["agent_id"] for t in tasks.values()}) == len(copies)
         rows = generator_rows(spec_params(spec)["ticks"])
         want = {(m["symbol"], m["start"]): m for ms in _expected(
             rows, SECOND // timedelta(microseconds=1), skip_to_next=True).values() for m in ms}
@@ -282,12 +279,12 @@ def test_a_partitioned_pattern_finds_the_matchers_matches_once_across_a_kill(
         assert len(sure) > 80
         sink = sink_path(tmp_path, spec, "out")
         got = lambda: read_sink(sink)  # noqa: E731
-        first = next(t.task_id for t in pattern_tasks if "tick_1" in t.operators)
+        task = tasks[victim].task_id
         grows(sink, 0, 120, "first matches")
-        not_done(sink, len(sure), "the first instance's executor")
-        attempt = view(stack, query.query_id, first)["attempt"]
-        kill_executor(stack, placed[first]["agent_id"], first)
-        relaunched(stack, query.query_id, first, attempt, timeout=180)
+        not_done(sink, len(sure), f"the executor running {victim}")
+        attempt = view(stack, query.query_id, task)["attempt"]
+        kill_executor(stack, placed[task]["agent_id"], task)
+        relaunched(stack, query.query_id, task, attempt, timeout=180)
         wait_until(lambda: sure <= {(m["symbol"], m["start"]) for m in got()}, 240,
                    "every decided match in the sink")
         found = got()
@@ -297,48 +294,26 @@ def test_a_partitioned_pattern_finds_the_matchers_matches_once_across_a_kill(
             "a match the matcher does not find"
     finally:
         stop_query(stack, query.query_id)
+
+
+@pytest.mark.timeout(300)
+def test_a_partitioned_pattern_finds_the_matchers_matches_once_across_a_kill(
+        stack: Stack, tmp_path: Path) -> None:
+    """match-instances="2": the tick pattern's two instances on distinct agents read every tick
+    through a multicast channel and the merger unites their matches; the first instance's
+    executor is killed."""
+    _pattern_plan_survives_a_kill(stack, tmp_path, "e2e-pattern-partitioned.xml",
+                                  ("tick_1", "tick_2"), "tick_1")
 
 
 @pytest.mark.timeout(300)
 def test_a_pipelined_pattern_finds_the_matchers_matches_once_across_a_kill(
         stack: Stack, tmp_path: Path) -> None:
     """pipeline-stages="3": the tick pattern's three stages on distinct agents, chained by
-    channels that carry rows, partial matches handed on and progress; the executor of the
-    middle stage's agent is SIGKILLed mid-stream and its tasks resume from their checkpoints;
-    the last stage's sink then holds every match the independent matcher (skip-to-next-row)
-    decides by the end, nothing twice and nothing it does not find."""
-    from test_cep_spark import _expected
-
-    spec = "e2e-pattern-pipelined.xml"
-    query = running_query(stack, spec, tmp_path)
-    try:
-        stage_tasks = {op: t for t in query.tasks for op in t.operators
-                       if op in ("tick_1", "tick_2", "tick_3")}
-        placed = stack.tasks(query.query_id)
-        assert len({placed[t.task_id]["agent_id"] for t in stage_tasks.values()}) == 3
-        rows = generator_rows(spec_params(spec)["ticks"])
-        want = {(m["symbol"], m["start"]): m for ms in _expected(
-            rows, SECOND // timedelta(microseconds=1), skip_to_next=True).values() for m in ms}
-        final_watermark = max(r["ts"] for r in rows) - SECOND
-        sure = {k for k, m in want.items() if m["start"] + SECOND < final_watermark}
-        assert len(sure) > 80
-        sink = sink_path(tmp_path, spec, "out")
-        got = lambda: read_sink(sink)  # noqa: E731
-        middle = stage_tasks["tick_2"].task_id
-        grows(sink, 0, 120, "first matches")
-        not_done(sink, len(sure), "the middle stage's executor")
-        attempt = view(stack, query.query_id, middle)["attempt"]
-        kill_executor(stack, placed[middle]["agent_id"], middle)
-        relaunched(stack, query.query_id, middle, attempt, timeout=180)
-        wait_until(lambda: sure <= {(m["symbol"], m["start"]) for m in got()}, 240,
-                   "every decided match in the sink")
-        found = got()
-        keys = Counter((m["symbol"], m["start"]) for m in found)
-        assert max(keys.values()) == 1, "a match twice"
-        assert all(want.get((m["symbol"], m["start"])) == m for m in found), \
-            "a match the matcher does not find"
-    finally:
-        stop_query(stack, query.query_id)
+    channels that carry rows, partial matches handed on and progress; the middle stage's
+    executor is killed, and the last stage's sink holds the matches."""
+    _pattern_plan_survives_a_kill(stack, tmp_path, "e2e-pattern-pipelined.xml",
+                                  ("tick_1", "tick_2", "tick_3"), "tick_2")
 
 
 # --- chained windows across tasks ---------------------------------------------------------------
