@@ -18,7 +18,6 @@ from common.types import ColumnType, Field, Schema
 TIME = "__elastiq_stage_time"
 SEQ = "__elastiq_stage_seq"
 ITEM = "__elastiq_stage_item"
-COLUMNS = (TIME, SEQ, ITEM)
 
 
 def stage_schema(keys: Sequence[Field]) -> Schema:

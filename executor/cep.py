@@ -103,6 +103,14 @@ def _keep(state: GroupState, matcher: KeyMatcher | StageMatcher, watermark_ms: i
         state.setTimeoutTimestamp(deadline)
 
 
+def _row_texts(df: DataFrame, stream: str, program: PatternProgram, watermark: str
+               ) -> DataFrame:
+    """The rows as text, with their event time as a timestamp under the operator's watermark."""
+    texts = df.select(*[_to_text(stream, f) for f in program.schema],
+                      F.col(f"`{stream}`.`{program.time}`").alias(_TIME))
+    return texts.withWatermark(_TIME, watermark)
+
+
 def _per_key(texts: DataFrame, grouping: list[Column], run: Any, out_fields: tuple[Field, ...]
              ) -> tuple[DataFrame, Schema]:
     """`run` over each key's rows with its state (event-time timeouts, append mode); its text
@@ -117,14 +125,11 @@ def _per_key(texts: DataFrame, grouping: list[Column], run: Any, out_fields: tup
 def pattern_frame(df: DataFrame, stream: str, program: PatternProgram, keys: Sequence[Field],
                   measure_fields: Sequence[Field], watermark: str) -> tuple[DataFrame, Schema]:
     """The matches of `df` (aliased `stream`): the key columns, then the measures."""
-    schema = program.schema
     out_fields = tuple(keys) + tuple(measure_fields)
     key_names = [k.name for k in keys]
-    texts = df.select(*[_to_text(stream, f) for f in schema],
-                      F.col(f"`{stream}`.`{program.time}`").alias(_TIME))
-    texts = texts.withWatermark(_TIME, watermark)
+    texts = _row_texts(df, stream, program, watermark)
     grouping = [F.col(f"`{k}`") for k in key_names] or [F.lit("").alias(_KEY)]
-    types = {f.name: f.type for f in schema}
+    types = {f.name: f.type for f in program.schema}
 
     def run(key: tuple, frames: Iterator[pd.DataFrame], state: GroupState
             ) -> Iterator[pd.DataFrame]:
@@ -170,13 +175,11 @@ def stage_frame(df: DataFrame, stream: str, program: PatternProgram, keys: Seque
     then the measures), the others the items for the next stage
     (`common.pattern_stages.stage_schema`)."""
     key_names = [k.name for k in keys]
-    last = stage.index == stage.count
+    last = stage.last
     out_fields = tuple(keys) + (tuple(measure_fields) if last else
                                 tuple(stage_schema(keys))[len(keys):])
     if stage.index == 1:
-        texts = df.select(*[_to_text(stream, f) for f in program.schema],
-                          F.col(f"`{stream}`.`{program.time}`").alias(_TIME))
-        texts = texts.withWatermark(_TIME, watermark)
+        texts = _row_texts(df, stream, program, watermark)
     else:
         texts = df.select(*[_to_text(stream, f) for f in keys],
                           F.col(f"`{stream}`.`{pattern_stages.TIME}`").alias(_TIME),
@@ -213,5 +216,6 @@ def _items_in_order(records: list[dict[str, Any]], program: PatternProgram) -> l
     """The items of one key, decoded (`Item.decode` checks them and runs nothing: a malformed
     one fails the query with what is wrong), in the order the stage before wrote them
     (`cep_stage.carrier_order`)."""
-    return carrier_order([(Item.decode(r[_ITEM], int(r[_TIME_US]), program), int(r[_TIME_US]),
-                           int(r[_SEQ])) for r in records])
+    timed = [(int(r[_TIME_US]), int(r[_SEQ]), r[_ITEM]) for r in records]
+    return carrier_order([(Item.decode(text, time, program), time, seq)
+                          for time, seq, text in timed])

@@ -341,10 +341,8 @@ class StageMatcher:
                 self._arrive(item.body, item.time, out)
             elif item.kind == "match":
                 out.append(item)
-            elif item.kind == "tick":
+            else:  # a tick (Item admits no other kind)
                 self._advance(item.time, out)
-            else:
-                raise ValueError(f"item kind {item.kind!r} is not one of {', '.join(KINDS)}")
         if watermark_us is not None:
             self._advance(watermark_us, out)
         return self._close(out)
