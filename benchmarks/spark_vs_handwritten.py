@@ -56,6 +56,7 @@ from compiler.pipeline import compile_spec_text
 from executor import shapes
 from executor.sources import (
     CONFIG_OPTION,
+    LARGE_BATCH_BYTES,
     GeneratorConfig,
     GeneratorSource,
     encode_config,
@@ -412,8 +413,10 @@ def start_handwritten(spark: SparkSession, workload: Workload, run_dir: Path,
                       sink_path: Path) -> StreamingQuery:
     """The same query as a plain PySpark job over the same generator source."""
     spark.dataSource.register(GeneratorSource)
+    # the micro-batch cap Elastiq's task has (it writes a window's results to a file sink)
     config = GeneratorConfig("handwritten", "src", SHAPE, SENSOR_COLUMNS, SEED, workload.rate,
-                             workload.limit, START_US, str(run_dir / "anchor"), SOURCE_PARTITIONS)
+                             workload.limit, START_US, str(run_dir / "anchor"), SOURCE_PARTITIONS,
+                             batch_bytes=LARGE_BATCH_BYTES)
     readings = (spark.readStream.format(GeneratorSource.name())
                 .option(CONFIG_OPTION, encode_config(config)).load())
     results = (readings.filter(F.col("temp") > TEMP_THRESHOLD)

@@ -127,6 +127,9 @@ def render_task(graph: Graph, plan: TaskPlan, query_id: str, base_dir: Path,
     if plan.failover == "replica":
         calls.append(Call(f"{plan.nodes[-1]} is a hot-standby replica: micro-batches cut by "
                           "input numbers, identical in every replica", "deterministic_batches", ()))
+    if writes_aggregate_locally(graph, plan):
+        calls.append(Call("writes an aggregate's results to a local sink: a backlog comes in "
+                          "large micro-batches", "large_batches", ()))
     calls += _source_calls(graph, plan, channels, schema_of, name)
     for node in (graph.node(n) for n in plan.nodes):
         if node.kind not in ("stream-selector", "splitter"):  # their channel calls stand for them
@@ -207,6 +210,24 @@ def _ticked(graph: Graph, stream: str) -> tuple[tuple[str, bool], ...]:
         return ()
     window, slide = _switch_of(producer)[1:4:2]
     return (("ticks", True),) + ((("bounded", True),) if slide < window else ())
+
+
+LOCAL_SINKS = ("file-sink", "console-sink")
+ROW_BY_ROW = ("filter", "project")  # at most one output row per input row
+
+
+def writes_aggregate_locally(graph: Graph, plan: TaskPlan) -> bool:
+    """Whether the task ends in a file or console sink fed, through filters and projections of
+    the task, by a window aggregate of the task (pure): a micro-batch's output then holds the
+    windows it closed, however many rows it read, so the task's sources may take large
+    micro-batches (`TaskRuntime.large_batches`)."""
+    root = graph.node(plan.nodes[-1])
+    if root.kind not in LOCAL_SINKS or plan.outputs:
+        return False
+    node = graph.node(graph.stream(root.inputs[0]).producer)
+    while node.kind in ROW_BY_ROW and node.name in plan.nodes:
+        node = graph.node(graph.stream(node.inputs[0]).producer)
+    return node.kind == "window-aggregate" and node.name in plan.nodes
 
 
 def _source_calls(graph: Graph, plan: TaskPlan, channels: Mapping[str, ChannelSpec],

@@ -293,6 +293,7 @@ class TaskRuntime:
         self.sink: sinks.BatchSink | None = None
         self.query: StreamingQuery | None = None
         self.deterministic = False
+        self.batch_bytes = sources.MAX_BATCH_BYTES  # Arrow data per source micro-batch
         self.params = {op: dict(values) for op, values in params.items()}
         self.fence = fence
         self.gate = BatchGate(fence.holding) if fence is not None else BatchGate()
@@ -402,6 +403,17 @@ class TaskRuntime:
             raise self._error("paced_batches", f"seconds must be > 0, got {seconds}")
         self.trigger_seconds = max(self.trigger_seconds, float(seconds))
 
+    def large_batches(self) -> None:
+        """Let this task's sources take up to LARGE_BATCH_BYTES per micro-batch instead of
+        MAX_BATCH_BYTES, so a backlog (a file read from its start, a restart after downtime)
+        comes in fewer micro-batches, each of which costs ~0.5 s however small. The compiler
+        asks for it when the task writes an aggregate's results to a local sink: an output
+        batch then does not grow with its input, and no channel frame bounds it."""
+        if self.streams:
+            raise self._error("large_batches", "large_batches() must come before any source "
+                                               f"(streams so far: {sorted(self.streams)})")
+        self.batch_bytes = sources.LARGE_BATCH_BYTES
+
     def deterministic_batches(self) -> None:
         """Make this task's output a function of its numbered input (hot-standby replicas): every
         channel source takes exactly one channel batch per micro-batch and the query runs without
@@ -435,7 +447,7 @@ class TaskRuntime:
             raise self._error(op, f"generator limit must be >= 0, got {limit}")
         config = sources.GeneratorConfig(
             self.task_id, op, shape, sources.schema_pairs(schema), seed, float(rate), limit,
-            start_us, self._pacing(op, pace), self.source_partitions, pace)
+            start_us, self._pacing(op, pace), self.source_partitions, pace, self.batch_bytes)
         anchor = config.anchor_path
         self.backlogs.append(
             lambda: sources.generator_backlog(anchor, pace, limit, time.time()))
@@ -456,7 +468,7 @@ class TaskRuntime:
             raise self._error(op, f"file replay rate must be a finite number > 0, got {rate}")
         config = sources.FileConfig(self.task_id, op, os.path.abspath(path), format,
                                     sources.schema_pairs(schema), rate, self._pacing(op, rate),
-                                    self.source_partitions)
+                                    self.source_partitions, self.batch_bytes)
         self._put(op, output, self._load(sources.FileSource.name(), config), schema)
 
     def _spool(self, op: str, output: str, schema: Schema, name: str, folder: str,
@@ -477,7 +489,7 @@ class TaskRuntime:
         config = spool_source.SpoolConfig(
             self.task_id, name, folder, os.path.join(self.checkpoint_dir, "spark"),
             sources.schema_pairs(wire), self.source_partitions, self.deterministic,
-            idle_seconds=self.channel_poll_seconds)
+            idle_seconds=self.channel_poll_seconds, max_batch_bytes=self.batch_bytes)
         df = (self.spark.readStream.format(spool_source.SpoolSource.name())
               .option(spool_source.CONFIG_OPTION, spool_source.encode_config(config)).load())
         self._put(op, output, df, schema)

@@ -255,15 +255,18 @@ def planned_offset(spark_checkpoint: str) -> int:
 # --- bounded micro-batches ----------------------------------------------------------------------
 
 MAX_BATCH_BYTES = 48 << 20  # about this much Arrow data per source micro-batch
+# ... in a task that asks for large batches (`TaskRuntime.large_batches`: its output is an
+# aggregate's results, written locally, so an output batch does not grow with its input)
+LARGE_BATCH_BYTES = 256 << 20
 _WIDTHS = {"int": 8, "double": 8, "timestamp": 8, "boolean": 1, "string": 32}
 
 
-def batch_row_cap(schema: Schema) -> int:
-    """Rows per micro-batch that make about MAX_BATCH_BYTES of `schema`'s Arrow data (pure).
+def batch_row_cap(schema: Schema, batch_bytes: int = MAX_BATCH_BYTES) -> int:
+    """Rows per micro-batch that make about `batch_bytes` of `schema`'s Arrow data (pure).
     A backlog (a restart after downtime, a slow batch) then comes in several micro-batches,
     as Spark's maxOffsetsPerTrigger does, and an output batch still fits a channel frame."""
     width = sum(_WIDTHS.get(f.type.value, 32) for f in schema)
-    return max(1, MAX_BATCH_BYTES // max(1, width))
+    return max(1, batch_bytes // max(1, width))
 
 
 def capped(start: int | None, latest: int, cap: int) -> int:
@@ -320,6 +323,7 @@ class GeneratorConfig:
     anchor_path: str
     partitions: int
     pace: float | None = None  # tuples per second now (a control tuple's rate); None: `rate`
+    batch_bytes: int = MAX_BATCH_BYTES  # Arrow data per micro-batch (`batch_row_cap`)
 
     @property
     def stream_schema(self) -> Schema:
@@ -336,6 +340,7 @@ class FileConfig:
     rate: float | None
     anchor_path: str
     partitions: int = 2  # Spark partitions a micro-batch's lines are split into
+    batch_bytes: int = MAX_BATCH_BYTES  # Arrow data per micro-batch (`batch_row_cap`)
 
     @property
     def stream_schema(self) -> Schema:
@@ -388,7 +393,8 @@ class GeneratorReader(DataSourceStreamReader):
         limit = self.config.limit
         available = limit if limit is not None else int(MAX_OFFSET)
         latest = capped(self._start, paced_offset(self._anchor, now, pace, available, limit),
-                        batch_row_cap(self.config.stream_schema))
+                        batch_row_cap(self.config.stream_schema,
+                                      self.config.batch_bytes))
         self._start = latest if self._start is None else max(self._start, latest)
         return {"index": latest}
 
@@ -427,15 +433,17 @@ class GeneratorSource(DataSource):
 
 @dataclass(frozen=True)
 class ByteRange(InputPartition):
+    """One partition of a file micro-batch: the bytes from bounds[0] to bounds[-1], read and
+    parsed one piece (bounds[i], bounds[i+1]) of whole lines at a time."""
     path: str
     format: str
-    lo: int
-    hi: int
+    bounds: tuple[int, ...]
 
 
 WHITESPACE = b" \t\r\x0b\x0c"  # what bytes.strip() removes, but the line feed
 SCAN_CHUNK_BYTES = 16 << 20  # a refresh reads the file in slices of this size
 MIN_PARTITION_LINES = 16_384  # a file partition holds at least this many lines (but one)
+PIECE_LINES = 131_072  # a partition parses and hands over this many lines at a time
 
 
 def data_line_ends(chunk: bytes, base: int) -> tuple[np.ndarray, int]:
@@ -517,11 +525,18 @@ class LineIndex:
         lo = int(self._ends[first - 1]) if first > 0 else self.header_end
         return lo, int(self._ends[last - 1])
 
-    def partitions(self, first: int, last: int, parts: int,
-                   min_lines: int = MIN_PARTITION_LINES) -> list[tuple[int, int]]:
-        """Byte ranges of data lines [first, last) split into at most `parts` contiguous
-        pieces of whole lines (`split_range`), in order."""
-        return [self.byte_range(a, b) for a, b in split_range(first, last, parts, min_lines)]
+    def partitions(self, first: int, last: int, parts: int, min_lines: int = MIN_PARTITION_LINES,
+                   piece_lines: int = PIECE_LINES) -> list[tuple[int, ...]]:
+        """Data lines [first, last) split into at most `parts` contiguous partitions of whole
+        lines (`split_range`), in order; each as the byte offsets that bound its pieces of at
+        most `piece_lines` lines (start, cuts..., end)."""
+        return [self._bounds(a, b, piece_lines)
+                for a, b in split_range(first, last, parts, min_lines)]
+
+    def _bounds(self, first: int, last: int, piece_lines: int) -> tuple[int, ...]:
+        cuts = range(first + piece_lines, last, max(1, piece_lines))
+        lo, hi = self.byte_range(first, last)
+        return (lo, *(int(self._ends[i - 1]) for i in cuts), hi)
 
 
 def parse_lines(data: bytes, fmt: str, schema: Schema) -> pa.Table:
@@ -572,7 +587,8 @@ class FileReader(DataSourceStreamReader):
             self._known = True
         latest = capped(self._start,
                         paced_offset(self._anchor, now, self.config.rate, available, None),
-                        batch_row_cap(self.config.stream_schema))
+                        batch_row_cap(self.config.stream_schema,
+                                      self.config.batch_bytes))
         self._start = latest if self._start is None else max(self._start, latest)
         return {"line": latest}
 
@@ -584,16 +600,19 @@ class FileReader(DataSourceStreamReader):
         index = self._index
         if index is None or len(index.ends) < end["line"]:  # a replay after a restart
             index = self._lines()
-        ranges = index.partitions(start["line"], end["line"], self.config.partitions)
-        return [ByteRange(self.config.path, self.config.format, lo, hi) for lo, hi in ranges]
+        parts = index.partitions(start["line"], end["line"], self.config.partitions)
+        return [ByteRange(self.config.path, self.config.format, bounds) for bounds in parts]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """The partition's rows, parsed a piece at a time: a worker holds one piece's bytes
+        and table, and Spark consumes a piece while the next one is parsed."""
         assert isinstance(partition, ByteRange)
+        bounds = partition.bounds
         with open(partition.path, "rb") as f:
-            f.seek(partition.lo)
-            data = f.read(partition.hi - partition.lo)
-        table = parse_lines(data, partition.format, self.config.stream_schema)
-        yield from table.to_batches(max_chunksize=ARROW_CHUNK_ROWS)
+            for lo, hi in zip(bounds, bounds[1:]):
+                f.seek(lo)
+                table = parse_lines(f.read(hi - lo), partition.format, self.config.stream_schema)
+                yield from table.to_batches(max_chunksize=ARROW_CHUNK_ROWS)
 
     def commit(self, end: dict) -> None:
         return None

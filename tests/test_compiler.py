@@ -184,3 +184,51 @@ def test_hostile_condition_never_reaches_the_program() -> None:
     conditions = [k.value.value for n in ast.walk(tree) if isinstance(n, ast.Call)
                   for k in n.keywords if k.arg == "condition"]
     assert conditions == ['raw.temp > 1 or raw.sensor = "\'); import os; ("']
+
+
+WINDOW = """  <operator name="avg" type="window-aggregate">
+    <input name="{input}"/>
+    <param name="time" value="ts"/>
+    <param name="size" value="10 seconds"/>
+    <param name="group-by" value="sensor"/>
+    <aggregate name="readings" function="count"/>
+    <output name="averages"/>
+  </operator>
+"""
+HOT = """  <operator name="hot" type="filter">
+    <input name="{input}"/>
+    <param name="condition" value="{input}.temp &gt; 30"/>
+    <output name="hot"/>
+  </operator>
+"""
+CONSOLE = """  <operator name="show" type="console-sink">
+    <input name="{stream}"/>
+  </operator>
+"""
+
+
+@pytest.mark.parametrize("body, large", [
+    (WINDOW.format(input="raw") + SINK.format(stream="averages"), (True,)),
+    (HOT.format(input="raw") + WINDOW.format(input="hot") + CONSOLE.format(stream="averages"),
+     (True,)),
+    (WINDOW.format(input="raw") + HOT.format(input="averages").replace("temp", "readings")
+     + SINK.format(stream="hot"), (True,)),
+    (HOT.format(input="raw") + SINK.format(stream="hot"), (False,)),
+    (SINK.format(stream="raw"), (False,)),
+    (WINDOW.format(input="raw").replace('type="window-aggregate"',
+                                        'type="window-aggregate" pipeline="split"')
+     + SINK.format(stream="averages"), (False, True)),
+    (WINDOW.format(input="raw") + HOT.format(input="averages").replace("temp", "readings")
+     .replace('type="filter"', 'type="filter" pipeline="split"') + SINK.format(stream="hot"),
+     (False, False)),
+], ids=["window-file", "filter-window-console", "window-filter-file", "filter-file", "file",
+        "window-in-its-own-task", "window-then-a-channel"])
+def test_a_task_writing_an_aggregate_locally_asks_for_large_batches(
+        body: str, large: tuple[bool, ...]) -> None:
+    """Only a task whose local sink is fed, within the task, by a window aggregate (through
+    row-by-row operators) lets its sources take large micro-batches (channel sources too):
+    its output batch holds closed windows, not rows read. A task whose output grows with its
+    input, or goes out on a channel (a frame bounds it), keeps the default cap."""
+    c = compile_spec_text(dataflow(SOURCE + body), "t.xml", base_dir=BASE)
+    tasks = sorted(c.query.tasks, key=lambda t: t.task_id)
+    assert tuple("rt.large_batches()" in t.program for t in tasks) == large

@@ -102,13 +102,16 @@ def test_any_partitioning_of_a_line_range_gives_the_files_rows_in_order(
     assert len(index.ends) == len(expected) == 3000
     data = path.read_bytes()
     for first, last in [(0, 3000), (17, 2950), (1000, 1001)]:
-        for parts in (1, 2, 3, 7):
-            ranges = index.partitions(first, last, parts, min_lines=100)
+        for parts, piece_lines in [(1, 5000), (2, 5000), (3, 1), (7, 37), (2, 400)]:
+            ranges = index.partitions(first, last, parts, min_lines=100, piece_lines=piece_lines)
             assert 1 <= len(ranges) <= parts
-            assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
-            got = [row for lo, hi in ranges
-                   for row in sources.parse_lines(data[lo:hi], fmt, SENSOR).to_pylist()]
-            assert got == expected[first:last], (first, last, parts)
+            assert all(a[-1] == b[0] for a, b in zip(ranges, ranges[1:]))
+            pieces = [(lo, hi) for bounds in ranges for lo, hi in zip(bounds, bounds[1:])]
+            assert all(lo < hi for lo, hi in pieces)
+            got = [sources.parse_lines(data[lo:hi], fmt, SENSOR).to_pylist() for lo, hi in pieces]
+            assert all(len(rows) <= piece_lines for rows in got)
+            assert [row for rows in got for row in rows] == expected[first:last], \
+                (first, last, parts, piece_lines)
 
 
 def test_partitions_of_an_empty_range_are_none(tmp_path: Path) -> None:
@@ -118,6 +121,7 @@ def test_partitions_of_an_empty_range_are_none(tmp_path: Path) -> None:
     index.refresh()
     assert index.partitions(2, 2, 3) == []
     assert index.partitions(0, 2, 3, min_lines=1) == [(2, 4), (4, 6)]
+    assert index.partitions(0, 2, 1, min_lines=1, piece_lines=1) == [(2, 4, 6)]
 
 
 def reader_rows(path: Path, fmt: str, partitions: int, start: int, end: int,
@@ -150,3 +154,29 @@ def test_the_file_readers_replay_by_offset_is_the_same_in_any_partition_count(
             assert rows == expected[start:end], (start, end, partitions)
             counts.append(count)
         assert counts == [1, 2, 4]
+
+
+@pytest.mark.parametrize("batch_rows, batches", [(1000, [1000, 2000, 3000]), (5000, [3000])])
+def test_the_file_reader_takes_a_backlog_in_micro_batches_of_its_batch_bytes(
+        batch_rows: int, batches: list[int], tmp_path: Path) -> None:
+    """`batch_bytes` bounds the lines a micro-batch takes (the default cap, or the large one of
+    a task that writes an aggregate locally); the batches cover the file once, in order."""
+    path = tmp_path / "in.jsonl"
+    write_input(path, "jsonl", sensor_rows(3000))
+    width = 1_000_000 // sources.batch_row_cap(SENSOR, 1_000_000)  # Arrow bytes a row counts
+    config = sources.FileConfig("t", "cap", str(path), "jsonl", sources.schema_pairs(SENSOR),
+                                None, str(tmp_path / "pacing" / "cap.anchor"), 2,
+                                batch_bytes=batch_rows * width)
+    reader = sources.FileReader(config)
+    start = reader.initialOffset()
+    ends, rows = [], []
+    for _ in range(len(batches) + 1):
+        end = reader.latestOffset()
+        if end == start:
+            break
+        rows += [r for part in reader.partitions(start, end) for b in reader.read(part)
+                 for r in b.to_pylist()]
+        ends.append(end["line"])
+        start = end
+    assert ends == batches
+    assert rows == oracle_parse(path, "jsonl")

@@ -4,6 +4,7 @@ append log, restart decisions, durations, join naming. No Spark, no sockets."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
@@ -293,3 +294,7 @@ def test_a_generator_backlog_comes_in_bounded_micro_batches(tmp_path) -> None:
     restarted = sources.GeneratorReader(config)
     assert restarted.latestOffset() == {"index": 2 * cap}
     assert start == {"index": 0}
+    large = sources.GeneratorReader(replace(config, batch_bytes=sources.LARGE_BATCH_BYTES))
+    large_cap = sources.batch_row_cap(sensor, sources.LARGE_BATCH_BYTES)
+    assert large_cap > 4 * cap
+    assert large.latestOffset() == {"index": cap + large_cap}  # from the planned 1st batch end

@@ -21,6 +21,8 @@ SCHEMA_RAW = Schema.of(
 
 
 def build(rt: TaskRuntime) -> None:
+    # writes an aggregate's results to a local sink: a backlog comes in large micro-batches
+    rt.large_batches()
     # src := generator
     rt.generator(
         op='src',

@@ -22,6 +22,8 @@ SCHEMA_TRADES = Schema.of(
 
 
 def build(rt: TaskRuntime) -> None:
+    # writes an aggregate's results to a local sink: a backlog comes in large micro-batches
+    rt.large_batches()
     # trades <- channel stock-ticks/trades
     rt.channel_source(output='trades', schema=SCHEMA_TRADES, channel='stock-ticks/trades')
     # avgPrice := window_aggregate(notional)

@@ -22,6 +22,8 @@ SCHEMA_AVG_WR = Schema.of(
 
 
 def build(rt: TaskRuntime) -> None:
+    # writes an aggregate's results to a local sink: a backlog comes in large micro-batches
+    rt.large_batches()
     # avg_wr <- channel hot-sensors/avg_wr
     rt.channel_source(output='avg_wr', schema=SCHEMA_AVG_WR, channel='hot-sensors/avg_wr')
     # avg_rd := network_reader(avg_wr)  (its output is read as hotReadings, the spec's name)
