@@ -180,3 +180,21 @@ def test_the_file_reader_takes_a_backlog_in_micro_batches_of_its_batch_bytes(
         start = end
     assert ends == batches
     assert rows == oracle_parse(path, "jsonl")
+
+
+def test_a_partition_read_in_many_pieces_gives_its_rows_in_order(tmp_path: Path) -> None:
+    """The reader parses a partition piece by piece (`ByteRange.bounds`): pieces of 1, 37 and
+    400 lines give the rows of one whole-range parse."""
+    path = tmp_path / "in.csv"
+    write_input(path, "csv", sensor_rows(2000))
+    reader = sources.FileReader(sources.FileConfig(
+        "t", "pieces", str(path), "csv", sources.schema_pairs(SENSOR), None,
+        str(tmp_path / "pacing" / "pieces.anchor"), 1))
+    index = sources.LineIndex(str(path), skip_header=True)
+    index.refresh()
+    for piece_lines in (1, 37, 400):
+        (bounds,) = index.partitions(10, 1990, 1, piece_lines=piece_lines)
+        assert len(bounds) - 1 == -(-1980 // piece_lines)
+        part = sources.ByteRange(str(path), "csv", bounds)
+        rows = [r for batch in reader.read(part) for r in batch.to_pylist()]
+        assert rows == oracle_parse(path, "csv")[10:1990], piece_lines
