@@ -55,9 +55,9 @@ def session_settings(cores: int, state_dir: str, workaround: bool) -> dict[str, 
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.python.worker.reuse": "true",
         # checkpoint and state files on the raw local file system: no `.crc` file beside each
-        # one (half the file operations of every offset, commit and state log write: ~150 ms
-        # less per micro-batch, benchmarks/README.md "Micro-batch overhead"); Spark 4.1 still
-        # checksums the state store's files itself
+        # one (half the file operations of every offset, commit and state log write: ~100 ms
+        # less per micro-batch, benchmarks/batch_overhead.py); Spark 4.1 still checksums the
+        # state store's files itself
         "spark.hadoop.fs.file.impl": "org.apache.hadoop.fs.RawLocalFileSystem",
         "spark.hadoop.fs.AbstractFileSystem.file.impl": "org.apache.hadoop.fs.local.RawLocalFs",
     }
