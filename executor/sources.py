@@ -604,8 +604,8 @@ class FileReader(DataSourceStreamReader):
         return [ByteRange(self.config.path, self.config.format, bounds) for bounds in parts]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        """The partition's rows, parsed a piece at a time: a worker holds one piece's bytes
-        and table, and Spark consumes a piece while the next one is parsed."""
+        """The partition's rows, parsed a piece at a time: a Python worker holds one piece's
+        bytes and table, however many lines the micro-batch has (`LARGE_BATCH_BYTES`)."""
         assert isinstance(partition, ByteRange)
         bounds = partition.bounds
         with open(partition.path, "rb") as f:
