@@ -32,7 +32,7 @@ from pyspark.sql.types import StructType
 
 from common.types import Schema
 from executor import shapes, spool
-from executor.sources import finished_offsets, planned_offsets
+from executor.sources import MAX_BATCH_BYTES, finished_offsets, planned_offsets
 
 CONFIG_OPTION = "config"
 
@@ -49,7 +49,7 @@ class SpoolConfig:
     start_seconds: float = 30.0  # initialOffset waits this long for the receiver's base
     replay_seconds: float = 30.0  # a replayed range waits this long to be spooled again
     idle_seconds: float = 0.05  # latestOffset waits up to this long for a new batch
-    max_batch_bytes: int = 48 << 20  # spooled bytes per micro-batch (at least one batch)
+    max_batch_bytes: int = MAX_BATCH_BYTES  # spooled bytes per micro-batch (at least one batch)
 
     @property
     def stream_schema(self) -> Schema:
