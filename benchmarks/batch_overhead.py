@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench_util import fmt, format_table, median_of, ratio, use_repo_on_path
+from bench_util import fmt, format_table, median_of, ratio, start_task, use_repo_on_path
 
 ROOT = Path(__file__).resolve().parent.parent
 PHASES = ("triggerExecution", "addBatch", "walCommit", "commitOffsets", "queryPlanning")
@@ -39,8 +39,6 @@ def child(variant: str, seconds: float, work: Path) -> None:
     """Run hot-sensors' task for `seconds` and print its phase medians as one JSON line."""
     use_repo_on_path()
     import executor.spark_session as spark_session
-    from compiler.pipeline import compile_spec_text
-    from executor.task_runner import TaskRunner
 
     if variant == "checksummed":
         product = spark_session.session_settings
@@ -48,17 +46,9 @@ def child(variant: str, seconds: float, work: Path) -> None:
     spark = spark_session.build_session(2, f"bench-batch-overhead-{variant}",
                                         str(work / "session"))
     spec = (ROOT / "examples" / "hot-sensors.xml").read_text(encoding="utf-8")
-    compiled = compile_spec_text(spec, str(work / "hot-sensors.xml"), base_dir=work,
-                                 query_id="bench")
-    (task,) = compiled.query.tasks
-    program = work / "program.py"
-    program.write_text(task.program, encoding="utf-8")
-    runner = TaskRunner(spark, program, {"query_id": task.query_id, "task_id": task.task_id,
-                                         "checkpoint_dir": str(work / "checkpoint")})
-    runner.start()
+    runner = start_task(spark, spec, work / "hot-sensors.xml", work, "bench", work)
     try:
         time.sleep(seconds)
-        assert runner.runtime is not None and runner.runtime.query is not None
         progress = runner.runtime.query.recentProgress[SKIPPED_BATCHES:]
     finally:
         runner.stop()

@@ -1,9 +1,10 @@
 """Small helpers shared by the scripts in benchmarks/: repo on the import path, statistics, tables.
 
-Owns only presentation and arithmetic (percentiles, medians, ratios, a plain-text table) and
+Owns only presentation and arithmetic (percentiles, medians, ratios, a plain-text table),
 putting the repository on `sys.path` and `PYTHONPATH` (so Spark's Python workers, started later by
-the JVM, import `executor.*` the way an executor launched by Elastiq does). Does not own any
-measurement: each benchmark script measures its own thing.
+the JVM, import `executor.*` the way an executor launched by Elastiq does), and starting a
+one-task spec's task as an executor does (`start_task`). Does not own any measurement: each
+benchmark script measures its own thing.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import statistics
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -64,3 +66,22 @@ def format_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 def fmt(value: float, digits: int = 0) -> str:
     return "n/a" if math.isnan(value) else f"{value:,.{digits}f}"
+
+
+def start_task(spark: Any, spec: str, spec_path: Path, base_dir: Path, query_id: str,
+               run_dir: Path) -> Any:
+    """Compile `spec` (a plan of one task) and start that task as an executor does: its
+    generated program written to `run_dir`, run by a `TaskRunner` whose checkpoint is
+    `run_dir/checkpoint`. Returns the started runner (its query is `runner.runtime.query`)."""
+    from compiler.pipeline import compile_spec_text
+    from executor.task_runner import TaskRunner
+
+    compilation = compile_spec_text(spec, str(spec_path), base_dir=base_dir, query_id=query_id)
+    (task,) = compilation.query.tasks
+    program = run_dir / "program.py"
+    program.write_text(task.program, encoding="utf-8")
+    runner = TaskRunner(spark, program, {"query_id": task.query_id, "task_id": task.task_id,
+                                         "checkpoint_dir": str(run_dir / "checkpoint")})
+    runner.start()
+    assert runner.runtime is not None and runner.runtime.query is not None
+    return runner

@@ -6,7 +6,7 @@ avg/max/count, appended to a JSON-lines file. The input: one CSV file (header + 
 3M, of the deterministic `sensor` shape at 1,000 rows/s of event time, seed 42), written once.
 
 - Elastiq: the spec with a `file-source` (no rate: as fast as possible), compiled and run as the
-  executor runs its task (`spark_vs_handwritten.start_elastiq`'s way: TaskRunner, FileSink).
+  executor runs its task (`bench_util.start_task`: TaskRunner, FileSink).
 - Hand-written: `spark.readStream.schema(...).csv(folder of that one file)` (Spark's own reader),
   the same filter/window/aggregation and a foreachBatch appending JSON lines.
 Both in ONE SparkSession from `build_session(2, ...)`, one query at a time, the order alternating
@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench_util import fmt, format_table, median_of, ratio, use_repo_on_path
+from bench_util import fmt, format_table, median_of, ratio, start_task, use_repo_on_path
 
 use_repo_on_path()
 
@@ -121,18 +121,8 @@ class _NoWorkload:
 
 def start_elastiq(spark: SparkSession, input_path: Path, run_dir: Path,
                   sink_path: Path) -> tuple[Any, StreamingQuery]:
-    from compiler.pipeline import compile_spec_text
-    from executor.task_runner import TaskRunner
-
-    compilation = compile_spec_text(file_spec(input_path, sink_path), str(run_dir / "b.xml"),
-                                    base_dir=run_dir.parent, query_id=f"bench-{run_dir.name}")
-    (task,) = compilation.query.tasks
-    program = run_dir / "program.py"
-    program.write_text(task.program, encoding="utf-8")
-    runner = TaskRunner(spark, program, {"query_id": task.query_id, "task_id": task.task_id,
-                                         "checkpoint_dir": str(run_dir / "checkpoint")})
-    runner.start()
-    assert runner.runtime is not None and runner.runtime.query is not None
+    runner = start_task(spark, file_spec(input_path, sink_path), run_dir / "b.xml",
+                        run_dir.parent, f"bench-{run_dir.name}", run_dir)
     return runner, runner.runtime.query
 
 

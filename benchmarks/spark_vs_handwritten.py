@@ -44,7 +44,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Self
 
-from bench_util import fmt, format_table, median_of, percentile, ratio, use_repo_on_path
+from bench_util import (
+    fmt,
+    format_table,
+    median_of,
+    percentile,
+    ratio,
+    start_task,
+    use_repo_on_path,
+)
 
 use_repo_on_path()
 
@@ -52,7 +60,6 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
-from compiler.pipeline import compile_spec_text
 from executor import shapes
 from executor.sources import (
     CONFIG_OPTION,
@@ -435,15 +442,8 @@ def start_handwritten(spark: SparkSession, workload: Workload, run_dir: Path,
 def start_elastiq(spark: SparkSession, workload: Workload, run_dir: Path,
                   sink_path: Path) -> tuple[TaskRunner, StreamingQuery]:
     """Compile the spec and run its single task the way the executor does."""
-    compilation = compile_spec_text(spec_text(workload, sink_path), str(run_dir / "bench.xml"),
-                                    base_dir=run_dir, query_id=f"bench-{run_dir.name}")
-    (task,) = compilation.query.tasks
-    program = run_dir / "program.py"
-    program.write_text(task.program, encoding="utf-8")
-    runner = TaskRunner(spark, program, {"query_id": task.query_id, "task_id": task.task_id,
-                                         "checkpoint_dir": str(run_dir / "checkpoint")})
-    runner.start()
-    assert runner.runtime is not None and runner.runtime.query is not None
+    runner = start_task(spark, spec_text(workload, sink_path), run_dir / "bench.xml", run_dir,
+                        f"bench-{run_dir.name}", run_dir)
     return runner, runner.runtime.query
 
 

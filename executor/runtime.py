@@ -409,19 +409,21 @@ class TaskRuntime:
         comes in fewer micro-batches, each of which costs ~0.5 s however small. The compiler
         asks for it when the task writes an aggregate's results to a local sink: an output
         batch then does not grow with its input, and no channel frame bounds it."""
-        if self.streams:
-            raise self._error("large_batches", "large_batches() must come before any source "
-                                               f"(streams so far: {sorted(self.streams)})")
+        self._before_sources("large_batches", "large_batches()")
         self.batch_bytes = sources.LARGE_BATCH_BYTES
+
+    def _before_sources(self, op: str, call: str) -> None:
+        """Refuse a task-wide call made after a source: that source has its settings already."""
+        if self.streams:
+            raise self._error(op, f"{call} must come before any source "
+                                  f"(streams so far: {sorted(self.streams)})")
 
     def deterministic_batches(self) -> None:
         """Make this task's output a function of its numbered input (hot-standby replicas): every
         channel source takes exactly one channel batch per micro-batch and the query runs without
         no-data micro-batches, so micro-batch b depends only on input batches <= b (its watermark
         comes from batch b-1). Two replicas then send identical batches with identical seqs."""
-        if self.streams:
-            raise self._error("deterministic", "deterministic_batches() must come before any "
-                                               f"source (streams so far: {sorted(self.streams)})")
+        self._before_sources("deterministic", "deterministic_batches()")
         self.deterministic = True
         log.info("task %s: deterministic batches (one channel batch per micro-batch, no no-data "
                  "batches)", self.task_id)
