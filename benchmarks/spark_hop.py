@@ -16,6 +16,7 @@ channels through one `ChannelHub` (real ZeroMQ sockets on 127.0.0.1, the spool r
   (`pipeline="split"`), the tasks run as the executor runs them; per window, the time from the
   generator's release of the tuple whose event time closes it to its first line in the sink
   (polled every 5 ms); p50/p99 pooled over repeats; ratio two-task / one-task (goal <= 1.3);
+  with each task's median micro-batch time, which that latency is made of;
 - `channel source`: a writer in this process sends `--source-rows` rows of ~100 bytes (id,
   ts, sensor, a 64-character payload) in batches of 100k as fast as the channel admits them; one
   task reads them (channel source -> filter keeping 1 in 1,000 -> file sink). Rows/s = rows /
@@ -264,9 +265,19 @@ def watch_sink(path: Path, seen: list[tuple[float, int]], stop: threading.Event)
             seen.append((now, (end - shapes.EPOCH) // timedelta(microseconds=1)))
 
 
-def run_latency(spark: Any, split: bool, work: Path) -> list[float]:
+SKIPPED_BATCHES = 3  # the first micro-batches of a query (its warm-up) are left out of batch_ms
+
+
+def batch_ms(progress: Sequence[Any]) -> list[float]:
+    """Each micro-batch's wall time (`triggerExecution`, ms) after the first few."""
+    return [float(p["durationMs"].get("triggerExecution", 0))
+            for p in progress[SKIPPED_BATCHES:]]
+
+
+def run_latency(spark: Any, split: bool, work: Path) -> tuple[list[float], list[list[float]]]:
     """Window-close latencies (s) of one run of the compiled spec (tasks as the executor runs
-    them, in this session, their channel through one hub)."""
+    them, in this session, their channel through one hub), and each task's micro-batch times
+    (ms, `batch_ms`), upstream first."""
     folder = Path(tempfile.mkdtemp(prefix="latency-", dir=work))
     sink = folder / "out.jsonl"
     compiled = compile_spec_text(latency_spec(sink, split), str(folder / "bench.xml"),
@@ -292,13 +303,15 @@ def run_latency(spark: Any, split: bool, work: Path) -> list[float]:
             time.sleep(0.1)
         anchor_file = folder / compiled.tasks[0].task_id / "pacing" / "src.anchor"
         anchor = json.loads(anchor_file.read_text(encoding="utf-8"))["anchor"]
+        batches = [batch_ms(r.runtime.query.recentProgress) if r.runtime and r.runtime.query
+                   else [] for r in runners]
     finally:
         stop.set()
         watcher.join(5)
         for runner in reversed(runners):
             runner.stop()
         hub.close()
-    return close_latencies(seen, anchor)
+    return close_latencies(seen, anchor), batches
 
 
 def throughput_section(spark: Any, args: argparse.Namespace, work: Path) -> None:
@@ -334,14 +347,21 @@ def throughput_section(spark: Any, args: argparse.Namespace, work: Path) -> None
 
 def latency_section(spark: Any, args: argparse.Namespace, work: Path) -> None:
     lat: dict[str, list[float]] = {"one-task": [], "two-task": []}
+    batches: dict[str, list[list[float]]] = {"one-task": [[]], "two-task": [[], []]}
     run_latency(spark, False, work)  # warm-up, not measured
     for repeat in range(args.repeats):
         for split in ((False, True) if repeat % 2 == 0 else (True, False)):
-            lat["two-task" if split else "one-task"] += run_latency(spark, split, work)
+            plan = "two-task" if split else "one-task"
+            closes, per_task = run_latency(spark, split, work)
+            lat[plan] += closes
+            for pooled, run in zip(batches[plan], per_task):
+                pooled += run
     p50 = {plan: percentile(values, 50) * 1000 for plan, values in lat.items()}
     for plan, values in lat.items():
+        tasks = ", ".join(f"t{i} {median_of(ms):,.0f} ms" for i, ms in enumerate(batches[plan]))
         print(f"window latency at {LATENCY_RATE:,.0f} rows/s, {plan}: p50 {p50[plan]:,.0f} ms, "
-              f"p99 {percentile(values, 99) * 1000:,.0f} ms ({len(values)} window closes)")
+              f"p99 {percentile(values, 99) * 1000:,.0f} ms ({len(values)} window closes); "
+              f"micro-batch p50: {tasks}")
     slower = ratio(p50["two-task"], p50["one-task"])
     print(f"two-task / one-task latency p50: {slower:.2f} "
           f"(goal <= 1.3: {'met' if slower <= 1.3 else 'MISSED'})")
