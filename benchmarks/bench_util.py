@@ -2,9 +2,10 @@
 
 Owns only presentation and arithmetic (percentiles, medians, ratios, a plain-text table),
 putting the repository on `sys.path` and `PYTHONPATH` (so Spark's Python workers, started later by
-the JVM, import `executor.*` the way an executor launched by Elastiq does), and starting a
-one-task spec's task as an executor does (`start_task`). Does not own any measurement: each
-benchmark script measures its own thing.
+the JVM, import `executor.*` the way an executor launched by Elastiq does), starting a one-task
+spec's task as an executor does (`start_task`), and counting a growing sink's lines cheaply
+(`LineCounter`: a probe polled while a run is measured must not take the cores it measures).
+Does not own any measurement: each benchmark script measures its own thing.
 """
 
 from __future__ import annotations
@@ -85,3 +86,25 @@ def start_task(spark: Any, spec: str, spec_path: Path, base_dir: Path, query_id:
     runner.start()
     assert runner.runtime is not None and runner.runtime.query is not None
     return runner
+
+
+class LineCounter:
+    """Counts the lines of a growing file incrementally (a cheap completeness probe)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.offset, self.lines = path, 0, 0
+
+    def count(self) -> int:
+        try:
+            size = self.path.stat().st_size
+        except FileNotFoundError:
+            return 0
+        if size < self.offset:  # a torn append cut back: count again
+            self.offset, self.lines = 0, 0
+        with self.path.open("rb") as f:
+            f.seek(self.offset)
+            chunk = f.read(size - self.offset)
+        cut = chunk.rfind(b"\n") + 1
+        self.lines += chunk.count(b"\n", 0, cut)
+        self.offset += cut
+        return self.lines

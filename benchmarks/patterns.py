@@ -56,7 +56,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from bench_util import ROOT, fmt, format_table, median_of, percentile, ratio, use_repo_on_path
+from bench_util import (ROOT, LineCounter, fmt, format_table, median_of, percentile,
+                        ratio, use_repo_on_path)
 
 use_repo_on_path()
 sys.path.append(str(ROOT / "tests"))  # the stack helpers and oracles (read-only use)
@@ -396,28 +397,6 @@ def exact_heavy(path: Path, expected: dict[tuple, tuple[float, ...]]) -> bool:
         return False
     return all(all(math.isclose(r[f"v{i}"], want, rel_tol=1e-9)
                    for i, want in enumerate(expected[(r["sensor"], r["ts"])])) for r in rows)
-
-
-class LineCounter:
-    """Counts the lines of a growing file incrementally (a cheap completeness probe)."""
-
-    def __init__(self, path: Path) -> None:
-        self.path, self.offset, self.lines = path, 0, 0
-
-    def count(self) -> int:
-        try:
-            size = self.path.stat().st_size
-        except FileNotFoundError:
-            return 0
-        if size < self.offset:  # a torn append cut back: count again
-            self.offset, self.lines = 0, 0
-        with self.path.open("rb") as f:
-            f.seek(self.offset)
-            chunk = f.read(size - self.offset)
-        cut = chunk.rfind(b"\n") + 1
-        self.lines += chunk.count(b"\n", 0, cut)
-        self.offset += cut
-        return self.lines
 
 
 # --- the sink-size poller --------------------------------------------------------------------

@@ -46,7 +46,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from bench_util import fmt, format_table, median_of, percentile, ratio, use_repo_on_path
+from bench_util import (LineCounter, fmt, format_table, median_of, percentile, ratio,
+                        use_repo_on_path)
 
 use_repo_on_path()
 
@@ -79,14 +80,6 @@ def oracle_count(rows: int) -> int:
                                       min(rows, lo + 500_000))
         kept += pc.sum(pc.greater(batch.column("temp"), THRESHOLD)).as_py() or 0
     return kept
-
-
-def sink_lines(path: Path) -> int:
-    try:
-        with open(path, "rb") as f:
-            return sum(1 for _ in f)
-    except FileNotFoundError:
-        return 0
 
 
 def wait_until(done: Callable[[], bool], timeout: float, what: str,
@@ -132,10 +125,11 @@ def run_plan(spark: Any, plan: str, rows: int, expected: int, work: Path) -> tup
             down.channel_source(output="raw", schema=SENSOR, channel="hop.raw")
             down.filter(op="hot", input="raw", output="hot", condition=f"temp > {THRESHOLD}")
             down.file_sink(op="sink", input="hot", path=str(out))
-        wait_until(lambda: sink_lines(out) >= expected, 600, plan, runtimes)
+        lines = LineCounter(out)
+        wait_until(lambda: lines.count() >= expected, 600, plan, runtimes)
         elapsed = time.monotonic() - began
-        if sink_lines(out) != expected:
-            raise RuntimeError(f"{plan}: sink has {sink_lines(out)} rows, oracle {expected}")
+        if lines.count() != expected:
+            raise RuntimeError(f"{plan}: sink has {lines.count()} rows, oracle {expected}")
         last = runtimes[-1].query
         assert last is not None
         return rows / elapsed, warm_throughput(last.recentProgress)[0]
@@ -173,7 +167,8 @@ def run_source(spark: Any, rows: int, work: Path) -> tuple[float, float, bool]:
         for tag, table in enumerate(tables):
             writer.send(table, tag)
         expected = len(range(0, rows, 1000))
-        wait_until(lambda: sink_lines(out) >= expected, 600, "channel source", [rt])
+        lines = LineCounter(out)
+        wait_until(lambda: lines.count() >= expected, 600, "channel source", [rt])
         elapsed = time.monotonic() - began
         assert rt.query is not None
         warm = warm_throughput(rt.query.recentProgress)[0]
