@@ -3,8 +3,9 @@
 Owns only presentation and arithmetic (percentiles, medians, ratios, a plain-text table),
 putting the repository on `sys.path` and `PYTHONPATH` (so Spark's Python workers, started later by
 the JVM, import `executor.*` the way an executor launched by Elastiq does), starting a one-task
-spec's task as an executor does (`start_task`), and counting a growing sink's lines cheaply
-(`LineCounter`: a probe polled while a run is measured must not take the cores it measures).
+spec's task as an executor does (`start_task`), counting a growing sink's lines cheaply
+(`LineCounter`: a probe polled while a run is measured must not take the cores it measures), and
+turning SIGTERM into an exit that runs the scripts' `finally` blocks (`exit_on_sigterm`).
 Does not own any measurement: each benchmark script measures its own thing.
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import math
 import os
+import signal
 import statistics
 import sys
 from collections.abc import Sequence
@@ -19,6 +21,14 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def exit_on_sigterm() -> None:
+    """Make SIGTERM (`kill`, `timeout`) end the script as Ctrl-C does, through its `finally`
+    blocks, so the clusters, executors and sessions it started are stopped, not orphaned."""
+    def _exit(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+    signal.signal(signal.SIGTERM, _exit)
 
 
 def use_repo_on_path() -> None:

@@ -46,7 +46,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench_util import fmt, format_table, median_of, percentile, ratio, use_repo_on_path
+from bench_util import (exit_on_sigterm, fmt, format_table, median_of, percentile, ratio,
+                        use_repo_on_path)
 
 use_repo_on_path()
 
@@ -414,6 +415,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help=f"{QUICK.filters} filter, {QUICK.rates} rate and {QUICK.endpoints} "
                              "endpoint changes: a smoke check")
     args = parser.parse_args(argv)
+    exit_on_sigterm()
     plan = QUICK if args.quick else FULL
     if args.changes is not None and args.changes < 1:
         parser.error("--changes must be at least 1")

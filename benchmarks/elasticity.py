@@ -61,7 +61,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # the repository: `benchmarks.*` (as the tests import it), `common`
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.bench_util import fmt, format_table, median_of, use_repo_on_path  # noqa: E402
+from benchmarks.bench_util import (exit_on_sigterm, fmt, format_table,  # noqa: E402
+                                   median_of, use_repo_on_path)
 
 use_repo_on_path()
 
@@ -653,6 +654,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--manual", action="store_true",
                         help="elastic=\"manual\": one scale to 2 by hand, then back to 1")
     args = parser.parse_args(argv)
+    exit_on_sigterm()
     if not 1 <= args.fields <= 12 or args.rate <= 0 or args.repeats < 1 or \
             args.spark_cores < 1:
         parser.error("--fields 1..12, --rate > 0, --repeats >= 1, --spark-cores >= 1")

@@ -29,7 +29,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Callable
 
-from bench_util import ROOT, fmt, format_table, median_of, percentile, use_repo_on_path
+from bench_util import (ROOT, exit_on_sigterm, fmt, format_table, median_of, percentile,
+                        use_repo_on_path)
 
 use_repo_on_path()
 sys.path.append(str(ROOT / "tests"))  # the stack helpers and oracles (read-only use)
@@ -153,6 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--moves", type=int, default=4)
     args = parser.parse_args(argv)
+    exit_on_sigterm()
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     work = Path(tempfile.mkdtemp(prefix="elastiq-bench-migration-"))

@@ -56,8 +56,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from bench_util import (ROOT, LineCounter, fmt, format_table, median_of, percentile,
-                        ratio, use_repo_on_path)
+from bench_util import (ROOT, LineCounter, exit_on_sigterm, fmt, format_table, median_of,
+                        percentile, ratio, use_repo_on_path)
 
 use_repo_on_path()
 sys.path.append(str(ROOT / "tests"))  # the stack helpers and oracles (read-only use)
@@ -1024,6 +1024,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--kills", type=int, default=None, help="executor kills per pattern")
     parser.add_argument("--repeats", type=int, default=None, help="repeats of overhead/partition")
     args = parser.parse_args(argv)
+    exit_on_sigterm()
     plan = QUICK if args.quick else FULL
     if args.kills is not None:
         plan = Plan(**{**plan.__dict__, "kills": args.kills})

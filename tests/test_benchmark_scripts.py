@@ -6,6 +6,7 @@ leaves behind (a helper module moved, a package shadowed) before someone wants a
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -28,3 +29,30 @@ def test_a_benchmark_script_starts_and_prints_its_usage(script: str) -> None:
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "usage:" in done.stdout, done.stdout[-2000:]
+
+
+def test_sigterm_runs_a_benchmarks_finally_blocks(tmp_path: Path) -> None:
+    """`bench_util.exit_on_sigterm`: a benchmark killed with SIGTERM still stops what it started
+    (its `finally` runs) and exits with 128 + 15."""
+    marker = tmp_path / "stopped"
+    script = tmp_path / "bench.py"
+    script.write_text(
+        "import sys, time\n"
+        f"sys.path.insert(0, {str(ROOT / 'benchmarks')!r})\n"
+        "from bench_util import exit_on_sigterm\n"
+        "exit_on_sigterm()\n"
+        "try:\n"
+        "    print('started', flush=True)\n"
+        "    time.sleep(60)\n"
+        "finally:\n"
+        f"    open({str(marker)!r}, 'w').write('yes')\n", encoding="utf-8")
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "started"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert marker.read_text(encoding="utf-8") == "yes"
