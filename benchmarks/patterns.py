@@ -705,6 +705,13 @@ class Throughput:
     exact: bool
     complete: bool  # the sink reached the whole oracle result (not only `measure_lines`)
     offered_rows_per_s: float = math.nan  # from the source's first offered row instead
+    layout: str = ""  # the query's tasks per agent, most first (`layout_of`)
+
+
+def layout_of(tasks: Mapping[str, Mapping[str, Any]]) -> str:
+    """How a query's tasks sat on the agents, as counts per agent, most first ("3+1")."""
+    per_agent = Counter(t.get("agent_id") or "?" for t in tasks.values())
+    return "+".join(str(n) for n in sorted(per_agent.values(), reverse=True))
 
 
 def source_start(stack: Stack, query_id: str) -> float:
@@ -742,6 +749,7 @@ def timed_run(stack: Stack, folder: Path, name: str, text: str, rows: int,
             time.sleep(0.05)
         complete = lines.count() >= expected_lines
         offered = t1 - source_start(stack, query.query_id)
+        layout = layout_of(stack.tasks(query.query_id))
     finally:
         stop_query(stack, query.query_id)
     if not measured:
@@ -749,9 +757,9 @@ def timed_run(stack: Stack, folder: Path, name: str, text: str, rows: int,
         return Throughput(math.nan, t1 - t0, False, False)
     exact = complete and check(sink)
     log.info("%s: %d rows in %.1f s = %.0f rows/s (%.1f s = %.0f rows/s from the first row "
-             "offered), complete %s, exact %s", name, rows, t1 - t0, rows / (t1 - t0), offered,
-             rows / offered, complete, exact)
-    return Throughput(rows / (t1 - t0), t1 - t0, exact, complete, rows / offered)
+             "offered), tasks per agent %s, complete %s, exact %s", name, rows, t1 - t0,
+             rows / (t1 - t0), offered, rows / offered, layout, complete, exact)
+    return Throughput(rows / (t1 - t0), t1 - t0, exact, complete, rows / offered, layout)
 
 
 def rotations(items: Sequence[str], repeats: int) -> list[list[str]]:
@@ -880,9 +888,9 @@ def section_partition(work: Path, plan: Plan) -> None:
           f"{HEAVY_DEPTH} nested sqrt/ln/exp/pow, {rows:,} rows offered at {rate:,} rows/s; k=2: splitter -> 2 "
           f"instances -> merger, k=1: channel -> 1 instance -> channel; 2 agents x 1 Spark "
           f"core, median of {plan.repeats}")
-    print(format_table(["plan", "rows/s", "runs rows/s", "results exact"], [
+    print(format_table(["plan", "rows/s", "runs rows/s (tasks per agent)", "results exact"], [
         [f"k={k}", fmt(median_of([t.rows_per_s for t in results[k]])),
-         ", ".join(fmt(t.rows_per_s) for t in results[k]),
+         ", ".join(f"{fmt(t.rows_per_s)} ({t.layout})" for t in results[k]),
          "yes" if all(t.exact for t in results[k]) else "no"] for k in (1, 2)]))
     speedup = ratio(two, one)
     print(f"speed-up k=2/k=1: {fmt(speedup, 2)} (goal >= {PARTITION_GOAL}: "
