@@ -61,7 +61,8 @@ from executor.channels import ChannelWriter  # noqa: E402
 from executor.runtime import ChannelHub, TaskRuntime, channel_reader_id  # noqa: E402
 from executor.spark_session import build_session  # noqa: E402
 from executor.task_runner import TaskRunner  # noqa: E402
-from spark_vs_handwritten import PROGRESS_RETENTION, warm_throughput  # noqa: E402
+from spark_vs_handwritten import (PROGRESS_RETENTION, warm_batch_ms,  # noqa: E402
+                                  warm_throughput)
 
 SENSOR = shapes.shape_named("sensor").columns
 SEED, START = 7, "2026-01-01T00:00:00Z"
@@ -260,19 +261,10 @@ def watch_sink(path: Path, seen: list[tuple[float, int]], stop: threading.Event)
             seen.append((now, (end - shapes.EPOCH) // timedelta(microseconds=1)))
 
 
-SKIPPED_BATCHES = 3  # the first micro-batches of a query (its warm-up) are left out of batch_ms
-
-
-def batch_ms(progress: Sequence[Any]) -> list[float]:
-    """Each micro-batch's wall time (`triggerExecution`, ms) after the first few."""
-    return [float(p["durationMs"].get("triggerExecution", 0))
-            for p in progress[SKIPPED_BATCHES:]]
-
-
 def run_latency(spark: Any, split: bool, work: Path) -> tuple[list[float], list[list[float]]]:
     """Window-close latencies (s) of one run of the compiled spec (tasks as the executor runs
     them, in this session, their channel through one hub), and each task's micro-batch times
-    (ms, `batch_ms`), upstream first."""
+    (ms, after the first data batch: `warm_batch_ms`), upstream first."""
     folder = Path(tempfile.mkdtemp(prefix="latency-", dir=work))
     sink = folder / "out.jsonl"
     compiled = compile_spec_text(latency_spec(sink, split), str(folder / "bench.xml"),
@@ -298,8 +290,8 @@ def run_latency(spark: Any, split: bool, work: Path) -> tuple[list[float], list[
             time.sleep(0.1)
         anchor_file = folder / compiled.tasks[0].task_id / "pacing" / "src.anchor"
         anchor = json.loads(anchor_file.read_text(encoding="utf-8"))["anchor"]
-        batches = [batch_ms(r.runtime.query.recentProgress) if r.runtime and r.runtime.query
-                   else [] for r in runners]
+        batches = [warm_batch_ms(r.runtime.query.recentProgress)
+                   if r.runtime and r.runtime.query else [] for r in runners]
     finally:
         stop.set()
         watcher.join(5)
