@@ -18,21 +18,22 @@ import socket
 import sys
 import tempfile
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, TextIO
+from typing import Any, TextIO
 
 from common.failures import kind_in
-from common.paths import ENV_VAR as PATH_ROOTS_ENV, PathRoots, local_roots
+from common.paths import PathRoots, local_roots
 from compiler.pipeline import compile_spec_file
+from elastiq.launch import (LaunchError, check_java, embedded_cluster, executor_spec,
+                            executor_token_environment)
 from elastiq.progress import ProgressLine, Summary
-from elastiq.sizing import PORTS_PER_AGENT, ClusterSize, PlanDoesNotFit, size_cluster
+from elastiq.sink_watch import Follower, SinkWatch
+from elastiq.sizing import ClusterSize, PlanDoesNotFit, size_cluster
 
 log = logging.getLogger("elastiq.run")
 
 TERMINAL = ("finished", "failed", "stopped")
-EXECUTOR_GRACE_SECONDS = 15.0  # an executor stops its Spark queries and session cleanly within
 
 
 @dataclass(frozen=True)
@@ -48,52 +49,9 @@ class RunOptions:
     path_roots: tuple[str, ...] = ()  # folders file operators may use besides the defaults
 
 
-class RunError(Exception):
-    """A problem the user can fix (Java missing, nothing placed, ...), in plain words."""
-
-
-@dataclass
-class Follower:
-    """Follows files that grow: yields each new complete line once."""
-
-    offsets: dict[Path, int] = field(default_factory=dict)
-
-    def lines(self, path: Path) -> Iterator[str]:
-        try:
-            size = path.stat().st_size
-        except OSError:
-            return
-        start = self.offsets.get(path, 0)
-        if size <= start:
-            return
-        with open(path, "rb") as f:
-            f.seek(start)
-            chunk = f.read(size - start)
-        end = chunk.rfind(b"\n") + 1
-        self.offsets[path] = start + end
-        for line in chunk[:end].decode("utf-8", "replace").splitlines():
-            yield line
-
-
-@dataclass
-class SinkWatch:
-    """The files of each file sink to follow: the path in force (a control tuple may change it)
-    and every earlier one (the batch in flight at the change may still land there)."""
-
-    paths: dict[str, list[Path]] = field(default_factory=dict)
-
-    def update(self, sinks: dict[str, str]) -> list[tuple[str, Path]]:
-        """Take the sinks' paths in force; returns the (sink, path) pairs that are new."""
-        added = []
-        for sink, path in sorted(sinks.items()):
-            known = self.paths.setdefault(sink, [])
-            if Path(path) not in known:
-                known.append(Path(path))
-                added.append((sink, Path(path)))
-        return added
-
-    def files(self) -> list[tuple[str, Path]]:
-        return [(sink, path) for sink, paths in sorted(self.paths.items()) for path in paths]
+class RunError(LaunchError):
+    """A problem the user can fix (the plan does not fit, the query refused, ...), in plain
+    words; a `LaunchError` (Java missing) is one too."""
 
 
 @dataclass
@@ -123,12 +81,6 @@ def _what_next(reason: str) -> str:
     if kind == "permanent":
         return "retrying cannot heal that, so the query fails"
     return "the scheduler restarts it from its checkpoint"
-
-
-def check_java() -> None:
-    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
-        raise RunError("Java was not found: Spark needs Java 17. Install it (Debian: "
-                       "apt-get install openjdk-17-jre-headless) or set JAVA_HOME.")
 
 
 def run(options: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
@@ -164,31 +116,20 @@ def cluster_size(query: Any, options: RunOptions) -> ClusterSize:
 
 def _run_in(state: Path, compilation: Any, size: ClusterSize, options: RunOptions, out: TextIO,
             err: TextIO, roots: PathRoots) -> int:
-    from elastiq.embedded import EmbeddedCluster
-    from scheduler.config import ExecutorSpec, SchedulerConfig
+    from scheduler.config import SchedulerConfig
     from scheduler.mesos_adapter import SchedulerService
 
     query = compilation.query
-    agents = size.agents
     api_port = api_port_for(options.api_port)  # the executors' token file names this port
     resources = {"cpus": size.cpus, "mem": size.mem_mb}  # ports: a claimed band per agent
-    from elastiq.service_cli import executor_token_environment
-
-    executor = ExecutorSpec(command=f"exec {sys.executable} -m executor",
-                            environment=(("ELASTIQ_STATE_DIR", str(state / "state")),
-                                         ("ELASTIQ_SPARK_CORES", str(spark_cores(size.cpus))),
-                                         ("PYTHONPATH", _pythonpath()),
-                                         ("ELASTIQ_PREWARM", "1"),
-                                         (PATH_ROOTS_ENV, roots.to_env()))
-                            + executor_token_environment(None, api_port or 0))
+    executor = executor_spec(state, roots, executor_token_environment(None, api_port or 0),
+                             extra_env=(("ELASTIQ_SPARK_CORES", str(spark_cores(size.cpus))),
+                                        ("PYTHONPATH", _pythonpath())))
     config = SchedulerConfig(executor=executor)
     print(f"elastiq: running {query.query_id} ({len(query.tasks)} task(s)) on "
-          f"{agents} embedded agent(s) of {size.cpus:g} cpus and {size.mem_mb} MB; Ctrl-C "
+          f"{size.agents} embedded agent(s) of {size.cpus:g} cpus and {size.mem_mb} MB; Ctrl-C "
           "stops it", file=err)
-    with claimed_bands(agents) as bands, \
-            EmbeddedCluster(agents=0, work_dir=state / "cluster",
-                            executor_grace_seconds=EXECUTOR_GRACE_SECONDS) as cluster:
-        add_agents(cluster, bands, resources)
+    with embedded_cluster(size.agents, resources, state / "cluster") as cluster:
         credential = cluster.framework_credential  # the embedded master authenticates us
         service = SchedulerService(cluster.master_address, config, principal=credential.principal,
                                    secret=credential.secret).start()
@@ -204,29 +145,6 @@ def _run_in(state: Path, compilation: Any, size: ClusterSize, options: RunOption
             service.stop_query(query.query_id)
             _wait_until_ended(service, query.query_id, timeout=20.0)
             service.stop(failover=False)
-
-
-@contextmanager
-def claimed_bands(count: int, ports_per_agent: int = PORTS_PER_AGENT) -> Iterator[list[Any]]:
-    """`count` bands of ports claimed on this machine, one per embedded agent
-    (`elastiq.embedded.ports`: free when claimed, and never the band of another run); released
-    when the block ends, after the cluster that used them stopped."""
-    from elastiq.embedded.ports import claim_band
-
-    claims: list[Any] = []
-    try:
-        for _ in range(count):
-            claims.append(claim_band(ports_per_agent))
-        yield claims
-    finally:
-        for claim in claims:
-            claim.release()
-
-
-def add_agents(cluster: Any, bands: list[Any], resources: dict[str, Any]) -> None:
-    """One embedded agent per claimed band, offering `resources` and the band's ports."""
-    for band in bands:
-        cluster.add_agent({**resources, "ports": band.ports})
 
 
 def api_port_for(wanted: int | None) -> int | None:
@@ -288,8 +206,7 @@ def _follow(service: Any, query: Any, cluster_dir: Path, options: RunOptions, ou
     follower = Follower()
     watch = SinkWatch()
     for _, path in watch.update(query.sinks):  # show this run's results, not an earlier run's
-        if path.exists():
-            follower.offsets[path] = path.stat().st_size
+        follower.skip_existing(path)
     progress = ProgressLine(err, enabled=options.show_progress)
     summary = Summary()
     failures = FailureNotes()

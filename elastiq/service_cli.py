@@ -2,7 +2,8 @@
 
 Owns the arguments and output of `run`, `scheduler`, `submit`, `status`, `stop` and `tail`.
 The service itself is `scheduler.mesos_adapter.SchedulerService` behind `scheduler.api`; the
-client is `common.api_client.SchedulerClient`; the local run is `elastiq.run`.
+client is `common.api_client.SchedulerClient`; the local run is `elastiq.run`; what `run` and
+`scheduler` both start (executor, embedded cluster) is `elastiq.launch`.
 """
 
 from __future__ import annotations
@@ -13,13 +14,17 @@ import os
 import signal
 import sys
 import time
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 from common.api_client import DEFAULT_URL, RequestRejected, SchedulerClient, SchedulerUnavailable
 from common.api_token import read_token_file
 from common.paths import ENV_VAR as PATH_ROOTS_ENV, service_roots
+from elastiq.launch import (LaunchError, check_java, embedded_cluster, executor_environment,
+                            executor_spec, executor_token_environment)
 from elastiq.progress import MIGRATION_WAITS, Timeline, migration_phase
+from elastiq.sink_watch import Follower, SinkWatch
 
 TAIL_STATUS_SECONDS = 1.0  # how often `tail` asks whether a control tuple moved its sink
 TOKEN_FILE_HELP = ("the scheduler's API token file (default: $ELASTIQ_TOKEN_FILE, else "
@@ -120,7 +125,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from elastiq.run import RunError, RunOptions, run
+    from elastiq.run import RunOptions, run
 
     options = RunOptions(Path(args.spec), agents=args.agents, cpus_per_agent=args.cpus,
                          mem_per_agent_mb=args.mem, duration=args.duration,
@@ -130,7 +135,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                          path_roots=tuple(args.path_root))
     try:
         return run(options)
-    except RunError as e:
+    except LaunchError as e:  # a RunError is one
         print(f"elastiq: {e}", file=sys.stderr)
         return 1
 
@@ -138,18 +143,18 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_scheduler(args: argparse.Namespace) -> int:
     import logging
 
-    from elastiq.run import check_java
-
     logging.basicConfig(level=getattr(logging, args.log_level), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from scheduler.api import ApiServer
-    from scheduler.config import ExecutorSpec, SchedulerConfig
-    from scheduler.mesos_adapter import (SchedulerService, credentials_refused, driver_failure,
-                                         explain_driver_error)
+    from scheduler.config import SchedulerConfig
+    from scheduler.mesos_adapter import SchedulerService, driver_failure
 
-    host, _, port = args.listen.rpartition(":")
+    _, _, port = args.listen.rpartition(":")
     state = Path(args.state_dir).resolve()
-    check_java()
+    try:
+        check_java()
+    except LaunchError as e:
+        print(f"elastiq: {e}", file=sys.stderr)
+        return 1
     try:
         coordination, principal, secret = (_coordination(args), args.mesos_principal,
                                            _secret(args))
@@ -161,32 +166,34 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
         return 2
     roots = service_roots(state, args.path_root)
     os.environ[PATH_ROOTS_ENV] = roots.to_env()  # what the API compiles with (configured_roots)
-    config = SchedulerConfig(executor=ExecutorSpec(
-        command=args.executor_command or f"exec {sys.executable} -m executor",
-        environment=(("ELASTIQ_STATE_DIR", str(state / "state")), ("ELASTIQ_PREWARM", "1"),
-                     (PATH_ROOTS_ENV, roots.to_env()))
-        + executor_token_environment(args.token_file, int(port)) + extra_env))
-    cluster = claims = None
-    master = args.master
-    if master is None:
-        from elastiq.embedded import EmbeddedCluster
-        from elastiq.run import EXECUTOR_GRACE_SECONDS, add_agents, claimed_bands
+    config = SchedulerConfig(executor=executor_spec(
+        state, roots, executor_token_environment(args.token_file, int(port)),
+        command=args.executor_command, extra_env=extra_env))
+    with ExitStack() as stack:
+        master = args.master
+        if master is None:
+            cluster = stack.enter_context(embedded_cluster(
+                args.embedded_agents, {"cpus": 4, "mem": 6144}, state / "cluster"))
+            master = cluster.master_address
+            principal = cluster.framework_credential.principal
+            secret = cluster.framework_credential.secret
+        service = SchedulerService(master, config, coordination=coordination,
+                                   principal=principal, secret=secret)
+        code = _serve(args, service, master, roots.describe())
+    failure = driver_failure()  # pymesos gave up (it interrupts us), e.g. credentials refused
+    if code == 0 and failure is not None:
+        print(f"elastiq: {failure}", file=sys.stderr)
+        return 2
+    return code
 
-        claims = claimed_bands(args.embedded_agents)
-        bands = claims.__enter__()
-        cluster = EmbeddedCluster(agents=0, work_dir=state / "cluster",
-                                  executor_grace_seconds=EXECUTOR_GRACE_SECONDS)
-        try:
-            cluster.__enter__()
-            add_agents(cluster, bands, {"cpus": 4, "mem": 6144})
-        except BaseException:
-            _stop_embedded(cluster, claims)
-            raise
-        master = cluster.master_address
-        principal = cluster.framework_credential.principal
-        secret = cluster.framework_credential.secret
-    service = SchedulerService(master, config, coordination=coordination, principal=principal,
-                               secret=secret)
+
+def _serve(args: argparse.Namespace, service: Any, master: str, confined_to: str) -> int:
+    """Serve the API and run the scheduler until SIGINT or SIGTERM, then stop both; the exit
+    status (the caller stops the embedded cluster, if any, afterwards)."""
+    from scheduler.api import ApiServer
+    from scheduler.mesos_adapter import credentials_refused, explain_driver_error
+
+    host, _, port = args.listen.rpartition(":")
     try:
         api = ApiServer.serving(service, host=host or "127.0.0.1", port=int(port),
                                 token_file=args.token_file,
@@ -195,7 +202,6 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
         print(f"elastiq: cannot serve the API on {args.listen}: {e.strerror or e} "
               f"({e.filename or 'the address'}); choose another address with --listen HOST:PORT "
               "or a token file with --token-file", file=sys.stderr)
-        _stop_embedded(cluster, claims)
         return 1
     service.address = api.url  # what standbys tell clients to use
     # Our handlers go in before the driver starts: pymesos ends its I/O thread by interrupting
@@ -210,21 +216,15 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
         print(f"elastiq: cannot start the scheduler: "
               f"{explain_driver_error(e) if refused else e}", file=sys.stderr)
         api.stop()
-        _stop_embedded(cluster, claims)
         return 2 if refused else 1
     print(f"elastiq scheduler: API on {api.url} (token in {api.token_file}), master {master}; "
-          f"file operators confined to {roots.describe()}; Ctrl-C stops it", file=sys.stderr)
+          f"file operators confined to {confined_to}; Ctrl-C stops it", file=sys.stderr)
     try:
         while not stop["now"]:
             time.sleep(0.2)
     finally:
         api.stop()
-        service.stop(failover=cluster is None)
-        _stop_embedded(cluster, claims)
-    failure = driver_failure()  # pymesos gave up (it interrupts us), e.g. credentials refused
-    if failure is not None:
-        print(f"elastiq: {failure}", file=sys.stderr)
-        return 2
+        service.stop(failover=args.master is not None)
     return 0
 
 
@@ -252,38 +252,6 @@ def _secret(args: argparse.Namespace) -> str | None:
     if not secret:
         raise ValueError(f"{args.mesos_secret_file} is empty")
     return secret
-
-
-def _stop_embedded(cluster: Any, claims: Any) -> None:
-    """Stop the embedded cluster `elastiq scheduler` started (if any), then release its agents'
-    port claims."""
-    if cluster is not None:
-        cluster.__exit__(None, None, None)
-    if claims is not None:
-        claims.__exit__(None, None, None)
-
-
-def executor_token_environment(token_file: str | None, port: int) -> tuple[tuple[str, str], ...]:
-    """ELASTIQ_TOKEN_FILE for the executors (their control sinks call the API): the token file
-    the scheduler reads or writes; nothing when the port is only known once bound. On a real
-    cluster the agents need that file at that path (or --executor-env ELASTIQ_TOKEN_FILE=...);
-    the token itself never goes into the environment, which Mesos shows in its state."""
-    from common.api_token import default_token_file
-
-    if token_file is not None:
-        return (("ELASTIQ_TOKEN_FILE", str(Path(token_file).resolve())),)
-    return (("ELASTIQ_TOKEN_FILE", str(default_token_file(port))),) if port else ()
-
-
-def executor_environment(pairs: list[str]) -> tuple[tuple[str, str], ...]:
-    """`NAME=VALUE` arguments as environment pairs; a malformed one is a usage error."""
-    env = []
-    for pair in pairs:
-        name, sep, value = pair.partition("=")
-        if not sep or not name.isidentifier():
-            raise ValueError(f"--executor-env takes NAME=VALUE, not {pair!r}")
-        env.append((name, value))
-    return tuple(env)
 
 
 def _client(args: argparse.Namespace) -> SchedulerClient:
@@ -459,8 +427,6 @@ def elastic_lines(operators: list[dict[str, Any]]) -> list[str]:
 
 
 def cmd_tail(args: argparse.Namespace) -> int:
-    from elastiq.run import Follower, SinkWatch
-
     code, reply = _call(lambda: _client(args).status(args.query))
     if code != 0:
         return code
@@ -471,8 +437,8 @@ def cmd_tail(args: argparse.Namespace) -> int:
         return 1
     follower, watch = Follower(), SinkWatch()
     for _, path in watch.update({args.sink: sinks[args.sink]}):
-        if not args.from_start and path.exists():
-            follower.offsets[path] = path.stat().st_size
+        if not args.from_start:
+            follower.skip_existing(path)
     polled = time.monotonic()
     try:
         while True:

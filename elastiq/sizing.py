@@ -21,7 +21,7 @@ from scheduler.placement import Offer, QueryDemand, Share, TaskDemand, place
 
 DEFAULT_CPUS = 4.0  # what an agent offers at least, so a small plan leaves room to grow
 DEFAULT_MEM_MB = 6144
-PORTS_PER_AGENT = 199  # channel ports each embedded agent offers (a claimed band: elastiq.run)
+PORTS_PER_AGENT = 199  # channel ports each embedded agent offers (a claimed band: elastiq.launch)
 FIRST_PORT = 31000  # where the nominal bands of the placement check begin
 MAX_AGENTS = 22  # more agents than one machine runs usefully
 

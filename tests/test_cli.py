@@ -83,7 +83,7 @@ def test_reference_documents_every_operator_and_parameter() -> None:
 
 
 def test_executor_environment_pairs() -> None:
-    from elastiq.service_cli import executor_environment
+    from elastiq.launch import executor_environment
 
     assert executor_environment(["ELASTIQ_SPARK_CORES=8", "JAVA_OPTS=-Xmx2g -Dx=y"]) == (
         ("ELASTIQ_SPARK_CORES", "8"), ("JAVA_OPTS", "-Xmx2g -Dx=y"))

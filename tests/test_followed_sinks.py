@@ -1,6 +1,6 @@
 """Whatever shows a file sink follows the path in force after a control tuple moved it: the
 scheduler's status view (`scheduler.control.sinks_in_force`), `elastiq run`'s and `elastiq
-tail`'s list of files to follow (`elastiq.run.SinkWatch`), and `status`'s lines (agent id and
+tail`'s list of files to follow (`elastiq.sink_watch.SinkWatch`), and `status`'s lines (agent id and
 host). Pure: events fed by hand, real files in a temporary folder."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from elastiq.run import Follower, SinkWatch
+from elastiq.sink_watch import Follower, SinkWatch
 from elastiq.service_cli import _print_status
 from scheduler.commands import ReplyToRequest
 from scheduler.events import ControlRequested

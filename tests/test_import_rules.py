@@ -1,11 +1,14 @@
-"""The import rules between Elastiq's packages (R1-R7 of issue 16), checked on the source.
+"""The import rules between Elastiq's packages (R1-R7 of issue 16, R9 of issue 35), checked
+on the source.
 
 Walks every module of common/, compiler/, rewrite_rules/, scheduler/, executor/ and elastiq/
 with `ast`, including imports inside functions and under `TYPE_CHECKING`, resolves relative
 imports, and reports every import that breaks a rule with file:line, all in one failure. The
 golden task programs (tests/golden) stand for the generated programs (R7): tests/test_compiler.py
 keeps them equal to what the compiler generates. A synthetic forbidden import proves the checker
-reports one, and the known violations must still exist, so their list stays honest.
+reports one, and the known violations must still exist, so their list stays honest. R9 forbids
+any import cycle between our modules (there was one, elastiq/run.py <-> elastiq/service_cli.py;
+their shared launch code is elastiq/launch.py now).
 """
 
 from __future__ import annotations
@@ -134,6 +137,88 @@ def tree_violations() -> list[Violation]:
             rel = path.relative_to(ROOT).as_posix()
             found += violations(rel, path.read_text(encoding="utf-8"))
     return found
+
+
+def import_cycles(sources: dict[str, str]) -> list[list[str]]:
+    """R9: every cycle of imports (each strongly connected set of two or more modules) among
+    `sources` (file -> text), as sorted module names."""
+    def name(rel: str) -> str:
+        return rel[:-3].replace("/", ".").removesuffix(".__init__")
+
+    modules = {name(rel) for rel in sources}
+    edges: dict[str, set[str]] = {m: set() for m in modules}
+    for rel, source in sources.items():
+        for _, imported in imported_modules(rel, source):
+            while imported and imported not in modules:
+                imported = imported.rpartition(".")[0]
+            if imported and imported != name(rel):
+                edges[name(rel)].add(imported)
+    return [sorted(c) for c in _strongly_connected(edges) if len(c) > 1]
+
+
+def _strongly_connected(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Tarjan's strongly connected components, iteratively (no recursion limit)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in sorted(edges):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(edges[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(edges[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                found.append(component)
+    return found
+
+
+def tree_sources() -> dict[str, str]:
+    return {path.relative_to(ROOT).as_posix(): path.read_text(encoding="utf-8")
+            for package in PACKAGES for path in sorted((ROOT / package).rglob("*.py"))}
+
+
+def test_no_two_modules_import_each_other() -> None:
+    cycles = import_cycles(tree_sources())
+    assert not cycles, "R9: import cycles between our modules:\n" + "\n".join(
+        " <-> ".join(c) for c in cycles)
+
+
+def test_an_import_cycle_is_reported_with_its_modules() -> None:
+    planted = {"elastiq/run.py": "def f():\n    from elastiq.service_cli import cmd_run\n",
+               "elastiq/service_cli.py": "from elastiq.run import run\n",
+               "elastiq/launch.py": "from elastiq import sizing\n",
+               "elastiq/sizing.py": "import math\n"}
+    assert import_cycles(planted) == [["elastiq.run", "elastiq.service_cli"]]
+    three = {"a/x.py": "import a.y\n", "a/y.py": "import a.z\n", "a/z.py": "import a.x\n",
+             "a/w.py": "import a.x\n"}
+    assert import_cycles(three) == [["a.x", "a.y", "a.z"]]
+    del planted["elastiq/service_cli.py"]
+    assert import_cycles(planted) == []
 
 
 def test_every_package_keeps_the_import_rules() -> None:

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from elastiq.progress import RateMeter, Timeline, migration_phase, summarize
-from elastiq.run import FailureNotes, Follower
+from elastiq.run import FailureNotes
+from elastiq.sink_watch import Follower
 
 
 def _status(tuples_in: int, state: str = "running", failure: str = "") -> dict:
