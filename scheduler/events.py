@@ -12,8 +12,8 @@ Does not own what the state machine does with them (`scheduler.state`).
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
-from typing import Literal, Union
+from dataclasses import dataclass, field
+from typing import Literal, Mapping, Union
 
 from common.messages import ControlAck, Heartbeat
 from common.tasks import CompiledQuery
@@ -128,6 +128,9 @@ class QuerySubmitted:
     stimulus_id: str
     query: CompiledQuery
     source: QuerySource | None = None  # the spec it was compiled from (what is persisted)
+    # each task's channel keypair, made by the shell (`scheduler.channel_keys.issue_keys`);
+    # empty: plain-text channels (unit tests); otherwise it must cover every task
+    keys: Mapping[str, Mapping[str, str]] = field(default_factory=dict, repr=False)
 
 
 @dataclass(frozen=True)

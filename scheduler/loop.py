@@ -20,6 +20,7 @@ from typing import Any, Callable, Protocol
 
 from common.control import ControlCatalog
 from common.tasks import CompiledQuery
+from scheduler.channel_keys import issue_keys
 from scheduler.commands import Command, ReplyToRequest
 from scheduler.config import SchedulerConfig
 from scheduler.events import Event, QueryStopRequested, QuerySubmitted, Tick, new_stimulus_id
@@ -94,7 +95,9 @@ class SchedulerLoop:
 
     def submit(self, query: CompiledQuery, timeout: float = 10.0,
                source: QuerySource | None = None) -> Reply:
-        return self._request(QuerySubmitted(new_stimulus_id("submit"), query, source), timeout)
+        keys = issue_keys(t.task_id for t in query.tasks)
+        return self._request(QuerySubmitted(new_stimulus_id("submit"), query, source, keys),
+                             timeout)
 
     def stop_query(self, query_id: str, timeout: float = 10.0) -> Reply:
         return self._request(QueryStopRequested(new_stimulus_id("stop"), query_id), timeout)

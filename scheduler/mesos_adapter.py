@@ -28,6 +28,7 @@ from common.control import ControlCatalog
 from common.dispatch import handler
 from common.tasks import CompiledQuery
 from scheduler import mesos_json
+from scheduler.channel_keys import issue_keys, with_missing_keys
 from scheduler.commands import (
     Command, DeclineOffers, KillTask, LaunchTasks, ReconcileTasks, RetargetChannels,
     ReviveOffers, SendFrameworkMessage, ShutdownExecutor, SuppressOffers,
@@ -385,7 +386,8 @@ class SchedulerService:
 
     def _restore_and_register(self, sid: str, action: RestoreAndRegister) -> None:
         framework_id = self.registry.framework_id() or self._first_framework_id
-        queries = tuple((r.query, r.source, r.placements) for r in self._recompiled())
+        queries = tuple((r.query, r.source, with_missing_keys(r.query, r.placements))
+                        for r in self._recompiled())
         self._persister.begin(action.term)
         reply = self.loop.request(LeadershipGained(sid, self.leadership, framework_id, queries))
         if not reply.accepted:
@@ -443,8 +445,9 @@ class SchedulerService:
         """Submit a compiled query; only one with its `source` (the spec it was compiled
         from) is persisted for a new leader to recompile."""
         sid = new_stimulus_id("submit")
-        return self.loop.request(FencedRequest(sid, epoch, QuerySubmitted(sid, query, source)),
-                                 timeout)
+        keys = issue_keys(t.task_id for t in query.tasks)
+        return self.loop.request(
+            FencedRequest(sid, epoch, QuerySubmitted(sid, query, source, keys)), timeout)
 
     def stop_query(self, query_id: str, timeout: float = 10.0,
                    epoch: int | None = None) -> Reply:

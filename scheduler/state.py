@@ -11,7 +11,9 @@ one task refuses; bookkeeping in `scheduler.control`).
 `handle` picks the handler for an event's type from `_HANDLERS` (through `common.dispatch`);
 executors' messages arrive typed (`common.messages`), and `launch_data` builds the typed
 `LaunchData` (the adapter does the JSON and base64). Time comes only from `Tick` events and a
-control request's id from `ControlRequested.request_id`. Leadership (`scheduler.leadership`) gates
+control request's id from `ControlRequested.request_id` (an automatic rescale's from the query's
+control version and the tick's time); channel keys arrive on `QuerySubmitted.keys` and in a
+restored query's placements (made by the shell: `scheduler.channel_keys`). Leadership (`scheduler.leadership`) gates
 it: a leader in safe mode launches, restarts and kills nothing; a standby forgets every query; a
 mutating `FencedRequest` with a stale epoch is refused. `durable_placements` and `restore_query`
 are what a new leader persists and restores. Does not own any I/O: `scheduler.mesos_adapter` runs
@@ -23,8 +25,6 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Literal, Mapping
-
-import zmq
 
 from common import messages
 from common.control import PARALLELISM, ControlCatalog, ControlRefused
@@ -569,10 +569,14 @@ class SchedulerState:
                  f[0].query_id != q.query_id]
         if clash:
             return [ReplyToRequest(sid, False, 409, f"task ids in use: {', '.join(clash)}")]
+        unkeyed = [t.task_id for t in q.tasks if t.task_id not in ev.keys]
+        if ev.keys and unkeyed:
+            return [ReplyToRequest(sid, False, 400, "channel keys missing for tasks "
+                                                    f"{', '.join(unkeyed)}")]
         first = {t: r.attempt + 1 for t, r in old.tasks.items()} if old else {}
         self.queries[q.query_id] = QueryRecord(q, {
             t.task_id: TaskRecord(t, attempt=first.get(t.task_id, 1), pending_since=self.now)
-            for t in q.tasks}, source=ev.source, keys=issue_keys(t.task_id for t in q.tasks))
+            for t in q.tasks}, source=ev.source, keys={t: dict(k) for t, k in ev.keys.items()})
         record = self.queries[q.query_id]
         self.samples.keep_only(t for query in self.queries.values() for t in query.tasks)
         for task_id in sorted(elasticity.dormant_at_start(q)):
@@ -897,7 +901,9 @@ class SchedulerState:
                 log.info("[%s] %s: automatic elasticity: %s", sid, query.query_id,
                          decision.explanation)
                 asked = ControlRequested(sid, query.query_id, (
-                    (e.operator, PARALLELISM, str(decision.target)),), trigger="auto")
+                    (e.operator, PARALLELISM, str(decision.target)),),
+                    auto_request_id(query.query_id, query.control.version, self.now),
+                    trigger="auto")
                 replies = self._on_control_requested(asked)
                 for c in replies:
                     if isinstance(c, ReplyToRequest) and not c.accepted:
@@ -1066,6 +1072,12 @@ class SchedulerState:
         return self.config.executor.executor_id(agent_id)
 
 
+def auto_request_id(query_id: str, version: int, now: float) -> str:
+    """The id of an automatic rescale's control request, from what the state knows (the next
+    control version and the tick's time), so the same events give the same ids."""
+    return f"{query_id}-auto{version + 1}-{int(now * 1000) % 10**9}"
+
+
 def known_endpoints(tasks: Any, live: list[TaskRecord]) -> dict[str, str]:
     """Where each output channel of a query is (or was last) served: a task relaunched while its
     producer is itself waiting for a place starts with the producer's last endpoint (the same
@@ -1075,15 +1087,6 @@ def known_endpoints(tasks: Any, live: list[TaskRecord]) -> dict[str, str]:
                   if c in t.task.outputs}
     return remembered | {c: e for t in live for c, e in t.endpoints.items()
                          if c in t.task.outputs}
-
-
-def issue_keys(task_ids: Any) -> dict[str, dict[str, str]]:
-    """A fresh CURVE keypair (Z85 text) for each task."""
-    keys = {}
-    for task_id in task_ids:
-        public, secret = zmq.curve_keypair()
-        keys[task_id] = {"public": public.decode("ascii"), "secret": secret.decode("ascii")}
-    return keys
 
 
 def task_keys(query: CompiledQuery, task_id: str,
@@ -1155,8 +1158,8 @@ def restore_query(query: CompiledQuery, source: QuerySource | None,
     for dropped in ctl.drop_refused(control, query.controls or ControlCatalog(), query.query_id):
         log.warning("query %s: %s", query.query_id, dropped)  # stored before today's checks
     saved_keys = (placements or {}).get("keys") or {}
-    keys = {t.task_id: dict(saved_keys[t.task_id]) if t.task_id in saved_keys
-            else issue_keys([t.task_id])[t.task_id] for t in query.tasks}
+    keys = {t.task_id: dict(saved_keys[t.task_id]) for t in query.tasks
+            if t.task_id in saved_keys}  # the shell issued any missing (channel_keys)
     return QueryRecord(query, tasks, (placements or {}).get("phase", "active"),
                        (placements or {}).get("failure", ""), control, source=source, keys=keys)
 

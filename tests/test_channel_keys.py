@@ -19,6 +19,7 @@ from executor.channel_auth import (ChannelKeyError, KeyPair, TaskKeys, check_key
                                    read_key_file)
 from executor.mesos_events import read_launch
 from executor.runtime import ChannelHub, blocked_of, channel_reader_id
+from scheduler.channel_keys import issue_keys, with_missing_keys
 from scheduler.config import SchedulerConfig
 from scheduler.events import OffersReceived, QuerySubmitted, Registered
 from scheduler.metrics import SchedulerMetrics
@@ -31,7 +32,8 @@ def submitted(n_tasks: int = 3) -> tuple[SchedulerState, dict[str, dict]]:
     """Scheduler with query q (q.t0 -> q.t1 -> q.t2) launched; mesos id -> launch data."""
     s = SchedulerState(SchedulerConfig())
     s.handle(Registered("r", "fw-1", "127.0.0.1:5050"))
-    s.handle(QuerySubmitted("s", chain_query("q", n_tasks)))
+    query = chain_query("q", n_tasks)
+    s.handle(QuerySubmitted("s", query, keys=issue_keys(t.task_id for t in query.tasks)))
     out = s.handle(OffersReceived("o", (offer("o1", "a1"),)))
     data = {t.mesos_task_id: json.loads(t.data) for c in out if hasattr(c, "tasks")
             for t in c.tasks}
@@ -67,11 +69,23 @@ def test_keys_survive_a_new_leader_and_never_show_in_status_or_reprs() -> None:
     assert record.keys["q.t1"]["secret"] not in repr(launch)
 
 
-def test_task_keys_are_none_without_issued_keys_and_restore_issues_missing_ones() -> None:
+def test_task_keys_are_none_without_issued_keys_and_the_shell_issues_missing_ones() -> None:
     query = chain_query("q", 2)
     assert task_keys(query, "q.t0", {}) is None
-    restored = restore_query(query, None, {"tasks": {}}, 0.0)
-    assert set(restored.keys) == {"q.t0", "q.t1"}
+    assert restore_query(query, None, {"tasks": {}}, 0.0).keys == {}  # the core makes none
+    kept = issue_keys(["q.t0"])
+    placements = with_missing_keys(query, {"tasks": {}, "keys": kept})
+    restored = restore_query(query, None, placements, 0.0)
+    assert set(restored.keys) == {"q.t0", "q.t1"} and restored.keys["q.t0"] == kept["q.t0"]
+    assert restored.keys["q.t1"]["secret"] != kept["q.t0"]["secret"]
+
+
+def test_a_submit_whose_keys_miss_a_task_is_refused() -> None:
+    s = SchedulerState(SchedulerConfig())
+    s.handle(Registered("r", "fw-1", "127.0.0.1:5050"))
+    (reply,) = s.handle(QuerySubmitted("s", chain_query("q", 3), keys=issue_keys(["q.t0"])))
+    assert (reply.accepted, reply.status) == (False, 400)
+    assert reply.message == "channel keys missing for tasks q.t1, q.t2" and "q" not in s.queries
 
 
 @pytest.mark.parametrize("bad", [

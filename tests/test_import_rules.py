@@ -1,4 +1,4 @@
-"""The import rules between Elastiq's packages (R1-R7 of issue 16, R9 of issue 35), checked
+"""The import rules between Elastiq's packages (R1-R7 of issue 16, R8-R9 of issue 35), checked
 on the source.
 
 Walks every module of common/, compiler/, rewrite_rules/, scheduler/, executor/ and elastiq/
@@ -6,9 +6,11 @@ with `ast`, including imports inside functions and under `TYPE_CHECKING`, resolv
 imports, and reports every import that breaks a rule with file:line, all in one failure. The
 golden task programs (tests/golden) stand for the generated programs (R7): tests/test_compiler.py
 keeps them equal to what the compiler generates. A synthetic forbidden import proves the checker
-reports one, and the known violations must still exist, so their list stays honest. R9 forbids
-any import cycle between our modules (there was one, elastiq/run.py <-> elastiq/service_cli.py;
-their shared launch code is elastiq/launch.py now).
+reports one, and the known violations must still exist, so their list stays honest. R8 keeps
+the scheduler's pure core (scheduler/state.py and every scheduler module it imports) free of
+zmq and other makers of keys, randomness or I/O: those belong to the shell that feeds it events.
+R9 forbids any import cycle between our modules (there was one, elastiq/run.py <->
+elastiq/service_cli.py; their shared launch code is elastiq/launch.py now).
 """
 
 from __future__ import annotations
@@ -16,12 +18,17 @@ from __future__ import annotations
 import ast
 import sys
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("common", "compiler", "rewrite_rules", "scheduler", "executor", "elastiq")
 OURS = frozenset(PACKAGES)
 STDLIB = frozenset(sys.stdlib_module_names)
+
+# What the scheduler's pure core (R8) never imports: keys, randomness, sockets, threads, drivers.
+CORE_FORBIDDEN = frozenset({"zmq", "random", "secrets", "uuid", "socket", "threading", "pymesos",
+                            "kazoo", "aiohttp", "subprocess"})
 
 # (file, imported module) pairs that break a rule today and that a planned step removes.
 KNOWN_VIOLATIONS: frozenset[tuple[str, str]] = frozenset()
@@ -70,6 +77,38 @@ def imported_modules(rel: str, source: str) -> list[tuple[int, str]]:
     return out
 
 
+def _module_file(module: str) -> str:
+    """`a.b` -> "a/b.py" or "a/b/__init__.py" (relative to the repository)."""
+    path = ROOT.joinpath(*module.split("."))
+    found = path.with_suffix(".py") if path.with_suffix(".py").is_file() else path / "__init__.py"
+    return found.relative_to(ROOT).as_posix()
+
+
+def _ours_of(module: str) -> str | None:
+    """The module of ours `module` is or lies in (`a.b.C` -> `a.b`), or None."""
+    while module and not _is_ours_module(module):
+        module = module.rpartition(".")[0]
+    return module or None
+
+
+@cache
+def scheduler_core() -> frozenset[str]:
+    """The files of the scheduler's pure core: scheduler/state.py and every scheduler module it
+    imports, directly or not."""
+    core: set[str] = set()
+    todo = ["scheduler.state"]
+    while todo:
+        rel = _module_file(todo.pop())
+        if rel in core:
+            continue
+        core.add(rel)
+        for _, module in imported_modules(rel, (ROOT / rel).read_text(encoding="utf-8")):
+            ours = _ours_of(module) if _top(module) == "scheduler" else None
+            if ours is not None and ours != "scheduler":
+                todo.append(ours)
+    return frozenset(core)
+
+
 def _third_party(top: str) -> bool:
     return top not in STDLIB and top not in OURS
 
@@ -103,6 +142,9 @@ def rule_for(rel: str, module: str) -> str | None:
             return "R5: pymesos only in scheduler/mesos_adapter.py"
         if top == "kazoo" and rel != "scheduler/zk.py":
             return "R5: kazoo only in scheduler/zk.py"
+        if top in CORE_FORBIDDEN and rel in scheduler_core():
+            return ("R8: the scheduler's pure core makes no keys, randomness or I/O (the shell "
+                    "does, and hands them over on events)")
     elif rel.startswith("elastiq/embedded/"):
         if top in OURS and top != "common" and module != "elastiq.embedded" and \
                 not module.startswith("elastiq.embedded."):
@@ -221,6 +263,14 @@ def test_an_import_cycle_is_reported_with_its_modules() -> None:
     assert import_cycles(planted) == []
 
 
+def test_the_scheduler_core_is_state_and_what_it_imports() -> None:
+    core = scheduler_core()
+    assert {"scheduler/state.py", "scheduler/events.py", "scheduler/placement.py",
+            "scheduler/lifecycle.py"} <= core
+    assert not core & {"scheduler/mesos_adapter.py", "scheduler/loop.py", "scheduler/zk.py",
+                       "scheduler/channel_keys.py", "scheduler/api.py"}
+
+
 def test_every_package_keeps_the_import_rules() -> None:
     found = tree_violations()
     new = [v for v in found if (v.file, v.module) not in KNOWN_VIOLATIONS]
@@ -262,6 +312,8 @@ def test_each_rule_reports_its_forbidden_edges() -> None:
         ("scheduler/x.py", "from ..executor import runtime"): "R5",
         ("scheduler/x.py", "from kazoo.client import KazooClient"): "R5",
         ("elastiq/embedded/x.py", "from scheduler import state"): "R6",
+        ("scheduler/state.py", "import zmq"): "R8",
+        ("scheduler/events.py", "def f():\n    import secrets"): "R8",
     }
     for (rel, source), rule in cases.items():
         found = violations(rel, source)
@@ -270,7 +322,8 @@ def test_each_rule_reports_its_forbidden_edges() -> None:
                ("executor/x.py", "from .runtime import TaskRuntime"),
                ("scheduler/x.py", "from compiler.tasks import split_into_tasks"),
                ("elastiq/embedded/x.py", "from . import protocol"),
-               ("elastiq/x.py", "from scheduler import state")}
+               ("elastiq/x.py", "from scheduler import state"),
+               ("scheduler/channel_keys.py", "import zmq")}
     for rel, source in allowed:
         assert violations(rel, source) == [], (rel, source)
     assert program_violations("p.py", "from compiler.types import Schema\n"
