@@ -317,76 +317,153 @@ def _duration(ms: int | None) -> str | None:
     return None if ms is None else canonical_duration(ms)
 
 
+@dataclass(frozen=True)
+class CallSite:
+    """What building one operator's call needs: the node, the plan's graph, the spec's folder,
+    each stream's schema constant and its name in the program; `io`/`out` are the keyword
+    arguments of the single input and the output (empty when there is none)."""
+
+    graph: Graph
+    node: Node
+    base_dir: Path
+    schema_of: Callable[[str], SchemaRef]
+    name: Callable[[str], str]
+
+    def p(self, key: str, default: Any = None) -> Any:
+        return self.node.param(key, default)
+
+    @property
+    def io(self) -> tuple[tuple[str, Any], ...]:
+        return (("input", self.name(self.node.inputs[0])),) if len(self.node.inputs) == 1 else ()
+
+    @property
+    def out(self) -> tuple[tuple[str, Any], ...]:
+        return (("output", self.name(self.node.output)),) if self.node.output else ()
+
+    def path(self, key: str) -> str | None:
+        """A path parameter resolved against the spec's folder (None when not given)."""
+        value = self.p(key)
+        return value and resolve_path(self.base_dir, value)
+
+
+Args = tuple[tuple[str, Any], ...]
+
+
+def _generator(c: CallSite) -> Args:
+    return c.out + (("schema", c.schema_of(c.node.output)), ("shape", c.p("shape")),
+                    ("seed", c.p("seed")), ("rate", float(c.p("rate"))), ("limit", c.p("limit")),
+                    ("start", _iso(c.p("start"))))
+
+
+def _file_source(c: CallSite) -> Args:
+    path = resolve_path(c.base_dir, c.p("path"))
+    fmt = c.p("format") or ("csv" if path.endswith(".csv") else "jsonl")
+    rate = c.p("rate")
+    return c.out + (("schema", c.schema_of(c.node.output)), ("path", path), ("format", fmt),
+                    ("rate", None if rate is None else float(rate)))
+
+
+def _network_source(c: CallSite) -> Args:
+    return c.out + (("schema", c.schema_of(c.node.output)), ("endpoint", c.p("endpoint")),
+                    ("channel", c.p("channel") or c.node.output)) + _given(
+        ("reader", c.p("reader")), ("server_key", c.p("server-key")),
+        ("key_file", c.path("key-file")))
+
+
+def _filter(c: CallSite) -> Args:
+    return c.io + c.out + (("condition", c.p("condition")),)
+
+
+def _project(c: CallSite) -> Args:
+    return c.io + c.out + (("fields", c.p("fields")),)
+
+
+def _window_aggregate(c: CallSite) -> Args:
+    return c.io + c.out + (("time", c.p("time")), ("window", _duration(c.p("size"))),
+                           ("slide", _duration(c.p("slide"))),
+                           ("watermark", _duration(c.p("watermark"))),
+                           ("group_by", tuple(c.p("group-by", ()))),
+                           ("aggregates", c.p("aggregates")))
+
+
+def _pattern(c: CallSite) -> Args:
+    return c.io + c.out + (("time", c.p("time")),
+                           ("partition_by", tuple(c.p("partition-by", ()))),
+                           ("pattern", c.p("pattern")), ("within", _duration(c.p("within"))),
+                           ("watermark", _duration(c.p("watermark"))),
+                           ("defines", c.p("defines")), ("measures", c.p("measures")),
+                           ("max_partial", c.p("max-partial-matches")),
+                           ("after_match", c.p("after-match"))) + _share(c.graph, c.node) \
+        + _stage(c.graph, c.node, c.schema_of)
+
+
+def _join(c: CallSite) -> Args:
+    return (("left", c.name(c.node.inputs[0])), ("right", c.name(c.node.inputs[1]))) + c.out + (
+        ("left_keys", c.p("left-key")), ("right_keys", c.p("right-key")),
+        ("left_time", c.p("left-time")), ("right_time", c.p("right-time")),
+        ("within", _duration(c.p("within"))), ("watermark", _duration(c.p("watermark"))))
+
+
+def _union(c: CallSite) -> Args:
+    return (("inputs", tuple(map(c.name, c.node.inputs))),) + c.out
+
+
+def _identity(c: CallSite) -> Args:
+    return c.io + c.out
+
+
+def _file_sink(c: CallSite) -> Args:
+    return c.io + (("path", c.path("path")),)
+
+
+def _console_sink(c: CallSite) -> Args:
+    return c.io
+
+
+def _network_sink(c: CallSite) -> Args:
+    return c.io + (("endpoint", c.p("endpoint")), ("channel", c.p("channel") or c.node.inputs[0])) \
+        + _given(("readers", c.p("readers")), ("key_file", c.path("key-file")))
+
+
+def _control_sink(c: CallSite) -> Args:
+    return c.io + (("scheduler", c.p("scheduler")),)  # None: $ELASTIQ_SCHEDULER, else the default
+
+
+# Each operator kind's runtime method and the keyword arguments of its call (after `op=`), beside
+# `compiler.validate._RESOLVERS` (its output type): a new kind adds one entry in each. A merger
+# recombines partitions, a union of them; plumbing that only forwards is the identity. A
+# stream selector and a splitter have none: their channel calls stand for them.
+_CALLS: dict[str, tuple[str, Callable[[CallSite], Args]]] = {
+    "generator": ("generator", _generator),
+    "file-source": ("file_source", _file_source),
+    "network-source": ("network_source", _network_source),
+    "filter": ("filter", _filter),
+    "project": ("project", _project),
+    "window-aggregate": ("window_aggregate", _window_aggregate),
+    "pattern": ("pattern", _pattern),
+    "join": ("join", _join),
+    "union": ("union", _union),
+    "merger": ("union", _union),
+    **{kind: ("identity", _identity) for kind in _PASS_THROUGH},
+    "file-sink": ("file_sink", _file_sink),
+    "console-sink": ("console_sink", _console_sink),
+    "network-sink": ("network_sink", _network_sink),
+    "control-sink": ("control_sink", _control_sink),
+}
+
+
 def _call(graph: Graph, node: Node, base_dir: Path, schema_of: Callable[[str], SchemaRef],
           name: Callable[[str], str]) -> Call:
-    """The runtime call of one operator; `name` gives each stream's name in the program."""
-    p = node.param
-    io: tuple[tuple[str, Any], ...]
-    if len(node.inputs) == 1:
-        io = (("input", name(node.inputs[0])),)
-    else:
-        io = ()
-    out = (("output", name(node.output)),) if node.output else ()
-    head = (("op", node.name),)
-    kind = node.kind
+    """The runtime call of one operator (`_CALLS`); `name` gives each stream's name in the
+    program."""
+    if node.kind not in _CALLS:
+        raise ValueError(f"no code generator for operator kind {node.kind!r}")
+    method, build = _CALLS[node.kind]
     comment = _comment(graph, node)
     if node.output and name(node.output) != node.output:
         comment += f"  (its output is read as {name(node.output)}, the spec's name)"
-    if kind == "generator":
-        args = out + (("schema", schema_of(node.output)), ("shape", p("shape")),
-                      ("seed", p("seed")), ("rate", float(p("rate"))), ("limit", p("limit")),
-                      ("start", _iso(p("start"))))
-    elif kind == "file-source":
-        path = resolve_path(base_dir, p("path"))
-        fmt = p("format") or ("csv" if path.endswith(".csv") else "jsonl")
-        rate = p("rate")
-        args = out + (("schema", schema_of(node.output)), ("path", path), ("format", fmt),
-                      ("rate", None if rate is None else float(rate)))
-    elif kind == "network-source":
-        args = out + (("schema", schema_of(node.output)), ("endpoint", p("endpoint")),
-                      ("channel", p("channel") or node.output)) + _given(
-            ("reader", p("reader")), ("server_key", p("server-key")),
-            ("key_file", p("key-file") and resolve_path(base_dir, p("key-file"))))
-    elif kind == "filter":
-        args = io + out + (("condition", p("condition")),)
-    elif kind == "project":
-        args = io + out + (("fields", p("fields")),)
-    elif kind == "window-aggregate":
-        args = io + out + (("time", p("time")), ("window", _duration(p("size"))),
-                           ("slide", _duration(p("slide"))),
-                           ("watermark", _duration(p("watermark"))),
-                           ("group_by", tuple(p("group-by", ()))),
-                           ("aggregates", p("aggregates")))
-    elif kind == "pattern":
-        args = io + out + (("time", p("time")), ("partition_by", tuple(p("partition-by", ()))),
-                           ("pattern", p("pattern")), ("within", _duration(p("within"))),
-                           ("watermark", _duration(p("watermark"))),
-                           ("defines", p("defines")), ("measures", p("measures")),
-                           ("max_partial", p("max-partial-matches")),
-                           ("after_match", p("after-match"))) + _share(graph, node) \
-            + _stage(graph, node, schema_of)
-    elif kind == "join":
-        args = (("left", name(node.inputs[0])), ("right", name(node.inputs[1]))) + out + (
-            ("left_keys", p("left-key")), ("right_keys", p("right-key")),
-            ("left_time", p("left-time")), ("right_time", p("right-time")),
-            ("within", _duration(p("within"))), ("watermark", _duration(p("watermark"))))
-    elif kind in ("union", "merger"):  # a merger recombines partitions: a union of them
-        return Call(comment, "union", head + (("inputs", tuple(map(name, node.inputs))),) + out)
-    elif kind in _PASS_THROUGH:
-        return Call(comment, "identity", head + io + out)
-    elif kind == "file-sink":
-        args = io + (("path", resolve_path(base_dir, p("path"))),)
-    elif kind == "console-sink":
-        args = io
-    elif kind == "network-sink":
-        args = io + (("endpoint", p("endpoint")), ("channel", p("channel") or node.inputs[0])) \
-            + _given(("readers", p("readers")),
-                     ("key_file", p("key-file") and resolve_path(base_dir, p("key-file"))))
-    elif kind == "control-sink":  # None: the executor's ELASTIQ_SCHEDULER, else the default
-        args = io + (("scheduler", p("scheduler")),)
-    else:
-        raise ValueError(f"no code generator for operator kind {kind!r}")
-    return Call(comment, kind.replace("-", "_"), head + args)
+    args = build(CallSite(graph, node, base_dir, schema_of, name))
+    return Call(comment, method, (("op", node.name),) + args)
 
 
 def _share(graph: Graph, node: Node) -> tuple[tuple[str, Any], ...]:

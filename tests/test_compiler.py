@@ -232,3 +232,14 @@ def test_a_task_writing_an_aggregate_locally_asks_for_large_batches(
     c = compile_spec_text(dataflow(SOURCE + body), "t.xml", base_dir=BASE)
     tasks = sorted(c.query.tasks, key=lambda t: t.task_id)
     assert tuple("rt.large_batches()" in t.program for t in tasks) == large
+
+
+def test_every_operator_kind_has_one_code_generator_entry() -> None:
+    """`codegen._CALLS` is the code generator's one place per operator kind (beside
+    `validate._RESOLVERS`): every kind of the catalogue and the plumbing has its entry, except
+    the two whose channel calls stand for them."""
+    from compiler.codegen import _CALLS
+    from compiler.operators import CATALOGUE, PLUMBING
+
+    assert set(_CALLS) == (set(CATALOGUE) | set(PLUMBING)) - {"stream-selector", "splitter"}
+    assert {method for method, _ in _CALLS.values()} >= {"identity", "union", "pattern"}
