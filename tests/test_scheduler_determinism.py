@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from common.tasks import CompiledQuery
 from scheduler.channel_keys import issue_keys
 from scheduler.commands import Command, LaunchTasks
 from scheduler.events import QuerySubmitted, Registered, Tick
@@ -25,7 +26,7 @@ class Recorded(Driver):
     """The elastic tests' driver, its query submitted with the keys the shell made, every
     command the state answers recorded."""
 
-    def __init__(self, query, keys: dict[str, dict[str, str]]) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, query: CompiledQuery, keys: dict[str, dict[str, str]]) -> None:
         self.commands: list[Command] = []
         self.s = SchedulerState(CONFIG)
         self.query, self.now, self.offers = query, 100.0, 0
