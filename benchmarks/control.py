@@ -2,7 +2,7 @@
 
 Owns this benchmark only (not a test; nothing in tests/ imports it). It runs one query it writes
 itself, `nums := generator(sequence, paced) -> keep := filter(condition) -> out := network-sink`,
-on the stack of tests/e2e_support.py (embedded master, 1 agent of 2.5 cpus, the framework
+on the stack of testkit/e2e_support.py (embedded master, 1 agent of 2.5 cpus, the framework
 scheduler and its HTTP API, one real executor and SparkSession, 127.0.0.1 only), reads the sink's
 channel here with the ZeroMQ `FollowingReader` of tests/test_control_cluster.py (each batch's
 arrival time is recorded) and sends control tuples through `common.api_client.SchedulerClient`
@@ -53,9 +53,9 @@ use_repo_on_path()
 
 from common.api_client import SchedulerClient  # noqa: E402
 from compiler.pipeline import compile_spec_text  # noqa: E402
-from tests.e2e_support import (Stack, start_stack, stop_query, stop_stack, submit,  # noqa: E402
-                               wait_running, wait_until)
-from tests.test_control_cluster import SPEC, FollowingReader, free_port  # noqa: E402
+from testkit.e2e_support import (Stack, start_stack, stop_query, stop_stack, submit,  # noqa: E402
+                                 wait_running, wait_until)
+from testkit.control_reader import SPEC, FollowingReader, free_port  # noqa: E402
 
 log = logging.getLogger("bench.control")
 

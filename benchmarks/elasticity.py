@@ -1,8 +1,9 @@
 """Elasticity at run time under a load step: automatic mode (or one rescale by hand) on a
 CPU-heavy keyed operator, and whether it keeps up, how fast, and how much it pauses.
 
-Owns this benchmark only (not a test; nothing in tests/ imports it). It runs one query it writes
-itself on the stack of tests/e2e_support.py (embedded master, one agent per task: the
+Owns this benchmark only (not a test; tests/test_elasticity_bench.py checks its pure parts: the
+spec, the oracle and the figures). It runs one query it writes
+itself on the stack of testkit/e2e_support.py (embedded master, one agent per task: the
 generator's, the sink's and one per instance slot, each agent with room for its executor and one
 task; the framework scheduler and its HTTP API; a real executor and SparkSession of
 local[--spark-cores] per agent; 127.0.0.1 only):
@@ -67,9 +68,9 @@ from benchmarks.bench_util import (exit_on_sigterm, fmt, format_table,  # noqa: 
 use_repo_on_path()
 
 from compiler.pipeline import compile_spec_text  # noqa: E402
-from tests.e2e_support import (Stack, generator_rows, multiset_diff, read_sink,  # noqa: E402
-                               start_stack, stop_query, stop_stack, submit, wait_running,
-                               wait_until)
+from testkit.e2e_support import (Stack, generator_rows, multiset_diff, read_sink,  # noqa: E402
+                                 start_stack, stop_query, stop_stack, submit, wait_running,
+                                 wait_until)
 
 log = logging.getLogger("bench.elasticity")
 

@@ -2,7 +2,7 @@
 
 Owns this benchmark only (not a test; nothing in tests/ imports it). It runs the pipelined specs
 of tests/specs (a filter, and a window aggregate whose task keeps its state in its checkpoint)
-on the stack of tests/e2e_support.py (embedded master, 3 agents, the framework scheduler, one
+on the stack of testkit/e2e_support.py (embedded master, 3 agents, the framework scheduler, one
 real executor and SparkSession per agent, 127.0.0.1 only), moves the consuming task between
 agents with the scheduler's API (what `elastiq migrate` calls) N times under a steady load, and
 prints per kind of task:
@@ -33,11 +33,10 @@ from bench_util import (ROOT, exit_on_sigterm, fmt, format_table, median_of, per
                         use_repo_on_path)
 
 use_repo_on_path()
-sys.path.append(str(ROOT / "tests"))  # the stack helpers and oracles (read-only use)
 
-from e2e_support import (Stack, compile_spec, generator_rows, read_sink, spec_params,  # noqa: E402
-                         start_stack, stop_query, stop_stack, submit, wait_running, wait_until,
-                         window_oracle)
+from testkit.e2e_support import (  # noqa: E402
+    Stack, compile_spec, generator_rows, read_sink, spec_params, start_stack, stop_query,
+    stop_stack, submit, wait_running, wait_until, window_oracle)
 from patterns import SizeWatcher  # noqa: E402  (the sink-size poller of the pattern benchmark)
 
 log = logging.getLogger("bench.migration")

@@ -2,7 +2,7 @@
 
 Owns this benchmark only (not a test; nothing in tests/ imports it). It writes its own specs (XML
 text generated here) into a temporary folder, compiles them with `compiler.pipeline`, runs them
-on the stack of tests/e2e_support.py (embedded Mesos-compatible master and agents, the framework
+on the stack of testkit/e2e_support.py (embedded Mesos-compatible master and agents, the framework
 scheduler, one real executor + SparkSession per agent, all on 127.0.0.1) and kills real processes
 with SIGKILL. Sections (--only gaps|overhead|partition|fold, default all):
 
@@ -60,13 +60,12 @@ from bench_util import (ROOT, LineCounter, exit_on_sigterm, fmt, format_table, m
                         percentile, ratio, use_repo_on_path)
 
 use_repo_on_path()
-sys.path.append(str(ROOT / "tests"))  # the stack helpers and oracles (read-only use)
 
 from compiler.pipeline import compile_spec_text  # noqa: E402
-from e2e_support import (Stack, generator_rows, java_child, kill_session,  # noqa: E402
-                         session_members, source_runner_pids, start_stack, stop_query,
-                         stop_stack, submit, wait_running, wait_until, window_oracle, windows_of,
-                         hurry)
+from testkit.e2e_support import (  # noqa: E402
+    Stack, generator_rows, hurry, java_child, kill_session, session_members, source_runner_pids,
+    start_stack, stop_query, stop_stack, submit, wait_running, wait_until, window_oracle,
+    windows_of)
 from executor import shapes  # noqa: E402
 
 log = logging.getLogger("bench.patterns")

@@ -1,6 +1,7 @@
 """Elastiq against the engines users would pick instead: PyFlink, hand-written PySpark, bytewax.
 
-Owns this benchmark only (not a test; nothing in the project imports it). One query, hot-sensors'
+Owns this benchmark only (not a test; tests/test_peers_oracle.py checks its pure yardstick: input,
+oracle, comparison). One query, hot-sensors.
 shape: readings with `temp > 30`, tumbling 10 s event-time windows per sensor, watermark 2 s,
 avg/max/count. One input file, written once per run into a temporary folder: `--rows` readings
 (default 3M) of the project's `sensor` generator shape (`executor.shapes`, seed 42) as JSON lines

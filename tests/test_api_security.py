@@ -23,7 +23,7 @@ from common.paths import ENV_VAR as PATH_ROOTS_ENV
 from scheduler.api import ApiServer
 from scheduler.loop import Reply, SchedulerLoop
 from scheduler.testing import chain_query
-from waiting import wait_for
+from testkit.waiting import wait_for
 
 TOKEN = "sec-token-abcdefghijklmnop"
 SPECS = Path(__file__).parent / "specs"

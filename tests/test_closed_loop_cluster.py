@@ -20,8 +20,8 @@ import pytest
 from common.api_client import SchedulerClient
 from executor import shapes
 from executor.sinks import read_mark
-from tests.e2e_support import (ROOT, Stack, read_sink, start_stack, stop_query, stop_stack,
-                               submit, wait_running, wait_until)
+from testkit.e2e_support import (ROOT, Stack, read_sink, start_stack, stop_query, stop_stack,
+                                 submit, wait_running, wait_until)
 
 pytestmark = [pytest.mark.spark, pytest.mark.cluster, pytest.mark.timeout(300)]
 log = logging.getLogger(__name__)

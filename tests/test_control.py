@@ -33,7 +33,7 @@ from scheduler.state import SchedulerState, restore_query
 from tests.test_failover_policy import start, warm_offer
 from tests.test_pattern_tasks import compiled
 from tests.test_scheduler_state import launched, of, update
-from tests.waiting import wait_for
+from testkit.waiting import wait_for
 
 # the scheduler compiles clients' specs inside its configured roots: this test's folder
 pytestmark = pytest.mark.usefixtures("scheduler_path_roots")

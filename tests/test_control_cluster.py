@@ -1,8 +1,8 @@
 """Control tuples end to end on the embedded cluster: the scheduler service and its HTTP API,
 real executor processes with Spark, a real ZeroMQ reader in the test.
 
-One query `nums := generator; keep := filter(nums.id % 2 = 0); out := network-sink` (SPEC, which
-benchmarks/control.py runs too) runs while
+One query `nums := generator; keep := filter(nums.id % 2 = 0); out := network-sink` (SPEC of
+testkit/control_reader.py, which benchmarks/control.py runs too) runs while
 the test, through the API and the CLI, moves the network sink to a second endpoint (the test's
 reader follows it), changes the filter's condition, and sends every kind of bad tuple. What the
 reader received is compared with a plain-Python oracle that switches condition at the
@@ -14,8 +14,6 @@ from __future__ import annotations
 import json
 import logging
 import socket
-import threading
-import time
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -23,92 +21,12 @@ import pytest
 
 from common.api_client import RequestRejected, SchedulerClient
 from executor.channel_auth import KeyPair, ReaderAuth, key_hex, write_key_file
-from executor.channel_reader import ChannelReader
-from executor.shapes import arrow_schema, shape_named
-from tests.e2e_support import (Stack, cli, start_stack, stop_stack, submit, wait_running,
-                               wait_until)
+from testkit.control_reader import SPEC, FollowingReader, free_port
+from testkit.e2e_support import (Stack, cli, start_stack, stop_stack, submit, wait_running,
+                                 wait_until)
 
 pytestmark = [pytest.mark.spark, pytest.mark.cluster, pytest.mark.timeout(420)]
 log = logging.getLogger(__name__)
-
-SPEC = """<?xml version="1.0" encoding="UTF-8"?>
-<dataflow name="{name}">
-  <operator name="src" type="generator">
-    <param name="shape" value="sequence"/>
-    <param name="rate" value="{rate}"/>
-    <param name="seed" value="11"/>
-    <output name="nums"/>
-  </operator>
-  <operator name="keep" type="filter">
-    <input name="nums"/>
-    <param name="condition" value="{condition}"/>
-    <output name="kept"/>
-  </operator>
-  <operator name="out" type="network-sink">
-    <input name="kept"/>
-    <param name="endpoint" value="{endpoint}"/>
-    <param name="channel" value="ctl-out"/>
-    <param name="readers" value="test-reader={reader_key}"/>
-    <param name="key-file" value="{key_file}"/>
-  </operator>
-</dataflow>
-"""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class FollowingReader:
-    """Reads the query's channel on a thread, acking each batch; `follow(endpoint)` moves it
-    to the writer's new endpoint. Records (seq, Spark batch id, endpoint, ids) per batch."""
-
-    def __init__(self, endpoint: str, auth: ReaderAuth) -> None:
-        schema = arrow_schema(shape_named("sequence").columns)
-        self.reader = ChannelReader("ctl-out", "test-reader", endpoint, schema, auth=auth)
-        self.batches: list[tuple[int, int, str, list[int]]] = []
-        self._move: str | None = None
-        self._stop = threading.Event()
-        self._lock = threading.Lock()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def start(self) -> "FollowingReader":
-        self.reader.subscribe(from_seq=1)
-        self.thread.start()
-        return self
-
-    def follow(self, endpoint: str) -> None:
-        with self._lock:
-            self._move = endpoint
-
-    def ids(self) -> list[int]:
-        with self._lock:
-            return [i for *_, ids in self.batches for i in ids]
-
-    def tags(self) -> list[int]:
-        with self._lock:
-            return [tag for _, tag, _, _ in self.batches]
-
-    def _run(self) -> None:
-        deadline = time.monotonic() + 400
-        while not self._stop.is_set() and time.monotonic() < deadline:
-            with self._lock:
-                move, self._move = self._move, None
-            if move is not None:
-                self.reader.connect_to(move)
-            for batch in self.reader.poll(0.2):
-                with self._lock:
-                    self.batches.append((batch.seq, batch.tag, self.reader.endpoint,
-                                         batch.table.column("id").to_pylist()))
-                self.reader.ack(batch.seq)
-
-    def close(self) -> None:
-        self._stop.set()
-        self.thread.join(5)
-        self.reader.close()
-
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:

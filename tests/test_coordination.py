@@ -4,7 +4,6 @@ the in-process coordination (no ZooKeeper, no Mesos)."""
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 
@@ -18,6 +17,7 @@ from scheduler.leadership import (
 )
 from scheduler.state import SchedulerState, durable_placements, restore_query
 from scheduler.testing import chain_query, offer
+from testkit.waiting import wait_for
 
 T1, T2 = Term(1, 1), Term(2, 7)
 LEADER = Leadership("leader", T1, "http://a")
@@ -133,30 +133,19 @@ def test_restore_of_a_task_waiting_for_restart_restarts_it() -> None:
     assert record.tasks["q.t0"].restart_at == 5.0 and record.tasks["q.t0"].attempt == 2
 
 
-def wait_until(check, timeout: float = 5.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    for _ in range(int(timeout / 0.02) + 1):
-        if check():
-            return
-        if time.monotonic() > deadline:
-            break
-        time.sleep(0.02)
-    raise AssertionError("condition not met in time")
-
-
 def test_in_process_election_epochs_fencing_and_expiry() -> None:
     hub = InProcessHub()
     a, b = InProcessCoordination(hub), InProcessCoordination(hub)
     events: list[tuple[str, object]] = []
     try:
         a.campaign("a", lambda t: events.append(("a", t)), lambda r: events.append(("a-", r)))
-        wait_until(lambda: ("a", Term(1, 1)) in events)
+        wait_for("a leading in term 1", lambda: ("a", Term(1, 1)) in events, 5.0, 0.02)
         b.campaign("b", lambda t: events.append(("b", t)), lambda r: events.append(("b-", r)))
         a.put("k", b"v1", Term(1, 1))
         assert b.leader().address == "a" and b.get("k") == b"v1"  # type: ignore[union-attr]
         a.expire()
-        wait_until(lambda: ("b", Term(2, 2)) in events)
-        wait_until(lambda: ("a-", "leadership lost") in events)
+        wait_for("b leading in term 2", lambda: ("b", Term(2, 2)) in events, 5.0, 0.02)
+        wait_for("a told it lost", lambda: ("a-", "leadership lost") in events, 5.0, 0.02)
         with pytest.raises(FencedOut):
             a.put("k", b"stale", Term(1, 1))
         b.put("k", b"v2", Term(2, 2))

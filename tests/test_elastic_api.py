@@ -25,7 +25,7 @@ from scheduler.config import SchedulerConfig
 from scheduler.loop import Reply, SchedulerLoop, new_stimulus_id
 from scheduler.testing import offer
 from tests.spec_snippets import SINK, SOURCE, dataflow
-from tests.waiting import wait_for
+from testkit.waiting import wait_for
 
 pytestmark = pytest.mark.usefixtures("scheduler_path_roots")
 

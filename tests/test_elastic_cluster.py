@@ -31,9 +31,9 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-from tests.e2e_support import (Stack, cli, generator_rows, hurry, read_sink, start_stack,
-                               stop_query, stop_stack, submit, wait_for_sink, wait_running,
-                               wait_until)
+from testkit.e2e_support import (Stack, cli, generator_rows, hurry, read_sink, start_stack,
+                                 stop_query, stop_stack, submit, wait_for_sink, wait_running,
+                                 wait_until)
 
 pytestmark = [pytest.mark.spark, pytest.mark.cluster, pytest.mark.timeout(600)]
 log = logging.getLogger(__name__)
@@ -223,7 +223,7 @@ def window_expectation(size_s: int, slide_s: int) -> tuple[Counter, dict[tuple, 
     """The per-sensor windows an append-mode query over WINDOWED emits (plain Python)."""
     from datetime import timedelta
 
-    from tests.e2e_support import window_oracle
+    from testkit.e2e_support import window_oracle
 
     size = timedelta(seconds=size_s)
     windows = window_oracle(generator_rows(WINDOWED), "ts", ["sensor"], size,
@@ -374,7 +374,7 @@ def test_a_running_join_scales_one_three_two_one_and_every_pair_meets_once(
     from datetime import timedelta
 
     from compiler.pipeline import compile_spec_text
-    from tests.e2e_support import join_oracle
+    from testkit.e2e_support import join_oracle
 
     query = compile_spec_text(JOIN_SPEC.encode(), str(tmp_path / "e2e-elastic-join.xml"),
                               base_dir=tmp_path).query

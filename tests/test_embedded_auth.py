@@ -38,8 +38,9 @@ from elastiq.embedded.executors import ExecutorEnvironment, executor_env
 from elastiq.embedded.httpio import SECRET_ENV
 from tests.test_embedded_cluster import (  # noqa: F401 - `drivers` is a fixture
     RESOURCES, Recorder, drivers, executor_token, framework_auth, http_call, pid_alive,
-    subscribe, task_info, wait_until,
+    subscribe, task_info,
 )
+from testkit.waiting import wait_for
 
 pytestmark = [pytest.mark.timeout(120)]
 JSON = {"Content-Type": "application/json"}
@@ -331,7 +332,8 @@ def test_the_token_of_an_earlier_launch_cannot_subscribe_the_next(cluster, drive
     os.kill(first_pid, signal.SIGKILL)
     recorder.wait_for("update", lambda s: s["task_id"]["value"] == "first"
                       and s["state"] == "TASK_FAILED", start=mark)
-    wait_until(lambda: not pid_alive(first_pid) and not cluster.agents[0].executor_pids())
+    wait_for("the first executor to end", lambda: not pid_alive(first_pid) and
+             not cluster.agents[0].executor_pids(), 15.0, 0.05)
     offer = launch(recorder, driver, "second", "run", "phoenix")
     second_pid = executor_pid(cluster, "phoenix")
     assert second_pid != first_pid and executor_token(second_pid) != old_token

@@ -23,6 +23,7 @@ from pymesos import MesosSchedulerDriver, Scheduler, decode_data, encode_data
 
 from elastiq.embedded import EmbeddedCluster
 from elastiq.embedded.auth import EXECUTOR_TOKEN_ENV, basic_authorization
+from testkit.waiting import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(60)]
 ECHO_EXECUTOR = Path(__file__).parent / "fixtures" / "echo_executor.py"
@@ -127,14 +128,6 @@ def pid_alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = WAIT) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
-        time.sleep(0.05)
 
 
 def http_call(url: str, method: str, path: str, body: bytes | None,
@@ -317,8 +310,8 @@ def test_framework_gone_past_failover_timeout_has_its_tasks_killed(cluster, driv
     (pid,) = cluster.agents[0].executor_pids().values()
     driver.stop(failover=True)
     driver.join()
-    wait_until(lambda: not cluster.agents[0].executor_pids())
-    wait_until(lambda: not pid_alive(pid))
+    wait_for("no executor left", lambda: not cluster.agents[0].executor_pids(), WAIT, 0.05)
+    wait_for("the executor to exit", lambda: not pid_alive(pid), WAIT, 0.05)
     status, state = http_call(cluster.master_url, "GET", "/state", None, framework_auth(cluster))
     assert status == 200 and state["frameworks"] == {}
 
@@ -339,8 +332,9 @@ def test_sigkill_of_executor_yields_task_failed_and_failure(cluster, drivers):
 def test_two_agents_offer_with_distinct_agent_ids(cluster, drivers):
     recorder, _ = subscribe(cluster, drivers)
     recorder.wait_for("offer")
-    wait_until(lambda: len({p["agent_id"]["value"] for k, p in recorder.events
-                            if k == "offer"}) == 2)
+    wait_for("offers from both agents", lambda: len({p["agent_id"]["value"] for k, p in
+                                                     recorder.events if k == "offer"}) == 2,
+             WAIT, 0.05)
     offered = {p["agent_id"]["value"] for k, p in recorder.events if k == "offer"}
     assert offered == {agent.agent_id for agent in cluster.agents}
 
@@ -351,7 +345,7 @@ def test_teardown_kills_tasks(cluster, drivers):
     (pid,) = cluster.agents[0].executor_pids().values()
     driver.stop()  # no failover: TEARDOWN
     driver.join()
-    wait_until(lambda: not pid_alive(pid))
+    wait_for("the executor to exit", lambda: not pid_alive(pid), WAIT, 0.05)
     _, state = http_call(cluster.master_url, "GET", "/state", None, framework_auth(cluster))
     assert state["frameworks"] == {}
 

@@ -8,7 +8,7 @@ stateful one 1.0, and a new executor 0.5 (the embedded master does not account a
 executor's share, so a warm agent offers all 1.5 to tasks). The three-task query (2.0 cpus) must
 therefore spread over both agents. Queries run one group at a time and each group stops its
 queries to give the room back. Helpers and
-oracles live in tests/e2e_support.py, specs in tests/specs/.
+oracles live in testkit/e2e_support.py, specs in tests/specs/.
 """
 
 from __future__ import annotations
@@ -25,11 +25,11 @@ from typing import Any, Callable, Iterator
 import pytest
 import zmq
 
-from e2e_support import (SPECS, Row, Stack, compile_spec, generator_rows, java_child,
-                         join_oracle, port_free, read_sink, session_members, sink_path,
-                         source_runner_pids,
-                         spec_params, start_stack, stop_query, stop_stack, submit, wait_for_sink,
-                         wait_running, wait_until, window_oracle)
+from testkit.e2e_support import (SPECS, Row, Stack, compile_spec, generator_rows, java_child,
+                                 join_oracle, port_free, read_sink, session_members, sink_path,
+                                 source_runner_pids,
+                                 spec_params, start_stack, stop_query, stop_stack, submit, wait_for_sink,
+                                 wait_running, wait_until, window_oracle)
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
 log = logging.getLogger("tests.e2e")

@@ -25,6 +25,7 @@ from pymesos import MesosSchedulerDriver, Scheduler
 
 from compiler.pipeline import compile_spec_file
 from elastiq.embedded import EmbeddedCluster
+from testkit.waiting import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark, pytest.mark.timeout(150)]
 ROOT = Path(__file__).resolve().parents[1]
@@ -122,15 +123,6 @@ def session_members(sid: int) -> set[int]:
     return found
 
 
-def wait_until(check: Callable[[], bool], timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.2)
-    return check()
-
-
 def encode(payload: dict[str, Any]) -> str:
     return base64.b64encode(json.dumps(payload).encode()).decode()
 
@@ -181,8 +173,8 @@ def test_compiled_task_runs_reports_and_is_killed(workspace: Path,
         assert scheduler.states()[:2] == ["TASK_STARTING", "TASK_RUNNING"]
         assert (workspace / "state" / task.task_id / "program.py").read_text() == task.program
         (pid,) = cluster.agents[0].executor_pids().values()
-        assert wait_until(lambda: sink_rows(sink) == expected, 60), (
-            f"sink has {sum(sink_rows(sink).values())} rows, expected {sum(expected.values())}")
+        wait_for("the sink's rows", lambda: sink_rows(sink) == expected, 60, 0.2, lambda: (
+            f"sink has {sum(sink_rows(sink).values())} rows, expected {sum(expected.values())}"))
         scheduler.wait("a heartbeat with output", lambda: any(
             m["tasks"].get(mesos_task_id, {}).get("tuples_out", 0) > 0
             for m in scheduler.messages), 10)
@@ -198,8 +190,8 @@ def test_compiled_task_runs_reports_and_is_killed(workspace: Path,
     finally:
         driver.stop()  # TEARDOWN -> the agent sends SHUTDOWN to the executor
         driver.join()
-    assert wait_until(lambda: not session_members(pid), 15), (
-        f"processes left in the executor's session: {session_members(pid)}")
+    wait_for("the executor's session to end", lambda: not session_members(pid), 15, 0.2,
+             lambda: f"processes left in the executor's session: {session_members(pid)}")
     stderr = next((workspace / "cluster").rglob("stderr")).read_text()
     assert "shutting down (the agent asked to shut down)" in stderr
     assert f"executor {EXECUTOR_ID}: exit 0" in stderr
@@ -223,7 +215,7 @@ def test_bad_task_fails_clearly_and_sigterm_ends_the_executor(workspace: Path,
         assert scheduler.messages[-1]["tasks"] == {}
         (pid,) = cluster.agents[0].executor_pids().values()
         os.kill(pid, signal.SIGTERM)
-        assert wait_until(lambda: not session_members(pid), 15)
+        wait_for("the executor's session to end", lambda: not session_members(pid), 15, 0.2)
     finally:
         driver.stop()
         driver.join()

@@ -15,7 +15,7 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import pymesos.process
 import pytest
@@ -29,6 +29,7 @@ from elastiq.embedded.agent import (
     resolve_silence_seconds,
     should_kill_silent_executor,
 )
+from testkit.waiting import wait_for
 
 FIXTURE = Path(__file__).parent / "fixtures" / "heartbeat_executor.py"
 RESOURCES = {"cpus": 2, "mem": 1024, "ports": "31000-31999"}
@@ -144,14 +145,6 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-def wait_until(predicate: Callable[[], bool], timeout: float = WAIT) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
-        time.sleep(0.05)
-
-
 def beats_from(recorder: Recorder, pid: int) -> int:
     return sum(1 for _, _, data in of_kind(recorder, "message")
                if decode_data(data).decode().startswith(f"beat:{pid}:"))
@@ -163,7 +156,7 @@ def test_a_stopped_executor_is_killed_and_its_task_fails_naming_the_silence(clus
     recorder, driver = scheduler
     launch_running(recorder, driver, "hung1")
     pid = executor_pid(cluster)
-    wait_until(lambda: beats_from(recorder, pid) >= 2)  # it does heartbeat
+    wait_for("two heartbeats", lambda: beats_from(recorder, pid) >= 2, WAIT, 0.05)  # it does
     stopped_at = time.monotonic()
     os.kill(pid, signal.SIGSTOP)
     try:
@@ -174,7 +167,7 @@ def test_a_stopped_executor_is_killed_and_its_task_fails_naming_the_silence(clus
         assert failed["source"] == "SOURCE_AGENT"
         assert "silent for" in failed["message"] and "killed by agent" in failed["message"]
         assert took >= SILENCE - 0.6  # its last beat came at most 0.5 s before the stop
-        wait_until(lambda: not pid_alive(pid), timeout=5.0)
+        wait_for("the executor to exit", lambda: not pid_alive(pid), 5.0, 0.05)
         lost = recorder.wait_for("executor_lost")
         assert (lost[0], lost[2]) == ("beater", signal.SIGKILL)
         assert cluster.agents[0].silence_kills == 1

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
-from e2e_support import compile_spec, pythonpath, wait_until
+from testkit.e2e_support import compile_spec, pythonpath, wait_until
 
 from elastiq.embedded import EmbeddedCluster
 from scheduler.config import ExecutorSpec, SchedulerConfig

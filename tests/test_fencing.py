@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from waiting import wait_for
+from testkit.waiting import wait_for
 
 from executor.batch_gate import BatchGate
 from executor.fencing import Fence, Fenced

@@ -12,8 +12,8 @@ import pytest
 
 from datetime import timedelta
 
-from e2e_support import read_sink as read_windows
-from e2e_support import window_oracle
+from testkit.e2e_support import read_sink as read_windows
+from testkit.e2e_support import window_oracle
 from executor.runtime import RuntimeSpecError, TaskRuntime
 from test_file_lines import SENSOR, oracle_parse, sensor_rows, write_input
 from test_runtime_support import read_sink, wait_drained, wait_for

@@ -328,3 +328,54 @@ def test_each_rule_reports_its_forbidden_edges() -> None:
         assert violations(rel, source) == [], (rel, source)
     assert program_violations("p.py", "from compiler.types import Schema\n"
                                       "from executor.runtime import TaskRuntime\n")
+
+
+# Tests that import a benchmark do so to check that benchmark's own yardstick (its oracle and
+# figures), never to borrow a helper: helpers both use live in testkit/.
+BENCHMARK_CHECKS = {"tests/test_peers_oracle.py": "benchmarks.peers",
+                    "tests/test_elasticity_bench.py": "benchmarks.elasticity"}
+
+
+def helper_violations(rel: str, source: str) -> list[Violation]:
+    """R10: benchmarks/ and testkit/ never import tests; testkit/ never imports benchmarks;
+    a test imports a benchmark only to check it (BENCHMARK_CHECKS)."""
+    found = []
+    checked = {"benchmarks", BENCHMARK_CHECKS[rel]} if rel in BENCHMARK_CHECKS else set()
+    for line, module in imported_modules(rel, source):
+        top = _top(module)
+        tests_module = top == "tests" or top in {"e2e_support", "waiting"} or \
+            top.startswith("test_")
+        if rel.startswith(("benchmarks/", "testkit/")) and tests_module:
+            found.append(Violation(rel, line, module, "R10: benchmarks and testkit never import "
+                                                      "tests (shared helpers live in testkit)"))
+        elif rel.startswith("testkit/") and top == "benchmarks":
+            found.append(Violation(rel, line, module, "R10: testkit never imports benchmarks"))
+        elif rel.startswith("tests/") and top == "benchmarks" and module not in checked:
+            found.append(Violation(rel, line, module, "R10: a test imports a benchmark only to "
+                                                      "check it (BENCHMARK_CHECKS)"))
+    if rel.startswith("benchmarks/") and '"tests"' in source and "sys.path" in source:
+        found.append(Violation(rel, 1, "tests (on sys.path)", "R10: benchmarks never put tests/ "
+                                                              "on sys.path"))
+    return found
+
+
+def test_tests_and_benchmarks_share_helpers_only_through_testkit() -> None:
+    found = [v for folder in ("tests", "benchmarks", "testkit")
+             for path in sorted((ROOT / folder).glob("*.py"))
+             for v in helper_violations(path.relative_to(ROOT).as_posix(),
+                                        path.read_text(encoding="utf-8"))]
+    assert not found, "\n".join(map(str, found))
+
+
+def test_a_benchmark_borrowing_a_test_helper_is_reported() -> None:
+    cases = {("benchmarks/x.py", "from tests.e2e_support import Stack"): "R10",
+             ("benchmarks/x.py", "from test_control_cluster import SPEC"): "R10",
+             ("benchmarks/x.py", 'import sys\nsys.path.append(str(ROOT / "tests"))'): "R10",
+             ("testkit/x.py", "from benchmarks import bench_util"): "R10",
+             ("tests/test_x.py", "from benchmarks import peers"): "R10"}
+    for (rel, source), rule in cases.items():
+        assert [v.rule[:3] for v in helper_violations(rel, source)] == [rule], (rel, source)
+    for rel, source in (("benchmarks/x.py", "from testkit.e2e_support import Stack"),
+                        ("tests/test_peers_oracle.py", "from benchmarks import peers"),
+                        ("tests/test_x.py", "from testkit.waiting import wait_for")):
+        assert helper_violations(rel, source) == [], (rel, source)

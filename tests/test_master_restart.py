@@ -36,7 +36,7 @@ from elastiq.embedded.master_state import (
     ToFramework,
 )
 from elastiq.embedded.resources import parse_agent_resources
-from tests.waiting import wait_for
+from testkit.waiting import wait_for
 
 CPU1 = [{"name": "cpus", "type": "SCALAR", "scalar": {"value": 1.0}}]
 AGENT_TOTAL = parse_agent_resources({"cpus": 2, "mem": 100}).to_mesos()

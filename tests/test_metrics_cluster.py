@@ -24,7 +24,7 @@ from compiler.pipeline import compile_spec_file  # noqa: E402
 from scheduler.api import ApiServer  # noqa: E402
 from scheduler.config import ExecutorSpec, SchedulerConfig  # noqa: E402
 from scheduler.mesos_adapter import SchedulerService  # noqa: E402
-from tests.waiting import wait_for  # noqa: E402
+from testkit.waiting import wait_for  # noqa: E402
 
 
 def wait_for_slowly(what: str, check: Callable[[], Any], timeout: float) -> Any:

@@ -29,18 +29,18 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import pytest
-from e2e_support import (
-    Row,
-    compile_spec,
-    generator_rows,
-    pythonpath,
-    read_sink,
-    sink_path,
-    spec_params,
-    wait_for_sink,
-    wait_until,
-    window_oracle,
-)
+from testkit.e2e_support import (
+            Row,
+            compile_spec,
+            generator_rows,
+            pythonpath,
+            read_sink,
+            sink_path,
+            spec_params,
+            wait_for_sink,
+            wait_until,
+            window_oracle,
+        )
 from netns_support import NetnsAgent, NetnsNetwork, group_alive, netns_unavailable
 
 from elastiq.embedded.auth import basic_authorization

@@ -11,7 +11,7 @@ task between agents with `elastiq migrate` under load. Gaps and overheads are me
 benchmarks/patterns.py, not here.
 
 Three agents of 2.5 cpus: a protected task starts away from its neighbours, so two hot-standby
-replicas and their neighbours need three agents. Helpers and oracles: tests/e2e_support.py.
+replicas and their neighbours need three agents. Helpers and oracles: testkit/e2e_support.py.
 """
 
 from __future__ import annotations
@@ -26,11 +26,11 @@ from typing import Any, Iterator
 
 import pytest
 
-from e2e_support import (Stack, compile_spec, generator_rows, hot_items_oracle, hurry,
-                         java_child, kill_session,
-                         read_sink, session_members, sink_path, source_runner_pids, spec_params,
-                         start_stack, stop_query, stop_stack, submit, wait_for_sink, wait_running,
-                         wait_until, window_oracle)
+from testkit.e2e_support import (Stack, compile_spec, generator_rows, hot_items_oracle, hurry,
+                                 java_child, kill_session,
+                                 read_sink, session_members, sink_path, source_runner_pids, spec_params,
+                                 start_stack, stop_query, stop_stack, submit, wait_for_sink, wait_running,
+                                 wait_until, window_oracle)
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
 log = logging.getLogger("tests.patterns")

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from e2e_support import (compile_spec, disjoint_port_ranges, start_stack, stop_query,
-                         stop_stack, submit, wait_running)
+from testkit.e2e_support import (compile_spec, disjoint_port_ranges, start_stack, stop_query,
+                                 stop_stack, submit, wait_running)
 from test_end_to_end import MULTI, check_multi_sinks
 
 log = logging.getLogger(__name__)

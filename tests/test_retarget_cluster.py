@@ -23,7 +23,7 @@ from executor.endpoints_file import endpoints_path, read_endpoints
 from scheduler.config import ExecutorSpec, SchedulerConfig
 from scheduler.mesos_adapter import SchedulerService
 from scheduler.testing import chain_query
-from tests.waiting import wait_for
+from testkit.waiting import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(90)]
 ROOT = Path(__file__).resolve().parents[1]

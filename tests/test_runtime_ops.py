@@ -13,7 +13,7 @@ import pytest
 
 from common.types import Schema
 from executor.runtime import RuntimeSpecError, TaskRuntime
-from e2e_support import hot_items_oracle
+from testkit.e2e_support import hot_items_oracle
 from test_runtime_support import START, input_rows, read_sink, wait_drained
 
 pytestmark = pytest.mark.spark

@@ -7,7 +7,7 @@ import re
 import time
 from typing import Any
 
-from e2e_support import read_sink
+from testkit.e2e_support import read_sink
 from executor import shapes
 
 __all__ = ["START", "input_rows", "read_sink", "wait_drained", "wait_for"]

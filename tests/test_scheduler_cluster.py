@@ -18,7 +18,7 @@ from elastiq import embedded  # noqa: E402
 from scheduler.config import ExecutorSpec, SchedulerConfig  # noqa: E402
 from scheduler.mesos_adapter import SchedulerService  # noqa: E402
 from scheduler.testing import chain_query  # noqa: E402
-from tests.waiting import wait_for  # noqa: E402
+from testkit.waiting import wait_for  # noqa: E402
 
 pytestmark = pytest.mark.cluster
 FIXTURE = Path(__file__).parent / "fixtures" / "scheduler_idle_executor.py"

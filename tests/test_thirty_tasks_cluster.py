@@ -11,8 +11,8 @@ from typing import Iterator
 
 import pytest
 
-from e2e_support import (Stack, generator_rows, start_stack, stop_query, stop_stack, submit,
-                         wait_for_sink, wait_running, wait_until)
+from testkit.e2e_support import (Stack, generator_rows, start_stack, stop_query, stop_stack, submit,
+                                 wait_for_sink, wait_running, wait_until)
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
 log = logging.getLogger("tests.thirty")

@@ -31,7 +31,7 @@ from scheduler.mesos_adapter import SchedulerService  # noqa: E402
 from scheduler.query_source import QuerySource  # noqa: E402
 from scheduler.testing import chain_query, spec_query  # noqa: E402
 from scheduler.zk import ZkSettings, ZooKeeperCoordination  # noqa: E402
-from tests.waiting import wait_for
+from testkit.waiting import wait_for
 
 # the scheduler compiles clients' specs inside its configured roots: this test's folder
 pytestmark = pytest.mark.usefixtures("scheduler_path_roots")

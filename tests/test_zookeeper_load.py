@@ -36,22 +36,22 @@ if missing():
 
 from common.api_client import RequestRejected, SchedulerClient, SchedulerUnavailable
 from elastiq.embedded import EmbeddedCluster
-from tests.e2e_support import (
-    ROOT,
-    SPECS,
-    Row,
-    free_port_range,
-    generator_rows,
-    java_child,
-    kill_session,
-    read_sink,
-    session_members,
-    source_runner_pids,
-    spec_params,
-    wait_for_sink,
-    wait_until,
-    window_oracle,
-)
+from testkit.e2e_support import (
+      ROOT,
+      SPECS,
+      Row,
+      free_port_range,
+      generator_rows,
+      java_child,
+      kill_session,
+      read_sink,
+      session_members,
+      source_runner_pids,
+      spec_params,
+      wait_for_sink,
+      wait_until,
+      window_oracle,
+  )
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
 log = logging.getLogger("tests.zookeeper_load")

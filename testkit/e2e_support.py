@@ -1,5 +1,6 @@
-"""Helpers of the end-to-end tests (tests/test_end_to_end.py): the running stack, bounded waits
-with diffs, process lookups in /proc, and plain-Python oracles.
+"""Helpers of the end-to-end tests (tests/test_end_to_end.py and the cluster tests) and the
+benchmarks: the running stack, bounded waits with diffs, process lookups in /proc, and
+plain-Python oracles.
 
 Owns `Stack` (two embedded agents, the framework scheduler and its HTTP API, composed as
 `elastiq run` composes them), `wait_until` (poll with a time bound and a diff on failure),
@@ -28,10 +29,11 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
 from executor import shapes
+from testkit.waiting import wait_for
 
 log = logging.getLogger("tests.e2e")
 ROOT = Path(__file__).resolve().parents[1]
-SPECS = Path(__file__).resolve().parent / "specs"
+SPECS = ROOT / "tests" / "specs"
 DEFAULT_START = "2024-01-01T00:00:00Z"
 T = TypeVar("T")
 Row = dict[str, Any]
@@ -41,18 +43,10 @@ Row = dict[str, Any]
 
 def wait_until(predicate: Callable[[], T], timeout: float, what: str,
                diff: Callable[[], str] | None = None, step: float = 0.25) -> T:
-    """Poll `predicate` until it returns something truthy (returned); bounded in time and in
-    count. On timeout fail with `what` and `diff()` (expected vs actual)."""
-    deadline = time.monotonic() + timeout
-    for _ in range(int(timeout / step) + 2):
-        result = predicate()
-        if result:
-            return result
-        if time.monotonic() >= deadline:
-            break
-        time.sleep(step)
-    detail = diff() if diff is not None else ""
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}\n{detail}")
+    """`waiting.wait_for` in the stack tests' argument order: poll `predicate` until it returns
+    something truthy (returned); on timeout fail with `what` and `diff()` (expected vs actual)."""
+    result: T = wait_for(what, predicate, timeout, step, diff)
+    return result
 
 
 def multiset_diff(expected: Counter, actual: Counter, show: int = 8) -> str:
