@@ -314,8 +314,9 @@ class Heartbeat:
 
 Message = Union[ControlMessage, RetargetMessage, ControlAck, Heartbeat]
 
-_KINDS: dict[str, type] = {"control": ControlMessage, "retarget": RetargetMessage,
-                           "control-ack": ControlAck, "heartbeat": Heartbeat}
+_KINDS: dict[str, type[ControlMessage | RetargetMessage | ControlAck | Heartbeat]] = {
+    "control": ControlMessage, "retarget": RetargetMessage, "control-ack": ControlAck,
+    "heartbeat": Heartbeat}
 TO_EXECUTOR: frozenset[str] = frozenset({"control", "retarget"})
 TO_SCHEDULER: frozenset[str] = frozenset({"control-ack", "heartbeat"})
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Sequence
 
 from common.types import Schema
 
@@ -231,7 +231,7 @@ def partition_channel_id(query_id: str, stream: str, partition: int) -> str:
     return f"{query_id}/{stream}#{partition}"
 
 
-def agents_needed(tasks: "tuple[QueryTask, ...] | list[QueryTask]") -> int:
+def agents_needed(tasks: "Sequence[QueryTask]") -> int:
     """How many agents a query's first launch needs so that every task is apart from the groups
     its placement names (`apart_from` and `initially_apart_from`, either way round): a greedy
     colouring in task order, which for the patterns' constraints (a star around a protected

@@ -170,7 +170,7 @@ def program_names(graph: Graph, plan: TaskPlan,
     against that name (`aStream.x < 42`). A name already used in the task is left alone."""
     members = set(plan.nodes)
     used = {channels[c].stream for c in plan.inputs}
-    used |= {graph.node(n).output for n in members if graph.node(n).output is not None}
+    used |= {graph.node(n).produced for n in members if graph.node(n).output is not None}
     names: dict[str, str] = {}
     for node in (graph.node(n) for n in plan.nodes):
         if node.role == "plumbing":
@@ -350,7 +350,7 @@ Args = tuple[tuple[str, Any], ...]
 
 
 def _generator(c: CallSite) -> Args:
-    return c.out + (("schema", c.schema_of(c.node.output)), ("shape", c.p("shape")),
+    return c.out + (("schema", c.schema_of(c.node.produced)), ("shape", c.p("shape")),
                     ("seed", c.p("seed")), ("rate", float(c.p("rate"))), ("limit", c.p("limit")),
                     ("start", _iso(c.p("start"))))
 
@@ -359,12 +359,12 @@ def _file_source(c: CallSite) -> Args:
     path = resolve_path(c.base_dir, c.p("path"))
     fmt = c.p("format") or ("csv" if path.endswith(".csv") else "jsonl")
     rate = c.p("rate")
-    return c.out + (("schema", c.schema_of(c.node.output)), ("path", path), ("format", fmt),
+    return c.out + (("schema", c.schema_of(c.node.produced)), ("path", path), ("format", fmt),
                     ("rate", None if rate is None else float(rate)))
 
 
 def _network_source(c: CallSite) -> Args:
-    return c.out + (("schema", c.schema_of(c.node.output)), ("endpoint", c.p("endpoint")),
+    return c.out + (("schema", c.schema_of(c.node.produced)), ("endpoint", c.p("endpoint")),
                     ("channel", c.p("channel") or c.node.output)) + _given(
         ("reader", c.p("reader")), ("server_key", c.p("server-key")),
         ("key_file", c.path("key-file")))
@@ -489,7 +489,7 @@ def _stage(graph: Graph, node: Node, schema_of: Callable[[str], SchemaRef]
     first = reader
     while first.param("stage") != 1:  # reader <- writer <- stage i-1 <- its reader ...
         first = graph.producer(graph.producer(graph.producer(first.inputs[0]).inputs[0]).inputs[0])
-    return (("stage", stage), ("row_schema", schema_of(first.output)))
+    return (("stage", stage), ("row_schema", schema_of(first.produced)))
 
 
 def _given(*args: tuple[str, Any]) -> tuple[tuple[str, Any], ...]:

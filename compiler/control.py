@@ -18,7 +18,7 @@ MAX_CONDITION_CHARS long; a sink path inside the path roots the query was compil
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, cast
 
 from common.control import (ADJUSTABLE, ALIASES, PARALLELISM, PARTITION_KEY, Adjustable, Change, ControlCatalog,
                             ControlRefused, Fixed, Target)
@@ -95,7 +95,10 @@ def catalog_for(logical: "Graph", physical: "Graph", plans: "tuple[TaskPlan, ...
             fixed.append(routing)
     for e in elastic:
         found = _parallelism(e, {n.name: n.kind for n in logical.nodes})
-        (adjustable if isinstance(found, Adjustable) else fixed).append(found)  # type: ignore
+        if isinstance(found, Adjustable):
+            adjustable.append(found)
+        else:
+            fixed.append(found)
     return ControlCatalog(tuple(adjustable), tuple(fixed),
                           tuple((n.name, n.kind) for n in logical.nodes), roots.roots)
 
@@ -286,13 +289,14 @@ def _runtime_value(adjustable: Adjustable, text: str, roots: PathRoots) -> Any:
     if adjustable.value_kind == "count":
         return _count(text, adjustable.bounds or (1, 1))
     if adjustable.value_kind == "columns":
-        columns = parse_value(ParamDef(adjustable.parameter, "columns"), text)
+        columns = cast("list[str]", parse_value(ParamDef(adjustable.parameter, "columns"),
+                                                text))  # a list of names for kind "columns"
         known = {n for _, schema in adjustable.scope for n in schema.names}
-        unknown = [c for c in columns if c not in known]  # type: ignore[union-attr]
+        unknown = [c for c in columns if c not in known]
         if unknown:
             raise ParamValueError(f"no column {', '.join(unknown)} in the input "
                                   f"(columns: {', '.join(sorted(known))})")
-        return tuple(columns)  # type: ignore[arg-type]
+        return tuple(columns)
     definition = CATALOGUE[adjustable.kind].param(adjustable.parameter)
     assert definition is not None
     if adjustable.value_kind == "path":

@@ -43,6 +43,14 @@ class Node:
                 return value
         return default
 
+    @property
+    def produced(self) -> str:
+        """The output stream of a node that has one (every node but a sink); a ValueError
+        naming the node otherwise."""
+        if self.output is None:
+            raise ValueError(f"operator {self.name} ({self.kind}) has no output stream")
+        return self.output
+
     def param(self, name: str, default: Any = None) -> Any:
         for key, value in self.params:
             if key == name:
@@ -150,7 +158,7 @@ def render_term(root: T, expand: Expansion[T]) -> str:
         elif isinstance(arg, str):
             written.append(arg)
         else:
-            stack.append((*expand(arg), []))  # type: ignore[arg-type]
+            stack.append((*expand(arg), []))
 
 
 _DONE: Any = object()

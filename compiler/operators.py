@@ -346,7 +346,7 @@ def parse_value(definition: ParamDef, text: str) -> object:
     """The typed value of a parameter (expressions stay text: the validator checks them)."""
     kind = definition.kind
     if kind == "int":
-        value: object = _number(text, int, "a whole number")
+        value = _number(text, int, "a whole number")
     elif kind == "float":
         value = _number(text, float, "a number")
     elif kind == "duration":
@@ -374,7 +374,7 @@ def parse_value(definition: ParamDef, text: str) -> object:
         return text.strip()
     else:
         return text
-    return _in_bounds(definition, text.strip(), value)  # type: ignore[arg-type]
+    return _in_bounds(definition, text.strip(), value)
 
 
 _INT_TEXT = re.compile(r"[+-]?[0-9]{1,30}\Z")

@@ -270,13 +270,14 @@ def _eval(b: _Build, t: ReplTerm, env: dict[str, int], out: str | None = None) -
         return list(b.named[t.head])
     if t.binding and t.binding in b.named:
         return list(b.named[t.binding])
-    if t.head in bound and isinstance(bound[t.head], tuple):
-        return list(bound[t.head])  # type: ignore[arg-type]
-    if t.head in bound and not t.has_args and t.index is None:
-        return [bound[t.head].output]  # type: ignore[union-attr, list-item]
+    found = bound.get(t.head)
+    if isinstance(found, tuple):
+        return list(found)
+    if found is not None and not t.has_args and t.index is None:
+        return [found.produced]
     inputs = [s for a in t.args for s in _eval_arg(b, a, env)]
-    if t.head in bound:
-        streams = [_copy(b, t, bound[t.head], inputs, env, out)]  # type: ignore[arg-type]
+    if found is not None:
+        streams = [_copy(b, t, found, inputs, env, out)]
     elif t.head in PLUMBING:
         streams = _plumbing(b, t, inputs, env, out)
     else:
@@ -325,7 +326,7 @@ def _copy(b: _Build, t: ReplTerm, original: Node, inputs: list[str], env: dict[s
     name = base if not t.index and original.name == b.focus.name else b.fresh(base)
     output = out or b.fresh(f"{name}_out")
     reads = tuple(b.graph.stream(s).schema for s in original.inputs)
-    writes = b.graph.stream(original.output).schema
+    writes = b.graph.stream(original.produced).schema
     if b.stage is not None and original.name == b.focus.name:
         reads, writes = _stage_types(b, t, original, reads, writes)
     b.expected[name] = reads
@@ -383,7 +384,7 @@ def _plumbing_node(b: _Build, t: ReplTerm, name: str, inputs: list[str], env: di
     params = tuple((p.name, v) for p in t.params
                    if (v := _value(b, p.value, env, port)) is not None)
     output = out or name
-    schema = b.schema(inputs[0]) if inputs else b.graph.stream(b.focus.output).schema
+    schema = b.schema(inputs[0]) if inputs else b.graph.stream(b.focus.produced).schema
     b.nodes.append(Node(name, t.head, "plumbing", False, tuple(inputs), output, params,
                         None, b.label(t.placement, env), b.rule.name))
     b.streams.append(Stream(output, schema, name))
@@ -410,8 +411,8 @@ def _value(b: _Build, v: Value, env: dict[str, int], port: int) -> Any:
         return keys[port] if port < len(keys) else None
     if v in env:
         return env[v]
-    if v in bound and isinstance(bound[v], Node):
-        return bound[v].name  # type: ignore[union-attr]
+    if isinstance(bound_node := bound.get(v), Node):
+        return bound_node.name
     return b.named_nodes.get(v, v)
 
 
@@ -428,9 +429,10 @@ def _splice(graph: Graph, focus: Node, b: _Build) -> Graph:
 def _topological(nodes: list[Node], producers: dict[str, str], key: Any) -> list[Node] | None:
     """Stable topological order (None if there is a cycle or a missing producer)."""
     names = {n.name for n in nodes}
-    waiting = {n.name: {producers.get(s) for s in n.inputs} for n in nodes}
-    if any(None in deps or not deps <= names for deps in waiting.values()):
+    found = {n.name: {producers.get(s) for s in n.inputs} for n in nodes}
+    if any(None in deps or not deps <= names for deps in found.values()):
         return None
+    waiting = {name: {d for d in deps if d is not None} for name, deps in found.items()}
     left = sorted(nodes, key=key)
     rank = {n.name: i for i, n in enumerate(left)}
     if len(rank) != len(left):

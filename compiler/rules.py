@@ -305,7 +305,8 @@ class _Parser:
         if self.accept("["):
             index = self.name("a loop variable").text
             self.take("]")
-        placement, params = None, ()
+        placement = None
+        params: tuple[Param, ...] = ()
         while (self.tok.text == "@" and placement is None) or (self.tok.text == "{"
                                                                 and not params):
             if self.tok.text == "@":

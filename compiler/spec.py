@@ -240,7 +240,7 @@ def _friendly(pos: Position, tag: str, attr: str | None, msg: str,
         value = re.search(r"The value '([^']*)'", msg)
         shown = value.group(1) if value else ""
         return Diagnostic(pos, f"<{tag}> {attr}='{shown}' is not a valid name",
-                          _NAME_RULES.get((tag, attr), _NAME_RULES[None]))
+                          _NAME_RULES.get((tag, attr or ""), _NAME_RULES[None]))
     if "facet 'maxLength'" in msg:
         return Diagnostic(pos, f"<{tag}> {attr} is too long", "keep it under 4096 characters")
     if "is required but missing" in msg:

@@ -160,12 +160,13 @@ def place_tasks(graph: "Graph", plans: tuple[TaskPlan, ...],
     modes = _failover_modes(graph, plans, channels)
     labelled: dict[str, set[str]] = {}  # placement group -> its labels that are task groups
     for g in set(groups.values()):
-        if _label_group(g) is not None:
-            labelled.setdefault(_label_group(g), set()).add(g)  # type: ignore[arg-type]
+        if (label := _label_group(g)) is not None:
+            labelled.setdefault(label, set()).add(g)
     placed = []
     for plan in plans:
         group = groups[plan.task_id]
-        same = labelled.get(_label_group(group), set()) if _label_group(group) else set()
+        label = _label_group(group)
+        same = labelled.get(label, set()) if label else set()
         apart = tuple(sorted((same - {group}) | _folded_apart(graph, plan)))
         first_apart: tuple[str, ...] = ()
         if plan.task_id in modes:
@@ -183,7 +184,7 @@ def _folded_apart(graph: "Graph", plan: TaskPlan) -> set[str]:
     for node in (graph.node(n) for n in plan.nodes):
         splitter = _folding_splitter(graph, node)
         if splitter is not None:
-            labels |= {c.placement for c in graph.consumers(splitter.output)
+            labels |= {c.placement for c in graph.consumers(splitter.produced)
                        if c.placement is not None and c.param("partition") == 1}
     return labels
 

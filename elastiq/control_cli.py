@@ -13,7 +13,7 @@ import json
 import sys
 import time
 from datetime import datetime, timezone
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 from common.api_client import DEFAULT_URL
 from elastiq.service_cli import TOKEN_FILE_HELP, _call, _client
@@ -77,7 +77,7 @@ def wanted_parallelism(parallelism: int | None, split: bool, merge: bool) -> int
     """The parallelism `elastiq scale` asks for, or why its arguments ask for none (pure)."""
     if (parallelism is not None) + split + merge != 1:
         return "give the number of instances, --split or --merge (one of them)"
-    return 1 if split else 0 if merge else parallelism  # type: ignore[return-value]
+    return 1 if split else 0 if merge or parallelism is None else parallelism
 
 
 def split_refusal(view: dict[str, Any], operator: str) -> str | None:
@@ -320,7 +320,7 @@ def _grouped(fixed: list[dict[str, str]]) -> dict[tuple[str, str], list[str]]:
     return groups
 
 
-def _table(head: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
+def _table(head: tuple[str, ...], rows: Sequence[tuple[Any, ...]]) -> str:
     widths = [max(len(str(r[i])) for r in (head, *rows)) for i in range(len(head))]
     return "\n".join("  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip()
                      for r in (head, *rows))

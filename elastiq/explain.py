@@ -74,8 +74,8 @@ def _tasks(c: Compilation) -> list[str]:
         lines += [f"      {note}" for note in _placement(task)]
     if q.channels:
         lines += ["", "channels:"]
-        for ch in q.channels:
-            lines.append(f"  {ch.channel_id}: {ch.producer} -> {', '.join(ch.consumers)}")
+        for spec in q.channels:
+            lines.append(f"  {spec.channel_id}: {spec.producer} -> {', '.join(spec.consumers)}")
     return lines
 
 

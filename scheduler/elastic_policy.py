@@ -87,7 +87,8 @@ def sample_of(at: float, figures: Mapping[str, Any]) -> Sample | None:
     if any(name not in figures for name in SAMPLE_FIGURES):
         return None
     try:
-        return Sample(at, *(figures[name] for name in SAMPLE_FIGURES),
+        tuples_in, tuples_out, busy_ms = (figures[name] for name in SAMPLE_FIGURES)
+        return Sample(at, tuples_in, tuples_out, busy_ms,
                       backlog=figures.get("backlog", 0.0),
                       retained=float(sum(retained_of(figures).values())),
                       running_ms=figures.get("running_ms", 0.0))

@@ -13,7 +13,7 @@ sending it to the splitters (`scheduler.state`, as a control request) or choosin
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from common.control import PARALLELISM
 from common.messages import retained_of
@@ -236,8 +236,8 @@ def last_switch(state: ElasticState, operator: str) -> int | None:
                  and r.state == "applied" and r.switch_ms is not None), None)
 
 
-def planned_params(e: ElasticOperator, task_id: str, params: dict[str, dict[str, Any]],
-                   at: int) -> dict[str, dict[str, Any]]:
+def planned_params(e: ElasticOperator, task_id: str, params: Mapping[str, Mapping[str, Any]],
+                   at: int) -> dict[str, Mapping[str, Any]]:
     """A join splitter's parameters with its `active` as [n, at]: the switch time planned."""
     ops = {op for t, op in e.splitters if t == task_id}
     return {op: ({**kw, "active": [kw["active"], at]} if op in ops and "active" in kw else kw)

@@ -23,10 +23,10 @@ from common.tasks import CompiledQuery
 from scheduler.channel_keys import issue_keys
 from scheduler.commands import Command, ReplyToRequest
 from scheduler.config import SchedulerConfig
-from scheduler.events import Event, QueryStopRequested, QuerySubmitted, Tick, new_stimulus_id
+from scheduler.events import QueryStopRequested, QuerySubmitted, Tick, new_stimulus_id
 from scheduler.metrics import SchedulerMetrics
 from scheduler.query_source import QuerySource
-from scheduler.state import SchedulerState
+from scheduler.state import SchedulerState, Stimulus
 from scheduler.views import query_view, snapshot
 
 log = logging.getLogger("elastiq.scheduler.loop")
@@ -89,7 +89,7 @@ class SchedulerLoop:
         self.metrics.set_down()
 
     # ---- inputs --------------------------------------------------------------------------
-    def put(self, event: Event) -> None:
+    def put(self, event: Stimulus) -> None:
         """Queue an event; returns at once (safe from any thread, e.g. driver callbacks)."""
         self._queue.put(event)
 
@@ -164,7 +164,7 @@ class SchedulerLoop:
             if event is not None:
                 self._step(event)
 
-    def _step(self, event: Event) -> None:
+    def _step(self, event: Stimulus) -> None:
         if isinstance(event, Tick):
             self._last_tick = event.now
         try:
@@ -172,22 +172,23 @@ class SchedulerLoop:
                 commands = self.state.handle(event)
         except Exception as e:  # a bug or an illegal transition must not end the loop
             log.exception("[%s] handling %s failed", event.stimulus_id, type(event).__name__)
-            self.metrics.observe_error(event)
+            self.metrics.observe_error(event)  # type: ignore[arg-type]  # any stimulus (by name)
             commands = [ReplyToRequest(event.stimulus_id, False, 500, f"internal error: {e}")]
         self._observe(event, commands)
         self._after_step(event)
         for command in commands:
             self._run_command(command)
 
-    def _observe(self, event: Event, commands: list[Command]) -> None:
+    def _observe(self, event: Stimulus, commands: list[Command]) -> None:
         """Feed the metrics (reads the state under the lock; never changes it)."""
         try:
             with self._lock:
-                self.metrics.observe_step(event, commands, self.state, time.monotonic())
+                self.metrics.observe_step(event,  # type: ignore[arg-type]  # any stimulus
+                                          commands, self.state, time.monotonic())
         except Exception:  # metrics must never stop the scheduler
             log.exception("[%s] metrics of %s failed", event.stimulus_id, type(event).__name__)
 
-    def _after_step(self, event: Event) -> None:
+    def _after_step(self, event: Stimulus) -> None:
         for hook in self.after_step:
             try:
                 with self._lock:

@@ -50,7 +50,8 @@ def parse_offer(d: Json) -> Offer:
 def parse_status(stimulus_id: str, d: Json) -> StatusUpdated:
     state = str(d.get("state", "TASK_UNKNOWN"))
     return StatusUpdated(
-        stimulus_id, value(d, "task_id"), state.removeprefix("TASK_"),  # type: ignore[arg-type]
+        stimulus_id, value(d, "task_id"),
+        state.removeprefix("TASK_"),  # type: ignore[arg-type]  # any state name Mesos sends
         str(d.get("reason", "")), str(d.get("message", "")), value(d, "agent_id"),
         value(d, "executor_id"), str(d.get("source", "")))
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Literal, Mapping
+from typing import Any, Callable, Literal, Mapping, Union
 
 from common import messages
 from common.control import PARALLELISM, ControlCatalog, ControlRefused
@@ -60,6 +60,9 @@ from scheduler.placement import (
     Offer, PlacementResult, QueryDemand, Share, TaskAssignment, TaskDemand, place,
 )
 from scheduler.query_source import QuerySource
+
+# What `handle` takes: the scheduler's events and the leadership's (`scheduler.leadership`).
+Stimulus = Union[Event, LeadershipGained, LeadershipUpdated, FencedRequest]
 
 log = logging.getLogger("elastiq.scheduler.state")
 
@@ -131,7 +134,7 @@ class SchedulerState:
         return self.leadership is not None and self.leadership.role != "leader"
 
     # ---- the one entry point -------------------------------------------------------------
-    def handle(self, event: Event) -> list[Command]:
+    def handle(self, event: Stimulus) -> list[Command]:
         """Apply one event; return the commands it causes. The only mutator of this state."""
         commands = handler(_HANDLERS, event, "SchedulerState")(self, event)
         for c in commands:
@@ -155,8 +158,8 @@ class SchedulerState:
         """Reconcile explicitly (tasks we launched), then implicitly (tasks we do not know)."""
         self.last_reconcile = self.now
         ids = self._launched_ids()  # an empty explicit list would mean "all" to Mesos
-        commands: list[Command] = ([ReconcileTasks(sid, ids)] if ids else []) + \
-            [ReconcileTasks(sid)]
+        commands: list[Command] = [ReconcileTasks(sid, ids)] if ids else []
+        commands.append(ReconcileTasks(sid))
         self.suppressed = False
         return commands + [ReviveOffers(sid) if self._pending() else self._suppress(sid)]
 
@@ -306,11 +309,11 @@ class SchedulerState:
         occupied: dict[str, frozenset[str]] = {}
         avoids: dict[str, frozenset[str]] = {}
         for t in live:
-            group = t.task.placement.group
-            occupied[t.agent_id] = occupied.get(t.agent_id, frozenset()) | (
-                {group} if group else set())
-            avoids[t.agent_id] = avoids.get(t.agent_id, frozenset()) | set(
-                t.task.placement.apart_from)
+            group, agent = t.task.placement.group, t.agent_id
+            if agent is None:
+                continue  # `live` has an agent each; this tells the type checker
+            occupied[agent] = occupied.get(agent, frozenset()) | ({group} if group else set())
+            avoids[agent] = avoids.get(agent, frozenset()) | set(t.task.placement.apart_from)
         known = known_endpoints(q.tasks.values(), live)
         return QueryDemand(q.query_id, tuple(self._task_demand(t) for t in pending),
                            occupied, avoids, known)

@@ -109,7 +109,8 @@ class _Checker:
             owners = [s for s in owners if s == self.scope.current]
         if len(owners) == 1:
             self.streams[id(node)] = owners[0]
-            return self.scope.streams[owners[0]].get(node.name).type  # type: ignore[union-attr]
+            column = self.scope.streams[owners[0]].get(node.name)  # every owner has it
+            return column.type if column is not None else None
         if owners:
             quoted = " and ".join(f"'{s}'" for s in owners)
             self.problem(node, f"column '{node.name}' is ambiguous: streams {quoted} all have it",
@@ -119,7 +120,8 @@ class _Checker:
         return None
 
     def qualified(self, node: ColumnRef) -> ColumnType | None:
-        schema = self.scope.streams.get(node.stream)  # type: ignore[arg-type]
+        stream = node.stream or ""  # a qualified reference has its stream
+        schema = self.scope.streams.get(stream)
         if schema is None:
             names = sorted(self.scope.streams)
             self.problem(node, f"unknown stream '{node.stream}' (streams: {', '.join(names)})",
@@ -131,7 +133,7 @@ class _Checker:
                                f"(columns: {', '.join(schema.names)})",
                          did_you_mean(node.name, schema.names))
             return None
-        self.streams[id(node)] = node.stream  # type: ignore[assignment]
+        self.streams[id(node)] = stream
         return found.type
 
     def unknown_column(self, node: ColumnRef) -> None:
@@ -226,7 +228,7 @@ class _Checker:
             return None
         ok = True
         for item, it in zip(node.items, item_types):
-            ok = self.comparable(item, t, it, "in") and ok  # type: ignore[arg-type]
+            ok = self.comparable(item, t, it, "in") and ok  # type: ignore[arg-type]  # no None
         return ColumnType.BOOLEAN if ok else None
 
     def check_isnull(self, node: IsNull) -> ColumnType | None:
@@ -248,12 +250,12 @@ class _Checker:
             return None
         if any(t is None for t in arg_types):
             return None
-        return self.call_type(node, sig, arg_types)  # type: ignore[arg-type]
+        return self.call_type(node, sig, arg_types)  # type: ignore[arg-type]  # no None (above)
 
     def navigation(self, node: Call) -> ColumnType | None:
         """A pattern's navigation call, typed by the scope's hook (its argument is a column or
         variable reference, never a nested expression, so nothing below it needs checking)."""
-        result = self.scope.navigation(node)  # type: ignore[misc]
+        result = self.scope.navigation(node)  # type: ignore[misc]  # set: checked by our caller
         if isinstance(result, list):
             self.problems.extend(result)
             return None
@@ -294,7 +296,7 @@ class _Checker:
                 self.problem(node, f"{sig.name} needs arguments of one type but found {found}",
                              "convert them with to_int, to_double or to_string")
             return common
-        return sig.result  # type: ignore[return-value]
+        return sig.result  # type: ignore[return-value]  # a ColumnType: "common" is handled above
 
 
 def common_type(types: "list[ColumnType]") -> ColumnType | None:

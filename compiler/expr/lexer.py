@@ -138,7 +138,8 @@ def _scan_number(text: str, pos: int, problems: list[Problem]) -> tuple[Token | 
 
 
 def _scan_string(text: str, pos: int, problems: list[Problem]) -> tuple[Token | None, int]:
-    quote, chars, i = text[pos], [], pos + 1
+    quote, i = text[pos], pos + 1
+    chars: list[str] = []
     while i < len(text):
         ch = text[i]
         if ch == quote:

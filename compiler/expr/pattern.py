@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Callable, Literal as Lit, Union
+from typing import Callable, Literal as Lit, NoReturn, Union
 
 from common.types import ColumnType, Schema
 from compiler.expr.ast import (FUNCTIONS, KEYWORDS, Call, ColumnRef, Expr, ExpressionError,
@@ -130,7 +130,7 @@ class _PatternParser:
         self.items = 0
         self.problems: list[Problem] = []
 
-    def fail(self, message: str, hint: str = "", length: int = 1) -> None:
+    def fail(self, message: str, hint: str = "", length: int = 1) -> NoReturn:
         self.problems.append(Problem(self.pos, length, message, hint))
         raise _Stop()
 
@@ -174,7 +174,7 @@ class _PatternParser:
         if self.peek() in ("+", "*", "?"):
             op = self.text[self.pos]
             self.pos += 1
-            node = Repeat(node, op, start, self.pos - start)  # type: ignore[arg-type]
+            node = Repeat(node, op, start, self.pos - start)  # type: ignore[arg-type]  # op is + * or ? (peeked)
             if self.peek() in ("+", "*", "?"):
                 self.fail(f"'{self.text[self.pos]}' after '{op}'",
                           "reluctant and possessive quantifiers are not supported; use one of "
@@ -202,14 +202,14 @@ class _PatternParser:
         self.items += 1
         if self.items > MAX_PATTERN_ITEMS:
             self.fail(f"a pattern has at most {MAX_PATTERN_ITEMS} variable occurrences")
-        name = match.group(0)  # type: ignore[union-attr]
+        name = match.group(0)
         if name.lower() in KEYWORDS:
             self.fail(f"'{name}' is a keyword of the expression language",
                       "name the variable otherwise, e.g. A", len(name))
-        if match.end() < len(self.text) and _VAR.match(self.text[match.end()]):  # type: ignore
+        if match.end() < len(self.text) and _VAR.match(self.text[match.end()]):
             self.fail("a variable name is at most 32 characters", length=match.end() - self.pos)
-        self.pos = match.end()  # type: ignore[union-attr]
-        return Var(name, match.start(), len(name))  # type: ignore[union-attr]
+        self.pos = match.end()
+        return Var(name, match.start(), len(name))
 
 
 def parse_pattern(text: str) -> Node:
