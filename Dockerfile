@@ -21,7 +21,7 @@ RUN apt-get update \
 # The same path as on the agents (deploy/agent/Dockerfile): the scheduler starts executors
 # with its own interpreter's path, so it must exist there too.
 WORKDIR /opt/elastiq
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md requirements.lock ./
 COPY scripts/ scripts/
 COPY common/ common/
 COPY compiler/ compiler/
@@ -35,7 +35,7 @@ COPY examples/ examples/
 RUN apt-get update \
  && apt-get install -y --no-install-recommends build-essential \
  && python -m venv "$VIRTUAL_ENV" \
- && PYTHON="$VIRTUAL_ENV/bin/python" scripts/setup.sh --no-test-extras \
+ && PYTHON="$VIRTUAL_ENV/bin/python" scripts/setup.sh --no-test-extras --locked \
  && apt-get purge -y build-essential && apt-get autoremove -y \
  && rm -rf /var/lib/apt/lists/* /root/.cache
 

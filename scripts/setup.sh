@@ -6,19 +6,40 @@
 # source from the package's own parser.pyx with a current Cython, build a wheel into
 # ./wheelhouse once, and let pip take http-parser from there. Everything else comes from PyPI.
 #
-# Usage: scripts/setup.sh          Elastiq and what `elastiq` needs to run
-#        scripts/setup.sh --test   also what the tests need: test extras, and from Debian a
-#                                  ZooKeeper server (the ZooKeeper tests start their own) and
-#                                  docker-compose (to validate docker-compose.yml; no engine)
-#                                  and iproute2 (network namespaces for the partition test)
+# Usage: scripts/setup.sh [--test | --no-test-extras] [--locked]
+#   (no option)       Elastiq and what `elastiq` needs to run
+#   --test            also what the tests need: test extras, and from Debian a ZooKeeper server
+#                     (the ZooKeeper tests start their own), docker-compose (to validate
+#                     docker-compose.yml; no engine) and iproute2 (network namespaces for the
+#                     partition test)
+#   --no-test-extras  what `elastiq` needs to run and nothing for the tests (the images say so
+#                     explicitly; it undoes an earlier --test)
+#   --locked          the runtime dependencies at the versions of requirements.lock (pip
+#                     constraints; scripts/lock_requirements.py writes it), as the images do
+#   --dry-run         print what it would install, install nothing
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 extras=""
 test_services=false
-if [ "${1:-}" = "--test" ]; then
-  extras="[test]"
-  test_services=true
+constraints=()
+dry_run=false
+usage() { sed -n '/^# Usage:/,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --test) extras="[test]"; test_services=true ;;
+    --no-test-extras) extras=""; test_services=false ;;
+    --locked) constraints=(--constraint requirements.lock) ;;
+    --dry-run) dry_run=true ;;
+    -h|--help) usage; exit 0 ;;
+    *) echo "setup: unknown option '$1'" >&2; usage >&2; exit 2 ;;
+  esac
+  shift
+done
+if $dry_run; then
+  $test_services && echo "apt (if missing): zookeeper docker-compose iproute2"
+  echo "pip install --find-links wheelhouse ${constraints[*]-} -e .${extras}"
+  exit 0
 fi
 
 apt_install() {  # apt_install PACKAGE... : install what is missing (needs root)
@@ -53,6 +74,7 @@ if ! ls wheelhouse/http_parser-0.9.0-*.whl >/dev/null 2>&1; then
   "$PY" -m pip wheel --quiet --no-deps -w wheelhouse "$work/http-parser-0.9.0"
 fi
 
-"$PY" -m pip install --quiet --find-links wheelhouse -e ".${extras}"
+"$PY" -m pip install --quiet --find-links wheelhouse ${constraints[@]+"${constraints[@]}"} \
+  -e ".${extras}"
 "$PY" -c "import http_parser.parser, pymesos, pyspark, zmq, lxml" \
   && echo "setup: elastiq installed ($("$PY" -c 'import pyspark; print("pyspark", pyspark.__version__)'))" >&2

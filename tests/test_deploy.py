@@ -1,7 +1,9 @@
 """The deployment files: the compose file validates with docker-compose, Prometheus scrapes both
 schedulers and loads the alert rules, and every metric name the alert rules and the Grafana
 dashboard query exists in a scheduler's registry (so a renamed metric breaks this test, not a
-dashboard in production)."""
+dashboard in production). The compose schedulers' command is parsed by `elastiq`'s own parser
+and its path roots admit the deploy walkthrough's spec; setup.sh honours its options; the images
+install the locked versions and build on supported bases."""
 
 from __future__ import annotations
 
@@ -9,8 +11,9 @@ import json
 import re
 import shutil
 import subprocess
+import tomllib
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import pytest
 import yaml
@@ -142,3 +145,112 @@ def test_grafana_provisioning_points_at_the_dashboards_and_prometheus() -> None:
     (provider,) = yaml.safe_load((prov / "dashboards" / "elastiq.yml").read_text())["providers"]
     compose = (ROOT / "docker-compose.yml").read_text()
     assert f"./deploy/grafana/dashboards:{provider['options']['path']}:ro" in compose
+
+
+# --- the compose commands against the code they run -------------------------------------------
+
+def compose_services() -> dict[str, dict]:
+    services: dict[str, dict] = yaml.safe_load((ROOT / "docker-compose.yml").read_text())[
+        "services"]
+    return services
+
+
+def scheduler_args(name: str) -> Any:
+    """The compose service's command parsed by `elastiq`'s own argument parser."""
+    from elastiq.cli import _parser
+    from elastiq.service_cli import cmd_scheduler
+
+    args = _parser().parse_args([str(a) for a in compose_services()[name]["command"]])
+    assert args.handler is cmd_scheduler
+    return args
+
+
+@pytest.mark.parametrize("name", ["scheduler-1", "scheduler-2"])
+def test_the_compose_schedulers_admit_the_walkthroughs_spec_folder(name: str) -> None:
+    """deploy/README.md submits /data/paper-filter.xml, reading /data/data/numbers.jsonl and
+    writing /data/out/: the roots the scheduler derives from its compose arguments (as
+    `elastiq scheduler` does, `common.paths.service_roots`) must admit them, in the container's
+    own paths (no symbolic links resolved: none exist there)."""
+    from common.paths import PathRefused, confine, service_roots
+
+    args = scheduler_args(name)
+    mounts = {str(v).split(":")[1]: str(v).split(":")[0]
+              for v in compose_services()[name].get("volumes", [])}
+    assert mounts.get("/data") == "./deploy/data" and "/data" in args.path_root
+    roots = service_roots(args.state_dir, args.path_root, cwd="/var/lib/elastiq", environ={},
+                          realpath=lambda p: p)
+    for path in ("/data/paper-filter.xml", "/data/data/numbers.jsonl",
+                 "/data/out/paper-filter.jsonl"):
+        assert confine(path, "/data", roots, realpath=lambda p: p) == path
+    with pytest.raises(PathRefused, match="outside the allowed folders"):
+        confine("/etc/passwd", "/data", roots, realpath=lambda p: p)
+    without = service_roots(args.state_dir, [], cwd="/var/lib/elastiq", environ={},
+                            realpath=lambda p: p)  # the command as it was: no --path-root
+    with pytest.raises(PathRefused):
+        confine("/data/paper-filter.xml", "/data", without, realpath=lambda p: p)
+
+
+def test_the_walkthroughs_spec_compiles_with_the_compose_schedulers_roots(tmp_path: Path
+                                                                          ) -> None:
+    """The walkthrough replayed in a folder standing for /data (deploy/README.md's `cp`s): the
+    spec compiles, inputs checked, with the roots of scheduler-1's compose arguments."""
+    from common.paths import service_roots
+    from compiler.pipeline import compile_spec_file
+
+    data = tmp_path / "data"
+    (data / "out").mkdir(parents=True)
+    (data / "data").mkdir()
+    shutil.copy(ROOT / "examples" / "paper-filter.xml", data)
+    shutil.copy(ROOT / "examples" / "data" / "numbers.jsonl", data / "data")
+    args = scheduler_args("scheduler-1")
+    here = {"/data": str(data)}
+    roots = service_roots(tmp_path / "state", [here.get(p, p) for p in args.path_root],
+                          environ={})
+    compilation = compile_spec_file(data / "paper-filter.xml", path_roots=roots,
+                                    check_inputs=True)
+    assert compilation.query.sinks == {"sink": str(data / "out" / "paper-filter.jsonl")}
+
+
+def test_setup_honours_its_options_and_refuses_unknown_ones() -> None:
+    def plan(*options: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["bash", str(ROOT / "scripts" / "setup.sh"), *options, "--dry-run"],
+                              capture_output=True, text=True, timeout=30)
+
+    assert plan("--test").stdout.splitlines()[-1].endswith("-e .[test]")
+    assert "zookeeper" in plan("--test").stdout
+    quiet = plan("--test", "--no-test-extras").stdout
+    assert quiet.splitlines() == [quiet.splitlines()[-1]] and quiet.rstrip().endswith("-e .")
+    assert "--constraint requirements.lock" in plan("--no-test-extras", "--locked").stdout
+    bad = plan("--no-test-extra")
+    assert bad.returncode == 2 and "unknown option '--no-test-extra'" in bad.stderr
+
+
+def test_the_images_install_the_locked_versions_of_every_runtime_dependency() -> None:
+    from packaging.requirements import Requirement
+
+    pins = {}
+    for line in (ROOT / "requirements.lock").read_text().splitlines():
+        if line and not line.startswith("#"):
+            name, _, version = line.partition("==")
+            pins[name] = version
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    for text in declared:
+        req = Requirement(text)
+        key = re.sub(r"[-_.]+", "-", req.name).lower()
+        assert key in pins and req.specifier.contains(pins[key]), (text, pins.get(key))
+    for dockerfile in (ROOT / "Dockerfile", DEPLOY / "agent" / "Dockerfile"):
+        text = dockerfile.read_text()
+        assert "requirements.lock" in text and "setup.sh --no-test-extras --locked" in text
+
+
+def test_no_image_builds_on_an_end_of_life_base() -> None:
+    """Bases out of support (Ubuntu 16.04 under the mesosphere 1.7 images, Debian 10 and
+    older, Python 3.8 and older): none may come back."""
+    end_of_life = re.compile(r"mesosphere/|ubuntu:(1[0-9]|20)\.|xenial|bionic|focal|buster|"
+                             r"stretch|jessie|python:3\.[0-8]\b")
+    dockerfiles = [ROOT / "Dockerfile", DEPLOY / "agent" / "Dockerfile"]
+    bases = [line.split()[1] for f in dockerfiles for line in f.read_text().splitlines()
+             if line.startswith(("FROM ", "ARG UBUNTU="))] + [
+        str(s["image"]) for s in compose_services().values() if "build" not in s]
+    assert bases and not [b for b in bases if end_of_life.search(b.replace("ARG", ""))], bases
+    assert "ubuntu:22.04" in (DEPLOY / "agent" / "Dockerfile").read_text()
