@@ -3,11 +3,11 @@
 Owns turning a `TaskPlan` of a graph into the source of the program the executor runs: a
 `build(rt)` function that calls the task runtime (`executor.runtime.TaskRuntime`) once per
 operator, in dataflow order, ending with the task's one output (a sink or a channel). Plumbing
-becomes channel calls: pass-through plumbing an `identity`, a merger a `union`, a splitter root
-one `split_channel_sink` over its partition channels, a stream selector one `selector_source`
-over its replica channels; a hot-standby replica first asks for deterministic batches. Every value
-that came from the user is written as a Python literal by `py_literal` (repr of a str, int, float,
-bool, None, or a tuple of those): user text can never become code (DESIGN.md invariant 4).
+becomes channel calls: pass-through plumbing an `identity`, a merger a `union`, a splitter root one
+`split_channel_sink` over its partition channels, a stream selector one `selector_source` over its
+replica channels; a hot-standby replica first asks for deterministic batches. Every value that came
+from the user is written as a Python literal by `py_literal` (repr of a str, int, float, bool,
+None, or a tuple of those): user text can never become code (docs/architecture.md, invariant 4).
 Expressions stay text; the runtime parses them with `compiler.expr`.
 """
 

@@ -1,6 +1,6 @@
 """The compiler's front door: spec text in, a `CompiledQuery` (or every diagnostic) out.
 
-Owns the order of the compiler's steps, as DESIGN.md draws them: parse + structure check
+Owns the order of the compiler's steps, as docs/architecture.md draws them: parse + structure check
 (`spec`), semantic check into a logical graph (`validate`; file paths against the path roots the
 caller gives, `paths`), rewrite into a physical graph (`rewrite`, with the shipped rules of
 `rewrite_rules/` plus an optional user rule folder; the identity when the spec asks for no

@@ -4,10 +4,10 @@ Owns turning the bytes of a spec file into an lxml tree and a map from every ele
 of its attributes) to the line and column where the user wrote it. lxml reports only a line per
 element, so a small scanner walks the raw text in document order alongside the tree.
 
-Safety (DESIGN.md invariant 4): a spec may not contain a DOCTYPE or entity declarations, so
-billion-laughs and XXE files are refused before lxml sees them; the parser itself runs with entity
-resolution, DTD loading and network access off. Does not own the schema or what elements mean
-(`compiler.spec`).
+Safety (docs/architecture.md, invariant 4): a spec may not contain a DOCTYPE or entity
+declarations, so billion-laughs and XXE files are refused before lxml sees them; the parser itself
+runs with entity resolution, DTD loading and network access off. Does not own the schema or what
+elements mean (`compiler.spec`).
 """
 
 from __future__ import annotations

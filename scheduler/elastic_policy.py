@@ -1,15 +1,15 @@
 """Automatic elasticity's decision: how many instances a partitioned operator needs (pure).
 
-Owns the rate-based model of automatic mode (seeds/002 4.3: the rate tuples arrive at an
-operator against the rate its instances can process them; DS2's "true processing rate": rows
-processed per second of *busy* time, so idle time does not hide capacity). A micro-batch engine
-that runs batches back to back is busy whenever rows trickle in, and a batch has a fixed cost:
-rows per busy second then grow with the load, and only an instance that falls behind (its
-batches grow) shows what it can do. So the model keeps a `Capacity` per operator: the true rate
-seen while the instances fell behind (`pressed`: the upstream's source backlog or the batches
-its channel writers retain grew all window), else the best rate seen so far, which is only a
-lower bound. Scale-outs act on pressure or on a capacity measured under it; scale-ins on a
-capacity that is at most the real one, so neither is fooled by the fixed cost:
+Owns the rate-based model of automatic mode (the paper's section 4.3, docs/architecture.md
+"References": the rate tuples arrive at an operator against the rate its instances can process;
+DS2's "true processing rate": rows processed per second of *busy* time, so idle time does not hide
+capacity). A micro-batch engine that runs batches back to back is busy whenever rows trickle in,
+and a batch has a fixed cost: rows per busy second then grow with the load, and only an instance
+that falls behind (its batches grow) shows what it can do. So the model keeps a `Capacity` per
+operator: the true rate seen while the instances fell behind (`pressed`: the upstream's source
+backlog or the batches its channel writers retain grew all window), else the best rate seen so far,
+which is only a lower bound. Scale-outs act on pressure or on a capacity measured under it;
+scale-ins on a capacity that is at most the real one, so neither is fooled by the fixed cost:
 - `Sample`, one heartbeat's cumulative figures of one task, and `sample_of` (heartbeat figures
   -> Sample, refusing what cannot be a sample);
 - `SampleHistory`, a bounded history of samples per task (the last `keep_seconds`, at most

@@ -141,8 +141,8 @@ class QueryStopRequested:
 
 @dataclass(frozen=True)
 class ControlRequested:
-    """Control tuples `<query, operator, parameter, value>` for a running query (seeds/002
-    section 4.5), checked together and applied all or none."""
+    """Control tuples `<query, operator, parameter, value>` for a running query (the
+    paper's section 4.5; docs/control.md), checked together and applied all or none."""
 
     stimulus_id: str
     query_id: str
@@ -157,8 +157,8 @@ class ControlRequested:
 
 @dataclass(frozen=True)
 class TaskMigrationRequested:
-    """Move a running task to `agent_id` (seeds/002 section 4.2: quiesce, replicate the state,
-    redirect the inputs, unquiesce)."""
+    """Move a running task to `agent_id` (the paper's section 4.2, docs/control.md: quiesce,
+    replicate the state, redirect the inputs, unquiesce)."""
 
     stimulus_id: str
     query_id: str

@@ -2,10 +2,10 @@
 persisted in.
 
 Owns `QuerySource` (spec text, file name, query id, base dir, rules dir), its JSON form (checked
-field by field when read back), and `compile_source`, which runs the compiler inside the
-scheduler on it. Task programs are never stored or read back: a new leader recompiles every
-persisted source (DESIGN.md invariant 7), so whoever can write the registry can at most submit a
-spec, never code. Does not own the compiler (`compiler.pipeline`) nor the registry
+field by field when read back), and `compile_source`, which runs the compiler inside the scheduler
+on it. Task programs are never stored or read back: a new leader recompiles every persisted source
+(docs/architecture.md, invariant 7), so whoever can write the registry can at most submit a spec,
+never code. Does not own the compiler (`compiler.pipeline`) nor the registry
 (`scheduler.coordination`).
 """
 

@@ -1,7 +1,7 @@
-"""Task migration in the scheduler's state machine (seeds/002 section 4.2): quiesce the task (a
-graceful kill), replicate its state (its checkpoint and channel logs are on storage every agent
-reaches), redirect its inputs and outputs (relaunch on the target, retarget its consumers),
-unquiesce. Pure: events in, commands out. The run with real processes is in
+"""Task migration in the scheduler's state machine (the paper's section 4.2; docs/control.md):
+quiesce the task (a graceful kill), replicate its state (its checkpoint and channel logs are on
+storage every agent reaches), redirect its inputs and outputs (relaunch on the target, retarget its
+consumers), unquiesce. Pure: events in, commands out. The run with real processes is in
 tests/test_patterns_cluster.py."""
 
 from __future__ import annotations

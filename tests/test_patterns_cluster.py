@@ -1,4 +1,5 @@
-"""The five patterns at run time, under faults, on the embedded cluster (DESIGN.md invariant 5).
+"""The five patterns at run time, under faults, on the embedded cluster (docs/architecture.md,
+invariant 5).
 
 Each spec asks for one pattern with one attribute (tests/specs/e2e-<pattern>.xml); the compiler
 rewrites and splits it, the framework scheduler places its tasks on three agents, real executors
