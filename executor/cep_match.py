@@ -55,7 +55,7 @@ class PatternOverflow(RuntimeError):
                          "the pattern's conditions more selective")
         self.holder, self.bound, self.held = holder, bound, held
 
-    def __reduce__(self) -> tuple[Any, ...]:  # survives pickling (Spark's Python workers)
+    def __reduce__(self) -> tuple[Any, ...]:  # pickles although its args are not __init__'s
         return (PatternOverflow, (self.holder, self.bound, self.held))
 
 

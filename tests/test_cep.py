@@ -316,7 +316,7 @@ def _alternation(bound: int, ways: int = 16) -> Any:
     `ways` with each row, so one row takes a key from under the bound to `ways` times past it."""
     names = [chr(65 + i) for i in range(ways)]
     return build_program("s", SCHEMA, "ts", f"({' | '.join(names)})+ Z", [("Z", "volume = 99")],
-                         [], 10**6, max_partial=bound)[0]
+                         [], 10**6, max_partial=bound, after_match="skip-to-next-row")[0]
 
 
 def _threads_made_when_refused(error: PatternOverflow, matcher: KeyMatcher) -> int:
@@ -326,7 +326,7 @@ def _threads_made_when_refused(error: PatternOverflow, matcher: KeyMatcher) -> i
     tb, made = error.__traceback__, 0
     while tb is not None:
         local = tb.tb_frame.f_locals
-        if tb.tb_frame.f_code.co_name == "_process":
+        if tb.tb_frame.f_code.co_name in ("_process", "_on_row"):
             made += local.get("held", local.get("total", 0))
         if tb.tb_frame.f_code.co_name == "step_threads":
             made += len(local["new"])
@@ -334,16 +334,23 @@ def _threads_made_when_refused(error: PatternOverflow, matcher: KeyMatcher) -> i
     return made
 
 
+@pytest.mark.parametrize("staged", [False, True])
 @pytest.mark.parametrize("bound", [1, 7, 100, 1000])
-def test_partial_matches_are_counted_while_stepping_and_never_pass_the_bound(bound: int) -> None:
+def test_partial_matches_are_counted_while_stepping_and_never_pass_the_bound(
+        bound: int, staged: bool) -> None:
     """The attack: one row of an alternation-heavy pattern made 16x the bound's partial matches
     (at the top of the range, out of memory) before the bound was checked. Now the row is refused
-    as the thread past the bound is made: between rows and at the refusal, never more."""
-    matcher = KeyMatcher(_alternation(bound))
+    as the thread past the bound is made: between rows and at the refusal, never more; in a
+    matcher of one key and in the first stage of a pipelined pattern alike."""
+    from executor.cep_stage import Stage, StageMatcher
+
+    program = _alternation(bound)
+    matcher: Any = StageMatcher(program, Stage(1, 2, 50)) if staged else KeyMatcher(program)
+    feed = matcher.feed_rows if staged else matcher.feed
     rows = [{"k": "x", "ts": i, "price": 1.0, "volume": 1} for i in range(20)]
     with pytest.raises(PatternOverflow) as refused:
         for row in rows:
-            matcher.feed([row], row["ts"])
+            feed([row], row["ts"])
             assert sum(len(a.threads) for a in matcher.attempts) <= bound
     assert _threads_made_when_refused(refused.value, matcher) == bound
     assert refused.value.held == bound and f"max-partial-matches={bound};" in str(refused.value)

@@ -222,7 +222,8 @@ def test_the_overflow_is_found_inside_the_python_proxy_py4j_and_worker_wrappers(
      "zmq.error.ZMQError: Address already in use", "ZMQError: Address already in use"),
     # what retrying cannot heal wins over a later, vaguer error
     ("executor.runtime.RuntimeSpecError: input file '/in.csv' does not exist\n"
-     "java.lang.RuntimeException: stopped", "RuntimeSpecError: input file '/in.csv' does not exist"),
+     "java.lang.RuntimeException: stopped",
+     "RuntimeSpecError: input file '/in.csv' does not exist"),
     # nothing but wrappers, or no error named: nothing found
     ("pyspark.errors.exceptions.captured.PythonException: \n  see below", None),
     ("[PATH_NOT_FOUND] Path does not exist: file:/x.jsonl", None),
