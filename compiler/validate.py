@@ -464,9 +464,10 @@ def _window(c: _Checker, op: OperatorDecl, inputs: list[Schema]) -> Schema | Non
 
 # A sliding window puts each row in ceil(size / slide) windows: Spark's window() expands every
 # row into that many rows (one projection each in the generated plan) before aggregating, and a
-# partitioned window's splitter sends a row to each instance owning one of them. 1,000 keeps a
-# query startable and its cost visible: at 1,000 a single row already costs as much as 1,000
-# rows of a tumbling window, while 3e10 (8760 hours sliding by 1 ms) never finishes planning.
+# partitioned window's splitter sends a row to each instance owning one of them. The cost is
+# linear in it (measured on Spark 4.1, local[1], a shared machine: 2,000 rows took 0.8 s at 1
+# window per row, 5 s at 100, 27 s at 1,000 with a 5.3 MiB task binary, 54 s at 3,000 with
+# 11 MiB), so 1,000 still runs, slowly, while 3e10 (8760 hours sliding by 1 ms) never started.
 MAX_WINDOWS_PER_ROW = 1_000
 
 
