@@ -70,6 +70,10 @@ TIMESTAMP_RANGE = (datetime(1900, 1, 1, tzinfo=timezone.utc),
 # At most this many operators of a query ask for a pattern (ha, parallelism, pipeline): one rule
 # firing each, and the rewrite engine's bound on firings per phase.
 MAX_PATTERN_OPERATORS = 200
+# A key's partial matches live in the Spark Python worker beside the executor's JVM (one
+# container, 1500 MB by default): 1,000,000 of them took 94 MB there when refused, 10,000,000
+# (the old bound) 830 MB, which with the JVM and the state's JSON does not fit.
+MAX_PARTIAL_MATCHES = 1_000_000
 
 CATALOGUE: dict[str, OperatorDef] = {d.kind: d for d in (
     OperatorDef("generator", "source", (0, 0), (1, 1), False, (
@@ -150,8 +154,8 @@ CATALOGUE: dict[str, OperatorDef] = {d.kind: d for d in (
                  doc="where matching resumes after a match: the row after its last, or the "
                      "row after its first (every start row keeps its match)"),
         ParamDef("max-partial-matches", "int", False, "100000", minimum=1,
-                 maximum=10_000_000, doc="bound on one key's partial matches; beyond it the "
-                                         "query fails with this message"),
+                 maximum=MAX_PARTIAL_MATCHES, doc="bound on one key's partial matches; beyond "
+                                                  "it the query fails with this message"),
     ), children=("define", "field"), output_type="computed",
         doc="row pattern recognition (MATCH_RECOGNIZE): one row per match, the key columns "
             "and the <field> measures; <define name value> gives a variable's condition"),

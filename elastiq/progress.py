@@ -95,6 +95,8 @@ def summarize(status: dict[str, Any] | None, meter: RateMeter | None = None) -> 
         [w for w in (first_output_wait(tasks, out),) if w]
     if waiting:
         parts.append(f"waiting: {waiting[0]}")
+    if status.get("failure"):  # why the query failed, in the scheduler's words
+        parts.append(f"why: {status['failure']}")
     return " | ".join(parts)
 
 

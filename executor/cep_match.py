@@ -43,7 +43,20 @@ AFTER_MATCH = ("skip-past-last-row", "skip-to-next-row")
 
 
 class PatternOverflow(RuntimeError):
-    """A key holds more partial matches than the operator's bound."""
+    """A key would hold more partial matches than the operator's bound. Raised while a row is
+    stepped, as the thread past the bound is made (`held`: the partial matches the key held
+    then, never more than the bound), so a row of an alternation-heavy pattern cannot make
+    branching-factor times the bound first. Deterministic: the same rows overflow again on a
+    restart from the checkpoint, so retrying cannot heal it (`common.failures`)."""
+
+    def __init__(self, holder: str, bound: int, held: int) -> None:
+        super().__init__(f"{holder} would hold more than {bound:,} partial matches, the "
+                         f"bound max-partial-matches={bound}; raise it, shorten within, or make "
+                         "the pattern's conditions more selective")
+        self.holder, self.bound, self.held = holder, bound, held
+
+    def __reduce__(self) -> tuple[Any, ...]:  # pickles although its args are not __init__'s
+        return (PatternOverflow, (self.holder, self.bound, self.held))
 
 
 @dataclass(frozen=True)
@@ -188,22 +201,20 @@ class KeyMatcher:
         if self.program.owns(text):
             self.attempts.append(Attempt(seq, row[self.program.time],
                                          [(pc, "") for pc in nfa.closure(nfa.start)]))
-        total = 0
+        held = 0  # the threads the attempts stepped so far made: counted as they are made
         for attempt in self.attempts:
             if attempt.threads:
-                self._step(attempt, row, seq)
-                total += len(attempt.threads)
-        if total > self.program.max_partial:
-            raise PatternOverflow(f"one key holds {total} partial matches, more than "
-                                  f"max-partial-matches={self.program.max_partial}")
+                self._step(attempt, row, seq, held)
+                held += len(attempt.threads)
         return self._decide()
 
-    def _step(self, attempt: Attempt, row: Row, seq: int) -> None:
+    def _step(self, attempt: Attempt, row: Row, seq: int, held: int) -> None:
         if row[self.program.time] - attempt.start_ts > self.program.within_us:
             attempt.threads = []
             return
         rows = self.rows[attempt.start - self.base: seq - self.base + 1]
-        attempt.threads, accepted = step_threads(self.program, self._vars, attempt.threads, rows)
+        attempt.threads, accepted = step_threads(self.program, self._vars, attempt.threads, rows,
+                                                 Budget("one key", held))
         if accepted is not None:
             attempt.candidate = accepted
 
@@ -242,14 +253,27 @@ class KeyMatcher:
                    data["l"])
 
 
+@dataclass(frozen=True)
+class Budget:
+    """What a step may make: the partial matches its holder (one key, or one stage of a key)
+    already holds in the attempts stepped before this one; with the program's bound, the room
+    left."""
+
+    holder: str
+    held: int
+
+
 def step_threads(program: PatternProgram, names: tuple[str, ...],
-                 threads: Sequence[tuple[int, str]], rows: Sequence[Row]
+                 threads: Sequence[tuple[int, str]], rows: Sequence[Row], budget: Budget
                  ) -> tuple[list[tuple[int, str]], str | None]:
     """One step of an attempt's threads (in preference order) by the last of `rows`, the
     attempt's rows from its first on (`names`: `program.variables`): the threads that go on and
     the labels of the match this row completes, if one does (the threads it is preferred over
-    end). The time bound is the caller's to check."""
+    end). PatternOverflow as soon as the thread that would take the holder past
+    `program.max_partial` is made (it is never stored). The time bound is the caller's to
+    check."""
     nfa = program.nfa
+    room = program.max_partial - budget.held
     new: list[tuple[int, str]] = []
     for pc, labels in threads:
         state = nfa.states[pc]
@@ -259,6 +283,8 @@ def step_threads(program: PatternProgram, names: tuple[str, ...],
         for nxt in nfa.closure(state.next):
             if nfa.states[nxt].kind == "accept":
                 return new, extended
+            if len(new) >= room:
+                raise PatternOverflow(budget.holder, program.max_partial, budget.held + len(new))
             new.append((nxt, extended))
     return new, None
 

@@ -42,7 +42,7 @@ from typing import Any, Sequence
 
 from common.types import ColumnType
 from executor.cep_eval import Row
-from executor.cep_match import (Match, PatternOverflow, PatternProgram, measures, row_text,
+from executor.cep_match import (Budget, Match, PatternOverflow, PatternProgram, measures, row_text,
                                 step_threads)
 
 Thread = tuple[int, str]  # (automaton state, labels: one variable letter per row)
@@ -362,17 +362,19 @@ class StageMatcher:
     def _on_row(self, row: Row, ts: int, out: list[Item]) -> None:
         if not self.stage.last:
             out.append(Item("row", ts, row))
+        held = 0  # the threads the attempts stepped so far made: counted as they are made
         for attempt in self.attempts:
-            self._step(attempt, row, ts)
+            self._step(attempt, row, ts, held)
+            held += len(attempt.threads)
         self._settle(ts, out)
 
-    def _step(self, attempt: Held, row: Row, ts: int) -> None:
+    def _step(self, attempt: Held, row: Row, ts: int, held: int) -> None:
         if ts - attempt.start_ts > self.program.within_us:
             attempt.threads = []
             return
         attempt.rows.append(row)
         attempt.threads, accepted = step_threads(self.program, self._names, attempt.threads,
-                                                 attempt.rows)
+                                                 attempt.rows, Budget(self._holder, held))
         if accepted is not None:
             attempt.candidate = accepted
 
@@ -409,11 +411,13 @@ class StageMatcher:
             else:
                 kept.append(attempt)
         self.attempts = kept
-        total = sum(len(a.threads) for a in kept)
+        total = sum(len(a.threads) for a in kept)  # attempts handed over from the stage before
         if total > self.program.max_partial:
-            raise PatternOverflow(f"stage {self.stage.index} of {self.stage.count} of one key "
-                                  f"holds {total} partial matches, more than "
-                                  f"max-partial-matches={self.program.max_partial}")
+            raise PatternOverflow(self._holder, self.program.max_partial, total)
+
+    @property
+    def _holder(self) -> str:
+        return f"stage {self.stage.index} of {self.stage.count} of one key"
 
     def _measures(self, attempt: Held, labels: str) -> list[Any]:
         match = Match(tuple(attempt.rows[:len(labels)]),

@@ -8,8 +8,9 @@ metrics from `lastProgress`; and `reconfigure`, which applies control tuples at 
 parameters the running query takes (a sink's destination or routing, `TaskRuntime.live`) are
 switched between two sink calls; any other change closes the batch gate, stops the query and
 rebuilds it with the new parameters from the same checkpoint (on a build failure, the old one).
-The restart decision (`decide_restart`) and which changes can be switched live (`live_changes`)
-are pure functions. Does not own the session (`executor.spark_session`) or how operators are
+The restart decision (`restart_after`, `decide_restart`), the reason a failed query gives
+(`failure_reason`) and which changes can be switched live (`live_changes`) are pure functions.
+Does not own the session (`executor.spark_session`) or how operators are
 built (`executor.runtime`).
 """
 
@@ -29,7 +30,7 @@ from typing import Any, Literal, Mapping, Sequence
 
 from pyspark.sql import SparkSession
 
-from common.failures import kind_of_text
+from common.failures import MAX_REASON, innermost_error, kind_of_text
 from common.messages import ParamSet
 from executor.batch_gate import await_commit, next_batch_id
 from executor.runtime import TaskRuntime
@@ -99,6 +100,17 @@ def decide_restart(restarts: int, max_restarts: int, backoff_seconds: float,
 
 
 Params = Mapping[str, Mapping[str, Any]]  # operator id -> runtime keyword -> value
+
+
+def restart_after(failure: str, restarts: int, max_restarts: int,
+                  backoff_seconds: float) -> RestartDecision:
+    """After the query failed with the reason `failure`: no restart for what retrying cannot
+    heal (`common.failures`: a limit of the user's data, such as a pattern's overflow, which
+    the same rows hit again from the checkpoint; a missing input), so the task fails within
+    a poll and says why; else `decide_restart` (pure)."""
+    if kind_of_text(failure) == "permanent":
+        return RestartDecision(False, 0.0, "restarting cannot heal it")
+    return decide_restart(restarts, max_restarts, backoff_seconds)
 
 
 def live_changes(old: Params, new: Params,
@@ -230,11 +242,23 @@ def metrics_from(progress: Mapping[str, Any], batches: int, tuples_out: int,
 
 
 def failure_reason(exc: Any) -> str:
-    """A one-line reason from a StreamingQueryException (its first informative line)."""
+    """A one-line reason from a StreamingQueryException: the innermost error its wrappers hold
+    (`common.failures.innermost_error`: a pattern's overflow inside the Python proxy's, py4j's
+    and the Python worker's tracebacks), else its first informative line."""
     if exc is None:
         return "query ended"
-    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip() not in ("", "null")]
-    return lines[0][:300] if lines else type(exc).__name__
+    text = failure_text(exc)
+    inner = innermost_error(text)
+    if inner is not None:
+        return inner
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() not in ("", "null")]
+    return lines[0][:MAX_REASON] if lines else type(exc).__name__
+
+
+def failure_text(exc: Any) -> str:
+    """Everything a query's exception says: its message and, for one captured from the JVM, its
+    JVM stack trace with the causes (which hold a Python worker's traceback)."""
+    return "\n".join(str(part) for part in (exc, getattr(exc, "_stackTrace", None)) if part)
 
 
 def load_program(program: str | Path, task_id: str, scratch_dir: str) -> ModuleType:
@@ -484,6 +508,9 @@ class TaskRunner:
                     if self.runtime.query is not query:  # type: ignore[union-attr]
                         continue
                 exc = query.exception()
+                if exc is not None:
+                    log.info("task %s: the query's exception: %.4000s", self.task_id,
+                             failure_text(exc))
                 return failure_reason(exc)
             self._stop.wait(self.poll_seconds)
         return None
@@ -500,9 +527,7 @@ class TaskRunner:
                           f"{fence.epoch})")
                 return
             restarts = self.status().restarts
-            decision = decide_restart(restarts, self.max_restarts, self.backoff_seconds) \
-                if kind_of_text(failure) != "permanent" else \
-                RestartDecision(False, 0.0, "restarting cannot heal it")
+            decision = restart_after(failure, restarts, self.max_restarts, self.backoff_seconds)
             log.warning("task %s: query failed (%s); %s", self.task_id, failure, decision.reason)
             if not decision.restart:
                 self._set(state="failed", reason=f"{failure}; {decision.reason}")

@@ -53,7 +53,10 @@ TRANSITIONS: dict[tuple[TaskState, TaskState], str] = {
     (S, L): "TASK_LOST/DROPPED/GONE/UNKNOWN, or AgentLost/ExecutorLost",
     (ST, L): "TASK_LOST/DROPPED/GONE/UNKNOWN, or AgentLost/ExecutorLost",
     (R, L): "TASK_LOST/DROPPED/GONE/UNKNOWN, or AgentLost/ExecutorLost",
-    (F, P): "restart: backoff over (Tick), budget left, query active; attempt + 1",
+    # never for a failure tagged "[cannot heal]" (a pattern's overflow, a missing input): the
+    # query fails at once with it (`common.failures`, `SchedulerState._after_terminal`)
+    (F, P): "restart: backoff over (Tick), budget left, query active, the failure can heal; "
+            "attempt + 1",
     (L, P): "restart: backoff over (Tick), budget left, query active; attempt + 1",
     (K, P): "restart of a task killed without our asking; attempt + 1",
     (P, D): "instance slot beyond the operator's parallelism: not launched",

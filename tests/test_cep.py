@@ -311,6 +311,70 @@ def test_partial_matches_beyond_the_bound_fail_loudly() -> None:
         KeyMatcher(program).feed(rows, 10**6)
 
 
+def _alternation(bound: int, ways: int = 16) -> Any:
+    """(V1 | ... | Vn)+ Z where every row is each V and never Z: an attempt's threads multiply by
+    `ways` with each row, so one row takes a key from under the bound to `ways` times past it."""
+    names = [chr(65 + i) for i in range(ways)]
+    return build_program("s", SCHEMA, "ts", f"({' | '.join(names)})+ Z", [("Z", "volume = 99")],
+                         [], 10**6, max_partial=bound, after_match="skip-to-next-row")[0]
+
+
+def _threads_made_when_refused(error: PatternOverflow, matcher: KeyMatcher) -> int:
+    """The threads the refused row had made, read off the live frames (independent of
+    `error.held`): the stepping loop's count of the attempts it stepped (`held`; `total` where
+    the bound was checked after the whole step) plus the list `step_threads` was filling."""
+    tb, made = error.__traceback__, 0
+    while tb is not None:
+        local = tb.tb_frame.f_locals
+        if tb.tb_frame.f_code.co_name in ("_process", "_on_row"):
+            made += local.get("held", local.get("total", 0))
+        if tb.tb_frame.f_code.co_name == "step_threads":
+            made += len(local["new"])
+        tb = tb.tb_next
+    return made
+
+
+@pytest.mark.parametrize("staged", [False, True])
+@pytest.mark.parametrize("bound", [1, 7, 100, 1000])
+def test_partial_matches_are_counted_while_stepping_and_never_pass_the_bound(
+        bound: int, staged: bool) -> None:
+    """The attack: one row of an alternation-heavy pattern made 16x the bound's partial matches
+    (at the top of the range, out of memory) before the bound was checked. Now the row is refused
+    as the thread past the bound is made: between rows and at the refusal, never more; in a
+    matcher of one key and in the first stage of a pipelined pattern alike."""
+    from executor.cep_stage import Stage, StageMatcher
+
+    program = _alternation(bound)
+    matcher: Any = StageMatcher(program, Stage(1, 2, 50)) if staged else KeyMatcher(program)
+    feed = matcher.feed_rows if staged else matcher.feed
+    rows = [{"k": "x", "ts": i, "price": 1.0, "volume": 1} for i in range(20)]
+    with pytest.raises(PatternOverflow) as refused:
+        for row in rows:
+            feed([row], row["ts"])
+            assert sum(len(a.threads) for a in matcher.attempts) <= bound
+    assert _threads_made_when_refused(refused.value, matcher) == bound
+    assert refused.value.held == bound and f"max-partial-matches={bound};" in str(refused.value)
+
+
+def test_a_refused_row_allocates_about_the_bound_not_the_branching_times_it() -> None:
+    """Memory, measured: at a bound of 5,000 the refused row of a 16-way alternation allocates
+    what ~2x5,000 threads take (the old threads and the new; 0.6 MB measured), not 16x5,000 as
+    when the bound was checked after the step (5 MB measured)."""
+    import tracemalloc
+
+    matcher = KeyMatcher(_alternation(5000))
+    rows = [{"k": "x", "ts": i, "price": 1.0, "volume": 1} for i in range(10)]
+    tracemalloc.start()
+    try:
+        with pytest.raises(PatternOverflow):
+            for row in rows:
+                matcher.feed([row], row["ts"])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 2_000_000, peak
+
+
 # ================================================================ the operator in a spec ==
 
 from compiler.pipeline import check_spec_text  # noqa: E402

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import errno
 import json
+from pathlib import Path
 
+import pytest
 import zmq
 
-from common.failures import kind_in, kind_of, kind_of_text, tag
+from common.failures import innermost_error, kind_in, kind_of, kind_of_text, tag
 from executor.executor_state import ExecutorState, RunnerStatusChanged, SendStatus
 from scheduler.commands import Command, KillTask, LaunchTasks
 from scheduler.config import SchedulerConfig
@@ -176,3 +178,111 @@ def test_a_stop_or_a_migration_is_no_failure_of_the_task() -> None:
                            "elastiq-exec-a1", "SOURCE_EXECUTOR"))
     view = snapshot(s)["queries"]["q"]
     assert all(t["last_failure"] == "" for t in view["tasks"]), view["tasks"]
+
+
+# ------------------------------------------------ a failure told well, and not retried for ever
+
+FIXTURE = Path(__file__).parent / "fixtures" / "spark-pattern-overflow.txt"
+OVERFLOW = ("PatternOverflow: one key would hold more than 1 partial matches, the bound "
+            "max-partial-matches=1; raise it, shorten within, or make the pattern's conditions "
+            "more selective")
+
+
+class _Captured(Exception):
+    """Stands for pyspark's CapturedException: a message and a JVM stack trace apart."""
+
+    def __init__(self, desc: str, stack: str = "") -> None:
+        super().__init__(desc)
+        self._stackTrace = stack
+
+
+def test_the_overflow_is_found_inside_the_python_proxy_py4j_and_worker_wrappers() -> None:
+    """The real text of a query that a pattern's overflow ended (captured from an executor):
+    its first line is the Python proxy's wrapper, which was all the user was told."""
+    from executor.task_runner import failure_reason
+
+    text = FIXTURE.read_text()
+    assert text.startswith("An exception was raised by the Python Proxy")
+    assert innermost_error(text) == OVERFLOW
+    assert failure_reason(_Captured(text)) == OVERFLOW
+    assert kind_of_text(failure_reason(_Captured(text))) == "permanent"
+
+
+@pytest.mark.parametrize("text,expected", [
+    # Java's chain: the innermost cause comes last
+    ("org.apache.spark.SparkException: Job aborted due to stage failure: Task 0 failed\n"
+     "\tat org.apache.spark.scheduler.DAGScheduler.failJobAndIndependentStages(x.scala:1)\n"
+     "Caused by: java.lang.IllegalStateException: state store is gone\n\tat a.b(c.java:1)",
+     "IllegalStateException: state store is gone"),
+    # py4j's way: the Java error appended after ": "
+    ("py4j.protocol.Py4JJavaError: An error occurred while calling o93.collect.\n"
+     ": java.lang.OutOfMemoryError: Java heap space", "OutOfMemoryError: Java heap space"),
+    # a Python traceback ends with the error it raised
+    ("Traceback (most recent call last):\n  File \"x.py\", line 1, in f\n    g()\n"
+     "zmq.error.ZMQError: Address already in use", "ZMQError: Address already in use"),
+    # what retrying cannot heal wins over a later, vaguer error
+    ("executor.runtime.RuntimeSpecError: input file '/in.csv' does not exist\n"
+     "java.lang.RuntimeException: stopped",
+     "RuntimeSpecError: input file '/in.csv' does not exist"),
+    # nothing but wrappers, or no error named: nothing found
+    ("pyspark.errors.exceptions.captured.PythonException: \n  see below", None),
+    ("[PATH_NOT_FOUND] Path does not exist: file:/x.jsonl", None),
+])
+def test_the_innermost_user_meaningful_error_is_named(text: str, expected: str | None) -> None:
+    assert innermost_error(text) == expected
+
+
+def test_a_reason_without_a_named_error_is_its_first_informative_line() -> None:
+    from executor.task_runner import failure_reason
+
+    assert failure_reason(_Captured("\nnull\n[PATH_NOT_FOUND] Path does not exist: file:/x\n"
+                                    "more")) == "[PATH_NOT_FOUND] Path does not exist: file:/x"
+    assert failure_reason(None) == "query ended"
+    assert len(failure_reason(_Captured("ValueError: " + "x" * 5000))) == 500
+    # the JVM stack trace is read too: a Python worker's traceback may be only there
+    assert failure_reason(_Captured("An exception was raised by the Python Proxy.",
+                                    FIXTURE.read_text())) == OVERFLOW
+
+
+def test_the_runner_restarts_from_its_checkpoint_only_what_retrying_can_heal() -> None:
+    from executor.task_runner import restart_after
+
+    no = restart_after(OVERFLOW, 0, 5, 1.0)
+    assert not no.restart and no.reason == "restarting cannot heal it"
+    again = restart_after("Py4JNetworkError: Answer from Java side is empty", 0, 5, 1.0)
+    assert again.restart and again.delay_seconds == 1.0
+    assert not restart_after("ValueError: boom", 5, 5, 1.0).restart  # its budget spent
+
+
+def test_an_overflow_fails_the_query_once_with_the_limit_named_and_never_relaunches() -> None:
+    """From the runner's report to the scheduler's decision: the executor tags the overflow
+    "cannot heal", the scheduler fails the query with it, kills the other task and launches
+    nothing however many offers and ticks follow (it used to restart it for ever)."""
+    from executor.executor_state import Registered as ExecutorRegistered, TaskLaunched
+    from executor.task_runner import failure_reason
+
+    executor = ExecutorState(heartbeat_seconds=1.0)
+    executor.handle(ExecutorRegistered("r", "e", "a1"))
+    executor.handle(TaskLaunched("l", _launch("q.t1.a1")))
+    executor.handle(RunnerStatusChanged("p", "q.t1.a1", "running", "", 0))
+    reason = f"{failure_reason(_Captured(FIXTURE.read_text()))}; restarting cannot heal it"
+    out = executor.handle(RunnerStatusChanged("p", "q.t1.a1", "failed", reason, 0))
+    (status,) = [c for c in out if isinstance(c, SendStatus)]
+    assert status.state == "TASK_FAILED" and status.message.startswith("[cannot heal] ")
+
+    s = started()
+    s.handle(running_update("q.t0.a1"))
+    s.handle(running_update("q.t1.a1"))
+    out = s.handle(failed("q.t1.a1", status.message))
+    query = s.queries["q"]
+    assert query.phase == "failed" and "max-partial-matches=1" in query.failure
+    assert "retrying cannot heal it" in query.failure and "Python Proxy" not in query.failure
+    assert [c.mesos_task_id for c in out if isinstance(c, KillTask)] == ["q.t0.a1"]
+    later: list[Command] = []
+    for i in range(1, 20):
+        later += s.handle(Tick(f"t{i}", float(i)))
+        later += s.handle(OffersReceived(f"o{i}", (offer(f"o{i}", "a1"),)))
+    assert not [c for c in later if isinstance(c, LaunchTasks)]
+    view = snapshot(s)["queries"]["q"]
+    t1 = next(t for t in view["tasks"] if t["task_id"] == "q.t1")
+    assert t1["attempt"] == 1 and "max-partial-matches=1" in t1["last_failure"]

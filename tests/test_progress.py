@@ -31,6 +31,20 @@ def test_summary_names_tasks_figures_and_what_a_task_waits_for() -> None:
     assert summarize(None) == "waiting for the scheduler"
 
 
+def test_a_failed_query_says_why_in_its_summary_and_its_failure_note() -> None:
+    """`elastiq status` and `run`'s line show the scheduler's reason, and `run`'s note says the
+    query fails rather than that it restarts."""
+    reason = ("task q.t0 cannot run, and retrying cannot heal it: TASK_FAILED [cannot heal] "
+              "PatternOverflow: one key would hold more than 1 partial matches, the bound "
+              "max-partial-matches=1")
+    status = {**_status(5, failure=reason.split(": ", 1)[1]), "status": "failed",
+              "failure": reason}
+    assert summarize(status).startswith("failed | ")
+    assert summarize(status).endswith(f" | why: {reason}")
+    assert FailureNotes().news(status)[0].endswith(
+        "max-partial-matches=1); retrying cannot heal that, so the query fails")
+
+
 def test_rate_is_averaged_over_a_few_seconds_of_cumulative_counts() -> None:
     meter = RateMeter()
     assert meter.update(1000, now=10.0) == 0.0

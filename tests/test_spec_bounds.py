@@ -337,3 +337,68 @@ def test_names_the_rewrite_rules_make_differ_from_the_specs_in_more_than_case(
     for names in ([n.name for n in physical.nodes], [s.name for s in physical.streams]):
         assert len({name.casefold() for name in names}) == len(names), names
     assert {"f_wr_2", "f_rd_2", "F_RD"} <= {n.name for n in physical.nodes}
+
+
+# ------------------------------------------------------------------ cost multipliers: windows
+
+def _sliding(size: str, slide: str) -> str:
+    return with_source_and_sink(
+        '  <operator name="w" type="window-aggregate">\n    <input name="raw"/>\n'
+        '    <param name="time" value="ts"/>\n'
+        f'    <param name="size" value="{size}"/>\n'
+        f'    <param name="slide" value="{slide}"/>\n'
+        '    <aggregate name="n" function="count"/>\n    <output name="agg"/>\n'
+        '  </operator>\n', "agg")
+
+
+def test_a_year_sliding_by_a_millisecond_is_refused_at_its_slide_naming_the_bound() -> None:
+    """The attack: 3.15e10 windows per row validated, and the task never started."""
+    found = _refused_at(_sliding("8760 hours", "1 ms"), "1 ms", "more than the 1,000")
+    assert "31,536,000,000 windows" in found.message
+    assert "slide by at least 31536 seconds" in found.hint
+
+
+@pytest.mark.parametrize("size,slide,windows", [
+    ("1000 seconds", "999 milliseconds", 1002),  # a window a row starts in counts (ceil)
+    ("1001 milliseconds", "1 ms", 1001),
+])
+def test_a_slide_one_window_past_the_bound_is_refused(size: str, slide: str,
+                                                      windows: int) -> None:
+    found = _refused_at(_sliding(size, slide), slide, "a window may")
+    assert f"{windows:,} windows" in found.message
+
+
+def test_a_window_at_the_bound_compiles(tmp_path: Path) -> None:
+    _compiles(_sliding("1000 seconds", "1 second"), tmp_path)
+    _compiles(_sliding("8760 hours", "31536 seconds"), tmp_path)  # the hint's own slide
+
+
+def test_windows_per_row_is_the_ceiling_spark_expands_a_row_into() -> None:
+    from compiler.validate import windows_per_row
+
+    # oracle: the starts s = k*slide with s <= t < s + size for a row at t, counted by brute force
+    for size, slide in ((10, 3), (10, 5), (7, 7), (100, 1), (101, 2)):
+        counts = {sum(1 for k in range(-size, t + 1) if k * slide <= t < k * slide + size)
+                  for t in range(0, 3 * size)}
+        assert counts <= {windows_per_row(size, slide), windows_per_row(size, slide) - 1}
+        assert windows_per_row(size, slide) in counts
+
+
+# ------------------------------------------------------ cost multipliers: partial matches
+
+def _pattern(bound: str) -> str:
+    return with_source_and_sink(
+        '  <operator name="p" type="pattern">\n    <input name="raw"/>\n'
+        '    <param name="pattern" value="(A | B)+ C"/>\n    <param name="time" value="ts"/>\n'
+        '    <param name="within" value="1 minute"/>\n'
+        f'    <param name="max-partial-matches" value="{bound}"/>\n'
+        '    <field name="start" value="first(A.ts)"/>\n    <output name="hits"/>\n'
+        '  </operator>\n', "hits")
+
+
+def test_a_bound_on_partial_matches_past_what_a_worker_holds_is_refused(tmp_path: Path) -> None:
+    """10,000,000 was accepted: one refused row of an alternation then took 830 MB of the
+    Python worker (measured), beside the JVM in a 1500 MB executor."""
+    _refused_at(_pattern("10000000"), "10000000", "above the maximum 1000000")
+    _refused_at(_pattern("1000001"), "1000001", "above the maximum 1000000")
+    _compiles(_pattern("1000000"), tmp_path)
