@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from e2e_support import cli, compile_spec, start_stack, stop_stack, submit, wait_until
+from testkit.e2e_support import cli, compile_spec, start_stack, stop_stack, submit, wait_until
 
 log = logging.getLogger(__name__)
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
