@@ -187,8 +187,12 @@ def _run_in(state: Path, compilation: Any, size: ClusterSize, options: RunOption
           "stops it", file=err)
     with claimed_bands(agents) as bands, \
             EmbeddedCluster(agents=0, work_dir=state / "cluster",
-                            executor_grace_seconds=EXECUTOR_GRACE_SECONDS) as cluster:
+                            executor_grace_seconds=EXECUTOR_GRACE_SECONDS,
+                            isolation=run_isolation(os.environ)) as cluster:
         add_agents(cluster, bands, resources)
+        print(f"elastiq: agents' isolation: {cluster.agents[0].isolation}"
+              + ("" if cluster.agents[0].isolation != "none" else
+                 " (--cpus and --mem are not enforced; see docs/deploy.md)"), file=err)
         credential = cluster.framework_credential  # the embedded master authenticates us
         service = SchedulerService(cluster.master_address, config, principal=credential.principal,
                                    secret=credential.secret).start()
@@ -221,6 +225,15 @@ def claimed_bands(count: int, ports_per_agent: int = PORTS_PER_AGENT) -> Iterato
     finally:
         for claim in claims:
             claim.release()
+
+
+def run_isolation(environ: Any) -> str:
+    """The embedded agents' isolation for `elastiq run`: cgroups (each executor container held
+    to its cpus and mem, as Mesos's cgroups isolators), unless ELASTIQ_AGENT_ISOLATION says
+    `none`; an agent where no cgroup can be made runs unisolated and says so."""
+    from elastiq.embedded.agent import ISOLATION_ENV, resolve_isolation
+
+    return resolve_isolation("auto", {ISOLATION_ENV: "cgroups", **environ})
 
 
 def add_agents(cluster: Any, bands: list[Any], resources: dict[str, Any]) -> None:
