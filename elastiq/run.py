@@ -227,7 +227,7 @@ def claimed_bands(count: int, ports_per_agent: int = PORTS_PER_AGENT) -> Iterato
             claim.release()
 
 
-def run_isolation(environ: Any) -> str:
+def run_isolation(environ: Any) -> Any:
     """The embedded agents' isolation for `elastiq run`: cgroups (each executor container held
     to its cpus and mem, as Mesos's cgroups isolators), unless ELASTIQ_AGENT_ISOLATION says
     `none`; an agent where no cgroup can be made runs unisolated and says so."""

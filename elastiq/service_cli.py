@@ -427,7 +427,16 @@ def _print_status(reply: dict[str, Any], readings: Any = None, watch: bool = Fal
             print(f"  {t['task_id']:<24} {t['state']:<9} attempt {t['attempt']} on {where}{extra}")
         for line in elastic_lines(q.get("elastic") or []):
             print(line)
+        for line in agent_lines(q.get("agents") or {}):
+            print(line)
     return readings
+
+
+def agent_lines(agents: dict[str, Any]) -> list[str]:
+    """`status` lines of the agents a query's tasks run on: each one's isolation (`cgroups
+    v1`, `cgroups v2`, `none`; `unknown` when the agent does not say), pure."""
+    return [f"  agent {agent_id}: isolation: {view.get('isolation', 'unknown')}"
+            for agent_id, view in sorted(agents.items())]
 
 
 def elastic_lines(operators: list[dict[str, Any]]) -> list[str]:

@@ -281,3 +281,19 @@ def test_agent_operator_call_unknown_is_refused_without_measuring():
         {"healthy": True}
     with pytest.raises(operator_api.OperatorCallError, match="GET_CONTAINERS"):
         operator_api.agent_v1_call({"type": "GET_TASKS"}, measure)
+
+
+def test_agents_isolation_travels_in_offers_to_status_lines():
+    from elastiq.embedded.master_state import text_attributes
+    from elastiq.service_cli import agent_lines
+    from scheduler.mesos_json import parse_offer
+
+    registered = [{"name": "isolation", "type": "TEXT", "text": {"value": "cgroups v1"}},
+                  {"name": "rack", "type": "SCALAR", "scalar": {"value": 1}}, "junk"]
+    attributes = text_attributes(registered)
+    assert attributes == [registered[0]]
+    offer = parse_offer({"id": {"value": "o"}, "agent_id": {"value": "S1"}, "hostname": "h",
+                         "resources": [], "attributes": attributes})
+    assert offer.attributes == (("isolation", "cgroups v1"),)
+    assert agent_lines({"S2": {"isolation": "none"}, "S1": {"isolation": "cgroups v1"}}) == [
+        "  agent S1: isolation: cgroups v1", "  agent S2: isolation: none"]

@@ -87,12 +87,15 @@ class Framework:
             principal=credential.principal, secret=credential.secret)
         self.driver.start()
 
-    def launch(self, task_id: str, cpus: float, mem: float, data: dict[str, Any]) -> None:
+    def launch(self, task_id: str, cpus: float, mem: float,
+               data: dict[str, Any]) -> dict[str, Any]:
+        """Launch on the next offer; returns that offer once the task runs."""
         offer = wait_for("an offer", self.recorder.offer, timeout=20)
         self.driver.launchTasks([offer["id"]], [_task(task_id, offer["agent_id"], cpus, mem,
                                                       data)], filters={"refuse_seconds": 0})
         wait_for(f"{task_id} running", lambda: self.recorder.update(task_id, "TASK_RUNNING"),
                  timeout=30)
+        return offer
 
     def stop(self) -> None:
         self.driver.stop()
@@ -171,7 +174,9 @@ def test_an_agent_of_half_a_cpu_holds_a_cpu_bound_executor_to_it(tmp_path, cgrou
         assert agent.isolation == f"cgroups v{hierarchy.version}"
         framework = Framework(cluster)
         try:
-            framework.launch("burn", 0.5, 256, {"mode": "burn", "workers": 3})
+            offer = framework.launch("burn", 0.5, 256, {"mode": "burn", "workers": 3})
+            assert offer["attributes"] == [{"name": "isolation", "type": "TEXT",
+                                            "text": {"value": agent.isolation}}]
             (executor_pid,) = agent.executor_pids().values()
             wait_for("the three spinning children",
                      lambda: len(_session_ticks(executor_pid)[1]) >= 4, timeout=20)
@@ -261,7 +266,8 @@ def test_without_cgroups_everything_runs_and_says_isolation_none(tmp_path, cgrou
         assert len(notes) == 1 and str(empty) in notes[0]
         framework = Framework(cluster)
         try:
-            framework.launch("plain", 0.5, 256, {"mode": "idle"})
+            offer = framework.launch("plain", 0.5, 256, {"mode": "idle"})
+            assert offer["attributes"][0]["text"] == {"value": "none"}
             statistics = _one_container(agent.url)["statistics"]
         finally:
             framework.stop()

@@ -106,6 +106,7 @@ SilenceSetting = float | None | Literal["auto"]
 ISOLATION_ENV = "ELASTIQ_AGENT_ISOLATION"
 IsolationSetting = Literal["auto", "cgroups", "none"]
 MEMORY_LIMITATION = "REASON_CONTAINER_LIMITATION_MEMORY"
+ISOLATION_ATTRIBUTE = "isolation"  # the agent attribute naming its isolation
 OOM_CHECK_SECONDS = 0.25  # how often the agent looks for OOM kills in its containers
 
 
@@ -415,7 +416,8 @@ class EmbeddedAgent:
         master gave. Raises RuntimeError when the master refuses or stays unreachable."""
         client = JsonClient(self.master_url, headers=self._auth)
         body = {"agent_id": self.agent_id or None, "url": self.url, "hostname": self.host,
-                "resources": self.resources.to_mesos(), "executors": self.running_report()}
+                "resources": self.resources.to_mesos(), "attributes": self._attributes(),
+                "executors": self.running_report()}
         deadline = time.monotonic() + timeout
         try:
             while True:
@@ -756,7 +758,13 @@ class EmbeddedAgent:
 
     def _agent_info(self) -> dict[str, Any]:
         return {"id": {"value": self.agent_id}, "hostname": self.host, "port": self.port,
-                "resources": self.resources.to_mesos()}
+                "resources": self.resources.to_mesos(), "attributes": self._attributes()}
+
+    def _attributes(self) -> list[dict[str, Any]]:
+        """The agent's attributes, as an operator sets a Mesos agent's `--attributes`: its
+        isolation (`cgroups v1`, `cgroups v2`, `none`), so offers tell frameworks what holds
+        their executors (a real agent says so only if its operator wrote it)."""
+        return [{"name": ISOLATION_ATTRIBUTE, "type": "TEXT", "text": {"value": self.isolation}}]
 
     # ---------------------------------------------------------------- master commands
 

@@ -25,6 +25,7 @@ from elastiq.embedded.agent import EmbeddedAgent, IsolationSetting, SilenceSetti
 from elastiq.embedded.auth import FrameworkCredential
 from elastiq.embedded.executors import kill_recorded_executors
 from elastiq.embedded.httpio import SECRET_ENV
+from elastiq.embedded.isolation import CGROUP_ROOT
 from elastiq.embedded.master import EmbeddedMaster
 
 logger = logging.getLogger(__name__)
@@ -178,8 +179,7 @@ class EmbeddedCluster:
                               heartbeat_interval=self.heartbeat_interval,
                               executor_silence_after=self.executor_silence_after,
                               secret=self.master.secret, isolation=self.isolation,
-                              **({"cgroup_root": self.cgroup_root}
-                                 if self.cgroup_root is not None else {}))
+                              cgroup_root=self.cgroup_root or CGROUP_ROOT)
         self.agents.append(agent)
         agent.start()
         return agent

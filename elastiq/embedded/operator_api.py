@@ -263,4 +263,4 @@ def agent_v1_call(body: Any, measure: Callable[[], list[Container]]) -> dict[str
     if answer is None:
         raise OperatorCallError(f"operator call {kind!r} is not served by the embedded agent "
                                 f"(it answers {', '.join(sorted(_AGENT_CALLS))})")
-    return {"type": kind, kind.lower(): answer(measure)}
+    return {"type": kind, str(kind).lower(): answer(measure)}
