@@ -26,7 +26,7 @@ from typing import Any, Iterator, TextIO
 from common.failures import kind_in
 from common.paths import ENV_VAR as PATH_ROOTS_ENV, PathRoots, local_roots
 from compiler.pipeline import compile_spec_file
-from elastiq.progress import ProgressLine, Summary
+from elastiq.progress import AgentCpu, ProgressLine, Summary
 from elastiq.sizing import PORTS_PER_AGENT, ClusterSize, PlanDoesNotFit, size_cluster
 
 log = logging.getLogger("elastiq.run")
@@ -201,7 +201,8 @@ def _run_in(state: Path, compilation: Any, size: ClusterSize, options: RunOption
             reply = service.submit(query, source=_source(options.spec, query.query_id))
             if not reply.accepted:
                 raise RunError(f"the scheduler refused the query: {reply.message}")
-            return _follow(service, query, state / "cluster", options, out, err)
+            return _follow(service, query, state / "cluster", options, out, err,
+                           lambda: agents_cpu(cluster.agents))
         finally:
             if api is not None:
                 api.stop()
@@ -296,8 +297,17 @@ def _pythonpath() -> str:
     return f"{here}:{existing}" if existing else here
 
 
+def agents_cpu(agents: list[Any]) -> tuple[dict[str, float], dict[str, float]]:
+    """Each embedded agent's executors' cpu seconds so far (from its containers' statistics,
+    as its `/monitor/statistics`) and the cpus it offers."""
+    used = {a.agent_id: sum(c.statistics.get("cpus_user_time_secs", 0.0)
+                            + c.statistics.get("cpus_system_time_secs", 0.0)
+                            for c in a.containers()) for a in agents}
+    return used, {a.agent_id: a.resources.scalars.get("cpus", 0.0) for a in agents}
+
+
 def _follow(service: Any, query: Any, cluster_dir: Path, options: RunOptions, out: TextIO,
-            err: TextIO) -> int:
+            err: TextIO, measure: Any = None) -> int:
     follower = Follower()
     watch = SinkWatch()
     for _, path in watch.update(query.sinks):  # show this run's results, not an earlier run's
@@ -305,6 +315,8 @@ def _follow(service: Any, query: Any, cluster_dir: Path, options: RunOptions, ou
             follower.offsets[path] = path.stat().st_size
     progress = ProgressLine(err, enabled=options.show_progress)
     summary = Summary()
+    cpu = AgentCpu()
+    limits: dict[str, float] = {}
     failures = FailureNotes()
     console = re.compile(r"^\[" + re.escape(query.query_id) + r"\.t\d+ #\d+\] ")
     deadline = None if options.duration is None else time.monotonic() + options.duration
@@ -327,7 +339,10 @@ def _follow(service: Any, query: Any, cluster_dir: Path, options: RunOptions, ou
         for note in failures.news(status):
             progress.clear()
             print(f"elastiq: {note}", file=err, flush=True)
-        progress.show(summary(status))
+        if measure is not None and options.show_progress and cpu.due(time.monotonic()):
+            used, limits = measure()
+            cpu.update(used, time.monotonic())
+        progress.show(" | ".join(p for p in (summary(status), cpu.line(limits)) if p))
         if status and status.get("phase") in TERMINAL:
             break
         time.sleep(0.25)

@@ -34,7 +34,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--agents", type=int, default=None,
                    help="embedded agents (default: as many as the plan's placement needs)")
     r.add_argument("--cpus", type=float, default=None,
-                   help="cpus each agent offers to tasks (default: room for the whole plan, at "
+                   help="cpus each agent offers to tasks, enforced per executor container with "
+                        "cgroups where they can be made (default: room for the whole plan, at "
                         "least 4; the agent's SparkSession uses at most the machine's cores)")
     r.add_argument("--mem", type=int, default=None,
                    help="MB each agent offers (default: room for the whole plan, at least 6144)")

@@ -297,3 +297,25 @@ def test_agents_isolation_travels_in_offers_to_status_lines():
     assert offer.attributes == (("isolation", "cgroups v1"),)
     assert agent_lines({"S2": {"isolation": "none"}, "S1": {"isolation": "cgroups v1"}}) == [
         "  agent S1: isolation: cgroups v1", "  agent S2: isolation: none"]
+
+
+def test_progress_shows_each_agents_cpu_use_against_its_cpus():
+    from elastiq.progress import AgentCpu
+
+    cpu = AgentCpu(every=3.0)
+    assert cpu.due(0.0)
+    cpu.update({"S1": 10.0, "S2": 1.0}, 100.0)
+    assert cpu.line({"S1": 0.5, "S2": 1.5}) == ""  # one measurement is no rate
+    assert not cpu.due(102.0) and cpu.due(103.0)
+    cpu.update({"S1": 11.5, "S2": 0.2}, 104.0)  # S2's executor restarted: no negative rate
+    assert cpu.line({"S1": 0.5, "S2": 1.5}) == "cpu 0.38/0.5 0.00/1.5"
+
+
+def test_agent_cgroups_are_found_by_agent_id_only(tmp_path):
+    from elastiq.embedded.isolation import agent_cgroups
+
+    hierarchy = probe(_v1_tree(tmp_path)).hierarchy
+    assert hierarchy is not None
+    for agent, container in (("S1", "c1"), ("S1", "c2"), ("S11", "c3")):
+        (hierarchy.memory / cgroup_name(agent, container)).mkdir()
+    assert agent_cgroups(hierarchy, "S1") == ["elastiq-S1-c1", "elastiq-S1-c2"]

@@ -23,7 +23,9 @@ import pytest
 from pymesos import MesosSchedulerDriver, Scheduler
 
 from elastiq.embedded import EmbeddedCluster
-from elastiq.embedded.isolation import CGROUP_PREFIX, ContainerCgroup, Hierarchy, probe
+from elastiq.embedded.isolation import (
+    CGROUP_PREFIX, ContainerCgroup, Hierarchy, probe, remove_agent_cgroups,
+)
 from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(120)]
@@ -108,11 +110,8 @@ def cgroups_made() -> Iterator[list[str]]:
     behind is destroyed at the end (after the cluster stopped), pass or fail."""
     agent_ids: list[str] = []
     yield agent_ids
-    if HOST.hierarchy is None:
-        return
-    for names in _cgroups_of(HOST.hierarchy, agent_ids).values():
-        for name in names:
-            ContainerCgroup(HOST.hierarchy, name).destroy()
+    for agent_id in agent_ids:
+        remove_agent_cgroups(agent_id)
 
 
 def _cgroups_of(hierarchy: Hierarchy, agent_ids: list[str]) -> dict[Path, list[str]]:

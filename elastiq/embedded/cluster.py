@@ -25,7 +25,7 @@ from elastiq.embedded.agent import EmbeddedAgent, IsolationSetting, SilenceSetti
 from elastiq.embedded.auth import FrameworkCredential
 from elastiq.embedded.executors import kill_recorded_executors
 from elastiq.embedded.httpio import SECRET_ENV
-from elastiq.embedded.isolation import CGROUP_ROOT
+from elastiq.embedded.isolation import CGROUP_ROOT, remove_agent_cgroups
 from elastiq.embedded.master import EmbeddedMaster
 
 logger = logging.getLogger(__name__)
@@ -84,6 +84,7 @@ class AgentProcess:
             self.process.stdout.close()
         self._log.close()
         kill_recorded_executors(self.work_dir)
+        remove_agent_cgroups(self.agent_id)  # what a SIGKILLed agent could not remove
 
 
 def _read_ready_line(process: subprocess.Popen, timeout: float) -> dict[str, Any]:

@@ -27,7 +27,7 @@ import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Literal, Mapping
+from typing import Iterable, Literal
 
 logger = logging.getLogger(__name__)
 
@@ -415,7 +415,22 @@ def memory_limitation_message(limit_bytes: int, peak_bytes: int) -> str:
             f"Maximum Used: {peak_bytes // MB}MB")
 
 
-def leftover_cgroups(hierarchy: Hierarchy) -> Mapping[Path, list[str]]:
-    """`elastiq-*` cgroups found in each controller's directory (for tests and operators)."""
-    return {base: sorted(p.name for p in base.glob(f"{CGROUP_PREFIX}*") if p.is_dir())
-            for base in _unique((hierarchy.cpu, hierarchy.cpuacct, hierarchy.memory))}
+def agent_cgroups(hierarchy: Hierarchy, agent_id: str) -> list[str]:
+    """Names of the container cgroups of agent `agent_id` (any controller) that exist now."""
+    prefix = cgroup_name(agent_id, "")
+    names: set[str] = set()
+    for base in _unique((hierarchy.cpu, hierarchy.cpuacct, hierarchy.memory)):
+        names.update(p.name for p in base.glob(f"{prefix}*") if p.is_dir())
+    return sorted(names)
+
+
+def remove_agent_cgroups(agent_id: str, root: Path = CGROUP_ROOT) -> int:
+    """Destroy the cgroups an agent left (one SIGKILLed before its containers ended); returns
+    how many there were."""
+    hierarchy = probe(root, try_mkdir=False).hierarchy
+    if hierarchy is None or not agent_id:
+        return 0
+    names = agent_cgroups(hierarchy, agent_id)
+    for name in names:
+        ContainerCgroup(hierarchy, name).destroy()
+    return len(names)
