@@ -9,6 +9,7 @@ these tests made is removed at the end even when a test fails (`cgroups_made`)."
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import logging
 import os
@@ -24,7 +25,7 @@ from pymesos import MesosSchedulerDriver, Scheduler
 
 from elastiq.embedded import EmbeddedCluster
 from elastiq.embedded.isolation import (
-    CGROUP_PREFIX, ContainerCgroup, Hierarchy, probe, remove_agent_cgroups,
+    CGROUP_PREFIX, ContainerCgroup, Hierarchy, Probe, probe, remove_agent_cgroups,
 )
 from tests.waiting import wait_for
 
@@ -32,13 +33,19 @@ pytestmark = [pytest.mark.cluster, pytest.mark.timeout(120)]
 LIMITS_EXECUTOR = Path(__file__).parent / "fixtures" / "limits_executor.py"
 HZ = os.sysconf("SC_CLK_TCK")
 MB = 1024 * 1024
-HOST = probe()
+
+
+@functools.cache
+def _host() -> Probe:
+    """This machine's cgroups, probed once (a trial cgroup made and removed) when a test asks."""
+    return probe()
 
 
 def _hierarchy() -> Hierarchy:
-    if HOST.hierarchy is None:
-        pytest.skip(f"no cgroups can be made here: {HOST.reason}")
-    return HOST.hierarchy
+    host = _host()
+    if host.hierarchy is None:
+        pytest.skip(f"no cgroups can be made here: {host.reason}")
+    return host.hierarchy
 
 
 class Recorder(Scheduler):
@@ -63,8 +70,11 @@ class Recorder(Scheduler):
                          and u["state"] == state), None)
 
     def offer(self) -> dict[str, Any] | None:
+        """The newest offer (older ones were used or replaced), or None."""
         with self._lock:
-            return self.offers.pop() if self.offers else None
+            newest = self.offers[-1] if self.offers else None
+            self.offers.clear()
+            return newest
 
 
 def _task(task_id: str, agent_id: dict[str, str], cpus: float, mem: float,
@@ -273,5 +283,5 @@ def test_without_cgroups_everything_runs_and_says_isolation_none(tmp_path, cgrou
         assert statistics["cpus_limit"] == 0.5 and statistics["mem_limit_bytes"] == 256 * MB
         assert statistics["mem_rss_bytes"] > 10 * MB  # a Python process's resident memory
         assert list(empty.iterdir()) == []
-        if HOST.hierarchy is not None:
-            assert not any(_cgroups_of(HOST.hierarchy, [agent.agent_id]).values())
+        if _host().hierarchy is not None:
+            assert not any(_cgroups_of(_host().hierarchy, [agent.agent_id]).values())
