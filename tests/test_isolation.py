@@ -319,3 +319,20 @@ def test_agent_cgroups_are_found_by_agent_id_only(tmp_path):
     for agent, container in (("S1", "c1"), ("S1", "c2"), ("S11", "c3")):
         (hierarchy.memory / cgroup_name(agent, container)).mkdir()
     assert agent_cgroups(hierarchy, "S1") == ["elastiq-S1-c1", "elastiq-S1-c2"]
+
+
+@pytest.mark.usefixtures("scheduler_path_roots")
+def test_status_prints_the_isolation_each_agent_offers_with(tmp_path, capsys):
+    from elastiq.service_cli import _print_status
+    from scheduler.events import OffersReceived
+    from scheduler.placement import Offer
+    from scheduler.views import snapshot
+    from tests.test_control import running
+
+    s = running(tmp_path)  # one task on agent a1, whose offers said nothing of isolation
+    _print_status(snapshot(s)["queries"]["q"])
+    assert "  agent a1: isolation: unknown" in capsys.readouterr().out
+    s.handle(OffersReceived("o", (Offer("o2", "a1", "host-a1", 1.0, 512.0,
+                                        attributes=(("isolation", "cgroups v1"),)),)))
+    _print_status(snapshot(s)["queries"]["q"])
+    assert "  agent a1: isolation: cgroups v1" in capsys.readouterr().out
