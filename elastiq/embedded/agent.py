@@ -53,6 +53,17 @@ master keeps the id, nothing is stopped (a restarted master rebuilds its tables 
 if it hands out a new id (it removed this agent), the agent ends its executors first. An event
 the master refuses with 404 is retried (bounded) until the agent is registered again under the
 id the event happened under, and dropped if that id was replaced.
+
+Isolation (`isolation`: `cgroups`, or `none` as a Mesos agent's default posix isolators;
+`ELASTIQ_AGENT_ISOLATION`; `elastiq run` asks for cgroups): each executor container gets a
+cgroup (`isolation.py`) sized to the executor's resources plus its live tasks', made before the
+executor starts (it is born inside), resized as tasks come and go, watched for OOM kills (the
+container is then destroyed and its tasks fail with `REASON_CONTAINER_LIMITATION_MEMORY`, source
+`SOURCE_AGENT`, as Mesos 1.11), and removed when the container ends. Where no cgroup can be made
+the agent logs it once and runs unisolated; its `isolation` says which (`cgroups v1`, `cgroups
+v2`, `none`), also in its offers' `isolation` attribute and `/state`. Usage per container is served
+at `GET /monitor/statistics` and by `POST /api/v1` GET_CONTAINERS (`operator_api`), read-only and
+open as `/state` is.
 """
 
 from __future__ import annotations
@@ -639,7 +650,8 @@ class EmbeddedAgent:
 
     def _view(self) -> dict[str, Any]:
         with self._lock:
-            return {"agent_id": self.agent_id, "isolation": self.isolation, "executors": [
+            return {"agent_id": self.agent_id, "isolation": self.isolation,
+                    "isolation_note": self.isolation_note, "executors": [
                 {"framework_id": r.framework_id, "executor_id": r.executor_id,
                  "pid": r.process.pid, "tasks": dict(r.tasks)} for r in self._runs.values()]}
 
