@@ -97,16 +97,18 @@ def add_agents(cluster: Any, bands: list[Any], resources: dict[str, Any]) -> Non
 
 
 @contextmanager
-def embedded_cluster(agents: int, resources: dict[str, Any],
-                     work_dir: Path) -> Iterator[EmbeddedCluster]:
+def embedded_cluster(agents: int, resources: dict[str, Any], work_dir: Path,
+                     isolation: Any = "none") -> Iterator[EmbeddedCluster]:
     """An embedded master with `agents` agents, each offering `resources` and a claimed band of
-    ports; on leaving, the cluster stops (its executors get EXECUTOR_GRACE_SECONDS) and then
-    the bands are released."""
+    ports and isolating its executor containers as `isolation` says (`elastiq.embedded.agent`'s
+    modes; none by default, as a Mesos agent's posix isolators); on leaving, the cluster stops
+    (its executors get EXECUTOR_GRACE_SECONDS) and then the bands are released."""
     from elastiq.embedded import EmbeddedCluster
 
     with ExitStack() as stack:
         bands = stack.enter_context(claimed_bands(agents))
         cluster = stack.enter_context(EmbeddedCluster(
-            agents=0, work_dir=work_dir, executor_grace_seconds=EXECUTOR_GRACE_SECONDS))
+            agents=0, work_dir=work_dir, executor_grace_seconds=EXECUTOR_GRACE_SECONDS,
+            isolation=isolation))
         add_agents(cluster, bands, resources)
         yield cluster

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, TextIO
+from typing import Any, Mapping, TextIO
 
 
 @dataclass
@@ -56,6 +56,35 @@ class RateMeter:
         else:
             self._previous = (now, count)
         return self.rate
+
+
+@dataclass
+class AgentCpu:
+    """Each agent's cpu use against the cpus it offers, from successive cumulative cpu seconds
+    of its executors (its `/monitor/statistics`): `cpu 0.48/0.5 0.31/0.5` (pure; the caller
+    measures, at most every `every` seconds)."""
+
+    every: float = 3.0
+    _previous: dict[str, tuple[float, float]] = field(default_factory=dict)  # agent -> (t, s)
+    rates: dict[str, float] = field(default_factory=dict)
+
+    def due(self, now: float) -> bool:
+        return not self._previous or now - min(t for t, _ in self._previous.values()) >= self.every
+
+    def update(self, used: Mapping[str, float], now: float) -> None:
+        """`used`: agent -> its executors' cpu seconds so far (a drop: an executor ended)."""
+        for agent, seconds in used.items():
+            before = self._previous.get(agent)
+            if before is not None and now > before[0]:
+                self.rates[agent] = max(0.0, seconds - before[1]) / (now - before[0])
+            self._previous[agent] = (now, seconds)
+
+    def line(self, limits: Mapping[str, float]) -> str:
+        """`cpu USED/LIMIT ...` per agent in id order; "" before two measurements."""
+        known = [a for a in sorted(limits) if a in self.rates]
+        if not known:
+            return ""
+        return "cpu " + " ".join(f"{self.rates[a]:.2f}/{limits[a]:g}" for a in known)
 
 
 @dataclass

@@ -27,7 +27,7 @@ from common.paths import PathRoots, local_roots
 from compiler.pipeline import compile_spec_file
 from elastiq.launch import (LaunchError, check_java, embedded_cluster, executor_spec,
                             executor_token_environment)
-from elastiq.progress import ProgressLine, Summary
+from elastiq.progress import AgentCpu, ProgressLine, Summary
 from elastiq.sink_watch import Follower, SinkWatch
 from elastiq.sizing import ClusterSize, PlanDoesNotFit, size_cluster
 
@@ -129,7 +129,11 @@ def _run_in(state: Path, compilation: Any, size: ClusterSize, options: RunOption
     print(f"elastiq: running {query.query_id} ({len(query.tasks)} task(s)) on "
           f"{size.agents} embedded agent(s) of {size.cpus:g} cpus and {size.mem_mb} MB; Ctrl-C "
           "stops it", file=err)
-    with embedded_cluster(size.agents, resources, state / "cluster") as cluster:
+    with embedded_cluster(size.agents, resources, state / "cluster",
+                          isolation=run_isolation(os.environ)) as cluster:
+        print(f"elastiq: agents' isolation: {cluster.agents[0].isolation}"
+              + ("" if cluster.agents[0].isolation != "none" else
+                 " (--cpus and --mem are not enforced; see docs/deploy.md)"), file=err)
         credential = cluster.framework_credential  # the embedded master authenticates us
         service = SchedulerService(cluster.master_address, config, principal=credential.principal,
                                    secret=credential.secret).start()
@@ -138,13 +142,23 @@ def _run_in(state: Path, compilation: Any, size: ClusterSize, options: RunOption
             reply = service.submit(query, source=_source(options.spec, query.query_id))
             if not reply.accepted:
                 raise RunError(f"the scheduler refused the query: {reply.message}")
-            return _follow(service, query, state / "cluster", options, out, err)
+            return _follow(service, query, state / "cluster", options, out, err,
+                           lambda: agents_cpu(cluster.agents))
         finally:
             if api is not None:
                 api.stop()
             service.stop_query(query.query_id)
             _wait_until_ended(service, query.query_id, timeout=20.0)
             service.stop(failover=False)
+
+
+def run_isolation(environ: Any) -> Any:
+    """The embedded agents' isolation for `elastiq run`: cgroups (each executor container held
+    to its cpus and mem, as Mesos's cgroups isolators), unless ELASTIQ_AGENT_ISOLATION says
+    `none`; an agent where no cgroup can be made runs unisolated and says so."""
+    from elastiq.embedded.agent import ISOLATION_ENV, resolve_isolation
+
+    return resolve_isolation("auto", {ISOLATION_ENV: "cgroups", **environ})
 
 
 def api_port_for(wanted: int | None) -> int | None:
@@ -201,14 +215,25 @@ def _pythonpath() -> str:
     return f"{here}:{existing}" if existing else here
 
 
+def agents_cpu(agents: list[Any]) -> tuple[dict[str, float], dict[str, float]]:
+    """Each embedded agent's executors' cpu seconds so far (from its containers' statistics,
+    as its `/monitor/statistics`) and the cpus it offers."""
+    used = {a.agent_id: sum(c.statistics.get("cpus_user_time_secs", 0.0)
+                            + c.statistics.get("cpus_system_time_secs", 0.0)
+                            for c in a.containers()) for a in agents}
+    return used, {a.agent_id: a.resources.scalars.get("cpus", 0.0) for a in agents}
+
+
 def _follow(service: Any, query: Any, cluster_dir: Path, options: RunOptions, out: TextIO,
-            err: TextIO) -> int:
+            err: TextIO, measure: Any = None) -> int:
     follower = Follower()
     watch = SinkWatch()
     for _, path in watch.update(query.sinks):  # show this run's results, not an earlier run's
         follower.skip_existing(path)
     progress = ProgressLine(err, enabled=options.show_progress)
     summary = Summary()
+    cpu = AgentCpu()
+    limits: dict[str, float] = {}
     failures = FailureNotes()
     console = re.compile(r"^\[" + re.escape(query.query_id) + r"\.t\d+ #\d+\] ")
     deadline = None if options.duration is None else time.monotonic() + options.duration
@@ -231,7 +256,10 @@ def _follow(service: Any, query: Any, cluster_dir: Path, options: RunOptions, ou
         for note in failures.news(status):
             progress.clear()
             print(f"elastiq: {note}", file=err, flush=True)
-        progress.show(summary(status))
+        if measure is not None and options.show_progress and cpu.due(time.monotonic()):
+            used, limits = measure()
+            cpu.update(used, time.monotonic())
+        progress.show(" | ".join(p for p in (summary(status), cpu.line(limits)) if p))
         if status and status.get("phase") in TERMINAL:
             break
         time.sleep(0.25)

@@ -39,7 +39,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--agents", type=int, default=None,
                    help="embedded agents (default: as many as the plan's placement needs)")
     r.add_argument("--cpus", type=float, default=None,
-                   help="cpus each agent offers to tasks (default: room for the whole plan, at "
+                   help="cpus each agent offers to tasks, enforced per executor container with "
+                        "cgroups where they can be made (default: room for the whole plan, at "
                         "least 4; the agent's SparkSession uses at most the machine's cores)")
     r.add_argument("--mem", type=int, default=None,
                    help="MB each agent offers (default: room for the whole plan, at least 6144)")
@@ -395,7 +396,16 @@ def _print_status(reply: dict[str, Any], readings: Any = None, watch: bool = Fal
             print(f"  {t['task_id']:<24} {t['state']:<9} attempt {t['attempt']} on {where}{extra}")
         for line in elastic_lines(q.get("elastic") or []):
             print(line)
+        for line in agent_lines(q.get("agents") or {}):
+            print(line)
     return readings
+
+
+def agent_lines(agents: dict[str, Any]) -> list[str]:
+    """`status` lines of the agents a query's tasks run on: each one's isolation (`cgroups
+    v1`, `cgroups v2`, `none`; `unknown` when the agent does not say), pure."""
+    return [f"  agent {agent_id}: isolation: {view.get('isolation', 'unknown')}"
+            for agent_id, view in sorted(agents.items())]
 
 
 def elastic_lines(operators: list[dict[str, Any]]) -> list[str]:

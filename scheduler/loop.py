@@ -127,7 +127,8 @@ class SchedulerLoop:
     def query_status(self, query_id: str) -> dict[str, Any] | None:
         with self._lock:
             q = self.state.queries.get(query_id)
-            return None if q is None else query_view(q, self.state.unplaced)
+            return None if q is None else query_view(q, self.state.unplaced,
+                                                     self.state.agent_isolation)
 
     def query_catalog(self, query_id: str) -> ControlCatalog | None:
         """What may change in a query (None: no such query)."""

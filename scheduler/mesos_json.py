@@ -43,8 +43,10 @@ def parse_offer(d: Json) -> Offer:
             ports += [(int(x["begin"]), int(x["end"]))
                       for x in (r.get("ranges") or {}).get("range", ())]
     executors = tuple(str(e.get("value", "")) for e in d.get("executor_ids", ()))
+    attributes = tuple((str(a.get("name", "")), str((a.get("text") or {}).get("value", "")))
+                       for a in d.get("attributes", ()) if a.get("type") == "TEXT")
     return Offer(value(d, "id"), value(d, "agent_id"), str(d.get("hostname", "")), cpus, mem,
-                 tuple(ports), executors)
+                 tuple(ports), executors, attributes)
 
 
 def parse_status(stimulus_id: str, d: Json) -> StatusUpdated:

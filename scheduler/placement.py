@@ -32,6 +32,7 @@ class Offer:
     mem_mb: float
     ports: tuple[PortRange, ...] = ()
     executor_ids: tuple[str, ...] = ()  # our executors already running on the agent
+    attributes: tuple[tuple[str, str], ...] = ()  # the agent's TEXT attributes (name, value)
 
 
 @dataclass(frozen=True)

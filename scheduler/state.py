@@ -111,6 +111,8 @@ class SchedulerState:
     warm_agents: set[str] = field(default_factory=set)  # our executor known to run there
     gone_agents: set[str] = field(default_factory=set)
     agents: dict[str, str] = field(default_factory=dict)  # agent id -> hostname, from offers
+    # agent id -> its isolation, from its offers' `isolation` attribute (embedded agents say it)
+    agent_isolation: dict[str, str] = field(default_factory=dict)
     suppressed: bool = False
     last_reconcile: float = 0.0
     heartbeats: dict[str, float] = field(default_factory=dict)  # executor id -> last seen
@@ -181,6 +183,7 @@ class SchedulerState:
         for offer in ev.offers:
             self.gone_agents.discard(offer.agent_id)
             self.agents[offer.agent_id] = offer.hostname
+            self.agent_isolation[offer.agent_id] = dict(offer.attributes).get("isolation", "")
             self.held[offer.offer_id] = HeldOffer(offer, self.now)
         return self._try_place(ev.stimulus_id)
 

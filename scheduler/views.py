@@ -21,12 +21,18 @@ def snapshot(state: SchedulerState) -> dict[str, Any]:
         "master": state.master,
         "connected": state.connected,
         "held_offers": len(state.held),
-        "queries": {qid: query_view(q, state.unplaced) for qid, q in state.queries.items()},
+        "queries": {qid: query_view(q, state.unplaced, state.agent_isolation)
+                    for qid, q in state.queries.items()},
     }
 
 
-def query_view(q: QueryRecord, unplaced: dict[str, str]) -> dict[str, Any]:
+def query_view(q: QueryRecord, unplaced: dict[str, str],
+               isolation: dict[str, str] | None = None) -> dict[str, Any]:
+    """One query; `isolation` (agent id -> its isolation, "" when it does not say) gives the
+    `agents` its tasks run on."""
+    on = sorted({t.agent_id for t in q.tasks.values() if t.agent_id})
     return {
+        "agents": {a: {"isolation": (isolation or {}).get(a) or "unknown"} for a in on},
         "query_id": q.query_id,
         "phase": q.phase,
         "status": query_status(q),

@@ -63,6 +63,12 @@ def _parser() -> argparse.ArgumentParser:
                        help="kill an executor with live tasks silent this long: seconds, 'off', "
                             "or 'auto' (ELASTIQ_EXECUTOR_SILENCE_SECONDS, else 10)")
     for p in (agent, sub.choices["cluster"]):
+        p.add_argument("--isolation", choices=("auto", "cgroups", "none"), default="auto",
+                       help="cgroups: each executor container gets cpu shares, a CFS quota and a "
+                            "memory limit of its resources (as Mesos's cgroups/cpu,cgroups/mem; "
+                            "unisolated, said once in the log, where no cgroup can be made); "
+                            "none: as Mesos's posix isolators; auto: ELASTIQ_AGENT_ISOLATION, "
+                            "else none")
         p.add_argument("--resources", default='{"cpus": 2, "mem": 2048, "ports": "31000-31999"}',
                        help="JSON object, e.g. '{\"cpus\": 2, \"mem\": 1024, "
                             "\"ports\": \"31000-31999\"}'")
@@ -160,12 +166,14 @@ def main(argv: list[str] | None = None) -> int:
                               args.agent_id, args.host, args.port, args.ping_interval,
                               args.executor_grace,
                               executor_silence_after=args.executor_silence,
-                              secret=_secret(args.secret_file, create=False))
-        return _serve(lambda: {"url": agent.start().url, "agent_id": agent.agent_id},
-                      agent.stop)
+                              secret=_secret(args.secret_file, create=False),
+                              isolation=args.isolation)
+        return _serve(lambda: {"url": agent.start().url, "agent_id": agent.agent_id,
+                               "isolation": agent.isolation}, agent.stop)
     cluster = EmbeddedCluster(args.agents, _resources(args.resources), args.work_dir,
                               args.offer_interval, args.agent_timeout, args.heartbeat_interval,
-                              host=args.host, port=args.port, **_framework_options(args))
+                              isolation=args.isolation, host=args.host, port=args.port,
+                              **_framework_options(args))
     return _serve(lambda: {"url": cluster.start().master_url,
                            "agents": [a.agent_id for a in cluster.agents]}, cluster.stop)
 

@@ -53,6 +53,17 @@ master keeps the id, nothing is stopped (a restarted master rebuilds its tables 
 if it hands out a new id (it removed this agent), the agent ends its executors first. An event
 the master refuses with 404 is retried (bounded) until the agent is registered again under the
 id the event happened under, and dropped if that id was replaced.
+
+Isolation (`isolation`: `cgroups`, or `none` as a Mesos agent's default posix isolators;
+`ELASTIQ_AGENT_ISOLATION`; `elastiq run` asks for cgroups): each executor container gets a
+cgroup (`isolation.py`) sized to the executor's resources plus its live tasks', made before the
+executor starts (it is born inside), resized as tasks come and go, watched for OOM kills (the
+container is then destroyed and its tasks fail with `REASON_CONTAINER_LIMITATION_MEMORY`, source
+`SOURCE_AGENT`, as Mesos 1.11), and removed when the container ends. Where no cgroup can be made
+the agent logs it once and runs unisolated; its `isolation` says which (`cgroups v1`, `cgroups
+v2`, `none`), also in its offers' `isolation` attribute and `/state`. Usage per container is served
+at `GET /monitor/statistics` and by `POST /api/v1` GET_CONTAINERS (`operator_api`), read-only and
+open as `/state` is.
 """
 
 from __future__ import annotations
@@ -84,8 +95,13 @@ from elastiq.embedded.httpio import (
     HttpError, JsonClient, Routes, accepted, bad_request, json_response, read_json,
     require_secret, serve_events,
 )
+from elastiq.embedded import operator_api
+from elastiq.embedded.isolation import (
+    CGROUP_ROOT, ContainerCgroup, Hierarchy, IsolationMode, cgroup_name,
+    memory_limitation_message, probe, proc_statistics, session_pids,
+)
 from elastiq.embedded.protocol import id_value, is_terminal, make_status, wait_status
-from elastiq.embedded.resources import Resources, parse_agent_resources
+from elastiq.embedded.resources import ResourceError, Resources, from_mesos, parse_agent_resources
 
 logger = logging.getLogger(__name__)
 DEFAULT_RESOURCES: Mapping[str, Any] = {"cpus": 2, "mem": 2048, "ports": "31000-31999"}
@@ -98,6 +114,40 @@ SILENCE_ENV = "ELASTIQ_EXECUTOR_SILENCE_SECONDS"
 # generous bound, so a loaded JVM (GC, a busy machine) is never taken for a hung one.
 DEFAULT_EXECUTOR_SILENCE_SECONDS = 30.0
 SilenceSetting = float | None | Literal["auto"]
+ISOLATION_ENV = "ELASTIQ_AGENT_ISOLATION"
+IsolationSetting = Literal["auto", "cgroups", "none"]
+MEMORY_LIMITATION = "REASON_CONTAINER_LIMITATION_MEMORY"
+ISOLATION_ATTRIBUTE = "isolation"  # the agent attribute naming its isolation
+OOM_CHECK_SECONDS = 0.25  # how often the agent looks for OOM kills in its containers
+
+
+def resolve_isolation(explicit: IsolationSetting, environ: Mapping[str, str]) -> IsolationMode:
+    """The isolation asked for: an explicit `cgroups` or `none` wins; then
+    `ELASTIQ_AGENT_ISOLATION`; then `none`, as a Mesos agent's default (`posix/cpu,posix/mem`)."""
+    if explicit != "auto":
+        return _isolation_word(explicit, "isolation")
+    text = environ.get(ISOLATION_ENV, "").strip().lower()
+    return _isolation_word(text, ISOLATION_ENV) if text else "none"
+
+
+def _isolation_word(text: str, name: str) -> IsolationMode:
+    if text in ("cgroups", "cgroups/cpu,cgroups/mem"):
+        return "cgroups"
+    if text in ("none", "posix", "posix/cpu,posix/mem", "off"):
+        return "none"
+    raise ValueError(f"{name}={text!r}: expected 'cgroups' or 'none'")
+
+
+def container_resources(executor: Any, tasks: list[Any]) -> tuple[float, float]:
+    """(cpus, mem MB) of a container, as Mesos counts them: the executor's resources plus
+    those of its live tasks (Mesos v1 JSON lists; malformed ones count as nothing)."""
+    total = Resources()
+    for resources in [executor, *tasks]:
+        try:
+            total = total + from_mesos(resources or [])
+        except ResourceError:
+            continue
+    return total.scalars.get("cpus", 0.0), total.scalars.get("mem", 0.0)
 
 
 def resolve_fence_seconds(explicit: FenceSetting, environ: Mapping[str, str], agent_host: str,
@@ -188,6 +238,8 @@ class ExecutorRun:
     last_heard: float | None = None  # monotonic time of its last call; None until it subscribes
     busy_since: float | None = None  # when it last went from no live task to some; None if idle
     killed_for: str | None = None  # why the agent killed it, for the status of its tasks
+    limitation: str | None = None  # the Mesos reason when a resource limit ended it
+    cgroup: ContainerCgroup | None = None  # its container's cgroup; None when not isolated
 
     @property
     def key(self) -> tuple[str, str]:
@@ -195,6 +247,11 @@ class ExecutorRun:
 
     def live_tasks(self) -> list[str]:
         return [task_id for task_id, state in self.tasks.items() if not is_terminal(state)]
+
+    def resources(self) -> tuple[float, float]:
+        """The container's (cpus, mem MB): the executor's and its live tasks'."""
+        return container_resources(self.executor_info.get("resources"),
+                                   [self.task_resources.get(t) for t in self.live_tasks()])
 
     def tasks_changed(self, now: float) -> None:
         """Keep `busy_since` in step with the task states (caller holds the agent's lock)."""
@@ -213,7 +270,8 @@ class EmbeddedAgent:
                  executor_grace_seconds: float = 3.0, heartbeat_interval: float = 15.0,
                  fence_after: FenceSetting = "auto",
                  executor_silence_after: SilenceSetting = "auto", secret: str | None = None,
-                 authenticate_executors: bool = True):
+                 authenticate_executors: bool = True, isolation: IsolationSetting = "auto",
+                 cgroup_root: str | Path = CGROUP_ROOT):
         self.secret = secret or os.environ.get(SECRET_ENV, "")
         if not self.secret:
             raise ValueError(f"the agent needs the cluster secret (the master's `secret`, "
@@ -242,10 +300,19 @@ class EmbeddedAgent:
         self.fence_count = 0
         self.executor_silence_after = resolve_silence_seconds(executor_silence_after, os.environ)
         self.silence_kills = 0
+        self.isolation_wanted = resolve_isolation(isolation, os.environ)
+        self.cgroup_root = Path(cgroup_root)
+        self._hierarchy: Hierarchy | None = None  # found at start when isolating
+        self.isolation_note = "not asked for (as Mesos's posix isolators)"
 
     @property
     def name(self) -> str:
         return f"agent {self.agent_id or '(unregistered)'}"
+
+    @property
+    def isolation(self) -> str:
+        """What isolates this agent's containers: `cgroups v1`, `cgroups v2` or `none`."""
+        return self._hierarchy.describe() if self._hierarchy is not None else "none"
 
     @property
     def port(self) -> int:
@@ -263,6 +330,7 @@ class EmbeddedAgent:
     def start(self) -> "EmbeddedAgent":
         """Serve, register with the master (retrying up to 10 s), then ping and send events."""
         self.work_dir.mkdir(parents=True, exist_ok=True)
+        self._find_isolation()
         self._server.start()
         self.agent_id = self._register(REGISTER_TIMEOUT_SECONDS)
         logger.info("%s: registered with %s, serving executors on %s", self.name,
@@ -277,11 +345,29 @@ class EmbeddedAgent:
             loops.append((self._silence_loop, "silence watch"))
             logger.info("%s: kills an executor with live tasks silent for %.1fs", self.name,
                         self.executor_silence_after)
+        if self._hierarchy is not None:
+            loops.append((self._oom_loop, "oom watch"))
         for target, name in loops:
             thread = threading.Thread(target=target, name=f"{self.name} {name}", daemon=True)
             thread.start()
             self._workers.append(thread)
         return self
+
+    def _find_isolation(self) -> None:
+        """Probe for cgroups when isolation is asked for; where none can be made, say so once
+        and run unisolated, as Mesos's posix isolators."""
+        if self.isolation_wanted != "cgroups":
+            return
+        found = probe(self.cgroup_root)
+        self._hierarchy = found.hierarchy
+        if found.hierarchy is None:
+            self.isolation_note = f"no cgroup can be made: {found.reason}"
+            logger.warning("agent: isolation none: %s; executors run unisolated (as Mesos's "
+                           "posix isolators), --cpus and --mem are not enforced", found.reason)
+        else:
+            self.isolation_note = found.reason
+            logger.info("agent: isolating executors with %s (cpu shares, CFS quota, memory "
+                        "limit per container)", found.reason)
 
     def stop(self) -> None:
         """End every executor process group (SIGTERM, SIGKILL after the grace), report what
@@ -341,7 +427,8 @@ class EmbeddedAgent:
         master gave. Raises RuntimeError when the master refuses or stays unreachable."""
         client = JsonClient(self.master_url, headers=self._auth)
         body = {"agent_id": self.agent_id or None, "url": self.url, "hostname": self.host,
-                "resources": self.resources.to_mesos(), "executors": self.running_report()}
+                "resources": self.resources.to_mesos(), "attributes": self._attributes(),
+                "executors": self.running_report()}
         deadline = time.monotonic() + timeout
         try:
             while True:
@@ -512,7 +599,10 @@ class EmbeddedAgent:
     def _routes(self) -> Routes:
         return {("POST", "/api/v1/executor"): self._executor_call,
                 ("POST", AGENT_COMMAND_PATH): self._master_command_route,
-                ("GET", "/state"): self._state}
+                ("GET", "/state"): self._state,
+                ("GET", "/monitor/statistics"): self._statistics_route,
+                ("GET", "/monitor/statistics.json"): self._statistics_route,
+                ("POST", "/api/v1"): self._operator_call}
 
     async def _master_command_route(self, request: web.BaseRequest) -> web.StreamResponse:
         """A command from the master: refused with 401 (body unread) without the secret."""
@@ -523,9 +613,45 @@ class EmbeddedAgent:
     async def _state(self, request: web.BaseRequest) -> web.StreamResponse:
         return json_response(200, await self._server.run_sync(self._view))
 
+    async def _statistics_route(self, request: web.BaseRequest) -> web.StreamResponse:
+        """`GET /monitor/statistics`: Mesos 1.11's per-executor usage list (read-only and open,
+        as this agent's `/state`)."""
+        containers = await self._server.run_sync(self.containers)
+        return json_response(200, operator_api.monitor_statistics(containers))
+
+    async def _operator_call(self, request: web.BaseRequest) -> web.StreamResponse:
+        """`POST /api/v1`: the agent's read-only operator calls (GET_CONTAINERS, GET_HEALTH)."""
+        body = await read_json(request)
+        try:
+            answer = await self._server.run_sync(operator_api.agent_v1_call, body,
+                                                 self.containers)
+        except operator_api.OperatorCallError as exc:
+            raise bad_request(str(exc)) from None
+        return json_response(200, answer)
+
+    def containers(self) -> list[operator_api.Container]:
+        """Every live executor container with its usage now (cgroup files, or /proc when not
+        isolated)."""
+        with self._lock:
+            runs = [r for r in self._runs.values() if r.process.poll() is None]
+            sizes = [r.resources() for r in runs]
+        now = time.time()
+        out = []
+        for run, (cpus, mem) in zip(runs, sizes):
+            if run.cgroup is not None:
+                stats = run.cgroup.statistics(now)
+            else:
+                stats = proc_statistics(session_pids(run.process.pid), now, cpus, mem)
+            out.append(operator_api.Container(
+                run.framework_id, run.executor_id, str(run.executor_info.get("name", "")),
+                run.container_id, run.process.pid, str(run.executor_info.get("source", "")),
+                stats))
+        return out
+
     def _view(self) -> dict[str, Any]:
         with self._lock:
-            return {"agent_id": self.agent_id, "executors": [
+            return {"agent_id": self.agent_id, "isolation": self.isolation,
+                    "isolation_note": self.isolation_note, "executors": [
                 {"framework_id": r.framework_id, "executor_id": r.executor_id,
                  "pid": r.process.pid, "tasks": dict(r.tasks)} for r in self._runs.values()]}
 
@@ -625,6 +751,8 @@ class EmbeddedAgent:
                 raise bad_request(f"task {task_id} was not launched on executor {key[1]}")
             run.tasks[task_id] = status["state"]
             run.tasks_changed(run.last_heard)
+            if is_terminal(status["state"]):
+                self._resize(run)
         self._to_master({"type": "UPDATE", "framework_id": key[0], "status": {
             **status, "agent_id": {"value": self.agent_id},
             "executor_id": {"value": key[1]}}})
@@ -642,7 +770,13 @@ class EmbeddedAgent:
 
     def _agent_info(self) -> dict[str, Any]:
         return {"id": {"value": self.agent_id}, "hostname": self.host, "port": self.port,
-                "resources": self.resources.to_mesos()}
+                "resources": self.resources.to_mesos(), "attributes": self._attributes()}
+
+    def _attributes(self) -> list[dict[str, Any]]:
+        """The agent's attributes, as an operator sets a Mesos agent's `--attributes`: its
+        isolation (`cgroups v1`, `cgroups v2`, `none`), so offers tell frameworks what holds
+        their executors (a real agent says so only if its operator wrote it)."""
+        return [{"name": ISOLATION_ATTRIBUTE, "type": "TEXT", "text": {"value": self.isolation}}]
 
     # ---------------------------------------------------------------- master commands
 
@@ -670,7 +804,8 @@ class EmbeddedAgent:
             if run is None:
                 try:
                     run = self._start_run(framework_id, task["executor"],
-                                          command.get("framework_info") or {})
+                                          command.get("framework_info") or {},
+                                          task.get("resources"))
                 except ExecutorLaunchError as exc:
                     self._to_master(self._agent_update(
                         framework_id, task_id, executor_id, "TASK_FAILED",
@@ -679,14 +814,16 @@ class EmbeddedAgent:
             run.tasks[task_id] = "TASK_STAGING"
             run.tasks_changed(time.monotonic())
             run.task_resources[task_id] = task.get("resources", [])
+            self._resize(run)
             if run.events is not None:
                 run.events.put({"type": "LAUNCH", "launch": {"task": task}})
             else:
                 run.waiting.append(task)
 
     def _start_run(self, framework_id: str, executor_info: dict[str, Any],
-                   framework_info: dict[str, Any]) -> ExecutorRun:
-        """Start an executor process (caller holds the lock) and watch for its exit."""
+                   framework_info: dict[str, Any], task_resources: Any) -> ExecutorRun:
+        """Start an executor process (caller holds the lock) in its container's cgroup, sized
+        for the executor and its first task, and watch for its exit."""
         executor_id = executor_info["executor_id"]["value"]
         self._run_counter += 1
         sandbox = (self.work_dir / "frameworks" / framework_id / "executors" / executor_id
@@ -696,18 +833,86 @@ class EmbeddedAgent:
                  if self.authenticate_executors else None)
         where = ExecutorEnvironment(self.address, self.agent_id, framework_id, executor_id,
                                     sandbox, self.executor_grace_seconds, token)
-        process = start_executor(executor_info.get("command") or {}, where)
+        cgroup = self._make_cgroup(container_id, container_resources(
+            executor_info.get("resources"), [task_resources]))
+        try:
+            process = start_executor(executor_info.get("command") or {}, where,
+                                     cgroup.procs_files() if cgroup is not None else ())
+        except ExecutorLaunchError:
+            if cgroup is not None:
+                cgroup.destroy()
+            raise
         executor_info = {**executor_info, "framework_id": {"value": framework_id}}
         run = ExecutorRun(framework_id, executor_id, executor_info, framework_info, sandbox,
-                          process, container_id)
+                          process, container_id, cgroup=cgroup)
         self._runs[run.key] = run
         run.watcher = threading.Thread(target=self._watch, args=(run,), daemon=True,
                                        name=f"watch-executor-{executor_id}")
         run.watcher.start()
         return run
 
+    def _make_cgroup(self, container_id: str,
+                     resources: tuple[float, float]) -> ContainerCgroup | None:
+        """The new container's cgroup with its limits, or None when not isolating (or when it
+        cannot be made: the container then runs unisolated, and the log says why)."""
+        if self._hierarchy is None:
+            return None
+        cgroup = ContainerCgroup(self._hierarchy, cgroup_name(self.agent_id, container_id))
+        try:
+            cgroup.create(*resources)
+        except OSError as exc:
+            logger.warning("%s: cannot make cgroup %s (%s); container %s runs unisolated",
+                           self.name, cgroup.name, exc, container_id)
+            return None
+        return cgroup
+
+    def _resize(self, run: ExecutorRun) -> None:
+        """Size a run's cgroup to the executor's and its live tasks' resources, as Mesos does
+        when a task is added to or leaves a running executor (caller holds the lock)."""
+        if run.cgroup is None or run.process.poll() is not None:
+            return
+        try:
+            run.cgroup.resize(*run.resources())
+        except OSError as exc:
+            logger.warning("%s: cannot resize cgroup %s of executor %s: %s", self.name,
+                           run.cgroup.name, run.executor_id, exc)
+
+    def _oom_loop(self) -> None:
+        """Look for OOM kills in the containers; a container over its memory limit is
+        destroyed and its tasks fail with Mesos's memory reason (`_limit_memory`)."""
+        while not self._stopping.wait(OOM_CHECK_SECONDS):
+            with self._lock:
+                runs = [r for r in self._runs.values()
+                        if r.cgroup is not None and r.limitation is None]
+            for run in runs:
+                if run.cgroup is not None and run.cgroup.oom_kills() > 0:
+                    self._limit_memory(run)
+
+    def _limit_memory(self, run: ExecutorRun) -> None:
+        """Mark a run as ended by its memory limit and kill everything in its container."""
+        assert run.cgroup is not None
+        with self._lock:
+            if run.limitation is not None:
+                return
+            run.limitation = MEMORY_LIMITATION
+            run.killed_for = memory_limitation_message(run.cgroup.memory_limit,
+                                                       run.cgroup.max_memory_used())
+        logger.warning("%s: executor %s of framework %s over its memory limit: %s; destroying "
+                       "its container", self.name, run.executor_id, run.framework_id,
+                       run.killed_for)
+        kill_group_now(run.process)
+        for pid in run.cgroup.pids():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
     def _watch(self, run: ExecutorRun) -> None:
         returncode = run.process.wait()
+        if run.cgroup is not None:
+            if run.limitation is None and run.cgroup.oom_kills() > 0:
+                self._limit_memory(run)
+            run.cgroup.destroy()  # kills what the executor left running inside, then rmdir
         with self._lock:
             if self._runs.get(run.key) is run:
                 del self._runs[run.key]
@@ -723,12 +928,13 @@ class EmbeddedAgent:
         logger.warning("%s: executor %s of framework %s (pid %s) exited with %s; "
                        "unfinished tasks: %s", self.name, run.executor_id, run.framework_id,
                        run.process.pid, returncode, unfinished)
-        state = "TASK_KILLED" if run.shutting_down else "TASK_FAILED"
+        state = "TASK_KILLED" if run.shutting_down and run.limitation is None else "TASK_FAILED"
         cause = run.killed_for or f"executor exited with code {returncode}"
         message = f"{cause}; see {run.sandbox}/stderr"
+        reason = run.limitation or "REASON_EXECUTOR_TERMINATED"
         for task_id in unfinished:
             self._to_master(self._agent_update(run.framework_id, task_id, run.executor_id,
-                                               state, "REASON_EXECUTOR_TERMINATED", message))
+                                               state, reason, message))
         self._to_master({"type": "EXECUTOR_EXITED", "framework_id": run.framework_id,
                          "executor_id": run.executor_id, "status": wait_status(returncode)})
 
@@ -757,6 +963,7 @@ class EmbeddedAgent:
                 run.waiting.remove(waiting[0])
                 run.tasks[task_id] = "TASK_KILLED"
                 run.tasks_changed(time.monotonic())
+                self._resize(run)
                 self._to_master(self._agent_update(
                     framework_id, task_id, run.executor_id, "TASK_KILLED",
                     "REASON_TASK_KILLED_DURING_LAUNCH", "killed before the executor subscribed"))

@@ -21,10 +21,11 @@ import time
 from pathlib import Path
 from typing import Any, Mapping
 
-from elastiq.embedded.agent import EmbeddedAgent, SilenceSetting
+from elastiq.embedded.agent import EmbeddedAgent, IsolationSetting, SilenceSetting
 from elastiq.embedded.auth import FrameworkCredential
 from elastiq.embedded.executors import kill_recorded_executors
 from elastiq.embedded.httpio import SECRET_ENV
+from elastiq.embedded.isolation import CGROUP_ROOT, remove_agent_cgroups
 from elastiq.embedded.master import EmbeddedMaster
 
 logger = logging.getLogger(__name__)
@@ -37,7 +38,7 @@ class AgentProcess:
     def __init__(self, master_url: str, work_dir: Path, resources: Mapping[str, Any],
                  ping_interval: float = 0.5, executor_grace_seconds: float = 3.0,
                  ready_timeout: float = 20.0, executor_silence_after: SilenceSetting = "auto",
-                 secret: str = ""):
+                 secret: str = "", isolation: IsolationSetting = "auto"):
         """`secret` is the master's; it reaches the process in its environment, not argv."""
         self.work_dir = work_dir
         argv = [sys.executable, "-m", "elastiq.embedded", "agent", "--master", master_url,
@@ -46,6 +47,8 @@ class AgentProcess:
                 "--executor-grace", str(executor_grace_seconds)]
         if executor_silence_after != "auto":
             argv += ["--executor-silence", str(executor_silence_after or "off")]
+        if isolation != "auto":
+            argv += ["--isolation", isolation]
         work_dir.mkdir(parents=True, exist_ok=True)
         self._log = open(work_dir / "agent.log", "ab")
         env = {**os.environ, SECRET_ENV: secret} if secret else None
@@ -81,6 +84,7 @@ class AgentProcess:
             self.process.stdout.close()
         self._log.close()
         kill_recorded_executors(self.work_dir)
+        remove_agent_cgroups(self.agent_id)  # what a SIGKILLed agent could not remove
 
 
 def _read_ready_line(process: subprocess.Popen, timeout: float) -> dict[str, Any]:
@@ -122,7 +126,9 @@ class EmbeddedCluster:
                  work_dir: str | Path | None = None, offer_interval: float = 0.2,
                  agent_timeout: float = 5.0, heartbeat_interval: float = 15.0,
                  ping_interval: float = 0.5, executor_grace_seconds: float = 3.0,
-                 executor_silence_after: SilenceSetting = "auto", **master_options: Any):
+                 executor_silence_after: SilenceSetting = "auto",
+                 isolation: IsolationSetting = "auto", cgroup_root: str | Path | None = None,
+                 **master_options: Any):
         self._own_work_dir = work_dir is None
         self.work_dir = Path(work_dir or tempfile.mkdtemp(prefix="elastiq-cluster-")).resolve()
         self.resources = dict(resources or {"cpus": 2, "mem": 2048, "ports": "31000-31999"})
@@ -131,6 +137,8 @@ class EmbeddedCluster:
         self.executor_grace_seconds = executor_grace_seconds
         self.heartbeat_interval = heartbeat_interval
         self.executor_silence_after = executor_silence_after  # each agent's; see EmbeddedAgent
+        self.isolation = isolation  # each agent's: cgroups, none, or auto (see EmbeddedAgent)
+        self.cgroup_root = cgroup_root  # None: /sys/fs/cgroup
         self.master = EmbeddedMaster(offer_interval=offer_interval, agent_timeout=agent_timeout,
                                      heartbeat_interval=heartbeat_interval, **master_options)
         self.agents: list[EmbeddedAgent] = []
@@ -171,7 +179,8 @@ class EmbeddedCluster:
                               executor_grace_seconds=self.executor_grace_seconds,
                               heartbeat_interval=self.heartbeat_interval,
                               executor_silence_after=self.executor_silence_after,
-                              secret=self.master.secret)
+                              secret=self.master.secret, isolation=self.isolation,
+                              cgroup_root=self.cgroup_root or CGROUP_ROOT)
         self.agents.append(agent)
         agent.start()
         return agent
@@ -196,7 +205,7 @@ class EmbeddedCluster:
                               resources or self.resources, self.ping_interval,
                               self.executor_grace_seconds,
                               executor_silence_after=self.executor_silence_after,
-                              secret=self.master.secret)
+                              secret=self.master.secret, isolation=self.isolation)
         self.agent_processes.append(handle)
         return handle
 

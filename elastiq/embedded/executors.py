@@ -3,7 +3,8 @@
 Owns turning an ExecutorInfo's CommandInfo into a subprocess in its own session with the MESOS_*
 environment pymesos's executor driver needs (with the executor's authentication token, when the
 agent made one; never the cluster's own secrets), its sandbox directory with stdout/stderr files and a
-pid file, and ending process groups (SIGTERM, then SIGKILL after a grace; or SIGKILL at once).
+pid file, starting it inside its container's cgroup when the agent isolates, and ending
+process groups (SIGTERM, then SIGKILL after a grace; or SIGKILL at once).
 It does not own which tasks an executor runs (that is `agent`).
 """
 
@@ -17,10 +18,11 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from elastiq.embedded.auth import EXECUTOR_TOKEN_ENV, FRAMEWORK_SECRET_ENV
 from elastiq.embedded.httpio import SECRET_ENV
+from elastiq.embedded.isolation import cgexec_argv
 
 logger = logging.getLogger(__name__)
 # Inherited variables pymesos would misread: it takes bool(str), so "0" means true.
@@ -83,9 +85,14 @@ def executor_env(command: Mapping[str, Any], where: ExecutorEnvironment) -> dict
     return env
 
 
-def start_executor(command: Mapping[str, Any], where: ExecutorEnvironment) -> subprocess.Popen:
-    """Start the executor in a new session; its output goes to files in its sandbox."""
+def start_executor(command: Mapping[str, Any], where: ExecutorEnvironment,
+                   cgroup_procs: Sequence[Path] = ()) -> subprocess.Popen:
+    """Start the executor in a new session; its output goes to files in its sandbox. With
+    `cgroup_procs` (the `cgroup.procs` files of its container's cgroup), it starts inside that
+    cgroup through `isolation.cgexec_argv`, so nothing it forks is ever outside."""
     argv = command_argv(command)
+    if cgroup_procs:
+        argv = cgexec_argv(list(cgroup_procs), argv)
     where.sandbox.mkdir(parents=True, exist_ok=True)
     env = executor_env(command, where)
     with open(where.sandbox / "stdout", "ab") as out, open(where.sandbox / "stderr", "ab") as err:

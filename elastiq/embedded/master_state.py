@@ -255,6 +255,16 @@ class Framework:
         return float(value) if isinstance(value, (int, float)) else 0.0
 
 
+def text_attributes(value: Any) -> list[dict[str, Any]]:
+    """The TEXT `Attribute`s of an agent's registration (as a Mesos agent's `--attributes`);
+    anything else is left out."""
+    if not isinstance(value, list):
+        return []
+    return [{"name": a["name"], "type": "TEXT", "text": {"value": a["text"]["value"]}}
+            for a in value if isinstance(a, dict) and isinstance(a.get("name"), str)
+            and isinstance(a.get("text"), dict) and isinstance(a["text"].get("value"), str)]
+
+
 @dataclass
 class Agent:
     agent_id: str
@@ -262,6 +272,7 @@ class Agent:
     url: str
     total: Resources
     last_seen: float
+    attributes: list[dict[str, Any]] = field(default_factory=list)  # Mesos `Attribute`s
 
 
 @dataclass
@@ -763,7 +774,8 @@ class MasterState:
                 or agent_id in self.removed_agents:
             agent_id = self._next_id("S")
         hostname = body.get("hostname") if isinstance(body.get("hostname"), str) else "127.0.0.1"
-        self.agents[agent_id] = Agent(agent_id, hostname, url, total, now)
+        self.agents[agent_id] = Agent(agent_id, hostname, url, total, now,
+                                      text_attributes(body.get("attributes")))
         logger.info("master %s: agent %s registered at %s with %s, running %d task(s)",
                     self.master_id, agent_id, url, total.to_mesos(), len(report.tasks))
         actions: list[Action] = [AgentAccepted(agent_id)]
@@ -971,7 +983,7 @@ class MasterState:
         return {"id": {"value": offer.offer_id},
                 "framework_id": {"value": offer.framework_id},
                 "agent_id": {"value": agent.agent_id}, "hostname": agent.hostname,
-                "resources": offer.resources.to_mesos(),
+                "resources": offer.resources.to_mesos(), "attributes": list(agent.attributes),
                 "executor_ids": [{"value": e} for (f, a, e) in sorted(self.executors)
                                  if f == offer.framework_id and a == agent.agent_id],
                 "allocation_info": {"role": "*"}}

@@ -8,11 +8,16 @@ UI and Prometheus exporters read the embedded master as a real one. Fields the e
 does not track (registration times, pids of libprocess actors, flags) are left out rather than
 made up; `OperatorCallError` names an unknown or unsupported call. Does not own HTTP,
 authentication or the 415 for protobuf (`elastiq.embedded.master`).
+
+The agent's side: `monitor_statistics` (its `GET /monitor/statistics` list) and `agent_v1_call`
+(its `POST /api/v1`: GET_HEALTH, GET_VERSION and GET_CONTAINERS) shape the `Container`s an
+agent measured (`agent.EmbeddedAgent.containers`) as Mesos 1.11's agent does.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
 
 from elastiq.embedded.master_state import MasterState
 from elastiq.embedded.protocol import VERSION, is_terminal
@@ -209,3 +214,53 @@ def _v0_task(task: Any) -> dict[str, Any]:
             "statuses": [{"state": task.last_status.get("state", task.state),
                           "timestamp": task.last_status.get("timestamp", 0.0)}]
             if task.last_status else []}
+
+
+# ---------------------------------------------------------------- the agent's operator API
+
+@dataclass(frozen=True)
+class Container:
+    """One executor container on an agent and its `ResourceStatistics` at one moment."""
+
+    framework_id: str
+    executor_id: str
+    executor_name: str
+    container_id: str
+    executor_pid: int
+    source: str
+    statistics: Mapping[str, float]
+
+
+def monitor_statistics(containers: list[Container]) -> list[dict[str, Any]]:
+    """The agent's `GET /monitor/statistics` document (Mesos 1.11)."""
+    return [{"executor_id": c.executor_id, "executor_name": c.executor_name,
+             "framework_id": c.framework_id, "source": c.source,
+             "statistics": dict(c.statistics)} for c in containers]
+
+
+def get_containers(containers: list[Container]) -> dict[str, Any]:
+    """The agent's GET_CONTAINERS answer body (`Response.GetContainers`)."""
+    return {"containers": [
+        {"framework_id": _id(c.framework_id), "executor_id": _id(c.executor_id),
+         "executor_name": c.executor_name, "container_id": _id(c.container_id),
+         "container_status": {"container_id": _id(c.container_id),
+                              "executor_pid": c.executor_pid},
+         "resource_statistics": dict(c.statistics)} for c in containers]}
+
+
+_AGENT_CALLS: dict[str, Callable[[Callable[[], list[Container]]], dict[str, Any]]] = {
+    "GET_HEALTH": lambda measure: {"healthy": True},
+    "GET_VERSION": lambda measure: _version(),
+    "GET_CONTAINERS": lambda measure: get_containers(measure()),
+}
+
+
+def agent_v1_call(body: Any, measure: Callable[[], list[Container]]) -> dict[str, Any]:
+    """An agent v1 operator call (JSON) -> its response; `measure` gives the containers only
+    when the call needs them. OperatorCallError for what is not served."""
+    kind = body.get("type") if isinstance(body, dict) else None
+    answer = _AGENT_CALLS.get(kind) if isinstance(kind, str) else None
+    if answer is None:
+        raise OperatorCallError(f"operator call {kind!r} is not served by the embedded agent "
+                                f"(it answers {', '.join(sorted(_AGENT_CALLS))})")
+    return {"type": kind, str(kind).lower(): answer(measure)}
