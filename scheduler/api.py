@@ -48,7 +48,8 @@ from common.control import PARALLELISM
 from common.api_token import default_token_file, read_token, where_to_look
 from common.diagnostics import Diagnostic, SpecError
 from common.tasks import CompiledQuery
-from scheduler.api_token import new_token, remove_token_file, write_token_file
+from scheduler.api_token import (ExitCleanup, new_token, remove_stale_token_files,
+                                 remove_token_file, write_token_file)
 from scheduler.loop import Reply
 from scheduler.metrics import CONTENT_TYPE
 from scheduler.query_source import QuerySource, compile_source
@@ -400,6 +401,7 @@ class ApiServer:
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="scheduler-api")
         self.token_file: Path | None = None  # where clients find the token, when known
         self._wrote_token_file = False
+        self._exit_cleanup: ExitCleanup | None = None  # removes the file at any exit
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.ServerRunner | None = None
         self._thread: threading.Thread | None = None
@@ -409,14 +411,17 @@ class ApiServer:
                 token_file: str | Path | None = None,
                 allowed_hosts: Sequence[str] = ()) -> "ApiServer":
         """A started API whose token is read from `token_file`, or (None) made fresh and
-        written (mode 0600) to the per-user default file for the bound port, which `stop()`
-        removes again."""
+        written (mode 0600) to the per-user default file for the bound port, which `stop()`,
+        any exit of the process that runs code, or the next start after one that runs none
+        removes again (`scheduler.api_token`)."""
         token = read_token(token_file) if token_file is not None else new_token()
         api = cls(service, host, port, token=token, allowed_hosts=allowed_hosts)
         try:
             if token_file is None:
                 api.token_file = default_token_file(api.port)
-                write_token_file(api.token_file, token)
+                remove_stale_token_files(api.token_file.parent)
+                api._exit_cleanup = ExitCleanup(api._remove_token_file).install()
+                write_token_file(api.token_file, token, owned=True)
                 api._wrote_token_file = True
             else:
                 api.token_file = Path(token_file)
@@ -475,6 +480,12 @@ class ApiServer:
             thread.join(10)
         self._sock.close()
         self._pool.shutdown(wait=False, cancel_futures=True)
+        if self._exit_cleanup is not None:
+            self._exit_cleanup.uninstall()
+            self._exit_cleanup = None
+        self._remove_token_file()
+
+    def _remove_token_file(self) -> None:
         if self._wrote_token_file and self.token_file is not None:
             remove_token_file(self.token_file, self.token)
             self._wrote_token_file = False
