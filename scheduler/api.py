@@ -21,8 +21,10 @@ a crash; a refused request's unread body closes the connection (after draining i
 most `LINGER` seconds, so the client can read the refusal). Bodies are at most 4 MiB (413);
 a connection is closed when no complete request arrived within `IDLE_TIMEOUT` seconds of its
 start or of its last reply, and a body must arrive within `BODY_TIMEOUT` seconds. Service calls
-(which wait on the scheduler's loop) and compiling run in a thread pool, never on the event
-loop. Does not own the scheduler (any `QueryService`, e.g. `SchedulerService`), the token's file
+(which wait on the scheduler's loop) run in a thread pool, never on the event loop; a submitted
+spec is compiled in a worker process with a time and a memory limit (`scheduler.compile_worker`,
+`scheduler.config.CompileLimits`: over either, 413; every worker busy, 503), never in this
+interpreter, so no body holds it. Does not own the scheduler (any `QueryService`, e.g. `SchedulerService`), the token's file
 (`scheduler.api_token`) nor the client (`common.api_client`).
 """
 
@@ -44,12 +46,15 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
-from common.control import PARALLELISM
 from common.api_token import default_token_file, read_token, where_to_look
+from common.control import PARALLELISM
 from common.diagnostics import Diagnostic, SpecError
+from common.paths import configured_roots
 from common.tasks import CompiledQuery
 from scheduler.api_token import (ExitCleanup, new_token, remove_stale_token_files,
                                  remove_token_file, write_token_file)
+from scheduler.compile_worker import CompileRefused, CompileWorkers
+from scheduler.config import CompileLimits
 from scheduler.loop import Reply
 from scheduler.metrics import CONTENT_TYPE
 from scheduler.query_source import QuerySource, compile_source
@@ -154,17 +159,24 @@ def path_parts(raw_path: str) -> list[str]:
 
 
 # ---- request bodies (pure) -------------------------------------------------------------------
+Compile = Callable[[QuerySource], CompiledQuery]
+
+
 def parse_submission(body: bytes, content_type: str, filename: str, query_id: str | None,
-                     base_dir: str | None) -> tuple[CompiledQuery, QuerySource]:
-    """The body of `POST /queries` (spec XML) compiled, with the source it came from;
-    ApiError(415) for any other media type, ApiError(400) with every diagnostic."""
+                     base_dir: str | None, compile: Compile = compile_source,
+                     ) -> tuple[CompiledQuery, QuerySource]:
+    """The body of `POST /queries` (spec XML) compiled by `compile` (the server's: in a worker
+    process with a time and memory limit), with the source it came from; ApiError(415) for any
+    other media type, ApiError(400) with every diagnostic, the worker's refusal (413, 503)."""
     kind = media_type(content_type)
     if kind not in SPEC_MEDIA_TYPES:
         raise ApiError(415, f"POST /queries takes a spec as {' or '.join(SPEC_MEDIA_TYPES)}, "
                             f"not {kind or 'a body without Content-Type'}; compiled queries "
                             "and programs are never accepted")
     try:
-        query = compile_source(QuerySource.of(body, filename, query_id or "", base_dir))
+        query = compile(QuerySource.of(body, filename, query_id or "", base_dir))
+    except CompileRefused as e:
+        raise ApiError(e.status, e.message) from None
     except SpecError as e:
         diags = [diagnostic_json(d) for d in e.diagnostics]
         raise ApiError(400, f"{len(diags)} problem(s) in {filename}", diags) from None
@@ -255,8 +267,10 @@ def _health(service: QueryService) -> dict[str, Any]:
     return health
 
 
-def route(service: QueryService, call: Call) -> tuple[int, Any]:
-    """The reply to `call`: (status, JSON value or MetricsText); ApiError for refusals."""
+def route(service: QueryService, call: Call, compile: Compile = compile_source
+          ) -> tuple[int, Any]:
+    """The reply to `call`: (status, JSON value or MetricsText); ApiError for refusals.
+    `compile` compiles a submitted spec."""
     method, parts = call.method, call.parts
     if parts == ("metrics",) and method == "GET":
         return 200, _metrics_text(service)
@@ -265,7 +279,7 @@ def route(service: QueryService, call: Call) -> tuple[int, Any]:
     if parts == ("queries",) and method == "GET":
         return 200, {"queries": list(service.status()["queries"].values())}
     if parts == ("queries",) and method == "POST":
-        return _submit(service, call)
+        return _submit(service, call, compile)
     if len(parts) == 2 and parts[0] == "queries" and method in ("GET", "DELETE"):
         return _one_query(service, method, parts[1])
     if len(parts) == 5 and (parts[0], parts[2], parts[4]) == ("queries", "tasks", "migrate") \
@@ -282,12 +296,12 @@ def route(service: QueryService, call: Call) -> tuple[int, Any]:
     raise ApiError(404 if method == "GET" else 405, f"no route {method} {call.target[:200]}")
 
 
-def _submit(service: QueryService, call: Call) -> tuple[int, Any]:
+def _submit(service: QueryService, call: Call, compile: Compile) -> tuple[int, Any]:
     query, source = parse_submission(
         call.body, call.headers.get("Content-Type", ""),
         call.headers.get("X-Spec-Filename") or "spec.xml",
         (call.params.get("query_id") or [None])[0],
-        call.headers.get("X-Spec-Dir") or os.getcwd())
+        call.headers.get("X-Spec-Dir") or os.getcwd(), compile)
     reply = service.submit(query, source=source)
     if not reply.accepted:
         raise ApiError(reply.status, reply.message,
@@ -332,10 +346,11 @@ def _control(service: QueryService, method: str, query_id: str, request_id: str 
     return 202, {"query_id": query_id, "message": reply.message, **(reply.body or {})}
 
 
-def answer(service: QueryService, call: Call) -> tuple[int, Any]:
+def answer(service: QueryService, call: Call, compile: Compile = compile_source
+           ) -> tuple[int, Any]:
     """`route`, with every refusal and failure as (status, JSON error)."""
     try:
-        return route(service, call)
+        return route(service, call, compile)
     except ApiError as e:
         return e.status, e.body()
     except Exception as e:  # never let one request take the API down
@@ -389,7 +404,8 @@ class ApiServer:
 
     def __init__(self, service: QueryService, host: str = "127.0.0.1", port: int = 0, *,
                  token: str, allowed_hosts: Sequence[str] = (), workers: int = 8,
-                 idle_timeout: float = IDLE_TIMEOUT, body_timeout: float = BODY_TIMEOUT):
+                 idle_timeout: float = IDLE_TIMEOUT, body_timeout: float = BODY_TIMEOUT,
+                 compile_limits: CompileLimits = CompileLimits()):
         if not isinstance(token, str) or not token.strip() or token != token.strip():
             raise ValueError("the API needs a token (non-empty, no surrounding whitespace)")
         self.service, self.token, self.idle_timeout = service, token, idle_timeout
@@ -399,6 +415,7 @@ class ApiServer:
         self.hosts = own_hosts(host if ":" not in host else f"[{host}]", self.port,
                                allowed_hosts)
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="scheduler-api")
+        self.compilers = CompileWorkers(compile_limits)
         self.token_file: Path | None = None  # where clients find the token, when known
         self._wrote_token_file = False
         self._exit_cleanup: ExitCleanup | None = None  # removes the file at any exit
@@ -408,14 +425,15 @@ class ApiServer:
 
     @classmethod
     def serving(cls, service: QueryService, host: str = "127.0.0.1", port: int = 0,
-                token_file: str | Path | None = None,
-                allowed_hosts: Sequence[str] = ()) -> "ApiServer":
+                token_file: str | Path | None = None, allowed_hosts: Sequence[str] = (),
+                compile_limits: CompileLimits = CompileLimits()) -> "ApiServer":
         """A started API whose token is read from `token_file`, or (None) made fresh and
         written (mode 0600) to the per-user default file for the bound port, which `stop()`,
         any exit of the process that runs code, or the next start after one that runs none
         removes again (`scheduler.api_token`)."""
         token = read_token(token_file) if token_file is not None else new_token()
-        api = cls(service, host, port, token=token, allowed_hosts=allowed_hosts)
+        api = cls(service, host, port, token=token, allowed_hosts=allowed_hosts,
+                  compile_limits=compile_limits)
         try:
             if token_file is None:
                 api.token_file = default_token_file(api.port)
@@ -460,6 +478,7 @@ class ApiServer:
         if failure:
             raise failure[0]
         log.info("[api] listening on %s", self.url)
+        self._pool.submit(self.compilers.warm)
         return self
 
     async def _open(self) -> None:
@@ -499,7 +518,7 @@ class ApiServer:
             body = await self._body(request)
             call = Call(request.method, request.raw_path, tuple(parts),
                         parse_qs(urlsplit(request.raw_path).query), dict(request.headers), body)
-            status, reply = await self._in_pool(answer, self.service, call)
+            status, reply = await self._in_pool(answer, self.service, call, self._compile)
             return _response(status, reply)
         except ApiError as e:
             return _refused(e, request)
@@ -518,6 +537,11 @@ class ApiServer:
                 from None
         except (ConnectionError, ValueError) as e:  # e.g. a bad chunked encoding
             raise ApiError(400, f"unreadable body: {type(e).__name__}") from None
+
+    def _compile(self, source: QuerySource) -> CompiledQuery:
+        """A submitted spec, compiled in a worker process within the compile limits, with the
+        roots this process compiles with."""
+        return self.compilers.compile(source, configured_roots())
 
     async def _in_pool(self, fn: Callable[..., Any], *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)

@@ -100,7 +100,7 @@ def test_a_spec_at_the_size_limit_is_validated_in_seconds(kind: str) -> None:
     elapsed = time.monotonic() - started
     assert graph is None and diagnostics
     assert all(d.position.file == "attack.xml" and d.position.line >= 1 for d in diagnostics)
-    assert elapsed < 20, f"{kind}: {elapsed:.1f} s for {len(text)} bytes"
+    assert elapsed < 60, f"{kind}: {elapsed:.1f} s for {len(text)} bytes"
 
 
 # The pre-scan as it was (lazy markers, quadratic), as an oracle for small texts: the new scan
