@@ -66,6 +66,11 @@ BODY_TIMEOUT = 30.0  # seconds a request's body may take to arrive
 LINGER = 2.0  # seconds a refused request's unread body is drained before the connection closes
 SPEC_MEDIA_TYPES = ("application/xml", "text/xml")
 OPEN_ROUTES = (("GET", ("healthz",)), ("GET", ("metrics",)))
+# What one control request may ask: each value is checked on the scheduler's loop (a condition
+# is parsed and type-checked, up to ~0.1 s for one of the grammar's 4,096 characters here), so
+# a request's total is bounded to keep that loop, and the heartbeats it handles, on time.
+MAX_CONTROL_TUPLES = 1024  # one per (operator, parameter): cheap each unless a condition
+MAX_CONTROL_CHARS = 32 * 1024  # the values of one request together
 
 
 class QueryService(Protocol):
@@ -183,11 +188,18 @@ def parse_submission(body: bytes, content_type: str, filename: str, query_id: st
     return query, QuerySource.of(body, filename, query.query_id, base_dir)
 
 
-def migrate_target(body: bytes) -> str:
+def _json_field(body: bytes, name: str) -> Any:
+    """Field `name` of the JSON object `body` (empty: {}), None when the body is no such object
+    (too deeply nested included)."""
     try:
-        target = json.loads(body or b"{}").get("to")
-    except (ValueError, AttributeError):
-        target = None
+        value = json.loads(body or b"{}")
+    except (ValueError, RecursionError):
+        return None
+    return value.get(name) if isinstance(value, dict) else None
+
+
+def migrate_target(body: bytes) -> str:
+    target = _json_field(body, "to")
     if not isinstance(target, str) or not target:
         raise ApiError(400, 'the body must be JSON {"to": "<agent id>"}')
     return target
@@ -196,10 +208,7 @@ def migrate_target(body: bytes) -> str:
 def scale_parallelism(body: bytes) -> int:
     """`{"parallelism": N}` -> N, a whole number (the catalogue checks its bounds);
     ApiError(400) otherwise."""
-    try:
-        value = json.loads(body or b"{}").get("parallelism")
-    except (ValueError, AttributeError):
-        value = None
+    value = _json_field(body, "parallelism")
     if isinstance(value, bool) or not isinstance(value, int):
         raise ApiError(400, 'the body must be JSON {"parallelism": N}, N a whole number')
     return value
@@ -207,14 +216,15 @@ def scale_parallelism(body: bytes) -> int:
 
 def control_tuples(body: bytes) -> list[tuple[str, str, str]]:
     """`{"tuples": [{"operator": .., "parameter": .., "value": ..}, ...]}` -> (operator,
-    parameter, value) triples; ApiError(400) naming what is malformed."""
-    try:
-        raw = json.loads(body or b"{}").get("tuples")
-    except (ValueError, AttributeError):
-        raw = None
+    parameter, value) triples; ApiError(400) naming what is malformed, ApiError(413) for more
+    than MAX_CONTROL_TUPLES tuples or MAX_CONTROL_CHARS characters of values."""
+    raw = _json_field(body, "tuples")
     if not isinstance(raw, list) or not raw:
         raise ApiError(400, 'the body must be JSON {"tuples": [{"operator": ..., "parameter": '
                             '..., "value": ...}]}')
+    if len(raw) > MAX_CONTROL_TUPLES:
+        raise ApiError(413, f"{len(raw)} control tuples in one request; at most "
+                            f"{MAX_CONTROL_TUPLES} are taken (send several requests)")
     out, problems = [], []
     for i, t in enumerate(raw, 1):
         fields = [t.get(k) for k in ("operator", "parameter", "value")] \
@@ -225,6 +235,10 @@ def control_tuples(body: bytes) -> list[tuple[str, str, str]]:
         out.append((fields[0], fields[1], fields[2]))
     if problems:
         raise ApiError(400, "; ".join(problems), [{"message": p} for p in problems])
+    chars = sum(len(value) for _, _, value in out)
+    if chars > MAX_CONTROL_CHARS:
+        raise ApiError(413, f"the values of one control request have {chars} characters; at "
+                            f"most {MAX_CONTROL_CHARS} are taken (send several requests)")
     return out
 
 

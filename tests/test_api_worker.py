@@ -27,7 +27,8 @@ from common.diagnostics import SpecError
 from common.paths import ENV_VAR as PATH_ROOTS_ENV
 from common.paths import PathRoots
 from compiler.xmlsource import MAX_SPEC_BYTES
-from scheduler.api import ApiServer
+from scheduler.api import (MAX_CONTROL_CHARS, MAX_CONTROL_TUPLES, ApiError, ApiServer,
+                           control_tuples, migrate_target, scale_parallelism)
 from scheduler.compile_worker import CompileRefused, CompileWorkers
 from scheduler.config import CompileLimits
 from scheduler.loop import SchedulerLoop
@@ -181,3 +182,30 @@ def test_elastiq_scheduler_takes_the_limits_as_flags() -> None:
     assert _compile_limits(_parser().parse_args(["scheduler"])) == CompileLimits()
     with pytest.raises(ValueError):
         _compile_limits(_parser().parse_args(["scheduler", "--api-compile-workers", "0"]))
+
+
+# ---- the other routes that read user text: bounded before anything reaches the loop ----------
+def _tuples(n: int, value: str = "1") -> bytes:
+    return json.dumps({"tuples": [{"operator": f"f{i}", "parameter": "rate", "value": value}
+                                  for i in range(n)]}).encode()
+
+
+def test_a_control_request_is_bounded_in_tuples_and_in_characters() -> None:
+    assert len(control_tuples(_tuples(MAX_CONTROL_TUPLES))) == MAX_CONTROL_TUPLES
+    with pytest.raises(ApiError) as many:
+        control_tuples(_tuples(MAX_CONTROL_TUPLES + 1))
+    assert many.value.status == 413 and str(MAX_CONTROL_TUPLES) in many.value.message
+    condition = "temp > " + "1" * 4000  # one condition near the grammar's 4,096 characters
+    fits = MAX_CONTROL_CHARS // len(condition)
+    assert len(control_tuples(_tuples(fits, condition))) == fits
+    with pytest.raises(ApiError) as long:
+        control_tuples(_tuples(fits + 1, condition))
+    assert long.value.status == 413 and str(MAX_CONTROL_CHARS) in long.value.message
+
+
+@pytest.mark.parametrize("parse", [control_tuples, scale_parallelism, migrate_target])
+def test_deeply_nested_json_is_a_400_not_a_crash(parse: Any) -> None:
+    for body in (b"[" * 200_000, b'{"tuples": ' + b"[" * 200_000, b"[1]", b'"x"'):
+        with pytest.raises(ApiError) as refused:
+            parse(body)
+        assert refused.value.status == 400
