@@ -80,7 +80,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "default: only its own address, localhost and 127.0.0.1)")
     s.add_argument("--api-compile-seconds", type=float, default=None, metavar="S",
                    help="a spec sent to the API is compiled in a worker process killed after "
-                        "S seconds, the body then refused with 413 (default 60)")
+                        "S seconds, the body then refused with 413 (default 120)")
     s.add_argument("--api-compile-memory-mb", type=int, default=None, metavar="MB",
                    help="that worker's address space limit (default 1024)")
     s.add_argument("--api-compile-workers", type=int, default=None, metavar="N",
