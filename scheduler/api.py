@@ -225,9 +225,10 @@ def control_tuples(body: bytes) -> list[tuple[str, str, str]]:
     if len(raw) > MAX_CONTROL_TUPLES:
         raise ApiError(413, f"{len(raw)} control tuples in one request; at most "
                             f"{MAX_CONTROL_TUPLES} are taken (send several requests)")
-    out, problems = [], []
+    out: list[tuple[str, str, str]] = []
+    problems: list[str] = []
     for i, t in enumerate(raw, 1):
-        fields = [t.get(k) for k in ("operator", "parameter", "value")] \
+        fields: list[Any] = [t.get(k) for k in ("operator", "parameter", "value")] \
             if isinstance(t, dict) else []
         if len(fields) != 3 or not all(isinstance(f, str) for f in fields):
             problems.append(f"tuple {i}: needs text operator, parameter and value")
