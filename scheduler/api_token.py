@@ -105,7 +105,8 @@ Handler = Callable[[int, FrameType | None], Any] | int | None
 class ExitCleanup:
     """Runs `remove` at any exit of this process that runs code: at interpreter exit (atexit)
     and on SIGTERM, SIGINT and SIGHUP, after which the signal has the effect it had before (the
-    previous handler is called; a default action is taken again by re-sending the signal).
+    previous handler is called; a default action is taken again by re-sending the signal; a
+    signal the process ignores stays ignored).
     Signal handlers are installed only from the main thread (Python allows no other);
     `uninstall` puts back those still ours."""
 
@@ -117,8 +118,10 @@ class ExitCleanup:
         atexit.register(self._remove)
         if threading.current_thread() is threading.main_thread():
             for signum in EXIT_SIGNALS:
-                self._previous[signum] = signal.getsignal(signum)
-                signal.signal(signum, self._on_signal)
+                previous = signal.getsignal(signum)
+                if previous != signal.SIG_IGN:  # an ignored signal ends nothing
+                    self._previous[signum] = previous
+                    signal.signal(signum, self._on_signal)
         return self
 
     def uninstall(self) -> None:
@@ -135,6 +138,6 @@ class ExitCleanup:
         previous = self._previous.get(signum, signal.SIG_DFL)
         if callable(previous):
             previous(signum, frame)
-        elif previous != signal.SIG_IGN:  # the default action: end as the signal would have
+        else:  # the default action: end as the signal would have
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)

@@ -20,17 +20,22 @@ from scheduler.api_token import (owner_file, process_identity, remove_stale_toke
                                  write_token_file)
 
 ROOT = Path(__file__).resolve().parent.parent
-SERVE = ("import threading\n"
+# As started from a terminal: a test runner (or a background job) may have left SIGINT or
+# SIGHUP ignored, which its children inherit.
+SERVE = ("import signal, threading\n"
+         "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+         "signal.signal(signal.SIGHUP, signal.SIG_DFL)\n"
+         "signal.signal(signal.SIGTERM, signal.SIG_DFL)\n"
          "from scheduler.api import ApiServer\n"
          "api = ApiServer.serving(object(), port=0)\n"
          "print(api.token_file, flush=True)\n"
          "threading.Event().wait(120)\n")
 
 
-def _serving(state_home: Path) -> tuple[subprocess.Popen[str], Path]:
+def _serving(state_home: Path, script: str = SERVE) -> tuple[subprocess.Popen[str], Path]:
     env = {**os.environ, "XDG_STATE_HOME": str(state_home), "PYTHONPATH": str(ROOT)}
     env.pop("ELASTIQ_TOKEN_FILE", None)
-    proc = subprocess.Popen([sys.executable, "-c", SERVE], env=env, cwd=ROOT, text=True,
+    proc = subprocess.Popen([sys.executable, "-c", script], env=env, cwd=ROOT, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     assert proc.stdout is not None
     line = proc.stdout.readline().strip()  # the process prints it once the file is written
@@ -50,6 +55,23 @@ def test_a_signal_that_runs_code_removes_the_token_file(signum: int, tmp_path: P
         proc.wait()
     assert proc.returncode != 0  # it ended as the signal ends it
     assert not token_file.exists() and not owner_file(token_file).exists()
+
+
+def test_an_ignored_signal_stays_ignored_and_keeps_the_file(tmp_path: Path) -> None:
+    ignoring = SERVE.replace("signal.signal(signal.SIGHUP, signal.SIG_DFL)",
+                             "signal.signal(signal.SIGHUP, signal.SIG_IGN)")
+    proc, token_file = _serving(tmp_path, ignoring)
+    try:
+        proc.send_signal(signal.SIGHUP)
+        with pytest.raises(subprocess.TimeoutExpired):
+            proc.wait(timeout=1)  # it goes on serving, as before (nohup)
+        assert token_file.is_file()
+        proc.terminate()
+        proc.wait(timeout=30)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert not token_file.exists()
 
 
 def test_after_sigkill_the_next_start_removes_the_dead_process_token_file(
