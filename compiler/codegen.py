@@ -224,10 +224,11 @@ def writes_aggregate_locally(graph: Graph, plan: TaskPlan) -> bool:
     root = graph.node(plan.nodes[-1])
     if root.kind not in LOCAL_SINKS or plan.outputs:
         return False
+    members = set(plan.nodes)  # a set: a long chain is walked in linear time
     node = graph.node(graph.stream(root.inputs[0]).producer)
-    while node.kind in ROW_BY_ROW and node.name in plan.nodes:
+    while node.kind in ROW_BY_ROW and node.name in members:
         node = graph.node(graph.stream(node.inputs[0]).producer)
-    return node.kind == "window-aggregate" and node.name in plan.nodes
+    return node.kind == "window-aggregate" and node.name in members
 
 
 def _source_calls(graph: Graph, plan: TaskPlan, channels: Mapping[str, ChannelSpec],

@@ -78,6 +78,7 @@ def catalog_for(logical: "Graph", physical: "Graph", plans: "tuple[TaskPlan, ...
     of each `elastic` operator is adjustable (stateless) or fixed (stateful)."""
     task_of = {node: plan.task_id for plan in plans for node in plan.nodes}
     copies_of = copies_by_name(physical, {n.name for n in logical.nodes})
+    splitters = tuple(n for n in physical.nodes if n.kind == "splitter")  # once, not per node
     adjustable: list[Adjustable] = []
     fixed: list[Fixed] = []
     for node in logical.nodes:
@@ -88,7 +89,7 @@ def catalog_for(logical: "Graph", physical: "Graph", plans: "tuple[TaskPlan, ...
         else:
             adjustable += _adjustables(logical, node, copies, task_of, resolve)
         fixed += _fixed(node)
-        routing = _routing(node, physical, copies, task_of, plans)
+        routing = _routing(node, physical, splitters, copies, task_of, plans)
         if isinstance(routing, Adjustable):
             adjustable.append(routing)
         elif routing is not None:
@@ -170,12 +171,13 @@ def _fixed(node: "Node") -> list[Fixed]:
     return reasons
 
 
-def _routing(node: "Node", physical: "Graph", copies: list["Node"], task_of: dict[str, str],
-             plans: "tuple[TaskPlan, ...]") -> Adjustable | Fixed | None:
-    """The key routing of a partitioned operator's splitter: adjustable for a stateless
-    operator, fixed for a stateful one (each partition holds its keys' state)."""
+def _routing(node: "Node", physical: "Graph", splitters: "tuple[Node, ...]", copies: list["Node"],
+             task_of: dict[str, str], plans: "tuple[TaskPlan, ...]") -> Adjustable | Fixed | None:
+    """The key routing of a partitioned operator's splitter (one of `splitters`, the physical
+    graph's): adjustable for a stateless operator, fixed for a stateful one (each partition
+    holds its keys' state)."""
     copy_names = {c.name for c in copies}
-    for splitter in (n for n in physical.nodes if n.kind == "splitter"):
+    for splitter in splitters:
         if not feeds(physical, splitter, copy_names):
             continue
         if node.stateful:

@@ -262,10 +262,11 @@ PLUMBING: dict[str, OperatorDef] = {d.kind: d for d in (
 # ----------------------------------------------------------------------------------------------
 # Parameter values
 
-_DURATION = re.compile(r"^\s*(\d{1,9})\s*(ms|milliseconds?|s|secs?|seconds?|m|mins?|minutes?|"
-                       r"h|hours?)\s*$", re.IGNORECASE)
+_DURATION = re.compile(r"^\s*(\d{1,12})\s*(ms|milliseconds?|s|secs?|seconds?|m|mins?|minutes?|"
+                       r"h|hours?|d|days?)\s*$", re.IGNORECASE)
 _UNIT_MS = {"ms": 1, "millisecond": 1, "s": 1000, "sec": 1000, "second": 1000, "m": 60_000,
-            "min": 60_000, "minute": 60_000, "h": 3_600_000, "hour": 3_600_000}
+            "min": 60_000, "minute": 60_000, "h": 3_600_000, "hour": 3_600_000,
+            "d": 86_400_000, "day": 86_400_000}
 _ENDPOINT = re.compile(r"^tcp://(\*|[A-Za-z0-9.\-]{1,253}|\[[0-9A-Fa-f:]+\]):(\d{1,5})$")
 _COLUMN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 _URL = re.compile(r"^http://([A-Za-z0-9.\-]{1,253}|\[[0-9A-Fa-f:]+\])(?::(\d{1,5}))?/?$")
@@ -279,7 +280,7 @@ def parse_duration_ms(text: str) -> int:
     m = _DURATION.match(text)
     if not m:
         raise ParamValueError(f"'{text}' is not a duration; write e.g. '500 milliseconds', "
-                              "'10 seconds', '5 minutes' or '1 hour'")
+                              "'10 seconds', '5 minutes', '1 hour' or '2 days'")
     unit = m.group(2).lower().rstrip("s") or "s"
     if m.group(2).lower() in ("ms", "s"):
         unit = m.group(2).lower()

@@ -2,7 +2,10 @@
 
 Owns turning the bytes of a spec file into an lxml tree and a map from every element (and each
 of its attributes) to the line and column where the user wrote it. lxml reports only a line per
-element, so a small scanner walks the raw text in document order alongside the tree.
+element, so a small scanner walks the raw text in document order alongside the tree, in time
+linear in the text (each token is matched once where it starts; a comment, CDATA section or
+processing instruction is skipped to its closing marker, found once with `str.find`), so no spec
+up to MAX_SPEC_BYTES can hold the interpreter (issue 36).
 
 Safety (docs/architecture.md, invariant 4): a spec may not contain a DOCTYPE or entity
 declarations, so billion-laughs and XXE files are refused before lxml sees them; the parser itself
@@ -15,23 +18,25 @@ from __future__ import annotations
 import bisect
 import re
 from dataclasses import dataclass, field
+from typing import Iterator
 
 from lxml import etree
 
-from common.diagnostics import Diagnostic, Position, SpecError
+from common.diagnostics import MAX_SHOWN, Diagnostic, Position, SpecError
 
 MAX_SPEC_BYTES = 4 << 20
 
 _NAME = r"[A-Za-z_][\w.\-]*"
 _TOKEN = re.compile(
-    r"<!--.*?-->"  # comment
-    r"|<!\[CDATA\[.*?\]\]>"  # CDATA section
-    r"|<\?.*?\?>"  # processing instruction / XML declaration
+    r"(?P<open><!--|<!\[CDATA\[|<\?)"  # comment, CDATA section, processing instruction
     r"|<!(?P<decl>[A-Za-z]+)"  # DOCTYPE, ENTITY, ... (refused)
     r"|</" + _NAME + r"\s*>"  # end tag
     r"|<(?P<start>" + _NAME + r")(?P<attrs>(?:\s+" + _NAME + r"\s*=\s*(?:\"[^\"]*\"|'[^']*'))*)\s*/?>",
-    re.DOTALL,
 )
+# Where the markup an opening starts ends. Found with str.find from the opening, never with a
+# lazy regular expression: `<!--.*?-->` re-scanned the rest of the file for every unclosed
+# opening, quadratic in the file's size (issue 36).
+_CLOSING = {"<!--": "-->", "<![CDATA[": "]]>", "<?": "?>"}
 _ATTR = re.compile(r"(?P<name>" + _NAME + r")\s*=\s*(?P<q>[\"'])(?P<value>.*?)(?P=q)", re.DOTALL)
 _ENTITY = re.compile(r"&(#x[0-9A-Fa-f]+|#[0-9]+|[A-Za-z]+);")
 
@@ -103,15 +108,14 @@ def read_xml(text: str | bytes, filename: str) -> XmlDocument:
                                         "save the spec as UTF-8")]) from None
     if len(text) > MAX_SPEC_BYTES:
         raise SpecError([_too_large(filename, len(text))])
-    starts, refused = _scan(text, filename)
-    if refused:
-        raise SpecError(refused)
+    starts, declarations = _scan(text)
+    if declarations:
+        raise SpecError(_refusals(declarations, _Locator(text, filename)))
     root = _parse(text, filename)
     elements = [e for e in root.iter() if isinstance(e.tag, str)]
-    sources: dict[etree._Element, ElementSource] = {}
-    for element, (tag, source) in zip(elements, starts):
-        if tag == element.tag:
-            sources[element] = source
+    locate = _Locator(text, filename)
+    sources = {element: _element_source(start, locate)
+               for element, start in zip(elements, starts) if start.group("start") == element.tag}
     return XmlDocument(filename, root, sources)
 
 
@@ -154,28 +158,69 @@ def _token_start(lines: list[str], filename: str, line: int, column: int) -> Pos
     return Position(filename, line, max(column, 1))
 
 
-def _scan(text: str, filename: str) -> tuple[list[tuple[str, ElementSource]], list[Diagnostic]]:
-    """Start tags in document order with positions; and refusals for declarations."""
-    line_starts = [0] + [m.end() for m in re.finditer("\n", text)]
-    starts: list[tuple[str, ElementSource]] = []
-    refused: list[Diagnostic] = []
-
-    def pos(index: int) -> Position:
-        line = _bisect(line_starts, index)
-        return Position(filename, line + 1, index - line_starts[line] + 1)
-
-    for m in _TOKEN.finditer(text):
+def _scan(text: str) -> tuple[list[re.Match[str]], list[re.Match[str]]]:
+    """The start tags and the declarations (refused) of `text`, each in document order."""
+    starts: list[re.Match[str]] = []
+    declarations: list[re.Match[str]] = []
+    for m in _tokens(text):
         if m.group("decl"):
-            refused.append(_refusal(m.group("decl"), pos(m.start())))
+            declarations.append(m)
         elif m.group("start"):
-            attrs_text, attrs_at = m.group("attrs"), m.start("attrs")
-            attributes = {
-                a.group("name"): AttrSource(pos(attrs_at + a.start()),
-                                            pos(attrs_at + a.start("value")), a.group("value"))
-                for a in _ATTR.finditer(attrs_text)
-            }
-            starts.append((m.group("start"), ElementSource(pos(m.start()), attributes)))
-    return starts, refused
+            starts.append(m)
+    return starts, declarations
+
+
+class _Locator:
+    """file:line:column of a character index of one text (line and column from 1)."""
+
+    def __init__(self, text: str, filename: str):
+        self.filename = filename
+        self.line_starts = [0] + [m.end() for m in re.finditer("\n", text)]
+
+    def __call__(self, index: int) -> Position:
+        line = bisect.bisect_right(self.line_starts, index) - 1
+        return Position(self.filename, line + 1, index - self.line_starts[line] + 1)
+
+
+def _element_source(start: re.Match[str], locate: _Locator) -> ElementSource:
+    """Where the start tag `start` and each of its attributes are."""
+    attrs_text, attrs_at = start.group("attrs"), start.start("attrs")
+    attributes = {
+        a.group("name"): AttrSource(locate(attrs_at + a.start()),
+                                    locate(attrs_at + a.start("value")), a.group("value"))
+        for a in _ATTR.finditer(attrs_text)
+    }
+    return ElementSource(locate(start.start()), attributes)
+
+
+def _tokens(text: str) -> Iterator[re.Match[str]]:
+    """Declarations and start tags in document order, outside comments, CDATA sections and
+    processing instructions, in time linear in `text`: each token is matched once where it
+    starts, and a comment, CDATA section or processing instruction is skipped to its closing
+    marker, found once. Markup after an opening that is never closed is inside it, so the scan
+    ends there (lxml then reports where it opened)."""
+    at = 0
+    while (m := _TOKEN.search(text, at)) is not None:
+        opening = m.group("open")
+        if opening is None:
+            yield m
+            at = m.end()
+            continue
+        close = text.find(_CLOSING[opening], m.end())
+        if close < 0:
+            return
+        at = close + len(_CLOSING[opening])
+
+
+def _refusals(declarations: list[re.Match[str]], locate: _Locator) -> list[Diagnostic]:
+    """A refusal for each of the first MAX_SHOWN declarations, and one saying how many more."""
+    shown = [_refusal(m.group("decl"), locate(m.start())) for m in declarations[:MAX_SHOWN]]
+    if len(declarations) > MAX_SHOWN:
+        shown.append(Diagnostic(locate(declarations[MAX_SHOWN].start()),
+                                f"{len(declarations) - MAX_SHOWN} more declarations not shown "
+                                f"(only the first {MAX_SHOWN} are)",
+                                "remove every <!...> declaration from the spec"))
+    return shown
 
 
 def _refusal(decl: str, at: Position) -> Diagnostic:
@@ -185,11 +230,6 @@ def _refusal(decl: str, at: Position) -> Diagnostic:
                               "for safety)", "remove the <!DOCTYPE ...> declaration")
     return Diagnostic(at, f"<!{decl} ...> declarations are not allowed in a spec",
                       "remove the declaration; entities are never expanded")
-
-
-def _bisect(line_starts: list[int], index: int) -> int:
-    """The 0-based line holding character `index` (line_starts[0] is 0)."""
-    return max(bisect.bisect_right(line_starts, index) - 1, 0)
 
 
 def _raw_index(raw: str, offset: int) -> int:

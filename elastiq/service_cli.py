@@ -84,6 +84,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--api-allowed-host", action="append", default=[], metavar="NAME[:PORT]",
                    help="a further Host name clients may reach the API under (repeatable; "
                         "default: only its own address, localhost and 127.0.0.1)")
+    s.add_argument("--api-compile-seconds", type=float, default=None, metavar="S",
+                   help="a spec sent to the API is compiled in a worker process killed after "
+                        "S seconds, the body then refused with 413 (default 120)")
+    s.add_argument("--api-compile-memory-mb", type=int, default=None, metavar="MB",
+                   help="that worker's address space limit (default 1024)")
+    s.add_argument("--api-compile-workers", type=int, default=None, metavar="N",
+                   help="compiles at once; one more waits, then 503 (default 2)")
     s.add_argument("--executor-env", action="append", default=[], metavar="NAME=VALUE",
                    help="environment for the executors agents start (repeatable), e.g. "
                         "ELASTIQ_SPARK_CORES=8")
@@ -141,6 +148,16 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 1
 
 
+def _compile_limits(args: argparse.Namespace) -> Any:
+    """`CompileLimits` from the --api-compile-* flags, the defaults for those not given;
+    ValueError when out of range."""
+    from scheduler.config import CompileLimits
+
+    given = {"seconds": args.api_compile_seconds, "memory_mb": args.api_compile_memory_mb,
+             "workers": args.api_compile_workers}
+    return CompileLimits(**{k: v for k, v in given.items() if v is not None})
+
+
 def cmd_scheduler(args: argparse.Namespace) -> int:
     import logging
 
@@ -162,6 +179,7 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
         if args.token_file is not None:
             read_token_file(args.token_file)  # a bad token file is a usage error, before anything
         extra_env = executor_environment(args.executor_env)
+        compile_limits = _compile_limits(args)
     except (ValueError, OSError) as e:
         print(f"elastiq: {e}", file=sys.stderr)
         return 2
@@ -180,7 +198,7 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
             secret = cluster.framework_credential.secret
         service = SchedulerService(master, config, coordination=coordination,
                                    principal=principal, secret=secret)
-        code = _serve(args, service, master, roots.describe())
+        code = _serve(args, service, master, roots.describe(), compile_limits)
     failure = driver_failure()  # pymesos gave up (it interrupts us), e.g. credentials refused
     if code == 0 and failure is not None:
         print(f"elastiq: {failure}", file=sys.stderr)
@@ -188,7 +206,8 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
     return code
 
 
-def _serve(args: argparse.Namespace, service: Any, master: str, confined_to: str) -> int:
+def _serve(args: argparse.Namespace, service: Any, master: str, confined_to: str,
+           compile_limits: Any) -> int:
     """Serve the API and run the scheduler until SIGINT or SIGTERM, then stop both; the exit
     status (the caller stops the embedded cluster, if any, afterwards)."""
     from scheduler.api import ApiServer
@@ -198,7 +217,8 @@ def _serve(args: argparse.Namespace, service: Any, master: str, confined_to: str
     try:
         api = ApiServer.serving(service, host=host or "127.0.0.1", port=int(port),
                                 token_file=args.token_file,
-                                allowed_hosts=args.api_allowed_host)
+                                allowed_hosts=args.api_allowed_host,
+                                compile_limits=compile_limits)
     except OSError as e:
         print(f"elastiq: cannot serve the API on {args.listen}: {e.strerror or e} "
               f"({e.filename or 'the address'}); choose another address with --listen HOST:PORT "

@@ -21,8 +21,10 @@ a crash; a refused request's unread body closes the connection (after draining i
 most `LINGER` seconds, so the client can read the refusal). Bodies are at most 4 MiB (413);
 a connection is closed when no complete request arrived within `IDLE_TIMEOUT` seconds of its
 start or of its last reply, and a body must arrive within `BODY_TIMEOUT` seconds. Service calls
-(which wait on the scheduler's loop) and compiling run in a thread pool, never on the event
-loop. Does not own the scheduler (any `QueryService`, e.g. `SchedulerService`), the token's file
+(which wait on the scheduler's loop) run in a thread pool, never on the event loop; a submitted
+spec is compiled in a worker process with a time and a memory limit (`scheduler.compile_worker`,
+`scheduler.config.CompileLimits`: over either, 413; every worker busy, 503), never in this
+interpreter, so no body holds it. Does not own the scheduler (any `QueryService`, e.g. `SchedulerService`), the token's file
 (`scheduler.api_token`) nor the client (`common.api_client`).
 """
 
@@ -44,11 +46,15 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
-from common.control import PARALLELISM
 from common.api_token import default_token_file, read_token, where_to_look
+from common.control import PARALLELISM
 from common.diagnostics import Diagnostic, SpecError
+from common.paths import configured_roots
 from common.tasks import CompiledQuery
-from scheduler.api_token import new_token, remove_token_file, write_token_file
+from scheduler.api_token import (ExitCleanup, new_token, remove_stale_token_files,
+                                 remove_token_file, write_token_file)
+from scheduler.compile_worker import CompileRefused, CompileWorkers
+from scheduler.config import CompileLimits
 from scheduler.loop import Reply
 from scheduler.metrics import CONTENT_TYPE
 from scheduler.query_source import QuerySource, compile_source
@@ -60,6 +66,11 @@ BODY_TIMEOUT = 30.0  # seconds a request's body may take to arrive
 LINGER = 2.0  # seconds a refused request's unread body is drained before the connection closes
 SPEC_MEDIA_TYPES = ("application/xml", "text/xml")
 OPEN_ROUTES = (("GET", ("healthz",)), ("GET", ("metrics",)))
+# What one control request may ask: each value is checked on the scheduler's loop (a condition
+# is parsed and type-checked, up to ~0.1 s for one of the grammar's 4,096 characters here), so
+# a request's total is bounded to keep that loop, and the heartbeats it handles, on time.
+MAX_CONTROL_TUPLES = 1024  # one per (operator, parameter): cheap each unless a condition
+MAX_CONTROL_CHARS = 32 * 1024  # the values of one request together
 
 
 class QueryService(Protocol):
@@ -153,28 +164,42 @@ def path_parts(raw_path: str) -> list[str]:
 
 
 # ---- request bodies (pure) -------------------------------------------------------------------
+Compile = Callable[[QuerySource], CompiledQuery]
+
+
 def parse_submission(body: bytes, content_type: str, filename: str, query_id: str | None,
-                     base_dir: str | None) -> tuple[CompiledQuery, QuerySource]:
-    """The body of `POST /queries` (spec XML) compiled, with the source it came from;
-    ApiError(415) for any other media type, ApiError(400) with every diagnostic."""
+                     base_dir: str | None, compile: Compile = compile_source,
+                     ) -> tuple[CompiledQuery, QuerySource]:
+    """The body of `POST /queries` (spec XML) compiled by `compile` (the server's: in a worker
+    process with a time and memory limit), with the source it came from; ApiError(415) for any
+    other media type, ApiError(400) with every diagnostic, the worker's refusal (413, 503)."""
     kind = media_type(content_type)
     if kind not in SPEC_MEDIA_TYPES:
         raise ApiError(415, f"POST /queries takes a spec as {' or '.join(SPEC_MEDIA_TYPES)}, "
                             f"not {kind or 'a body without Content-Type'}; compiled queries "
                             "and programs are never accepted")
     try:
-        query = compile_source(QuerySource.of(body, filename, query_id or "", base_dir))
+        query = compile(QuerySource.of(body, filename, query_id or "", base_dir))
+    except CompileRefused as e:
+        raise ApiError(e.status, e.message) from None
     except SpecError as e:
         diags = [diagnostic_json(d) for d in e.diagnostics]
         raise ApiError(400, f"{len(diags)} problem(s) in {filename}", diags) from None
     return query, QuerySource.of(body, filename, query.query_id, base_dir)
 
 
-def migrate_target(body: bytes) -> str:
+def _json_field(body: bytes, name: str) -> Any:
+    """Field `name` of the JSON object `body` (empty: {}), None when the body is no such object
+    (too deeply nested included)."""
     try:
-        target = json.loads(body or b"{}").get("to")
-    except (ValueError, AttributeError):
-        target = None
+        value = json.loads(body or b"{}")
+    except (ValueError, RecursionError):
+        return None
+    return value.get(name) if isinstance(value, dict) else None
+
+
+def migrate_target(body: bytes) -> str:
+    target = _json_field(body, "to")
     if not isinstance(target, str) or not target:
         raise ApiError(400, 'the body must be JSON {"to": "<agent id>"}')
     return target
@@ -183,10 +208,7 @@ def migrate_target(body: bytes) -> str:
 def scale_parallelism(body: bytes) -> int:
     """`{"parallelism": N}` -> N, a whole number (the catalogue checks its bounds);
     ApiError(400) otherwise."""
-    try:
-        value = json.loads(body or b"{}").get("parallelism")
-    except (ValueError, AttributeError):
-        value = None
+    value = _json_field(body, "parallelism")
     if isinstance(value, bool) or not isinstance(value, int):
         raise ApiError(400, 'the body must be JSON {"parallelism": N}, N a whole number')
     return value
@@ -194,17 +216,19 @@ def scale_parallelism(body: bytes) -> int:
 
 def control_tuples(body: bytes) -> list[tuple[str, str, str]]:
     """`{"tuples": [{"operator": .., "parameter": .., "value": ..}, ...]}` -> (operator,
-    parameter, value) triples; ApiError(400) naming what is malformed."""
-    try:
-        raw = json.loads(body or b"{}").get("tuples")
-    except (ValueError, AttributeError):
-        raw = None
+    parameter, value) triples; ApiError(400) naming what is malformed, ApiError(413) for more
+    than MAX_CONTROL_TUPLES tuples or MAX_CONTROL_CHARS characters of values."""
+    raw = _json_field(body, "tuples")
     if not isinstance(raw, list) or not raw:
         raise ApiError(400, 'the body must be JSON {"tuples": [{"operator": ..., "parameter": '
                             '..., "value": ...}]}')
-    out, problems = [], []
+    if len(raw) > MAX_CONTROL_TUPLES:
+        raise ApiError(413, f"{len(raw)} control tuples in one request; at most "
+                            f"{MAX_CONTROL_TUPLES} are taken (send several requests)")
+    out: list[tuple[str, str, str]] = []
+    problems: list[str] = []
     for i, t in enumerate(raw, 1):
-        fields = [t.get(k) for k in ("operator", "parameter", "value")] \
+        fields: list[Any] = [t.get(k) for k in ("operator", "parameter", "value")] \
             if isinstance(t, dict) else []
         if len(fields) != 3 or not all(isinstance(f, str) for f in fields):
             problems.append(f"tuple {i}: needs text operator, parameter and value")
@@ -212,6 +236,10 @@ def control_tuples(body: bytes) -> list[tuple[str, str, str]]:
         out.append((fields[0], fields[1], fields[2]))
     if problems:
         raise ApiError(400, "; ".join(problems), [{"message": p} for p in problems])
+    chars = sum(len(value) for _, _, value in out)
+    if chars > MAX_CONTROL_CHARS:
+        raise ApiError(413, f"the values of one control request have {chars} characters; at "
+                            f"most {MAX_CONTROL_CHARS} are taken (send several requests)")
     return out
 
 
@@ -254,8 +282,10 @@ def _health(service: QueryService) -> dict[str, Any]:
     return health
 
 
-def route(service: QueryService, call: Call) -> tuple[int, Any]:
-    """The reply to `call`: (status, JSON value or MetricsText); ApiError for refusals."""
+def route(service: QueryService, call: Call, compile: Compile = compile_source
+          ) -> tuple[int, Any]:
+    """The reply to `call`: (status, JSON value or MetricsText); ApiError for refusals.
+    `compile` compiles a submitted spec."""
     method, parts = call.method, call.parts
     if parts == ("metrics",) and method == "GET":
         return 200, _metrics_text(service)
@@ -264,7 +294,7 @@ def route(service: QueryService, call: Call) -> tuple[int, Any]:
     if parts == ("queries",) and method == "GET":
         return 200, {"queries": list(service.status()["queries"].values())}
     if parts == ("queries",) and method == "POST":
-        return _submit(service, call)
+        return _submit(service, call, compile)
     if len(parts) == 2 and parts[0] == "queries" and method in ("GET", "DELETE"):
         return _one_query(service, method, parts[1])
     if len(parts) == 5 and (parts[0], parts[2], parts[4]) == ("queries", "tasks", "migrate") \
@@ -281,12 +311,12 @@ def route(service: QueryService, call: Call) -> tuple[int, Any]:
     raise ApiError(404 if method == "GET" else 405, f"no route {method} {call.target[:200]}")
 
 
-def _submit(service: QueryService, call: Call) -> tuple[int, Any]:
+def _submit(service: QueryService, call: Call, compile: Compile) -> tuple[int, Any]:
     query, source = parse_submission(
         call.body, call.headers.get("Content-Type", ""),
         call.headers.get("X-Spec-Filename") or "spec.xml",
         (call.params.get("query_id") or [None])[0],
-        call.headers.get("X-Spec-Dir") or os.getcwd())
+        call.headers.get("X-Spec-Dir") or os.getcwd(), compile)
     reply = service.submit(query, source=source)
     if not reply.accepted:
         raise ApiError(reply.status, reply.message,
@@ -331,10 +361,11 @@ def _control(service: QueryService, method: str, query_id: str, request_id: str 
     return 202, {"query_id": query_id, "message": reply.message, **(reply.body or {})}
 
 
-def answer(service: QueryService, call: Call) -> tuple[int, Any]:
+def answer(service: QueryService, call: Call, compile: Compile = compile_source
+           ) -> tuple[int, Any]:
     """`route`, with every refusal and failure as (status, JSON error)."""
     try:
-        return route(service, call)
+        return route(service, call, compile)
     except ApiError as e:
         return e.status, e.body()
     except Exception as e:  # never let one request take the API down
@@ -388,7 +419,8 @@ class ApiServer:
 
     def __init__(self, service: QueryService, host: str = "127.0.0.1", port: int = 0, *,
                  token: str, allowed_hosts: Sequence[str] = (), workers: int = 8,
-                 idle_timeout: float = IDLE_TIMEOUT, body_timeout: float = BODY_TIMEOUT):
+                 idle_timeout: float = IDLE_TIMEOUT, body_timeout: float = BODY_TIMEOUT,
+                 compile_limits: CompileLimits = CompileLimits()):
         if not isinstance(token, str) or not token.strip() or token != token.strip():
             raise ValueError("the API needs a token (non-empty, no surrounding whitespace)")
         self.service, self.token, self.idle_timeout = service, token, idle_timeout
@@ -398,25 +430,31 @@ class ApiServer:
         self.hosts = own_hosts(host if ":" not in host else f"[{host}]", self.port,
                                allowed_hosts)
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="scheduler-api")
+        self.compilers = CompileWorkers(compile_limits)
         self.token_file: Path | None = None  # where clients find the token, when known
         self._wrote_token_file = False
+        self._exit_cleanup: ExitCleanup | None = None  # removes the file at any exit
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.ServerRunner | None = None
         self._thread: threading.Thread | None = None
 
     @classmethod
     def serving(cls, service: QueryService, host: str = "127.0.0.1", port: int = 0,
-                token_file: str | Path | None = None,
-                allowed_hosts: Sequence[str] = ()) -> "ApiServer":
+                token_file: str | Path | None = None, allowed_hosts: Sequence[str] = (),
+                compile_limits: CompileLimits = CompileLimits()) -> "ApiServer":
         """A started API whose token is read from `token_file`, or (None) made fresh and
-        written (mode 0600) to the per-user default file for the bound port, which `stop()`
-        removes again."""
+        written (mode 0600) to the per-user default file for the bound port, which `stop()`,
+        any exit of the process that runs code, or the next start after one that runs none
+        removes again (`scheduler.api_token`)."""
         token = read_token(token_file) if token_file is not None else new_token()
-        api = cls(service, host, port, token=token, allowed_hosts=allowed_hosts)
+        api = cls(service, host, port, token=token, allowed_hosts=allowed_hosts,
+                  compile_limits=compile_limits)
         try:
             if token_file is None:
                 api.token_file = default_token_file(api.port)
-                write_token_file(api.token_file, token)
+                remove_stale_token_files(api.token_file.parent)
+                api._exit_cleanup = ExitCleanup(api._remove_token_file).install()
+                write_token_file(api.token_file, token, owned=True)
                 api._wrote_token_file = True
             else:
                 api.token_file = Path(token_file)
@@ -455,6 +493,7 @@ class ApiServer:
         if failure:
             raise failure[0]
         log.info("[api] listening on %s", self.url)
+        self._pool.submit(self.compilers.warm)
         return self
 
     async def _open(self) -> None:
@@ -475,6 +514,12 @@ class ApiServer:
             thread.join(10)
         self._sock.close()
         self._pool.shutdown(wait=False, cancel_futures=True)
+        if self._exit_cleanup is not None:
+            self._exit_cleanup.uninstall()
+            self._exit_cleanup = None
+        self._remove_token_file()
+
+    def _remove_token_file(self) -> None:
         if self._wrote_token_file and self.token_file is not None:
             remove_token_file(self.token_file, self.token)
             self._wrote_token_file = False
@@ -488,7 +533,7 @@ class ApiServer:
             body = await self._body(request)
             call = Call(request.method, request.raw_path, tuple(parts),
                         parse_qs(urlsplit(request.raw_path).query), dict(request.headers), body)
-            status, reply = await self._in_pool(answer, self.service, call)
+            status, reply = await self._in_pool(answer, self.service, call, self._compile)
             return _response(status, reply)
         except ApiError as e:
             return _refused(e, request)
@@ -507,6 +552,11 @@ class ApiServer:
                 from None
         except (ConnectionError, ValueError) as e:  # e.g. a bad chunked encoding
             raise ApiError(400, f"unreadable body: {type(e).__name__}") from None
+
+    def _compile(self, source: QuerySource) -> CompiledQuery:
+        """A submitted spec, compiled in a worker process within the compile limits, with the
+        roots this process compiles with."""
+        return self.compilers.compile(source, configured_roots())
 
     async def _in_pool(self, fn: Callable[..., Any], *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)

@@ -9,7 +9,7 @@ elasticity and leadership code call (`record_failover`, `record_rewrite`, `recor
 restart at 0 with a new attempt or runner); they become monotonic counters here. Also owns the
 rows of `elastiq status --watch` (`watch_rows`), which derive the same rates from the API's JSON.
 Label values are bounded: query and task ids, state names and small fixed classes; never offer,
-framework-message or stimulus ids.
+framework-message or stimulus ids, and never an endpoint (the route is unauthenticated).
 Does not own any decision (`scheduler.state`), the HTTP route (`scheduler.api`) nor leadership
 itself (the ZooKeeper code only reports it here).
 """
@@ -121,8 +121,9 @@ class SchedulerMetrics:
                         registry=r)
         self.connected = Gauge("elastiq_scheduler_connected_to_master",
                                "1 while registered with a Mesos master", registry=r)
-        self.info = Info("elastiq_scheduler", "framework id and master of this scheduler",
-                         registry=r)
+        # the framework id only: /metrics is open, so it shows no endpoint (the master's
+        # address, an agent's host:port) to whoever reaches it (issue 36)
+        self.info = Info("elastiq_scheduler", "framework id of this scheduler", registry=r)
         self.events = Counter("elastiq_scheduler_events", "events handled, by kind", ["kind"],
                               registry=r)
         self.event_errors = Counter("elastiq_scheduler_event_errors",
@@ -303,7 +304,7 @@ class SchedulerMetrics:
         self.connected.set(1 if state.connected else 0)
         self.offers_held.set(len(state.held))
         self._observe_detector(state)
-        self.info.info({"framework_id": state.framework_id or "", "master": state.master or ""})
+        self.info.info({"framework_id": state.framework_id or ""})
         phases = {p: 0 for p in QUERY_PHASES}
         current: set[str] = set()
         for query in state.queries.values():

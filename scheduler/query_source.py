@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from common.tasks import CompiledQuery
+
+if TYPE_CHECKING:
+    from common.paths import PathRoots
 
 SOURCE_FORMAT = "elastiq-query-source/1"
 
@@ -67,9 +70,10 @@ class QuerySource:
                            raw.get("rules_dir"))
 
 
-def compile_source(source: QuerySource) -> CompiledQuery:
+def compile_source(source: QuerySource, path_roots: "PathRoots | None" = None) -> CompiledQuery:
     """Compile `source` with the scheduler's compiler; SpecError with every problem. File paths
-    must lie in the scheduler's own roots (`configured_roots`): the client's folder
+    must lie in `path_roots`, by default the scheduler's own (`configured_roots`; a worker
+    process is given its parent's): the client's folder
     (`base_dir`, from X-Spec-Dir) only resolves relative paths and never widens them. Input
     files are not required to exist here (a restored query must recompile while one is being
     replaced); a task that finds its input missing fails its query at once."""
@@ -78,7 +82,9 @@ def compile_source(source: QuerySource) -> CompiledQuery:
 
     return compile_spec_text(source.spec_bytes(), source.filename,
                              base_dir=source.base_dir, query_id=source.query_id,
-                             rules_dir=source.rules_dir, path_roots=configured_roots(),
+                             rules_dir=source.rules_dir,
+                             path_roots=path_roots if path_roots is not None
+                             else configured_roots(),
                              check_inputs=False).query
 
 

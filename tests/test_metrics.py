@@ -5,6 +5,7 @@ Expected values are worked out in plain Python from the inputs the test feeds.""
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -77,6 +78,19 @@ def test_offers_received_used_and_declined_by_reason_class_without_offer_ids() -
     assert not any(oid in exposed for oid in ("idle-1", "idle-2", "o1", "late-1"))
     assert fed.value("elastiq_scheduler_connected_to_master") == 1
     assert 'framework_id="fw-1"' in exposed
+
+
+def test_the_open_exposition_shows_no_endpoint() -> None:
+    """/metrics needs no token: it showed the master's address (issue 36). Oracle: no label
+    value of the exposition looks like host:port, an IP address or a URL."""
+    fed = Fed()
+    fed.step(Registered("r", "fw-1", "master.example:5050"), 100.0)
+    running_query(fed)
+    exposed = fed.metrics.exposition().decode()
+    values = re.findall(r'="([^"]*)"', exposed)
+    assert 'framework_id="fw-1"' in exposed and values
+    endpoints = [v for v in values if re.search(r":\d+$|\d+\.\d+\.\d+\.\d+|://", v)]
+    assert endpoints == [] and "master.example" not in exposed
 
 
 def test_decline_reasons_fall_into_a_small_fixed_set_of_classes() -> None:

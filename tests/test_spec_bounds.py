@@ -117,6 +117,15 @@ def test_a_duration_above_a_year_is_refused_and_a_year_compiles(tmp_path: Path) 
     _compiles(_window("8760 hours"), tmp_path)
 
 
+def test_365_days_is_the_inclusive_duration_bound_the_docs_give(tmp_path: Path) -> None:
+    """docs/spec-language.md: durations up to 365 days (8760 hours). `365 days` was refused
+    (no day unit); one millisecond more is refused naming the bound."""
+    _compiles(_window("365 days"), tmp_path)
+    _refused_at(_window("31536000001 milliseconds"), "31536000001 milliseconds",
+                "maximum duration, 365 days")
+    _refused_at(_window("366 days"), "366 days", "maximum duration, 365 days")
+
+
 @pytest.mark.parametrize("literal", ["9999-12-31T23:59:59-05:00", "0001-01-01T00:00:00+00:01"])
 def test_an_out_of_range_timestamp_literal_is_a_located_expression_error(literal: str) -> None:
     condition = f"raw.ts &gt; timestamp '{literal}'"
