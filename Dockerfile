@@ -29,6 +29,7 @@ COPY executor/ executor/
 COPY scheduler/ scheduler/
 COPY rewrite_rules/ rewrite_rules/
 COPY elastiq/ elastiq/
+COPY embedded_mesos/ embedded_mesos/
 COPY examples/ examples/
 
 # A C compiler only for building http-parser; removed in the same layer.

@@ -13,6 +13,6 @@ Import rules (checked by tests/test_import_rules.py): `common` imports the stand
 `common.*` only; every other package may import `common`. `compiler` imports common, compiler,
 rewrite_rules, lxml and jinja2, never Spark, Mesos or sockets; `executor` imports common,
 executor and the expression language `compiler.expr`; `scheduler` imports common, compiler and
-scheduler, never executor or elastiq; `elastiq.embedded` imports common and itself; generated
+scheduler, never executor or elastiq; `embedded_mesos` imports common and itself; generated
 task programs import exactly `common.types` and `executor.runtime`.
 """

@@ -1,8 +1,8 @@
 """The one dispatch idiom of the state machines: a table from event type to handler function.
 
 Owns `handler`, which every state machine (`scheduler.state`, `scheduler.leadership`,
-`executor.executor_state`, `elastiq.embedded.master_state`) and command runner
-(`scheduler.mesos_adapter`, `executor.mesos_executor`, `elastiq.embedded.master`) uses to
+`executor.executor_state`, `embedded_mesos.master_state`) and command runner
+(`scheduler.mesos_adapter`, `executor.mesos_executor`, `embedded_mesos.master`) uses to
 pick the function for a value by its exact type, from a module-level `dict[type, Callable]` of
 function objects (never method-name strings). Does not own the tables themselves (each lives
 beside its handlers).

@@ -1,7 +1,7 @@
 """Elastiq: an elastic stream query service.
 
 This package owns the command line (`elastiq.cli`) and the embedded Mesos-compatible cluster
-(`elastiq.embedded`). The compiler, scheduler and executor live in their own top-level packages;
+(`embedded_mesos`). The compiler, scheduler and executor live in their own top-level packages;
 what they share (source positions and diagnostics among it) is `common`.
 """
 

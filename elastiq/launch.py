@@ -20,7 +20,7 @@ from common.paths import ENV_VAR as PATH_ROOTS_ENV, PathRoots
 from elastiq.sizing import PORTS_PER_AGENT
 
 if TYPE_CHECKING:
-    from elastiq.embedded import EmbeddedCluster
+    from embedded_mesos import EmbeddedCluster
     from scheduler.config import ExecutorSpec
 
 EXECUTOR_GRACE_SECONDS = 15.0  # an executor stops its Spark queries and session cleanly within
@@ -77,9 +77,9 @@ def executor_environment(pairs: list[str]) -> Environment:
 @contextmanager
 def claimed_bands(count: int, ports_per_agent: int = PORTS_PER_AGENT) -> Iterator[list[Any]]:
     """`count` bands of ports claimed on this machine, one per embedded agent
-    (`elastiq.embedded.ports`: free when claimed, and never the band of another run); released
+    (`embedded_mesos.ports`: free when claimed, and never the band of another run); released
     when the block ends, after the cluster that used them stopped."""
-    from elastiq.embedded.ports import claim_band
+    from embedded_mesos.ports import claim_band
 
     with ExitStack() as stack:
         claims = []
@@ -100,10 +100,10 @@ def add_agents(cluster: Any, bands: list[Any], resources: dict[str, Any]) -> Non
 def embedded_cluster(agents: int, resources: dict[str, Any], work_dir: Path,
                      isolation: Any = "none") -> Iterator[EmbeddedCluster]:
     """An embedded master with `agents` agents, each offering `resources` and a claimed band of
-    ports and isolating its executor containers as `isolation` says (`elastiq.embedded.agent`'s
+    ports and isolating its executor containers as `isolation` says (`embedded_mesos.agent`'s
     modes; none by default, as a Mesos agent's posix isolators); on leaving, the cluster stops
     (its executors get EXECUTOR_GRACE_SECONDS) and then the bands are released."""
-    from elastiq.embedded import EmbeddedCluster
+    from embedded_mesos import EmbeddedCluster
 
     with ExitStack() as stack:
         bands = stack.enter_context(claimed_bands(agents))

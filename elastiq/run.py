@@ -156,7 +156,7 @@ def run_isolation(environ: Any) -> Any:
     """The embedded agents' isolation for `elastiq run`: cgroups (each executor container held
     to its cpus and mem, as Mesos's cgroups isolators), unless ELASTIQ_AGENT_ISOLATION says
     `none`; an agent where no cgroup can be made runs unisolated and says so."""
-    from elastiq.embedded.agent import ISOLATION_ENV, resolve_isolation
+    from embedded_mesos.agent import ISOLATION_ENV, resolve_isolation
 
     return resolve_isolation("auto", {ISOLATION_ENV: "cgroups", **environ})
 
@@ -167,7 +167,7 @@ def api_port_for(wanted: int | None) -> int | None:
     the port."""
     if wanted is None:
         return None
-    from elastiq.embedded.ports import port_bindable
+    from embedded_mesos.ports import port_bindable
 
     if wanted and port_bindable(wanted):
         return wanted

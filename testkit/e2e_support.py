@@ -204,7 +204,7 @@ def start_stack(work: Path, cpus_per_agent: float = 1.5, mem_per_agent: int = 81
                 port_ranges: tuple[tuple[int, int], ...] | None = None) -> Stack:
     """Start the cluster (`agents` agents with distinct free port ranges, or `port_ranges`),
     the scheduler and its API."""
-    from elastiq.embedded import EmbeddedCluster
+    from embedded_mesos import EmbeddedCluster
     from scheduler.api import ApiServer
     from scheduler.api_token import new_token, write_token_file
     from scheduler.config import ExecutorSpec, SchedulerConfig

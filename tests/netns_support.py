@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from elastiq.embedded.executors import kill_recorded_executors
+from embedded_mesos.executors import kill_recorded_executors
 
 log = logging.getLogger("tests.netns")
 READY_PREFIX = "ELASTIQ_EMBEDDED_READY "
@@ -178,14 +178,14 @@ class NetnsNetwork:
 
 
 class NetnsAgent:
-    """`python -m elastiq.embedded agent` inside a host's namespace, in its own session."""
+    """`python -m embedded_mesos agent` inside a host's namespace, in its own session."""
 
     def __init__(self, net: NetnsNetwork, host: str, master_url: str, work_dir: Path,
                  resources: Mapping[str, Any], env: Mapping[str, str] | None = None,
                  executor_grace_seconds: float = 3.0, ready_timeout: float = 20.0):
         self.work_dir = work_dir
         self.host = host
-        argv = [sys.executable, "-m", "elastiq.embedded", "agent", "--master", master_url,
+        argv = [sys.executable, "-m", "embedded_mesos", "agent", "--master", master_url,
                 "--host", net.address(host), "--work-dir", str(work_dir),
                 "--resources", json.dumps(dict(resources)),
                 "--executor-grace", str(executor_grace_seconds)]

@@ -1,5 +1,5 @@
 """How many agents a plan needs (common.tasks.agents_needed), how embedded agents on one host
-share its ports (elastiq.embedded.cluster.agent_resources), and how `elastiq run` sizes its
+share its ports (embedded_mesos.cluster.agent_resources), and how `elastiq run` sizes its
 embedded cluster from the plan or refuses at once (elastiq.sizing)."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 
 from common.tasks import agents_needed
 from compiler.pipeline import compile_spec_file
-from elastiq.embedded.cluster import agent_resources
+from embedded_mesos.cluster import agent_resources
 from elastiq.sizing import PlanDoesNotFit, size_cluster
 from scheduler.placement import Offer, QueryDemand, Share, TaskDemand, place
 

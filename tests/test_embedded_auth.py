@@ -1,6 +1,6 @@
 """Framework and executor authentication of the embedded cluster.
 
-Owns the tests of elastiq/embedded/auth.py (pure: HTTP Basic checking against pymesos's own
+Owns the tests of embedded_mesos/auth.py (pure: HTTP Basic checking against pymesos's own
 encoding, executor tokens against an independent HMAC and base64 decoding, the executor's
 environment, our executor driver's header) and the attacks over real sockets on a real cluster
 with real executor processes (tests/fixtures/echo_executor.py): a scheduler without the
@@ -28,14 +28,14 @@ from typing import Any, Iterator
 import pytest
 from pymesos import MesosSchedulerDriver, decode_data, encode_data
 
-from elastiq.embedded import EmbeddedCluster
-from elastiq.embedded.auth import (
+from embedded_mesos import EmbeddedCluster
+from embedded_mesos.auth import (
     BASIC_CHALLENGE, BEARER_CHALLENGE, EXECUTOR_TOKEN_ENV, FRAMEWORK_SECRET_ENV, ExecutorClaims,
     ExecutorTokens, FrameworkCredential, authenticated_principal, basic_authorization,
     bearer_token, claims_mismatch,
 )
-from elastiq.embedded.executors import ExecutorEnvironment, executor_env
-from elastiq.embedded.httpio import SECRET_ENV
+from embedded_mesos.executors import ExecutorEnvironment, executor_env
+from embedded_mesos.httpio import SECRET_ENV
 from tests.test_embedded_cluster import (  # noqa: F401 - `drivers` is a fixture
     RESOURCES, Recorder, drivers, executor_token, framework_auth, http_call, pid_alive,
     subscribe, task_info,
@@ -375,7 +375,7 @@ def test_the_scheduler_command_reads_the_mesos_secret_from_a_file_and_checks_its
 
 def test_a_standalone_master_takes_the_framework_secret_from_its_env_or_a_0600_file(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from elastiq.embedded.__main__ import _framework_options, _parser
+    from embedded_mesos.__main__ import _framework_options, _parser
 
     monkeypatch.delenv(FRAMEWORK_SECRET_ENV, raising=False)
     path = tmp_path / "framework-secret"
@@ -398,7 +398,7 @@ def test_a_standalone_master_takes_the_framework_secret_from_its_env_or_a_0600_f
 @pytest.mark.timeout(90)
 def test_a_wrong_mesos_secret_ends_the_scheduler_command_with_one_clear_line(
         tmp_path: Path) -> None:
-    from elastiq.embedded.master import EmbeddedMaster
+    from embedded_mesos.master import EmbeddedMaster
 
     master = EmbeddedMaster(port=0).start()
     try:

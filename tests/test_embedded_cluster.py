@@ -21,8 +21,8 @@ import pytest
 import pymesos.process
 from pymesos import MesosSchedulerDriver, Scheduler, decode_data, encode_data
 
-from elastiq.embedded import EmbeddedCluster
-from elastiq.embedded.auth import EXECUTOR_TOKEN_ENV, basic_authorization
+from embedded_mesos import EmbeddedCluster
+from embedded_mesos.auth import EXECUTOR_TOKEN_ENV, basic_authorization
 from testkit.waiting import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(60)]

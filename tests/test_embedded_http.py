@@ -1,6 +1,6 @@
 """The embedded master's and agent's HTTP input paths, attacked over real sockets.
 
-Owns the regression tests of the aiohttp servers (elastiq/embedded/httpio.py): a refused body is
+Owns the regression tests of the aiohttp servers (embedded_mesos/httpio.py): a refused body is
 never parsed as the next request on a keep-alive connection, malformed requests get 4xx with a
 message, the body limit, the header timeout against idle and slowloris connections (400 idle
 connections do not delay a call; the thread count does not grow), the cluster secret on every
@@ -23,7 +23,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from elastiq.embedded import EmbeddedCluster, httpio
+from embedded_mesos import EmbeddedCluster, httpio
 from tests.test_embedded_cluster import (  # noqa: F401 - `drivers` is a fixture
     RESOURCES, drivers, executor_token, framework_auth, launch_running, subscribe, task_info,
 )

@@ -10,13 +10,13 @@ import random
 
 import pytest
 
-from elastiq.embedded.httpio import HttpError
-from elastiq.embedded.master_state import (
+from embedded_mesos.httpio import HttpError
+from embedded_mesos.master_state import (
     AgentEventReceived, AgentRegistering, CallReceived, FrameworkSubscribing, MasterConfig,
     MasterState, Subscribed, Ticked, ToAgent, ToFramework,
 )
-from elastiq.embedded.recordio import RecordIODecoder, encode_record
-from elastiq.embedded.resources import (
+from embedded_mesos.recordio import RecordIODecoder, encode_record
+from embedded_mesos.resources import (
     ResourceError, Resources, from_mesos, parse_agent_resources, parse_ranges,
 )
 
@@ -151,9 +151,9 @@ def test_cluster_secret_comes_from_the_environment_else_a_private_file(tmp_path,
     import os
     import stat
 
-    from elastiq.embedded.__main__ import _secret
-    from elastiq.embedded.agent import EmbeddedAgent
-    from elastiq.embedded.httpio import SECRET_ENV
+    from embedded_mesos.__main__ import _secret
+    from embedded_mesos.agent import EmbeddedAgent
+    from embedded_mesos.httpio import SECRET_ENV
 
     monkeypatch.delenv(SECRET_ENV, raising=False)
     path = tmp_path / "secret"
@@ -174,7 +174,7 @@ def test_cluster_secret_comes_from_the_environment_else_a_private_file(tmp_path,
 def test_the_secret_check_is_exact():
     from aiohttp.test_utils import make_mocked_request
 
-    from elastiq.embedded.httpio import SECRET_HEADER, require_secret, secret_matches
+    from embedded_mesos.httpio import SECRET_HEADER, require_secret, secret_matches
 
     def req(headers):
         return make_mocked_request("POST", "/internal/command", headers=headers)

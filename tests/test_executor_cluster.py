@@ -24,7 +24,7 @@ import pytest
 from pymesos import MesosSchedulerDriver, Scheduler
 
 from compiler.pipeline import compile_spec_file
-from elastiq.embedded import EmbeddedCluster
+from embedded_mesos import EmbeddedCluster
 from testkit.waiting import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark, pytest.mark.timeout(150)]

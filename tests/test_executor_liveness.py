@@ -21,9 +21,9 @@ import pymesos.process
 import pytest
 from pymesos import MesosSchedulerDriver, decode_data
 
-from elastiq.embedded import EmbeddedCluster
+from embedded_mesos import EmbeddedCluster
 from test_embedded_cluster import Recorder
-from elastiq.embedded.agent import (
+from embedded_mesos.agent import (
     DEFAULT_EXECUTOR_SILENCE_SECONDS,
     SILENCE_ENV,
     resolve_silence_seconds,

@@ -22,7 +22,7 @@ from typing import Any, Iterator
 import pytest
 from testkit.e2e_support import compile_spec, pythonpath, wait_until
 
-from elastiq.embedded import EmbeddedCluster
+from embedded_mesos import EmbeddedCluster
 from scheduler.config import ExecutorSpec, SchedulerConfig
 from scheduler.liveness import DetectorSettings
 

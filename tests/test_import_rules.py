@@ -22,7 +22,8 @@ from functools import cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("common", "compiler", "rewrite_rules", "scheduler", "executor", "elastiq")
+PACKAGES = ("common", "compiler", "rewrite_rules", "scheduler", "executor", "elastiq",
+            "embedded_mesos")
 OURS = frozenset(PACKAGES)
 STDLIB = frozenset(sys.stdlib_module_names)
 
@@ -128,16 +129,17 @@ def rule_for(rel: str, module: str) -> str | None:
         if top not in STDLIB:
             return "R3: rewrite_rules imports the standard library only"
     elif owner == "executor":
-        if top in {"scheduler", "elastiq", "rewrite_rules"}:
-            return "R4: the executor never imports scheduler or elastiq"
+        if top in {"scheduler", "elastiq", "rewrite_rules", "embedded_mesos"}:
+            return "R4: the executor never imports scheduler, elastiq or the embedded cluster"
         if top == "compiler" and module != "compiler.expr" and not module.startswith(
                 "compiler.expr."):
             return "R4: the executor imports only compiler.expr of the compiler"
         if top == "pymesos" and rel != "executor/mesos_executor.py":
             return "R4: pymesos only in executor/mesos_executor.py"
     elif owner == "scheduler":
-        if top in {"executor", "elastiq", "pyspark", "rewrite_rules"}:
-            return "R5: the scheduler never imports executor, elastiq or pyspark"
+        if top in {"executor", "elastiq", "pyspark", "rewrite_rules", "embedded_mesos"}:
+            return ("R5: the scheduler never imports executor, elastiq, pyspark or the embedded "
+                    "cluster (it must run the same against a real Mesos master)")
         if top == "pymesos" and rel != "scheduler/mesos_adapter.py":
             return "R5: pymesos only in scheduler/mesos_adapter.py"
         if top == "kazoo" and rel != "scheduler/zk.py":
@@ -145,10 +147,9 @@ def rule_for(rel: str, module: str) -> str | None:
         if top in CORE_FORBIDDEN and rel in scheduler_core():
             return ("R8: the scheduler's pure core makes no keys, randomness or I/O (the shell "
                     "does, and hands them over on events)")
-    elif rel.startswith("elastiq/embedded/"):
-        if top in OURS and top != "common" and module != "elastiq.embedded" and \
-                not module.startswith("elastiq.embedded."):
-            return "R6: elastiq.embedded imports common and elastiq.embedded only"
+    elif owner == "embedded_mesos":
+        if top in OURS and top not in {"common", "embedded_mesos"}:
+            return "R6: embedded_mesos imports common and embedded_mesos only"
     return None
 
 
@@ -311,7 +312,9 @@ def test_each_rule_reports_its_forbidden_edges() -> None:
         ("executor/x.py", "import pymesos"): "R4",
         ("scheduler/x.py", "from ..executor import runtime"): "R5",
         ("scheduler/x.py", "from kazoo.client import KazooClient"): "R5",
-        ("elastiq/embedded/x.py", "from scheduler import state"): "R6",
+        ("embedded_mesos/x.py", "from scheduler import state"): "R6",
+        ("executor/x.py", "from embedded_mesos import agent"): "R4",
+        ("scheduler/x.py", "import embedded_mesos.master"): "R5",
         ("scheduler/state.py", "import zmq"): "R8",
         ("scheduler/events.py", "def f():\n    import secrets"): "R8",
     }
@@ -321,7 +324,7 @@ def test_each_rule_reports_its_forbidden_edges() -> None:
     allowed = {("executor/x.py", "from compiler.expr import parser"),
                ("executor/x.py", "from .runtime import TaskRuntime"),
                ("scheduler/x.py", "from compiler.tasks import split_into_tasks"),
-               ("elastiq/embedded/x.py", "from . import protocol"),
+               ("embedded_mesos/x.py", "from . import protocol"),
                ("elastiq/x.py", "from scheduler import state"),
                ("scheduler/channel_keys.py", "import zmq")}
     for rel, source in allowed:

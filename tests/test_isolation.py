@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from elastiq.embedded import operator_api
-from elastiq.embedded.agent import container_resources, resolve_isolation
-from elastiq.embedded.isolation import (
+from embedded_mesos import operator_api
+from embedded_mesos.agent import container_resources, resolve_isolation
+from embedded_mesos.isolation import (
     CGEXEC_FAILED, ContainerCgroup, Hierarchy, cgexec_argv, cgroup_name, cgroup_values,
     memory_limitation_message, probe, proc_statistics, session_pids,
 )
@@ -284,7 +284,7 @@ def test_agent_operator_call_unknown_is_refused_without_measuring():
 
 
 def test_agents_isolation_travels_in_offers_to_status_lines():
-    from elastiq.embedded.master_state import text_attributes
+    from embedded_mesos.master_state import text_attributes
     from elastiq.service_cli import agent_lines
     from scheduler.mesos_json import parse_offer
 
@@ -312,7 +312,7 @@ def test_progress_shows_each_agents_cpu_use_against_its_cpus():
 
 
 def test_agent_cgroups_are_found_by_agent_id_only(tmp_path):
-    from elastiq.embedded.isolation import agent_cgroups
+    from embedded_mesos.isolation import agent_cgroups
 
     hierarchy = probe(_v1_tree(tmp_path)).hierarchy
     assert hierarchy is not None

@@ -23,8 +23,8 @@ from typing import Any, Callable, Iterator
 import pytest
 from pymesos import MesosSchedulerDriver, Scheduler
 
-from elastiq.embedded import EmbeddedCluster
-from elastiq.embedded.isolation import (
+from embedded_mesos import EmbeddedCluster
+from embedded_mesos.isolation import (
     CGROUP_PREFIX, ContainerCgroup, Hierarchy, Probe, probe, remove_agent_cgroups,
 )
 from tests.waiting import wait_for
@@ -265,7 +265,7 @@ def test_without_cgroups_everything_runs_and_says_isolation_none(tmp_path, cgrou
                                                                  caplog):
     empty = tmp_path / "no-cgroups"
     empty.mkdir()
-    caplog.set_level(logging.WARNING, logger="elastiq.embedded.agent")
+    caplog.set_level(logging.WARNING, logger="embedded_mesos.agent")
     with _cluster(tmp_path, 1.0, 512, isolation="cgroups", cgroup_root=empty) as cluster:
         agent = cluster.agents[0]
         cgroups_made.append(agent.agent_id)

@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
-from elastiq.embedded import EmbeddedCluster
-from elastiq.embedded.httpio import HttpError
-from elastiq.embedded.master_state import (
+from embedded_mesos import EmbeddedCluster
+from embedded_mesos.httpio import HttpError
+from embedded_mesos.master_state import (
     Action,
     AgentAccepted,
     AgentRegistering,
@@ -35,7 +35,7 @@ from elastiq.embedded.master_state import (
     ToAgent,
     ToFramework,
 )
-from elastiq.embedded.resources import parse_agent_resources
+from embedded_mesos.resources import parse_agent_resources
 from testkit.waiting import wait_for
 
 CPU1 = [{"name": "cpus", "type": "SCALAR", "scalar": {"value": 1.0}}]

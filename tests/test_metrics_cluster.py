@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 import pytest
 
-from elastiq import embedded  # noqa: E402
+import embedded_mesos as embedded  # noqa: E402
 
 from compiler.pipeline import compile_spec_file  # noqa: E402
 from scheduler.api import ApiServer  # noqa: E402

@@ -43,8 +43,8 @@ from testkit.e2e_support import (
         )
 from netns_support import NetnsAgent, NetnsNetwork, group_alive, netns_unavailable
 
-from elastiq.embedded.auth import basic_authorization
-from elastiq.embedded.agent import (
+from embedded_mesos.auth import basic_authorization
+from embedded_mesos.agent import (
     DEFAULT_FENCE_SECONDS,
     FENCE_ENV,
     resolve_fence_seconds,
@@ -169,8 +169,8 @@ class Timeline:
 @pytest.mark.timeout(240)
 def test_cut_off_agent_fences_its_task_fails_over_and_the_sink_is_exact(
         net: NetnsNetwork, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from elastiq.embedded.httpio import SECRET_ENV
-    from elastiq.embedded.master import EmbeddedMaster, new_secret
+    from embedded_mesos.httpio import SECRET_ENV
+    from embedded_mesos.master import EmbeddedMaster, new_secret
     from scheduler.mesos_adapter import SchedulerService
 
     monkeypatch.setenv(SECRET_ENV, new_secret())  # the master's and the agent processes'
@@ -205,8 +205,8 @@ def test_cut_off_agent_fences_its_task_fails_over_and_the_sink_is_exact(
 @pytest.mark.timeout(300)
 def test_without_self_fencing_the_stale_attempt_runs_on_and_its_writes_are_refused(
         net: NetnsNetwork, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from elastiq.embedded.httpio import SECRET_ENV
-    from elastiq.embedded.master import EmbeddedMaster, new_secret
+    from embedded_mesos.httpio import SECRET_ENV
+    from embedded_mesos.master import EmbeddedMaster, new_secret
     from scheduler.mesos_adapter import SchedulerService
 
     monkeypatch.setenv(SECRET_ENV, new_secret())

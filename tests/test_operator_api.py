@@ -1,4 +1,4 @@
-"""The embedded master's operator API (`elastiq/embedded/operator_api.py`) over real HTTP.
+"""The embedded master's operator API (`embedded_mesos/operator_api.py`) over real HTTP.
 
 A pymesos framework runs one task on a real embedded agent; the operator endpoints are then read
 with plain HTTP and checked against what the test itself launched (its framework id, its task,

@@ -1,4 +1,4 @@
-"""Port bands of embedded agents (`elastiq.embedded.ports`): free when claimed, never shared by
+"""Port bands of embedded agents (`embedded_mesos.ports`): free when claimed, never shared by
 two runs on one machine, outside the ephemeral range. Real sockets on 127.0.0.1."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from elastiq.embedded.ports import NoFreeBand, candidate_bands, claim_band, port_bindable
+from embedded_mesos.ports import NoFreeBand, candidate_bands, claim_band, port_bindable
 
 
 def test_candidate_bands_skip_the_ephemeral_range() -> None:

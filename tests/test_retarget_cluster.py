@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from elastiq import embedded
+import embedded_mesos as embedded
 from executor.endpoints_file import endpoints_path, read_endpoints
 from scheduler.config import ExecutorSpec, SchedulerConfig
 from scheduler.mesos_adapter import SchedulerService

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from elastiq import embedded  # noqa: E402
+import embedded_mesos as embedded  # noqa: E402
 
 from scheduler.config import ExecutorSpec, SchedulerConfig  # noqa: E402
 from scheduler.mesos_adapter import SchedulerService  # noqa: E402

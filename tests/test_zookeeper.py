@@ -24,7 +24,7 @@ if missing():
 from kazoo.client import KazooClient  # noqa: E402  (tests only: forging a session expiry)
 from kazoo.exceptions import NoAuthError  # noqa: E402
 
-from elastiq.embedded import EmbeddedCluster  # noqa: E402
+from embedded_mesos import EmbeddedCluster  # noqa: E402
 from scheduler.config import ExecutorSpec, SchedulerConfig  # noqa: E402
 from scheduler.coordination import CoordinationError, SchedulerRegistry  # noqa: E402
 from scheduler.mesos_adapter import SchedulerService  # noqa: E402

@@ -35,7 +35,7 @@ if missing():
     pytest.skip(f"no ZooKeeper server: {missing()}", allow_module_level=True)
 
 from common.api_client import RequestRejected, SchedulerClient, SchedulerUnavailable
-from elastiq.embedded import EmbeddedCluster
+from embedded_mesos import EmbeddedCluster
 from testkit.e2e_support import (
       ROOT,
       SPECS,

@@ -5,10 +5,10 @@ Owns nothing itself; re-exports the public pieces. A single-machine convenience 
 local mode, never the path to scale (that is a real Mesos cluster).
 """
 
-from elastiq.embedded.agent import EmbeddedAgent
-from elastiq.embedded.auth import FrameworkCredential
-from elastiq.embedded.cluster import AgentProcess, EmbeddedCluster
-from elastiq.embedded.master import EmbeddedMaster
+from embedded_mesos.agent import EmbeddedAgent
+from embedded_mesos.auth import FrameworkCredential
+from embedded_mesos.cluster import AgentProcess, EmbeddedCluster
+from embedded_mesos.master import EmbeddedMaster
 
 __all__ = ["AgentProcess", "EmbeddedAgent", "EmbeddedCluster", "EmbeddedMaster",
            "FrameworkCredential"]

@@ -46,7 +46,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestHandler as _AiohttpProtocol
 
-from elastiq.embedded.recordio import encode_record
+from embedded_mesos.recordio import encode_record
 
 logger = logging.getLogger(__name__)
 MAX_BODY_BYTES = 16 * 1024 * 1024

@@ -83,25 +83,25 @@ from typing import Any, Literal, Mapping
 
 from aiohttp import web
 
-from elastiq.embedded.auth import (
+from embedded_mesos.auth import (
     BEARER_CHALLENGE, ExecutorClaims, ExecutorTokens, bearer_token, claims_mismatch,
 )
-from elastiq.embedded.executors import (
+from embedded_mesos.executors import (
     ExecutorEnvironment, ExecutorLaunchError, end_process_group, kill_group_later,
     kill_group_now, start_executor,
 )
-from elastiq.embedded.httpio import (
+from embedded_mesos.httpio import (
     AGENT_COMMAND_PATH, END_OF_STREAM, SECRET_ENV, SECRET_HEADER, AppServer, EventQueue,
     HttpError, JsonClient, Routes, accepted, bad_request, json_response, read_json,
     require_secret, serve_events,
 )
-from elastiq.embedded import operator_api
-from elastiq.embedded.isolation import (
+from embedded_mesos import operator_api
+from embedded_mesos.isolation import (
     CGROUP_ROOT, ContainerCgroup, Hierarchy, IsolationMode, cgroup_name,
     memory_limitation_message, probe, proc_statistics, session_pids,
 )
-from elastiq.embedded.protocol import id_value, is_terminal, make_status, wait_status
-from elastiq.embedded.resources import ResourceError, Resources, from_mesos, parse_agent_resources
+from embedded_mesos.protocol import id_value, is_terminal, make_status, wait_status
+from embedded_mesos.resources import ResourceError, Resources, from_mesos, parse_agent_resources
 
 logger = logging.getLogger(__name__)
 DEFAULT_RESOURCES: Mapping[str, Any] = {"cpus": 2, "mem": 2048, "ports": "31000-31999"}

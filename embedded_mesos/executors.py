@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from elastiq.embedded.auth import EXECUTOR_TOKEN_ENV, FRAMEWORK_SECRET_ENV
-from elastiq.embedded.httpio import SECRET_ENV
-from elastiq.embedded.isolation import cgexec_argv
+from embedded_mesos.auth import EXECUTOR_TOKEN_ENV, FRAMEWORK_SECRET_ENV
+from embedded_mesos.httpio import SECRET_ENV
+from embedded_mesos.isolation import cgexec_argv
 
 logger = logging.getLogger(__name__)
 # Inherited variables pymesos would misread: it takes bool(str), so "0" means true.

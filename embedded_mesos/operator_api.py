@@ -7,7 +7,7 @@ document (`master_state_v0`) and `/metrics/snapshot` (`metrics`), so the Mesos C
 UI and Prometheus exporters read the embedded master as a real one. Fields the embedded master
 does not track (registration times, pids of libprocess actors, flags) are left out rather than
 made up; `OperatorCallError` names an unknown or unsupported call. Does not own HTTP,
-authentication or the 415 for protobuf (`elastiq.embedded.master`).
+authentication or the 415 for protobuf (`embedded_mesos.master`).
 
 The agent's side: `monitor_statistics` (its `GET /monitor/statistics` list) and `agent_v1_call`
 (its `POST /api/v1`: GET_HEALTH, GET_VERSION and GET_CONTAINERS) shape the `Container`s an
@@ -19,9 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from elastiq.embedded.master_state import MasterState
-from elastiq.embedded.protocol import VERSION, is_terminal
-from elastiq.embedded.resources import Resources
+from embedded_mesos.master_state import MasterState
+from embedded_mesos.protocol import VERSION, is_terminal
+from embedded_mesos.resources import Resources
 
 
 class OperatorCallError(ValueError):

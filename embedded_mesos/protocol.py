@@ -11,7 +11,7 @@ import re
 import uuid
 from typing import Any
 
-from elastiq.embedded.httpio import bad_request
+from embedded_mesos.httpio import bad_request
 
 TERMINAL_STATES = frozenset({
     "TASK_FINISHED", "TASK_FAILED", "TASK_KILLED", "TASK_LOST", "TASK_ERROR",

@@ -47,22 +47,22 @@ from typing import Any, Callable, TypeVar
 
 from aiohttp import web
 
-from elastiq.embedded.auth import (
+from embedded_mesos.auth import (
     BASIC_CHALLENGE, FrameworkCredential, authenticated_principal, new_framework_credential,
 )
-from elastiq.embedded import operator_api
-from elastiq.embedded.httpio import (
+from embedded_mesos import operator_api
+from embedded_mesos.httpio import (
     AGENT_COMMAND_PATH, END_OF_STREAM, SECRET_ENV, SECRET_HEADER, AppServer, EventQueue, Handler,
     HttpError, JsonClient, Routes, accepted, bad_request, json_response, read_json,
     require_secret, serve_events,
 )
 from common.dispatch import handler
-from elastiq.embedded.master_state import (
+from embedded_mesos.master_state import (
     Action, AgentAccepted, AgentEventReceived, AgentPinged, AgentRegistering, AgentRemoved,
     CallReceived, EndStream, ForgetAgent, FrameworkSubscribing, MasterConfig, MasterState,
     PingAnswered, StreamClosed, Subscribed, Ticked, ToAgent, ToFramework,
 )
-from elastiq.embedded.protocol import VERSION
+from embedded_mesos.protocol import VERSION
 
 logger = logging.getLogger(__name__)
 _END = END_OF_STREAM  # queue sentinel: end this stream / stop this link

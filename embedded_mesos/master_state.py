@@ -36,11 +36,11 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Union
 
 from common.dispatch import handler
-from elastiq.embedded.httpio import HttpError, bad_request
-from elastiq.embedded.protocol import (
+from embedded_mesos.httpio import HttpError, bad_request
+from embedded_mesos.protocol import (
     KNOWN_STATES, VERSION, id_value, is_terminal, make_status, safe_id,
 )
-from elastiq.embedded.resources import ResourceError, Resources, from_mesos
+from embedded_mesos.resources import ResourceError, Resources, from_mesos
 
 logger = logging.getLogger(__name__)
 TERMINAL_KEEP = 10_000  # finished tasks remembered for reconciliation, per master

@@ -1,4 +1,4 @@
-"""Command line: `python -m elastiq.embedded master|agent|cluster [options]`.
+"""Command line: `python -m embedded_mesos master|agent|cluster [options]`.
 
 Owns parsing options, the cluster secret of a master and agents in separate processes
 (`ELASTIQ_EMBEDDED_SECRET`, else `--secret-file`: a master creates it, mode 0600, when missing;
@@ -21,18 +21,18 @@ import sys
 import threading
 from typing import Any, Callable
 
-from elastiq.embedded.agent import EmbeddedAgent, SilenceSetting
-from elastiq.embedded.auth import (
+from embedded_mesos.agent import EmbeddedAgent, SilenceSetting
+from embedded_mesos.auth import (
     DEFAULT_PRINCIPAL, FRAMEWORK_SECRET_ENV, FrameworkCredential, new_framework_credential,
 )
-from elastiq.embedded.cluster import READY_PREFIX, EmbeddedCluster
-from elastiq.embedded.httpio import SECRET_ENV
-from elastiq.embedded.master import EmbeddedMaster, new_secret
-from elastiq.embedded.resources import ResourceError, parse_agent_resources
+from embedded_mesos.cluster import READY_PREFIX, EmbeddedCluster
+from embedded_mesos.httpio import SECRET_ENV
+from embedded_mesos.master import EmbeddedMaster, new_secret
+from embedded_mesos.resources import ResourceError, parse_agent_resources
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m elastiq.embedded",
+    parser = argparse.ArgumentParser(prog="python -m embedded_mesos",
                                      description="Embedded Mesos-compatible master and agent")
     sub = parser.add_subparsers(dest="role", required=True)
     for role in ("master", "cluster"):

@@ -21,19 +21,19 @@ import time
 from pathlib import Path
 from typing import Any, Mapping
 
-from elastiq.embedded.agent import EmbeddedAgent, IsolationSetting, SilenceSetting
-from elastiq.embedded.auth import FrameworkCredential
-from elastiq.embedded.executors import kill_recorded_executors
-from elastiq.embedded.httpio import SECRET_ENV
-from elastiq.embedded.isolation import CGROUP_ROOT, remove_agent_cgroups
-from elastiq.embedded.master import EmbeddedMaster
+from embedded_mesos.agent import EmbeddedAgent, IsolationSetting, SilenceSetting
+from embedded_mesos.auth import FrameworkCredential
+from embedded_mesos.executors import kill_recorded_executors
+from embedded_mesos.httpio import SECRET_ENV
+from embedded_mesos.isolation import CGROUP_ROOT, remove_agent_cgroups
+from embedded_mesos.master import EmbeddedMaster
 
 logger = logging.getLogger(__name__)
 READY_PREFIX = "ELASTIQ_EMBEDDED_READY "
 
 
 class AgentProcess:
-    """An agent running as `python -m elastiq.embedded agent` in its own session."""
+    """An agent running as `python -m embedded_mesos agent` in its own session."""
 
     def __init__(self, master_url: str, work_dir: Path, resources: Mapping[str, Any],
                  ping_interval: float = 0.5, executor_grace_seconds: float = 3.0,
@@ -41,7 +41,7 @@ class AgentProcess:
                  secret: str = "", isolation: IsolationSetting = "auto"):
         """`secret` is the master's; it reaches the process in its environment, not argv."""
         self.work_dir = work_dir
-        argv = [sys.executable, "-m", "elastiq.embedded", "agent", "--master", master_url,
+        argv = [sys.executable, "-m", "embedded_mesos", "agent", "--master", master_url,
                 "--work-dir", str(work_dir), "--resources", json.dumps(dict(resources)),
                 "--ping-interval", str(ping_interval),
                 "--executor-grace", str(executor_grace_seconds)]
