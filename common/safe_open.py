@@ -1,0 +1,217 @@
+"""Opening a file operator's file so that no swap in its path can redirect the open.
+
+Owns how the executor opens the files of file sources and sinks (and their commit marks): from
+a descriptor of the path root (`common.paths.PathRoots`) each folder of the path is opened
+relative to the one before (`dir_fd=`, openat-style) with `O_NOFOLLOW | O_DIRECTORY`, and the
+file relative to its folder with `O_NOFOLLOW`, so a symbolic link at any step below the root,
+put there before or during a run, is refused instead of followed; the file must be a regular
+file (a FIFO, device or socket is refused with its own message, and opening never blocks on a
+FIFO) and, for a file the executor writes, have one link (a hard link to a file elsewhere is
+refused). `identity` (device, inode) lets a holder of a descriptor check on every use that the
+path still names what it holds (`same_file`).
+
+Which root a path lies under is decided on its written (absolute) form; a path that reaches a
+root only through a link above it (a spec folder named through a linked folder) is taken by its
+real path once, then walked the same way: either way every step below the root is opened
+without following a link, so nothing outside the root is opened. Kept apart from
+`common.paths` (a pure decision whether a path may be used, for the compiler and the API) because
+this module is the I/O that makes the decision hold at the moment of each open.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import stat
+from dataclasses import dataclass
+from typing import Callable
+
+from common.paths import PathRefused, PathRoots, inside
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_FILE_FLAGS = os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK  # never block on a swapped-in FIFO
+FOLDER_MODE = 0o700  # folders the executor makes for a sink
+
+Identity = tuple[int, int]  # (st_dev, st_ino)
+
+
+class FileRefused(OSError):
+    """A file (or a folder on its path) the executor will not open: a symbolic link, not a
+    regular file, a hard link, or no longer the file that was opened."""
+
+
+@dataclass(frozen=True)
+class RootedPath:
+    """A file's path as its root and the names below it (folders, then the file)."""
+
+    root: str
+    parts: tuple[str, ...]
+
+    @property
+    def path(self) -> str:
+        return os.path.join(self.root, *self.parts)
+
+    @property
+    def name(self) -> str:
+        return self.parts[-1]
+
+    def sibling(self, name: str) -> "RootedPath":
+        return RootedPath(self.root, self.parts[:-1] + (name,))
+
+
+def rooted(path: str, roots: PathRoots,
+           realpath: Callable[[str], str] = os.path.realpath) -> RootedPath:
+    """`path` (absolute) under the deepest root that holds its written form, else (a root
+    reached through a link above it) its real path; PathRefused when neither is under a root."""
+    for candidate in (os.path.abspath(path), realpath(os.path.abspath(path))):
+        holders = [r for r in roots.roots if inside(candidate, r) and candidate != r]
+        if holders:
+            root = max(holders, key=len)
+            parts = tuple(os.path.relpath(candidate, root).split(os.sep))
+            if any(p in ("", ".", "..") for p in parts):
+                break
+            return RootedPath(root, parts)
+    raise PathRefused(f"{path} is not a file under the allowed folders ({roots.describe()})")
+
+
+def identity(fd: int) -> Identity:
+    st = os.fstat(fd)
+    return st.st_dev, st.st_ino
+
+
+def open_folder(where: RootedPath, create: bool = False) -> int:
+    """A descriptor of the folder holding `where`'s file, each step opened without following
+    a link (`create`: missing folders are made, 0700)."""
+    fd = os.open(where.root, _DIR_FLAGS & ~os.O_NOFOLLOW)  # the root itself is the operator's
+    for index, part in enumerate(where.parts[:-1]):
+        fd = _step(fd, part, where, index, create)  # closes the folder it steps from
+    return fd
+
+
+def _step(parent: int, part: str, where: RootedPath, index: int, create: bool) -> int:
+    """Open folder `part` under `parent` (closed here either way)."""
+    try:
+        try:
+            return os.open(part, _DIR_FLAGS, dir_fd=parent)
+        except FileNotFoundError:
+            if not create:
+                raise
+            try:
+                os.mkdir(part, FOLDER_MODE, dir_fd=parent)
+            except FileExistsError:
+                pass
+            return os.open(part, _DIR_FLAGS, dir_fd=parent)
+        except OSError as exc:
+            if exc.errno in (errno.ENOTDIR, errno.ELOOP):
+                shown = os.path.join(where.root, *where.parts[:index + 1])
+                raise FileRefused(exc.errno, f"{_kind(parent, part)}, not a folder; file "
+                                             "operators follow no link", shown) from None
+            raise
+    finally:
+        os.close(parent)
+
+
+def _kind(folder: int, name: str) -> str:
+    """What `name` in `folder` is, for a message (never followed)."""
+    try:
+        mode = os.lstat(name, dir_fd=folder).st_mode
+    except OSError:
+        return "it changed while it was opened"
+    for test, text in ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                       (stat.S_ISDIR, "a folder"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return f"it is {text}"
+    return "it is not a regular file"
+
+
+def open_in(folder: int, where: RootedPath, write: bool = False, create: bool = False,
+            mode: int = 0o644) -> tuple[int, bool]:
+    """(descriptor, whether it was created) of `where`'s file in the open `folder`: read-only,
+    or (`write`) read-write appending, made with `mode` if missing and `create`. FileRefused
+    for a link, a file that is not regular, or (`write`) one with more than one link."""
+    flags = _FILE_FLAGS | (os.O_RDWR | os.O_APPEND if write else os.O_RDONLY)
+    name, created = where.name, False
+    try:
+        if create:
+            try:
+                fd, created = os.open(name, flags | os.O_CREAT | os.O_EXCL, mode,
+                                      dir_fd=folder), True
+            except FileExistsError:
+                fd = os.open(name, flags, dir_fd=folder)
+        else:
+            fd = os.open(name, flags, dir_fd=folder)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENXIO, errno.EISDIR, errno.EWOULDBLOCK):
+            raise FileRefused(exc.errno, f"{_kind(folder, name)}, not a regular file; file "
+                                         "operators use regular files only", where.path) from None
+        raise
+    try:
+        _check_opened(fd, where, write)
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, created
+
+
+def _check_opened(fd: int, where: RootedPath, write: bool) -> None:
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        raise FileRefused(errno.EINVAL, "not a regular file (a FIFO, device, socket or "
+                                        "folder); file operators use regular files only",
+                          where.path)
+    if write and st.st_nlink > 1:
+        raise FileRefused(errno.EMLINK, f"the file has {st.st_nlink} hard links; a file "
+                                        "operator writes only a file with one", where.path)
+
+
+def open_file(where: RootedPath, write: bool = False,
+              create: bool = False) -> tuple[int, int, bool]:
+    """(folder descriptor, file descriptor, whether created) of `where`, walked from its root
+    (`open_folder`, folders made when `create`) and opened by `open_in`."""
+    folder = open_folder(where, create=create)
+    try:
+        fd, created = open_in(folder, where, write=write, create=create)
+    except BaseException:
+        os.close(folder)
+        raise
+    return folder, fd, created
+
+
+def same_file(where: RootedPath, folder: int, fd: int) -> None:
+    """FileRefused unless `where`, walked again from its root, still names the folder and the
+    file the descriptors hold (a regular file with one link): nothing swapped a link, another
+    file or another folder in since they were opened."""
+    now = open_folder(where)
+    try:
+        if identity(now) != identity(folder):
+            raise FileRefused(errno.ESTALE, "its folder was replaced since it was opened",
+                              where.path)
+        try:
+            st = os.lstat(where.name, dir_fd=now)
+        except FileNotFoundError:
+            raise FileRefused(errno.ESTALE, "the file was removed or renamed since it was "
+                                            "opened", where.path) from None
+        if (st.st_dev, st.st_ino) != identity(fd):
+            raise FileRefused(errno.ESTALE, f"the file was replaced since it was opened "
+                                            f"({_kind(now, where.name)[3:]})", where.path)
+        if os.fstat(fd).st_nlink > 1:
+            raise FileRefused(errno.EMLINK, "the file was given another hard link since it "
+                                            "was opened", where.path)
+    finally:
+        os.close(now)
+
+
+def read_in(folder: int, name: str, limit: int) -> bytes | None:
+    """Up to `limit` bytes of the regular file `name` in `folder` (not followed); None when
+    there is none."""
+    try:
+        fd, _ = open_in(folder, RootedPath("", (name,)))
+    except FileNotFoundError:
+        return None
+    try:
+        return os.read(fd, limit)
+    finally:
+        os.close(fd)
