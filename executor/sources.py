@@ -533,12 +533,12 @@ class LineIndex:
     re-read of the file."""
 
     def __init__(self, path: str, skip_header: bool, root: str = "",
-                 max_line: int = MAX_LINE_BYTES,
+                 max_line: int | None = None,
                  on_long: Callable[[str], None] | None = None) -> None:
         self.path = path
         self.skip_header = skip_header
         self.where = rooted_input(path, root)
-        self.max_line = max_line
+        self.max_line = max_line if max_line is not None else MAX_LINE_BYTES
         self.on_long = on_long if on_long is not None else _log_long_line
         self.skipped: list[tuple[int, int]] = []  # byte ranges of lines over the cap
         self._ends = np.empty(1024, dtype=np.int64)
