@@ -112,18 +112,26 @@ def _step(parent: int, part: str, where: RootedPath, index: int, create: bool) -
         os.close(parent)
 
 
+_KINDS = ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+          (stat.S_ISDIR, "a folder"), (stat.S_ISSOCK, "a socket"),
+          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+
+
+def kind_of(mode: int) -> str | None:
+    """What a file of `st_mode` is when it is not a regular file ("a FIFO (named pipe)", ...);
+    None for a regular file (pure)."""
+    if stat.S_ISREG(mode):
+        return None
+    return next((text for test, text in _KINDS if test(mode)), "not a regular file")
+
+
 def _kind(folder: int, name: str) -> str:
     """What `name` in `folder` is, for a message (never followed)."""
     try:
         mode = os.lstat(name, dir_fd=folder).st_mode
     except OSError:
         return "it changed while it was opened"
-    for test, text in ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
-                       (stat.S_ISDIR, "a folder"), (stat.S_ISSOCK, "a socket"),
-                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
-        if test(mode):
-            return f"it is {text}"
-    return "it is not a regular file"
+    return f"it is {kind_of(mode) or 'a regular file'}"
 
 
 def open_in(folder: int, where: RootedPath, write: bool = False, create: bool = False,

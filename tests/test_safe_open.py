@@ -312,3 +312,19 @@ def test_fuzzed_swaps_never_read_or_change_anything_outside_the_root(
         if rng.random() < 0.3:
             heal(folder)
         assert snapshot(outside) == before, (seed, batch, kind)
+
+
+def test_validate_refuses_a_fifo_as_a_source_with_its_own_message(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    repo = Path(__file__).resolve().parent.parent
+    (tmp_path / "data").mkdir()
+    os.mkfifo(tmp_path / "data" / "numbers.jsonl")
+    spec = tmp_path / "q.xml"
+    spec.write_text((repo / "examples" / "paper-filter.xml").read_text())
+    from elastiq.cli import main
+
+    assert main(["validate", str(spec)]) == 1
+    err = capsys.readouterr().err
+    assert f"{spec}:11:31: error: parameter 'path' of 'source': data/numbers.jsonl is a FIFO " \
+           "(named pipe), not a regular file" in err
+    assert "does not exist" not in err
