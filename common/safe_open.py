@@ -13,7 +13,10 @@ path still names what it holds (`same_file`).
 Which root a path lies under is decided on its written (absolute) form; a path that reaches a
 root only through a link above it (a spec folder named through a linked folder) is taken by its
 real path once, then walked the same way: either way every step below the root is opened
-without following a link, so nothing outside the root is opened. Kept apart from
+without following a link, so nothing outside the root is opened. Also owns
+`private_folder`, how a folder holding tuples at rest (a spool, a channel log, an executor's
+state) is made: 0700 (and made so if it was not), its data files 0600, so no other local user
+reads what CURVE protects on the wire. Kept apart from
 `common.paths` (a pure decision whether a path may be used, for the compiler and the API) because
 this module is the I/O that makes the decision hold at the moment of each open.
 """
@@ -31,7 +34,8 @@ from common.paths import PathRefused, PathRoots, inside
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK  # never block on a swapped-in FIFO
-FOLDER_MODE = 0o700  # folders the executor makes for a sink
+FOLDER_MODE = 0o700  # folders the executor makes for a sink, and every folder of data at rest
+PRIVATE_FILE_MODE = 0o600  # a file holding tuples at rest (spool batches, channel log segments)
 
 Identity = tuple[int, int]  # (st_dev, st_ino)
 
@@ -223,3 +227,11 @@ def read_in(folder: int, name: str, limit: int) -> bytes | None:
         return os.read(fd, limit)
     finally:
         os.close(fd)
+
+
+def private_folder(path: str | os.PathLike[str]) -> None:
+    """Make `path` (and missing parents) a folder only its owner can enter (0700), also when
+    it was there already with a wider mode."""
+    os.makedirs(path, FOLDER_MODE, exist_ok=True)
+    if stat.S_IMODE(os.stat(path).st_mode) != FOLDER_MODE:
+        os.chmod(path, FOLDER_MODE)
