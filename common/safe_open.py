@@ -107,9 +107,9 @@ def _step(parent: int, part: str, where: RootedPath, index: int, create: bool) -
                 pass
             return os.open(part, _DIR_FLAGS, dir_fd=parent)
         except OSError as exc:
-            if exc.errno in (errno.ENOTDIR, errno.ELOOP):
+            if exc.errno in (errno.ENOTDIR, errno.ELOOP) and _is_link(parent, part):
                 shown = os.path.join(where.root, *where.parts[:index + 1])
-                raise FileRefused(exc.errno, f"{_kind(parent, part)}, not a folder; file "
+                raise FileRefused(exc.errno, "it is a symbolic link, not a folder; file "
                                              "operators follow no link", shown) from None
             raise
     finally:
@@ -127,6 +127,13 @@ def kind_of(mode: int) -> str | None:
     if stat.S_ISREG(mode):
         return None
     return next((text for test, text in _KINDS if test(mode)), "not a regular file")
+
+
+def _is_link(folder: int, name: str) -> bool:
+    try:
+        return stat.S_ISLNK(os.lstat(name, dir_fd=folder).st_mode)
+    except OSError:
+        return False
 
 
 def _kind(folder: int, name: str) -> str:
@@ -155,7 +162,7 @@ def open_in(folder: int, where: RootedPath, write: bool = False, create: bool = 
         else:
             fd = os.open(name, flags, dir_fd=folder)
     except OSError as exc:
-        if exc.errno in (errno.ELOOP, errno.ENXIO, errno.EISDIR, errno.EWOULDBLOCK):
+        if exc.errno in (errno.ELOOP, errno.ENXIO, errno.EWOULDBLOCK):
             raise FileRefused(exc.errno, f"{_kind(folder, name)}, not a regular file; file "
                                          "operators use regular files only", where.path) from None
         raise
