@@ -6,8 +6,8 @@ relative to the one before (`dir_fd=`, openat-style) with `O_NOFOLLOW | O_DIRECT
 file relative to its folder with `O_NOFOLLOW`, so a symbolic link at any step below the root,
 put there before or during a run, is refused instead of followed; the file must be a regular
 file (a FIFO, device or socket is refused with its own message, and opening never blocks on a
-FIFO) and, for a file the executor writes, have one link (a hard link to a file elsewhere is
-refused). `identity` (device, inode) lets a holder of a descriptor check on every use that the
+FIFO) and have one link (a hard link to a file elsewhere is refused: the sink would change it,
+the source read it). `identity` (device, inode) lets a holder of a descriptor check on every use that the
 path still names what it holds (`same_file`).
 
 Which root a path lies under is decided on its written (absolute) form; a path that reaches a
@@ -149,7 +149,7 @@ def open_in(folder: int, where: RootedPath, write: bool = False, create: bool = 
             mode: int = 0o644) -> tuple[int, bool]:
     """(descriptor, whether it was created) of `where`'s file in the open `folder`: read-only,
     or (`write`) read-write appending, made with `mode` if missing and `create`. FileRefused
-    for a link, a file that is not regular, or (`write`) one with more than one link."""
+    for a link, a file that is not regular, or one with more than one link."""
     flags = _FILE_FLAGS | (os.O_RDWR | os.O_APPEND if write else os.O_RDONLY)
     name, created = where.name, False
     try:
@@ -167,7 +167,7 @@ def open_in(folder: int, where: RootedPath, write: bool = False, create: bool = 
                                          "operators use regular files only", where.path) from None
         raise
     try:
-        _check_opened(fd, where, write)
+        _check_opened(fd, where)
         fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
     except BaseException:
         os.close(fd)
@@ -175,15 +175,16 @@ def open_in(folder: int, where: RootedPath, write: bool = False, create: bool = 
     return fd, created
 
 
-def _check_opened(fd: int, where: RootedPath, write: bool) -> None:
+def _check_opened(fd: int, where: RootedPath) -> None:
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         raise FileRefused(errno.EINVAL, "not a regular file (a FIFO, device, socket or "
                                         "folder); file operators use regular files only",
                           where.path)
-    if write and st.st_nlink > 1:
+    if st.st_nlink > 1:
         raise FileRefused(errno.EMLINK, f"the file has {st.st_nlink} hard links; a file "
-                                        "operator writes only a file with one", where.path)
+                                        "operator uses only a file with one (copy it)",
+                          where.path)
 
 
 def open_file(where: RootedPath, write: bool = False,

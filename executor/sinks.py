@@ -186,7 +186,10 @@ class JsonlAppendLog:
         self._folder, self._fd, self.created = _open_sink_file(self.where, self._mark_name)
         self._lock = threading.Lock()
         try:
-            self._write_mark(opening_mark(self._read_mark(), self._size(), self.file))
+            found = self._read_mark()
+            opening = opening_mark(found, self._size(), self.file)
+            if opening != found:  # (unchanged: not rewritten, so an attempt being fenced out
+                self._write_mark(opening)  # cannot put back a mark older than its successor's)
         except BaseException:
             self.close()
             raise
