@@ -10,10 +10,11 @@ FIFO) and have one link (a hard link to a file elsewhere is refused: the sink wo
 the source read it). `identity` (device, inode) lets a holder of a descriptor check on every use that the
 path still names what it holds (`same_file`).
 
-Which root a path lies under is decided on its written (absolute) form; a path that reaches a
-root only through a link above it (a spec folder named through a linked folder) is taken by its
-real path once, then walked the same way: either way every step below the root is opened
-without following a link, so nothing outside the root is opened. Also owns
+Where a file is, is decided once, when it is first opened: its real path (as
+`common.paths.confine` resolves it, so a link that stays inside the roots works as `validate`
+said it would) under the deepest root holding it (`rooted`). From then on that path is walked
+without following any link: a link swapped in later, at any step, is refused, and so is a
+path that resolves out of the roots when the file is opened again (a restarted task). Also owns
 `private_folder`, how a folder holding tuples at rest (a spool, a channel log, an executor's
 state) is made: 0700 (and made so if it was not), its data files 0600, so no other local user
 reads what CURVE protects on the wire. Kept apart from
@@ -66,15 +67,14 @@ class RootedPath:
 
 def rooted(path: str, roots: PathRoots,
            realpath: Callable[[str], str] = os.path.realpath) -> RootedPath:
-    """`path` (absolute) under the deepest root that holds its written form, else (a root
-    reached through a link above it) its real path; PathRefused when neither is under a root."""
-    for candidate in (os.path.abspath(path), realpath(os.path.abspath(path))):
-        holders = [r for r in roots.roots if inside(candidate, r) and candidate != r]
-        if holders:
-            root = max(holders, key=len)
-            parts = tuple(os.path.relpath(candidate, root).split(os.sep))
-            if any(p in ("", ".", "..") for p in parts):
-                break
+    """`path`'s real path (links resolved once, now) under the deepest root that holds it;
+    PathRefused when none does."""
+    real = realpath(os.path.abspath(path))
+    holders = [r for r in roots.roots if inside(real, r) and real != r]
+    if holders:
+        root = max(holders, key=len)
+        parts = tuple(os.path.relpath(real, root).split(os.sep))
+        if not any(p in ("", ".", "..") for p in parts):
             return RootedPath(root, parts)
     raise PathRefused(f"{path} is not a file under the allowed folders ({roots.describe()})")
 

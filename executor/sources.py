@@ -569,10 +569,10 @@ class LineIndex:
         return self._handle
 
     def close(self) -> None:
-        if self._handle is not None:
-            for fd in self._handle:
-                os.close(fd)
-            self._handle = None
+        handle = getattr(self, "_handle", None)  # (missing when __init__ failed)
+        self._handle = None
+        for fd in handle or ():
+            os.close(fd)
 
     def __del__(self) -> None:
         self.close()
