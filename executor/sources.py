@@ -738,9 +738,12 @@ class FileReader(DataSourceStreamReader):
     def _lines(self) -> LineIndex:
         if self._index is None:
             self._index = LineIndex(self.config.path, skip_header=self.config.format == "csv",
-                                    root=self.config.root)
+                                    root=self.config.root, on_long=self._say)
         self._index.refresh()
         return self._index
+
+    def _say(self, notice: str) -> None:
+        log.error("task %s: file source %s: %s", self.config.task_id, self.config.op, notice)
 
     def initialOffset(self) -> dict:
         self._start, self._known = 0, True
