@@ -328,3 +328,20 @@ def test_validate_refuses_a_fifo_as_a_source_with_its_own_message(
     assert f"{spec}:11:31: error: parameter 'path' of 'source': data/numbers.jsonl is a FIFO " \
            "(named pipe), not a regular file" in err
     assert "does not exist" not in err
+
+
+def test_a_link_that_stays_inside_the_root_is_placed_once_then_never_followed(
+        root: Path, outside: Path) -> None:
+    """As `validate` resolves links that stay inside the roots, so does a task's first open;
+    after it, the real path is walked with no link followed."""
+    (root / "real").mkdir()
+    (root / "alias").symlink_to(root / "real")
+    log = sinks.JsonlAppendLog(str(root / "alias" / "out.jsonl"))
+    assert log.append(0, lines(2))
+    assert log.where.parts == ("real", "out.jsonl")
+    assert len((root / "real" / "out.jsonl").read_text().splitlines()) == 2
+    before = snapshot(outside)
+    (root / "real").rename(root / "real-old")
+    (root / "real").symlink_to(outside)
+    assert append_refused(log, 1)
+    assert snapshot(outside) == before
