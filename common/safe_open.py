@@ -177,10 +177,10 @@ def open_in(folder: int, where: RootedPath, write: bool = False, create: bool = 
 
 def _check_opened(fd: int, where: RootedPath) -> None:
     st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode):
-        raise FileRefused(errno.EINVAL, "not a regular file (a FIFO, device, socket or "
-                                        "folder); file operators use regular files only",
-                          where.path)
+    kind = kind_of(st.st_mode)
+    if kind is not None:
+        raise FileRefused(errno.EINVAL, f"it is {kind}, not a regular file; file operators use "
+                                        "regular files only", where.path)
     if st.st_nlink > 1:
         raise FileRefused(errno.EMLINK, f"the file has {st.st_nlink} hard links; a file "
                                         "operator uses only a file with one (copy it)",
