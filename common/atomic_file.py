@@ -18,24 +18,26 @@ _FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
 
 
 def replace_file(path: str | os.PathLike[str], text: str, *, mode: int = 0o644,
-                 fsync: bool = False) -> None:
+                 fsync: bool = False, dir_fd: int | None = None) -> None:
     """Make `path` hold `text` (UTF-8) in one rename; `mode` for a new file (e.g. 0o600 for a
     secret: the file is never readable by others, not even briefly); `fsync` before the rename
-    when the content must survive a machine crash, not only the process's death."""
+    when the content must survive a machine crash, not only the process's death. With
+    `dir_fd` (an open folder, `common.safe_open`), `path` is a name in that folder: no path is
+    resolved again, so a folder swapped meanwhile cannot redirect the write."""
     target = os.fspath(path)
     folder, name = os.path.split(target)
     temp = os.path.join(folder, f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    fd = os.open(temp, _FLAGS, mode)
+    fd = os.open(temp, _FLAGS, mode, dir_fd=dir_fd)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as out:
             out.write(text)
             out.flush()
             if fsync:
                 os.fsync(out.fileno())
-        os.replace(temp, target)
+        os.replace(temp, target, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except BaseException:
         try:
-            os.unlink(temp)
+            os.unlink(temp, dir_fd=dir_fd)
         except FileNotFoundError:
             pass
         raise

@@ -135,14 +135,21 @@ def confine(value: str, base: str | os.PathLike[str], roots: PathRoots,
     return os.path.abspath(joined)
 
 
+def executor_roots(environ: Mapping[str, str] = os.environ,
+                   realpath: RealPath = os.path.realpath) -> PathRoots:
+    """The roots an executor opens files under: `$ELASTIQ_PATH_ROOTS` (set by `elastiq run`
+    and `elastiq scheduler`), else the whole file system."""
+    roots = roots_from_env(environ, realpath)
+    return roots if roots is not None else PathRoots(("/",))
+
+
 def confine_at_open(path: str, environ: Mapping[str, str] = os.environ,
                     realpath: RealPath = os.path.realpath) -> str:
     """The executor's re-check of a path it is about to open (defence in depth: the roots
     travel in its environment, `$ELASTIQ_PATH_ROOTS`, set by `elastiq run` and `elastiq
-    scheduler`); without that variable, only the path's form is checked."""
-    roots = roots_from_env(environ, realpath)
-    return confine(path, os.getcwd(), roots if roots is not None else PathRoots(("/",)),
-                   realpath)
+    scheduler`); without that variable, only the path's form is checked. The open itself then
+    goes through `common.safe_open`, so the check still holds when the path changes later."""
+    return confine(path, os.getcwd(), executor_roots(environ, realpath), realpath)
 
 
 def inside(path: str, root: str) -> bool:

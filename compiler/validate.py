@@ -20,6 +20,7 @@ from common.diagnostics import (MAX_SHOWN, Diagnostic, Position, Severity, SpecE
 from common.operator_schemas import (AGGREGATE_FUNCTIONS, aggregate_type, control_schema_problems,
                                      join_output_names)
 from common.paths import PathRefused, PathRoots, confine
+from common.safe_open import kind_of
 from common.tasks import PLANNED_GRID_MS
 from common.types import ColumnType, Field, Schema
 from compiler import expr as ex
@@ -1237,13 +1238,29 @@ def check_paths(spec: Spec, base: str, roots: PathRoots,
                                         f"parameter '{p.name}' of '{op.name}': {e}",
                                         "see docs/spec-language.md, 'Files'"))
                 continue
-            if inputs_must_exist and (op.kind, p.name) in INPUT_PATHS \
-                    and not os.path.isfile(path):
+            if not inputs_must_exist:
+                continue
+            kind = existing_kind(path)
+            if kind is not None:
+                found.append(Diagnostic(p.value_pos(),
+                                        f"parameter '{p.name}' of '{op.name}': "
+                                        f"{p.value.strip()} is {kind}, not a regular file",
+                                        "file operators read and write regular files only"))
+            elif (op.kind, p.name) in INPUT_PATHS and not os.path.isfile(path):
                 found.append(Diagnostic(p.value_pos(),
                                         f"parameter '{p.name}' of '{op.name}': input file "
                                         f"{p.value.strip()} does not exist",
                                         missing_input_hint(path)))
     return found
+
+
+def existing_kind(path: str) -> str | None:
+    """What the file at `path` is when it exists and is not a regular file (a FIFO, a
+    folder, a device...); None when it is regular or missing."""
+    try:
+        return kind_of(os.stat(path).st_mode)
+    except OSError:
+        return None
 
 
 def missing_input_hint(path: str) -> str:

@@ -6,7 +6,7 @@ deleting whole segments once every record in them is acknowledged. Does not own 
 retention decisions, readers or sockets (`executor.channel_writer` decides what to append and
 up to which seq to trim), nor what a body means (an Arrow IPC stream, opaque here).
 
-On disk: a folder of segment files named `<first seq, 20 digits>.seg`, each a run of records
+On disk: a folder (0700) of segment files (0600: the tuples at rest are the query's alone) named `<first seq, 20 digits>.seg`, each a run of records
 with consecutive seqs, segments consecutive too. A record is a fixed header then the body:
     magic "EQLG" | seq i64 | tag i64 | rows i64 | body length u64 | crc32 u32   (network order)
 The crc32 covers the four numbers and the body, so a record half-written when its process died,
@@ -31,6 +31,8 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
+
+from common.safe_open import PRIVATE_FILE_MODE, private_folder
 
 log = logging.getLogger("executor.channels")
 
@@ -217,7 +219,7 @@ class ChannelLog:
         self.last_tag = -1
         self.first_seq = 1
         try:
-            self.folder.mkdir(parents=True, exist_ok=True)
+            private_folder(self.folder)
         except OSError as exc:
             raise ChannelLogError(f"channel log {self.name}: cannot create {folder}: {exc}") from exc
         self._recover()
@@ -268,7 +270,9 @@ class ChannelLog:
     def _open_for_append(self, path: Path) -> None:
         if self._fd is not None:
             os.close(self._fd)
-        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW,
+                           PRIVATE_FILE_MODE)
+        os.fchmod(self._fd, PRIVATE_FILE_MODE)  # a segment from before segments were 0600
         self._size = os.fstat(self._fd).st_size
 
     # -- reading

@@ -34,6 +34,7 @@ from pymesos import Executor, MesosExecutorDriver
 
 from common.dispatch import handler
 from common.failures import tag
+from common.safe_open import private_folder
 from executor.endpoints_file import endpoints_path, write_endpoints
 from executor.executor_state import (ApplyParams, Command, Event, Exit, ExecutorState,
                                      ParamsApplied, ParamsRefused, Registered, RunnerStartFailed,
@@ -561,7 +562,7 @@ def run_executor(config: ExecutorConfig,
                  pool_factory: Callable[..., RunnerPool] = RunnerPool) -> int:
     """Subscribe to the agent, run until shutdown (agent SHUTDOWN or SIGTERM), return 0.
     `pool_factory` makes the runner pool (tests give one whose runners need no Spark)."""
-    config.state_dir.mkdir(parents=True, exist_ok=True)
+    private_folder(config.state_dir)  # task programs, checkpoints, state stores, spools: 0700
     holder: dict[str, ExecutorLoop] = {}
     executor = ElastiqExecutor(lambda event: holder["loop"].events.put(event), config.executor_id)
     driver = AuthenticatedExecutorDriver(executor)

@@ -461,16 +461,20 @@ class TaskRuntime:
         if format not in ("jsonl", "csv"):
             raise self._error(op, f"file format must be jsonl or csv, got {format!r}")
         try:
-            path = confine_at_open(path)
+            where = sources.rooted_input(confine_at_open(path), "")
+            for fd in sources.open_input(where):  # as the source opens it: no link followed
+                os.close(fd)
         except PathRefused as exc:
             raise self._error(op, str(exc)) from None
-        if not os.path.isfile(path):
-            raise self._error(op, f"input file {path!r} does not exist")
+        except FileNotFoundError:
+            raise self._error(op, f"input file {path!r} does not exist") from None
+        except OSError as exc:
+            raise self._error(op, f"input file {path!r} cannot be read: {exc}") from None
         if rate is not None and not (rate > 0 and sources.usable_rate(float(rate))):
             raise self._error(op, f"file replay rate must be a finite number > 0, got {rate}")
-        config = sources.FileConfig(self.task_id, op, os.path.abspath(path), format,
+        config = sources.FileConfig(self.task_id, op, where.path, format,
                                     sources.schema_pairs(schema), rate, self._pacing(op, rate),
-                                    self.source_partitions, self.batch_bytes)
+                                    self.source_partitions, self.batch_bytes, where.root)
         self._put(op, output, self._load(sources.FileSource.name(), config), schema)
 
     def _spool(self, op: str, output: str, schema: Schema, name: str, folder: str,

@@ -6,8 +6,10 @@ into JSON lines with ISO-8601 UTC timestamps, or sent on a channel tagged with t
 (the split sink sends one table per partition channel, the partition of a row computed by Spark
 as pmod(Murmur3 hash of the key columns, k), identical in every process).
 The file sink is exactly-once across crashes: after each append it atomically replaces a sidecar
-`<file>.commit` holding (last batch id, file length); a batch id at or below the recorded one is
-skipped, and any bytes past the recorded length (a torn append) are truncated before writing.
+`<file>.commit` holding (last batch id, file length, the file's device and inode); a batch id at
+or below the recorded one is skipped, and any bytes past the recorded length (a torn append) are
+truncated before writing, only in the file the mark names. The file is opened once through
+`common.safe_open` and checked to be the same file before every batch.
 The control sink turns each micro-batch into control requests (`plan_control`, pure) and sends
 them through the scheduler's API client; it is at most once per batch, never exactly once.
 Does not own queries (`executor.runtime`) or the channel protocol (`executor.channels`).
@@ -20,6 +22,7 @@ import json
 import logging
 import math
 import os
+import stat
 import sys
 import threading
 from dataclasses import dataclass
@@ -31,7 +34,9 @@ import pyarrow as pa
 from common.api_client import RequestRejected, SchedulerUnavailable
 from common.atomic_file import replace_file
 from common.operator_schemas import CONTROL_COLUMNS
-from common.paths import confine_at_open
+from common import safe_open
+from common.paths import PathRoots, confine, executor_roots
+from common.safe_open import RootedPath, rooted
 from executor import routing
 
 log = logging.getLogger(__name__)
@@ -65,46 +70,74 @@ def table_to_lines(table: pa.Table) -> list[str]:
 
 # --- the exactly-once append log ----------------------------------------------------------------
 
+FileIdentity = tuple[int, int]  # (device, inode) of a sink's file
+MARK_BYTES = 4096  # a commit mark is read up to this many bytes
+
+
 @dataclass(frozen=True)
 class CommitMark:
-    """What the sidecar records: the last batch id appended, the file length after it, and which
-    run of the query wrote it (its checkpoint: batch ids only mean something within one)."""
+    """What the sidecar records: the last batch id appended, the file length after it, which
+    run of the query wrote it (its checkpoint: batch ids only mean something within one) and
+    which file it describes (device, inode; None in a mark written before marks named it)."""
 
     batch_id: int
     length: int
     owner: str = ""
+    file: FileIdentity | None = None
 
 
 class UnreadableMark(ValueError):
     """A sidecar that is not a commit mark (damaged from outside: we replace it atomically)."""
 
 
+def parse_mark(data: bytes, shown: str) -> CommitMark:
+    """The commit mark `data` holds; UnreadableMark when it is not one (pure)."""
+    try:
+        fields = json.loads(data.decode("utf-8", errors="replace"))
+        found = fields.get("file")
+        file = None if found is None else (int(found[0]), int(found[1]))
+        mark = CommitMark(int(fields["batch_id"]), int(fields["length"]),
+                          str(fields.get("owner", "")), file)
+    except (ValueError, TypeError, KeyError, AttributeError, IndexError) as exc:
+        raise UnreadableMark(f"{shown} is not a commit mark ({type(exc).__name__})") from None
+    if mark.length < 0:
+        raise UnreadableMark(f"{shown} records a negative length")
+    return mark
+
+
 def read_mark(path: str) -> CommitMark | None:
     """The sidecar at `path`; None when there is none, UnreadableMark when it is not one."""
     try:
         with open(path, "rb") as f:
-            data = json.loads(f.read(4096).decode("utf-8", errors="replace"))
-        mark = CommitMark(int(data["batch_id"]), int(data["length"]), str(data.get("owner", "")))
+            data = f.read(MARK_BYTES)
     except FileNotFoundError:
         return None
-    except (ValueError, TypeError, KeyError, AttributeError, IsADirectoryError) as exc:
-        raise UnreadableMark(f"{path} is not a commit mark ({type(exc).__name__})") from None
-    if mark.length < 0:
-        raise UnreadableMark(f"{path} records a negative length")
+    except IsADirectoryError:
+        raise UnreadableMark(f"{path} is not a commit mark (a folder)") from None
+    return parse_mark(data, path)
+
+
+def trusted_mark(mark: CommitMark | None, size: int,
+                 file: FileIdentity) -> CommitMark:
+    """What a mark says about the sink's file of `size` bytes and identity `file` (pure): a
+    missing mark, one that records more bytes than the file holds, or one written for another
+    file says nothing true, so the file is taken as it is (as if another run wrote it): its
+    bytes are never cut to a length recorded for some other file."""
+    if mark is None or mark.length > size or (mark.file is not None and mark.file != file):
+        return CommitMark(-1, size, "", file)
     return mark
 
 
-def trusted_mark(mark: CommitMark | None, size: int) -> CommitMark | None:
-    """A readable mark that records more bytes than the file holds says nothing true: the file
-    is taken as it is, as if another run wrote it (pure)."""
-    if mark is not None and mark.length > size:
-        return CommitMark(-1, size, "")
-    return mark
+def mark_text(mark: CommitMark) -> str:
+    fields: dict[str, Any] = {"batch_id": mark.batch_id, "length": mark.length,
+                              "owner": mark.owner}
+    if mark.file is not None:
+        fields["file"] = list(mark.file)
+    return json.dumps(fields)
 
 
 def write_mark(path: str, mark: CommitMark) -> None:
-    replace_file(path, json.dumps({"batch_id": mark.batch_id, "length": mark.length,
-                                   "owner": mark.owner}), fsync=True)
+    replace_file(path, mark_text(mark), fsync=True)
 
 
 def should_write(mark: CommitMark | None, batch_id: int) -> bool:
@@ -118,54 +151,153 @@ def adopt(mark: CommitMark | None, owner: str) -> CommitMark | None:
     that run's committed bytes."""
     if mark is None or mark.owner == owner:
         return mark
-    return CommitMark(-1, mark.length, owner)
+    return CommitMark(-1, mark.length, owner, mark.file)
+
+
+def opening_mark(mark: CommitMark | None, size: int, file: FileIdentity) -> CommitMark:
+    """The mark a sink writes when it opens its file (pure): the one there, naming the file
+    when it did not yet (a mark from before marks named files, whose length the file holds);
+    otherwise the file as it is (`trusted_mark`), so a later torn append is cut back to what
+    the file held when the sink found it, and never further."""
+    if mark is not None and mark.file is None and mark.length <= size:
+        return CommitMark(mark.batch_id, mark.length, mark.owner, file)
+    return trusted_mark(mark, size, file)
 
 
 class JsonlAppendLog:
     """An append-only jsonl file whose batches are written at most once (and, with Spark's
-    replay of uncommitted batches, exactly once)."""
+    replay of uncommitted batches, exactly once).
 
-    def __init__(self, path: str, owner: str = "") -> None:
+    The file and its folder are opened once, from the path root (`common.safe_open`: no link
+    followed at any step, a regular file with one link), and kept open; before each batch the
+    path is walked again and must still name them (`same_file`), so a file, folder or link
+    swapped in while the query runs makes the batch fail (FileRefused) without a byte written
+    anywhere. The commit mark is read and replaced through the folder's descriptor and names
+    the file's device and inode: the sink only ever cuts back (a torn append) the file that a
+    mark it wrote describes."""
+
+    def __init__(self, path: str, owner: str = "", roots: PathRoots | None = None) -> None:
         self.path = path
         self.owner = owner  # the run appending (its checkpoint folder)
         self.mark_path = f"{path}.commit"
-        self.created = writable_file(path)
+        chosen = roots if roots is not None else executor_roots()
+        self.where = rooted(confine(path, os.getcwd(), chosen), chosen)
+        self._mark_name = f"{self.where.name}.commit"
+        self._folder, self._fd, self.created = _open_sink_file(self.where, self._mark_name)
         self._lock = threading.Lock()
+        try:
+            found = self._read_mark()
+            opening = opening_mark(found, self._size(), self.file)
+            if opening != found:  # (unchanged: not rewritten, so an attempt being fenced out
+                self._write_mark(opening)  # cannot put back a mark older than its successor's)
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def file(self) -> FileIdentity:
+        return safe_open.identity(self._fd)
+
+    def _size(self) -> int:
+        return os.fstat(self._fd).st_size
+
+    def _read_mark(self) -> CommitMark | None:
+        """The sidecar (read through the folder's descriptor); a damaged one is reported and
+        taken as no mark (this run appends after the file's bytes: a batch written just before
+        the damage may then be written twice, never lost or truncated away)."""
+        try:
+            data = safe_open.read_in(self._folder, self._mark_name, MARK_BYTES)
+            return None if data is None else parse_mark(data, self.mark_path)
+        except (UnreadableMark, safe_open.FileRefused) as exc:
+            log.error("file sink %s: %s; appending after its %s bytes", self.path, exc,
+                      self._size())
+            return None
+
+    def _write_mark(self, mark: CommitMark) -> None:
+        replace_file(self._mark_name, mark_text(mark), fsync=True, dir_fd=self._folder)
 
     def _mark(self) -> CommitMark | None:
-        """The sidecar as this run sees it; a damaged one is reported and the file's bytes are
-        kept as they are (this run appends after them; a batch written just before the damage
-        may then be written twice, never lost or truncated away)."""
-        size = os.path.getsize(self.path) if os.path.exists(self.path) else 0
-        try:
-            mark = trusted_mark(read_mark(self.mark_path), size)
-        except UnreadableMark as exc:
-            log.error("file sink %s: %s; appending after its %s bytes", self.path, exc, size)
-            mark = CommitMark(-1, size, "")
-        return adopt(mark, self.owner)
+        return adopt(trusted_mark(self._read_mark(), self._size(), self.file), self.owner)
 
     def _truncate_to(self, mark: CommitMark | None) -> None:
+        """Cut a torn append: only ever this sink's own file, to a length a mark naming it
+        recorded (`trusted_mark`)."""
         length = mark.length if mark else 0
-        with open(self.path, "a+b") as f:
-            if f.seek(0, os.SEEK_END) != length:
-                f.truncate(length)
+        if self._size() != length:
+            os.ftruncate(self._fd, length)
 
     def append(self, batch_id: int, lines: list[str]) -> bool:
-        """Append a batch's lines; False if that batch id was already written."""
+        """Append a batch's lines; False if that batch id was already written. FileRefused
+        (nothing written) when the path no longer names the file the sink opened."""
         with self._lock:
+            safe_open.same_file(self.where, self._folder, self._fd)
             mark = self._mark()
             if not should_write(mark, batch_id):
                 return False
             self._truncate_to(mark)
             if not lines:  # nothing to make durable: no fsync, no new mark (a replay adds nothing)
                 return True
-            with open(self.path, "ab") as f:
-                f.write("".join(line + "\n" for line in lines).encode("utf-8"))
-                f.flush()
-                os.fsync(f.fileno())
-                length = f.tell()
-            write_mark(self.mark_path, CommitMark(batch_id, length, self.owner))
+            _write_all(self._fd, "".join(line + "\n" for line in lines).encode("utf-8"))
+            os.fsync(self._fd)
+            self._write_mark(CommitMark(batch_id, self._size(), self.owner, self.file))
             return True
+
+    def remove_if_unused(self) -> None:
+        """Unlink the file and mark this log made at open, if no batch went into the file."""
+        if not self.created or self._size() != 0:
+            return
+        for name in (self.where.name, self._mark_name):
+            try:
+                os.unlink(name, dir_fd=self._folder)
+            except FileNotFoundError:
+                pass
+
+    def close(self) -> None:
+        for fd in (self._fd, self._folder):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._fd = self._folder = -1
+
+    def __del__(self) -> None:
+        if getattr(self, "_fd", -1) >= 0:
+            self.close()
+
+
+def _open_sink_file(where: RootedPath, mark_name: str) -> tuple[int, int, bool]:
+    """(folder, file descriptor, whether created) of a sink's file, before any batch is: its
+    folders made (0700), the file opened for appending (created empty if missing). OSError
+    (FileRefused for a link, a file that is not regular or has other links) when it cannot be
+    used or its folder (where the commit mark lives) may not be written."""
+    folder, fd, created = safe_open.open_file(where, write=True, create=True)
+    try:
+        if stat.S_ISDIR(_lstat_mode(folder, mark_name)):
+            raise IsADirectoryError(errno.EISDIR, "is a folder, not a file",
+                                    where.sibling(mark_name).path)
+        if not os.access(".", os.W_OK, dir_fd=folder):
+            raise PermissionError(errno.EACCES, "its folder may not be written (the commit "
+                                                "mark lives next to the file)", where.path)
+    except BaseException:
+        if created:
+            os.unlink(where.name, dir_fd=folder)
+        os.close(fd)
+        os.close(folder)
+        raise
+    return folder, fd, created
+
+
+def _lstat_mode(folder: int, name: str) -> int:
+    try:
+        return os.lstat(name, dir_fd=folder).st_mode
+    except FileNotFoundError:
+        return 0
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 # --- sinks (callables for foreachBatch) ---------------------------------------------------------
@@ -176,44 +308,26 @@ class BatchSink(Protocol):
     def __call__(self, df: Any, batch_id: int) -> None: ...
 
 
-def writable_file(path: str) -> bool:
-    """Make sure `path` (and its sidecar) can be appended to, before any batch is: its folder
-    made, the file opened for appending (created empty if missing: True). OSError (nothing
-    made but maybe folders) when it is a folder, lies under a file, or may not be written; a
-    path outside the executor's path roots is refused first (PathRefused)."""
-    confine_at_open(path)
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    for name in (path, f"{path}.commit"):
-        if os.path.isdir(name):
-            raise IsADirectoryError(errno.EISDIR, "is a folder, not a file", name)
-    existed = os.path.exists(path)
-    with open(path, "ab"):
-        pass
-    if not os.access(os.path.dirname(os.path.abspath(path)), os.W_OK):
-        raise PermissionError(errno.EACCES, "its folder may not be written (the commit mark "
-                                            "lives next to the file)", path)
-    return not existed
-
-
 class FileSink:
-    def __init__(self, task_id: str, path: str, owner: str = "") -> None:
+    def __init__(self, task_id: str, path: str, owner: str = "",
+                 roots: PathRoots | None = None) -> None:
         self.task_id = task_id
-        self.log = JsonlAppendLog(path, owner)
+        self.log = JsonlAppendLog(path, owner, roots)
+        self.roots = roots
         self.rows_out = 0
 
     def retarget(self, path: Any) -> Callable[[], None]:
         """Append the next batches to `path`; returns how to go back to the current file.
-        Checked before anything changes (`writable_file`): OSError or PathRefused, the sink
-        still on its file, when the new one cannot be written."""
-        before, self.log = self.log, JsonlAppendLog(str(path), self.log.owner)
+        Opened (`JsonlAppendLog`: confined, no link followed) before anything changes: OSError
+        or PathRefused, the sink still on its file, when the new one cannot be used."""
+        before, self.log = self.log, JsonlAppendLog(str(path), self.log.owner, self.roots)
         moved = self.log
         log.info("task %s: sink moves from %s to %s", self.task_id, before.path, path)
 
         def undo() -> None:
             self.log = before
-            if moved.created and os.path.exists(moved.path) and \
-                    os.path.getsize(moved.path) == 0:
-                os.unlink(moved.path)  # the empty file the check made
+            moved.remove_if_unused()  # the empty file (and mark) the open made
+            moved.close()
         return undo
 
     def __call__(self, df: Any, batch_id: int) -> None:

@@ -21,6 +21,7 @@ Does not own the operators or sinks (`executor.runtime`, `executor.sinks`) nor t
 
 from __future__ import annotations
 
+import errno
 import io
 import json
 import logging
@@ -28,7 +29,7 @@ import math
 import os
 import time
 from dataclasses import asdict, dataclass
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -39,6 +40,9 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from common import safe_open
+from common.paths import executor_roots
+from common.safe_open import RootedPath, rooted
 from common.types import Schema
 from executor import shapes
 
@@ -341,6 +345,7 @@ class FileConfig:
     anchor_path: str
     partitions: int = 2  # Spark partitions a micro-batch's lines are split into
     batch_bytes: int = MAX_BATCH_BYTES  # Arrow data per micro-batch (`batch_row_cap`)
+    root: str = ""  # the path root the file is opened under ("": the executor's roots)
 
     @property
     def stream_schema(self) -> Schema:
@@ -434,26 +439,46 @@ class GeneratorSource(DataSource):
 @dataclass(frozen=True)
 class ByteRange(InputPartition):
     """One partition of a file micro-batch: the bytes from bounds[0] to bounds[-1], read and
-    parsed one piece (bounds[i], bounds[i+1]) of whole lines at a time."""
+    parsed one piece (bounds[i], bounds[i+1]) of whole lines at a time, leaving out the
+    `skipped` byte ranges (lines over the line cap). `root` and `file` (device, inode) are
+    the path root the planner opened the file under and the file it indexed: a worker opens
+    the path the same way (`common.safe_open`) and reads only that file ("" / None: the
+    executor's roots, any file)."""
     path: str
     format: str
     bounds: tuple[int, ...]
+    skipped: tuple[tuple[int, int], ...] = ()
+    root: str = ""
+    file: tuple[int, int] | None = None
 
 
 WHITESPACE = b" \t\r\x0b\x0c"  # what bytes.strip() removes, but the line feed
 SCAN_CHUNK_BYTES = 16 << 20  # a refresh reads the file in slices of this size
 MIN_PARTITION_LINES = 16_384  # a file partition holds at least this many lines (but one)
 PIECE_LINES = 131_072  # a partition parses and hands over this many lines at a time
+MAX_LINE_BYTES = 1 << 20  # a data line longer than this (line feed not counted) is skipped
 
 
-def data_line_ends(chunk: bytes, base: int) -> tuple[np.ndarray, int]:
-    """(end offsets, after the line feed, of the non-blank lines of `chunk`, each + `base`;
-    bytes consumed = up to the last line feed) (pure, vectorised: no per-line Python but for
-    lines that begin with white space, which are checked for being blank one by one)."""
+@dataclass(frozen=True)
+class LineSpans:
+    """The non-blank complete lines of a chunk: start and end (after the line feed) offsets,
+    each line's number among the chunk's lines (0-based), and the bytes consumed."""
+    starts: np.ndarray
+    ends: np.ndarray
+    numbers: np.ndarray
+    used: int
+    lines: int  # line feeds consumed
+
+
+def line_spans(chunk: bytes, base: int) -> LineSpans:
+    """The non-blank complete lines of `chunk`, offsets + `base` (pure, vectorised: no
+    per-line Python but for lines that begin with white space, which are checked for being
+    blank one by one)."""
     raw = np.frombuffer(chunk, dtype=np.uint8)
     feeds = np.flatnonzero(raw == 10)
     if feeds.size == 0:
-        return np.empty(0, dtype=np.int64), 0
+        empty = np.empty(0, dtype=np.int64)
+        return LineSpans(empty, empty, empty, 0, 0)
     starts = np.empty_like(feeds)
     starts[0] = 0
     starts[1:] = feeds[:-1] + 1
@@ -462,40 +487,156 @@ def data_line_ends(chunk: bytes, base: int) -> tuple[np.ndarray, int]:
     doubtful = np.flatnonzero(keep & np.isin(firsts, np.frombuffer(WHITESPACE, np.uint8)))
     for i in doubtful:  # rare: a line that begins with white space may be all white space
         keep[i] = bool(chunk[starts[i]:feeds[i]].strip())
-    return feeds[keep].astype(np.int64) + (base + 1), int(feeds[-1]) + 1
+    return LineSpans(starts[keep].astype(np.int64) + base,
+                     feeds[keep].astype(np.int64) + (base + 1),
+                     np.flatnonzero(keep), int(feeds[-1]) + 1, int(feeds.size))
+
+
+def data_line_ends(chunk: bytes, base: int) -> tuple[np.ndarray, int]:
+    """(end offsets, after the line feed, of the non-blank lines of `chunk`, each + `base`;
+    bytes consumed = up to the last line feed) (pure, `line_spans`)."""
+    spans = line_spans(chunk, base)
+    return spans.ends, spans.used
+
+
+def long_line_notice(path: str, line: int, size: int | None, cap: int) -> str:
+    """The located error for a line over the cap (pure)."""
+    length = f"{size:,} bytes" if size is not None else "more bytes"
+    return (f"{path}:{line}: the line has {length}, more than the file source's line cap of "
+            f"{cap:,} bytes (MAX_LINE_BYTES); it is skipped and the lines after it are read")
+
+
+def rooted_input(path: str, root: str) -> RootedPath:
+    """The input file `path` under `root` ("": the executor's roots) (`common.safe_open`)."""
+    if root:
+        return RootedPath(root, tuple(os.path.relpath(path, root).split(os.sep)))
+    return rooted(path, executor_roots())
+
+
+def open_input(where: RootedPath) -> tuple[int, int]:
+    """(folder, file) descriptors of an input file, opened from its root without following
+    a link (`common.safe_open`: FileRefused for a link, FIFO or other non-regular file)."""
+    folder, fd, _ = safe_open.open_file(where)
+    return folder, fd
 
 
 class LineIndex:
     """Byte offsets of the ends of complete lines of a growing file (planner-side, incremental;
-    a numpy buffer, scanned without per-line Python)."""
+    a numpy buffer, scanned without per-line Python).
 
-    def __init__(self, path: str, skip_header: bool) -> None:
+    The file is opened once (`open_input`) and kept open; each refresh first checks that the
+    path still names it (`safe_open.same_file`: FileRefused when a link, another file or
+    folder was swapped in), then reads only past what it has indexed. A line longer than
+    `max_line` bytes is not indexed: its bytes are recorded in `skipped`, `on_long` is told
+    where it is (`long_line_notice`), and the lines after it are read; a last line without a
+    line feed is looked at only in its new bytes, so it costs no memory past the cap and no
+    re-read of the file."""
+
+    def __init__(self, path: str, skip_header: bool, root: str = "",
+                 max_line: int | None = None,
+                 on_long: Callable[[str], None] | None = None) -> None:
         self.path = path
         self.skip_header = skip_header
+        self.where = rooted_input(path, root)
+        self.max_line = max_line if max_line is not None else MAX_LINE_BYTES
+        self.on_long = on_long if on_long is not None else _log_long_line
+        self.skipped: list[tuple[int, int]] = []  # byte ranges of lines over the cap
         self._ends = np.empty(1024, dtype=np.int64)
         self._count = 0
         self.header_end = 0
         self._scanned = 0
+        self._probe = 0  # bytes from `_scanned` to here hold no line feed
+        self._long_from: int | None = None  # start of a line found longer than the cap
+        self._line = 0  # line feeds before `_scanned`
         self._header_done = not skip_header
+        self._handle: tuple[int, int] | None = None
 
     @property
     def ends(self) -> np.ndarray:
         """End offset (after the line feed) of each data line, in order."""
         return self._ends[:self._count]
 
+    @property
+    def file(self) -> tuple[int, int]:
+        """The indexed file's (device, inode)."""
+        return safe_open.identity(self._open()[1])
+
+    def _open(self) -> tuple[int, int]:
+        if self._handle is None:
+            self._handle = open_input(self.where)
+        else:
+            safe_open.same_file(self.where, *self._handle)
+        return self._handle
+
+    def close(self) -> None:
+        handle = getattr(self, "_handle", None)  # (missing when __init__ failed)
+        self._handle = None
+        for fd in handle or ():
+            os.close(fd)
+
+    def __del__(self) -> None:
+        self.close()
+
     def refresh(self) -> None:
         """Index the complete lines appended since the last refresh."""
+        fd = self._open()[1]
         size = SCAN_CHUNK_BYTES
-        with open(self.path, "rb") as f:
-            while True:
-                f.seek(self._scanned)
-                chunk = f.read(size)
-                if self._take(chunk):
-                    size = SCAN_CHUNK_BYTES
-                elif len(chunk) < size:
-                    return  # nothing more, or only a partial last line
-                else:
-                    size *= 2  # one line longer than a slice: read more of it at once
+        while True:  # each pass consumes bytes, doubles `size` or returns at the file's end
+            if self._long_from is not None:
+                if not self._pass_long(fd):
+                    return
+                continue
+            if self._probe > self._scanned and not self._fed(fd):
+                return  # the last line is still open and under the cap
+            chunk = os.pread(fd, size, self._scanned)
+            if self._take(chunk):
+                size = SCAN_CHUNK_BYTES
+            elif len(chunk) > self.max_line:
+                self._long_from, self._probe = self._scanned, self._scanned + len(chunk)
+            elif len(chunk) < size:
+                self._probe = self._scanned + len(chunk)
+                return  # nothing more, or only a partial last line under the cap
+            else:
+                size *= 2  # one line longer than a slice: read more of it at once
+
+    def _fed(self, fd: int) -> bool:
+        """Whether a line feed came after the open last line (looking at new bytes only)."""
+        while True:
+            chunk = os.pread(fd, SCAN_CHUNK_BYTES, self._probe)
+            if not chunk:
+                return False
+            if b"\n" in chunk:
+                self._probe = self._scanned
+                return True
+            self._probe += len(chunk)
+            if self._probe - self._scanned > self.max_line:
+                self._long_from = self._scanned
+                return True
+
+    def _pass_long(self, fd: int) -> bool:
+        """Look for the end of the over-long line at `_long_from` in the bytes past `_probe`;
+        once found, skip the line and say so. Whether it ended."""
+        while True:
+            chunk = os.pread(fd, SCAN_CHUNK_BYTES, self._probe)
+            if not chunk:
+                return False
+            feed = chunk.find(b"\n")
+            if feed >= 0:
+                start, end = self._long_from, self._probe + feed + 1
+                assert start is not None
+                self._skip(start, end, self._line + 1)
+                self._scanned = self._probe = end
+                self._line += 1
+                self._long_from = None
+                return True
+            self._probe += len(chunk)
+
+    def _skip(self, start: int, end: int, line: int) -> None:
+        if not self._header_done:  # the header itself was over the cap
+            self.header_end, self._header_done = end, True
+        else:
+            self.skipped.append((start, end))
+        self.on_long(long_line_notice(self.path, line, end - start - 1, self.max_line))
 
     def _take(self, chunk: bytes) -> bool:
         """Index the complete lines of `chunk` (read at `_scanned`); whether it held any."""
@@ -503,13 +644,22 @@ class LineIndex:
             feed = chunk.find(b"\n")
             if feed < 0:
                 return False
+            if feed > self.max_line:
+                self._skip(self._scanned, self._scanned + feed + 1, 1)
             self.header_end, self._header_done = self._scanned + feed + 1, True
-            self._scanned = self.header_end
+            self._scanned = self._probe = self.header_end
+            self._line += 1
             return True
-        ends, used = data_line_ends(chunk, self._scanned)
-        self._append(ends)
-        self._scanned += used
-        return used > 0
+        spans = line_spans(chunk, self._scanned)
+        long = (spans.ends - spans.starts - 1) > self.max_line
+        for i in np.flatnonzero(long):
+            self._skip(int(spans.starts[i]), int(spans.ends[i]),
+                       self._line + int(spans.numbers[i]) + 1)
+        self._append(spans.ends[~long] if long.any() else spans.ends)
+        self._scanned += spans.used
+        self._probe = max(self._probe, self._scanned)
+        self._line += spans.lines
+        return spans.used > 0
 
     def _append(self, ends: np.ndarray) -> None:
         need = self._count + ends.size
@@ -521,9 +671,13 @@ class LineIndex:
         self._count = need
 
     def byte_range(self, first: int, last: int) -> tuple[int, int]:
-        """Bytes of data lines [first, last)."""
+        """Bytes of data lines [first, last) (with any skipped line between them)."""
         lo = int(self._ends[first - 1]) if first > 0 else self.header_end
         return lo, int(self._ends[last - 1])
+
+    def skipped_in(self, lo: int, hi: int) -> tuple[tuple[int, int], ...]:
+        """The skipped lines within bytes [lo, hi)."""
+        return tuple(s for s in self.skipped if lo <= s[0] and s[1] <= hi)
 
     def partitions(self, first: int, last: int, parts: int, min_lines: int = MIN_PARTITION_LINES,
                    piece_lines: int = PIECE_LINES) -> list[tuple[int, ...]]:
@@ -537,6 +691,21 @@ class LineIndex:
         cuts = range(first + piece_lines, last, max(1, piece_lines))
         lo, hi = self.byte_range(first, last)
         return (lo, *(int(self._ends[i - 1]) for i in cuts), hi)
+
+
+def _log_long_line(notice: str) -> None:
+    log.error("file source: %s", notice)
+
+
+def read_piece(fd: int, lo: int, hi: int, skipped: Sequence[tuple[int, int]]) -> bytes:
+    """Bytes [lo, hi) of the open file, without the `skipped` ranges inside them."""
+    out, at = [], lo
+    for start, end in skipped:
+        if lo <= start and end <= hi:
+            out.append(os.pread(fd, start - at, at))
+            at = end
+    out.append(os.pread(fd, hi - at, at))
+    return b"".join(out)
 
 
 def parse_lines(data: bytes, fmt: str, schema: Schema) -> pa.Table:
@@ -568,9 +737,13 @@ class FileReader(DataSourceStreamReader):
 
     def _lines(self) -> LineIndex:
         if self._index is None:
-            self._index = LineIndex(self.config.path, skip_header=self.config.format == "csv")
+            self._index = LineIndex(self.config.path, skip_header=self.config.format == "csv",
+                                    root=self.config.root, on_long=self._say)
         self._index.refresh()
         return self._index
+
+    def _say(self, notice: str) -> None:
+        log.error("task %s: file source %s: %s", self.config.task_id, self.config.op, notice)
 
     def initialOffset(self) -> dict:
         self._start, self._known = 0, True
@@ -601,18 +774,31 @@ class FileReader(DataSourceStreamReader):
         if index is None or len(index.ends) < end["line"]:  # a replay after a restart
             index = self._lines()
         parts = index.partitions(start["line"], end["line"], self.config.partitions)
-        return [ByteRange(self.config.path, self.config.format, bounds) for bounds in parts]
+        file = index.file
+        return [ByteRange(self.config.path, self.config.format, bounds,
+                          index.skipped_in(bounds[0], bounds[-1]), index.where.root, file)
+                for bounds in parts]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """The partition's rows, parsed a piece at a time: a Python worker holds one piece's
-        bytes and table, however many lines the micro-batch has (`LARGE_BATCH_BYTES`)."""
+        bytes and table, however many lines the micro-batch has (`LARGE_BATCH_BYTES`). The
+        file is opened as the planner opened it (`open_input`) and must be the file it
+        indexed (FileRefused otherwise: nothing of another file is read)."""
         assert isinstance(partition, ByteRange)
         bounds = partition.bounds
-        with open(partition.path, "rb") as f:
+        folder, fd = open_input(rooted_input(partition.path, partition.root))
+        try:
+            if partition.file is not None and safe_open.identity(fd) != partition.file:
+                raise safe_open.FileRefused(
+                    errno.ESTALE, "the input file was replaced since its lines were indexed",
+                    partition.path)
             for lo, hi in zip(bounds, bounds[1:]):
-                f.seek(lo)
-                table = parse_lines(f.read(hi - lo), partition.format, self.config.stream_schema)
+                data = read_piece(fd, lo, hi, partition.skipped)
+                table = parse_lines(data, partition.format, self.config.stream_schema)
                 yield from table.to_batches(max_chunksize=ARROW_CHUNK_ROWS)
+        finally:
+            os.close(fd)
+            os.close(folder)
 
     def commit(self, end: dict) -> None:
         return None

@@ -11,7 +11,8 @@ holds one numbered stream (a channel, or the one stream a selector's replicas se
   it holds the base: the seq before the first batch the writer still retained when the spool
   was created, which is where a fresh query starts;
 - `error`: why the receiver gave up (a writer's refusal, a changed epoch), raised by the reader.
-Batches are neither fsynced nor copied: a SIGKILLed process loses nothing that the page cache
+The folder is 0700 and batch files 0600 (`common.safe_open.private_folder`): the tuples
+at rest are the query's, not every local user's. Batches are neither fsynced nor copied: a SIGKILLed process loses nothing that the page cache
 holds, and a batch lost with the machine is still retained upstream (acks follow commits).
 The reading side (`executor.spool_source`, in Spark's processes) memory-maps the files.
 """
@@ -26,6 +27,7 @@ from typing import Iterable, Iterator, Sequence
 import pyarrow as pa
 
 from common.atomic_file import replace_file
+from common.safe_open import PRIVATE_FILE_MODE, private_folder
 
 CHUNK_ROWS = 32_768  # rows per record batch in a spooled file: the unit Spark partitions split
 COMMITTED = "committed"
@@ -105,7 +107,7 @@ def read_committed(folder: str) -> int | None:
 
 
 def write_committed(folder: str, seq: int) -> None:
-    os.makedirs(folder, exist_ok=True)
+    private_folder(folder)
     _replace(os.path.join(folder, COMMITTED), str(seq))
 
 
@@ -127,6 +129,9 @@ def write_batch(folder: str, seq: int, table: pa.Table) -> int:
     batches = table.to_batches(max_chunksize=CHUNK_ROWS) or [
         pa.RecordBatch.from_pylist([], schema=table.schema)]
     tmp = os.path.join(folder, f".{seq}.{os.getpid()}.tmp")
+    os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW,
+                     PRIVATE_FILE_MODE))  # made 0600 before a byte of data is in it
+    os.chmod(tmp, PRIVATE_FILE_MODE)  # (a leftover of a killed writer kept its old mode)
     with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
         for batch in batches:
             writer.write_batch(batch)
@@ -136,7 +141,7 @@ def write_batch(folder: str, seq: int, table: pa.Table) -> int:
 
 
 def set_error(folder: str, message: str) -> None:
-    os.makedirs(folder, exist_ok=True)
+    private_folder(folder)
     _replace(os.path.join(folder, ERROR), message)
 
 

@@ -22,6 +22,7 @@ from typing import Callable, Sequence
 
 import pyarrow as pa
 
+from common.safe_open import private_folder
 from executor import spool
 from executor.channel_base import Batch, ChannelError
 from executor.endpoints_file import EndpointWatcher
@@ -89,7 +90,7 @@ class SpoolReceiver:
 
     def start(self) -> "SpoolReceiver":
         """Start receiving; a failure the last receiver left in the spool is cleared first."""
-        os.makedirs(self.folder, exist_ok=True)
+        private_folder(self.folder)
         spool.clear_error(self.folder)
         self._thread = threading.Thread(target=self._run, daemon=True,
                                         name=f"spool-{self.task_id}-{os.path.basename(self.folder)}")
@@ -293,7 +294,7 @@ def _task_logger(task_id: str, folder: str, log_file: str) -> logging.Logger:
     (`log_file`, "" = none), where the executor and tests read retargets and replica switches."""
     logger = log.getChild(f"{task_id}.{os.path.basename(folder)}")
     if log_file:
-        os.makedirs(os.path.dirname(log_file), exist_ok=True)
+        private_folder(os.path.dirname(log_file))
         handler = logging.FileHandler(log_file, encoding="utf-8")
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         logger.addHandler(handler)
