@@ -1,6 +1,6 @@
 """Benchmark: the pattern operator's matcher on the paper's tick-shaped pattern AB+CD+.
 
-Measures rows/s and matches/s of `executor.cep_match.KeyMatcher` (the generic automaton with the
+Measures rows/s and matches/s of `executor.cep.match.KeyMatcher` (the generic automaton with the
 checked conditions interpreted per row) over the `stock` generator's rows (plain-Python
 reference rows, per symbol, all fed at once and then in micro-batches of 500 rows through the
 state store's JSON round trip), against a tick matcher written by hand for this one pattern in
@@ -44,8 +44,8 @@ from bench_util import fmt, format_table, median_of, ratio, use_repo_on_path  # 
 use_repo_on_path()
 
 from executor import shapes  # noqa: E402
-from executor.cep_match import KeyMatcher, build_program, measures  # noqa: E402
-from executor.cep_stage import Item, Stage, StageMatcher  # noqa: E402
+from executor.cep.match import KeyMatcher, build_program, measures  # noqa: E402
+from executor.cep.stage import Item, Stage, StageMatcher  # noqa: E402
 
 SPARK_RATE = 200_000.0  # the generator's pace (tuples/s): far above what either side processes
 

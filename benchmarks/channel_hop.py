@@ -43,7 +43,7 @@ import zmq
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from executor.channel_auth import (KeyPair, WriterAuth, reader_auth,  # noqa: E402
+from executor.channels.auth import (KeyPair, WriterAuth, reader_auth,  # noqa: E402
                                    write_key_file)
 from executor.channels import ChannelFull, ChannelReader, ChannelWriter  # noqa: E402
 from executor.wire import decode_table, encode_table  # noqa: E402

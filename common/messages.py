@@ -12,7 +12,7 @@ Owns the messages both sides exchange, each a frozen dataclass with `to_json()` 
 Also `ParamSet` (a version and the parameters control tuples set, with `newer_than`), and
 `encode`/`decode`, JSON bytes chosen by "kind". Does not own base64 or Mesos (the adapters:
 `scheduler.mesos_json`, `executor.mesos_events`), nor checking channel keys (they need zmq:
-`executor.channel_auth`); the launch data's keys hold a secret, so they never show in a repr.
+`executor.channels.auth`); the launch data's keys hold a secret, so they never show in a repr.
 """
 
 from __future__ import annotations

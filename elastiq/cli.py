@@ -88,7 +88,7 @@ def spec_roots(spec: str | Path, args: argparse.Namespace,
 def cmd_keygen(args: argparse.Namespace) -> int:
     """Create a keypair file readable by its owner only; print the public key (in hexadecimal
     digits, which a spec takes without escaping), never the secret one."""
-    from executor.channel_auth import KeyPair, key_hex, write_key_file
+    from executor.channels.auth import KeyPair, key_hex, write_key_file
 
     pair = KeyPair.generate()
     try:

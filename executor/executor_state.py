@@ -23,7 +23,7 @@ from typing import Any, Callable, Literal, Mapping, Union
 from common.dispatch import handler
 from common.failures import kind_of_text, tag
 from common.messages import RETAINED_PREFIX, ControlAck, ControlMessage, RetargetMessage
-from executor.channel_auth import TaskKeys
+from executor.channels.auth import TaskKeys
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ fences an agent cut off from its master (it keeps running its tasks), so this is
 live attempts from both changing one checkpoint or one sink. Works across hosts as far as the
 checkpoint folder's file system honours `flock` (local disks, NFSv4, CephFS; docs/deploy.md).
 A task's channel writes are fenced the same way: its channel sink is its one sink, so a stale
-producer's batch is refused before it reaches its channel writer (`executor.channel_writer` is
+producer's batch is refused before it reaches its channel writer (`executor.channels.writer` is
 unchanged).
 Epoch 0 means unfenced (a launch from a scheduler that issues no tokens). Does not own the epoch's
 issue (`scheduler.state`) nor where the checkpoint folder is (`executor.mesos_executor`).

@@ -19,7 +19,7 @@ from typing import Any, Mapping
 from common import messages
 from common.messages import (ControlMessage, Heartbeat, LaunchData, LaunchDataError,
                              MessageError, RetargetMessage)
-from executor.channel_auth import ChannelKeyError, TaskKeys
+from executor.channels.auth import ChannelKeyError, TaskKeys
 from executor.executor_state import (ControlReceived, LaunchRejected, MessageUnreadable,
                                      RetargetReceived, SendControlAck, TaskLaunch, TaskLaunched)
 

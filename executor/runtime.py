@@ -37,10 +37,11 @@ from common.paths import PathRefused, confine_at_open
 from common.tasks import splitter_op_id
 from common.types import ColumnType, Field, Schema
 from compiler import expr
-from executor import cep, cep_match, cep_stage, routing, shapes, sinks, sources, spool_source
+from executor import routing, shapes, sinks, sources, spool_source
+from executor.cep import match as cep_match, spark as cep_spark, stage as cep_stage
 from executor.batch_gate import BatchGate
 from executor.fencing import Fence
-from executor.channel_auth import (ChannelKeyError, TaskKeys, WriterAuth, parse_readers,
+from executor.channels.auth import (ChannelKeyError, TaskKeys, WriterAuth, parse_readers,
                                    read_key_file, reader_auth, save_key_file)
 from executor.endpoints_file import endpoints_path
 from executor.spool_receiver import Replica, SpoolReceiver
@@ -680,7 +681,7 @@ class TaskRuntime:
                 share: tuple[int, int] | None = None,
                 stage: tuple[int, int, int] | None = None,
                 row_schema: Schema | None = None) -> None:
-        """Row pattern recognition per key (`executor.cep`): one row per match; with `share`
+        """Row pattern recognition per key (`executor.cep.spark`): one row per match; with `share`
         (i, k), instance i of a partitioned pattern; with `stage` (i, k, rows), stage i of a
         pattern pipelined over k stages, which after the first reads the stream the stage
         before writes, its rows of type `row_schema` (docs/patterns.md)."""
@@ -704,9 +705,9 @@ class TaskRuntime:
         fields = [Field(name, t.type) for (name, _), t in zip(measures, typed)]
         delay = self._duration(op, watermark)
         if where is None:
-            df, schema = cep.pattern_frame(stream.df, input, program, keys, fields, delay)
+            df, schema = cep_spark.pattern_frame(stream.df, input, program, keys, fields, delay)
         else:
-            df, schema = cep.stage_frame(stream.df, input, program, keys, fields, delay, where)
+            df, schema = cep_spark.stage_frame(stream.df, input, program, keys, fields, delay, where)
         self._put(op, output, df, schema)
 
     def join(self, *, op: str, left: str, right: str, output: str, left_keys: Sequence[str],

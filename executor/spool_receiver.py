@@ -8,7 +8,7 @@ committed (the spool's `committed` mark), and bounding the spool (no credit is g
 `max_spool_bytes` of uncommitted batches wait). A single writer's refusal (trimmed, superseded,
 unauthorized, a changed epoch) is written to the spool for the reader to raise, as the query's
 failure; a replica's error only skips that replica for `retry_seconds`. Does not own the
-channel protocol (`executor.channel_reader`) nor the Spark side (`executor.spool_source`).
+channel protocol (`executor.channels.reader`) nor the Spark side (`executor.spool_source`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import pyarrow as pa
 
 from common.safe_open import private_folder
 from executor import spool
-from executor.channel_base import Batch, ChannelError
+from executor.channels.base import Batch, ChannelError
 from executor.endpoints_file import EndpointWatcher
 
 log = logging.getLogger("executor.spool")
@@ -226,7 +226,7 @@ class SpoolReceiver:
         if not source.endpoint or (not force and time.monotonic() < source.retry_at):
             return None  # no endpoint yet (a producer never placed), or waiting for a retry
         if source.reader is None:
-            from executor.channel_auth import reader_auth
+            from executor.channels.auth import reader_auth
             from executor.channels import ChannelReader
 
             source.reader = ChannelReader(source.replica.channel, source.replica.reader_id,

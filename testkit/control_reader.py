@@ -12,8 +12,8 @@ import socket
 import threading
 import time
 
-from executor.channel_auth import ReaderAuth
-from executor.channel_reader import ChannelReader
+from executor.channels.auth import ReaderAuth
+from executor.channels.reader import ChannelReader
 from executor.shapes import arrow_schema, shape_named
 
 SPEC = """<?xml version="1.0" encoding="UTF-8"?>

@@ -1,6 +1,6 @@
 """An independent plain-Python row-pattern matcher, the oracle of the pattern operator's tests.
 
-Written apart from `executor.cep_match`: a recursive backtracking matcher over the pattern tree
+Written apart from `executor.cep.match`: a recursive backtracking matcher over the pattern tree
 (continuation passing, preferred branch first: greedy quantifiers, left alternatives), tried from
 each row in time order; after a match, from the row after its last (SKIP PAST LAST ROW), or
 with `skip_to_next`, from the row after its first (every start row keeps its match). Rows

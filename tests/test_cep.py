@@ -1,6 +1,6 @@
 """Tests of the pattern operator's pure parts: the pattern syntax (`compiler.expr.pattern`), the
-conditions' and measures' typing, the row evaluator (`executor.cep_eval`, against the expression
-language's oracle tests/expression_oracle.py) and the matcher (`executor.cep_match`, against the
+conditions' and measures' typing, the row evaluator (`executor.cep.row_eval`, against the expression
+language's oracle tests/expression_oracle.py) and the matcher (`executor.cep.match`, against the
 independent backtracking matcher tests/cep_oracle.py on thousands of seeded random streams,
 with late rows, the time bound, overlapping candidates and the state store's JSON round trip).
 """
@@ -17,8 +17,8 @@ import pytest
 from common.types import ColumnType, Schema
 from compiler import expr as ex
 from compiler.expr import pattern as pt
-from executor.cep_eval import MatchView, evaluate
-from executor.cep_match import KeyMatcher, PatternOverflow, build_program, measures
+from executor.cep.row_eval import MatchView, evaluate
+from executor.cep.match import KeyMatcher, PatternOverflow, build_program, measures
 from tests import cep_oracle, expression_oracle
 from tests.test_expressions import random_expr
 
@@ -342,7 +342,7 @@ def test_partial_matches_are_counted_while_stepping_and_never_pass_the_bound(
     (at the top of the range, out of memory) before the bound was checked. Now the row is refused
     as the thread past the bound is made: between rows and at the refusal, never more; in a
     matcher of one key and in the first stage of a pipelined pattern alike."""
-    from executor.cep_stage import Stage, StageMatcher
+    from executor.cep.stage import Stage, StageMatcher
 
     program = _alternation(bound)
     matcher: Any = StageMatcher(program, Stage(1, 2, 50)) if staged else KeyMatcher(program)
@@ -491,9 +491,9 @@ def test_control_tuples_cannot_change_a_running_pattern(tmp_path: Path,
 
 
 def test_values_cross_arrow_as_text_exactly() -> None:
-    """executor.cep's transport: what Spark's cast to string gives back as the typed value, and
+    """executor.cep.spark's transport: what Spark's cast to string gives back as the typed value, and
     measures as the text Spark casts to their types (Java spellings of NaN and infinities)."""
-    from executor.cep import _from_text, _text
+    from executor.cep.spark import _from_text, _text
 
     assert _from_text("9223372036854775807", ColumnType.INT) == 2**63 - 1
     assert _from_text("-1704067200000000", ColumnType.TIMESTAMP) == -1704067200000000

@@ -21,7 +21,7 @@ from compiler.pipeline import compile_spec_text
 from compiler.rewrite import rewrite
 from compiler.rules import load_rules
 from elastiq.explain import explain
-from executor.cep_match import KeyMatcher, PatternOverflow, build_program, owner
+from executor.cep.match import KeyMatcher, PatternOverflow, build_program, owner
 from rewrite_rules import shipped_rule_files
 from tests import cep_oracle
 from tests.spec_snippets import locate

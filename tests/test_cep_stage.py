@@ -1,7 +1,7 @@
-"""The pattern operator pipelined over k stages (`executor.cep_stage`), pure: on thousands of
+"""The pattern operator pipelined over k stages (`executor.cep.stage`), pure: on thousands of
 seeded streams, k stages chained by their items find exactly the matches of one `KeyMatcher`
 with skip-to-next-row and of the independent backtracking matcher (tests/cep_oracle.py), run as
-`executor.cep.stage_frame` runs them: every stage through the state store's JSON between
+`executor.cep.spark.stage_frame` runs them: every stage through the state store's JSON between
 batches, every item through its text, a later stage's micro-batches holding whole calls of the
 stage before, shuffled and put back in order by `carrier_order`, its watermark trailing the
 newest time written for any key by i - 1 ms (and no item ever at or before it, which Spark
@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 
 from compiler.expr import pattern as pt
-from executor.cep_match import KeyMatcher, PatternOverflow, PatternProgram, build_program, measures
-from executor.cep_stage import (MAX_ITEM_TEXT, Carried, Item, Stage, StageMatcher,
+from executor.cep.match import KeyMatcher, PatternOverflow, PatternProgram, build_program, measures
+from executor.cep.stage import (MAX_ITEM_TEXT, Carried, Item, Stage, StageMatcher,
                                 carrier_order)
 from tests import cep_oracle
 from tests.test_cep import SCHEMA, _random_stream, random_case
@@ -111,7 +111,7 @@ def _cut(calls: list[Call], rng: random.Random
 
 def _later_stage(program: PatternProgram, stage: Stage, calls: list[Call],
                  rng: random.Random) -> list[Call]:
-    """A later stage over the calls of the stage before, as `executor.cep.stage_frame` runs it:
+    """A later stage over the calls of the stage before, as `executor.cep.spark.stage_frame` runs it:
     each batch's items put in order by `cep_stage.carrier_order`, its watermark trailing the
     newest time of the batches before by `cep.stage_watermark` (i - 1 ms), and one more call
     once the watermark has moved past the last batch (Spark's no-data batch). Spark would drop

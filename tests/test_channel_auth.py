@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 import zmq
 
-from executor.channel_auth import (ChannelKeyError, KeyPair, ReaderAuth, WriterAuth,
+from executor.channels.auth import (ChannelKeyError, KeyPair, ReaderAuth, WriterAuth,
                                    parse_readers, read_key_file, write_key_file, zap_decision)
 from executor.channels import ChannelError, ChannelReader, ChannelWriter
 from executor.wire import NONE, ErrorCode, Header, Kind, decode_header, encode_header

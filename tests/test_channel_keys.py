@@ -15,7 +15,7 @@ import pyarrow as pa
 import pytest
 
 from common.messages import LaunchDataError
-from executor.channel_auth import (ChannelKeyError, KeyPair, TaskKeys, check_key, key_hex,
+from executor.channels.auth import (ChannelKeyError, KeyPair, TaskKeys, check_key, key_hex,
                                    read_key_file)
 from executor.mesos_events import read_launch
 from executor.runtime import ChannelHub, blocked_of, channel_reader_id

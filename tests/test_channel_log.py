@@ -17,7 +17,7 @@ import pyarrow as pa
 import pytest
 import zmq
 
-from executor.channel_log import (
+from executor.channels.log import (
     RECORD_HEADER_BYTES,
     ChannelLog,
     ChannelLogError,

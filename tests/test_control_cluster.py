@@ -20,7 +20,7 @@ from typing import Any, Iterator
 import pytest
 
 from common.api_client import RequestRejected, SchedulerClient
-from executor.channel_auth import KeyPair, ReaderAuth, key_hex, write_key_file
+from executor.channels.auth import KeyPair, ReaderAuth, key_hex, write_key_file
 from testkit.control_reader import SPEC, FollowingReader, free_port
 from testkit.e2e_support import (Stack, cli, start_stack, stop_stack, submit, wait_running,
                                  wait_until)

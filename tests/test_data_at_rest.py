@@ -12,7 +12,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from executor import spool
-from executor.channel_log import ChannelLog
+from executor.channels.log import ChannelLog
 
 
 def mode(path: Path) -> int:

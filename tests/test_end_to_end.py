@@ -230,7 +230,7 @@ def expect_refusal(sock: zmq.Socket, what: str) -> None:
 def reader_auth_of(stack: Stack, query_id: str, reader: str, producer: str) -> Any:
     """The CURVE identity of task `reader` towards `producer`'s writer, as the scheduler issued
     it (the test plays a declared reader gone bad: its frames pass the handshake)."""
-    from executor.channel_auth import KeyPair, ReaderAuth
+    from executor.channels.auth import KeyPair, ReaderAuth
 
     keys = stack.service.loop.state.queries[query_id].keys
     return ReaderAuth(KeyPair(**keys[reader]), keys[producer]["public"])
@@ -238,7 +238,7 @@ def reader_auth_of(stack: Stack, query_id: str, reader: str, producer: str) -> A
 
 def dealer(endpoint: str, auth: Any) -> zmq.Socket:
     """A raw DEALER to `endpoint`, a CURVE client with `auth` (None: plain text)."""
-    from executor.channel_auth import connect_curve
+    from executor.channels.auth import connect_curve
 
     sock = zmq.Context.instance().socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
@@ -346,7 +346,7 @@ def code_through_the_api_is_refused(stack: Stack, query_id: str, marker: Path) -
 def unknown_key_gets_nothing(endpoint: str, channel_id: str, producer_public: str) -> None:
     """A CURVE client whose key no reader of the plan owns fails the handshake (ZAP): nothing
     of it reaches the writer, not even an error."""
-    from executor.channel_auth import KeyPair, ReaderAuth
+    from executor.channels.auth import KeyPair, ReaderAuth
     from executor.wire import Header, Kind, encode_header
 
     with dealer(endpoint, ReaderAuth(KeyPair.generate(), producer_public)) as sock:

@@ -12,7 +12,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from executor.channel_auth import KeyPair, ReaderAuth, TaskKeys, WriterAuth, write_key_file
+from executor.channels.auth import KeyPair, ReaderAuth, TaskKeys, WriterAuth, write_key_file
 from executor.channels import ChannelError, ChannelReader, ChannelWriter
 from executor.runtime import ChannelHub, TaskRuntime, channel_reader_id
 from executor.shapes import arrow_schema

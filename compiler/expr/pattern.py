@@ -8,7 +8,7 @@ automaton whose split states list their branches in preference order: greedy qua
 left alternatives first), and `compile_define` / `compile_measure` (an expression of the
 language with the navigation functions `prev`, `first`, `last`, `count`, `min`, `max`, parsed and
 type-checked in a `Scope` whose unqualified columns are the current row and whose qualifiers may
-be pattern variables). The matching itself runs in the executor (`executor.cep_match`), over
+be pattern variables). The matching itself runs in the executor (`executor.cep.match`), over
 these trees; nothing here runs user text. Semantics: docs/spec-language.md, "pattern".
 """
 
@@ -32,7 +32,7 @@ MAX_PATTERN_ITEMS = 64  # variable occurrences
 NAVIGATION = frozenset({"prev", "first", "last", "count", "min", "max"})
 MEASURE_NAVIGATION = NAVIGATION - {"prev"}
 # The functions of the language a condition or measure may call besides navigation: those the
-# executor's row evaluator (`executor.cep_eval`) implements.
+# executor's row evaluator (`executor.cep.row_eval`) implements.
 ROW_FUNCTIONS = frozenset({"abs", "least", "greatest", "coalesce", "lower", "upper", "length",
                            "concat", "unix_seconds", "starts_with", "ends_with",
                            "contains"})

@@ -8,8 +8,8 @@ timestamps as decimal integers, doubles as Java prints them), so nulls, NaN and 
 arrive unchanged, and the measures come back the same way and are cast to their types. A key
 wakes up when new rows arrive or when the watermark reaches its next deadline (a waiting row's
 time, or an open match's time bound). Also owns `stage_frame`, one stage of a pattern
-pipelined over k stages, whose state is that stage's `executor.cep_stage.StageMatcher`. Does not
-own matching (`executor.cep_match`, `executor.cep_stage`).
+pipelined over k stages, whose state is that stage's `executor.cep.stage.StageMatcher`. Does not
+own matching (`executor.cep.match`, `executor.cep.stage`).
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
 from common import pattern_stages
 from common.pattern_stages import stage_schema
 from common.types import ColumnType, Field, Schema
-from executor.cep_match import KeyMatcher, PatternProgram, measures
-from executor.cep_stage import Item, Stage, StageMatcher, carrier_order
+from executor.cep.match import KeyMatcher, PatternProgram, measures
+from executor.cep.stage import Item, Stage, StageMatcher, carrier_order
 
 log = logging.getLogger(__name__)
 

@@ -13,8 +13,8 @@ from typing import Callable
 import pyarrow as pa
 import zmq
 
-from executor.channel_auth import ReaderAuth, connect_curve
-from executor.channel_base import (
+from executor.channels.auth import ReaderAuth, connect_curve
+from executor.channels.base import (
     BATCHED_RECV,
     Batch,
     ChannelError,

@@ -8,7 +8,7 @@ double) and the navigation functions of a match. Only the functions in
 `compiler.expr.pattern.ROW_FUNCTIONS` exist here; the compiler refuses the others. Values are
 plain Python: int, float, str, bool, timestamps as int microseconds since the epoch. Nothing
 here runs user text: it walks a tree the checker accepted. Does not own matching
-(`executor.cep_match`) or Spark (`executor.cep`).
+(`executor.cep.match`) or Spark (`executor.cep.spark`).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Channels between tasks: numbered Arrow batches from one producer to named readers over ZeroMQ.
 
-Owns DESIGN.md invariants 1-3 on the wire: the writer numbers batches 1, 2, 3, ... per
+Owns invariants 1-3 (docs/architecture.md) on the wire: the writer numbers batches 1, 2, 3, ... per
 (producer, channel, epoch), is idempotent on the caller's tag (the producing micro-batch id), keeps
 every batch until every tracked reader has acknowledged it (upstream backup), replays from any
 retained number, and sends only within each reader's credit; readers drop numbers they have seen.
@@ -8,7 +8,7 @@ Frame layout and validation live in `executor.wire`. Does not own what a batch m
 offsets or checkpoints (the Spark source/sink code), nor where endpoints are registered.
 
 Who may speak. A writer given a `WriterAuth` serves over CURVE (encrypted, authenticated) and
-admits, through the context's ZAP handler (`executor.channel_auth`), only the public keys of its
+admits, through the context's ZAP handler (`executor.channels.auth`), only the public keys of its
 declared readers, each standing for one reader id; every frame's reader id must be the one its
 connection's key stands for, else it is refused (ERROR `UNAUTHORIZED`, counted in
 `unauthorized_frames`) and nothing of it applies: a forged ACK trims nothing. A peer without a
@@ -44,7 +44,7 @@ and `readerless_seconds` (how long no reader has been subscribed).
 
 Durability. Without a `log_dir` the upstream backup lives in the writer's memory and dies with
 its process. With `log_dir`, every admitted batch is first appended to an
-`executor.channel_log.ChannelLog` in that folder (one record per seq: tag, rows, body, crc32),
+`executor.channels.log.ChannelLog` in that folder (one record per seq: tag, rows, body, crc32),
 and segments are deleted once every tracked reader has acknowledged all their records. A writer
 opened on the same folder (the relaunched producer, a new process, same epoch) reloads the logged
 batches, the last seq and the tags, so it continues the numbering, recognises a re-run micro-batch
@@ -58,10 +58,10 @@ write of each batch's bytes on the producer's `send` path (see `benchmarks/chann
 --durable`); trims run on the I/O thread outside the writer's lock.
 """
 
-from executor.channel_base import (Batch, ChannelError, ChannelFull, ChannelTimeout,
+from executor.channels.base import (Batch, ChannelError, ChannelFull, ChannelTimeout,
                                    ChannelTrimmed, ReaderStats, WriterStats, WrongChannel)
-from executor.channel_reader import ChannelReader
-from executor.channel_writer import (ChannelWriter, RetainedBuffer, TagLog, retention_floor,
+from executor.channels.reader import ChannelReader
+from executor.channels.writer import (ChannelWriter, RetainedBuffer, TagLog, retention_floor,
                                      subscription_start)
 
 __all__ = [

@@ -5,7 +5,7 @@ Owns `Stage` (which of k stages, and how many rows an attempt holds before it mo
 match found, a progress tick; `encode`, and `decode` that checks untrusted text whole) and
 `StageMatcher` (one partition key's state in one stage; `feed_rows` for the first stage,
 `feed_items` for the others; `to_json`/`from_json` for Spark's state store). The Spark side is
-`executor.cep.stage_frame`; the automaton is `executor.cep_match` (`step_threads`).
+`executor.cep.spark.stage_frame`; the automaton is `executor.cep.match` (`step_threads`).
 
 Semantics: the paper's P+ = P v (P P+) over k stages. An attempt (a partial match and its own
 rows) starts in stage 1 at every row and steps, row by row, as `KeyMatcher` steps it; once it
@@ -41,8 +41,8 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from common.types import ColumnType
-from executor.cep_eval import Row
-from executor.cep_match import (Budget, Match, PatternOverflow, PatternProgram, measures, row_text,
+from executor.cep.row_eval import Row
+from executor.cep.match import (Budget, Match, PatternOverflow, PatternProgram, measures, row_text,
                                 step_threads)
 
 Thread = tuple[int, str]  # (automaton state, labels: one variable letter per row)

@@ -5,7 +5,7 @@ measures, time bound), `KeyMatcher` (the state of one key: rows waiting for the 
 rows of open attempts, the attempts and their threads; `feed` takes a micro-batch's rows and
 watermark and returns the completed matches; `to_json`/`from_json` for Spark's state store),
 `step_threads` (one step of an attempt's threads by a row, which the stages of a pipelined
-pattern, `executor.cep_stage`, share) and `measures` (one output row per match).
+pattern, `executor.cep.stage`, share) and `measures` (one output row per match).
 
 Semantics (docs/spec-language.md, "pattern"): rows are matched in event-time order (ties by their
 values), once the watermark has passed them; a row at or before the watermark of the batch it
@@ -36,7 +36,7 @@ from typing import Any, Mapping, Sequence
 from common.types import Schema
 from compiler import expr
 from compiler.expr import pattern as pt
-from executor.cep_eval import MatchView, Row, evaluate
+from executor.cep.row_eval import MatchView, Row, evaluate
 
 MAX_PARTIAL_DEFAULT = 100_000
 AFTER_MATCH = ("skip-past-last-row", "skip-to-next-row")

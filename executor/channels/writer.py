@@ -2,7 +2,7 @@
 
 `ChannelWriter` binds a ROUTER and owns it from one I/O thread; the pure pieces it is built from
 (`RetainedBuffer`, `TagLog`, `retention_floor`, `subscription_start`) are tested alone. With a
-`log_dir` the upstream backup is also kept in an `executor.channel_log.ChannelLog` and reloaded by
+`log_dir` the upstream backup is also kept in an `executor.channels.log.ChannelLog` and reloaded by
 the next writer on that folder; the log's format and recovery are not owned here.
 `executor.channels` describes the protocol, its memory bound, its liveness trade-off and what
 survives which failure."""
@@ -21,7 +21,7 @@ from typing import Mapping, Sequence
 import pyarrow as pa
 import zmq
 
-from executor.channel_base import (
+from executor.channels.base import (
     BATCHED_RECV,
     ChannelError,
     ChannelFull,
@@ -29,8 +29,8 @@ from executor.channel_base import (
     _RefusalLog,
     configure_socket,
 )
-from executor.channel_auth import WriterAuth, ZapHandler, serve_curve
-from executor.channel_log import ChannelLog, ChannelLogError
+from executor.channels.auth import WriterAuth, ZapHandler, serve_curve
+from executor.channels.log import ChannelLog, ChannelLogError
 from executor.wire import (
     FLAG_NON_RETAINING,
     NONE,

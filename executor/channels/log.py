@@ -3,7 +3,7 @@
 Owns the on-disk form of a writer's retained batches (one record per numbered batch: seq, tag,
 rows and the encoded body), finding a torn or corrupt tail after a crash and cutting it off, and
 deleting whole segments once every record in them is acknowledged. Does not own numbering,
-retention decisions, readers or sockets (`executor.channel_writer` decides what to append and
+retention decisions, readers or sockets (`executor.channels.writer` decides what to append and
 up to which seq to trim), nor what a body means (an Arrow IPC stream, opaque here).
 
 On disk: a folder (0700) of segment files (0600: the tuples at rest are the query's alone) named `<first seq, 20 digits>.seg`, each a run of records

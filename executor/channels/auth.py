@@ -21,7 +21,7 @@ import zmq
 from zmq.utils import z85
 
 from common.atomic_file import replace_file
-from executor.channel_base import _RefusalLog
+from executor.channels.base import _RefusalLog
 
 
 ZAP_ENDPOINT = "inproc://zeromq.zap.01"
