@@ -1,12 +1,26 @@
-"""Shared pytest fixtures: the one session-scoped SparkSession of the Spark test layer."""
+"""Shared pytest fixtures: the one session-scoped SparkSession of the Spark test layer; and,
+when the suite runs on two pytest-xdist workers (`scripts/test.sh`), which tests go together
+and in what order they are handed out.
+
+Under `--dist loadgroup` every test joins the group of its module, so a module's shared
+fixtures (its embedded cluster, its ZooKeeper, the worker's SparkSession) start once on one
+worker and its tests keep their order. The groups are handed out longest first (a module's
+weight is the sum of its tests' `timeout` marks, the test authors' bound on how long each may
+take; unmarked cluster, Spark and pure tests weigh 60, 10 and 1 s), so the two workers end
+together instead of one waiting on a long cluster module started last.
+"""
 
 from __future__ import annotations
 
 import os
+from collections import defaultdict
 from pathlib import Path
 from typing import Iterator
 
 import pytest
+
+UNMARKED_WEIGHT = {"cluster": 60.0, "spark": 10.0}
+PURE_WEIGHT = 1.0
 
 
 @pytest.fixture(scope="session")
@@ -31,3 +45,38 @@ def scheduler_path_roots(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Pat
 
     monkeypatch.setenv(ENV_VAR, os.pathsep.join([str(tmp_path), os.getcwd()]))
     return tmp_path
+
+
+def item_weight(item: pytest.Item) -> float:
+    """How long `item` may take, for ordering only: its own `timeout` mark (the closest one:
+    the test's, else its class's or module's) when its layer is Spark or cluster, else the
+    layer's default weight."""
+    layers = [name for name in UNMARKED_WEIGHT if item.get_closest_marker(name) is not None]
+    if not layers:
+        return PURE_WEIGHT
+    timeout = item.get_closest_marker("timeout")
+    if timeout is not None and timeout.args:
+        return float(timeout.args[0])
+    return max(UNMARKED_WEIGHT[name] for name in layers)
+
+
+def grouped_longest_first(items: list[pytest.Item]) -> list[pytest.Item]:
+    """`items` regrouped by module, the heaviest module first (ties keep collection order),
+    each module's tests in their collection order."""
+    modules: dict[str, list[pytest.Item]] = defaultdict(list)
+    for item in items:
+        modules[item.nodeid.split("::", 1)[0]].append(item)
+    weight = {name: sum(map(item_weight, members)) for name, members in modules.items()}
+    order = sorted(modules, key=lambda name: -weight[name])  # sorted() is stable
+    return [item for name in order for item in modules[name]]
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the xdist_group marks
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under `--dist loadgroup` (scripts/test.sh): each test in its module's group, the
+    heaviest modules first. Other runs keep pytest's own order."""
+    if getattr(config.option, "dist", "no") != "loadgroup":
+        return
+    items[:] = grouped_longest_first(items)
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
