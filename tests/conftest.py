@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from collections import defaultdict
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import pytest
 
@@ -60,15 +60,21 @@ def item_weight(item: pytest.Item) -> float:
     return max(UNMARKED_WEIGHT[name] for name in layers)
 
 
-def grouped_longest_first(items: list[pytest.Item]) -> list[pytest.Item]:
-    """`items` regrouped by module, the heaviest module first (ties keep collection order),
-    each module's tests in their collection order."""
-    modules: dict[str, list[pytest.Item]] = defaultdict(list)
-    for item in items:
-        modules[item.nodeid.split("::", 1)[0]].append(item)
-    weight = {name: sum(map(item_weight, members)) for name, members in modules.items()}
+def module_of(nodeid: str) -> str:
+    """The test file of a pytest node id (`tests/test_x.py::TestY::test_z[1]`)."""
+    return nodeid.split("::", 1)[0]
+
+
+def longest_modules_first(tests: Sequence[tuple[str, float]]) -> list[int]:
+    """Given (node id, weight) of each collected test, the positions of the tests regrouped by
+    module, the heaviest module (sum of its weights) first, ties and each module's own tests in
+    collection order."""
+    modules: dict[str, list[int]] = defaultdict(list)
+    for position, (nodeid, _) in enumerate(tests):
+        modules[module_of(nodeid)].append(position)
+    weight = {name: sum(tests[i][1] for i in members) for name, members in modules.items()}
     order = sorted(modules, key=lambda name: -weight[name])  # sorted() is stable
-    return [item for name in order for item in modules[name]]
+    return [position for name in order for position in modules[name]]
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the xdist_group marks
@@ -77,6 +83,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     heaviest modules first. Other runs keep pytest's own order."""
     if getattr(config.option, "dist", "no") != "loadgroup":
         return
-    items[:] = grouped_longest_first(items)
+    order = longest_modules_first([(item.nodeid, item_weight(item)) for item in items])
+    items[:] = [items[position] for position in order]
     for item in items:
-        item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+        item.add_marker(pytest.mark.xdist_group(module_of(item.nodeid)))
