@@ -6,4 +6,4 @@
 # Extra arguments go to pytest (e.g. `-x`, `-k`, a file). Exits with pytest's status.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-exec python3 -m pytest -q -p no:cacheprovider -n 2 --dist loadgroup --no-loadscope-reorder "$@"
+exec python3 -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --no-loadscope-reorder "$@"

@@ -1,13 +1,13 @@
 """Shared pytest fixtures: the one session-scoped SparkSession of the Spark test layer; and,
-when the suite runs on two pytest-xdist workers (`scripts/test.sh`), which tests go together
-and in what order they are handed out.
+when the suite runs on two pytest-xdist workers (`scripts/test.sh`), in what order its
+modules are handed out.
 
-Under `--dist loadgroup` every test joins the group of its module, so a module's shared
-fixtures (its embedded cluster, its ZooKeeper, the worker's SparkSession) start once on one
-worker and its tests keep their order. The groups are handed out longest first (a module's
-weight is the sum of its tests' `timeout` marks, the test authors' bound on how long each may
-take; unmarked cluster, Spark and pure tests weigh 60, 10 and 1 s), so the two workers end
-together instead of one waiting on a long cluster module started last.
+Under `--dist loadfile` a module's tests run on one worker in their order, so its shared
+fixtures (its embedded cluster, its ZooKeeper, the worker's SparkSession) start once. The
+modules are handed out longest first (a module's weight is the sum of its tests' `timeout`
+marks, the test authors' bound on how long each may take; unmarked cluster, Spark and pure
+tests weigh 60, 10 and 1 s), so the two workers end together instead of one waiting on a
+long cluster module started last.
 """
 
 from __future__ import annotations
@@ -77,13 +77,16 @@ def longest_modules_first(tests: Sequence[tuple[str, float]]) -> list[int]:
     return [position for name in order for position in modules[name]]
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the xdist_group marks
+def handed_out(config: pytest.Config) -> bool:
+    """Whether pytest-xdist hands this run's tests to workers: on a worker (which collects
+    and reports the order), or with `--dist` given (a `--collect-only` shows the order)."""
+    return hasattr(config, "workerinput") or getattr(config.option, "dist", "no") != "no"
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under `--dist loadgroup` (scripts/test.sh): each test in its module's group, the
-    heaviest modules first. Other runs keep pytest's own order."""
-    if getattr(config.option, "dist", "no") != "loadgroup":
+    """On xdist workers the heaviest modules come first (`--dist loadfile` hands out whole
+    modules in this order, scripts/test.sh). Other runs keep pytest's order."""
+    if not handed_out(config):
         return
     order = longest_modules_first([(item.nodeid, item_weight(item)) for item in items])
     items[:] = [items[position] for position in order]
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(module_of(item.nodeid)))

@@ -3,8 +3,10 @@ a module's tests stay together, in their order, and the heaviest modules go firs
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+from collections import defaultdict
 from pathlib import Path
 
 from conftest import longest_modules_first, module_of
@@ -45,9 +47,31 @@ def collected(*args: str) -> list[str]:
     return [line for line in done.stdout.splitlines() if "::" in line]
 
 
-def test_under_loadgroup_the_cluster_module_is_handed_out_before_the_pure_one() -> None:
+def test_under_loadfile_the_cluster_module_is_handed_out_before_the_pure_one() -> None:
     plain = collected()
-    grouped = collected("--dist", "loadgroup")
+    grouped = collected("--dist", "loadfile")
     assert module_of(plain[0]) == "tests/test_atomic_file.py"
     assert module_of(grouped[0]) == "tests/test_port_clash_cluster.py"
     assert sorted(plain) == sorted(grouped)
+
+
+def test_on_two_workers_each_module_runs_whole_on_one_worker_in_its_order() -> None:
+    """Two small pure modules through scripts/test.sh's own options: every test of a module on
+    the same worker (its module fixtures start once), in the module's order."""
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "-n", "2",
+         "--dist", "loadfile", "--no-loadscope-reorder", "tests/test_atomic_file.py",
+         "tests/test_paths.py"], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stdout + done.stderr
+    workers: dict[str, set[str]] = defaultdict(set)
+    ran: dict[str, list[str]] = defaultdict(list)
+    for worker, nodeid in re.findall(r"\[(gw\d)\][^\n]*? PASSED (\S+)", done.stdout):
+        workers[module_of(nodeid)].add(worker)
+        ran[module_of(nodeid)].append(nodeid.split("@", 1)[0])
+    assert set(workers) == {"tests/test_atomic_file.py", "tests/test_paths.py"}, done.stdout
+    assert all(len(w) == 1 for w in workers.values()), dict(workers)
+    for module, nodeids in ran.items():
+        listed = subprocess.run(
+            [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+             module], capture_output=True, text=True, timeout=120, cwd=ROOT).stdout
+        assert nodeids == [line for line in listed.splitlines() if "::" in line], module
