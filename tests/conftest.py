@@ -1,12 +1,26 @@
-"""Shared pytest fixtures: the one session-scoped SparkSession of the Spark test layer."""
+"""Shared pytest fixtures: the one session-scoped SparkSession of the Spark test layer; and,
+when the suite runs on two pytest-xdist workers (`scripts/test.sh`), in what order its
+modules are handed out.
+
+Under `--dist loadfile` a module's tests run on one worker in their order, so its shared
+fixtures (its embedded cluster, its ZooKeeper, the worker's SparkSession) start once. The
+modules are handed out longest first (a module's weight is the sum of its tests' `timeout`
+marks, the test authors' bound on how long each may take; unmarked cluster, Spark and pure
+tests weigh 60, 10 and 1 s), so the two workers end together instead of one waiting on a
+long cluster module started last.
+"""
 
 from __future__ import annotations
 
 import os
+from collections import defaultdict
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import pytest
+
+UNMARKED_WEIGHT = {"cluster": 60.0, "spark": 10.0}
+PURE_WEIGHT = 1.0
 
 
 @pytest.fixture(scope="session")
@@ -31,3 +45,48 @@ def scheduler_path_roots(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Pat
 
     monkeypatch.setenv(ENV_VAR, os.pathsep.join([str(tmp_path), os.getcwd()]))
     return tmp_path
+
+
+def item_weight(item: pytest.Item) -> float:
+    """How long `item` may take, for ordering only: its own `timeout` mark (the closest one:
+    the test's, else its class's or module's) when its layer is Spark or cluster, else the
+    layer's default weight."""
+    layers = [name for name in UNMARKED_WEIGHT if item.get_closest_marker(name) is not None]
+    if not layers:
+        return PURE_WEIGHT
+    timeout = item.get_closest_marker("timeout")
+    if timeout is not None and timeout.args:
+        return float(timeout.args[0])
+    return max(UNMARKED_WEIGHT[name] for name in layers)
+
+
+def module_of(nodeid: str) -> str:
+    """The test file of a pytest node id (`tests/test_x.py::TestY::test_z[1]`)."""
+    return nodeid.split("::", 1)[0]
+
+
+def longest_modules_first(tests: Sequence[tuple[str, float]]) -> list[int]:
+    """Given (node id, weight) of each collected test, the positions of the tests regrouped by
+    module, the heaviest module (sum of its weights) first, ties and each module's own tests in
+    collection order."""
+    modules: dict[str, list[int]] = defaultdict(list)
+    for position, (nodeid, _) in enumerate(tests):
+        modules[module_of(nodeid)].append(position)
+    weight = {name: sum(tests[i][1] for i in members) for name, members in modules.items()}
+    order = sorted(modules, key=lambda name: -weight[name])  # sorted() is stable
+    return [position for name in order for position in modules[name]]
+
+
+def handed_out(config: pytest.Config) -> bool:
+    """Whether pytest-xdist hands this run's tests to workers: on a worker (which collects
+    and reports the order), or with `--dist` given (a `--collect-only` shows the order)."""
+    return hasattr(config, "workerinput") or getattr(config.option, "dist", "no") != "no"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On xdist workers the heaviest modules come first (`--dist loadfile` hands out whole
+    modules in this order, scripts/test.sh). Other runs keep pytest's order."""
+    if not handed_out(config):
+        return
+    order = longest_modules_first([(item.nodeid, item_weight(item)) for item in items])
+    items[:] = [items[position] for position in order]

@@ -125,7 +125,7 @@ def test_a_running_filter_splits_scales_one_three_two_one_merges_and_stays_exact
     try:
         wait_running(stack, qid, timeout=180)
         assert settled(stack, qid, 0), slot_states(stack, qid)
-        wait_until(lambda: len(read_sink(sink)) > 200, 120, "first output, folded")
+        wait_until(lambda: len(read_sink(sink)) > 200, 240, "first output, folded")
 
         # 0 -> 1 by the CLI's --split: the first slot starts on another agent than the sink's
         done = cli(stack, "scale", qid, "keep", "--split")
@@ -303,7 +303,7 @@ def rescale_window_one_three_two_one(stack: Stack, tmp_path: Path, name: str, si
 
     try:
         wait_running(stack, qid, timeout=180)
-        wait_until(lambda: len(read_sink(sink)) > 20, 120, "first windows on one instance")
+        wait_until(lambda: len(read_sink(sink)) > 20, 240, "first windows on one instance")
         switches = scale_one_three_two_one(
             stack, qid, "perSensor", sink, "windows",
             lambda n: kill_the_retiring_instance() if n == 2 and kill_at_two else None)
@@ -386,7 +386,7 @@ def test_a_running_join_scales_one_three_two_one_and_every_pair_meets_once(
     client = stack.client()
     try:
         wait_running(stack, qid, timeout=180)
-        wait_until(lambda: len(read_sink(sink)) > 20, 120, "first pairs on one instance")
+        wait_until(lambda: len(read_sink(sink)) > 20, 240, "first pairs on one instance")
         switches = scale_one_three_two_one(stack, qid, "matched", sink, "pairs")
         assert switches[0] % 1000 == 0, switches
         client.control(qid, [("readings", "rate", "4000"), ("calib", "rate", "1000")])

@@ -176,6 +176,7 @@ def test_standby_filter_loses_nothing_when_its_process_and_its_executor_are_kill
         kill_executor(stack, agent, task)
         moved = relaunched(stack, qid, task, 1)
         assert moved["agent_id"] != agent, moved
+        hurry(stack, qid)
         wait_for_sink(sink, expected, lambda r: tuple(r[c] for c in READING_KEY), 240,
                       "the standby query's sink to equal the filter oracle")
     finally:
@@ -239,6 +240,7 @@ def test_hot_standby_replicas_killed_in_turn_leave_the_sink_exact(stack: Stack,
             kill_executor(stack, agent, f"{victim} (kill {kill + 1})")
             have = grows(sink, have, 60, f"windows from the other replica after kill {kill + 1}")
             relaunched(stack, qid, victim, attempt, timeout=180)
+        hurry(stack, qid)
         check_windows(sink, spec, 300)
     finally:
         stop_query(stack, qid)
@@ -286,6 +288,7 @@ def _pattern_plan_survives_a_kill(stack: Stack, tmp_path: Path, spec: str,
         attempt = view(stack, query.query_id, task)["attempt"]
         kill_executor(stack, placed[task]["agent_id"], task)
         relaunched(stack, query.query_id, task, attempt, timeout=180)
+        hurry(stack, query.query_id, "ticks")
         wait_until(lambda: sure <= {(m["symbol"], m["start"]) for m in got()}, 240,
                    "every decided match in the sink")
         found = got()
@@ -336,14 +339,15 @@ def test_a_window_over_a_windows_results_in_another_task_equals_the_oracle(
                                     second_watermark=timedelta(0))
         assert len(expected) >= 20, expected
         sink = sink_path(tmp_path, spec, "sink")
+        grows(sink, 0, 150, f"first hot items of {spec}")
         if "checkpoint" in spec:
             (task,) = tasks_with(query, "checkpoint")
             agent = assert_alone(stack, qid, task)
-            grows(sink, 0, 150, "first hot items of the checkpointed query")
             not_done(sink, sum(expected.values()), "the first window's executor")
             attempt = view(stack, qid, task)["attempt"]
             kill_executor(stack, agent, task)
             relaunched(stack, qid, task, attempt, timeout=180)
+        hurry(stack, qid)
         wait_for_sink(sink, expected, lambda r: tuple(r[c] for c in HOT_KEY), 300,
                       f"the hot items of {spec} to equal the oracle")
     finally:
