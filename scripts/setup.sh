@@ -11,6 +11,9 @@
 #                                  ZooKeeper server (the ZooKeeper tests start their own) and
 #                                  docker-compose (to validate docker-compose.yml; no engine)
 #                                  and iproute2 (network namespaces for the partition test)
+#        scripts/setup.sh --kafka  also Apache Kafka's broker and Spark's Kafka connector, fetched
+#                                  with Maven into .cache/jvm/ (scripts/fetch-kafka.sh); --test
+#                                  fetches them too (the Kafka tests start a real broker)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -56,3 +59,11 @@ fi
 "$PY" -m pip install --quiet --find-links wheelhouse -e ".${extras}"
 "$PY" -c "import http_parser.parser, pymesos, pyspark, zmq, lxml" \
   && echo "setup: elastiq installed ($("$PY" -c 'import pyspark; print("pyspark", pyspark.__version__)'))" >&2
+
+# Kafka: the broker (KRaft) and Spark's Kafka connector, fetched with Maven (--test or --kafka).
+kafka_parts=false
+for arg in "$@"; do case "$arg" in --test|--kafka) kafka_parts=true ;; esac; done
+if $kafka_parts; then
+  command -v mvn >/dev/null 2>&1 || apt_install maven
+  bash scripts/fetch-kafka.sh
+fi
