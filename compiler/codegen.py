@@ -21,6 +21,8 @@ from typing import Any, Callable, Iterator, Mapping
 
 import jinja2
 
+from common.kafka_params import (METADATA_COLUMNS, parse_bootstrap, parse_starting_offsets,
+                                 parse_topics)
 from common.tasks import ChannelSpec
 from common.types import Schema
 from compiler.graph import Graph, Node, render_term
@@ -347,6 +349,8 @@ def _call(graph: Graph, node: Node, base_dir: Path, schema_of: Callable[[str], S
                       ("channel", p("channel") or node.output)) + _given(
             ("reader", p("reader")), ("server_key", p("server-key")),
             ("key_file", p("key-file") and resolve_path(base_dir, p("key-file"))))
+    elif kind == "kafka-source":
+        args = out + (("schema", schema_of(node.output)),) + _kafka_source_args(node, base_dir)
     elif kind == "filter":
         args = io + out + (("condition", p("condition")),)
     elif kind == "project":
@@ -382,11 +386,35 @@ def _call(graph: Graph, node: Node, base_dir: Path, schema_of: Callable[[str], S
         args = io + (("endpoint", p("endpoint")), ("channel", p("channel") or node.inputs[0])) \
             + _given(("readers", p("readers")),
                      ("key_file", p("key-file") and resolve_path(base_dir, p("key-file"))))
+    elif kind == "kafka-sink":
+        args = io + (("bootstrap", parse_bootstrap(p("bootstrap"))), ("topic", p("topic")),
+                     ("format", p("format")), ("delivery", p("delivery"))) + _given(
+            ("key_column", p("key-column")),
+            ("security_file", p("security-file") and resolve_path(base_dir, p("security-file"))))
     elif kind == "control-sink":  # None: the executor's ELASTIQ_SCHEDULER, else the default
         args = io + (("scheduler", p("scheduler")),)
     else:
         raise ValueError(f"no code generator for operator kind {kind!r}")
     return Call(comment, kind.replace("-", "_"), head + args)
+
+
+def _kafka_source_args(node: Node, base_dir: Path) -> tuple[tuple[str, Any], ...]:
+    """A kafka-source's runtime arguments: its topics or pattern, canonical starting offsets
+    (or a starting timestamp), which record field fills which declared column, and its files
+    resolved against the spec's folder."""
+    p = node.param
+    topics = parse_topics(p("topic")) if p("topic") is not None else ()
+    start = p("starting-timestamp")
+    metadata = tuple((METADATA_COLUMNS[name][0], p(name)) for name in METADATA_COLUMNS
+                     if p(name) is not None)
+    return (("bootstrap", parse_bootstrap(p("bootstrap"))),) + _given(
+        ("topics", topics or None), ("topic_pattern", p("topic-pattern"))) + (
+        ("starting_offsets", parse_starting_offsets(p("starting-offsets"), topics)),) + _given(
+        ("starting_timestamp", start and _iso(start))) + (
+        ("format", p("format")), ("metadata", metadata)) + _given(
+        ("dead_letter", p("dead-letter") and resolve_path(base_dir, p("dead-letter"))),
+        ("security_file", p("security-file") and resolve_path(base_dir, p("security-file"))),
+        ("max_records", p("max-records-per-batch")))
 
 
 def _share(graph: Graph, node: Node) -> tuple[tuple[str, Any], ...]:
