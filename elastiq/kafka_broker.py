@@ -61,6 +61,15 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def port_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
 def server_properties(ports: BrokerPorts, log_dir: Path) -> str:
     """The single-node KRaft configuration: every replication factor and minimum ISR is 1 (the
     transaction state log and the offsets topic included, or transactions and groups never
@@ -113,8 +122,9 @@ def _java(classpath: str, work_dir: Path, main: str, *args: str) -> list[str]:
 class KafkaBroker:
     """`with KafkaBroker(tmp_path) as broker: broker.bootstrap` -> "127.0.0.1:PORT"."""
 
-    def __init__(self, work_dir: Path, start_timeout: float = 60.0):
+    def __init__(self, work_dir: Path, start_timeout: float = 60.0, port: int = 0):
         self.work_dir = Path(work_dir).resolve()
+        self.port = port  # 0: a free port
         self.start_timeout = start_timeout
         self.ports = BrokerPorts(0, 0)
         self.process: subprocess.Popen[bytes] | None = None
@@ -128,8 +138,11 @@ class KafkaBroker:
             raise BrokerError("no java on PATH (Kafka needs Java 17: apt-get install "
                               "openjdk-17-jre-headless)")
         classpath = broker_classpath()
+        if self.port and not port_free(self.port):
+            raise BrokerError(f"127.0.0.1:{self.port} is taken (another broker?); choose "
+                              "another port (--port 0: any free one)")
         for _ in range(3):  # another process may take a free port before Java binds it
-            self.ports = BrokerPorts(free_port(), free_port())
+            self.ports = BrokerPorts(self.port or free_port(), free_port())
             config = self._write_config()
             self._format(classpath, config)
             self.process = self._spawn(classpath, config, detached)

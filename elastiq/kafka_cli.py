@@ -17,6 +17,7 @@ from common.kafka_jars import KafkaPartsMissing
 from common.paths import DEFAULT_STATE_DIR
 
 DEFAULT_DIR = Path(DEFAULT_STATE_DIR) / "kafka"
+DEFAULT_PORT = 9092  # Kafka's own default, which examples/kafka-sensors.xml names
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -25,8 +26,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     k.add_argument("--dir", type=Path, default=DEFAULT_DIR,
                    help=f"the broker's state folder (default: {DEFAULT_DIR})")
     ks = k.add_subparsers(metavar="ACTION")
-    ks.add_parser("start", help="start a broker (KRaft, one node) on a free 127.0.0.1 port") \
-        .set_defaults(handler=cmd_start)
+    st = ks.add_parser("start", help="start a broker (KRaft, one node) on 127.0.0.1")
+    st.add_argument("--port", type=int, default=DEFAULT_PORT,
+                    help=f"the broker's port (default: {DEFAULT_PORT}; 0: any free port)")
+    st.set_defaults(handler=cmd_start)
     ks.add_parser("stop", help="stop the broker `start` started").set_defaults(handler=cmd_stop)
     ks.add_parser("status", help="say whether the broker answers and where") \
         .set_defaults(handler=cmd_status)
@@ -53,7 +56,7 @@ def cmd_start(args: argparse.Namespace) -> int:
         print(f"a broker already runs at {old.bootstrap} (pid {old.pid})")
         return 0
     try:
-        broker = KafkaBroker(args.dir / "broker").start(detached=True)
+        broker = KafkaBroker(args.dir / "broker", port=args.port).start(detached=True)
     except (BrokerError, KafkaPartsMissing) as e:
         print(f"elastiq kafka start: {e}", file=sys.stderr)
         return 1
