@@ -100,6 +100,15 @@ def already_written(mark: Mark | None, run: str, batch_id: int) -> bool:
     return mark is not None and mark.run == run and batch_id <= mark.batch_id
 
 
+def _transient(error: Any) -> bool:
+    """Errors a fresh broker answers while its group coordinator is still loading."""
+    from confluent_kafka import KafkaError
+
+    return bool(error.retriable()) or error.code() in (
+        KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError._TIMED_OUT)
+
+
 def query_run_id(spark_checkpoint: str) -> str:
     """The Spark query id of a checkpoint (its `metadata` file), the same across restarts."""
     with open(os.path.join(spark_checkpoint, "metadata"), encoding="utf-8") as f:
@@ -231,7 +240,7 @@ class KafkaSink:
                                                timeout=10)
                     return mark_of(found[0].offset, found[0].metadata)
                 except KafkaException as exc:
-                    if time.monotonic() > deadline or not exc.args[0].retriable():
+                    if time.monotonic() > deadline or not _transient(exc.args[0]):
                         raise
                     time.sleep(0.2)
             raise RuntimeError(f"kafka-sink {self.topic}: the mark could not be read")
