@@ -169,8 +169,11 @@ def test_a_sigkilled_task_process_resumes_and_the_topic_is_exact(
     first = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
         commits = tmp_path / "ck" / "spark" / "commits"
-        wait_for("three committed batches",
-                 lambda: commits.is_dir() and len(list(commits.iterdir())) >= 3, timeout=120)
+        def committed_three() -> bool:
+            assert first.poll() is None, f"the task exited: see {tmp_path / 'task.log'}"
+            return commits.is_dir() and len(list(commits.iterdir())) >= 3
+
+        wait_for("three committed batches", committed_three, timeout=120)
         assert first.poll() is None
         os.kill(first.pid, signal.SIGKILL)
         first.wait(30)
