@@ -135,6 +135,8 @@ class KafkaSink:
 
     def __call__(self, df: Any, batch_id: int) -> None:
         table = df.toArrow()
+        if table.num_rows == 0:  # nothing to write; a replay of it writes nothing either
+            return
         if self.exactly_once:
             self._transaction(table, batch_id)
         else:

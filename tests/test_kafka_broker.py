@@ -53,3 +53,29 @@ def test_a_real_broker_commits_transactions_and_hides_aborted_ones(kafka_broker:
     producer.commit_transaction(30)
     assert [v for _, v in read_committed(kafka_broker, topic, expect=2)] == [b"plain",
                                                                               b"committed"]
+
+
+@pytest.mark.skipif(skip_reason() is not None, reason=str(skip_reason()))
+def test_elastiq_kafka_starts_a_detached_broker_and_stops_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    from elastiq.cli import main
+    from elastiq.kafka_broker import is_broker_process, read_record
+
+    state = str(tmp_path / "k")
+    assert main(["kafka", "--dir", state, "start", "--port", "0"]) == 0
+    record = read_record(Path(state))
+    try:
+        assert record is not None and is_broker_process(record.pid)
+        assert main(["kafka", "--dir", state, "status"]) == 0
+        monkeypatch.setattr("sys.stdin", io.StringIO("one\ntwo\n"))
+        assert main(["kafka", "--dir", state, "produce", "lines"]) == 0
+        capsys.readouterr()
+        assert main(["kafka", "--dir", state, "consume", "lines", "--max", "2"]) == 0
+        assert capsys.readouterr().out.splitlines() == ["one", "two"]
+    finally:
+        assert main(["kafka", "--dir", state, "stop"]) == 0
+    assert record is not None and not is_broker_process(record.pid)
+    assert main(["kafka", "--dir", state, "status"]) == 1
