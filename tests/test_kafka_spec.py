@@ -165,3 +165,27 @@ def test_metadata_columns_have_fixed_types() -> None:
     assert {p: t for p, (_, t) in METADATA_COLUMNS.items()}["offset-column"] is ColumnType.INT
     assert metadata_type_problem("timestamp-column", ColumnType.TIMESTAMP) is None
     assert metadata_type_problem("key-column", ColumnType.INT) is not None
+
+
+def test_sessions_carry_the_connector_jars_only_when_fetched() -> None:
+    from executor.spark_session import session_settings
+
+    assert "spark.jars" not in session_settings(2, "/tmp/s", False)
+    jars = ("/c/spark-sql-kafka.jar", "/c/kafka-clients.jar")
+    assert session_settings(2, "/tmp/s", False, jars)["spark.jars"] == ",".join(jars)
+
+
+def test_missing_parts_say_how_to_fetch_them(tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    from common.kafka_jars import KafkaPartsMissing, broker_classpath, missing_parts
+
+    monkeypatch.setenv("ELASTIQ_JVM_CACHE", str(tmp_path))
+    assert "scripts/setup.sh --kafka" in str(missing_parts())
+    with pytest.raises(KafkaPartsMissing, match="setup.sh --kafka"):
+        broker_classpath()
+    (tmp_path / "kafka-broker").mkdir()
+    (tmp_path / "kafka-broker" / "a.jar").write_bytes(b"")
+    with pytest.raises(KafkaPartsMissing):  # no .complete marker: an interrupted fetch
+        broker_classpath()
+    (tmp_path / "kafka-broker" / ".complete").write_bytes(b"")
+    assert broker_classpath() == str(tmp_path / "kafka-broker" / "a.jar")
