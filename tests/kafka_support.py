@@ -77,7 +77,7 @@ def read_committed(bootstrap: str, topic: str, expect: int, timeout: float = 60.
             now = time.monotonic()
             if now > deadline or (settle_until is not None and now > settle_until):
                 break
-            for message in consumer.consume(1000, 0.2):  # the loop's bound counts polls, not records
+            for message in consumer.consume(1000, 0.2):  # the bound counts polls
                 if not message.error():
                     out.append((message.key(), message.value() or b""))
             if settle_until is None and len(out) >= expect:
