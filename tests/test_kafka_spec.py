@@ -41,7 +41,8 @@ def spec(source_params: str, sink_params: str = "") -> str:
 
 def errors(text: str) -> list[tuple[int, int, str]]:
     graph, diagnostics = check_spec_text(text, "k.xml")
-    return [(d.position.line, d.position.column, d.message) for d in diagnostics if d.severity == "error"]
+    return [(d.position.line, d.position.column, d.message) for d in diagnostics
+            if d.severity == "error"]
 
 
 def test_a_kafka_query_validates_and_compiles_to_canonical_arguments(tmp_path: Path) -> None:
