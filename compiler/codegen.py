@@ -21,6 +21,8 @@ from typing import Any, Callable, Iterator, Mapping
 
 import jinja2
 
+from common.kafka_params import (METADATA_COLUMNS, parse_bootstrap, parse_starting_offsets,
+                                 parse_topics)
 from common.tasks import ChannelSpec
 from common.types import Schema
 from compiler.graph import Graph, Node, render_term
@@ -371,6 +373,23 @@ def _network_source(c: CallSite) -> Args:
         ("key_file", c.path("key-file")))
 
 
+def _kafka_source(c: CallSite) -> Args:
+    """Its topics or pattern, canonical starting offsets (or a starting timestamp), which record
+    field fills which declared column, and its files resolved against the spec's folder."""
+    topics = parse_topics(c.p("topic")) if c.p("topic") is not None else ()
+    start = c.p("starting-timestamp")
+    metadata = tuple((METADATA_COLUMNS[name][0], c.p(name)) for name in METADATA_COLUMNS
+                     if c.p(name) is not None)
+    return c.out + (("schema", c.schema_of(c.node.produced)),
+                    ("bootstrap", parse_bootstrap(c.p("bootstrap")))) + _given(
+        ("topics", topics or None), ("topic_pattern", c.p("topic-pattern"))) + (
+        ("starting_offsets", parse_starting_offsets(c.p("starting-offsets"), topics)),) + _given(
+        ("starting_timestamp", start and _iso(start))) + (
+        ("format", c.p("format")), ("metadata", metadata)) + _given(
+        ("dead_letter", c.path("dead-letter")), ("security_file", c.path("security-file")),
+        ("max_records", c.p("max-records-per-batch")))
+
+
 def _filter(c: CallSite) -> Args:
     return c.io + c.out + (("condition", c.p("condition")),)
 
@@ -426,6 +445,12 @@ def _network_sink(c: CallSite) -> Args:
         + _given(("readers", c.p("readers")), ("key_file", c.path("key-file")))
 
 
+def _kafka_sink(c: CallSite) -> Args:
+    return c.io + (("bootstrap", parse_bootstrap(c.p("bootstrap"))), ("topic", c.p("topic")),
+                   ("format", c.p("format")), ("delivery", c.p("delivery"))) + _given(
+        ("key_column", c.p("key-column")), ("security_file", c.path("security-file")))
+
+
 def _control_sink(c: CallSite) -> Args:
     return c.io + (("scheduler", c.p("scheduler")),)  # None: $ELASTIQ_SCHEDULER, else the default
 
@@ -438,6 +463,7 @@ _CALLS: dict[str, tuple[str, Callable[[CallSite], Args]]] = {
     "generator": ("generator", _generator),
     "file-source": ("file_source", _file_source),
     "network-source": ("network_source", _network_source),
+    "kafka-source": ("kafka_source", _kafka_source),
     "filter": ("filter", _filter),
     "project": ("project", _project),
     "window-aggregate": ("window_aggregate", _window_aggregate),
@@ -449,6 +475,7 @@ _CALLS: dict[str, tuple[str, Callable[[CallSite], Args]]] = {
     "file-sink": ("file_sink", _file_sink),
     "console-sink": ("console_sink", _console_sink),
     "network-sink": ("network_sink", _network_sink),
+    "kafka-sink": ("kafka_sink", _kafka_sink),
     "control-sink": ("control_sink", _control_sink),
 }
 

@@ -108,6 +108,45 @@ CATALOGUE: dict[str, OperatorDef] = {d.kind: d for d in (
                  doc="the reader id the writer declared for this key "
                      "(default: <task>/<operator>)"),
     ), doc="reads a stream that another query or program serves on a ZeroMQ endpoint"),
+    OperatorDef("kafka-source", "source", (0, 0), (1, 1), False, (
+        ParamDef("bootstrap", "string", True,
+                 doc="the Kafka brokers, HOST:PORT[,HOST:PORT...]"),
+        ParamDef("topic", "string", False, None,
+                 doc="the topic(s) to read, comma-separated (or topic-pattern)"),
+        ParamDef("topic-pattern", "string", False, None,
+                 doc="read every topic whose name matches this Java regular expression"),
+        ParamDef("starting-offsets", "string", False, "earliest",
+                 doc="where a new query starts: earliest, latest, or per partition as JSON "
+                     '{"topic": {"0": 42}} (-2 earliest, -1 latest); a restarted task resumes '
+                     "from its checkpoint instead"),
+        ParamDef("starting-timestamp", "timestamp", False, None,
+                 doc="start at each partition's first record at or after this time "
+                     "(instead of starting-offsets)"),
+        ParamDef("format", "choice", False, "jsonl", choices=("jsonl", "csv"),
+                 doc="how a record's value is written: a JSON object or a CSV row in the "
+                     "declared type's column order"),
+        ParamDef("key-column", "column", False, None,
+                 doc="the declared string column that holds the record's key"),
+        ParamDef("topic-column", "column", False, None,
+                 doc="the declared string column that holds the record's topic"),
+        ParamDef("partition-column", "column", False, None,
+                 doc="the declared int column that holds the record's partition"),
+        ParamDef("offset-column", "column", False, None,
+                 doc="the declared int column that holds the record's offset"),
+        ParamDef("timestamp-column", "column", False, None,
+                 doc="the declared timestamp column that holds the record's Kafka timestamp "
+                     "(usable as event time)"),
+        ParamDef("dead-letter", "path", False, None,
+                 doc="JSON-lines file for records that do not parse, with topic, partition, "
+                     "offset and reason (default: dead-letters/<operator>.jsonl in the task's "
+                     "state folder)"),
+        ParamDef("security-file", "path", False, None,
+                 doc="a properties file of the client's security.*, sasl.* and ssl.* "
+                     "settings (never written in the spec)"),
+        ParamDef("max-records-per-batch", "int", False, None, minimum=1,
+                 doc="at most this many records per micro-batch (default: all available)"),
+    ), doc="reads records from Kafka topics, one tuple per record; offsets live in the task's "
+           "checkpoint"),
     OperatorDef("filter", "transform", (1, 1), (1, 1), False, (
         ParamDef("condition", "expression", True, doc="boolean expression over the input"),
     ), output_type="same", doc="keeps the tuples for which the condition is true"),
@@ -179,6 +218,25 @@ CATALOGUE: dict[str, OperatorDef] = {d.kind: d for d in (
                  doc="this writer's keypair file (0600, made by `elastiq keygen`); with "
                      "readers, serve over CURVE"),
     ), doc="serves results as an Elastiq channel that other queries or programs can read"),
+    OperatorDef("kafka-sink", "sink", (1, 1), (0, 0), False, (
+        ParamDef("bootstrap", "string", True,
+                 doc="the Kafka brokers, HOST:PORT[,HOST:PORT...]"),
+        ParamDef("topic", "string", True, doc="the topic results are written to"),
+        ParamDef("key-column", "column", False, None,
+                 doc="the input column whose value (as text) is each record's key "
+                     "(default: no key)"),
+        ParamDef("format", "choice", False, "jsonl", choices=("jsonl", "csv"),
+                 doc="how a record's value is written: a JSON object or a CSV row"),
+        ParamDef("delivery", "choice", False, "exactly-once",
+                 choices=("exactly-once", "at-least-once"),
+                 doc="exactly-once: each micro-batch in one Kafka transaction, visible to "
+                     "read_committed readers when it commits; at-least-once: plain idempotent "
+                     "producer, visible at once, a replayed batch written again"),
+        ParamDef("security-file", "path", False, None,
+                 doc="a properties file of the client's security.*, sasl.* and ssl.* "
+                     "settings (never written in the spec)"),
+    ), doc="writes results to a Kafka topic, one record per tuple; exactly once for "
+           "read_committed readers"),
     OperatorDef("control-sink", "sink", (1, 1), (0, 0), False, (
         ParamDef("scheduler", "url", False, None,
                  doc="the scheduler API the control tuples go to, http://HOST:PORT (default: "

@@ -15,6 +15,7 @@ import os
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Union
 
+from common import kafka_params as kp
 from common.diagnostics import (MAX_SHOWN, Diagnostic, Position, Severity, SpecError,
                                  cap_diagnostics, suggest)
 from common.operator_schemas import (AGGREGATE_FUNCTIONS, aggregate_type, control_schema_problems,
@@ -777,9 +778,78 @@ def _measures(c: _Checker, op: OperatorDecl, scope: ex_pattern.PatternScope,
     return fields if ok else None
 
 
+def _kafka_param(c: _Checker, op: OperatorDecl, name: str,
+                 parse: Callable[[str], Any]) -> Any:
+    """`parse` of parameter `name`'s text, or None (absent, or a located error reported)."""
+    p = op.param(name)
+    if p is None:
+        return None
+    try:
+        return parse(p.value)
+    except kp.KafkaParamError as e:
+        c.error(p.value_pos(), f"parameter '{name}' of '{op.name}': {e}")
+        return None
+
+
+def _kafka_source(c: _Checker, op: OperatorDecl, inputs: list[Schema]) -> Schema | None:
+    """bootstrap, one of topic and topic-pattern, starting offsets that name only its topics (or
+    a starting timestamp instead), and metadata columns that are declared with their type."""
+    _kafka_param(c, op, "bootstrap", kp.parse_bootstrap)
+    topic, pattern = op.param("topic"), op.param("topic-pattern")
+    if (topic is None) == (pattern is None):
+        c.error(op.pos, f"kafka-source '{op.name}' needs exactly one of topic and topic-pattern",
+                '<param name="topic" value="readings"/> or <param name="topic-pattern" '
+                'value="readings-.*"/>')
+    topics = _kafka_param(c, op, "topic", kp.parse_topics) or ()
+    if pattern is not None and not pattern.value.strip():
+        c.error(pattern.value_pos(), f"parameter 'topic-pattern' of '{op.name}' is empty")
+    if op.param("starting-offsets") is not None and op.param("starting-timestamp") is not None:
+        c.error(op.param("starting-timestamp").pos,  # type: ignore[union-attr]
+                f"kafka-source '{op.name}' has both starting-offsets and starting-timestamp",
+                "keep one of them")
+    _kafka_param(c, op, "starting-offsets", lambda t: kp.parse_starting_offsets(t, topics))
+    declared = c.types.get(op.outputs[0].type_name or "") if op.outputs else None
+    if declared is not None:
+        _kafka_metadata_columns(c, op, declared)
+    return None
+
+
+def _kafka_metadata_columns(c: _Checker, op: OperatorDecl, declared: Schema) -> None:
+    taken: dict[str, str] = {}
+    for name in kp.METADATA_COLUMNS:
+        p, column = op.param(name), c.params[op.name].get(name)
+        if p is None or column is None:
+            continue
+        f = declared.get(column)
+        if f is None:
+            c.error(p.value_pos(), f"parameter '{name}' of '{op.name}' names column '{column}', "
+                                   f"which its output type does not declare",
+                    lambda: suggest(column, declared.names, "the declared columns"))
+        elif kp.metadata_type_problem(name, f.type):
+            c.error(p.value_pos(), f"parameter '{name}' of '{op.name}': "
+                                   f"{kp.metadata_type_problem(name, f.type)}",
+                    "declare the column with that type")
+        elif column in taken:
+            c.error(p.value_pos(), f"column '{column}' is named by both '{taken[column]}' and "
+                                   f"'{name}' of '{op.name}'", "name another column")
+        taken[column] = name
+
+
+def _kafka_sink(c: _Checker, op: OperatorDecl, inputs: list[Schema]) -> Schema | None:
+    _kafka_param(c, op, "bootstrap", kp.parse_bootstrap)
+    _kafka_param(c, op, "topic", kp.check_topic)
+    key, column = op.param("key-column"), c.params[op.name].get("key-column")
+    if key is not None and column is not None and inputs[0].get(column) is None:
+        c.error(key.value_pos(), f"parameter 'key-column' of '{op.name}' names column "
+                                 f"'{column}', which stream '{op.inputs[0].name}' does not have",
+                lambda: suggest(column, inputs[0].names, "its columns"))
+    return None
+
+
 _RESOLVERS: dict[str, Callable[[_Checker, OperatorDecl, list[Schema]], Schema | None]] = {
     "generator": _generator, "filter": _filter, "project": _project, "pattern": _pattern,
     "window-aggregate": _window, "join": _join, "union": _union, "control-sink": _control_sink,
+    "kafka-source": _kafka_source, "kafka-sink": _kafka_sink,
 }
 
 
@@ -1212,7 +1282,9 @@ def _check_pipeline_stages(c: _Checker, op: OperatorDecl, d: OperatorDef,
 # ----------------------------------------------------------------------------------------------
 # File paths: inside the operator's roots (common.paths); kept apart from the checks above
 
-INPUT_PATHS = frozenset({("file-source", "path")})  # path parameters naming a file to read
+# path parameters naming a file to read
+INPUT_PATHS = frozenset({("file-source", "path"), ("kafka-source", "security-file"),
+                         ("kafka-sink", "security-file")})
 
 
 def check_paths(spec: Spec, base: str, roots: PathRoots,

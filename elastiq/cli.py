@@ -113,10 +113,16 @@ def _register_control_command(sub: argparse._SubParsersAction) -> None:
     register_scale(sub)
 
 
+def _register_kafka_command(sub: argparse._SubParsersAction) -> None:
+    from elastiq.kafka_cli import register
+
+    register(sub)
+
+
 # Commands whose modules live elsewhere (run, scheduler, submit, status, stop, tail, migrate,
-# control, scale).
+# control, scale, kafka).
 _EXTRA_COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
-    _register_service_commands, _register_control_command]
+    _register_service_commands, _register_control_command, _register_kafka_command]
 
 
 def _print_diagnostics(diagnostics: Sequence[Diagnostic]) -> None:

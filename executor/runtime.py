@@ -37,7 +37,8 @@ from common.paths import PathRefused, confine_at_open
 from common.tasks import splitter_op_id
 from common.types import ColumnType, Field, Schema
 from compiler import expr
-from executor import routing, shapes, sinks, sources, spool_source
+from common.kafka_params import KafkaParamError, transactional_id
+from executor import kafka_io, kafka_records, routing, shapes, sinks, sources, spool_source
 from executor.cep import match as cep_match, spark as cep_spark, stage as cep_stage
 from executor.batch_gate import BatchGate
 from executor.fencing import Fence
@@ -478,6 +479,34 @@ class TaskRuntime:
                                     self.source_partitions, self.batch_bytes, where.root)
         self._put(op, output, self._load(sources.FileSource.name(), config), schema)
 
+    def kafka_source(self, *, op: str, output: str, schema: Schema, bootstrap: str,
+                     starting_offsets: str, format: Literal["jsonl", "csv"],
+                     metadata: Sequence[tuple[str, str]], topics: Sequence[str] = (),
+                     topic_pattern: str | None = None, starting_timestamp: str | None = None,
+                     dead_letter: str | None = None, security_file: str | None = None,
+                     max_records: int | None = None) -> None:
+        """Records of Kafka `topics` (or those matching `topic_pattern`) as rows of `schema`
+        (`executor.kafka_io`); records that do not parse go to `dead_letter` (default: under
+        the task's checkpoint folder)."""
+        dead = dead_letter or os.path.join(self.checkpoint_dir, "dead-letters", f"{op}.jsonl")
+        try:
+            dead = confine_at_open(dead) if dead_letter else dead
+            security = kafka_io.read_security_file(
+                security_file and confine_at_open(security_file))
+        except (OSError, PathRefused, KafkaParamError) as exc:
+            raise self._error(op, str(exc)) from None
+        settings = kafka_io.SourceSettings(
+            bootstrap, tuple(topics), topic_pattern, starting_offsets,
+            None if starting_timestamp is None else kafka_io.timestamp_ms(starting_timestamp),
+            max_records, security)
+        layout = kafka_records.RecordLayout(sources.schema_pairs(schema), tuple(
+            (field, column) for field, column in metadata), format)
+        try:
+            df = kafka_io.source_frame(self.spark, settings, layout, dead)
+        except kafka_io.KafkaSetupError as exc:
+            raise self._error(op, str(exc)) from None
+        self._put(op, output, df, schema)
+
     def _spool(self, op: str, output: str, schema: Schema, name: str, folder: str,
                replicas: Sequence[Replica], key_file: str, ticks: bool = False,
                bounded: bool = False) -> None:
@@ -797,6 +826,30 @@ class TaskRuntime:
         except (OSError, PathRefused) as exc:
             raise self._error(op, f"cannot write the output file: {exc}") from None
         self.live[(op, "path")] = LiveParam(path, sink.retarget)
+        self._start(op, input, sink)
+
+    def kafka_sink(self, *, op: str, input: str, bootstrap: str, topic: str,
+                   format: Literal["jsonl", "csv"], delivery: str,
+                   key_column: str | None = None, security_file: str | None = None) -> None:
+        """Rows as records of `topic`; exactly once for read_committed readers, or at least
+        once (`executor.kafka_io.KafkaSink`)."""
+        stream = self._get(op, input)
+        if key_column is not None:
+            self._field(op, stream, key_column)
+        if delivery not in ("exactly-once", "at-least-once"):
+            raise self._error(op, f"delivery must be exactly-once or at-least-once, "
+                                  f"got {delivery!r}")
+        try:
+            security = dict(kafka_io.read_security_file(
+                security_file and confine_at_open(security_file)))
+        except (OSError, PathRefused, KafkaParamError) as exc:
+            raise self._error(op, str(exc)) from None
+        spark_dir = os.path.join(self.checkpoint_dir, "spark")
+        sink = kafka_io.KafkaSink(
+            self.task_id, bootstrap=bootstrap, topic=topic, fmt=format, key_column=key_column,
+            exactly_once=delivery == "exactly-once",
+            transactional_id=transactional_id(self.query_id, self.task_id, op),
+            run_id=lambda: kafka_io.query_run_id(spark_dir), security=security)
         self._start(op, input, sink)
 
     def console_sink(self, *, op: str, input: str) -> None:

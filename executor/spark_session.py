@@ -4,7 +4,9 @@ Owns the session settings every Elastiq task query relies on: local mode with th
 no UI, 1-2 shuffle partitions (frozen into each query's checkpoint at its first start), the
 RocksDB state store with changelog checkpointing, checkpoints on the raw local file system (no
 `.crc` files), UTC session time, loopback-only networking,
-quiet logs and, when the installed pyspark needs it, the worker daemon that avoids the per-task
+quiet logs, Spark's Kafka connector on the classpath when `scripts/setup.sh --kafka` fetched it
+(`common.kafka_jars`; `spark.jars` at launch, as a JVM started without it cannot load it later)
+and, when the installed pyspark needs it, the worker daemon that avoids the per-task
 import-cache flush (see `executor.spark_worker_daemon`). Does not own queries, sources or sinks.
 """
 
@@ -16,6 +18,8 @@ import os
 from pathlib import Path
 
 from pyspark.sql import SparkSession
+
+from common.kafka_jars import connector_available, connector_jars
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +40,8 @@ def shuffle_partitions_for(cores: int) -> int:
     return 1 if cores <= 1 else 2
 
 
-def session_settings(cores: int, state_dir: str, workaround: bool) -> dict[str, str]:
+def session_settings(cores: int, state_dir: str, workaround: bool,
+                     jars: tuple[str, ...] = ()) -> dict[str, str]:
     """The Spark configuration of an executor session (pure; unit-testable)."""
     local_dir = str(Path(state_dir) / "spark-local")
     settings = {
@@ -63,6 +68,8 @@ def session_settings(cores: int, state_dir: str, workaround: bool) -> dict[str, 
     }
     if workaround:
         settings["spark.python.daemon.module"] = WORKER_DAEMON_MODULE
+    if jars:
+        settings["spark.jars"] = ",".join(jars)
     return settings
 
 
@@ -74,10 +81,12 @@ def build_session(cores: int, app_name: str, state_dir: str) -> SparkSession:
     os.makedirs(state_dir, exist_ok=True)
     workaround = needs_cache_flush_workaround()
     builder = SparkSession.builder.appName(app_name)
-    for key, value in session_settings(cores, state_dir, workaround).items():
+    jars = tuple(connector_jars()) if connector_available() else ()
+    for key, value in session_settings(cores, state_dir, workaround, jars).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
-    log.info("session %s: local[%s], state under %s, cache-flush workaround %s",
-             app_name, cores, state_dir, workaround)
+    log.info("session %s: local[%s], state under %s, cache-flush workaround %s, "
+             "Kafka connector %s", app_name, cores, state_dir, workaround,
+             "on" if jars else "absent")
     return spark

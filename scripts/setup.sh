@@ -6,7 +6,7 @@
 # source from the package's own parser.pyx with a current Cython, build a wheel into
 # ./wheelhouse once, and let pip take http-parser from there. Everything else comes from PyPI.
 #
-# Usage: scripts/setup.sh [--test | --no-test-extras] [--locked]
+# Usage: scripts/setup.sh [--test | --no-test-extras] [--kafka] [--locked]
 #   (no option)       Elastiq and what `elastiq` needs to run
 #   --test            also what the tests need: test extras, and from Debian a ZooKeeper server
 #                     (the ZooKeeper tests start their own), docker-compose (to validate
@@ -14,6 +14,9 @@
 #                     partition test)
 #   --no-test-extras  what `elastiq` needs to run and nothing for the tests (the images say so
 #                     explicitly; it undoes an earlier --test)
+#   --kafka           also Apache Kafka's broker and Spark's Kafka connector, fetched with Maven
+#                     into .cache/jvm/ (scripts/fetch-kafka.sh); --test fetches them too (the
+#                     Kafka tests start a real broker)
 #   --locked          the runtime dependencies at the versions of requirements.lock (pip
 #                     constraints; scripts/lock_requirements.py writes it), as the images do
 #   --dry-run         print what it would install, install nothing
@@ -22,13 +25,15 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 extras=""
 test_services=false
+kafka_parts=false
 constraints=()
 dry_run=false
 usage() { sed -n '/^# Usage:/,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
   case "$1" in
-    --test) extras="[test]"; test_services=true ;;
-    --no-test-extras) extras=""; test_services=false ;;
+    --test) extras="[test]"; test_services=true; kafka_parts=true ;;
+    --no-test-extras) extras=""; test_services=false; kafka_parts=false ;;
+    --kafka) kafka_parts=true ;;
     --locked) constraints=(--constraint requirements.lock) ;;
     --dry-run) dry_run=true ;;
     -h|--help) usage; exit 0 ;;
@@ -38,6 +43,7 @@ while [ $# -gt 0 ]; do
 done
 if $dry_run; then
   $test_services && echo "apt (if missing): zookeeper docker-compose iproute2"
+  $kafka_parts && echo "maven: Kafka's broker and Spark's Kafka connector into .cache/jvm"
   echo "pip install --find-links wheelhouse ${constraints[*]-} -e .${extras}"
   exit 0
 fi
@@ -78,3 +84,9 @@ fi
   -e ".${extras}"
 "$PY" -c "import http_parser.parser, pymesos, pyspark, zmq, lxml" \
   && echo "setup: elastiq installed ($("$PY" -c 'import pyspark; print("pyspark", pyspark.__version__)'))" >&2
+
+# Kafka: the broker (KRaft) and Spark's Kafka connector, fetched with Maven (--test or --kafka).
+if $kafka_parts; then
+  command -v mvn >/dev/null 2>&1 || apt_install maven
+  bash scripts/fetch-kafka.sh
+fi

@@ -1,0 +1,273 @@
+"""A real Apache Kafka broker on this machine: KRaft, one node that is broker and controller.
+
+Owns writing its `server.properties` (listeners on 127.0.0.1, single-node replication settings
+so transactions and consumer groups work with one broker), formatting its storage with a random
+cluster id (`kafka.tools.StorageTool`), starting `kafka.Kafka` with the jars
+`scripts/setup.sh --kafka` fetched (`common.kafka_jars`), waiting until it answers a metadata
+request, and stopping it (SIGTERM, then SIGKILL after a bound). Used by `elastiq kafka` (a dev
+helper, detached: the broker outlives the command and its pid is kept in a state file) and by
+the tests (attached). Does not own topics or clients beyond the readiness check.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from common.kafka_jars import broker_classpath
+
+MAIN = "kafka.Kafka"
+STORAGE_TOOL = "kafka.tools.StorageTool"
+STATE_FILE = "broker.json"
+LOG_FILE = "server.log"
+JVM_OPTIONS = ("-Xms64m", "-Xmx512m", "-XX:+UseSerialGC", "-Djava.awt.headless=true")
+
+
+class BrokerError(RuntimeError):
+    """The broker could not be formatted, did not come up, or is not running."""
+
+
+@dataclass(frozen=True)
+class BrokerPorts:
+    broker: int
+    controller: int
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.broker}"
+
+
+@dataclass(frozen=True)
+class BrokerRecord:
+    """What `elastiq kafka start` leaves in the state folder for `stop` and `status`."""
+
+    pid: int
+    bootstrap: str
+    work_dir: str
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def port_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def server_properties(ports: BrokerPorts, log_dir: Path) -> str:
+    """The single-node KRaft configuration: every replication factor and minimum ISR is 1 (the
+    transaction state log and the offsets topic included, or transactions and groups never
+    start), one partition for the internal topics (fast start), no initial rebalance delay."""
+    settings = {
+        "process.roles": "broker,controller",
+        "node.id": "1",
+        "controller.quorum.voters": f"1@127.0.0.1:{ports.controller}",
+        "listeners": f"PLAINTEXT://127.0.0.1:{ports.broker},"
+                     f"CONTROLLER://127.0.0.1:{ports.controller}",
+        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{ports.broker}",
+        "controller.listener.names": "CONTROLLER",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+        "log.dirs": str(log_dir),
+        "num.partitions": "1",
+        "offsets.topic.replication.factor": "1",
+        "offsets.topic.num.partitions": "1",
+        "transaction.state.log.replication.factor": "1",
+        "transaction.state.log.min.isr": "1",
+        "transaction.state.log.num.partitions": "1",
+        "group.initial.rebalance.delay.ms": "0",
+        "auto.create.topics.enable": "true",
+    }
+    return "".join(f"{k}={v}\n" for k, v in settings.items())
+
+
+LOG4J = """log4j.rootLogger=WARN, file
+log4j.logger.kafka=INFO
+log4j.logger.org.apache.kafka=WARN
+log4j.appender.file=org.apache.log4j.FileAppender
+log4j.appender.file.File={log}
+log4j.appender.file.layout=org.apache.log4j.PatternLayout
+log4j.appender.file.layout.ConversionPattern=[%d] %p %m (%c)%n
+"""
+
+
+def random_cluster_id() -> str:
+    """A KRaft cluster id: 16 random bytes, base64url without padding (as `kafka-storage
+    random-uuid` prints)."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode("ascii").rstrip("=")
+
+
+def _java(classpath: str, work_dir: Path, main: str, *args: str) -> list[str]:
+    log4j = work_dir / "log4j.properties"
+    return ["java", *JVM_OPTIONS, f"-Dlog4j.configuration=file:{log4j}",
+            f"-Dkafka.logs.dir={work_dir}", "-cp", classpath, main, *args]
+
+
+class KafkaBroker:
+    """`with KafkaBroker(tmp_path) as broker: broker.bootstrap` -> "127.0.0.1:PORT"."""
+
+    def __init__(self, work_dir: Path, start_timeout: float = 60.0, port: int = 0):
+        self.work_dir = Path(work_dir).resolve()
+        self.port = port  # 0: a free port
+        self.start_timeout = start_timeout
+        self.ports = BrokerPorts(0, 0)
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return self.ports.bootstrap
+
+    def start(self, detached: bool = False) -> "KafkaBroker":
+        if shutil.which("java") is None:
+            raise BrokerError("no java on PATH (Kafka needs Java 17: apt-get install "
+                              "openjdk-17-jre-headless)")
+        classpath = broker_classpath()
+        if self.port and not port_free(self.port):
+            raise BrokerError(f"127.0.0.1:{self.port} is taken (another broker?); choose "
+                              "another port (--port 0: any free one)")
+        for _ in range(3):  # another process may take a free port before Java binds it
+            self.ports = BrokerPorts(self.port or free_port(), free_port())
+            config = self._write_config()
+            self._format(classpath, config)
+            self.process = self._spawn(classpath, config, detached)
+            if self._wait_ready():
+                return self
+            self.stop()
+        raise BrokerError(f"the Kafka broker did not answer within {self.start_timeout:.0f} s; "
+                          f"see {self.work_dir / LOG_FILE}")
+
+    def _write_config(self) -> Path:
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        log_dir = self.work_dir / f"data-{self.ports.broker}"
+        config = self.work_dir / "server.properties"
+        config.write_text(server_properties(self.ports, log_dir))
+        (self.work_dir / "log4j.properties").write_text(
+            LOG4J.format(log=self.work_dir / LOG_FILE))
+        return config
+
+    def _format(self, classpath: str, config: Path) -> None:
+        done = subprocess.run(
+            _java(classpath, self.work_dir, STORAGE_TOOL, "format", "-t", random_cluster_id(),
+                  "-c", str(config)),
+            stdin=subprocess.DEVNULL, capture_output=True, timeout=120)
+        if done.returncode != 0:
+            raise BrokerError("formatting the broker's storage failed: "
+                              + (done.stderr or done.stdout).decode("utf-8", "replace")[-800:])
+
+    def _spawn(self, classpath: str, config: Path,
+               detached: bool) -> "subprocess.Popen[bytes]":
+        with open(self.work_dir / "stdout.log", "ab") as out:
+            return subprocess.Popen(_java(classpath, self.work_dir, MAIN, str(config)),
+                                    stdout=out, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, start_new_session=detached)
+
+    def _wait_ready(self) -> bool:
+        deadline = time.monotonic() + self.start_timeout
+        for _ in range(int(self.start_timeout / 0.2) + 1):
+            if self.process is None or self.process.poll() is not None:
+                return False
+            if answers(self.bootstrap, timeout=1.0):
+                return True
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.2)
+        return False
+
+    def stop(self, timeout: float = 20.0) -> None:
+        p, self.process = self.process, None
+        if p is None or p.poll() is not None:
+            return
+        p.send_signal(signal.SIGTERM)
+        try:
+            p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait(10)
+
+    def record(self) -> BrokerRecord:
+        assert self.process is not None
+        return BrokerRecord(self.process.pid, self.bootstrap, str(self.work_dir))
+
+    def __enter__(self) -> "KafkaBroker":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def answers(bootstrap: str, timeout: float = 1.0) -> bool:
+    """Whether a broker at `bootstrap` answers a metadata request with itself as a broker."""
+    host, _, port = bootstrap.rpartition(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout).close()
+    except OSError:
+        return False
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    try:
+        return bool(admin.list_topics(timeout=timeout).brokers)
+    except Exception:  # KafkaException while the broker is still starting
+        return False
+
+
+# --- the detached broker of `elastiq kafka start|stop|status` ------------------------------
+
+def write_record(state_dir: Path, record: BrokerRecord) -> None:
+    state_dir.mkdir(parents=True, exist_ok=True)
+    (state_dir / STATE_FILE).write_text(json.dumps(asdict(record)) + "\n")
+
+
+def read_record(state_dir: Path) -> BrokerRecord | None:
+    try:
+        return BrokerRecord(**json.loads((state_dir / STATE_FILE).read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def is_broker_process(pid: int) -> bool:
+    """Whether `pid` is alive and is a Kafka broker (a pid can be reused after a reboot)."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return MAIN.encode() in cmdline.split(b"\0")
+
+
+def stop_detached(record: BrokerRecord, timeout: float = 20.0) -> bool:
+    """SIGTERM the recorded broker, SIGKILL it after `timeout`; True if it was running."""
+    if not is_broker_process(record.pid):
+        return False
+    os.kill(record.pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    for _ in range(int(timeout / 0.1) + 1):
+        if not is_broker_process(record.pid) or _is_zombie(record.pid):
+            return True
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    os.kill(record.pid, signal.SIGKILL)
+    return True
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z"
+    except OSError:
+        return True

@@ -1,0 +1,295 @@
+"""Kafka in and out of a task query: Spark's Kafka source options and the exactly-once sink.
+
+Owns the options a `kafka-source` gives Spark's own Kafka source (`format("kafka")`, the
+connector `scripts/setup.sh --kafka` fetched; its offsets live in the task's Spark checkpoint,
+so a restarted task resumes at the batch Spark last planned), the security settings read from a
+properties file at open time, and `KafkaSink`, the foreachBatch sink of a `kafka-sink`.
+
+The sink's protocol for exactly once (docs/kafka.md says it in full): one transactional
+producer per sink and attempt, its `transactional.id` derived from query, task and operator (the
+same for every attempt, so a new attempt's `init_transactions` fences an older one's producer
+and aborts its open transaction); each micro-batch b is one transaction holding the batch's
+records and, through `send_offsets_to_transaction`, the mark "b written by run R" (the
+committed offset b + 1 with metadata R, of group = the transactional id, on partition 0 of the
+output topic). The mark commits atomically with the records. Before writing b the sink reads
+the mark (once per attempt, after `init_transactions`, then keeps it): a batch at or below a
+mark of the same run R (the Spark query id, kept in the checkpoint) was committed before a
+crash that came before Spark's own commit, and is skipped. The sink call runs inside the
+attempt's fence (`executor.fencing`), so a superseded attempt writes nothing either way.
+At least once: an idempotent plain producer, flushed before the batch returns.
+Does not own record parsing and formatting (`executor.kafka_records`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+import pyarrow as pa
+
+from common.kafka_params import security_settings, spark_security_options
+from executor import kafka_records
+
+log = logging.getLogger(__name__)
+
+MARK_PARTITION = 0
+CLIENT_TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True)
+class SourceSettings:
+    bootstrap: str
+    topics: tuple[str, ...]
+    topic_pattern: str | None
+    starting_offsets: str
+    starting_timestamp_ms: int | None
+    max_records: int | None
+    security: tuple[tuple[str, str], ...] = ()
+
+
+def source_options(s: SourceSettings) -> dict[str, str]:
+    """Spark Kafka source options (pure). failOnDataLoss stays true: records Kafka deleted
+    before the task read them fail the task with Spark's message, never pass in silence."""
+    options = {"kafka.bootstrap.servers": s.bootstrap, "includeHeaders": "false"}
+    if s.topics:
+        options["subscribe"] = ",".join(s.topics)
+    else:
+        options["subscribePattern"] = str(s.topic_pattern)
+    if s.starting_timestamp_ms is not None:
+        options["startingTimestamp"] = str(s.starting_timestamp_ms)
+    else:
+        options["startingOffsets"] = s.starting_offsets
+    if s.max_records is not None:
+        options["maxOffsetsPerTrigger"] = str(s.max_records)
+    options.update(spark_security_options(dict(s.security)))
+    return options
+
+
+def read_security_file(path: str | None) -> tuple[tuple[str, str], ...]:
+    if not path:
+        return ()
+    with open(path, encoding="utf-8") as f:
+        return tuple(sorted(security_settings(f.read(), path).items()))
+
+
+# --- the sink -------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Mark:
+    """The last batch a sink committed to Kafka, and which run of the query (Spark query id)."""
+
+    batch_id: int
+    run: str
+
+
+def mark_of(offset: int, metadata: str | None) -> Mark | None:
+    """The mark a committed offset encodes (offset = batch id + 1); None when none was
+    committed (librdkafka's invalid offset, < 0)."""
+    if offset is None or offset <= 0:
+        return None
+    return Mark(offset - 1, metadata or "")
+
+
+def already_written(mark: Mark | None, run: str, batch_id: int) -> bool:
+    """Whether batch `batch_id` of run `run` is already in Kafka (pure): only a mark of the same
+    run says so; another run's batch ids (an earlier checkpoint) say nothing."""
+    return mark is not None and mark.run == run and batch_id <= mark.batch_id
+
+
+def _transient(error: Any) -> bool:
+    """Errors a fresh broker answers while its group coordinator is still loading."""
+    from confluent_kafka import KafkaError
+
+    return bool(error.retriable()) or error.code() in (
+        KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError._TIMED_OUT)
+
+
+def query_run_id(spark_checkpoint: str) -> str:
+    """The Spark query id of a checkpoint (its `metadata` file), the same across restarts."""
+    with open(os.path.join(spark_checkpoint, "metadata"), encoding="utf-8") as f:
+        return str(json.loads(f.readline())["id"])
+
+
+class KafkaSink:
+    """foreachBatch sink: each micro-batch's rows as records of `topic`."""
+
+    def __init__(self, task_id: str, *, bootstrap: str, topic: str, fmt: str,
+                 key_column: str | None, exactly_once: bool, transactional_id: str,
+                 run_id: Callable[[], str], security: Mapping[str, str] = {}) -> None:
+        self.task_id = task_id
+        self.topic, self.fmt, self.key_column = topic, fmt, key_column
+        self.exactly_once = exactly_once
+        self.transactional_id = transactional_id
+        self.run_id = run_id
+        self.config = {"bootstrap.servers": bootstrap, **security}
+        self.rows_out = 0
+        self.skipped_batches = 0
+        self._producer: Any = None
+        self._mark: Mark | None = None
+        self._run: str | None = None
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        table = df.toArrow()
+        if table.num_rows == 0:  # nothing to write; a replay of it writes nothing either
+            return
+        if self.exactly_once:
+            self._transaction(table, batch_id)
+        else:
+            self._plain(table)
+        self.rows_out += table.num_rows
+
+    def _records(self, table: pa.Table) -> list[tuple[bytes | None, bytes]]:
+        keys = kafka_records.record_keys(table, self.key_column)
+        return list(zip(keys, kafka_records.record_values(table, self.fmt)))
+
+    def _plain(self, table: pa.Table) -> None:
+        from confluent_kafka import Producer
+
+        if self._producer is None:
+            self._producer = Producer({**self.config, "enable.idempotence": True,
+                                       "linger.ms": 5})
+        failures: list[str] = []
+
+        def delivered(err: Any, _msg: Any) -> None:
+            if err is not None:
+                failures.append(str(err))
+
+        for key, value in self._records(table):
+            self._produce(key, value, on_delivery=delivered)
+        left = self._producer.flush(CLIENT_TIMEOUT_S)
+        if left or failures:
+            raise RuntimeError(f"kafka-sink {self.topic}: {left} records unsent, "
+                               f"{len(failures)} failed ({failures[:1]})")
+
+    def _produce(self, key: bytes | None, value: bytes, **kwargs: Any) -> None:
+        for _ in range(1000):  # bounded: a full local queue drains as the broker takes records
+            try:
+                self._producer.produce(self.topic, value, key=key, **kwargs)
+                return
+            except BufferError:
+                self._producer.poll(0.05)
+        raise RuntimeError(f"kafka-sink {self.topic}: the producer queue stays full")
+
+    def _transaction(self, table: pa.Table, batch_id: int) -> None:
+        from confluent_kafka import TopicPartition
+
+        self._start_transactions()
+        assert self._run is not None
+        if already_written(self._mark, self._run, batch_id):
+            self.skipped_batches += 1
+            log.info("task %s: kafka-sink %s: batch %s was committed to Kafka before a restart; "
+                     "not written again", self.task_id, self.topic, batch_id)
+            return
+        producer = self._producer
+        producer.begin_transaction()
+        try:
+            for key, value in self._records(table):
+                self._produce(key, value)
+            mark = [TopicPartition(self.topic, MARK_PARTITION, batch_id + 1, self._run)]
+            producer.send_offsets_to_transaction(mark, self._group_metadata(),
+                                                 CLIENT_TIMEOUT_S)
+            producer.commit_transaction(CLIENT_TIMEOUT_S)
+        except BaseException:
+            self._abort()
+            raise
+        self._mark = Mark(batch_id, self._run)
+
+    def _start_transactions(self) -> None:
+        """Once per attempt: the transactional producer (fencing older attempts, finishing
+        their open transaction) and then the mark as Kafka holds it."""
+        if self._producer is not None:
+            return
+        from confluent_kafka import Producer
+
+        producer = Producer({**self.config, "transactional.id": self.transactional_id,
+                             "transaction.timeout.ms": 60000, "linger.ms": 5})
+        producer.init_transactions(CLIENT_TIMEOUT_S)
+        self._run = self.run_id()
+        self._mark = self._read_mark()
+        self._producer = producer
+        log.info("task %s: kafka-sink %s: transactional id %s, run %s, last committed batch %s",
+                 self.task_id, self.topic, self.transactional_id, self._run,
+                 None if self._mark is None else (self._mark.batch_id, self._mark.run))
+
+    def _consumer(self) -> Any:
+        from confluent_kafka import Consumer
+
+        return Consumer({**self.config, "group.id": self.transactional_id,
+                         "enable.auto.commit": False, "isolation.level": "read_committed"})
+
+    def _group_metadata(self) -> Any:
+        consumer = self._consumer()
+        try:
+            return consumer.consumer_group_metadata()
+        finally:
+            consumer.close()
+
+    def _read_mark(self) -> Mark | None:
+        """The committed mark; retried while the group coordinator is still loading."""
+        from confluent_kafka import KafkaException, TopicPartition
+
+        consumer = self._consumer()
+        deadline = time.monotonic() + CLIENT_TIMEOUT_S
+        try:
+            for _ in range(600):
+                try:
+                    found = consumer.committed([TopicPartition(self.topic, MARK_PARTITION)],
+                                               timeout=10)
+                    return mark_of(found[0].offset, found[0].metadata)
+                except KafkaException as exc:
+                    if time.monotonic() > deadline or not _transient(exc.args[0]):
+                        raise
+                    time.sleep(0.2)
+            raise RuntimeError(f"kafka-sink {self.topic}: the mark could not be read")
+        finally:
+            consumer.close()
+
+    def _abort(self) -> None:
+        try:
+            self._producer.abort_transaction(CLIENT_TIMEOUT_S)
+        except Exception as exc:  # fenced or fatal: a new producer starts with the next batch
+            log.warning("task %s: kafka-sink %s: abort failed (%s); starting afresh",
+                        self.task_id, self.topic, exc)
+            self._producer = None
+
+    def close(self) -> None:
+        if self._producer is not None and not self.exactly_once:
+            self._producer.flush(10)
+        self._producer = None
+
+
+# --- building the source frame and the sink for the task runtime ---------------------------
+
+class KafkaSetupError(ValueError):
+    """A Kafka operator that cannot start here; the message says what to do."""
+
+
+def timestamp_ms(iso: str) -> int:
+    from datetime import datetime
+
+    return int(datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp() * 1000)
+
+
+def source_frame(spark: Any, settings: SourceSettings, layout: kafka_records.RecordLayout,
+                 dead_letter: str) -> Any:
+    """The stream of declared rows: Spark's Kafka source, its records parsed in Arrow batches
+    by `kafka_records.RecordParser` (bad ones to `dead_letter`)."""
+    from common.kafka_jars import FETCH_HINT, connector_available
+
+    if not connector_available():
+        raise KafkaSetupError(f"Spark's Kafka connector is not installed: {FETCH_HINT}")
+    try:
+        raw = spark.readStream.format("kafka").options(**source_options(settings)).load()
+    except Exception as exc:  # the session started without the connector on its classpath
+        if "kafka" in str(exc).lower() and "find" in str(exc).lower():
+            raise KafkaSetupError("this executor's Spark session has no Kafka connector (it "
+                                  "started before the connector was fetched): restart the "
+                                  "executor") from None
+        raise
+    return raw.select(*kafka_records.RECORD_COLUMNS).mapInArrow(
+        kafka_records.RecordParser(layout, dead_letter), layout.schema.ddl())

@@ -1,0 +1,95 @@
+"""A real Kafka broker for the tests about Kafka, and small client helpers over it.
+
+Owns the module-scoped `kafka_broker` fixture (one KRaft broker from `elastiq.kafka_broker` on
+free 127.0.0.1 ports, ended after the module), a skip reason when the parts are not fetched,
+and producing and reading topics with confluent-kafka (reads are `read_committed`, bounded in
+time). Does not own assertions.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import pytest
+
+from common.kafka_jars import missing_parts
+
+
+def skip_reason() -> str | None:
+    why = missing_parts()
+    if why:
+        return why
+    try:
+        import confluent_kafka  # noqa: F401
+    except ImportError:
+        return "confluent-kafka is not installed (pip install confluent-kafka)"
+    return None
+
+
+@pytest.fixture(scope="module")
+def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The bootstrap address of a broker that lives for the test module."""
+    from elastiq.kafka_broker import KafkaBroker
+
+    with KafkaBroker(tmp_path_factory.mktemp("kafka")) as broker:
+        yield broker.bootstrap
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int = 1) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics([NewTopic(topic, partitions, 1)])
+    futures[topic].result(30)
+
+
+def produce(bootstrap: str, topic: str, values: Sequence[bytes],
+            keys: Sequence[bytes | None] | None = None, partition: int | None = None) -> None:
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
+                         "linger.ms": 5})
+    for i, value in enumerate(values):
+        kwargs = {} if partition is None else {"partition": partition}
+        producer.produce(topic, value, key=keys[i] if keys else None, **kwargs)
+        producer.poll(0)
+    assert producer.flush(30) == 0, "records left unsent"
+
+
+def read_committed(bootstrap: str, topic: str, expect: int, timeout: float = 60.0,
+                   settle: float = 1.0) -> list[tuple[bytes | None, bytes]]:
+    """Every (key, value) a read_committed reader sees: read until `expect` records arrived,
+    then `settle` seconds more (so extra records, duplicates, show), bounded by `timeout`."""
+    from confluent_kafka import Consumer
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"t-{uuid.uuid4()}",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                         "isolation.level": "read_committed"})
+    consumer.subscribe([topic])
+    out: list[tuple[bytes | None, bytes]] = []
+    deadline = time.monotonic() + timeout
+    settle_until: float | None = None
+    try:
+        for _ in range(int(timeout / 0.2) + 100):
+            now = time.monotonic()
+            if now > deadline or (settle_until is not None and now > settle_until):
+                break
+            for message in consumer.consume(1000, 0.2):  # the bound counts polls
+                if not message.error():
+                    out.append((message.key(), message.value() or b""))
+            if settle_until is None and len(out) >= expect:
+                settle_until = time.monotonic() + settle
+    finally:
+        consumer.close()
+    return out
+
+
+def temp_topic(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+__all__ = ["kafka_broker", "create_topic", "produce", "read_committed", "skip_reason",
+           "temp_topic", "Path"]
