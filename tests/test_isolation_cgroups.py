@@ -27,7 +27,7 @@ from embedded_mesos import EmbeddedCluster
 from embedded_mesos.isolation import (
     CGROUP_PREFIX, ContainerCgroup, Hierarchy, Probe, probe, remove_agent_cgroups,
 )
-from tests.waiting import wait_for
+from testkit.waiting import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(120)]
 LIMITS_EXECUTOR = Path(__file__).parent / "fixtures" / "limits_executor.py"

@@ -26,7 +26,7 @@ import pytest
 from common.types import Schema
 from tests.kafka_support import (create_topic, kafka_broker, produce, read_committed,
                                  skip_reason, temp_topic)
-from tests.waiting import wait_for
+from testkit.waiting import wait_for
 
 pytestmark = [pytest.mark.spark,
               pytest.mark.skipif(skip_reason() is not None, reason=str(skip_reason()))]
