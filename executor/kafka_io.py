@@ -100,13 +100,21 @@ def already_written(mark: Mark | None, run: str, batch_id: int) -> bool:
     return mark is not None and mark.run == run and batch_id <= mark.batch_id
 
 
-def _transient(error: Any) -> bool:
-    """Errors a fresh broker answers while its group coordinator is still loading."""
+def transient(code: int, retriable: bool) -> bool:
+    """Whether reading the mark is tried again after this error (pure): what a fresh broker
+    answers while its group coordinator is still loading, and an unstable offset (the mark of
+    a transaction the coordinator is still completing, e.g. the one the new attempt's
+    `init_transactions` just finished): that is "not yet known", never "no mark"."""
     from confluent_kafka import KafkaError
 
-    return bool(error.retriable()) or error.code() in (
+    return retriable or code in (
         KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
-        KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError._TIMED_OUT)
+        KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError.UNSTABLE_OFFSET_COMMIT,
+        KafkaError._TIMED_OUT)
+
+
+def _transient(error: Any) -> bool:
+    return transient(error.code(), bool(error.retriable()))
 
 
 def query_run_id(spark_checkpoint: str) -> str:
@@ -239,8 +247,10 @@ class KafkaSink:
             for _ in range(600):
                 try:
                     found = consumer.committed([TopicPartition(self.topic, MARK_PARTITION)],
-                                               timeout=10)
-                    return mark_of(found[0].offset, found[0].metadata)
+                                               timeout=10)[0]
+                    if found.error is not None:  # the partition's own error is not "no mark"
+                        raise KafkaException(found.error)
+                    return mark_of(found.offset, found.metadata)
                 except KafkaException as exc:
                     if time.monotonic() > deadline or not _transient(exc.args[0]):
                         raise

@@ -30,15 +30,11 @@ import pyarrow.compute as pc
 from common.types import Schema
 from executor import shapes
 from executor.sinks import table_to_lines
-from executor.sources import parse_lines
+from executor.sources import NotJsonObjects, parse_lines
 
 RECORD_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp")
 MAX_REASON_CHARS = 300
 MAX_DEAD_VALUE_BYTES = 4096  # a dead letter keeps at most this much of the value
-# A JSON record is an object. pyarrow 26's JSON reader crashes the process (SIGSEGV) on input
-# whose first line is a bare `null`, and reads a later `null` line as a row of nulls: only
-# values that start with `{` ever reach it.
-JSON_OBJECT_START = r"^[ \t]*\{"
 
 
 @dataclass(frozen=True)
@@ -97,10 +93,10 @@ def parse_one(value: bytes | None, layout: RecordLayout) -> pa.Table | str:
         return "the value is empty"
     if b"\n" in value.rstrip(b"\r\n") or b"\r" in value.rstrip(b"\r\n"):
         return "the value holds a line break (one record is one JSON object or CSV row)"
-    if layout.format == "jsonl" and not value.lstrip(b" \t").startswith(b"{"):
-        return "the value is not a JSON object"
-    try:
+    try:  # a value that is not a JSON object never reaches pyarrow (`parse_lines`' guard)
         table = parse_lines(value.rstrip(b"\r\n") + b"\n", layout.format, layout.value_schema)
+    except NotJsonObjects:
+        return "the value is not a JSON object"
     except Exception as exc:  # any parser failure is this record's problem, never the task's
         return _reason(exc)
     if table.num_rows != 1:
@@ -116,7 +112,7 @@ def parse_values(values: pa.Array, layout: RecordLayout) -> tuple[pa.Table, list
     n = len(values)
     if n == 0:
         return target.empty_table(), [], {}
-    if _whole_batch_parsable(values, layout.format):
+    if _whole_batch_parsable(values):
         try:
             joined = pc.binary_join(pa.ListArray.from_arrays(pa.array([0, n], pa.int32()),
                                                              values.cast(pa.binary())), b"\n")
@@ -139,13 +135,12 @@ def parse_values(values: pa.Array, layout: RecordLayout) -> tuple[pa.Table, list
     return table, index, bad
 
 
-def _whole_batch_parsable(values: pa.Array, fmt: str) -> bool:
-    """Whether the batch may go to the parser as one text: no tombstone, no line break, and
-    for JSON every value starts an object (vectorised checks)."""
-    if values.null_count or pc.any(pc.match_substring_regex(values, "[\r\n]")).as_py():
-        return False
-    return fmt != "jsonl" or bool(pc.all(pc.match_substring_regex(values,
-                                                                  JSON_OBJECT_START)).as_py())
+def _whole_batch_parsable(values: pa.Array) -> bool:
+    """Whether the batch may go to the parser as one text: no tombstone and no line break
+    (vectorised checks; a JSON value that is not an object makes `parse_lines` refuse the
+    text before pyarrow sees it, and the batch is parsed record by record)."""
+    return not (values.null_count
+                or pc.any(pc.match_substring_regex(values, "[\r\n]")).as_py())
 
 
 def _metadata_column(batch: pa.RecordBatch, field: str, rows: pa.Array) -> pa.Array:

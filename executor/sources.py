@@ -708,12 +708,101 @@ def read_piece(fd: int, lo: int, hi: int, skipped: Sequence[tuple[int, int]]) ->
     return b"".join(out)
 
 
+# A JSON data line is an object. pyarrow 26's JSON reader crashes the process (SIGSEGV) on input
+# whose first line is a bare `null`, and reads a later `null` line as a row of nulls: only lines
+# that start with `{` ever reach it (`json_object_lines`, the one guard for files and Kafka).
+JSON_OBJECT_START = r"\A[ \t]*\{"
+_BLANK_LINE = r"\A[ \t\r\x0b\x0c]*\n?\z"  # blank as `line_spans` has it (bytes.strip())
+NOT_AN_OBJECT = "the line is not a JSON object"
+MAX_BAD_LINE_PREVIEW = 120
+
+
+@dataclass(frozen=True)
+class JsonLines:
+    """jsonl text split for pyarrow's reader: `objects` holds the lines that start a JSON
+    object (each ending with a line feed), `bad` the byte offset in the text and the first
+    bytes of every other non-blank line. Blank lines are dropped."""
+
+    objects: bytes
+    bad: tuple[tuple[int, bytes], ...]
+
+
+class NotJsonObjects(ValueError):
+    """jsonl text with a non-blank line that is not a JSON object (never given to pyarrow)."""
+
+
+def json_object_lines(data: bytes) -> JsonLines:
+    """The guard in front of pyarrow's JSON reader (pure, vectorised: one regular expression
+    over all lines as one Arrow array, no per-line Python): text whose lines all start an
+    object or are blank is returned as it is; otherwise the other lines are taken out."""
+    import pyarrow.compute as pc
+
+    raw = np.frombuffer(data, dtype=np.uint8)
+    starts = np.concatenate(([0], np.flatnonzero(raw == 10) + 1)).astype(np.int64)
+    offsets = np.append(starts, len(data)).astype(np.int64)
+    lines = pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(starts),
+                                             [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+    objects = pc.match_substring_regex(lines, JSON_OBJECT_START)
+    blank = pc.match_substring_regex(lines, _BLANK_LINE)
+    if pc.all(pc.or_(objects, pc.and_(blank, pc.equal(pc.binary_length(lines), 0)))).as_py():
+        return JsonLines(data, ())  # every line an object (or the empty tail): unchanged
+    bad = np.flatnonzero(~pc.or_(objects, blank).to_numpy(zero_copy_only=False))
+    kept = lines.filter(objects)
+    joined = pc.binary_join(pa.LargeListArray.from_arrays(pa.array([0, len(kept)], pa.int64()),
+                                                          kept),
+                            pa.scalar(b"", pa.large_binary()))[0].as_py() or b""
+    if joined and not joined.endswith(b"\n"):
+        joined += b"\n"
+    return JsonLines(joined, tuple(
+        (int(starts[i]), data[starts[i]:min(offsets[i + 1], starts[i] + MAX_BAD_LINE_PREVIEW)]
+         .rstrip(b"\r\n")) for i in bad))
+
+
+def parse_piece(data: bytes, fmt: str, schema: Schema) -> tuple[pa.Table, JsonLines | None]:
+    """Data lines -> an Arrow table of `schema`, and for jsonl the split that kept the lines
+    that are not JSON objects away from the parser (their offsets locate them)."""
+    if fmt != "jsonl":
+        return _read_lines(data, fmt, schema), None
+    split = json_object_lines(data)
+    return _read_lines(split.objects, fmt, schema), split
+
+
+def piece_offset(lo: int, skipped: Sequence[tuple[int, int]], at: int) -> int:
+    """The file offset of byte `at` of the piece `read_piece` read from `lo` (the `skipped`
+    ranges left out of it put later bytes further into the file) (pure)."""
+    pos, done = lo, 0
+    for start, end in sorted(skipped):
+        if start < lo:
+            continue
+        if at < done + (start - pos):
+            break
+        done, pos = done + (start - pos), end
+    return pos + (at - done)
+
+
+def not_an_object_notice(path: str, offset: int, line: bytes) -> str:
+    """The located error for a jsonl line that is not a JSON object (pure)."""
+    return (f"{path}: byte {offset:,}: {NOT_AN_OBJECT} ({line[:40]!r}); it is skipped and the "
+            "lines after it are read")
+
+
 def parse_lines(data: bytes, fmt: str, schema: Schema) -> pa.Table:
-    """Data lines (jsonl objects or header-less csv rows) -> an Arrow table of `schema`."""
+    """Data lines (jsonl objects or header-less csv rows) -> an Arrow table of `schema`;
+    NotJsonObjects for jsonl with a line that is not an object (it never reaches pyarrow)."""
+    table, split = parse_piece(data, fmt, schema)
+    if split is not None and split.bad:
+        offset, line = split.bad[0]
+        raise NotJsonObjects(f"{NOT_AN_OBJECT} (byte {offset}: {line[:40]!r})")
+    return table
+
+
+def _read_lines(data: bytes, fmt: str, schema: Schema) -> pa.Table:
     target = shapes.arrow_schema(schema)
     if fmt == "jsonl":
         import pyarrow.json as pj
 
+        if not data:
+            return target.empty_table()
         table = pj.read_json(io.BytesIO(data), parse_options=pj.ParseOptions(
             explicit_schema=target, unexpected_field_behavior="ignore"))
     else:
@@ -794,7 +883,11 @@ class FileReader(DataSourceStreamReader):
                     partition.path)
             for lo, hi in zip(bounds, bounds[1:]):
                 data = read_piece(fd, lo, hi, partition.skipped)
-                table = parse_lines(data, partition.format, self.config.stream_schema)
+                table, split = parse_piece(data, partition.format, self.config.stream_schema)
+                for at, line in split.bad if split is not None else ():
+                    log.error("task %s: file source %s: %s", self.config.task_id,
+                              self.config.op, not_an_object_notice(
+                                  partition.path, piece_offset(lo, partition.skipped, at), line))
                 yield from table.to_batches(max_chunksize=ARROW_CHUNK_ROWS)
         finally:
             os.close(fd)

@@ -1,17 +1,20 @@
 """A real Kafka broker for the tests about Kafka, and small client helpers over it.
 
 Owns the module-scoped `kafka_broker` fixture (one KRaft broker from `elastiq.kafka_broker` on
-free 127.0.0.1 ports, ended after the module), a skip reason when the parts are not fetched,
+free 127.0.0.1 ports, ended after the module), what a test about Kafka does when the parts are
+not fetched (`kafka_required`: a skip on a developer's machine without `setup.sh --kafka`, a
+failure that says why under CI, where a silent skip would pass a suite that tested no Kafka),
 and producing and reading topics with confluent-kafka (reads are `read_committed`, bounded in
 time). Does not own assertions.
 """
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Iterator, Literal, Mapping, Sequence
 
 import pytest
 
@@ -27,6 +30,37 @@ def skip_reason() -> str | None:
     except ImportError:
         return "confluent-kafka is not installed (pip install confluent-kafka)"
     return None
+
+
+def in_ci(env: Mapping[str, str]) -> bool:
+    """Whether the tests run in CI (CI=true, as CI services set it)."""
+    return env.get("CI", "").strip().lower() in ("true", "1", "yes")
+
+
+def missing_parts_action(reason: str | None, ci: bool) -> Literal["run", "skip", "fail"]:
+    """What a test about Kafka does (pure): run when the parts are here; else skip on a
+    developer's machine, fail under CI."""
+    if reason is None:
+        return "run"
+    return "fail" if ci else "skip"
+
+
+def kafka_required() -> pytest.MarkDecorator:
+    """The mark of a test that needs the broker's jars and confluent-kafka."""
+    reason = skip_reason()
+    action = missing_parts_action(reason, in_ci(os.environ))
+    if action == "skip":
+        return pytest.mark.skip(reason=str(reason))
+    if action == "fail":
+        return pytest.mark.usefixtures("kafka_parts_missing")
+    return pytest.mark.usefixtures()
+
+
+@pytest.fixture(scope="session")  # first, before a broker is tried
+def kafka_parts_missing() -> None:
+    """Fails (errors) the test under CI with why the Kafka parts cannot be used."""
+    pytest.fail(f"CI=true and a test about Kafka cannot run: {skip_reason()} "
+                "(CI runs scripts/setup.sh --test, which fetches them)", pytrace=False)
 
 
 @pytest.fixture(scope="module")
@@ -91,5 +125,5 @@ def temp_topic(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
-__all__ = ["kafka_broker", "create_topic", "produce", "read_committed", "skip_reason",
-           "temp_topic", "Path"]
+__all__ = ["kafka_broker", "kafka_parts_missing", "create_topic", "produce", "read_committed",
+           "skip_reason", "kafka_required", "missing_parts_action", "temp_topic", "Path"]

@@ -93,3 +93,18 @@ def test_a_csv_header_over_the_cap_is_skipped_like_a_line(tmp_path: Path) -> Non
     index = sources.LineIndex(str(path), skip_header=True, on_long=said.append)
     index.refresh()
     assert len(index.ends) == 3 and len(said) == 1 and f"{path}:1:" in said[0]
+
+
+def test_a_line_that_is_not_a_json_object_is_a_located_error_and_the_rest_is_read(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Its byte offset counts the skipped long line before it (`sources.piece_offset`)."""
+    path = tmp_path / "in.jsonl"
+    head = b"".join(record(i) for i in range(5)) + record(5000, 3 * CAP)
+    data = head + b"null\n" + b"".join(record(i) for i in range(5, 10)) + b"[1]\n" + record(10)
+    path.write_bytes(data)
+    with caplog.at_level(logging.ERROR, logger="executor.sources"):
+        assert read_all(path, tmp_path) == list(range(11))
+    notices = [r.getMessage() for r in caplog.records if "not a JSON object" in r.getMessage()]
+    assert len(notices) == 2
+    assert f"{path}: byte {len(head):,}: the line is not a JSON object (b'null')" in notices[0]
+    assert f"{path}: byte {data.index(b'[1]'):,}: " in notices[1]

@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from elastiq.kafka_broker import BrokerPorts, random_cluster_id, server_properties
-from tests.kafka_support import kafka_broker, produce, read_committed, skip_reason, temp_topic
+from tests.kafka_support import (kafka_broker, kafka_parts_missing, kafka_required, produce,
+                                 read_committed, temp_topic)
 
-__all__ = ["kafka_broker"]
+__all__ = ["kafka_broker", "kafka_parts_missing"]
 
 
 def _props(text: str) -> dict[str, str]:
@@ -37,7 +38,7 @@ def test_cluster_ids_are_sixteen_random_bytes() -> None:
     assert len(base64.urlsafe_b64decode(a + "==")) == 16
 
 
-@pytest.mark.skipif(skip_reason() is not None, reason=str(skip_reason()))
+@kafka_required()
 def test_a_real_broker_commits_transactions_and_hides_aborted_ones(kafka_broker: str) -> None:
     from confluent_kafka import Producer
 
@@ -55,7 +56,7 @@ def test_a_real_broker_commits_transactions_and_hides_aborted_ones(kafka_broker:
                                                                               b"committed"]
 
 
-@pytest.mark.skipif(skip_reason() is not None, reason=str(skip_reason()))
+@kafka_required()
 def test_elastiq_kafka_starts_a_detached_broker_and_stops_it(
         tmp_path: Path, capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch) -> None:
@@ -79,3 +80,34 @@ def test_elastiq_kafka_starts_a_detached_broker_and_stops_it(
         assert main(["kafka", "--dir", state, "stop"]) == 0
     assert record is not None and not is_broker_process(record.pid)
     assert main(["kafka", "--dir", state, "status"]) == 1
+
+
+def test_missing_kafka_parts_skip_on_a_developers_machine_and_fail_under_ci() -> None:
+    from tests.kafka_support import in_ci, missing_parts_action
+
+    assert missing_parts_action(None, ci=True) == "run"
+    assert missing_parts_action(None, ci=False) == "run"
+    assert missing_parts_action("no broker jars", ci=False) == "skip"
+    assert missing_parts_action("no broker jars", ci=True) == "fail"
+    assert in_ci({"CI": "true"}) and in_ci({"CI": "1"}) and in_ci({"CI": "TRUE "})
+    assert not in_ci({}) and not in_ci({"CI": ""}) and not in_ci({"CI": "false"})
+
+
+def test_under_ci_a_kafka_test_without_the_parts_fails_with_the_reason(tmp_path: Path) -> None:
+    """The wiring, in a pytest of its own with an empty JVM cache: CI=true fails, saying why."""
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHONPATH": str(root), "ELASTIQ_JVM_CACHE": str(tmp_path / "none")}
+    args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
+            "-rfs", str(Path(__file__)), "-k", "commits_transactions"]
+    ci = subprocess.run(args, env={**env, "CI": "true"}, cwd=root, capture_output=True,
+                        text=True, timeout=120)
+    assert ci.returncode == 1 and "1 error" in ci.stdout, ci.stdout[-2000:]
+    assert "CI=true and a test about Kafka cannot run: Apache Kafka's broker is not in" \
+        in ci.stdout, ci.stdout[-2000:]
+    dev = subprocess.run(args, env={**env, "CI": ""}, cwd=root, capture_output=True, text=True,
+                         timeout=120)
+    assert dev.returncode == 0 and "1 skipped" in dev.stdout, dev.stdout[-2000:]

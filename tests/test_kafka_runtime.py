@@ -24,13 +24,12 @@ import pyarrow as pa
 import pytest
 
 from common.types import Schema
-from tests.kafka_support import (create_topic, kafka_broker, produce, read_committed,
-                                 skip_reason, temp_topic)
+from tests.kafka_support import (create_topic, kafka_broker, kafka_parts_missing,
+                                 kafka_required, produce, read_committed, temp_topic)
 from testkit.waiting import wait_for
 
-pytestmark = [pytest.mark.spark,
-              pytest.mark.skipif(skip_reason() is not None, reason=str(skip_reason()))]
-__all__ = ["kafka_broker"]
+pytestmark = [pytest.mark.spark, kafka_required()]
+__all__ = ["kafka_broker", "kafka_parts_missing"]
 
 ROOT = Path(__file__).resolve().parent.parent
 READING = Schema.of(("sensor", "string"), ("temp", "double"), ("part", "int"), ("off", "int"))
@@ -152,9 +151,12 @@ rt.query.awaitTermination(240)
 '''
 
 
-@pytest.mark.skip(reason="not green yet (issue 30): two runs that SIGKILLed only the driver's "
-                         "Python process missed records after the restart; now the process group "
-                         "is killed, unverified for lack of the shared lock before the deadline")
+@pytest.mark.skip(reason="Spark's Kafka connector 4.1.1 (the newest 4.1.x that resolves here) "
+                         "fails the restarted query right after it re-runs the batch the killed "
+                         "one had planned: NullPointerException in KafkaMicroBatchStream.metrics "
+                         "(SPARK-55271/SPARK-57438: latestPartitionOffsets is null until "
+                         "latestOffset() runs, which a replay skips); the replayed batch commits, "
+                         "the batches after it never run. See docs/kafka.md")
 def test_a_sigkilled_task_process_resumes_and_the_topic_is_exact(
         kafka_broker: str, tmp_path: Path) -> None:
     """The task runs in a process of its own (its own Spark session, small micro-batches); it is
@@ -174,22 +176,26 @@ def test_a_sigkilled_task_process_resumes_and_the_topic_is_exact(
                              start_new_session=True)
     try:
         commits = tmp_path / "ck" / "spark" / "commits"
+
+        def committed() -> int:  # Spark's commit log: files 0, 1, ... (and .crc files)
+            return sum(p.name.isdigit() for p in commits.iterdir()) if commits.is_dir() else 0
+
         def committed_three() -> bool:
             assert first.poll() is None, f"the task exited: see {tmp_path / 'task.log'}"
-            return commits.is_dir() and len(list(commits.iterdir())) >= 3
+            return committed() >= 3
 
-        wait_for("three committed batches", committed_three, timeout=120)
+        wait_for("three committed batches", committed_three, timeout=180)
         assert first.poll() is None
         os.killpg(first.pid, signal.SIGKILL)
         first.wait(30)
-        done = len(list(commits.iterdir()))
+        done = committed()
         assert done < 15, f"too late to kill mid-run ({done} batches committed)"
         second = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT,
                                   start_new_session=True)
         try:
             expected = hot(rows)
             records = read_committed(kafka_broker, out, expect=sum(expected.values()),
-                                     timeout=150, settle=3.0)
+                                     timeout=240, settle=3.0)
         finally:
             os.killpg(second.pid, signal.SIGKILL)
             second.wait(30)
@@ -198,4 +204,9 @@ def test_a_sigkilled_task_process_resumes_and_the_topic_is_exact(
             os.killpg(first.pid, signal.SIGKILL)
             first.wait(30)
         log.close()
-    assert got(records) == expected
+    seen = got(records)
+    missing, twice = expected - seen, seen - expected
+    assert seen == expected, (
+        f"{sum(missing.values())} missing, {sum(twice.values())} extra of "
+        f"{sum(expected.values())} (killed after {done} batches); task log "
+        f"{tmp_path / 'task.log'}")

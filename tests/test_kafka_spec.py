@@ -12,7 +12,8 @@ from common.kafka_params import (KafkaParamError, parse_bootstrap, parse_startin
                                  parse_topics, security_settings, transactional_id)
 from common.types import ColumnType
 from compiler.pipeline import check_spec_text, compile_spec_text
-from executor.kafka_io import Mark, SourceSettings, already_written, mark_of, source_options
+from executor.kafka_io import (Mark, SourceSettings, already_written, mark_of, source_options,
+                               transient)
 from tests.spec_snippets import locate
 
 TYPES = """  <type name="reading">
@@ -137,6 +138,16 @@ def test_transactional_ids_are_stable_per_sink_and_distinct_between_sinks() -> N
     assert len({a, transactional_id("q", "t1", "out"), transactional_id("q", "t0", "o2"),
                 transactional_id("q.t0", "", "out")}) == 4
     assert len(transactional_id("q" * 500, "t", "o")) < 220
+
+
+def test_an_unstable_or_loading_mark_is_read_again_never_taken_as_none() -> None:
+    KafkaError = pytest.importorskip("confluent_kafka").KafkaError  # noqa: N806
+
+    for code in (KafkaError.UNSTABLE_OFFSET_COMMIT, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+                 KafkaError.NOT_COORDINATOR, KafkaError._TIMED_OUT):
+        assert transient(code, retriable=False)
+    assert transient(KafkaError.UNKNOWN, retriable=True)
+    assert not transient(KafkaError.GROUP_AUTHORIZATION_FAILED, retriable=False)
 
 
 def test_a_batch_is_skipped_only_under_a_mark_of_the_same_run() -> None:
