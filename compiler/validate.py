@@ -115,6 +115,10 @@ def _check_types(c: _Checker) -> None:
                     "rename or remove one of them")
             continue
         seen[t.name] = t.pos
+        if not t.columns:
+            c.error(t.pos, f"type '{t.name}' has no columns",
+                    'add <column name="..." type="..."/> to it, or remove it')
+            continue
         fields: list[Field] = []
         names: set[str] = set()
         folded: dict[str, str] = {}
@@ -346,7 +350,9 @@ def _resolve(c: _Checker, op: OperatorDecl, d: OperatorDef) -> None:
                          f"({_describe(computed)})",
                 "change the declared type or leave out type= to use what the operator produces")
         return
-    c.schemas[out.name] = declared or computed  # type: ignore[assignment]  # None if declared is an empty (falsy) type: a known bug
+    schema = declared if declared is not None else computed
+    assert schema is not None  # both None returned above
+    c.schemas[out.name] = schema
     times = _event_times_out(c, op)
     if times is not None:
         c.event_times[out.name] = times
