@@ -249,6 +249,6 @@ def agents_needed(tasks: "Sequence[QueryTask]") -> int:
     return max(colour.values(), default=0) + 1
 
 
-def splitter_op_id(channels: "tuple[str, ...] | list[str]") -> str:
+def splitter_op_id(channels: "Sequence[str]") -> str:
     """The program's operator id of the splitter that serves `channels` (compiler and runtime)."""
     return "split:" + "+".join(channels)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import difflib
 import os
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any, Callable, Union
 
 from common import kafka_params as kp
@@ -115,7 +116,13 @@ def _check_types(c: _Checker) -> None:
                     "rename or remove one of them")
             continue
         seen[t.name] = t.pos
-        fields, names, folded = [], set(), {}
+        if not t.columns:
+            c.error(t.pos, f"type '{t.name}' has no columns",
+                    'add <column name="..." type="..."/> to it, or remove it')
+            continue
+        fields: list[Field] = []
+        names: set[str] = set()
+        folded: dict[str, str] = {}
         for col in t.columns:
             if col.name in names:
                 c.error(col.pos, f"column '{col.name}' appears twice in type '{t.name}'",
@@ -244,7 +251,7 @@ def _check_streams(c: _Checker, kinds: dict[str, OperatorDef]) -> list[OperatorD
             if port.name not in c.producers:
                 c.error(port.pos, f"operator '{op.name}' reads stream '{port.name}', which no "
                                   "operator produces",
-                        lambda name=port.name: suggest(name, c.producers, "streams produced"))
+                        partial(suggest, port.name, c.producers, "streams produced"))
     for name, op in c.producers.items():
         if name not in consumed and kinds[op.name].role != "sink":
             out = next(o for o in op.outputs if o.name == name)
@@ -331,7 +338,7 @@ def _resolve(c: _Checker, op: OperatorDecl, d: OperatorDef) -> None:
         if declared is None:
             if out.type_name not in {t.name for t in c.spec.types}:
                 c.error(out.pos, f"unknown stream type '{out.type_name}'",
-                        lambda: suggest(out.type_name, c.types, "declared types"))
+                        partial(suggest, out.type_name, c.types, "declared types"))
             return
     if computed is None and declared is None:
         if d.output_type == "declared":
@@ -344,7 +351,9 @@ def _resolve(c: _Checker, op: OperatorDecl, d: OperatorDef) -> None:
                          f"({_describe(computed)})",
                 "change the declared type or leave out type= to use what the operator produces")
         return
-    c.schemas[out.name] = declared or computed  # type: ignore[assignment]
+    schema = declared if declared is not None else computed
+    assert schema is not None  # both None returned above
+    c.schemas[out.name] = schema
     times = _event_times_out(c, op)
     if times is not None:
         c.event_times[out.name] = times
@@ -397,7 +406,10 @@ def _project(c: _Checker, op: OperatorDecl, inputs: list[Schema]) -> Schema | No
         c.error(op.pos, f"project operator '{op.name}' has no <field>",
                 'add <field name="out" value="expression"/> for each output column')
         return None
-    fields, seen, folded, ok = [], set(), {}, True
+    fields: list[Field] = []
+    seen: set[str] = set()
+    folded: dict[str, str] = {}
+    ok = True
     for f in op.fields:
         if f.name in seen:
             c.error(f.pos, f"field '{f.name}' appears twice in '{op.name}'",
@@ -416,6 +428,13 @@ def _project(c: _Checker, op: OperatorDecl, inputs: list[Schema]) -> Schema | No
         else:
             fields.append(Field(f.name, typed.type))
     return Schema(tuple(fields)) if ok else None
+
+
+def _written(op: OperatorDecl, name: str) -> ParamDecl:
+    """The parameter `name` of `op`, which the caller knows was written (its value was read)."""
+    found = op.param(name)
+    assert found is not None, f"'{op.name}' has no parameter '{name}'"
+    return found
 
 
 def _column_of(c: _Checker, op: OperatorDecl, schema: Schema, param: str, stream: str,
@@ -444,11 +463,11 @@ def _window(c: _Checker, op: OperatorDecl, inputs: list[Schema]) -> Schema | Non
     size, slide = values.get("size"), values.get("slide")
     ok = time is not None and _is_event_time(c, op, stream, time.name, "time")
     if size is not None and size <= 0:
-        c.error(op.param("size").value_pos(), "a window size must be above zero",  # type: ignore[union-attr]
+        c.error(_written(op, "size").value_pos(), "a window size must be above zero",
                 "e.g. 10 seconds")
         ok = False
     if slide is not None and size is not None and not 0 < slide <= size:
-        c.error(op.param("slide").value_pos(),  # type: ignore[union-attr]
+        c.error(_written(op, "slide").value_pos(),
                 f"the slide ({canonical_duration(slide)}) must be above zero and at most the "
                 f"window size ({canonical_duration(size)})", "leave out slide for a tumbling window")
         ok = False
@@ -480,7 +499,7 @@ def windows_per_row(size_ms: int, slide_ms: int) -> int:
 
 def _too_many_windows(c: _Checker, op: OperatorDecl, size: int, slide: int) -> None:
     least = -(-size // MAX_WINDOWS_PER_ROW)
-    c.error(op.param("slide").value_pos(),  # type: ignore[union-attr]
+    c.error(_written(op, "slide").value_pos(),
             f"a {canonical_duration(size)} window sliding by {canonical_duration(slide)} puts "
             f"each row in {windows_per_row(size, slide):,} windows, more than the "
             f"{MAX_WINDOWS_PER_ROW:,} a window may (Spark copies each row once per window)",
@@ -539,9 +558,9 @@ def _group_columns(c: _Checker, op: OperatorDecl, schema: Schema, stream: str,
     for name in c.params[op.name].get(param, ()):
         found = schema.get(name)
         if found is None:
-            c.error(op.param(param).value_pos(),  # type: ignore[union-attr]
+            c.error(_written(op, param).value_pos(),
                     f"{param} column '{name}' is not in stream '{stream}'",
-                    lambda name=name: suggest(name, schema.names, "its columns"))
+                    partial(suggest, name, schema.names, "its columns"))
             ok = False
         else:
             result.append(found)
@@ -662,8 +681,12 @@ def _join_schema(c: _Checker, op: OperatorDecl, left: Schema, right: Schema,
     names = join_output_names(left, right, right_name)
     folded = [_folded(n) for n in left.names + tuple(names)]
     seen: set[str] = set()
-    clash = next((n for n, f in zip(left.names + tuple(names), folded)
-                  if f in seen or seen.add(f)), None)  # type: ignore[func-returns-value]
+    clash = None
+    for n, f in zip(left.names + tuple(names), folded):
+        if f in seen:
+            clash = n
+            break
+        seen.add(f)
     if clash is not None:
         c.error(op.pos, f"join '{op.name}' would produce column '{clash}' twice",
                 "rename columns with a project operator before the join")
@@ -710,14 +733,15 @@ def _pattern(c: _Checker, op: OperatorDecl, inputs: list[Schema]) -> Schema | No
     if tree is None:
         return None
     if stream in ex_pattern.variables(tree):
-        c.error(op.param("pattern").value_pos(),  # type: ignore[union-attr]
+        c.error(_written(op, "pattern").value_pos(),
                 f"pattern variable '{stream}' has the name of the input stream",
                 "rename the variable: stream.col names the current row")
         return None
     scope = ex_pattern.PatternScope(stream, schema, ex_pattern.variables(tree))
     ok = _defines(c, op, scope) and ok
     measures = _measures(c, op, scope, keys or [])
-    return Schema(tuple(keys) + tuple(measures)) if ok and measures is not None else None
+    return Schema(tuple(keys) + tuple(measures)) \
+        if ok and keys is not None and measures is not None else None
 
 
 def _pattern_tree(c: _Checker, op: OperatorDecl) -> ex_pattern.Node | None:
@@ -736,7 +760,7 @@ def _defines(c: _Checker, op: OperatorDecl, scope: ex_pattern.PatternScope) -> b
     for d in op.defines:
         if d.name not in scope.variables:
             c.error(d.pos, f"<define> names '{d.name}', which the pattern of '{op.name}' does "
-                           "not use", lambda d=d: suggest(d.name, scope.variables, "its variables"))
+                           "not use", partial(suggest, d.name, scope.variables, "its variables"))
             ok = False
         elif d.name in seen:
             c.error(d.pos, f"variable '{d.name}' is defined twice", "keep one <define>")
@@ -884,7 +908,7 @@ def _node(c: _Checker, op: OperatorDecl, d: OperatorDef) -> Node:
         params["measures"] = tuple((f.name, f.value) for f in op.fields)
         params["defines"] = tuple((d.name, d.value) for d in op.defines)
     if op.kind == "filter":
-        params["condition"] = op.param("condition").value  # type: ignore[union-attr]
+        params["condition"] = _written(op, "condition").value
     return Node(
         name=op.name, kind=op.kind, role=d.role, stateful=d.stateful,
         inputs=tuple(p.name for p in op.inputs),
@@ -1037,7 +1061,9 @@ def _check_parallelism(c: _Checker, op: OperatorDecl, d: OperatorDef,
     keys = _partition_keys(op.kind, c.params[op.name])
     wanted = by.value if by is not None else (keys[0] if keys else None)
     if not GUARDS["partitionable"].holds(_subject(op, d, keys, (("partition-by", wanted),))):
-        _not_partitionable(c, op, keys, par or most, by)  # type: ignore[arg-type]
+        given = par or most
+        assert given is not None  # both None returned above
+        _not_partitionable(c, op, keys, given, by)
         return
     assert keys is not None  # partitionable
     column = _partition_column(c, op, keys, by)
@@ -1077,8 +1103,8 @@ def _elastic_bounds(c: _Checker, op: OperatorDecl, d: OperatorDef,
     low = _count(c, least, 1, 0, MAX_PARALLELISM) if least is not None else 1
     mode = elastic.value if elastic is not None else "manual"
     ok = True
-    if mode not in ELASTIC_MODES:
-        c.error(elastic.pos, f"elastic='{mode}' is not an elasticity mode",  # type: ignore[union-attr]
+    if elastic is not None and mode not in ELASTIC_MODES:  # "manual" when not written
+        c.error(elastic.pos, f"elastic='{mode}' is not an elasticity mode",
                 suggest(mode, ELASTIC_MODES, "modes"))
         ok = False
     if most is not None and k > high:
@@ -1090,7 +1116,7 @@ def _elastic_bounds(c: _Checker, op: OperatorDecl, d: OperatorDef,
                            f"{min(k, high)}", "the query starts with parallelism= instances "
                                               "(default 1): keep min-parallelism at or below it")
         ok = False
-    if low == 0 and not _foldable(c, op, d, least, mode):  # type: ignore[arg-type]
+    if least is not None and low == 0 and not _foldable(c, op, d, least, mode):  # 1 if unwritten
         ok = False
     if high == 0:
         c.error(attrs["parallelism"].pos,  # only parallelism="0" alone gives no slots
@@ -1099,7 +1125,8 @@ def _elastic_bounds(c: _Checker, op: OperatorDecl, d: OperatorDef,
         ok = False
     if d.stateful and (high > k or mode == "auto") and not _switchable(op, c.params[op.name]):
         where = most if most is not None and high > k else elastic
-        c.error(where.pos, f"'{op.name}' is a stateful {op.kind}: only window-aggregates "  # type: ignore[union-attr]
+        assert where is not None  # high > k needs max-parallelism=, mode "auto" needs elastic=
+        c.error(where.pos, f"'{op.name}' is a stateful {op.kind}: only window-aggregates "
                            "and joins hand their keyed state over at run time for now",
                 f"write parallelism=\"{high}\" alone (a fixed partitioning)")
         ok = False

@@ -142,8 +142,9 @@ class ExecutorTokens:
         header, payload = _json_object(parts[0]), _json_object(parts[1])
         if header != _JWT_HEADER or payload is None:
             return None
-        values = [payload.get(name) for name in ("fid", "eid", "cid")]
-        if not all(isinstance(value, str) and value for value in values):
+        values = [value for value in (payload.get(name) for name in ("fid", "eid", "cid"))
+                  if isinstance(value, str) and value]
+        if len(values) != 3:
             return None
         return ExecutorClaims(*values)
 

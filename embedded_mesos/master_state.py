@@ -362,6 +362,7 @@ class MasterState:
             actions += self._replace_stream(framework)
             framework.info = info
             logger.info("master %s: framework %s re-subscribed", self.master_id, framework_id)
+        framework_id = framework.framework_id  # the id it was found by, or the new one
         framework.info = {**info, "id": {"value": framework_id}}
         framework.stream_id = ev.stream_id
         framework.failover_deadline = None
@@ -485,13 +486,14 @@ class MasterState:
                     if o is not None and o.framework_id == framework.framework_id:
                         self.offers.pop(o.offer_id, None)
                 return [], f"offer {oid} is no longer valid"
-        if len({o.agent_id for o in offers}) != 1:
-            for o in offers:
+        valid = [o for o in offers if o is not None]  # all of them: checked above
+        if len({o.agent_id for o in valid}) != 1:
+            for o in valid:
                 self.offers.pop(o.offer_id, None)
             return [], "offers from more than one agent"
-        for o in offers:
+        for o in valid:
             del self.offers[o.offer_id]
-        return [o for o in offers if o is not None], None
+        return valid, None
 
     def _launch(self, framework: Framework, agent: Agent, task_info: Any,
                 pool: Resources, wall: float) -> tuple[list[Action], Resources]:
@@ -773,7 +775,8 @@ class MasterState:
         if not isinstance(agent_id, str) or not safe_id(agent_id) \
                 or agent_id in self.removed_agents:
             agent_id = self._next_id("S")
-        hostname = body.get("hostname") if isinstance(body.get("hostname"), str) else "127.0.0.1"
+        given_host = body.get("hostname")
+        hostname = given_host if isinstance(given_host, str) else "127.0.0.1"
         self.agents[agent_id] = Agent(agent_id, hostname, url, total, now,
                                       text_attributes(body.get("attributes")))
         logger.info("master %s: agent %s registered at %s with %s, running %d task(s)",

@@ -133,7 +133,7 @@ def v1_call(state: MasterState, body: Any, uptime: float) -> dict[str, Any]:
     """A v1 operator call (JSON) -> its response; OperatorCallError for what is not served."""
     kind = body.get("type") if isinstance(body, dict) else None
     answer = _CALLS.get(kind) if isinstance(kind, str) else None
-    if answer is None:
+    if answer is None or not isinstance(kind, str):  # answer is None unless kind is a str
         raise OperatorCallError(f"operator call {kind!r} is not served by the embedded master "
                                 f"(it answers {', '.join(sorted(_CALLS))})")
     key = kind.lower()

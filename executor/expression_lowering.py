@@ -150,7 +150,9 @@ class _Lowering:
 
     def fn_round(self, node: Call) -> Column:
         x = self.lower(node.args[0])
-        digits = node.args[1].value if len(node.args) > 1 else 0  # type: ignore[union-attr]
+        written = node.args[1] if len(node.args) > 1 else None
+        assert written is None or isinstance(written, Literal)  # checked: an int literal
+        digits = written.value if written is not None else 0
         if self.type(node) is ColumnType.DOUBLE:
             return self.F.round(x, digits)
         if digits >= 0:

@@ -28,7 +28,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Protocol
+from typing import Any, Callable, Final, Literal, Mapping, Protocol
 
 from pymesos import Executor, MesosExecutorDriver
 
@@ -151,7 +151,7 @@ def checkpoint_dir(config: ExecutorConfig, task_id: str) -> Path:
     return config.state_dir / task_id / "checkpoint"
 
 
-PREWARM = "prewarm"  # a runner-pool job: build the session before any task needs it
+PREWARM: Final = "prewarm"  # a runner-pool job: build the session before any task needs it
 PREWARM_ENV = "ELASTIQ_PREWARM"  # "1": prewarm (`elastiq run` and `elastiq scheduler` set it)
 
 
@@ -169,7 +169,8 @@ class RunnerPool:
         self._runners: dict[str, Runner] = {}
         self._outputs: dict[str, tuple[str, ...]] = {}  # mesos task id -> channels it serves
         self._lock = threading.Lock()
-        self._jobs: queue.Queue[Command | str | None] = queue.Queue()
+        self._jobs: queue.Queue[StartRunner | StopRunner | Literal["prewarm"] | None] = \
+            queue.Queue()
         self._thread = threading.Thread(target=self._work, name="runner-pool", daemon=True)
         self._thread.start()
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
+from typing import Sequence
 
 import numpy as np
 
@@ -38,6 +39,14 @@ class Switch:
     # every instance owning a time within it; its switch time is the scheduler's (`planned`)
     spread_ms: int = 0
     planned: bool = False  # a join's splitters switch at the time the scheduler chose
+
+    @classmethod
+    def of(cls, time: str, numbers: Sequence[int], planned: bool = False) -> Switch:
+        """From a splitter's `switch` parameter: after the time column, the window size and
+        horizon, then optionally the slide and the spread (ms)."""
+        window_ms, horizon_ms, *rest = numbers
+        slide_ms, spread_ms = (*rest, 0, 0)[:2]
+        return cls(time, window_ms, horizon_ms, slide_ms, spread_ms, planned)
 
     @property
     def slide(self) -> int:
@@ -88,7 +97,7 @@ def rescaled(schedule: Schedule, n: int, switch: Switch | None) -> tuple[Schedul
     at once, from the next micro-batch, which a stateless operator or one that has routed
     nothing yet can afford)."""
     at = switch_time(schedule.max_seen, switch.slide) if switch is not None else None
-    if at is None:
+    if switch is None or at is None:
         return Schedule([(None, n)], schedule.max_seen), None
     last_from = schedule.entries[-1][0]
     if last_from is not None and at <= last_from:  # the last switch is still ahead: keep it,

@@ -307,7 +307,7 @@ class TaskRuntime:
         # what the last live switch decided that its acknowledgement reports (a splitter's
         # event-time switch, `switch_ms`; -1: at once)
         self.switch_detail: dict[str, float] = {}
-        for source in (*sources.ALL_SOURCES, spool_source.SpoolSource):
+        for source in sources.ALL_SOURCES + (spool_source.SpoolSource,):
             spark.dataSource.register(source)
 
     def stop(self) -> None:
@@ -988,8 +988,8 @@ class TaskRuntime:
         if len(readers) != len(channels):
             raise self._error(op, f"{len(channels)} channels but {len(readers)} reader lists")
         stream = self._get(op, input)
-        timing = routing.Switch(self._field(op, stream, switch[0]).name,
-                                *[int(v) for v in switch[1:5]], bool(switch[5:] and switch[5])) \
+        timing = routing.Switch.of(self._field(op, stream, switch[0]).name,
+                                   [int(v) for v in switch[1:5]], bool(switch[5:] and switch[5])) \
             if switch is not None else None
         schema = shapes.arrow_schema(with_tick(stream.schema, timing.sliding)
                                      if timing is not None else stream.schema)
@@ -1009,8 +1009,8 @@ class TaskRuntime:
                                       schedule, timing, path if timing is not None else None,
                                       folded)
 
-        def switch(n: int, planned: int | None, refused: type[ValueError] = RuntimeSpecError
-                   ) -> tuple[Undo, int | None]:
+        def switch_to(n: int, planned: int | None, refused: type[ValueError] = RuntimeSpecError
+                      ) -> tuple[Undo, int | None]:
             try:
                 return sink.rescale(n, planned)
             except ValueError as exc:
@@ -1018,10 +1018,10 @@ class TaskRuntime:
                                                 "ask again") from None
 
         if schedule.active != n:  # changed while the query was down: switch now
-            switch(n, planned, SwitchRefused)  # a join's splitter at the planned time
+            switch_to(n, planned, SwitchRefused)  # a join's splitter at the planned time
 
         def rescale(value: Any) -> Undo:
-            undo, at = switch(*self._planned(op, value, slots, folded))
+            undo, at = switch_to(*self._planned(op, value, slots, folded))
             self.switch_detail["switch_ms"] = float(at) if at is not None else -1.0
             return undo
         self.live[(op, "key")] = LiveParam(

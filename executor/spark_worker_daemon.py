@@ -42,7 +42,7 @@ def install_patch() -> None:
     """Replace `setup_spark_files` before any worker module binds it by name."""
     import pyspark.worker_util as worker_util
 
-    worker_util.setup_spark_files = _setup_spark_files_without_cache_flush  # type: ignore[assignment]
+    worker_util.setup_spark_files = _setup_spark_files_without_cache_flush
 
 
 def main() -> None:

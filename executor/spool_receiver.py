@@ -18,7 +18,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import pyarrow as pa
 
@@ -26,6 +26,9 @@ from common.safe_open import private_folder
 from executor import spool
 from executor.channels.base import Batch, ChannelError
 from executor.endpoints_file import EndpointWatcher
+
+if TYPE_CHECKING:
+    from executor.channels import ChannelReader
 
 log = logging.getLogger("executor.spool")
 
@@ -51,7 +54,7 @@ class _Source:
     def __init__(self, replica: Replica) -> None:
         self.replica = replica
         self.endpoint = replica.endpoint
-        self.reader: object | None = None
+        self.reader: ChannelReader | None = None
         self.subscribed = False
         self.retry_at = 0.0
 
@@ -104,7 +107,7 @@ class SpoolReceiver:
             self._thread.join(timeout)
         for source in self._sources:
             if source.reader is not None:
-                source.reader.close(flush_timeout=0.5)  # type: ignore[attr-defined]
+                source.reader.close(flush_timeout=0.5)
                 source.reader = None
         for handler in list(self._log.handlers):
             self._log.removeHandler(handler)
@@ -149,8 +152,9 @@ class SpoolReceiver:
                 if not self._sources[index].endpoint:
                     continue
                 try:
-                    first, _last = self._reader(index, force=True).retained_range(  # type: ignore[attr-defined]
-                        timeout=BASE_ANSWER_SECONDS)
+                    reader = self._reader(index, force=True)
+                    assert reader is not None  # it has an endpoint and `force` skips the wait
+                    first, _last = reader.retained_range(timeout=BASE_ANSWER_SECONDS)
                     answers.append(first - 1)
                 except ChannelError as exc:
                     self._log.info("task %s: channel %s gave no retained range: %s",
@@ -194,7 +198,7 @@ class SpoolReceiver:
             if reader is None:
                 continue
             try:
-                reader.ack(committed)  # type: ignore[attr-defined]
+                reader.ack(committed)
             except ChannelError as exc:
                 self._fail(index, exc)
 
@@ -220,7 +224,7 @@ class SpoolReceiver:
         others = [i for i in range(len(self._sources)) if i != self._current]
         return others if self._current is None else [self._current, *others]
 
-    def _reader(self, index: int, *, force: bool = False) -> object | None:
+    def _reader(self, index: int, *, force: bool = False) -> ChannelReader | None:
         """The replica's reader, or None while it waits to be retried after an error."""
         source = self._sources[index]
         if not source.endpoint or (not force and time.monotonic() < source.retry_at):
@@ -245,9 +249,9 @@ class SpoolReceiver:
         source = self._sources[index]
         try:
             if not source.subscribed:
-                reader.subscribe(from_seq=self._high + 1)  # type: ignore[attr-defined]
+                reader.subscribe(from_seq=self._high + 1)
                 source.subscribed = True
-            return reader.poll(wait)  # type: ignore[attr-defined]
+            return reader.poll(wait)
         except ChannelError as exc:
             self._fail(index, exc)
             return []
@@ -262,7 +266,7 @@ class SpoolReceiver:
                           self._name(index), self._retry, error)
         if source.reader is not None:
             try:
-                source.reader.close(flush_timeout=0)  # type: ignore[attr-defined]
+                source.reader.close(flush_timeout=0)
             except Exception:  # noqa: BLE001 - closing a broken reader must not hide the error
                 log.debug("closing replica %s failed", self._name(index), exc_info=True)
         source.reader, source.subscribed = None, False
@@ -281,7 +285,7 @@ class SpoolReceiver:
                            source.replica.channel, source.endpoint, new)
             source.endpoint = new
             if source.reader is not None:
-                source.reader.connect_to(new)  # type: ignore[attr-defined]
+                source.reader.connect_to(new)
                 source.retry_at = 0.0  # a replica skipped at its old endpoint is tried at once
 
 

@@ -29,6 +29,7 @@ from types import ModuleType
 from typing import Any, Literal, Mapping, Sequence
 
 from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQuery
 
 from common.failures import MAX_REASON, innermost_error, kind_of_text
 from common.messages import ParamSet
@@ -482,7 +483,7 @@ class TaskRunner:
         starts its tasks one after another (one runner-pool thread), so this keeps their runner
         processes from starting all at once: Spark gives each 10 s to connect back, which a
         burst of them on a loaded machine misses ("Python worker failed to connect back")."""
-        query = self.runtime.query  # type: ignore[union-attr]
+        query = self._started_query()
         deadline = time.monotonic() + SOURCES_UP_SECONDS
         while query.isActive and time.monotonic() < deadline and not self._stop.is_set():
             if query.status.get("message") != INITIALIZING_SOURCES:
@@ -491,6 +492,12 @@ class TaskRunner:
         if query.isActive and not self._stop.is_set():
             log.info("task %s: sources still initialising after %.0f s; going on",
                      self.task_id, SOURCES_UP_SECONDS)
+
+    def _started_query(self) -> StreamingQuery:
+        """The current run's query, which its callers run after it was started."""
+        rt = self.runtime
+        assert rt is not None and rt.query is not None, f"task {self.task_id}: no query started"
+        return rt.query
 
     def _replace_runtime(self, rt: TaskRuntime) -> None:
         """Make `rt` the current run, keeping the rows the previous run's sink wrote."""
@@ -502,10 +509,12 @@ class TaskRunner:
         """Block until the query dies or stop() is called; the failure text, or None. A query
         stopped to be rebuilt by `reconfigure` is not a failure: the new one is watched."""
         while not self._stop.is_set():
-            query = self.runtime.query  # type: ignore[union-attr]
+            query = self._started_query()
             if not query.isActive:
                 with self._rebuild:
-                    if self.runtime.query is not query:  # type: ignore[union-attr]
+                    current = self.runtime
+                    assert current is not None  # replaced, never cleared, once started
+                    if current.query is not query:
                         continue
                 exc = query.exception()
                 if exc is not None:

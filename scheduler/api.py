@@ -315,7 +315,7 @@ def _submit(service: QueryService, call: Call, compile: Compile) -> tuple[int, A
     query, source = parse_submission(
         call.body, call.headers.get("Content-Type", ""),
         call.headers.get("X-Spec-Filename") or "spec.xml",
-        (call.params.get("query_id") or [None])[0],
+        next(iter(call.params.get("query_id") or ()), None),
         call.headers.get("X-Spec-Dir") or os.getcwd(), compile)
     reply = service.submit(query, source=source)
     if not reply.accepted:
@@ -563,7 +563,8 @@ class ApiServer:
 
 
 async def _read_at_most(request: web.BaseRequest, limit: int) -> bytes:
-    chunks, size = [], 0
+    chunks: list[bytes] = []
+    size = 0
     while True:
         chunk = await request.content.read(65536)
         if not chunk:

@@ -173,7 +173,7 @@ class SchedulerLoop:
                 commands = self.state.handle(event)
         except Exception as e:  # a bug or an illegal transition must not end the loop
             log.exception("[%s] handling %s failed", event.stimulus_id, type(event).__name__)
-            self.metrics.observe_error(event)  # type: ignore[arg-type]  # any stimulus (by name)
+            self.metrics.observe_error(event)
             commands = [ReplyToRequest(event.stimulus_id, False, 500, f"internal error: {e}")]
         self._observe(event, commands)
         self._after_step(event)
@@ -184,8 +184,7 @@ class SchedulerLoop:
         """Feed the metrics (reads the state under the lock; never changes it)."""
         try:
             with self._lock:
-                self.metrics.observe_step(event,  # type: ignore[arg-type]  # any stimulus
-                                          commands, self.state, time.monotonic())
+                self.metrics.observe_step(event, commands, self.state, time.monotonic())
         except Exception:  # metrics must never stop the scheduler
             log.exception("[%s] metrics of %s failed", event.stimulus_id, type(event).__name__)
 

@@ -30,10 +30,10 @@ from scheduler.commands import (
     Command, DeclineOffers, LaunchTasks, ReplyToRequest, RetargetChannels,
 )
 from scheduler.elastic_policy import OUTCOMES, Capacity, Decision
-from scheduler.events import Event, OfferRescinded, OffersReceived
+from scheduler.events import OfferRescinded, OffersReceived
 from scheduler.lifecycle import TaskRecord, TaskState, parse_mesos_task_id
 from scheduler import elasticity
-from scheduler.state import QueryRecord, SchedulerState
+from scheduler.state import QueryRecord, SchedulerState, Stimulus
 
 log = logging.getLogger("elastiq.scheduler.metrics")
 
@@ -239,7 +239,7 @@ class SchedulerMetrics:
         self._capacity_seen: dict[tuple[str, str], str] = {}  # (query, operator) -> kind
 
     # ---- fed by the loop -----------------------------------------------------------------
-    def observe_step(self, event: Event, commands: Iterable[Command], state: SchedulerState,
+    def observe_step(self, event: Stimulus, commands: Iterable[Command], state: SchedulerState,
                      now: float | None = None) -> None:
         """One loop step: the event, the commands it caused, then the state it left behind.
         `now` is the loop's monotonic clock (the state's `pending_since` uses the same)."""
@@ -249,14 +249,14 @@ class SchedulerMetrics:
             self.observe_command(command, state, now)
         self.observe_state(state, now)
 
-    def observe_event(self, event: Event) -> None:
+    def observe_event(self, event: Stimulus) -> None:
         self.events.labels(type(event).__name__).inc()
         if isinstance(event, OffersReceived):
             self.offers_received.inc(len(event.offers))
         elif isinstance(event, OfferRescinded):
             self.offers_rescinded.inc()
 
-    def observe_error(self, event: Event) -> None:
+    def observe_error(self, event: Stimulus) -> None:
         self.event_errors.labels(type(event).__name__).inc()
 
     def observe_command(self, command: Command, state: SchedulerState, now: float) -> None:
@@ -463,7 +463,7 @@ class SchedulerMetrics:
                        safe_mode: bool = False) -> None:
         """Leadership as the ZooKeeper code sees it. A scheduler without ZooKeeper leads
         alone (the default); with ZooKeeper, call `set_leadership(False)` before electing."""
-        if self.leader.collect()[0].samples[0].value != (1.0 if leader else 0.0):
+        if next(iter(self.leader.collect())).samples[0].value != (1.0 if leader else 0.0):
             self.leadership_changes.inc()
         self.leader.set(1 if leader else 0)
         self.safe_mode.set(1 if leader and safe_mode else 0)

@@ -24,6 +24,15 @@ def test_a_switch_happens_at_the_first_window_start_after_every_row_routed() -> 
     assert routing.switch_time(12_345, 5000) == 15_000
 
 
+def test_a_switch_reads_the_splitters_parameter_with_the_optional_numbers_defaulting_to_zero(
+) -> None:
+    assert Switch.of("ts", [10_000, 50_000]) == Switch("ts", 10_000, 50_000, 0, 0, False)
+    assert Switch.of("ts", [10_000, 50_000, 2_500]) == Switch("ts", 10_000, 50_000, 2_500)
+    assert Switch.of("t", [1, 2, 3, 4], True) == Switch("t", 1, 2, 3, 4, True)
+    with pytest.raises(ValueError):
+        Switch.of("ts", [10_000])
+
+
 def test_a_rescale_appends_an_entry_at_the_switch_or_replaces_the_routing_at_once() -> None:
     tumbling = Switch("ts", 10_000, 50_000)
     sliding = Switch("ts", 10_000, 50_000, 2_500)

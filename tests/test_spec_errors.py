@@ -240,6 +240,10 @@ CASES = [
     Case("text-in-operator", dataflow(SOURCE.replace("  </operator>", "    oops\n  </operator>")
                                       + SINK.format(stream="raw")),
          '<operator name="src"', "may not contain text"),
+    Case("type-without-columns",
+         dataflow(SOURCE + _filter("true", ' type="empty"') + SINK.format(stream="hot"),
+                  types=READING_TYPE + '  <type name="empty"/>\n'),
+         '<type name="empty"', "has no columns"),
     Case("value-too-long", with_source_and_sink(_filter("x" * 5000), "hot"),
          'value="xxx', "too long"),
 ]

@@ -224,11 +224,12 @@ class _Checker:
         if not node.items:
             self.problem(node, "'in' needs at least one value")
             return None
-        if t is None or any(it is None for it in item_types):
+        known = [it for it in item_types if it is not None]
+        if t is None or len(known) != len(item_types):
             return None
         ok = True
-        for item, it in zip(node.items, item_types):
-            ok = self.comparable(item, t, it, "in") and ok  # type: ignore[arg-type]  # no None
+        for item, it in zip(node.items, known):
+            ok = self.comparable(item, t, it, "in") and ok
         return ColumnType.BOOLEAN if ok else None
 
     def check_isnull(self, node: IsNull) -> ColumnType | None:
@@ -248,14 +249,17 @@ class _Checker:
             return None
         if not self.arity_ok(node, sig):
             return None
-        if any(t is None for t in arg_types):
+        known = [t for t in arg_types if t is not None]
+        if len(known) != len(arg_types):
             return None
-        return self.call_type(node, sig, arg_types)  # type: ignore[arg-type]  # no None (above)
+        return self.call_type(node, sig, known)
 
     def navigation(self, node: Call) -> ColumnType | None:
         """A pattern's navigation call, typed by the scope's hook (its argument is a column or
         variable reference, never a nested expression, so nothing below it needs checking)."""
-        result = self.scope.navigation(node)  # type: ignore[misc]  # set: checked by our caller
+        hook = self.scope.navigation
+        assert hook is not None  # checked by our caller
+        result = hook(node)
         if isinstance(result, list):
             self.problems.extend(result)
             return None
@@ -296,7 +300,8 @@ class _Checker:
                 self.problem(node, f"{sig.name} needs arguments of one type but found {found}",
                              "convert them with to_int, to_double or to_string")
             return common
-        return sig.result  # type: ignore[return-value]  # a ColumnType: "common" is handled above
+        assert isinstance(sig.result, ColumnType)  # "arg" and "common" are handled above
+        return sig.result
 
 
 def common_type(types: "list[ColumnType]") -> ColumnType | None:

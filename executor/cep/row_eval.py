@@ -168,7 +168,9 @@ def _extreme(values: list[Any], sign: int) -> Any:
 def _navigation(node: expr.Call, view: MatchView) -> Any:
     name = node.function
     if name == "count":
-        return len(view.of(node.args[0].name if node.args else None))  # type: ignore[union-attr]
+        var = node.args[0] if node.args else None
+        assert var is None or isinstance(var, expr.ColumnRef)  # checked: count() or count(V)
+        return len(view.of(var.name if var is not None else None))
     ref = node.args[0]
     assert isinstance(ref, expr.ColumnRef)
     if name == "prev":

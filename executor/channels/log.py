@@ -244,6 +244,7 @@ class ChannelLog:
             if scan.problem is not None:
                 self._cut(path, scan, segments[index + 1:])
             if scan.records:
+                assert scan.last_seq is not None and scan.last_tag is not None  # set by a record
                 kept.append((first, path))
                 self.last_seq, self.last_tag = scan.last_seq, scan.last_tag
                 expect = scan.last_seq + 1
@@ -267,13 +268,15 @@ class ChannelLog:
         for _, other in later:
             other.unlink()
 
-    def _open_for_append(self, path: Path) -> None:
+    def _open_for_append(self, path: Path) -> int:
+        """Open `path` as the segment appended to; its file descriptor (now `self._fd`)."""
         if self._fd is not None:
             os.close(self._fd)
-        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW,
-                           PRIVATE_FILE_MODE)
-        os.fchmod(self._fd, PRIVATE_FILE_MODE)  # a segment from before segments were 0600
-        self._size = os.fstat(self._fd).st_size
+        fd = self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW,
+                                PRIVATE_FILE_MODE)
+        os.fchmod(fd, PRIVATE_FILE_MODE)  # a segment from before segments were 0600
+        self._size = os.fstat(fd).st_size
+        return fd
 
     # -- reading
 
@@ -305,27 +308,29 @@ class ChannelLog:
                 raise ChannelLogError(
                     f"channel log {self.name}: append of seq {seq}, expected {self.last_seq + 1}"
                 )
-            if self._fd is None or (self._size and self._size + len(header) + len(body)
-                                    > self.segment_bytes):
-                self._start_segment(seq)
+            fd = self._fd
+            if fd is None or (self._size and self._size + len(header) + len(body)
+                              > self.segment_bytes):
+                fd = self._start_segment(seq)
             try:
-                _write_all(self._fd, [header, body])
+                _write_all(fd, [header, body])
                 if self.fsync:
-                    os.fsync(self._fd)
+                    os.fsync(fd)
             except OSError:
-                os.ftruncate(self._fd, self._size)  # no partial record before the next append
+                os.ftruncate(fd, self._size)  # no partial record before the next append
                 raise
             self._size += len(header) + len(body)
             self.last_seq, self.last_tag = seq, tag
 
-    def _start_segment(self, first_seq: int) -> None:
-        self._open_for_append(self.folder / segment_name(first_seq))
+    def _start_segment(self, first_seq: int) -> int:
+        fd = self._open_for_append(self.folder / segment_name(first_seq))
         if self.fsync:
             _fsync_dir(self.folder)
         self._firsts.append(first_seq)
         if len(self._firsts) == 1:
             self.first_seq = first_seq
         log.debug("channel log %s: new segment from seq %s", self.name, first_seq)
+        return fd
 
     def trim_upto(self, seq: int) -> int:
         """Delete the segments whose records are all <= `seq`; returns how many were deleted."""

@@ -79,7 +79,7 @@ class ChannelReader:
         self._refresh = refresh_interval
         self._auth = auth
         self._lock = threading.RLock()
-        self._ctx = zmq.Context.instance()
+        self._ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
         self._socket = self._open(endpoint)
         self._sub_id = 0
         self._subscribed = False

@@ -16,7 +16,7 @@ import time
 import uuid
 from collections import deque
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Mapping, Sequence, cast
 
 import pyarrow as pa
 import zmq
@@ -158,7 +158,7 @@ class _Session:
 def _user_id(frame: zmq.Frame) -> str | None:
     """The User-Id the ZAP handler gave the frame's connection; None when there is none."""
     try:
-        return frame.get("User-Id")
+        return cast(str, frame.get("User-Id"))  # a string property (stubs: int | str)
     except zmq.ZMQError:
         return None
 
@@ -240,7 +240,7 @@ class ChannelWriter:
             self._log = ChannelLog(log_dir, fsync=log_fsync, segment_bytes=log_segment_bytes,
                                    name=channel_id)
             self._reload(self._log)
-        self._ctx = zmq.Context.instance()
+        self._ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
         try:
             self._router = self._open_router(bind)
         except ChannelError:
