@@ -15,7 +15,7 @@ with SIGKILL. Sections (--only gaps|overhead|partition|fold, default all):
   Gap of a kill: from the SIGKILL to the first sink growth after the replacement runs (standby,
   checkpoint: the first growth once the scheduler reports the relaunched attempt running; hot
   standby and in-place restarts: the first growth after the kill). At the end the sink is
-  compared with the plain-Python oracles of tests/test_patterns_cluster.py.
+  compared with the plain-Python oracles of the pattern tests (testkit/patterns_support.py).
 - overhead: the same query with and without the pattern attribute (standby on a filter;
   checkpoint and hot standby on a window aggregate) on one 3-agent stack, order rotating, median
   of the repeats. Throughput = rows of a finite input, offered faster than it is processed,

@@ -3,11 +3,12 @@ benchmarks: the running stack, bounded waits with diffs, process lookups in /pro
 plain-Python oracles.
 
 Owns `Stack` (two embedded agents, the framework scheduler and its HTTP API, composed as
-`elastiq run` composes them), `wait_until` (poll with a time bound and a diff on failure),
-`multiset_diff`, reading spec parameters with the standard library's XML parser, the oracles
-(generator rows from `executor.shapes.reference_row`, then filter / project / union / windows /
-join computed in plain Python) and reading file sinks back. Does not own any product behaviour
-and never compares against the system's own earlier output.
+`elastiq run` composes them; `module_stack` for a test module's shared one), `kill_executor`
+(SIGKILL an agent's whole executor session), `wait_until` (poll with a time bound and a diff
+on failure), `multiset_diff`, reading spec parameters with the standard library's XML parser,
+the oracles (generator rows from `executor.shapes.reference_row`, then filter / project /
+union / windows / join computed in plain Python) and reading file sinks back. Does not own any
+product behaviour and never compares against the system's own earlier output.
 """
 
 from __future__ import annotations
@@ -23,10 +24,11 @@ import sys
 import time
 import xml.etree.ElementTree as ET
 from collections import Counter, defaultdict
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 from executor import shapes
 from testkit.waiting import wait_for
@@ -144,6 +146,19 @@ def kill_session(sid: int) -> list[int]:
         except ProcessLookupError:
             pass
     return victims
+
+
+def kill_executor(stack: Stack, agent: str, what: str) -> int:
+    """SIGKILL every process of the executor on `agent` (the executor, its Spark JVM, Python
+    workers); returns the executor's pid once all of them are gone."""
+    executor = wait_until(lambda: stack.executor_pid(agent), 30, f"the executor on {agent}")
+    victims = kill_session(executor)
+    log.info("e2e: SIGKILLed the executor of %s on %s: %s", what, agent, victims)
+    # a process forked while the sweep ran (a Spark worker) escapes it: sweep until none is left
+    wait_until(lambda: not kill_session(executor) and not session_members(executor), 30,
+               f"the killed executor on {agent} to end",
+               lambda: f"still alive: {session_members(executor)}")
+    return executor
 
 
 # --- the stack ----------------------------------------------------------------------------------
@@ -276,6 +291,19 @@ def stop_parts(cluster: Any, service: Any, api: Any) -> None:
     if service is not None:
         service.stop(failover=False)
     cluster.stop()
+
+
+@contextmanager
+def module_stack(work: Path, what: str, cpus_per_agent: float, agents: int) -> Iterator[Stack]:
+    """A running stack for a test module's fixture (one per module: its tests share it), then
+    stopped, with a warning naming `what` if executor processes had to be SIGKILLed."""
+    running = start_stack(work, cpus_per_agent=cpus_per_agent, agents=agents)
+    try:
+        yield running
+    finally:
+        leftovers = stop_stack(running)
+        if leftovers:
+            log.warning("%s teardown: SIGKILLed leftover executor processes %s", what, leftovers)
 
 
 # --- submitting and following queries -----------------------------------------------------------

@@ -4,7 +4,8 @@ elasticity attributes refused where they are written, the compiled plan of an el
 catalogue and its checks, and the scheduler's state machine driven with events by hand (dormant
 slots, a scale-out placed on offers, a scale-in that retires instances only once drained, a
 refused acknowledgement, a failure while retiring, stopping, persisting). Automatic mode has
-tests/test_elastic_auto.py; the run with real processes is tests/test_elastic_cluster.py."""
+tests/test_elastic_auto.py; the runs with real processes are tests/test_elastic_cluster.py
+and tests/test_elastic_window_cluster.py."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 quiesce the task (a graceful kill), replicate its state (its checkpoint and channel logs are on
 storage every agent reaches), redirect its inputs and outputs (relaunch on the target, retarget its
 consumers), unquiesce. Pure: events in, commands out. The run with real processes is in
-tests/test_patterns_cluster.py."""
+tests/test_patterns_failover_cluster.py."""
 
 from __future__ import annotations
 

@@ -1,0 +1,179 @@
+"""Failover at run time on the embedded cluster (docs/architecture.md, invariant 5): simple
+standby, checkpointing and hot standby under SIGKILLs, and moving a stateful task by
+`elastiq migrate` under load.
+
+Each spec asks for one pattern with one attribute (tests/specs/e2e-<pattern>.xml); the compiler
+rewrites and splits it, the framework scheduler places its tasks on three agents, real executors
+run them, and the tests SIGKILL real processes mid-stream: a task's process (its query's Python
+source runner: the executor restarts the query from its checkpoint) and the whole executor of an
+agent (the scheduler fails the task over as its pattern prescribes). Every sink is then compared
+with a plain-Python oracle over the same deterministic input: nothing missing, nothing twice.
+Checkpoint and hot standby take five executor kills in one run. The last test moves a stateful
+task between agents with `elastiq migrate` under load. Gaps and overheads are measured by
+benchmarks/patterns.py, not here. The partitioned and pipelined plans are
+tests/test_patterns_cluster.py (a module of its own, so the two run on both CI workers).
+
+Three agents of 2.5 cpus: a protected task starts away from its neighbours, so two hot-standby
+replicas and their neighbours need three agents. Helpers and oracles: testkit/patterns_support.py
+and testkit/e2e_support.py.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from testkit.e2e_support import (Stack, compile_spec, hurry, kill_executor, module_stack,
+                                 sink_path, stop_query, submit, wait_for_sink, wait_running,
+                                 wait_until)
+from testkit.patterns_support import (READING_KEY, assert_alone, check_windows, count_windows,
+                                      filter_oracle, grows, kill_task_process, not_done,
+                                      relaunched, running_query, tasks_with, view)
+
+pytestmark = [pytest.mark.cluster, pytest.mark.spark]
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    with module_stack(tmp_path_factory.mktemp("patterns-failover-stack"), "patterns failover",
+                      cpus_per_agent=2.5, agents=3) as running:
+        yield running
+
+
+# --- 1. simple standby -----------------------------------------------------------------------------
+
+@pytest.mark.timeout(420)
+def test_standby_filter_loses_nothing_when_its_process_and_its_executor_are_killed(
+        stack: Stack, tmp_path: Path) -> None:
+    spec = "e2e-standby.xml"
+    query = running_query(stack, spec, tmp_path)
+    qid = query.query_id
+    try:
+        (task,) = tasks_with(query, "standby")
+        agent = assert_alone(stack, qid, task)
+        expected = filter_oracle(spec)
+        total = sum(expected.values())
+        sink = sink_path(tmp_path, spec, "sink")
+        have = grows(sink, 0, 120, "first output of the standby query")
+        kill_task_process(stack, agent, task)
+        wait_until(lambda: view(stack, qid, task)["figures"].get("restarts", 0) >= 1, 60,
+                   "the executor to restart the query in place", lambda: str(view(stack, qid, task)))
+        have = grows(sink, have, 90, "output after the query restarted in place")
+        not_done(sink, total, "the standby's executor")
+        kill_executor(stack, agent, task)
+        moved = relaunched(stack, qid, task, 1)
+        assert moved["agent_id"] != agent, moved
+        hurry(stack, qid)
+        wait_for_sink(sink, expected, lambda r: tuple(r[c] for c in READING_KEY), 240,
+                      "the standby query's sink to equal the filter oracle")
+    finally:
+        stop_query(stack, qid)
+
+
+# --- 2. checkpointing, five executor kills -------------------------------------------------------
+
+@pytest.mark.timeout(600)
+def test_checkpointed_window_aggregate_survives_five_executor_kills_exactly_once(
+        stack: Stack, tmp_path: Path) -> None:
+    spec = "e2e-checkpoint.xml"
+    query = running_query(stack, spec, tmp_path)
+    qid = query.query_id
+    try:
+        (task,) = tasks_with(query, "checkpoint")
+        agent = assert_alone(stack, qid, task)
+        total = sum(count_windows(spec)[0].values())
+        sink = sink_path(tmp_path, spec, "sink")
+        have = grows(sink, 0, 120, "first windows of the checkpointed query")
+        kill_task_process(stack, agent, task)
+        have = grows(sink, have, 90, "windows after the query restarted in place")
+        for kill in range(5):
+            attempt, agent = view(stack, qid, task)["attempt"], view(stack, qid, task)["agent_id"]
+            alone = agent not in {v["agent_id"] for t, v in stack.tasks(qid).items() if t != task}
+            not_done(sink, total, f"executor kill {kill + 1}")
+            kill_executor(stack, agent, f"{task} (kill {kill + 1})")
+            moved = relaunched(stack, qid, task, attempt, timeout=180)
+            if alone:  # with its neighbours gone too, the old agent may be the way back
+                assert moved["agent_id"] != agent, (kill, moved)
+            have = grows(sink, have, 180, f"windows after failover {kill + 1}")
+        hurry(stack, qid)
+        check_windows(sink, spec, 300)
+    finally:
+        stop_query(stack, qid)
+
+
+# --- 3. hot standby, five executor kills ---------------------------------------------------------
+
+@pytest.mark.timeout(900)
+def test_hot_standby_replicas_killed_in_turn_leave_the_sink_exact(stack: Stack,
+                                                                  tmp_path: Path) -> None:
+    spec = "e2e-hot-standby.xml"
+    query = running_query(stack, spec, tmp_path)
+    qid = query.query_id
+    try:
+        replicas = tasks_with(query, "replica")
+        assert len(replicas) == 2, replicas
+        agents = [assert_alone(stack, qid, r) for r in replicas]
+        assert agents[0] != agents[1]
+        total = sum(count_windows(spec)[0].values())
+        sink = sink_path(tmp_path, spec, "sink")
+        have = grows(sink, 0, 150, "first windows of the hot-standby query")
+        kill_task_process(stack, agents[0], replicas[0])
+        have = grows(sink, have, 90, "windows after replica 1's query was killed")
+        for kill in range(5):
+            victim = replicas[kill % 2]
+            attempt = view(stack, qid, victim)["attempt"]
+            agent = view(stack, qid, victim)["agent_id"]
+            not_done(sink, total, f"replica kill {kill + 1}")
+            kill_executor(stack, agent, f"{victim} (kill {kill + 1})")
+            have = grows(sink, have, 60, f"windows from the other replica after kill {kill + 1}")
+            relaunched(stack, qid, victim, attempt, timeout=180)
+        hurry(stack, qid)
+        check_windows(sink, spec, 300)
+    finally:
+        stop_query(stack, qid)
+
+
+# --- migration: a stateful task moved between agents under load -----------------------------------
+
+@pytest.mark.timeout(400)
+def test_migrating_a_stateful_task_twice_leaves_the_sink_exact(
+        stack: Stack, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`elastiq migrate` moves the checkpointed window aggregate to another agent and back,
+    mid-stream: quiesced, relaunched from its checkpoint and channel logs, its reader retargeted;
+    the sink equals the oracle."""
+    from elastiq.cli import main
+
+    spec = "e2e-checkpoint.xml"
+    query = compile_spec(spec, tmp_path, query_id="e2e-migrate")
+    submit(stack, query)
+    qid = query.query_id
+    try:
+        wait_running(stack, qid, timeout=180)
+        (task,) = tasks_with(query, "checkpoint")
+        sink = sink_path(tmp_path, spec, "sink")
+        total = sum(count_windows(spec)[0].values())
+        have = grows(sink, 0, 120, "first windows before the migration")
+        agents = [a.agent_id for a in stack.cluster.agents]
+        for move in range(2):
+            here, attempt = view(stack, qid, task)["agent_id"], view(stack, qid, task)["attempt"]
+            there = next(a for a in agents if a != here)
+            not_done(sink, total, f"migration {move + 1}")
+            code = main(["migrate", qid, task, "--to", there, "--scheduler", stack.api.url,
+                         "--token-file", str(stack.api.token_file)])
+            said = capsys.readouterr().out
+            assert code == 0, said
+            assert f"task {task} runs on agent {there} (attempt {attempt + 1}): paused " in said
+            moved = view(stack, qid, task)
+            assert (moved["agent_id"], moved["attempt"], moved["state"]) == \
+                (there, attempt + 1, "running")
+            have = grows(sink, have, 120, f"windows after migration {move + 1}")
+        refused = main(["migrate", qid, task, "--to", "no-such-agent",
+                        "--scheduler", stack.api.url, "--token-file", str(stack.api.token_file)])
+        assert refused != 0 and "no agent no-such-agent" in capsys.readouterr().err
+        hurry(stack, qid)
+        check_windows(sink, spec, 300)
+        assert view(stack, qid, task)["attempt"] == 3, "the refusal moved nothing"
+    finally:
+        stop_query(stack, qid)
