@@ -1,5 +1,6 @@
 """Shared pytest fixtures: the one session-scoped SparkSession of the Spark test layer; and,
-when the suite runs on two pytest-xdist workers (`scripts/test.sh`), in what order its
+when the suite runs on pytest-xdist workers (`pytest -n N --dist loadfile`, for a machine with
+more cores than CI's: `scripts/test.sh` runs the cluster layer serially), in what order its
 modules are handed out.
 
 Under `--dist loadfile` a module's tests run on one worker in their order, so its shared
