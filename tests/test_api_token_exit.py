@@ -22,14 +22,18 @@ from scheduler.api_token import (owner_file, process_identity, remove_stale_toke
 ROOT = Path(__file__).resolve().parent.parent
 # As started from a terminal: a test runner (or a background job) may have left SIGINT or
 # SIGHUP ignored, which its children inherit.
-SERVE = ("import signal, threading\n"
+# It then waits as a server's main loop does (elastiq's polls): in short sleeps. The kernel may
+# hand a signal to any thread, and Python runs the handler in the main thread only between its
+# bytecodes, so one long blocking wait there could hold the handler until it ends.
+SERVE = ("import signal, time\n"
          "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
          "signal.signal(signal.SIGHUP, signal.SIG_DFL)\n"
          "signal.signal(signal.SIGTERM, signal.SIG_DFL)\n"
          "from scheduler.api import ApiServer\n"
          "api = ApiServer.serving(object(), port=0)\n"
          "print(api.token_file, flush=True)\n"
-         "threading.Event().wait(120)\n")
+         "for _ in range(1200):\n"
+         "    time.sleep(0.1)\n")
 
 
 def _serving(state_home: Path, script: str = SERVE) -> tuple[subprocess.Popen[str], Path]:

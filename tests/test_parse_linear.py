@@ -6,8 +6,8 @@ the file, so a 160 KB spec of unclosed `<!--` took 17.5 s and a 4 MiB one (the s
 it) hours, holding the interpreter (and with it the scheduler's API, heartbeats and driver).
 
 The property, over adversarial inputs (unclosed markers, deep nesting, many attributes, one long
-line, unclosed quotes): the time per byte at 8n is less than 3x the time per byte at n (each the
-best of a few runs, so a loaded machine does not fail it), and a file at the size limit is read
+line, unclosed quotes): the time per byte at 16n is less than 6x the time per byte at n (each
+the best of five runs, so a loaded machine does not fail it; a quadratic scan gives 16x), and a file at the size limit is read
 and validated in seconds. The oracle is arithmetic (time per byte), not earlier output.
 """
 
@@ -67,7 +67,7 @@ def _read(text: str) -> None:
                    and d.position.column >= 1 for d in e.diagnostics)
 
 
-def _best_seconds(text: str, repeats: int = 3) -> float:
+def _best_seconds(text: str, repeats: int = 5) -> float:
     best = float("inf")
     for _ in range(repeats):
         started = time.perf_counter()
@@ -77,13 +77,13 @@ def _best_seconds(text: str, repeats: int = 3) -> float:
 
 
 @pytest.mark.parametrize("kind", sorted(ADVERSARIAL))
-def test_reading_time_per_byte_stays_flat_from_n_to_8n(kind: str) -> None:
+def test_reading_time_per_byte_stays_flat_from_n_to_16n(kind: str) -> None:
     """Before, unclosed comments went from 0.1 s at 10 KB to 2.6 s at 40 KB (16x for 4x)."""
     make = ADVERSARIAL[kind]
-    small, large = make(32 * 1024), make(256 * 1024)
+    small, large = make(32 * 1024), make(512 * 1024)
     per_byte_small = max(_best_seconds(small), 1e-3) / len(small)
     per_byte_large = _best_seconds(large) / len(large)
-    assert per_byte_large < 3 * per_byte_small, (
+    assert per_byte_large < 6 * per_byte_small, (
         f"{kind}: {per_byte_large * 1e9:.0f} ns/byte at {len(large)} bytes against "
         f"{per_byte_small * 1e9:.0f} ns/byte at {len(small)}")
 
