@@ -133,10 +133,13 @@ def test_an_executor_in_a_cgroup_reads_its_throttling_as_the_agent_does() -> Non
         agents = cgroup.statistics(time.time())
         assert mine["cpus_nr_throttled"] <= agents["cpus_nr_throttled"]  # read first
         assert mine["cpus_nr_periods"] <= agents["cpus_nr_periods"]
-        assert agents["cpus_nr_periods"] - mine["cpus_nr_periods"] <= 5  # the same counters
-        # 0.1 cpu against a spinning process: throttled in nearly every period since it spins
-        periods = mine["cpus_nr_periods"] - first["cpus_nr_periods"]
-        assert mine["cpus_nr_throttled"] - first["cpus_nr_throttled"] >= 0.8 * periods
+        # the same counters, read a moment apart (a period is 0.1 s)
+        assert agents["cpus_nr_periods"] - mine["cpus_nr_periods"] <= 5
+        assert agents["cpus_nr_throttled"] - mine["cpus_nr_throttled"] <= 5
+        for name in ("cpus_user_time_secs", "cpus_system_time_secs"):
+            assert 0 <= agents[name] - mine[name] <= 0.1, name
+        # 0.1 cpu against a spinning process: throttled (how often depends on what else runs)
+        assert mine["cpus_nr_throttled"] > first["cpus_nr_throttled"] >= 5
     finally:
         if child is not None:
             child.kill()
