@@ -13,8 +13,8 @@ of what an instance can do (issue 31: 152 to 664 rows/s for one instance in one 
   than `target` seconds, (target - fixed) / (per_unit x target): run back to back at rate r,
   a batch of T seconds holds r x T units, so T = fixed + per_unit x r x T, i.e.
   T = fixed / (1 - per_unit x r), and T <= target  <=>  r <= (target - fixed) / (per_unit x target);
-- `batch_budget`: how many units the next batch may take so that it ends within a target time,
-  between a floor (so it always progresses) and a cap.
+- `batch_budget` and `time_bounded`: how many units the next batch may take so that it ends
+  within a target time, between a floor (so it always progresses) and a cap.
 Used by the elastic policy (units: rows, from heartbeats) and by the channel source (units:
 spooled bytes, timed where it plans batches). No clock, no I/O.
 """
@@ -115,6 +115,24 @@ def _through_origin(spans: Sequence[BatchSpan]) -> float:
     return sum(s.units * s.seconds for s in spans) / uu if uu > 0 else 0.0
 
 
+def time_bounded(spans: Sequence[BatchSpan], target_seconds: float, floor: float,
+                 cap: float) -> float:
+    """Units the next micro-batch may take so that it ends within `target_seconds`, from the
+    recent batches (oldest first): at their fitted cost (`fit`, `batch_budget`) when they
+    fit one, else the last batch's rate (units per second) x the target; `floor` before any
+    batch was timed. Within [floor, cap]: a batch always progresses and never exceeds the cap.
+    Rate x target converges to the cost model's answer too: a batch of r units that took
+    fixed + per_unit x r seconds gives next r' = target x r / (fixed + per_unit x r), whose
+    fixed point is (target - fixed) / per_unit."""
+    cost = fit(spans)
+    if isinstance(cost, BatchCost):
+        return batch_budget(cost, target_seconds, floor, cap)
+    timed = [s for s in spans if s.units > 0 and s.seconds > 0]
+    if not timed:
+        return floor
+    return max(floor, min(cap, target_seconds * timed[-1].units / timed[-1].seconds))
+
+
 def batch_budget(cost: BatchCost | None, target_seconds: float, floor: float,
                  cap: float) -> float:
     """Units the next micro-batch may take to end within `target_seconds` at the measured cost:
@@ -125,5 +143,5 @@ def batch_budget(cost: BatchCost | None, target_seconds: float, floor: float,
     return max(floor, min(cap, cost.units_within(target_seconds)))
 
 
-__all__ = ["BatchSpan", "BatchCost", "fit", "batch_budget", "MIN_SPANS", "MIN_SPREAD",
+__all__ = ["BatchSpan", "BatchCost", "fit", "batch_budget", "time_bounded", "MIN_SPANS", "MIN_SPREAD",
            "TARGET_BATCH_SECONDS"]
