@@ -100,3 +100,17 @@ def test_a_request_no_agent_can_hold_is_refused_where_the_cluster_is_known(
 def test_odd_numbers_are_not_cpus(value: str) -> None:
     graph, found = check_spec_text(spec(f'cpus="{value}"'), "bad.xml")
     assert graph is None and any("cpus=" in d.message for d in found)
+
+
+def test_elastiq_run_knows_the_room_its_flags_give(tmp_path: Path) -> None:
+    from elastiq.run import RunOptions, agent_room
+    from scheduler.config import ExecutorSpec
+
+    share = ExecutorSpec()
+    assert agent_room(RunOptions(tmp_path / "q.xml")) is None  # sized from the plan
+    room = agent_room(RunOptions(tmp_path / "q.xml", cpus_per_agent=2.0, mem_per_agent_mb=4000))
+    assert room is not None
+    assert (room.cpus, room.mem_mb) == (2.0 - share.cpus, 4000 - share.mem_mb)
+    assert "--cpus 2 and --mem 4000, less the executor's own" in room.what
+    only_mem = agent_room(RunOptions(tmp_path / "q.xml", mem_per_agent_mb=4000))
+    assert only_mem is not None and only_mem.cpus == float("inf")
