@@ -114,3 +114,41 @@ def test_elastiq_run_knows_the_room_its_flags_give(tmp_path: Path) -> None:
     assert "--cpus 2 and --mem 4000, less the executor's own" in room.what
     only_mem = agent_room(RunOptions(tmp_path / "q.xml", mem_per_agent_mb=4000))
     assert only_mem is not None and only_mem.cpus == float("inf")
+
+
+# --- at submit, when only the scheduler knows the agents -----------------------------------------
+
+def test_a_task_no_known_agent_can_hold_is_refused_at_submit() -> None:
+    from scheduler.commands import ReplyToRequest
+    from scheduler.config import SchedulerConfig
+    from scheduler.events import OffersReceived, QuerySubmitted, Tick
+    from scheduler.state import SchedulerState
+    from scheduler.testing import chain_query, offer
+
+    s = SchedulerState(SchedulerConfig())
+    s.handle(Tick("t0", 100.0))
+    # before any offer nothing is known: accepted, it waits
+    (first,) = [c for c in s.handle(QuerySubmitted("s0", chain_query("early", 1, cpus=9.0)))
+                if isinstance(c, ReplyToRequest)]
+    assert first.accepted
+    # two idle agents of 1 cpu and 2,000 MB; our executor asks 0.5 cpus and 1,500 MB itself
+    s.handle(OffersReceived("o", (offer("o1", "a1", cpus=1.0, mem_mb=2000.0),
+                                  offer("o2", "a2", cpus=0.6, mem_mb=3000.0))))
+    assert s.agent_sizes == {"a1": (1.0, 2000.0), "a2": (0.6, 3000.0)}
+
+    def reply(query_cpus: float, mem_mb: int) -> ReplyToRequest:
+        out = s.handle(QuerySubmitted("s", chain_query(f"q{query_cpus}{mem_mb}", 1,
+                                                       cpus=query_cpus, mem_mb=mem_mb)))
+        (r,) = [c for c in out if isinstance(c, ReplyToRequest)]
+        return r
+
+    assert reply(0.5, 500).accepted  # 1.0 cpus and 2,000 MB: a1 holds it exactly
+    refused = reply(0.6, 500)  # 1.1 cpus: neither agent
+    assert not refused.accepted and refused.status == 400
+    assert "task q0.6500.t0" in refused.message and "no agent can ever hold it" in refused.message
+    assert "a1: 1 cpus and 2000 MB, a2: 0.6 cpus and 3000 MB" in refused.message
+    assert "cpus= or mem=" in refused.message
+    assert not reply(0.5, 600).accepted  # a1 lacks memory, a2 cpus: no single agent has both
+    # an offer from an agent our executor runs on is not its size (we hold part of it)
+    s.handle(OffersReceived("o3", (offer("o3", "a3", cpus=8.0, executor_ids=("e",)),)))
+    assert "a3" not in s.agent_sizes
