@@ -27,6 +27,7 @@ from typing import Iterable, Sequence
 
 MIN_SPANS = 4  # spans with a batch in them: fewer fit nothing
 MIN_SPREAD = 2.0  # the largest mean batch size over the smallest: less cannot tell fixed from per unit
+MAX_RELATIVE_ERROR = 0.5  # the per-unit cost's standard error over itself: more is noise, no fit
 TARGET_BATCH_SECONDS = 2.0  # how long a micro-batch should take at most (sizing and bounding)
 
 
@@ -93,7 +94,25 @@ def fit(spans: Iterable[BatchSpan], min_spans: int = MIN_SPANS,
     if not (per_unit > 0 and math.isfinite(per_unit) and math.isfinite(fixed)):
         return (f"the batch time did not grow with the batch size (fitted "
                 f"{per_unit * 1000:.4f} ms per unit over {len(used)} spans)")
+    error = per_unit_error(used, fixed, per_unit)
+    if error > MAX_RELATIVE_ERROR * per_unit:
+        return (f"the batch times are too noisy to fit a cost per unit ({per_unit * 1000:.4f} "
+                f"+- {error * 1000:.4f} ms over {len(used)} spans; at most "
+                f"{MAX_RELATIVE_ERROR:.0%} wanted)")
     return BatchCost(fixed, per_unit, len(used), smallest, largest)
+
+
+def per_unit_error(spans: Sequence[BatchSpan], fixed: float, per_unit: float) -> float:
+    """The standard error of the fitted cost per unit: sqrt(s^2 x sum(k^2) / det), with s^2 the
+    residuals' variance over n - 2 degrees of freedom (0 for exact points; inf when singular)."""
+    kk = sum(s.batches * s.batches for s in spans)
+    ku = sum(s.batches * s.units for s in spans)
+    uu = sum(s.units * s.units for s in spans)
+    det = kk * uu - ku * ku
+    if det <= 0 or len(spans) <= 2:
+        return math.inf
+    residuals = sum((s.seconds - fixed * s.batches - per_unit * s.units) ** 2 for s in spans)
+    return math.sqrt(residuals / (len(spans) - 2) * kk / det)
 
 
 def _least_squares(spans: Sequence[BatchSpan]) -> tuple[float, float]:

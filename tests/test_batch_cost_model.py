@@ -355,3 +355,22 @@ def test_the_channel_source_bounds_a_backlog_by_the_time_its_batches_take(tmp_pa
                                          (("k", "bigint"),), idle_seconds=0.01,
                                          min_batch_bytes=1), clock=lambda: 0.0)
     assert slow.latestOffset()["seq"] == 1  # at least one spooled batch, however large
+
+
+def test_batch_times_too_noisy_for_the_cost_per_row_fit_nothing() -> None:
+    """A cheap operator: 0.01 ms a row beside a 0.3 s fixed cost, times +-50 ms of noise. Over
+    batches of 100 to 2,000 rows the noise is larger than the rows' cost: the fit says so (its
+    standard error, checked against numpy's, is several times the estimate) instead of returning
+    a cost per row that could as well be 0 or several times the true one."""
+    import numpy as np
+
+    sizes, noise = (100, 2000, 500, 1500), (0.05, 0.05, -0.05, -0.05)
+    points = [BatchSpan(1, r, 0.3 + 1e-5 * r + e) for r, e in zip(sizes, noise)]
+    (slope, _), cov = np.polyfit(np.array(sizes, float), [p.seconds for p in points], 1,
+                                 cov=True)
+    found = fit(points)
+    assert isinstance(found, str) and "too noisy" in found
+    assert f"{slope * 1000:.4f} +- {math.sqrt(cov[0][0]) * 1000:.4f} ms" in found
+    # the same sizes at 1 ms a row: the noise is small beside it, and the fit is close
+    clear = fit([BatchSpan(1, p.units, p.seconds + 0.00099 * p.units) for p in points])
+    assert isinstance(clear, BatchCost) and clear.per_unit == pytest.approx(1e-3, rel=0.05)
