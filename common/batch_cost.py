@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 MIN_SPANS = 4  # spans with a batch in them: fewer fit nothing
-MIN_SPREAD = 2.0  # the largest mean batch size over the smallest: less cannot tell fixed from per unit
+MIN_SPREAD = 2.0  # largest mean batch size / smallest: less cannot tell fixed from per unit
 MAX_RELATIVE_ERROR = 0.5  # the per-unit cost's standard error over itself: more is noise, no fit
 TARGET_BATCH_SECONDS = 2.0  # how long a micro-batch should take at most (sizing and bounding)
 
@@ -162,5 +162,5 @@ def batch_budget(cost: BatchCost | None, target_seconds: float, floor: float,
     return max(floor, min(cap, cost.units_within(target_seconds)))
 
 
-__all__ = ["BatchSpan", "BatchCost", "fit", "batch_budget", "time_bounded", "MIN_SPANS", "MIN_SPREAD",
-           "TARGET_BATCH_SECONDS"]
+__all__ = ["BatchSpan", "BatchCost", "fit", "batch_budget", "time_bounded", "per_unit_error",
+           "MIN_SPANS", "MIN_SPREAD", "TARGET_BATCH_SECONDS"]
