@@ -113,6 +113,13 @@ class Plan:
     manual: bool
     spark_cores: int = 1  # Spark's local[N] in each executor
     max_parallelism: int = 3
+    # isolated agents of this many cpus (half the executor's, half its task's: every operator
+    # asks for cpus="agent_cpus / 2"); None: unisolated agents of AGENT_CPUS
+    agent_cpus: float | None = None
+
+    @property
+    def task_cpus(self) -> float | None:
+        return self.agent_cpus / 2 if self.agent_cpus is not None else None
 
     @property
     def agents(self) -> int:
@@ -134,16 +141,17 @@ class Plan:
 def spec(plan: Plan) -> str:
     params = "".join(f'<param name="{k}" value="{v}"/>' for k, v in plan.source().items())
     mode = "manual" if plan.manual else "auto"
+    asks = f' cpus="{plan.task_cpus:g}"' if plan.task_cpus is not None else ""
     heavy = "\n".join(f'    <field name="h{i}" value="{heavy_field(i)}"/>'
                       for i in range(plan.fields))
     return f"""<?xml version="1.0" encoding="UTF-8"?>
 <dataflow name="{QUERY}">
-  <operator name="{SOURCE}" type="generator">
+  <operator name="{SOURCE}" type="generator"{asks}>
     {params}
     <output name="raw"/>
   </operator>
   <operator name="{OPERATOR}" type="project" partition-by="sensor" min-parallelism="1"
-            max-parallelism="{plan.max_parallelism}" elastic="{mode}">
+            max-parallelism="{plan.max_parallelism}" elastic="{mode}"{asks}>
     <input name="raw"/>
     <field name="sensor" value="sensor"/>
     <field name="ts" value="ts"/>
@@ -152,12 +160,12 @@ def spec(plan: Plan) -> str:
 {heavy}
     <output name="scored"/>
   </operator>
-  <operator name="some" type="filter">
+  <operator name="some" type="filter"{asks}>
     <input name="scored"/>
     <param name="condition" value="humidity &lt; {HUMIDITY_BELOW:g}"/>
     <output name="kept"/>
   </operator>
-  <operator name="sink" type="file-sink">
+  <operator name="sink" type="file-sink"{asks}>
     <input name="kept"/>
     <param name="path" value="out/elastic.jsonl"/>
   </operator>
@@ -595,7 +603,10 @@ def report(runs: Sequence[Run], figs: Sequence[Figures], wall: float) -> str:
              f"{plan.fields} fields of "
              f"upper(<{LITERAL_CHARS} Greek letters>) per row, min 1 max "
              f"{plan.max_parallelism}, {mode} -> filter humidity < {HUMIDITY_BELOW:g} -> file "
-             f"sink; {plan.agents} agents of {AGENT_CPUS:g} cpus (one task each), an "
+             f"sink; {plan.agents} agents of " + (
+                 f"{plan.agent_cpus:g} cpus, isolated (cgroups; executor and task "
+                 f"{plan.task_cpus:g} each)" if plan.agent_cpus is not None else
+                 f"{AGENT_CPUS:g} cpus, unisolated") + " (one task each), an "
              f"executor with Spark local[{plan.spark_cores}] on each; {plan.rate:g} rows/s for "
              f"{plan.steady:g} s, x{STEP} = {STEP * plan.rate:g} rows/s for ~{plan.step:g} s, "
              f"back to {plan.rate:g} rows/s; limit {plan.limit:,} rows",
@@ -652,15 +663,20 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="Spark's local[N] in each executor (default 1: an instance is one "
                              "core, as on 1-CPU agents; with 2 on this 2-core machine one "
                              "instance already uses every core, and more instances add none)")
+    parser.add_argument("--agent-cpus", type=float, default=None,
+                        help="agents isolated (cgroups, as Mesos's cgroups/cpu) with this many "
+                             "cpus each, half for the executor and half for its task (every "
+                             "operator asks cpus=C/2); default: unisolated agents of 1 cpu")
     parser.add_argument("--manual", action="store_true",
                         help="elastic=\"manual\": one scale to 2 by hand, then back to 1")
     args = parser.parse_args(argv)
     exit_on_sigterm()
     if not 1 <= args.fields <= 12 or args.rate <= 0 or args.repeats < 1 or \
-            args.spark_cores < 1:
-        parser.error("--fields 1..12, --rate > 0, --repeats >= 1, --spark-cores >= 1")
+            args.spark_cores < 1 or (args.agent_cpus is not None and not args.agent_cpus > 0):
+        parser.error("--fields 1..12, --rate > 0, --repeats >= 1, --spark-cores >= 1, "
+                     "--agent-cpus > 0")
     plan = Plan(args.rate, args.fields, args.steady, args.step, args.down, args.manual,
-                args.spark_cores)
+                args.spark_cores, agent_cpus=args.agent_cpus)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(name)s %(message)s")
     for noisy in ("executor", "scheduler", "elastiq", "pymesos", "tests.e2e"):
@@ -671,8 +687,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     runs = []
     for repeat in range(args.repeats):
         with tempfile.TemporaryDirectory(prefix="elastiq-bench-elastic-") as tmp:
-            stack = start_stack(Path(tmp) / "stack", cpus_per_agent=AGENT_CPUS,
-                                agents=plan.agents, spark_cores=plan.spark_cores)
+            stack = start_stack(Path(tmp) / "stack", cpus_per_agent=plan.agent_cpus or AGENT_CPUS,
+                                agents=plan.agents, spark_cores=plan.spark_cores,
+                                isolation="cgroups" if plan.agent_cpus else "auto",
+                                executor_cpus=plan.task_cpus)
             try:
                 runs.append(run_once(stack, Path(tmp), plan, expected))
             finally:

@@ -284,22 +284,26 @@ def retained_of(figures: Mapping[str, float]) -> dict[str, int]:
 @dataclass(frozen=True)
 class Heartbeat:
     """Executor -> scheduler: what each live task measured (figures and words, by mesos task
-    id). An executor names itself; a bare sender (a test fixture) may not."""
+    id), and the executor's own resource usage (`usage`, Mesos's `ResourceStatistics` names:
+    cpus_user_time_secs, cpus_nr_throttled, mem_rss_bytes, ...; empty when not measured). An
+    executor names itself; a bare sender (a test fixture) may not."""
 
     tasks: Mapping[str, Mapping[str, Any]]
     executor_id: str | None = None
+    usage: Mapping[str, float] = field(default_factory=dict)
 
     def figures(self) -> dict[str, dict[str, float]]:
         """The numbers of each task's figures (the executor also reports words, such as its
-        runner's state, which the task's own lifecycle already tracks)."""
-        return {mid: {k: float(v) for k, v in f.items()
-                      if isinstance(v, (int, float)) and not isinstance(v, bool)}
-                for mid, f in self.tasks.items()}
+        runner's state, which the task's own lifecycle already tracks), with the executor's
+        usage beside them: its tasks share its container, so each is seen with its figures."""
+        usage = _figures_of(self.usage)
+        return {mid: {**usage, **_figures_of(f)} for mid, f in self.tasks.items()}
 
     def to_json(self) -> dict[str, Any]:
         return {"kind": "heartbeat",
                 **({"executor_id": self.executor_id} if self.executor_id is not None else {}),
-                "tasks": {k: dict(v) for k, v in self.tasks.items()}}
+                "tasks": {k: dict(v) for k, v in self.tasks.items()},
+                **({"usage": dict(self.usage)} if self.usage else {})}
 
     @classmethod
     def from_json(cls, message: Mapping[str, Any]) -> "Heartbeat":
@@ -308,8 +312,17 @@ class Heartbeat:
                 isinstance(f, Mapping) for f in tasks.values()):
             raise MessageError("heartbeat 'tasks' must map mesos task ids to figures")
         executor_id = message.get("executor_id")
+        usage = message.get("usage", {})
+        if not isinstance(usage, Mapping):
+            raise MessageError("heartbeat 'usage' must map figure names to numbers")
         return cls({str(m): dict(f) for m, f in tasks.items()},
-                   None if executor_id is None else str(executor_id))
+                   None if executor_id is None else str(executor_id), _figures_of(usage))
+
+
+def _figures_of(figures: Mapping[str, Any]) -> dict[str, float]:
+    """The finite numbers among `figures` (words, booleans, NaN and infinities left out)."""
+    return {str(k): float(v) for k, v in figures.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
 
 
 Message = Union[ControlMessage, RetargetMessage, ControlAck, Heartbeat]

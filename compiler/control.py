@@ -277,7 +277,23 @@ def _not_adjustable(catalog: ControlCatalog, operator: str, kind: str, parameter
             return f"{operator}.{parameter} cannot change while the query runs: {f.reason}"
     names = sorted(a.parameter for a in catalog.adjustable if a.operator == operator)
     offer = f"adjustable: {', '.join(names)}" if names else "it has no adjustable parameters"
-    return f"{operator} ({kind}) has no parameter {parameter!r} ({offer})"
+    found = f"{operator} ({kind}) has no parameter {parameter!r} ({offer})"
+    if parameter == PARALLELISM and kind in PARTITIONABLE_KINDS:
+        return f"{found}: {_slots_needed(operator, kind)}"
+    return found
+
+
+PARTITIONABLE_KINDS = ("filter", "project", "union", "window-aggregate", "join")
+
+
+def _slots_needed(operator: str, kind: str) -> str:
+    """What to write so that `operator` can be rescaled (item 5 of issue 31 measured that
+    default dormant slots are not free: docs/elasticity.md, "Asking for it")."""
+    keyed = {"window-aggregate": " (keyed: with group-by)", "join": " (keyed: with key)"}
+    return (f"it was compiled without instance slots; add max-parallelism=\"4\" (2 to 64) to "
+            f"<operator name=\"{operator}\"> in the spec{keyed.get(kind, '')} and submit it "
+            f"again. There is no default: slots make the operator a splitter, instances and a "
+            f"merger, two more tasks and two more channel hops even at parallelism 1")
 
 
 def _runtime_value(adjustable: Adjustable, text: str, roots: PathRoots) -> Any:

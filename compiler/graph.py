@@ -34,6 +34,8 @@ class Node:
     placement: str | None = None  # placement annotation (@p1 ...) from rewriting
     origin: str | None = None  # the rule that produced this node, if any
     patterns: tuple[tuple[str, Any], ...] = ()  # patterns the spec asks for (ha, parallelism...)
+    cpus: float | None = None  # what the spec asks for this operator's task (None: the default)
+    mem_mb: int | None = None
 
     def wants(self, name: str, default: Any = None) -> Any:
         """The value of a pattern request (`ha`, `replicas`, `parallelism`, `partition-by`,

@@ -46,15 +46,17 @@ class Compilation:
 
 def check_spec_text(text: str | bytes, filename: str, base_dir: str | Path | None = None,
                     path_roots: PathRoots | None = None,
-                    check_inputs: bool = False) -> tuple[Graph | None, list[Diagnostic]]:
+                    check_inputs: bool = False, room: validate.AgentRoom | None = None
+                    ) -> tuple[Graph | None, list[Diagnostic]]:
     """What `elastiq validate` checks: structure and meaning of a spec, its file paths against
     `path_roots` (see `compile_spec_text`), and that its plan, rewritten with the shipped rules,
-    is one `compile` takes (`_unrunnable`), so a spec this accepts compiles. Its logical graph
-    (None on errors) and all diagnostics."""
+    is one `compile` takes (`_unrunnable`), so a spec this accepts compiles; with `room`, that
+    no operator asks for more than a task may have there. Its logical graph (None on errors)
+    and all diagnostics."""
     base = _base(filename, base_dir)
     try:
         parsed, graph, everything = _checked(text, filename, base, _roots(base, path_roots),
-                                             check_inputs)
+                                             check_inputs, room)
         refused = () if graph is None else _unrunnable(parsed, rewrite(graph, rules_for()).graph)
     except SpecError as e:
         return None, list(e.diagnostics)
@@ -77,12 +79,14 @@ def logical_graph_text(text: str | bytes, filename: str, base_dir: str | Path | 
 
 
 def _checked(text: str | bytes, filename: str, base: Path, roots: PathRoots,
-             check_inputs: bool = False) -> tuple[spec_mod.Spec, Graph | None, list[Diagnostic]]:
+             check_inputs: bool = False, room: validate.AgentRoom | None = None
+             ) -> tuple[spec_mod.Spec, Graph | None, list[Diagnostic]]:
     """The parsed spec, its logical graph (None when any diagnostic is an error) and every
     diagnostic; SpecError when the text is not even well-formed XML. `check_inputs`: input
-    files must exist (a compile on the machine whose files the query reads)."""
+    files must exist (a compile on the machine whose files the query reads); `room`: the most
+    a task may ask for on the cluster (`validate.check`)."""
     parsed, problems = spec_mod.read_spec(text, filename)
-    graph, semantic = validate.check(parsed, capped=False)
+    graph, semantic = validate.check(parsed, capped=False, room=room)
     everything = cap_diagnostics(problems + semantic
                                  + validate.check_paths(parsed, str(base), roots,
                                                         check_inputs))
@@ -107,7 +111,8 @@ def compile_spec_text(text: str | bytes, filename: str, base_dir: str | Path | N
                       query_id: str | None = None, rules_dir: str | Path | None = None,
                       plan_only: bool = False,
                       path_roots: PathRoots | None = None,
-                      check_inputs: bool = False) -> Compilation:
+                      check_inputs: bool = False,
+                      room: validate.AgentRoom | None = None) -> Compilation:
     """Compile a spec; raise SpecError with every error (and warning) found.
     Relative file paths in the spec are taken relative to `base_dir` (default: the spec file's
     folder), and every file path must then lie inside `path_roots` (default: the local roots,
@@ -116,10 +121,11 @@ def compile_spec_text(text: str | bytes, filename: str, base_dir: str | Path | N
     of user rule files. A rewritten plan the runtime cannot run (hot standby of an operator
     with several inputs) raises a located SpecError, unless `plan_only` (explain), which
     returns it with those diagnostics in `refused`. `check_inputs` (the CLI's validate,
-    explain, compile and run): every input file must exist."""
+    explain, compile and run): every input file must exist. `room` (`elastiq run`, which knows
+    its agents): an operator's cpus=/mem= over it is refused at its value."""
     base = _base(filename, base_dir)
     roots = _roots(base, path_roots)
-    parsed, graph, everything = _checked(text, filename, base, roots, check_inputs)
+    parsed, graph, everything = _checked(text, filename, base, roots, check_inputs, room)
     if graph is None:
         raise SpecError(everything)
     return _finish(parsed, graph, query_id or parsed.name, base, tuple(everything),
@@ -129,14 +135,15 @@ def compile_spec_text(text: str | bytes, filename: str, base_dir: str | Path | N
 def compile_spec_file(path: str | Path, base_dir: str | Path | None = None,
                       rules_dir: str | Path | None = None, plan_only: bool = False,
                       path_roots: PathRoots | None = None,
-                      check_inputs: bool = False) -> Compilation:
+                      check_inputs: bool = False,
+                      room: validate.AgentRoom | None = None) -> Compilation:
     path = Path(path)
     try:
         text = path.read_bytes()
     except OSError as e:
         raise SpecError([_unreadable(path, e)]) from None
     return compile_spec_text(text, str(path), base_dir, rules_dir=rules_dir, plan_only=plan_only,
-                             path_roots=path_roots, check_inputs=check_inputs)
+                             path_roots=path_roots, check_inputs=check_inputs, room=room)
 
 
 def rules_for(rules_dir: str | Path | None = None) -> tuple[Rule, ...]:
@@ -223,6 +230,6 @@ def _task(graph: Graph, plan: TaskPlan, query_id: str, base: Path,
     return QueryTask(
         query_id=query_id, task_id=plan.task_id, kind="spark", operators=plan.nodes,
         inputs=plan.inputs, outputs=plan.outputs, stateful=plan.stateful,
-        resources=task_resources(plan), program=program, placement=plan.placement,
+        resources=task_resources(plan, graph), program=program, placement=plan.placement,
         failover=plan.failover,
     )

@@ -74,6 +74,7 @@ class AggregateDecl:
 PATTERN_ATTRIBUTES = ("ha", "replicas", "parallelism", "partition-by", "pipeline",
                       "max-parallelism", "min-parallelism", "elastic", "match-instances",
                       "pipeline-stages", "stage-rows")
+RESOURCE_ATTRIBUTES = ("cpus", "mem")  # what an operator's task asks of an agent
 
 
 @dataclass(frozen=True)
@@ -98,6 +99,7 @@ class OperatorDecl:
     kind_pos: Position
     patterns: tuple[PatternAttr, ...] = ()
     defines: tuple[ParamDecl, ...] = ()  # <define name value>: a pattern variable's condition
+    resources: tuple[PatternAttr, ...] = ()  # cpus= and mem= as written (RESOURCE_ATTRIBUTES)
 
     def param(self, name: str) -> ParamDecl | None:
         for p in self.params:
@@ -284,7 +286,8 @@ for _attr in PATTERN_ATTRIBUTES:
                                       "hot-standby, 4, sensor (see docs/patterns.md)")
 _ALLOWED_ATTRS = {
     "dataflow": ("name",) + PATTERN_ATTRIBUTES, "type": ("name",), "column": ("name", "type"),
-    "operator": ("name", "type") + PATTERN_ATTRIBUTES, "input": ("name",), "output": ("name", "type"),
+    "operator": ("name", "type") + PATTERN_ATTRIBUTES + RESOURCE_ATTRIBUTES, "input": ("name",),
+    "output": ("name", "type"),
     "param": ("name", "value"), "field": ("name", "value"), "define": ("name", "value"),
     "aggregate": ("name", "function", "column"),
 }
@@ -311,10 +314,11 @@ def build_spec(doc: XmlDocument) -> Spec:
                 doc.where(root).position, description, _patterns(doc, root))
 
 
-def _patterns(doc: XmlDocument, element: etree._Element) -> tuple[PatternAttr, ...]:
+def _patterns(doc: XmlDocument, element: etree._Element,
+              names: tuple[str, ...] = PATTERN_ATTRIBUTES) -> tuple[PatternAttr, ...]:
     where = doc.where(element)
     return tuple(PatternAttr(name, element.get(name), where.value(name))
-                 for name in PATTERN_ATTRIBUTES if element.get(name) is not None)
+                 for name in names if element.get(name) is not None)
 
 
 def _children(element: etree._Element, tag: str, *required: str) -> list[etree._Element]:
@@ -355,6 +359,7 @@ def _operator(doc: XmlDocument, element: etree._Element) -> OperatorDecl:
         kind_pos=where.value("type"),
         patterns=_patterns(doc, element),
         defines=tuple(_param(doc, c) for c in _children(element, "define", "name", "value")),
+        resources=_patterns(doc, element, RESOURCE_ATTRIBUTES),
     )
 
 

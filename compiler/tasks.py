@@ -225,9 +225,14 @@ def _neighbours(plan: TaskPlan, channels: tuple[ChannelSpec, ...]) -> set[str]:
             | {t for c in channels if c.channel_id in plan.outputs for t in c.consumers})
 
 
-def task_resources(plan: TaskPlan) -> Resources:
-    """What a task asks for: a Spark query costs about half a core; state wants memory; one port
-    per channel it serves."""
-    cpus = 1.0 if plan.stateful else 0.5
-    mem = 512 if plan.stateful else 256
-    return Resources(cpus=cpus, mem_mb=mem, ports=len(plan.outputs))
+def task_resources(plan: TaskPlan, graph: "Graph | None" = None) -> Resources:
+    """What a task asks for: the largest `cpus=` and `mem=` among its operators (`graph`'s
+    nodes), each where one asks for it; otherwise a Spark query costs about half a core
+    (one with state) and state wants memory: 0.5 (1) cpus and 256 (512) MB. One port per
+    channel it serves."""
+    nodes = [graph.node(name) for name in plan.nodes] if graph is not None else []
+    cpus = [n.cpus for n in nodes if n.cpus is not None]
+    mem = [n.mem_mb for n in nodes if n.mem_mb is not None]
+    return Resources(cpus=max(cpus) if cpus else 1.0 if plan.stateful else 0.5,
+                     mem_mb=max(mem) if mem else 512 if plan.stateful else 256,
+                     ports=len(plan.outputs))

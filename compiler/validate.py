@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, Callable, Union
@@ -56,6 +57,10 @@ class _Checker:
     # watermark they carry); a stream not in it has no event time yet (docs/spec-language.md)
     event_times: dict[str, frozenset[str]] = field(default_factory=dict)
     patterns: dict[str, tuple[tuple[str, Any], ...]] = field(default_factory=dict)
+    # operator -> (cpus, mem MB) its spec asks for (None: the task's default)
+    resources: dict[str, tuple[float | None, int | None]] = field(default_factory=dict)
+    # the largest task an agent can ever hold (cpus, MB), when the cluster is known here
+    room: AgentRoom | None = None
     counted: dict[str, int] = field(default_factory=lambda: {"error": 0, "warning": 0})
     unshown: list[Diagnostic] = field(default_factory=list)  # past the cap, without hints
 
@@ -74,13 +79,18 @@ class _Checker:
         self.problems.append(Diagnostic(pos, message, text, severity))
 
 
-def check(spec: Spec, capped: bool = True) -> tuple[Graph | None, list[Diagnostic]]:
+def check(spec: Spec, capped: bool = True,
+          room: AgentRoom | None = None) -> tuple[Graph | None, list[Diagnostic]]:
     """Check a spec; return its logical graph (None if there were errors) and every diagnostic
     (errors and warnings): at most MAX_SHOWN of each and a last one saying how many more, unless
-    not `capped` (a caller that adds its own diagnostics caps them all)."""
-    c = _Checker(spec)
+    not `capped` (a caller that adds its own diagnostics caps them all). `room`: the most one
+    task may ask on the cluster it will run on, when that is known (`elastiq run`), so that a
+    `cpus=`/`mem=` no agent can hold is refused here."""
+    c = _Checker(spec, room=room)
     _check_types(c)
     kinds = _check_operators(c)
+    for op in spec.operators:
+        _check_resources(c, op)
     order = _check_streams(c, kinds)
     if order is not None:
         for op in order:
@@ -916,6 +926,8 @@ def _node(c: _Checker, op: OperatorDecl, d: OperatorDef) -> Node:
         params=tuple(sorted(params.items())),
         partition_keys=_partition_keys(op.kind, params),
         patterns=c.patterns.get(op.name, ()),
+        cpus=c.resources.get(op.name, (None, None))[0],
+        mem_mb=c.resources.get(op.name, (None, None))[1],
     )
 
 
@@ -933,6 +945,66 @@ def _partition_keys(kind: str, params: dict[str, Any]) -> tuple[str, ...] | None
 
 # ----------------------------------------------------------------------------------------------
 # Pattern requests (ha, replicas, parallelism, partition-by, pipeline, match-instances):
+# Resources (docs/spec-language.md, "Resources")
+
+MAX_CPUS = 64.0  # cpus= above this is a typo, not a request
+MIN_MEM_MB, MAX_MEM_MB = 32, 1 << 20  # Mesos's smallest container; 1 TB
+
+
+@dataclass(frozen=True)
+class AgentRoom:
+    """The most one task may ask on a known cluster: the largest agent's cpus and memory less
+    what an executor asks for itself (`what` names where the figures come from)."""
+
+    cpus: float
+    mem_mb: float
+    what: str
+
+
+def _check_resources(c: _Checker, op: OperatorDecl) -> None:
+    """cpus= (a decimal number of cpus, > 0) and mem= (whole MB), each reported at its value;
+    a request over `c.room` is one no agent can ever hold."""
+    attrs = {a.name: a for a in op.resources}
+    cpus = mem = None
+    if "cpus" in attrs:
+        cpus = _amount(c, attrs["cpus"], "cpus", 0.0, MAX_CPUS, whole=False)
+    if "mem" in attrs:
+        found = _amount(c, attrs["mem"], "MB", MIN_MEM_MB, MAX_MEM_MB, whole=True)
+        mem = int(found) if found is not None else None
+    room = c.room
+    if room is not None and cpus is not None and cpus > room.cpus + 1e-9:
+        c.error(attrs["cpus"].pos, f"cpus={cpus:g} is more than any agent can give a task "
+                                   f"({room.cpus:g} cpus: {room.what})",
+                f'ask for cpus="{room.cpus:g}" or less, or run on larger agents')
+    if room is not None and mem is not None and mem > room.mem_mb:
+        c.error(attrs["mem"].pos, f"mem={mem} is more than any agent can give a task "
+                                  f"({room.mem_mb:g} MB: {room.what})",
+                f'ask for mem="{int(room.mem_mb)}" or less, or run on larger agents')
+    if cpus is not None or mem is not None:
+        c.resources[op.name] = (cpus, mem)
+
+
+def _amount(c: _Checker, attr: PatternAttr, unit: str, low: float, high: float,
+            whole: bool) -> float | None:
+    """The number `attr` holds, in (low, high] for cpus or [low, high] for whole MB; None after
+    reporting what is wrong at the value."""
+    text = attr.value.strip()
+    ok = text.isdigit() if whole else bool(re.fullmatch(r"[0-9]+(\.[0-9]+)?|\.[0-9]+", text))
+    if not ok:
+        c.error(attr.pos, f"{attr.name}='{attr.value}' is not " +
+                ("a whole number of MB" if whole else "a number of cpus"),
+                f'write e.g. {attr.name}="' + ("512" if whole else "0.5") + '"')
+        return None
+    value = float(text)
+    inside = low <= value <= high if whole else low < value <= high
+    if not inside:
+        span = f"{int(low)} to {int(high)}" if whole else \
+            f"more than {low:g} and at most {high:g}"
+        c.error(attr.pos, f"{attr.name}={text} is out of range", f"write {span} {unit}")
+        return None
+    return value
+
+
 # docs/patterns.md
 
 HA_MODES = ("standby", "checkpoint", "hot-standby")

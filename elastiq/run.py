@@ -10,6 +10,7 @@ started. It composes the real parts; it decides nothing a long-running deploymen
 from __future__ import annotations
 
 import logging
+import math
 import os
 import re
 import shutil
@@ -25,6 +26,7 @@ from typing import Any, TextIO
 from common.failures import kind_in
 from common.paths import PathRoots, local_roots
 from compiler.pipeline import compile_spec_file
+from compiler.validate import AgentRoom
 from elastiq.launch import (LaunchError, check_java, embedded_cluster, executor_spec,
                             executor_token_environment)
 from elastiq.progress import AgentCpu, ProgressLine, Summary
@@ -90,7 +92,8 @@ def run(options: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.stderr)
     state = options.state_dir or Path(tempfile.mkdtemp(prefix="elastiq-run-"))
     try:
         roots = local_roots(options.spec.resolve().parent, options.path_roots, state)
-        compilation = compile_spec_file(options.spec, path_roots=roots, check_inputs=True)
+        compilation = compile_spec_file(options.spec, path_roots=roots, check_inputs=True,
+                                        room=agent_room(options))
         for warning in compilation.warnings:
             print(warning.render(), file=err)
         size = cluster_size(compilation.query, options)
@@ -98,6 +101,25 @@ def run(options: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.stderr)
     finally:
         if options.state_dir is None:
             shutil.rmtree(state, ignore_errors=True)
+
+
+def agent_room(options: RunOptions) -> AgentRoom | None:
+    """The most one task may ask for on the agents `--cpus`/`--mem` give (their size less the
+    executor's own share), so that an operator's cpus=/mem= over it is refused at its value
+    when the spec is checked; None when neither flag is given (the agents are sized from the
+    plan). A share that leaves no room is left to the sizing's own message."""
+    from scheduler.config import ExecutorSpec
+
+    spec = ExecutorSpec()
+    cpus, mem = options.cpus_per_agent, options.mem_per_agent_mb
+    if cpus is None and mem is None:
+        return None
+    room_cpus = cpus - spec.cpus if cpus is not None and cpus > spec.cpus else math.inf
+    room_mem = mem - spec.mem_mb if mem is not None and mem > spec.mem_mb else math.inf
+    given = " and ".join(f for f in (f"--cpus {cpus:g}" if cpus is not None else "",
+                                     f"--mem {mem}" if mem is not None else "") if f)
+    return AgentRoom(room_cpus, room_mem, f"{given}, less the executor's own {spec.cpus:g} "
+                                          f"cpus and {spec.mem_mb:g} MB")
 
 
 def cluster_size(query: Any, options: RunOptions) -> ClusterSize:

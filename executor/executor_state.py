@@ -92,6 +92,7 @@ class TaskFigures:
     channel_readerless_ms: int = 0  # ... and how long that channel has had no reader
     busy_ms: int = 0  # time spent in micro-batches, cumulative over the runner's runs
     running_ms: int = 0  # how long the micro-batch running now has run (0: none runs)
+    batches_ended: int = 0  # micro-batches ended, cumulative over the runner's runs
     watermark_ms: int = -1  # the query's event-time watermark (-1: none)
     routed_ms: int = -1  # a stateful splitter's largest event time routed (-1: none)
     # channel id -> batches its writer keeps for readers that have not acknowledged them
@@ -545,6 +546,7 @@ class ExecutorState:
         return {"state": state, "tuples_in": m.tuples_in, "tuples_out": m.tuples_out,
                 "batches": m.batches, "batch_ms": m.batch_ms, "backlog": m.backlog,
                 "latency_ms": m.latency_ms, "busy_ms": m.busy_ms, "running_ms": m.running_ms,
+                "batches_ended": m.batches_ended,
                 "restarts": task.restarts,
                 "watermark_ms": m.watermark_ms, "routed_ms": m.routed_ms,
                 "channel_blocked_ms": m.channel_blocked_ms,

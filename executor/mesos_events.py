@@ -98,6 +98,8 @@ def ack_bytes(ack: SendControlAck) -> bytes:
     return messages.encode(ack.ack)
 
 
-def heartbeat_bytes(executor_id: str, figures: Mapping[str, Mapping[str, Any]]) -> bytes:
-    """The framework message a heartbeat is sent as (JSON, before Mesos' base64)."""
-    return messages.encode(Heartbeat(figures, executor_id))
+def heartbeat_bytes(executor_id: str, figures: Mapping[str, Mapping[str, Any]],
+                    usage: Mapping[str, float] | None = None) -> bytes:
+    """The framework message a heartbeat is sent as (JSON, before Mesos' base64), with the
+    executor's own resource usage (`executor.usage`)."""
+    return messages.encode(Heartbeat(figures, executor_id, dict(usage or {})))

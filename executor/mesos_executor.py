@@ -44,6 +44,7 @@ from executor.executor_state import (ApplyParams, Command, Event, Exit, Executor
                                      WriteEndpoints)
 from executor.fencing import Fence
 from executor.mesos_events import ack_bytes, heartbeat_bytes, launch_event, message_event
+from executor.usage import own_usage
 
 log = logging.getLogger(__name__)
 
@@ -142,6 +143,7 @@ def figures_of(metrics: Any, blocked: tuple[float, float] = (0.0, 0.0),
                        int(metrics.batch_ms), int(metrics.backlog), int(metrics.latency_ms),
                        busy_ms=int(metrics.busy_ms),
                        running_ms=int(metrics.running_ms),
+                       batches_ended=int(getattr(metrics, "batches_ended", 0)),
                        watermark_ms=int(getattr(metrics, "watermark_ms", -1)),
                        routed_ms=int(getattr(metrics, "routed_ms", -1)), **waits)
 
@@ -450,7 +452,7 @@ class ExecutorLoop:
                       command.state, exc)
 
     def _send_heartbeat(self, command: SendHeartbeat) -> None:
-        data = heartbeat_bytes(self.config.executor_id, command.figures)
+        data = heartbeat_bytes(self.config.executor_id, command.figures, own_usage())
         try:
             self.driver.sendFrameworkMessage(base64.b64encode(data).decode("ascii"))
         except Exception as exc:

@@ -10,6 +10,14 @@ as they are (no per-row Python, several partitions in parallel). A replay after 
 the same files: batches are unlinked only once committed, and a replay waits for the receiver to
 spool what was not yet there (the writer still retains it: acks follow commits).
 
+A micro-batch is bounded in time as well as in bytes: it takes what the task did in
+`target_batch_seconds` at the rate its recent batches showed (`common.batch_cost.time_bounded`:
+the cost model of their sizes and times when they fit one, else the last one's rate), at least
+`min_batch_bytes` and one spooled batch, at most `max_batch_bytes`. A batch is timed from its
+planning (`partitions`) to Spark's next `latestOffset` (asked once it has ended and committed).
+So an overloaded task keeps a pace of seconds (results, control tuples, rescales and the
+scheduler's measurements) instead of taking its whole backlog, minutes of work, in one batch.
+
 `one_batch` (hot-standby replicas, whose output must depend only on the numbered input): each
 micro-batch takes exactly one spooled batch and is followed by one empty flush step
 (`{"flushed": false}` -> `true`), which emits what that batch's watermark closed at the same
@@ -23,18 +31,22 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections import deque
 from dataclasses import asdict, dataclass
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
 
+from common.batch_cost import TARGET_BATCH_SECONDS, BatchSpan, time_bounded
 from common.types import Schema
 from executor import shapes, spool
 from executor.sources import MAX_BATCH_BYTES, finished_offsets, planned_offsets
 
 CONFIG_OPTION = "config"
+MIN_BATCH_BYTES = 64 << 10  # the time bound's floor, and the first batch's bound
+RECENT_BATCHES = 16  # timed micro-batches the bound is fitted over
 
 
 @dataclass(frozen=True)
@@ -50,6 +62,10 @@ class SpoolConfig:
     replay_seconds: float = 30.0  # a replayed range waits this long to be spooled again
     idle_seconds: float = 0.05  # latestOffset waits up to this long for a new batch
     max_batch_bytes: int = MAX_BATCH_BYTES  # spooled bytes per micro-batch (at least one batch)
+    # a micro-batch takes what the task can do in this time at its measured rate (at least
+    # `min_batch_bytes`, and at least one spooled batch): `common.batch_cost.time_bounded`
+    target_batch_seconds: float = TARGET_BATCH_SECONDS
+    min_batch_bytes: int = MIN_BATCH_BYTES
 
     @property
     def stream_schema(self) -> Schema:
@@ -118,10 +134,13 @@ class SpoolPart(InputPartition):
 class SpoolStreamReader(DataSourceStreamReader):
     """Planner-side calls list the folder; `read` runs in Spark's Python workers."""
 
-    def __init__(self, config: SpoolConfig) -> None:
-        self.config = config
+    def __init__(self, config: SpoolConfig, clock: Callable[[], float] = time.monotonic
+                 ) -> None:
+        self.config, self.clock = config, clock
         self._last: dict | None = None  # the furthest offset handed to Spark
         self._stamp: int | None = None
+        self._planned: tuple[float, int] | None = None  # (when, bytes) of the batch running
+        self._timed: deque[BatchSpan] = deque(maxlen=RECENT_BATCHES)
 
     def _raise_error(self) -> None:
         problem = spool.read_error(self.config.folder)
@@ -149,8 +168,22 @@ class SpoolStreamReader(DataSourceStreamReader):
     def _high(self, after: int) -> int:
         """The furthest seq the next micro-batch (after `after`) may take."""
         self._committed(self.config.start_seconds)  # raises the receiver's error, if any
-        return spool.capped_high(spool.listing(self.config.folder), after,
-                                 self.config.max_batch_bytes)
+        return spool.capped_high(spool.listing(self.config.folder), after, self.batch_bytes())
+
+    def batch_bytes(self) -> int:
+        """The bytes the next micro-batch may take: what the recent batches show the task does
+        in the target time (`time_bounded`), within [min_batch_bytes, max_batch_bytes]."""
+        cfg = self.config
+        return int(time_bounded(list(self._timed), cfg.target_batch_seconds,
+                                min(cfg.min_batch_bytes, cfg.max_batch_bytes),
+                                cfg.max_batch_bytes))
+
+    def _batch_ended(self, now: float) -> None:
+        """Spark asks for the next offset once the batch planned last has ended: time it."""
+        if self._planned is not None:
+            since, size = self._planned
+            self._timed.append(BatchSpan(1, size, max(0.0, now - since)))
+            self._planned = None
 
     def _wait_for_change(self) -> None:
         """Sleep until the folder changes, up to `idle_seconds` (keeps idle queries cheap)."""
@@ -164,6 +197,7 @@ class SpoolStreamReader(DataSourceStreamReader):
 
     def latestOffset(self) -> dict:
         cfg = self.config
+        self._batch_ended(self.clock())
         if self._last is None:
             self._last = planned_offset(cfg.spark_dir, cfg.name) or self.initialOffset()
         high = self._high(self._last["seq"])
@@ -183,6 +217,7 @@ class SpoolStreamReader(DataSourceStreamReader):
         if upto <= after:
             return [SpoolPart(self.config.folder, ())]  # nothing, or a one-batch flush step
         batches = self._spooled(after, upto)
+        self._planned = (self.clock(), sum(b.size for b in batches))
         runs = spool.split_units(batches, self.config.partitions)
         return [SpoolPart(self.config.folder, units) for units in runs] or \
             [SpoolPart(self.config.folder, ())]

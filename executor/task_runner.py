@@ -66,6 +66,7 @@ class TaskMetrics:
     watermark_ms: int = -1  # the query's event-time watermark (ms since the epoch; -1: none)
     routed_ms: int = -1  # a stateful splitter's largest event time routed (ms; -1: none)
     running_ms: int = 0  # how long the micro-batch with data running now has run (0: none)
+    batches_ended: int = 0  # executed micro-batches since the runner started (all runs)
 
 
 @dataclass(frozen=True)
@@ -166,10 +167,13 @@ class InputCounter:
     """Input rows and busy time summed over progress reports, each executed batch of each run
     counted once (`executed`); Spark keeps only its recent reports, so this is fed every time
     metrics are read. Busy time is each batch's `durationMs.triggerExecution`: the time the
-    query spent in micro-batches, not waiting for data (DS2's "useful time")."""
+    query spent in micro-batches, not waiting for data (DS2's "useful time"); `batches`: how
+    many were counted, so the scheduler can fit a batch's fixed cost apart from its cost per
+    row (`common.batch_cost`)."""
 
     total: int = 0
     busy_ms: int = 0
+    batches: int = 0
     last_batch: dict[str, int] = field(default_factory=dict)  # run id -> last counted batch
 
     def add(self, reports: Sequence[Mapping[str, Any]]) -> int:
@@ -179,6 +183,7 @@ class InputCounter:
             if batch > self.last_batch.get(run, -1) and executed(report):
                 self.last_batch[run] = batch
                 self.total += int(report.get("numInputRows", 0) or 0)
+                self.batches += 1
                 self.busy_ms += int((report.get("durationMs") or {}).get("triggerExecution", 0)
                                     or 0)
         return self.total
@@ -342,7 +347,8 @@ class TaskRunner:
             return None
         out = self._out_before + (rt.sink.rows_out if rt.sink else 0)
         metrics = replace(metrics_from(progress or {}, len(recent), out, tuples_in,
-                                       self._counted.busy_ms), running_ms=running)
+                                       self._counted.busy_ms), running_ms=running,
+                          batches_ended=self._counted.batches)
         lag = rt.backlog()
         routed = getattr(getattr(rt.sink, "schedule", None), "max_seen", None)
         if routed is not None:

@@ -1,18 +1,45 @@
 """Admission: structural checks on a `CompiledQuery` before the scheduler accepts it.
 
 Owns `problems(query) -> list[str]`, every reason the scheduler cannot deploy a query (duplicate
-task ids, channels naming unknown tasks, impossible resources...), all collected at once.
+task ids, channels naming unknown tasks, impossible resources...), all collected at once, and
+`unholdable(query, agents, executor)`: the tasks no known agent could hold even empty (an
+operator's cpus=/mem= larger than any agent), which the scheduler refuses at submit.
 Does not own checks on the user's spec (the compiler's diagnostics) nor whether the cluster has
-room (placement reports that as pending reasons, not as rejection).
+room now (placement reports that as pending reasons, not as rejection).
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from typing import Mapping
 
 from common.tasks import CompiledQuery, QueryTask
 
 MAX_TASKS = 1000
+EPS = 1e-9
+
+
+def unholdable(query: CompiledQuery, agents: Mapping[str, tuple[float, float]],
+               executor: tuple[float, float]) -> list[str]:
+    """Why tasks of `query` can never run: each needs its resources plus the `executor`'s own
+    (cpus, MB) on one agent, and no agent of `agents` (agent id -> the cpus and MB it offered
+    with nothing of ours on it: its size as far as this framework can tell) has them. Empty
+    when every task fits one, or when no agent is known yet (nothing to judge by)."""
+    if not agents:
+        return []
+    found = []
+    for task in query.tasks:
+        cpus, mem = task.resources.cpus + executor[0], task.resources.mem_mb + executor[1]
+        if any(cpus <= c + EPS and mem <= m + EPS for c, m in agents.values()):
+            continue
+        sizes = ", ".join(f"{a}: {c:g} cpus and {m:g} MB" for a, (c, m) in sorted(agents.items()))
+        found.append(f"task {task.task_id} ({', '.join(task.operators)}) asks for "
+                     f"{task.resources.cpus:g} cpus and {task.resources.mem_mb} MB, with its "
+                     f"executor's own {executor[0]:g} cpus and {executor[1]:g} MB "
+                     f"{cpus:g} cpus and {mem:g} MB on one agent; no agent can ever hold it "
+                     f"(the agents offer at most {sizes}): ask for less with cpus= or mem= "
+                     f"on its operators, or run larger agents")
+    return found
 
 
 def problems(query: CompiledQuery) -> list[str]:

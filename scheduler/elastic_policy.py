@@ -3,7 +3,14 @@
 Owns the rate-based model of automatic mode (the paper's section 4.3, docs/architecture.md
 "References": the rate tuples arrive at an operator against the rate its instances can process;
 DS2's "true processing rate": rows processed per second of *busy* time, so idle time does not hide
-capacity). A micro-batch engine that runs batches back to back is busy whenever rows trickle in,
+capacity), sized on a micro-batch cost model where the batches allow it (docs/elasticity.md,
+"The cost model"): a batch of r rows takes fixed + per_row x r seconds, both fitted
+(`common.batch_cost`) from the batches the instances' heartbeats counted (`spans_of`), and one
+instance's capacity is the rate it sustains with batches no longer than the policy's target
+(`modelled`); an instance whose executor was throttled in most of its cgroup's cpu periods is at
+its limit (`Rates.at_limit`). Where the batches cannot be fitted (too few, all of a similar
+size) the model decided last is kept, else the rate model below decides and says why. A
+micro-batch engine that runs batches back to back is busy whenever rows trickle in,
 and a batch has a fixed cost: rows per busy second then grow with the load, and only an instance
 that falls behind (its batches grow) shows what it can do. So the model keeps a `Capacity` per
 operator: the true rate seen while the instances fell behind (`pressed`: the upstream's source
@@ -30,9 +37,10 @@ mechanism), nor the metrics that count decisions (`scheduler.metrics`).
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Iterable, Literal, Mapping, Sequence
 
+from common.batch_cost import TARGET_BATCH_SECONDS, BatchCost, BatchSpan, fit
 from common.messages import retained_of
 
 DecisionKind = Literal["out", "in", "hold"]
@@ -49,6 +57,7 @@ MAX_FIGURE = 1e15  # no counter of a task reaches this; bounding them keeps the 
 MAX_TIME = 1e12  # seconds, either side of the clock's zero
 PRESSED_BUSY = 0.9  # busy fraction of wall time: an instance that falls behind is never idle
 RETAINED_RISE = 5.0  # batches: less is acknowledgements' ebb and flow (or a start-up), not a queue
+THROTTLED_MOST = 0.5  # CFS periods throttled: an instance throttled in more is at its cpu limit
 
 
 # --- samples ------------------------------------------------------------------------------------
@@ -67,6 +76,9 @@ class Sample:
     backlog: float = 0.0
     retained: float = 0.0
     running_ms: float = 0.0
+    batches: float = 0.0  # micro-batches ended in this attempt (cumulative; -> the cost model)
+    nr_periods: float = 0.0  # the executor's cgroup's CFS periods (cumulative; 0: not in one)
+    nr_throttled: float = 0.0  # ... and those in which it was throttled
 
     def __post_init__(self) -> None:
         for name, value in asdict(self).items():
@@ -91,7 +103,10 @@ def sample_of(at: float, figures: Mapping[str, Any]) -> Sample | None:
         return Sample(at, tuples_in, tuples_out, busy_ms,
                       backlog=figures.get("backlog", 0.0),
                       retained=float(sum(retained_of(figures).values())),
-                      running_ms=figures.get("running_ms", 0.0))
+                      running_ms=figures.get("running_ms", 0.0),
+                      batches=figures.get("batches_ended", 0.0),
+                      nr_periods=figures.get("cpus_nr_periods", 0.0),
+                      nr_throttled=figures.get("cpus_nr_throttled", 0.0))
     except (ValueError, TypeError):
         return None
 
@@ -146,6 +161,7 @@ class ElasticPolicy:
     cooldown_seconds: float = 20.0
     window_seconds: float = 10.0
     min_samples: int = 5
+    target_batch_seconds: float = TARGET_BATCH_SECONDS  # the cost model sizes for batches <= this
 
     def __post_init__(self) -> None:
         problems = self.problems()
@@ -166,6 +182,8 @@ class ElasticPolicy:
             found.append(f"cool-down {self.cooldown_seconds} s must be >= 0")
         if not (math.isfinite(self.window_seconds) and self.window_seconds > 0):
             found.append(f"window {self.window_seconds} s must be > 0")
+        if not (math.isfinite(self.target_batch_seconds) and self.target_batch_seconds > 0):
+            found.append(f"target batch time {self.target_batch_seconds} s must be > 0")
         if self.min_samples < 3:
             found.append(f"minimum samples {self.min_samples} must be >= 3 (each half of "
                          f"the window needs two)")
@@ -177,14 +195,21 @@ class ElasticPolicy:
 
 @dataclass(frozen=True)
 class Capacity:
-    """What one instance of an operator can process: `rate` rows per busy second. `measured`:
-    seen while the instances fell behind (their batches grew, so a batch's fixed cost was
-    spread over many rows: the real figure); otherwise the best rate seen while they kept up,
-    a lower bound. `at`: when it was last set (the scheduler's clock)."""
+    """What one instance of an operator can process: `rate` rows per second. With a `cost`
+    model (fitted from the instances' batches, `common.batch_cost`), the rate it sustains with
+    batches no longer than the policy's target, and `measured`. Without one (`note` says
+    why), rows per busy second: `measured` when seen while the instances fell behind (their
+    batches grew, so a batch's fixed cost was spread over many rows: the real figure);
+    otherwise the best rate seen while they kept up, a lower bound. `at`: when it was last set
+    (the scheduler's clock)."""
 
     rate: float
     measured: bool
     at: float
+    cost: BatchCost | None = None
+    # with a cost: why it was not refitted now; without: why there is none (commentary: not
+    # part of what the capacity is, so not compared)
+    note: str = field(default="", compare=False)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -238,6 +263,14 @@ class Rates:
     # the longest an instance that ended no batch in the window has been in the one it runs
     # (seconds; 0: every instance ended a batch in the window, or runs none)
     in_one_batch: float = 0.0
+    # the largest share of CFS periods in which an instance's executor was throttled (0: none,
+    # or not in a cgroup it can read)
+    throttled: float = 0.0
+
+    @property
+    def at_limit(self) -> bool:
+        """An instance was throttled most of the window: it uses all the cpu it may."""
+        return self.throttled >= THROTTLED_MOST
 
     @property
     def queued(self) -> bool:
@@ -248,8 +281,9 @@ class Rates:
     def pressed(self) -> bool:
         """The instances fell behind all window: rows queued upstream while the busiest instance
         was busy nearly all the time. A queue beside idle instances is not theirs (an upstream
-        that stalls or lacks a core): more instances would not drain it."""
-        return self.queued and self.busiest >= PRESSED_BUSY
+        that stalls or lacks a core): more instances would not drain it. An instance throttled
+        most of the window (`at_limit`) is at its limit however busy its batches show it."""
+        return self.queued and (self.busiest >= PRESSED_BUSY or self.at_limit)
 
 
 @dataclass(frozen=True)
@@ -435,6 +469,13 @@ def _instance_rates(windows: Mapping[str, list[Sample]]) -> tuple[float, float |
     return processed, true_rate, mean, max(fractions, default=0.0), longest
 
 
+def throttled_in(window: Sequence[Sample]) -> float:
+    """The share of its cgroup's CFS periods in `window` in which the task's executor was
+    throttled (0 when it reported none)."""
+    periods = increase([s.nr_periods for s in window])
+    return min(1.0, increase([s.nr_throttled for s in window]) / periods) if periods > 0 else 0.0
+
+
 @dataclass(frozen=True)
 class Measured:
     """The rates of the whole window and of its two halves (each task's samples split at the
@@ -451,11 +492,12 @@ def _rates(instances: Mapping[str, list[Sample]], upstreams: Mapping[str, list[S
     out, scaled, raw, backlog, grew, retained, rose = _upstream_rates(upstreams)
     processed, true_rate, mean, busiest, longest = _instance_rates(instances)
     window = min(_span(w) for w in [*instances.values(), *upstreams.values()])
+    throttled = max((throttled_in(w) for w in instances.values()), default=0.0)
     return Rates(arrival=max(0.0, out + scaled), upstream_out=out, backlog_slope=raw,
                  backlog=backlog, backlog_growing=grew, retained=retained,
                  retained_rising=rose, processed=processed,
                  true_rate=true_rate, utilisation=mean, busiest=busiest, window=window,
-                 in_one_batch=longest)
+                 in_one_batch=longest, throttled=throttled)
 
 
 def _middle(window: Sequence[Sample]) -> int:
@@ -523,7 +565,56 @@ def learn(previous: Capacity | None, pressed: bool, true_rate: float | None,
     return previous
 
 
-def _learnt(previous: Capacity | None, measured: Measured, now: float) -> Capacity | None:
+def spans_of(samples: Sequence[Sample]) -> list[BatchSpan]:
+    """The micro-batches that ended between each two consecutive samples of one task (how many,
+    their rows, their busy seconds), for the cost model. Left out: a pair across a restart (a
+    counter fell: a new attempt counts its batches from 0), one that holds an attempt's first
+    batch (a cold one: Python workers, code generation) and one in which no batch ended."""
+    spans = []
+    for a, b in zip(samples, samples[1:]):
+        if b.batches < a.batches or b.tuples_in < a.tuples_in or b.busy_ms < a.busy_ms:
+            continue
+        if a.batches >= 1 and b.batches > a.batches:
+            spans.append(BatchSpan(b.batches - a.batches, b.tuples_in - a.tuples_in,
+                                   (b.busy_ms - a.busy_ms) / 1000.0))
+    return spans
+
+
+def effective_target(cost: BatchCost, target: float) -> float:
+    """The batch time the model sizes for: `target`, or twice the fixed cost when that alone
+    reaches it (no parallelism makes a batch shorter than its fixed cost)."""
+    return target if cost.fixed < target else 2.0 * cost.fixed
+
+
+def modelled(previous: Capacity | None, spans: Sequence[BatchSpan], target: float,
+             now: float) -> Capacity | str:
+    """The capacity from the cost model fitted over `spans` (every instance's recent batches:
+    they run the same plan): the rate one instance sustains with batches no longer than
+    `target`. When the spans cannot be fitted, the model the last decision fitted, kept (its
+    `note` says why it was not refitted); else the sentence saying why there is none (pure)."""
+    cost = fit(spans)
+    if isinstance(cost, str):
+        if previous is not None and previous.cost is not None:
+            return replace(previous, note=f"not refitted now: {cost}")
+        return cost
+    return Capacity(cost.sustained_rate(effective_target(cost, target)), True, now, cost)
+
+
+def _learnt(view: OperatorView, policy: ElasticPolicy, measured: Measured,
+            now: float) -> Capacity | None:
+    """The operator's capacity after a window: from the cost model when its instances' recent
+    batches fit one (`modelled`); else as before the model, rows per busy second (`_by_rate`),
+    noting why there is no model."""
+    spans = [span for samples in view.instances.values() for span in spans_of(samples)]
+    previous = view.capacity
+    capacity = modelled(previous, spans, policy.target_batch_seconds, now)
+    if isinstance(capacity, Capacity):
+        return capacity
+    by_rate = _by_rate(previous, measured, now)
+    return replace(by_rate, note=capacity) if by_rate is not None else None
+
+
+def _by_rate(previous: Capacity | None, measured: Measured, now: float) -> Capacity | None:
     """`learn` from a window. Under pressure, from its recent half: the rows waited all
     window, so the instances' batches had grown by then; the early half may still hold the
     load before the step, at a rate that says little. Otherwise from the better of the two."""
@@ -546,7 +637,9 @@ def describe(rates: Rates) -> str:
             f"{rates.processed:,.0f} rows/s, true rate per instance {rate}, busy "
             f"{rates.utilisation:.0%} on average and {rates.busiest:.0%} at most" +
             (f", one instance {rates.in_one_batch:.1f} s into a micro-batch it has not ended"
-             if rates.in_one_batch > 0 else ""))
+             if rates.in_one_batch > 0 else "") +
+            (f", throttled in {rates.throttled:.0%} of its cpu periods at most" +
+             (" (at its cpu limit)" if rates.at_limit else "") if rates.throttled > 0 else ""))
 
 
 def _decision(view: OperatorView, kind: DecisionKind, target: int, reason: Reason, why: str,
@@ -587,7 +680,7 @@ def decide(view: OperatorView, policy: ElasticPolicy, now: float) -> Decision:
     measured = measure(view, policy, now)
     if isinstance(measured, str):
         return _decision(view, "hold", n, "no_data", f"not enough data: {measured}")
-    return _decide_on(view, policy, measured, _learnt(view.capacity, measured, now))
+    return _decide_on(view, policy, measured, _learnt(view, policy, measured, now))
 
 
 def _needs(measured: Measured, capacity: Capacity, utilisation: float) -> tuple[int, int, int]:
@@ -597,11 +690,27 @@ def _needs(measured: Measured, capacity: Capacity, utilisation: float) -> tuple[
     return whole, early, recent
 
 
-def _formula(measured: Measured, capacity: Capacity, utilisation: float,
-             needs: tuple[int, int, int]) -> str:
-    recent = measured.recent
+def capacity_text(capacity: Capacity, target: float) -> str:
+    """Where the capacity per instance comes from, with its numbers."""
+    cost = capacity.cost
+    if cost is not None:
+        batch = effective_target(cost, target)
+        why = "" if batch == target else (f" (the fixed cost reaches the {target:g} s target, "
+                                          f"so batches of twice the fixed cost)")
+        note = f"; {capacity.note}" if capacity.note else ""
+        return (f"from the cost model, {cost.describe()}: batches of at most {batch:g} s"
+                f"{why} sustain ({batch:g} - {cost.fixed:.3f}) / ({cost.per_unit * 1000:.3f} "
+                f"ms x {batch:g}) = {capacity.rate:,.0f} rows/s{note}")
     kind = ("measured while the instances fell behind" if capacity.measured else
             "a lower bound: the best seen while they kept up")
+    no_model = f"; no cost model: {capacity.note}" if capacity.note else ""
+    return f"rows per busy second, {kind}{no_model}"
+
+
+def _formula(measured: Measured, capacity: Capacity, utilisation: float,
+             needs: tuple[int, int, int], target: float = TARGET_BATCH_SECONDS) -> str:
+    recent = measured.recent
+    kind = capacity_text(capacity, target)
     return (f"the last {recent.window:.1f} s need ceil({recent.arrival:,.0f} / "
             f"({capacity.rate:,.0f} x {utilisation:.2f})) = {needs[2]} (the "
             f"{measured.early.window:.1f} s before: {needs[1]}, the whole window: {needs[0]}; "
@@ -628,7 +737,7 @@ def _decide_on(view: OperatorView, policy: ElasticPolicy, measured: Measured,
                          f"never busy in the window, so their true rate is unknown; {numbers}",
                          measured)
     needs = _needs(measured, capacity, target_u)
-    formula = _formula(measured, capacity, target_u, needs)
+    formula = _formula(measured, capacity, target_u, needs, policy.target_batch_seconds)
     if rates.pressed and needs[2] <= n and rates.in_one_batch > 0:
         return _decision(view, "hold", n, "catching_up", f"{formula}; rows waited longer all "
                          f"window, but an instance has been in one micro-batch for "
@@ -693,4 +802,4 @@ def _scale_in(view: OperatorView, policy: ElasticPolicy, measured: Measured,
 __all__ = ["Sample", "sample_of", "SampleHistory", "ElasticPolicy", "Capacity", "OperatorView",
            "view_of", "Rates", "learn", "rising", "busy_in", "in_one_batch",
            "Measured", "Decision", "decide", "measure", "needed", "increase", "slope", "OUTCOMES",
-           "REASONS"]
+           "REASONS", "spans_of", "modelled", "effective_target", "capacity_text", "throttled_in"]

@@ -231,9 +231,11 @@ class SchedulerMetrics:
                                          "elastic policy: out, in, or hold_<reason>",
                                          ["outcome"], registry=r)
         self.capacity = Gauge("elastiq_operator_capacity_rows_per_second", "rows one instance "
-                              "of an automatic operator processes per busy second, as the "
-                              "policy knows it (measured: seen while rows waited; lower_bound: "
-                              "the best seen while the instances kept up)",
+                              "of an automatic operator processes per second, as the policy "
+                              "knows it (model: sustained with batches within the target, from "
+                              "the fitted batch cost model; measured: per busy second, seen "
+                              "while rows waited; lower_bound: the best seen while the "
+                              "instances kept up)",
                               ["query", "operator", "kind"], registry=r)
         self._parallelism_seen: set[tuple[str, str]] = set()
         self._capacity_seen: dict[tuple[str, str], str] = {}  # (query, operator) -> kind
@@ -445,7 +447,8 @@ class SchedulerMetrics:
         self._parallelism_seen.add((query_id, operator_id))
 
     def _set_capacity(self, query_id: str, operator_id: str, capacity: Capacity) -> None:
-        kind = "measured" if capacity.measured else "lower_bound"
+        kind = "model" if capacity.cost is not None else \
+            "measured" if capacity.measured else "lower_bound"
         before = self._capacity_seen.get((query_id, operator_id))
         if before is not None and before != kind:
             self.capacity.remove(query_id, operator_id, before)

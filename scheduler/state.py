@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Literal, Mapping, Union
+from typing import Any, Callable, Iterable, Literal, Mapping, Union
 
 from common import messages
 from common.control import PARALLELISM, ControlCatalog, ControlRefused
@@ -113,6 +113,9 @@ class SchedulerState:
     agents: dict[str, str] = field(default_factory=dict)  # agent id -> hostname, from offers
     # agent id -> its isolation, from its offers' `isolation` attribute (embedded agents say it)
     agent_isolation: dict[str, str] = field(default_factory=dict)
+    # agent id -> (cpus, MB) it offered with no executor of ours on it: its size as far as we
+    # can tell (the most seen), for refusing at submit a task no agent can ever hold
+    agent_sizes: dict[str, tuple[float, float]] = field(default_factory=dict)
     suppressed: bool = False
     last_reconcile: float = 0.0
     heartbeats: dict[str, float] = field(default_factory=dict)  # executor id -> last seen
@@ -185,7 +188,21 @@ class SchedulerState:
             self.agents[offer.agent_id] = offer.hostname
             self.agent_isolation[offer.agent_id] = dict(offer.attributes).get("isolation", "")
             self.held[offer.offer_id] = HeldOffer(offer, self.now)
+        self._note_sizes(ev.offers)
         return self._try_place(ev.stimulus_id)
+
+    def _note_sizes(self, offers: Iterable[Offer]) -> None:
+        """Keep the most each agent offered with nothing of ours on it (its offers of one
+        event summed): what a task and our executor can have there at most."""
+        idle: dict[str, tuple[float, float]] = {}
+        for o in offers:
+            if o.executor_ids or o.agent_id in self.warm_agents:
+                continue
+            cpus, mem = idle.get(o.agent_id, (0.0, 0.0))
+            idle[o.agent_id] = (cpus + o.cpus, mem + o.mem_mb)
+        for agent, (cpus, mem) in idle.items():
+            seen = self.agent_sizes.get(agent, (0.0, 0.0))
+            self.agent_sizes[agent] = (max(seen[0], cpus), max(seen[1], mem))
 
     def _on_offer_rescinded(self, ev: OfferRescinded) -> list[Command]:
         if self.held.pop(ev.offer_id, None) is not None:
@@ -565,7 +582,9 @@ class SchedulerState:
     # ---- requests ------------------------------------------------------------------------
     def _on_query_submitted(self, ev: QuerySubmitted) -> list[Command]:
         q, sid = ev.query, ev.stimulus_id
-        found = admission.problems(q)
+        found = admission.problems(q) or admission.unholdable(
+            q, {a: s for a, s in self.agent_sizes.items() if a not in self.gone_agents},
+            (self.config.executor.cpus, self.config.executor.mem_mb))
         if found:
             return [ReplyToRequest(sid, False, 400, "; ".join(found))]
         old = self.queries.get(q.query_id)

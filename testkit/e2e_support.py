@@ -216,9 +216,12 @@ def disjoint_port_ranges(count: int, size: int = 16) -> tuple[tuple[int, int], .
 
 def start_stack(work: Path, cpus_per_agent: float = 1.5, mem_per_agent: int = 8192,
                 spark_cores: int = 2, agents: int = 2,
-                port_ranges: tuple[tuple[int, int], ...] | None = None) -> Stack:
+                port_ranges: tuple[tuple[int, int], ...] | None = None,
+                isolation: str = "auto", executor_cpus: float | None = None) -> Stack:
     """Start the cluster (`agents` agents with distinct free port ranges, or `port_ranges`),
-    the scheduler and its API."""
+    the scheduler and its API. `isolation`: the embedded agents' (`cgroups`: each executor
+    container held to what it asked, docs/deploy.md); `executor_cpus`: what the executor asks
+    for itself (default ExecutorSpec's)."""
     from embedded_mesos import EmbeddedCluster
     from scheduler.api import ApiServer
     from scheduler.api_token import new_token, write_token_file
@@ -228,12 +231,15 @@ def start_stack(work: Path, cpus_per_agent: float = 1.5, mem_per_agent: int = 81
     ranges = port_ranges or disjoint_port_ranges(agents)
     token_file = work / "api-token"  # the API's token, for the tests' clients and control sinks
     write_token_file(token_file, new_token())
-    executor = ExecutorSpec(command=f"exec {sys.executable} -m executor", environment=(
+    executor = ExecutorSpec(command=f"exec {sys.executable} -m executor",
+                            cpus=ExecutorSpec.cpus if executor_cpus is None else executor_cpus,
+                            environment=(
         ("ELASTIQ_STATE_DIR", str(work / "state")), ("ELASTIQ_SPARK_CORES", str(spark_cores)),
         ("PYTHONPATH", pythonpath()), ("ELASTIQ_TOKEN_FILE", str(token_file))))
     config = SchedulerConfig(executor=executor, backoff_initial=0.5, same_agent_wait=60.0,
                              offer_hold_seconds=1.0, decline_seconds=0.5)
-    cluster = EmbeddedCluster(agents=0, work_dir=work / "cluster", executor_grace_seconds=15.0)
+    cluster = EmbeddedCluster(agents=0, work_dir=work / "cluster", executor_grace_seconds=15.0,
+                              isolation=isolation)  # type: ignore[arg-type]
     cluster.start()
     service = api = None
     try:

@@ -199,9 +199,9 @@ def test_busy_time_sums_each_executed_batch_of_each_run_once() -> None:
     counter.add(first)
     assert counter.busy_ms == 1300
     counter.add(first + [_report("a", 2, 0, 40)])  # a no-data batch that ran (state cleanup)
-    assert (counter.total, counter.busy_ms) == (15, 1340)
+    assert (counter.total, counter.busy_ms, counter.batches) == (15, 1340, 3)
     counter.add([_report("b", 2, 7, 90)])  # a restart: a new run goes on from the checkpoint
-    assert (counter.total, counter.busy_ms) == (22, 1430)
+    assert (counter.total, counter.busy_ms, counter.batches) == (22, 1430, 4)
 
 
 def test_an_idle_trigger_neither_counts_nor_claims_the_next_batch_id() -> None:
@@ -212,9 +212,9 @@ def test_an_idle_trigger_neither_counts_nor_claims_the_next_batch_id() -> None:
 
     counter = InputCounter()
     counter.add([_report("a", 0, 1, 1124), _report("a", 1, 0, 1, ran=False)])
-    assert (counter.total, counter.busy_ms) == (1, 1124)
+    assert (counter.total, counter.busy_ms, counter.batches) == (1, 1124, 1)
     counter.add([_report("a", 1, 0, 1, ran=False), _report("a", 1, 2, 204)])
-    assert (counter.total, counter.busy_ms) == (3, 1328)
+    assert (counter.total, counter.busy_ms, counter.batches) == (3, 1328, 2)
 
 
 def test_running_clock_times_the_batch_running_now_from_when_it_was_first_seen() -> None:
