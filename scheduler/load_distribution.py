@@ -83,18 +83,22 @@ def one_way(source: str, target: str, placed: Mapping[str, Sequence[str]],
     moving it narrows the difference."""
     here, there = list(placed[source]), list(placed[target])
     length = _length(loads, here + there)
+    here_sum = total([loads[t] for t in here], length)
+    there_sum = total([loads[t] for t in there], length)
     moves: list[Move] = []
     for _ in range(len(here)):
-        gap = mean_load([loads[t] for t in here], length) - \
-            mean_load([loads[t] for t in there], length)
-        scored = sorted((-score(t, loads, here, there), -_mean(loads[t]), t) for t in here
-                        if abs(gap - 2 * _mean(loads[t])) < abs(gap))
+        gap = float(here_sum.mean() - there_sum.mean()) if length else 0.0
+        scored = sorted((-(correlation(loads[t], here_sum - np.asarray(loads[t], dtype=float))
+                           - correlation(loads[t], there_sum)), -_mean(loads[t]), t)
+                        for t in here if abs(gap - 2 * _mean(loads[t])) < abs(gap))
         if not scored or gap <= 0:
             break
         negated, _, task = scored[0]  # the highest score; ties: the larger load, then the name
         best = -negated
         here.remove(task)
         there.append(task)
+        here_sum = here_sum - np.asarray(loads[task], dtype=float)
+        there_sum = there_sum + np.asarray(loads[task], dtype=float)
         moves.append(Move(task, source, target, best,
                           f"{source} {gap:+.3f} CPU s/s over {target}; score {best:+.3f}"))
     return moves
