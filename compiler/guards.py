@@ -77,10 +77,6 @@ def of_kind(s: Subject, kind: str) -> bool:
     return s.kind == kind
 
 
-def other_kind(s: Subject, kind: str) -> bool:
-    return s.kind != kind
-
-
 def has_param(s: Subject, name: str) -> bool:
     """The spec gives f this parameter (e.g. a source's `shed`)."""
     return s.param(name) is not None
@@ -106,7 +102,6 @@ GUARDS: dict[str, GuardDef] = {g.name: g for g in (
     GuardDef("wants", 2, 3, "f, request[, value]: the spec asks f for a pattern", wants),
     GuardDef("lacks", 2, 2, "f, request: the spec does not ask f for this request", lacks),
     GuardDef("kind", 2, 2, "f, kind: a bound operator is of this kind", of_kind),
-    GuardDef("other-kind", 2, 2, "f, kind: a bound operator is not of this kind", other_kind),
     GuardDef("has-param", 2, 2, "f, name: the spec gives a bound operator this parameter",
              has_param),
     GuardDef("single-input", 1, 1, "f: a bound operator reads one stream", single_input),
