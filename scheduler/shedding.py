@@ -28,6 +28,7 @@ when no capacity can be added), nor how ratios reach the drop operators (control
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
@@ -118,7 +119,9 @@ def classes_of(point: DropPoint) -> tuple[UtilityClass, ...]:
 def check_problem(problem: ShedProblem) -> list[str]:
     """Every problem of a shedding problem at once (names, numbers, order); empty if sound."""
     problems: list[str] = []
-    names = {p.name for p in problem.points} | {o.name for o in problem.operators}
+    counts = Counter([p.name for p in problem.points] + [o.name for o in problem.operators])
+    names = set(counts)
+    problems += [f"{name}: named twice" for name, n in sorted(counts.items()) if n > 1]
     for p in problem.points:
         if p.input is None and not (p.rate >= 0 and np.isfinite(p.rate)):
             problems.append(f"drop point {p.name}: rate {p.rate} is not a finite rate >= 0")
@@ -271,10 +274,10 @@ def plan_shedding(problem: ShedProblem) -> ShedPlan:
         for v, c in value.items():
             if base > 0:
                 objective[index[v]] -= s.weight * c / base  # linprog minimises
-    rows, cols, data, bound = _constraints(problem, rate, upstream, index)
-    agents = list(problem.capacity)
     if not variables:
         return _plan(problem, {}, upstream, idle)
+    rows, cols, data, bound = _constraints(problem, rate, upstream, index)
+    agents = list(problem.capacity)
     matrix = coo_matrix((data, (rows, cols)), shape=(len(agents) + _chained(upstream),
                                                      len(variables))).tocsr()
     result = linprog(objective, A_ub=matrix, b_ub=np.array(bound),

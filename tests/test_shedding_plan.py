@@ -111,12 +111,14 @@ def test_an_agent_that_cannot_fit_is_reported() -> None:
 
 def test_located_problems_all_at_once() -> None:
     problem = ShedProblem((DropPoint("in", rate=float("nan")),),
-                          (Operator("f", "X", -1.0, 1.0, ("nope",)),), (Sink("s", "gone", -2),),
+                          (Operator("f", "X", -1.0, 1.0, ("nope",)),
+                           Operator("f", "A", 1.0, 1.0, ("in",))), (Sink("s", "gone", -2),),
                           {"A": 1.0})
     with pytest.raises(ValueError) as raised:
         plan_shedding(problem)
     text = str(raised.value)
     for part in ("drop point in: rate", "operator f: cost", "reads nope", "agent X",
+                 "f: named twice",
                  "sink s: reads gone", "sink s: weight"):
         assert part in text
 
