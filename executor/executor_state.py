@@ -94,6 +94,7 @@ class TaskFigures:
     running_ms: int = 0  # how long the micro-batch running now has run (0: none runs)
     watermark_ms: int = -1  # the query's event-time watermark (-1: none)
     routed_ms: int = -1  # a stateful splitter's largest event time routed (-1: none)
+    rows_dropped: int = 0  # rows its drop operators shed, cumulative (docs/load.md)
     # channel id -> batches its writer keeps for readers that have not acknowledged them
     retained: Mapping[str, int] = field(default_factory=dict)
 
@@ -547,6 +548,7 @@ class ExecutorState:
                 "latency_ms": m.latency_ms, "busy_ms": m.busy_ms, "running_ms": m.running_ms,
                 "restarts": task.restarts,
                 "watermark_ms": m.watermark_ms, "routed_ms": m.routed_ms,
+                "rows_dropped": m.rows_dropped,
                 "channel_blocked_ms": m.channel_blocked_ms,
                 "channel_readerless_ms": m.channel_readerless_ms,
                 **{f"{RETAINED_PREFIX}{c}": n for c, n in sorted(m.retained.items())}}

@@ -787,8 +787,12 @@ class TaskRuntime:
                 .otherwise(drop_keeps(stream.schema, seed, ratio))
         else:
             kept = drop_keeps(stream.schema, seed, ratio)
-        self._put(op, output, df.filter(kept) if ratio > 0 or high_ratio > 0 else stream.df,
-                  stream.schema)
+        if ratio <= 0 and high_ratio <= 0:
+            self._put(op, output, stream.df, stream.schema)  # idle: the stream untouched
+            return
+        counted = df.observe(f"{SHED_OBSERVATION}{op}", F.count(F.lit(1)).alias("rows"),
+                             F.sum(F.when(kept, 0).otherwise(1)).alias("dropped"))
+        self._put(op, output, counted.filter(kept), stream.schema)
 
     def _ratio(self, op: str, name: str, value: Any) -> float:
         try:
@@ -1085,6 +1089,7 @@ class TaskRuntime:
         return F.hash(*[F.col(f"`{k}`") for k in names])
 
 
+SHED_OBSERVATION = "shed:"  # a drop's observed metrics (rows, dropped) in each progress report
 DROP_BUCKETS = 1 << 30  # a row's hash, reduced to [0, 1) in steps of 2**-30
 
 

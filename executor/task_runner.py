@@ -66,6 +66,7 @@ class TaskMetrics:
     watermark_ms: int = -1  # the query's event-time watermark (ms since the epoch; -1: none)
     routed_ms: int = -1  # a stateful splitter's largest event time routed (ms; -1: none)
     running_ms: int = 0  # how long the micro-batch with data running now has run (0: none)
+    rows_dropped: int = 0  # rows its drop operators shed since the runner started (docs/load.md)
 
 
 @dataclass(frozen=True)
@@ -170,6 +171,7 @@ class InputCounter:
 
     total: int = 0
     busy_ms: int = 0
+    dropped: int = 0  # rows shed by drop operators (their observed metrics, `shed:<op>`)
     last_batch: dict[str, int] = field(default_factory=dict)  # run id -> last counted batch
 
     def add(self, reports: Sequence[Mapping[str, Any]]) -> int:
@@ -181,7 +183,24 @@ class InputCounter:
                 self.total += int(report.get("numInputRows", 0) or 0)
                 self.busy_ms += int((report.get("durationMs") or {}).get("triggerExecution", 0)
                                     or 0)
+                self.dropped += shed_rows(report)
         return self.total
+
+
+def shed_rows(report: Mapping[str, Any]) -> int:
+    """Rows the drop operators of one progress report's batch dropped: the `dropped` of every
+    observation named `shed:<op>` (`executor.runtime.TaskRuntime.drop`; pure)."""
+    observed = report.get("observedMetrics") or {}
+    return sum(int(_observed(values, "dropped") or 0) for name, values in observed.items()
+               if str(name).startswith("shed:"))
+
+
+def _observed(values: Any, name: str) -> Any:
+    """One value of an observation: a dict in JSON progress, a Row in PySpark's objects."""
+    try:
+        return values[name]
+    except (KeyError, ValueError, TypeError, IndexError):
+        return None
 
 
 PROCESSING = "Processing new data"  # StreamingQuery.status message while a batch with data runs
@@ -342,7 +361,8 @@ class TaskRunner:
             return None
         out = self._out_before + (rt.sink.rows_out if rt.sink else 0)
         metrics = replace(metrics_from(progress or {}, len(recent), out, tuples_in,
-                                       self._counted.busy_ms), running_ms=running)
+                                       self._counted.busy_ms), running_ms=running,
+                          rows_dropped=self._counted.dropped)
         lag = rt.backlog()
         routed = getattr(getattr(rt.sink, "schedule", None), "max_seen", None)
         if routed is not None:

@@ -2,7 +2,8 @@
 checked against the same input computed in plain Python: idle it passes every row; a semantic
 drop keeps only rows of the input, drops every row failing its keep condition at ratio 1 and
 about `high_ratio` of the others; and the rows it keeps are exactly those its seeded row hash
-picks on the same rows in a batch query (so a replayed micro-batch drops the same rows)."""
+picks on the same rows in a batch query (so a replayed micro-batch drops the same rows); every
+dropped row is counted in the progress reports' observed metrics."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 
 from common.types import Schema
 from executor.runtime import TaskRuntime, drop_keeps
+from executor.task_runner import InputCounter
 from test_runtime_support import START, input_rows, read_sink, wait_drained
 
 pytestmark = pytest.mark.spark
@@ -46,6 +48,9 @@ def test_a_semantic_drop_keeps_only_rows_worth_keeping(runtime: TaskRuntime, spa
     assert runtime.query is not None
     wait_drained(runtime.query, [ROWS])
     got = Counter(key_of(r) for r in read_sink(out))
+    counted = InputCounter()
+    counted.add(runtime.query.recentProgress)
+    assert counted.dropped == ROWS - sum(got.values())  # every dropped row counted
     rows = input_rows("sensor", 42, 2000.0, ROWS)
     worth = [r for r in rows if r["temp"] > 35]
     assert 100 < len(worth) < ROWS
