@@ -10,6 +10,7 @@ from executor.mesos_executor import figures_of
 from executor.task_runner import InputCounter, TaskMetrics, shed_rows
 from scheduler.config import SchedulerConfig
 from scheduler.events import Event, OffersReceived, QuerySubmitted, Registered, StatusUpdated, Tick
+from scheduler.lifecycle import TaskRecord
 from scheduler.mesos_json import message_event
 from scheduler.metrics import SchedulerMetrics
 from scheduler.state import SchedulerState
@@ -56,3 +57,11 @@ def test_the_scheduler_counts_rows_dropped_per_task() -> None:
         metrics.observe_step(event, state.handle(event), state, now)
     assert metrics.registry.get_sample_value("elastiq_task_rows_dropped_total",
                                              {"query": "q", "task": "q.t0"}) == 120 + 180 + 40
+
+
+def test_status_totals_keep_rows_dropped_over_attempts() -> None:
+    task = TaskRecord(chain_query("q", 1).tasks[0])
+    task.figures = {"rows_dropped": 70, "tuples_in": 100}
+    task.carry()  # a new attempt starts from 0
+    task.figures = {"rows_dropped": 5, "tuples_in": 10}
+    assert task.totals()["rows_dropped"] == 75
