@@ -4,12 +4,17 @@ by explain, once per source), its program call, and its ratios in the control ca
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
 from common.control import ControlRefused
 from common.diagnostics import SpecError
 from compiler.control import check_tuple
-from compiler.pipeline import Compilation, compile_spec_text
+from compiler.pipeline import Compilation, compile_spec_text, logical_graph_text, rules_for
+from compiler.rewrite import rewrite
+from elastiq.explain import explain
 
 SOURCE_PARAMS = '<param name="shed" value="semantic"/><param name="shed-keep" value="raw.temp &gt; 35"/>'
 
@@ -129,3 +134,25 @@ def test_keep_without_semantic_is_refused() -> None:
 def test_an_unknown_mode_is_refused() -> None:
     found = errors_of(spec('<param name="shed" value="sometimes"/>'))
     assert any("shed" in e and "sometimes" in e for e in found), found
+
+
+GOLDEN = Path(__file__).resolve().parent / "golden" / "rewrite" / "shedding.txt"
+
+
+def test_golden_plan_before_and_after() -> None:
+    """The explain of a shed query, as a reader sees it (ELASTIQ_UPDATE_GOLDEN=1 rewrites it)."""
+    c = compile_spec_text(spec(second_sink=True), "shed-q.xml", base_dir="/srv/elastiq",
+                          plan_only=True)
+    text = explain(c) + "\n"
+    if os.environ.get("ELASTIQ_UPDATE_GOLDEN"):
+        GOLDEN.write_text(text)
+    assert text == GOLDEN.read_text(), f"{GOLDEN} differs from what the rewrite produces now"
+
+
+def test_rewriting_the_rewritten_graph_changes_nothing() -> None:
+    rules = rules_for()
+    graph, problems = logical_graph_text(spec(), "spec.xml")
+    assert graph is not None, problems
+    once = rewrite(graph, rules)
+    twice = rewrite(once.graph, rules)
+    assert twice.firings == () and twice.graph == once.graph and once.graph != graph
