@@ -424,6 +424,13 @@ def _join(c: CallSite) -> Args:
         ("within", _duration(c.p("within"))), ("watermark", _duration(c.p("watermark"))))
 
 
+def _drop(c: CallSite) -> Args:
+    return c.io + c.out + (("ratio", float(c.p("ratio", 0.0))),
+                           ("high_ratio", float(c.p("high-ratio", 0.0))),
+                           ("mode", c.p("mode") or "random"), ("seed", int(c.p("seed", 0)))) \
+        + _given(("keep", c.p("keep")))
+
+
 def _union(c: CallSite) -> Args:
     return (("inputs", tuple(map(c.name, c.node.inputs))),) + c.out
 
@@ -470,6 +477,7 @@ _CALLS: dict[str, tuple[str, Callable[[CallSite], Args]]] = {
     "pattern": ("pattern", _pattern),
     "join": ("join", _join),
     "union": ("union", _union),
+    "drop": ("drop", _drop),
     "merger": ("union", _union),
     **{kind: ("identity", _identity) for kind in _PASS_THROUGH},
     "file-sink": ("file_sink", _file_sink),

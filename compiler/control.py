@@ -25,7 +25,7 @@ from common.control import (ADJUSTABLE, ALIASES, PARALLELISM, PARTITION_KEY, Adj
 from common.paths import PathRefused, PathRoots, confine
 from common.tasks import ElasticOperator, splitter_op_id
 from compiler import expr
-from compiler.operators import CATALOGUE, ParamDef, ParamValueError, parse_value
+from compiler.operators import CATALOGUE, PLUMBING, ParamDef, ParamValueError, parse_value
 
 if TYPE_CHECKING:
     from compiler.graph import Graph, Node
@@ -94,6 +94,10 @@ def catalog_for(logical: "Graph", physical: "Graph", plans: "tuple[TaskPlan, ...
             adjustable.append(routing)
         elif routing is not None:
             fixed.append(routing)
+    drops = tuple(n for n in physical.nodes if n.kind == "drop" and n.name in task_of)
+    adjustable += [_drop_ratio(n, task_of[n.name], parameter) for n in drops
+                   for parameter in DROP_RATIOS if parameter == "ratio"
+                   or n.param("mode") == "semantic"]
     for e in elastic:
         found = _parallelism(e, {n.name: n.kind for n in logical.nodes})
         if isinstance(found, Adjustable):
@@ -101,7 +105,20 @@ def catalog_for(logical: "Graph", physical: "Graph", plans: "tuple[TaskPlan, ...
         else:
             fixed.append(found)
     return ControlCatalog(tuple(adjustable), tuple(fixed),
-                          tuple((n.name, n.kind) for n in logical.nodes), roots.roots)
+                          tuple((n.name, n.kind) for n in (*logical.nodes, *drops)), roots.roots)
+
+
+# A drop operator's ratios (rewrite_rules/shedding.rule): parameter -> runtime keyword.
+DROP_RATIOS = {"ratio": "ratio", "high-ratio": "high_ratio"}
+
+
+def _drop_ratio(node: "Node", task_id: str, parameter: str) -> Adjustable:
+    """A drop operator's ratio, set by the scheduler's shedding plan (or by hand)."""
+    definition = PLUMBING["drop"].param(parameter)
+    assert definition is not None
+    return Adjustable(node.name, "drop", parameter, "float", _as_text(node.param(parameter, 0)),
+                      (Target(task_id, node.name, DROP_RATIOS[parameter]),), (),
+                      definition.doc)
 
 
 def _parallelism(e: ElasticOperator, kinds: dict[str, str]) -> Adjustable | Fixed:
@@ -315,7 +332,8 @@ def _runtime_value(adjustable: Adjustable, text: str, roots: PathRoots) -> Any:
             raise ParamValueError(f"no column {', '.join(unknown)} in the input "
                                   f"(columns: {', '.join(sorted(known))})")
         return tuple(columns)
-    definition = CATALOGUE[adjustable.kind].param(adjustable.parameter)
+    definition = (CATALOGUE.get(adjustable.kind) or PLUMBING[adjustable.kind]).param(
+        adjustable.parameter)
     assert definition is not None
     if adjustable.value_kind == "path":
         return _sink_path(text, roots)

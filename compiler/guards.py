@@ -77,6 +77,11 @@ def of_kind(s: Subject, kind: str) -> bool:
     return s.kind == kind
 
 
+def has_param(s: Subject, name: str) -> bool:
+    """The spec gives f this parameter (e.g. a source's `shed`)."""
+    return s.param(name) is not None
+
+
 def independent_matches(s: Subject) -> bool:
     """It is a pattern operator whose start rows keep their own matches (after-match
     skip-to-next-row): no match decides where another may start, so its partial matches can be
@@ -97,6 +102,8 @@ GUARDS: dict[str, GuardDef] = {g.name: g for g in (
     GuardDef("wants", 2, 3, "f, request[, value]: the spec asks f for a pattern", wants),
     GuardDef("lacks", 2, 2, "f, request: the spec does not ask f for this request", lacks),
     GuardDef("kind", 2, 2, "f, kind: a bound operator is of this kind", of_kind),
+    GuardDef("has-param", 2, 2, "f, name: the spec gives a bound operator this parameter",
+             has_param),
     GuardDef("single-input", 1, 1, "f: a bound operator reads one stream", single_input),
     GuardDef("independent-matches", 1, 1, "f: a pattern operator whose start rows keep their "
              "own matches (after-match skip-to-next-row)", independent_matches),

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Literal
 
@@ -75,7 +75,37 @@ MAX_PATTERN_OPERATORS = 200
 # (the old bound) 830 MB, which with the JVM and the state's JSON does not fit.
 MAX_PARTIAL_MATCHES = 1_000_000
 
-CATALOGUE: dict[str, OperatorDef] = {d.kind: d for d in (
+# Load shedding (docs/load.md): a source that says `shed` gets an idle drop operator after it
+# (rewrite_rules/shedding.rule), whose ratio the scheduler sets when no capacity can be added;
+# `shed-keep` makes it semantic (rows for which it is true are dropped last), `shed-utility` is
+# what a row failing it is worth beside 1. A sink's `weight` is what its results are worth.
+SHED_MODES = ("random", "semantic")
+MAX_WEIGHT = 1_000_000.0
+SHED_SOURCE_PARAMS = (
+    ParamDef("shed", "choice", False, None, choices=SHED_MODES,
+             doc="rows may be dropped after this source under overload: 'random' (a seeded "
+                 "hash of each row), or 'semantic' (rows failing shed-keep first)"),
+    ParamDef("shed-keep", "expression", False, None,
+             doc="boolean expression over the source's output: the rows worth keeping "
+                 "(semantic shedding drops the others first)"),
+    ParamDef("shed-utility", "float", False, None, minimum=0.0, maximum=1.0,
+             doc="what a row failing shed-keep is worth, 0..1 (a row passing it is worth 1; "
+                 "default 0)"),
+)
+SINK_PARAMS = (
+    ParamDef("weight", "float", False, "1", minimum=0.0, maximum=MAX_WEIGHT,
+             doc="what this sink's results are worth against the query's other sinks when "
+                 "load must be shed (0..1000000, default 1)"),
+)
+
+
+def _shedding(d: OperatorDef) -> OperatorDef:
+    """The catalogue entry with the shedding parameters of its role."""
+    extra = SHED_SOURCE_PARAMS if d.role == "source" else SINK_PARAMS if d.role == "sink" else ()
+    return replace(d, params=d.params + extra)
+
+
+CATALOGUE: dict[str, OperatorDef] = {d.kind: _shedding(d) for d in (
     OperatorDef("generator", "source", (0, 0), (1, 1), False, (
         ParamDef("shape", "choice", True, choices=GENERATOR_SHAPES,
                  doc="which built-in stream to generate"),
@@ -300,6 +330,18 @@ PLUMBING: dict[str, OperatorDef] = {d.kind: d for d in (
         ParamDef("backup", "choice", False, None, choices=("upstream",),
                  doc="keep unacknowledged batches for replay"),
     ), output_type="same", doc="sending end of a channel between tasks"),
+    OperatorDef("drop", "plumbing", (1, 1), (1, 1), False, (
+        ParamDef("ratio", "float", False, "0", minimum=0.0, maximum=1.0,
+                 doc="fraction of the rows dropped (semantic: of the rows failing keep), 0..1; "
+                     "set at run time by the scheduler's shedding plan"),
+        ParamDef("high-ratio", "float", False, "0", minimum=0.0, maximum=1.0,
+                 doc="semantic: fraction of the rows passing keep that are dropped"),
+        ParamDef("mode", "choice", False, "random", choices=SHED_MODES),
+        ParamDef("keep", "string", False, None,
+                 doc="semantic: the source's shed-keep condition"),
+        ParamDef("seed", "int", False, "0", doc="seed of the row hash that picks the rows"),
+    ), output_type="same", doc="drops a live fraction of its rows (load shedding; idle at 0), "
+                               "picked by a seeded hash of each row, so a replay drops the same"),
     OperatorDef("network-reader", "plumbing", (1, 1), (1, 1), False, (
         ParamDef("replica", "int", False, None, minimum=1, doc="which replica reads"),
         ParamDef("partition", "int", False, None, minimum=1, doc="which partition it reads"),

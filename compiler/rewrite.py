@@ -402,6 +402,8 @@ def _value(b: _Build, v: Value, env: dict[str, int], port: int) -> Any:
         assert isinstance(node, Node)
         if v.name == "request":
             return node.wants(v.args[1])
+        if v.name == "param":  # a parameter the spec gave the operator (None: left out)
+            return node.param(v.args[1])
         if v.name == "input-request":  # one value per input port, or one for all
             wanted = node.wants(v.args[1])
             if isinstance(wanted, (tuple, list)):

@@ -27,7 +27,7 @@ from common.diagnostics import Diagnostic, Position, SpecError, suggest
 from compiler.guards import GUARDS
 from compiler.operators import CATALOGUE, PLUMBING
 
-PHASES = ("fault-tolerance", "partitioning", "pipelining")  # the written order of the phases
+PHASES = ("fault-tolerance", "partitioning", "pipelining", "shedding")  # the written order of the phases
 REQUESTS = ("ha", "replicas", "parallelism", "partition-by", "partition-keys", "pipeline",
             "active", "min-parallelism", "elastic", "switch-time", "switch-window",
             "switch-horizon", "switch-slide", "switch-spread", "switch-planned", "switch-close",
@@ -62,8 +62,8 @@ class Guard:
 
 @dataclass(frozen=True)
 class Call:
-    """A value function in a replacement: `request(f, replicas)`, `input-request(f, name)` or
-    `input-key(f)`."""
+    """A value function in a replacement: `request(f, replicas)`, `input-request(f, name)`,
+    `input-key(f)` or `param(f, name)` (a parameter the spec gave f)."""
 
     name: str
     args: tuple[str, ...]
@@ -156,7 +156,7 @@ def _walk(term: PatternTerm) -> Iterable[PatternTerm]:
 # ----------------------------------------------------------------------------------------------
 # Functions of replacement terms (guards are in compiler.guards)
 
-FUNCTIONS: dict[str, int] = {"request": 2, "input-request": 2, "input-key": 1}
+FUNCTIONS: dict[str, int] = {"request": 2, "input-request": 2, "input-key": 1, "param": 2}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -315,7 +315,7 @@ class _Parser:
                 params = self.params()
         args: list[ReplTerm | Loop | Chain] = []
         has_args = self.accept("(")
-        if has_args:
+        if has_args and not self.accept(")"):  # `s()`: the bound operator rebuilt, no inputs
             args.append(self.arg())
             while self.accept(","):
                 args.append(self.arg())
@@ -571,7 +571,7 @@ def _check_value(v: Value, pos: Position, scope: _Scope, problems: list[Diagnost
             problems.append(Diagnostic(v.pos, f"unknown value function '{v.name}' (or wrong "
                                               "number of arguments)",
                                        "value functions: request(f, name), "
-                                       "input-request(f, name), input-key(f)"))
+                                       "input-request(f, name), input-key(f), param(f, name)"))
             return
         if v.args[0] not in scope.bound or v.args[0] in scope.stars:
             problems.append(Diagnostic(v.pos, f"{v.name}: '{v.args[0]}' is not a binding of one "

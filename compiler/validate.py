@@ -364,9 +364,34 @@ def _resolve(c: _Checker, op: OperatorDecl, d: OperatorDef) -> None:
     schema = declared if declared is not None else computed
     assert schema is not None  # both None returned above
     c.schemas[out.name] = schema
+    _check_shed(c, op, out.name, schema)
     times = _event_times_out(c, op)
     if times is not None:
         c.event_times[out.name] = times
+
+
+def _check_shed(c: _Checker, op: OperatorDecl, stream: str, schema: Schema) -> None:
+    """A source's shedding request (docs/load.md): `shed-keep`, a boolean expression over the
+    source's output, is needed by `shed="semantic"` and only makes sense with it, as does
+    `shed-utility`."""
+    mode, keep, utility = op.param("shed"), op.param("shed-keep"), op.param("shed-utility")
+    if keep is not None:
+        try:
+            ex.compile_condition(keep.value, ex.Scope({stream: schema}))
+        except ex.NotBoolean as e:
+            c.error(keep.value_pos(), f"shed-keep of '{op.name}' is of type {e.type.value}, "
+                                      "not boolean", f"write a comparison such as {stream}.x > 0")
+        except ex.ExpressionError as e:
+            _report(c, op, keep, "shed-keep", e)
+    semantic = mode is not None and mode.value.strip() == "semantic"
+    if semantic and keep is None:
+        c.error(mode.value_pos() if mode else op.pos,
+                f"shed=\"semantic\" of '{op.name}' needs shed-keep, the rows worth keeping",
+                '<param name="shed-keep" value="..."/>, or shed="random"')
+    for extra in (keep, utility):
+        if extra is not None and not semantic:
+            c.error(extra.pos, f"{extra.name} of '{op.name}' applies to semantic shedding only",
+                    '<param name="shed" value="semantic"/>, or remove it')
 
 
 def _describe(schema: Schema) -> str:

@@ -95,6 +95,7 @@ class TaskFigures:
     batches_ended: int = 0  # micro-batches ended, cumulative over the runner's runs
     watermark_ms: int = -1  # the query's event-time watermark (-1: none)
     routed_ms: int = -1  # a stateful splitter's largest event time routed (-1: none)
+    rows_dropped: int = 0  # rows its drop operators shed, cumulative (docs/load.md)
     # channel id -> batches its writer keeps for readers that have not acknowledged them
     retained: Mapping[str, int] = field(default_factory=dict)
 
@@ -549,6 +550,7 @@ class ExecutorState:
                 "batches_ended": m.batches_ended,
                 "restarts": task.restarts,
                 "watermark_ms": m.watermark_ms, "routed_ms": m.routed_ms,
+                "rows_dropped": m.rows_dropped,
                 "channel_blocked_ms": m.channel_blocked_ms,
                 "channel_readerless_ms": m.channel_readerless_ms,
                 **{f"{RETAINED_PREFIX}{c}": n for c, n in sorted(m.retained.items())}}

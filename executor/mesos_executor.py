@@ -145,7 +145,8 @@ def figures_of(metrics: Any, blocked: tuple[float, float] = (0.0, 0.0),
                        running_ms=int(metrics.running_ms),
                        batches_ended=int(getattr(metrics, "batches_ended", 0)),
                        watermark_ms=int(getattr(metrics, "watermark_ms", -1)),
-                       routed_ms=int(getattr(metrics, "routed_ms", -1)), **waits)
+                       routed_ms=int(getattr(metrics, "routed_ms", -1)),
+                       rows_dropped=int(getattr(metrics, "rows_dropped", 0)), **waits)
 
 
 def checkpoint_dir(config: ExecutorConfig, task_id: str) -> Path:

@@ -770,6 +770,39 @@ class TaskRuntime:
                          *[Field(new, f.type) for f, new in zip(rs.schema.fields, right_names)]))
         self._put(op, output, joined, schema)
 
+    def drop(self, *, op: str, input: str, output: str, ratio: float, high_ratio: float = 0.0,
+             mode: str = "random", seed: int = 0, keep: str | None = None) -> None:
+        """Load shedding (docs/load.md): drop a live `ratio` of the rows (semantic: of the rows
+        `keep` is not true of; `high_ratio` of those it is true of), idle at 0. Rows are picked
+        by a seeded hash of all their columns, so a replayed batch drops the same rows."""
+        ratio = self._ratio(op, "ratio", self._param(op, "ratio", ratio))
+        high_ratio = self._ratio(op, "high_ratio", self._param(op, "high_ratio", high_ratio))
+        stream = self._get(op, input)
+        df = stream.df.alias(output)
+        if mode == "semantic" and keep is not None:
+            scope = expr.Scope({output: stream.schema})
+            worth = F.coalesce(to_column(self._compile(op, keep, scope, expr.compile_condition)
+                                         .expr, scope), F.lit(False))
+            kept = F.when(worth, drop_keeps(stream.schema, seed, high_ratio)) \
+                .otherwise(drop_keeps(stream.schema, seed, ratio))
+        else:
+            kept = drop_keeps(stream.schema, seed, ratio)
+        if ratio <= 0 and high_ratio <= 0:
+            self._put(op, output, stream.df, stream.schema)  # idle: the stream untouched
+            return
+        counted = df.observe(f"{SHED_OBSERVATION}{op}", F.count(F.lit(1)).alias("rows"),
+                             F.sum(F.when(kept, 0).otherwise(1)).alias("dropped"))
+        self._put(op, output, counted.filter(kept), stream.schema)
+
+    def _ratio(self, op: str, name: str, value: Any) -> float:
+        try:
+            ratio = float(value)
+        except (TypeError, ValueError):
+            raise self._error(op, f"{name} {value!r} is not a number") from None
+        if not 0.0 <= ratio <= 1.0:
+            raise self._error(op, f"{name} {ratio} is outside 0..1")
+        return ratio
+
     def union(self, *, op: str, inputs: Sequence[str], output: str) -> None:
         streams = [self._get(op, name) for name in inputs]
         if len(streams) < 2:
@@ -1054,3 +1087,19 @@ class TaskRuntime:
         is empty), the same in every process (Python's `hash()` is salted per process)."""
         names = [self._field(op, stream, k).name for k in key] or list(stream.schema.names)
         return F.hash(*[F.col(f"`{k}`") for k in names])
+
+
+SHED_OBSERVATION = "shed:"  # a drop's observed metrics (rows, dropped) in each progress report
+DROP_BUCKETS = 1 << 30  # a row's hash, reduced to [0, 1) in steps of 2**-30
+
+
+def drop_keeps(schema: Schema, seed: int, ratio: float) -> Column:
+    """True of the rows a drop keeps at `ratio`: those whose seeded hash of every column falls
+    at or above `ratio` of [0, 1). Deterministic (a replay keeps the same rows) and, over many
+    distinct rows, drops `ratio` of them."""
+    if ratio <= 0.0:
+        return F.lit(True)
+    if ratio >= 1.0:
+        return F.lit(False)
+    hashed = F.xxhash64(F.lit(int(seed)), *[F.col(f"`{n}`") for n in schema.names])
+    return F.pmod(hashed, F.lit(DROP_BUCKETS)) >= F.lit(int(ratio * DROP_BUCKETS))

@@ -67,6 +67,7 @@ class TaskMetrics:
     routed_ms: int = -1  # a stateful splitter's largest event time routed (ms; -1: none)
     running_ms: int = 0  # how long the micro-batch with data running now has run (0: none)
     batches_ended: int = 0  # executed micro-batches since the runner started (all runs)
+    rows_dropped: int = 0  # rows its drop operators shed since the runner started (docs/load.md)
 
 
 @dataclass(frozen=True)
@@ -174,6 +175,7 @@ class InputCounter:
     total: int = 0
     busy_ms: int = 0
     batches: int = 0
+    dropped: int = 0  # rows shed by drop operators (their observed metrics, `shed:<op>`)
     last_batch: dict[str, int] = field(default_factory=dict)  # run id -> last counted batch
 
     def add(self, reports: Sequence[Mapping[str, Any]]) -> int:
@@ -186,7 +188,24 @@ class InputCounter:
                 self.batches += 1
                 self.busy_ms += int((report.get("durationMs") or {}).get("triggerExecution", 0)
                                     or 0)
+                self.dropped += shed_rows(report)
         return self.total
+
+
+def shed_rows(report: Mapping[str, Any]) -> int:
+    """Rows the drop operators of one progress report's batch dropped: the `dropped` of every
+    observation named `shed:<op>` (`executor.runtime.TaskRuntime.drop`; pure)."""
+    observed = report.get("observedMetrics") or {}
+    return sum(int(_observed(values, "dropped") or 0) for name, values in observed.items()
+               if str(name).startswith("shed:"))
+
+
+def _observed(values: Any, name: str) -> Any:
+    """One value of an observation: a dict in JSON progress, a Row in PySpark's objects."""
+    try:
+        return values[name]
+    except (KeyError, ValueError, TypeError, IndexError):
+        return None
 
 
 PROCESSING = "Processing new data"  # StreamingQuery.status message while a batch with data runs
@@ -348,7 +367,8 @@ class TaskRunner:
         out = self._out_before + (rt.sink.rows_out if rt.sink else 0)
         metrics = replace(metrics_from(progress or {}, len(recent), out, tuples_in,
                                        self._counted.busy_ms), running_ms=running,
-                          batches_ended=self._counted.batches)
+                          batches_ended=self._counted.batches,
+                          rows_dropped=self._counted.dropped)
         lag = rt.backlog()
         routed = getattr(getattr(rt.sink, "schedule", None), "max_seen", None)
         if routed is not None:

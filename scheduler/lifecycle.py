@@ -98,7 +98,8 @@ class HistoryEntry:
                 f"{self.finish.value}: {self.note}")
 
 
-COUNTERS = ("tuples_in", "tuples_out", "busy_ms")  # figures that only grow within an attempt
+# figures that only grow within an attempt (rows_dropped: load shedding, docs/load.md)
+COUNTERS = ("tuples_in", "tuples_out", "busy_ms", "rows_dropped")
 
 
 def mesos_task_id(task_id: str, attempt: int) -> str:

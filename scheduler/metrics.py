@@ -110,6 +110,7 @@ class SchedulerMetrics:
         self._define_elastic_metrics()
         self._tuples_in = CumulativeCounter()
         self._tuples_out = CumulativeCounter()
+        self._rows_dropped = CumulativeCounter()
         self._last_state: dict[str, TaskState] = {}
         self._failed_at: dict[tuple[str, str], float] = {}  # (query, task) -> when it failed
         self.leader.set(1 if leader else 0)
@@ -175,6 +176,9 @@ class SchedulerMetrics:
                                  registry=r)
         self.tuples_out = Counter("elastiq_task_tuples_out", "output tuples (from heartbeats)",
                                   qt, registry=r)
+        self.rows_dropped = Counter("elastiq_task_rows_dropped", "rows the task's drop operators "
+                                    "shed (load shedding, docs/load.md; from heartbeats)", qt,
+                                    registry=r)
         self.backlog = Gauge("elastiq_task_backlog", "batches waiting in the task's inputs", qt,
                              registry=r)
         self.batch_seconds = Gauge("elastiq_task_batch_duration_seconds", "last micro-batch's "
@@ -316,7 +320,7 @@ class SchedulerMetrics:
             current |= {t.mesos_task_id for t in query.tasks.values()}
         for phase, count in phases.items():
             self.queries.labels(phase).set(count)
-        for counter in (self._tuples_in, self._tuples_out):
+        for counter in (self._tuples_in, self._tuples_out, self._rows_dropped):
             counter.keep_only(current)
         self._forget_parallelism({q for q, query in state.queries.items()
                                   if query.phase in ("active", "stopping")})
@@ -395,6 +399,9 @@ class SchedulerMetrics:
         if "tuples_out" in figures:
             self.tuples_out.labels(*labels).inc(
                 self._tuples_out.increment(key, figures["tuples_out"]))
+        if figures.get("rows_dropped"):
+            self.rows_dropped.labels(*labels).inc(
+                self._rows_dropped.increment(key, figures["rows_dropped"]))
         if "backlog" in figures:
             self.backlog.labels(*labels).set(figures["backlog"])
         if "batch_ms" in figures:

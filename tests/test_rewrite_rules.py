@@ -25,7 +25,7 @@ def test_the_shipped_rules_load_in_phase_order() -> None:
     rules = load_rules(shipped_rule_files())
     assert [r.name for r in rules] == ["checkpoint", "hot-standby", "standby", "folding",
                                       "partitioning", "pattern-partitioning", "pattern-pipelining",
-                                      "pipelining"]
+                                      "pipelining", "shedding"]
     assert [PHASES.index(r.phase) for r in rules] == sorted(PHASES.index(r.phase) for r in rules)
     assert all(Path(r.file).name == f"{r.name}.rule" for r in rules)
 
