@@ -1,4 +1,6 @@
-"""Shared pytest fixtures: the one session-scoped SparkSession of the Spark test layer; and,
+"""Shared pytest fixtures: the one session-scoped SparkSession of the Spark test layer; the
+pool that hands one running embedded stack from a cluster test module to the next module of the
+same `STACK_SHAPE` (testkit.e2e_support.StackPool); and,
 when the suite runs on pytest-xdist workers (`pytest -n N --dist loadfile`, for a machine with
 more cores than CI's: `scripts/test.sh` runs the cluster layer serially), in what order its
 modules are handed out.
@@ -16,9 +18,12 @@ from __future__ import annotations
 import os
 from collections import defaultdict
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import TYPE_CHECKING, Iterator, Sequence
 
 import pytest
+
+if TYPE_CHECKING:
+    from testkit.e2e_support import StackPool
 
 UNMARKED_WEIGHT = {"cluster": 60.0, "spark": 10.0}
 PURE_WEIGHT = 1.0
@@ -34,6 +39,35 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator["object"]:
     for query in session.streams.active:
         query.stop()
     session.stop()
+
+
+POOL_KEY = pytest.StashKey["StackPool"]()
+
+
+@pytest.fixture(scope="session")
+def stack_pool(request: pytest.FixtureRequest,
+               tmp_path_factory: pytest.TempPathFactory) -> Iterator["StackPool"]:
+    """The session's StackPool: a module fixture takes its stack from it by the module's
+    `STACK_SHAPE`; `pytest_runtest_teardown` releases it once the next module wants another."""
+    from testkit.e2e_support import StackPool
+
+    pool = StackPool(tmp_path_factory.mktemp("shared-stacks"))
+    request.config.stash[POOL_KEY] = pool
+    yield pool
+    del request.config.stash[POOL_KEY]
+    pool.release()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """Stop the shared stack after a test when the next test's module does not share its shape
+    (or no test follows), so no idle stack's executors sit beside other modules' work."""
+    pool = item.config.stash.get(POOL_KEY, None)
+    if pool is None:
+        return
+    shape = getattr(getattr(nextitem, "module", None), "STACK_SHAPE", None)
+    if not pool.wanted_by(shape):
+        pool.release()
 
 
 @pytest.fixture
