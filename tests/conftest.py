@@ -1,6 +1,7 @@
 """Shared pytest fixtures: the one session-scoped SparkSession of the Spark test layer; the
 pool that hands one running embedded stack from a cluster test module to the next module of the
-same `STACK_SHAPE` (testkit.e2e_support.StackPool); and,
+same `STACK_SHAPE` (testkit.e2e_support.StackPool); the `alone` mark of the cluster tests that
+scripts/test.sh keeps in its serial cluster stream (ALONE_MODULES); and,
 when the suite runs on pytest-xdist workers (`pytest -n N --dist loadfile`, for a machine with
 more cores than CI's: `scripts/test.sh` runs the cluster layer serially), in what order its
 modules are handed out.
@@ -25,6 +26,10 @@ import pytest
 if TYPE_CHECKING:
     from testkit.e2e_support import StackPool
 
+# Cluster tests without Spark that measure CPU shares or timings another stream's load would skew:
+# marked `alone`, they stay in scripts/test.sh's serial cluster stream (beside a Spark cluster
+# module, the half-cpu agent's executor measured 0.16 of a cpu against its 0.2-0.55 bound).
+ALONE_MODULES = frozenset({"tests/test_isolation_cgroups.py"})
 UNMARKED_WEIGHT = {"cluster": 60.0, "spark": 10.0}
 PURE_WEIGHT = 1.0
 
@@ -118,9 +123,18 @@ def handed_out(config: pytest.Config) -> bool:
     return hasattr(config, "workerinput") or getattr(config.option, "dist", "no") != "no"
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "alone: a cluster test to run in the serial cluster "
+                            "stream only (it measures CPU shares or timings; tests/conftest.py)")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """On xdist workers the heaviest modules come first (`--dist loadfile` hands out whole
-    modules in this order, scripts/test.sh). Other runs keep pytest's order."""
+    """Marks the tests of ALONE_MODULES `alone`. On xdist workers the heaviest modules come
+    first (`--dist loadfile` hands out whole modules in this order). Other runs keep pytest's
+    order."""
+    for item in items:
+        if module_of(item.nodeid) in ALONE_MODULES:
+            item.add_marker(pytest.mark.alone)
     if not handed_out(config):
         return
     order = longest_modules_first([(item.nodeid, item_weight(item)) for item in items])

@@ -140,3 +140,24 @@ def test_the_suite_releases_the_stack_when_the_next_test_wants_another_or_none(
     pool.take(shape, "b")
     pytest_runtest_teardown(item(shape), None)  # type: ignore[arg-type]
     assert calls[-1] == "stop stack-2"
+
+
+def test_the_two_cluster_streams_of_scripts_test_sh_split_the_cluster_layer_whole() -> None:
+    """The serial stream (Spark cluster tests and those marked `alone`) and the one beside it
+    (cluster tests without Spark) together select every cluster test once; the cgroups
+    isolation test, which measures CPU shares, is in the serial one."""
+    def selected(marks: str) -> set[str]:
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+             "-m", marks, "tests/test_isolation_cgroups.py", "tests/test_embedded_auth.py",
+             "tests/test_port_clash_cluster.py"],
+            capture_output=True, text=True, timeout=120, cwd=ROOT)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return {line for line in done.stdout.splitlines() if "::" in line}
+
+    serial = selected("cluster and (spark or alone)")
+    beside = selected("cluster and not spark and not alone")
+    assert not serial & beside and serial | beside == selected("cluster")
+    assert {module_of(n) for n in serial} == {"tests/test_isolation_cgroups.py",
+                                              "tests/test_port_clash_cluster.py"}
+    assert {module_of(n) for n in beside} == {"tests/test_embedded_auth.py"}
