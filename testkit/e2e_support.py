@@ -3,7 +3,8 @@ benchmarks: the running stack, bounded waits with diffs, process lookups in /pro
 plain-Python oracles.
 
 Owns `Stack` (two embedded agents, the framework scheduler and its HTTP API, composed as
-`elastiq run` composes them; `module_stack` for a test module's shared one), `kill_executor`
+`elastiq run` composes them; `StackPool` for one shared by a test module and the next ones of
+the same `StackShape`), `kill_executor`
 (SIGKILL an agent's whole executor session), `wait_until` (poll with a time bound and a diff
 on failure), `multiset_diff`, reading spec parameters with the standard library's XML parser,
 the oracles (generator rows from `executor.shapes.reference_row`, then filter / project /
@@ -24,11 +25,10 @@ import sys
 import time
 import xml.etree.ElementTree as ET
 from collections import Counter, defaultdict
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
+from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
 from executor import shapes
 from testkit.waiting import wait_for
@@ -266,9 +266,9 @@ def cli(stack: Stack, *args: str, timeout: float = 200) -> subprocess.CompletedP
                           env={"PYTHONPATH": pythonpath(), "PATH": "/usr/bin:/bin"})
 
 
-def stop_stack(stack: Stack) -> list[int]:
-    """Stop every query, the scheduler (failover=False), the API and the cluster; then SIGKILL
-    whatever is left of executor sessions this module saw. Returns the pids killed that way."""
+def stop_queries(stack: Stack) -> None:
+    """Stop every active query of the stack and wait (bounded) until none of their tasks runs;
+    a query that does not stop in time is logged, not raised (this is teardown)."""
     service = stack.service
     for query_id, view in service.status()["queries"].items():
         if view["phase"] == "active":
@@ -278,6 +278,13 @@ def stop_stack(stack: Stack) -> list[int]:
                    30, "every query to stop")
     except AssertionError as exc:
         log.warning("e2e teardown: %s", exc)
+
+
+def stop_stack(stack: Stack) -> list[int]:
+    """Stop every query, the scheduler (failover=False), the API and the cluster; then SIGKILL
+    whatever is left of executor sessions this module saw. Returns the pids killed that way."""
+    service = stack.service
+    stop_queries(stack)
     for agent in stack.cluster.agents:
         stack.executor_sessions.update(agent.executor_pids().values())
     stop_parts(stack.cluster, service, stack.api)
@@ -299,17 +306,60 @@ def stop_parts(cluster: Any, service: Any, api: Any) -> None:
     cluster.stop()
 
 
-@contextmanager
-def module_stack(work: Path, what: str, cpus_per_agent: float, agents: int) -> Iterator[Stack]:
-    """A running stack for a test module's fixture (one per module: its tests share it), then
-    stopped, with a warning naming `what` if executor processes had to be SIGKILLed."""
-    running = start_stack(work, cpus_per_agent=cpus_per_agent, agents=agents)
-    try:
-        yield running
-    finally:
-        leftovers = stop_stack(running)
+@dataclass(frozen=True)
+class StackShape:
+    """What a test module's shared stack is made of; consecutive modules that declare the same
+    shape (a module global `STACK_SHAPE`) share one running stack through `StackPool`."""
+
+    cpus_per_agent: float
+    agents: int
+
+
+class StackPool:
+    """At most one running stack, handed from a test module to the next one of the same shape
+    (tests/conftest.py `stack_pool`; released when the next test's module declares another
+    shape or none, and at the end of the session).
+
+    Sharing saves a stack's start and, above all, its executors' warm-up: each agent's first
+    task starts an executor whose JVM and SparkSession take 10-60 s of this machine's two cores.
+    A module taking the stack over first stops every query the previous module left active;
+    its tests then see a running cluster with warm executors, as a module's second test always
+    did."""
+
+    def __init__(self, work: Path) -> None:
+        self._work = work
+        self._started = 0
+        self._held: tuple[StackShape, Stack, list[str]] | None = None
+
+    def take(self, shape: StackShape, what: str) -> Stack:
+        """The running stack of `shape` (started if the held one has another shape or none)."""
+        if self._held is not None and self._held[0] == shape:
+            _, stack, users = self._held
+            stop_queries(stack)
+            users.append(what)
+            log.info("e2e: %s takes over the running stack of %s", what, ", ".join(users[:-1]))
+            return stack
+        self.release()
+        self._started += 1
+        stack = start_stack(self._work / f"stack-{self._started}",
+                            cpus_per_agent=shape.cpus_per_agent, agents=shape.agents)
+        self._held = (shape, stack, [what])
+        return stack
+
+    def wanted_by(self, shape: StackShape | None) -> bool:
+        return self._held is not None and self._held[0] == shape
+
+    def release(self) -> None:
+        """Stop the held stack, if any, with a warning naming its modules if executor processes
+        had to be SIGKILLed."""
+        if self._held is None:
+            return
+        _, stack, users = self._held
+        self._held = None
+        leftovers = stop_stack(stack)
         if leftovers:
-            log.warning("%s teardown: SIGKILLed leftover executor processes %s", what, leftovers)
+            log.warning("%s teardown: SIGKILLed leftover executor processes %s",
+                        ", ".join(users), leftovers)
 
 
 # --- submitting and following queries -----------------------------------------------------------

@@ -1,4 +1,7 @@
-"""Shared pytest fixtures: the one session-scoped SparkSession of the Spark test layer; and,
+"""Shared pytest fixtures: the one session-scoped SparkSession of the Spark test layer; the
+pool that hands one running embedded stack from a cluster test module to the next module of the
+same `STACK_SHAPE` (testkit.e2e_support.StackPool); the `alone` mark of the cluster tests that
+scripts/test.sh keeps in its serial cluster stream (ALONE_MODULES); and,
 when the suite runs on pytest-xdist workers (`pytest -n N --dist loadfile`, for a machine with
 more cores than CI's: `scripts/test.sh` runs the cluster layer serially), in what order its
 modules are handed out.
@@ -16,10 +19,17 @@ from __future__ import annotations
 import os
 from collections import defaultdict
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import TYPE_CHECKING, Iterator, Sequence
 
 import pytest
 
+if TYPE_CHECKING:
+    from testkit.e2e_support import StackPool
+
+# Cluster tests without Spark that measure CPU shares or timings another stream's load would skew:
+# marked `alone`, they stay in scripts/test.sh's serial cluster stream (beside a Spark cluster
+# module, the half-cpu agent's executor measured 0.16 of a cpu against its 0.2-0.55 bound).
+ALONE_MODULES = frozenset({"tests/test_isolation_cgroups.py"})
 UNMARKED_WEIGHT = {"cluster": 60.0, "spark": 10.0}
 PURE_WEIGHT = 1.0
 
@@ -34,6 +44,35 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator["object"]:
     for query in session.streams.active:
         query.stop()
     session.stop()
+
+
+POOL_KEY = pytest.StashKey["StackPool"]()
+
+
+@pytest.fixture(scope="session")
+def stack_pool(request: pytest.FixtureRequest,
+               tmp_path_factory: pytest.TempPathFactory) -> Iterator["StackPool"]:
+    """The session's StackPool: a module fixture takes its stack from it by the module's
+    `STACK_SHAPE`; `pytest_runtest_teardown` releases it once the next module wants another."""
+    from testkit.e2e_support import StackPool
+
+    pool = StackPool(tmp_path_factory.mktemp("shared-stacks"))
+    request.config.stash[POOL_KEY] = pool
+    yield pool
+    del request.config.stash[POOL_KEY]
+    pool.release()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """Stop the shared stack after a test when the next test's module does not share its shape
+    (or no test follows), so no idle stack's executors sit beside other modules' work."""
+    pool = item.config.stash.get(POOL_KEY, None)
+    if pool is None:
+        return
+    shape = getattr(getattr(nextitem, "module", None), "STACK_SHAPE", None)
+    if not pool.wanted_by(shape):
+        pool.release()
 
 
 @pytest.fixture
@@ -84,9 +123,18 @@ def handed_out(config: pytest.Config) -> bool:
     return hasattr(config, "workerinput") or getattr(config.option, "dist", "no") != "no"
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "alone: a cluster test to run in the serial cluster "
+                            "stream only (it measures CPU shares or timings; tests/conftest.py)")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """On xdist workers the heaviest modules come first (`--dist loadfile` hands out whole
-    modules in this order, scripts/test.sh). Other runs keep pytest's order."""
+    """Marks the tests of ALONE_MODULES `alone`. On xdist workers the heaviest modules come
+    first (`--dist loadfile` hands out whole modules in this order). Other runs keep pytest's
+    order."""
+    for item in items:
+        if module_of(item.nodeid) in ALONE_MODULES:
+            item.add_marker(pytest.mark.alone)
     if not handed_out(config):
         return
     order = longest_modules_first([(item.nodeid, item_weight(item)) for item in items])

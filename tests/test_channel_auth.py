@@ -12,6 +12,7 @@ import time
 import pyarrow as pa
 import pytest
 import zmq
+from zmq.utils.monitor import recv_monitor_message
 
 from executor.channels.auth import (ChannelKeyError, KeyPair, ReaderAuth, WriterAuth,
                                    parse_readers, read_key_file, write_key_file, zap_decision)
@@ -70,14 +71,52 @@ def writer_key(writer: ChannelWriter) -> str:
 
 
 def raw_dealer(endpoint: str, pair: KeyPair | None, server_key: str | None) -> zmq.Socket:
+    return monitored_dealer(endpoint, pair, server_key, monitored=False)[0]
+
+
+def monitored_dealer(endpoint: str, pair: KeyPair | None, server_key: str | None,
+                     monitored: bool = True) -> tuple[zmq.Socket, zmq.Socket | None]:
+    """A raw DEALER to `endpoint` (CURVE with `pair` when given) and, if `monitored`, its
+    monitor socket, attached before the connect so that no handshake event is missed."""
     sock = zmq.Context.instance().socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
     if pair is not None:
         sock.curve_serverkey = server_key.encode()
         sock.curve_publickey = pair.public.encode()
         sock.curve_secretkey = pair.secret.encode()
+    monitor = sock.get_monitor_socket() if monitored else None
     sock.connect(endpoint)
-    return sock
+    return sock, monitor
+
+
+REFUSED_HANDSHAKE = (zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL, zmq.EVENT_HANDSHAKE_FAILED_AUTH,
+                     zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL)
+
+
+def send_bounded(sock: zmq.Socket, frame: bytes, within_ms: int = 2000) -> bool:
+    """Send `frame` unless the writer has already refused the connection; whether it was queued.
+    A refused handshake ends a DEALER's only pipe, after which a plain `send` blocks for ever (on
+    a loaded machine the handshake can end between a test's sends: a 300 s pytest-timeout)."""
+    sock.setsockopt(zmq.SNDTIMEO, within_ms)
+    try:
+        sock.send(frame)
+    except zmq.Again:
+        return False
+    return True
+
+
+def handshake_refused(monitor: zmq.Socket, within: float = 30.0) -> int:
+    """Wait (on the socket's monitor events, bounded) until the writer refuses the handshake;
+    the refusal event. Fails if the handshake succeeds or nothing is decided in time."""
+    deadline = time.monotonic() + within
+    while (left := deadline - time.monotonic()) > 0:
+        if not monitor.poll(int(left * 1000) + 1):
+            break
+        event = recv_monitor_message(monitor)["event"]
+        assert event != zmq.EVENT_HANDSHAKE_SUCCEEDED, "the writer admitted the peer"
+        if event in REFUSED_HANDSHAKE:
+            return event
+    raise AssertionError(f"no handshake refusal within {within:.0f} s")
 
 
 def replies(sock: zmq.Socket, within: float) -> list[Header]:
@@ -149,17 +188,22 @@ def test_declared_reader_gets_every_batch_once_and_its_acks_trim(writer, keys):
 def test_unauthenticated_subscriber_gets_nothing_and_is_not_tracked(writer, keys, who):
     pair = {"plain": None, "unknown-key": keys["stranger"], "wrong-server-key": keys["a"]}[who]
     server = KeyPair.generate().public if who == "wrong-server-key" else writer_key(writer)
-    sock = raw_dealer(writer.endpoint, pair, server)
+    sock, monitor = monitored_dealer(writer.endpoint, pair, server)
+    assert monitor is not None
     try:
         writer.send(make_table(1), tag=1)
         for reader_id in ("a", "intruder"):
-            sock.send(encode_header(Header(Kind.SUBSCRIBE, CHANNEL, 1, 100, 0, 1, reader_id)))
-            sock.send(encode_header(Header(Kind.ACK, CHANNEL, 1, 100, 0, 1, reader_id)))
+            send_bounded(sock, encode_header(Header(Kind.SUBSCRIBE, CHANNEL, 1, 100, 0, 1,
+                                                    reader_id)))
+            send_bounded(sock, encode_header(Header(Kind.ACK, CHANNEL, 1, 100, 0, 1, reader_id)))
+        handshake_refused(monitor)
         assert replies(sock, 1.0) == []
         stats = writer.stats()
         assert stats.sessions == () and stats.acked == {"a": 0, "b": 0}
         assert writer.retained_range() == (1, 1)
     finally:
+        sock.disable_monitor()
+        monitor.close()
         sock.close()
     # the declared readers still trim once they acknowledge
     readers = [reader_of(writer, r, keys[r]) for r in ("a", "b")]

@@ -14,21 +14,20 @@ scheduler planned; the sink must equal a plain-Python join.
 3. A scale-out whose new instance's executor is SIGKILLed as the splitters switch.
 
 Keyed window aggregates (tumbling and sliding) rescaled the same way are
-tests/test_elastic_window_cluster.py, a module of its own so that the two run on both CI
-workers. Shared helpers: testkit/elastic_support.py.
+tests/test_elastic_window_cluster.py, the next module, which takes this module's running stack
+over (the same `STACK_SHAPE`: warm executors). Shared helpers: testkit/elastic_support.py.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
-from testkit.e2e_support import (Stack, cli, generator_rows, hurry, kill_executor, module_stack,
-                                 read_sink, stop_query, submit, wait_for_sink, wait_running,
-                                 wait_until)
+from testkit.e2e_support import (Stack, StackPool, StackShape, cli, generator_rows, hurry,
+                                 kill_executor, read_sink, stop_query, submit, wait_for_sink,
+                                 wait_running, wait_until)
 from testkit.elastic_support import (elastic_view, generator, rows_in, scale_one_three_two_one,
                                      settled, slot_states)
 
@@ -57,11 +56,13 @@ SPEC = f"""<?xml version="1.0" encoding="UTF-8"?>
 """
 
 
+# one stack for this module and the next one of the same shape (tests/conftest.py `stack_pool`)
+STACK_SHAPE = StackShape(cpus_per_agent=3.0, agents=3)
+
+
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    with module_stack(tmp_path_factory.mktemp("elastic-stack"), "elastic", cpus_per_agent=3.0,
-                      agents=3) as running:
-        yield running
+def stack(stack_pool: StackPool) -> Stack:
+    return stack_pool.take(STACK_SHAPE, "test_elastic_cluster.py")
 
 
 FOLD_SPEC = SPEC.replace('name="e2e-elastic"', 'name="e2e-fold"').replace(

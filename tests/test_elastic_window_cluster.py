@@ -11,31 +11,32 @@ windows span a switch go to both sides, each copy bounded to its side's windows;
 equal the window oracle.
 
 The stateless filter's split, scales and merge, the keyed join and a kill during a scale-out
-are tests/test_elastic_cluster.py, a module of its own so that the two run on both CI workers.
-Shared helpers: testkit/elastic_support.py.
+are tests/test_elastic_cluster.py, the module before, whose running stack this one takes over
+(the same `STACK_SHAPE`: warm executors). Shared helpers: testkit/elastic_support.py.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
-from testkit.e2e_support import (Stack, generator_rows, hurry, kill_executor, module_stack,
-                                 read_sink, stop_query, submit, wait_for_sink, wait_running,
-                                 wait_until)
+from testkit.e2e_support import (Stack, StackPool, StackShape, generator_rows, hurry,
+                                 kill_executor, read_sink, stop_query, submit, wait_for_sink,
+                                 wait_running, wait_until)
 from testkit.elastic_support import elastic_view, generator, scale_one_three_two_one
 
 pytestmark = [pytest.mark.spark, pytest.mark.cluster, pytest.mark.timeout(600)]
 
 
+# one stack for this module and the next one of the same shape (tests/conftest.py `stack_pool`)
+STACK_SHAPE = StackShape(cpus_per_agent=3.0, agents=3)
+
+
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    with module_stack(tmp_path_factory.mktemp("elastic-window-stack"), "elastic window",
-                      cpus_per_agent=3.0, agents=3) as running:
-        yield running
+def stack(stack_pool: StackPool) -> Stack:
+    return stack_pool.take(STACK_SHAPE, "test_elastic_window_cluster.py")
 
 
 # As in tests/test_elastic_cluster.py, the generator's input (10 min at its spec's rate) lasts

@@ -7,8 +7,9 @@ rewrites and splits it, the framework scheduler places its tasks on three agents
 run them, and the tests SIGKILL an agent's whole executor mid-stream. Every sink is then
 compared with a plain-Python oracle over the same deterministic input: nothing missing, nothing
 twice. Standby, checkpointing, hot standby and migration under kills are
-tests/test_patterns_failover_cluster.py (a module of its own, so the two run on both CI
-workers). Gaps and overheads are measured by benchmarks/patterns.py, not here.
+tests/test_patterns_failover_cluster.py, the next module, which takes this module's running
+stack over (the same `STACK_SHAPE`: warm executors). Gaps and overheads are measured by
+benchmarks/patterns.py, not here.
 
 Three agents of 2.5 cpus, as for the failover tests. Helpers and oracles:
 testkit/patterns_support.py and testkit/e2e_support.py.
@@ -19,24 +20,25 @@ from __future__ import annotations
 from collections import Counter
 from datetime import timedelta
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
-from testkit.e2e_support import (Stack, generator_rows, hot_items_oracle, hurry, kill_executor,
-                                 module_stack, read_sink, sink_path, spec_params, stop_query,
-                                 wait_for_sink, wait_until)
+from testkit.e2e_support import (Stack, StackPool, StackShape, generator_rows, hot_items_oracle,
+                                 hurry, kill_executor, read_sink, sink_path, spec_params,
+                                 stop_query, wait_for_sink, wait_until)
 from testkit.patterns_support import (SECOND, assert_alone, check_windows, grows, not_done,
                                       relaunched, running_query, tasks_with, view)
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
 
 
+# one stack for this module and the next one of the same shape (tests/conftest.py `stack_pool`)
+STACK_SHAPE = StackShape(cpus_per_agent=2.5, agents=3)
+
+
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    with module_stack(tmp_path_factory.mktemp("patterns-stack"), "patterns",
-                      cpus_per_agent=2.5, agents=3) as running:
-        yield running
+def stack(stack_pool: StackPool) -> Stack:
+    return stack_pool.take(STACK_SHAPE, "test_patterns_cluster.py")
 
 
 # --- 4 and 5. partitioned and pipelined plans ------------------------------------------------------

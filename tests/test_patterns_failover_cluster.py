@@ -11,7 +11,8 @@ with a plain-Python oracle over the same deterministic input: nothing missing, n
 Checkpoint and hot standby take five executor kills in one run. The last test moves a stateful
 task between agents with `elastiq migrate` under load. Gaps and overheads are measured by
 benchmarks/patterns.py, not here. The partitioned and pipelined plans are
-tests/test_patterns_cluster.py (a module of its own, so the two run on both CI workers).
+tests/test_patterns_cluster.py, the module before, whose running stack this one takes over
+(the same `STACK_SHAPE`: warm executors).
 
 Three agents of 2.5 cpus: a protected task starts away from its neighbours, so two hot-standby
 replicas and their neighbours need three agents. Helpers and oracles: testkit/patterns_support.py
@@ -21,13 +22,12 @@ and testkit/e2e_support.py.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
-from testkit.e2e_support import (Stack, compile_spec, hurry, kill_executor, module_stack,
-                                 sink_path, stop_query, submit, wait_for_sink, wait_running,
-                                 wait_until)
+from testkit.e2e_support import (Stack, StackPool, StackShape, compile_spec, hurry,
+                                 kill_executor, sink_path, stop_query, submit, wait_for_sink,
+                                 wait_running, wait_until)
 from testkit.patterns_support import (READING_KEY, assert_alone, check_windows, count_windows,
                                       filter_oracle, grows, kill_task_process, not_done,
                                       relaunched, running_query, tasks_with, view)
@@ -35,11 +35,13 @@ from testkit.patterns_support import (READING_KEY, assert_alone, check_windows, 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
 
 
+# one stack for this module and the next one of the same shape (tests/conftest.py `stack_pool`)
+STACK_SHAPE = StackShape(cpus_per_agent=2.5, agents=3)
+
+
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    with module_stack(tmp_path_factory.mktemp("patterns-failover-stack"), "patterns failover",
-                      cpus_per_agent=2.5, agents=3) as running:
-        yield running
+def stack(stack_pool: StackPool) -> Stack:
+    return stack_pool.take(STACK_SHAPE, "test_patterns_failover_cluster.py")
 
 
 # --- 1. simple standby -----------------------------------------------------------------------------

@@ -1,5 +1,6 @@
-"""How scripts/test.sh hands the suite to its two pytest-xdist workers (tests/conftest.py):
-a module's tests stay together, in their order, and the heaviest modules go first."""
+"""How the suite is handed out (tests/conftest.py): on pytest-xdist workers a module's tests
+stay together, in their order, and the heaviest modules go first; and one running embedded stack
+passes from a cluster module to the next one of the same shape, and stops before any other."""
 
 from __future__ import annotations
 
@@ -8,6 +9,9 @@ import subprocess
 import sys
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from conftest import longest_modules_first, module_of
 
@@ -75,3 +79,85 @@ def test_on_two_workers_each_module_runs_whole_on_one_worker_in_its_order() -> N
             [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
              module], capture_output=True, text=True, timeout=120, cwd=ROOT).stdout
         assert nodeids == [line for line in listed.splitlines() if "::" in line], module
+
+
+# --- one running stack handed from a cluster module to the next of the same shape ---------------
+
+def fake_stacks(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Replace the stack's start and stops in testkit.e2e_support with recorders (this checks
+    the pool's hand-over logic only; the cluster modules run it for real)."""
+    import testkit.e2e_support as support
+
+    calls: list[str] = []
+
+    def start(work: Path, cpus_per_agent: float, agents: int) -> object:
+        calls.append(f"start {work.name} {cpus_per_agent}x{agents}")
+        return work.name
+
+    monkeypatch.setattr(support, "start_stack", start)
+    monkeypatch.setattr(support, "stop_queries", lambda stack: calls.append(f"queries {stack}"))
+    monkeypatch.setattr(support, "stop_stack", lambda stack: (calls.append(f"stop {stack}"), [])[1])
+    return calls
+
+
+def test_a_stack_passes_to_the_next_module_of_its_shape_and_stops_at_another(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from testkit.e2e_support import StackPool, StackShape
+
+    calls = fake_stacks(monkeypatch)
+    pool, three, two = StackPool(tmp_path), StackShape(3.0, 3), StackShape(2.5, 3)
+    first = pool.take(three, "a")
+    assert pool.take(three, "b") == first and pool.wanted_by(three)  # what a left runs no more
+    assert not pool.wanted_by(two) and not pool.wanted_by(None)
+    assert pool.take(two, "c") != first
+    pool.release()
+    pool.release()  # nothing held: nothing to stop
+    assert calls == ["start stack-1 3.0x3", "queries stack-1", "stop stack-1",
+                     "start stack-2 2.5x3", "stop stack-2"]
+
+
+def test_the_suite_releases_the_stack_when_the_next_test_wants_another_or_none(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from conftest import POOL_KEY, pytest_runtest_teardown
+    from testkit.e2e_support import StackPool, StackShape
+
+    calls = fake_stacks(monkeypatch)
+    config = SimpleNamespace(stash=pytest.Stash())
+    pool = StackPool(tmp_path)
+    config.stash[POOL_KEY] = pool
+
+    def item(shape: StackShape | None) -> Any:
+        return SimpleNamespace(config=config, module=SimpleNamespace(STACK_SHAPE=shape))
+
+    shape = StackShape(3.0, 3)
+    pool.take(shape, "a")
+    pytest_runtest_teardown(item(shape), item(shape))  # type: ignore[arg-type]
+    assert calls == ["start stack-1 3.0x3"]
+    pytest_runtest_teardown(item(shape), item(StackShape(2.5, 3)))  # type: ignore[arg-type]
+    assert calls[-1] == "stop stack-1"
+    pool.take(shape, "b")
+    pytest_runtest_teardown(item(shape), None)  # type: ignore[arg-type]
+    assert calls[-1] == "stop stack-2"
+
+
+def test_the_two_cluster_streams_of_scripts_test_sh_split_the_cluster_layer_whole() -> None:
+    """The serial stream (Spark cluster tests and those marked `alone`) and the one beside it
+    (cluster tests without Spark) together select every cluster test once; the cgroups
+    isolation test, which measures CPU shares, is in the serial one."""
+    def selected(marks: str) -> set[str]:
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+             "-m", marks, "tests/test_isolation_cgroups.py", "tests/test_embedded_auth.py",
+             "tests/test_port_clash_cluster.py"],
+            capture_output=True, text=True, timeout=120, cwd=ROOT)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return {line for line in done.stdout.splitlines() if "::" in line}
+
+    serial = selected("cluster and (spark or alone)")
+    beside = selected("cluster and not spark and not alone")
+    assert not serial & beside and serial | beside == selected("cluster")
+    assert {module_of(n) for n in serial} == {"tests/test_isolation_cgroups.py",
+                                              "tests/test_port_clash_cluster.py"}
+    assert {module_of(n) for n in beside} == {"tests/test_embedded_auth.py"}
