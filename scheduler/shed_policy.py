@@ -19,11 +19,12 @@ from dataclasses import dataclass, field
 from typing import Literal, Mapping, Sequence
 
 from scheduler.elastic_policy import Decision
-from scheduler.shedding import EPSILON, ShedPlan, ShedProblem, agent_loads, plan_shedding
+from scheduler.shedding import (EPSILON, ShedPlan, ShedProblem, agent_loads, operator_loads,
+                                plan_shedding)
 
 ShedKind = Literal["shed", "release", "hold"]
 ShedReason = Literal["overload", "fits", "can_scale", "cooldown", "unchanged", "idle",
-                     "infeasible"]
+                     "infeasible", "no_data"]  # no_data: no problem could be built (the caller)
 RATIO_STEP = 0.01  # a ratio that moves less than this is not worth a control tuple
 
 
@@ -53,13 +54,18 @@ def cannot_add_capacity(decisions: Sequence[Decision], refused_for_room: bool) -
 
 
 def _utilisation(problem: ShedProblem) -> tuple[float, str]:
+    """The unshed load of the most loaded agent or limited operator against its bound."""
     loads = agent_loads(problem, {})
-    worst = max(loads, key=lambda a: loads[a] / problem.capacity[a]
-                if problem.capacity[a] > 0 else float("inf"), default="")
+    bounds = dict(problem.capacity)
+    own = operator_loads(problem, {})
+    for name, limit in problem.limits.items():
+        loads[name], bounds[name] = own[name], limit
+    worst = max(loads, key=lambda a: loads[a] / bounds[a] if bounds[a] > 0 else
+                (float("inf") if loads[a] > 0 else 0.0), default="")
     if not worst:
         return 0.0, ""
-    cap = problem.capacity[worst]
-    return (loads[worst] / cap if cap > 0 else float("inf")), worst
+    cap = bounds[worst]
+    return (loads[worst] / cap if cap > 0 else (float("inf") if loads[worst] > 0 else 0.0)), worst
 
 
 def _tuples(ratios: Mapping[str, float], current: Mapping[str, float],
@@ -101,7 +107,8 @@ def decide_shedding(problem: ShedProblem, can_add_capacity: bool,
         return ShedDecision("hold", "cooldown", f"ratios changed {now - last_change:.0f} s ago "
                             f"(cool-down {policy.cooldown_seconds:.0f} s)")
     scaled = ShedProblem(problem.points, problem.operators, problem.sinks,
-                         {a: c * policy.headroom for a, c in problem.capacity.items()})
+                         {a: c * policy.headroom for a, c in problem.capacity.items()},
+                         {o: c * policy.headroom for o, c in problem.limits.items()})
     plan = plan_shedding(scaled)
     if not plan.feasible:
         return ShedDecision("hold", "infeasible", "even dropping every shed row leaves an agent "

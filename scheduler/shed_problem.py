@@ -6,8 +6,9 @@ from its heartbeats: `rates_of`) and each agent's capacity for this query, the
 `scheduler.shedding.ShedProblem` that `plan_shedding` solves. The plan is modelled at the
 grain the heartbeats measure, the task:
 
-- a drop point per drop operator, its rate the rows arriving at its task's source (the task's
-  rows in, before any drop);
+- a drop point per drop operator, its rate the rows arriving at its task's source: the task's
+  rows in (before any drop) and the growth of its source's backlog (rows that arrived and wait:
+  an overloaded query reads less than arrives);
 - an operator per task, on the agent it runs on, reading its drop points and the tasks that
   produce its input channels. Its cost and selectivity are per row its inputs deliver (so a
   partition of a split stream, which reads a share of its splitter's rows, costs that share):
@@ -16,7 +17,10 @@ grain the heartbeats measure, the task:
   cost) x rows it processed / rows its inputs delivered; selectivity = rows out / rows its
   inputs delivered (a task with no output channel, a sink's: rows it processed / delivered,
   which only weighs what reaches its sinks);
-- a sink per sink operator, reading its task, with the spec's weight.
+- a sink per sink operator, reading its task, with the spec's weight;
+- a limit of TASK_BUSY_LIMIT per task besides its agent's capacity: a task runs its
+  micro-batches one after the other, so it is busy at most one second per second however many
+  CPUs its agent has (an operator at its max-parallelism is bound by this).
 
 A drop at a semantic source is modelled as one class of rows worth 1 (heartbeats do not say
 which share of rows passes `shed-keep`); its `ratio` and `high-ratio` are then set alike
@@ -37,19 +41,27 @@ from scheduler.elastic_policy import Sample, spans_of
 from scheduler.shedding import DropPoint, Operator, ShedProblem, Sink
 
 DROP_KIND = "drop"
+TASK_BUSY_LIMIT = 1.0  # busy seconds per second one task can spend
 
 
 @dataclass(frozen=True)
 class TaskRates:
-    """One task's measured rates over a window: rows in (arriving, before its drops), rows
-    out, rows its drops shed, busy CPU seconds, all per second; the cost model's seconds per
-    row when its batches could be fitted (None: not)."""
+    """One task's measured rates over a window: rows in (read, before its drops), rows out,
+    rows its drops shed, busy CPU seconds, all per second; the cost model's seconds per row
+    when its batches could be fitted (None: not); the growth of its sources' backlog per second
+    (rows that arrived and were not read)."""
 
     rows_in: float
     rows_out: float
     dropped: float
     busy: float
     per_row: float | None = None
+    waiting: float = 0.0
+
+    @property
+    def arriving(self) -> float:
+        """Rows per second arriving at its sources: read, and left waiting."""
+        return self.rows_in + self.waiting
 
     @property
     def processed(self) -> float:
@@ -80,7 +92,8 @@ def rates_of(samples: Sequence[Sample], window: float, now: float) -> TaskRates 
     cost = fit(spans_of(recent))
     return TaskRates((b.tuples_in - a.tuples_in) / span, (b.tuples_out - a.tuples_out) / span,
                      (b.dropped - a.dropped) / span, (b.busy_ms - a.busy_ms) / 1000.0 / span,
-                     None if isinstance(cost, str) else cost.per_unit)
+                     None if isinstance(cost, str) else cost.per_unit,
+                     max(0.0, (b.backlog - a.backlog) / span))
 
 
 def _fell(a: Sample, b: Sample) -> bool:
@@ -118,7 +131,7 @@ def problem_of(query: CompiledQuery, running: Mapping[str, str],
     drops_in: dict[str, list[str]] = {}
     for name, (task, _) in sorted(drops.items()):
         drops_in.setdefault(task, []).append(name)
-    points = [DropPoint(name, rates[task].rows_in / len(drops_in[task]))
+    points = [DropPoint(name, rates[task].arriving / len(drops_in[task]))
               for task, names in drops_in.items() if task in running for name in names]
     operators = []
     for t in query.tasks:
@@ -135,7 +148,8 @@ def problem_of(query: CompiledQuery, running: Mapping[str, str],
     sinks = [Sink(name, t.task_id, weight) for name, weight in sorted(query.weights.items())
              for t in query.tasks if name in t.operators and t.task_id in running]
     return ShedProblem(tuple(points), tuple(operators), tuple(sinks),
-                       {a: max(0.0, capacity[a]) for a in sorted(set(running.values()))})
+                       {a: max(0.0, capacity[a]) for a in sorted(set(running.values()))},
+                       {o.name: TASK_BUSY_LIMIT for o in operators})
 
 
 def _delivered(task_id: str, drops_in: Mapping[str, list[str]], inputs: Sequence[str],

@@ -141,3 +141,29 @@ def test_rates_from_samples_by_hand() -> None:
     assert short is not None and short.per_row is None
     # 300 rows, 30 shed, 0.5 busy seconds over 2 s: 0.25 CPU s/s over 135 rows/s processed
     assert short.cost == pytest.approx(0.5 / 270)
+
+
+def test_a_saturated_task_on_a_large_agent_is_bound_by_its_own_busy_time() -> None:
+    """At max-parallelism the bound is the task, not the agent: t1 is busy all the time
+    processing 500 rows/s (0.002 s each) while 1000 arrive at t0 (its source's backlog grows
+    500 a second). Its agent has 8 CPUs, but one task is busy at most 1 s/s: unshed it needs
+    2 s/s, so half the rows go."""
+    rates = {"q.t0": TaskRates(500.0, 500.0, 0.0, 0.1, waiting=500.0),
+             "q.t1": TaskRates(500.0, 0.0, 0.0, 1.0)}
+    problem = problem_of(chain(), {"q.t0": "A", "q.t1": "A"}, rates, {"A": 8.0})
+    assert not isinstance(problem, str), problem
+    assert problem.points == (DropPoint("src_drop", 1000.0),)
+    assert dict(problem.limits) == {"q.t0": 1.0, "q.t1": 1.0}
+    plan = plan_shedding(problem)
+    assert plan.ratios["src_drop"] == pytest.approx(0.5) and plan.feasible
+    unlimited = plan_shedding(type(problem)(problem.points, problem.operators, problem.sinks,
+                                            problem.capacity))
+    assert unlimited.ratios["src_drop"] == 0.0  # the agent alone would not see it
+
+
+def test_the_backlogs_growth_is_rows_arriving() -> None:
+    samples = [Sample(float(t), 500.0 * t, 500.0 * t, 100.0 * t, backlog=500.0 * t)
+               for t in range(5)]
+    found = rates_of(samples, 10.0, 4.0)
+    assert found is not None and (found.rows_in, found.waiting, found.arriving) == \
+        pytest.approx((500.0, 500.0, 1000.0))
