@@ -92,14 +92,14 @@ def decide_shedding(problem: ShedProblem, can_add_capacity: bool,
     utilisation, agent = _utilisation(problem)
     release = tuple((key.rsplit(".", 1)[0], key.rsplit(".", 1)[1], "0")
                     for key, v in sorted(current.items()) if v > EPSILON)
+    if shedding and utilisation <= policy.release_below:
+        return ShedDecision("release", "fits", f"unshed load {utilisation:.0%} of {agent}'s "
+                            f"capacity is under {policy.release_below:.0%}", release)
     if can_add_capacity:
         if shedding:
             return ShedDecision("release", "can_scale", "capacity can be added again; scaling "
                                 "out instead of dropping rows", release)
         return ShedDecision("hold", "can_scale", "capacity can still be added: no shedding")
-    if shedding and utilisation <= policy.release_below:
-        return ShedDecision("release", "fits", f"unshed load {utilisation:.0%} of {agent}'s "
-                            f"capacity is under {policy.release_below:.0%}", release)
     if not shedding and utilisation <= policy.headroom:
         return ShedDecision("hold", "idle", f"busiest agent {agent} at {utilisation:.0%} of "
                             f"its capacity, within {policy.headroom:.0%}")
@@ -117,7 +117,8 @@ def decide_shedding(problem: ShedProblem, can_add_capacity: bool,
     tuples = _tuples(plan.ratios, current, plan.class_ratios)
     losses = ", ".join(f"{s} keeps {q:.0%}" for s, q in sorted(plan.quality.items()))
     why = (f"{agent} at {utilisation:.0%} of its capacity and no capacity can be added; "
-           f"the plan keeps every agent within {policy.headroom:.0%}: {losses}")
+           f"the plan keeps every agent and task within {policy.headroom:.0%} of its "
+           f"capacity: {losses}")
     if not tuples:
         return ShedDecision("hold", "unchanged", why, plan=plan, quality=plan.quality)
     return ShedDecision("shed", "overload", why, tuples, plan, plan.quality)

@@ -7,8 +7,9 @@ from its heartbeats: `rates_of`) and each agent's capacity for this query, the
 grain the heartbeats measure, the task:
 
 - a drop point per drop operator, its rate the rows arriving at its task's source: the task's
-  rows in (before any drop) and the growth of its source's backlog (rows that arrived and wait:
-  an overloaded query reads less than arrives);
+  rows in (before any drop) plus the change of its source's backlog (rows arrive = rows read +
+  rows left waiting: an overloaded query reads less than arrives, one draining its backlog
+  more);
 - an operator per task, on the agent it runs on, reading its drop points and the tasks that
   produce its input channels. Its cost and selectivity are per row its inputs deliver (so a
   partition of a split stream, which reads a share of its splitter's rows, costs that share):
@@ -48,8 +49,8 @@ TASK_BUSY_LIMIT = 1.0  # busy seconds per second one task can spend
 class TaskRates:
     """One task's measured rates over a window: rows in (read, before its drops), rows out,
     rows its drops shed, busy CPU seconds, all per second; the cost model's seconds per row
-    when its batches could be fitted (None: not); the growth of its sources' backlog per second
-    (rows that arrived and were not read)."""
+    when its batches could be fitted (None: not); the change of its sources' backlog per second
+    (rows that arrived and were not read; negative while it drains)."""
 
     rows_in: float
     rows_out: float
@@ -60,8 +61,9 @@ class TaskRates:
 
     @property
     def arriving(self) -> float:
-        """Rows per second arriving at its sources: read, and left waiting."""
-        return self.rows_in + self.waiting
+        """Rows per second arriving at its sources: read, and left waiting (or read from the
+        backlog: not arriving now)."""
+        return max(0.0, self.rows_in + self.waiting)
 
     @property
     def processed(self) -> float:
@@ -93,7 +95,7 @@ def rates_of(samples: Sequence[Sample], window: float, now: float) -> TaskRates 
     return TaskRates((b.tuples_in - a.tuples_in) / span, (b.tuples_out - a.tuples_out) / span,
                      (b.dropped - a.dropped) / span, (b.busy_ms - a.busy_ms) / 1000.0 / span,
                      None if isinstance(cost, str) else cost.per_unit,
-                     max(0.0, (b.backlog - a.backlog) / span))
+                     (b.backlog - a.backlog) / span)
 
 
 def _fell(a: Sample, b: Sample) -> bool:

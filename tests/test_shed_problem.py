@@ -167,3 +167,8 @@ def test_the_backlogs_growth_is_rows_arriving() -> None:
     found = rates_of(samples, 10.0, 4.0)
     assert found is not None and (found.rows_in, found.waiting, found.arriving) == \
         pytest.approx((500.0, 500.0, 1000.0))
+    # draining: 800 read a second, the backlog falls by 300: 500 arrive
+    draining = [Sample(float(t), 800.0 * t, 800.0 * t, 100.0 * t, backlog=3000.0 - 300.0 * t)
+                for t in range(5)]
+    found = rates_of(draining, 10.0, 4.0)
+    assert found is not None and found.arriving == pytest.approx(500.0)
