@@ -161,3 +161,16 @@ def test_nothing_is_shed_while_the_operator_can_scale_out(tmp_path: Path) -> Non
     assert q.elastic.rescales and q.elastic.rescales[-1].after == 2  # it scales out instead
     assert c.shed_messages() == []
     assert {x.reason for x in q.shed.decisions} <= {"can_scale", "no_data"}
+
+
+def test_status_lines_show_rows_dropped_and_expected_loss(tmp_path: Path) -> None:
+    from elastiq.service_cli import shedding_lines
+
+    c = one_agent(tmp_path)
+    c.run(2 * RATE, 40)
+    lines = shedding_lines(c.shedding())
+    dropped = c.totals["q.t0"]["rows_dropped"]
+    assert lines[0] == f"  shed src_drop (on q.t0): ratio 0.55, {dropped:,.0f} rows dropped"
+    assert lines[1] == "  sink sink (weight 3): expected result loss 55%"
+    assert lines[2].startswith("    shedding: ")
+    assert shedding_lines(None) == []
