@@ -174,3 +174,27 @@ def test_status_lines_show_rows_dropped_and_expected_loss(tmp_path: Path) -> Non
     assert lines[1] == "  sink sink (weight 3): expected result loss 55%"
     assert lines[2].startswith("    shedding: ")
     assert shedding_lines(None) == []
+
+
+def test_a_scale_out_refused_for_lack_of_room_lets_it_shed(tmp_path: Path) -> None:
+    """A second agent too small for the filter's second instance: the policy scales out, the
+    new instance waits for room until `scale_out_wait`, the scale-out is refused and undone;
+    only then, no capacity being addable, does the scheduler shed, by the computed ratio."""
+    c = one_agent(tmp_path)
+    q = c.d.s.queries["q"]
+    wait = c.d.s.config.scale_out_wait
+    for i in range(int(wait) + 60):
+        if i % 5 == 0:  # Mesos offers the small agent again and again
+            c.d.s.handle(OffersReceived("o2", (offer(f"o-a2-{i}", "a2", cpus=0.1,
+                                                     mem_mb=64.0),)))
+        c.second(2 * RATE)
+        if c.shed_messages():
+            break
+        assert q.elastic.rescales == [] or q.elastic.rescales[-1].state != "applied"
+    (rescale,) = q.elastic.rescales
+    assert (rescale.after, rescale.state) == (2, "refused") and "q.t2" in c.d.s.unplaced
+    assert q.shed.refused_for_room_at is not None
+    assert c.d.now - rescale.asked_at >= wait  # not shed before the refusal
+    (message,) = c.shed_messages()
+    assert float(message.message.params["src_drop"]["ratio"]) == pytest.approx(
+        1.0 - ShedPolicy().headroom * RATE / (2 * RATE), abs=0.01)
