@@ -26,9 +26,9 @@ grain the heartbeats measure, the task:
 A drop at a semantic source is modelled as one class of rows worth 1 (heartbeats do not say
 which share of rows passes `shed-keep`); its `ratio` and `high-ratio` are then set alike
 (`uniform_tuples`). Returns a sentence instead of a problem when it cannot be built soundly
-(no drop operator, a task without a measured window, an agent of unknown capacity). Reads no
-clock, does no I/O. Does not own when shedding is decided (`scheduler.shed_policy`) nor
-sending the ratios (`scheduler.state`).
+(no drop operator, a task without a measured window). An agent of unknown size is bounded by
+its tasks' limits only. Reads no clock, does no I/O. Does not own when shedding is decided
+(`scheduler.shed_policy`) nor sending the ratios (`scheduler.state`).
 """
 
 from __future__ import annotations
@@ -43,6 +43,9 @@ from scheduler.shedding import DropPoint, Operator, ShedProblem, Sink
 
 DROP_KIND = "drop"
 TASK_BUSY_LIMIT = 1.0  # busy seconds per second one task can spend
+# an agent whose size is not known (no offer seen with nothing of ours on it, e.g. after a new
+# leader took over): only its tasks' own limits bound it
+UNKNOWN_CAPACITY = 1e9
 
 
 @dataclass(frozen=True)
@@ -119,16 +122,14 @@ def problem_of(query: CompiledQuery, running: Mapping[str, str],
                ) -> ShedProblem | str:
     """The shedding problem of `query`: `running` maps each running task to its agent, `rates`
     each task to its measured rates, `capacity` each agent to the CPU seconds per second this
-    query may use there. A sentence saying why not when it cannot be built."""
+    query may use there (one missing: UNKNOWN_CAPACITY). A sentence saying why not when it
+    cannot be built."""
     drops = drop_operators(query)
     if not drops:
         return "the query has no drop operator (no source says shed)"
     missing = sorted(t for t in running if t not in rates)
     if missing:
         return f"no measured window yet for {', '.join(missing)}"
-    unknown = sorted({a for a in running.values() if a not in capacity})
-    if unknown:
-        return f"capacity of agent {', '.join(unknown)} unknown (no offer seen without us)"
     producer = {c.channel_id: c.producer for c in query.channels}
     drops_in: dict[str, list[str]] = {}
     for name, (task, _) in sorted(drops.items()):
@@ -150,7 +151,8 @@ def problem_of(query: CompiledQuery, running: Mapping[str, str],
     sinks = [Sink(name, t.task_id, weight) for name, weight in sorted(query.weights.items())
              for t in query.tasks if name in t.operators and t.task_id in running]
     return ShedProblem(tuple(points), tuple(operators), tuple(sinks),
-                       {a: max(0.0, capacity[a]) for a in sorted(set(running.values()))},
+                       {a: max(0.0, capacity.get(a, UNKNOWN_CAPACITY))
+                        for a in sorted(set(running.values()))},
                        {o.name: TASK_BUSY_LIMIT for o in operators})
 
 

@@ -12,8 +12,8 @@ from common.control import Adjustable, ControlCatalog, Target
 from common.tasks import ChannelSpec, CompiledQuery, QueryTask, Resources
 from common.types import Schema
 from scheduler.elastic_policy import Sample
-from scheduler.shed_problem import (TaskRates, drop_operators, problem_of, rates_of,
-                                    uniform_tuples)
+from scheduler.shed_problem import (UNKNOWN_CAPACITY, TaskRates, drop_operators, problem_of,
+                                    rates_of, uniform_tuples)
 from scheduler.shedding import DropPoint, Operator, Sink, plan_shedding
 
 SCHEMA = Schema.of(("sensor", "string"), ("value", "double"))
@@ -104,7 +104,11 @@ def test_what_cannot_be_built_says_why() -> None:
     assert "no drop operator" in str(problem_of(plain, running, rates, {"A": 1, "B": 1}))
     assert "q.t1" in str(problem_of(chain(), running, {"q.t0": rates["q.t0"]},
                                     {"A": 1, "B": 1}))
-    assert "agent B" in str(problem_of(chain(), running, rates, {"A": 1.0}))
+    # an agent of unknown size (a new leader saw no offer without us there): its tasks'
+    # own limits bound it
+    unknown = problem_of(chain(), running, rates, {"A": 1.0})
+    assert not isinstance(unknown, str)
+    assert unknown.capacity["B"] == UNKNOWN_CAPACITY and unknown.limits["q.t1"] == 1.0
 
 
 def test_semantic_drops_get_both_ratios() -> None:
