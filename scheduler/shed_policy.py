@@ -24,7 +24,8 @@ from scheduler.shedding import (EPSILON, ShedPlan, ShedProblem, agent_loads, ope
 
 ShedKind = Literal["shed", "release", "hold"]
 ShedReason = Literal["overload", "fits", "can_scale", "cooldown", "unchanged", "idle",
-                     "infeasible", "no_data"]  # no_data: no problem could be built (the caller)
+                     "infeasible", "no_data", "manual"]
+# no_data: no problem could be built; manual: the query has no automatic operator (the caller)
 RATIO_STEP = 0.01  # a ratio that moves less than this is not worth a control tuple
 
 

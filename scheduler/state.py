@@ -985,6 +985,11 @@ class SchedulerState:
     def _shed_decision(self, query: QueryRecord) -> ShedDecision:
         """The shedding policy's decision for a query, on the problem built from its running
         tasks' recent rates and each agent's capacity left by the other queries' tasks."""
+        if not any(e.mode == "auto" for e in query.query.elastic):
+            return ShedDecision("hold", "manual", "no automatic operator: shedding starts only "
+                                "where the elastic policy holds at its bound or a scale-out is "
+                                "refused for lack of room; ratios may be set by hand (elastiq "
+                                "control)")
         running = {t.task_id: t.agent_id or "" for t in query.tasks.values()
                    if t.state is TaskState.RUNNING}
         rates = {t: r for t in running if (r := self._task_rates(t)) is not None}

@@ -198,3 +198,14 @@ def test_a_scale_out_refused_for_lack_of_room_lets_it_shed(tmp_path: Path) -> No
     (message,) = c.shed_messages()
     assert float(message.message.params["src_drop"]["ratio"]) == pytest.approx(
         1.0 - ShedPolicy().headroom * RATE / (2 * RATE), abs=0.01)
+
+
+def test_a_query_without_an_automatic_operator_is_never_shed(tmp_path: Path) -> None:
+    d = Driver(shed_query(tmp_path, 'parallelism="1" max-parallelism="2"'))
+    out = d.s.handle(OffersReceived("o", (offer("o-a1", "a1", cpus=4.0),)))
+    d.run(out)
+    c = Cluster(d)
+    c.run(2 * RATE, 40)
+    assert c.shed_messages() == [] and c.backlog > 0
+    decision = c.shedding()["decision"]
+    assert (decision["kind"], decision["reason"]) == ("hold", "manual")
