@@ -33,7 +33,7 @@ from common.failures import FailureKind, kind_of
 from common.messages import ControlMessage, LaunchData, LaunchQuery, ParamSet
 from common.tasks import CompiledQuery
 from compiler.control import check_tuples
-from scheduler import admission, control as ctl, elasticity
+from scheduler import admission, control as ctl, elasticity, shed_state
 from scheduler.commands import (
     Command, DeclineOffers, KillTask, LaunchTasks, ReconcileTasks, ReplyToRequest,
     RetargetChannels, ReviveOffers, SendFrameworkMessage, ShutdownExecutor, SuppressOffers,
@@ -41,7 +41,6 @@ from scheduler.commands import (
 )
 from scheduler.config import SchedulerConfig
 from scheduler.elastic_policy import SampleHistory, decide, sample_of
-from scheduler import shed_state
 from scheduler.shed_policy import ShedDecision, ShedPolicy, cannot_add_capacity, decide_shedding
 from scheduler.shed_problem import (TaskRates, drop_operators, problem_of, rates_of,
                                     uniform_tuples)
