@@ -189,6 +189,9 @@ class CompiledQuery:
     sinks: dict[str, str] = field(default_factory=dict)  # sink operator -> output path, if a file
     controls: "ControlCatalog | None" = None  # what may change while it runs (common.control)
     elastic: tuple[ElasticOperator, ...] = ()  # operators whose parallelism may change
+    # every sink operator -> its `weight` (what its results are worth when load is shed,
+    # docs/load.md); the scheduler's shedding plan reads it
+    weights: dict[str, float] = field(default_factory=dict)
 
     def elastic_operator(self, operator: str) -> ElasticOperator | None:
         return next((e for e in self.elastic if e.operator == operator), None)
@@ -207,6 +210,7 @@ class CompiledQuery:
             "sinks": self.sinks,
             "controls": self.controls.to_json() if self.controls is not None else None,
             "elastic": [e.to_json() for e in self.elastic],
+            "weights": self.weights,
         })
 
     @classmethod
@@ -219,6 +223,7 @@ class CompiledQuery:
             tuple(ChannelSpec.from_json(c) for c in d["channels"]), dict(d.get("sinks", {})),
             ControlCatalog.from_json(d.get("controls")),
             tuple(ElasticOperator.from_json(e) for e in d.get("elastic", [])),
+            {str(k): float(v) for k, v in d.get("weights", {}).items()},
         )
 
 

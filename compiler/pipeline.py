@@ -187,7 +187,8 @@ def _finish(parsed: spec_mod.Spec, logical: Graph, query_id: str, base: Path,
     query = CompiledQuery(query_id, tasks, channels, sinks,
                           catalog_for(logical, physical, plans,
                                       lambda path: str(codegen.resolve_path(base, path)),
-                                      roots, elastic), elastic)
+                                      roots, elastic), elastic,
+                          {n.name: float(n.param("weight", 1)) for n in physical.sinks()})
     return Compilation(parsed, logical, physical, plans, query, warnings, rewritten.firings,
                        refused)
 

@@ -416,6 +416,8 @@ def _print_status(reply: dict[str, Any], readings: Any = None, watch: bool = Fal
             print(f"  {t['task_id']:<24} {t['state']:<9} attempt {t['attempt']} on {where}{extra}")
         for line in elastic_lines(q.get("elastic") or []):
             print(line)
+        for line in shedding_lines(q.get("shedding")):
+            print(line)
         for line in agent_lines(q.get("agents") or {}):
             print(line)
     return readings
@@ -426,6 +428,27 @@ def agent_lines(agents: dict[str, Any]) -> list[str]:
     v1`, `cgroups v2`, `none`; `unknown` when the agent does not say), pure."""
     return [f"  agent {agent_id}: isolation: {view.get('isolation', 'unknown')}"
             for agent_id, view in sorted(agents.items())]
+
+
+def shedding_lines(view: dict[str, Any] | None) -> list[str]:
+    """`status` lines of a query's load shedding (docs/load.md): each drop operator's ratio in
+    force and the rows its task shed, each sink's weight and expected result loss under the
+    plan in force, and the policy's last decision (pure; none without drop operators)."""
+    if not view:
+        return []
+    lines = []
+    for d in view.get("drops", []):
+        high = f", high-ratio {d['high_ratio']:.2f}" if "high_ratio" in d else ""
+        lines.append(f"  shed {d['operator']} (on {d['task']}): ratio {d['ratio']:.2f}{high}, "
+                     f"{d['rows_dropped']:,.0f} rows dropped")
+    for s in view.get("sinks", []):
+        lines.append(f"  sink {s['sink']} (weight {s['weight']:g}): expected result loss "
+                     f"{s['expected_loss']:.0%}")
+    decision = view.get("decision")
+    if decision:
+        lines.append(f"    shedding: {decision['kind']} ({decision['reason']}): "
+                     f"{decision['explanation']}")
+    return lines
 
 
 def elastic_lines(operators: list[dict[str, Any]]) -> list[str]:

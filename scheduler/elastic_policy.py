@@ -79,6 +79,7 @@ class Sample:
     batches: float = 0.0  # micro-batches ended in this attempt (cumulative; -> the cost model)
     nr_periods: float = 0.0  # the executor's cgroup's CFS periods (cumulative; 0: not in one)
     nr_throttled: float = 0.0  # ... and those in which it was throttled
+    dropped: float = 0.0  # rows its drop operators shed (cumulative; -> scheduler.shed_problem)
 
     def __post_init__(self) -> None:
         for name, value in asdict(self).items():
@@ -106,7 +107,8 @@ def sample_of(at: float, figures: Mapping[str, Any]) -> Sample | None:
                       running_ms=figures.get("running_ms", 0.0),
                       batches=figures.get("batches_ended", 0.0),
                       nr_periods=figures.get("cpus_nr_periods", 0.0),
-                      nr_throttled=figures.get("cpus_nr_throttled", 0.0))
+                      nr_throttled=figures.get("cpus_nr_throttled", 0.0),
+                      dropped=figures.get("rows_dropped", 0.0))
     except (ValueError, TypeError):
         return None
 

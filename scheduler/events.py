@@ -149,6 +149,7 @@ class ControlRequested:
     tuples: tuple[tuple[str, str, str], ...]  # (operator, parameter, value)
     request_id: str = ""  # minted by the edge (`scheduler.control.new_request_id`); "" mints one
     trigger: str = "manual"  # who asked: manual (the API: people, control sinks) | auto (policy)
+    # | shed (the load shedding policy, docs/load.md)
 
     def __post_init__(self) -> None:
         if not self.request_id:

@@ -241,6 +241,13 @@ class SchedulerMetrics:
                               "while rows waited; lower_bound: the best seen while the "
                               "instances kept up)",
                               ["query", "operator", "kind"], registry=r)
+        self.shed_decisions = Counter("elastiq_shed_decisions", "decisions of the load "
+                                      "shedding policy: shed, release, or hold_<reason>",
+                                      ["query", "outcome"], registry=r)
+        self.sink_quality = Gauge("elastiq_sink_expected_quality", "the share of a sink's "
+                                  "unshed value the shedding plan in force expects it to "
+                                  "deliver (1: nothing shed)", ["query", "sink"], registry=r)
+        self._shed_seen: dict[str, int] = {}  # query id -> its shedding decisions counted
         self._parallelism_seen: set[tuple[str, str]] = set()
         self._capacity_seen: dict[tuple[str, str], str] = {}  # (query, operator) -> kind
 
@@ -317,6 +324,7 @@ class SchedulerMetrics:
             phases[query.phase] = phases.get(query.phase, 0) + 1
             self._observe_query(query.query_id, query.tasks.values(), now)
             self._observe_elastic(query)
+            self._observe_shedding(query)
             current |= {t.mesos_task_id for t in query.tasks.values()}
         for phase, count in phases.items():
             self.queries.labels(phase).set(count)
@@ -349,6 +357,19 @@ class SchedulerMetrics:
         for decision in query.elastic.decisions[len(query.elastic.decisions) - fresh:]:
             self.record_elastic_decision(decision)
         self._decisions_seen[query.query_id] = query.elastic.decided
+
+    def _observe_shedding(self, query: QueryRecord) -> None:
+        """Each shedding decision once, by outcome; each sink's expected quality."""
+        record = query.shed
+        seen = self._shed_seen.get(query.query_id, 0)
+        fresh = min(max(0, record.decided - seen), len(record.decisions))
+        for decision in record.decisions[len(record.decisions) - fresh:]:
+            outcome = decision.kind if decision.kind != "hold" else f"hold_{decision.reason}"
+            self.shed_decisions.labels(query.query_id, outcome).inc()
+        self._shed_seen[query.query_id] = record.decided
+        if record.decided and query.phase == "active":
+            for sink in query.query.weights:
+                self.sink_quality.labels(query.query_id, sink).set(record.quality.get(sink, 1.0))
 
     def _observe_detector(self, state: SchedulerState) -> None:
         """The state counts suspicions and false ones since it started; counters take the

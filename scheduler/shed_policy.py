@@ -19,11 +19,13 @@ from dataclasses import dataclass, field
 from typing import Literal, Mapping, Sequence
 
 from scheduler.elastic_policy import Decision
-from scheduler.shedding import EPSILON, ShedPlan, ShedProblem, agent_loads, plan_shedding
+from scheduler.shedding import (EPSILON, ShedPlan, ShedProblem, agent_loads, operator_loads,
+                                plan_shedding)
 
 ShedKind = Literal["shed", "release", "hold"]
 ShedReason = Literal["overload", "fits", "can_scale", "cooldown", "unchanged", "idle",
-                     "infeasible"]
+                     "infeasible", "no_data", "manual"]
+# no_data: no problem could be built; manual: the query has no automatic operator (the caller)
 RATIO_STEP = 0.01  # a ratio that moves less than this is not worth a control tuple
 
 
@@ -53,13 +55,18 @@ def cannot_add_capacity(decisions: Sequence[Decision], refused_for_room: bool) -
 
 
 def _utilisation(problem: ShedProblem) -> tuple[float, str]:
+    """The unshed load of the most loaded agent or limited operator against its bound."""
     loads = agent_loads(problem, {})
-    worst = max(loads, key=lambda a: loads[a] / problem.capacity[a]
-                if problem.capacity[a] > 0 else float("inf"), default="")
+    bounds = dict(problem.capacity)
+    own = operator_loads(problem, {})
+    for name, limit in problem.limits.items():
+        loads[name], bounds[name] = own[name], limit
+    worst = max(loads, key=lambda a: loads[a] / bounds[a] if bounds[a] > 0 else
+                (float("inf") if loads[a] > 0 else 0.0), default="")
     if not worst:
         return 0.0, ""
-    cap = problem.capacity[worst]
-    return (loads[worst] / cap if cap > 0 else float("inf")), worst
+    cap = bounds[worst]
+    return (loads[worst] / cap if cap > 0 else (float("inf") if loads[worst] > 0 else 0.0)), worst
 
 
 def _tuples(ratios: Mapping[str, float], current: Mapping[str, float],
@@ -86,14 +93,14 @@ def decide_shedding(problem: ShedProblem, can_add_capacity: bool,
     utilisation, agent = _utilisation(problem)
     release = tuple((key.rsplit(".", 1)[0], key.rsplit(".", 1)[1], "0")
                     for key, v in sorted(current.items()) if v > EPSILON)
+    if shedding and utilisation <= policy.release_below:
+        return ShedDecision("release", "fits", f"unshed load {utilisation:.0%} of {agent}'s "
+                            f"capacity is under {policy.release_below:.0%}", release)
     if can_add_capacity:
         if shedding:
             return ShedDecision("release", "can_scale", "capacity can be added again; scaling "
                                 "out instead of dropping rows", release)
         return ShedDecision("hold", "can_scale", "capacity can still be added: no shedding")
-    if shedding and utilisation <= policy.release_below:
-        return ShedDecision("release", "fits", f"unshed load {utilisation:.0%} of {agent}'s "
-                            f"capacity is under {policy.release_below:.0%}", release)
     if not shedding and utilisation <= policy.headroom:
         return ShedDecision("hold", "idle", f"busiest agent {agent} at {utilisation:.0%} of "
                             f"its capacity, within {policy.headroom:.0%}")
@@ -101,7 +108,8 @@ def decide_shedding(problem: ShedProblem, can_add_capacity: bool,
         return ShedDecision("hold", "cooldown", f"ratios changed {now - last_change:.0f} s ago "
                             f"(cool-down {policy.cooldown_seconds:.0f} s)")
     scaled = ShedProblem(problem.points, problem.operators, problem.sinks,
-                         {a: c * policy.headroom for a, c in problem.capacity.items()})
+                         {a: c * policy.headroom for a, c in problem.capacity.items()},
+                         {o: c * policy.headroom for o, c in problem.limits.items()})
     plan = plan_shedding(scaled)
     if not plan.feasible:
         return ShedDecision("hold", "infeasible", "even dropping every shed row leaves an agent "
@@ -110,7 +118,8 @@ def decide_shedding(problem: ShedProblem, can_add_capacity: bool,
     tuples = _tuples(plan.ratios, current, plan.class_ratios)
     losses = ", ".join(f"{s} keeps {q:.0%}" for s, q in sorted(plan.quality.items()))
     why = (f"{agent} at {utilisation:.0%} of its capacity and no capacity can be added; "
-           f"the plan keeps every agent within {policy.headroom:.0%}: {losses}")
+           f"the plan keeps every agent and task within {policy.headroom:.0%} of its "
+           f"capacity: {losses}")
     if not tuples:
         return ShedDecision("hold", "unchanged", why, plan=plan, quality=plan.quality)
     return ShedDecision("shed", "overload", why, tuples, plan, plan.quality)

@@ -86,6 +86,9 @@ class ShedProblem:
     operators: tuple[Operator, ...]
     sinks: tuple[Sink, ...]
     capacity: Mapping[str, float]  # agent -> CPU seconds per second it may spend on this plan
+    # operator -> the load it alone may carry (a task runs its micro-batches one at a time: at
+    # most one busy second per second, whatever its agent has); none: only its agent's bound
+    limits: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -137,6 +140,8 @@ def check_problem(problem: ShedProblem) -> list[str]:
         problems += [f"operator {o.name}: reads {i}, unknown" for i in o.inputs if i not in names]
         if o.agent not in problem.capacity:
             problems.append(f"operator {o.name}: agent {o.agent} has no capacity")
+    ops = {o.name for o in problem.operators}
+    problems += [f"limit of {name}: not an operator" for name in problem.limits if name not in ops]
     for s in problem.sinks:
         if s.input not in names:
             problems.append(f"sink {s.name}: reads {s.input}, unknown")
@@ -227,6 +232,14 @@ def agent_loads(problem: ShedProblem, keep: Mapping[Var, float]) -> dict[str, fl
     return loads
 
 
+def operator_loads(problem: ShedProblem, keep: Mapping[Var, float]) -> dict[str, float]:
+    """Each operator's own load (CPU s/s) when each variable keeps `keep[var]` (missing: 1)."""
+    rate, _, _ = _rates(problem)
+    return {o.name: o.cost * sum(c * keep.get(v, 1.0)
+                                 for v, c in _summed([rate[i] for i in o.inputs]).items())
+            for o in problem.operators}
+
+
 def _utilities(problem: ShedProblem) -> dict[Var, float]:
     utility: dict[Var, float] = {}
     for p in problem.points:
@@ -278,7 +291,8 @@ def plan_shedding(problem: ShedProblem) -> ShedPlan:
         return _plan(problem, {}, upstream, idle)
     rows, cols, data, bound = _constraints(problem, rate, upstream, index)
     agents = list(problem.capacity)
-    matrix = coo_matrix((data, (rows, cols)), shape=(len(agents) + _chained(upstream),
+    matrix = coo_matrix((data, (rows, cols)), shape=(len(agents) + len(problem.limits)
+                                                     + _chained(upstream),
                                                      len(variables))).tocsr()
     result = linprog(objective, A_ub=matrix, b_ub=np.array(bound),
                      bounds=[(0.0, 1.0)] * len(variables), method="highs")
@@ -296,7 +310,7 @@ def _constraints(problem: ShedProblem, rate: Mapping[str, Linear],
                  upstream: Mapping[Var, Var | None], index: Mapping[Var, int]
                  ) -> tuple[list[int], list[int], list[float], list[float]]:
     """Sparse rows of `A z <= b`: one per agent (its load within capacity), one per chained
-    drop point (it keeps at most what its upstream kept)."""
+    drop point (it keeps at most what its upstream kept), one per operator with a limit."""
     rows: list[int] = []
     cols: list[int] = []
     data: list[float] = []
@@ -308,6 +322,14 @@ def _constraints(problem: ShedProblem, rate: Mapping[str, Linear],
         for i in o.inputs:
             for v, c in rate[i].items():
                 rows.append(agent_row[o.agent])
+                cols.append(index[v])
+                data.append(o.cost * c)
+    for o in problem.operators:
+        if o.name in problem.limits:
+            row = len(bound)
+            bound.append(problem.limits[o.name])
+            for v, c in _summed([rate[i] for i in o.inputs]).items():
+                rows.append(row)
                 cols.append(index[v])
                 data.append(o.cost * c)
     row = len(bound)
@@ -325,7 +347,9 @@ def _plan(problem: ShedProblem, keep: Mapping[Var, float], upstream: Mapping[Var
           idle: Mapping[str, str]) -> ShedPlan:
     loads = agent_loads(problem, keep)
     quality = sink_quality(problem, keep)
-    feasible = all(loads[a] <= problem.capacity[a] + 1e-6 for a in loads)
+    feasible = all(loads[a] <= problem.capacity[a] + 1e-6 for a in loads) and all(
+        load <= problem.limits[o] + 1e-6 for o, load in operator_loads(problem, keep).items()
+        if o in problem.limits)
     ratios: dict[str, float] = {}
     class_ratios: dict[str, dict[str, float]] = {}
     for p in problem.points:

@@ -33,7 +33,7 @@ from common.failures import FailureKind, kind_of
 from common.messages import ControlMessage, LaunchData, LaunchQuery, ParamSet
 from common.tasks import CompiledQuery
 from compiler.control import check_tuples
-from scheduler import admission, control as ctl, elasticity
+from scheduler import admission, control as ctl, elasticity, shed_state
 from scheduler.commands import (
     Command, DeclineOffers, KillTask, LaunchTasks, ReconcileTasks, ReplyToRequest,
     RetargetChannels, ReviveOffers, SendFrameworkMessage, ShutdownExecutor, SuppressOffers,
@@ -41,6 +41,9 @@ from scheduler.commands import (
 )
 from scheduler.config import SchedulerConfig
 from scheduler.elastic_policy import SampleHistory, decide, sample_of
+from scheduler.shed_policy import ShedDecision, ShedPolicy, cannot_add_capacity, decide_shedding
+from scheduler.shed_problem import (TaskRates, drop_operators, problem_of, rates_of,
+                                    uniform_tuples)
 from scheduler.liveness import Arrivals, phi, suspected
 from scheduler.destinations import (
     IMMEDIATE_FAILOVER, Destinations, Past, apart_groups, destinations_for,
@@ -81,6 +84,7 @@ class QueryRecord:
     # with the placements: secret, never shown by status, the API, logs or metrics
     keys: dict[str, dict[str, str]] = field(default_factory=dict)
     elastic: elasticity.ElasticState = field(default_factory=elasticity.ElasticState)
+    shed: shed_state.ShedState = field(default_factory=shed_state.ShedState)
 
     @property
     def query_id(self) -> str:
@@ -887,6 +891,8 @@ class SchedulerState:
         late = [t for t in waits if query.tasks[t].state is not TaskState.RUNNING]
         why = "; ".join(f"{t} waits for {self.unplaced[t]}" if t in self.unplaced
                         else f"{t} is {query.tasks[t].state.value}" for t in late)
+        if any(t in self.unplaced for t in late):
+            query.shed.refused_for_room_at = self.now  # no capacity can be added: may shed
         ctl.refuse(request, f"its new instances did not run within "
                             f"{self.config.scale_out_wait:g} s ({why}); the scale-out is undone",
                    self.now)
@@ -941,7 +947,81 @@ class SchedulerState:
                     if rescale.request == asked.request_id:
                         rescale.reason = decision.explanation
                 commands += [c for c in replies if not isinstance(c, ReplyToRequest)]
+            commands += self._shed(sid, query)
         return commands
+
+    def _shed(self, sid: str, query: QueryRecord) -> list[Command]:
+        """Let the shedding policy (`scheduler.shed_policy`) decide on a query with drop
+        operators, at most every SHED_EVERY_SECONDS and not while a control request to its drop
+        tasks is pending; ratios to change become one control request of trigger `shed`."""
+        drops = drop_operators(query.query)
+        record = query.shed
+        if not drops or (record.decided_at is not None and
+                         self.now - record.decided_at < shed_state.SHED_EVERY_SECONDS):
+            return []
+        tasks = {task for task, _ in drops.values()}
+        if any(r.state == "pending" and set(r.tasks) & tasks
+               for r in query.control.requests.values()):
+            return []
+        decision = self._shed_decision(query)
+        record.decide(decision, self.now)
+        if not decision.tuples:
+            return []
+        log.info("[%s] %s: load shedding: %s", sid, query.query_id, decision.explanation)
+        asked = ControlRequested(sid, query.query_id, uniform_tuples(
+            decision.tuples, {name: semantic for name, (_, semantic) in drops.items()}),
+            shed_request_id(query.query_id, query.control.version, self.now), trigger="shed")
+        replies = self._on_control_requested(asked)
+        if any(isinstance(c, ReplyToRequest) and not c.accepted for c in replies):
+            refusal = next(c for c in replies if isinstance(c, ReplyToRequest))
+            log.warning("[%s] %s: load shedding's ratios refused: %s", sid, query.query_id,
+                        refusal.message)
+        else:
+            record.last_change, record.changes = self.now, record.changes + 1
+            record.quality = dict(decision.quality) if decision.kind == "shed" else {}
+        return [c for c in replies if not isinstance(c, ReplyToRequest)]
+
+    def _shed_decision(self, query: QueryRecord) -> ShedDecision:
+        """The shedding policy's decision for a query, on the problem built from its running
+        tasks' recent rates and each agent's capacity left by the other queries' tasks."""
+        if not any(e.mode == "auto" for e in query.query.elastic):
+            return ShedDecision("hold", "manual", "no automatic operator: shedding starts only "
+                                "where the elastic policy holds at its bound or a scale-out is "
+                                "refused for lack of room; ratios may be set by hand (elastiq "
+                                "control)")
+        running = {t.task_id: t.agent_id or "" for t in query.tasks.values()
+                   if t.state is TaskState.RUNNING}
+        rates = {t: r for t in running if (r := self._task_rates(t)) is not None}
+        problem = problem_of(query.query, running, rates, self._capacity_for(query))
+        current = shed_state.ratios_in_force(query.query, query.control)
+        can_add = not cannot_add_capacity(list(query.elastic.latest.values()),
+                                          query.shed.refused_for_room(self.now))
+        if isinstance(problem, str):
+            release = tuple((k.rsplit(".", 1)[0], k.rsplit(".", 1)[1], "0")
+                            for k, v in sorted(current.items()) if v > 0 and can_add)
+            return ShedDecision("release" if release else "hold",
+                                "can_scale" if release else "no_data",
+                                f"capacity can be added again ({problem})" if release
+                                else f"no shedding problem: {problem}", release)
+        return decide_shedding(problem, can_add, current, ShedPolicy(), self.now,
+                               query.shed.last_change)
+
+    def _task_rates(self, task_id: str) -> TaskRates | None:
+        return rates_of(self.samples.samples(task_id), shed_state.RATES_WINDOW_SECONDS, self.now)
+
+    def _capacity_for(self, query: QueryRecord) -> dict[str, float]:
+        """Each known agent's CPUs (its largest offer with nothing of ours on it) less what the
+        other queries' running tasks there are measured busy."""
+        capacity = {a: size[0] for a, size in self.agent_sizes.items()
+                    if a not in self.gone_agents}
+        for other in self.queries.values():
+            if other is query:
+                continue
+            for t in other.tasks.values():
+                if t.state is TaskState.RUNNING and t.agent_id in capacity:
+                    rates = self._task_rates(t.task_id)
+                    capacity[t.agent_id] -= rates.busy if rates is not None else 0.0
+        return capacity
 
     def _retired(self, sid: str, query: QueryRecord, task: TaskRecord) -> list[Command]:
         """A retiring instance stopped after draining: its slot is dormant until a scale-out."""
@@ -1095,6 +1175,11 @@ class SchedulerState:
 
     def _executor_id(self, agent_id: str) -> str:
         return self.config.executor.executor_id(agent_id)
+
+
+def shed_request_id(query_id: str, version: int, now: float) -> str:
+    """The id of the shedding policy's control request (deterministic, like `auto_request_id`)."""
+    return f"{query_id}-shed{version + 1}-{int(now * 1000) % 10**9}"
 
 
 def auto_request_id(query_id: str, version: int, now: float) -> str:

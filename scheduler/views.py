@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from scheduler import elasticity
+from scheduler import elasticity, shed_state
 from scheduler.control import sinks_in_force
 from scheduler.lifecycle import TaskRecord, TaskState
 from scheduler.state import QueryRecord, SchedulerState
@@ -40,6 +40,7 @@ def query_view(q: QueryRecord, unplaced: dict[str, str],
         "sinks": sinks_in_force(q.query.sinks, q.control, q.query.controls),
         "tasks": [task_view(t, unplaced.get(t.task_id, "")) for t in q.tasks.values()],
         "elastic": elasticity.describe(q.query, q.tasks, q.control, q.elastic),
+        "shedding": shed_state.describe(q.query, q.tasks, q.control, q.shed),
     }
 
 

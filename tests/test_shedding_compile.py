@@ -156,3 +156,15 @@ def test_rewriting_the_rewritten_graph_changes_nothing() -> None:
     once = rewrite(graph, rules)
     twice = rewrite(once.graph, rules)
     assert twice.firings == () and twice.graph == once.graph and once.graph != graph
+
+
+def test_the_compiled_query_carries_every_sinks_weight() -> None:
+    """The scheduler's shedding plan weighs sinks from the compiled query (issue 32): every sink
+    with its spec weight (default 1), and the same after a round trip through JSON."""
+    from common.tasks import CompiledQuery
+
+    query = compiled(spec(second_sink=True)).query
+    assert query.weights == {"sink": 2.0, "all": 1.0}
+    assert CompiledQuery.from_json(query.to_json()).weights == {"sink": 2.0, "all": 1.0}
+    zero = compiled(spec(weight='<param name="weight" value="0"/>')).query
+    assert zero.weights == {"sink": 0.0}

@@ -11,8 +11,8 @@ from fractions import Fraction
 import pytest
 
 from scheduler.shedding import (DropPoint, Operator, ShedProblem, Sink, UtilityClass,
-                                agent_loads, plan_shedding, sink_quality, uniform_keep,
-                                uniform_ratio, weighted_loss)
+                                agent_loads, check_problem, plan_shedding, sink_quality,
+                                uniform_keep, uniform_ratio, weighted_loss)
 
 
 def seed_problem(weights: tuple[float, float] = (1.0, 1.0)) -> ShedProblem:
@@ -172,3 +172,17 @@ def test_no_better_plan_on_a_grid(seed: int) -> None:
     assert plan.loss <= best + 1e-7
     assert sink_quality(problem, {(n, "all"): 1 - plan.ratios[n] for n in names}) \
         == pytest.approx(plan.quality)
+
+
+def test_an_operators_own_limit_binds_beside_its_agents_capacity() -> None:
+    """Two sources of 100 rows/s, each read by one operator (0.01 s a row) on one agent of 10
+    CPUs; the first operator may carry 0.5 s/s alone: only its source sheds, by half."""
+    problem = ShedProblem(
+        (DropPoint("d1", 100.0), DropPoint("d2", 100.0)),
+        (Operator("o1", "A", 0.01, 1.0, ("d1",)), Operator("o2", "A", 0.01, 1.0, ("d2",))),
+        (Sink("s1", "o1"), Sink("s2", "o2")), {"A": 10.0}, {"o1": 0.5})
+    plan = plan_shedding(problem)
+    assert plan.ratios == pytest.approx({"d1": 0.5, "d2": 0.0}) and plan.feasible
+    assert plan.loss == pytest.approx(0.5)
+    assert "limit of o9: not an operator" in check_problem(
+        ShedProblem(problem.points, problem.operators, problem.sinks, {"A": 1.0}, {"o9": 1.0}))

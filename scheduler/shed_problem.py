@@ -1,0 +1,176 @@
+"""The shedding problem of one running query, built from what the scheduler measures (pure).
+
+Owns `problem_of`: from a compiled query (its tasks, channels, drop operators in the control
+catalogue, sink weights), each running task's measured rates over a recent window (`TaskRates`,
+from its heartbeats: `rates_of`) and each agent's capacity for this query, the
+`scheduler.shedding.ShedProblem` that `plan_shedding` solves. The plan is modelled at the
+grain the heartbeats measure, the task:
+
+- a drop point per drop operator, its rate the rows arriving at its task's source: the task's
+  rows in (before any drop) plus the change of its source's backlog (rows arrive = rows read +
+  rows left waiting: an overloaded query reads less than arrives, one draining its backlog
+  more);
+- an operator per task, on the agent it runs on, reading its drop points and the tasks that
+  produce its input channels. Its cost and selectivity are per row its inputs deliver (so a
+  partition of a split stream, which reads a share of its splitter's rows, costs that share):
+  cost = CPU seconds per row it processed (the cost model's per-row cost where its batches
+  could be fitted, else busy seconds per row, an upper bound: it holds the batches' fixed
+  cost) x rows it processed / rows its inputs delivered; selectivity = rows out / rows its
+  inputs delivered (a task with no output channel, a sink's: rows it processed / delivered,
+  which only weighs what reaches its sinks);
+- a sink per sink operator, reading its task, with the spec's weight;
+- a limit of TASK_BUSY_LIMIT per task besides its agent's capacity: a task runs its
+  micro-batches one after the other, so it is busy at most one second per second however many
+  CPUs its agent has (an operator at its max-parallelism is bound by this).
+
+A drop at a semantic source is modelled as one class of rows worth 1 (heartbeats do not say
+which share of rows passes `shed-keep`); its `ratio` and `high-ratio` are then set alike
+(`uniform_tuples`). Returns a sentence instead of a problem when it cannot be built soundly
+(no drop operator, a task without a measured window). An agent of unknown size is bounded by
+its tasks' limits only. Reads no clock, does no I/O. Does not own when shedding is decided
+(`scheduler.shed_policy`) nor sending the ratios (`scheduler.state`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+from common.batch_cost import fit
+from common.tasks import CompiledQuery
+from scheduler.elastic_policy import Sample, spans_of
+from scheduler.shedding import DropPoint, Operator, ShedProblem, Sink
+
+DROP_KIND = "drop"
+TASK_BUSY_LIMIT = 1.0  # busy seconds per second one task can spend
+# an agent whose size is not known (no offer seen with nothing of ours on it, e.g. after a new
+# leader took over): only its tasks' own limits bound it
+UNKNOWN_CAPACITY = 1e9
+
+
+@dataclass(frozen=True)
+class TaskRates:
+    """One task's measured rates over a window: rows in (read, before its drops), rows out,
+    rows its drops shed, busy CPU seconds, all per second; the cost model's seconds per row
+    when its batches could be fitted (None: not); the change of its sources' backlog per second
+    (rows that arrived and were not read; negative while it drains)."""
+
+    rows_in: float
+    rows_out: float
+    dropped: float
+    busy: float
+    per_row: float | None = None
+    waiting: float = 0.0
+
+    @property
+    def arriving(self) -> float:
+        """Rows per second arriving at its sources: read, and left waiting (or read from the
+        backlog: not arriving now)."""
+        return max(0.0, self.rows_in + self.waiting)
+
+    @property
+    def processed(self) -> float:
+        """Rows per second its operators after the drops process."""
+        return max(0.0, self.rows_in - self.dropped)
+
+    @property
+    def cost(self) -> float:
+        """CPU seconds per processed row (0 when none was processed)."""
+        if self.per_row is not None:
+            return self.per_row
+        return self.busy / self.processed if self.processed > 0 else 0.0
+
+
+def rates_of(samples: Sequence[Sample], window: float, now: float) -> TaskRates | None:
+    """A task's rates between its oldest sample inside the last `window` seconds and its
+    newest, counting only the samples after the last fall of a counter (a new attempt counts
+    from 0); None with fewer than two such samples."""
+    recent = [s for s in samples if s.at >= now - window]
+    for i in range(len(recent) - 1, 0, -1):
+        if _fell(recent[i - 1], recent[i]):
+            recent = recent[i:]
+            break
+    if len(recent) < 2 or recent[-1].at <= recent[0].at:
+        return None
+    a, b = recent[0], recent[-1]
+    span = b.at - a.at
+    cost = fit(spans_of(recent))
+    return TaskRates((b.tuples_in - a.tuples_in) / span, (b.tuples_out - a.tuples_out) / span,
+                     (b.dropped - a.dropped) / span, (b.busy_ms - a.busy_ms) / 1000.0 / span,
+                     None if isinstance(cost, str) else cost.per_unit,
+                     (b.backlog - a.backlog) / span)
+
+
+def _fell(a: Sample, b: Sample) -> bool:
+    return b.tuples_in < a.tuples_in or b.tuples_out < a.tuples_out or \
+        b.busy_ms < a.busy_ms or b.dropped < a.dropped
+
+
+def drop_operators(query: CompiledQuery) -> dict[str, tuple[str, bool]]:
+    """Each drop operator of the query -> (its task, whether it is semantic: it has a
+    `high-ratio`), from the control catalogue."""
+    found: dict[str, tuple[str, bool]] = {}
+    for a in (query.controls.adjustable if query.controls is not None else ()):
+        if a.kind == DROP_KIND and a.targets:
+            task, semantic = found.get(a.operator, (a.targets[0].task_id, False))
+            found[a.operator] = (task, semantic or a.parameter == "high-ratio")
+    return found
+
+
+def problem_of(query: CompiledQuery, running: Mapping[str, str],
+               rates: Mapping[str, TaskRates], capacity: Mapping[str, float]
+               ) -> ShedProblem | str:
+    """The shedding problem of `query`: `running` maps each running task to its agent, `rates`
+    each task to its measured rates, `capacity` each agent to the CPU seconds per second this
+    query may use there (one missing: UNKNOWN_CAPACITY). A sentence saying why not when it
+    cannot be built."""
+    drops = drop_operators(query)
+    if not drops:
+        return "the query has no drop operator (no source says shed)"
+    missing = sorted(t for t in running if t not in rates)
+    if missing:
+        return f"no measured window yet for {', '.join(missing)}"
+    producer = {c.channel_id: c.producer for c in query.channels}
+    drops_in: dict[str, list[str]] = {}
+    for name, (task, _) in sorted(drops.items()):
+        drops_in.setdefault(task, []).append(name)
+    points = [DropPoint(name, rates[task].arriving / len(drops_in[task]))
+              for task, names in drops_in.items() if task in running for name in names]
+    operators = []
+    for t in query.tasks:
+        if t.task_id not in running:
+            continue
+        inputs = tuple(drops_in.get(t.task_id, ())) + tuple(
+            p for p in dict.fromkeys(producer.get(c, "") for c in t.inputs) if p in running)
+        delivered = _delivered(t.task_id, drops_in, inputs, rates)
+        own = rates[t.task_id]
+        share = own.processed / delivered if delivered > 0 else 0.0
+        out = own.rows_out if t.outputs else own.processed
+        operators.append(Operator(t.task_id, running[t.task_id], own.cost * share,
+                                  out / delivered if delivered > 0 else 0.0, inputs))
+    sinks = [Sink(name, t.task_id, weight) for name, weight in sorted(query.weights.items())
+             for t in query.tasks if name in t.operators and t.task_id in running]
+    return ShedProblem(tuple(points), tuple(operators), tuple(sinks),
+                       {a: max(0.0, capacity.get(a, UNKNOWN_CAPACITY))
+                        for a in sorted(set(running.values()))},
+                       {o.name: TASK_BUSY_LIMIT for o in operators})
+
+
+def _delivered(task_id: str, drops_in: Mapping[str, list[str]], inputs: Sequence[str],
+               rates: Mapping[str, TaskRates]) -> float:
+    """Rows per second a task's inputs deliver to it now: its sources' rows its drops kept,
+    and every producer's rows out."""
+    kept = rates[task_id].processed if drops_in.get(task_id) else 0.0
+    return kept + sum(rates[i].rows_out for i in inputs if i in rates)
+
+
+def uniform_tuples(tuples: Sequence[tuple[str, str, str]],
+                   semantic: Mapping[str, bool]) -> tuple[tuple[str, str, str], ...]:
+    """The control tuples of a plan, a semantic drop's `high-ratio` set with its `ratio` (it is
+    modelled as one class of rows)."""
+    out: list[tuple[str, str, str]] = []
+    for op, parameter, value in tuples:
+        out.append((op, parameter, value))
+        if parameter == "ratio" and semantic.get(op):
+            out.append((op, "high-ratio", value))
+    return tuple(out)

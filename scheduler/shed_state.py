@@ -1,0 +1,92 @@
+"""A query's load-shedding bookkeeping at the scheduler, and its status view (docs/load.md).
+
+Owns `ShedState` (the shedding policy's decisions, the latest for the status view, the recent
+ones and their count for the metrics; when ratios last changed; when a scale-out was last
+refused for lack of room; the expected quality per sink of the plan in force), `ratios_in_force`
+(the drop ratios the query's control values hold) and `describe` (what `elastiq status` shows:
+per drop operator its ratios and the rows its task shed, per sink its weight and expected
+quality, and the latest decision with its numbers). Pure. Does not own the decision
+(`scheduler.shed_policy`), building its problem (`scheduler.shed_problem`) or sending the
+ratios (`scheduler.state`, as a control request of trigger `shed`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from common.tasks import CompiledQuery
+from scheduler.control import QueryControl
+from scheduler.lifecycle import TaskRecord
+from scheduler.shed_policy import ShedDecision
+from scheduler.shed_problem import drop_operators
+
+DECISIONS_KEPT = 50
+SHED_EVERY_SECONDS = 5.0  # the shedding policy looks at a query at most this often
+ROOM_REFUSAL_SECONDS = 60.0  # a scale-out refused for lack of room counts this long
+RATES_WINDOW_SECONDS = 10.0  # the window the problem's rates are measured over
+
+
+@dataclass
+class ShedState:
+    latest: ShedDecision | None = None
+    decided_at: float | None = None
+    decisions: list[ShedDecision] = field(default_factory=list)
+    decided: int = 0
+    last_change: float | None = None  # when ratios were last sent (the cool-down counts)
+    refused_for_room_at: float | None = None
+    quality: dict[str, float] = field(default_factory=dict)  # expected, per sink, in force
+    changes: int = 0  # control requests sent by the shedding policy
+
+    def decide(self, decision: ShedDecision, now: float) -> None:
+        self.latest, self.decided_at = decision, now
+        self.decisions.append(decision)
+        self.decided += 1
+        del self.decisions[:-DECISIONS_KEPT]
+
+    def refused_for_room(self, now: float) -> bool:
+        return self.refused_for_room_at is not None and \
+            now - self.refused_for_room_at < ROOM_REFUSAL_SECONDS
+
+
+def ratios_in_force(query: CompiledQuery, control: QueryControl) -> dict[str, float]:
+    """"<drop>.<parameter>" -> the ratio in force, for every drop operator's ratios."""
+    out: dict[str, float] = {}
+    for a in (query.controls.adjustable if query.controls is not None else ()):
+        if a.kind == "drop":
+            text = control.values.get(a.operator, {}).get(a.parameter, a.value)
+            try:
+                out[f"{a.operator}.{a.parameter}"] = float(text)
+            except ValueError:
+                out[f"{a.operator}.{a.parameter}"] = 0.0
+    return out
+
+
+def describe(query: CompiledQuery, tasks: Mapping[str, TaskRecord], control: QueryControl,
+             state: ShedState) -> dict[str, Any] | None:
+    """The status view of a query's shedding; None for a query with no drop operator."""
+    drops = drop_operators(query)
+    if not drops:
+        return None
+    ratios = ratios_in_force(query, control)
+    latest = state.latest
+    return {
+        "drops": [{"operator": name, "task": task, "semantic": semantic,
+                   "ratio": ratios.get(f"{name}.ratio", 0.0),
+                   **({"high_ratio": ratios.get(f"{name}.high-ratio", 0.0)} if semantic else {}),
+                   "rows_dropped": _dropped(tasks.get(task))}
+                  for name, (task, semantic) in sorted(drops.items())],
+        "sinks": [{"sink": name, "weight": weight,
+                   "expected_quality": state.quality.get(name, 1.0),
+                   "expected_loss": 1.0 - state.quality.get(name, 1.0)}
+                  for name, weight in sorted(query.weights.items())],
+        "changes": state.changes,
+        "decision": None if latest is None else {
+            "kind": latest.kind, "reason": latest.reason, "explanation": latest.explanation,
+            "at": state.decided_at, "tuples": [list(t) for t in latest.tuples]},
+    }
+
+
+def _dropped(task: TaskRecord | None) -> float:
+    """Rows the task's drops shed, over its attempts (its drop operator's: one per task)."""
+    return float(task.totals().get("rows_dropped", 0)) if task is not None else 0.0

@@ -1,0 +1,178 @@
+"""Building the shedding problem from what the scheduler measures (issue 32; pure): rates from a
+task's heartbeat samples (the cost model's per-row cost where its batches fit), and the
+ShedProblem of a compiled query against hand-computed costs, selectivities and sinks, for a
+chain across two agents, the same chain while shedding (the problem does not depend on the
+ratio in force), a split stream whose instances read a share each, and what cannot be built."""
+
+from __future__ import annotations
+
+import pytest
+
+from common.control import Adjustable, ControlCatalog, Target
+from common.tasks import ChannelSpec, CompiledQuery, QueryTask, Resources
+from common.types import Schema
+from scheduler.elastic_policy import Sample
+from scheduler.shed_problem import (UNKNOWN_CAPACITY, TaskRates, drop_operators, problem_of,
+                                    rates_of, uniform_tuples)
+from scheduler.shedding import DropPoint, Operator, Sink, plan_shedding
+
+SCHEMA = Schema.of(("sensor", "string"), ("value", "double"))
+
+
+def task(task_id: str, operators: tuple[str, ...], inputs: tuple[str, ...] = (),
+         outputs: tuple[str, ...] = ()) -> QueryTask:
+    return QueryTask("q", task_id, "spark", operators, inputs, outputs, False,
+                     Resources(1.0, 512, len(outputs)), "# program\n")
+
+
+def drop(name: str, task_id: str, semantic: bool = False) -> tuple[Adjustable, ...]:
+    ratio = Adjustable(name, "drop", "ratio", "float", "0", (Target(task_id, name, "ratio"),))
+    high = Adjustable(name, "drop", "high-ratio", "float", "0",
+                      (Target(task_id, name, "high_ratio"),))
+    return (ratio, high) if semantic else (ratio,)
+
+
+def chain(semantic: bool = False) -> CompiledQuery:
+    """q.t0 (source, drop, filter) -> q.t1 (the sink `out`, weight 2)."""
+    return CompiledQuery(
+        "q", (task("q.t0", ("src", "src_drop", "hot"), outputs=("q/hot",)),
+              task("q.t1", ("out",), inputs=("q/hot",))),
+        (ChannelSpec("q/hot", "hot", SCHEMA, "q.t0", ("q.t1",)),), {},
+        ControlCatalog(drop("src_drop", "q.t0", semantic)), weights={"out": 2.0})
+
+
+def test_a_chain_over_two_agents_by_hand() -> None:
+    # t0: 100 rows/s in, 40 out, 0.5 CPU s/s -> 0.005 s per row, selectivity 0.4 (on A);
+    # t1: 40 rows/s in, 0.2 CPU s/s -> 0.005 s per row of the 40 t0 delivers (on B)
+    rates = {"q.t0": TaskRates(100.0, 40.0, 0.0, 0.5), "q.t1": TaskRates(40.0, 0.0, 0.0, 0.2)}
+    problem = problem_of(chain(), {"q.t0": "A", "q.t1": "B"}, rates, {"A": 0.25, "B": 1.0})
+    assert not isinstance(problem, str), problem
+    assert problem.points == (DropPoint("src_drop", 100.0),)
+    assert problem.operators == (Operator("q.t0", "A", pytest.approx(0.005), 0.4, ("src_drop",)),
+                                 Operator("q.t1", "B", pytest.approx(0.005), 1.0, ("q.t0",)))
+    assert problem.sinks == (Sink("out", "q.t1", 2.0),)
+    assert dict(problem.capacity) == {"A": 0.25, "B": 1.0}
+    # A carries 0.5 CPU s/s unshed and may carry 0.25: half the rows go, the sink keeps half
+    plan = plan_shedding(problem)
+    assert plan.ratios["src_drop"] == pytest.approx(0.5)
+    assert plan.quality["out"] == pytest.approx(0.5)
+
+
+def test_the_problem_does_not_depend_on_the_ratio_in_force() -> None:
+    # the same chain while 30 % is shed: t0 still sees 100 rows/s arrive, processes 70
+    # (0.35 CPU s/s, 0.005 s each) and emits 28 (0.4 of 70); t1 gets 28 (0.14 CPU s/s)
+    unshed = {"q.t0": TaskRates(100.0, 40.0, 0.0, 0.5), "q.t1": TaskRates(40.0, 0.0, 0.0, 0.2)}
+    shed = {"q.t0": TaskRates(100.0, 28.0, 30.0, 0.35), "q.t1": TaskRates(28.0, 0.0, 0.0, 0.14)}
+    running, capacity = {"q.t0": "A", "q.t1": "B"}, {"A": 0.25, "B": 1.0}
+    a, b = (problem_of(chain(), running, r, capacity) for r in (unshed, shed))
+    assert not isinstance(a, str) and not isinstance(b, str)
+    assert a.points == b.points
+    for x, y in zip(a.operators, b.operators):
+        assert (x.cost, x.selectivity) == pytest.approx((y.cost, y.selectivity))
+
+
+def test_a_split_stream_costs_each_instance_its_share() -> None:
+    """t0 splits its 100 rows/s into two partitions of 50; each instance spends 0.01 s per row
+    of its own, so 0.005 s per row of the splitter's output, and emits 25 (0.25 of it)."""
+    query = CompiledQuery(
+        "q", (task("q.t0", ("src", "src_drop", "split"), outputs=("q/s#1", "q/s#2")),
+              task("q.t1", ("f_1",), ("q/s#1",), ("q/m",)),
+              task("q.t2", ("f_2",), ("q/s#2",), ("q/m2",)),
+              task("q.t3", ("merge", "out"), ("q/m", "q/m2"))),
+        (ChannelSpec("q/s#1", "s", SCHEMA, "q.t0", ("q.t1",)),
+         ChannelSpec("q/s#2", "s", SCHEMA, "q.t0", ("q.t2",)),
+         ChannelSpec("q/m", "m", SCHEMA, "q.t1", ("q.t3",)),
+         ChannelSpec("q/m2", "m", SCHEMA, "q.t2", ("q.t3",))), {},
+        ControlCatalog(drop("src_drop", "q.t0")), weights={"out": 1.0})
+    rates = {"q.t0": TaskRates(100.0, 100.0, 0.0, 0.1), "q.t1": TaskRates(50.0, 25.0, 0.0, 0.5),
+             "q.t2": TaskRates(50.0, 25.0, 0.0, 0.5), "q.t3": TaskRates(50.0, 0.0, 0.0, 0.05)}
+    running = {"q.t0": "A", "q.t1": "B", "q.t2": "C", "q.t3": "A"}
+    problem = problem_of(query, running, rates, {"A": 1.0, "B": 0.25, "C": 1.0})
+    assert not isinstance(problem, str), problem
+    ops = {o.name: o for o in problem.operators}
+    assert (ops["q.t1"].cost, ops["q.t1"].selectivity) == pytest.approx((0.005, 0.25))
+    assert ops["q.t1"].inputs == ("q.t0",) and ops["q.t3"].inputs == ("q.t1", "q.t2")
+    assert (ops["q.t3"].cost, ops["q.t3"].selectivity) == pytest.approx((0.001, 1.0))
+    # B's instance carries 0.5 CPU s/s of 0.25: drop half at the source
+    assert plan_shedding(problem).ratios["src_drop"] == pytest.approx(0.5)
+
+
+def test_what_cannot_be_built_says_why() -> None:
+    rates = {"q.t0": TaskRates(100.0, 40.0, 0.0, 0.5), "q.t1": TaskRates(40.0, 0.0, 0.0, 0.2)}
+    running = {"q.t0": "A", "q.t1": "B"}
+    plain = CompiledQuery("q", chain().tasks, chain().channels, {}, ControlCatalog())
+    assert "no drop operator" in str(problem_of(plain, running, rates, {"A": 1, "B": 1}))
+    assert "q.t1" in str(problem_of(chain(), running, {"q.t0": rates["q.t0"]},
+                                    {"A": 1, "B": 1}))
+    # an agent of unknown size (a new leader saw no offer without us there): its tasks'
+    # own limits bound it
+    unknown = problem_of(chain(), running, rates, {"A": 1.0})
+    assert not isinstance(unknown, str)
+    assert unknown.capacity["B"] == UNKNOWN_CAPACITY and unknown.limits["q.t1"] == 1.0
+
+
+def test_semantic_drops_get_both_ratios() -> None:
+    assert drop_operators(chain(semantic=True)) == {"src_drop": ("q.t0", True)}
+    assert drop_operators(chain()) == {"src_drop": ("q.t0", False)}
+    assert uniform_tuples((("src_drop", "ratio", "0.5000"),), {"src_drop": True}) == (
+        ("src_drop", "ratio", "0.5000"), ("src_drop", "high-ratio", "0.5000"))
+    assert uniform_tuples((("d", "ratio", "0.5000"),), {"d": False}) == (("d", "ratio", "0.5000"),)
+
+
+def test_rates_from_samples_by_hand() -> None:
+    """One batch a second of 100, 200, 400, 800, 100, ... rows, each taking 0.1 s fixed +
+    0.001 s per row; 10 % of the rows shed. Rates over the window, and the fitted 0.001 s per
+    row (not busy/rows, which holds the fixed cost)."""
+    sizes = [100, 200, 400, 800, 100, 200, 400, 800]
+    samples, rows, busy = [Sample(0.0, 0, 0, 0, batches=1)], 0.0, 0.0
+    for i, r in enumerate(sizes, start=1):
+        rows += r
+        busy += (0.1 + 0.001 * r) * 1000
+        samples.append(Sample(float(i), rows, rows / 2, busy, batches=1 + i, dropped=rows / 10))
+    found = rates_of(samples, window=100.0, now=8.0)
+    assert found is not None
+    assert found.rows_in == pytest.approx(3000 / 8) and found.rows_out == pytest.approx(1500 / 8)
+    assert found.dropped == pytest.approx(300 / 8)
+    assert found.busy == pytest.approx((0.8 + 3.0) / 8)
+    assert found.per_row == pytest.approx(0.001) and found.cost == pytest.approx(0.001)
+    assert rates_of(samples[-1:], 100.0, 8.0) is None
+    restarted = samples[:4] + [Sample(4.0, 10, 5, 10, batches=1)]
+    assert rates_of(restarted, 100.0, 4.0) is None  # one sample of the new attempt
+    again = rates_of(restarted + [Sample(6.0, 30, 15, 50, batches=2)], 100.0, 6.0)
+    assert again is not None and again.rows_in == pytest.approx(10.0)  # (30 - 10) / 2 s
+    # too few spans to fit: busy seconds per processed row
+    short = rates_of(samples[:3], 100.0, 2.0)
+    assert short is not None and short.per_row is None
+    # 300 rows, 30 shed, 0.5 busy seconds over 2 s: 0.25 CPU s/s over 135 rows/s processed
+    assert short.cost == pytest.approx(0.5 / 270)
+
+
+def test_a_saturated_task_on_a_large_agent_is_bound_by_its_own_busy_time() -> None:
+    """At max-parallelism the bound is the task, not the agent: t1 is busy all the time
+    processing 500 rows/s (0.002 s each) while 1000 arrive at t0 (its source's backlog grows
+    500 a second). Its agent has 8 CPUs, but one task is busy at most 1 s/s: unshed it needs
+    2 s/s, so half the rows go."""
+    rates = {"q.t0": TaskRates(500.0, 500.0, 0.0, 0.1, waiting=500.0),
+             "q.t1": TaskRates(500.0, 0.0, 0.0, 1.0)}
+    problem = problem_of(chain(), {"q.t0": "A", "q.t1": "A"}, rates, {"A": 8.0})
+    assert not isinstance(problem, str), problem
+    assert problem.points == (DropPoint("src_drop", 1000.0),)
+    assert dict(problem.limits) == {"q.t0": 1.0, "q.t1": 1.0}
+    plan = plan_shedding(problem)
+    assert plan.ratios["src_drop"] == pytest.approx(0.5) and plan.feasible
+    unlimited = plan_shedding(type(problem)(problem.points, problem.operators, problem.sinks,
+                                            problem.capacity))
+    assert unlimited.ratios["src_drop"] == 0.0  # the agent alone would not see it
+
+
+def test_the_backlogs_growth_is_rows_arriving() -> None:
+    samples = [Sample(float(t), 500.0 * t, 500.0 * t, 100.0 * t, backlog=500.0 * t)
+               for t in range(5)]
+    found = rates_of(samples, 10.0, 4.0)
+    assert found is not None and (found.rows_in, found.waiting, found.arriving) == \
+        pytest.approx((500.0, 500.0, 1000.0))
+    # draining: 800 read a second, the backlog falls by 300: 500 arrive
+    draining = [Sample(float(t), 800.0 * t, 800.0 * t, 100.0 * t, backlog=3000.0 - 300.0 * t)
+                for t in range(5)]
+    found = rates_of(draining, 10.0, 4.0)
+    assert found is not None and found.arriving == pytest.approx(500.0)
