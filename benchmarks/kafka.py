@@ -17,6 +17,7 @@ Measured, medians over repeats (>= 3; --quick: 1 short repeat):
   Honesty: the output records are read back (`read_committed`) and their `seq` multiset must
   equal a plain-Python oracle (every input with temp > 30 exactly once; at least once for the
   at-least-once sides: nothing missing).
+- the latency runs' micro-batches: median duration and addBatch ms (after the first).
 - end-to-end latency at `--rate` records/s: a paced producer stamps each record's `sent` (wall
   ms) as it hands it to the producer; a consumer reading the output topic as written
   (`read_committed` for exactly once, else `read_uncommitted`) takes `received - sent` per
@@ -245,9 +246,18 @@ def throughput(spark: Any, side: str, bootstrap: str, source: str, records: int,
     return ratio(read, span), ratio(sum(got.values()), span), verdict
 
 
+def batch_phases(progress: list[dict[str, Any]]) -> tuple[float, float]:
+    """Median ms of the data micro-batches (after the first): the whole batch, and addBatch
+    (reading, parsing, filtering and the sink's call)."""
+    data = [p["durationMs"] for p in progress if p.get("numInputRows", 0) > 0][1:]
+    return (median_of([float(d.get("triggerExecution", 0)) for d in data]),
+            median_of([float(d.get("addBatch", 0)) for d in data]))
+
+
 def latency(spark: Any, side: str, bootstrap: str, rate: float, seconds: float, base: Path,
-            warmup_s: float = 2.0) -> tuple[float, float]:
-    """(p50, p99) ms from a record's produce time to its output being readable."""
+            warmup_s: float = 2.0) -> tuple[float, float, float, float]:
+    """(p50, p99) ms from a record's produce time to its output being readable, and the
+    median batch and addBatch ms of the run."""
     source, out = new_topic(bootstrap, "lin"), new_topic(bootstrap, "lout")
     reader = OutputReader(bootstrap, out, committed=side.endswith("exactly-once"))
     run = start_side(spark, side, bootstrap, source, out, 100_000,
@@ -257,11 +267,12 @@ def latency(spark: Any, side: str, bootstrap: str, rate: float, seconds: float, 
         started = time.time() * 1000.0
         produce(bootstrap, source, range(n), rate=rate)
         reader.wait_for(sum(oracle(range(n)).values()), timeout=120)
+        batch, add = batch_phases(run.query.recentProgress)
     finally:
         run.stop()
         reader.close()
     late = [lat for sent, lat in reader.latencies if sent >= started + warmup_s * 1000.0]
-    return percentile(late, 50), percentile(late, 99)
+    return percentile(late, 50), percentile(late, 99), batch, add
 
 
 def main() -> None:
@@ -289,19 +300,22 @@ def main() -> None:
         source = new_topic(bootstrap, "tin")
         produce(bootstrap, source, range(records))
         figures: dict[str, dict[str, list[float]]] = {
-            side: {"in": [], "out": [], "p50": [], "p99": []} for side in SIDES}
+            side: {"in": [], "out": [], "p50": [], "p99": [], "batch": [], "add": []}
+            for side in SIDES}
         verdicts: dict[str, set[str]] = {side: set() for side in SIDES}
         for repeat in range(repeats):
             order = SIDES if repeat % 2 == 0 else tuple(reversed(SIDES))
             for side in order:
                 rin, rout, verdict = throughput(spark, side, bootstrap, source, records,
                                                 args.batch, base)
-                p50, p99 = latency(spark, side, bootstrap, args.rate, seconds, base)
-                for key, value in (("in", rin), ("out", rout), ("p50", p50), ("p99", p99)):
+                p50, p99, batch, add = latency(spark, side, bootstrap, args.rate, seconds, base)
+                for key, value in (("in", rin), ("out", rout), ("p50", p50), ("p99", p99),
+                                   ("batch", batch), ("add", add)):
                     figures[side][key].append(value)
                 verdicts[side].add(verdict)
                 print(f"repeat {repeat + 1} {side}: in {fmt(rin)}/s out {fmt(rout)}/s "
-                      f"p50 {fmt(p50)} ms p99 {fmt(p99)} ms ({verdict})", flush=True)
+                      f"p50 {fmt(p50)} ms p99 {fmt(p99)} ms batch {fmt(batch)} ms addBatch {fmt(add)} "
+                      f"ms ({verdict})", flush=True)
     print_report(figures, verdicts, records, args.batch, args.rate, repeats)
 
 
@@ -310,13 +324,14 @@ def print_report(figures: dict[str, dict[str, list[float]]], verdicts: dict[str,
     med = {side: {k: median_of(v) for k, v in f.items()} for side, f in figures.items()}
     base_in = med[SIDES[-1]]["in"]
     rows = [[side, fmt(m["in"]), fmt(m["out"]), fmt(ratio(m["in"], base_in), 2),
-             fmt(m["p50"]), fmt(m["p99"]), ", ".join(sorted(verdicts[side]))]
+             fmt(m["p50"]), fmt(m["p99"]), fmt(m["batch"]), fmt(m["add"]),
+             ", ".join(sorted(verdicts[side]))]
             for side, m in med.items()]
     print()
     print(f"Kafka -> filter -> Kafka, medians of {repeats}; throughput over {records:,} records "
           f"in batches of <= {batch:,}; latency at {rate:,.0f} records/s")
     print(format_table(["side", "in rec/s", "out rec/s", "x hand", "p50 ms", "p99 ms",
-                        "output vs oracle"], rows))
+                        "batch ms", "addBatch ms", "output vs oracle"], rows))
     print()
     print(f"goal throughput: >= {THROUGHPUT_GOAL}x hand-written")
     for side in SIDES[:-1]:
