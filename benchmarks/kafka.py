@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import tempfile
 import threading
 import time
@@ -290,10 +291,20 @@ def main() -> None:
     if args.quick:
         repeats, records, seconds = 1, 40_000, 6.0
 
+    base = Path(tempfile.mkdtemp(prefix="kafka-bench-"))
+    try:
+        figures, verdicts = measure(base, args.batch, args.rate, repeats, records, seconds)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    print_report(figures, verdicts, records, args.batch, args.rate, repeats)
+
+
+def measure(base: Path, batch: int, rate: float, repeats: int, records: int, seconds: float
+            ) -> tuple[dict[str, dict[str, list[float]]], dict[str, set[str]]]:
+    """Every side's figures per repeat, and its outputs' verdicts against the oracle."""
     from elastiq.kafka_broker import KafkaBroker
     from executor.spark_session import build_session
 
-    base = Path(tempfile.mkdtemp(prefix="kafka-bench-"))
     spark = build_session(2, "kafka-bench", str(base / "state"))
     with KafkaBroker(base / "kafka") as broker:
         bootstrap = broker.bootstrap
@@ -307,16 +318,16 @@ def main() -> None:
             order = SIDES if repeat % 2 == 0 else tuple(reversed(SIDES))
             for side in order:
                 rin, rout, verdict = throughput(spark, side, bootstrap, source, records,
-                                                args.batch, base)
-                p50, p99, batch, add = latency(spark, side, bootstrap, args.rate, seconds, base)
+                                                batch, base)
+                p50, p99, mb, add = latency(spark, side, bootstrap, rate, seconds, base)
                 for key, value in (("in", rin), ("out", rout), ("p50", p50), ("p99", p99),
-                                   ("batch", batch), ("add", add)):
+                                   ("batch", mb), ("add", add)):
                     figures[side][key].append(value)
                 verdicts[side].add(verdict)
                 print(f"repeat {repeat + 1} {side}: in {fmt(rin)}/s out {fmt(rout)}/s "
-                      f"p50 {fmt(p50)} ms p99 {fmt(p99)} ms batch {fmt(batch)} ms addBatch {fmt(add)} "
+                      f"p50 {fmt(p50)} ms p99 {fmt(p99)} ms batch {fmt(mb)} ms addBatch {fmt(add)} "
                       f"ms ({verdict})", flush=True)
-    print_report(figures, verdicts, records, args.batch, args.rate, repeats)
+    return figures, verdicts
 
 
 def print_report(figures: dict[str, dict[str, list[float]]], verdicts: dict[str, set[str]],
