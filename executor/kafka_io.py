@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import socket
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
@@ -32,12 +33,14 @@ from typing import Any, Callable, Mapping
 import pyarrow as pa
 
 from common.kafka_params import security_settings, spark_security_options
+from common.kafka_problems import KafkaProblem, advice, problem_of_text
 from executor import kafka_records
 
 log = logging.getLogger(__name__)
 
 MARK_PARTITION = 0
 CLIENT_TIMEOUT_S = 60.0
+CHECK_TIMEOUT_S = 10.0  # how long a task's start waits for the broker's answer
 
 
 @dataclass(frozen=True)
@@ -279,6 +282,70 @@ class KafkaSetupError(ValueError):
     """A Kafka operator that cannot start here; the message says what to do."""
 
 
+class KafkaUnavailable(RuntimeError):
+    """The broker or a topic a Kafka operator needs cannot be used now (unreachable, missing,
+    refusing the security settings); the message says what to do. Not a broken program: the
+    task is retried from its checkpoint like any failure."""
+
+
+def missing_topics(listed: Mapping[str, Any], wanted: tuple[str, ...]) -> list[str]:
+    """The topics of `wanted` that the broker's metadata `listed` (name -> topic metadata
+    with `.error`) does not hold, or holds with an error (pure)."""
+    return [t for t in wanted if t not in listed or listed[t].error is not None]
+
+
+def start_problem(said: str, secured: bool, listening: bool) -> KafkaProblem:
+    """Why a broker did not answer a task's start (pure): what the client said, if it names the
+    problem; else, with security settings given and something listening at the address, the
+    listener refused them (librdkafka reports an SSL or SASL mismatch as a transport failure);
+    else the broker cannot be reached."""
+    named = problem_of_text(said)
+    if named is not None and named != "unreachable":
+        return named
+    return "refused" if secured and listening else "unreachable"
+
+
+def listening(bootstrap: str, timeout: float = 2.0) -> bool:
+    """Whether the first bootstrap address accepts a TCP connection."""
+    host, _, port = bootstrap.split(",")[0].rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def check_broker(bootstrap: str, topics: tuple[str, ...], security: Mapping[str, str],
+                 timeout: float = CHECK_TIMEOUT_S) -> None:
+    """At a task's start: that the broker answers with these security settings and holds
+    `topics`, else `KafkaUnavailable` with the reason (`common.kafka_problems`), within
+    `timeout` seconds: without it Spark's own client waits minutes and then fails with a Java
+    stack. A setting only Java's client knows (librdkafka refuses it as unknown) is left for
+    Spark's client to judge."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    heard: list[str] = []  # what the client reports on its own (an SSL or SASL failure)
+    config: dict[str, Any] = {"bootstrap.servers": bootstrap, **security,
+                              "error_cb": lambda error: heard.append(str(error))}
+    try:
+        admin = AdminClient(config)
+    except (KafkaException, ValueError, TypeError) as exc:
+        if "No such configuration property" in str(exc):
+            return
+        raise KafkaUnavailable(f"{advice('bad-setting')} ({exc})") from None
+    try:
+        listed = admin.list_topics(timeout=timeout).topics
+    except KafkaException as exc:
+        admin.poll(0)  # serves the error callback
+        said = "; ".join([str(exc.args[0].str()), *heard[-2:]])
+        problem = start_problem(said, bool(security), listening(bootstrap))
+        raise KafkaUnavailable(f"{advice(problem, 'at ' + bootstrap)} ({said[:300]})") from None
+    missing = missing_topics(listed, topics)
+    if missing:
+        raise KafkaUnavailable(advice("no-topic", f"at {bootstrap} ({', '.join(missing)})"))
+
+
 def timestamp_ms(iso: str) -> int:
     from datetime import datetime
 
@@ -293,6 +360,7 @@ def source_frame(spark: Any, settings: SourceSettings, layout: kafka_records.Rec
 
     if not connector_available():
         raise KafkaSetupError(f"Spark's Kafka connector is not installed: {FETCH_HINT}")
+    check_broker(settings.bootstrap, settings.topics, dict(settings.security))
     try:
         raw = spark.readStream.format("kafka").options(**source_options(settings)).load()
     except Exception as exc:  # the session started without the connector on its classpath

@@ -116,7 +116,8 @@ def parse_values(values: pa.Array, layout: RecordLayout) -> tuple[pa.Table, list
         try:
             joined = pc.binary_join(pa.ListArray.from_arrays(pa.array([0, n], pa.int32()),
                                                              values.cast(pa.binary())), b"\n")
-            table = parse_lines(joined.as_py() + b"\n", layout.format, layout.value_schema)
+            text = joined[0].as_py()  # one list, so one joined value
+            table = parse_lines(text + b"\n", layout.format, layout.value_schema)
             if table.num_rows == n:  # (a CSV row of another width fails the parse)
                 return table, list(range(n)), {}
         except Exception:  # a bad record somewhere: find it below

@@ -505,6 +505,9 @@ class TaskRuntime:
             df = kafka_io.source_frame(self.spark, settings, layout, dead)
         except kafka_io.KafkaSetupError as exc:
             raise self._error(op, str(exc)) from None
+        except kafka_io.KafkaUnavailable as exc:  # retried: the broker or topic may come
+            raise kafka_io.KafkaUnavailable(f"task {self.task_id}, operator {op}: {exc}") \
+                from None
         self._put(op, output, df, schema)
 
     def _spool(self, op: str, output: str, schema: Schema, name: str, folder: str,
@@ -877,6 +880,11 @@ class TaskRuntime:
                 security_file and confine_at_open(security_file)))
         except (OSError, PathRefused, KafkaParamError) as exc:
             raise self._error(op, str(exc)) from None
+        try:
+            kafka_io.check_broker(bootstrap, (), security)
+        except kafka_io.KafkaUnavailable as exc:
+            raise kafka_io.KafkaUnavailable(f"task {self.task_id}, operator {op}: {exc}") \
+                from None
         spark_dir = os.path.join(self.checkpoint_dir, "spark")
         sink = kafka_io.KafkaSink(
             self.task_id, bootstrap=bootstrap, topic=topic, fmt=format, key_column=key_column,

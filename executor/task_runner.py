@@ -31,6 +31,7 @@ from typing import Any, Literal, Mapping, Sequence
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
+from common import kafka_problems
 from common.failures import MAX_REASON, innermost_error, kind_of_text
 from common.messages import ParamSet
 from executor.batch_gate import await_commit, next_batch_id
@@ -269,11 +270,15 @@ def metrics_from(progress: Mapping[str, Any], batches: int, tuples_out: int,
 def failure_reason(exc: Any) -> str:
     """A one-line reason from a StreamingQueryException: the innermost error its wrappers hold
     (`common.failures.innermost_error`: a pattern's overflow inside the Python proxy's, py4j's
-    and the Python worker's tracebacks), else its first informative line."""
+    and the Python worker's tracebacks), after what to do when it is a Kafka problem
+    (`common.kafka_problems.explain`), else its first informative line."""
     if exc is None:
         return "query ended"
     text = failure_text(exc)
     inner = innermost_error(text)
+    kafka = kafka_problems.explain(text, inner)
+    if kafka is not None:  # what a user hits with Kafka, with what to do
+        return kafka
     if inner is not None:
         return inner
     lines = [ln.strip() for ln in text.splitlines() if ln.strip() not in ("", "null")]

@@ -8,8 +8,13 @@
 # Idempotent: a folder with its .complete marker is kept. Called by setup.sh --test or --kafka.
 #
 # Spark's connector is taken at the installed pyspark's version, else the newest earlier patch
-# release of the same minor line whose artifacts all resolve (Spark keeps the connector API stable
-# within a minor line; Maven Central as mirrored here lacks some 4.1.x patch artifacts).
+# release of the same minor line that resolves (Spark keeps the connector API stable within a
+# minor line). Its token provider (spark-token-provider-kafka) is taken the same way on its own:
+# Maven Central as mirrored here has spark-sql-kafka 4.1.2-4.1.3 but the token provider only up to
+# 4.1.1, and 4.1.3 is the first 4.1.x connector with the fix of SPARK-55271/SPARK-57438 (a
+# restarted query that replays a batch died in KafkaMicroBatchStream.metrics), so pyspark 4.1.4
+# runs connector 4.1.3 with token provider 4.1.1. A cache fetched by an older recipe (its
+# .complete marker holds another RECIPE) is fetched again.
 # Spark's parent POM names a repository `gcs-maven-central-mirror`; the generated POMs give that
 # id Central's address so resolution does not stop at a host that cannot be reached.
 set -euo pipefail
@@ -39,6 +44,23 @@ POM
 }
 
 dep() { echo "<dependency><groupId>$1</groupId><artifactId>$2</artifactId><version>$3</version></dependency>"; }
+# dep_without GROUP ARTIFACT VERSION EXCLUDED_ARTIFACT: a dependency less one of its own (same group)
+dep_without() {
+  echo "<dependency><groupId>$1</groupId><artifactId>$2</artifactId><version>$3</version>" \
+       "<exclusions><exclusion><groupId>$1</groupId><artifactId>$4</artifactId></exclusion></exclusions></dependency>"
+}
+
+resolves() {  # resolves GROUP:ARTIFACT:VERSION : whether Maven can fetch that jar (alone)
+  mvn -q -B dependency:get -Dartifact="$1" -Dtransitive=false >/dev/null 2>&1
+}
+
+newest_patch() {  # newest_patch ARTIFACT MINOR PATCH : newest MINOR.p (p <= PATCH) of a Spark jar
+  local p
+  for p in $(seq "$3" -1 0); do
+    if resolves "org.apache.spark:$1:$2.$p"; then echo "$2.$p"; return 0; fi
+  done
+  return 1
+}
 
 copy_deps() {  # copy_deps DEST INCLUDE_IDS DEPENDENCY_XML... : resolve and copy jars into DEST
   local dest=$1 include=$2; shift 2
@@ -69,19 +91,22 @@ if [ ! -f "$broker_dir/.complete" ]; then
 fi
 
 connector_dir=$cache/spark-kafka
-if [ ! -f "$connector_dir/.complete" ]; then
+RECIPE=2  # 2: connector and token provider each at their newest resolving patch release
+if [ "$(cat "$connector_dir/.complete" 2>/dev/null)" != "$RECIPE" ]; then
   spark=$("$PY" -c 'import pyspark; print(pyspark.__version__)')
   minor=${spark%.*}; patch=${spark##*.}
-  ok=false
-  for p in $(seq "$patch" -1 0); do
-    v=$minor.$p
-    echo "setup: fetching Spark's Kafka connector $v (pyspark $spark) with Maven" >&2
-    if copy_deps "$connector_dir" \
-        "spark-sql-kafka-0-10_2.13,spark-token-provider-kafka-0-10_2.13,kafka-clients,commons-pool2" \
-        "$(dep org.apache.spark spark-sql-kafka-0-10_2.13 "$v")"; then
-      echo "$v" > "$connector_dir/VERSION"; ok=true; break
-    fi
-  done
-  $ok || { echo "setup: no Spark Kafka connector $minor.x could be fetched with Maven" >&2; exit 1; }
+  sql=spark-sql-kafka-0-10_2.13; token=spark-token-provider-kafka-0-10_2.13
+  echo "setup: finding Spark's Kafka connector $minor.x (pyspark $spark) with Maven" >&2
+  v=$(newest_patch "$sql" "$minor" "$patch") \
+    || { echo "setup: no $sql $minor.x (<= $spark) could be fetched with Maven" >&2; exit 1; }
+  t=$(newest_patch "$token" "$minor" "${v##*.}") \
+    || { echo "setup: no $token $minor.x (<= $v) could be fetched with Maven" >&2; exit 1; }
+  echo "setup: fetching Spark's Kafka connector $v (token provider $t) with Maven" >&2
+  copy_deps "$connector_dir" "$sql,$token,kafka-clients,commons-pool2" \
+      "$(dep_without org.apache.spark "$sql" "$v" "$token")" \
+      "$(dep org.apache.spark "$token" "$t")" \
+    || { echo "setup: could not fetch Spark's Kafka connector $v with Maven" >&2; exit 1; }
+  echo "$v" > "$connector_dir/VERSION"; echo "$t" > "$connector_dir/TOKEN_PROVIDER_VERSION"
+  echo "$RECIPE" > "$connector_dir/.complete"
 fi
 echo "setup: Kafka parts in $cache (broker $(cat "$broker_dir/VERSION"), connector $(cat "$connector_dir/VERSION"))" >&2

@@ -19,7 +19,7 @@ SCRIPTS = sorted(p.name for p in (ROOT / "benchmarks").glob("*.py")
 
 
 def test_the_benchmarks_are_found() -> None:
-    assert {"elasticity.py", "first_output.py", "spark_hop.py", "peers.py"} <= set(SCRIPTS)
+    assert {"elasticity.py", "first_output.py", "spark_hop.py", "peers.py", "kafka.py"} <= set(SCRIPTS)
 
 
 @pytest.mark.parametrize("script", SCRIPTS)

@@ -151,12 +151,6 @@ rt.query.awaitTermination(240)
 '''
 
 
-@pytest.mark.skip(reason="Spark's Kafka connector 4.1.1 (the newest 4.1.x that resolves here) "
-                         "fails the restarted query right after it re-runs the batch the killed "
-                         "one had planned: NullPointerException in KafkaMicroBatchStream.metrics "
-                         "(SPARK-55271/SPARK-57438: latestPartitionOffsets is null until "
-                         "latestOffset() runs, which a replay skips); the replayed batch commits, "
-                         "the batches after it never run. See docs/kafka.md")
 def test_a_sigkilled_task_process_resumes_and_the_topic_is_exact(
         kafka_broker: str, tmp_path: Path) -> None:
     """The task runs in a process of its own (its own Spark session, small micro-batches); it is
