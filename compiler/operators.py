@@ -56,7 +56,7 @@ class OperatorDef:
         return tuple(p.name for p in self.params)
 
 
-GENERATOR_SHAPES = ("sensor", "stock", "sequence")
+GENERATOR_SHAPES = ("sensor", "stock", "sequence", "person", "auction", "bid")
 
 # Bounds of parameter values (docs/spec-language.md, "Bounds"): whole numbers are 64-bit, as the
 # runtime stores them; numbers are finite; a rate is at most a million tuples per second; a
@@ -85,8 +85,9 @@ CATALOGUE: dict[str, OperatorDef] = {d.kind: d for d in (
         ParamDef("limit", "int", False, None, minimum=0, doc="stop after this many tuples"),
         ParamDef("start", "timestamp", False, "2024-01-01T00:00:00Z",
                  doc="event time of the first tuple"),
-    ), output_type="shape", doc="deterministic generator of sensor readings, stock ticks or a "
-                                "numbered sequence; event time advances 1/rate per tuple"),
+    ), output_type="shape", doc="deterministic generator of sensor readings, stock ticks, a "
+                                "numbered sequence or Nexmark's persons, auctions and bids; "
+                                "event time advances 1/rate per event"),
     OperatorDef("file-source", "source", (0, 0), (1, 1), False, (
         ParamDef("path", "path", True, doc="a JSON-lines or CSV file to replay"),
         ParamDef("format", "choice", False, None, choices=("jsonl", "csv"),
@@ -484,4 +485,13 @@ SHAPE_COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
                ("humidity", "double")),
     "stock": (("symbol", "string"), ("ts", "timestamp"), ("price", "double"), ("volume", "int")),
     "sequence": (("id", "int"), ("ts", "timestamp"), ("key", "string"), ("value", "double")),
+    # Nexmark's three event kinds, in its proportions 1:3:46 of one stream of `rate` events/s
+    "person": (("id", "int"), ("name", "string"), ("email_address", "string"),
+               ("credit_card", "string"), ("city", "string"), ("state", "string"),
+               ("date_time", "timestamp")),
+    "auction": (("id", "int"), ("item_name", "string"), ("description", "string"),
+                ("initial_bid", "int"), ("reserve", "int"), ("date_time", "timestamp"),
+                ("expires", "timestamp"), ("seller", "int"), ("category", "int")),
+    "bid": (("auction", "int"), ("bidder", "int"), ("price", "int"), ("channel", "string"),
+            ("url", "string"), ("date_time", "timestamp")),
 }

@@ -437,13 +437,14 @@ class TaskRuntime:
 
     def generator(self, *, op: str, output: str, schema: Schema, shape: str, seed: int,
                   rate: float, limit: int | None, start: str) -> None:
-        pace = float(self._param(op, "rate", rate))
         try:
             the_shape = shapes.shape_named(shape)
             shapes.check_schema(the_shape, schema)
             start_us = shapes.parse_start(start)
         except shapes.ShapeError as exc:
             raise self._error(op, str(exc)) from None
+        # rows per second: a Nexmark shape holds its share of the `rate` events per second
+        pace = float(self._param(op, "rate", rate)) * the_shape.share
         if not (rate > 0 and pace > 0 and sources.usable_rate(float(rate))
                 and sources.usable_rate(pace)):
             raise self._error(op, f"generator rate must be a finite number > 0, got {pace}")
