@@ -156,15 +156,27 @@ CATALOGUE: dict[str, OperatorDef] = {d.kind: d for d in (
                 doc="computes the output columns from <field name value> expressions"),
     OperatorDef("window-aggregate", "transform", (1, 1), (1, 1), True, (
         ParamDef("time", "column", True, doc="the event-time column (timestamp)"),
-        ParamDef("size", "duration", True, doc="window length, e.g. '10 seconds'"),
+        ParamDef("size", "duration", False, None,
+                 doc="window length, e.g. '10 seconds' (or gap, for session windows)"),
         ParamDef("slide", "duration", False, None, doc="slide of a sliding window "
                                                         "(default: tumbling, slide = size)"),
+        ParamDef("gap", "duration", False, None,
+                 doc="session windows instead of size: a group's session closes after this "
+                     "much event time without a tuple (Spark's session_window)"),
         ParamDef("watermark", "duration", False, "0 seconds",
                  doc="how late a tuple may arrive; later ones are dropped"),
         ParamDef("group-by", "columns", False, "", doc="comma-separated grouping columns"),
     ), children=("aggregate",), output_type="computed",
-        doc="event-time window aggregate; emits each window once, when the watermark passes "
-            "its end"),
+        doc="event-time window aggregate (tumbling, sliding or session windows); emits each "
+            "window once, when the watermark passes its end"),
+    OperatorDef("deduplicate", "transform", (1, 1), (1, 1), True, (
+        ParamDef("key", "columns", True, doc="comma-separated columns that identify a tuple"),
+        ParamDef("time", "column", True, doc="the event-time column (timestamp)"),
+        ParamDef("watermark", "duration", True,
+                 doc="how late a tuple may arrive; a key's duplicates are dropped while the "
+                     "watermark has not passed its first tuple's time plus this"),
+    ), output_type="same", doc="passes the first tuple of each key and drops its duplicates "
+                               "within the watermark (Spark's dropDuplicatesWithinWatermark)"),
     OperatorDef("join", "transform", (2, 2), (1, 1), True, (
         ParamDef("key", "columns", False, None, doc="join columns present on both sides"),
         ParamDef("left-key", "columns", False, None, doc="join columns of the first input"),
