@@ -558,7 +558,8 @@ def _event_times_out(c: _Checker, op: OperatorDecl) -> frozenset[str] | None:
     if op.kind == "window-aggregate":
         return frozenset({"window_end"})
     if op.kind == "deduplicate" and not [t for t in ins if t is not None]:
-        return frozenset({values.get("time")}) if values.get("time") else frozenset()
+        time = values.get("time")
+        return frozenset({str(time)}) if time else frozenset()
     if op.kind == "join":
         out = c.schemas[op.outputs[0].name].names
         left_in, right_in = (c.schemas[p.name].names for p in op.inputs)
@@ -634,27 +635,25 @@ def _aggregate(c: _Checker, a: Any, schema: Schema, stream: str, taken: set[str]
         c.error(a.column_pos, f"aggregate '{a.name}' reads column '{a.column}', which stream "
                               f"'{stream}' does not have", suggest(a.column, schema.names, "its columns"))
         return None
-    by = _aggregate_by(c, a, schema, stream)
-    if by is False:
-        return None
-    return _aggregate_type(c, a, col, by)
+    fits, by = _aggregate_by(c, a, schema, stream)
+    return _aggregate_type(c, a, col, by) if fits else None
 
 
-def _aggregate_by(c: _Checker, a: Any, schema: Schema, stream: str) -> Field | None | bool:
-    """The `by` column of a max_by/min_by (None when not written); False after an error: a
-    `by` on another function, or naming no column of the stream."""
+def _aggregate_by(c: _Checker, a: Any, schema: Schema, stream: str) -> tuple[bool, Field | None]:
+    """Whether the `by` column of an aggregate fits, and the column (None when not written): a
+    `by` on a function other than max_by/min_by, or naming no column of the stream, is an
+    error."""
     if a.by is None:
-        return None
+        return True, None
     if a.function not in BY_FUNCTIONS:
         c.error(a.by_pos, f"aggregate '{a.name}' ({a.function}) takes no by column",
                 f"by belongs to {' and '.join(BY_FUNCTIONS)}")
-        return False
+        return False, None
     found = schema.get(a.by)
     if found is None:
         c.error(a.by_pos, f"aggregate '{a.name}' orders by column '{a.by}', which stream "
                           f"'{stream}' does not have", suggest(a.by, schema.names, "its columns"))
-        return False
-    return found
+    return found is not None, found
 
 
 def _aggregate_type(c: _Checker, a: Any, col: Field, by: Field | None) -> Field | None:

@@ -182,8 +182,16 @@ _AGGREGATES: dict[str, Callable[[Column, Column | None], Column]] = {
     "avg": lambda c, _: F.avg(c), "min": lambda c, _: F.min(c), "max": lambda c, _: F.max(c),
     "count_distinct": lambda c, _: F.size(F.collect_set(c)),
     "approx_count_distinct": lambda c, _: F.approx_count_distinct(c, APPROX_DISTINCT_RSD),
-    "max_by": lambda c, by: F.max_by(c, by), "min_by": lambda c, by: F.min_by(c, by),
+    "max_by": lambda c, by: F.max_by(c, _ordering(by)),
+    "min_by": lambda c, by: F.min_by(c, _ordering(by)),
 }
+
+
+def _ordering(by: Column | None) -> Column:
+    """max_by's and min_by's `by` column (`aggregate_type` refuses them without one)."""
+    if by is None:
+        raise ValueError("max_by and min_by need a by column")
+    return by
 
 
 def event_time_columns(df: DataFrame) -> set[str]:
@@ -729,6 +737,7 @@ class TaskRuntime:
             if slide is not None:
                 raise self._error(op, "a session window (gap) has no slide")
             return F.session_window(time, self._duration(op, gap))
+        assert window is not None  # exactly one of window and gap
         slide_text = self._duration(op, slide) if slide is not None else None
         return F.window(time, self._duration(op, window), slide_text)
 
