@@ -6,7 +6,7 @@ sequence) generator and compared with an oracle in plain Python over the same ro
 from __future__ import annotations
 
 from collections import defaultdict
-from datetime import datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -15,6 +15,7 @@ import pytest
 from common.operator_schemas import APPROX_DISTINCT_RSD
 from executor import shapes
 from executor.runtime import RuntimeSpecError, TaskRuntime
+from testkit.e2e_support import session_oracle
 from test_runtime_support import START, input_rows, read_sink, wait_drained
 
 pytestmark = pytest.mark.spark
@@ -39,28 +40,6 @@ def run_to_sink(rt: TaskRuntime, tmp_path: Path, stream: str, limit: int) -> lis
     return read_sink(out)
 
 
-def session_oracle(rows: list[dict], key: str, time: str, gap: timedelta,
-                   closed_by: datetime) -> dict[tuple, int]:
-    """(key, session start, session end) -> rows, for sessions the final watermark closed: a
-    row opens [t, t + gap); a row at or before the open session's end joins it (Spark merges
-    sessions that touch) and moves its end to its own t + gap; a later row starts the next."""
-    times: dict[Any, list[datetime]] = defaultdict(list)
-    for r in rows:
-        times[r[key]].append(r[time])
-    sessions: dict[tuple, int] = {}
-    for k, ts in times.items():
-        ts.sort()
-        start, end, n = ts[0], ts[0] + gap, 1
-        for t in ts[1:]:
-            if t <= end:
-                end, n = max(end, t + gap), n + 1
-                continue
-            sessions[(k, start, end)] = n
-            start, end, n = t, t + gap, 1
-        sessions[(k, start, end)] = n
-    return {s: n for s, n in sessions.items() if s[2] <= closed_by}
-
-
 def test_session_windows_per_key_match_the_oracle(runtime: TaskRuntime, tmp_path: Path) -> None:
     """Five keys at 1000 rows/s: a key's rows are ~5 ms apart, so a 12 ms gap closes a few
     hundred sessions; some rows come exactly 12 ms after the last one (sessions that touch)."""
@@ -72,8 +51,8 @@ def test_session_windows_per_key_match_the_oracle(runtime: TaskRuntime, tmp_path
                                                             ("first", "min", "id")))
     got = run_to_sink(runtime, tmp_path, "sessions", 3000)
     rows = input_rows("sequence", 21, 1000.0, 3000)
-    closed_by = max(r["ts"] for r in rows) - timedelta(milliseconds=100)
-    expected = session_oracle(rows, "key", "ts", timedelta(milliseconds=12), closed_by)
+    expected = {k: len(v) for k, v in session_oracle(
+        rows, "key", "ts", timedelta(milliseconds=12), timedelta(milliseconds=100)).items()}
     assert len(expected) > 100
     emitted = {(r["key"], r["window_start"], r["window_end"]): r["n"] for r in got}
     assert len(emitted) == len(got), "a session was emitted twice"
