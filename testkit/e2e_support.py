@@ -450,11 +450,13 @@ def window_oracle(rows: Iterable[Row], time_col: str, group_by: Sequence[str], s
 def session_oracle(rows: Iterable[Row], key: str, time_col: str, gap: timedelta,
                    watermark: timedelta) -> dict[tuple, list[Row]]:
     """(key, session start, session end) -> the rows of each session window an append-mode
-    query emits (end at or before the final watermark): per key in time order, a row opens
-    [t, t + gap); a row at or before the open session's end joins it (Spark merges sessions
-    that touch) and moves its end to its own t + gap; a later row starts the next session."""
+    query emits (end at or before the final watermark, which Spark keeps in whole milliseconds:
+    a session's end need not be one): per key in time order, a row opens [t, t + gap); a row at
+    or before the open session's end joins it (Spark merges sessions that touch) and moves its
+    end to its own t + gap; a later row starts the next session."""
     rows = list(rows)
-    closed_by = max(r[time_col] for r in rows) - watermark
+    latest = max(r[time_col] for r in rows)
+    closed_by = latest - timedelta(microseconds=latest.microsecond % 1000) - watermark
     per_key: dict[Any, list[Row]] = defaultdict(list)
     for r in rows:
         per_key[r[key]].append(r)
