@@ -13,15 +13,33 @@ from common.types import ColumnType, Field, Schema
 CONTROL_COLUMNS = ("query", "operator", "parameter", "value")
 
 
-AGGREGATE_FUNCTIONS = ("count", "sum", "avg", "min", "max")
+AGGREGATE_FUNCTIONS = ("count", "sum", "avg", "min", "max", "count_distinct",
+                       "approx_count_distinct", "max_by", "min_by")
+# The relative standard deviation approx_count_distinct is asked for (Spark's HyperLogLog++).
+APPROX_DISTINCT_RSD = 0.05
+# Aggregates that take a second column, `by`: the value of `column` on the row with the
+# largest (max_by) or least (min_by) `by`.
+BY_FUNCTIONS = ("max_by", "min_by")
 
 
-def aggregate_type(function: str, column: Field | None) -> ColumnType:
-    """The result type of an aggregate (pure): count -> int, avg -> double, else the input's."""
+def aggregate_type(function: str, column: Field | None, by: Field | None = None) -> ColumnType:
+    """The result type of an aggregate (pure): the counts -> int, avg -> double, else the
+    input's; max_by and min_by also need an orderable `by` column."""
     if function == "count":
         return ColumnType.INT
     if column is None:
         raise ValueError(f"aggregate {function} needs a column")
+    if function in ("count_distinct", "approx_count_distinct"):
+        return ColumnType.INT
+    if function in BY_FUNCTIONS:
+        if by is None:
+            least = "largest" if function == "max_by" else "least"
+            raise ValueError(f"{function}({column.name}) needs a by column: {column.name} is "
+                             f"taken from the row with the {least} value of it")
+        if not by.type.is_orderable:
+            raise ValueError(f"{function}({column.name}) needs an orderable by column, "
+                             f"{by.name} is {by.type.value}")
+        return column.type
     if function in ("sum", "avg") and not column.type.is_numeric:
         raise ValueError(f"{function}({column.name}) needs a numeric column, it is "
                          f"{column.type.value}")

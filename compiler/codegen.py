@@ -403,7 +403,13 @@ def _window_aggregate(c: CallSite) -> Args:
                            ("slide", _duration(c.p("slide"))),
                            ("watermark", _duration(c.p("watermark"))),
                            ("group_by", tuple(c.p("group-by", ()))),
-                           ("aggregates", c.p("aggregates")))
+                           ("aggregates", c.p("aggregates"))) + _given(
+        ("gap", _duration(c.p("gap"))),)
+
+
+def _deduplicate(c: CallSite) -> Args:
+    return c.io + c.out + (("keys", tuple(c.p("key"))), ("time", c.p("time")),
+                           ("watermark", _duration(c.p("watermark"))))
 
 
 def _pattern(c: CallSite) -> Args:
@@ -474,6 +480,7 @@ _CALLS: dict[str, tuple[str, Callable[[CallSite], Args]]] = {
     "filter": ("filter", _filter),
     "project": ("project", _project),
     "window-aggregate": ("window_aggregate", _window_aggregate),
+    "deduplicate": ("deduplicate", _deduplicate),
     "pattern": ("pattern", _pattern),
     "join": ("join", _join),
     "union": ("union", _union),

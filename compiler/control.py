@@ -40,6 +40,8 @@ _STATE_REASON = {
             "running join would corrupt that state (stop the query and resubmit the spec)",
     "pattern": "its partial matches per key were built with this value; changing it on a "
                "running pattern would corrupt them (stop the query and resubmit the spec)",
+    "deduplicate": "the keys it has seen were kept with this value; changing it on a running "
+                   "deduplication would pass duplicates or drop new keys (resubmit the spec)",
 }
 _FIXED_REASON = {
     "shape": "the generated stream's columns are fixed by its shape",

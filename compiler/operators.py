@@ -56,7 +56,7 @@ class OperatorDef:
         return tuple(p.name for p in self.params)
 
 
-GENERATOR_SHAPES = ("sensor", "stock", "sequence")
+GENERATOR_SHAPES = ("sensor", "stock", "sequence", "person", "auction", "bid")
 
 # Bounds of parameter values (docs/spec-language.md, "Bounds"): whole numbers are 64-bit, as the
 # runtime stores them; numbers are finite; a rate is at most a million tuples per second; a
@@ -115,8 +115,9 @@ CATALOGUE: dict[str, OperatorDef] = {d.kind: _shedding(d) for d in (
         ParamDef("limit", "int", False, None, minimum=0, doc="stop after this many tuples"),
         ParamDef("start", "timestamp", False, "2024-01-01T00:00:00Z",
                  doc="event time of the first tuple"),
-    ), output_type="shape", doc="deterministic generator of sensor readings, stock ticks or a "
-                                "numbered sequence; event time advances 1/rate per tuple"),
+    ), output_type="shape", doc="deterministic generator of sensor readings, stock ticks, a "
+                                "numbered sequence or Nexmark's persons, auctions and bids; "
+                                "event time advances 1/rate per event"),
     OperatorDef("file-source", "source", (0, 0), (1, 1), False, (
         ParamDef("path", "path", True, doc="a JSON-lines or CSV file to replay"),
         ParamDef("format", "choice", False, None, choices=("jsonl", "csv"),
@@ -185,15 +186,27 @@ CATALOGUE: dict[str, OperatorDef] = {d.kind: _shedding(d) for d in (
                 doc="computes the output columns from <field name value> expressions"),
     OperatorDef("window-aggregate", "transform", (1, 1), (1, 1), True, (
         ParamDef("time", "column", True, doc="the event-time column (timestamp)"),
-        ParamDef("size", "duration", True, doc="window length, e.g. '10 seconds'"),
+        ParamDef("size", "duration", False, None,
+                 doc="window length, e.g. '10 seconds' (or gap, for session windows)"),
         ParamDef("slide", "duration", False, None, doc="slide of a sliding window "
                                                         "(default: tumbling, slide = size)"),
+        ParamDef("gap", "duration", False, None,
+                 doc="session windows instead of size: a group's session closes after this "
+                     "much event time without a tuple (Spark's session_window)"),
         ParamDef("watermark", "duration", False, "0 seconds",
                  doc="how late a tuple may arrive; later ones are dropped"),
         ParamDef("group-by", "columns", False, "", doc="comma-separated grouping columns"),
     ), children=("aggregate",), output_type="computed",
-        doc="event-time window aggregate; emits each window once, when the watermark passes "
-            "its end"),
+        doc="event-time window aggregate (tumbling, sliding or session windows); emits each "
+            "window once, when the watermark passes its end"),
+    OperatorDef("deduplicate", "transform", (1, 1), (1, 1), True, (
+        ParamDef("key", "columns", True, doc="comma-separated columns that identify a tuple"),
+        ParamDef("time", "column", True, doc="the event-time column (timestamp)"),
+        ParamDef("watermark", "duration", True,
+                 doc="how late a tuple may arrive; a key's duplicates are dropped while the "
+                     "watermark has not passed its first tuple's time plus this"),
+    ), output_type="same", doc="passes the first tuple of each key and drops its duplicates "
+                               "within the watermark (Spark's dropDuplicatesWithinWatermark)"),
     OperatorDef("join", "transform", (2, 2), (1, 1), True, (
         ParamDef("key", "columns", False, None, doc="join columns present on both sides"),
         ParamDef("left-key", "columns", False, None, doc="join columns of the first input"),
@@ -526,4 +539,13 @@ SHAPE_COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
                ("humidity", "double")),
     "stock": (("symbol", "string"), ("ts", "timestamp"), ("price", "double"), ("volume", "int")),
     "sequence": (("id", "int"), ("ts", "timestamp"), ("key", "string"), ("value", "double")),
+    # Nexmark's three event kinds, in its proportions 1:3:46 of one stream of `rate` events/s
+    "person": (("id", "int"), ("name", "string"), ("email_address", "string"),
+               ("credit_card", "string"), ("city", "string"), ("state", "string"),
+               ("date_time", "timestamp")),
+    "auction": (("id", "int"), ("item_name", "string"), ("description", "string"),
+                ("initial_bid", "int"), ("reserve", "int"), ("date_time", "timestamp"),
+                ("expires", "timestamp"), ("seller", "int"), ("category", "int")),
+    "bid": (("auction", "int"), ("bidder", "int"), ("price", "int"), ("channel", "string"),
+            ("url", "string"), ("date_time", "timestamp")),
 }

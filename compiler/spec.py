@@ -69,6 +69,8 @@ class AggregateDecl:
     pos: Position
     function_pos: Position
     column_pos: Position
+    by: str | None = None  # max_by / min_by: the column whose largest / least row is taken
+    by_pos: Position | None = None
 
 
 PATTERN_ATTRIBUTES = ("ha", "replicas", "parallelism", "partition-by", "pipeline",
@@ -289,7 +291,7 @@ _ALLOWED_ATTRS = {
     "operator": ("name", "type") + PATTERN_ATTRIBUTES + RESOURCE_ATTRIBUTES, "input": ("name",),
     "output": ("name", "type"),
     "param": ("name", "value"), "field": ("name", "value"), "define": ("name", "value"),
-    "aggregate": ("name", "function", "column"),
+    "aggregate": ("name", "function", "column", "by"),
 }
 _CHILDREN = {
     "dataflow": TOP_LEVEL, "type": ("column",),
@@ -352,7 +354,7 @@ def _operator(doc: XmlDocument, element: etree._Element) -> OperatorDecl:
         aggregates=tuple(
             AggregateDecl(c.get("name"), c.get("function"), c.get("column"),
                           doc.where(c).position, doc.where(c).value("function"),
-                          doc.where(c).value("column"))
+                          doc.where(c).value("column"), c.get("by"), doc.where(c).value("by"))
             for c in _children(element, "aggregate", "name", "function")
         ),
         pos=where.position,

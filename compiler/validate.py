@@ -20,8 +20,8 @@ from typing import Any, Callable, Union
 from common import kafka_params as kp
 from common.diagnostics import (MAX_SHOWN, Diagnostic, Position, Severity, SpecError,
                                  cap_diagnostics, suggest)
-from common.operator_schemas import (AGGREGATE_FUNCTIONS, aggregate_type, control_schema_problems,
-                                     join_output_names)
+from common.operator_schemas import (AGGREGATE_FUNCTIONS, BY_FUNCTIONS, aggregate_type,
+                                     control_schema_problems, join_output_names)
 from common.paths import PathRefused, PathRoots, confine
 from common.safe_open import kind_of
 from common.tasks import PLANNED_GRID_MS
@@ -497,6 +497,7 @@ def _window(c: _Checker, op: OperatorDecl, inputs: list[Schema]) -> Schema | Non
     time = _column_of(c, op, schema, "time", stream, ColumnType.TIMESTAMP)
     size, slide = values.get("size"), values.get("slide")
     ok = time is not None and _is_event_time(c, op, stream, time.name, "time")
+    ok = _window_kind(c, op, values) and ok
     if size is not None and size <= 0:
         c.error(_written(op, "size").value_pos(), "a window size must be above zero",
                 "e.g. 10 seconds")
@@ -516,6 +517,32 @@ def _window(c: _Checker, op: OperatorDecl, inputs: list[Schema]) -> Schema | Non
         return None
     return Schema(tuple([Field(n, ColumnType.TIMESTAMP) for n in WINDOW_COLUMNS] + groups
                         + aggregates))
+
+
+def _window_kind(c: _Checker, op: OperatorDecl, values: dict[str, Any]) -> bool:
+    """A window has a `size` (tumbling, or sliding with `slide`) or a `gap` (sessions), not
+    both, and a session has no slide; each problem reported at the value that is wrong."""
+    if op.param("gap") is None:
+        if op.param("size") is not None:
+            return True
+        c.error(op.pos, f"window-aggregate '{op.name}' needs a size or a gap",
+                '<param name="size" value="10 seconds"/> for tumbling or sliding windows, '
+                '<param name="gap" value="30 seconds"/> for session windows')
+        return False
+    ok = True
+    if op.param("size") is not None:
+        c.error(_written(op, "gap").value_pos(), "a window has a size or a gap, not both",
+                "gap makes session windows, size tumbling or sliding ones: remove one")
+        ok = False
+    if op.param("slide") is not None:
+        c.error(_written(op, "slide").value_pos(), "a session window (gap) has no slide",
+                "remove slide, or use size for a sliding window")
+        ok = False
+    if values.get("gap", 1) <= 0:
+        c.error(_written(op, "gap").value_pos(), "a session gap must be above zero",
+                "e.g. 30 seconds")
+        ok = False
+    return ok
 
 
 # A sliding window puts each row in ceil(size / slide) windows: Spark's window() expands every
@@ -565,6 +592,9 @@ def _event_times_out(c: _Checker, op: OperatorDecl) -> frozenset[str] | None:
     values = c.params.get(op.name, {})
     if op.kind == "window-aggregate":
         return frozenset({"window_end"})
+    if op.kind == "deduplicate" and not [t for t in ins if t is not None]:
+        time = values.get("time")
+        return frozenset({str(time)}) if time else frozenset()
     if op.kind == "join":
         out = c.schemas[op.outputs[0].name].names
         left_in, right_in = (c.schemas[p.name].names for p in op.inputs)
@@ -640,14 +670,36 @@ def _aggregate(c: _Checker, a: Any, schema: Schema, stream: str, taken: set[str]
         c.error(a.column_pos, f"aggregate '{a.name}' reads column '{a.column}', which stream "
                               f"'{stream}' does not have", suggest(a.column, schema.names, "its columns"))
         return None
-    return _aggregate_type(c, a, col)
+    fits, by = _aggregate_by(c, a, schema, stream)
+    return _aggregate_type(c, a, col, by) if fits else None
 
 
-def _aggregate_type(c: _Checker, a: Any, col: Field) -> Field | None:
+def _aggregate_by(c: _Checker, a: Any, schema: Schema, stream: str) -> tuple[bool, Field | None]:
+    """Whether the `by` column of an aggregate fits, and the column (None when not written): a
+    `by` on a function other than max_by/min_by, or naming no column of the stream, is an
+    error."""
+    if a.by is None:
+        return True, None
+    if a.function not in BY_FUNCTIONS:
+        c.error(a.by_pos, f"aggregate '{a.name}' ({a.function}) takes no by column",
+                f"by belongs to {' and '.join(BY_FUNCTIONS)}")
+        return False, None
+    found = schema.get(a.by)
+    if found is None:
+        c.error(a.by_pos, f"aggregate '{a.name}' orders by column '{a.by}', which stream "
+                          f"'{stream}' does not have", suggest(a.by, schema.names, "its columns"))
+    return found is not None, found
+
+
+def _aggregate_type(c: _Checker, a: Any, col: Field, by: Field | None) -> Field | None:
     try:
-        return Field(a.name, aggregate_type(a.function, col))
+        return Field(a.name, aggregate_type(a.function, col, by))
     except ValueError as e:
-        c.error(a.column_pos, str(e), "use count, or a column of a fitting type")
+        if a.function not in BY_FUNCTIONS:
+            c.error(a.column_pos, str(e), "use count, or a column of a fitting type")
+        else:
+            c.error(a.pos if by is None else a.by_pos, str(e),
+                    'add by="..." naming an orderable column of the stream')
         return None
 
 
@@ -905,7 +957,18 @@ def _kafka_sink(c: _Checker, op: OperatorDecl, inputs: list[Schema]) -> Schema |
     return None
 
 
+def _deduplicate(c: _Checker, op: OperatorDecl, inputs: list[Schema]) -> Schema | None:
+    """The input's type; its key columns and event-time column must be the stream's."""
+    schema, stream = inputs[0], op.inputs[0].name
+    time = _column_of(c, op, schema, "time", stream, ColumnType.TIMESTAMP)
+    keys = _group_columns(c, op, schema, stream, "key")
+    if time is None or keys is None or not _is_event_time(c, op, stream, time.name, "time"):
+        return None
+    return schema
+
+
 _RESOLVERS: dict[str, Callable[[_Checker, OperatorDecl, list[Schema]], Schema | None]] = {
+    "deduplicate": _deduplicate,
     "generator": _generator, "filter": _filter, "project": _project, "pattern": _pattern,
     "window-aggregate": _window, "join": _join, "union": _union, "control-sink": _control_sink,
     "kafka-source": _kafka_source, "kafka-sink": _kafka_sink,
@@ -938,7 +1001,8 @@ def _node(c: _Checker, op: OperatorDecl, d: OperatorDef) -> Node:
     if op.kind == "project":
         params["fields"] = tuple((f.name, f.value) for f in op.fields)
     if op.kind == "window-aggregate":
-        params["aggregates"] = tuple((a.name, a.function, a.column) for a in op.aggregates)
+        params["aggregates"] = tuple((a.name, a.function, a.column) + ((a.by,) if a.by else ())
+                                     for a in op.aggregates)
     if op.kind == "pattern":
         params["measures"] = tuple((f.name, f.value) for f in op.fields)
         params["defines"] = tuple((d.name, d.value) for d in op.defines)
@@ -963,6 +1027,8 @@ def _partition_keys(kind: str, params: dict[str, Any]) -> tuple[str, ...] | None
         return tuple(params.get("group-by", ())) or None
     if kind == "pattern":
         return tuple(params.get("partition-by", ())) or None
+    if kind == "deduplicate":
+        return tuple(params.get("key", ())) or None
     if kind == "join":
         return tuple(params.get("left-key", ()))
     return None
@@ -1224,7 +1290,8 @@ def _elastic_bounds(c: _Checker, op: OperatorDecl, d: OperatorDef,
         where = most if most is not None and high > k else elastic
         assert where is not None  # high > k needs max-parallelism=, mode "auto" needs elastic=
         c.error(where.pos, f"'{op.name}' is a stateful {op.kind}: only window-aggregates "
-                           "and joins hand their keyed state over at run time for now",
+                           "with a size (not sessions) and joins hand their keyed state over "
+                           "at run time for now",
                 f"write parallelism=\"{high}\" alone (a fixed partitioning)")
         ok = False
     return (low, high, mode) if ok else None
@@ -1260,11 +1327,11 @@ SWITCH_MARGIN_MS = 30_000
 
 def _switchable(op: OperatorDecl, params: dict[str, Any]) -> bool:
     """Whether a stateful operator can change its parallelism at run time: a window aggregate,
-    tumbling or sliding (an event-time switch moves no state: the old instances finish the
+    tumbling or sliding, not a session window (a session has no end known at a switch; an event-time switch moves no state: the old instances finish the
     windows that start before it, the new ones take those from it on; a sliding window's rows
     near the switch go to both, each copy bounded to its side's windows), or a join (a pair
     belongs to the owner at its left row's time; right rows near the switch go to both)."""
-    return op.kind in ("window-aggregate", "join")
+    return op.kind == "join" or op.kind == "window-aggregate" and "gap" not in params
 
 
 def switch_requests(op: OperatorDecl, params: dict[str, Any]) -> dict[str, Any]:

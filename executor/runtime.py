@@ -31,7 +31,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
-from common.operator_schemas import (AGGREGATE_FUNCTIONS, aggregate_type, control_schema_problems,
+from common.operator_schemas import (AGGREGATE_FUNCTIONS, APPROX_DISTINCT_RSD, aggregate_type, control_schema_problems,
                                      join_output_names)
 from common.paths import PathRefused, confine_at_open
 from common.tasks import splitter_op_id
@@ -171,6 +171,27 @@ def _without_ticks(df: DataFrame, time: str) -> DataFrame:
         return df
     keep = ~F.col(f"`{sinks.TICK_COLUMN}`") | F.col(f"`{time}`").isNull()
     return df.filter(keep).drop(sinks.TICK_COLUMN)
+
+
+# Each aggregate function as a Spark aggregate of (column, by column). Spark refuses an exact
+# distinct count in a streaming aggregation ("distinct aggregations are not supported"), so
+# count_distinct counts the set of values the group's state holds (exact; its state grows with
+# the distinct values of a window); approx_count_distinct is HyperLogLog++ at the stated rsd.
+_AGGREGATES: dict[str, Callable[[Column, Column | None], Column]] = {
+    "count": lambda c, _: F.count(c), "sum": lambda c, _: F.sum(c),
+    "avg": lambda c, _: F.avg(c), "min": lambda c, _: F.min(c), "max": lambda c, _: F.max(c),
+    "count_distinct": lambda c, _: F.size(F.collect_set(c)),
+    "approx_count_distinct": lambda c, _: F.approx_count_distinct(c, APPROX_DISTINCT_RSD),
+    "max_by": lambda c, by: F.max_by(c, _ordering(by)),
+    "min_by": lambda c, by: F.min_by(c, _ordering(by)),
+}
+
+
+def _ordering(by: Column | None) -> Column:
+    """max_by's and min_by's `by` column (`aggregate_type` refuses them without one)."""
+    if by is None:
+        raise ValueError("max_by and min_by need a by column")
+    return by
 
 
 def event_time_columns(df: DataFrame) -> set[str]:
@@ -437,13 +458,14 @@ class TaskRuntime:
 
     def generator(self, *, op: str, output: str, schema: Schema, shape: str, seed: int,
                   rate: float, limit: int | None, start: str) -> None:
-        pace = float(self._param(op, "rate", rate))
         try:
             the_shape = shapes.shape_named(shape)
             shapes.check_schema(the_shape, schema)
             start_us = shapes.parse_start(start)
         except shapes.ShapeError as exc:
             raise self._error(op, str(exc)) from None
+        # rows per second: a Nexmark shape holds its share of the `rate` events per second
+        pace = float(self._param(op, "rate", rate)) * the_shape.share
         if not (rate > 0 and pace > 0 and sources.usable_rate(float(rate))
                 and sources.usable_rate(pace)):
             raise self._error(op, f"generator rate must be a finite number > 0, got {pace}")
@@ -651,31 +673,34 @@ class TaskRuntime:
         self._put(op, output, stream.df.select(*columns), Schema(tuple(out_fields)))
 
     def _aggregate_column(self, op: str, stream: Stream, name: str, function: str,
-                          column: str | None) -> tuple[Column, Field]:
+                          column: str | None, by: str | None = None) -> tuple[Column, Field]:
         if function not in AGGREGATE_FUNCTIONS:
             raise self._error(op, f"unknown aggregate {function!r} (known: {AGGREGATE_FUNCTIONS})")
         field = None if column is None else self._field(op, stream, column)
+        by_field = None if by is None else self._field(op, stream, by)
         try:
-            result_type = aggregate_type(function, field)
+            result_type = aggregate_type(function, field, by_field)
         except ValueError as exc:
             raise self._error(op, str(exc)) from None
         source = F.lit(1) if field is None else _qcol(stream.name, field.name)
-        spark_fn = {"count": F.count, "sum": F.sum, "avg": F.avg, "min": F.min, "max": F.max}
-        agg = spark_fn[function](source).cast(result_type.spark_type_name())
+        order = None if by_field is None else _qcol(stream.name, by_field.name)
+        agg = _AGGREGATES[function](source, order).cast(result_type.spark_type_name())
         return agg.alias(name), Field(name, result_type)
 
-    def window_aggregate(self, *, op: str, input: str, output: str, time: str, window: str,
-                         slide: str | None, watermark: str, group_by: Sequence[str],
-                         aggregates: Sequence[tuple[str, str, str | None]]) -> None:
+    def window_aggregate(self, *, op: str, input: str, output: str, time: str,
+                         window: str | None, slide: str | None, watermark: str,
+                         group_by: Sequence[str], aggregates: Sequence[tuple[Any, ...]],
+                         gap: str | None = None) -> None:
+        """Tumbling or sliding windows of size `window`, or session windows of `gap` (each
+        aggregate: name, function, column, and max_by/min_by's by column)."""
         stream = self._get(op, input)
         time_field = self._field(op, stream, time)
         if time_field.type is not ColumnType.TIMESTAMP:
             raise self._error(op, f"time column {time!r} is {time_field.type.value}, "
                                   "not timestamp")
         keys = [self._field(op, stream, g) for g in group_by]
-        aggs = [self._aggregate_column(op, stream, n, f, c) for n, f, c in aggregates]
-        slide_text = self._duration(op, slide) if slide is not None else None
-        windowed = F.window(_qcol(input, time), self._duration(op, window), slide_text)
+        aggs = [self._aggregate_column(op, stream, *a) for a in aggregates]
+        windowed = self._window_column(op, _qcol(input, time), window, slide, gap)
         rows = _without_ticks(self._watermarked(op, stream, time, watermark), time)
         bounded = _windowed_within_bounds(rows, windowed)
         if bounded is not rows:  # each row already in its windows
@@ -689,6 +714,35 @@ class TaskRuntime:
         schema = Schema((Field("window_start", ColumnType.TIMESTAMP),
                          Field("window_end", ColumnType.TIMESTAMP), *keys, *[f for _, f in aggs]))
         self._put(op, output, df, schema)
+
+    def deduplicate(self, *, op: str, input: str, output: str, keys: Sequence[str], time: str,
+                    watermark: str) -> None:
+        """The first tuple of each key; its duplicates dropped until the watermark passes its
+        time plus `watermark` (Spark's dropDuplicatesWithinWatermark: the state of a key lives
+        that long)."""
+        stream = self._get(op, input)
+        if self._field(op, stream, time).type is not ColumnType.TIMESTAMP:
+            raise self._error(op, f"time column {time!r} is not a timestamp")
+        if not keys:
+            raise self._error(op, "deduplicate needs key columns")
+        names = [self._field(op, stream, k).name for k in keys]
+        rows = _without_ticks(self._watermarked(op, stream, time, watermark), time)
+        self._put(op, output, rows.dropDuplicatesWithinWatermark(names), stream.schema)
+
+    def _window_column(self, op: str, time: Column, window: str | None, slide: str | None,
+                       gap: str | None) -> Column:
+        """Spark's window of a row: `window()` of a size (and slide), or `session_window()` of
+        a gap, exactly one of the two."""
+        if (window is None) == (gap is None):
+            raise self._error(op, f"a window needs a size or a gap, not both (size={window!r}, "
+                                  f"gap={gap!r})")
+        if gap is not None:
+            if slide is not None:
+                raise self._error(op, "a session window (gap) has no slide")
+            return F.session_window(time, self._duration(op, gap))
+        assert window is not None  # exactly one of window and gap
+        slide_text = self._duration(op, slide) if slide is not None else None
+        return F.window(time, self._duration(op, window), slide_text)
 
     def _watermarked(self, op: str, stream: Stream, time: str, watermark: str) -> DataFrame:
         """The stream with event time `time`: a watermark on it, unless the stream already has

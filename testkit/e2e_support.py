@@ -503,6 +503,34 @@ def window_oracle(rows: Iterable[Row], time_col: str, group_by: Sequence[str], s
     return {k: v for k, v in groups.items() if k[0] + size <= closed_by}
 
 
+def session_oracle(rows: Iterable[Row], key: str, time_col: str, gap: timedelta,
+                   watermark: timedelta) -> dict[tuple, list[Row]]:
+    """(key, session start, session end) -> the rows of each session window an append-mode
+    query emits (end at or before the final watermark, which Spark keeps in whole milliseconds:
+    a session's end need not be one): per key in time order, a row opens [t, t + gap); a row at
+    or before the open session's end joins it (Spark merges sessions that touch) and moves its
+    end to its own t + gap; a later row starts the next session."""
+    rows = list(rows)
+    latest = max(r[time_col] for r in rows)
+    closed_by = latest - timedelta(microseconds=latest.microsecond % 1000) - watermark
+    per_key: dict[Any, list[Row]] = defaultdict(list)
+    for r in rows:
+        per_key[r[key]].append(r)
+    sessions: dict[tuple, list[Row]] = {}
+    for k, members in per_key.items():
+        members.sort(key=lambda r: r[time_col])
+        current = [members[0]]
+        end = members[0][time_col] + gap
+        for r in members[1:]:
+            if r[time_col] > end:
+                sessions[(k, current[0][time_col], end)] = current
+                current = []
+            current.append(r)
+            end = max(end, r[time_col] + gap)
+        sessions[(k, current[0][time_col], end)] = current
+    return {s: v for s, v in sessions.items() if s[2] <= closed_by}
+
+
 def hot_items_oracle(rows: Sequence[Row], key: str, size: timedelta, slide: timedelta,
                      watermark: timedelta, size2: timedelta,
                      second_watermark: timedelta | None = None) -> Counter:

@@ -28,7 +28,8 @@ import zmq
 from testkit.e2e_support import (SPECS, Row, Stack, compile_spec, generator_rows, java_child,
                                  join_oracle, port_free, read_sink, session_members, sink_path,
                                  source_runner_pids,
-                                 spec_params, start_stack, stop_query, stop_stack, submit, wait_for_sink,
+                                 session_oracle, spec_params, start_stack, stop_query,
+                                 stop_stack, submit, wait_for_sink,
                                  wait_running, wait_until, window_oracle)
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
@@ -537,6 +538,27 @@ def test_stopping_a_query_releases_its_channel_port(stack: Stack) -> None:
 
 # --- 2. a SIGKILLed executor: the scheduler relaunches its task on the same agent -----------------
 
+def kill_and_await_relaunch(stack: Stack, qid: str, task_id: str, sink: Path,
+                            expected_rows: int) -> None:
+    """SIGKILL the whole executor of the query's one task mid-stream, then wait until its
+    processes are gone and the scheduler has relaunched the task on the same agent."""
+    agent = stack.tasks(qid)[task_id]["agent_id"]
+    executor = stack.executor_pid(agent)
+    assert executor is not None
+    old_session = session_members(executor)
+    kill_mid_stream(sink, expected_rows, executor, "the whole executor")
+    wait_until(lambda: not session_members(executor), 30,
+               "the killed executor's processes (its Spark JVM) to end",
+               lambda: f"still alive: {session_members(executor)} of {old_session}")
+    relaunched = wait_until(
+        lambda: (v := stack.tasks(qid)[task_id])["attempt"] >= 2 and
+        v["state"] == "running" and v, 120, "the task relaunched by the scheduler",
+        lambda: str(stack.tasks(qid)[task_id]))
+    assert relaunched["agent_id"] == agent and relaunched["attempt"] == 2
+    assert "lost" in relaunched["last_failure"] or "exited" in relaunched["last_failure"]
+    assert stack.executor_pid(agent) not in (None, executor)
+
+
 @pytest.mark.timeout(240)
 def test_sigkilled_executor_is_relaunched_on_its_agent_and_resumes_from_the_checkpoint(
         stack: Stack, tmp_path: Path) -> None:
@@ -544,31 +566,43 @@ def test_sigkilled_executor_is_relaunched_on_its_agent_and_resumes_from_the_chec
     query = running_query(stack, spec, tmp_path)
     qid, task_id = query.query_id, query.tasks[0].task_id
     try:
-        agent = stack.tasks(qid)[task_id]["agent_id"]
-        executor = stack.executor_pid(agent)
-        assert executor is not None
-        old_session = session_members(executor)
         windows = window_oracle(generator_rows(spec_params(spec)["src"]), "ts", ["sensor"],
                                 2 * SECOND, 2 * SECOND, timedelta(milliseconds=500))
         expected = Counter((start, start + 2 * SECOND, sensor, len(rows))
                            for (start, sensor), rows in windows.items())
         sink = sink_path(tmp_path, spec, "sink")
-        kill_mid_stream(sink, sum(expected.values()), executor, "the whole executor")
-        wait_until(lambda: not session_members(executor), 30,
-                   "the killed executor's processes (its Spark JVM) to end",
-                   lambda: f"still alive: {session_members(executor)} of {old_session}")
-        relaunched = wait_until(
-            lambda: (v := stack.tasks(qid)[task_id])["attempt"] >= 2 and
-            v["state"] == "running" and v, 120, "the task relaunched by the scheduler",
-            lambda: str(stack.tasks(qid)[task_id]))
-        assert relaunched["agent_id"] == agent and relaunched["attempt"] == 2
-        assert "lost" in relaunched["last_failure"] or "exited" in relaunched["last_failure"]
-        assert stack.executor_pid(agent) not in (None, executor)
+        kill_and_await_relaunch(stack, qid, task_id, sink, sum(expected.values()))
         key: Callable[[Row], tuple] = lambda r: (r["window_start"], r["window_end"],
                                                  r["sensor"], r["readings"])
         wait_for_sink(sink, expected, key, 150, "the windows of the relaunched task")
         for row in read_sink(sink):
             temps = [m["temp"] for m in windows[(row["window_start"], row["sensor"])]]
             assert row["total_temp"] == pytest.approx(sum(temps), rel=1e-12)
+    finally:
+        stop_query(stack, qid)
+
+
+@pytest.mark.timeout(240)
+def test_session_windows_are_exact_across_a_sigkilled_executor(stack: Stack,
+                                                               tmp_path: Path) -> None:
+    """Per-sensor sessions (60 ms gap) over 18 s of event time, the executor SIGKILLed mid-stream:
+    sessions open at the kill continue from the checkpoint; every session the oracle closes
+    comes out once, with its rows' count and sum."""
+    spec = "e2e-session-count.xml"
+    query = running_query(stack, spec, tmp_path)
+    qid, task_id = query.query_id, query.tasks[0].task_id
+    try:
+        sessions = session_oracle(generator_rows(spec_params(spec)["src"]), "sensor", "ts",
+                                  timedelta(milliseconds=60), timedelta(milliseconds=500))
+        expected = Counter((*k, len(rows)) for k, rows in sessions.items())
+        sink = sink_path(tmp_path, spec, "sink")
+        kill_and_await_relaunch(stack, qid, task_id, sink, sum(expected.values()))
+        key: Callable[[Row], tuple] = lambda r: (r["sensor"], r["window_start"],
+                                                 r["window_end"], r["readings"])
+        wait_for_sink(sink, expected, key, 150, "the sessions of the relaunched task")
+        for row in read_sink(sink):
+            members = sessions[(row["sensor"], row["window_start"], row["window_end"])]
+            assert row["total_temp"] == pytest.approx(sum(m["temp"] for m in members),
+                                                      rel=1e-12)
     finally:
         stop_query(stack, qid)

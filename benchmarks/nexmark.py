@@ -1,0 +1,442 @@
+"""The Nexmark queries Elastiq can express: each checked against a plain-Python oracle, with its
+throughput per core beside Flink's published per-core figure.
+
+Owns this benchmark only (not a test; nothing here is imported by the project). Each query is a
+spec (XML written here, from fixed templates: no user text) over the built-in Nexmark generator
+shapes (`person`, `auction`, `bid`: one event stream in Nexmark's 1:3:46, `executor.shapes`),
+compiled by `compiler.pipeline` and run as an executor runs a task (`bench_util.start_task`, one
+SparkSession of `local[2]`), with a file sink (Nexmark uses a blackhole sink: ours writes JSON
+lines, so it pays for its output). The generators run at 1,000,000 events/s, the largest rate a
+spec allows, which is also the pace of event time (as in Nexmark): windows are therefore scaled
+to the few hundred milliseconds of event time a run spans (q5 slides 50 ms windows by 10 ms
+where Nexmark slides 10 s by 2 s; the shape of each query is Nexmark's). Queries marked `*` are
+partial (what is left out is printed).
+
+Measured per query: input rows over the summed execution time of the data micro-batches
+(StreamingQueryProgress `triggerExecution`; the first batch, which pays for the query's
+warm-up, included: a lower bound), divided by the 2 cores of the session: rows/s per core.
+Flink's per-core figure counts Nexmark events (all three kinds generated, the query reading its
+own); ours counts the rows the query reads, the smaller number. The machine is shared: figures
+taken while others work are noisy. The oracle check is exact (multisets of rows; doubles to 1e-9
+relative; max_by: any of the tied rows).
+
+    python benchmarks/nexmark.py [--quick] [--events N] [--queries q0,q1,...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import logging
+import math
+import re
+import shutil
+import tempfile
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from bench_util import exit_on_sigterm, fmt, format_table, start_task, use_repo_on_path
+
+use_repo_on_path()
+
+from executor import shapes  # noqa: E402
+from executor.spark_session import build_session  # noqa: E402
+from testkit.e2e_support import read_sink, session_oracle, window_oracle  # noqa: E402
+
+log = logging.getLogger("bench.nexmark")
+
+RATE = 1_000_000.0  # events per second: pacing and event time (the largest a spec allows)
+SEED = 7
+START = "2024-01-01T00:00:00Z"
+CORES = 2
+MS = timedelta(milliseconds=1)
+# Flink's published throughput per core (events/s), from the Nexmark project's Flink table as the
+# issue cites it; the others are not restated here.
+FLINK_PER_CORE = {"q0": 155_000.0}
+Row = dict[str, Any]
+
+SKIPPED = (
+    ("q3", "an unbounded join of persons and auctions: Elastiq's joins are interval joins "
+           "(`within`); a regular join needs a state bound (TTL), not built"),
+    ("q4", "a join bounded by columns (a bid within its auction's date_time..expires), "
+           "not built"),
+    ("q6", "as q4, and the last 10 auctions per seller (top-N), not built"),
+    ("q8", "a join of two windows' results on the window: not attempted in this benchmark"),
+    ("q9", "as q4 (winning bids), not built"),
+    ("q10", "a file sink partitioned by time, not built"),
+    ("q12", "processing-time windows, not built"),
+    ("q13", "a join with a bounded side input (stream-table lookup), not built"),
+    ("q14", "CASE and a user function counting characters: not in the expression language"),
+    ("q15", "aggregates with FILTER clauses (distinct counts per price range), not built"),
+    ("q18", "the LAST bid per (bidder, auction): deduplicate keeps the first"),
+    ("q19", "top-N rows per group, not built"),
+    ("q20", "as q3 (bids with their auctions, unbounded)"),
+    ("q21", "regular expressions: not in the expression language"),
+    ("q22", "string split: not in the expression language"),
+)
+
+
+# --- the specs ----------------------------------------------------------------------------------
+
+def generator(name: str, shape: str, limit: int) -> str:
+    return (f'  <operator name="{name}" type="generator">\n'
+            f'    <param name="shape" value="{shape}"/> <param name="seed" value="{SEED}"/>\n'
+            f'    <param name="rate" value="{RATE:.0f}"/> <param name="limit" value="{limit}"/>\n'
+            f'    <param name="start" value="{START}"/>\n    <output name="{name}"/>\n'
+            '  </operator>\n')
+
+
+def dataflow(name: str, body: str, out: str) -> str:
+    sink = (f'  <operator name="sink" type="file-sink">\n    <input name="{out}"/>\n'
+            '    <param name="path" value="out.jsonl"/>\n  </operator>\n')
+    return f'<dataflow name="nexmark-{name}">\n{body}{sink}</dataflow>\n'
+
+
+def project(name: str, source: str, fields: Sequence[tuple[str, str]]) -> str:
+    lines = "".join(f'    <field name="{n}" value="{v}"/>\n' for n, v in fields)
+    return (f'  <operator name="{name}" type="project">\n    <input name="{source}"/>\n{lines}'
+            f'    <output name="{name}"/>\n  </operator>\n')
+
+
+def window(name: str, source: str, time: str, params: str, aggregates: str) -> str:
+    return (f'  <operator name="{name}" type="window-aggregate">\n    <input name="{source}"/>\n'
+            f'    <param name="time" value="{time}"/>\n{params}{aggregates}'
+            f'    <output name="{name}"/>\n  </operator>\n')
+
+
+BID_COLUMNS = ("auction", "bidder", "price", "channel", "url", "date_time")
+
+
+def q0_spec(bids: int) -> str:
+    return dataflow("q0", generator("bids", "bid", bids)
+                    + project("passed", "bids", [(c, c) for c in BID_COLUMNS]), "passed")
+
+
+def q1_spec(bids: int) -> str:
+    fields = [("auction", "auction"), ("bidder", "bidder"), ("price", "price * 0.908"),
+              ("date_time", "date_time")]
+    return dataflow("q1", generator("bids", "bid", bids) + project("euros", "bids", fields),
+                    "euros")
+
+
+def q2_spec(bids: int) -> str:
+    selection = ('  <operator name="selected" type="filter">\n    <input name="bids"/>\n'
+                 '    <param name="condition" value="auction % 123 = 0"/>\n'
+                 '    <output name="selected"/>\n  </operator>\n')
+    return dataflow("q2", generator("bids", "bid", bids) + selection
+                    + project("prices", "selected", [("auction", "auction"),
+                                                     ("price", "price")]), "prices")
+
+
+def q5_spec(bids: int) -> str:
+    counts = window("counts", "bids", "date_time",
+                    '    <param name="size" value="50 ms"/> <param name="slide" value="10 ms"/>\n'
+                    '    <param name="watermark" value="5 ms"/>\n'
+                    '    <param name="group-by" value="auction"/>\n',
+                    '    <aggregate name="n" function="count"/>\n')
+    hot = window("hot", "counts", "window_end", '    <param name="size" value="10 ms"/>\n',
+                 '    <aggregate name="top" function="max" column="n"/>\n'
+                 '    <aggregate name="auction" function="max_by" column="auction" by="n"/>\n')
+    return dataflow("q5", generator("bids", "bid", bids) + counts + hot, "hot")
+
+
+def q7_spec(bids: int) -> str:
+    highest = window("highest", "bids", "date_time",
+                     '    <param name="size" value="10 ms"/>\n'
+                     '    <param name="watermark" value="5 ms"/>\n',
+                     '    <aggregate name="price" function="max" column="price"/>\n'
+                     '    <aggregate name="auction" function="max_by" column="auction" '
+                     'by="price"/>\n'
+                     '    <aggregate name="bidder" function="max_by" column="bidder" '
+                     'by="price"/>\n')
+    return dataflow("q7", generator("bids", "bid", bids) + highest, "highest")
+
+
+def q11_spec(bids: int) -> str:
+    sessions = window("sessions", "bids", "date_time",
+                      '    <param name="gap" value="2 ms"/> <param name="watermark" value="5 ms"/>\n'
+                      '    <param name="group-by" value="bidder"/>\n',
+                      '    <aggregate name="bid_count" function="count"/>\n')
+    return dataflow("q11", generator("bids", "bid", bids) + sessions, "sessions")
+
+
+def q16_spec(bids: int) -> str:
+    per_channel = window("per_channel", "bids", "date_time",
+                         '    <param name="size" value="50 ms"/>\n'
+                         '    <param name="watermark" value="5 ms"/>\n'
+                         '    <param name="group-by" value="channel"/>\n',
+                         '    <aggregate name="total_bids" function="count"/>\n'
+                         '    <aggregate name="total_bidders" function="count_distinct" '
+                         'column="bidder"/>\n'
+                         '    <aggregate name="total_auctions" function="count_distinct" '
+                         'column="auction"/>\n')
+    return dataflow("q16", generator("bids", "bid", bids) + per_channel, "per_channel")
+
+
+def q17_spec(bids: int) -> str:
+    per_auction = window("per_auction", "bids", "date_time",
+                         '    <param name="size" value="50 ms"/>\n'
+                         '    <param name="watermark" value="5 ms"/>\n'
+                         '    <param name="group-by" value="auction"/>\n',
+                         '    <aggregate name="total_bids" function="count"/>\n'
+                         '    <aggregate name="min_price" function="min" column="price"/>\n'
+                         '    <aggregate name="max_price" function="max" column="price"/>\n'
+                         '    <aggregate name="avg_price" function="avg" column="price"/>\n'
+                         '    <aggregate name="sum_price" function="sum" column="price"/>\n')
+    return dataflow("q17", generator("bids", "bid", bids) + per_auction, "per_auction")
+
+
+# --- the oracles (plain Python over `shapes.reference_row`) -------------------------------------
+
+@functools.cache
+def bid_rows(bids: int) -> list[Row]:
+    shape = shapes.shape_named("bid")
+    start = shapes.parse_start(START)
+    return [shapes.reference_row(shape, SEED, start, RATE, i) for i in range(bids)]
+
+
+def closed(rows: list[Row], delay: timedelta) -> datetime:
+    return max(r["date_time"] for r in rows) - delay
+
+
+def q0_oracle(rows: list[Row]) -> Counter:
+    return Counter(tuple(r[c] for c in BID_COLUMNS) for r in rows)
+
+
+def q0_key(row: Row) -> tuple:
+    return tuple(row[c] for c in BID_COLUMNS)
+
+
+def q1_oracle(rows: list[Row]) -> Counter:
+    return Counter((r["auction"], r["bidder"], round(r["price"] * 0.908, 6), r["date_time"])
+                   for r in rows)
+
+
+def q1_key(row: Row) -> tuple:
+    return (row["auction"], row["bidder"], round(row["price"], 6), row["date_time"])
+
+
+def q2_oracle(rows: list[Row]) -> Counter:
+    return Counter((r["auction"], r["price"]) for r in rows if r["auction"] % 123 == 0)
+
+
+def q2_key(row: Row) -> tuple:
+    return (row["auction"], row["price"])
+
+
+def q5_check(rows: list[Row], got: list[Row]) -> str | None:
+    """Per 10 ms of window ends: the largest count of bids an auction had in a 50 ms window
+    sliding by 10 ms, and one auction with that count."""
+    counts = window_oracle(rows, "date_time", ["auction"], 50 * MS, 10 * MS, 5 * MS)
+    per_end: dict[datetime, dict[int, int]] = defaultdict(dict)
+    for (start, auction), members in counts.items():
+        per_end[start + 50 * MS][auction] = len(members)
+    grid = 10 * MS
+    tops: dict[datetime, dict[int, int]] = defaultdict(dict)
+    for end, by_auction in per_end.items():
+        for auction, n in by_auction.items():
+            slot = end - (end - shapes.EPOCH) % grid
+            tops[slot][auction] = max(n, tops[slot].get(auction, 0))
+    limit = closed(rows, 5 * MS)
+    expected = {s: t for s, t in tops.items() if s + grid <= limit}
+    emitted = {r["window_start"]: r for r in got}
+    if len(emitted) != len(got) or set(emitted) != set(expected):
+        return f"windows differ: {sorted(set(emitted) ^ set(expected))[:3]}"
+    for slot, by_auction in expected.items():
+        top = max(by_auction.values())
+        if emitted[slot]["top"] != top or by_auction.get(emitted[slot]["auction"]) != top:
+            return f"window {slot}: got {emitted[slot]}, top {top}"
+    return None
+
+
+def q7_check(rows: list[Row], got: list[Row]) -> str | None:
+    windows = window_oracle(rows, "date_time", [], 10 * MS, 10 * MS, 5 * MS)
+    emitted = {r["window_start"]: r for r in got}
+    if len(emitted) != len(got) or set(emitted) != {k[0] for k in windows}:
+        return "windows differ"
+    for (start,), members in windows.items():
+        top = max(m["price"] for m in members)
+        tied = [m for m in members if m["price"] == top]
+        row = emitted[start]
+        if row["price"] != top or row["auction"] not in {m["auction"] for m in tied} \
+                or row["bidder"] not in {m["bidder"] for m in tied}:
+            return f"window {start}: got {row}, top {top} by {tied}"
+    return None
+
+
+def q11_oracle(rows: list[Row]) -> Counter:
+    sessions = session_oracle(rows, "bidder", "date_time", 2 * MS, 5 * MS)
+    return Counter((k, start, end, len(v)) for (k, start, end), v in sessions.items())
+
+
+def q11_key(row: Row) -> tuple:
+    return (row["bidder"], row["window_start"], row["window_end"], row["bid_count"])
+
+
+def q16_oracle(rows: list[Row]) -> Counter:
+    windows = window_oracle(rows, "date_time", ["channel"], 50 * MS, 50 * MS, 5 * MS)
+    return Counter((start, channel, len(v), len({m["bidder"] for m in v}),
+                    len({m["auction"] for m in v})) for (start, channel), v in windows.items())
+
+
+def q16_key(row: Row) -> tuple:
+    return (row["window_start"], row["channel"], row["total_bids"], row["total_bidders"],
+            row["total_auctions"])
+
+
+def q17_oracle(rows: list[Row]) -> Counter:
+    windows = window_oracle(rows, "date_time", ["auction"], 50 * MS, 50 * MS, 5 * MS)
+    return Counter((start, auction, len(v), min(m["price"] for m in v),
+                    max(m["price"] for m in v), round(sum(m["price"] for m in v) / len(v), 6),
+                    sum(m["price"] for m in v)) for (start, auction), v in windows.items())
+
+
+def q17_key(row: Row) -> tuple:
+    return (row["window_start"], row["auction"], row["total_bids"], row["min_price"],
+            row["max_price"], round(row["avg_price"], 6), row["sum_price"])
+
+
+def multiset(oracle: Callable[[list[Row]], Counter], key: Callable[[Row], tuple]
+             ) -> Callable[[list[Row], list[Row]], str | None]:
+    def check(rows: list[Row], got: list[Row]) -> str | None:
+        want, have = oracle(rows), Counter(key(r) for r in got)
+        if want == have:
+            return None
+        return (f"{sum((want - have).values())} rows missing, {sum((have - want).values())} "
+                f"extra (e.g. {list((want - have) or (have - want))[:1]})")
+    return check
+
+
+@dataclass(frozen=True)
+class Query:
+    name: str
+    what: str
+    spec: Callable[[int], str]
+    check: Callable[[list[Row], list[Row]], str | None]
+    partial: str = ""  # what a partial query leaves out
+
+
+QUERIES = (
+    Query("q0", "pass-through", q0_spec, multiset(q0_oracle, q0_key)),
+    Query("q1", "currency conversion", q1_spec, multiset(q1_oracle, q1_key)),
+    Query("q2", "selection (auction % 123 = 0)", q2_spec, multiset(q2_oracle, q2_key)),
+    Query("q5", "hot items", q5_spec, q5_check,
+          "one auction per window where Nexmark lists every tied one"),
+    Query("q7", "highest bid", q7_spec, q7_check,
+          "one bid per window where Nexmark lists every bid at the top price"),
+    Query("q11", "user sessions", q11_spec, multiset(q11_oracle, q11_key)),
+    Query("q16", "channel statistics", q16_spec, multiset(q16_oracle, q16_key),
+          "the totals only: no per-price-range counts (FILTER), no per-minute key"),
+    Query("q17", "auction statistics", q17_spec, multiset(q17_oracle, q17_key),
+          "no per-price-range counts (FILTER)"),
+)
+
+
+# --- running ------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Result:
+    query: Query
+    rows: int
+    seconds: float
+    problem: str | None
+
+    @property
+    def per_core(self) -> float:
+        return self.rows / self.seconds / CORES if self.seconds > 0 else math.nan
+
+
+def busy_span(progress: Sequence[dict]) -> tuple[int, float]:
+    """(input rows, seconds) of the data micro-batches: their rows and the sum of their
+    `triggerExecution` times (a run's few batches include the first, which pays for the
+    query's warm-up: the figure is a lower bound)."""
+    data = [p for p in progress if p["numInputRows"] > 0]
+    busy = sum(p["durationMs"].get("triggerExecution", 0) for p in data) / 1000
+    return sum(p["numInputRows"] for p in data), busy if data else math.nan
+
+
+def run_query(spark: Any, query: Query, bids: int, work: Path) -> Result:
+    run_dir = work / query.name
+    run_dir.mkdir()
+    runner = start_task(spark, query.spec(bids), run_dir / "spec.xml", run_dir,
+                        f"nexmark-{query.name}", run_dir)
+    streaming = runner.runtime.query
+    progress: list[dict] = []
+    try:
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            if streaming.exception() is not None:
+                return Result(query, 0, math.nan, f"query failed: {streaming.exception()}")
+            for p in streaming.recentProgress:
+                if not progress or p["batchId"] > progress[-1]["batchId"]:
+                    progress.append(p)
+            if drained(streaming, bids):
+                break
+            time.sleep(0.5)
+        else:
+            return Result(query, 0, math.nan, "not drained within 600 s")
+    finally:
+        runner.stop()
+    rows, seconds = busy_span(progress)
+    return Result(query, rows, seconds, query.check(bid_rows(bids), read_sink(run_dir / "out.jsonl")))
+
+
+def drained(streaming: Any, limit: int) -> bool:
+    """The source has reached its limit and a batch without input has run since."""
+    last = streaming.lastProgress
+    if not last or last["numInputRows"] != 0:
+        return False
+    return all(_index(s["endOffset"]) == limit for s in last["sources"]) and \
+        not streaming.status["isDataAvailable"]
+
+
+def _index(offset: Any) -> int | None:
+    """A generator's offset, {"index": n}, which progress shows as JSON or as a dict's repr."""
+    found = re.search(r"-?\d+", str(offset)) if offset is not None else None
+    return int(found.group()) if found else None
+
+
+def report(results: Sequence[Result], events: int) -> str:
+    rows = [(r.query.name + ("*" if r.query.partial else ""), r.query.what, fmt(r.rows),
+             fmt(r.per_core), fmt(FLINK_PER_CORE.get(r.query.name, math.nan)),
+             "exact" if r.problem is None else f"WRONG: {r.problem}") for r in results]
+    table = format_table(("query", "", "rows", "rows/s/core", "Flink events/s/core", "oracle"),
+                         rows)
+    notes = [f"{r.query.name}*: {r.query.partial}" for r in results if r.query.partial]
+    skipped = [f"{name}: {why}" for name, why in SKIPPED]
+    return "\n".join([f"Nexmark, {events:,} events (seed {SEED}, {RATE:,.0f} events/s), "
+                      f"local[{CORES}] on a shared machine", table, "", "partial:", *notes, "",
+                      "skipped:", *skipped])
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--events", type=int, default=1_000_000,
+                        help="Nexmark events per query (bids are 46 of every 50)")
+    parser.add_argument("--quick", action="store_true", help="100,000 events per query")
+    parser.add_argument("--queries", default=",".join(q.name for q in QUERIES),
+                        help="comma-separated queries to run")
+    args = parser.parse_args(argv)
+    exit_on_sigterm()
+    logging.basicConfig(level=logging.WARNING)
+    events = 100_000 if args.quick else args.events
+    bids = events * 46 // 50
+    wanted = {q.strip() for q in args.queries.split(",")}
+    work = Path(tempfile.mkdtemp(prefix="nexmark-bench-"))
+    spark = build_session(CORES, "nexmark-bench", str(work / "spark"))
+    try:
+        results = [run_query(spark, q, bids, work) for q in QUERIES if q.name in wanted]
+    finally:
+        spark.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    print(report(results, events))
+    return 0 if all(r.problem is None for r in results) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
