@@ -1029,8 +1029,8 @@ def _partition_keys(kind: str, params: dict[str, Any]) -> tuple[str, ...] | None
         return tuple(params.get("partition-by", ())) or None
     if kind == "deduplicate":
         return tuple(params.get("key", ())) or None
-    if kind == "join":
-        return tuple(params.get("left-key", ()))
+    if kind == "join":  # its resolved keys; `key` where its inputs did not resolve
+        return tuple(params.get("left-key") or params.get("key") or ()) or None
     return None
 
 
@@ -1396,7 +1396,8 @@ def _keys_per_input(c: _Checker, op: OperatorDecl, column: str | None) -> tuple[
     """The partitioning column on each input port (a join's right side uses its own key)."""
     values = c.params[op.name]
     if op.kind == "join" and column is not None:
-        left, right = tuple(values.get("left-key", ())), tuple(values.get("right-key", ()))
+        left = tuple(values.get("left-key") or values.get("key") or ())
+        right = tuple(values.get("right-key") or values.get("key") or ())
         return (column, right[left.index(column)])
     return tuple(column for _ in op.inputs)
 

@@ -58,7 +58,7 @@ HOT30 = row("monitored", "hot", "condition", "raw.temp > 30")
 def test_control_sink_is_a_sink_with_one_input_and_an_optional_scheduler() -> None:
     d = CATALOGUE["control-sink"]
     assert d.role == "sink" and d.inputs == (1, 1) and d.outputs == (0, 0) and not d.stateful
-    assert d.param_names == ("scheduler",)
+    assert d.param_names == ("scheduler", "weight")  # weight: every sink's worth to the load shedder (docs/load.md)
     scheduler = d.param("scheduler")
     assert scheduler is not None and not scheduler.required and scheduler.default is None
 
