@@ -25,6 +25,7 @@ import pytest
 
 if TYPE_CHECKING:
     from testkit.e2e_support import StackPool
+    from executor.runtime import TaskRuntime
 
 # Cluster tests without Spark that measure CPU shares or timings another stream's load would skew:
 # marked `alone`, they stay in scripts/test.sh's serial cluster stream (beside a Spark cluster
@@ -44,6 +45,18 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator["object"]:
     for query in session.streams.active:
         query.stop()
     session.stop()
+
+
+@pytest.fixture
+def runtime(spark: object, tmp_path: Path) -> Iterator["TaskRuntime"]:
+    """A TaskRuntime on the session's SparkSession, its checkpoint under the test's tmp_path,
+    stopped after the test (the Spark layer's tests of one operator or plan)."""
+    from executor.runtime import TaskRuntime
+
+    rt = TaskRuntime(spark, query_id="q", task_id=f"t-{tmp_path.name}",
+                     checkpoint_dir=str(tmp_path / "ck"), trigger_seconds=0.5)
+    yield rt
+    rt.stop()
 
 
 POOL_KEY = pytest.StashKey["StackPool"]()

@@ -8,7 +8,6 @@ from __future__ import annotations
 from collections import defaultdict
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Iterator
 
 import pytest
 
@@ -22,14 +21,6 @@ pytestmark = pytest.mark.spark
 
 SEQUENCE = shapes.shape_named("sequence").columns
 BID = shapes.shape_named("bid").columns
-
-
-@pytest.fixture
-def runtime(spark: Any, tmp_path: Path) -> Iterator[TaskRuntime]:
-    rt = TaskRuntime(spark, query_id="q", task_id=f"t-{tmp_path.name}",
-                     checkpoint_dir=str(tmp_path / "ck"), trigger_seconds=0.5)
-    yield rt
-    rt.stop()
 
 
 def run_to_sink(rt: TaskRuntime, tmp_path: Path, stream: str, limit: int) -> list[dict]:

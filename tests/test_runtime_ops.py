@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Callable
 
 import pytest
 
@@ -22,14 +22,6 @@ SENSOR = Schema.of(("sensor", "string"), ("ts", "timestamp"), ("temp", "double")
                    ("humidity", "double"))
 SEQUENCE = Schema.of(("id", "int"), ("ts", "timestamp"), ("key", "string"), ("value", "double"))
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-
-
-@pytest.fixture
-def runtime(spark: Any, tmp_path: Path) -> Iterator[TaskRuntime]:
-    rt = TaskRuntime(spark, query_id="q", task_id=f"t-{tmp_path.name}",
-                     checkpoint_dir=str(tmp_path / "ck"), trigger_seconds=0.5)
-    yield rt
-    rt.stop()
 
 
 def run_to_sink(rt: TaskRuntime, tmp_path: Path, stream: str, limits: list[int]) -> list[dict]:

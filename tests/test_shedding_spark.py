@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -23,14 +23,6 @@ pytestmark = pytest.mark.spark
 SENSOR = Schema.of(("sensor", "string"), ("ts", "timestamp"), ("temp", "double"),
                    ("humidity", "double"))
 ROWS = 4000
-
-
-@pytest.fixture
-def runtime(spark: Any, tmp_path: Path) -> Iterator[TaskRuntime]:
-    rt = TaskRuntime(spark, query_id="q", task_id=f"t-{tmp_path.name}",
-                     checkpoint_dir=str(tmp_path / "ck"), trigger_seconds=0.5)
-    yield rt
-    rt.stop()
 
 
 def key_of(row: dict) -> tuple:
