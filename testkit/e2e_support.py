@@ -30,6 +30,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
+from common.api_client import RequestRejected
 from executor import shapes
 from testkit.waiting import wait_for
 
@@ -444,8 +445,21 @@ def hurry(stack: Stack, query_id: str, source: str = "src", rate: str = "4000") 
     """What the test does while the query runs is done: the generator `source` makes its
     remaining rows at `rate` (a live change of its pacing; their event times stay the spec's),
     so the test ends with its work, while the spec's slow rate leaves a loaded machine time for
-    the kills and rescales."""
-    stack.client().control(query_id, [(source, "rate", rate)])
+    the kills and rescales. A task that is starting (after a kill took its executor) refuses
+    control with 409, "try again when it runs": it is sent again until the task runs."""
+    client = stack.client()
+
+    def sent() -> bool:
+        try:
+            client.control(query_id, [(source, "rate", rate)])
+        except RequestRejected as refused:
+            if refused.status != 409:
+                raise
+            return False
+        return True
+
+    wait_for(f"{query_id}: {source} rate {rate} taken (refused with 409 while a task starts)",
+             sent, timeout=180, step=1.0)
 
 
 def generator_rows(params: Mapping[str, str]) -> list[Row]:
