@@ -2,20 +2,25 @@
 #   docker build -t elastiq:0.1.0 .
 #   docker run --rm elastiq:0.1.0 validate /opt/elastiq/examples/paper-filter.xml
 # Elastiq is installed by scripts/setup.sh, which builds pymesos's http-parser for Python 3.11.
-FROM python:3.11-slim-bookworm
+# Debian 13 (trixie): Debian 12 left regular security support in June 2026. Trixie ships no Java
+# 17, so the JRE is Temurin's, the same one the agents run (deploy/agent/Dockerfile).
+FROM eclipse-temurin:17-jre-jammy AS java
+
+FROM python:3.11-slim-trixie
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
-    JAVA_HOME=/usr/lib/jvm/java-17-openjdk-amd64 \
+    JAVA_HOME=/opt/java/openjdk \
     VIRTUAL_ENV=/opt/elastiq/venv \
-    PATH=/opt/elastiq/venv/bin:$PATH
+    PATH=/opt/elastiq/venv/bin:/opt/java/openjdk/bin:$PATH
+COPY --from=java /opt/java/openjdk /opt/java/openjdk
 
-# Java 17 for Spark; procps because Spark's launcher scripts call ps; tini reaps the executors'
-# and Spark's children and forwards SIGTERM so the scheduler stops with failover.
+# Java 17 for Spark (above); procps because Spark's launcher scripts call ps; tini reaps the
+# executors' and Spark's children and forwards SIGTERM so the scheduler stops with failover.
 RUN apt-get update \
- && apt-get install -y --no-install-recommends openjdk-17-jre-headless procps tini \
+ && apt-get install -y --no-install-recommends procps tini \
  && rm -rf /var/lib/apt/lists/*
 
 # The same path as on the agents (deploy/agent/Dockerfile): the scheduler starts executors

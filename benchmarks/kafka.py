@@ -49,6 +49,8 @@ from bench_util import exit_on_sigterm, fmt, format_table, median_of, percentile
 
 use_repo_on_path()
 
+from testkit.waiting import poll  # noqa: E402
+
 SPEC = """<dataflow name="kbench">
   <type name="reading">
     <column name="sensor" type="string"/>
@@ -153,12 +155,8 @@ class OutputReader:
                 self.latencies.append((row["sent"], now - row["sent"]))
 
     def wait_for(self, count: int, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if sum(self.seqs.values()) >= count:
-                return True
-            time.sleep(0.1)
-        return False
+        """Whether `count` records arrived within `timeout` s (`testkit.waiting.poll`)."""
+        return bool(poll(lambda: sum(self.seqs.values()) >= count, timeout, 0.1))
 
     def close(self) -> None:
         self._stop.set()

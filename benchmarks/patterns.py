@@ -66,6 +66,7 @@ from testkit.e2e_support import (  # noqa: E402
     Stack, generator_rows, hurry, java_child, kill_session, session_members, source_runner_pids,
     start_stack, stop_query, stop_stack, submit, wait_running, wait_until, window_oracle,
     windows_of)
+from testkit.waiting import poll  # noqa: E402
 from executor import shapes  # noqa: E402
 
 log = logging.getLogger("bench.patterns")
@@ -497,22 +498,19 @@ def kill_source_runner_on(stack: Stack, agent: str) -> float:
 def wait_relaunched(stack: Stack, qid: str, task: str, after_attempt: int,
                     timeout: float) -> float | None:
     """Time the scheduler first reported an attempt > `after_attempt` running (polled)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def relaunched() -> float | None:
         v = task_view(stack, qid, task)
-        if v.get("attempt", 0) > after_attempt and v.get("state") == "running":
-            return time.monotonic()
-        time.sleep(STATUS_POLL)
-    return None
+        running = v.get("attempt", 0) > after_attempt and v.get("state") == "running"
+        return time.monotonic() if running else None
+
+    found: float | None = poll(relaunched, timeout, STATUS_POLL)
+    return found
 
 
 def wait_growth(watcher: SizeWatcher, after: float, than: int, timeout: float) -> float | None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if (t := watcher.first_growth(after, than)) is not None:
-            return t
-        time.sleep(POLL_SECONDS)
-    return None
+    """When the sink first grew past `than` after `after` (a monotonic time), or None."""
+    found: float | None = poll(lambda: watcher.first_growth(after, than), timeout, POLL_SECONDS)
+    return found
 
 
 # --- section 1: failover gaps ----------------------------------------------------------------

@@ -68,6 +68,7 @@ if str(ROOT) not in sys.path:  # the repository: `benchmarks.*` (as the tests im
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.bench_util import fmt, format_table, median_of, percentile, ratio  # noqa: E402
+from testkit.waiting import poll  # noqa: E402
 
 log = logging.getLogger("bench.peers")
 
@@ -434,15 +435,6 @@ class Feeder:
         self._thread.join(5.0)
 
 
-def wait_until(condition: Callable[[], bool], timeout: float, step: float = 0.02) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(step)
-    return condition()
-
-
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -607,13 +599,13 @@ def throughput_run(engine: str, setup: Setup, n: int) -> Run:
     job, running = start_engine(engine, setup, run_dir, source, sink, follow=False)
     watcher = SinkWatcher(sink)
     try:
-        if not wait_until(lambda: running() or not job.alive(), 240.0, 0.05) or not running():
+        if not poll(lambda: running() or not job.alive(), 240.0, 0.05) or not running():
             result.problem = f"did not start (log {job.log_path})"
             return result
         assert job.running_at is not None
         result.startup_s = job.running_at - job.started
-        if not wait_until(lambda: len(watcher.seen) >= len(expected) or not job.alive(),
-                          setup.timeout_s, 0.05):
+        if not poll(lambda: len(watcher.seen) >= len(expected) or not job.alive(),
+                    setup.timeout_s, 0.05):
             result.problem = f"timed out with {len(watcher.seen)}/{len(expected)} windows"
         complete = watcher.time_of_row(len(expected))
         if complete is not None:
@@ -653,18 +645,18 @@ def latency_run(engine: str, setup: Setup, lines: Sequence[str], rate: float, n:
     watcher = SinkWatcher(sink)
     feeder = Feeder(lines, rate, source, into_dir)
     try:
-        if not wait_until(lambda: running() or not job.alive(), 240.0, 0.05) or not running():
+        if not poll(lambda: running() or not job.alive(), 240.0, 0.05) or not running():
             result.problem = f"did not start (log {job.log_path})"
             return result
         feeder.warm_up()
-        if not wait_until(lambda: len(data_rows(watcher.seen)) < len(watcher.seen)
-                          or not job.alive(), 240.0, 0.05) or not job.alive():
+        if not poll(lambda: len(data_rows(watcher.seen)) < len(watcher.seen)
+                    or not job.alive(), 240.0, 0.05) or not job.alive():
             result.problem = f"no warm-up window (log {job.log_path})"
             return result
         feeder.start()
         span = len(lines) / rate
-        if not wait_until(lambda: len(data_rows(watcher.seen)) >= len(expected)
-                          or not job.alive(), span + 120.0, 0.05):
+        if not poll(lambda: len(data_rows(watcher.seen)) >= len(expected)
+                    or not job.alive(), span + 120.0, 0.05):
             result.problem = (f"timed out with {len(data_rows(watcher.seen))}/{len(expected)} "
                               "windows")
     finally:

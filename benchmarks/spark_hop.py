@@ -61,6 +61,7 @@ from executor.channels import ChannelWriter  # noqa: E402
 from executor.runtime import ChannelHub, TaskRuntime, channel_reader_id  # noqa: E402
 from executor.spark_session import build_session  # noqa: E402
 from executor.task_runner import TaskRunner  # noqa: E402
+from testkit.waiting import poll  # noqa: E402
 from spark_vs_handwritten import (PROGRESS_RETENTION, warm_batch_ms,  # noqa: E402
                                   warm_throughput)
 
@@ -85,14 +86,18 @@ def oracle_count(rows: int) -> int:
 
 def wait_until(done: Callable[[], bool], timeout: float, what: str,
                runtimes: list[TaskRuntime]) -> None:
-    deadline = time.monotonic() + timeout
-    while not done():
+    """`testkit.waiting.poll` until `done()`; fails at once when one of `runtimes`' queries
+    died, and when `timeout` passes."""
+    def finished() -> bool:
+        if done():
+            return True
         for rt in runtimes:
             if rt.query is not None and not rt.query.isActive:
                 raise RuntimeError(f"{what}: query {rt.task_id} died: {rt.query.exception()}")
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what}: not done within {timeout} s")
-        time.sleep(0.02)
+        return False
+
+    if not poll(finished, timeout, 0.02):
+        raise TimeoutError(f"{what}: not done within {timeout} s")
 
 
 def generator(rt: TaskRuntime, rows: int) -> None:

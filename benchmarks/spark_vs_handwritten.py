@@ -71,6 +71,7 @@ from executor.sources import (
 )
 from executor.spark_session import build_session
 from executor.task_runner import TaskRunner
+from testkit.waiting import poll
 
 log = logging.getLogger("bench.spark_vs_handwritten")
 
@@ -450,15 +451,16 @@ def start_elastiq(spark: SparkSession, workload: Workload, run_dir: Path,
 def wait_until_done(run_id: str, query: StreamingQuery, watcher: SinkWatcher, workload: Workload,
                     expected_rows: int, timeout: float) -> tuple[bool, str]:
     """Until every tuple is processed and the sink holds `expected_rows`; bounded in time."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def outcome() -> str:
         if not query.isActive:
-            return False, f"query ended: {query.exception()}"
+            return f"query ended: {query.exception()}"
         progress = query.lastProgress
         ended = progress is not None and _end_index(progress) == workload.limit
-        if ended and len(watcher.seen) >= expected_rows:
-            return True, ""
-        time.sleep(0.1)
+        return "done" if ended and len(watcher.seen) >= expected_rows else ""
+
+    found = poll(outcome, timeout, 0.1)
+    if found:
+        return found == "done", "" if found == "done" else found
     log.warning("run %s: not done after %.0f s (%s sink rows of %s)", run_id, timeout,
                 len(watcher.seen), expected_rows)
     return False, f"timed out with {len(watcher.seen)}/{expected_rows} sink rows"

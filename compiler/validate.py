@@ -914,8 +914,9 @@ def _kafka_source(c: _Checker, op: OperatorDecl, inputs: list[Schema]) -> Schema
     topics = _kafka_param(c, op, "topic", kp.parse_topics) or ()
     if pattern is not None and not pattern.value.strip():
         c.error(pattern.value_pos(), f"parameter 'topic-pattern' of '{op.name}' is empty")
-    if op.param("starting-offsets") is not None and op.param("starting-timestamp") is not None:
-        c.error(op.param("starting-timestamp").pos,  # type: ignore[union-attr]
+    timestamp = op.param("starting-timestamp")
+    if op.param("starting-offsets") is not None and timestamp is not None:
+        c.error(timestamp.pos,
                 f"kafka-source '{op.name}' has both starting-offsets and starting-timestamp",
                 "keep one of them")
     _kafka_param(c, op, "starting-offsets", lambda t: kp.parse_starting_offsets(t, topics))

@@ -1,10 +1,10 @@
 """Dynamic load distribution's decision: which tasks move between which agents (pure).
 
-Owns Borealis' correlation-based load distribution (Xing, Zdonik, Hwang, "Dynamic Load
-Distribution in the Borealis Stream Processor", ICDE'05; seeds/000, "Dynamic Load Distribution
-Algorithms"): every task has a load time series (CPU s/s per sampling period, from heartbeats and
-the isolation figures), an agent's series is the sum of its tasks'. Periodically
-`plan_moves` orders the agents by mean load, pairs the i-th with the (n-i+1)-th, and, for a
+Owns Borealis' correlation-based load distribution (Xing, Zdonik, Hwang, "Dynamic Load Distribution
+in the Borealis Stream Processor", ICDE'05, "Dynamic Load Distribution Algorithms"; docs/load.md):
+every task has a load time series (CPU s/s per sampling period, from heartbeats and the isolation
+figures), an agent's series is the sum of its tasks'. Periodically `plan_moves` orders the agents
+by mean load, pairs the i-th with the (n-i+1)-th, and, for a
 pair whose mean loads differ by at least a threshold and which is not cooling down, moves tasks:
 - `one_way`: the busier agent offloads half the difference, the task with the largest score
   first, where score(o) = rho(o, the other tasks on A) - rho(o, the tasks on B): a task whose

@@ -1,11 +1,11 @@
 """Load shedding's decision: the drop ratios that keep every agent under capacity (pure).
 
-Owns the shedding plan of Borealis' distributed load shedder (Tatbul, Cetintemel, Zdonik,
-"Staying FIT", VLDB'07; seeds/000, "Distributed Load Shedding as a Linear Optimization Problem"):
-given a query plan's drop points (the idle drop operators `rewrite_rules/shedding.rule` puts at
-every source and channel input), its operators' measured cost per row and selectivity and the
-agent each runs on, every agent's capacity and every sink's weight, `plan_shedding` chooses the
-drop ratios for the whole plan at once by one linear program:
+Owns the shedding plan of Borealis' distributed load shedder (Tatbul, Cetintemel, Zdonik, "Staying
+FIT", VLDB'07, "Distributed Load Shedding as a Linear Optimization Problem"; docs/load.md): given a
+query plan's drop points (the idle drop operators `rewrite_rules/shedding.rule` puts at every
+source and channel input), its operators' measured cost per row and selectivity and the agent each
+runs on, every agent's capacity and every sink's weight, `plan_shedding` chooses the drop ratios
+for the whole plan at once by one linear program:
 
 - a variable `z` per (drop point, utility class): the fraction of that class's rows, as they
   left their origin, that are still kept after the drop point (`1` keeps all, `0` drops all);

@@ -1,5 +1,7 @@
 """Bounded waiting for the tests and benchmarks: poll a check until it holds, never longer than
-a timeout; the one polling loop (`e2e_support.wait_until` is its spelling with a diff)."""
+a timeout; the one polling loop (`poll`). `wait_for` fails when the time is up, for tests;
+`poll` answers the last falsy result instead, for a benchmark that records the miss and goes on;
+`e2e_support.wait_until` is `wait_for` with a diff."""
 
 from __future__ import annotations
 
@@ -7,18 +9,26 @@ import time
 from typing import Any, Callable
 
 
+def poll(check: Callable[[], Any], timeout: float, step: float = 0.1) -> Any:
+    """Call `check` every `step` seconds until it returns something truthy and return that;
+    bounded in time and in count: after `timeout` seconds, its last (falsy) result."""
+    deadline = time.monotonic() + timeout
+    result = None
+    for _ in range(int(timeout / step) + 1):
+        result = check()
+        if result or time.monotonic() > deadline:
+            break
+        time.sleep(step)
+    return result
+
+
 def wait_for(what: str, check: Callable[[], Any], timeout: float = 30.0,
              step: float = 0.1, detail: Callable[[], str] | None = None) -> Any:
     """Poll `check` every `step` seconds until it returns something truthy and return that;
     bounded in time and in count; fail naming `what` otherwise, with `detail()` (e.g. expected
     against actual) when given."""
-    deadline = time.monotonic() + timeout
-    for _ in range(int(timeout / step) + 1):
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            break
-        time.sleep(step)
+    result = poll(check, timeout, step)
+    if result:
+        return result
     more = f"\n{detail()}" if detail is not None else ""
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}{more}")

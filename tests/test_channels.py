@@ -41,6 +41,7 @@ from executor.wire import (
     encode_header,
     encode_table,
 )
+from testkit.waiting import poll
 
 SCHEMA = pa.schema([("id", pa.int64()), ("payload", pa.string())])
 ROWS = 10
@@ -67,15 +68,6 @@ def drain(reader: ChannelReader, upto: int, *, ack: bool = True, limit_s: float 
         if batches and ack:
             reader.ack(batches[-1].seq)
     return got
-
-
-def wait_for(condition, limit_s: float = 5.0) -> bool:
-    deadline = time.monotonic() + limit_s
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.01)
-    return condition()
 
 
 @pytest.fixture
@@ -194,10 +186,10 @@ def test_acks_trim_the_retained_buffer(closing) -> None:
     reader.subscribe(timeout=5)
     drain(reader, 10, ack=False)
     reader.ack(4)
-    assert wait_for(lambda: writer.retained_range() == (5, 10))
+    assert poll(lambda: writer.retained_range() == (5, 10), 5.0, 0.01)
     assert reader.retained_range(timeout=5) == (5, 10)
     reader.ack(10)
-    assert wait_for(lambda: writer.retained_range() == (11, 10))
+    assert poll(lambda: writer.retained_range() == (11, 10), 5.0, 0.01)
     assert writer.stats().retained_bytes == 0
 
 
@@ -237,7 +229,7 @@ def test_late_expected_reader_gets_everything(closing) -> None:
     late.subscribe(timeout=5)
     got = drain(late, 40)
     assert [b.tag for b in got] == list(range(40))
-    assert wait_for(lambda: writer.retained_range() == (41, 40))
+    assert poll(lambda: writer.retained_range() == (41, 40), 5.0, 0.01)
 
 
 def test_two_readers_each_get_every_batch(closing) -> None:
@@ -252,7 +244,7 @@ def test_two_readers_each_get_every_batch(closing) -> None:
     for reader in readers:
         got = drain(reader, 60)
         assert [b.table.column("id").to_pylist() for b in got] == [batch_ids(t) for t in range(60)]
-    assert wait_for(lambda: writer.stats().acked == {"a": 60, "b": 60})
+    assert poll(lambda: writer.stats().acked == {"a": 60, "b": 60}, 5.0, 0.01)
 
 
 def test_backpressure_blocks_and_memory_stays_bounded(closing) -> None:
@@ -294,7 +286,7 @@ def test_trimmed_range_gives_a_clear_error(closing) -> None:
     reader.subscribe(timeout=5)
     drain(reader, 20, ack=False)
     reader.ack(12)
-    assert wait_for(lambda: writer.retained_range() == (13, 20))
+    assert poll(lambda: writer.retained_range() == (13, 20), 5.0, 0.01)
     fresh = ChannelReader("orders", "r1", writer.endpoint, SCHEMA)
     closing(fresh)
     with pytest.raises(ChannelTrimmed, match=r"retained range is \(13, 20\)") as info:
@@ -347,7 +339,7 @@ def test_bad_frames_are_refused_while_a_good_reader_keeps_receiving(closing) -> 
             rogue.send_multipart(bad.pop())
     got = drain(reader, 50)
     assert [b.tag for b in got] == list(range(50))
-    assert wait_for(lambda: writer.stats().refused_frames == 6)
+    assert poll(lambda: writer.stats().refused_frames == 6, 5.0, 0.01)
     replies = []
     while rogue.poll(1000) and len(replies) < 6:
         replies.append(decode_header(rogue.recv()))
@@ -473,7 +465,7 @@ def test_writer_retargets_from_one_reader_id_to_another(closing) -> None:
     old.subscribe(timeout=5)
     drain(old, 5, ack=False)
     old.ack(5)
-    assert wait_for(lambda: writer.stats().acked == {"old": 5})
+    assert poll(lambda: writer.stats().acked == {"old": 5}, 5.0, 0.01)
     writer.retarget_reader("old", "new")
     with pytest.raises(ChannelError, match="no longer serves reader old"):
         drain(old, 12)
@@ -532,7 +524,7 @@ def test_sigkilled_reader_process_resumes_with_nothing_lost_or_twice(closing, tm
     proc = _start_reader_proc(writer.endpoint, sink, total, 0.005)
     try:
         steady_got = drain(steady, 60, limit_s=20)  # the other reader keeps going meanwhile
-        assert wait_for(lambda: len(_committed(sink)) >= 40, limit_s=20)
+        assert poll(lambda: len(_committed(sink)) >= 40, 20.0, 0.01)
         proc.send_signal(signal.SIGKILL)
         proc.wait(5)
         killed_at = len(_committed(sink))
@@ -550,4 +542,4 @@ def test_sigkilled_reader_process_resumes_with_nothing_lost_or_twice(closing, tm
     assert [line["seq"] for line in committed] == list(range(1, total + 1))
     assert [line["ids"] for line in committed] == [batch_ids(t) for t in range(total)]
     assert [b.seq for b in steady_got] == list(range(1, total + 1))
-    assert wait_for(lambda: writer.retained_range() == (total + 1, total))
+    assert poll(lambda: writer.retained_range() == (total + 1, total), 5.0, 0.01)

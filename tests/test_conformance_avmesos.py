@@ -23,6 +23,7 @@ import pytest
 from tests.test_embedded_cluster import (  # noqa: F401 - `cluster` is a fixture
     cluster, pid_alive, task_info,
 )
+from testkit.waiting import wait_for
 
 avmesos_client = pytest.importorskip("avmesos.client", reason="avmesos is a test extra")
 requests = pytest.importorskip("requests")
@@ -76,15 +77,11 @@ class Framework:
 
 
 def wait(check: Callable[[], Any], what: str, timeout: float = WAIT) -> Any:
+    """`testkit.waiting.wait_for`, logging how long it took."""
     started = time.monotonic()
-    deadline = started + timeout
-    while time.monotonic() < deadline:
-        found = check()
-        if found:
-            log.info("%s: %.1f s", what, time.monotonic() - started)
-            return found
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
+    found = wait_for(what, check, timeout, 0.05)
+    log.info("%s: %.1f s", what, time.monotonic() - started)
+    return found
 
 
 def operator(cluster: Any, kind: str) -> dict[str, Any]:

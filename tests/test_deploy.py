@@ -243,14 +243,22 @@ def test_the_images_install_the_locked_versions_of_every_runtime_dependency() ->
         assert "requirements.lock" in text and "setup.sh --no-test-extras --locked" in text
 
 
+def bases_of(dockerfile: Path) -> list[str]:
+    """The images a Dockerfile builds on (`FROM x`) and its Ubuntu base argument."""
+    return [line.split()[1] for line in dockerfile.read_text().splitlines()
+            if line.startswith(("FROM ", "ARG UBUNTU="))]
+
+
 def test_no_image_builds_on_an_end_of_life_base() -> None:
-    """Bases out of support (Ubuntu 16.04 under the mesosphere 1.7 images, Debian 10 and
-    older, Python 3.8 and older): none may come back."""
-    end_of_life = re.compile(r"mesosphere/|ubuntu:(1[0-9]|20)\.|xenial|bionic|focal|buster|"
-                             r"stretch|jessie|python:3\.[0-8]\b")
+    """Bases out of support (Ubuntu 16.04 under the mesosphere 1.7 images, Debian 12 and
+    older: bookworm left regular security support in June 2026; Python 3.8 and older): none may
+    come back. The scheduler image takes the agents' Java (Temurin 17), not a distribution's."""
+    end_of_life = re.compile(r"mesosphere/|ubuntu:(1[0-9]|20)\.|xenial|bionic|focal|bookworm|"
+                             r"bullseye|buster|stretch|jessie|python:3\.[0-8]\b")
     dockerfiles = [ROOT / "Dockerfile", DEPLOY / "agent" / "Dockerfile"]
-    bases = [line.split()[1] for f in dockerfiles for line in f.read_text().splitlines()
-             if line.startswith(("FROM ", "ARG UBUNTU="))] + [
+    bases = [b for f in dockerfiles for b in bases_of(f)] + [
         str(s["image"]) for s in compose_services().values() if "build" not in s]
     assert bases and not [b for b in bases if end_of_life.search(b.replace("ARG", ""))], bases
     assert "ubuntu:22.04" in (DEPLOY / "agent" / "Dockerfile").read_text()
+    javas = [[b for b in bases_of(f) if b.startswith("eclipse-temurin:")] for f in dockerfiles]
+    assert javas == [["eclipse-temurin:17-jre-jammy"]] * 2, javas

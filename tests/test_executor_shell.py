@@ -10,7 +10,6 @@ import resource
 import subprocess
 import sys
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
@@ -19,6 +18,7 @@ import pytest
 
 from executor.mesos_executor import (ElastiqExecutor, ExecutorConfig, ExecutorLoop,
                                      NotStartedByAgent, RunnerPool, config_from_env)
+from testkit.waiting import poll
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -123,15 +123,6 @@ def harness(tmp_path: Path) -> Iterator[Harness]:
         h.thread.join(10)
 
 
-def wait_for(check: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.02)
-    raise AssertionError("condition not met in time")
-
-
 def task_info(task_id: str, attempt: int, program: str = "def build(rt):\n    pass\n") -> dict:
     task = {"query_id": "q", "task_id": task_id, "kind": "spark", "operators": ["a"],
             "inputs": [], "outputs": [], "stateful": False,
@@ -143,14 +134,15 @@ def task_info(task_id: str, attempt: int, program: str = "def build(rt):\n    pa
 
 def test_launch_run_heartbeat_kill(harness: Harness) -> None:
     harness.callbacks.launchTask(None, task_info("q.t0", 1))
-    wait_for(lambda: "TASK_RUNNING" in harness.driver.states_of("q.t0.a1"))
+    assert poll(lambda: "TASK_RUNNING" in harness.driver.states_of("q.t0.a1"), 5.0, 0.02)
     runner = harness.runners[0]
     task_dir = harness.config.state_dir / "q.t0"
     assert runner.program == task_dir / "program.py" and runner.program.is_file()
     assert runner.kwargs["checkpoint_dir"] == str(task_dir / "checkpoint")
     assert runner.kwargs["endpoints"] == {"q/x": "tcp://127.0.0.1:7000"}
     assert (runner.kwargs["query_id"], runner.kwargs["task_id"]) == ("q", "q.t0")
-    wait_for(lambda: any("q.t0.a1" in m["tasks"] for m in harness.driver.messages))
+    assert poll(lambda: any("q.t0.a1" in m["tasks"] for m in harness.driver.messages),
+                5.0, 0.02)
     beat = [m for m in harness.driver.messages if "q.t0.a1" in m["tasks"]][-1]
     assert beat["kind"] == "heartbeat" and beat["executor_id"] == "exec-1"
     assert beat["tasks"]["q.t0.a1"]["tuples_out"] == 3
@@ -158,7 +150,7 @@ def test_launch_run_heartbeat_kill(harness: Harness) -> None:
     assert beat["tasks"]["q.t0.a1"]["running_ms"] == 700
     assert beat["tasks"]["q.t0.a1"]["state"] == "running"
     harness.callbacks.killTask(None, {"value": "q.t0.a1"})
-    wait_for(lambda: "TASK_KILLED" in harness.driver.states_of("q.t0.a1"))
+    assert poll(lambda: "TASK_KILLED" in harness.driver.states_of("q.t0.a1"), 5.0, 0.02)
     assert runner.stopped
     assert harness.driver.states_of("q.t0.a1") == ["TASK_STARTING", "TASK_RUNNING", "TASK_KILLED"]
     status = harness.driver.statuses[0]
@@ -169,7 +161,7 @@ def test_launch_run_heartbeat_kill(harness: Harness) -> None:
 def test_second_attempt_reuses_the_checkpoint_folder_and_one_session(harness: Harness) -> None:
     harness.callbacks.launchTask(None, task_info("q.t0", 1))
     harness.callbacks.launchTask(None, task_info("q.t0", 2))
-    wait_for(lambda: "TASK_RUNNING" in harness.driver.states_of("q.t0.a2"))
+    assert poll(lambda: "TASK_RUNNING" in harness.driver.states_of("q.t0.a2"), 5.0, 0.02)
     assert harness.driver.states_of("q.t0.a1")[-1] == "TASK_KILLED"
     first, second = harness.runners
     assert first.stopped and not second.stopped
@@ -179,23 +171,23 @@ def test_second_attempt_reuses_the_checkpoint_folder_and_one_session(harness: Ha
 
 def test_program_that_fails_to_load_gives_task_failed(harness: Harness) -> None:
     harness.callbacks.launchTask(None, task_info("q.t1", 1, program="FAIL_TO_LOAD = 1\n"))
-    wait_for(lambda: "TASK_FAILED" in harness.driver.states_of("q.t1.a1"))
+    assert poll(lambda: "TASK_FAILED" in harness.driver.states_of("q.t1.a1"), 5.0, 0.02)
     failed = [s for s in harness.driver.statuses if s["state"] == "TASK_FAILED"][0]
     assert "no build(rt) function" in failed["message"]
     assert failed["reason"] == "REASON_TASK_INVALID"
     harness.callbacks.launchTask(None, task_info("q.t2", 1))  # the executor carries on
-    wait_for(lambda: "TASK_RUNNING" in harness.driver.states_of("q.t2.a1"))
+    assert poll(lambda: "TASK_RUNNING" in harness.driver.states_of("q.t2.a1"), 5.0, 0.02)
 
 
 def test_garbage_task_data_gives_task_failed(harness: Harness) -> None:
     harness.callbacks.launchTask(None, {"task_id": {"value": "bad.a1"}, "data": "!!"})
-    wait_for(lambda: "TASK_FAILED" in harness.driver.states_of("bad.a1"))
+    assert poll(lambda: "TASK_FAILED" in harness.driver.states_of("bad.a1"), 5.0, 0.02)
     assert harness.runners == []
 
 
 def test_shutdown_stops_runners_session_and_hub_and_exits_zero(harness: Harness) -> None:
     harness.callbacks.launchTask(None, task_info("q.t0", 1))
-    wait_for(lambda: "TASK_RUNNING" in harness.driver.states_of("q.t0.a1"))
+    assert poll(lambda: "TASK_RUNNING" in harness.driver.states_of("q.t0.a1"), 5.0, 0.02)
     harness.callbacks.shutdown(None)
     harness.thread.join(10)
     assert harness.result == [0]
@@ -285,12 +277,12 @@ def test_the_executor_process_runs_with_the_raised_limit_in_its_children(tmp_pat
 def test_a_prewarmed_session_is_built_before_any_task_and_used_by_the_first(
         harness: Harness) -> None:
     harness.loop.pool.prewarm()
-    wait_for(lambda: len(harness.sessions) == 1)  # no task launched yet
+    assert poll(lambda: len(harness.sessions) == 1, 5.0, 0.02)  # no task launched yet
     assert harness.runners == []
     harness.callbacks.launchTask(None, task_info("q.t0", 1))
-    wait_for(lambda: len(harness.runners) == 1)
+    assert poll(lambda: len(harness.runners) == 1, 5.0, 0.02)
     assert len(harness.sessions) == 1  # the runner asserts it got this very session
     harness.loop.pool.prewarm()  # a second prewarm builds nothing
     harness.callbacks.launchTask(None, task_info("q.t1", 1))
-    wait_for(lambda: len(harness.runners) == 2)
+    assert poll(lambda: len(harness.runners) == 2, 5.0, 0.02)
     assert len(harness.sessions) == 1

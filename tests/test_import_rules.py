@@ -10,7 +10,9 @@ reports one, and the known violations must still exist, so their list stays hone
 the scheduler's pure core (scheduler/state.py and every scheduler module it imports) free of
 zmq and other makers of keys, randomness or I/O: those belong to the shell that feeds it events.
 R9 forbids any import cycle between our modules (there was one, elastiq/run.py <->
-elastiq/service_cli.py; their shared launch code is elastiq/launch.py now).
+elastiq/service_cli.py; their shared launch code is elastiq/launch.py now). R10 keeps tests and
+benchmarks apart (what both use lives in testkit/), and R11 keeps one polling loop for them all,
+testkit/waiting.py.
 """
 
 from __future__ import annotations
@@ -41,9 +43,10 @@ class Violation:
     line: int
     module: str
     rule: str
+    what: str = "imports"  # R11's are definitions
 
     def __str__(self) -> str:
-        return f"{self.file}:{self.line}: imports {self.module}: {self.rule}"
+        return f"{self.file}:{self.line}: {self.what} {self.module}: {self.rule}"
 
 
 def _top(module: str) -> str:
@@ -382,3 +385,56 @@ def test_a_benchmark_borrowing_a_test_helper_is_reported() -> None:
                         ("tests/test_peers_oracle.py", "from benchmarks import peers"),
                         ("tests/test_x.py", "from testkit.waiting import wait_for")):
         assert helper_violations(rel, source) == [], (rel, source)
+
+
+# R11: the one polling loop of tests and benchmarks is testkit/waiting.py's `poll`.
+POLLING_LOOP = "testkit/waiting.py"
+
+
+def polling_copies(rel: str, source: str) -> list[Violation]:
+    """R11: every function named `wait...` or `_wait...` outside testkit/waiting.py that sleeps
+    inside a loop of its own (a copy of the polling loop; waits on a condition variable or an
+    event, which sleep in no loop, are not copies)."""
+    if rel == POLLING_LOOP:
+        return []
+    found = []
+    for node in ast.walk(ast.parse(source, rel)):
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or \
+                not node.name.lstrip("_").startswith("wait"):
+            continue
+        sleeps = [call for loop in ast.walk(node) if isinstance(loop, (ast.While, ast.For))
+                  for call in ast.walk(loop) if isinstance(call, ast.Call)
+                  and (getattr(call.func, "attr", None) == "sleep"
+                       or getattr(call.func, "id", None) == "sleep")]
+        if sleeps:
+            found.append(Violation(rel, node.lineno, node.name, "R11: a polling loop of its own; "
+                                   "use testkit.waiting's wait_for or poll", "defines"))
+    return found
+
+
+def test_tests_and_benchmarks_poll_only_through_testkit_waiting() -> None:
+    found = [v for folder in ("tests", "benchmarks", "testkit")
+             for path in sorted((ROOT / folder).rglob("*.py"))
+             for v in polling_copies(path.relative_to(ROOT).as_posix(),
+                                     path.read_text(encoding="utf-8"))]
+    assert not found, "\n".join(map(str, found))
+
+
+def test_a_copy_of_the_polling_loop_is_reported() -> None:
+    copy = ("import time\n\n\ndef wait_until(check, timeout):\n"
+            "    deadline = time.monotonic() + timeout\n"
+            "    while time.monotonic() < deadline:\n"
+            "        if check():\n            return True\n        time.sleep(0.1)\n"
+            "    return False\n")
+    assert [(v.line, v.module, v.rule[:3]) for v in polling_copies("benchmarks/x.py", copy)] \
+        == [(4, "wait_until", "R11")]
+    method = "class W:\n    def _wait_ready(self):\n        for _ in range(9):\n" \
+             "            sleep(1)\n"
+    assert [v.module for v in polling_copies("tests/x.py", method)] == ["_wait_ready"]
+    for rel, source in (
+            ("tests/x.py", "def wait(check):\n    return wait_for('it', check, 5)\n"),
+            ("tests/x.py", "def wait_for(self, cond):\n    while not cond():\n"
+                           "        self._cond.wait(1)\n"),
+            ("tests/x.py", "def run():\n    while True:\n        time.sleep(1)\n"),
+            (POLLING_LOOP, copy)):
+        assert polling_copies(rel, source) == [], (rel, source)

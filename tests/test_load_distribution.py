@@ -1,6 +1,7 @@
-"""Correlation-based load distribution (scheduler/load_distribution.py), pure: the seed's example
-(seeds/000: the cut plan beats the connect plan), hand-computed scores, pairing, threshold and
-cool-down, and the issue's two anti-correlated waves against first-fit placement."""
+"""Correlation-based load distribution (scheduler/load_distribution.py), pure: the paper's example
+(Xing et al., ICDE'05, docs/load.md: the cut plan beats the connect plan), hand-computed scores,
+pairing, threshold and cool-down, and the issue's two anti-correlated waves against first-fit
+placement."""
 
 from __future__ import annotations
 

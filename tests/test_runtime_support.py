@@ -4,9 +4,9 @@ query to drain a finite source, and reading a jsonl sink back (`e2e_support.read
 from __future__ import annotations
 
 import re
-import time
 from typing import Any
 
+from testkit import waiting
 from testkit.e2e_support import read_sink
 from executor import shapes
 
@@ -41,22 +41,20 @@ def drained(query: Any, limits: list[int]) -> bool:
 
 def wait_drained(query: Any, limits: list[int], timeout: float = 60.0) -> None:
     """Bounded wait until `drained` holds twice, 1 s apart (no-data batches have run)."""
-    deadline = time.monotonic() + timeout
     streak = 0
-    while time.monotonic() < deadline:
+
+    def twice() -> bool:
+        nonlocal streak
         if query.exception() is not None:
             raise AssertionError(f"query failed: {query.exception()}")
         streak = streak + 1 if drained(query, limits) else 0
-        if streak >= 2:
-            return
-        time.sleep(1.0)
-    raise AssertionError(f"query did not drain {limits} within {timeout} s: {query.lastProgress}")
+        return streak >= 2
+
+    if not waiting.poll(twice, timeout, 1.0):
+        raise AssertionError(f"query did not drain {limits} within {timeout} s: "
+                             f"{query.lastProgress}")
 
 
 def wait_for(predicate: Any, timeout: float, what: str, step: float = 0.2) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(step)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+    """`testkit.waiting.wait_for` in the runtime tests' argument order."""
+    waiting.wait_for(what, predicate, timeout, step)

@@ -14,11 +14,11 @@ import socket
 import stat
 import subprocess
 import sys
-import time
 from pathlib import Path
-from typing import Callable
 
 import pytest
+
+from testkit.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -38,15 +38,6 @@ def bad_token(tmp_path: Path) -> Path:
 def _elastiq(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "elastiq.cli", *args], capture_output=True,
                           text=True, timeout=timeout, cwd=ROOT)
-
-
-def _wait(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 def _oracle(numbers: Path) -> list[dict[str, object]]:
@@ -89,8 +80,8 @@ def test_scheduler_submit_status_tail_stop_from_the_command_line(
          "--state-dir", str(tmp_path / "state"), "--path-root", str(tmp_path)],
         stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True)
     try:
-        _wait(lambda: _elastiq("status", "--scheduler", url).returncode == 0, 60,
-              "the scheduler's API")
+        wait_for("the scheduler's API",
+                 lambda: _elastiq("status", "--scheduler", url).returncode == 0, 60, 0.5)
         assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
         denied = _elastiq("status", "--scheduler", url, "--token-file", str(bad_token(tmp_path)))
         assert denied.returncode == 1 and "refused (401)" in denied.stderr
@@ -105,7 +96,8 @@ def test_scheduler_submit_status_tail_stop_from_the_command_line(
         assert "paper-filter accepted" in submitted.stdout
 
         sink = tmp_path / "out" / "paper-filter.jsonl"
-        _wait(lambda: _same_rows(_sink_rows(sink), expected), 150, "the sink to match the oracle")
+        wait_for("the sink to match the oracle", lambda: _same_rows(_sink_rows(sink), expected),
+                 150, 0.5)
         status = _elastiq("status", "--scheduler", url, "paper-filter")
         assert status.returncode == 0 and "paper-filter.t0" in status.stdout, status.stderr
 
@@ -121,8 +113,8 @@ def test_scheduler_submit_status_tail_stop_from_the_command_line(
 
         stopped = _elastiq("stop", "--scheduler", url, "paper-filter")
         assert stopped.returncode == 0 and "stopping" in stopped.stdout
-        _wait(lambda: "stopped" in _elastiq("status", "--scheduler", url, "paper-filter").stdout,
-              60, "the query to stop")
+        wait_for("the query to stop", lambda: "stopped" in _elastiq(
+            "status", "--scheduler", url, "paper-filter").stdout, 60, 0.5)
 
         # a spec whose sink lies outside the scheduler's roots: the scheduler compiles it with
         # its own roots (the client's folder only resolves relative paths) and refuses it with
@@ -149,7 +141,7 @@ def test_scheduler_submit_status_tail_stop_from_the_command_line(
             log.close()
     assert code == 0, (tmp_path / "scheduler.log").read_text()[-2000:]
     assert not token_file.exists()  # removed with the API that wrote it
-    _wait(lambda: not _processes_under(tmp_path), 30, "every executor process to end")
+    wait_for("every executor process to end", lambda: not _processes_under(tmp_path), 30, 0.5)
 
 
 def _processes_under(folder: Path) -> list[int]:

@@ -14,7 +14,8 @@ POLICY = ShedPolicy(headroom=1.0, release_below=0.7, cooldown_seconds=30.0)
 
 
 def seed_problem(rate: float = 1.0) -> ShedProblem:
-    """The seed's two chains (seeds/000) at `rate` tuples/s each."""
+    """The two chains of "Staying FIT"'s load-dependency example (docs/load.md) at `rate` tuples/s
+    each."""
     return ShedProblem(
         (DropPoint("in1", rate=rate), DropPoint("in2", rate=rate)),
         (Operator("a1", "A", 1.0, 1.0, ("in1",)), Operator("a2", "A", 2.0, 1.0, ("in2",)),

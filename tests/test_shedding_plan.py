@@ -1,6 +1,7 @@
-"""The shedding plan (scheduler/shedding.py), pure: the seed's own table (seeds/000, "Distributed
-Load Shedding: Load Dependency"), hand-computed cases, a brute-force oracle on small plans, and
-properties (never over capacity, never worse than uniform random shedding)."""
+"""The shedding plan (scheduler/shedding.py), pure: the paper's own table ("Staying FIT", VLDB'07,
+"Distributed Load Shedding: Load Dependency"; docs/load.md), hand-computed cases, a brute-force
+oracle on small plans, and properties (never over capacity, never worse than uniform random
+shedding)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from scheduler.shedding import (DropPoint, Operator, ShedProblem, Sink, UtilityC
 
 
 def seed_problem(weights: tuple[float, float] = (1.0, 1.0)) -> ShedProblem:
-    """The seed's two chains, 1 tuple/s each: chain 1 costs 1 on A then 3 on B; chain 2 costs 2
+    """The paper's two chains, 1 tuple/s each: chain 1 costs 1 on A then 3 on B; chain 2 costs 2
     on A then 1 on B; every selectivity 1; both nodes' capacity 1."""
     return ShedProblem(
         points=(DropPoint("in1", rate=1.0), DropPoint("in2", rate=1.0)),

@@ -14,8 +14,9 @@ import shutil
 import signal
 import socket
 import subprocess
-import time
 from pathlib import Path
+
+from testkit.waiting import poll
 
 JARS = ("/usr/share/java/zookeeper.jar", "/usr/share/java/slf4j-simple.jar")
 MAIN = "org.apache.zookeeper.server.ZooKeeperServerMain"
@@ -109,16 +110,13 @@ class ZooKeeperServer:
             log.close()
 
     def _wait_ready(self) -> bool:
-        deadline = time.monotonic() + self.start_timeout
-        for _ in range(int(self.start_timeout / 0.05) + 1):
+        def settled() -> str:
             if self.process is None or self.process.poll() is not None:
-                return False
-            if "Mode: standalone" in four_letter(self.port, "srvr", timeout=0.5):
-                return True
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(0.05)
-        return False
+                return "ended"
+            return "ready" if "Mode: standalone" in four_letter(self.port, "srvr",
+                                                                timeout=0.5) else ""
+
+        return bool(poll(settled, self.start_timeout, 0.05) == "ready")
 
     def stop(self) -> None:
         p, self.process = self.process, None
