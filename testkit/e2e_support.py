@@ -215,6 +215,22 @@ def disjoint_port_ranges(count: int, size: int = 16) -> tuple[tuple[int, int], .
                  for i in range(count))
 
 
+# Options for the JVMs of the executors a stack starts (their SparkSessions), from this
+# environment variable: tests/conftest.py sets it to JAVA_OPTIONS_FOR_TESTS, benchmarks leave
+# it unset (their figures are the product's, with the JVM's defaults).
+JAVA_OPTIONS_ENV = "ELASTIQ_TEST_JAVA_OPTIONS"
+# C1 only and one GC thread: an executor's SparkSession start (one per agent, again after every
+# SIGKILL) takes the least CPU of the shared 2-core machine; a test's inputs are small, so C2's
+# faster code never pays back its compile time.
+JAVA_OPTIONS_FOR_TESTS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+
+def executor_java_options() -> tuple[tuple[str, str], ...]:
+    """The executor environment that gives its JVMs JAVA_OPTIONS_ENV's options (none unset)."""
+    options = os.environ.get(JAVA_OPTIONS_ENV, "").strip()
+    return (("JAVA_TOOL_OPTIONS", options),) if options else ()
+
+
 def start_stack(work: Path, cpus_per_agent: float = 1.5, mem_per_agent: int = 8192,
                 spark_cores: int = 2, agents: int = 2,
                 port_ranges: tuple[tuple[int, int], ...] | None = None,
@@ -236,7 +252,8 @@ def start_stack(work: Path, cpus_per_agent: float = 1.5, mem_per_agent: int = 81
                             cpus=ExecutorSpec.cpus if executor_cpus is None else executor_cpus,
                             environment=(
         ("ELASTIQ_STATE_DIR", str(work / "state")), ("ELASTIQ_SPARK_CORES", str(spark_cores)),
-        ("PYTHONPATH", pythonpath()), ("ELASTIQ_TOKEN_FILE", str(token_file))))
+        ("PYTHONPATH", pythonpath()), ("ELASTIQ_TOKEN_FILE", str(token_file)),
+        *executor_java_options()))
     config = SchedulerConfig(executor=executor, backoff_initial=0.5, same_agent_wait=60.0,
                              offer_hold_seconds=1.0, decline_seconds=0.5)
     cluster = EmbeddedCluster(agents=0, work_dir=work / "cluster", executor_grace_seconds=15.0,

@@ -1,6 +1,7 @@
 """Shared pytest fixtures: the one session-scoped SparkSession of the Spark test layer; the
 pool that hands one running embedded stack from a cluster test module to the next module of the
-same `STACK_SHAPE` (testkit.e2e_support.StackPool); the `alone` mark of the cluster tests that
+same `STACK_SHAPE` (testkit.e2e_support.StackPool), those modules run one after another; the
+`alone` mark of the cluster tests that
 scripts/test.sh keeps in its serial cluster stream (ALONE_MODULES); and,
 when the suite runs on pytest-xdist workers (`pytest -n N --dist loadfile`, for a machine with
 more cores than CI's: `scripts/test.sh` runs the cluster layer serially), in what order its
@@ -130,6 +131,35 @@ def longest_modules_first(tests: Sequence[tuple[str, float]]) -> list[int]:
     return [position for name in order for position in modules[name]]
 
 
+def shapes_together(modules: Sequence[tuple[str, object]]) -> list[str]:
+    """Given (module, its `STACK_SHAPE` or None) in collection order, the modules in the order
+    to run them: each module that declares a shape moves up to just after the last module
+    before it of that shape, so the modules sharing a shape run one after another and the
+    StackPool starts each shape's stack once; the rest keep their order."""
+    order: list[str] = []
+    last_of: dict[object, str] = {}
+    for name, shape in modules:
+        if shape is not None and shape in last_of:
+            order.insert(order.index(last_of[shape]) + 1, name)
+        else:
+            order.append(name)
+        if shape is not None:
+            last_of[shape] = name
+    return order
+
+
+def by_shape(items: list[pytest.Item]) -> list[pytest.Item]:
+    """`items` regrouped by module in `shapes_together`'s order, each module's tests in their
+    order."""
+    members: dict[str, list[pytest.Item]] = defaultdict(list)
+    shapes: dict[str, object] = {}
+    for item in items:
+        name = module_of(item.nodeid)
+        members[name].append(item)
+        shapes.setdefault(name, getattr(getattr(item, "module", None), "STACK_SHAPE", None))
+    return [item for name in shapes_together(list(shapes.items())) for item in members[name]]
+
+
 def handed_out(config: pytest.Config) -> bool:
     """Whether pytest-xdist hands this run's tests to workers: on a worker (which collects
     and reports the order), or with `--dist` given (a `--collect-only` shows the order)."""
@@ -137,6 +167,9 @@ def handed_out(config: pytest.Config) -> bool:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    from testkit.e2e_support import JAVA_OPTIONS_ENV, JAVA_OPTIONS_FOR_TESTS
+
+    os.environ.setdefault(JAVA_OPTIONS_ENV, JAVA_OPTIONS_FOR_TESTS)  # the stacks' executors
     config.addinivalue_line("markers", "alone: a cluster test to run in the serial cluster "
                             "stream only (it measures CPU shares or timings; tests/conftest.py)")
 
@@ -144,11 +177,12 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Marks the tests of ALONE_MODULES `alone`. On xdist workers the heaviest modules come
     first (`--dist loadfile` hands out whole modules in this order). Other runs keep pytest's
-    order."""
+    order, except that modules of one `STACK_SHAPE` run one after another (`by_shape`)."""
     for item in items:
         if module_of(item.nodeid) in ALONE_MODULES:
             item.add_marker(pytest.mark.alone)
     if not handed_out(config):
+        items[:] = by_shape(items)
         return
     order = longest_modules_first([(item.nodeid, item_weight(item)) for item in items])
     items[:] = [items[position] for position in order]

@@ -11,36 +11,32 @@ the task, as in tests/test_control_cluster.py).
 from __future__ import annotations
 
 import json
-import logging
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
 from common.api_client import SchedulerClient
 from executor import shapes
 from executor.sinks import read_mark
-from testkit.e2e_support import (ROOT, Stack, read_sink, start_stack, stop_query, stop_stack,
+from testkit.e2e_support import (ROOT, Stack, StackPool, StackShape, read_sink, stop_query,
                                  submit, wait_running, wait_until)
 
 pytestmark = [pytest.mark.spark, pytest.mark.cluster, pytest.mark.timeout(300)]
-log = logging.getLogger(__name__)
 
 LOOP = ROOT / "examples" / "closed-loop"
 RAISED = "raw.temp > 35"  # what monitor.xml asks for: its bound is exceeded in every window
 WINDOW_ROWS = 400  # 2-second windows of 200 readings per second
 
 
-@pytest.fixture()
-def stack(tmp_path: Path) -> Iterator[Stack]:
-    running = start_stack(tmp_path / "stack", cpus_per_agent=2.5, agents=1)
-    try:
-        yield running
-    finally:
-        leftovers = stop_stack(running)
-        if leftovers:
-            log.warning("closed-loop teardown: SIGKILLed leftover executor processes %s",
-                        leftovers)
+# one stack for this module and tests/test_control_cluster.py, of the same shape
+# (tests/conftest.py `stack_pool`: the second module finds the executor warm)
+STACK_SHAPE = StackShape(cpus_per_agent=2.5, agents=1)
+
+
+@pytest.fixture(scope="module")
+def stack(stack_pool: StackPool) -> Stack:
+    return stack_pool.take(STACK_SHAPE, "test_closed_loop_cluster.py")
 
 
 def offsets(checkpoint: Path) -> dict[int, int]:

@@ -12,31 +12,28 @@ acknowledged epoch (whose first input index is read from Spark's offset log of t
 from __future__ import annotations
 
 import json
-import logging
 import socket
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
 from common.api_client import RequestRejected, SchedulerClient
 from executor.channels.auth import KeyPair, ReaderAuth, key_hex, write_key_file
 from testkit.control_reader import SPEC, FollowingReader, free_port
-from testkit.e2e_support import (Stack, cli, start_stack, stop_stack, submit, wait_running,
+from testkit.e2e_support import (Stack, StackPool, StackShape, cli, submit, wait_running,
                                  wait_until)
 
 pytestmark = [pytest.mark.spark, pytest.mark.cluster, pytest.mark.timeout(420)]
-log = logging.getLogger(__name__)
+
+# one stack for this module and tests/test_closed_loop_cluster.py, of the same shape
+# (tests/conftest.py `stack_pool`)
+STACK_SHAPE = StackShape(cpus_per_agent=2.5, agents=1)
+
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    running = start_stack(tmp_path_factory.mktemp("control-stack"), cpus_per_agent=2.5, agents=1)
-    try:
-        yield running
-    finally:
-        leftovers = stop_stack(running)
-        if leftovers:
-            log.warning("control teardown: SIGKILLed leftover executor processes %s", leftovers)
+def stack(stack_pool: StackPool) -> Stack:
+    return stack_pool.take(STACK_SHAPE, "test_control_cluster.py")
 
 
 def end_index(checkpoint: Path, batch: int) -> int:

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from conftest import longest_modules_first, module_of
+from conftest import longest_modules_first, module_of, shapes_together
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -39,6 +39,14 @@ def test_nothing_is_lost_or_doubled() -> None:
         name = module_of(tests[position][0])
         weights[name] = weights.get(name, 0.0) + tests[position][1]
     assert list(weights.values()) == sorted(weights.values(), reverse=True)
+
+
+def test_modules_of_one_shape_run_one_after_another_and_the_rest_keep_their_order() -> None:
+    modules = [("a", None), ("b", "x"), ("c", "x"), ("d", None), ("e", "y"), ("f", "x"),
+               ("g", None), ("h", "y"), ("i", "x")]
+    assert shapes_together(modules) == ["a", "b", "c", "f", "i", "d", "e", "h", "g"]
+    assert shapes_together([]) == []
+    assert shapes_together([("a", None), ("b", None)]) == ["a", "b"]
 
 
 def collected(*args: str) -> list[str]:
