@@ -17,6 +17,7 @@ from common.tasks import agents_needed
 from compiler.pipeline import compile_spec_file
 from embedded_mesos.cluster import agent_resources
 from elastiq.sizing import PlanDoesNotFit, size_cluster
+from scheduler.config import ExecutorSpec
 from scheduler.placement import Offer, QueryDemand, Share, TaskDemand, place
 
 SPECS = Path(__file__).resolve().parent / "specs"
@@ -58,7 +59,7 @@ def test_every_embedded_agent_gets_its_own_band_of_ports() -> None:
 
 # --- elastiq run's embedded cluster, sized from the plan (elastiq.sizing) -----------------------
 
-EXECUTOR = Share(0.5, 1500.0)  # what scheduler.config.ExecutorSpec takes for itself
+EXECUTOR = Share(ExecutorSpec.cpus, ExecutorSpec.mem_mb)  # what the executor takes for itself
 
 
 def many_queries(tmp_path: Path, copies: int, ha: str = "") -> Path:
@@ -159,3 +160,22 @@ def test_fuzzed_sizes_either_fit_or_are_refused_naming_a_flag() -> None:
                    for t in tasks]
         assert not place(offers, [QueryDemand("q", tuple(demands))],
                          executor_share=EXECUTOR).unplaced
+
+
+def test_the_issues_example_places_on_agents_of_0_4_cpus() -> None:
+    """Issue 31's example, `elastiq run SPEC --agents 5 --cpus 0.4` with every operator asking
+    cpus="0.3" (the CPU-heavy partitioned project of benchmarks/elasticity.py, max-parallelism 3):
+    the executor's own 0.1 cpus and a task's 0.3 fill an agent of 0.4 exactly. With the share
+    it had (0.5 cpus) each agent needed 0.8 and the plan was refused."""
+    from benchmarks.elasticity import Plan, spec
+    from compiler.pipeline import compile_spec_text
+
+    plan = Plan(rate=150, fields=5, steady=60, step=150, down=120, manual=False,
+                agent_cpus=0.6)  # every operator asks agent_cpus / 2 = 0.3
+    tasks = compile_spec_text(spec(plan), "issue-31.xml").query.tasks
+    assert {t.resources.cpus for t in tasks} == {0.3} and len(tasks) == 5
+    assert EXECUTOR.cpus + 0.3 <= 0.4
+    size = size_cluster(tasks, EXECUTOR, 5, 0.4)
+    assert (size.agents, size.cpus) == (5, 0.4)
+    with pytest.raises(PlanDoesNotFit, match="needs 0.8 cpus, offer has 0.4"):
+        size_cluster(tasks, Share(0.5, EXECUTOR.mem_mb), 5, 0.4)
