@@ -423,11 +423,15 @@ def warming_up(tasks: Mapping[str, Sequence[Sample]], since: float) -> list[str]
 
 
 def _early_batches(samples: Sequence[Sample], since: float, warm: int = WARM_BATCHES) -> bool:
-    """A task that counts its batches ran one of its first `warm` in or after `since`: it had
-    not ended `warm` before `since`, and has ended one since or runs one now (a task that
-    counts none, an older executor, is judged by its first batch alone)."""
+    """A task that counts its batches ran one of its first `warm` (since its attempt started:
+    the count falls to 0 at a new one) in or after `since`: it had not ended `warm` before
+    `since`, and has ended one since or runs one now (a task that counts none, an older
+    executor, is judged by its first batch alone)."""
     if not samples or samples[-1].batches <= 0:
         return False
+    restart = max((i for i in range(1, len(samples))
+                   if samples[i].batches < samples[i - 1].batches), default=0)
+    samples = samples[restart:]  # a new attempt counts its batches from 0
     warm_at = next((i for i, s in enumerate(samples) if s.batches >= warm), None)
     if warm_at == 0 or (warm_at is not None and samples[warm_at].at < since):
         return False

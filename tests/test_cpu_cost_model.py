@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import random
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -136,6 +137,12 @@ def test_no_decision_on_an_instances_first_batches() -> None:
     assert f"the window holds some of its first {WARM_BATCHES}" in d.explanation
     warm = decide(start_view(10.0), POLICY, 11.0)
     assert warm.kind == "out" and warm.target == 2
+    # a new attempt counts from 0 again: its first batches are cold however many the old had
+    old = [replace(s, at=s.at - 12.0, batches=s.batches + 50) for s in start_view(0.0)
+           .instances["q.f1"]]
+    view = start_view(1.0)
+    restarted = replace(view, instances={"q.f1": old + list(view.instances["q.f1"])})
+    assert decide(restarted, POLICY, 11.0).reason == "no_data"
 
 
 # --- the executor's side ------------------------------------------------------------------------
