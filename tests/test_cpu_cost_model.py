@@ -12,15 +12,16 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
 
 from common.batch_cost import BatchCost, BatchSpan, fit, fit_on_cpu
+from tests.test_batch_cost_model import Engine, Instance
 from executor.cpu_clock import CpuSampler, CpuTrace, batch_interval, container_cpu_seconds
 from scheduler.elastic_policy import (
-    WARM_BATCHES, Capacity, ElasticPolicy, OperatorView, Sample, cpu_spans_of, decide, modelled,
+    WARM_BATCHES, Capacity, Decision, ElasticPolicy, OperatorView, Sample, cpu_spans_of, decide, modelled,
     sample_of, spans_of,
 )
 
@@ -196,3 +197,93 @@ def test_the_input_counter_sums_each_batchs_cpu() -> None:
     counter.add(reports)
     counter.add(reports)  # counted once
     assert (counter.batches, counter.cpu_batches, counter.cpu_ms) == (3, 2, 800)
+
+
+# --- the policy on a throttled engine: the issue's load step ---------------------------------
+
+@dataclass
+class ThrottledInstance(Instance):
+    cpu_ms: float = 0.0
+    batch_cpu: float = 0.0
+
+
+@dataclass
+class ThrottledEngine(Engine):
+    """tests/test_batch_cost_model.py's engine on containers of LIMIT cpus in a machine whose
+    other work stretches every batch by 1 to 2.2 for 2-6 s at a time (one stretch for all:
+    the same machine); heartbeats carry the batches' cpu time when `report_cpu`."""
+
+    report_cpu: bool = True
+    per_row_cpu: float = 0.6 / 1000.0
+    stretches: tuple[float, ...] = (1.0, 1.3, 1.7, 2.2)
+    seed: int = 3
+    stretch: float = 1.0
+    change_at: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.rnd = random.Random(self.seed)
+
+    def run(self, arrival: float, seconds: int) -> None:
+        while len(self.instances) < self.n:
+            self.instances.append(ThrottledInstance())
+        super().run(arrival, seconds)
+
+    def _step(self, arrival: float) -> None:
+        if self.t >= self.change_at:
+            self.stretch = self.rnd.choice(self.stretches)
+            self.change_at = self.t + self.rnd.uniform(2, 6)
+        self.t += self.dt
+        self.arrived += arrival * self.dt
+        for inst in self.instances[:self.n]:
+            inst.queue += arrival * self.dt / self.n
+        for inst in self.instances:
+            assert isinstance(inst, ThrottledInstance)
+            if inst.batch_left > 0:
+                inst.batch_left -= self.dt
+                if inst.batch_left <= 1e-9:
+                    inst.batch_left = 0.0
+                    inst.rows += inst.batch_rows
+                    inst.busy_ms += 1000.0 * inst.batch_took
+                    inst.cpu_ms += 1000.0 * inst.batch_cpu
+                    inst.batches += 1
+            if inst.batch_left == 0 and inst.queue >= 1.0:
+                inst.batch_rows, inst.queue = math.floor(inst.queue), inst.queue % 1.0
+                inst.batch_cpu = CPU_FIXED + self.per_row_cpu * inst.batch_rows
+                inst.batch_took = inst.batch_left = inst.batch_cpu / LIMIT * self.stretch
+
+    def _heartbeat(self) -> None:
+        super()._heartbeat()
+        for inst in self.instances:
+            assert isinstance(inst, ThrottledInstance)
+            cpu = (inst.cpu_ms, inst.batches) if self.report_cpu else (0.0, 0.0)
+            inst.samples[-1] = replace(inst.samples[-1], cpu_ms=cpu[0], cpu_batches=cpu[1])
+
+
+def load_step(engine: ThrottledEngine) -> list[Decision]:
+    """Issue 31's benchmark in small: a start with rows queued, 150 rows/s, then x4 (600)."""
+    engine.instances.append(ThrottledInstance(queue=600.0))
+    engine.run(150.0, 15)
+    decisions = []
+    for second in range(120):
+        engine.run(150.0 if second < 40 else 600.0, 1)
+        decisions.append(engine.decide())
+    return decisions
+
+
+@pytest.mark.parametrize("seed", [3, 4, 5])
+def test_on_a_throttled_engine_the_step_is_sized_on_cpu_time(seed: int) -> None:
+    """LIMIT = 0.35 cpu, 0.1 s + 0.6 ms of cpu per batch and row, the machine's stretch of 1 to
+    2.2: one instance carries ~300-380 rows/s with 2 s batches, so 150 rows/s needs 1 and 600
+    needs 3 (at 0.8 utilisation). Fitted on cpu time: no move at base load, and the first move,
+    after the step, goes 1 -> 3 in one step. Fitted on wall time (executors that report no
+    cpu, as before), the capacity reads 150-240 and the same run moves at base load or
+    overshoots. (What follows the first step depends on the stretch: a slow stretch is real
+    pressure, which rule 5 meets with one more instance.)"""
+    def first_move(report_cpu: bool) -> tuple[int, int]:
+        decisions = load_step(ThrottledEngine(1, report_cpu=report_cpu, seed=seed))
+        return next((i, d.target) for i, d in enumerate(decisions) if d.kind != "hold")
+
+    at, target = first_move(True)
+    assert at >= 40 and target == 3  # the step comes at decision 40
+    at, target = first_move(False)
+    assert at < 40 or target != 3
