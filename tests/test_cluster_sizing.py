@@ -162,17 +162,27 @@ def test_fuzzed_sizes_either_fit_or_are_refused_naming_a_flag() -> None:
                          executor_share=EXECUTOR).unplaced
 
 
-def test_the_issues_example_places_on_agents_of_0_4_cpus() -> None:
-    """Issue 31's example, `elastiq run SPEC --agents 5 --cpus 0.4` with every operator asking
-    cpus="0.3" (the CPU-heavy partitioned project of benchmarks/elasticity.py, max-parallelism 3):
-    the executor's own 0.1 cpus and a task's 0.3 fill an agent of 0.4 exactly. With the share
-    it had (0.5 cpus) each agent needed 0.8 and the plan was refused."""
-    from benchmarks.elasticity import Plan, spec
-    from compiler.pipeline import compile_spec_text
+ISSUE_31_EXAMPLE = """<dataflow name="issue-31">
+  <operator name="src" type="generator" cpus="0.3"><param name="shape" value="sensor"/>
+    <param name="rate" value="5000"/><output name="raw"/></operator>
+  <operator name="heavy" type="project" partition-by="sensor" max-parallelism="3" cpus="0.3">
+    <input name="raw"/><field name="sensor" value="sensor"/><field name="ts" value="ts"/>
+    <field name="h" value="length(upper(concat(sensor, 'αβγδε')))"/><output name="scored"/>
+  </operator>
+  <operator name="sink" type="file-sink" cpus="0.3"><input name="scored"/>
+    <param name="path" value="out.jsonl"/></operator>
+</dataflow>
+"""
 
-    plan = Plan(rate=150, fields=5, steady=60, step=150, down=120, manual=False,
-                agent_cpus=0.6)  # every operator asks agent_cpus / 2 = 0.3
-    tasks = compile_spec_text(spec(plan), "issue-31.xml").query.tasks
+
+def test_the_issues_example_places_on_agents_of_0_4_cpus(tmp_path: Path) -> None:
+    """Issue 31's example, `elastiq run SPEC --agents 5 --cpus 0.4` with a partitioned project
+    (max-parallelism 3) and every operator asking cpus="0.3": the executor's own 0.1 cpus and a
+    task's 0.3 fill an agent of 0.4 exactly, one task per agent. With the share it had (0.5
+    cpus) each agent needed 0.8 and the plan was refused."""
+    spec = tmp_path / "issue-31.xml"
+    spec.write_text(ISSUE_31_EXAMPLE, encoding="utf-8")
+    tasks = compile_spec_file(spec).query.tasks
     assert {t.resources.cpus for t in tasks} == {0.3} and len(tasks) == 5
     assert EXECUTOR.cpus + 0.3 <= 0.4
     size = size_cluster(tasks, EXECUTOR, 5, 0.4)
