@@ -123,10 +123,21 @@ def sample_of(at: float, figures: Mapping[str, Any]) -> Sample | None:
         return None
 
 
+def blank(sample: Sample) -> bool:
+    """No rows in or out and no busy time: what a heartbeat carries for a task whose runner
+    has no metrics to read now (its query being rebuilt, e.g. a generator's rate changed by a
+    control tuple). The counters are cumulative over attempts (`TaskRecord.totals`), so after
+    figures this is no measurement: recorded, the next sample's whole count would read as
+    rows since a restart (`increase`), a spike of arrival (2,662 rows/s for a 600 rows/s
+    generator in the 0.35-cpu benchmark, 2026-11-29)."""
+    return sample.tuples_in == 0 and sample.tuples_out == 0 and sample.busy_ms == 0
+
+
 class SampleHistory:
     """The recent samples of each task (key: task id), oldest first: the last `keep_seconds`
     before the task's newest sample, at most `max_samples`. A sample not newer than the task's
-    last one is ignored (a duplicate or reordered heartbeat)."""
+    last one is ignored (a duplicate or reordered heartbeat), and so is a `blank` one after
+    figures (a heartbeat without metrics)."""
 
     def __init__(self, keep_seconds: float = 60.0, max_samples: int = 240) -> None:
         if keep_seconds <= 0 or max_samples < 2:
@@ -139,7 +150,7 @@ class SampleHistory:
         if sample is None:
             return
         samples = self._samples.setdefault(key, [])
-        if samples and sample.at <= samples[-1].at:
+        if samples and (sample.at <= samples[-1].at or (blank(sample) and not blank(samples[-1]))):
             return
         samples.append(sample)
         oldest = sample.at - self.keep_seconds
@@ -856,4 +867,4 @@ def _scale_in(view: OperatorView, policy: ElasticPolicy, measured: Measured,
 __all__ = ["Sample", "sample_of", "SampleHistory", "ElasticPolicy", "Capacity", "OperatorView",
            "view_of", "Rates", "learn", "rising", "busy_in", "in_one_batch",
            "Measured", "Decision", "decide", "measure", "needed", "increase", "slope", "OUTCOMES",
-           "REASONS", "spans_of", "cpu_spans_of", "modelled", "WARM_BATCHES", "effective_target", "capacity_text", "throttled_in"]
+           "REASONS", "blank", "spans_of", "cpu_spans_of", "modelled", "WARM_BATCHES", "effective_target", "capacity_text", "throttled_in"]

@@ -287,3 +287,22 @@ def test_on_a_throttled_engine_the_step_is_sized_on_cpu_time(seed: int) -> None:
     assert at >= 40 and target == 3  # the step comes at decision 40
     at, target = first_move(False)
     assert at < 40 or target != 3
+
+
+def test_a_heartbeat_without_metrics_is_no_sample() -> None:
+    """A generator whose rate a control tuple changed is rebuilt: heartbeats meanwhile carry
+    zeros. Recorded, the next figures (cumulative) read as all rows since a restart: the
+    benchmark saw arrival 2,662 rows/s from a 600 rows/s generator. Left out, the window's
+    rows are what it produced."""
+    from scheduler.elastic_policy import SampleHistory, increase
+
+    history = SampleHistory()
+    for at, rows in ((0.0, 17_000.0), (1.0, 17_150.0), (2.0, 0.0), (3.0, 0.0), (4.0, 17_900.0)):
+        history.record("q.src", Sample(at, rows, rows, 0.0))
+    kept = history.samples("q.src")
+    assert [s.at for s in kept] == [0.0, 1.0, 4.0]
+    assert increase([s.tuples_out for s in kept]) == 900.0
+    fresh = SampleHistory()
+    fresh.record("q.f", Sample(0.0, 0.0, 0.0, 0.0))  # a task that has done nothing yet
+    fresh.record("q.f", Sample(1.0, 0.0, 0.0, 0.0))
+    assert len(fresh.samples("q.f")) == 2
