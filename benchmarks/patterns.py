@@ -68,6 +68,7 @@ from testkit.e2e_support import (  # noqa: E402
     windows_of)
 from testkit.waiting import poll  # noqa: E402
 from executor import shapes  # noqa: E402
+from scheduler.config import ExecutorSpec  # noqa: E402
 
 log = logging.getLogger("bench.patterns")
 
@@ -79,6 +80,7 @@ READING_KEY = ("sensor", "ts", "temp", "humidity")
 WINDOW_KEY = ("window_start", "window_end", "sensor", "readings")
 GOALS = {"hot-standby": 1.0, "standby": 3.0, "checkpoint": 10.0}
 PARTITION_GOAL = 1.6
+ISOLATED_GOALS = {2: 1.8, 3: 2.5}  # issue 31: k/k=1 with one instance per isolated agent
 
 
 # --- plans ---------------------------------------------------------------------------------------
@@ -96,6 +98,9 @@ class Plan:
     filter_rows: int
     window_rows: int
     partition_rows: int
+    # --agent-cpus: the partition section on isolated agents of this many cpus (cgroups), one
+    # task per agent (every operator asks for it less the executor's own share), k = 1, 2, 3
+    agent_cpus: float | None = None
 
 
 FULL = Plan(kills=5, inplace_kills=3, repeats=3, gap_rate=500, baseline_s=10.0, settle_s=4.0,
@@ -108,8 +113,8 @@ QUICK = Plan(kills=2, inplace_kills=1, repeats=1, gap_rate=500, baseline_s=6.0, 
 
 # --- specs (generated XML) -------------------------------------------------------------------
 
-def generator_xml(rate: int, limit: int, seed: int = SEED) -> str:
-    return f"""  <operator name="src" type="generator">
+def generator_xml(rate: int, limit: int, seed: int = SEED, asks: str = "") -> str:
+    return f"""  <operator name="src" type="generator"{asks}>
     <param name="shape" value="sensor"/>
     <param name="rate" value="{rate}"/>
     <param name="seed" value="{seed}"/>
@@ -219,16 +224,17 @@ def heavy_expression(field_no: int) -> tuple[str, Callable[[float, float], float
     return text, twin
 
 
-def partition_spec(name: str, k: int, rate: int, limit: int) -> str:
-    """k=2: parallelism="2" (a project names no key: rows split by the hash of all columns);
+def partition_spec(name: str, k: int, rate: int, limit: int, cpus: float | None = None) -> str:
+    """k>=2: parallelism="k" (a project names no key: rows split by the hash of all columns);
     k=1: pipeline="split", which the benchmark's rule `bench-partition-one` turns into
-    source | channel | one instance | channel | sink."""
-    attr = ' parallelism="2"' if k == 2 else ' pipeline="split"'
+    source | channel | one instance | channel | sink. `cpus`: what every operator asks."""
+    attr = f' parallelism="{k}"' if k >= 2 else ' pipeline="split"'
+    asks = f' cpus="{cpus:g}"' if cpus is not None else ""
     fields = "\n".join(f'    <field name="v{i}" value="{heavy_expression(i)[0]}"/>'
                        for i in range(HEAVY_FIELDS))
     return f"""<dataflow name="{name}">
-{generator_xml(rate, limit)}
-  <operator name="heavy" type="project"{attr}>
+{generator_xml(rate, limit, asks=asks)}
+  <operator name="heavy" type="project"{attr}{asks}>
     <input name="raw"/>
     <field name="sensor" value="sensor"/>
     <field name="ts" value="ts"/>
@@ -236,12 +242,12 @@ def partition_spec(name: str, k: int, rate: int, limit: int) -> str:
 {fields}
     <output name="scored"/>
   </operator>
-  <operator name="few" type="filter">
+  <operator name="few" type="filter"{asks}>
     <input name="scored"/>
     <param name="condition" value="{PARTITION_CONDITION[0].replace('<', '&lt;')}"/>
     <output name="kept"/>
   </operator>
-  <operator name="sink" type="file-sink">
+  <operator name="sink" type="file-sink"{asks}>
     <input name="kept"/>
     <param name="path" value="out/{name}.jsonl"/>
   </operator>
@@ -853,6 +859,8 @@ def overhead_rows(results: Mapping[str, Sequence[Throughput]]) -> list[list[str]
 # --- section 3: partitioning speed-up --------------------------------------------------------
 
 def section_partition(work: Path, plan: Plan) -> None:
+    """k=1 and k=2 on 2 unisolated agents; with `plan.agent_cpus`, k=1, 2 and 3 on k_max + 2
+    isolated agents of that many cpus, one task per agent (so one instance per agent)."""
     rate, rows = plan.overhead_rate, plan.partition_rows
     rules = work / "rules"
     rules.mkdir(parents=True, exist_ok=True)
@@ -863,36 +871,47 @@ def section_partition(work: Path, plan: Plan) -> None:
     def check(path: Path) -> bool:
         return exact_heavy(path, expected)
 
+    isolated = plan.agent_cpus is not None
+    ks = (1, 2, 3) if isolated else (1, 2)
+    cpus = round(plan.agent_cpus - ExecutorSpec.cpus, 3) if plan.agent_cpus is not None else None
     results: dict[int, list[Throughput]] = defaultdict(list)
-    stack = start_stack(work / "stack-partition", cpus_per_agent=4.0, agents=2, spark_cores=1)
+    if plan.agent_cpus is not None:
+        stack = start_stack(work / "stack-partition", cpus_per_agent=plan.agent_cpus,
+                            agents=max(ks) + 2, spark_cores=1, isolation="cgroups")
+    else:
+        stack = start_stack(work / "stack-partition", cpus_per_agent=4.0, agents=2, spark_cores=1)
     try:
-        timed_run(stack, work / "partition", "warmup", partition_spec("warmup", 2, rate, 20_000),
-                  20_000, 1, lambda p: True, 120)
-        for r, order in enumerate(rotations(["1", "2"], plan.repeats)):
+        timed_run(stack, work / "partition", "warmup",
+                  partition_spec("warmup", 2, rate, 20_000, cpus), 20_000, 1, lambda p: True, 120)
+        for r, order in enumerate(rotations([str(k) for k in ks], plan.repeats)):
             for k in map(int, order):
                 name = f"heavy-k{k}-{r}"
                 results[k].append(timed_run(stack, work / "partition", name,
-                                            partition_spec(name, k, rate, rows), rows,
-                                            len(expected), check, 400,
+                                            partition_spec(name, k, rate, rows, cpus), rows,
+                                            len(expected), check, 900,
                                             rules if k == 1 else None))
     finally:
         stop_stack(stack)
-    one = median_of([t.rows_per_s for t in results[1]])
-    two = median_of([t.rows_per_s for t in results[2]])
     exact = all(t.exact for runs in results.values() for t in runs)
+    where = (f"{max(ks) + 2} isolated agents of {plan.agent_cpus:g} cpus (cgroups; every "
+             f"operator asks {cpus:g}, the executor {ExecutorSpec.cpus:g}: one task per agent)"
+             if isolated else "2 agents")
     print()
     print(f"Partitioning: project with {HEAVY_FIELDS} fields x {HEAVY_CHAINS} chains x "
-          f"{HEAVY_DEPTH} nested sqrt/ln/exp/pow, {rows:,} rows offered at {rate:,} rows/s; k=2: splitter -> 2 "
-          f"instances -> merger, k=1: channel -> 1 instance -> channel; 2 agents x 1 Spark "
-          f"core, median of {plan.repeats}")
+          f"{HEAVY_DEPTH} nested sqrt/ln/exp/pow, {rows:,} rows offered at {rate:,} rows/s; "
+          f"k>=2: splitter -> k instances -> merger, k=1: channel -> 1 instance -> channel; "
+          f"{where} x 1 Spark core, median of {plan.repeats}")
     print(format_table(["plan", "rows/s", "runs rows/s (tasks per agent)", "results exact"], [
         [f"k={k}", fmt(median_of([t.rows_per_s for t in results[k]])),
          ", ".join(f"{fmt(t.rows_per_s)} ({t.layout})" for t in results[k]),
-         "yes" if all(t.exact for t in results[k]) else "no"] for k in (1, 2)]))
-    speedup = ratio(two, one)
-    print(f"speed-up k=2/k=1: {fmt(speedup, 2)} (goal >= {PARTITION_GOAL}: "
-          f"{'met' if speedup >= PARTITION_GOAL else 'MISSED'}); results exact: "
-          f"{'yes' if exact else 'no'}")
+         "yes" if all(t.exact for t in results[k]) else "no"] for k in ks]))
+    one = median_of([t.rows_per_s for t in results[1]])
+    goals = ISOLATED_GOALS if isolated else {2: PARTITION_GOAL}
+    for k, goal in goals.items():
+        speedup = ratio(median_of([t.rows_per_s for t in results[k]]), one)
+        print(f"speed-up k={k}/k=1: {fmt(speedup, 2)} (goal >= {goal}: "
+              f"{'met' if speedup >= goal else 'MISSED'})")
+    print(f"results exact: {'yes' if exact else 'no'}")
 
 
 # --- section 4: splitting and merging a running operator ------------------------------------
@@ -1028,6 +1047,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="2 executor kills, 1 in-place kill, 1 repeat, smaller inputs")
     parser.add_argument("--kills", type=int, default=None, help="executor kills per pattern")
     parser.add_argument("--repeats", type=int, default=None, help="repeats of overhead/partition")
+    parser.add_argument("--agent-cpus", type=float, default=None,
+                        help="partition on isolated agents of this many cpus, k = 1, 2, 3")
+    parser.add_argument("--rows", type=int, default=None, help="rows of each partition run")
     args = parser.parse_args(argv)
     exit_on_sigterm()
     plan = QUICK if args.quick else FULL
@@ -1035,6 +1057,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         plan = Plan(**{**plan.__dict__, "kills": args.kills})
     if args.repeats is not None:
         plan = Plan(**{**plan.__dict__, "repeats": args.repeats})
+    if args.agent_cpus is not None:
+        if not args.agent_cpus > ExecutorSpec.cpus:
+            parser.error(f"--agent-cpus must be above the executor's own {ExecutorSpec.cpus:g}")
+        plan = Plan(**{**plan.__dict__, "agent_cpus": args.agent_cpus})
+    if args.rows is not None:
+        plan = Plan(**{**plan.__dict__, "partition_rows": args.rows})
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     for noisy in ("executor", "scheduler", "elastiq", "pymesos", "tests.e2e"):
         logging.getLogger(noisy).setLevel(logging.WARNING)

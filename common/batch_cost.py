@@ -8,7 +8,8 @@ of what an instance can do (issue 31: 152 to 664 rows/s for one instance in one 
   micro-batches ended, their units and their seconds (one span may hold several batches);
 - `fit`, least squares of seconds = fixed x batches + per_unit x units over spans, with guards
   (too few spans, batches all of a similar size, a per-unit cost that is not positive): it
-  returns a `BatchCost` or a sentence saying why there is none;
+  returns a `BatchCost` or a sentence saying why there is none; `fit_on_cpu`, the same on the
+  batches' cpu seconds, converted to batch seconds at the cpu they ran with;
 - `BatchCost.sustained_rate(target)`: the input rate one instance carries with batches no longer
   than `target` seconds, (target - fixed) / (per_unit x target): run back to back at rate r,
   a batch of T seconds holds r x T units, so T = fixed + per_unit x r x T, i.e.
@@ -50,6 +51,9 @@ class BatchCost:
     spans: int
     smallest: float
     largest: float
+    # fitted on cpu seconds and converted to batch seconds at this many cpu seconds per busy
+    # second (`fit_on_cpu`); None: fitted on the batches' wall time
+    cpus: float | None = None
 
     def seconds_of(self, units: float) -> float:
         return self.fixed + self.per_unit * units
@@ -66,9 +70,13 @@ class BatchCost:
         return max(0.0, (seconds - self.fixed) / self.per_unit)
 
     def describe(self, unit: str = "row") -> str:
+        on = "" if self.cpus is None else (
+            f"; fitted on cpu time, {self.fixed * self.cpus:.3f} s + "
+            f"{self.per_unit * self.cpus * 1000:.3f} ms per {unit}, at the {self.cpus:.2f} cpu "
+            f"its batches ran with")
         return (f"batch time = {self.fixed:.3f} s + {self.per_unit * 1000:.3f} ms per {unit} "
                 f"(fitted over {self.spans} spans of batches of {self.smallest:,.0f} to "
-                f"{self.largest:,.0f} {unit}s)")
+                f"{self.largest:,.0f} {unit}s{on})")
 
 
 def fit(spans: Iterable[BatchSpan], min_spans: int = MIN_SPANS,
@@ -100,6 +108,28 @@ def fit(spans: Iterable[BatchSpan], min_spans: int = MIN_SPANS,
                 f"+- {error * 1000:.4f} ms over {len(used)} spans; at most "
                 f"{MAX_RELATIVE_ERROR:.0%} wanted)")
     return BatchCost(fixed, per_unit, len(used), smallest, largest)
+
+
+def fit_on_cpu(spans: Sequence[tuple[BatchSpan, float]], min_spans: int = MIN_SPANS,
+               min_spread: float = MIN_SPREAD) -> BatchCost | str:
+    """The cost model fitted on cpu time: each span's `seconds` are the cpu seconds its batches
+    used, beside the busy (wall) seconds they took. Fitted as `fit` does, then converted to batch
+    seconds at the cpu the batches ran with, sum(cpu) / sum(busy): under a CFS quota of L cpus a
+    cpu-bound batch runs at L, elsewhere at what the machine gave it. Wall time itself is not
+    fitted: throttling and a busy machine stretch it for many batches in a row, and batches run
+    back to back, so a stretched batch makes the next one larger and stretched too, and the
+    cost per row fitted on wall time reads ~1 / the arrival rate (docs/elasticity.md)."""
+    cost = fit((span for span, _ in spans), min_spans, min_spread)
+    if isinstance(cost, str):
+        return cost
+    used = [(span, busy) for span, busy in spans if span.batches > 0]
+    cpu, busy = sum(s.seconds for s, _ in used), sum(b for _, b in used)
+    if not (cpu > 0 and busy > 0 and math.isfinite(cpu / busy)):
+        return (f"the batches' cpu time ({cpu:.3f} s) over their busy time ({busy:.3f} s) "
+                f"gives no cpu to convert it at")
+    cpus = cpu / busy
+    return BatchCost(cost.fixed / cpus, cost.per_unit / cpus, cost.spans, cost.smallest,
+                     cost.largest, cpus)
 
 
 def per_unit_error(spans: Sequence[BatchSpan], fixed: float, per_unit: float) -> float:
@@ -162,5 +192,5 @@ def batch_budget(cost: BatchCost | None, target_seconds: float, floor: float,
     return max(floor, min(cap, cost.units_within(target_seconds)))
 
 
-__all__ = ["BatchSpan", "BatchCost", "fit", "batch_budget", "time_bounded", "per_unit_error",
+__all__ = ["BatchSpan", "BatchCost", "fit", "fit_on_cpu", "batch_budget", "time_bounded", "per_unit_error",
            "MIN_SPANS", "MIN_SPREAD", "TARGET_BATCH_SECONDS"]

@@ -96,6 +96,8 @@ class TaskFigures:
     watermark_ms: int = -1  # the query's event-time watermark (-1: none)
     routed_ms: int = -1  # a stateful splitter's largest event time routed (-1: none)
     rows_dropped: int = 0  # rows its drop operators shed, cumulative (docs/load.md)
+    cpu_ms: int = 0  # the container's cpu time in the measured batches (`executor.cpu_clock`)
+    cpu_batches: int = 0  # ... and how many batches were measured, cumulative
     # channel id -> batches its writer keeps for readers that have not acknowledged them
     retained: Mapping[str, int] = field(default_factory=dict)
 
@@ -551,6 +553,7 @@ class ExecutorState:
                 "restarts": task.restarts,
                 "watermark_ms": m.watermark_ms, "routed_ms": m.routed_ms,
                 "rows_dropped": m.rows_dropped,
+                "cpu_ms": m.cpu_ms, "cpu_batches": m.cpu_batches,
                 "channel_blocked_ms": m.channel_blocked_ms,
                 "channel_readerless_ms": m.channel_readerless_ms,
                 **{f"{RETAINED_PREFIX}{c}": n for c, n in sorted(m.retained.items())}}

@@ -146,7 +146,9 @@ def figures_of(metrics: Any, blocked: tuple[float, float] = (0.0, 0.0),
                        batches_ended=int(getattr(metrics, "batches_ended", 0)),
                        watermark_ms=int(getattr(metrics, "watermark_ms", -1)),
                        routed_ms=int(getattr(metrics, "routed_ms", -1)),
-                       rows_dropped=int(getattr(metrics, "rows_dropped", 0)), **waits)
+                       rows_dropped=int(getattr(metrics, "rows_dropped", 0)),
+                       cpu_ms=int(getattr(metrics, "cpu_ms", 0)),
+                       cpu_batches=int(getattr(metrics, "cpu_batches", 0)), **waits)
 
 
 def checkpoint_dir(config: ExecutorConfig, task_id: str) -> Path:

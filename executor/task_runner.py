@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Literal, Mapping, Sequence
+from typing import Any, Callable, Literal, Mapping, Sequence
 
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
@@ -35,6 +35,7 @@ from common import kafka_problems
 from common.failures import MAX_REASON, innermost_error, kind_of_text
 from common.messages import ParamSet
 from executor.batch_gate import await_commit, next_batch_id
+from executor.cpu_clock import shared_sampler
 from executor.runtime import TaskRuntime
 
 log = logging.getLogger(__name__)
@@ -69,6 +70,8 @@ class TaskMetrics:
     running_ms: int = 0  # how long the micro-batch with data running now has run (0: none)
     batches_ended: int = 0  # executed micro-batches since the runner started (all runs)
     rows_dropped: int = 0  # rows its drop operators shed since the runner started (docs/load.md)
+    cpu_ms: int = 0  # the container's cpu time in the batches below (`executor.cpu_clock`)
+    cpu_batches: int = 0  # executed batches whose cpu time was measured (all runs)
 
 
 @dataclass(frozen=True)
@@ -171,13 +174,17 @@ class InputCounter:
     metrics are read. Busy time is each batch's `durationMs.triggerExecution`: the time the
     query spent in micro-batches, not waiting for data (DS2's "useful time"); `batches`: how
     many were counted, so the scheduler can fit a batch's fixed cost apart from its cost per
-    row (`common.batch_cost`)."""
+    row (`common.batch_cost`); `cpu_ms` and `cpu_batches`: the container's cpu time in the
+    batches `cpu_of` could measure (`executor.cpu_clock`), and how many those were."""
 
     total: int = 0
     busy_ms: int = 0
     batches: int = 0
     dropped: int = 0  # rows shed by drop operators (their observed metrics, `shed:<op>`)
     last_batch: dict[str, int] = field(default_factory=dict)  # run id -> last counted batch
+    cpu_of: Callable[[Mapping[str, Any]], float | None] | None = None
+    cpu_ms: int = 0
+    cpu_batches: int = 0
 
     def add(self, reports: Sequence[Mapping[str, Any]]) -> int:
         """Count the reports not counted yet; the input rows so far."""
@@ -190,7 +197,14 @@ class InputCounter:
                 self.busy_ms += int((report.get("durationMs") or {}).get("triggerExecution", 0)
                                     or 0)
                 self.dropped += shed_rows(report)
+                self._count_cpu(report)
         return self.total
+
+    def _count_cpu(self, report: Mapping[str, Any]) -> None:
+        cpu = self.cpu_of(report) if self.cpu_of is not None else None
+        if cpu is not None:
+            self.cpu_ms += int(round(cpu * 1000))
+            self.cpu_batches += 1
 
 
 def shed_rows(report: Mapping[str, Any]) -> int:
@@ -333,7 +347,8 @@ class TaskRunner:
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
-        self._counted = InputCounter()
+        sampler = shared_sampler()
+        self._counted = InputCounter(cpu_of=sampler.batch_cpu_seconds if sampler else None)
         self._running = RunningClock()
         self._out_before = 0  # rows the sinks of earlier runs (restarts, rebuilds) wrote
         self._rebuild = threading.Lock()  # held while the query is replaced (restart, control)
@@ -373,7 +388,8 @@ class TaskRunner:
         metrics = replace(metrics_from(progress or {}, len(recent), out, tuples_in,
                                        self._counted.busy_ms), running_ms=running,
                           batches_ended=self._counted.batches,
-                          rows_dropped=self._counted.dropped)
+                          rows_dropped=self._counted.dropped, cpu_ms=self._counted.cpu_ms,
+                          cpu_batches=self._counted.cpu_batches)
         lag = rt.backlog()
         routed = getattr(getattr(rt.sink, "schedule", None), "max_seen", None)
         if routed is not None:

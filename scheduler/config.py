@@ -20,7 +20,12 @@ class ExecutorSpec:
     """The executor every task on an agent shares (one per framework and agent)."""
 
     command: str = "exec python -m executor"  # exec: the agent tracks the executor, not a shell
-    cpus: float = 0.5
+    # the executor's own share, charged once per agent beside its tasks' (Mesos: executor
+    # resources + task resources must fit the offer, and the container is held to their sum).
+    # cpus: its own process is small (heartbeats, channels, control), as Mesos's default
+    # executor's 0.1; the SparkSession JVM's cpu runs the tasks' micro-batches, so it is the
+    # tasks' cpus= (docs/deploy.md, "Resources"). mem: the JVM's heap, shared by its tasks.
+    cpus: float = 0.1
     mem_mb: float = 1500.0  # the JVM of the agent's SparkSession
     environment: tuple[tuple[str, str], ...] = ()
     id_prefix: str = "elastiq-exec-"

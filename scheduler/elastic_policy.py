@@ -40,7 +40,9 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Iterable, Literal, Mapping, Sequence
 
-from common.batch_cost import TARGET_BATCH_SECONDS, BatchCost, BatchSpan, fit
+from common.batch_cost import (
+    MIN_SPANS, TARGET_BATCH_SECONDS, BatchCost, BatchSpan, fit, fit_on_cpu,
+)
 from common.messages import retained_of
 
 DecisionKind = Literal["out", "in", "hold"]
@@ -58,6 +60,10 @@ MAX_TIME = 1e12  # seconds, either side of the clock's zero
 PRESSED_BUSY = 0.9  # busy fraction of wall time: an instance that falls behind is never idle
 RETAINED_RISE = 5.0  # batches: less is acknowledgements' ebb and flow (or a start-up), not a queue
 THROTTLED_MOST = 0.5  # CFS periods throttled: an instance throttled in more is at its cpu limit
+# micro-batches an instance (re)started runs before a window may hold its batches: the first
+# ones are cold (Python workers, code generation, the JIT) and read a start's backlog; this many
+# leave the cost model its MIN_SPANS spans after the first batch before anything is decided
+WARM_BATCHES = MIN_SPANS + 1
 
 
 # --- samples ------------------------------------------------------------------------------------
@@ -80,6 +86,8 @@ class Sample:
     nr_periods: float = 0.0  # the executor's cgroup's CFS periods (cumulative; 0: not in one)
     nr_throttled: float = 0.0  # ... and those in which it was throttled
     dropped: float = 0.0  # rows its drop operators shed (cumulative; -> scheduler.shed_problem)
+    cpu_ms: float = 0.0  # its container's cpu time in the batches below (cumulative; -> the model)
+    cpu_batches: float = 0.0  # ended batches whose cpu time was measured (cumulative)
 
     def __post_init__(self) -> None:
         for name, value in asdict(self).items():
@@ -108,15 +116,28 @@ def sample_of(at: float, figures: Mapping[str, Any]) -> Sample | None:
                       batches=figures.get("batches_ended", 0.0),
                       nr_periods=figures.get("cpus_nr_periods", 0.0),
                       nr_throttled=figures.get("cpus_nr_throttled", 0.0),
-                      dropped=figures.get("rows_dropped", 0.0))
+                      dropped=figures.get("rows_dropped", 0.0),
+                      cpu_ms=figures.get("cpu_ms", 0.0),
+                      cpu_batches=figures.get("cpu_batches", 0.0))
     except (ValueError, TypeError):
         return None
+
+
+def blank(sample: Sample) -> bool:
+    """No rows in or out and no busy time: what a heartbeat carries for a task whose runner
+    has no metrics to read now (its query being rebuilt, e.g. a generator's rate changed by a
+    control tuple). The counters are cumulative over attempts (`TaskRecord.totals`), so after
+    figures this is no measurement: recorded, the next sample's whole count would read as
+    rows since a restart (`increase`), a spike of arrival (2,662 rows/s for a 600 rows/s
+    generator in the 0.35-cpu benchmark, 2026-11-29)."""
+    return sample.tuples_in == 0 and sample.tuples_out == 0 and sample.busy_ms == 0
 
 
 class SampleHistory:
     """The recent samples of each task (key: task id), oldest first: the last `keep_seconds`
     before the task's newest sample, at most `max_samples`. A sample not newer than the task's
-    last one is ignored (a duplicate or reordered heartbeat)."""
+    last one is ignored (a duplicate or reordered heartbeat), and so is a `blank` one after
+    figures (a heartbeat without metrics)."""
 
     def __init__(self, keep_seconds: float = 60.0, max_samples: int = 240) -> None:
         if keep_seconds <= 0 or max_samples < 2:
@@ -129,7 +150,7 @@ class SampleHistory:
         if sample is None:
             return
         samples = self._samples.setdefault(key, [])
-        if samples and sample.at <= samples[-1].at:
+        if samples and (sample.at <= samples[-1].at or (blank(sample) and not blank(samples[-1]))):
             return
         samples.append(sample)
         oldest = sample.at - self.keep_seconds
@@ -405,7 +426,28 @@ def warming_up(tasks: Mapping[str, Sequence[Sample]], since: float) -> list[str]
         elif first is not None and first > 0 and samples[first].at >= since:
             cold.append(f"{key} (its first batch ended {samples[-1].at - samples[first].at:.1f} "
                         f"s ago)")
+        elif _early_batches(samples, since):
+            cold.append(f"{key} (the window holds some of its first {WARM_BATCHES} "
+                        f"micro-batches, which are not measured: it has ended "
+                        f"{samples[-1].batches:.0f})")
     return cold
+
+
+def _early_batches(samples: Sequence[Sample], since: float, warm: int = WARM_BATCHES) -> bool:
+    """A task that counts its batches ran one of its first `warm` (since its attempt started:
+    the count falls to 0 at a new one) in or after `since`: it had not ended `warm` before
+    `since`, and has ended one since or runs one now (a task that counts none, an older
+    executor, is judged by its first batch alone)."""
+    if not samples or samples[-1].batches <= 0:
+        return False
+    restart = max((i for i in range(1, len(samples))
+                   if samples[i].batches < samples[i - 1].batches), default=0)
+    samples = samples[restart:]  # a new attempt counts its batches from 0
+    warm_at = next((i for i, s in enumerate(samples) if s.batches >= warm), None)
+    if warm_at == 0 or (warm_at is not None and samples[warm_at].at < since):
+        return False
+    recent = [s.batches for s in samples if s.at >= since]
+    return samples[-1].running_ms > 0 or (len(recent) > 1 and recent[-1] > recent[0])
 
 
 def _span(window: Sequence[Sample]) -> float:
@@ -582,6 +624,23 @@ def spans_of(samples: Sequence[Sample]) -> list[BatchSpan]:
     return spans
 
 
+def cpu_spans_of(samples: Sequence[Sample]) -> list[tuple[BatchSpan, float]]:
+    """As `spans_of`, in cpu seconds (the container's, in those batches), each beside its busy
+    seconds, for `common.batch_cost.fit_on_cpu`; only the pairs whose every batch had its cpu
+    time measured (`cpu_batches` rose as much as `batches`)."""
+    spans = []
+    for a, b in zip(samples, samples[1:]):
+        if b.batches < a.batches or b.tuples_in < a.tuples_in or b.busy_ms < a.busy_ms \
+                or b.cpu_ms < a.cpu_ms or b.cpu_batches < a.cpu_batches:
+            continue
+        ended = b.batches - a.batches
+        if a.batches >= 1 and ended > 0 and b.cpu_batches - a.cpu_batches == ended:
+            spans.append((BatchSpan(ended, b.tuples_in - a.tuples_in,
+                                    (b.cpu_ms - a.cpu_ms) / 1000.0),
+                          (b.busy_ms - a.busy_ms) / 1000.0))
+    return spans
+
+
 def effective_target(cost: BatchCost, target: float) -> float:
     """The batch time the model sizes for: `target`, or twice the fixed cost when that alone
     reaches it (no parallelism makes a batch shorter than its fixed cost)."""
@@ -589,12 +648,15 @@ def effective_target(cost: BatchCost, target: float) -> float:
 
 
 def modelled(previous: Capacity | None, spans: Sequence[BatchSpan], target: float,
-             now: float) -> Capacity | str:
+             now: float, cpu_spans: Sequence[tuple[BatchSpan, float]] = ()) -> Capacity | str:
     """The capacity from the cost model fitted over `spans` (every instance's recent batches:
     they run the same plan): the rate one instance sustains with batches no longer than
-    `target`. When the spans cannot be fitted, the model the last decision fitted, kept (its
-    `note` says why it was not refitted); else the sentence saying why there is none (pure)."""
-    cost = fit(spans)
+    `target`. Fitted on cpu time (`fit_on_cpu`) when most spans had their batches' cpu time
+    measured (`cpu_spans`), else on busy time. When the spans cannot be fitted, the model the
+    last decision fitted, kept (its `note` says why it was not refitted); else the sentence
+    saying why there is none (pure)."""
+    on_cpu = bool(cpu_spans) and 2 * len(cpu_spans) >= len(spans)
+    cost = fit_on_cpu(cpu_spans) if on_cpu else fit(spans)
     if isinstance(cost, str):
         if previous is not None and previous.cost is not None:
             return replace(previous, note=f"not refitted now: {cost}")
@@ -608,8 +670,9 @@ def _learnt(view: OperatorView, policy: ElasticPolicy, measured: Measured,
     batches fit one (`modelled`); else as before the model, rows per busy second (`_by_rate`),
     noting why there is no model."""
     spans = [span for samples in view.instances.values() for span in spans_of(samples)]
+    cpu_spans = [span for samples in view.instances.values() for span in cpu_spans_of(samples)]
     previous = view.capacity
-    capacity = modelled(previous, spans, policy.target_batch_seconds, now)
+    capacity = modelled(previous, spans, policy.target_batch_seconds, now, cpu_spans)
     if isinstance(capacity, Capacity):
         return capacity
     by_rate = _by_rate(previous, measured, now)
@@ -804,4 +867,4 @@ def _scale_in(view: OperatorView, policy: ElasticPolicy, measured: Measured,
 __all__ = ["Sample", "sample_of", "SampleHistory", "ElasticPolicy", "Capacity", "OperatorView",
            "view_of", "Rates", "learn", "rising", "busy_in", "in_one_batch",
            "Measured", "Decision", "decide", "measure", "needed", "increase", "slope", "OUTCOMES",
-           "REASONS", "spans_of", "modelled", "effective_target", "capacity_text", "throttled_in"]
+           "REASONS", "blank", "spans_of", "cpu_spans_of", "modelled", "WARM_BATCHES", "effective_target", "capacity_text", "throttled_in"]

@@ -292,7 +292,7 @@ def test_a_throttled_instance_with_rows_waiting_is_at_its_limit() -> None:
     samples, up = [], []
     for t in range(12):
         samples.append(Sample(float(t), 300.0 * t, 300.0 * t, 600.0 * (t + 1),
-                              batches=float(t + 1),
+                              batches=float(t + 10),  # long past its first batches
                               nr_periods=100.0 * t, nr_throttled=80.0 * t))
         up.append(Sample(float(t), 600.0 * t, 600.0 * t, 0.0, retained=1.0 + 30 * t))
     view = OperatorView("q", "f", 1, {"q.f1": samples}, {"q.up": up}, None,

@@ -17,6 +17,7 @@ from common.tasks import agents_needed
 from compiler.pipeline import compile_spec_file
 from embedded_mesos.cluster import agent_resources
 from elastiq.sizing import PlanDoesNotFit, size_cluster
+from scheduler.config import ExecutorSpec
 from scheduler.placement import Offer, QueryDemand, Share, TaskDemand, place
 
 SPECS = Path(__file__).resolve().parent / "specs"
@@ -58,7 +59,7 @@ def test_every_embedded_agent_gets_its_own_band_of_ports() -> None:
 
 # --- elastiq run's embedded cluster, sized from the plan (elastiq.sizing) -----------------------
 
-EXECUTOR = Share(0.5, 1500.0)  # what scheduler.config.ExecutorSpec takes for itself
+EXECUTOR = Share(ExecutorSpec.cpus, ExecutorSpec.mem_mb)  # what the executor takes for itself
 
 
 def many_queries(tmp_path: Path, copies: int, ha: str = "") -> Path:
@@ -159,3 +160,32 @@ def test_fuzzed_sizes_either_fit_or_are_refused_naming_a_flag() -> None:
                    for t in tasks]
         assert not place(offers, [QueryDemand("q", tuple(demands))],
                          executor_share=EXECUTOR).unplaced
+
+
+ISSUE_31_EXAMPLE = """<dataflow name="issue-31">
+  <operator name="src" type="generator" cpus="0.3"><param name="shape" value="sensor"/>
+    <param name="rate" value="5000"/><output name="raw"/></operator>
+  <operator name="heavy" type="project" partition-by="sensor" max-parallelism="3" cpus="0.3">
+    <input name="raw"/><field name="sensor" value="sensor"/><field name="ts" value="ts"/>
+    <field name="h" value="length(upper(concat(sensor, 'αβγδε')))"/><output name="scored"/>
+  </operator>
+  <operator name="sink" type="file-sink" cpus="0.3"><input name="scored"/>
+    <param name="path" value="out.jsonl"/></operator>
+</dataflow>
+"""
+
+
+def test_the_issues_example_places_on_agents_of_0_4_cpus(tmp_path: Path) -> None:
+    """Issue 31's example, `elastiq run SPEC --agents 5 --cpus 0.4` with a partitioned project
+    (max-parallelism 3) and every operator asking cpus="0.3": the executor's own 0.1 cpus and a
+    task's 0.3 fill an agent of 0.4 exactly, one task per agent. With the share it had (0.5
+    cpus) each agent needed 0.8 and the plan was refused."""
+    spec = tmp_path / "issue-31.xml"
+    spec.write_text(ISSUE_31_EXAMPLE, encoding="utf-8")
+    tasks = compile_spec_file(spec).query.tasks
+    assert {t.resources.cpus for t in tasks} == {0.3} and len(tasks) == 5
+    assert EXECUTOR.cpus + 0.3 <= 0.4
+    size = size_cluster(tasks, EXECUTOR, 5, 0.4)
+    assert (size.agents, size.cpus) == (5, 0.4)
+    with pytest.raises(PlanDoesNotFit, match="needs 0.8 cpus, offer has 0.4"):
+        size_cluster(tasks, Share(0.5, EXECUTOR.mem_mb), 5, 0.4)

@@ -187,7 +187,7 @@ def test_heartbeat_every_interval_with_live_tasks_and_figures() -> None:
                                       backlog=4, latency_ms=150, channel_blocked_ms=2500,
                                       channel_readerless_ms=9000, busy_ms=1234,
                                       running_ms=420, watermark_ms=5000, rows_dropped=12,
-                                      retained={"q/c#1": 2})}
+                                      cpu_ms=800, cpu_batches=2, retained={"q/c#1": 2})}
     first = state.handle(Tick("t1", 100.0, figures))
     assert state.handle(Tick("t2", 100.5, figures)) == []  # not yet a second later
     later = state.handle(Tick("t3", 101.0, figures))
@@ -197,7 +197,7 @@ def test_heartbeat_every_interval_with_live_tasks_and_figures() -> None:
                                "batch_ms": 150, "backlog": 4, "latency_ms": 150, "busy_ms": 1234,
                                "running_ms": 420, "batches_ended": 0, "restarts": 0,
                                "watermark_ms": 5000, "routed_ms": -1, "rows_dropped": 12,
-                               "retained:q/c#1": 2, "channel_blocked_ms": 2500,
+                               "cpu_ms": 800, "cpu_batches": 2, "retained:q/c#1": 2, "channel_blocked_ms": 2500,
                                "channel_readerless_ms": 9000}
     assert beat["q.t1.a1"]["state"] == "launching" and beat["q.t1.a1"]["tuples_out"] == 0
     assert beat["q.t2.a1"]["state"] == "killing"

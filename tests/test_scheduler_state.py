@@ -93,11 +93,11 @@ def test_not_enough_resources_holds_then_declines_with_reason() -> None:
     out = s.handle(OffersReceived("o", (offer("o1", "a1", cpus=1.5),)))
     assert out == []  # held: another offer may arrive while some demand waits
     view = snapshot(s)["queries"]["q"]["tasks"][0]
-    assert "needs 2.5 cpus, offer has 1.5 on agent a1" in view["waiting_for"]
+    assert "needs 2.1 cpus, offer has 1.5 on agent a1" in view["waiting_for"]
     out = s.handle(Tick("t1", 102.5))
     (d,) = of(DeclineOffers, out)
     assert d.offer_ids == ("o1",) and d.stimulus_id == "t1"
-    assert "q.t0" in d.reason and "needs 2.5 cpus" in d.reason  # 2 + the executor's 0.5
+    assert "q.t0" in d.reason and "needs 2.1 cpus" in d.reason  # 2 + the executor's 0.1
     assert s.held == {}
 
 

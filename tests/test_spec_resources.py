@@ -120,12 +120,12 @@ def test_elastiq_run_knows_the_room_its_flags_give(tmp_path: Path) -> None:
 
 def test_a_task_no_known_agent_can_hold_is_refused_at_submit() -> None:
     from scheduler.commands import ReplyToRequest
-    from scheduler.config import SchedulerConfig
+    from scheduler.config import ExecutorSpec, SchedulerConfig
     from scheduler.events import OffersReceived, QuerySubmitted, Tick
     from scheduler.state import SchedulerState
     from scheduler.testing import chain_query, offer
 
-    s = SchedulerState(SchedulerConfig())
+    s = SchedulerState(SchedulerConfig(executor=ExecutorSpec(cpus=0.5)))
     s.handle(Tick("t0", 100.0))
     # before any offer nothing is known: accepted, it waits
     (first,) = [c for c in s.handle(QuerySubmitted("s0", chain_query("early", 1, cpus=9.0)))
