@@ -282,7 +282,8 @@ def _sink_calls(graph: Graph, plan: TaskPlan, channels: Mapping[str, ChannelSpec
                          "splitter serves several")
     return [Call(f"{channels[c].stream} -> channel {c}", "channel_sink",
                  (("input", name(channels[c].stream)), ("channel", c),
-                  ("readers", channels[c].consumers)))
+                  ("readers", channels[c].consumers),
+                  *((("published", True),) if channels[c].stream in graph.published else ())))
             for c in plan.outputs]
 
 

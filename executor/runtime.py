@@ -214,7 +214,8 @@ class ChannelHub:
     def writer(self, channel_id: str, schema: pa.Schema, *, bind: str | None = None,
                expected_readers: Sequence[str] = (),
                log_dir: str | None = None, auth: WriterAuth | None = None,
-               open_readers: bool = False, owner: str | None = None) -> "ChannelWriter":
+               open_readers: bool = False, owner: str | None = None,
+               published: bool = False) -> "ChannelWriter":
         """The channel's writer, created on first use; `log_dir` makes its upstream backup
         durable there (a writer opened later on the same folder resumes from it). Asked for
         another `bind` than the writer has (a control tuple moved a network sink), the writer is
@@ -239,6 +240,8 @@ class ChannelHub:
 
             kwargs: dict[str, Any] = {"expected_readers": list(expected_readers),
                                       "auth": auth, "open_readers": open_readers}
+            if published:
+                kwargs["published"] = True
             if bind is not None:
                 kwargs["bind"] = bind
             if log_dir is not None:
@@ -327,6 +330,7 @@ class TaskRuntime:
         self.keys = keys
         # channel -> how its writer admits readers (auth, expected readers, open), for a move
         self._access: dict[str, tuple[WriterAuth | None, tuple[str, ...], bool]] = {}
+        self._published: set[str] = set()  # channels other queries read by name
         self.query_id, self.task_id = query_id, task_id
         self.checkpoint_dir = checkpoint_dir
         self.endpoints = dict(endpoints)
@@ -1023,7 +1027,8 @@ class TaskRuntime:
         log_dir = os.path.join(self.checkpoint_dir, "channels", quote(channel, safe=""))
         return self.channels.writer(channel, schema, bind=bind, log_dir=log_dir,
                                     expected_readers=expected, auth=auth,
-                                    open_readers=open_readers, owner=self.task_id)
+                                    open_readers=open_readers, owner=self.task_id,
+                                    published=channel in self._published)
 
     def control_sink(self, *, op: str, input: str, scheduler: str | None = None) -> None:
         """Send `input`'s rows (string columns query, operator, parameter, value) as control
@@ -1091,10 +1096,13 @@ class TaskRuntime:
             sink.writer = self._writer(channel, sink.schema, fallback)
             raise
 
-    def channel_sink(self, *, input: str, channel: str, readers: Sequence[str] = ()) -> None:
+    def channel_sink(self, *, input: str, channel: str, readers: Sequence[str] = (),
+                     published: bool = False) -> None:
         """Serve `input` to the tasks `readers` on the endpoint the scheduler assigned (a free
         local port when run outside a cluster); the writer keeps every batch until each reader
-        has acknowledged it."""
+        has acknowledged it. `published`: other queries may read it too (`ChannelWriter`)."""
+        if published:
+            self._published.add(channel)
         self._channel_sink(f"write:{channel}", input, channel, self.endpoints.get(channel),
                            readers)
 
