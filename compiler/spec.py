@@ -248,9 +248,9 @@ def _friendly(pos: Position, tag: str, attr: str | None, msg: str,
                           _NAME_RULES.get((tag, attr or ""), _NAME_RULES[None]))
     if "facet 'enumeration'" in msg:
         value = re.search(r"The value '([^']*)'", msg)
-        allowed = re.search(r"\{(.*)\}", msg)
+        choices = re.search(r"\{(.*)\}", msg)
         return Diagnostic(pos, f"<{tag}> {attr}='{value.group(1) if value else ''}' is not "
-                               f"allowed", f"use one of {allowed.group(1) if allowed else '?'}")
+                               f"allowed", f"use one of {choices.group(1) if choices else '?'}")
     if "facet 'maxLength'" in msg:
         return Diagnostic(pos, f"<{tag}> {attr} is too long", "keep it under 4096 characters")
     if "is required but missing" in msg:

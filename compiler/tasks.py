@@ -47,9 +47,10 @@ class TaskPlan:
 
 
 def cut_streams(graph: "Graph") -> set[str]:
-    """Streams that cross a task boundary: published; read by several operators; served by a writer,
-    multicast or splitter; read by a reader, selector, merger or failover; or joining two
-    operators whose placement labels differ. Unannotated operators stay with their neighbour."""
+    """Streams that cross a task boundary: published (served to other queries); read by several
+    operators; served by a writer, multicast or splitter; read by a reader, selector, merger or
+    failover; or joining two operators whose placement labels differ. Unannotated operators
+    stay with their neighbour."""
     cuts = set(graph.published)  # a published stream is served to other queries' readers
     for stream in graph.streams:
         consumers = graph.consumers(stream.name)

@@ -21,7 +21,8 @@ from common.messages import (ControlMessage, Heartbeat, LaunchData, LaunchDataEr
                              MessageError, ReadersMessage, RetargetMessage)
 from executor.channels.auth import ChannelKeyError, TaskKeys
 from executor.executor_state import (ControlReceived, LaunchRejected, MessageUnreadable,
-                                     ReadersReceived, RetargetReceived, SendControlAck, TaskLaunch, TaskLaunched)
+                                     ReadersReceived, RetargetReceived, SendControlAck,
+                                     TaskLaunch, TaskLaunched)
 
 
 def mesos_task_id_of(task_info: Mapping[str, Any]) -> str:

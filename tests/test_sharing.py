@@ -12,6 +12,7 @@ import zmq
 
 from common.diagnostics import SpecError
 from common.messages import ReadersMessage, decode
+from common.tasks import CompiledQuery
 from compiler.pipeline import compile_spec_text
 from executor.runtime import channel_reader_id
 from scheduler import sharing
@@ -61,7 +62,7 @@ def reader_spec(name: str = "alerts", stream: str = "sensors/hotReadings",
 """
 
 
-def compiled(text: str, filename: str = "spec.xml"):  # type: ignore[no-untyped-def]
+def compiled(text: str, filename: str = "spec.xml") -> CompiledQuery:
     return compile_spec_text(text, filename, base_dir="/tmp").query
 
 
@@ -134,7 +135,7 @@ def test_a_readers_message_round_trips_and_bad_ones_are_refused() -> None:
 
 # --- the scheduler's pure core --------------------------------------------------------------------
 
-def keys_for(query) -> dict[str, dict[str, str]]:  # type: ignore[no-untyped-def]
+def keys_for(query: CompiledQuery) -> dict[str, dict[str, str]]:
     keys = {}
     for t in query.tasks:
         public, secret = zmq.curve_keypair()
@@ -142,7 +143,7 @@ def keys_for(query) -> dict[str, dict[str, str]]:  # type: ignore[no-untyped-def
     return keys
 
 
-def submit(s: SchedulerState, query, sid: str = "s") -> ReplyToRequest:  # type: ignore[no-untyped-def]
+def submit(s: SchedulerState, query: CompiledQuery, sid: str = "s") -> ReplyToRequest:
     out = s.handle(QuerySubmitted(sid, query, None, keys_for(query)))
     (reply,) = [c for c in out if isinstance(c, ReplyToRequest)]
     return reply
