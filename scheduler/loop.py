@@ -129,7 +129,8 @@ class SchedulerLoop:
         with self._lock:
             q = self.state.queries.get(query_id)
             return None if q is None else query_view(q, self.state.unplaced,
-                                                     self.state.agent_isolation)
+                                                     self.state.agent_isolation,
+                                                     self.state.queries)
 
     def query_catalog(self, query_id: str) -> ControlCatalog | None:
         """What may change in a query (None: no such query)."""
