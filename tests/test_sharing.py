@@ -294,3 +294,13 @@ def test_stopping_a_reader_releases_it_at_the_writer_and_leaves_the_writer_alone
     assert state.queries["sensors"].phase == "active"
     assert state.queries["sensors"].tasks["sensors.t0"].state.value == "running"
     assert state.handle(QueryStopRequested("st2", "sensors"))[0].accepted
+
+
+def test_status_names_a_published_task_once_with_its_readers() -> None:
+    from elastiq.service_cli import shared_lines
+
+    view = {"published": [{"channel": "sensors/hot", "task": "sensors.t0",
+                           "readers": ["alerts", "dash"]}], "reads": []}
+    assert shared_lines(view) == ["  publishes sensors/hot (task sensors.t0), read by alerts, "
+                                  "dash"]
+    assert shared_lines({"published": [], "reads": ["sensors/hot"]}) == ["  reads sensors/hot"]
