@@ -304,3 +304,25 @@ def test_status_names_a_published_task_once_with_its_readers() -> None:
     assert shared_lines(view) == ["  publishes sensors/hot (task sensors.t0), read by alerts, "
                                   "dash"]
     assert shared_lines({"published": [], "reads": ["sensors/hot"]}) == ["  reads sensors/hot"]
+
+
+def test_the_api_stops_with_force_only_when_asked() -> None:
+    from scheduler.api import ApiError, Call, route
+    from scheduler.loop import Reply
+
+    class Service:
+        def __init__(self) -> None:
+            self.forced: list[bool] = []
+
+        def stop_query(self, query_id: str, timeout: float = 10.0, *,
+                       force: bool = False) -> Reply:
+            self.forced.append(force)
+            return Reply(True, 200, "stopping") if force else Reply(False, 409, "read by b")
+
+    service = Service()
+    with pytest.raises(ApiError) as refused:
+        route(service, Call("DELETE", "/queries/a", ("queries", "a"), {}, {}, b""))  # type: ignore[arg-type]
+    assert refused.value.status == 409
+    status, _ = route(service, Call("DELETE", "/queries/a?force=true", ("queries", "a"),  # type: ignore[arg-type]
+                                    {"force": ["true"]}, {}, b""))
+    assert status == 202 and service.forced == [False, True]
