@@ -540,8 +540,9 @@ class SchedulerState:
 
     def _fail_query(self, sid: str, query: QueryRecord, reason: str) -> list[Command]:
         log.warning("[%s] query %s failed: %s", sid, query.query_id, reason)
+        released = self._readers_changed(sid, query, admit=False)  # before it leaves "active"
         query.phase, query.failure = "failed", reason
-        return self._stop_tasks(sid, query, "query failed: " + reason)
+        return released + self._stop_tasks(sid, query, "query failed: " + reason)
 
     def _stop_tasks(self, sid: str, query: QueryRecord, why: str) -> list[Command]:
         commands: list[Command] = []
