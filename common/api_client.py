@@ -51,8 +51,10 @@ class SchedulerClient:
     def status(self, query_id: str | None = None) -> dict[str, Any]:
         return self._call("GET", f"/queries/{quote(query_id, safe='')}" if query_id else "/queries")
 
-    def stop(self, query_id: str) -> dict[str, Any]:
-        return self._call("DELETE", f"/queries/{quote(query_id, safe='')}")
+    def stop(self, query_id: str, force: bool = False) -> dict[str, Any]:
+        """Stop a query; `force`: even while other queries read a stream it publishes."""
+        return self._call("DELETE", f"/queries/{quote(query_id, safe='')}"
+                                    + ("?force=true" if force else ""))
 
     def migrate(self, query_id: str, task_id: str, agent_id: str) -> dict[str, Any]:
         target = f"/queries/{quote(query_id, safe='')}/tasks/{quote(task_id, safe='')}/migrate"

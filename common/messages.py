@@ -7,6 +7,7 @@ Owns the messages both sides exchange, each a frozen dataclass with `to_json()` 
   `LaunchDataError` when it cannot be read;
 - `ControlMessage` (kind "control"): a task's whole parameter set, to apply at a batch boundary;
 - `RetargetMessage` (kind "retarget"): channels a task reads moved;
+- `ReadersMessage` (kind "readers"): other queries' readers of a published channel come or go;
 - `ControlAck` (kind "control-ack"): how a control request went on one task;
 - `Heartbeat` (kind "heartbeat"): an executor's figures per task.
 Also `ParamSet` (a version and the parameters control tuples set, with `newer_than`), and
@@ -224,6 +225,36 @@ class RetargetMessage:
 
 
 @dataclass(frozen=True)
+class ReadersMessage:
+    """Scheduler -> executor: other queries' reader tasks of a published channel `task` serves
+    come (`add`: reader id -> CURVE public key, "" on a plain-text writer) or go (`drop`)."""
+
+    task: str  # the mesos task id of the writer's attempt
+    channel: str
+    add: tuple[tuple[str, str], ...] = ()
+    drop: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": "readers", "task": self.task, "channel": self.channel,
+                "add": dict(self.add), "drop": list(self.drop)}
+
+    @classmethod
+    def from_json(cls, message: Mapping[str, Any]) -> "ReadersMessage":
+        task, channel = message.get("task"), message.get("channel")
+        if not isinstance(task, str) or not task or not isinstance(channel, str) or not channel:
+            raise MessageError("readers without a 'task' (mesos task id) or a 'channel'")
+        add, drop = message.get("add", {}), message.get("drop", [])
+        if not isinstance(add, Mapping) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in add.items()):
+            raise MessageError(f"readers of {task}: 'add' must map reader ids to keys")
+        if not isinstance(drop, list) or not all(isinstance(r, str) for r in drop):
+            raise MessageError(f"readers of {task}: 'drop' must list reader ids")
+        if not add and not drop:
+            raise MessageError(f"readers of {task} adds and drops nothing")
+        return cls(task, channel, tuple(sorted(add.items())), tuple(drop))
+
+
+@dataclass(frozen=True)
 class ControlAck:
     """Executor -> scheduler: how control `request` went on `task`: applied from micro-batch
     `epoch` after a pause of `pause_s` (at wall-clock `at`), or refused with `message`."""
@@ -325,12 +356,13 @@ def _figures_of(figures: Mapping[str, Any]) -> dict[str, float]:
             if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
 
 
-Message = Union[ControlMessage, RetargetMessage, ControlAck, Heartbeat]
+Message = Union[ControlMessage, RetargetMessage, ReadersMessage, ControlAck, Heartbeat]
 
-_KINDS: dict[str, type[ControlMessage | RetargetMessage | ControlAck | Heartbeat]] = {
-    "control": ControlMessage, "retarget": RetargetMessage, "control-ack": ControlAck,
-    "heartbeat": Heartbeat}
-TO_EXECUTOR: frozenset[str] = frozenset({"control", "retarget"})
+_KINDS: dict[str, type[ControlMessage | RetargetMessage | ReadersMessage | ControlAck |
+                        Heartbeat]] = {
+    "control": ControlMessage, "retarget": RetargetMessage, "readers": ReadersMessage,
+    "control-ack": ControlAck, "heartbeat": Heartbeat}
+TO_EXECUTOR: frozenset[str] = frozenset({"control", "retarget", "readers"})
 TO_SCHEDULER: frozenset[str] = frozenset({"control-ack", "heartbeat"})
 
 

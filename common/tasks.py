@@ -180,6 +180,33 @@ class ElasticOperator:
 
 
 @dataclass(frozen=True)
+class StreamImport:
+    """A stream another query publishes, read by one task of this query (a `stream-source`):
+    the scheduler checks at submit that a query publishes it with this schema, and wires the
+    writer's endpoint and keys into the reading task (docs/queries.md)."""
+
+    channel_id: str  # "<writer query>/<stream>"
+    task_id: str  # the reading task of this query
+    schema: Schema  # what the reader declared
+    where: str  # file:line:column of the stream-source's `stream` value, for refusals
+    start: str = "retained"  # retained | now
+
+    def to_json(self) -> dict[str, Any]:
+        return {"channel_id": self.channel_id, "task_id": self.task_id,
+                "schema": self.schema.to_json(), "where": self.where, "start": self.start}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "StreamImport":
+        return cls(str(d["channel_id"]), str(d["task_id"]), Schema.from_json(d["schema"]),
+                   str(d.get("where", "")), str(d.get("start", "retained")))
+
+    @property
+    def writer(self) -> str:
+        """The query id of the writer."""
+        return self.channel_id.rpartition("/")[0]
+
+
+@dataclass(frozen=True)
 class CompiledQuery:
     """Everything the scheduler needs to deploy one query."""
 
@@ -192,6 +219,9 @@ class CompiledQuery:
     # every sink operator -> its `weight` (what its results are worth when load is shed,
     # docs/load.md); the scheduler's shedding plan reads it
     weights: dict[str, float] = field(default_factory=dict)
+    # channel ids of the streams this query publishes (their ChannelSpec is in `channels`)
+    published: tuple[str, ...] = ()
+    imports: tuple[StreamImport, ...] = ()  # other queries' published streams it reads
 
     def elastic_operator(self, operator: str) -> ElasticOperator | None:
         return next((e for e in self.elastic if e.operator == operator), None)
@@ -211,6 +241,8 @@ class CompiledQuery:
             "controls": self.controls.to_json() if self.controls is not None else None,
             "elastic": [e.to_json() for e in self.elastic],
             "weights": self.weights,
+            "published": list(self.published),
+            "imports": [i.to_json() for i in self.imports],
         })
 
     @classmethod
@@ -224,6 +256,8 @@ class CompiledQuery:
             ControlCatalog.from_json(d.get("controls")),
             tuple(ElasticOperator.from_json(e) for e in d.get("elastic", [])),
             {str(k): float(v) for k, v in d.get("weights", {}).items()},
+            tuple(str(c) for c in d.get("published", ())),
+            tuple(StreamImport.from_json(i) for i in d.get("imports", ())),
         )
 
 

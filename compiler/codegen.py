@@ -171,7 +171,7 @@ def program_names(graph: Graph, plan: TaskPlan,
     under the name of the stream the spec's operator read, since its expressions are written
     against that name (`aStream.x < 42`). A name already used in the task is left alone."""
     members = set(plan.nodes)
-    used = {channels[c].stream for c in plan.inputs}
+    used = {channels[c].stream for c in plan.inputs if c in channels}  # not another query's
     used |= {graph.node(n).produced for n in members if graph.node(n).output is not None}
     names: dict[str, str] = {}
     for node in (graph.node(n) for n in plan.nodes):
@@ -241,6 +241,8 @@ def _source_calls(graph: Graph, plan: TaskPlan, channels: Mapping[str, ChannelSp
     selected = {s: sel for sel in selectors for s in sel.inputs}
     calls: list[Call] = []
     for c in plan.inputs:
+        if c not in channels:
+            continue  # another query's published stream: its stream-source's call reads it
         stream = channels[c].stream
         selector = selected.get(stream)
         if selector is None:
@@ -280,7 +282,8 @@ def _sink_calls(graph: Graph, plan: TaskPlan, channels: Mapping[str, ChannelSpec
                          "splitter serves several")
     return [Call(f"{channels[c].stream} -> channel {c}", "channel_sink",
                  (("input", name(channels[c].stream)), ("channel", c),
-                  ("readers", channels[c].consumers)))
+                  ("readers", channels[c].consumers),
+                  *((("published", True),) if channels[c].stream in graph.published else ())))
             for c in plan.outputs]
 
 
@@ -371,6 +374,12 @@ def _network_source(c: CallSite) -> Args:
                     ("channel", c.p("channel") or c.node.output)) + _given(
         ("reader", c.p("reader")), ("server_key", c.p("server-key")),
         ("key_file", c.path("key-file")))
+
+
+def _stream_source(c: CallSite) -> Args:
+    """Another query's published stream: the scheduler gives the endpoint and keys."""
+    return c.out + (("schema", c.schema_of(c.node.produced)), ("stream", c.p("stream")),
+                    ("start", c.p("start")))
 
 
 def _kafka_source(c: CallSite) -> Args:
@@ -476,6 +485,7 @@ _CALLS: dict[str, tuple[str, Callable[[CallSite], Args]]] = {
     "generator": ("generator", _generator),
     "file-source": ("file_source", _file_source),
     "network-source": ("network_source", _network_source),
+    "stream-source": ("stream_source", _stream_source),
     "kafka-source": ("kafka_source", _kafka_source),
     "filter": ("filter", _filter),
     "project": ("project", _project),

@@ -79,6 +79,8 @@ class Graph:
     name: str
     nodes: tuple[Node, ...]
     streams: tuple[Stream, ...]
+    # streams other queries may read by name (<output publish="true">, docs/queries.md)
+    published: tuple[str, ...] = ()
     _index: dict[str, Node] = field(default_factory=dict, compare=False, repr=False)
     # indexes (built once; a graph is frozen) so that walks over large graphs stay linear
     _streams: dict[str, Stream] = field(default_factory=dict, compare=False, repr=False)

@@ -139,6 +139,14 @@ CATALOGUE: dict[str, OperatorDef] = {d.kind: _shedding(d) for d in (
                  doc="the reader id the writer declared for this key "
                      "(default: <task>/<operator>)"),
     ), doc="reads a stream that another query or program serves on a ZeroMQ endpoint"),
+    OperatorDef("stream-source", "source", (0, 0), (1, 1), False, (
+        ParamDef("stream", "string", True,
+                 doc="the published stream to read, QUERY/STREAM (docs/queries.md)"),
+        ParamDef("start", "choice", False, "retained", choices=("retained", "now"),
+                 doc="where a new reader starts: the oldest batch the writer still retains, "
+                     "or its next batch"),
+    ), doc="reads a stream another running query publishes; the scheduler wires its channel "
+           "and keys"),
     OperatorDef("kafka-source", "source", (0, 0), (1, 1), False, (
         ParamDef("bootstrap", "string", True,
                  doc="the Kafka brokers, HOST:PORT[,HOST:PORT...]"),

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from common.diagnostics import Diagnostic, Position, SpecError, cap_diagnostics
 from common.paths import PathRoots, local_roots
-from common.tasks import ChannelSpec, CompiledQuery, QueryTask
+from common.tasks import ChannelSpec, CompiledQuery, QueryTask, StreamImport, channel_id
 from compiler import codegen, spec as spec_mod, validate
 from compiler.control import catalog_for
 from compiler.elastic import elastic_operators
@@ -188,9 +188,29 @@ def _finish(parsed: spec_mod.Spec, logical: Graph, query_id: str, base: Path,
                           catalog_for(logical, physical, plans,
                                       lambda path: str(codegen.resolve_path(base, path)),
                                       roots, elastic), elastic,
-                          {n.name: float(n.param("weight", 1)) for n in physical.sinks()})
+                          {n.name: float(n.param("weight", 1)) for n in physical.sinks()},
+                          tuple(channel_id(query_id, s) for s in physical.published),
+                          _imports(parsed, physical, plans))
     return Compilation(parsed, logical, physical, plans, query, warnings, rewritten.firings,
                        refused)
+
+
+def _imports(parsed: spec_mod.Spec, physical: Graph,
+             plans: tuple[TaskPlan, ...]) -> tuple[StreamImport, ...]:
+    """Each stream-source's published stream, with its task, declared schema and where its
+    `stream` value is written (the scheduler's refusals name it)."""
+    owner = {n: p.task_id for p in plans for n in p.nodes}
+    decls = {op.name: op for op in parsed.operators}
+    found = []
+    for node in physical.nodes:
+        if node.kind != "stream-source":
+            continue
+        written = decls[node.name].param("stream") if node.name in decls else None
+        where = written.value_pos() if written is not None else parsed.pos
+        found.append(StreamImport(node.param("stream"), owner[node.name],
+                                  physical.stream(node.produced).schema, str(where),
+                                  node.param("start", "retained")))
+    return tuple(found)
 
 
 def _unrunnable(parsed: spec_mod.Spec, physical: Graph) -> tuple[Diagnostic, ...]:

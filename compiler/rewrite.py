@@ -425,7 +425,7 @@ def _splice(graph: Graph, focus: Node, b: _Build) -> Graph:
     streams = [s for s in graph.streams if s.name != focus.output] + b.streams
     ordered = _topological(nodes, {s.name: s.producer for s in streams},
                            lambda n: position.get(n.name, at) if n not in b.nodes else at)
-    return Graph(graph.name, tuple(ordered or nodes), tuple(streams))
+    return Graph(graph.name, tuple(ordered or nodes), tuple(streams), graph.published)
 
 
 def _topological(nodes: list[Node], producers: dict[str, str], key: Any) -> list[Node] | None:

@@ -59,6 +59,7 @@ class PortDecl:
     name: str
     type_name: str | None
     pos: Position
+    publish: bool = False  # <output publish="true">: other queries may read it by name
 
 
 @dataclass(frozen=True)
@@ -245,6 +246,11 @@ def _friendly(pos: Position, tag: str, attr: str | None, msg: str,
         shown = value.group(1) if value else ""
         return Diagnostic(pos, f"<{tag}> {attr}='{shown}' is not a valid name",
                           _NAME_RULES.get((tag, attr or ""), _NAME_RULES[None]))
+    if "facet 'enumeration'" in msg:
+        value = re.search(r"The value '([^']*)'", msg)
+        choices = re.search(r"\{(.*)\}", msg)
+        return Diagnostic(pos, f"<{tag}> {attr}='{value.group(1) if value else ''}' is not "
+                               f"allowed", f"use one of {choices.group(1) if choices else '?'}")
     if "facet 'maxLength'" in msg:
         return Diagnostic(pos, f"<{tag}> {attr} is too long", "keep it under 4096 characters")
     if "is required but missing" in msg:
@@ -289,7 +295,7 @@ for _attr in PATTERN_ATTRIBUTES:
 _ALLOWED_ATTRS = {
     "dataflow": ("name",) + PATTERN_ATTRIBUTES, "type": ("name",), "column": ("name", "type"),
     "operator": ("name", "type") + PATTERN_ATTRIBUTES + RESOURCE_ATTRIBUTES, "input": ("name",),
-    "output": ("name", "type"),
+    "output": ("name", "type", "publish"),
     "param": ("name", "value"), "field": ("name", "value"), "define": ("name", "value"),
     "aggregate": ("name", "function", "column", "by"),
 }
@@ -347,7 +353,8 @@ def _operator(doc: XmlDocument, element: etree._Element) -> OperatorDecl:
         kind=element.get("type"),
         inputs=tuple(PortDecl(c.get("name"), None, doc.where(c).position)
                      for c in _children(element, "input", "name")),
-        outputs=tuple(PortDecl(c.get("name"), c.get("type"), doc.where(c).position)
+        outputs=tuple(PortDecl(c.get("name"), c.get("type"), doc.where(c).position,
+                               c.get("publish") == "true")
                       for c in _children(element, "output", "name")),
         params=tuple(_param(doc, c) for c in _children(element, "param", "name", "value")),
         fields=tuple(_param(doc, c) for c in _children(element, "field", "name", "value")),

@@ -47,10 +47,11 @@ class TaskPlan:
 
 
 def cut_streams(graph: "Graph") -> set[str]:
-    """Streams that cross a task boundary: read by several operators; served by a writer,
-    multicast or splitter; read by a reader, selector, merger or failover; or joining two
-    operators whose placement labels differ. Unannotated operators stay with their neighbour."""
-    cuts = set()
+    """Streams that cross a task boundary: published (served to other queries); read by several
+    operators; served by a writer, multicast or splitter; read by a reader, selector, merger or
+    failover; or joining two operators whose placement labels differ. Unannotated operators
+    stay with their neighbour."""
+    cuts = set(graph.published)  # a published stream is served to other queries' readers
     for stream in graph.streams:
         consumers = graph.consumers(stream.name)
         producer = graph.node(stream.producer)
@@ -104,6 +105,10 @@ def split_into_tasks(graph: "Graph", query_id: str) -> tuple[tuple[TaskPlan, ...
         serves.setdefault(c.producer, []).append(c.channel_id)
         for consumer in c.consumers:
             reads.setdefault(consumer, []).append(c.channel_id)
+    for task_id, names in members.items():  # another query's published stream it reads
+        reads.setdefault(task_id, []).extend(
+            graph.node(n).param("stream") for n in sorted(names, key=order.__getitem__)
+            if graph.node(n).kind == "stream-source")
     plans = tuple(
         TaskPlan(task_id, tuple(sorted(names, key=order.__getitem__)),
                  tuple(reads.get(task_id, ())), tuple(serves.get(task_id, ())),

@@ -98,9 +98,11 @@ def check(spec: Spec, capped: bool = True,
         for op in order:
             _check_patterns(c, op, kinds[op.name])
         _check_pattern_count(c, order)
-    if not any(d.role == "sink" for d in kinds.values()):
+    if not any(d.role == "sink" for d in kinds.values()) and not any(
+            o.publish for op in spec.operators for o in op.outputs):
         c.error(spec.pos, "the dataflow has no sink, so its results would go nowhere",
-                "add a file-sink, console-sink, network-sink or control-sink operator")
+                "add a file-sink, console-sink, network-sink or control-sink operator, or "
+                'publish a stream (<output name="..." publish="true"/>)')
     problems = c.problems + c.unshown
     problems = cap_diagnostics(problems) if capped else problems
     if c.counted["error"] or order is None:
@@ -263,8 +265,8 @@ def _check_streams(c: _Checker, kinds: dict[str, OperatorDef]) -> list[OperatorD
                                   "operator produces",
                         partial(suggest, port.name, c.producers, "streams produced"))
     for name, op in c.producers.items():
-        if name not in consumed and kinds[op.name].role != "sink":
-            out = next(o for o in op.outputs if o.name == name)
+        out = next(o for o in op.outputs if o.name == name)
+        if name not in consumed and kinds[op.name].role != "sink" and not out.publish:
             c.warn(out.pos, f"stream '{name}' of '{op.name}' is never read, so '{op.name}' is "
                             "left out of the plan (with any operator that only feeds it)",
                    "connect it to an operator or a sink, or remove it")
@@ -968,11 +970,35 @@ def _deduplicate(c: _Checker, op: OperatorDecl, inputs: list[Schema]) -> Schema 
     return schema
 
 
+_PUBLISHED_NAME = re.compile(r"^(?P<query>[A-Za-z][A-Za-z0-9_-]{0,63})/"
+                             r"(?P<stream>[A-Za-z_][A-Za-z0-9_]{0,63})$")
+
+
+def _stream_source(c: _Checker, op: OperatorDecl, inputs: list[Schema]) -> Schema | None:
+    """`stream` names another query's published stream as QUERY/STREAM; a query reads its own
+    streams directly. Whether the stream exists and its type agree is the scheduler's check at
+    submit (it knows the running queries; docs/queries.md)."""
+    p = op.param("stream")
+    if p is None:
+        return None
+    m = _PUBLISHED_NAME.match(p.value)
+    if m is None:
+        c.error(p.value_pos(), f"parameter 'stream' of '{op.name}' is '{p.value}', not "
+                               "QUERY/STREAM",
+                'name a published stream, e.g. <param name="stream" value="sensors/hot"/>')
+    elif m.group("query") == c.spec.name:
+        c.error(p.value_pos(), f"stream-source '{op.name}' reads '{p.value}', a stream of "
+                               "this query itself",
+                f"read the stream '{m.group('stream')}' directly with <input name=\""
+                f"{m.group('stream')}\"/>")
+    return None
+
+
 _RESOLVERS: dict[str, Callable[[_Checker, OperatorDecl, list[Schema]], Schema | None]] = {
     "deduplicate": _deduplicate,
     "generator": _generator, "filter": _filter, "project": _project, "pattern": _pattern,
     "window-aggregate": _window, "join": _join, "union": _union, "control-sink": _control_sink,
-    "kafka-source": _kafka_source, "kafka-sink": _kafka_sink,
+    "kafka-source": _kafka_source, "kafka-sink": _kafka_sink, "stream-source": _stream_source,
 }
 
 
@@ -985,7 +1011,7 @@ def _live(c: _Checker, order: list[OperatorDecl],
     warning) computes nothing anyone sees, and neither does what only feeds it."""
     live: set[str] = set()
     for op in reversed(order):
-        if kinds[op.name].role == "sink" or any(
+        if kinds[op.name].role == "sink" or any(o.publish for o in op.outputs) or any(
                 consumer in live for o in op.outputs for consumer in c.readers.get(o.name, ())):
             live.add(op.name)
     return [op for op in order if op.name in live]
@@ -994,7 +1020,8 @@ def _live(c: _Checker, order: list[OperatorDecl],
 def _graph(c: _Checker, order: list[OperatorDecl], kinds: dict[str, OperatorDef]) -> Graph:
     nodes = tuple(_node(c, op, kinds[op.name]) for op in order)
     streams = tuple(Stream(o.name, c.schemas[o.name], op.name) for op in order for o in op.outputs)
-    return Graph(c.spec.name, nodes, streams)
+    published = tuple(o.name for op in order for o in op.outputs if o.publish)
+    return Graph(c.spec.name, nodes, streams, published=published)
 
 
 def _node(c: _Checker, op: OperatorDecl, d: OperatorDef) -> Node:

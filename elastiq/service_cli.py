@@ -116,6 +116,10 @@ def register(sub: argparse._SubParsersAction) -> None:
             p.add_argument("--watch", action="store_true", help="refresh every second")
         else:
             p.add_argument("query")
+        if name == "stop":
+            p.add_argument("--force", action="store_true",
+                           help="stop it even while other queries read a stream it publishes "
+                                "(they wait for it)")
         if name == "tail":
             p.add_argument("sink", help="the file-sink operator's name")
             p.add_argument("--from-start", action="store_true", help="print what is there first")
@@ -312,7 +316,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
-    code, reply = _call(lambda: _client(args).stop(args.query))
+    code, reply = _call(lambda: _client(args).stop(args.query, force=args.force))
     if code == 0:
         print(reply.get("message") or json.dumps(reply))
     return code
@@ -416,11 +420,25 @@ def _print_status(reply: dict[str, Any], readings: Any = None, watch: bool = Fal
             print(f"  {t['task_id']:<24} {t['state']:<9} attempt {t['attempt']} on {where}{extra}")
         for line in elastic_lines(q.get("elastic") or []):
             print(line)
+        for line in shared_lines(q):
+            print(line)
         for line in shedding_lines(q.get("shedding")):
             print(line)
         for line in agent_lines(q.get("agents") or {}):
             print(line)
     return readings
+
+
+def shared_lines(view: dict[str, Any]) -> list[str]:
+    """`status` lines of a query's published streams (each served once, by one task, to the
+    queries that read it) and of the published streams it reads (docs/queries.md); pure."""
+    lines = []
+    for p in view.get("published") or []:
+        read = ", ".join(p.get("readers") or []) or "no query yet"
+        lines.append(f"  publishes {p['channel']} (task {p['task']}), read by {read}")
+    for channel in view.get("reads") or []:
+        lines.append(f"  reads {channel}")
+    return lines
 
 
 def agent_lines(agents: dict[str, Any]) -> list[str]:

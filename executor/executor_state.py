@@ -22,7 +22,8 @@ from typing import Any, Callable, Literal, Mapping, Union
 
 from common.dispatch import handler
 from common.failures import kind_of_text, tag
-from common.messages import RETAINED_PREFIX, ControlAck, ControlMessage, RetargetMessage
+from common.messages import (RETAINED_PREFIX, ControlAck, ControlMessage, ReadersMessage,
+                             RetargetMessage)
 from executor.channels.auth import TaskKeys
 
 log = logging.getLogger(__name__)
@@ -195,6 +196,14 @@ class RetargetReceived:
 
 
 @dataclass(frozen=True)
+class ReadersReceived:
+    """The scheduler says other queries' readers of a published channel come or go."""
+
+    stimulus_id: str
+    message: ReadersMessage
+
+
+@dataclass(frozen=True)
 class MessageUnreadable:
     """A framework message from the scheduler that could not be read, and why."""
 
@@ -230,8 +239,8 @@ class ParamsRefused:
 
 Event = Union[Registered, TaskLaunched, LaunchRejected, TaskKilled, RunnerStatusChanged,
               RunnerStartFailed, RunnerStopped, Tick, ShutdownRequested,
-              ControlReceived, RetargetReceived, MessageUnreadable, ParamsApplied,
-              ParamsRefused]
+              ControlReceived, RetargetReceived, ReadersReceived, MessageUnreadable,
+              ParamsApplied, ParamsRefused]
 
 
 # --- commands (imperatives) -----------------------------------------------------------------------
@@ -279,6 +288,16 @@ class WriteEndpoints:
 
 
 @dataclass(frozen=True)
+class AdmitReaders:
+    """Have the hub's writer of `channel` admit (`add`: reader id -> key) and drop readers."""
+
+    stimulus_id: str
+    channel: str
+    add: Mapping[str, str]
+    drop: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class ApplyParams:
     """Have a task's runner apply `params` (its whole set, version `version`) at a batch
     boundary; the runner reports ParamsApplied or ParamsRefused."""
@@ -315,8 +334,8 @@ class Exit:
     code: int
 
 
-Command = Union[StartRunner, StopRunner, WriteEndpoints, ApplyParams, SendControlAck, SendStatus,
-                SendHeartbeat, Exit]
+Command = Union[StartRunner, StopRunner, WriteEndpoints, AdmitReaders, ApplyParams,
+                SendControlAck, SendStatus, SendHeartbeat, Exit]
 
 
 # --- the state machine ----------------------------------------------------------------------------
@@ -477,6 +496,18 @@ class ExecutorState:
     def _on_RetargetReceived(self, ev: RetargetReceived) -> list[Command]:
         return self._retarget(ev.stimulus_id, ev.message.task, dict(ev.message.endpoints))
 
+    def _on_ReadersReceived(self, ev: ReadersReceived) -> list[Command]:
+        """Readers of a channel a task here serves come or go; the hub applies it (or keeps
+        it for the writer it has not opened yet)."""
+        m = ev.message
+        task = self.tasks.get(m.task)
+        if task is None or m.channel not in task.launch.outputs:
+            log.warning("[%s] task %s: readers of %s ignored (%s)", ev.stimulus_id, m.task,
+                        m.channel, "not on this executor" if task is None
+                        else "the task does not serve it")
+            return []
+        return [AdmitReaders(ev.stimulus_id, m.channel, dict(m.add), m.drop)]
+
     def _on_ControlReceived(self, ev: ControlReceived) -> list[Command]:
         """Control tuples for a task: applied by its runner if it runs; refused (nothing
         touched) if it is not here or not running; an old version is acknowledged as is."""
@@ -580,6 +611,7 @@ _HANDLERS: dict[type, Callable[[ExecutorState, Any], list[Command]]] = {
     RunnerStopped: ExecutorState._on_RunnerStopped,
     ControlReceived: ExecutorState._on_ControlReceived,
     RetargetReceived: ExecutorState._on_RetargetReceived,
+    ReadersReceived: ExecutorState._on_ReadersReceived,
     MessageUnreadable: ExecutorState._on_MessageUnreadable,
     ParamsApplied: ExecutorState._on_ParamsApplied,
     ParamsRefused: ExecutorState._on_ParamsRefused,

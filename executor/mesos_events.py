@@ -18,10 +18,11 @@ from typing import Any, Mapping
 
 from common import messages
 from common.messages import (ControlMessage, Heartbeat, LaunchData, LaunchDataError,
-                             MessageError, RetargetMessage)
+                             MessageError, ReadersMessage, RetargetMessage)
 from executor.channels.auth import ChannelKeyError, TaskKeys
 from executor.executor_state import (ControlReceived, LaunchRejected, MessageUnreadable,
-                                     RetargetReceived, SendControlAck, TaskLaunch, TaskLaunched)
+                                     ReadersReceived, RetargetReceived, SendControlAck,
+                                     TaskLaunch, TaskLaunched)
 
 
 def mesos_task_id_of(task_info: Mapping[str, Any]) -> str:
@@ -75,7 +76,7 @@ def launch_event(stimulus_id: str, task_info: Mapping[str, Any]
 
 
 def message_event(stimulus_id: str, raw: str | bytes
-                  ) -> ControlReceived | RetargetReceived | MessageUnreadable:
+                  ) -> ControlReceived | RetargetReceived | ReadersReceived | MessageUnreadable:
     """A scheduler's framework message as pymesos delivers it (base64 text) -> an event."""
     try:
         text = raw.encode("ascii") if isinstance(raw, str) else raw
@@ -88,6 +89,8 @@ def message_event(stimulus_id: str, raw: str | bytes
         return MessageUnreadable(stimulus_id, str(exc))
     if isinstance(message, RetargetMessage):
         return RetargetReceived(stimulus_id, message)
+    if isinstance(message, ReadersMessage):
+        return ReadersReceived(stimulus_id, message)
     if isinstance(message, ControlMessage):
         return ControlReceived(stimulus_id, message)
     return MessageUnreadable(stimulus_id, f"unknown kind {type(message).__name__!r}")

@@ -36,7 +36,7 @@ from common.dispatch import handler
 from common.failures import tag
 from common.safe_open import private_folder
 from executor.endpoints_file import endpoints_path, write_endpoints
-from executor.executor_state import (ApplyParams, Command, Event, Exit, ExecutorState,
+from executor.executor_state import (AdmitReaders, ApplyParams, Command, Event, Exit, ExecutorState,
                                      ParamsApplied, ParamsRefused, Registered, RunnerStartFailed,
                                      RunnerStatusChanged, RunnerStopped, SendControlAck,
                                      SendHeartbeat, SendStatus, ShutdownRequested, StartRunner,
@@ -405,6 +405,12 @@ class ExecutorLoop:
             log.info("[%s] task %s: channel %s retargeted to %s", command.stimulus_id,
                      command.mesos_task_id, channel, endpoint)
 
+    def _admit_readers(self, command: AdmitReaders) -> None:
+        """Other queries' readers of a published channel come or go (`ChannelHub.admit`)."""
+        self.pool.hub.admit(command.channel, command.add, command.drop)
+        log.info("[%s] channel %s: readers %s admitted, %s dropped", command.stimulus_id,
+                 command.channel, sorted(command.add), list(command.drop))
+
     def _apply_params(self, command: ApplyParams) -> None:
         """Apply the new parameters to the task's query on a thread of its own (it waits for a
         batch boundary; heartbeats and other tasks go on meanwhile)."""
@@ -473,6 +479,7 @@ _RUNS: dict[type, Callable[["ExecutorLoop", Any], None]] = {
     StartRunner: ExecutorLoop._start,
     StopRunner: ExecutorLoop._stop,
     WriteEndpoints: ExecutorLoop._write_endpoints,
+    AdmitReaders: ExecutorLoop._admit_readers,
     ApplyParams: ExecutorLoop._apply_params,
     SendControlAck: ExecutorLoop._send_control_ack,
     SendStatus: ExecutorLoop._send_status,

@@ -207,12 +207,15 @@ class ChannelHub:
         self._writers: dict[str, "ChannelWriter"] = {}
         self._binds: dict[str, str | None] = {}  # the bind each writer was opened with
         self._owners: dict[str, str] = {}  # channel id -> the task whose sink writes it
+        # channel id -> readers admitted before its writer opened (reader id -> key)
+        self._admitted: dict[str, dict[str, str]] = {}
         self._lock = threading.Lock()
 
     def writer(self, channel_id: str, schema: pa.Schema, *, bind: str | None = None,
                expected_readers: Sequence[str] = (),
                log_dir: str | None = None, auth: WriterAuth | None = None,
-               open_readers: bool = False, owner: str | None = None) -> "ChannelWriter":
+               open_readers: bool = False, owner: str | None = None,
+               published: bool = False) -> "ChannelWriter":
         """The channel's writer, created on first use; `log_dir` makes its upstream backup
         durable there (a writer opened later on the same folder resumes from it). Asked for
         another `bind` than the writer has (a control tuple moved a network sink), the writer is
@@ -237,11 +240,15 @@ class ChannelHub:
 
             kwargs: dict[str, Any] = {"expected_readers": list(expected_readers),
                                       "auth": auth, "open_readers": open_readers}
+            if published:
+                kwargs["published"] = True
             if bind is not None:
                 kwargs["bind"] = bind
             if log_dir is not None:
                 kwargs["log_dir"] = log_dir
             writer = ChannelWriter(channel_id, schema, **kwargs)
+            for reader_id, key in self._admitted.get(channel_id, {}).items():
+                writer.add_reader(reader_id, 0, key or None)
             self._writers[channel_id] = writer
             self._binds[channel_id] = bind
             log.info("hub: channel %s writer at %s", channel_id, writer.endpoint)
@@ -258,6 +265,24 @@ class ChannelHub:
         """The bind the channel's writer was opened with (None: a free local port)."""
         with self._lock:
             return self._binds.get(channel_id)
+
+    def admit(self, channel_id: str, add: Mapping[str, str], drop: Sequence[str]) -> bool:
+        """Another query's readers of a published channel come (reader id -> public key; None
+        key on a plain-text writer) or go; False when this hub has no writer of it (its task
+        starts with them in its launch keys, or it is gone)."""
+        with self._lock:
+            kept = self._admitted.setdefault(channel_id, {})
+            kept.update(add)
+            for reader_id in drop:
+                kept.pop(reader_id, None)
+            writer = self._writers.get(channel_id)
+        if writer is None:
+            return False
+        for reader_id in drop:
+            writer.drop_reader(reader_id)
+        for reader_id, key in add.items():
+            writer.add_reader(reader_id, 0, key or None)
+        return True
 
     def release(self, channel_id: str) -> None:
         """Close a channel's writer and free its port (its task was killed or has ended)."""
@@ -305,6 +330,7 @@ class TaskRuntime:
         self.keys = keys
         # channel -> how its writer admits readers (auth, expected readers, open), for a move
         self._access: dict[str, tuple[WriterAuth | None, tuple[str, ...], bool]] = {}
+        self._published: set[str] = set()  # channels other queries read by name
         self.query_id, self.task_id = query_id, task_id
         self.checkpoint_dir = checkpoint_dir
         self.endpoints = dict(endpoints)
@@ -534,7 +560,7 @@ class TaskRuntime:
 
     def _spool(self, op: str, output: str, schema: Schema, name: str, folder: str,
                replicas: Sequence[Replica], key_file: str, ticks: bool = False,
-               bounded: bool = False) -> None:
+               bounded: bool = False, from_now: bool = False) -> None:
         """Receive `replicas` (one writer, or a hot-standby group's) into the spool `folder`
         and read it as the stream `output` (`executor.spool_source`); with `ticks`, its rows
         carry the splitter's tick mark (`sinks.TICK_COLUMN`), which the stream keeps hidden
@@ -545,7 +571,8 @@ class TaskRuntime:
         receiver = SpoolReceiver(self.task_id, folder, replicas, shapes.arrow_schema(wire),
                                  key_file=key_file, endpoints_file=self._endpoints_file(),
                                  log_file=sources.source_log_path(self.checkpoint_dir),
-                                 finished=lambda: spool_source.finished_seq(spark_dir, name))
+                                 finished=lambda: spool_source.finished_seq(spark_dir, name),
+                                 from_now=from_now)
         self.receivers.append(receiver.start())
         config = spool_source.SpoolConfig(
             self.task_id, name, folder, os.path.join(self.checkpoint_dir, "spark"),
@@ -590,6 +617,19 @@ class TaskRuntime:
         self._channel_stream(op, output, schema, channel, self._endpoint_of(op, channel),
                              channel_reader_id(self.task_id, channel), key_file, server_key,
                              ticks, bounded)
+
+    def stream_source(self, *, op: str, output: str, schema: Schema, stream: str,
+                      start: str = "retained") -> None:
+        """Another query's published `stream` ("QUERY/STREAM", its channel id), at the endpoint
+        and with the writer's key the scheduler gave; a new reader starts at the oldest batch
+        the writer retains (`start` "retained") or at its next one ("now")."""
+        if start not in ("retained", "now"):
+            raise self._error(op, f"start must be 'retained' or 'now', not {start!r}")
+        key_file, server_key = self._reader_keys(op, stream)
+        self._spool(op, output, schema, stream, self._spool_folder(stream),
+                    [Replica(stream, channel_reader_id(self.task_id, stream),
+                             self._endpoint_of(op, stream), server_key)], key_file,
+                    from_now=start == "now")
 
     def _reader_keys(self, op: str, channel: str) -> tuple[str, str]:
         """(key file, producer's public key) for reading a channel of this query; ("", "")
@@ -959,7 +999,9 @@ class TaskRuntime:
                   readers: Sequence[str]) -> tuple[WriterAuth | None, tuple[str, ...], bool]:
         """How this query's writer of `channel` admits its reader tasks `readers`: by their
         CURVE keys from the launch (plain text without keys), each under its reader id."""
-        ids = {task: channel_reader_id(task, channel) for task in readers}
+        keyed = self.keys.readers.get(channel, {}) if self.keys is not None else {}
+        # the launch's keys also name other queries' tasks reading a published channel
+        ids = {task: channel_reader_id(task, channel) for task in (*readers, *keyed)}
         try:
             auth = self.keys.writer_auth(channel, ids) if self.keys is not None else None
         except ChannelKeyError as exc:
@@ -985,7 +1027,8 @@ class TaskRuntime:
         log_dir = os.path.join(self.checkpoint_dir, "channels", quote(channel, safe=""))
         return self.channels.writer(channel, schema, bind=bind, log_dir=log_dir,
                                     expected_readers=expected, auth=auth,
-                                    open_readers=open_readers, owner=self.task_id)
+                                    open_readers=open_readers, owner=self.task_id,
+                                    published=channel in self._published)
 
     def control_sink(self, *, op: str, input: str, scheduler: str | None = None) -> None:
         """Send `input`'s rows (string columns query, operator, parameter, value) as control
@@ -1053,10 +1096,13 @@ class TaskRuntime:
             sink.writer = self._writer(channel, sink.schema, fallback)
             raise
 
-    def channel_sink(self, *, input: str, channel: str, readers: Sequence[str] = ()) -> None:
+    def channel_sink(self, *, input: str, channel: str, readers: Sequence[str] = (),
+                     published: bool = False) -> None:
         """Serve `input` to the tasks `readers` on the endpoint the scheduler assigned (a free
         local port when run outside a cluster); the writer keeps every batch until each reader
-        has acknowledged it."""
+        has acknowledged it. `published`: other queries may read it too (`ChannelWriter`)."""
+        if published:
+            self._published.add(channel)
         self._channel_sink(f"write:{channel}", input, channel, self.endpoints.get(channel),
                            readers)
 

@@ -65,8 +65,8 @@ class SpoolReceiver:
     def __init__(self, task_id: str, folder: str, replicas: Sequence[Replica],
                  schema: pa.Schema, *, key_file: str = "", endpoints_file: str = "",
                  log_file: str = "", credit: int = 16, max_spool_bytes: int = 256 << 20,
-                 retry_seconds: float = 2.0, finished: Callable[[], int | None] | None = None
-                 ) -> None:
+                 retry_seconds: float = 2.0, finished: Callable[[], int | None] | None = None,
+                 from_now: bool = False) -> None:
         if not replicas:
             raise ValueError(f"task {task_id}: a spool needs at least one writer")
         self.task_id, self.folder, self.schema = task_id, folder, schema
@@ -88,6 +88,8 @@ class SpoolReceiver:
         # which comes only when a next micro-batch starts (an idle channel would never settle)
         self._finished = finished
         self._finished_checked = 0.0
+        # a new spool starts after the writer's last batch, not at the oldest it retains
+        self._from_now = from_now
 
     # -- lifecycle
 
@@ -154,8 +156,8 @@ class SpoolReceiver:
                 try:
                     reader = self._reader(index, force=True)
                     assert reader is not None  # it has an endpoint and `force` skips the wait
-                    first, _last = reader.retained_range(timeout=BASE_ANSWER_SECONDS)
-                    answers.append(first - 1)
+                    first, last = reader.retained_range(timeout=BASE_ANSWER_SECONDS)
+                    answers.append(last if self._from_now else first - 1)
                 except ChannelError as exc:
                     self._log.info("task %s: channel %s gave no retained range: %s",
                                    self.task_id, self._name(index), exc)

@@ -70,7 +70,7 @@ def _task_problems(query: CompiledQuery, task: QueryTask) -> list[str]:
         found.append(f"task {task.task_id} asks for {task.resources.mem_mb} MB memory")
     if task.resources.ports < 0:
         found.append(f"task {task.task_id} asks for {task.resources.ports} ports")
-    known = {c.channel_id for c in query.channels}
+    known = {c.channel_id for c in query.channels} | {i.channel_id for i in query.imports}
     found += [f"task {task.task_id} uses unknown channel {c}"
               for c in task.inputs + task.outputs if c not in known]
     return found

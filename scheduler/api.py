@@ -76,7 +76,8 @@ MAX_CONTROL_CHARS = 32 * 1024  # the values of one request together
 class QueryService(Protocol):
     def submit(self, query: CompiledQuery, timeout: float = 10.0,
                source: QuerySource | None = None) -> Reply: ...
-    def stop_query(self, query_id: str, timeout: float = 10.0) -> Reply: ...
+    def stop_query(self, query_id: str, timeout: float = 10.0, *,
+                   force: bool = False) -> Reply: ...
     def migrate_task(self, query_id: str, task_id: str, agent_id: str,
                      timeout: float = 10.0) -> Reply: ...
     def control(self, query_id: str, tuples: list[tuple[str, str, str]],
@@ -296,7 +297,8 @@ def route(service: QueryService, call: Call, compile: Compile = compile_source
     if parts == ("queries",) and method == "POST":
         return _submit(service, call, compile)
     if len(parts) == 2 and parts[0] == "queries" and method in ("GET", "DELETE"):
-        return _one_query(service, method, parts[1])
+        return _one_query(service, method, parts[1],
+                          call.params.get("force", [""])[-1] in ("1", "true"))
     if len(parts) == 5 and (parts[0], parts[2], parts[4]) == ("queries", "tasks", "migrate") \
             and method == "POST":
         return _migrate(service, parts[1], parts[3], call.body)
@@ -324,13 +326,16 @@ def _submit(service: QueryService, call: Call, compile: Compile) -> tuple[int, A
     return 201, {"query_id": query.query_id, "message": reply.message}
 
 
-def _one_query(service: QueryService, method: str, query_id: str) -> tuple[int, Any]:
+def _one_query(service: QueryService, method: str, query_id: str,
+               force: bool = False) -> tuple[int, Any]:
+    """GET: its status; DELETE: stop it (`?force=true`: even while other queries read a stream
+    it publishes, docs/queries.md)."""
     if method == "GET":
         view = service.query_status(query_id)
         if view is None:
             raise ApiError(404, f"no query {query_id}")
         return 200, view
-    reply = service.stop_query(query_id)
+    reply = service.stop_query(query_id, force=True) if force else service.stop_query(query_id)
     if not reply.accepted:
         raise ApiError(reply.status, reply.message)
     return 202, {"query_id": query_id, "message": reply.message}

@@ -86,12 +86,13 @@ class SuppressOffers:
 
 @dataclass(frozen=True)
 class SendFrameworkMessage:
-    """A control message to a task's executor (JSON `data`; the adapter adds base64)."""
+    """A control message to a task's executor, or the readers of a published channel it
+    serves (JSON `data`; the adapter adds base64)."""
 
     stimulus_id: str
     agent_id: str
     executor_id: str
-    message: messages.ControlMessage
+    message: messages.ControlMessage | messages.ReadersMessage
 
     @property
     def data(self) -> bytes:

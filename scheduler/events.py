@@ -137,6 +137,7 @@ class QuerySubmitted:
 class QueryStopRequested:
     stimulus_id: str
     query_id: str
+    force: bool = False  # stop even while other queries read a stream it publishes
 
 
 @dataclass(frozen=True)

@@ -99,8 +99,9 @@ class SchedulerLoop:
         return self._request(QuerySubmitted(new_stimulus_id("submit"), query, source, keys),
                              timeout)
 
-    def stop_query(self, query_id: str, timeout: float = 10.0) -> Reply:
-        return self._request(QueryStopRequested(new_stimulus_id("stop"), query_id), timeout)
+    def stop_query(self, query_id: str, timeout: float = 10.0, *, force: bool = False) -> Reply:
+        return self._request(QueryStopRequested(new_stimulus_id("stop"), query_id, force),
+                             timeout)
 
     def request(self, event: Any, timeout: float = 10.0) -> Reply:
         """Put any event the state answers with a `ReplyToRequest` and wait for the reply."""
@@ -128,7 +129,8 @@ class SchedulerLoop:
         with self._lock:
             q = self.state.queries.get(query_id)
             return None if q is None else query_view(q, self.state.unplaced,
-                                                     self.state.agent_isolation)
+                                                     self.state.agent_isolation,
+                                                     self.state.queries)
 
     def query_catalog(self, query_id: str) -> ControlCatalog | None:
         """What may change in a query (None: no such query)."""

@@ -450,10 +450,11 @@ class SchedulerService:
             FencedRequest(sid, epoch, QuerySubmitted(sid, query, source, keys)), timeout)
 
     def stop_query(self, query_id: str, timeout: float = 10.0,
-                   epoch: int | None = None) -> Reply:
+                   epoch: int | None = None, *, force: bool = False) -> Reply:
+        """Stop a query; `force`: even while other queries read a stream it publishes."""
         sid = new_stimulus_id("stop")
-        return self.loop.request(FencedRequest(sid, epoch, QueryStopRequested(sid, query_id)),
-                                 timeout)
+        return self.loop.request(
+            FencedRequest(sid, epoch, QueryStopRequested(sid, query_id, force)), timeout)
 
     def migrate_task(self, query_id: str, task_id: str, agent_id: str, timeout: float = 10.0,
                      epoch: int | None = None) -> Reply:

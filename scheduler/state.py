@@ -33,7 +33,7 @@ from common.failures import FailureKind, kind_of
 from common.messages import ControlMessage, LaunchData, LaunchQuery, ParamSet
 from common.tasks import CompiledQuery
 from compiler.control import check_tuples
-from scheduler import admission, control as ctl, elasticity, shed_state
+from scheduler import admission, control as ctl, elasticity, shed_state, sharing
 from scheduler.commands import (
     Command, DeclineOffers, KillTask, LaunchTasks, ReconcileTasks, ReplyToRequest,
     RetargetChannels, ReviveOffers, SendFrameworkMessage, ShutdownExecutor, SuppressOffers,
@@ -249,6 +249,8 @@ class SchedulerState:
         for qp in result.placed:  # after the launches: consumers reconnect to what now starts
             commands += self._retargets(sid, self.queries[qp.query_id],
                                         {a.task_id for a in qp.assignments})
+            commands += self._retarget_readers(sid, self.queries[qp.query_id],
+                                               {a.task_id for a in qp.assignments})
         declined = [d for d in result.declined if d.offer_id in self.held]
         if not result.unplaced:
             return commands + self._decline(sid, [d.offer_id for d in declined],
@@ -262,14 +264,16 @@ class SchedulerState:
         where = self._destinations(task)  # as the demand saw it: same state, same time
         task.move(TaskState.STAGING, sid, f"placed on agent {a.agent_id}: {where.reason}")
         task.agent_id, task.hostname, task.ports = a.agent_id, a.hostname, a.ports
-        task.endpoints = dict(a.endpoints)
+        endpoints, servers, serving = sharing.wire(record, task.task_id, self.queries)
+        task.endpoints = dict(a.endpoints) | endpoints
         task.launches += 1
         task.migrate_to = None
         task.epoch = self.epoch_floor = self.epoch_floor + 1
         log.info("[%s] launching %s on agent %s (ports %s): %s", sid, task.mesos_task_id,
                  a.agent_id, a.ports, where.reason)
-        data = replace(launch_data(record.query, task, record.control, record.keys),
-                       control=self._task_params(record, task.task_id))
+        data = launch_data(record.query, task, record.control, record.keys)
+        data = replace(data, control=self._task_params(record, task.task_id),
+                       keys=sharing.with_wiring(data.keys, servers, serving))
         return TaskLaunch(task.mesos_task_id, task.task_id, task.task_id, a.cpus, a.mem_mb,
                           a.ports, messages.encode(data).decode("utf-8"))
 
@@ -304,6 +308,36 @@ class SchedulerState:
                 consumer.mesos_task_id, tuple(sorted(endpoints.items()))))
         return commands
 
+    def _retarget_readers(self, sid: str, writer: QueryRecord,
+                          launched: set[str]) -> list[Command]:
+        """Other queries' live reader tasks of a published channel whose writer task was just
+        (re)launched elsewhere learn where it is (their record keeps it for their launches)."""
+        commands: list[Command] = []
+        for q, task, channel, endpoint in sharing.reader_tasks(writer, launched, self.queries):
+            if task.endpoints.get(channel) == endpoint:
+                continue
+            task.endpoints[channel] = endpoint
+            if task.state.launched and task.agent_id:
+                commands.append(RetargetChannels(
+                    sid, task.agent_id, self._executor_id(task.agent_id), q.query_id,
+                    task.mesos_task_id, ((channel, endpoint),)))
+        return commands
+
+    def _readers_changed(self, sid: str, reader: QueryRecord, admit: bool) -> list[Command]:
+        """Tell the running writers of what `reader` reads that its tasks come (`admit`) or go:
+        a writer then retains for them, or stops retaining (a stopped reader never holds a
+        writer back)."""
+        commands: list[Command] = []
+        for producer, channel, ids in sharing.admissions(reader, self.queries):
+            if not producer.agent_id:
+                continue
+            message = messages.ReadersMessage(
+                producer.mesos_task_id, channel, tuple(sorted(ids.items())) if admit else (),
+                () if admit else tuple(sorted(ids)))
+            commands.append(SendFrameworkMessage(sid, producer.agent_id,
+                                                 self._executor_id(producer.agent_id), message))
+        return commands
+
     def _decline(self, sid: str, offer_ids: list[str], reason: str) -> list[Command]:
         for oid in offer_ids:
             self.held.pop(oid, None)
@@ -326,7 +360,9 @@ class SchedulerState:
                             if q.phase == "active") if d is not None]
 
     def _query_demand(self, q: QueryRecord) -> QueryDemand | None:
-        pending = [t for t in q.tasks.values() if t.state is TaskState.PENDING]
+        waiting = sharing.wait_reasons(self.queries)  # readers of an absent writer
+        pending = [t for t in q.tasks.values()
+                   if t.state is TaskState.PENDING and t.task_id not in waiting]
         if not pending:
             return None
         live = [t for t in q.tasks.values() if t.state.launched and t.agent_id]
@@ -504,8 +540,9 @@ class SchedulerState:
 
     def _fail_query(self, sid: str, query: QueryRecord, reason: str) -> list[Command]:
         log.warning("[%s] query %s failed: %s", sid, query.query_id, reason)
+        released = self._readers_changed(sid, query, admit=False)  # before it leaves "active"
         query.phase, query.failure = "failed", reason
-        return self._stop_tasks(sid, query, "query failed: " + reason)
+        return released + self._stop_tasks(sid, query, "query failed: " + reason)
 
     def _stop_tasks(self, sid: str, query: QueryRecord, why: str) -> list[Command]:
         commands: list[Command] = []
@@ -602,6 +639,9 @@ class SchedulerState:
         if ev.keys and unkeyed:
             return [ReplyToRequest(sid, False, 400, "channel keys missing for tasks "
                                                     f"{', '.join(unkeyed)}")]
+        shared = sharing.submit_problems(q, self.queries)
+        if shared:
+            return [ReplyToRequest(sid, False, 400, "; ".join(shared))]
         first = {t: r.attempt + 1 for t, r in old.tasks.items()} if old else {}
         self.queries[q.query_id] = QueryRecord(q, {
             t.task_id: TaskRecord(t, attempt=first.get(t.task_id, 1), pending_since=self.now)
@@ -613,6 +653,7 @@ class SchedulerState:
         log.info("[%s] query %s submitted with %s tasks", sid, q.query_id, len(q.tasks))
         self.suppressed = False
         return [ReplyToRequest(sid, True, 200, f"query {q.query_id} accepted"),
+                *self._readers_changed(sid, record, admit=True),
                 *self._revive(sid)] + self._try_place(sid)
 
     def _on_query_stop_requested(self, ev: QueryStopRequested) -> list[Command]:
@@ -621,9 +662,13 @@ class SchedulerState:
             return [ReplyToRequest(sid, False, 404, f"no query {ev.query_id}")]
         if query.phase != "active":
             return [ReplyToRequest(sid, True, 200, f"query {ev.query_id} is {query.phase}")]
+        refusal = None if ev.force else sharing.stop_refusal(ev.query_id, self.queries)
+        if refusal is not None:
+            return [ReplyToRequest(sid, False, 409, refusal)]
+        commands = self._readers_changed(sid, query, admit=False)
         query.phase = "stopping"
         log.info("[%s] stopping query %s", sid, ev.query_id)
-        commands = self._stop_tasks(sid, query, "query stopped")
+        commands += self._stop_tasks(sid, query, "query stopped")
         return [ReplyToRequest(sid, True, 200, f"query {ev.query_id} stopping")] + commands + \
             self._settle(sid, query)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from scheduler import elasticity, shed_state
+from scheduler import elasticity, sharing, shed_state
 from scheduler.control import sinks_in_force
 from scheduler.lifecycle import TaskRecord, TaskState
 from scheduler.state import QueryRecord, SchedulerState
@@ -21,15 +21,18 @@ def snapshot(state: SchedulerState) -> dict[str, Any]:
         "master": state.master,
         "connected": state.connected,
         "held_offers": len(state.held),
-        "queries": {qid: query_view(q, state.unplaced, state.agent_isolation)
+        "queries": {qid: query_view(q, state.unplaced, state.agent_isolation, state.queries)
                     for qid, q in state.queries.items()},
     }
 
 
 def query_view(q: QueryRecord, unplaced: dict[str, str],
-               isolation: dict[str, str] | None = None) -> dict[str, Any]:
+               isolation: dict[str, str] | None = None,
+               queries: dict[str, QueryRecord] | None = None) -> dict[str, Any]:
     """One query; `isolation` (agent id -> its isolation, "" when it does not say) gives the
-    `agents` its tasks run on."""
+    `agents` its tasks run on; `queries` (all the scheduler holds) the queries that read each
+    stream it publishes (`published`) and why a reader of an absent writer waits."""
+    waits = sharing.wait_reasons(queries) if queries is not None else {}
     on = sorted({t.agent_id for t in q.tasks.values() if t.agent_id})
     return {
         "agents": {a: {"isolation": (isolation or {}).get(a) or "unknown"} for a in on},
@@ -38,9 +41,13 @@ def query_view(q: QueryRecord, unplaced: dict[str, str],
         "status": query_status(q),
         "failure": q.failure,
         "sinks": sinks_in_force(q.query.sinks, q.control, q.query.controls),
-        "tasks": [task_view(t, unplaced.get(t.task_id, "")) for t in q.tasks.values()],
+        "tasks": [task_view(t, unplaced.get(t.task_id, ""), waits.get(t.task_id, ""))
+                  for t in q.tasks.values()],
         "elastic": elasticity.describe(q.query, q.tasks, q.control, q.elastic),
         "shedding": shed_state.describe(q.query, q.tasks, q.control, q.shed),
+        "published": sharing.shared_tasks(q, queries if queries is not None
+                                          else {q.query_id: q}),
+        "reads": sorted({i.channel_id for i in q.query.imports}),
     }
 
 
@@ -56,7 +63,9 @@ def query_status(q: QueryRecord) -> str:
     return "deploying"
 
 
-def task_view(t: TaskRecord, unplaced_reason: str) -> dict[str, Any]:
+def task_view(t: TaskRecord, unplaced_reason: str, writer_absent: str = "") -> dict[str, Any]:
+    """One task; `writer_absent`: why it waits for another query's published stream, shown in
+    whatever state it is (a running reader of a stopped writer receives nothing)."""
     return {
         "task_id": t.task_id,
         "mesos_task_id": t.mesos_task_id,
@@ -72,7 +81,8 @@ def task_view(t: TaskRecord, unplaced_reason: str) -> dict[str, Any]:
         "last_failure": t.last_failure,
         "last_failure_attempt": t.last_failure_attempt,
         "restart_at": t.restart_at,
-        "waiting_for": unplaced_reason if t.state is TaskState.PENDING else "",
+        "waiting_for": writer_absent if writer_absent and not t.state.terminal else
+        unplaced_reason if t.state is TaskState.PENDING else "",
         "blocked": blocked_reason(t.figures),
     }
 

@@ -543,3 +543,23 @@ def test_sigkilled_reader_process_resumes_with_nothing_lost_or_twice(closing, tm
     assert [line["ids"] for line in committed] == [batch_ids(t) for t in range(total)]
     assert [b.seq for b in steady_got] == list(range(1, total + 1))
     assert poll(lambda: writer.retained_range() == (total + 1, total), 5.0, 0.01)
+
+
+def test_a_published_writer_nobody_reads_drops_its_oldest_instead_of_blocking(closing) -> None:
+    """docs/queries.md: while no reader is tracked, a published channel keeps its latest
+    batches up to its bound; once another query's reader is declared, it is upstream backup
+    again (blocks when full)."""
+    writer = ChannelWriter("q/hot", SCHEMA, max_retained_batches=3, published=True)
+    closing(writer)
+    for tag in range(5):
+        assert writer.send(make_table(tag), tag, timeout=1) == tag + 1
+    assert writer.retained_range() == (3, 5)
+    writer.add_reader("r1")  # another query's reader, from what the writer retains
+    with pytest.raises(ChannelFull):
+        writer.send(make_table(5), 5, timeout=0.3)
+    reader = ChannelReader("q/hot", "r1", writer.endpoint, SCHEMA)
+    closing(reader)
+    reader.subscribe(3, timeout=5)
+    assert [b.seq for b in drain(reader, 5, ack=False)] == [3, 4, 5]
+    writer.drop_reader("r1")  # a stopped reader holds nothing back
+    assert writer.send(make_table(5), 5, timeout=5) == 6

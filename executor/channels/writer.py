@@ -193,6 +193,7 @@ class ChannelWriter:
         log_segment_bytes: int = 64 << 20,
         auth: WriterAuth | None = None,
         open_readers: bool = False,
+        published: bool = False,
     ) -> None:
         """`auth`: serve over CURVE with `auth.keys` and admit only the readers `auth.readers`
         declares (each frame's reader id must be the one its connection's key stands for); every
@@ -204,7 +205,10 @@ class ChannelWriter:
         `log_dir`: keep the upstream backup in a `ChannelLog` there too, and start from what
         it holds (seqs, tags, bodies) - the writer a relaunched producer opens on the same folder
         continues the numbering. `log_fsync`: fsync each append (survives machine loss).
-        `log_segment_bytes`: the log is trimmed by whole segments of about this size."""
+        `log_segment_bytes`: the log is trimmed by whole segments of about this size.
+        `published`: a stream other queries read by name (docs/queries.md): while no reader is
+        tracked and the retention is full, the oldest batches go instead of `send` blocking,
+        so a writer nobody reads never stalls and a later reader finds the latest batches."""
         if not channel_id or max_retained_batches < 1 or max_retained_bytes < 1:
             raise ValueError("channel_id must be non-empty and retention bounds positive")
         if auth is not None and (open_readers or not set(expected_readers) <= set(auth.readers)):
@@ -223,6 +227,7 @@ class ChannelWriter:
         self._tags = TagLog()
         self._auth = auth
         self._open_readers = open_readers
+        self._published = published
         self._domain = f"elastiq-channel-{uuid.uuid4().hex}"
         self._tracked: set[str] = set(declared)
         self._acked: dict[str, int] = {reader: 0 for reader in declared}
@@ -397,6 +402,10 @@ class ChannelWriter:
     def _wait_locked(self, nbytes: int, timeout: float | None, deadline: float | None) -> int:
         """The wait of `_wait_for_room`, under the writer lock."""
         while not self._buffer.has_room(nbytes, self._max_batches, self._max_bytes):
+            if self._published and not self._tracked and len(self._buffer):
+                self._buffer.trim_upto(self._buffer.first_seq)  # nobody reads: the oldest goes
+                self._log_floor = max(self._log_floor, self._buffer.first_seq - 1)
+                continue
             if self._closing:
                 raise ChannelError(f"channel {self.channel_id}: writer is closed")
             remaining = None if deadline is None else deadline - time.monotonic()

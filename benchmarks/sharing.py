@@ -1,0 +1,177 @@
+"""Two queries over one published generator vs two separate queries: CPU used (docs/queries.md).
+
+Owns this benchmark only (not a test; nothing in tests/ imports it). On the stack of
+testkit/e2e_support.py (embedded master, one agent, the framework scheduler, one real executor
+and SparkSession, 127.0.0.1 only) it runs, one arrangement at a time:
+- `separate` (the baseline): two queries, each `sink := file_sink(c := project(h :=
+  filter(src := generator)))` over the same generator parameters: two generators, two filters;
+- `shared`: one query `h := filter(src := generator)` publishing `h`, and two queries
+  `sink := file_sink(c := project(stream_source(writer/h)))`: one generator, one filter, the
+  hot rows sent over a ZeroMQ channel (with CURVE keys) to both readers.
+It measures the CPU seconds (user + system, from /proc) of every process of the executor's
+session (its JVM and Spark's Python workers) over `--seconds` of steady output, after both
+sinks have grown (warm-up), and the rows both sinks received meanwhile; it prints, per
+arrangement and repeat, CPU seconds per 1,000 output rows, their medians, and the ratio
+shared / separate beside the goal (below 1: one source instead of two saves more than the
+channel costs). Every task is placed on the one agent, so one executor holds them all.
+
+    python benchmarks/sharing.py [--seconds S] [--repeats N] [--rate R]
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench_util import exit_on_sigterm, fmt, format_table, median_of, ratio, use_repo_on_path
+
+use_repo_on_path()
+
+from compiler.pipeline import compile_spec_text  # noqa: E402
+from testkit.e2e_support import (Stack, _proc_stat, session_members, start_stack,  # noqa: E402
+                                 stop_query, stop_stack, submit, wait_running, wait_until)
+
+log = logging.getLogger("bench.sharing")
+GOAL = 1.0  # shared / separate CPU per output row: below it, sharing pays
+
+TYPE = """  <type name="reading">
+    <column name="sensor" type="string"/>
+    <column name="ts" type="timestamp"/>
+    <column name="temp" type="double"/>
+    <column name="humidity" type="double"/>
+  </type>
+"""
+
+
+def source(rate: int, publish: bool) -> str:
+    out = ' publish="true"' if publish else ""
+    return f"""  <operator name="src" type="generator">
+    <param name="shape" value="sensor"/>
+    <param name="rate" value="{rate}"/>
+    <param name="seed" value="5"/>
+    <output name="raw" type="reading"/>
+  </operator>
+  <operator name="h" type="filter">
+    <input name="raw"/>
+    <param name="condition" value="raw.temp &gt; 20"/>
+    <output name="hot"{out}/>
+  </operator>
+"""
+
+
+def tail(name: str, read: str) -> str:
+    return f"""  <operator name="c" type="project">
+    <input name="{read}"/>
+    <field name="sensor" value="{read}.sensor"/>
+    <field name="f" value="{read}.temp * 1.8 + 32"/>
+    <output name="converted"/>
+  </operator>
+  <operator name="sink" type="file-sink">
+    <input name="converted"/>
+    <param name="path" value="out/{name}.jsonl"/>
+  </operator>
+"""
+
+
+def specs(arrangement: str, rate: int) -> dict[str, str]:
+    """query id -> spec text."""
+    if arrangement == "separate":
+        return {q: f'<dataflow name="{q}">\n{TYPE}{source(rate, False)}{tail(q, "hot")}'
+                   "</dataflow>\n" for q in ("sep-a", "sep-b")}
+    reader = """  <operator name="in" type="stream-source">
+    <param name="stream" value="writer/hot"/>
+    <param name="start" value="now"/>
+    <output name="got" type="reading"/>
+  </operator>
+"""
+    found = {"writer": f'<dataflow name="writer">\n{TYPE}{source(rate, True)}</dataflow>\n'}
+    found |= {q: f'<dataflow name="{q}">\n{TYPE}{reader}{tail(q, "got")}</dataflow>\n'
+              for q in ("shr-a", "shr-b")}
+    return found
+
+
+def cpu_seconds(pids: set[int]) -> float:
+    """utime + stime of the processes (those that ended in between are not counted)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in pids:
+        stat = _proc_stat(pid)
+        if stat is not None:
+            total += int(stat[11]) + int(stat[12])
+    return total / tick
+
+
+def lines(path: Path) -> int:
+    if not path.exists():
+        return 0
+    with open(path, "rb") as f:
+        return sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
+
+
+def measure(stack: Stack, work: Path, arrangement: str, rate: int, seconds: float
+            ) -> tuple[float, int]:
+    """(CPU seconds of the executor session, rows both sinks got) over `seconds` of steady
+    output; the queries are stopped afterwards."""
+    texts = specs(arrangement, rate)
+    for query_id, text in texts.items():
+        submit(stack, compile_spec_text(text, f"{query_id}.xml", base_dir=work).query)
+    for query_id in texts:
+        wait_running(stack, query_id, timeout=240)
+    sinks = [work / "out" / f"{q}.jsonl" for q in texts if q != "writer"]
+    wait_until(lambda: all(lines(p) > 2 * rate for p in sinks), 240, "both sinks to grow")
+    (agent,) = stack.cluster.agents
+    executor = stack.executor_pid(agent.agent_id)
+    assert executor is not None, "no executor runs"
+    pids = session_members(executor)
+    rows0, cpu0, t0 = sum(lines(p) for p in sinks), cpu_seconds(pids), time.monotonic()
+    wait_until(lambda: time.monotonic() - t0 >= seconds, seconds + 30, "the measured window")
+    pids |= session_members(executor)  # workers Spark started meanwhile
+    cpu, rows = cpu_seconds(pids) - cpu0, sum(lines(p) for p in sinks) - rows0
+    for query_id in [q for q in texts if q != "writer"] + [q for q in texts if q == "writer"]:
+        stop_query(stack, query_id)
+    for p in sinks:
+        p.unlink(missing_ok=True)
+    return cpu, rows
+
+
+def main() -> int:
+    exit_on_sigterm()
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seconds", type=float, default=30.0, help="measured window (30)")
+    parser.add_argument("--repeats", type=int, default=2, help="runs per arrangement (2)")
+    parser.add_argument("--rate", type=int, default=2000, help="generator rows/s (2000)")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
+    results: dict[str, list[float]] = {"separate": [], "shared": []}
+    rows_out = []
+    with tempfile.TemporaryDirectory(prefix="elastiq-bench-sharing-") as tmp:
+        stack = start_stack(Path(tmp) / "stack", cpus_per_agent=3.0, agents=1)
+        try:
+            for repeat in range(args.repeats):
+                for arrangement in ("separate", "shared"):
+                    cpu, rows = measure(stack, Path(tmp), arrangement, args.rate, args.seconds)
+                    per_k = 1000 * cpu / rows if rows else float("inf")
+                    results[arrangement].append(per_k)
+                    rows_out.append([arrangement, str(repeat + 1), fmt(cpu, 1), str(rows),
+                                     fmt(per_k, 3)])
+                    print(f"{arrangement} #{repeat + 1}: {cpu:.1f} cpu s, {rows} rows, "
+                          f"{per_k:.3f} cpu s / 1000 rows", flush=True)
+        finally:
+            stop_stack(stack)
+    print(format_table(["arrangement", "run", "cpu s", "rows out", "cpu s / 1000 rows"],
+                       rows_out))
+    separate, shared = median_of(results["separate"]), median_of(results["shared"])
+    print(f"median cpu s / 1000 rows: separate {separate:.3f}, shared {shared:.3f}; "
+          f"ratio shared/separate {ratio(shared, separate):.2f} (goal < {GOAL:.1f})")
+    print(f"load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,104 @@
+"""Published streams on the embedded cluster (docs/queries.md): query shared-writer publishes
+its hot readings, query shared-reader reads them by name. Real executors and SparkSessions, the
+channel between the two queries over real ZeroMQ with CURVE keys the scheduler issued; the
+reader's sink is checked against a plain-Python oracle of the writer's generator (filter and
+projection recomputed in Python). Then the stop rules: stopping the writer is refused (409,
+naming the reader) while it is read; stopping the reader leaves the writer running (same
+attempt, still producing); the writer then stops."""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from common.api_client import RequestRejected
+from executor import shapes
+from testkit.e2e_support import (DEFAULT_START, Stack, _start_us, compile_spec, multiset_diff,
+                                 read_sink, sink_path, spec_params, start_stack, stop_query,
+                                 stop_stack, submit, wait_running, wait_until)
+
+pytestmark = [pytest.mark.cluster, pytest.mark.spark]
+log = logging.getLogger("tests.sharing")
+WRITER, READER = "e2e-shared-writer.xml", "e2e-shared-reader.xml"
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    running = start_stack(tmp_path_factory.mktemp("sharing-stack"))
+    try:
+        yield running
+    finally:
+        leftovers = stop_stack(running)
+        if leftovers:
+            log.warning("sharing teardown: SIGKILLed leftover executor processes %s", leftovers)
+
+
+def oracle_prefix(n_rows: int) -> list[tuple[Any, ...]]:
+    """The reader's first `n_rows` output rows in plain Python: the writer's generator rows,
+    filtered by temp > 30 and projected to (sensor, ts, temp * 1.8 + 32)."""
+    params = spec_params(WRITER)["src"]
+    shape = shapes.shape_named(params["shape"])
+    seed, rate = int(params["seed"]), float(params["rate"])
+    start_us = _start_us(params.get("start", DEFAULT_START))
+    found: list[tuple[Any, ...]] = []
+    index = 0
+    while len(found) < n_rows:
+        row = shapes.reference_row(shape, seed, start_us, rate, index)
+        index += 1
+        if row["temp"] > 30:
+            found.append((row["sensor"], row["ts"], round(row["temp"] * 1.8 + 32, 9)))
+    return found
+
+
+def sink_rows(path: Path) -> Counter:
+    return Counter((r["sensor"], r["ts"], round(r["fahrenheit"], 9)) for r in read_sink(path))
+
+
+def exact_prefix(path: Path, at_least: int) -> Counter:
+    """Wait until the sink holds at least `at_least` rows and they are exactly the oracle's
+    first rows (none lost, none twice, nothing else)."""
+    def check() -> Counter | None:
+        got = sink_rows(path)
+        n = sum(got.values())
+        return got if n >= at_least and got == Counter(oracle_prefix(n)) else None
+    return wait_until(check, 180, f"the reader's sink to hold the oracle's first {at_least} rows",
+                      lambda: multiset_diff(Counter(oracle_prefix(sum(sink_rows(path).values()))),
+                                            sink_rows(path)))
+
+
+def test_a_query_reads_another_querys_published_stream(stack: Stack) -> None:
+    writer, reader = compile_spec(WRITER, stack.work), compile_spec(READER, stack.work)
+    submit(stack, writer)
+    submit(stack, reader)
+    wait_running(stack, "shared-writer", timeout=180)
+    wait_running(stack, "shared-reader", timeout=180)
+    assert len(stack.tasks("shared-writer")) == 1 and len(stack.tasks("shared-reader")) == 1
+    assert stack.status("shared-writer")["published"] == [
+        {"channel": "shared-writer/hotReadings", "task": "shared-writer.t0",
+         "readers": ["shared-reader"]}]
+    exact_prefix(sink_path(stack.work, READER, "sink"), at_least=200)
+
+    client = stack.client()
+    with pytest.raises(RequestRejected) as refused:
+        client.stop("shared-writer")
+    assert refused.value.status == 409
+    assert "shared-writer/hotReadings is read by shared-reader" in str(refused.value)
+    assert stack.status("shared-writer")["phase"] == "active"
+
+    before = stack.tasks("shared-writer")["shared-writer.t0"]
+    stop_query(stack, "shared-reader")
+    produced = before["figures"].get("tuples_out", 0)
+    wait_until(lambda: (t := stack.tasks("shared-writer")["shared-writer.t0"])["state"] ==
+               "running" and t["attempt"] == before["attempt"] and
+               t["figures"].get("tuples_out", 0) > produced + 100, 120,
+               "the writer to go on producing after its reader stopped",
+               lambda: str(stack.tasks("shared-writer")))
+    final = sink_rows(sink_path(stack.work, READER, "sink"))
+    assert final == Counter(oracle_prefix(sum(final.values()))), "the reader's sink after stop"
+    client.stop("shared-writer")  # nobody reads it now
+    wait_until(lambda: stack.status("shared-writer")["phase"] == "stopped", 60,
+               "the writer to stop")
