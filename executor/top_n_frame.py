@@ -24,15 +24,17 @@ _ROWS, _POS, _ROW = "__top_rows", "__top_pos", "__top_row"
 
 def compare(a: Column, b: Column, order: Sequence[OrderKey]) -> Column:
     """array_sort's comparator of two row structs: -1, 0 or 1 by `order`, nulls last in either
-    direction (a chain of CASE expressions, no user text)."""
-    result: Column = F.lit(0)
-    for key in reversed(order):
-        x, y = a[key.column], b[key.column]
-        before, after = (F.lit(1), F.lit(-1)) if key.descending else (F.lit(-1), F.lit(1))
-        result = (F.when(x.isNull() & y.isNull(), result)
-                  .when(x.isNull(), F.lit(1)).when(y.isNull(), F.lit(-1))
-                  .when(x < y, before).when(x > y, after).otherwise(result))
-    return result
+    direction: the first key's comparison that is not 0 (one CASE per key, so the expression
+    grows linearly with the keys; no user text)."""
+    return F.coalesce(*[F.nullif(_compare_key(a[k.column], b[k.column], k.descending), F.lit(0))
+                        for k in order], F.lit(0))
+
+
+def _compare_key(x: Column, y: Column, descending: bool) -> Column:
+    before, after = (F.lit(1), F.lit(-1)) if descending else (F.lit(-1), F.lit(1))
+    return (F.when(x.isNull() & y.isNull(), F.lit(0))
+            .when(x.isNull(), F.lit(1)).when(y.isNull(), F.lit(-1))
+            .when(x < y, before).when(x > y, after).otherwise(F.lit(0)))
 
 
 def full_order(order: Sequence[OrderKey], carried: Sequence[str]) -> tuple[OrderKey, ...]:
