@@ -416,6 +416,14 @@ def _window_aggregate(c: CallSite) -> Args:
         ("gap", _duration(c.p("gap"))),)
 
 
+def _top_n(c: CallSite) -> Args:
+    return c.io + c.out + (("time", c.p("time")), ("window", _duration(c.p("size"))),
+                           ("slide", _duration(c.p("slide"))),
+                           ("watermark", _duration(c.p("watermark"))),
+                           ("group_by", tuple(c.p("group-by", ()))), ("n", c.p("n")),
+                           ("order_by", c.p("order-by")))
+
+
 def _deduplicate(c: CallSite) -> Args:
     return c.io + c.out + (("keys", tuple(c.p("key"))), ("time", c.p("time")),
                            ("watermark", _duration(c.p("watermark"))))
@@ -436,7 +444,8 @@ def _join(c: CallSite) -> Args:
     return (("left", c.name(c.node.inputs[0])), ("right", c.name(c.node.inputs[1]))) + c.out + (
         ("left_keys", c.p("left-key")), ("right_keys", c.p("right-key")),
         ("left_time", c.p("left-time")), ("right_time", c.p("right-time")),
-        ("within", _duration(c.p("within"))), ("watermark", _duration(c.p("watermark"))))
+        ("within", _duration(c.p("within"))), ("watermark", _duration(c.p("watermark")))
+    ) + _given(("right_end", c.p("right-end")),)
 
 
 def _drop(c: CallSite) -> Args:
@@ -491,6 +500,7 @@ _CALLS: dict[str, tuple[str, Callable[[CallSite], Args]]] = {
     "project": ("project", _project),
     "window-aggregate": ("window_aggregate", _window_aggregate),
     "deduplicate": ("deduplicate", _deduplicate),
+    "top-n": ("top_n", _top_n),
     "pattern": ("pattern", _pattern),
     "join": ("join", _join),
     "union": ("union", _union),

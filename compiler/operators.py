@@ -16,6 +16,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Literal
 
+from common.top_n import MAX_TOP_N
+
 Role = Literal["source", "transform", "sink", "plumbing"]
 ValueKind = Literal["int", "float", "string", "duration", "expression", "columns", "column",
                     "choice", "timestamp", "endpoint", "path", "url"]
@@ -215,6 +217,22 @@ CATALOGUE: dict[str, OperatorDef] = {d.kind: _shedding(d) for d in (
                      "watermark has not passed its first tuple's time plus this"),
     ), output_type="same", doc="passes the first tuple of each key and drops its duplicates "
                                "within the watermark (Spark's dropDuplicatesWithinWatermark)"),
+    OperatorDef("top-n", "transform", (1, 1), (1, 1), True, (
+        ParamDef("time", "column", True, doc="the event-time column (timestamp)"),
+        ParamDef("size", "duration", True, doc="window length, e.g. '10 seconds'"),
+        ParamDef("slide", "duration", False, None, doc="slide of a sliding window "
+                                                        "(default: tumbling, slide = size)"),
+        ParamDef("watermark", "duration", False, "0 seconds",
+                 doc="how late a tuple may arrive; later ones are dropped"),
+        ParamDef("group-by", "columns", False, "", doc="comma-separated grouping columns"),
+        ParamDef("n", "int", True, minimum=1, maximum=MAX_TOP_N,
+                 doc="how many rows of each window and group are emitted (1 to 10,000)"),
+        ParamDef("order-by", "string", True,
+                 doc="the ranking: comma-separated columns, each optionally asc or desc, e.g. "
+                     "'price desc, date_time'"),
+    ), output_type="computed",
+        doc="the first n rows of each event-time window and group in an order (top-N); "
+            "emits each window's ranking once, when the watermark passes its end"),
     OperatorDef("join", "transform", (2, 2), (1, 1), True, (
         ParamDef("key", "columns", False, None, doc="join columns present on both sides"),
         ParamDef("left-key", "columns", False, None, doc="join columns of the first input"),
@@ -223,8 +241,12 @@ CATALOGUE: dict[str, OperatorDef] = {d.kind: _shedding(d) for d in (
         ParamDef("left-time", "column", False, None, doc="event-time column of the first input"),
         ParamDef("right-time", "column", False, None,
                  doc="event-time column of the second input"),
+        ParamDef("right-end", "column", False, None,
+                 doc="a timestamp column of the second input: a left tuple joins a right one "
+                     "while right-time <= left-time <= right-end (bounded by within)"),
         ParamDef("within", "duration", True, doc="tuples join when their times differ by at "
-                                                 "most this"),
+                                                 "most this (with right-end: left-time is at "
+                                                 "most this after right-time)"),
         ParamDef("watermark", "duration", False, None,
                  doc="how late a tuple may arrive on either side (default: within)"),
     ), output_type="computed", doc="windowed inner equi-join of two streams"),

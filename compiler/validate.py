@@ -18,6 +18,7 @@ from functools import partial
 from typing import Any, Callable, Union
 
 from common import kafka_params as kp
+from common import top_n
 from common.diagnostics import (MAX_SHOWN, Diagnostic, Position, Severity, SpecError,
                                  cap_diagnostics, suggest)
 from common.operator_schemas import (AGGREGATE_FUNCTIONS, BY_FUNCTIONS, aggregate_type,
@@ -500,6 +501,19 @@ def _window(c: _Checker, op: OperatorDecl, inputs: list[Schema]) -> Schema | Non
     size, slide = values.get("size"), values.get("slide")
     ok = time is not None and _is_event_time(c, op, stream, time.name, "time")
     ok = _window_kind(c, op, values) and ok
+    ok = _size_and_slide(c, op, size, slide) and ok
+    groups = _group_columns(c, op, schema, stream)
+    aggregates = _aggregates(c, op, schema, stream, groups)
+    if not ok or groups is None or aggregates is None:
+        return None
+    return Schema(tuple([Field(n, ColumnType.TIMESTAMP) for n in WINDOW_COLUMNS] + groups
+                        + aggregates))
+
+
+def _size_and_slide(c: _Checker, op: OperatorDecl, size: int | None, slide: int | None) -> bool:
+    """A window's size is above zero and its slide within (0, size], with at most
+    MAX_WINDOWS_PER_ROW windows per row; each problem at its value."""
+    ok = True
     if size is not None and size <= 0:
         c.error(_written(op, "size").value_pos(), "a window size must be above zero",
                 "e.g. 10 seconds")
@@ -513,12 +527,51 @@ def _window(c: _Checker, op: OperatorDecl, inputs: list[Schema]) -> Schema | Non
             windows_per_row(size, slide) > MAX_WINDOWS_PER_ROW:
         _too_many_windows(c, op, size, slide)
         ok = False
+    return ok
+
+
+def _top_n(c: _Checker, op: OperatorDecl, inputs: list[Schema]) -> Schema | None:
+    """The first n rows per window and group in `order-by`'s order: a window's checks, the
+    order's columns (orderable ones of the input), and no input column named like an output
+    column of its own (window_start, window_end, rank)."""
+    schema, stream, values = inputs[0], op.inputs[0].name, c.params[op.name]
+    time = _column_of(c, op, schema, "time", stream, ColumnType.TIMESTAMP)
+    ok = time is not None and _is_event_time(c, op, stream, time.name, "time")
+    ok = _size_and_slide(c, op, values.get("size"), values.get("slide")) and ok
     groups = _group_columns(c, op, schema, stream)
-    aggregates = _aggregates(c, op, schema, stream, groups)
-    if not ok or groups is None or aggregates is None:
+    ok = _order_by(c, op, schema, stream) and ok
+    for name in top_n.reserved_clashes(schema):
+        c.error(op.inputs[0].pos, f"top-n '{op.name}' would produce column '{name}' twice: "
+                                  "its output has window_start, window_end and rank of its own",
+                "rename that column with a project operator before the top-n")
+        ok = False
+    if not ok or groups is None:
         return None
-    return Schema(tuple([Field(n, ColumnType.TIMESTAMP) for n in WINDOW_COLUMNS] + groups
-                        + aggregates))
+    return top_n.output_schema(schema, tuple(g.name for g in groups))
+
+
+def _order_by(c: _Checker, op: OperatorDecl, schema: Schema, stream: str) -> bool:
+    text = c.params[op.name].get("order-by")
+    if text is None:
+        return False  # missing: reported as a required parameter
+    where = _written(op, "order-by").value_pos()
+    keys, problems = top_n.parse_order(str(text))
+    for problem in problems:
+        c.error(where, f"order-by of '{op.name}': {problem}",
+                "e.g. 'price desc, date_time' (asc is the default)")
+    for key in keys:
+        found = schema.get(key.column)
+        if found is None:
+            c.error(where, f"order-by of '{op.name}' names column '{key.column}', which stream "
+                           f"'{stream}' does not have",
+                    partial(suggest, key.column, schema.names, "its columns"))
+            problems.append(key.column)
+        elif not found.type.is_orderable:
+            c.error(where, f"order-by of '{op.name}': column '{key.column}' is "
+                           f"{found.type.value}, which has no order",
+                    "order by a number, string or timestamp column")
+            problems.append(key.column)
+    return not problems
 
 
 def _window_kind(c: _Checker, op: OperatorDecl, values: dict[str, Any]) -> bool:
@@ -592,7 +645,7 @@ def _event_times_out(c: _Checker, op: OperatorDecl) -> frozenset[str] | None:
     """The event-time columns of `op`'s output, or None while no window or join is upstream."""
     ins = [c.event_times.get(p.name) for p in op.inputs]
     values = c.params.get(op.name, {})
-    if op.kind == "window-aggregate":
+    if op.kind in ("window-aggregate", "top-n"):
         return frozenset({"window_end"})
     if op.kind == "deduplicate" and not [t for t in ins if t is not None]:
         time = values.get("time")
@@ -713,7 +766,9 @@ def _join(c: _Checker, op: OperatorDecl, inputs: list[Schema]) -> Schema | None:
              for schema, stream, side in ((left, ln, "left"), (right, rn, "right"))]
     if "watermark" not in values and "within" in values:
         values["watermark"] = values["within"]
-    if keys is None or None in times:
+    end_ok = "right-end" not in values or \
+        _column_of(c, op, right, "right-end", rn, ColumnType.TIMESTAMP) is not None
+    if keys is None or None in times or not end_ok:
         return None
     fits = [_is_event_time(c, op, stream, t, f"{side}-time" if f"{side}-time" in values else "time")
             for stream, t, side in ((ln, times[0], "left"), (rn, times[1], "right"))]
@@ -995,7 +1050,7 @@ def _stream_source(c: _Checker, op: OperatorDecl, inputs: list[Schema]) -> Schem
 
 
 _RESOLVERS: dict[str, Callable[[_Checker, OperatorDecl, list[Schema]], Schema | None]] = {
-    "deduplicate": _deduplicate,
+    "deduplicate": _deduplicate, "top-n": _top_n,
     "generator": _generator, "filter": _filter, "project": _project, "pattern": _pattern,
     "window-aggregate": _window, "join": _join, "union": _union, "control-sink": _control_sink,
     "kafka-source": _kafka_source, "kafka-sink": _kafka_sink, "stream-source": _stream_source,
@@ -1051,7 +1106,7 @@ def _node(c: _Checker, op: OperatorDecl, d: OperatorDef) -> Node:
 def _partition_keys(kind: str, params: dict[str, Any]) -> tuple[str, ...] | None:
     if kind in ("filter", "project", "union"):
         return ()  # stateless: any partitioning is correct
-    if kind == "window-aggregate":
+    if kind in ("window-aggregate", "top-n"):
         return tuple(params.get("group-by", ())) or None
     if kind == "pattern":
         return tuple(params.get("partition-by", ())) or None

@@ -33,12 +33,14 @@ from pyspark.sql.streaming import StreamingQuery
 
 from common.operator_schemas import (AGGREGATE_FUNCTIONS, APPROX_DISTINCT_RSD, aggregate_type, control_schema_problems,
                                      join_output_names)
+from common import top_n
 from common.paths import PathRefused, confine_at_open
 from common.tasks import splitter_op_id
 from common.types import ColumnType, Field, Schema
 from compiler import expr
 from common.kafka_params import KafkaParamError, transactional_id
-from executor import kafka_io, kafka_records, routing, shapes, sinks, sources, spool_source
+from executor import (kafka_io, kafka_records, routing, shapes, sinks, sources, spool_source,
+                      top_n_frame)
 from executor.cep import match as cep_match, spark as cep_spark, stage as cep_stage
 from executor.batch_gate import BatchGate
 from executor.fencing import Fence
@@ -160,6 +162,18 @@ def _windowed_within_bounds(df: DataFrame, window: Column) -> DataFrame:
     inside = (lo.isNull() | (start >= lo)) & (hi.isNull() | (start < hi))
     return (df.select(window.alias("window"), *[F.col(f"`{c}`") for c in df.columns])
             .where(inside).drop(sinks.FROM_COLUMN, sinks.UNTIL_COLUMN))
+
+
+def _time_bounds(left: Column, right: Column, within: Column, end: Column | None
+                 ) -> list[Column]:
+    """A join's time condition: |left - right| <= within; with a right `end`, right <= left
+    <= end and left <= right + within. Spark drops a left row's state once the watermark
+    passes its time (left >= right) and a right row's once it passes right + within: both are
+    conditions between the two watermarked time columns, which is what its state eviction
+    reads; `end` alone bounds nothing (it is not an event-time column)."""
+    if end is None:
+        return [left >= right - within, left <= right + within]
+    return [left >= right, left <= end, left <= right + within]
 
 
 def _without_ticks(df: DataFrame, time: str) -> DataFrame:
@@ -755,6 +769,38 @@ class TaskRuntime:
                          Field("window_end", ColumnType.TIMESTAMP), *keys, *[f for _, f in aggs]))
         self._put(op, output, df, schema)
 
+    def top_n(self, *, op: str, input: str, output: str, time: str, window: str,
+              slide: str | None, watermark: str, group_by: Sequence[str], n: int,
+              order_by: str) -> None:
+        """The first `n` rows of each window (of size `window`, sliding by `slide`) and group
+        in `order_by`'s order, ranked once the watermark passes the window's end
+        (`executor.top_n_frame`)."""
+        stream = self._get(op, input)
+        if self._field(op, stream, time).type is not ColumnType.TIMESTAMP:
+            raise self._error(op, f"time column {time!r} is not a timestamp")
+        if not isinstance(n, int) or not 1 <= n <= top_n.MAX_TOP_N:
+            raise self._error(op, f"n {n!r} is not a whole number from 1 to {top_n.MAX_TOP_N}")
+        order, problems = top_n.parse_order(order_by)
+        for key in order:
+            if not self._field(op, stream, key.column).type.is_orderable:
+                problems.append(f"column {key.column!r} has no order")
+        if problems:
+            raise self._error(op, f"order-by {order_by!r}: {'; '.join(problems)}")
+        keys = [self._field(op, stream, g).name for g in group_by]
+        if top_n.reserved_clashes(stream.schema):
+            raise self._error(op, f"input columns {top_n.reserved_clashes(stream.schema)} "
+                                  "clash with the output's window_start, window_end, rank")
+        windowed = self._window_column(op, _qcol(input, time), window, slide, None)
+        rows = _without_ticks(self._watermarked(op, stream, time, watermark), time)
+        bounded = _windowed_within_bounds(rows, windowed)
+        if bounded is not rows:  # each row already in its windows
+            rows, windowed = bounded.alias(input), F.col("window")
+        carried = [f.name for f in top_n.carried_fields(stream.schema, tuple(keys))]
+        df = top_n_frame.ranked(rows, windowed, [_qcol(input, k).alias(k) for k in keys], keys,
+                                [_qcol(input, c) for c in carried], carried, order, n,
+                                WATERMARK_DELAY_KEY)
+        self._put(op, output, df, top_n.output_schema(stream.schema, tuple(keys)))
+
     def deduplicate(self, *, op: str, input: str, output: str, keys: Sequence[str], time: str,
                     watermark: str) -> None:
         """The first tuple of each key; its duplicates dropped until the watermark passes its
@@ -838,7 +884,10 @@ class TaskRuntime:
 
     def join(self, *, op: str, left: str, right: str, output: str, left_keys: Sequence[str],
              right_keys: Sequence[str], left_time: str, right_time: str, within: str,
-             watermark: str) -> None:
+             watermark: str, right_end: str | None = None) -> None:
+        """Inner equi-join: pairs whose left time is within `within` of the right time or,
+        with `right_end`, between the right time and the right row's `right_end` (and at most
+        `within` after the right time: the bound that lets Spark drop a right row's state)."""
         if left == right:
             raise self._error(op, f"a join needs two different streams, got {left!r} twice")
         ls, rs = self._get(op, left), self._get(op, right)
@@ -848,7 +897,8 @@ class TaskRuntime:
             lt, rt = self._field(op, ls, lk).type, self._field(op, rs, rk).type
             if lt is not rt:
                 raise self._error(op, f"join key {lk} ({lt.value}) vs {rk} ({rt.value})")
-        for stream, name in ((ls, left_time), (rs, right_time)):
+        ends = (right_end,) if right_end is not None else ()
+        for stream, name in ((ls, left_time), (rs, right_time), *((rs, e) for e in ends)):
             if self._field(op, stream, name).type is not ColumnType.TIMESTAMP:
                 raise self._error(op, f"{stream.name}.{name} is not a timestamp")
         bound = F.lit(parse_duration(self._duration(op, within)))
@@ -857,8 +907,8 @@ class TaskRuntime:
         rdf = _without_ticks(self._watermarked(op, rs, right_time, watermark), right_time)\
             .alias(right)
         cond = [_qcol(left, lk) == _qcol(right, rk) for lk, rk in zip(left_keys, right_keys)]
-        cond += [_qcol(left, left_time) >= _qcol(right, right_time) - bound,
-                 _qcol(left, left_time) <= _qcol(right, right_time) + bound]
+        cond += _time_bounds(_qcol(left, left_time), _qcol(right, right_time), bound,
+                             None if right_end is None else _qcol(right, right_end))
         right_names = join_output_names(ls.schema, rs.schema, right)
         joined = ldf.join(rdf, on=cond, how="inner").select(
             *[_qcol(left, n).alias(n) for n in ls.schema.names],
