@@ -286,11 +286,12 @@ def cli(stack: Stack, *args: str, timeout: float = 200) -> subprocess.CompletedP
 
 def stop_queries(stack: Stack) -> None:
     """Stop every active query of the stack and wait (bounded) until none of their tasks runs;
-    a query that does not stop in time is logged, not raised (this is teardown)."""
+    a query that does not stop in time is logged, not raised (this is teardown). Forced: every
+    query goes, so a writer whose published stream another query reads is no reason to wait."""
     service = stack.service
     for query_id, view in service.status()["queries"].items():
         if view["phase"] == "active":
-            service.stop_query(query_id)
+            service.stop_query(query_id, force=True)
     try:
         wait_until(lambda: all(not _live(v) for v in service.status()["queries"].values()),
                    30, "every query to stop")
