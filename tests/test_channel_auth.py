@@ -18,7 +18,7 @@ from executor.channels.auth import (ChannelKeyError, KeyPair, ReaderAuth, Writer
                                    parse_readers, read_key_file, write_key_file, zap_decision)
 from executor.channels import ChannelError, ChannelReader, ChannelWriter
 from executor.wire import NONE, ErrorCode, Header, Kind, decode_header, encode_header
-from test_channels import wait_for
+from testkit.waiting import poll
 
 SCHEMA = pa.schema([("id", pa.int64())])
 ROWS = 5
@@ -175,7 +175,7 @@ def test_declared_reader_gets_every_batch_once_and_its_acks_trim(writer, keys):
             writer.send(make_table(tag), tag=tag)
         assert drain(reader, 20) == [i for t in range(1, 21) for i in batch_ids(t)]
         assert drain(other, 20) == [i for t in range(1, 21) for i in batch_ids(t)]
-        assert wait_for(lambda: writer.retained_range() == (21, 20))
+        assert poll(lambda: writer.retained_range() == (21, 20), 5.0, 0.01)
         stats = writer.stats()
         assert stats.authenticated and stats.unauthorized_frames == 0
         assert stats.acked == {"a": 20, "b": 20}
@@ -211,7 +211,7 @@ def test_unauthenticated_subscriber_gets_nothing_and_is_not_tracked(writer, keys
         for r in readers:
             r.subscribe(timeout=5)
             assert drain(r, 1) == batch_ids(1)
-        assert wait_for(lambda: writer.retained_range() == (2, 1))
+        assert poll(lambda: writer.retained_range() == (2, 1), 5.0, 0.01)
     finally:
         for r in readers:
             r.close()
@@ -237,7 +237,7 @@ def test_declared_key_cannot_claim_an_undeclared_or_another_readers_id(writer, k
     reader_a.subscribe(timeout=5)
     assert drain(reader_a, 5) == [i for t in range(1, 6) for i in batch_ids(t)]
     reader_a.close()
-    assert wait_for(lambda: writer.stats().acked == {"a": 5, "b": 0})
+    assert poll(lambda: writer.stats().acked == {"a": 5, "b": 0}, 5.0, 0.01)
     assert writer.retained_range() == (1, 5)  # b has acknowledged nothing: nothing trimmed
     reader_b = reader_of(writer, "b", keys["b"])
     reader_b.subscribe(timeout=5)
@@ -266,7 +266,7 @@ def test_plain_writer_refuses_undeclared_subscribers_and_does_not_track_them():
         for tag in range(1, 4):
             writer.send(make_table(tag), tag=tag)
         assert drain(declared, 3) == [i for t in range(1, 4) for i in batch_ids(t)]
-        assert wait_for(lambda: writer.retained_range() == (4, 3))
+        assert poll(lambda: writer.retained_range() == (4, 3), 5.0, 0.01)
         assert writer.stats().acked == {"a": 3}
     finally:
         stranger.close()
@@ -352,7 +352,7 @@ def test_fuzzed_frames_break_nothing_and_the_stream_stays_exact(writer, keys, au
             ids += drain(reader, tag)
         assert ids == [i for t in range(1, 21) for i in batch_ids(t)]
         assert writer._thread.is_alive()
-        assert wait_for(lambda: writer.stats().acked["b"] == 20)
+        assert poll(lambda: writer.stats().acked["b"] == 20, 5.0, 0.01)
         stats = writer.stats()
         assert stats.acked["b"] == 20 and stats.acked["a"] == 0  # a never acked, b's acks only
         # a's key may subscribe as a (a mutated SUBSCRIBE "a"); nobody else gets a session

@@ -31,7 +31,8 @@ from executor.channels.log import (
 )
 from executor.channels import Batch, ChannelFull, ChannelReader, ChannelWriter
 from executor.wire import FLAG_NON_RETAINING, Header, Kind, decode_header, encode_header, encode_table
-from test_channels import drain, wait_for
+from test_channels import drain
+from testkit.waiting import poll
 
 SCHEMA = pa.schema([("id", pa.int64()), ("payload", pa.string())])
 FIXTURE = Path(__file__).parent / "fixtures" / "channel_log_writer_proc.py"
@@ -243,8 +244,8 @@ def test_reopened_writer_resumes_numbering_tags_and_replay(tmp_path) -> None:
         got = drain(reader, 50, ack=False)
         assert [b.seq for b in got] == list(range(1, 51))
         reader.ack(20)
-        assert wait_for(lambda: writer.stats().acked == {"r1": 20})
-        assert wait_for(lambda: 1 < first_logged_seq(folder) <= 21)  # acked segments deleted
+        assert poll(lambda: writer.stats().acked == {"r1": 20}, 5.0, 0.01)
+        assert poll(lambda: 1 < first_logged_seq(folder) <= 21, 5.0, 0.01)  # acked segments deleted
     finally:
         reader.close()
         writer.close()
@@ -268,8 +269,8 @@ def test_reopened_writer_resumes_numbering_tags_and_replay(tmp_path) -> None:
         assert reopened.send(make_table(50), 50) == 51
         more = drain(fresh, 51)
         assert [(b.seq, b.tag) for b in more] == [(51, 50)]
-        assert wait_for(lambda: reopened.retained_range() == (52, 51))
-        assert wait_for(lambda: len(os.listdir(folder)) == 1)  # only the one holding seq 51
+        assert poll(lambda: reopened.retained_range() == (52, 51), 5.0, 0.01)
+        assert poll(lambda: len(os.listdir(folder)) == 1, 5.0, 0.01)  # only the one holding seq 51
     finally:
         fresh.close()
         reopened.close()
