@@ -787,8 +787,9 @@ class TaskRuntime:
         if problems:
             raise self._error(op, f"order-by {order_by!r}: {'; '.join(problems)}")
         keys = [self._field(op, stream, g).name for g in group_by]
-        if top_n.reserved_clashes(stream.schema):
-            raise self._error(op, f"input columns {top_n.reserved_clashes(stream.schema)} "
+        clashes = top_n.reserved_clashes(stream.schema)
+        if clashes:
+            raise self._error(op, f"input columns {clashes} "
                                   "clash with the output's window_start, window_end, rank")
         windowed = self._window_column(op, _qcol(input, time), window, slide, None)
         rows = _without_ticks(self._watermarked(op, stream, time, watermark), time)
@@ -897,8 +898,8 @@ class TaskRuntime:
             lt, rt = self._field(op, ls, lk).type, self._field(op, rs, rk).type
             if lt is not rt:
                 raise self._error(op, f"join key {lk} ({lt.value}) vs {rk} ({rt.value})")
-        ends = (right_end,) if right_end is not None else ()
-        for stream, name in ((ls, left_time), (rs, right_time), *((rs, e) for e in ends)):
+        times = [(ls, left_time), (rs, right_time)] + ([(rs, right_end)] if right_end is not None else [])
+        for stream, name in times:
             if self._field(op, stream, name).type is not ColumnType.TIMESTAMP:
                 raise self._error(op, f"{stream.name}.{name} is not a timestamp")
         bound = F.lit(parse_duration(self._duration(op, within)))

@@ -135,12 +135,11 @@ def _producer(writer: QueryRecord, channel: str) -> "TaskRecord | None":
     return writer.tasks.get(spec.producer) if spec is not None else None
 
 
-def served_at(queries: Mapping[str, QueryRecord], channel: str) -> str | None:
-    """Where a live writer serves `channel` now (or last did), None when unknown."""
+def _active_producer(queries: Mapping[str, QueryRecord], channel: str) -> "TaskRecord | None":
+    """The task of an active writer query that produces `channel`, or None."""
     writer = publisher(queries, channel)
-    producer = _producer(writer, channel) if writer is not None and \
-        writer.phase == "active" else None
-    return producer.endpoints.get(channel) if producer is not None else None
+    return _producer(writer, channel) if writer is not None and writer.phase == "active" \
+        else None
 
 
 def wire(record: QueryRecord, task_id: str, queries: Mapping[str, QueryRecord]
@@ -152,8 +151,9 @@ def wire(record: QueryRecord, task_id: str, queries: Mapping[str, QueryRecord]
     for imp in record.query.imports:
         if imp.task_id != task_id:
             continue
-        at = served_at(queries, imp.channel_id)
-        if at is not None:
+        active = _active_producer(queries, imp.channel_id)
+        at = active.endpoints.get(imp.channel_id) if active is not None else None
+        if at is not None:  # where it serves the channel now (or last did)
             endpoints[imp.channel_id] = at
         writer = publisher(queries, imp.channel_id)
         producer = _producer(writer, imp.channel_id) if writer is not None else None
@@ -188,9 +188,7 @@ def admissions(reader: QueryRecord, queries: Mapping[str, QueryRecord]
     reader id -> public key ("" without keys)) to admit."""
     found = []
     for imp in reader.query.imports:
-        writer = publisher(queries, imp.channel_id)
-        producer = _producer(writer, imp.channel_id) if writer is not None and \
-            writer.phase == "active" else None
+        producer = _active_producer(queries, imp.channel_id)
         if producer is None or not producer.state.launched:
             continue  # its launch will carry the reader's key
         key = reader.keys.get(imp.task_id, {}).get("public", "")

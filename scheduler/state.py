@@ -356,11 +356,11 @@ class SchedulerState:
         return SuppressOffers(sid)
 
     def _demands(self) -> list[QueryDemand]:
-        return [d for d in (self._query_demand(q) for q in self.queries.values()
+        waiting = sharing.wait_reasons(self.queries)  # readers of an absent writer, once a round
+        return [d for d in (self._query_demand(q, waiting) for q in self.queries.values()
                             if q.phase == "active") if d is not None]
 
-    def _query_demand(self, q: QueryRecord) -> QueryDemand | None:
-        waiting = sharing.wait_reasons(self.queries)  # readers of an absent writer
+    def _query_demand(self, q: QueryRecord, waiting: Mapping[str, str]) -> QueryDemand | None:
         pending = [t for t in q.tasks.values()
                    if t.state is TaskState.PENDING and t.task_id not in waiting]
         if not pending:

@@ -28,7 +28,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 from common.api_client import RequestRejected
 from executor import shapes
@@ -284,6 +284,24 @@ def cli(stack: Stack, *args: str, timeout: float = 200) -> subprocess.CompletedP
                           env={"PYTHONPATH": pythonpath(), "PATH": "/usr/bin:/bin"})
 
 
+def module_stack(work: Path, users: str, **options: Any) -> Iterator[Stack]:
+    """A module fixture's stack: `start_stack(work, **options)` yielded, then stopped
+    (`stop_stack_of`, naming `users`). Use as `yield from module_stack(...)`."""
+    running = start_stack(work, **options)
+    try:
+        yield running
+    finally:
+        stop_stack_of(running, users)
+
+
+def stop_stack_of(stack: Stack, users: str) -> None:
+    """`stop_stack`, with a warning naming `users` when executor processes had to be
+    SIGKILLed."""
+    leftovers = stop_stack(stack)
+    if leftovers:
+        log.warning("%s teardown: SIGKILLed leftover executor processes %s", users, leftovers)
+
+
 def stop_queries(stack: Stack) -> None:
     """Stop every active query of the stack and wait (bounded) until none of their tasks runs;
     a query that does not stop in time is logged, not raised (this is teardown). Forced: every
@@ -375,10 +393,7 @@ class StackPool:
             return
         _, stack, users = self._held
         self._held = None
-        leftovers = stop_stack(stack)
-        if leftovers:
-            log.warning("%s teardown: SIGKILLed leftover executor processes %s",
-                        ", ".join(users), leftovers)
+        stop_stack_of(stack, ", ".join(users))
 
 
 # --- submitting and following queries -----------------------------------------------------------

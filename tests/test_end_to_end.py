@@ -28,8 +28,8 @@ import zmq
 from testkit.e2e_support import (SPECS, Row, Stack, compile_spec, generator_rows, java_child,
                                  join_oracle, port_free, read_sink, session_members, sink_path,
                                  source_runner_pids,
-                                 session_oracle, spec_params, start_stack, stop_query,
-                                 stop_stack, submit, wait_for_sink,
+                                 session_oracle, spec_params, module_stack, stop_query,
+                                 submit, wait_for_sink,
                                  wait_running, wait_until, window_oracle)
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
@@ -39,13 +39,7 @@ SECOND = timedelta(seconds=1)
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    running = start_stack(tmp_path_factory.mktemp("e2e-stack"))
-    try:
-        yield running
-    finally:
-        leftovers = stop_stack(running)
-        if leftovers:
-            log.warning("e2e teardown: SIGKILLed leftover executor processes %s", leftovers)
+    yield from module_stack(tmp_path_factory.mktemp("e2e-stack"), "e2e")
 
 
 # --- oracles of each spec ------------------------------------------------------------------------

@@ -8,7 +8,6 @@ attempt, still producing); the writer then stops."""
 
 from __future__ import annotations
 
-import logging
 from collections import Counter
 from pathlib import Path
 from typing import Any, Iterator
@@ -18,23 +17,16 @@ import pytest
 from common.api_client import RequestRejected
 from executor import shapes
 from testkit.e2e_support import (DEFAULT_START, Stack, _start_us, compile_spec, multiset_diff,
-                                 read_sink, sink_path, spec_params, start_stack, stop_query,
-                                 stop_stack, submit, wait_running, wait_until)
+                                 read_sink, sink_path, spec_params, module_stack, stop_query,
+                                 submit, wait_running, wait_until)
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
-log = logging.getLogger("tests.sharing")
 WRITER, READER = "e2e-shared-writer.xml", "e2e-shared-reader.xml"
 
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    running = start_stack(tmp_path_factory.mktemp("sharing-stack"))
-    try:
-        yield running
-    finally:
-        leftovers = stop_stack(running)
-        if leftovers:
-            log.warning("sharing teardown: SIGKILLed leftover executor processes %s", leftovers)
+    yield from module_stack(tmp_path_factory.mktemp("sharing-stack"), "sharing")
 
 
 def oracle_prefix(n_rows: int) -> list[tuple[Any, ...]]:

@@ -11,7 +11,7 @@ from typing import Iterator
 
 import pytest
 
-from testkit.e2e_support import (Stack, generator_rows, start_stack, stop_query, stop_stack, submit,
+from testkit.e2e_support import (Stack, generator_rows, module_stack, stop_query, submit,
                                  wait_for_sink, wait_running, wait_until)
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
@@ -45,14 +45,8 @@ def thirty_task_spec() -> str:
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     """One agent with room for the whole plan (15 cpus of tasks, as `elastiq run` sizes it)."""
-    running = start_stack(tmp_path_factory.mktemp("thirty-stack"), cpus_per_agent=16,
-                          mem_per_agent=16384, agents=1)
-    try:
-        yield running
-    finally:
-        leftovers = stop_stack(running)
-        if leftovers:
-            log.warning("thirty teardown: SIGKILLed leftover executor processes %s", leftovers)
+    yield from module_stack(tmp_path_factory.mktemp("thirty-stack"), "thirty", cpus_per_agent=16,
+                              mem_per_agent=16384, agents=1)
 
 
 @pytest.mark.timeout(420)
