@@ -14,6 +14,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     JAVA_HOME=/opt/java/openjdk \
     VIRTUAL_ENV=/opt/elastiq/venv \
+    ELASTIQ_CLASS_ARCHIVE_DIR=/opt/elastiq/class-archive \
     PATH=/opt/elastiq/venv/bin:/opt/java/openjdk/bin:$PATH
 COPY --from=java /opt/java/openjdk /opt/java/openjdk
 

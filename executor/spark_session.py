@@ -20,6 +20,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from common.kafka_jars import connector_available, connector_jars
+from executor.class_archive import session_java_options
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +42,7 @@ def shuffle_partitions_for(cores: int) -> int:
 
 
 def session_settings(cores: int, state_dir: str, workaround: bool,
-                     jars: tuple[str, ...] = ()) -> dict[str, str]:
+                     jars: tuple[str, ...] = (), java_options: str = "") -> dict[str, str]:
     """The Spark configuration of an executor session (pure; unit-testable)."""
     local_dir = str(Path(state_dir) / "spark-local")
     settings = {
@@ -70,23 +71,31 @@ def session_settings(cores: int, state_dir: str, workaround: bool,
         settings["spark.python.daemon.module"] = WORKER_DAEMON_MODULE
     if jars:
         settings["spark.jars"] = ",".join(jars)
+    if java_options:
+        settings["spark.driver.extraJavaOptions"] = java_options
     return settings
 
 
-def build_session(cores: int, app_name: str, state_dir: str) -> SparkSession:
+def build_session(cores: int, app_name: str, state_dir: str,
+                  java_options: str | None = None) -> SparkSession:
     """Start (or return the already running) SparkSession of this process, configured for
-    Elastiq task queries. Takes ~9 s the first time; keep the session for the executor's life."""
+    Elastiq task queries. Takes ~5-9 s the first time; keep the session for the executor's life.
+    `java_options`: the driver JVM's extra options (default: map the class archive if built)."""
     if cores < 1:
         raise ValueError(f"build_session: cores must be >= 1, got {cores}")
     os.makedirs(state_dir, exist_ok=True)
     workaround = needs_cache_flush_workaround()
     builder = SparkSession.builder.appName(app_name)
     jars = tuple(connector_jars()) if connector_available() else ()
-    for key, value in session_settings(cores, state_dir, workaround, jars).items():
+    if java_options is None:
+        java_options = session_java_options()
+    for key, value in session_settings(cores, state_dir, workaround, jars,
+                                       java_options).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     log.info("session %s: local[%s], state under %s, cache-flush workaround %s, "
-             "Kafka connector %s", app_name, cores, state_dir, workaround,
-             "on" if jars else "absent")
+             "Kafka connector %s, class archive %s", app_name, cores, state_dir, workaround,
+             "on" if jars else "absent", "given" if "SharedArchiveFile" in java_options
+             else "absent")
     return spark

@@ -19,6 +19,9 @@
 #                     Kafka tests start a real broker)
 #   --locked          the runtime dependencies at the versions of requirements.lock (pip
 #                     constraints; scripts/lock_requirements.py writes it), as the images do
+#   --no-class-archive  skip the JVM class archive that makes every executor's Spark start
+#                     ~35 % cheaper (executor/class_archive.py; built once per JDK and pyspark
+#                     into $ELASTIQ_CLASS_ARCHIVE_DIR or ~/.cache/elastiq/class-archive, ~1 min)
 #   --dry-run         print what it would install, install nothing
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,6 +31,7 @@ test_services=false
 kafka_parts=false
 constraints=()
 dry_run=false
+class_archive=true
 usage() { sed -n '/^# Usage:/,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -35,6 +39,7 @@ while [ $# -gt 0 ]; do
     --no-test-extras) extras=""; test_services=false; kafka_parts=false ;;
     --kafka) kafka_parts=true ;;
     --locked) constraints=(--constraint requirements.lock) ;;
+    --no-class-archive) class_archive=false ;;
     --dry-run) dry_run=true ;;
     -h|--help) usage; exit 0 ;;
     *) echo "setup: unknown option '$1'" >&2; usage >&2; exit 2 ;;
@@ -45,6 +50,7 @@ if $dry_run; then
   $test_services && echo "apt (if missing): zookeeper docker-compose iproute2"
   $kafka_parts && echo "maven: Kafka's broker and Spark's Kafka connector into .cache/jvm"
   echo "pip install --find-links wheelhouse ${constraints[*]-} -e .${extras}"
+  $class_archive && echo "the JVM class archive of executor sessions (python -m executor.class_archive_build build)"
   exit 0
 fi
 
@@ -89,4 +95,12 @@ fi
 if $kafka_parts; then
   command -v mvn >/dev/null 2>&1 || apt_install maven
   bash scripts/fetch-kafka.sh
+fi
+
+# The class archive of executor sessions: built once per JDK and pyspark (its name says which),
+# kept when a proven one is there. Only an optimisation: a failed build warns and setup goes on.
+if $class_archive; then
+  if "$PY" -m executor.class_archive_build build --if-missing >&2; then :; else
+    echo "setup: warning: no JVM class archive; executors start without it (slower)" >&2
+  fi
 fi

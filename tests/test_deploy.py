@@ -216,10 +216,14 @@ def test_setup_honours_its_options_and_refuses_unknown_ones() -> None:
         return subprocess.run(["bash", str(ROOT / "scripts" / "setup.sh"), *options, "--dry-run"],
                               capture_output=True, text=True, timeout=30)
 
-    assert plan("--test").stdout.splitlines()[-1].endswith("-e .[test]")
+    def pip_line(out: str) -> str:
+        return next(line for line in out.splitlines() if line.startswith("pip install"))
+
+    assert pip_line(plan("--test").stdout).endswith("-e .[test]")
     assert "zookeeper" in plan("--test").stdout
-    quiet = plan("--test", "--no-test-extras").stdout
-    assert quiet.splitlines() == [quiet.splitlines()[-1]] and quiet.rstrip().endswith("-e .")
+    assert "class archive" in plan("--test").stdout
+    quiet = plan("--test", "--no-test-extras", "--no-class-archive").stdout
+    assert quiet.splitlines() == [pip_line(quiet)] and quiet.rstrip().endswith("-e .")
     assert "--constraint requirements.lock" in plan("--no-test-extras", "--locked").stdout
     bad = plan("--no-test-extra")
     assert bad.returncode == 2 and "unknown option '--no-test-extra'" in bad.stderr
