@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Collection, Mapping
+from typing import Callable, Collection, Mapping
 
 from common.diagnostics import Diagnostic, Position, SpecError, cap_diagnostics
 from common.paths import PathRoots, local_roots
@@ -199,7 +199,8 @@ def _finish(parsed: spec_mod.Spec, logical: Graph, query_id: str, base: Path,
                           {n.name: float(n.param("weight", 1)) for n in physical.sinks()},
                           tuple(channel_id(query_id, s) for s in physical.published),
                           _imports(parsed, physical, plans),
-                          operator_plans(parsed, physical, plans))
+                          operator_plans(parsed, physical, plans,
+                                         lambda path: str(codegen.resolve_path(base, path))))
     return Compilation(parsed, logical, physical, plans, query, warnings, rewritten.firings,
                        refused)
 
@@ -227,17 +228,20 @@ def _imports(parsed: spec_mod.Spec, physical: Graph,
 STATE_FREE_PARAMS = frozenset({"watermark"})
 
 
-def operator_plans(parsed: spec_mod.Spec, physical: Graph,
-                   plans: tuple[TaskPlan, ...]) -> tuple[OperatorPlan, ...]:
+def operator_plans(parsed: spec_mod.Spec, physical: Graph, plans: tuple[TaskPlan, ...],
+                   resolve: Callable[[str], str] = str) -> tuple[OperatorPlan, ...]:
     """Each physical operator with its task, signature, state signature and declaration
-    (`common.tasks.OperatorPlan`): what `scheduler.update_plan` compares."""
+    (`common.tasks.OperatorPlan`): what `scheduler.update_plan` compares. A `path` parameter
+    is compared as `resolve` makes it absolute (a spec sent from another folder writes
+    elsewhere)."""
     owner = {n: p.task_id for p in plans for n in p.nodes}
     where = {op.name: str(op.pos) for op in parsed.operators}
     found = []
     for node in physical.nodes:
         inputs = [[s, physical.stream(s).schema.to_json()] for s in node.inputs]
         output = physical.stream(node.output).schema.to_json() if node.output else None
-        params = [[k, repr(v)] for k, v in sorted(node.params)]
+        params = [[k, repr(resolve(v) if k == "path" and isinstance(v, str) else v)]
+                  for k, v in sorted(node.params)]
         signature = json.dumps([node.kind, params, inputs, node.output, output,
                                 repr(node.patterns), node.placement, node.cpus, node.mem_mb])
         state = json.dumps([node.kind, [s for _, s in inputs],

@@ -9,7 +9,8 @@ window, aggregates, input types) or needing a fresh checkpoint). And `refusals`,
 the update may not be applied, each located at file:line:column: state it would drop without
 `--drop-state` (a stateful operator changed or moved to another task), a published stream other
 queries read whose type changes or which goes away, what this slice cannot change (elastic,
-partitioned, replicated or failover-protected tasks), and the new plan's reads of other queries'
+partitioned, replicated or failover-protected tasks; a replaced task whose stream running tasks
+go on reading: its new writer numbers batches anew), and the new plan's reads of other queries'
 streams (`sharing.submit_problems`). `render` prints a diff for people.
 Does not own applying the diff (`scheduler.state`) nor compiling (`compiler.pipeline`).
 See docs/queries.md, "Updating a running query".
@@ -157,6 +158,7 @@ def refusals(old: CompiledQuery, new: CompiledQuery, diff: PlanDiff, drop_state:
         f"{d.operator.where}: operator {d.operator.name} ({d.operator.kind}) {d.why}: its state "
         "would be dropped; update with --drop-state to drop it" for d in diff.dropped]
     problems += _unchangeable(old, new, diff)
+    problems += _renumbered(old, new, diff, queries)
     problems += _published_problems(old, new, queries)
     problems += sharing.submit_problems(new, {q: r for q, r in queries.items()
                                               if q != new.query_id})
@@ -197,6 +199,31 @@ def _unchangeable(old: CompiledQuery, new: CompiledQuery, diff: PlanDiff) -> lis
             problems.append(f"{where}: task {t.task_id} (root {root}) {why}: an update cannot "
                             f"{'remove' if t.change == 'removed' else 'start or change'} it "
                             "yet; stop the query and submit it again")
+    return problems
+
+
+def _renumbered(old: CompiledQuery, new: CompiledQuery, diff: PlanDiff,
+                queries: Mapping[str, sharing.QueryRecord]) -> list[str]:
+    """An added task that serves a channel an old task served, to readers that go on from
+    where they were (tasks of the query that are not new, or other queries): its writer starts a
+    new numbering, which they cannot resume in (not yet; the writer's log stays with the old
+    task's checkpoint)."""
+    added = {t.task_id for t in diff.of("added")}
+    before = {c.channel_id for c in old.channels}
+    problems = []
+    for c in new.channels:
+        if c.producer not in added or c.channel_id not in before:
+            continue
+        readers = [r for r in c.consumers if r not in added]
+        readers += sorted({q.query_id for q, _ in sharing.readers(queries, c.channel_id)
+                           if q.query_id != new.query_id})
+        if readers:
+            where, root = _where(new, c.producer)
+            problems.append(f"{where}: task {c.producer} (root {root}) would serve "
+                            f"{c.channel_id} anew to {', '.join(readers)}, which go on from "
+                            "their place in the old task's numbering: an update cannot replace "
+                            "a task whose stream running tasks read yet; stop the query and "
+                            "submit it again")
     return problems
 
 

@@ -63,6 +63,22 @@ def spec(condition: str = "counts.readings &gt; 5", size: str = "10 seconds",
 """
 
 
+# a second, stateful task that serves no channel: a window over the windows, with its sink
+AGAIN = """  <operator name="again" type="window-aggregate">
+    <input name="counts"/>
+    <param name="time" value="window_end"/>
+    <param name="size" value="{size}"/>
+    <param name="watermark" value="2 seconds"/>
+    <param name="group-by" value="sensor"/>
+    <aggregate name="windows" function="count"/>
+    <output name="perSensor"/>
+  </operator>
+  <operator name="againOut" type="file-sink">
+    <input name="perSensor"/>
+    <param name="path" value="again.jsonl"/>
+  </operator>
+"""
+
 EXTRA_SINK = """  <operator name="also" type="file-sink">
     <input name="counts"/>
     <param name="path" value="also.jsonl"/>
@@ -145,22 +161,36 @@ def test_a_changed_window_drops_state_and_is_refused_at_the_operator_without_the
     assert update_plan.fresh_roots(diff, new) == {"win"}
 
 
-def test_with_drop_state_the_window_becomes_a_new_task_and_its_old_id_is_retired() -> None:
+def test_with_drop_state_a_window_becomes_a_new_task_and_its_old_id_is_retired() -> None:
+    old = compiled(spec(extra=AGAIN.format(size="1 minute")))
+    text = spec(extra=AGAIN.format(size="2 minutes"))
+    new = compiled(text, old, unpin={"againOut"})
+    diff = update_plan.diff_plans(old, new)
+    tasks = by_id(diff)
+    assert tasks["pipe.t3"].change == "removed" and tasks["pipe.t4"].change == "added"
+    assert tasks["pipe.t4"].operators == ("again", "againOut")
+    assert [t.change for t in diff.tasks[:3]] == ["kept", "kept", "kept"]
+    (dropped,) = diff.dropped  # the operator moved to another task: its state goes
+    assert dropped.operator.name == "again" and "from task pipe.t3 to pipe.t4" in dropped.why
+    line, column = locate(text, '<operator name="again"')
+    (problem,) = update_plan.refusals(old, new, diff, False, {})
+    assert problem.startswith(f"p.xml:{line}:{column}: operator again")
+    assert not update_plan.refusals(old, new, diff, True, {})
+    source = update_plan.updated_source(QuerySource("x", "p.xml", "pipe"), None, old, new)
+    assert source.retired == ("pipe.t3",) and dict(source.task_ids)["againOut"] == "pipe.t4"
+
+
+def test_a_replaced_task_whose_stream_running_tasks_read_is_refused_even_with_drop_state(
+        ) -> None:
     old = compiled(spec())
     text = spec(size="20 seconds")
     new = compiled(text, old, unpin={"win"})
     diff = update_plan.diff_plans(old, new)
-    tasks = by_id(diff)
-    assert tasks["pipe.t0"].change == "removed" and tasks["pipe.t3"].change == "added"
-    assert tasks["pipe.t3"].operators == ("src", "win")
-    # its readers kept their tasks but read the new one's channel: their inputs did not change
-    assert (tasks["pipe.t1"].change, tasks["pipe.t2"].change) == ("kept", "kept")
-    (dropped,) = diff.dropped  # the operator moved to another task: its state goes
-    assert dropped.operator.name == "win" and "moves from task pipe.t0 to pipe.t3" in dropped.why
-    assert update_plan.refusals(old, new, diff, False, {})
-    assert not update_plan.refusals(old, new, diff, True, {})
-    source = update_plan.updated_source(QuerySource("x", "p.xml", "pipe"), None, old, new)
-    assert source.retired == ("pipe.t0",) and dict(source.task_ids)["win"] == "pipe.t3"
+    assert by_id(diff)["pipe.t0"].change == "removed" and by_id(diff)["pipe.t3"].change == "added"
+    (problem,) = update_plan.refusals(old, new, diff, True, {})
+    line, column = locate(text, '<operator name="win"')
+    assert problem.startswith(f"p.xml:{line}:{column}: task pipe.t3 (root win) would serve "
+                              "pipe/counts anew to pipe.t1, pipe.t2")
 
 
 def test_a_new_reader_of_a_kept_producer_is_added_and_the_producer_admits_it() -> None:
@@ -292,16 +322,29 @@ def test_an_update_that_drops_state_is_refused_whole_and_touches_nothing(
     assert [t.attempt for t in s.queries["pipe"].tasks.values()] == [1, 1, 1]
 
 
-def test_with_drop_state_the_old_window_task_is_killed_and_a_new_one_placed(
-        running: tuple[SchedulerState, CompiledQuery]) -> None:
-    s, old = running
-    new = compiled(spec(size="20 seconds"), old, unpin={"win"})
+def test_with_drop_state_the_old_task_is_killed_and_its_replacement_placed() -> None:
+    s = SchedulerState(SchedulerConfig())
+    s.handle(Registered("r", "fw-1", "127.0.0.1:5050"))
+    old = compiled(spec(extra=AGAIN.format(size="1 minute")))
+    assert reply_of(s.handle(QuerySubmitted("s", old, None, keys_for(old)))).accepted
+    s.handle(OffersReceived("o1", (offer("o1", "a1", cpus=8, mem_mb=16384),)))
+    for t in old.tasks:
+        s.handle(StatusUpdated("u", f"{t.task_id}.a1", "RUNNING", "", "", "a1",
+                               "elastiq-exec-a1", "SOURCE_EXECUTOR"))
+    new = compiled(spec(extra=AGAIN.format(size="2 minutes")), old, unpin={"againOut"})
+    assert reply_of(update(s, new)).status == 409
     out = update(s, new, drop_state=True)
     assert reply_of(out).accepted
-    assert [c.mesos_task_id for c in out if isinstance(c, KillTask)] == ["pipe.t0.a1"]
-    launched = [t.task_id for c in out if isinstance(c, LaunchTasks) for t in c.tasks]
-    assert "pipe.t0" not in s.queries["pipe"].tasks and (launched == ["pipe.t3"] or
-                                                          "pipe.t3" in s.queries["pipe"].tasks)
+    assert [c.mesos_task_id for c in out if isinstance(c, KillTask)] == ["pipe.t3.a1"]
+    tasks = s.queries["pipe"].tasks
+    assert "pipe.t3" not in tasks and tasks["pipe.t4"].state.value == "pending"
+    assert s.queries["pipe"].keys["pipe.t4"]["public"] == "pub-pipe.t4"
+    assert "pipe.t3" not in s.queries["pipe"].keys
+    out = s.handle(OffersReceived("o2", (offer("o2", "a1", cpus=8, mem_mb=16384),)))
+    assert [t.task_id for c in out if isinstance(c, LaunchTasks) for t in c.tasks] == ["pipe.t4"]
+    # its old attempt's end is of a task the query no longer has: ignored
+    assert s.handle(StatusUpdated("k", "pipe.t3.a1", "KILLED", "", "", "a1", "elastiq-exec-a1",
+                                  "SOURCE_EXECUTOR")) == []
 
 
 def test_a_kept_producer_admits_an_added_reader(
