@@ -414,3 +414,41 @@ def test_a_source_with_pins_round_trips_and_bad_pins_are_refused() -> None:
     raw["task_ids"] = [["win"]]
     with pytest.raises(BadSource, match="task_ids must be"):
         QuerySource.from_json(json.dumps(raw))
+
+
+def test_a_persisted_updated_source_recompiles_to_the_same_tasks(tmp_path: Any) -> None:
+    from common.paths import PathRoots
+    from scheduler.query_source import compile_source
+
+    old = compiled(spec(extra=AGAIN.format(size="1 minute")))
+    text = spec(extra=AGAIN.format(size="2 minutes"))
+    new = compiled(text, old, unpin={"againOut"})
+    source = update_plan.updated_source(QuerySource(text, "p.xml", "pipe", "/tmp"), None,
+                                        old, new)
+    again = compile_source(QuerySource.from_json(source.to_json()), PathRoots.of(["/tmp"]))
+    assert [(t.task_id, t.operators) for t in again.tasks] == \
+        [(t.task_id, t.operators) for t in new.tasks]
+
+
+def test_elastiq_update_prints_the_diff_before_a_refusal(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        tmp_path: Any) -> None:
+    import argparse
+
+    from common.api_client import RequestRejected
+    from elastiq import service_cli
+
+    class Client:
+        def update_spec(self, query_id: str, path: Any, **flags: bool) -> dict[str, Any]:
+            raise RequestRejected(409, "p.xml:9:3: operator win ...", [
+                {"message": "p.xml:9:3: operator win ..."}],
+                {"diff": {"lines": ["~ pipe.t0 [src, win]: changed"]}})
+
+    monkeypatch.setattr(service_cli, "_client", lambda args: Client())
+    spec_file = tmp_path / "p.xml"
+    spec_file.write_text(spec())
+    code = service_cli.cmd_update(argparse.Namespace(query="pipe", spec=str(spec_file),
+                                                     drop_state=False, dry_run=True))
+    out = capsys.readouterr()
+    assert code == 1 and out.out.splitlines() == ["~ pipe.t0 [src, win]: changed"]
+    assert "refused (409): p.xml:9:3: operator win" in out.err
