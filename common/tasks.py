@@ -217,8 +217,8 @@ class OperatorPlan:
     kind: str
     task_id: str  # the task that runs it
     signature: str  # its kind, parameters, inputs with their types, output type, patterns
-    state: str | None  # what its state is made of (kind, input types, the parameters but the
-    # watermark: its key, window and aggregates); None: stateless
+    state: str | None  # what its state is made of (kind, input types, its parameters: key,
+    # window, aggregates, watermark); None: stateless
     where: str  # file:line:column of its declaration (the dataflow's for rule-made operators)
 
     def to_json(self) -> dict[str, Any]:

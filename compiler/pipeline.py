@@ -224,8 +224,8 @@ def _imports(parsed: spec_mod.Spec, physical: Graph,
 
 
 # parameters that leave an operator's state as it is when they change (the state signature
-# leaves them out): the watermark only says when state is finalised and dropped
-STATE_FREE_PARAMS = frozenset({"watermark"})
+# leaves them out): none yet; the control catalogue holds even a window's watermark fixed
+STATE_FREE_PARAMS: frozenset[str] = frozenset()
 
 
 def operator_plans(parsed: spec_mod.Spec, physical: Graph, plans: tuple[TaskPlan, ...],

@@ -701,7 +701,7 @@ class SchedulerState:
         if ev.dry_run:
             return [ReplyToRequest(sid, True, 200, f"query {new.query_id}: dry run, nothing "
                                                    "applied", body)]
-        commands = self._apply_update(sid, record, ev, diff)
+        commands, live = self._apply_update(sid, record, ev, diff)
         # the attempt that first runs each changed or added task's new program
         switch = {t.task_id: record.tasks[t.task_id].attempt
                   + (1 if record.tasks[t.task_id].migrate_to is not None else 0)
@@ -711,16 +711,19 @@ class SchedulerState:
         log.info("[%s] query %s updated: %s", sid, new.query_id, counts)
         self.suppressed = False
         return [ReplyToRequest(sid, True, 200, f"query {new.query_id} updated: {counts}",
-                               {**body, "attempts": switch}),
+                               {**body, "attempts": switch, "live": live}),
                 *commands, *self._revive(sid)] + self._try_place(sid)
 
     def _apply_update(self, sid: str, record: QueryRecord, ev: QueryUpdateRequested,
-                      diff: update_plan.PlanDiff) -> list[Command]:
+                      diff: update_plan.PlanDiff) -> tuple[list[Command], dict[str, str]]:
+        """The update's commands, and the changed tasks switched live by control (task id ->
+        the control request)."""
         old, new = record.query, ev.query
         removed = [t.task_id for t in diff.of("removed")]
         added = [t.task_id for t in diff.of("added")]
-        commands = self._imports_changed(sid, record, [i for i in old.imports
-                                                       if i.task_id in removed], admit=False)
+        live, commands = self._switch_live(sid, record, diff)
+        commands += self._imports_changed(sid, record, [i for i in old.imports
+                                                        if i.task_id in removed], admit=False)
         for task_id in removed:
             task = record.tasks.pop(task_id)
             record.keys.pop(task_id, None)
@@ -736,22 +739,48 @@ class SchedulerState:
                 continue
             task = record.tasks[t.task_id]
             task.task = new.task(t.task_id)
-            if t.change == "changed" and task.state.launched:
+            if t.change == "changed" and task.state.launched and t.task_id not in live:
                 task.migrate_to = task.agent_id  # relaunched at once in place (`_after_terminal`)
                 commands.append(KillTask(sid, task.mesos_task_id, task.agent_id or ""))
-            elif t.change == "kept" and task.state.launched and task.agent_id:
+            elif t.change in ("kept", "changed") and task.state.launched and task.agent_id:
                 commands += self._readers_of_kept(sid, record, task, t)
         for task_id in added:
             record.tasks[task_id] = TaskRecord(new.task(task_id), pending_since=self.now)
         record.query = new
         if ev.source is not None:
             record.source = update_plan.updated_source(ev.source, record.source, old, new)
-        for dropped in ctl.drop_refused(record.control, new.controls or ControlCatalog(),
-                                        new.query_id):
+        catalog = new.controls or ControlCatalog()
+        for dropped in ctl.drop_respecified(record.control, old.controls or ControlCatalog(),
+                                            catalog) + \
+                ctl.drop_refused(record.control, catalog, new.query_id):
             log.info("[%s] query %s: %s", sid, new.query_id, dropped)
         self.samples.keep_only(t for q in self.queries.values() for t in q.tasks)
         return commands + self._imports_changed(
-            sid, record, [i for i in new.imports if i.task_id in added], admit=True)
+            sid, record, [i for i in new.imports if i.task_id in added], admit=True), live
+
+    def _switch_live(self, sid: str, record: QueryRecord, diff: update_plan.PlanDiff
+                     ) -> tuple[dict[str, str], list[Command]]:
+        """The running changed tasks whose differences are all control parameters switch at a
+        micro-batch boundary, as one control request checked against the running plan's
+        catalogue (`_on_control_requested`); when it is refused (a task not running, another
+        request pending) they are relaunched instead. ({task switched: the control request's
+        id}, its commands)."""
+        tasks = [t for t in diff.of("changed") if t.live
+                 and record.tasks[t.task_id].state is TaskState.RUNNING]
+        if not tasks:
+            return {}, []
+        request = ControlRequested(sid, record.query_id, tuple(x for t in tasks for x in t.live),
+                                   update_request_id(record.query_id, sid))
+        out = self._on_control_requested(request)
+        reply = next(c for c in out if isinstance(c, ReplyToRequest))
+        if not reply.accepted:
+            log.info("[%s] update of %s: the live switch was refused (%s); relaunching "
+                     "instead", sid, record.query_id, reply.message)
+            return {}, []
+        log.info("[%s] update of %s: %s switch live by control %s", sid, record.query_id,
+                 ", ".join(t.task_id for t in tasks), request.request_id)
+        return ({t.task_id: request.request_id for t in tasks},
+                [c for c in out if not isinstance(c, ReplyToRequest)])
 
     def _readers_of_kept(self, sid: str, record: QueryRecord, task: TaskRecord,
                          change: update_plan.TaskDiff) -> list[Command]:
@@ -1330,6 +1359,12 @@ class SchedulerState:
 def shed_request_id(query_id: str, version: int, now: float) -> str:
     """The id of the shedding policy's control request (deterministic, like `auto_request_id`)."""
     return f"{query_id}-shed{version + 1}-{int(now * 1000) % 10**9}"
+
+
+def update_request_id(query_id: str, stimulus_id: str) -> str:
+    """The id of the control request an update switches its live changes with, from the
+    update's stimulus id (unique in the process; the state mints no ids of its own)."""
+    return f"{query_id}-{stimulus_id}"
 
 
 def auto_request_id(query_id: str, version: int, now: float) -> str:

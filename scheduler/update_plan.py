@@ -3,9 +3,11 @@
 Owns `diff_plans(old, new)`, which classifies every task of two compiled plans of one query
 (tasks keep their ids across an update: `compiler.tasks.task_ids`): kept (its operators, their
 parameters, inputs, outputs and types, and its channels are unchanged: it keeps running, the
-same attempt), added, removed, or changed (restarted with its new program: stateless, or
-stateful with its state kept (the same stateful operators with the same state signature: key,
-window, aggregates, input types) or needing a fresh checkpoint). And `refusals`, every reason
+same attempt), added, removed, or changed: live (every difference a parameter its control
+catalogue may change: switched by control tuples at a micro-batch boundary, `live_changes`), or
+restarted with its new program (stateless, or stateful with its state kept (the same stateful
+operators with the same state signature: kind, input types, parameters) or needing a fresh
+checkpoint). And `refusals`, every reason
 the update may not be applied, each located at file:line:column: state it would drop without
 `--drop-state` (a stateful operator changed or moved to another task), a published stream other
 queries read whose type changes or which goes away, what this slice cannot change (elastic,
@@ -18,9 +20,11 @@ See docs/queries.md, "Updating a running query".
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, replace
 from typing import Any, Literal, Mapping
 
+from common.control import ControlCatalog
 from common.tasks import CompiledQuery, OperatorPlan
 from scheduler import sharing
 from scheduler.query_source import QuerySource
@@ -39,11 +43,14 @@ class TaskDiff:
     # (channel id, reader task id) of the channels it serves: readers that come and go
     readers_added: tuple[tuple[str, str], ...] = ()
     readers_dropped: tuple[tuple[str, str], ...] = ()
+    # a changed task whose every difference is a parameter its running query may change:
+    # the control tuples (operator, parameter, value) that switch it at a micro-batch boundary
+    live: tuple[tuple[str, str, str], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {"task_id": self.task_id, "change": self.change,
                 "operators": list(self.operators), "state": self.state,
-                "details": list(self.details),
+                "details": list(self.details), "live": [list(t) for t in self.live],
                 "readers_added": [list(r) for r in self.readers_added],
                 "readers_dropped": [list(r) for r in self.readers_dropped]}
 
@@ -119,7 +126,37 @@ def _task_diff(old: CompiledQuery, new: CompiledQuery, task_id: str) -> TaskDiff
     state_now = {n: o.state for n, o in now.items() if o.state is not None}
     fate: StateFate = "none" if not state_was and not state_now else \
         "kept" if state_was == state_now else "fresh"
-    return TaskDiff(task_id, "changed", after.operators, fate, tuple(details), added, dropped)
+    return TaskDiff(task_id, "changed", after.operators, fate, tuple(details), added, dropped,
+                    live_changes(old, new, task_id) or ())
+
+
+def live_changes(old: CompiledQuery, new: CompiledQuery,
+                 task_id: str) -> tuple[tuple[str, str, str], ...] | None:
+    """The control tuples that turn a task's running program into its new one, when every
+    difference is the value of a parameter the running query may change at a micro-batch
+    boundary (its control catalogue, docs/control.md: a filter's condition, a source's rate, a
+    sink's path...); None when anything else differs."""
+    before, after = old.task(task_id), new.task(task_id)
+    was, now = _ops(old, task_id), _ops(new, task_id)
+    if was.keys() != now.keys() or (before.inputs, before.outputs) != (after.inputs,
+                                                                      after.outputs):
+        return None
+    running, updated = old.controls or ControlCatalog(), new.controls or ControlCatalog()
+    tuples = []
+    for name, op in now.items():
+        a, b = json.loads(was[name].signature), json.loads(op.signature)
+        if a == b:
+            continue
+        if a[:1] + a[2:] != b[:1] + b[2:] or [k for k, _ in a[1]] != [k for k, _ in b[1]]:
+            return None
+        for (key, value_was), (_, value_now) in zip(a[1], b[1]):
+            if value_was == value_now:
+                continue
+            adjustable, target = running.find(name, key), updated.find(name, key)
+            if adjustable is None or target is None:
+                return None
+            tuples.append((name, key, target.value))
+    return tuple(tuples) or None
 
 
 def _dropped(old: CompiledQuery, new: CompiledQuery,
@@ -136,7 +173,8 @@ def _dropped(old: CompiledQuery, new: CompiledQuery,
         if n.task_id != o.task_id:
             found.append(DroppedState(n, f"moves from task {o.task_id} to {n.task_id}"))
         elif n.task_id in fresh:
-            why = "changes its key, window, aggregates or input types" if n.state != o.state \
+            why = "changes its key, window, watermark, aggregates or input types" \
+                if n.state != o.state \
                 else "shares its task with a stateful operator that changes"
             found.append(DroppedState(n, why))
     return tuple(found)
@@ -282,8 +320,11 @@ def render(diff: PlanDiff) -> list[str]:
     """One line per task (= kept, + added, - removed, ~ changed), the details indented."""
     lines = []
     for t in diff.tasks:
+        live = ", ".join(f"{o}.{p}" for o, p, _ in t.live)
         what = {"kept": "kept (keeps running)", "added": "added (started)",
-                "removed": "removed (stopped)", "changed": f"changed ({_STATE[t.state]})"}
+                "removed": "removed (stopped)",
+                "changed": f"changed live (keeps running; {live} switched at a micro-batch "
+                           "boundary)" if t.live else f"changed ({_STATE[t.state]})"}
         lines.append(f"{_MARK[t.change]} {t.task_id} [{', '.join(t.operators)}]: "
                      f"{what[t.change]}")
         lines += [f"    {d}" for d in t.details]

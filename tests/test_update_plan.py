@@ -29,7 +29,8 @@ from tests.spec_snippets import READING_TYPE, locate
 
 
 def spec(condition: str = "counts.readings &gt; 5", size: str = "10 seconds",
-         watermark: str = "2 seconds", extra: str = "", name: str = "pipe") -> str:
+         watermark: str = "2 seconds", extra: str = "", name: str = "pipe",
+         weight: str = "1") -> str:
     """generator -> keyed window -> (file sink of every window, filter -> file sink): the
     window's stream has two readers, so the window, its sink and the filter are three tasks."""
     return f"""<dataflow name="{name}">
@@ -58,6 +59,7 @@ def spec(condition: str = "counts.readings &gt; 5", size: str = "10 seconds",
   <operator name="out" type="file-sink">
     <input name="bigCounts"/>
     <param name="path" value="out.jsonl"/>
+    <param name="weight" value="{weight}"/>
   </operator>
 {extra}</dataflow>
 """
@@ -76,6 +78,7 @@ AGAIN = """  <operator name="again" type="window-aggregate">
   <operator name="againOut" type="file-sink">
     <input name="perSensor"/>
     <param name="path" value="again.jsonl"/>
+    <param name="weight" value="{weight}"/>
   </operator>
 """
 
@@ -127,23 +130,42 @@ def test_the_same_spec_keeps_every_task() -> None:
     assert [t.change for t in diff.tasks] == ["kept"] * 3 and diff.empty and not diff.dropped
 
 
-def test_a_changed_predicate_changes_only_the_filter_task_which_is_stateless() -> None:
+def test_a_changed_predicate_is_a_live_change_of_the_filter_task_alone() -> None:
     old = compiled(spec())
-    diff = update_plan.diff_plans(old, compiled(spec("counts.readings &gt; 2"), old))
+    new = compiled(spec("counts.readings &gt; 2"), old)
+    diff = update_plan.diff_plans(old, new)
     tasks = by_id(diff)
     assert (tasks["pipe.t0"].change, tasks["pipe.t1"].change) == ("kept", "kept")
     changed = tasks["pipe.t2"]
     assert (changed.change, changed.state) == ("changed", "none")
     assert changed.details == ("operator big (filter) changed",)
-    assert not diff.dropped and not update_plan.refusals(old, compiled(spec()), diff, False, {})
+    assert changed.live == (("big", "condition", "counts.readings > 2"),)
+    assert not diff.dropped and not update_plan.refusals(old, new, diff, False, {})
+    assert "~ pipe.t2 [big, out]: changed live (keeps running; big.condition switched at a " \
+        "micro-batch boundary)" in update_plan.render(diff)
+
+
+def test_a_change_to_a_fixed_parameter_restarts_the_task() -> None:
+    old = compiled(spec())
+    diff = update_plan.diff_plans(old, compiled(spec("counts.readings &gt; 2", weight="2"), old))
+    changed = by_id(diff)["pipe.t2"]
+    assert (changed.change, changed.state, changed.live) == ("changed", "none", ())
+    assert changed.details == ("operator big (filter) changed", "operator out (file-sink) changed")
     assert "~ pipe.t2 [big, out]: changed (stateless: restarted with its new program)" in \
         update_plan.render(diff)
 
 
-def test_a_changed_watermark_keeps_the_window_state() -> None:
+def test_a_stateful_task_whose_stateful_operators_did_not_change_keeps_its_state() -> None:
+    old = compiled(spec(extra=AGAIN.format(size="1 minute", weight="1")))
+    new = compiled(spec(extra=AGAIN.format(size="1 minute", weight="3")), old)
+    changed = by_id(update_plan.diff_plans(old, new))["pipe.t3"]
+    assert (changed.change, changed.state, changed.live) == ("changed", "kept", ())
+
+
+def test_a_changed_watermark_needs_a_new_checkpoint() -> None:
     old = compiled(spec())
     tasks = by_id(update_plan.diff_plans(old, compiled(spec(watermark="5 seconds"), old)))
-    assert (tasks["pipe.t0"].change, tasks["pipe.t0"].state) == ("changed", "kept")
+    assert (tasks["pipe.t0"].change, tasks["pipe.t0"].state) == ("changed", "fresh")
 
 
 def test_a_changed_window_drops_state_and_is_refused_at_the_operator_without_the_flag() -> None:
@@ -162,8 +184,8 @@ def test_a_changed_window_drops_state_and_is_refused_at_the_operator_without_the
 
 
 def test_with_drop_state_a_window_becomes_a_new_task_and_its_old_id_is_retired() -> None:
-    old = compiled(spec(extra=AGAIN.format(size="1 minute")))
-    text = spec(extra=AGAIN.format(size="2 minutes"))
+    old = compiled(spec(extra=AGAIN.format(size="1 minute", weight="1")))
+    text = spec(extra=AGAIN.format(size="2 minutes", weight="1"))
     new = compiled(text, old, unpin={"againOut"})
     diff = update_plan.diff_plans(old, new)
     tasks = by_id(diff)
@@ -276,10 +298,33 @@ def update(s: SchedulerState, new: CompiledQuery, **flags: bool) -> list[Any]:
     return s.handle(QueryUpdateRequested("up", new, None, keys_for(new), **flags))
 
 
+def test_a_changed_predicate_switches_live_by_control_without_a_restart(
+        running: tuple[SchedulerState, CompiledQuery]) -> None:
+    from common.messages import ControlMessage
+
+    s, old = running
+    new = compiled(spec("counts.readings &gt; 2"), old)
+    out = update(s, new)
+    reply = reply_of(out)
+    assert reply.accepted and reply.body is not None
+    assert reply.body["attempts"] == {"pipe.t2": 1} and reply.body["live"] == {"pipe.t2": "pipe-up"}
+    assert not [c for c in out if isinstance(c, KillTask)]
+    (sent,) = [c.message for c in out if isinstance(c, SendFrameworkMessage)]
+    assert isinstance(sent, ControlMessage) and sent.task == "pipe.t2.a1"
+    assert ("big", "condition", "counts.readings > 2") in \
+        s.queries["pipe"].control.requests["pipe-up"].tuples
+    assert s.queries["pipe"].query is new
+    # a later update's relaunch runs the new spec's condition, not the value control set
+    assert "big" not in s.queries["pipe"].control.values
+    out = update(s, compiled(spec("counts.readings &gt; 7", weight="2"), new))
+    assert reply_of(out).accepted
+    assert s.queries["pipe"].control.param_set("pipe.t2").params == {}
+
+
 def test_an_update_keeps_the_window_task_and_relaunches_the_filter_in_place(
         running: tuple[SchedulerState, CompiledQuery]) -> None:
     s, old = running
-    new = compiled(spec("counts.readings &gt; 2"), old)
+    new = compiled(spec("counts.readings &gt; 2", weight="2"), old)
     out = update(s, new)
     reply = reply_of(out)
     assert reply.accepted and reply.status == 200
@@ -302,7 +347,7 @@ def test_an_update_keeps_the_window_task_and_relaunches_the_filter_in_place(
 def test_a_dry_run_answers_the_diff_and_changes_nothing(
         running: tuple[SchedulerState, CompiledQuery]) -> None:
     s, old = running
-    out = update(s, compiled(spec("counts.readings &gt; 2"), old), dry_run=True)
+    out = update(s, compiled(spec("counts.readings &gt; 2", weight="2"), old), dry_run=True)
     reply = reply_of(out)
     assert reply.accepted and reply.body is not None and "dry run" in reply.message
     assert any(line.startswith("~ pipe.t2") for line in reply.body["diff"]["lines"])
@@ -325,13 +370,13 @@ def test_an_update_that_drops_state_is_refused_whole_and_touches_nothing(
 def test_with_drop_state_the_old_task_is_killed_and_its_replacement_placed() -> None:
     s = SchedulerState(SchedulerConfig())
     s.handle(Registered("r", "fw-1", "127.0.0.1:5050"))
-    old = compiled(spec(extra=AGAIN.format(size="1 minute")))
+    old = compiled(spec(extra=AGAIN.format(size="1 minute", weight="1")))
     assert reply_of(s.handle(QuerySubmitted("s", old, None, keys_for(old)))).accepted
     s.handle(OffersReceived("o1", (offer("o1", "a1", cpus=8, mem_mb=16384),)))
     for t in old.tasks:
         s.handle(StatusUpdated("u", f"{t.task_id}.a1", "RUNNING", "", "", "a1",
                                "elastiq-exec-a1", "SOURCE_EXECUTOR"))
-    new = compiled(spec(extra=AGAIN.format(size="2 minutes")), old, unpin={"againOut"})
+    new = compiled(spec(extra=AGAIN.format(size="2 minutes", weight="1")), old, unpin={"againOut"})
     assert reply_of(update(s, new)).status == 409
     out = update(s, new, drop_state=True)
     assert reply_of(out).accepted
@@ -420,8 +465,8 @@ def test_a_persisted_updated_source_recompiles_to_the_same_tasks(tmp_path: Any) 
     from common.paths import PathRoots
     from scheduler.query_source import compile_source
 
-    old = compiled(spec(extra=AGAIN.format(size="1 minute")))
-    text = spec(extra=AGAIN.format(size="2 minutes"))
+    old = compiled(spec(extra=AGAIN.format(size="1 minute", weight="1")))
+    text = spec(extra=AGAIN.format(size="2 minutes", weight="1"))
     new = compiled(text, old, unpin={"againOut"})
     source = update_plan.updated_source(QuerySource(text, "p.xml", "pipe", "/tmp"), None,
                                         old, new)
