@@ -135,12 +135,14 @@ def drop_respecified(control: QueryControl, running: ControlCatalog,
                      updated: ControlCatalog) -> list[str]:
     """After an update (docs/queries.md): a value set by control for a parameter the new spec
     gives another value than the running one is dropped, the new spec's value in force on
-    every task's next launch; returns what was dropped (pure)."""
+    every task's next launch; returns what was dropped (pure). A value equal to the new spec's
+    stays (the update's own live switch set it; its message holds these very parameters)."""
     dropped = []
     for operator, values in list(control.values.items()):
-        for parameter in list(values):
+        for parameter, value in list(values.items()):
             was, now = running.find(operator, parameter), updated.find(operator, parameter)
-            if was is not None and now is not None and was.value != now.value:
+            if was is not None and now is not None and was.value != now.value \
+                    and value != now.value:
                 dropped.append(f"{operator}.{parameter} set by control dropped: the update "
                                f"gives it {now.value!r}")
                 _drop_value(control, updated, operator, parameter)
