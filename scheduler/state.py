@@ -678,8 +678,11 @@ class SchedulerState:
         """Diff the running plan against `ev.query` (`scheduler.update_plan`) and refuse with
         every located problem, answer the diff alone (dry run), or apply it all at once: kept
         tasks run on (the same attempt; producers admit readers that come and drop those that
-        go), removed tasks are killed, changed ones relaunched in place with their new program
-        (their checkpoint and their upstream's backup resume them), added ones placed."""
+        go), removed tasks are killed, changed ones switch live by control tuples when every
+        difference is a control parameter (`_switch_live`) or are relaunched in place with
+        their new program (their checkpoint and their upstream's backup resume them), added
+        ones placed. The reply names the attempt that first runs each changed or added task's
+        new program (`attempts`) and the control request of the live ones (`live`)."""
         sid, new = ev.stimulus_id, ev.query
         record = self.queries.get(new.query_id)
         if record is None:
@@ -690,9 +693,10 @@ class SchedulerState:
         diff = update_plan.diff_plans(record.query, new)
         problems = admission.problems(new) + update_plan.refusals(
             record.query, new, diff, ev.drop_state, self.queries)
+        said = {d.operator.task_id for d in diff.dropped}  # refused for its state already
         problems += [f"{update_plan.task_where(new, t.task_id)}: task {t.task_id} needs a "
-                     "fresh checkpoint; compile the update without its pinned id"
-                     for t in diff.of("changed") if t.state == "fresh"]
+                     "new checkpoint; compile the update without its pinned id (the API does)"
+                     for t in diff.of("changed") if t.state == "fresh" and t.task_id not in said]
         problems += [f"channel keys missing for added task {t.task_id}"
                      for t in diff.of("added") if ev.keys and t.task_id not in ev.keys]
         body = {"diff": diff.to_json(), "problems": problems}

@@ -497,3 +497,14 @@ def test_elastiq_update_prints_the_diff_before_a_refusal(
     out = capsys.readouterr()
     assert code == 1 and out.out.splitlines() == ["~ pipe.t0 [src, win]: changed"]
     assert "refused (409): p.xml:9:3: operator win" in out.err
+
+
+def test_a_state_change_compiled_with_its_pin_is_refused_once_for_its_state(
+        running: tuple[SchedulerState, CompiledQuery]) -> None:
+    s, old = running
+    text = spec(watermark="5 seconds")
+    reply = reply_of(update(s, compiled(text, old)))
+    assert reply.status == 409 and reply.body is not None
+    line, column = locate(text, '<operator name="win"')
+    (problem,) = reply.body["problems"]
+    assert problem.startswith(f"p.xml:{line}:{column}: operator win (window-aggregate) changes")
