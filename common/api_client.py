@@ -24,10 +24,12 @@ class SchedulerUnavailable(Exception):
 class RequestRejected(Exception):
     """The scheduler answered with an error; carries its status and diagnostics."""
 
-    def __init__(self, status: int, message: str, diagnostics: list[dict[str, Any]]):
+    def __init__(self, status: int, message: str, diagnostics: list[dict[str, Any]],
+                 body: dict[str, Any] | None = None):
         lines = [d.get("text") or d.get("message", "") for d in diagnostics]
         super().__init__("\n".join([message] + [f"  {x}" for x in lines if x and x != message]))
         self.status, self.message, self.diagnostics = status, message, diagnostics
+        self.body = body or {}  # the whole reply (a refused update's diff)
 
 
 class SchedulerClient:
@@ -46,6 +48,19 @@ class SchedulerClient:
         headers = {"Content-Type": "application/xml", "X-Spec-Filename": str(p),
                    "X-Spec-Dir": str(p.parent)}
         target = "/queries" + (f"?query_id={quote(query_id)}" if query_id else "")
+        return self._call("POST", target, p.read_bytes(), headers)
+
+    def update_spec(self, query_id: str, path: str | Path, *, drop_state: bool = False,
+                    dry_run: bool = False) -> dict[str, Any]:
+        """Update a running query in place from a spec file (docs/queries.md); returns
+        {"query_id", "message", "diff", ...}; a refusal's RequestRejected.body has the diff."""
+        p = Path(path).resolve()
+        headers = {"Content-Type": "application/xml", "X-Spec-Filename": str(p),
+                   "X-Spec-Dir": str(p.parent)}
+        flags = [f for f, on in (("drop_state=true", drop_state), ("dry_run=true", dry_run))
+                 if on]
+        target = f"/queries/{quote(query_id, safe='')}/update" + \
+            (f"?{'&'.join(flags)}" if flags else "")
         return self._call("POST", target, p.read_bytes(), headers)
 
     def status(self, query_id: str | None = None) -> dict[str, Any]:
@@ -113,7 +128,7 @@ def _decode(status: int, data: bytes) -> dict[str, Any]:
         body = {"error": data[:200].decode("utf-8", errors="replace")}
     if status >= 400:
         raise RequestRejected(status, str(body.get("error", f"HTTP {status}")),
-                              list(body.get("diagnostics", [])))
+                              list(body.get("diagnostics", [])), body)
     return body
 
 

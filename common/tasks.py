@@ -207,6 +207,31 @@ class StreamImport:
 
 
 @dataclass(frozen=True)
+class OperatorPlan:
+    """One operator of the physical plan as an update compares it (`scheduler.update_plan`,
+    docs/queries.md "Updating a running query"): two plans' operators of one name are the same
+    when their signatures are; a stateful operator's state carries over a change when its state
+    signatures are."""
+
+    name: str
+    kind: str
+    task_id: str  # the task that runs it
+    signature: str  # its kind, parameters, inputs with their types, output type, patterns
+    state: str | None  # what its state is made of (kind, input types, its parameters: key,
+    # window, aggregates, watermark); None: stateless
+    where: str  # file:line:column of its declaration (the dataflow's for rule-made operators)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "kind": self.kind, "task_id": self.task_id,
+                "signature": self.signature, "state": self.state, "where": self.where}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "OperatorPlan":
+        return cls(str(d["name"]), str(d["kind"]), str(d["task_id"]), str(d["signature"]),
+                   None if d.get("state") is None else str(d["state"]), str(d.get("where", "")))
+
+
+@dataclass(frozen=True)
 class CompiledQuery:
     """Everything the scheduler needs to deploy one query."""
 
@@ -222,6 +247,7 @@ class CompiledQuery:
     # channel ids of the streams this query publishes (their ChannelSpec is in `channels`)
     published: tuple[str, ...] = ()
     imports: tuple[StreamImport, ...] = ()  # other queries' published streams it reads
+    operators: tuple[OperatorPlan, ...] = ()  # the physical plan's operators, for updates
 
     def elastic_operator(self, operator: str) -> ElasticOperator | None:
         return next((e for e in self.elastic if e.operator == operator), None)
@@ -243,6 +269,7 @@ class CompiledQuery:
             "weights": self.weights,
             "published": list(self.published),
             "imports": [i.to_json() for i in self.imports],
+            "operators": [o.to_json() for o in self.operators],
         })
 
     @classmethod
@@ -258,6 +285,7 @@ class CompiledQuery:
             {str(k): float(v) for k, v in d.get("weights", {}).items()},
             tuple(str(c) for c in d.get("published", ())),
             tuple(StreamImport.from_json(i) for i in d.get("imports", ())),
+            tuple(OperatorPlan.from_json(o) for o in d.get("operators", ())),
         )
 
 

@@ -10,13 +10,16 @@ the scheduler's API both call `compile_spec_text`.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Callable, Collection, Mapping
 
 from common.diagnostics import Diagnostic, Position, SpecError, cap_diagnostics
 from common.paths import PathRoots, local_roots
-from common.tasks import ChannelSpec, CompiledQuery, QueryTask, StreamImport, channel_id
+from common.tasks import (ChannelSpec, CompiledQuery, OperatorPlan, QueryTask, StreamImport,
+                          channel_id)
 from compiler import codegen, spec as spec_mod, validate
 from compiler.control import catalog_for
 from compiler.elastic import elastic_operators
@@ -112,7 +115,9 @@ def compile_spec_text(text: str | bytes, filename: str, base_dir: str | Path | N
                       plan_only: bool = False,
                       path_roots: PathRoots | None = None,
                       check_inputs: bool = False,
-                      room: validate.AgentRoom | None = None) -> Compilation:
+                      room: validate.AgentRoom | None = None,
+                      task_ids: Mapping[str, str] | None = None,
+                      retired: Collection[str] = ()) -> Compilation:
     """Compile a spec; raise SpecError with every error (and warning) found.
     Relative file paths in the spec are taken relative to `base_dir` (default: the spec file's
     folder), and every file path must then lie inside `path_roots` (default: the local roots,
@@ -122,14 +127,16 @@ def compile_spec_text(text: str | bytes, filename: str, base_dir: str | Path | N
     with several inputs) raises a located SpecError, unless `plan_only` (explain), which
     returns it with those diagnostics in `refused`. `check_inputs` (the CLI's validate,
     explain, compile and run): every input file must exist. `room` (`elastiq run`, which knows
-    its agents): an operator's cpus=/mem= over it is refused at its value."""
+    its agents): an operator's cpus=/mem= over it is refused at its value. `task_ids` (root
+    operator -> task id) and `retired`: the task ids a running query keeps and those it held
+    (an update: `compiler.tasks.task_ids`)."""
     base = _base(filename, base_dir)
     roots = _roots(base, path_roots)
     parsed, graph, everything = _checked(text, filename, base, roots, check_inputs, room)
     if graph is None:
         raise SpecError(everything)
     return _finish(parsed, graph, query_id or parsed.name, base, tuple(everything),
-                   rules_for(rules_dir), plan_only, roots)
+                   rules_for(rules_dir), plan_only, roots, task_ids, retired)
 
 
 def compile_spec_file(path: str | Path, base_dir: str | Path | None = None,
@@ -172,13 +179,14 @@ def _unreadable(path: Path, e: OSError) -> Diagnostic:
 
 def _finish(parsed: spec_mod.Spec, logical: Graph, query_id: str, base: Path,
             warnings: tuple[Diagnostic, ...], rules: tuple[Rule, ...],
-            plan_only: bool, roots: PathRoots) -> Compilation:
+            plan_only: bool, roots: PathRoots, task_ids: Mapping[str, str] | None = None,
+            retired: Collection[str] = ()) -> Compilation:
     rewritten = rewrite(logical, rules)
     physical = rewritten.graph
     refused = _unrunnable(parsed, physical)
     if refused and not plan_only:
         raise SpecError(list(refused))
-    plans, channels = split_into_tasks(physical, query_id)
+    plans, channels = split_into_tasks(physical, query_id, task_ids, retired)
     by_id = {c.channel_id: c for c in channels}
     tasks = tuple(_task(physical, plan, query_id, base, by_id) for plan in plans)
     sinks = {n.name: str(codegen.resolve_path(base, n.param("path")))
@@ -190,7 +198,9 @@ def _finish(parsed: spec_mod.Spec, logical: Graph, query_id: str, base: Path,
                                       roots, elastic), elastic,
                           {n.name: float(n.param("weight", 1)) for n in physical.sinks()},
                           tuple(channel_id(query_id, s) for s in physical.published),
-                          _imports(parsed, physical, plans))
+                          _imports(parsed, physical, plans),
+                          operator_plans(parsed, physical, plans,
+                                         lambda path: str(codegen.resolve_path(base, path))))
     return Compilation(parsed, logical, physical, plans, query, warnings, rewritten.firings,
                        refused)
 
@@ -210,6 +220,35 @@ def _imports(parsed: spec_mod.Spec, physical: Graph,
         found.append(StreamImport(node.param("stream"), owner[node.name],
                                   physical.stream(node.produced).schema, str(where),
                                   node.param("start", "retained")))
+    return tuple(found)
+
+
+# parameters that leave an operator's state as it is when they change (the state signature
+# leaves them out): none yet; the control catalogue holds even a window's watermark fixed
+STATE_FREE_PARAMS: frozenset[str] = frozenset()
+
+
+def operator_plans(parsed: spec_mod.Spec, physical: Graph, plans: tuple[TaskPlan, ...],
+                   resolve: Callable[[str], str] = str) -> tuple[OperatorPlan, ...]:
+    """Each physical operator with its task, signature, state signature and declaration
+    (`common.tasks.OperatorPlan`): what `scheduler.update_plan` compares. A `path` parameter
+    is compared as `resolve` makes it absolute (a spec sent from another folder writes
+    elsewhere)."""
+    owner = {n: p.task_id for p in plans for n in p.nodes}
+    where = {op.name: str(op.pos) for op in parsed.operators}
+    found = []
+    for node in physical.nodes:
+        inputs = [[s, physical.stream(s).schema.to_json()] for s in node.inputs]
+        output = physical.stream(node.output).schema.to_json() if node.output else None
+        params = [[k, repr(resolve(v) if k == "path" and isinstance(v, str) else v)]
+                  for k, v in sorted(node.params)]
+        signature = json.dumps([node.kind, params, inputs, node.output, output,
+                                repr(node.patterns), node.placement, node.cpus, node.mem_mb])
+        state = json.dumps([node.kind, [s for _, s in inputs],
+                            [p for p in params if p[0] not in STATE_FREE_PARAMS]]) \
+            if node.stateful else None
+        found.append(OperatorPlan(node.name, node.kind, owner[node.name], signature, state,
+                                  where.get(node.name, str(parsed.pos))))
     return tuple(found)
 
 

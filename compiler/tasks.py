@@ -15,7 +15,7 @@ Does not own how a task's program looks (`compiler.codegen`) or where it runs (`
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Collection, Mapping, Sequence
 
 from common.tasks import (ChannelSpec, FailoverMode, Placement, Resources, channel_id,
                           partition_channel_id)
@@ -86,16 +86,21 @@ def _placed_apart(a: "Node", b: "Node") -> bool:
     return a.placement is not None and b.placement is not None and a.placement != b.placement
 
 
-def split_into_tasks(graph: "Graph", query_id: str) -> tuple[tuple[TaskPlan, ...],
-                                                            tuple[ChannelSpec, ...]]:
+def split_into_tasks(graph: "Graph", query_id: str,
+                     pinned: Mapping[str, str] | None = None, retired: Collection[str] = ()
+                     ) -> tuple[tuple[TaskPlan, ...], tuple[ChannelSpec, ...]]:
     """Cut the graph at `cut_streams`; each task is the tree of operators feeding one root (a
-    sink, or the producer of a cut stream). Tasks are numbered in dataflow order; channels are
-    ordered by their producer, a splitter's partitions by number; each task is placed
-    (`place_tasks`)."""
+    sink, or the producer of a cut stream). Tasks are numbered in dataflow order (`task_ids`;
+    `pinned`, root operator -> task id, keeps the ids of a running query's tasks across an
+    update, and `retired` ids are never given again); channels are ordered by their producer, a splitter's partitions by number; each
+    task is placed (`place_tasks`)."""
     cuts = cut_streams(graph)
     order = {n.name: i for i, n in enumerate(graph.nodes)}  # position: linear in large graphs
     roots = [n for n in graph.nodes if n.output is None or n.output in cuts]
-    members = {f"{query_id}.t{i}": _collect(graph, root.name, cuts) for i, root in enumerate(roots)}
+    members = {task_id: _collect(graph, root.name, cuts)
+               for task_id, root in zip(task_ids(query_id, [r.name for r in roots], pinned,
+                                                 retired),
+                                        roots)}
     owner = {m: task_id for task_id, names in members.items() for m in names}
     channels = tuple(c for s in sorted(cuts, key=lambda s: order[graph.stream(s).producer])
                      for c in _channels_of(graph, query_id, s, owner))
@@ -115,6 +120,29 @@ def split_into_tasks(graph: "Graph", query_id: str) -> tuple[tuple[TaskPlan, ...
                  any(graph.node(m).stateful for m in names))
         for task_id, names in members.items())
     return place_tasks(graph, plans, channels), channels
+
+
+def task_ids(query_id: str, roots: Sequence[str], pinned: Mapping[str, str] | None = None,
+             retired: Collection[str] = ()) -> list[str]:
+    """The id of the task of each root operator: its pinned id (a running query's, kept by an
+    update: docs/queries.md), else `<query>.t<n>` with n its position in dataflow order, or,
+    when another task holds that id or it is `retired` (a task an update removed: its
+    checkpoint folder is its id's), the next number nobody holds. Pins of absent roots hold
+    their ids too."""
+    pins = dict(pinned or {})
+    taken = set(pins.values()) | set(retired)
+    ids: list[str] = []
+    spare = len(roots)
+    for i, root in enumerate(roots):
+        if root in pins:
+            ids.append(pins[root])
+            continue
+        candidate = f"{query_id}.t{i}"
+        while candidate in taken:
+            candidate, spare = f"{query_id}.t{spare}", spare + 1
+        taken.add(candidate)
+        ids.append(candidate)
+    return ids
 
 
 def _collect(graph: "Graph", root: str, cuts: set[str]) -> set[str]:

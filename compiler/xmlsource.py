@@ -133,6 +133,11 @@ def _parse(text: str, filename: str) -> etree._Element:
     body = re.sub(r"^\s*<\?xml[^>]*\?>", lambda m: " " * len(m.group(0)), text, count=1)
     try:
         return etree.fromstring(body, parser)
+    except ValueError:  # lxml refuses text with an encoding declaration the strip left (unended)
+        raise SpecError([Diagnostic(Position(filename, 1, 1), "XML is not well-formed: an XML "
+                                    "declaration that does not end with '?>'",
+                                    'write <?xml version="1.0" encoding="UTF-8"?> or leave it '
+                                    "out")]) from None
     except etree.XMLSyntaxError:
         lines = text.split("\n")
         diagnostics = [

@@ -1,6 +1,7 @@
 """The `elastiq` commands that run or talk to the long-running scheduler service, and `run`.
 
-Owns the arguments and output of `run`, `scheduler`, `submit`, `status`, `stop` and `tail`.
+Owns the arguments and output of `run`, `scheduler`, `submit`, `update`, `status`, `stop` and
+`tail`.
 The service itself is `scheduler.mesos_adapter.SchedulerService` behind `scheduler.api`; the
 client is `common.api_client.SchedulerClient`; the local run is `elastiq.run`; what `run` and
 `scheduler` both start (executor, embedded cluster) is `elastiq.launch`.
@@ -124,6 +125,18 @@ def register(sub: argparse._SubParsersAction) -> None:
             p.add_argument("sink", help="the file-sink operator's name")
             p.add_argument("--from-start", action="store_true", help="print what is there first")
         p.set_defaults(handler=handler)
+
+    u = sub.add_parser("update", help="update a running query in place from a new spec: "
+                                      "prints the diff, then applies it all or nothing")
+    u.add_argument("query")
+    u.add_argument("spec", metavar="SPEC")
+    u.add_argument("--dry-run", action="store_true", help="print the diff, change nothing")
+    u.add_argument("--drop-state", action="store_true",
+                   help="allow dropping the state of stateful operators whose key, window or "
+                        "aggregates change")
+    u.add_argument("--scheduler", default=DEFAULT_URL, help=f"API URL (default {DEFAULT_URL})")
+    u.add_argument("--token-file", metavar="FILE", help=TOKEN_FILE_HELP)
+    u.set_defaults(handler=cmd_update)
 
     m = sub.add_parser("migrate", help="move a running task of a query to another agent")
     m.add_argument("query")
@@ -318,6 +331,25 @@ def cmd_submit(args: argparse.Namespace) -> int:
 def cmd_stop(args: argparse.Namespace) -> int:
     code, reply = _call(lambda: _client(args).stop(args.query, force=args.force))
     if code == 0:
+        print(reply.get("message") or json.dumps(reply))
+    return code
+
+
+def cmd_update(args: argparse.Namespace) -> int:
+    """The diff first (also of a refused update), then what was done or why not."""
+    def call() -> dict[str, Any]:
+        try:
+            return _client(args).update_spec(args.query, Path(args.spec).resolve(),
+                                             drop_state=args.drop_state, dry_run=args.dry_run)
+        except RequestRejected as e:
+            for line in ((e.body.get("diff") or {}).get("lines") or ()):
+                print(line)
+            raise
+
+    code, reply = _call(call)
+    if code == 0:
+        for line in (reply.get("diff") or {}).get("lines") or ():
+            print(line)
         print(reply.get("message") or json.dumps(reply))
     return code
 

@@ -3,7 +3,9 @@
 Owns the routes: `POST /queries` (body: spec XML, `Content-Type: application/xml` or `text/xml`,
 compiled here with `compiler.pipeline` through `scheduler.query_source`; no route takes a
 compiled query or program text), `GET /queries`, `GET /queries/{id}`, `DELETE /queries/{id}`,
-`POST /queries/{id}/tasks/{task}/migrate` (body `{"to": "<agent id>"}`), `POST
+`POST /queries/{id}/update` (body: the new spec XML; `?dry_run=true`, `?drop_state=true`: a
+running query updated in place, `scheduler.update_plan`), `POST
+/queries/{id}/tasks/{task}/migrate` (body `{"to": "<agent id>"}`), `POST
 /queries/{id}/operators/{operator}/scale` (body `{"parallelism": N}`: the control tuple
 `<id, operator, parallelism, N>`, answered like the control route), `POST
 /queries/{id}/control` (body `{"tuples": [{"operator", "parameter", "value"}, ...]}`: 202 with
@@ -38,7 +40,7 @@ import os
 import socket
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol, Sequence
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -57,6 +59,7 @@ from scheduler.compile_worker import CompileRefused, CompileWorkers
 from scheduler.config import CompileLimits
 from scheduler.loop import Reply
 from scheduler.metrics import CONTENT_TYPE
+from scheduler import update_plan
 from scheduler.query_source import QuerySource, compile_source
 
 log = logging.getLogger("elastiq.scheduler.api")
@@ -80,6 +83,11 @@ class QueryService(Protocol):
                    force: bool = False) -> Reply: ...
     def migrate_task(self, query_id: str, task_id: str, agent_id: str,
                      timeout: float = 10.0) -> Reply: ...
+    def update(self, query: CompiledQuery, source: QuerySource | None = None, *,
+               drop_state: bool = False, dry_run: bool = False,
+               timeout: float = 10.0) -> Reply: ...
+    def running_plan(self, query_id: str
+                     ) -> tuple[CompiledQuery, QuerySource | None] | None: ...
     def control(self, query_id: str, tuples: list[tuple[str, str, str]],
                 timeout: float = 10.0) -> Reply: ...
     def query_control(self, query_id: str,
@@ -95,9 +103,10 @@ class ApiError(Exception):
         super().__init__(message)
         self.status, self.message = status, message
         self.diagnostics = diagnostics or [{"message": message}]
+        self.extra: dict[str, Any] = {}  # more of the reply (an update's refused diff)
 
     def body(self) -> dict[str, Any]:
-        return {"error": self.message, "diagnostics": self.diagnostics}
+        return {"error": self.message, "diagnostics": self.diagnostics, **self.extra}
 
 
 def diagnostic_json(d: Diagnostic) -> dict[str, Any]:
@@ -299,6 +308,8 @@ def route(service: QueryService, call: Call, compile: Compile = compile_source
     if len(parts) == 2 and parts[0] == "queries" and method in ("GET", "DELETE"):
         return _one_query(service, method, parts[1],
                           call.params.get("force", [""])[-1] in ("1", "true"))
+    if len(parts) == 3 and (parts[0], parts[2]) == ("queries", "update") and method == "POST":
+        return _update(service, call, parts[1], compile)
     if len(parts) == 5 and (parts[0], parts[2], parts[4]) == ("queries", "tasks", "migrate") \
             and method == "POST":
         return _migrate(service, parts[1], parts[3], call.body)
@@ -324,6 +335,51 @@ def _submit(service: QueryService, call: Call, compile: Compile) -> tuple[int, A
         raise ApiError(reply.status, reply.message,
                        [{"message": m} for m in reply.message.split("; ")])
     return 201, {"query_id": query.query_id, "message": reply.message}
+
+
+def _flag(call: Call, name: str) -> bool:
+    return call.params.get(name, [""])[-1] in ("1", "true")
+
+
+def _update(service: QueryService, call: Call, query_id: str,
+            compile: Compile) -> tuple[int, Any]:
+    """`POST /queries/{id}/update` (body: the new spec; `?dry_run=true`, `?drop_state=true`):
+    the new spec compiled with the running tasks' ids pinned (`update_plan.pins`), again
+    without the pins of tasks that need a fresh checkpoint when their state may go, then
+    diffed, checked and applied all or nothing by the scheduler. 200 with the diff; 404 for an
+    unknown query; 409 with every located refusal and the diff."""
+    running = service.running_plan(query_id)
+    if running is None:
+        raise ApiError(404, f"no query {query_id}")
+    old, old_source = running
+    retired = old_source.retired if old_source is not None else ()
+    drop_state, dry_run = _flag(call, "drop_state"), _flag(call, "dry_run")
+
+    def compiled(pins: dict[str, str], retired: tuple[str, ...]
+                 ) -> tuple[CompiledQuery, QuerySource]:
+        query, source = parse_submission(
+            call.body, call.headers.get("Content-Type", ""),
+            call.headers.get("X-Spec-Filename") or "spec.xml", query_id,
+            call.headers.get("X-Spec-Dir") or os.getcwd(),
+            lambda source: compile(replace(source, task_ids=tuple(sorted(pins.items())),
+                                           retired=retired)))
+        return query, replace(source, retired=retired)
+
+    pins = update_plan.pins(old)
+    new, source = compiled(pins, retired)
+    first = update_plan.diff_plans(old, new)
+    fresh = update_plan.fresh_roots(first, new)
+    if fresh and (drop_state or not first.dropped):  # their old ids (checkpoints) retire
+        new, source = compiled({r: t for r, t in pins.items() if r not in fresh},
+                               tuple(sorted({*retired, *(pins[r] for r in fresh)})))
+    reply = service.update(new, source, drop_state=drop_state, dry_run=dry_run)
+    body = dict(reply.body or {})
+    if not reply.accepted:
+        problems = body.get("problems") or [reply.message]
+        error = ApiError(reply.status, reply.message, [{"message": m} for m in problems])
+        error.extra = {"diff": body.get("diff")}
+        raise error
+    return 200, {"query_id": query_id, "message": reply.message, **body}
 
 
 def _one_query(service: QueryService, method: str, query_id: str,

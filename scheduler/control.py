@@ -127,16 +127,41 @@ def drop_refused(control: QueryControl, catalog: ControlCatalog, query_id: str) 
                 continue
             except ControlRefused as exc:
                 dropped.append(f"persisted {operator}.{parameter} dropped: {exc}")
-            del values[parameter]
-            adjustable = catalog.find(operator, parameter)
-            for target in adjustable.targets if adjustable else ():
-                ops = control.task_params.get(target.task_id, {})
-                ops.get(target.op, {}).pop(target.keyword, None)
-                if not ops.get(target.op, True):
-                    del ops[target.op]
-        if not values:
-            del control.values[operator]
+            _drop_value(control, catalog, operator, parameter)
     return dropped
+
+
+def drop_respecified(control: QueryControl, running: ControlCatalog,
+                     updated: ControlCatalog) -> list[str]:
+    """After an update (docs/queries.md): a value set by control for a parameter the new spec
+    gives another value than the running one is dropped, the new spec's value in force on
+    every task's next launch; returns what was dropped (pure). A value equal to the new spec's
+    stays (the update's own live switch set it; its message holds these very parameters)."""
+    dropped = []
+    for operator, values in list(control.values.items()):
+        for parameter, value in list(values.items()):
+            was, now = running.find(operator, parameter), updated.find(operator, parameter)
+            if was is not None and now is not None and was.value != now.value \
+                    and value != now.value:
+                dropped.append(f"{operator}.{parameter} set by control dropped: the update "
+                               f"gives it {now.value!r}")
+                _drop_value(control, updated, operator, parameter)
+    return dropped
+
+
+def _drop_value(control: QueryControl, catalog: ControlCatalog, operator: str,
+                parameter: str) -> None:
+    """The operator's parameter back at the spec's value on every task."""
+    values = control.values.get(operator, {})
+    values.pop(parameter, None)
+    adjustable = catalog.find(operator, parameter)
+    for target in adjustable.targets if adjustable else ():
+        ops = control.task_params.get(target.task_id, {})
+        ops.get(target.op, {}).pop(target.keyword, None)
+        if not ops.get(target.op, True):
+            del ops[target.op]
+    if not values:
+        control.values.pop(operator, None)
 
 
 def in_force(control: QueryControl, change: Change) -> bool:

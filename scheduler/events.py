@@ -141,6 +141,20 @@ class QueryStopRequested:
 
 
 @dataclass(frozen=True)
+class QueryUpdateRequested:
+    """Replace a running query's plan by `query` (compiled with the running tasks' ids pinned,
+    docs/queries.md "Updating a running query"): applied all or nothing, or only diffed
+    (`dry_run`); `drop_state` allows losing the state of stateful operators that change."""
+
+    stimulus_id: str
+    query: CompiledQuery
+    source: QuerySource | None = None
+    keys: Mapping[str, Mapping[str, str]] = field(default_factory=dict, repr=False)
+    drop_state: bool = False
+    dry_run: bool = False
+
+
+@dataclass(frozen=True)
 class ControlRequested:
     """Control tuples `<query, operator, parameter, value>` for a running query (the
     paper's section 4.5; docs/control.md), checked together and applied all or none."""
@@ -177,6 +191,6 @@ class Tick:
 Event = Union[
     Registered, Reregistered, Disconnected, OffersReceived, OfferRescinded, StatusUpdated,
     AgentLost, ExecutorLost, HeartbeatReceived, ControlAcknowledged, MessageUnreadable,
-    QuerySubmitted, QueryStopRequested,
+    QuerySubmitted, QueryStopRequested, QueryUpdateRequested,
     ControlRequested, TaskMigrationRequested, Tick,
 ]

@@ -23,7 +23,8 @@ from common.tasks import CompiledQuery
 from scheduler.channel_keys import issue_keys
 from scheduler.commands import Command, ReplyToRequest
 from scheduler.config import SchedulerConfig
-from scheduler.events import QueryStopRequested, QuerySubmitted, Tick, new_stimulus_id
+from scheduler.events import (QueryStopRequested, QuerySubmitted, QueryUpdateRequested, Tick,
+                              new_stimulus_id)
 from scheduler.metrics import SchedulerMetrics
 from scheduler.query_source import QuerySource
 from scheduler.state import SchedulerState, Stimulus
@@ -103,11 +104,27 @@ class SchedulerLoop:
         return self._request(QueryStopRequested(new_stimulus_id("stop"), query_id, force),
                              timeout)
 
+    def update(self, query: CompiledQuery, source: QuerySource | None = None, *,
+               drop_state: bool = False, dry_run: bool = False,
+               timeout: float = 10.0) -> Reply:
+        """Update a running query in place (docs/queries.md): keys for every task (the state
+        takes those of added tasks)."""
+        keys = issue_keys(t.task_id for t in query.tasks)
+        return self._request(QueryUpdateRequested(new_stimulus_id("update"), query, source,
+                                                  keys, drop_state, dry_run), timeout)
+
+    def running_plan(self, query_id: str) -> tuple[CompiledQuery, QuerySource | None] | None:
+        """A query's plan and source as the scheduler runs them (None: no such query)."""
+        with self._lock:
+            q = self.state.queries.get(query_id)
+            return None if q is None else (q.query, q.source)
+
     def request(self, event: Any, timeout: float = 10.0) -> Reply:
         """Put any event the state answers with a `ReplyToRequest` and wait for the reply."""
         return self._request(event, timeout)
 
-    def _request(self, event: QuerySubmitted | QueryStopRequested, timeout: float) -> Reply:
+    def _request(self, event: QuerySubmitted | QueryStopRequested | QueryUpdateRequested,
+                 timeout: float) -> Reply:
         future: "Future[Reply]" = Future()
         with self._lock:
             self._waiters[event.stimulus_id] = future

@@ -43,7 +43,8 @@ from scheduler.events import (
     Reregistered, new_stimulus_id,
 )
 from scheduler.events import (
-    ControlRequested, QueryStopRequested, QuerySubmitted, TaskMigrationRequested,
+    ControlRequested, QueryStopRequested, QuerySubmitted, QueryUpdateRequested,
+    TaskMigrationRequested,
 )
 from scheduler.leadership import (
     Action, Clock, Deposed, Elected, EnterSafeMode, Fact, FencedRequest, LeaderSeen,
@@ -455,6 +456,19 @@ class SchedulerService:
         sid = new_stimulus_id("stop")
         return self.loop.request(
             FencedRequest(sid, epoch, QueryStopRequested(sid, query_id, force)), timeout)
+
+    def update(self, query: CompiledQuery, source: QuerySource | None = None, *,
+               drop_state: bool = False, dry_run: bool = False, timeout: float = 10.0,
+               epoch: int | None = None) -> Reply:
+        """Update a running query in place from its new compiled plan (docs/queries.md)."""
+        sid = new_stimulus_id("update")
+        keys = issue_keys(t.task_id for t in query.tasks)
+        return self.loop.request(FencedRequest(sid, epoch, QueryUpdateRequested(
+            sid, query, source, keys, drop_state, dry_run)), timeout)
+
+    def running_plan(self, query_id: str) -> tuple[CompiledQuery, QuerySource | None] | None:
+        """Only the leader runs queries; a standby knows none to update."""
+        return self.loop.running_plan(query_id) if self.leadership.role != "standby" else None
 
     def migrate_task(self, query_id: str, task_id: str, agent_id: str, timeout: float = 10.0,
                      epoch: int | None = None) -> Reply:

@@ -34,6 +34,10 @@ class QuerySource:
     query_id: str  # the id the query was compiled with
     base_dir: str | None = None  # relative paths in the spec resolve here
     rules_dir: str | None = None  # a folder of user rule files, when one was used
+    # after an update (docs/queries.md): root operator -> task id of the tasks it kept, and the
+    # ids its removed tasks held (never given again: a task's checkpoint folder is its id's)
+    task_ids: tuple[tuple[str, str], ...] = ()
+    retired: tuple[str, ...] = ()
 
     @staticmethod
     def of(body: bytes, filename: str, query_id: str, base_dir: str | None = None,
@@ -45,7 +49,11 @@ class QuerySource:
         return self.spec.encode("utf-8", "surrogateescape")
 
     def to_json(self) -> str:
-        return json.dumps({"format": SOURCE_FORMAT, **asdict(self)}, sort_keys=True)
+        raw = asdict(self)
+        for k in ("task_ids", "retired"):  # only an updated query's source has them
+            if not raw[k]:
+                del raw[k]
+        return json.dumps({"format": SOURCE_FORMAT, **raw}, sort_keys=True)
 
     @staticmethod
     def from_json(text: str | bytes) -> "QuerySource":
@@ -61,13 +69,28 @@ class QuerySource:
                     if not isinstance(raw.get(k), str) or not raw.get(k)]
         problems += [f"{k} must be text or null" for k in ("base_dir", "rules_dir")
                      if raw.get(k) is not None and not isinstance(raw.get(k), str)]
+        problems += _pin_problems(raw)
         unknown = sorted(set(raw) - {"format", "spec", "filename", "query_id", "base_dir",
-                                     "rules_dir"})
+                                     "rules_dir", "task_ids", "retired"})
         problems += [f"unknown field {k}" for k in unknown]
         if problems:
             raise BadSource("; ".join(problems))
         return QuerySource(raw["spec"], raw["filename"], raw["query_id"], raw.get("base_dir"),
-                           raw.get("rules_dir"))
+                           raw.get("rules_dir"),
+                           tuple((r, t) for r, t in raw.get("task_ids", ())),
+                           tuple(raw.get("retired", ())))
+
+
+def _pin_problems(raw: dict[str, Any]) -> list[str]:
+    pins, retired = raw.get("task_ids", []), raw.get("retired", [])
+    problems = []
+    if not isinstance(pins, list) or not all(
+            isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) for x in p)
+            for p in pins):
+        problems.append("task_ids must be a list of [operator, task id] pairs of text")
+    if not isinstance(retired, list) or not all(isinstance(r, str) for r in retired):
+        problems.append("retired must be a list of task ids")
+    return problems
 
 
 def compile_source(source: QuerySource, path_roots: "PathRoots | None" = None) -> CompiledQuery:
@@ -83,6 +106,7 @@ def compile_source(source: QuerySource, path_roots: "PathRoots | None" = None) -
     return compile_spec_text(source.spec_bytes(), source.filename,
                              base_dir=source.base_dir, query_id=source.query_id,
                              rules_dir=source.rules_dir,
+                             task_ids=dict(source.task_ids), retired=source.retired,
                              path_roots=path_roots if path_roots is not None
                              else configured_roots(),
                              check_inputs=False).query

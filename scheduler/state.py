@@ -33,7 +33,8 @@ from common.failures import FailureKind, kind_of
 from common.messages import ControlMessage, LaunchData, LaunchQuery, ParamSet
 from common.tasks import CompiledQuery
 from compiler.control import check_tuples
-from scheduler import admission, control as ctl, elasticity, shed_state, sharing
+from scheduler import (admission, control as ctl, elasticity, shed_state, sharing,
+                       update_plan)
 from scheduler.commands import (
     Command, DeclineOffers, KillTask, LaunchTasks, ReconcileTasks, ReplyToRequest,
     RetargetChannels, ReviveOffers, SendFrameworkMessage, ShutdownExecutor, SuppressOffers,
@@ -51,7 +52,8 @@ from scheduler.destinations import (
 from scheduler.events import (
     AgentLost, ControlAcknowledged, ControlRequested, Disconnected, Event, ExecutorLost,
     HeartbeatReceived, MessageUnreadable, OfferRescinded, OffersReceived, QueryStopRequested,
-    QuerySubmitted, Registered, Reregistered, StatusUpdated, TaskMigrationRequested, Tick,
+    QuerySubmitted, QueryUpdateRequested, Registered, Reregistered, StatusUpdated,
+    TaskMigrationRequested, Tick,
 )
 from scheduler.leadership import (
     FencedRequest, Leadership, LeadershipGained, LeadershipUpdated, check_epoch,
@@ -672,6 +674,142 @@ class SchedulerState:
         return [ReplyToRequest(sid, True, 200, f"query {ev.query_id} stopping")] + commands + \
             self._settle(sid, query)
 
+    def _on_query_update_requested(self, ev: QueryUpdateRequested) -> list[Command]:
+        """Diff the running plan against `ev.query` (`scheduler.update_plan`) and refuse with
+        every located problem, answer the diff alone (dry run), or apply it all at once: kept
+        tasks run on (the same attempt; producers admit readers that come and drop those that
+        go), removed tasks are killed, changed ones switch live by control tuples when every
+        difference is a control parameter (`_switch_live`) or are relaunched in place with
+        their new program (their checkpoint and their upstream's backup resume them), added
+        ones placed. The reply names the attempt that first runs each changed or added task's
+        new program (`attempts`) and the control request of the live ones (`live`)."""
+        sid, new = ev.stimulus_id, ev.query
+        record = self.queries.get(new.query_id)
+        if record is None:
+            return [ReplyToRequest(sid, False, 404, f"no query {new.query_id}")]
+        if record.phase != "active":
+            return [ReplyToRequest(sid, False, 409, f"query {new.query_id} is {record.phase}; "
+                                                    "only an active query is updated")]
+        diff = update_plan.diff_plans(record.query, new)
+        problems = admission.problems(new) + update_plan.refusals(
+            record.query, new, diff, ev.drop_state, self.queries)
+        said = {d.operator.task_id for d in diff.dropped}  # refused for its state already
+        problems += [f"{update_plan.task_where(new, t.task_id)}: task {t.task_id} needs a "
+                     "new checkpoint; compile the update without its pinned id (the API does)"
+                     for t in diff.of("changed") if t.state == "fresh" and t.task_id not in said]
+        problems += [f"channel keys missing for added task {t.task_id}"
+                     for t in diff.of("added") if ev.keys and t.task_id not in ev.keys]
+        body = {"diff": diff.to_json(), "problems": problems}
+        if problems:
+            return [ReplyToRequest(sid, False, 409, "; ".join(problems), body)]
+        if ev.dry_run:
+            return [ReplyToRequest(sid, True, 200, f"query {new.query_id}: dry run, nothing "
+                                                   "applied", body)]
+        commands, live = self._apply_update(sid, record, ev, diff)
+        # the attempt that first runs each changed or added task's new program
+        switch = {t.task_id: record.tasks[t.task_id].attempt
+                  + (1 if record.tasks[t.task_id].migrate_to is not None else 0)
+                  for t in diff.tasks if t.change in ("changed", "added")}
+        counts = ", ".join(f"{len(diff.of(c))} {c}"
+                           for c in ("kept", "changed", "added", "removed"))
+        log.info("[%s] query %s updated: %s", sid, new.query_id, counts)
+        self.suppressed = False
+        return [ReplyToRequest(sid, True, 200, f"query {new.query_id} updated: {counts}",
+                               {**body, "attempts": switch, "live": live}),
+                *commands, *self._revive(sid)] + self._try_place(sid)
+
+    def _apply_update(self, sid: str, record: QueryRecord, ev: QueryUpdateRequested,
+                      diff: update_plan.PlanDiff) -> tuple[list[Command], dict[str, str]]:
+        """The update's commands, and the changed tasks switched live by control (task id ->
+        the control request)."""
+        old, new = record.query, ev.query
+        removed = [t.task_id for t in diff.of("removed")]
+        added = [t.task_id for t in diff.of("added")]
+        live, commands = self._switch_live(sid, record, diff)
+        commands += self._imports_changed(sid, record, [i for i in old.imports
+                                                        if i.task_id in removed], admit=False)
+        for task_id in removed:
+            task = record.tasks.pop(task_id)
+            record.keys.pop(task_id, None)
+            self.unplaced.pop(task_id, None)
+            if task.state.launched:
+                task.kill_requested = True
+                commands.append(KillTask(sid, task.mesos_task_id, task.agent_id or ""))
+        for task_id in added:  # before the kept producers admit them with their keys
+            if task_id in ev.keys:
+                record.keys[task_id] = dict(ev.keys[task_id])
+        for t in diff.tasks:
+            if t.task_id not in record.tasks:
+                continue
+            task = record.tasks[t.task_id]
+            task.task = new.task(t.task_id)
+            if t.change == "changed" and task.state.launched and t.task_id not in live:
+                task.migrate_to = task.agent_id  # relaunched at once in place (`_after_terminal`)
+                commands.append(KillTask(sid, task.mesos_task_id, task.agent_id or ""))
+            elif t.change in ("kept", "changed") and task.state.launched and task.agent_id:
+                commands += self._readers_of_kept(sid, record, task, t)
+        for task_id in added:
+            record.tasks[task_id] = TaskRecord(new.task(task_id), pending_since=self.now)
+        record.query = new
+        if ev.source is not None:
+            record.source = update_plan.updated_source(ev.source, record.source, old, new)
+        catalog = new.controls or ControlCatalog()
+        for dropped in ctl.drop_respecified(record.control, old.controls or ControlCatalog(),
+                                            catalog) + \
+                ctl.drop_refused(record.control, catalog, new.query_id):
+            log.info("[%s] query %s: %s", sid, new.query_id, dropped)
+        self.samples.keep_only(t for q in self.queries.values() for t in q.tasks)
+        return commands + self._imports_changed(
+            sid, record, [i for i in new.imports if i.task_id in added], admit=True), live
+
+    def _switch_live(self, sid: str, record: QueryRecord, diff: update_plan.PlanDiff
+                     ) -> tuple[dict[str, str], list[Command]]:
+        """The running changed tasks whose differences are all control parameters switch at a
+        micro-batch boundary, as one control request checked against the running plan's
+        catalogue (`_on_control_requested`); when it is refused (a task not running, another
+        request pending) they are relaunched instead. ({task switched: the control request's
+        id}, its commands)."""
+        tasks = [t for t in diff.of("changed") if t.live
+                 and record.tasks[t.task_id].state is TaskState.RUNNING]
+        if not tasks:
+            return {}, []
+        request = ControlRequested(sid, record.query_id, tuple(x for t in tasks for x in t.live),
+                                   update_request_id(record.query_id, sid))
+        out = self._on_control_requested(request)
+        reply = next(c for c in out if isinstance(c, ReplyToRequest))
+        if not reply.accepted:
+            log.info("[%s] update of %s: the live switch was refused (%s); relaunching "
+                     "instead", sid, record.query_id, reply.message)
+            return {}, []
+        log.info("[%s] update of %s: %s switch live by control %s", sid, record.query_id,
+                 ", ".join(t.task_id for t in tasks), request.request_id)
+        return ({t.task_id: request.request_id for t in tasks},
+                [c for c in out if not isinstance(c, ReplyToRequest)])
+
+    def _readers_of_kept(self, sid: str, record: QueryRecord, task: TaskRecord,
+                         change: update_plan.TaskDiff) -> list[Command]:
+        """A kept producer admits the reader tasks that come and drops those that go."""
+        commands: list[Command] = []
+        for channel in sorted({c for c, _ in change.readers_added + change.readers_dropped}):
+            add = tuple(sorted((sharing.reader_id(r, channel),
+                                record.keys.get(r, {}).get("public", ""))
+                               for c, r in change.readers_added if c == channel))
+            drop = tuple(sorted(sharing.reader_id(r, channel)
+                                for c, r in change.readers_dropped if c == channel))
+            commands.append(SendFrameworkMessage(
+                sid, task.agent_id or "", self._executor_id(task.agent_id or ""),
+                messages.ReadersMessage(task.mesos_task_id, channel, add, drop)))
+        return commands
+
+    def _imports_changed(self, sid: str, record: QueryRecord, imports: list[Any],
+                         admit: bool) -> list[Command]:
+        """Writers of other queries' streams admit (or drop) the reader tasks an update adds
+        (or removes)."""
+        if not imports:
+            return []
+        view = replace(record, query=replace(record.query, imports=tuple(imports)))
+        return self._readers_changed(sid, view, admit)
+
     def _on_control_requested(self, ev: ControlRequested) -> list[Command]:
         """Check every tuple against the query's catalogue, and that every task they change
         runs; then record the new parameters (later launches carry them) and send each task
@@ -1227,6 +1365,12 @@ def shed_request_id(query_id: str, version: int, now: float) -> str:
     return f"{query_id}-shed{version + 1}-{int(now * 1000) % 10**9}"
 
 
+def update_request_id(query_id: str, stimulus_id: str) -> str:
+    """The id of the control request an update switches its live changes with, from the
+    update's stimulus id (unique in the process; the state mints no ids of its own)."""
+    return f"{query_id}-{stimulus_id}"
+
+
 def auto_request_id(query_id: str, version: int, now: float) -> str:
     """The id of an automatic rescale's control request, from what the state knows (the next
     control version and the tick's time), so the same events give the same ids."""
@@ -1353,6 +1497,7 @@ _HANDLERS: dict[type, Callable[[SchedulerState, Any], list[Command]]] = {
     MessageUnreadable: SchedulerState._on_message_unreadable,
     QuerySubmitted: SchedulerState._on_query_submitted,
     QueryStopRequested: SchedulerState._on_query_stop_requested,
+    QueryUpdateRequested: SchedulerState._on_query_update_requested,
     TaskMigrationRequested: SchedulerState._on_task_migration_requested,
     ControlRequested: SchedulerState._on_control_requested,
     Tick: SchedulerState._on_tick,
