@@ -70,7 +70,11 @@ SKIPPED = (
            "not built"),
     ("q8", "a join of two windows' results on the window: not attempted in this benchmark"),
     ("q10", "a file sink partitioned by time, not built"),
-    ("q12", "processing-time windows, not built"),
+    ("q12", "processing-time windows are built (window-aggregate clock=\"processing\", "
+            "tests/test_processing_windows_spark.py) but not run here: at 1,000,000 events/s a "
+            "run is one or two micro-batches, in one or two windows of processing time that "
+            "close only when later rows come, and the oracle needs each batch's timestamp "
+            "from the offset log"),
     ("q13", "a join with a bounded side input (stream-table lookup), not built"),
     ("q14", "CASE and a user function counting characters: not in the expression language"),
     ("q15", "aggregates with FILTER clauses (distinct counts per price range), not built"),
