@@ -413,7 +413,7 @@ def _window_aggregate(c: CallSite) -> Args:
                            ("watermark", _duration(c.p("watermark"))),
                            ("group_by", tuple(c.p("group-by", ()))),
                            ("aggregates", c.p("aggregates"))) + _given(
-        ("gap", _duration(c.p("gap"))),)
+        ("gap", _duration(c.p("gap"))), ("clock", c.p("clock")))
 
 
 def _top_n(c: CallSite) -> Args:

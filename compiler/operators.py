@@ -195,7 +195,11 @@ CATALOGUE: dict[str, OperatorDef] = {d.kind: _shedding(d) for d in (
                 children=("field",), output_type="computed",
                 doc="computes the output columns from <field name value> expressions"),
     OperatorDef("window-aggregate", "transform", (1, 1), (1, 1), True, (
-        ParamDef("time", "column", True, doc="the event-time column (timestamp)"),
+        ParamDef("time", "column", False, None,
+                 doc="the event-time column (timestamp); required unless clock is processing"),
+        ParamDef("clock", "choice", False, None, choices=("event", "processing"),
+                 doc="event (default: windows over the time column) or processing (windows "
+                     "over the time each micro-batch is processed; no time, gap or watermark)"),
         ParamDef("size", "duration", False, None,
                  doc="window length, e.g. '10 seconds' (or gap, for session windows)"),
         ParamDef("slide", "duration", False, None, doc="slide of a sliding window "
@@ -207,8 +211,9 @@ CATALOGUE: dict[str, OperatorDef] = {d.kind: _shedding(d) for d in (
                  doc="how late a tuple may arrive; later ones are dropped"),
         ParamDef("group-by", "columns", False, "", doc="comma-separated grouping columns"),
     ), children=("aggregate",), output_type="computed",
-        doc="event-time window aggregate (tumbling, sliding or session windows); emits each "
-            "window once, when the watermark passes its end"),
+        doc="window aggregate over event time (tumbling, sliding or session windows) or "
+            "processing time (tumbling or sliding); emits each window once, when the watermark "
+            "passes its end"),
     OperatorDef("deduplicate", "transform", (1, 1), (1, 1), True, (
         ParamDef("key", "columns", True, doc="comma-separated columns that identify a tuple"),
         ParamDef("time", "column", True, doc="the event-time column (timestamp)"),

@@ -96,6 +96,7 @@ def check(spec: Spec, capped: bool = True,
     if order is not None:
         for op in order:
             _resolve(c, op, kinds[op.name])
+        _check_clocks(c, order)
         for op in order:
             _check_patterns(c, op, kinds[op.name])
         _check_pattern_count(c, order)
@@ -236,6 +237,11 @@ def _check_params(c: _Checker, op: OperatorDecl, d: OperatorDef) -> dict[str, An
                     f'add <param name="{definition.name}" value="..."/>')
         elif definition.default is not None:
             values[definition.name] = parse_value(definition, definition.default)
+    if op.kind == "window-aggregate" and "time" not in seen and \
+            values.get("clock") != "processing":
+        c.error(op.pos, f"window-aggregate operator '{op.name}' needs the parameter 'time' "
+                        "(the event-time column)", '<param name="time" value="..."/>, or '
+                        '<param name="clock" value="processing"/> for processing time')
     return values
 
 
@@ -497,9 +503,12 @@ def _column_of(c: _Checker, op: OperatorDecl, schema: Schema, param: str, stream
 
 def _window(c: _Checker, op: OperatorDecl, inputs: list[Schema]) -> Schema | None:
     schema, stream, values = inputs[0], op.inputs[0].name, c.params[op.name]
-    time = _column_of(c, op, schema, "time", stream, ColumnType.TIMESTAMP)
     size, slide = values.get("size"), values.get("slide")
-    ok = time is not None and _is_event_time(c, op, stream, time.name, "time")
+    if values.get("clock") == "processing":
+        ok = _processing_window(c, op, stream)
+    else:
+        time = _column_of(c, op, schema, "time", stream, ColumnType.TIMESTAMP)
+        ok = time is not None and _is_event_time(c, op, stream, time.name, "time")
     ok = _window_kind(c, op, values) and ok
     ok = _size_and_slide(c, op, size, slide) and ok
     groups = _group_columns(c, op, schema, stream)
@@ -508,6 +517,53 @@ def _window(c: _Checker, op: OperatorDecl, inputs: list[Schema]) -> Schema | Non
         return None
     return Schema(tuple([Field(n, ColumnType.TIMESTAMP) for n in WINDOW_COLUMNS] + groups
                         + aggregates))
+
+
+def _processing_window(c: _Checker, op: OperatorDecl, stream: str) -> bool:
+    """A processing-time window takes its time from the clock (each micro-batch's timestamp):
+    it names no `time` column and has no `watermark` (nothing arrives late by its own clock),
+    no `gap`, and its input has no event time yet (a second watermark on another clock would
+    hold Spark's one watermark of the query, the least, back); each problem at its value."""
+    ok = True
+    for name, why in (("time", "it takes the time each micro-batch is processed"),
+                      ("watermark", "nothing is late by the clock it reads"),
+                      ("gap", "session windows are over event time only")):
+        written = op.param(name)
+        if written is not None:
+            c.error(written.value_pos(), f"a processing-time window has no {name}: {why}",
+                    f'remove {name}, or leave out clock="processing" for event time')
+            ok = False
+    times = c.event_times.get(stream)
+    if times is not None:
+        c.error(_written(op, "clock").value_pos(),
+                f"a processing-time window cannot read stream '{stream}', which has event time "
+                "(it comes after a window or join): a query has one watermark",
+                "window over its event time (window_end), or put the processing-time window "
+                "before the event-time operators")
+        ok = False
+    return ok
+
+
+# The operators that put a watermark on their input's event time when it has none yet.
+_WATERMARKING = ("window-aggregate", "top-n", "deduplicate", "join", "pattern")
+
+
+def _check_clocks(c: _Checker, order: list[OperatorDecl]) -> None:
+    """A processing-time window and an operator that puts a watermark on event time cannot
+    share a dataflow: Spark keeps one watermark per query, the least of its operators', and
+    processing time (now) and event time (a generator's 2024) are different clocks, so one
+    side's windows would never close (or the other's rows would all be late)."""
+    processing = [op for op in order if op.kind == "window-aggregate"
+                  and c.params.get(op.name, {}).get("clock") == "processing"]
+    event = [op for op in order if op.kind in _WATERMARKING and op not in processing
+             and all(c.event_times.get(p.name) is None for p in op.inputs)]
+    if processing and event:
+        op = processing[0]
+        c.error(_written(op, "clock").value_pos(),
+                f"processing-time window '{op.name}' cannot share a dataflow with event-time "
+                f"{event[0].kind} '{event[0].name}': a query has one watermark, the least of "
+                "its operators', and the two clocks differ",
+                "put them in separate dataflows (one may publish its stream for the other)")
 
 
 def _size_and_slide(c: _Checker, op: OperatorDecl, size: int | None, slide: int | None) -> bool:
@@ -1373,8 +1429,8 @@ def _elastic_bounds(c: _Checker, op: OperatorDecl, d: OperatorDef,
         where = most if most is not None and high > k else elastic
         assert where is not None  # high > k needs max-parallelism=, mode "auto" needs elastic=
         c.error(where.pos, f"'{op.name}' is a stateful {op.kind}: only window-aggregates "
-                           "with a size (not sessions) and joins hand their keyed state over "
-                           "at run time for now",
+                           "with a size over event time (not sessions) and joins hand their "
+                           "keyed state over at run time for now",
                 f"write parallelism=\"{high}\" alone (a fixed partitioning)")
         ok = False
     return (low, high, mode) if ok else None
@@ -1410,11 +1466,14 @@ SWITCH_MARGIN_MS = 30_000
 
 def _switchable(op: OperatorDecl, params: dict[str, Any]) -> bool:
     """Whether a stateful operator can change its parallelism at run time: a window aggregate,
-    tumbling or sliding, not a session window (a session has no end known at a switch; an event-time switch moves no state: the old instances finish the
-    windows that start before it, the new ones take those from it on; a sliding window's rows
-    near the switch go to both, each copy bounded to its side's windows), or a join (a pair
-    belongs to the owner at its left row's time; right rows near the switch go to both)."""
-    return op.kind == "join" or op.kind == "window-aggregate" and "gap" not in params
+    tumbling or sliding over event time, not a session window (a session has no end known at a
+    switch) nor a processing-time one (a switch is an event time). An event-time switch moves no
+    state: the old instances finish the windows that start before it, the new ones take those
+    from it on; a sliding window's rows near the switch go to both, each copy bounded to its
+    side's windows. Or a join (a pair belongs to the owner at its left row's time; right rows
+    near the switch go to both)."""
+    return op.kind == "join" or op.kind == "window-aggregate" and "gap" not in params \
+        and params.get("clock") != "processing"
 
 
 def switch_requests(op: OperatorDecl, params: dict[str, Any]) -> dict[str, Any]:

@@ -176,6 +176,11 @@ def _time_bounds(left: Column, right: Column, within: Column, end: Column | None
     return [left >= right, left <= end, left <= right + within]
 
 
+# A processing-time window's own time column (the micro-batch's timestamp): a spec's column names
+# are identifiers (compiler/schema/dataflow.xsd), which have no spaces, so it clashes with none.
+PROCESSING_TIME = "elastiq processing time"
+
+
 def _without_ticks(df: DataFrame, time: str) -> DataFrame:
     """`df` without its splitter's ticks, dropped after the watermark saw them: a tick only
     moves an instance's event time on (a retiring instance's, past the switch). The condition
@@ -741,21 +746,28 @@ class TaskRuntime:
         agg = _AGGREGATES[function](source, order).cast(result_type.spark_type_name())
         return agg.alias(name), Field(name, result_type)
 
-    def window_aggregate(self, *, op: str, input: str, output: str, time: str,
+    def window_aggregate(self, *, op: str, input: str, output: str, time: str | None,
                          window: str | None, slide: str | None, watermark: str,
                          group_by: Sequence[str], aggregates: Sequence[tuple[Any, ...]],
-                         gap: str | None = None) -> None:
-        """Tumbling or sliding windows of size `window`, or session windows of `gap` (each
-        aggregate: name, function, column, and max_by/min_by's by column)."""
+                         gap: str | None = None, clock: str = "event") -> None:
+        """Tumbling or sliding windows of size `window`, or session windows of `gap`, over
+        event time `time`, or with `clock` "processing" over the time each micro-batch is
+        processed (each aggregate: name, function, column, and max_by/min_by's by column)."""
         stream = self._get(op, input)
-        time_field = self._field(op, stream, time)
-        if time_field.type is not ColumnType.TIMESTAMP:
-            raise self._error(op, f"time column {time!r} is {time_field.type.value}, "
-                                  "not timestamp")
         keys = [self._field(op, stream, g) for g in group_by]
         aggs = [self._aggregate_column(op, stream, *a) for a in aggregates]
+        if clock == "processing":
+            time, rows = PROCESSING_TIME, self._processing_rows(op, stream, time, gap)
+        elif clock != "event" or time is None:
+            raise self._error(op, f"a window needs a time column or clock 'processing' "
+                                  f"(time={time!r}, clock={clock!r})")
+        else:
+            time_field = self._field(op, stream, time)
+            if time_field.type is not ColumnType.TIMESTAMP:
+                raise self._error(op, f"time column {time!r} is {time_field.type.value}, "
+                                      "not timestamp")
+            rows = _without_ticks(self._watermarked(op, stream, time, watermark), time)
         windowed = self._window_column(op, _qcol(input, time), window, slide, gap)
-        rows = _without_ticks(self._watermarked(op, stream, time, watermark), time)
         bounded = _windowed_within_bounds(rows, windowed)
         if bounded is not rows:  # each row already in its windows
             rows, windowed = bounded.alias(input), F.col("window")
@@ -830,6 +842,22 @@ class TaskRuntime:
         assert window is not None  # exactly one of window and gap
         slide_text = self._duration(op, slide) if slide is not None else None
         return F.window(time, self._duration(op, window), slide_text)
+
+    def _processing_rows(self, op: str, stream: Stream, time: str | None,
+                         gap: str | None) -> DataFrame:
+        """The stream's rows with their processing time in PROCESSING_TIME, watermarked
+        without delay. `current_timestamp()` in a streaming query is the micro-batch's
+        timestamp, which Spark records in the batch's offset log entry: a batch replayed after
+        a restart has the time it had, so each row is counted once, in the window of the batch
+        that first held it. No time column, no gap, no event time upstream."""
+        if time is not None or gap is not None:
+            raise self._error(op, "a processing-time window has no time column and no gap")
+        if event_time_columns(stream.df):
+            raise self._error(op, f"stream {stream.name!r} has event time: a processing-time "
+                                  "window cannot add a second watermark to the query")
+        rows = (stream.df.withColumn(PROCESSING_TIME, F.current_timestamp())
+                .withWatermark(f"`{PROCESSING_TIME}`", "0 seconds"))
+        return _without_ticks(rows, PROCESSING_TIME).alias(stream.name)
 
     def _watermarked(self, op: str, stream: Stream, time: str, watermark: str) -> DataFrame:
         """The stream with event time `time`: a watermark on it, unless the stream already has
