@@ -18,6 +18,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from executor.class_archive import (DIR_ENV, archive_path, proven, stamp_path, usable_path,
@@ -27,6 +28,7 @@ from executor.class_archive import (DIR_ENV, archive_path, proven, stamp_path, u
 VERIFY_MIN_SHARED_CLASSES = 2000
 TOP_LAYER_SOURCE = "source: shared objects file (top)"
 CHILD_TIMEOUT_S = 600
+STALE_AFTER_S = 24 * 3600.0
 
 
 def _write_inputs(folder: Path, files: int = 3, rows: int = 200) -> None:
@@ -136,10 +138,26 @@ def build(folder: Path | None = None) -> tuple[Path, int]:
         write_stamp(stamp, target.stat().st_size, shared)
     finally:
         partial.unlink(missing_ok=True)
-    for stale in target.parent.iterdir():
-        if stale not in (target, stamp_path(target)):
-            stale.unlink(missing_ok=True)
+    remove_stale(target)
     return target, shared
+
+
+def remove_stale(kept: Path, now: float | None = None) -> list[Path]:
+    """Remove the folder's other archives, stamps and partial files untouched for a day (another
+    JDK's or pyspark's, or a build that died): not younger ones, which may be another checkout's
+    in use or a build still being written beside this one. Returns what it removed."""
+    now = time.time() if now is None else now
+    removed = []
+    for path in kept.parent.iterdir():
+        if path in (kept, stamp_path(kept)) or not path.name.startswith("spark-"):
+            continue
+        try:
+            if now - path.stat().st_mtime > STALE_AFTER_S:
+                path.unlink()
+                removed.append(path)
+        except OSError:
+            continue
+    return removed
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -180,7 +198,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"class archive: {built} ({shared} classes mapped by a proving run)")
         return 0
     if not target.is_file():
-        print(f"class archive: none at {target}: run `python -m executor.class_archive_build build`",
+        print(f"class archive: none at {target}: run "
+              "`python -m executor.class_archive_build build`",
               file=sys.stderr)
         return 1
     shared = verify(target)

@@ -76,6 +76,30 @@ def test_only_a_whole_proven_archive_is_given_to_the_session(
     assert class_archive.session_java_options() == mapping_options(target)
 
 
+def test_only_day_old_archives_of_other_jvms_and_dead_builds_are_removed(tmp_path: Path) -> None:
+    import os
+
+    kept = tmp_path / "spark-4.1.4-aaaa.jsa"
+    names = ("spark-4.1.4-aaaa.jsa.verified", "spark-4.0.0-bbbb.jsa",
+             "spark-4.0.0-bbbb.jsa.verified", "spark-4.1.4-aaaa.jsa.77.partial",
+             "spark-4.1.3-cccc.jsa", "unrelated.txt")
+    for name in (kept.name, *names):
+        (tmp_path / name).write_text("x")
+    now = 1_000_000_000.0
+    for name in ("spark-4.0.0-bbbb.jsa", "spark-4.0.0-bbbb.jsa.verified",
+                 "spark-4.1.4-aaaa.jsa.77.partial", "unrelated.txt", kept.name,
+                 "spark-4.1.4-aaaa.jsa.verified"):
+        os.utime(tmp_path / name, (now - 2 * 86400, now - 2 * 86400))
+    for name in ("spark-4.1.3-cccc.jsa",):  # young: another checkout's, in use
+        os.utime(tmp_path / name, (now - 3600, now - 3600))
+    removed = class_archive_build.remove_stale(kept, now=now)
+    assert sorted(p.name for p in removed) == ["spark-4.0.0-bbbb.jsa",
+                                               "spark-4.0.0-bbbb.jsa.verified",
+                                               "spark-4.1.4-aaaa.jsa.77.partial"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "spark-4.1.3-cccc.jsa", kept.name, "spark-4.1.4-aaaa.jsa.verified", "unrelated.txt"]
+
+
 @pytest.mark.spark
 @pytest.mark.timeout(600)
 def test_a_real_session_maps_thousands_of_classes_from_the_archive(tmp_path: Path) -> None:
