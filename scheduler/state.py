@@ -693,10 +693,6 @@ class SchedulerState:
         diff = update_plan.diff_plans(record.query, new)
         problems = admission.problems(new) + update_plan.refusals(
             record.query, new, diff, ev.drop_state, self.queries)
-        said = {d.operator.task_id for d in diff.dropped}  # refused for its state already
-        problems += [f"{update_plan.task_where(new, t.task_id)}: task {t.task_id} needs a "
-                     "new checkpoint; compile the update without its pinned id (the API does)"
-                     for t in diff.of("changed") if t.state == "fresh" and t.task_id not in said]
         problems += [f"channel keys missing for added task {t.task_id}"
                      for t in diff.of("added") if ev.keys and t.task_id not in ev.keys]
         body = {"diff": diff.to_json(), "problems": problems}

@@ -200,6 +200,10 @@ def refusals(old: CompiledQuery, new: CompiledQuery, diff: PlanDiff, drop_state:
     problems += _published_problems(old, new, queries)
     problems += sharing.submit_problems(new, {q: r for q, r in queries.items()
                                               if q != new.query_id})
+    said = {d.operator.task_id for d in diff.dropped}  # refused for its state already
+    problems += [f"{task_where(new, t.task_id)}: task {t.task_id} needs a new checkpoint; "
+                 "compile the update without its pinned id (the API does)"
+                 for t in diff.of("changed") if t.state == "fresh" and t.task_id not in said]
     return problems
 
 
