@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import itertools
+import math
 import logging
 import os
 import queue
@@ -75,6 +76,7 @@ class ExecutorConfig:
     poll_seconds: float = 0.25
     stop_timeout_seconds: float = 20.0  # per runner, on kill and on shutdown
     prewarm: bool = False  # build the SparkSession at start ($ELASTIQ_PREWARM=1), not at 1st task
+    min_batch_seconds: float = 0.0  # start a task's micro-batch at most this often (0: back to back)
 
 
 def config_from_env(env: Mapping[str, str]) -> ExecutorConfig:
@@ -92,7 +94,21 @@ def config_from_env(env: Mapping[str, str]) -> ExecutorConfig:
     if not cores_text.isdigit() or int(cores_text) < 1:
         raise ValueError(f"ELASTIQ_SPARK_CORES must be a positive integer, got {cores_text!r}")
     return ExecutorConfig(env["MESOS_EXECUTOR_ID"], Path(state).resolve(), int(cores_text),
-                          prewarm=env.get(PREWARM_ENV) == "1")
+                          prewarm=env.get(PREWARM_ENV) == "1",
+                          min_batch_seconds=min_batch_seconds(env.get(MIN_BATCH_ENV, "0")))
+
+
+def min_batch_seconds(text: str) -> float:
+    """$ELASTIQ_MIN_BATCH_INTERVAL: seconds, 0 (back to back, the default) to MAX_MIN_BATCH_SECONDS;
+    ValueError naming the variable otherwise (pure)."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not 0.0 <= seconds <= MAX_MIN_BATCH_SECONDS:
+        raise ValueError(f"{MIN_BATCH_ENV} must be a number of seconds from 0 to "
+                         f"{MAX_MIN_BATCH_SECONDS:g}, got {text!r}")
+    return seconds
 
 
 # --- runners --------------------------------------------------------------------------------------
@@ -157,6 +173,10 @@ def checkpoint_dir(config: ExecutorConfig, task_id: str) -> Path:
 
 
 PREWARM: Final = "prewarm"  # a runner-pool job: build the session before any task needs it
+# A micro-batch costs ~0.1 s of cpu however few its rows (docs/deploy.md): back to back, a task
+# at a low rate spends most of its cpu on that. The cluster's operator can bound how often.
+MIN_BATCH_ENV = "ELASTIQ_MIN_BATCH_INTERVAL"
+MAX_MIN_BATCH_SECONDS = 10.0
 PREWARM_ENV = "ELASTIQ_PREWARM"  # "1": prewarm (`elastiq run` and `elastiq scheduler` set it)
 
 
@@ -277,7 +297,8 @@ class RunnerPool:
                   "checkpoint_dir": str(checkpoint_dir(self.config, launch.task_id)),
                   "endpoints": dict(launch.endpoints), "channels": self.hub,
                   "params": dict(launch.params), "params_version": launch.params_version,
-                  "keys": launch.keys, "fence": fence}
+                  "keys": launch.keys, "fence": fence,
+                  "trigger_seconds": self.config.min_batch_seconds}
         return self.runner_factory(self.session, program, kwargs)
 
     def _stop(self, job: StopRunner) -> None:

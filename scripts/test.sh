@@ -1,47 +1,61 @@
 #!/usr/bin/env bash
-# The whole test suite, as the README and CI (.ci/run) run it. First mypy over the product
-# packages (pyproject.toml's [tool.mypy]; zero errors is the bar). Then two streams side by side:
-# - the serial cluster stream, `-m "cluster and (spark or alone)"`: embedded clusters whose
-#   executors run Spark, end to end, one module after another (two of them at once load this
-#   2-core machine to ~25 and the kill-and-failover tests time out), and the few cluster tests
-#   marked `alone` (they measure CPU shares or timings; tests/conftest.py);
-# - beside it, every other layer (pure, golden, Spark; `-m "not cluster"`), then the cluster
+# The whole test suite, as the README and CI (.ci/run) run it, in two streams side by side:
+# - the serial cluster stream, `-m "cluster and (spark or alone) and not beside"`: embedded
+#   clusters whose executors run Spark, end to end, one module after another (two of them at
+#   once load this 2-core machine to ~25 and the kill-and-failover tests time out), and the few
+#   cluster tests marked `alone` (they measure CPU shares or timings; tests/conftest.py);
+# - beside it: mypy over the product packages (pyproject.toml's [tool.mypy]; zero errors is the
+#   bar), then every other layer (pure, golden, Spark; `-m "not cluster"`), then the cluster
 #   tests without Spark (`-m "cluster and not spark and not alone"`: the embedded master and
-#   agents, executors without Spark, ZooKeeper), which took a Spark cluster module no longer
-#   and added ~3-5 to its load of ~15 (docs/architecture.md, "Tests").
-# The background stream's output is printed once both end. Extra arguments go to every run
-# (e.g. `-x`, `-k`, a file). Exits non-zero when any run fails; a run that selects no test
-# (pytest's 5) counts only when none ran a test.
+#   agents, executors without Spark, ZooKeeper), then the Spark cluster tests marked `beside`
+#   (they kill nothing and time nothing, so they may share the machine with the serial stream's
+#   last modules, which would otherwise run alone on one of its two cores).
+# The other stream's output is printed once both end. Extra arguments go to every pytest run
+# (e.g. `-x`, `-k`, a file). Exits non-zero when mypy or any run fails; a run that selects no
+# test (pytest's 5) counts only when none ran a test.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-python3 -m mypy || exit $?
 
-others_log=$(mktemp)
-light_log=$(mktemp)
-trap 'rm -f "$others_log" "$light_log" "$others_log.status" "$light_log.status"' EXIT
+logs=$(mktemp -d)
+trap 'rm -rf "$logs"' EXIT
+run() {  # run NAME COMMAND...: the command's output to $logs/NAME, its exit status beside it
+  local name=$1
+  shift
+  "$@" >"$logs/$name" 2>&1
+  echo $? >"$logs/$name.status"
+}
 (
-  python3 -m pytest -q -p no:cacheprovider -m "not cluster" "$@" >"$others_log" 2>&1
-  echo $? >"$others_log.status"
-  python3 -m pytest -q -p no:cacheprovider -m "cluster and not spark and not alone" "$@" \
-    >"$light_log" 2>&1
-  echo $? >"$light_log.status"
+  run mypy python3 -m mypy
+  run others python3 -m pytest -q -p no:cacheprovider -m "not cluster" "$@"
+  run light python3 -m pytest -q -p no:cacheprovider -m "cluster and not spark and not alone" "$@"
+  run beside python3 -m pytest -q -p no:cacheprovider -m "cluster and spark and beside" "$@"
 ) &
 background=$!
-python3 -m pytest -q -p no:cacheprovider -m "cluster and (spark or alone)" "$@"
+python3 -m pytest -q -p no:cacheprovider -m "cluster and (spark or alone) and not beside" "$@"
 cluster=$?
 wait "$background"
-others=$(cat "$others_log.status" 2>/dev/null || echo 1)
-light=$(cat "$light_log.status" 2>/dev/null || echo 1)
-echo
-echo "---- the pure, golden and Spark layers (run beside the serial cluster stream) ----"
-cat "$others_log"
-echo
-echo "---- the cluster tests without Spark (beside the serial cluster stream, after those) ----"
-cat "$light_log"
-echo "exit statuses: serial cluster $cluster, others $others, cluster without Spark $light"
+status_of() { cat "$logs/$1.status" 2>/dev/null || echo 1; }
+show() {
+  echo
+  echo "---- $2 ----"
+  cat "$logs/$1" 2>/dev/null
+}
+show mypy "mypy (beside the serial cluster stream, first)"
+show others "the pure, golden and Spark layers (beside the serial cluster stream, after mypy)"
+show light "the cluster tests without Spark (beside the serial cluster stream, after those)"
+show beside "the Spark cluster tests marked beside (after those)"
+mypy=$(status_of mypy)
+others=$(status_of others)
+light=$(status_of light)
+beside=$(status_of beside)
+echo "exit statuses: mypy $mypy, serial cluster $cluster, others $others," \
+  "cluster without Spark $light, Spark cluster beside $beside"
 
-if [ "$cluster" -eq 5 ] && [ "$others" -eq 5 ] && [ "$light" -eq 5 ]; then exit 5; fi
-for status in "$cluster" "$others" "$light"; do
+if [ "$mypy" -ne 0 ]; then exit "$mypy"; fi
+if [ "$cluster" -eq 5 ] && [ "$others" -eq 5 ] && [ "$light" -eq 5 ] && [ "$beside" -eq 5 ]; then
+  exit 5
+fi
+for status in "$cluster" "$others" "$light" "$beside"; do
   if [ "$status" -ne 0 ] && [ "$status" -ne 5 ]; then exit "$status"; fi
 done
 exit 0

@@ -223,12 +223,23 @@ JAVA_OPTIONS_ENV = "ELASTIQ_TEST_JAVA_OPTIONS"
 # SIGKILL) takes the least CPU of the shared 2-core machine; a test's inputs are small, so C2's
 # faster code never pays back its compile time.
 JAVA_OPTIONS_FOR_TESTS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+# The stacks' executors' ELASTIQ_MIN_BATCH_INTERVAL (docs/deploy.md), from this variable:
+# tests/conftest.py sets MIN_BATCH_FOR_TESTS, benchmarks leave it unset (back to back). A test's
+# generators run at ~100 rows/s, where back-to-back batches of a few rows spend ~1 cpu per task
+# on each batch's fixed cost.
+MIN_BATCH_ENV = "ELASTIQ_TEST_MIN_BATCH_INTERVAL"
+MIN_BATCH_FOR_TESTS = "0.25"
 
 
-def executor_java_options() -> tuple[tuple[str, str], ...]:
-    """The executor environment that gives its JVMs JAVA_OPTIONS_ENV's options (none unset)."""
+def executor_test_environment() -> tuple[tuple[str, str], ...]:
+    """The executor environment from JAVA_OPTIONS_ENV's JVM options and MIN_BATCH_ENV's interval
+    (nothing for what is unset)."""
+    from executor.mesos_executor import MIN_BATCH_ENV as EXECUTOR_MIN_BATCH_ENV
+
     options = os.environ.get(JAVA_OPTIONS_ENV, "").strip()
-    return (("JAVA_TOOL_OPTIONS", options),) if options else ()
+    interval = os.environ.get(MIN_BATCH_ENV, "").strip()
+    return ((("JAVA_TOOL_OPTIONS", options),) if options else ()) + \
+        (((EXECUTOR_MIN_BATCH_ENV, interval),) if interval else ())
 
 
 def start_stack(work: Path, cpus_per_agent: float = 1.5, mem_per_agent: int = 8192,
@@ -253,7 +264,7 @@ def start_stack(work: Path, cpus_per_agent: float = 1.5, mem_per_agent: int = 81
                             environment=(
         ("ELASTIQ_STATE_DIR", str(work / "state")), ("ELASTIQ_SPARK_CORES", str(spark_cores)),
         ("PYTHONPATH", pythonpath()), ("ELASTIQ_TOKEN_FILE", str(token_file)),
-        *executor_java_options()))
+        *executor_test_environment()))
     config = SchedulerConfig(executor=executor, backoff_initial=0.5, same_agent_wait=60.0,
                              offer_hold_seconds=1.0, decline_seconds=0.5)
     cluster = EmbeddedCluster(agents=0, work_dir=work / "cluster", executor_grace_seconds=15.0,

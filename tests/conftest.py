@@ -2,7 +2,8 @@
 pool that hands one running embedded stack from a cluster test module to the next module of the
 same `STACK_SHAPE` (testkit.e2e_support.StackPool), those modules run one after another; the
 `alone` mark of the cluster tests that
-scripts/test.sh keeps in its serial cluster stream (ALONE_MODULES); and,
+scripts/test.sh keeps in its serial cluster stream (ALONE_MODULES) and the `beside` mark of the
+Spark cluster tests it runs in its other stream (BESIDE_MODULES); and,
 when the suite runs on pytest-xdist workers (`pytest -n N --dist loadfile`, for a machine with
 more cores than CI's: `scripts/test.sh` runs the cluster layer serially), in what order its
 modules are handed out.
@@ -32,6 +33,10 @@ if TYPE_CHECKING:
 # marked `alone`, they stay in scripts/test.sh's serial cluster stream (beside a Spark cluster
 # module, the half-cpu agent's executor measured 0.16 of a cpu against its 0.2-0.55 bound).
 ALONE_MODULES = frozenset({"tests/test_isolation_cgroups.py"})
+# Spark cluster tests that kill nothing and bound no timing or CPU share: marked `beside`, they
+# leave the serial cluster stream and run last in the other stream, beside the serial stream's
+# last modules, which would otherwise run alone while the machine's other core idles.
+BESIDE_MODULES = frozenset({"tests/test_thirty_tasks_cluster.py", "tests/test_update_cluster.py"})
 UNMARKED_WEIGHT = {"cluster": 60.0, "spark": 10.0}
 PURE_WEIGHT = 1.0
 
@@ -167,20 +172,26 @@ def handed_out(config: pytest.Config) -> bool:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    from testkit.e2e_support import JAVA_OPTIONS_ENV, JAVA_OPTIONS_FOR_TESTS
+    from testkit.e2e_support import (JAVA_OPTIONS_ENV, JAVA_OPTIONS_FOR_TESTS, MIN_BATCH_ENV,
+                                     MIN_BATCH_FOR_TESTS)
 
     os.environ.setdefault(JAVA_OPTIONS_ENV, JAVA_OPTIONS_FOR_TESTS)  # the stacks' executors
+    os.environ.setdefault(MIN_BATCH_ENV, MIN_BATCH_FOR_TESTS)
     config.addinivalue_line("markers", "alone: a cluster test to run in the serial cluster "
                             "stream only (it measures CPU shares or timings; tests/conftest.py)")
+    config.addinivalue_line("markers", "beside: a Spark cluster test that may run beside "
+                            "another cluster test (nothing killed, nothing timed; tests/conftest.py)")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Marks the tests of ALONE_MODULES `alone`. On xdist workers the heaviest modules come
+    """Marks the tests of ALONE_MODULES `alone` and of BESIDE_MODULES `beside`. On xdist workers the heaviest modules come
     first (`--dist loadfile` hands out whole modules in this order). Other runs keep pytest's
     order, except that modules of one `STACK_SHAPE` run one after another (`by_shape`)."""
     for item in items:
         if module_of(item.nodeid) in ALONE_MODULES:
             item.add_marker(pytest.mark.alone)
+        if module_of(item.nodeid) in BESIDE_MODULES:
+            item.add_marker(pytest.mark.beside)
     if not handed_out(config):
         items[:] = by_shape(items)
         return

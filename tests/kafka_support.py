@@ -53,7 +53,7 @@ def kafka_required() -> pytest.MarkDecorator:
         return pytest.mark.skip(reason=str(reason))
     if action == "fail":
         return pytest.mark.usefixtures("kafka_parts_missing")
-    return pytest.mark.usefixtures()
+    return pytest.mark.skipif(False, reason="the Kafka parts are here")  # a mark doing nothing
 
 
 @pytest.fixture(scope="session")  # first, before a broker is tried

@@ -34,7 +34,7 @@ from testkit.elastic_support import (elastic_view, generator, rows_in, scale_one
 pytestmark = [pytest.mark.spark, pytest.mark.cluster, pytest.mark.timeout(600)]
 
 
-# The generators' inputs last far longer than a test needs on a quiet machine (7.5 and 6.7 min
+# The generators' inputs last far longer than a test needs on a quiet machine (7.5 and 5 min
 # here, 10 min in tests/test_elastic_window_cluster.py): every step waits for rows to arrive
 # after a rescale, so an input that ran out while a slow machine was still rescaling failed the
 # test (CI: the filter test's 3 min of input ended before its 3 -> 2). Once the rescales are
@@ -154,8 +154,8 @@ def test_a_running_filter_splits_scales_one_three_two_one_merges_and_stays_exact
         stop_query(stack, qid)
 
 
-READINGS = {"shape": "sensor", "rate": "100", "seed": "1", "limit": "40000"}
-CALIBRATION = {"shape": "sensor", "rate": "25", "seed": "2", "limit": "10000"}
+READINGS = {"shape": "sensor", "rate": "100", "seed": "1", "limit": "30000"}
+CALIBRATION = {"shape": "sensor", "rate": "25", "seed": "2", "limit": "7500"}
 JOIN_SPEC = f"""<?xml version="1.0" encoding="UTF-8"?>
 <dataflow name="e2e-elastic-join">
 {generator('readings', READINGS, 'reading')}

@@ -141,6 +141,7 @@ def test_launch_run_heartbeat_kill(harness: Harness) -> None:
     assert runner.kwargs["checkpoint_dir"] == str(task_dir / "checkpoint")
     assert runner.kwargs["endpoints"] == {"q/x": "tcp://127.0.0.1:7000"}
     assert (runner.kwargs["query_id"], runner.kwargs["task_id"]) == ("q", "q.t0")
+    assert runner.kwargs["trigger_seconds"] == 0.0  # the executor's ELASTIQ_MIN_BATCH_INTERVAL
     assert poll(lambda: any("q.t0.a1" in m["tasks"] for m in harness.driver.messages),
                 5.0, 0.02)
     beat = [m for m in harness.driver.messages if "q.t0.a1" in m["tasks"]][-1]
@@ -209,12 +210,18 @@ def test_config_defaults_to_the_sandbox(tmp_path: Path) -> None:
     assert not config.prewarm  # only when asked: `elastiq run` and `elastiq scheduler` ask
     assert config_from_env({**AGENT_ENV, "MESOS_SANDBOX": str(tmp_path),
                             "ELASTIQ_PREWARM": "1"}).prewarm
+    assert config.min_batch_seconds == 0.0  # back to back unless the operator bounds it
+    assert config_from_env({**AGENT_ENV, "MESOS_SANDBOX": str(tmp_path),
+                            "ELASTIQ_MIN_BATCH_INTERVAL": "0.25"}).min_batch_seconds == 0.25
 
 
 @pytest.mark.parametrize("env, message", [
     ({}, "missing environment"),
     ({**AGENT_ENV, "MESOS_SANDBOX": "/x", "ELASTIQ_SPARK_CORES": "two"}, "positive integer"),
     ({**AGENT_ENV}, "ELASTIQ_STATE_DIR"),
+    *[({**AGENT_ENV, "MESOS_SANDBOX": "/x", "ELASTIQ_MIN_BATCH_INTERVAL": bad},
+       "ELASTIQ_MIN_BATCH_INTERVAL must be a number of seconds from 0 to 10")
+      for bad in ("fast", "-1", "11", "nan", "inf", "")],
 ])
 def test_config_errors_are_clear(env: dict[str, str], message: str) -> None:
     with pytest.raises((NotStartedByAgent, ValueError), match=message):

@@ -150,22 +150,29 @@ def test_the_suite_releases_the_stack_when_the_next_test_wants_another_or_none(
     assert calls[-1] == "stop stack-2"
 
 
-def test_the_two_cluster_streams_of_scripts_test_sh_split_the_cluster_layer_whole() -> None:
-    """The serial stream (Spark cluster tests and those marked `alone`) and the one beside it
-    (cluster tests without Spark) together select every cluster test once; the cgroups
-    isolation test, which measures CPU shares, is in the serial one."""
-    def selected(marks: str) -> set[str]:
+def test_the_cluster_runs_of_scripts_test_sh_split_the_cluster_layer_whole() -> None:
+    """scripts/test.sh's runs (their `-m` expressions read from the script) select every cluster
+    test once: the serial stream holds the Spark cluster tests and those marked `alone` (the
+    cgroups isolation test, which measures CPU shares), the other stream the cluster tests
+    without Spark and the Spark ones marked `beside`."""
+    script = (ROOT / "scripts" / "test.sh").read_text(encoding="utf-8").splitlines()
+    marks = [m for line in script if not line.lstrip().startswith("#")
+             for m in re.findall(r'-m "([^"]+)"', line)]
+    assert len(marks) == 4 and marks[0] == "not cluster", marks
+
+    def selected(expression: str) -> set[str]:
         done = subprocess.run(
             [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
-             "-m", marks, "tests/test_isolation_cgroups.py", "tests/test_embedded_auth.py",
-             "tests/test_port_clash_cluster.py"],
+             "-m", expression, "tests/test_isolation_cgroups.py", "tests/test_embedded_auth.py",
+             "tests/test_port_clash_cluster.py", "tests/test_update_cluster.py"],
             capture_output=True, text=True, timeout=120, cwd=ROOT)
-        assert done.returncode == 0, done.stdout + done.stderr
+        assert done.returncode in (0, 5), done.stdout + done.stderr
         return {line for line in done.stdout.splitlines() if "::" in line}
 
-    serial = selected("cluster and (spark or alone)")
-    beside = selected("cluster and not spark and not alone")
-    assert not serial & beside and serial | beside == selected("cluster")
+    light, beside, serial = (selected(m) for m in marks[1:])
+    assert not (light & beside or light & serial or beside & serial)
+    assert light | beside | serial == selected("cluster")
     assert {module_of(n) for n in serial} == {"tests/test_isolation_cgroups.py",
                                               "tests/test_port_clash_cluster.py"}
-    assert {module_of(n) for n in beside} == {"tests/test_embedded_auth.py"}
+    assert {module_of(n) for n in light} == {"tests/test_embedded_auth.py"}
+    assert {module_of(n) for n in beside} == {"tests/test_update_cluster.py"}
