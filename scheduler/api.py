@@ -88,6 +88,7 @@ class QueryService(Protocol):
                timeout: float = 10.0) -> Reply: ...
     def running_plan(self, query_id: str
                      ) -> tuple[CompiledQuery, QuerySource | None] | None: ...
+    def share_offers(self) -> dict[str, str]: ...
     def control(self, query_id: str, tuples: list[tuple[str, str, str]],
                 timeout: float = 10.0) -> Reply: ...
     def query_control(self, query_id: str,
@@ -325,16 +326,29 @@ def route(service: QueryService, call: Call, compile: Compile = compile_source
 
 
 def _submit(service: QueryService, call: Call, compile: Compile) -> tuple[int, Any]:
+    """`POST /queries`: the spec compiled with the running streams it may read in place of
+    equal subgraphs (`QueryService.share_offers`, docs/queries.md "Automatic sharing"); its
+    source keeps those it reads."""
+    offered = tuple(sorted(service.share_offers().items()))
     query, source = parse_submission(
         call.body, call.headers.get("Content-Type", ""),
         call.headers.get("X-Spec-Filename") or "spec.xml",
         next(iter(call.params.get("query_id") or ()), None),
-        call.headers.get("X-Spec-Dir") or os.getcwd(), compile)
+        call.headers.get("X-Spec-Dir") or os.getcwd(),
+        lambda source: compile(replace(source, shared=offered)))
+    source = replace(source, shared=shared_in(query, offered))
     reply = service.submit(query, source=source)
     if not reply.accepted:
         raise ApiError(reply.status, reply.message,
                        [{"message": m} for m in reply.message.split("; ")])
     return 201, {"query_id": query.query_id, "message": reply.message}
+
+
+def shared_in(query: CompiledQuery, offered: tuple[tuple[str, str], ...]
+              ) -> tuple[tuple[str, str], ...]:
+    """The offers (form, channel) a compiled query reads by automatic sharing."""
+    read = {i.channel_id for i in query.imports if i.auto}
+    return tuple(p for p in offered if p[1] in read)
 
 
 def _flag(call: Call, name: str) -> bool:
@@ -353,6 +367,7 @@ def _update(service: QueryService, call: Call, query_id: str,
         raise ApiError(404, f"no query {query_id}")
     old, old_source = running
     retired = old_source.retired if old_source is not None else ()
+    shared = old_source.shared if old_source is not None else ()  # it reads them still
     drop_state, dry_run = _flag(call, "drop_state"), _flag(call, "dry_run")
 
     def compiled(pins: dict[str, str], retired: tuple[str, ...]
@@ -362,8 +377,8 @@ def _update(service: QueryService, call: Call, query_id: str,
             call.headers.get("X-Spec-Filename") or "spec.xml", query_id,
             call.headers.get("X-Spec-Dir") or os.getcwd(),
             lambda source: compile(replace(source, task_ids=tuple(sorted(pins.items())),
-                                           retired=retired)))
-        return query, replace(source, retired=retired)
+                                           retired=retired, shared=shared)))
+        return query, replace(source, retired=retired, shared=shared_in(query, shared))
 
     pins = update_plan.pins(old)
     new, source = compiled(pins, retired)
