@@ -225,12 +225,20 @@ def shareable(query_id: str, written: Graph, physical: Graph, channels: tuple[Ch
     """(channel id, canonical form) of each channel the query serves that another query may
     read instead of computing an equal stream (`compiler.autoshare`): a whole stream of the
     written plan, served as it is computed there (its producer is the same operator, not a
-    rule's merger or failover)."""
+    rule's merger or failover), or through the network-writer a pattern put after it (the
+    same rows: pipelining, checkpointing)."""
     found = autoshare.forms(written, resolve)
-    return tuple((c.channel_id, found[c.stream]) for c in channels
-                 if c.stream in found and c.channel_id == channel_id(query_id, c.stream)
-                 and physical.producer(c.stream).name == written.producer(c.stream).name
-                 and physical.producer(c.stream).role != "plumbing")
+    shown = []
+    for c in channels:
+        stream = c.stream
+        if physical.producer(stream).kind == "network-writer":  # a pattern's cut: the same rows
+            stream = physical.producer(stream).inputs[0]
+        producer = physical.producer(stream)
+        if stream in found and c.channel_id == channel_id(query_id, c.stream) \
+                and producer.name == written.producer(stream).name \
+                and producer.role != "plumbing":
+            shown.append((c.channel_id, found[stream]))
+    return tuple(shown)
 
 
 def _imports(parsed: spec_mod.Spec, physical: Graph, plans: tuple[TaskPlan, ...],

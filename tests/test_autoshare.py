@@ -343,3 +343,16 @@ def test_a_source_keeps_the_offers_it_reads_and_recompiles_to_the_same_plan() ->
     with pytest.raises(BadSource, match="shared must be"):
         QuerySource.from_json(source.to_json().replace('"shared": [[', '"shared": [[1, '))
     assert CompiledQuery.from_json(query.to_json()) == query
+
+
+def test_a_stream_a_pattern_cuts_is_shareable_through_its_network_writer() -> None:
+    """pipeline="split" on the projection: the filter's rows cross to its task through the
+    pipelining rule's network-writer, the same rows: a plain copy of the query reads them."""
+    text = (Path(__file__).parent / "specs" / "e2e-auto-reader.xml").read_text()
+    pipelined = compile_(text.replace('type="project"', 'type="project" pipeline="split"')
+                         .replace("auto-reader", "w")).query
+    ((channel, _),) = pipelined.shareable
+    assert channel.startswith("w/") and channel != "w/warmRows"
+    new = compile_(text, offers_of(pipelined))
+    assert [(s.stream, s.channel) for s in new.shares] == [("warmRows", channel)]
+    assert [t.operators for t in new.query.tasks] == [("warm", "convert", "sink")]
