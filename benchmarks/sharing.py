@@ -1,4 +1,5 @@
-"""Two queries over one published generator vs two separate queries: CPU used (docs/queries.md).
+"""Two queries over one generator, shared (published, or automatically) vs two separate queries:
+CPU used (docs/queries.md).
 
 Owns this benchmark only (not a test; nothing in tests/ imports it). On the stack of
 testkit/e2e_support.py (embedded master, one agent, the framework scheduler, one real executor
@@ -7,7 +8,11 @@ and SparkSession, 127.0.0.1 only) it runs, one arrangement at a time:
   filter(src := generator)))` over the same generator parameters: two generators, two filters;
 - `shared`: one query `h := filter(src := generator)` publishing `h`, and two queries
   `sink := file_sink(c := project(stream_source(writer/h)))`: one generator, one filter, the
-  hot rows sent over a ZeroMQ channel (with CURVE keys) to both readers.
+  hot rows sent over a ZeroMQ channel (with CURVE keys) to both readers;
+- `auto` (automatic sharing): the two separate queries' specs, the first with
+  `pipeline="split"` on its projection (so its filter's rows cross a task boundary on a channel
+  of its own), the second unchanged: compiled with the scheduler's offers, the second reads the
+  first's channel instead of running a generator and a filter (3 Spark queries, as `shared`).
 It measures the CPU seconds (user + system, from /proc) of every process of the executor's
 session (its JVM and Spark's Python workers) over `--seconds` of steady output, after both
 sinks have grown (warm-up), and the rows both sinks received meanwhile; it prints, per
@@ -64,8 +69,9 @@ def source(rate: int, publish: bool) -> str:
 """
 
 
-def tail(name: str, read: str) -> str:
-    return f"""  <operator name="c" type="project">
+def tail(name: str, read: str, split: bool = False) -> str:
+    cut = ' pipeline="split"' if split else ""
+    return f"""  <operator name="c" type="project"{cut}>
     <input name="{read}"/>
     <field name="sensor" value="{read}.sensor"/>
     <field name="f" value="{read}.temp * 1.8 + 32"/>
@@ -80,9 +86,10 @@ def tail(name: str, read: str) -> str:
 
 def specs(arrangement: str, rate: int) -> dict[str, str]:
     """query id -> spec text."""
-    if arrangement == "separate":
-        return {q: f'<dataflow name="{q}">\n{TYPE}{source(rate, False)}{tail(q, "hot")}'
-                   "</dataflow>\n" for q in ("sep-a", "sep-b")}
+    if arrangement in ("separate", "auto"):
+        first, second = ("sep-a", "sep-b") if arrangement == "separate" else ("auto-a", "auto-b")
+        return {q: f'<dataflow name="{q}">\n{TYPE}{source(rate, False)}'
+                   f'{tail(q, "hot", split=q == "auto-a")}</dataflow>\n' for q in (first, second)}
     reader = """  <operator name="in" type="stream-source">
     <param name="stream" value="writer/hot"/>
     <param name="start" value="now"/>
@@ -118,11 +125,14 @@ def measure(stack: Stack, work: Path, arrangement: str, rate: int, seconds: floa
     """(CPU seconds of the executor session, rows both sinks got) over `seconds` of steady
     output; the queries are stopped afterwards."""
     texts = specs(arrangement, rate)
-    for query_id, text in texts.items():
-        submit(stack, compile_spec_text(text, f"{query_id}.xml", base_dir=work).query)
-    for query_id in texts:
+    for query_id, text in texts.items():  # in order: auto-b is offered auto-a's channel
+        query = compile_spec_text(text, f"{query_id}.xml", base_dir=work,
+                                  offers=stack.service.share_offers()).query
+        if arrangement == "auto" and query_id == "auto-b":
+            assert [i.channel_id for i in query.imports if i.auto], "auto-b shares nothing"
+        submit(stack, query)
         wait_running(stack, query_id, timeout=240)
-    sinks = [work / "out" / f"{q}.jsonl" for q in texts if q != "writer"]
+    sinks = [work / "out" / f"{q}.jsonl" for q in texts if q != "writer"]  # two each
     wait_until(lambda: all(lines(p) > 2 * rate for p in sinks), 240, "both sinks to grow")
     (agent,) = stack.cluster.agents
     executor = stack.executor_pid(agent.agent_id)
@@ -132,7 +142,7 @@ def measure(stack: Stack, work: Path, arrangement: str, rate: int, seconds: floa
     wait_until(lambda: time.monotonic() - t0 >= seconds, seconds + 30, "the measured window")
     pids |= session_members(executor)  # workers Spark started meanwhile
     cpu, rows = cpu_seconds(pids) - cpu0, sum(lines(p) for p in sinks) - rows0
-    for query_id in [q for q in texts if q != "writer"] + [q for q in texts if q == "writer"]:
+    for query_id in reversed(list(texts)):  # readers before what they read
         stop_query(stack, query_id)
     for p in sinks:
         p.unlink(missing_ok=True)
@@ -148,13 +158,13 @@ def main() -> int:
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
-    results: dict[str, list[float]] = {"separate": [], "shared": []}
+    results: dict[str, list[float]] = {"separate": [], "shared": [], "auto": []}
     rows_out = []
     with tempfile.TemporaryDirectory(prefix="elastiq-bench-sharing-") as tmp:
         stack = start_stack(Path(tmp) / "stack", cpus_per_agent=3.0, agents=1)
         try:
             for repeat in range(args.repeats):
-                for arrangement in ("separate", "shared"):
+                for arrangement in ("separate", "shared", "auto"):
                     cpu, rows = measure(stack, Path(tmp), arrangement, args.rate, args.seconds)
                     per_k = 1000 * cpu / rows if rows else float("inf")
                     results[arrangement].append(per_k)
@@ -167,8 +177,11 @@ def main() -> int:
     print(format_table(["arrangement", "run", "cpu s", "rows out", "cpu s / 1000 rows"],
                        rows_out))
     separate, shared = median_of(results["separate"]), median_of(results["shared"])
-    print(f"median cpu s / 1000 rows: separate {separate:.3f}, shared {shared:.3f}; "
-          f"ratio shared/separate {ratio(shared, separate):.2f} (goal < {GOAL:.1f})")
+    auto = median_of(results["auto"])
+    print(f"median cpu s / 1000 rows: separate {separate:.3f}, shared {shared:.3f}, "
+          f"auto {auto:.3f}")
+    print(f"ratio shared/separate {ratio(shared, separate):.2f}, auto/separate "
+          f"{ratio(auto, separate):.2f} (goal < {GOAL:.1f} each)")
     print(f"load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     return 0
 

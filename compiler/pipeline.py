@@ -151,14 +151,16 @@ def compile_spec_file(path: str | Path, base_dir: str | Path | None = None,
                       rules_dir: str | Path | None = None, plan_only: bool = False,
                       path_roots: PathRoots | None = None,
                       check_inputs: bool = False,
-                      room: validate.AgentRoom | None = None) -> Compilation:
+                      room: validate.AgentRoom | None = None,
+                      offers: Mapping[str, str] | None = None) -> Compilation:
     path = Path(path)
     try:
         text = path.read_bytes()
     except OSError as e:
         raise SpecError([_unreadable(path, e)]) from None
     return compile_spec_text(text, str(path), base_dir, rules_dir=rules_dir, plan_only=plan_only,
-                             path_roots=path_roots, check_inputs=check_inputs, room=room)
+                             path_roots=path_roots, check_inputs=check_inputs, room=room,
+                             offers=offers)
 
 
 def rules_for(rules_dir: str | Path | None = None) -> tuple[Rule, ...]:

@@ -306,6 +306,8 @@ def route(service: QueryService, call: Call, compile: Compile = compile_source
         return 200, {"queries": list(service.status()["queries"].values())}
     if parts == ("queries",) and method == "POST":
         return _submit(service, call, compile)
+    if parts == ("shares",) and method == "GET":  # what a submit may read (`elastiq explain`)
+        return 200, {"offers": service.share_offers()}
     if len(parts) == 2 and parts[0] == "queries" and method in ("GET", "DELETE"):
         return _one_query(service, method, parts[1],
                           call.params.get("force", [""])[-1] in ("1", "true"))
@@ -341,7 +343,12 @@ def _submit(service: QueryService, call: Call, compile: Compile) -> tuple[int, A
     if not reply.accepted:
         raise ApiError(reply.status, reply.message,
                        [{"message": m} for m in reply.message.split("; ")])
-    return 201, {"query_id": query.query_id, "message": reply.message}
+    shared = [f"{i.channel_id} (in place of its operator {i.where})" for i in query.imports
+              if i.auto]
+    message = reply.message + (f"; reads {', '.join(shared)} by automatic sharing"
+                               if shared else "")
+    return 201, {"query_id": query.query_id, "message": message,
+                 "shared": [i.channel_id for i in query.imports if i.auto]}
 
 
 def shared_in(query: CompiledQuery, offered: tuple[tuple[str, str], ...]

@@ -20,9 +20,10 @@ from compiler import autoshare
 from compiler.pipeline import Compilation, compile_spec_text
 from elastiq.explain import explain
 from scheduler import sharing, update_plan
-from scheduler.api import shared_in
+from scheduler.api import Call, route, shared_in
 from scheduler.commands import ReplyToRequest, SendFrameworkMessage
 from scheduler.events import OffersReceived, QueryStopRequested, QuerySubmitted, StatusUpdated
+from scheduler.loop import Reply
 from scheduler.query_source import BadSource, QuerySource, compile_source
 from scheduler.state import SchedulerState
 from scheduler.testing import offer
@@ -356,3 +357,39 @@ def test_a_stream_a_pattern_cuts_is_shareable_through_its_network_writer() -> No
     new = compile_(text, offers_of(pipelined))
     assert [(s.stream, s.channel) for s in new.shares] == [("warmRows", channel)]
     assert [t.operators for t in new.query.tasks] == [("warm", "convert", "sink")]
+
+
+def test_the_api_compiles_a_submit_with_the_offers_and_keeps_those_it_reads() -> None:
+    """POST /queries: compiled with the service's offers, the reply names what is read by
+    automatic sharing, the source handed to the scheduler keeps only those offers; GET /shares
+    answers the offers (what `elastiq explain --scheduler` compiles with)."""
+    writer = compile_(plan("w")).query
+    offers = offers_of(writer) | {"f" * 64: "x/unused"}
+    got: list[tuple[CompiledQuery, QuerySource]] = []
+
+    class Service:
+        def share_offers(self) -> dict[str, str]:
+            return offers
+
+        def submit(self, query: CompiledQuery, timeout: float = 10.0,
+                   source: QuerySource | None = None) -> Reply:
+            assert source is not None
+            got.append((query, source))
+            return Reply(True, 200, f"query {query.query_id} accepted")
+
+    def compile(source: QuerySource) -> CompiledQuery:
+        return compile_spec_text(source.spec_bytes(), "n.xml", base_dir="/tmp",
+                                 offers=dict(source.shared)).query
+
+    body = plan("n", sinks=1).encode()
+    call = Call("POST", "/queries", ("queries",), {}, {"Content-Type": "application/xml"}, body)
+    status, reply = route(Service(), call, compile)  # type: ignore[arg-type]
+    assert status == 201 and reply["shared"] == ["w/hotR"]
+    assert reply["message"].startswith("query n accepted; reads w/hotR (in place of its "
+                                       "operator n.xml:") and "by automatic sharing" in \
+        reply["message"]
+    ((query, source),) = got
+    assert [i.channel_id for i in query.imports if i.auto] == ["w/hotR"]
+    assert source.shared == tuple(p for p in offers.items() if p[1] == "w/hotR")
+    shares = Call("GET", "/shares", ("shares",), {}, {}, b"")
+    assert route(Service(), shares, compile) == (200, {"offers": offers})  # type: ignore[arg-type]

@@ -24,6 +24,8 @@ import os
 import pytest
 
 from common.api_client import RequestRejected
+from compiler.pipeline import compile_spec_file
+from elastiq.explain import explain
 from executor import shapes
 from testkit.e2e_support import (DEFAULT_START, SPECS, Stack, _start_us, compile_spec,
                                  multiset_diff, read_sink, sink_path, spec_params, module_stack,
@@ -138,8 +140,14 @@ def test_a_query_reads_an_equal_running_subgraph_instead_of_computing_it(
     client = stack.client()
     client.submit_spec(specs[AUTO_WRITER])
     wait_running(stack, "auto-writer", timeout=180)
+    offers = client.share_offers()
+    assert list(offers.values()) == ["auto-writer/hotReadings"]
+    shown = explain(compile_spec_file(specs[AUTO_READER], offers=offers, plan_only=True))
+    assert "warmRows: warm := filter(gen := generator)\n      read from " \
+        "auto-writer/hotReadings (start: retained)" in shown  # elastiq explain --scheduler
     reply = client.submit_spec(specs[AUTO_READER])
-    assert reply["query_id"] == "auto-reader"
+    assert reply["query_id"] == "auto-reader" and reply["shared"] == ["auto-writer/hotReadings"]
+    assert "reads auto-writer/hotReadings (in place of its operator " in reply["message"]
     wait_running(stack, "auto-reader", timeout=180)
     (task,) = stack.tasks("auto-reader").values()
     assert task["task_id"] == "auto-reader.t0"
