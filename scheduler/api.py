@@ -2,7 +2,9 @@
 
 Owns the routes: `POST /queries` (body: spec XML, `Content-Type: application/xml` or `text/xml`,
 compiled here with `compiler.pipeline` through `scheduler.query_source`; no route takes a
-compiled query or program text), `GET /queries`, `GET /queries/{id}`, `DELETE /queries/{id}`,
+compiled query or program text; compiled with the running streams it may read by automatic
+sharing), `GET /shares` (those streams: canonical form -> channel, docs/queries.md), `GET
+/queries`, `GET /queries/{id}`, `DELETE /queries/{id}`,
 `POST /queries/{id}/update` (body: the new spec XML; `?dry_run=true`, `?drop_state=true`: a
 running query updated in place, `scheduler.update_plan`), `POST
 /queries/{id}/tasks/{task}/migrate` (body `{"to": "<agent id>"}`), `POST

@@ -85,6 +85,11 @@ def submit_problems(query: CompiledQuery, queries: Mapping[str, QueryRecord]) ->
     problems = []
     for imp in query.imports:
         writer = publisher(queries, imp.channel_id)
+        if imp.auto and (writer is None or writer.phase != "active"):
+            problems.append(f"{imp.where}: stream {imp.channel_id}, which this query was "
+                            "compiled to read in place of an equal subgraph (automatic "
+                            "sharing), is no longer served; submit it again")
+            continue
         if writer is None:
             problems.append(f"{imp.where}: no query publishes stream {imp.channel_id} "
                             f"(published: {_published_now(queries)}); submit its writer first, "

@@ -393,3 +393,15 @@ def test_the_api_compiles_a_submit_with_the_offers_and_keeps_those_it_reads() ->
     assert source.shared == tuple(p for p in offers.items() if p[1] == "w/hotR")
     shares = Call("GET", "/shares", ("shares",), {}, {}, b"")
     assert route(Service(), shares, compile) == (200, {"offers": offers})  # type: ignore[arg-type]
+
+
+def test_a_submit_compiled_to_share_with_a_writer_that_stopped_since_is_refused(
+        state: SchedulerState) -> None:  # noqa: F811
+    running(state, plan("w"))
+    reader = compile_(plan("n", sinks=1), sharing.offers(state.queries), name="n.xml").query
+    assert state.handle(QueryStopRequested("st", "w"))[0].accepted
+    reply = submit(state, reader, "s-n")
+    assert (reply.accepted, reply.status) == (False, 400)
+    assert reply.message.startswith("n.xml:") and "stream w/hotR, which this query was " \
+        "compiled to read in place of an equal subgraph (automatic sharing), is no longer " \
+        "served; submit it again" in reply.message
