@@ -120,7 +120,7 @@ def choose(graph: Graph, offers: Mapping[str, str],
     kept: set[str] = set()
     chosen: list[str] = []
     for node in reversed(graph.nodes):
-        readers = [c for c in graph.consumers(node.output)] if node.output else []
+        readers = graph.consumers(node.output) if node.output else ()
         needed = node.output is None or node.output in graph.published or \
             any(c.name in kept for c in readers)
         if not needed:
