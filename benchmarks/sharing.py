@@ -9,10 +9,11 @@ and SparkSession, 127.0.0.1 only) it runs, one arrangement at a time:
 - `shared`: one query `h := filter(src := generator)` publishing `h`, and two queries
   `sink := file_sink(c := project(stream_source(writer/h)))`: one generator, one filter, the
   hot rows sent over a ZeroMQ channel (with CURVE keys) to both readers;
-- `auto` (automatic sharing): the two separate queries' specs, the first with
-  `pipeline="split"` on its projection (so its filter's rows cross a task boundary on a channel
-  of its own), the second unchanged: compiled with the scheduler's offers, the second reads the
-  first's channel instead of running a generator and a filter (3 Spark queries, as `shared`).
+- `auto` (automatic sharing): the two separate queries' specs, the first publishing `h` (so
+  its filter's rows cross a task boundary on a channel; `pipeline="split"` would too, but its
+  two tasks must then run on two agents), the second unchanged: compiled with the scheduler's
+  offers, the second reads the first's channel without naming it instead of running a
+  generator and a filter (3 Spark queries, as `shared`).
 It measures the CPU seconds (user + system, from /proc) of every process of the executor's
 session (its JVM and Spark's Python workers) over `--seconds` of steady output, after both
 sinks have grown (warm-up), and the rows both sinks received meanwhile; it prints, per
@@ -20,7 +21,7 @@ arrangement and repeat, CPU seconds per 1,000 output rows, their medians, and th
 shared / separate beside the goal (below 1: one source instead of two saves more than the
 channel costs). Every task is placed on the one agent, so one executor holds them all.
 
-    python benchmarks/sharing.py [--seconds S] [--repeats N] [--rate R]
+    python benchmarks/sharing.py [--seconds S] [--repeats N] [--rate R] [--arrangements A,B]
 """
 
 from __future__ import annotations
@@ -69,9 +70,8 @@ def source(rate: int, publish: bool) -> str:
 """
 
 
-def tail(name: str, read: str, split: bool = False) -> str:
-    cut = ' pipeline="split"' if split else ""
-    return f"""  <operator name="c" type="project"{cut}>
+def tail(name: str, read: str) -> str:
+    return f"""  <operator name="c" type="project">
     <input name="{read}"/>
     <field name="sensor" value="{read}.sensor"/>
     <field name="f" value="{read}.temp * 1.8 + 32"/>
@@ -88,8 +88,8 @@ def specs(arrangement: str, rate: int) -> dict[str, str]:
     """query id -> spec text."""
     if arrangement in ("separate", "auto"):
         first, second = ("sep-a", "sep-b") if arrangement == "separate" else ("auto-a", "auto-b")
-        return {q: f'<dataflow name="{q}">\n{TYPE}{source(rate, False)}'
-                   f'{tail(q, "hot", split=q == "auto-a")}</dataflow>\n' for q in (first, second)}
+        return {q: f'<dataflow name="{q}">\n{TYPE}{source(rate, q == "auto-a")}'
+                   f'{tail(q, "hot")}</dataflow>\n' for q in (first, second)}
     reader = """  <operator name="in" type="stream-source">
     <param name="stream" value="writer/hot"/>
     <param name="start" value="now"/>
@@ -155,7 +155,11 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=30.0, help="measured window (30)")
     parser.add_argument("--repeats", type=int, default=2, help="runs per arrangement (2)")
     parser.add_argument("--rate", type=int, default=2000, help="generator rows/s (2000)")
+    parser.add_argument("--arrangements", default="separate,shared,auto",
+                        help="which to run, comma-separated (separate,shared,auto; the "
+                             "baseline separate always runs)")
     args = parser.parse_args()
+    chosen = ["separate"] + [a for a in ("shared", "auto") if a in args.arrangements.split(",")]
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
     results: dict[str, list[float]] = {"separate": [], "shared": [], "auto": []}
@@ -164,7 +168,7 @@ def main() -> int:
         stack = start_stack(Path(tmp) / "stack", cpus_per_agent=3.0, agents=1)
         try:
             for repeat in range(args.repeats):
-                for arrangement in ("separate", "shared", "auto"):
+                for arrangement in chosen:
                     cpu, rows = measure(stack, Path(tmp), arrangement, args.rate, args.seconds)
                     per_k = 1000 * cpu / rows if rows else float("inf")
                     results[arrangement].append(per_k)
@@ -179,7 +183,7 @@ def main() -> int:
     separate, shared = median_of(results["separate"]), median_of(results["shared"])
     auto = median_of(results["auto"])
     print(f"median cpu s / 1000 rows: separate {separate:.3f}, shared {shared:.3f}, "
-          f"auto {auto:.3f}")
+          f"auto {auto:.3f} (nan: not run)")
     print(f"ratio shared/separate {ratio(shared, separate):.2f}, auto/separate "
           f"{ratio(auto, separate):.2f} (goal < {GOAL:.1f} each)")
     print(f"load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
