@@ -66,6 +66,11 @@ class SchedulerClient:
     def status(self, query_id: str | None = None) -> dict[str, Any]:
         return self._call("GET", f"/queries/{quote(query_id, safe='')}" if query_id else "/queries")
 
+    def share_offers(self) -> dict[str, str]:
+        """What a submit may read by automatic sharing: canonical form -> channel of a running
+        query (docs/queries.md)."""
+        return {str(f): str(c) for f, c in self._call("GET", "/shares").get("offers", {}).items()}
+
     def stop(self, query_id: str, force: bool = False) -> dict[str, Any]:
         """Stop a query; `force`: even while other queries read a stream it publishes."""
         return self._call("DELETE", f"/queries/{quote(query_id, safe='')}"

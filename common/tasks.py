@@ -190,15 +190,18 @@ class StreamImport:
     schema: Schema  # what the reader declared
     where: str  # file:line:column of the stream-source's `stream` value, for refusals
     start: str = "retained"  # retained | now
+    auto: bool = False  # automatic sharing: an equal running subgraph's stream, not written
 
     def to_json(self) -> dict[str, Any]:
         return {"channel_id": self.channel_id, "task_id": self.task_id,
-                "schema": self.schema.to_json(), "where": self.where, "start": self.start}
+                "schema": self.schema.to_json(), "where": self.where, "start": self.start,
+                **({"auto": True} if self.auto else {})}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "StreamImport":
         return cls(str(d["channel_id"]), str(d["task_id"]), Schema.from_json(d["schema"]),
-                   str(d.get("where", "")), str(d.get("start", "retained")))
+                   str(d.get("where", "")), str(d.get("start", "retained")),
+                   bool(d.get("auto", False)))
 
     @property
     def writer(self) -> str:
@@ -248,6 +251,9 @@ class CompiledQuery:
     published: tuple[str, ...] = ()
     imports: tuple[StreamImport, ...] = ()  # other queries' published streams it reads
     operators: tuple[OperatorPlan, ...] = ()  # the physical plan's operators, for updates
+    # (channel id, canonical form) of the channels it serves that other queries may read
+    # instead of computing an equal stream (automatic sharing, `compiler.autoshare`)
+    shareable: tuple[tuple[str, str], ...] = ()
 
     def elastic_operator(self, operator: str) -> ElasticOperator | None:
         return next((e for e in self.elastic if e.operator == operator), None)
@@ -270,6 +276,7 @@ class CompiledQuery:
             "published": list(self.published),
             "imports": [i.to_json() for i in self.imports],
             "operators": [o.to_json() for o in self.operators],
+            "shareable": [list(p) for p in self.shareable],
         })
 
     @classmethod
@@ -286,6 +293,7 @@ class CompiledQuery:
             tuple(str(c) for c in d.get("published", ())),
             tuple(StreamImport.from_json(i) for i in d.get("imports", ())),
             tuple(OperatorPlan.from_json(o) for o in d.get("operators", ())),
+            tuple((str(c), str(f)) for c, f in d.get("shareable", ())),
         )
 
 

@@ -20,7 +20,7 @@ from common.diagnostics import Diagnostic, Position, SpecError, cap_diagnostics
 from common.paths import PathRoots, local_roots
 from common.tasks import (ChannelSpec, CompiledQuery, OperatorPlan, QueryTask, StreamImport,
                           channel_id)
-from compiler import codegen, spec as spec_mod, validate
+from compiler import autoshare, codegen, spec as spec_mod, validate
 from compiler.control import catalog_for
 from compiler.elastic import elastic_operators
 from compiler.graph import Graph
@@ -45,6 +45,10 @@ class Compilation:
     # errors that stop `compile` after rewriting (a plan the runtime cannot run); only a
     # plan_only compilation (explain) comes back with them, its tasks shown all the same
     refused: tuple[Diagnostic, ...] = ()
+    # automatic sharing (docs/queries.md): the streams read from running queries instead of
+    # computed, and the logical plan as written (`logical` is the plan with them read)
+    shares: tuple[autoshare.Share, ...] = ()
+    written: Graph | None = None
 
 
 def check_spec_text(text: str | bytes, filename: str, base_dir: str | Path | None = None,
@@ -117,7 +121,8 @@ def compile_spec_text(text: str | bytes, filename: str, base_dir: str | Path | N
                       check_inputs: bool = False,
                       room: validate.AgentRoom | None = None,
                       task_ids: Mapping[str, str] | None = None,
-                      retired: Collection[str] = ()) -> Compilation:
+                      retired: Collection[str] = (),
+                      offers: Mapping[str, str] | None = None) -> Compilation:
     """Compile a spec; raise SpecError with every error (and warning) found.
     Relative file paths in the spec are taken relative to `base_dir` (default: the spec file's
     folder), and every file path must then lie inside `path_roots` (default: the local roots,
@@ -129,28 +134,33 @@ def compile_spec_text(text: str | bytes, filename: str, base_dir: str | Path | N
     explain, compile and run): every input file must exist. `room` (`elastiq run`, which knows
     its agents): an operator's cpus=/mem= over it is refused at its value. `task_ids` (root
     operator -> task id) and `retired`: the task ids a running query keeps and those it held
-    (an update: `compiler.tasks.task_ids`)."""
+    (an update: `compiler.tasks.task_ids`). `offers` (canonical form -> channel of a running
+    query serving an equal stream, `scheduler.sharing.offers`): the largest part of the plan
+    they cover is read from those channels instead of computed (`compiler.autoshare`), unless
+    the dataflow says share="false"."""
     base = _base(filename, base_dir)
     roots = _roots(base, path_roots)
     parsed, graph, everything = _checked(text, filename, base, roots, check_inputs, room)
     if graph is None:
         raise SpecError(everything)
     return _finish(parsed, graph, query_id or parsed.name, base, tuple(everything),
-                   rules_for(rules_dir), plan_only, roots, task_ids, retired)
+                   rules_for(rules_dir), plan_only, roots, task_ids, retired, offers)
 
 
 def compile_spec_file(path: str | Path, base_dir: str | Path | None = None,
                       rules_dir: str | Path | None = None, plan_only: bool = False,
                       path_roots: PathRoots | None = None,
                       check_inputs: bool = False,
-                      room: validate.AgentRoom | None = None) -> Compilation:
+                      room: validate.AgentRoom | None = None,
+                      offers: Mapping[str, str] | None = None) -> Compilation:
     path = Path(path)
     try:
         text = path.read_bytes()
     except OSError as e:
         raise SpecError([_unreadable(path, e)]) from None
     return compile_spec_text(text, str(path), base_dir, rules_dir=rules_dir, plan_only=plan_only,
-                             path_roots=path_roots, check_inputs=check_inputs, room=room)
+                             path_roots=path_roots, check_inputs=check_inputs, room=room,
+                             offers=offers)
 
 
 def rules_for(rules_dir: str | Path | None = None) -> tuple[Rule, ...]:
@@ -180,7 +190,14 @@ def _unreadable(path: Path, e: OSError) -> Diagnostic:
 def _finish(parsed: spec_mod.Spec, logical: Graph, query_id: str, base: Path,
             warnings: tuple[Diagnostic, ...], rules: tuple[Rule, ...],
             plan_only: bool, roots: PathRoots, task_ids: Mapping[str, str] | None = None,
-            retired: Collection[str] = ()) -> Compilation:
+            retired: Collection[str] = (), offers: Mapping[str, str] | None = None
+            ) -> Compilation:
+    def resolve(path: str) -> str:
+        return str(codegen.resolve_path(base, path))
+
+    written = logical
+    shares = autoshare.choose(logical, offers, resolve) if offers and parsed.share else ()
+    logical = autoshare.apply(logical, shares)
     rewritten = rewrite(logical, rules)
     physical = rewritten.graph
     refused = _unrunnable(parsed, physical)
@@ -198,28 +215,52 @@ def _finish(parsed: spec_mod.Spec, logical: Graph, query_id: str, base: Path,
                                       roots, elastic), elastic,
                           {n.name: float(n.param("weight", 1)) for n in physical.sinks()},
                           tuple(channel_id(query_id, s) for s in physical.published),
-                          _imports(parsed, physical, plans),
-                          operator_plans(parsed, physical, plans,
-                                         lambda path: str(codegen.resolve_path(base, path))))
+                          _imports(parsed, physical, plans, {s.operator for s in shares}),
+                          operator_plans(parsed, physical, plans, resolve),
+                          shareable(query_id, written, physical, channels, resolve))
     return Compilation(parsed, logical, physical, plans, query, warnings, rewritten.firings,
-                       refused)
+                       refused, shares, written if shares else None)
 
 
-def _imports(parsed: spec_mod.Spec, physical: Graph,
-             plans: tuple[TaskPlan, ...]) -> tuple[StreamImport, ...]:
+def shareable(query_id: str, written: Graph, physical: Graph, channels: tuple[ChannelSpec, ...],
+              resolve: Callable[[str], str]) -> tuple[tuple[str, str], ...]:
+    """(channel id, canonical form) of each channel the query serves that another query may
+    read instead of computing an equal stream (`compiler.autoshare`): a whole stream of the
+    written plan, served as it is computed there (its producer is the same operator, not a
+    rule's merger or failover), or through the network-writer a pattern put after it (the
+    same rows: pipelining, checkpointing)."""
+    found = autoshare.forms(written, resolve)
+    shown = []
+    for c in channels:
+        stream = c.stream
+        if physical.producer(stream).kind == "network-writer":  # a pattern's cut: the same rows
+            stream = physical.producer(stream).inputs[0]
+        producer = physical.producer(stream)
+        if stream in found and c.channel_id == channel_id(query_id, c.stream) \
+                and producer.name == written.producer(stream).name \
+                and producer.role != "plumbing":
+            shown.append((c.channel_id, found[stream]))
+    return tuple(shown)
+
+
+def _imports(parsed: spec_mod.Spec, physical: Graph, plans: tuple[TaskPlan, ...],
+             auto: Collection[str] = ()) -> tuple[StreamImport, ...]:
     """Each stream-source's published stream, with its task, declared schema and where its
-    `stream` value is written (the scheduler's refusals name it)."""
+    `stream` value is written (the scheduler's refusals name it); a stream-source of automatic
+    sharing (its name in `auto`) is located at the operator it took the place of."""
     owner = {n: p.task_id for p in plans for n in p.nodes}
     decls = {op.name: op for op in parsed.operators}
     found = []
     for node in physical.nodes:
         if node.kind != "stream-source":
             continue
-        written = decls[node.name].param("stream") if node.name in decls else None
-        where = written.value_pos() if written is not None else parsed.pos
+        decl = decls.get(node.name)
+        written = decl.param("stream") if decl is not None else None
+        where = written.value_pos() if written is not None else \
+            decl.pos if decl is not None else parsed.pos
         found.append(StreamImport(node.param("stream"), owner[node.name],
                                   physical.stream(node.produced).schema, str(where),
-                                  node.param("start", "retained")))
+                                  node.param("start", "retained"), node.name in auto))
     return tuple(found)
 
 

@@ -120,6 +120,7 @@ class Spec:
     pos: Position
     description: str = ""
     patterns: tuple[PatternAttr, ...] = ()  # query-wide defaults
+    share: bool = True  # share="false": never reuse a running query's equal subgraph
 
 
 def read_spec_file(path: str) -> tuple[Spec, list[Diagnostic]]:
@@ -293,7 +294,7 @@ for _attr in PATTERN_ATTRIBUTES:
         _NAME_RULES[(_tag, _attr)] = ("pattern values are short words or numbers, e.g. "
                                       "hot-standby, 4, sensor (see docs/patterns.md)")
 _ALLOWED_ATTRS = {
-    "dataflow": ("name",) + PATTERN_ATTRIBUTES, "type": ("name",), "column": ("name", "type"),
+    "dataflow": ("name", "share") + PATTERN_ATTRIBUTES, "type": ("name",), "column": ("name", "type"),
     "operator": ("name", "type") + PATTERN_ATTRIBUTES + RESOURCE_ATTRIBUTES, "input": ("name",),
     "output": ("name", "type", "publish"),
     "param": ("name", "value"), "field": ("name", "value"), "define": ("name", "value"),
@@ -319,7 +320,8 @@ def build_spec(doc: XmlDocument) -> Spec:
         elif child.tag == "description":
             description = (child.text or "").strip()
     return Spec(root.get("name", ""), doc.filename, tuple(types), tuple(operators),
-                doc.where(root).position, description, _patterns(doc, root))
+                doc.where(root).position, description, _patterns(doc, root),
+                root.get("share") != "false")
 
 
 def _patterns(doc: XmlDocument, element: etree._Element,

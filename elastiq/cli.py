@@ -50,6 +50,9 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("-o", "--out", metavar="DIR", help="where to write the pictures "
                    "(default: elastiq-out/<query>/plan)")
     e.add_argument("--rules", metavar="DIR", help="a folder of more rewrite rule files (*.rule)")
+    e.add_argument("--scheduler", metavar="URL", help="also show what a submit to this "
+                   "scheduler's API would read from running queries (automatic sharing)")
+    e.add_argument("--token-file", metavar="FILE", help="the API token's file (with --scheduler)")
     add_path_root_option(e)
     e.set_defaults(handler=cmd_explain)
 
@@ -158,14 +161,31 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def cmd_explain(args: argparse.Namespace) -> int:
     from elastiq.explain import explain, write_pictures
 
+    code, offers = _share_offers(args)
+    if code:
+        return code
     compilation = compile_spec_file(args.spec, rules_dir=args.rules, plan_only=True,
-                                    path_roots=spec_roots(args.spec, args), check_inputs=True)
+                                    path_roots=spec_roots(args.spec, args), check_inputs=True,
+                                    offers=offers)
     _print_diagnostics(compilation.warnings + compilation.refused)
     out = Path(args.out or Path("elastiq-out") / compilation.query.query_id / "plan")
     print(explain(compilation))
     for written in write_pictures(compilation, out):
         print(f"wrote {written}")
     return 0
+
+
+def _share_offers(args: argparse.Namespace) -> tuple[int, dict[str, str] | None]:
+    """The running streams a submit to --scheduler may read (None without it), after the exit
+    code of asking (1: the API refused or is unreachable, said on stderr)."""
+    if not args.scheduler:
+        return 0, None
+    from common.api_client import SchedulerClient
+    from common.api_token import read_client_token
+    from elastiq.service_cli import _call
+
+    return _call(lambda: SchedulerClient(
+        args.scheduler, token=read_client_token(args.token_file, args.scheduler)).share_offers())
 
 
 def cmd_compile(args: argparse.Namespace) -> int:

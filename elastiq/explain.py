@@ -11,12 +11,17 @@ from pathlib import Path
 from common.tasks import QueryTask
 from compiler.graph import Graph, notation, to_dot, to_mermaid
 from compiler.pipeline import Compilation
-from compiler.rewrite import placement_groups
+from compiler.rewrite import local_notation, placement_groups
 
 
 def explain(c: Compilation) -> str:
     q = c.query
-    lines = [f"query {q.query_id}", "", "logical plan:"]
+    lines = [f"query {q.query_id}", ""]
+    if c.written is not None:
+        lines += ["logical plan as written:"] + [f"  {line}" for line in notation(c.written)]
+        lines += sharing_section(c) + ["", "logical plan (shared streams read):"]
+    else:
+        lines += ["logical plan:"]
     lines += [f"  {line}" for line in notation(c.logical)]
     same = c.physical == c.logical
     lines += ["", "physical plan:" + ("  (no patterns asked for: same as the logical plan)"
@@ -33,6 +38,21 @@ def explain(c: Compilation) -> str:
         cols = ", ".join(f"{f.name} {f.type.value}" for f in s.schema)
         lines.append(f"  {s.name} ({cols})")
     return "\n".join(lines)
+
+
+def sharing_section(c: Compilation) -> list[str]:
+    """What automatic sharing reads from running queries instead of computing (docs/queries.md):
+    each shared subgraph in the paper's notation, the stream-source that took its place."""
+    if c.written is None:
+        return []
+    lines = ["", f"shared with running queries ({len(c.shares)}; share=\"false\" on the "
+                 "dataflow opts out):"]
+    for s in c.shares:
+        before = local_notation(c.written, c.written.node(s.operator), set())
+        lines += [f"  {s.stream}: {before}",
+                  f"      read from {s.channel} (start: retained) instead of computed: "
+                  f"{s.operator} := stream_source; {len(s.replaced)} operator(s) not run"]
+    return lines
 
 
 def rewrite_section(c: Compilation) -> list[str]:

@@ -463,13 +463,17 @@ def _print_status(reply: dict[str, Any], readings: Any = None, watch: bool = Fal
 
 def shared_lines(view: dict[str, Any]) -> list[str]:
     """`status` lines of a query's published streams (each served once, by one task, to the
-    queries that read it) and of the published streams it reads (docs/queries.md); pure."""
+    queries that read it) and of the published streams it reads (docs/queries.md); a stream
+    read by automatic sharing says so on both sides; pure."""
     lines = []
     for p in view.get("published") or []:
         read = ", ".join(p.get("readers") or []) or "no query yet"
-        lines.append(f"  publishes {p['channel']} (task {p['task']}), read by {read}")
+        how = "shares" if p.get("auto") else "publishes"
+        lines.append(f"  {how} {p['channel']} (task {p['task']}), read by {read}")
+    auto = set(view.get("shared") or [])
     for channel in view.get("reads") or []:
-        lines.append(f"  reads {channel}")
+        lines.append(f"  reads {channel}" + (" (automatic sharing: in place of an equal "
+                                              "subgraph)" if channel in auto else ""))
     return lines
 
 

@@ -2,7 +2,9 @@
 
 Owns the routes: `POST /queries` (body: spec XML, `Content-Type: application/xml` or `text/xml`,
 compiled here with `compiler.pipeline` through `scheduler.query_source`; no route takes a
-compiled query or program text), `GET /queries`, `GET /queries/{id}`, `DELETE /queries/{id}`,
+compiled query or program text; compiled with the running streams it may read by automatic
+sharing), `GET /shares` (those streams: canonical form -> channel, docs/queries.md), `GET
+/queries`, `GET /queries/{id}`, `DELETE /queries/{id}`,
 `POST /queries/{id}/update` (body: the new spec XML; `?dry_run=true`, `?drop_state=true`: a
 running query updated in place, `scheduler.update_plan`), `POST
 /queries/{id}/tasks/{task}/migrate` (body `{"to": "<agent id>"}`), `POST
@@ -88,6 +90,7 @@ class QueryService(Protocol):
                timeout: float = 10.0) -> Reply: ...
     def running_plan(self, query_id: str
                      ) -> tuple[CompiledQuery, QuerySource | None] | None: ...
+    def share_offers(self) -> dict[str, str]: ...
     def control(self, query_id: str, tuples: list[tuple[str, str, str]],
                 timeout: float = 10.0) -> Reply: ...
     def query_control(self, query_id: str,
@@ -305,6 +308,8 @@ def route(service: QueryService, call: Call, compile: Compile = compile_source
         return 200, {"queries": list(service.status()["queries"].values())}
     if parts == ("queries",) and method == "POST":
         return _submit(service, call, compile)
+    if parts == ("shares",) and method == "GET":  # what a submit may read (`elastiq explain`)
+        return 200, {"offers": service.share_offers()}
     if len(parts) == 2 and parts[0] == "queries" and method in ("GET", "DELETE"):
         return _one_query(service, method, parts[1],
                           call.params.get("force", [""])[-1] in ("1", "true"))
@@ -325,16 +330,34 @@ def route(service: QueryService, call: Call, compile: Compile = compile_source
 
 
 def _submit(service: QueryService, call: Call, compile: Compile) -> tuple[int, Any]:
+    """`POST /queries`: the spec compiled with the running streams it may read in place of
+    equal subgraphs (`QueryService.share_offers`, docs/queries.md "Automatic sharing"); its
+    source keeps those it reads."""
+    offered = tuple(sorted(service.share_offers().items()))
     query, source = parse_submission(
         call.body, call.headers.get("Content-Type", ""),
         call.headers.get("X-Spec-Filename") or "spec.xml",
         next(iter(call.params.get("query_id") or ()), None),
-        call.headers.get("X-Spec-Dir") or os.getcwd(), compile)
+        call.headers.get("X-Spec-Dir") or os.getcwd(),
+        lambda source: compile(replace(source, shared=offered)))
+    source = replace(source, shared=shared_in(query, offered))
     reply = service.submit(query, source=source)
     if not reply.accepted:
         raise ApiError(reply.status, reply.message,
                        [{"message": m} for m in reply.message.split("; ")])
-    return 201, {"query_id": query.query_id, "message": reply.message}
+    shared = [f"{i.channel_id} (in place of its operator {i.where})" for i in query.imports
+              if i.auto]
+    message = reply.message + (f"; reads {', '.join(shared)} by automatic sharing"
+                               if shared else "")
+    return 201, {"query_id": query.query_id, "message": message,
+                 "shared": [i.channel_id for i in query.imports if i.auto]}
+
+
+def shared_in(query: CompiledQuery, offered: tuple[tuple[str, str], ...]
+              ) -> tuple[tuple[str, str], ...]:
+    """The offers (form, channel) a compiled query reads by automatic sharing."""
+    read = {i.channel_id for i in query.imports if i.auto}
+    return tuple(p for p in offered if p[1] in read)
 
 
 def _flag(call: Call, name: str) -> bool:
@@ -353,6 +376,7 @@ def _update(service: QueryService, call: Call, query_id: str,
         raise ApiError(404, f"no query {query_id}")
     old, old_source = running
     retired = old_source.retired if old_source is not None else ()
+    shared = old_source.shared if old_source is not None else ()  # it reads them still
     drop_state, dry_run = _flag(call, "drop_state"), _flag(call, "dry_run")
 
     def compiled(pins: dict[str, str], retired: tuple[str, ...]
@@ -362,8 +386,8 @@ def _update(service: QueryService, call: Call, query_id: str,
             call.headers.get("X-Spec-Filename") or "spec.xml", query_id,
             call.headers.get("X-Spec-Dir") or os.getcwd(),
             lambda source: compile(replace(source, task_ids=tuple(sorted(pins.items())),
-                                           retired=retired)))
-        return query, replace(source, retired=retired)
+                                           retired=retired, shared=shared)))
+        return query, replace(source, retired=retired, shared=shared_in(query, shared))
 
     pins = update_plan.pins(old)
     new, source = compiled(pins, retired)

@@ -26,6 +26,7 @@ from scheduler.config import SchedulerConfig
 from scheduler.events import (QueryStopRequested, QuerySubmitted, QueryUpdateRequested, Tick,
                               new_stimulus_id)
 from scheduler.metrics import SchedulerMetrics
+from scheduler import sharing
 from scheduler.query_source import QuerySource
 from scheduler.state import SchedulerState, Stimulus
 from scheduler.views import query_view, snapshot
@@ -118,6 +119,12 @@ class SchedulerLoop:
         with self._lock:
             q = self.state.queries.get(query_id)
             return None if q is None else (q.query, q.source)
+
+    def share_offers(self) -> dict[str, str]:
+        """form -> channel of the active queries' streams a new query may read in place of an
+        equal subgraph (`scheduler.sharing.offers`)."""
+        with self._lock:
+            return sharing.offers(self.state.queries)
 
     def request(self, event: Any, timeout: float = 10.0) -> Reply:
         """Put any event the state answers with a `ReplyToRequest` and wait for the reply."""

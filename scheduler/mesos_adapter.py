@@ -470,6 +470,10 @@ class SchedulerService:
         """Only the leader runs queries; a standby knows none to update."""
         return self.loop.running_plan(query_id) if self.leadership.role != "standby" else None
 
+    def share_offers(self) -> dict[str, str]:
+        """A standby runs no queries: it offers none."""
+        return self.loop.share_offers() if self.leadership.role != "standby" else {}
+
     def migrate_task(self, query_id: str, task_id: str, agent_id: str, timeout: float = 10.0,
                      epoch: int | None = None) -> Reply:
         sid = new_stimulus_id("migrate")

@@ -38,6 +38,9 @@ class QuerySource:
     # ids its removed tasks held (never given again: a task's checkpoint folder is its id's)
     task_ids: tuple[tuple[str, str], ...] = ()
     retired: tuple[str, ...] = ()
+    # automatic sharing (docs/queries.md): (canonical form, channel) of the running streams it
+    # reads in place of equal subgraphs, so a recompile reads the same ones
+    shared: tuple[tuple[str, str], ...] = ()
 
     @staticmethod
     def of(body: bytes, filename: str, query_id: str, base_dir: str | None = None,
@@ -50,7 +53,7 @@ class QuerySource:
 
     def to_json(self) -> str:
         raw = asdict(self)
-        for k in ("task_ids", "retired"):  # only an updated query's source has them
+        for k in ("task_ids", "retired", "shared"):  # only some sources have them
             if not raw[k]:
                 del raw[k]
         return json.dumps({"format": SOURCE_FORMAT, **raw}, sort_keys=True)
@@ -71,14 +74,15 @@ class QuerySource:
                      if raw.get(k) is not None and not isinstance(raw.get(k), str)]
         problems += _pin_problems(raw)
         unknown = sorted(set(raw) - {"format", "spec", "filename", "query_id", "base_dir",
-                                     "rules_dir", "task_ids", "retired"})
+                                     "rules_dir", "task_ids", "retired", "shared"})
         problems += [f"unknown field {k}" for k in unknown]
         if problems:
             raise BadSource("; ".join(problems))
         return QuerySource(raw["spec"], raw["filename"], raw["query_id"], raw.get("base_dir"),
                            raw.get("rules_dir"),
                            tuple((r, t) for r, t in raw.get("task_ids", ())),
-                           tuple(raw.get("retired", ())))
+                           tuple(raw.get("retired", ())),
+                           tuple((f, c) for f, c in raw.get("shared", ())))
 
 
 def _pin_problems(raw: dict[str, Any]) -> list[str]:
@@ -90,6 +94,11 @@ def _pin_problems(raw: dict[str, Any]) -> list[str]:
         problems.append("task_ids must be a list of [operator, task id] pairs of text")
     if not isinstance(retired, list) or not all(isinstance(r, str) for r in retired):
         problems.append("retired must be a list of task ids")
+    shared = raw.get("shared", [])
+    if not isinstance(shared, list) or not all(
+            isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) for x in p)
+            for p in shared):
+        problems.append("shared must be a list of [form, channel] pairs of text")
     return problems
 
 
@@ -107,6 +116,7 @@ def compile_source(source: QuerySource, path_roots: "PathRoots | None" = None) -
                              base_dir=source.base_dir, query_id=source.query_id,
                              rules_dir=source.rules_dir,
                              task_ids=dict(source.task_ids), retired=source.retired,
+                             offers=dict(source.shared),
                              path_roots=path_roots if path_roots is not None
                              else configured_roots(),
                              check_inputs=False).query

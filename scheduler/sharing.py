@@ -1,7 +1,9 @@
 """Published streams read by other queries: the scheduler's pure decisions about them.
 
 A query publishes a stream (`<output publish="true">`, its channel "<query>/<stream>"); another
-query reads it with a `stream-source` (`CompiledQuery.imports`). Owns what `scheduler.state`
+query reads it with a `stream-source` (`CompiledQuery.imports`). Automatic sharing treats a
+channel a query serves to its own tasks alike once another query reads it in place of an equal
+subgraph (`CompiledQuery.shareable`, `offers`): it is then served as if published. Owns what `scheduler.state`
 asks about those links, as functions of the queries it holds: what is wrong with a submitted
 query's imports (a stream no query publishes, a type that differs from the writer's, a cycle
 between queries; each located at the reader's file:line:column), why a writer may not be stopped
@@ -47,10 +49,29 @@ def _described(schema: Schema) -> str:
     return "(" + ", ".join(f"{f.name} {f.type.value}" for f in schema) + ")"
 
 
+def served(query: CompiledQuery) -> tuple[str, ...]:
+    """The channels of `query` other queries may read: those it publishes, then those automatic
+    sharing may read (`CompiledQuery.shareable`)."""
+    return tuple(dict.fromkeys([*query.published, *(c for c, _ in query.shareable)]))
+
+
 def publisher(queries: Mapping[str, QueryRecord], channel: str) -> "QueryRecord | None":
-    """The query that publishes `channel` (its record, in whatever phase), or None."""
+    """The query that serves `channel` to other queries (published, or shareable: `served`;
+    its record, in whatever phase), or None."""
     writer = queries.get(channel.rpartition("/")[0])
-    return writer if writer is not None and channel in writer.query.published else None
+    return writer if writer is not None and channel in served(writer.query) else None
+
+
+def offers(queries: Mapping[str, QueryRecord]) -> dict[str, str]:
+    """canonical form -> the channel of an active query serving a stream of that form
+    (`compiler.autoshare`): what a submitted query may read instead of computing. Of equal
+    streams, the first query's (query id order) is offered."""
+    found: dict[str, str] = {}
+    for _, q in sorted(queries.items()):
+        if q.phase == "active":
+            for channel, form in q.query.shareable:
+                found.setdefault(form, channel)
+    return found
 
 
 def _published_now(queries: Mapping[str, QueryRecord]) -> str:
@@ -64,6 +85,11 @@ def submit_problems(query: CompiledQuery, queries: Mapping[str, QueryRecord]) ->
     problems = []
     for imp in query.imports:
         writer = publisher(queries, imp.channel_id)
+        if imp.auto and (writer is None or writer.phase != "active"):
+            problems.append(f"{imp.where}: stream {imp.channel_id}, which this query was "
+                            "compiled to read in place of an equal subgraph (automatic "
+                            "sharing), is no longer served; submit it again")
+            continue
         if writer is None:
             problems.append(f"{imp.where}: no query publishes stream {imp.channel_id} "
                             f"(published: {_published_now(queries)}); submit its writer first, "
@@ -121,7 +147,7 @@ def stop_refusal(query_id: str, queries: Mapping[str, QueryRecord]) -> str | Non
     if record is None:
         return None
     read = {c: sorted({q.query_id for q, _ in readers(queries, c)} - {query_id})
-            for c in record.query.published}
+            for c in served(record.query)}
     read = {c: qs for c, qs in read.items() if qs}
     if not read:
         return None
@@ -160,7 +186,7 @@ def wire(record: QueryRecord, task_id: str, queries: Mapping[str, QueryRecord]
         if writer is not None and producer is not None and producer.task_id in writer.keys:
             servers[imp.channel_id] = writer.keys[producer.task_id]["public"]
     serving: dict[str, dict[str, str]] = {}
-    for channel in record.query.published:
+    for channel in served(record.query):
         producer = _producer(record, channel)
         if producer is None or producer.task_id != task_id:
             continue
@@ -203,7 +229,7 @@ def reader_tasks(writer: QueryRecord, launched: Iterable[str],
     (their query, their task, the channel, its endpoint now)."""
     started = set(launched)
     found = []
-    for channel in writer.query.published:
+    for channel in served(writer.query):
         producer = _producer(writer, channel)
         endpoint = producer.endpoints.get(channel) if producer is not None else None
         if producer is None or producer.task_id not in started or endpoint is None:
@@ -233,12 +259,19 @@ def wait_reasons(queries: Mapping[str, QueryRecord]) -> dict[str, str]:
 
 def shared_tasks(record: QueryRecord, queries: Mapping[str, QueryRecord]
                  ) -> list[dict[str, Any]]:
-    """Each published channel of a query once: its producing task and the live queries that
-    read it (for `status`)."""
+    """Each published channel of a query once, and each channel other queries read by
+    automatic sharing: its producing task and the live queries that read it (`auto`: read in
+    place of an equal subgraph; for `status`)."""
     shown = []
-    for channel in record.query.published:
+    for channel in served(record.query):
         producer = _producer(record, channel)
-        shown.append({"channel": channel, "task": producer.task_id if producer else "",
-                      "readers": sorted({q.query_id for q, _ in readers(queries, channel)
-                                         if q.query_id != record.query_id})})
+        read = [(q, i) for q, i in readers(queries, channel) if q.query_id != record.query_id]
+        if channel not in record.query.published and not read:
+            continue
+        entry: dict[str, Any] = {"channel": channel,
+                                 "task": producer.task_id if producer else "",
+                                 "readers": sorted({q.query_id for q, _ in read})}
+        if channel not in record.query.published:
+            entry["auto"] = True
+        shown.append(entry)
     return shown

@@ -271,8 +271,9 @@ def _renumbered(old: CompiledQuery, new: CompiledQuery, diff: PlanDiff,
 
 def _published_problems(old: CompiledQuery, new: CompiledQuery,
                         queries: Mapping[str, sharing.QueryRecord]) -> list[str]:
-    """A published stream other live queries read may neither go away nor change its type."""
-    problems = []
+    """A published stream other live queries read may neither go away nor change its type; a
+    stream they read by automatic sharing may not change what computes it either."""
+    problems = _shared_problems(old, new, queries)
     schemas = {c.channel_id: c for c in new.channels}
     for c in (c for c in old.channels if c.channel_id in old.published):
         readers = sorted({q.query_id for q, _ in sharing.readers(queries, c.channel_id)
@@ -288,6 +289,23 @@ def _published_problems(old: CompiledQuery, new: CompiledQuery,
             where, _ = _where(new, now.producer)
             problems.append(f"{where}: stream {c.channel_id} is read by {', '.join(readers)} "
                             f"as {_described(c)} but the update makes it {_described(now)}")
+    return problems
+
+
+def _shared_problems(old: CompiledQuery, new: CompiledQuery,
+                     queries: Mapping[str, sharing.QueryRecord]) -> list[str]:
+    """A channel other live queries read in place of an equal subgraph (automatic sharing) keeps
+    its canonical form: the same operators and parameters compute it."""
+    problems = []
+    before, after = dict(old.shareable), dict(new.shareable)
+    for c in (c for c in old.channels if c.channel_id in before):
+        readers = sorted({q.query_id for q, i in sharing.readers(queries, c.channel_id)
+                          if i.auto and q.query_id != old.query_id})
+        if readers and after.get(c.channel_id) != before[c.channel_id]:
+            where, _ = _where(old, c.producer)
+            problems.append(f"{where}: stream {c.channel_id} is read by {', '.join(readers)} "
+                            "in place of an equal subgraph (automatic sharing); the update "
+                            "changes what computes it (stop those queries first)")
     return problems
 
 

@@ -48,6 +48,8 @@ def query_view(q: QueryRecord, unplaced: dict[str, str],
         "published": sharing.shared_tasks(q, queries if queries is not None
                                           else {q.query_id: q}),
         "reads": sorted({i.channel_id for i in q.query.imports}),
+        # of those, the ones read in place of an equal subgraph (automatic sharing)
+        "shared": sorted({i.channel_id for i in q.query.imports if i.auto}),
     }
 
 

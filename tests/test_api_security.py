@@ -58,6 +58,9 @@ class RecordingService:
         self.calls.append(("query_control", (query_id, request_id)))
         return {"query_id": query_id}
 
+    def share_offers(self) -> dict[str, str]:
+        return {}
+
     def status(self) -> dict[str, Any]:
         self.calls.append(("status", None))
         return {"connected": True, "framework_id": "F", "queries": {}}
