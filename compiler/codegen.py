@@ -413,7 +413,14 @@ def _window_aggregate(c: CallSite) -> Args:
                            ("watermark", _duration(c.p("watermark"))),
                            ("group_by", tuple(c.p("group-by", ()))),
                            ("aggregates", c.p("aggregates"))) + _given(
-        ("gap", _duration(c.p("gap"))), ("clock", c.p("clock")))
+        ("gap", _duration(c.p("gap"))), ("clock", c.p("clock")), ("rows", c.p("rows")))
+
+
+def _updating_aggregate(c: CallSite) -> Args:
+    return c.io + c.out + (("time", c.p("time")), ("ttl", _duration(c.p("ttl"))),
+                           ("watermark", _duration(c.p("watermark"))),
+                           ("group_by", tuple(c.p("group-by", ()))),
+                           ("aggregates", c.p("aggregates")))
 
 
 def _top_n(c: CallSite) -> Args:
@@ -464,7 +471,17 @@ def _identity(c: CallSite) -> Args:
 
 
 def _file_sink(c: CallSite) -> Args:
-    return c.io + (("path", c.path("path")),)
+    """Its file; behind an updating aggregate (through forwarding plumbing), the aggregate's
+    group columns, which make the file an upsert log."""
+    return c.io + (("path", c.path("path")),) + _given(("upsert_key", _upsert_key(c)))
+
+
+def _upsert_key(c: CallSite) -> tuple[str, ...] | None:
+    """The group columns of the updating aggregate the sink reads, through any plumbing."""
+    producer = c.graph.producer(c.node.inputs[0])
+    while producer.kind in _PASS_THROUGH + ("splitter", "merger"):
+        producer = c.graph.producer(producer.inputs[0])
+    return tuple(producer.param("group-by", ())) if producer.kind == "aggregate" else None
 
 
 def _console_sink(c: CallSite) -> Args:
@@ -499,6 +516,7 @@ _CALLS: dict[str, tuple[str, Callable[[CallSite], Args]]] = {
     "filter": ("filter", _filter),
     "project": ("project", _project),
     "window-aggregate": ("window_aggregate", _window_aggregate),
+    "aggregate": ("updating_aggregate", _updating_aggregate),
     "deduplicate": ("deduplicate", _deduplicate),
     "top-n": ("top_n", _top_n),
     "pattern": ("pattern", _pattern),

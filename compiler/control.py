@@ -43,6 +43,8 @@ _STATE_REASON = {
     "top-n": "its windows hold each group's rows, to be ranked, with this value; changing it "
              "on a running top-n would corrupt that state (stop the query and resubmit the "
              "spec)",
+    "aggregate": "its groups' running totals were built with this value; changing it on a "
+                 "running aggregate would corrupt them (stop the query and resubmit the spec)",
     "deduplicate": "the keys it has seen were kept with this value; changing it on a running "
                    "deduplication would pass duplicates or drop new keys (resubmit the spec)",
 }
@@ -56,6 +58,7 @@ _FIXED_REASON = {
 }
 _CHILD_REASON = {
     "window-aggregate": (("aggregate", _STATE_REASON["window-aggregate"]),),
+    "aggregate": (("aggregate", _STATE_REASON["aggregate"]),),
     "pattern": (("define", _STATE_REASON["pattern"]),
                 ("field", "the measures are the schema the operators downstream were compiled "
                           "against; resubmit the spec to change them")),

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Literal
 
+from common.keyed_aggregates import MAX_WINDOW_ROWS
 from common.top_n import MAX_TOP_N
 
 Role = Literal["source", "transform", "sink", "plumbing"]
@@ -207,13 +208,28 @@ CATALOGUE: dict[str, OperatorDef] = {d.kind: _shedding(d) for d in (
         ParamDef("gap", "duration", False, None,
                  doc="session windows instead of size: a group's session closes after this "
                      "much event time without a tuple (Spark's session_window)"),
+        ParamDef("rows", "int", False, None, minimum=1, maximum=MAX_WINDOW_ROWS,
+                 doc="count windows instead of size or gap: for each row, in event-time order, "
+                     "the aggregates over its group's last this many rows (1 to 10,000)"),
         ParamDef("watermark", "duration", False, "0 seconds",
                  doc="how late a tuple may arrive; later ones are dropped"),
         ParamDef("group-by", "columns", False, "", doc="comma-separated grouping columns"),
     ), children=("aggregate",), output_type="computed",
-        doc="window aggregate over event time (tumbling, sliding or session windows) or "
+        doc="window aggregate over event time (tumbling, sliding, session or count windows) or "
             "processing time (tumbling or sliding); emits each window once, when the watermark "
-            "passes its end"),
+            "passes its end (a count window: each row's, when the watermark passes the row)"),
+    OperatorDef("aggregate", "transform", (1, 1), (1, 1), True, (
+        ParamDef("time", "column", True, doc="the event-time column (timestamp)"),
+        ParamDef("ttl", "duration", True,
+                 doc="a group's state is dropped once the watermark passes its last tuple's "
+                     "time plus this; a later tuple starts it anew"),
+        ParamDef("watermark", "duration", False, "0 seconds",
+                 doc="how late a tuple may arrive; later ones are dropped"),
+        ParamDef("group-by", "columns", False, "", doc="comma-separated grouping columns"),
+    ), children=("aggregate",), output_type="computed",
+        doc="aggregates over the whole stream per group, updated as tuples arrive: one upsert "
+            "record per group and micro-batch that brought it tuples (a file sink keeps them "
+            "as an upsert log)"),
     OperatorDef("deduplicate", "transform", (1, 1), (1, 1), True, (
         ParamDef("key", "columns", True, doc="comma-separated columns that identify a tuple"),
         ParamDef("time", "column", True, doc="the event-time column (timestamp)"),

@@ -18,7 +18,7 @@ from functools import partial
 from typing import Any, Callable, Union
 
 from common import kafka_params as kp
-from common import top_n
+from common import keyed_aggregates, top_n
 from common.diagnostics import (MAX_SHOWN, Diagnostic, Position, Severity, SpecError,
                                  cap_diagnostics, suggest)
 from common.operator_schemas import (AGGREGATE_FUNCTIONS, BY_FUNCTIONS, aggregate_type,
@@ -97,6 +97,7 @@ def check(spec: Spec, capped: bool = True,
         for op in order:
             _resolve(c, op, kinds[op.name])
         _check_clocks(c, order)
+        _updating_readers(c, order)
         for op in order:
             _check_patterns(c, op, kinds[op.name])
         _check_pattern_count(c, order)
@@ -503,6 +504,8 @@ def _column_of(c: _Checker, op: OperatorDecl, schema: Schema, param: str, stream
 
 def _window(c: _Checker, op: OperatorDecl, inputs: list[Schema]) -> Schema | None:
     schema, stream, values = inputs[0], op.inputs[0].name, c.params[op.name]
+    if op.param("rows") is not None:
+        return _count_window(c, op, schema, stream)
     size, slide = values.get("size"), values.get("slide")
     if values.get("clock") == "processing":
         ok = _processing_window(c, op, stream)
@@ -517,6 +520,83 @@ def _window(c: _Checker, op: OperatorDecl, inputs: list[Schema]) -> Schema | Non
         return None
     return Schema(tuple([Field(n, ColumnType.TIMESTAMP) for n in WINDOW_COLUMNS] + groups
                         + aggregates))
+
+
+def _count_window(c: _Checker, op: OperatorDecl, schema: Schema, stream: str) -> Schema | None:
+    """A count window (`rows`): an event-time column, no size, slide, gap or clock, an input
+    without event time yet, aggregates among `keyed_aggregates.ROW_FUNCTIONS`; its output is a
+    window's (window_start, window_end, groups, aggregates)."""
+    ok = True
+    for name in ("size", "slide", "gap", "clock"):
+        written = op.param(name)
+        if written is not None:
+            c.error(written.value_pos(), f"a count window (rows) has no {name}",
+                    f"remove {name}, or remove rows for a window of time")
+            ok = False
+    time = _column_of(c, op, schema, "time", stream, ColumnType.TIMESTAMP)
+    ok = _keyed_input(c, op, stream) and time is not None and ok
+    groups = _group_columns(c, op, schema, stream)
+    aggregates = _aggregates(c, op, schema, stream, groups, keyed_aggregates.ROW_FUNCTIONS)
+    if not ok or groups is None or aggregates is None:
+        return None
+    return Schema(tuple([Field(n, ColumnType.TIMESTAMP) for n in WINDOW_COLUMNS] + groups
+                        + aggregates))
+
+
+def _keyed_input(c: _Checker, op: OperatorDecl, stream: str) -> bool:
+    """A count window or updating aggregate reads a stream without event time yet: Spark runs
+    no such operator (applyInPandasWithState) after an aggregation, and a second watermark on
+    a window's or join's output would hold the query's one watermark back."""
+    if c.event_times.get(stream) is None:
+        return True
+    c.error(op.inputs[0].pos, f"{op.kind} '{op.name}' cannot read stream '{stream}', which "
+                              "comes after a window, top-n, join or deduplicate of this dataflow",
+            "publish the stream and read it with a stream-source in another dataflow "
+            "(Spark keeps per-key Python state only before any aggregation of a query)")
+    return False
+
+
+def _updating(c: _Checker, op: OperatorDecl, inputs: list[Schema]) -> Schema | None:
+    """An updating aggregate: an event-time column, a ttl above zero, an input without event
+    time yet, aggregates among `keyed_aggregates.ROW_FUNCTIONS`; its output is the group
+    columns and the aggregates, read only by a file or console sink (`_updating_readers`)."""
+    schema, stream, values = inputs[0], op.inputs[0].name, c.params[op.name]
+    time = _column_of(c, op, schema, "time", stream, ColumnType.TIMESTAMP)
+    ok = _keyed_input(c, op, stream) and time is not None
+    if values.get("ttl", 1) <= 0:
+        c.error(_written(op, "ttl").value_pos(), "a ttl must be above zero",
+                "how long a group's state outlives its last tuple, e.g. 1 hour")
+        ok = False
+    groups = _group_columns(c, op, schema, stream)
+    taken = {_folded(g.name) for g in groups or ()}
+    aggregates = _aggregates(c, op, schema, stream, groups, keyed_aggregates.ROW_FUNCTIONS, taken)
+    if not ok or groups is None or aggregates is None:
+        return None
+    return Schema(tuple(groups + aggregates))
+
+
+UPSERT_READERS = ("file-sink", "console-sink")
+
+
+def _updating_readers(c: _Checker, order: list[OperatorDecl]) -> None:
+    """An updating aggregate's results are upsert records: only a file sink (which keeps them
+    as an upsert log) or a console sink may read them; any other reader is refused at its
+    <input>, and so is a published output."""
+    for op in order:
+        for p in op.inputs:
+            producer = c.producers.get(p.name)
+            if producer is not None and producer.kind == "aggregate" \
+                    and op.kind not in UPSERT_READERS:
+                c.error(p.pos, f"{op.kind} '{op.name}' cannot read '{p.name}', the updating "
+                               f"results of aggregate '{producer.name}'",
+                        "an updating aggregate's results go to a file-sink (an upsert log) "
+                        "or a console-sink")
+        if op.kind == "aggregate":
+            for out in op.outputs:
+                if out.publish:
+                    c.error(out.pos, f"aggregate '{op.name}' cannot publish '{out.name}': its "
+                                     "results are updates, which a reader would take as rows",
+                            "write them to a file-sink, an upsert log")
 
 
 def _processing_window(c: _Checker, op: OperatorDecl, stream: str) -> bool:
@@ -545,7 +625,7 @@ def _processing_window(c: _Checker, op: OperatorDecl, stream: str) -> bool:
 
 
 # The operators that put a watermark on their input's event time when it has none yet.
-_WATERMARKING = ("window-aggregate", "top-n", "deduplicate", "join", "pattern")
+_WATERMARKING = ("window-aggregate", "top-n", "deduplicate", "join", "pattern", "aggregate")
 
 
 def _check_clocks(c: _Checker, order: list[OperatorDecl]) -> None:
@@ -689,7 +769,9 @@ def _is_event_time(c: _Checker, op: OperatorDecl, stream: str, column: str | Non
     if column is None or times is None or column in times:
         return True
     where = op.param(param)
-    have = ", ".join(sorted(times)) or "none (a project dropped them)"
+    have = ", ".join(sorted(times)) or ("none (a project dropped them, or it comes from a "
+                                        "count window or updating aggregate, whose rows come "
+                                        "behind the watermark)")
     c.error(where.value_pos() if where is not None else op.pos,
             f"'{column}' is not an event-time column of stream '{stream}', which comes after a "
             f"window or join: its event-time columns are {have}",
@@ -701,6 +783,8 @@ def _event_times_out(c: _Checker, op: OperatorDecl) -> frozenset[str] | None:
     """The event-time columns of `op`'s output, or None while no window or join is upstream."""
     ins = [c.event_times.get(p.name) for p in op.inputs]
     values = c.params.get(op.name, {})
+    if op.kind == "aggregate" or op.kind == "window-aggregate" and "rows" in values:
+        return frozenset()  # rows emitted behind the watermark: no event time to carry
     if op.kind in ("window-aggregate", "top-n"):
         return frozenset({"window_end"})
     if op.kind == "deduplicate" and not [t for t in ins if t is not None]:
@@ -744,14 +828,27 @@ def _group_columns(c: _Checker, op: OperatorDecl, schema: Schema, stream: str,
 
 
 def _aggregates(c: _Checker, op: OperatorDecl, schema: Schema, stream: str,
-                groups: list[Field] | None) -> list[Field] | None:
+                groups: list[Field] | None,
+                functions: tuple[str, ...] = AGGREGATE_FUNCTIONS,
+                taken: set[str] | None = None) -> list[Field] | None:
+    """The output columns of the <aggregate> children, each with a function among
+    `functions`; `taken`: the output's other column names (default: a window's and the
+    groups)."""
     if not op.aggregates:
-        c.error(op.pos, f"window-aggregate '{op.name}' has no <aggregate>",
+        c.error(op.pos, f"{op.kind} '{op.name}' has no <aggregate>",
                 'add e.g. <aggregate name="n" function="count"/>')
         return None
-    taken = {_folded(n) for n in WINDOW_COLUMNS} | {_folded(g.name) for g in groups or ()}
+    if taken is None:
+        taken = {_folded(n) for n in WINDOW_COLUMNS} | {_folded(g.name) for g in groups or ()}
     result, ok = [], True
     for a in op.aggregates:
+        if a.function in AGGREGATE_FUNCTIONS and a.function not in functions:
+            c.error(a.function_pos, f"aggregate '{a.name}': {op.kind} '{op.name}' computes "
+                                    f"{', '.join(functions)}, not {a.function}",
+                    "these keep each group's values in Python state: the others are for "
+                    "windows of time")
+            ok = False
+            continue
         field_ = _aggregate(c, a, schema, stream, taken)
         if field_ is None:
             ok = False
@@ -1108,7 +1205,7 @@ def _stream_source(c: _Checker, op: OperatorDecl, inputs: list[Schema]) -> Schem
 _RESOLVERS: dict[str, Callable[[_Checker, OperatorDecl, list[Schema]], Schema | None]] = {
     "deduplicate": _deduplicate, "top-n": _top_n,
     "generator": _generator, "filter": _filter, "project": _project, "pattern": _pattern,
-    "window-aggregate": _window, "join": _join, "union": _union, "control-sink": _control_sink,
+    "window-aggregate": _window, "aggregate": _updating, "join": _join, "union": _union, "control-sink": _control_sink,
     "kafka-source": _kafka_source, "kafka-sink": _kafka_sink, "stream-source": _stream_source,
 }
 
@@ -1139,7 +1236,7 @@ def _node(c: _Checker, op: OperatorDecl, d: OperatorDef) -> Node:
     params = dict(c.params[op.name])
     if op.kind == "project":
         params["fields"] = tuple((f.name, f.value) for f in op.fields)
-    if op.kind == "window-aggregate":
+    if op.kind in ("window-aggregate", "aggregate"):
         params["aggregates"] = tuple((a.name, a.function, a.column) + ((a.by,) if a.by else ())
                                      for a in op.aggregates)
     if op.kind == "pattern":
@@ -1162,6 +1259,8 @@ def _node(c: _Checker, op: OperatorDecl, d: OperatorDef) -> Node:
 def _partition_keys(kind: str, params: dict[str, Any]) -> tuple[str, ...] | None:
     if kind in ("filter", "project", "union"):
         return ()  # stateless: any partitioning is correct
+    if kind == "window-aggregate" and "rows" in params:
+        return None  # count windows: not partitioned (yet)
     if kind in ("window-aggregate", "top-n"):
         return tuple(params.get("group-by", ())) or None
     if kind == "pattern":
@@ -1473,7 +1572,7 @@ def _switchable(op: OperatorDecl, params: dict[str, Any]) -> bool:
     side's windows. Or a join (a pair belongs to the owner at its left row's time; right rows
     near the switch go to both)."""
     return op.kind == "join" or op.kind == "window-aggregate" and "gap" not in params \
-        and params.get("clock") != "processing"
+        and "rows" not in params and params.get("clock") != "processing"
 
 
 def switch_requests(op: OperatorDecl, params: dict[str, Any]) -> dict[str, Any]:
@@ -1510,9 +1609,10 @@ def _not_partitionable(c: _Checker, op: OperatorDecl, keys: tuple[str, ...] | No
     """Why `partitionable` does not hold: no partition keys at all, or `by` is not one."""
     if keys is None:
         c.error(par.pos, f"'{op.name}' ({op.kind}) cannot be partitioned{_where(par, op)}",
-                "only filter, project, union, joins, window aggregates with group-by and "
-                "patterns with partition-by can; a window-aggregate needs group-by columns, a "
-                "pattern partition-by columns")
+                "only filter, project, union, joins, window aggregates of time with group-by "
+                "and patterns with partition-by can; a window-aggregate needs group-by "
+                "columns (count windows, rows, are not partitioned yet), a pattern "
+                "partition-by columns")
         return
     assert by is not None  # with no partition-by, the first key is taken, and it is a key
     c.error(by.pos, f"'{op.name}' cannot be partitioned by '{by.value}'{_where(by, op)}",

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from common.api_client import DEFAULT_URL, RequestRejected, SchedulerClient, SchedulerUnavailable
+from common import upsert_log
 from common.api_token import read_token_file
 from common.paths import ENV_VAR as PATH_ROOTS_ENV, service_roots
 from elastiq.launch import (LaunchError, check_java, embedded_cluster, executor_environment,
@@ -124,6 +125,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         if name == "tail":
             p.add_argument("sink", help="the file-sink operator's name")
             p.add_argument("--from-start", action="store_true", help="print what is there first")
+            p.add_argument("--current", action="store_true",
+                           help="print the current view of an upsert log (an updating "
+                                "aggregate's sink: the last record of each key) and exit")
         p.set_defaults(handler=handler)
 
     u = sub.add_parser("update", help="update a running query in place from a new spec: "
@@ -533,6 +537,19 @@ def elastic_lines(operators: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def print_current(path: str) -> int:
+    """Print the current view of the upsert log at `path`, one JSON object per key (the key's
+    last record, without `@key`); 1 with the reason when it cannot be read or is not one."""
+    try:
+        view = upsert_log.read_current(path)
+    except (OSError, upsert_log.UpsertLogError) as exc:
+        print(f"elastiq: {path}: {exc}", file=sys.stderr)
+        return 1
+    for row in view:
+        print(json.dumps(row, separators=(",", ":")), flush=True)
+    return 0
+
+
 def cmd_tail(args: argparse.Namespace) -> int:
     code, reply = _call(lambda: _client(args).status(args.query))
     if code != 0:
@@ -542,6 +559,8 @@ def cmd_tail(args: argparse.Namespace) -> int:
         print(f"elastiq: query {args.query} has no file sink '{args.sink}' "
               f"(file sinks: {', '.join(sinks) or 'none'})", file=sys.stderr)
         return 1
+    if getattr(args, "current", False):
+        return print_current(sinks[args.sink])
     follower, watch = Follower(), SinkWatch()
     for _, path in watch.update({args.sink: sinks[args.sink]}):
         if not args.from_start:

@@ -39,8 +39,9 @@ from common.tasks import splitter_op_id
 from common.types import ColumnType, Field, Schema
 from compiler import expr
 from common.kafka_params import KafkaParamError, transactional_id
-from executor import (kafka_io, kafka_records, routing, shapes, sinks, sources, spool_source,
-                      top_n_frame)
+from common import keyed_aggregates
+from executor import (kafka_io, kafka_records, keyed_state_frame, routing, shapes, sinks, sources,
+                      spool_source, top_n_frame)
 from executor.cep import match as cep_match, spark as cep_spark, stage as cep_stage
 from executor.batch_gate import BatchGate
 from executor.fencing import Fence
@@ -749,15 +750,23 @@ class TaskRuntime:
     def window_aggregate(self, *, op: str, input: str, output: str, time: str | None,
                          window: str | None, slide: str | None, watermark: str,
                          group_by: Sequence[str], aggregates: Sequence[tuple[Any, ...]],
-                         gap: str | None = None, clock: str = "event") -> None:
+                         gap: str | None = None, clock: str = "event",
+                         rows: int | None = None) -> None:
         """Tumbling or sliding windows of size `window`, or session windows of `gap`, over
         event time `time`, or with `clock` "processing" over the time each micro-batch is
-        processed (each aggregate: name, function, column, and max_by/min_by's by column)."""
+        processed (each aggregate: name, function, column, and max_by/min_by's by column); or,
+        with `rows`, count windows: each key's last `rows` rows (`count_window`)."""
+        if rows is not None:
+            if window is not None or slide is not None or gap is not None or clock != "event":
+                raise self._error(op, "a count window (rows) has no size, slide, gap or clock")
+            self.count_window(op=op, input=input, output=output, time=time, rows=rows,
+                              watermark=watermark, group_by=group_by, aggregates=aggregates)
+            return
         stream = self._get(op, input)
         keys = [self._field(op, stream, g) for g in group_by]
         aggs = [self._aggregate_column(op, stream, *a) for a in aggregates]
         if clock == "processing":
-            time, rows = PROCESSING_TIME, self._processing_rows(op, stream, time, gap)
+            time, frame = PROCESSING_TIME, self._processing_rows(op, stream, time, gap)
         elif clock != "event" or time is None:
             raise self._error(op, f"a window needs a time column or clock 'processing' "
                                   f"(time={time!r}, clock={clock!r})")
@@ -766,12 +775,12 @@ class TaskRuntime:
             if time_field.type is not ColumnType.TIMESTAMP:
                 raise self._error(op, f"time column {time!r} is {time_field.type.value}, "
                                       "not timestamp")
-            rows = _without_ticks(self._watermarked(op, stream, time, watermark), time)
+            frame = _without_ticks(self._watermarked(op, stream, time, watermark), time)
         windowed = self._window_column(op, _qcol(input, time), window, slide, gap)
-        bounded = _windowed_within_bounds(rows, windowed)
-        if bounded is not rows:  # each row already in its windows
-            rows, windowed = bounded.alias(input), F.col("window")
-        df = (rows.groupBy(windowed.alias("window"), *[_qcol(input, k.name) for k in keys])
+        bounded = _windowed_within_bounds(frame, windowed)
+        if bounded is not frame:  # each row already in its windows
+            frame, windowed = bounded.alias(input), F.col("window")
+        df = (frame.groupBy(windowed.alias("window"), *[_qcol(input, k.name) for k in keys])
               .agg(*[a for a, _ in aggs]))
         event_time = {WATERMARK_DELAY_KEY: df.schema["window"].metadata[WATERMARK_DELAY_KEY]}
         df = df.select(F.col("window.start").alias("window_start"),
@@ -779,6 +788,63 @@ class TaskRuntime:
                        *[F.col(f"`{k.name}`") for k in keys], *[F.col(f"`{n}`") for n, *_ in aggregates])
         schema = Schema((Field("window_start", ColumnType.TIMESTAMP),
                          Field("window_end", ColumnType.TIMESTAMP), *keys, *[f for _, f in aggs]))
+        self._put(op, output, df, schema)
+
+    def _keyed_aggregates(self, op: str, stream: Stream, time: str | None,
+                          group_by: Sequence[str], aggregates: Sequence[tuple[Any, ...]]
+                          ) -> tuple[list[Field], list[keyed_state_frame.Aggregate]]:
+        """The key fields and aggregates of an operator whose state is kept per key in Python
+        (`executor.keyed_state_frame`): a timestamp time column, no event time upstream (the
+        validator refuses it: Spark runs no such operator after an aggregation, and a second
+        watermark would hold the first), functions among `keyed_aggregates.ROW_FUNCTIONS`."""
+        if time is None or self._field(op, stream, time).type is not ColumnType.TIMESTAMP:
+            raise self._error(op, f"time column {time!r} is not a timestamp")
+        if event_time_columns(stream.df):
+            raise self._error(op, f"stream {stream.name!r} has event time already (it comes "
+                                  "after a window or join): read it in another dataflow")
+        keys = [self._field(op, stream, g) for g in group_by]
+        result = []
+        for name, function, column, *by in aggregates:
+            if function not in keyed_aggregates.ROW_FUNCTIONS or by:
+                raise self._error(op, f"aggregate {name!r}: {function!r} is not one of "
+                                      f"{keyed_aggregates.ROW_FUNCTIONS}")
+            field = None if column is None else self._field(op, stream, column)
+            try:
+                kind = aggregate_type(function, field)
+            except ValueError as exc:
+                raise self._error(op, str(exc)) from None
+            result.append(keyed_state_frame.Aggregate(name, function, field, Field(name, kind)))
+        return keys, result
+
+    def count_window(self, *, op: str, input: str, output: str, time: str | None, rows: int,
+                     watermark: str, group_by: Sequence[str],
+                     aggregates: Sequence[tuple[Any, ...]]) -> None:
+        """Count windows: for each row, once the watermark passes it, the aggregates over its
+        key's last `rows` rows in event-time order (`keyed_state_frame.count_window_frame`)."""
+        stream = self._get(op, input)
+        if isinstance(rows, bool) or not isinstance(rows, int) or \
+                not 1 <= rows <= keyed_aggregates.MAX_WINDOW_ROWS:
+            raise self._error(op, f"rows {rows!r} is not a whole number from 1 to "
+                                  f"{keyed_aggregates.MAX_WINDOW_ROWS}")
+        keys, aggs = self._keyed_aggregates(op, stream, time, group_by, aggregates)
+        assert time is not None  # checked by _keyed_aggregates
+        df, schema = keyed_state_frame.count_window_frame(
+            stream.df, input, time, keys, aggs, rows, self._duration(op, watermark))
+        self._put(op, output, df, schema)
+
+    def updating_aggregate(self, *, op: str, input: str, output: str, time: str, ttl: str,
+                           watermark: str, group_by: Sequence[str],
+                           aggregates: Sequence[tuple[Any, ...]]) -> None:
+        """Aggregates over the whole stream per key, one upsert record per key and micro-batch
+        that brought it rows; a key's state ends `ttl` of event time after its last row
+        (`keyed_state_frame.updating_frame`). Its sink keeps the records as an upsert log."""
+        stream = self._get(op, input)
+        ttl_us = parse_duration(self._duration(op, ttl)) // timedelta(microseconds=1)
+        if ttl_us <= 0:
+            raise self._error(op, f"ttl {ttl!r} must be above zero")
+        keys, aggs = self._keyed_aggregates(op, stream, time, group_by, aggregates)
+        df, schema = keyed_state_frame.updating_frame(
+            stream.df, input, time, keys, aggs, ttl_us, self._duration(op, watermark))
         self._put(op, output, df, schema)
 
     def top_n(self, *, op: str, input: str, output: str, time: str, window: str,
@@ -1026,12 +1092,18 @@ class TaskRuntime:
                     self.spark.conf.set(NO_DATA_BATCHES, before)
 
     def file_sink(self, *, op: str, input: str, path: str,
-                  format: Literal["jsonl"] = "jsonl") -> None:
+                  format: Literal["jsonl"] = "jsonl", upsert_key: Sequence[str] | None = None
+                  ) -> None:
+        """JSON lines appended exactly once; with `upsert_key` (the input is an updating
+        aggregate's, keyed by those columns) an upsert log (`common.upsert_log`)."""
         if format != "jsonl":
             raise self._error(op, f"file sink format must be jsonl, got {format!r}")
+        if upsert_key is not None:
+            for name in upsert_key:
+                self._field(op, self._get(op, input), name)
         try:
             sink = sinks.FileSink(self.task_id, self._param(op, "path", path),
-                                  owner=self.checkpoint_dir)
+                                  owner=self.checkpoint_dir, upsert_key=upsert_key)
         except (OSError, PathRefused) as exc:
             raise self._error(op, f"cannot write the output file: {exc}") from None
         self.live[(op, "path")] = LiveParam(path, sink.retarget)

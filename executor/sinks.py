@@ -34,7 +34,7 @@ import pyarrow as pa
 from common.api_client import RequestRejected, SchedulerUnavailable
 from common.atomic_file import replace_file
 from common.operator_schemas import CONTROL_COLUMNS
-from common import safe_open
+from common import safe_open, upsert_log
 from common.paths import PathRoots, confine, executor_roots
 from common.safe_open import RootedPath, rooted
 from executor import routing
@@ -309,9 +309,14 @@ class BatchSink(Protocol):
 
 
 class FileSink:
+    """JSON lines appended exactly once; with `upsert_key`, each line an upsert record naming
+    its key columns (`common.upsert_log`)."""
+
     def __init__(self, task_id: str, path: str, owner: str = "",
-                 roots: PathRoots | None = None) -> None:
+                 roots: PathRoots | None = None,
+                 upsert_key: Sequence[str] | None = None) -> None:
         self.task_id = task_id
+        self.prefix = None if upsert_key is None else upsert_log.record_prefix(upsert_key)
         self.log = JsonlAppendLog(path, owner, roots)
         self.roots = roots
         self.rows_out = 0
@@ -332,6 +337,8 @@ class FileSink:
 
     def __call__(self, df: Any, batch_id: int) -> None:
         lines = table_to_lines(df.toArrow())
+        if self.prefix is not None:
+            lines = [upsert_log.keyed_line(self.prefix, line) for line in lines]
         if self.log.append(batch_id, lines):
             self.rows_out += len(lines)
             log.debug("task %s: batch %s -> %s rows to %s", self.task_id, batch_id, len(lines),

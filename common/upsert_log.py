@@ -1,0 +1,66 @@
+"""The file sink's upsert log: how an updating aggregate's results are written and read (pure).
+
+Each record is one JSON object per line: the row's columns, and `@key`, the names of the columns
+that identify the row (`{"@key":["category"],"category":10,"avg_price":12.5}`); a later
+record with the same values in those columns replaces an earlier one. The current view is the
+last record of each key, in the order the keys first appeared. `@key` cannot be a column name
+(names are letters, digits and `_`). Does not own writing the file (`executor.sinks.FileSink`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+KEY_MEMBER = "@key"
+
+
+def record_prefix(key: Sequence[str]) -> str:
+    """What the sink puts before a row's JSON members: `{"@key":[...],`."""
+    return "{" + json.dumps(KEY_MEMBER) + ":" + json.dumps(list(key), separators=(",", ":")) + ","
+
+
+def keyed_line(prefix: str, line: str) -> str:
+    """A row's JSON object line (`{...}`, at least one member) as an upsert record."""
+    if not line.startswith("{") or line == "{}":
+        raise ValueError(f"not a JSON object with members: {line[:40]!r}")
+    return prefix + line[1:]
+
+
+class UpsertLogError(ValueError):
+    """A line that is not an upsert record; names the line."""
+
+
+def current_view(lines: Iterable[str]) -> list[dict[str, Any]]:
+    """The last record of each key (without `@key`), in the order keys first appeared. Blank
+    lines are skipped; any other line that is not a record raises UpsertLogError with its
+    number."""
+    view: dict[tuple, dict[str, Any]] = {}
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        record = _record(number, line)
+        names = record.pop(KEY_MEMBER)
+        view[tuple(json.dumps(record.get(n), sort_keys=True) for n in names)] = record
+    return list(view.values())
+
+
+def _record(number: int, line: str) -> dict[str, Any]:
+    try:
+        record = json.loads(line)
+    except ValueError as exc:
+        raise UpsertLogError(f"line {number}: not JSON ({exc})") from None
+    names = record.get(KEY_MEMBER) if isinstance(record, dict) else None
+    if not isinstance(names, list) or not all(isinstance(n, str) and n in record for n in names):
+        raise UpsertLogError(f"line {number}: not an upsert record (no {KEY_MEMBER} naming "
+                             "its key columns)")
+    return record
+
+
+def read_current(path: str) -> list[dict[str, Any]]:
+    """The current view of an upsert log file (a last line without a line feed, being
+    written, is left out)."""
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    return current_view(text[:text.rfind("\n") + 1].splitlines())

@@ -1,0 +1,232 @@
+"""Spark layer for issue 37's count windows (`window-aggregate` with `rows`) and updating
+aggregates (`aggregate`, written by the file sink as an upsert log): each runs as a real
+streaming query over the built-in generators and is compared with an oracle in plain Python over
+the same rows (`shapes.reference_row`), also across a stop and a restart from the checkpoint."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from common.upsert_log import KEY_MEMBER, read_current
+from executor import shapes
+from executor.runtime import RuntimeSpecError, TaskRuntime
+from test_runtime_support import input_rows, read_sink, wait_drained, wait_for
+
+pytestmark = pytest.mark.spark
+
+BID = shapes.shape_named("bid").columns
+SEQUENCE = shapes.shape_named("sequence").columns
+START = "2024-01-01T00:00:00Z"
+RATE = 2000.0
+Row = dict[str, Any]
+
+
+def watermark_at_end(rows: list[Row], time: str, delay: timedelta) -> datetime:
+    """Spark's last watermark: the largest event time in whole milliseconds less `delay`."""
+    latest = max(r[time] for r in rows)
+    return latest - timedelta(microseconds=latest.microsecond % 1000) - delay
+
+
+def count_window_oracle(rows: list[Row], key: str, n: int, delay: timedelta) -> list[tuple]:
+    """(window_start, window_end, key, avg price, count, max price) for every row the final
+    watermark passed: its key's last n rows in event-time order (equal times by price)."""
+    limit = watermark_at_end(rows, "date_time", delay)
+    per_key: dict[Any, list[Row]] = defaultdict(list)
+    for r in rows:
+        per_key[r[key]].append(r)
+    out = []
+    for k, members in per_key.items():
+        ordered = sorted(members, key=lambda r: (r["date_time"], r["price"]))
+        for i, r in enumerate(ordered):
+            if r["date_time"] > limit:
+                break
+            window = ordered[max(0, i + 1 - n):i + 1]
+            prices = [w["price"] for w in window]
+            out.append((window[0]["date_time"], r["date_time"], k, sum(prices) / len(prices),
+                        len(prices), max(prices)))
+    return sorted(out)
+
+
+def start_count_window(rt: TaskRuntime, out: Path, limit: int, n: int) -> None:
+    rt.generator(op="src", output="bids", schema=BID, shape="bid", seed=21, rate=RATE,
+                 limit=limit, start=START)
+    rt.window_aggregate(op="w", input="bids", output="last", time="date_time", window=None,
+                        slide=None, watermark="2 milliseconds", group_by=("bidder",),
+                        aggregates=(("avg_price", "avg", "price"), ("n", "count", None),
+                                    ("top", "max", "price")), rows=n)
+    rt.file_sink(op="sink", input="last", path=str(out))
+
+
+def emitted_windows(out: Path) -> list[tuple]:
+    return sorted((r["window_start"], r["window_end"], r["bidder"], r["avg_price"], r["n"],
+                   r["top"]) for r in read_sink(out))
+
+
+def test_a_count_window_gives_each_rows_last_n_in_event_time_order(
+        runtime: TaskRuntime, tmp_path: Path) -> None:
+    """Nexmark bids per bidder, the last 5 of each (the hot bidder has hundreds, others a few):
+    one result per bid the watermark passed, exactly the oracle's; the state holds at most 4
+    released rows per bidder and the rows not yet passed."""
+    limit, out = 3000, tmp_path / "out.jsonl"
+    start_count_window(runtime, out, limit, 5)
+    assert runtime.query is not None
+    wait_drained(runtime.query, [limit], timeout=300)
+    expected = count_window_oracle(input_rows("bid", 21, RATE, limit), "bidder", 5,
+                                   timedelta(milliseconds=2))
+    assert sum(1 for e in expected if e[4] == 5) > 100, "too few full windows to test"
+    assert emitted_windows(out) == expected
+
+
+def test_a_count_window_restarted_from_its_checkpoint_gives_the_same_results(
+        spark: Any, tmp_path: Path) -> None:
+    """Stopped after its first rows and started again on the same checkpoint: each bid's
+    result comes once, and all of them are the oracle's (the pending rows and each key's last
+    rows came back from the state store)."""
+    limit, out, ck = 4000, tmp_path / "out.jsonl", tmp_path / "ck"
+    first = TaskRuntime(spark, query_id="q", task_id="t-first", checkpoint_dir=str(ck),
+                        trigger_seconds=0.5)
+    try:
+        start_count_window(first, out, limit, 10)
+        query = first.query
+        assert query is not None
+        wait_for(lambda: any(p["numInputRows"] > 0 for p in query.recentProgress), 300,
+                 "a first batch with rows")
+    finally:
+        first.stop()
+    before = len(read_sink(out))
+    second = TaskRuntime(spark, query_id="q", task_id="t-second", checkpoint_dir=str(ck),
+                         trigger_seconds=0.5)
+    try:
+        start_count_window(second, out, limit, 10)
+        assert second.query is not None
+        wait_drained(second.query, [limit], timeout=300)
+    finally:
+        second.stop()
+    expected = count_window_oracle(input_rows("bid", 21, RATE, limit), "bidder", 10,
+                                   timedelta(milliseconds=2))
+    assert 0 < before < len(expected), "the restart did not come midway"
+    assert emitted_windows(out) == expected
+
+
+def updating_oracle(rows: list[Row], key: str, value: str, time: str, ttl: timedelta
+                    ) -> dict[Any, tuple[int, Any, float]]:
+    """Per key: (count, sum, avg) of its rows since the last gap longer than ttl between one
+    row and the latest before it, in event-time order (equal times by value)."""
+    per_key: dict[Any, list[Row]] = defaultdict(list)
+    for r in sorted(rows, key=lambda r: (r[time], r[value])):
+        per_key[r[key]].append(r)
+    view = {}
+    for k, members in per_key.items():
+        run: list[Row] = []
+        for r in members:
+            if run and r[time] > run[-1][time] + ttl:
+                run = []
+            run.append(r)
+        total = sum(m[value] for m in run)
+        view[k] = (len(run), total, total / len(run))
+    return view
+
+
+def start_updating(rt: TaskRuntime, out: Path, shape: str, limit: int, key: str,
+                   value: str, time: str, ttl: str) -> None:
+    schema = BID if shape == "bid" else SEQUENCE
+    rt.generator(op="src", output="rows", schema=schema, shape=shape, seed=5, rate=RATE,
+                 limit=limit, start=START)
+    rt.updating_aggregate(op="agg", input="rows", output="totals", time=time, ttl=ttl,
+                          watermark="0 seconds", group_by=(key,),
+                          aggregates=(("n", "count", None), ("total", "sum", value),
+                                      ("mean", "avg", value)))
+    rt.file_sink(op="sink", input="totals", path=str(out), upsert_key=(key,))
+
+
+def current(out: Path, key: str) -> dict[Any, tuple[int, Any, float]]:
+    return {r[key]: (r["n"], r["total"], r["mean"]) for r in read_current(str(out))}
+
+
+def assert_views_equal(have: dict, want: dict) -> None:
+    assert set(have) == set(want)
+    for k, (n, total, mean) in want.items():
+        got = have[k]
+        assert got[0] == n and math.isclose(got[1], total, rel_tol=1e-12) \
+            and math.isclose(got[2], mean, rel_tol=1e-12), (k, got, want[k])
+
+
+def test_an_updating_aggregate_writes_an_upsert_log_whose_view_is_the_oracles(
+        runtime: TaskRuntime, tmp_path: Path) -> None:
+    """Totals per sequence key over the whole stream (a ttl longer than the run): several
+    records per key (one per micro-batch that had its rows), each naming its key; the view,
+    the last record of each key, equals the oracle's totals."""
+    limit, out = 3000, tmp_path / "out.jsonl"
+    start_updating(runtime, out, "sequence", limit, "key", "value", "ts", "1 hours")
+    assert runtime.query is not None
+    wait_drained(runtime.query, [limit], timeout=300)
+    records = read_sink(out)
+    assert all(r[KEY_MEMBER] == ["key"] for r in records)
+    assert len(records) > len({r["key"] for r in records}), "no key was updated twice"
+    want = updating_oracle(input_rows("sequence", 5, RATE, limit), "key", "value", "ts",
+                           timedelta(hours=1))
+    assert_views_equal(current(out, "key"), want)
+
+
+def test_an_updating_aggregates_ttl_bounds_its_state_and_restarts_quiet_keys(
+        spark: Any, tmp_path: Path) -> None:
+    """Totals per auction with a 20 ms ttl (auctions are bid on for a few ms each, and the hot
+    auction changes): a bid more than 20 ms after its auction's latest starts the totals anew,
+    and keys quiet for 20 ms of watermark leave the state, which ends far smaller than the
+    number of auctions. Stopped after its first rows and restarted from the checkpoint, the
+    view is still the oracle's."""
+    limit, out, ck = 6000, tmp_path / "out.jsonl", tmp_path / "ck"
+    first = TaskRuntime(spark, query_id="q", task_id="t-first", checkpoint_dir=str(ck),
+                        trigger_seconds=0.5)
+    try:
+        start_updating(first, out, "bid", limit, "auction", "price", "date_time",
+                       "20 milliseconds")
+        query = first.query
+        assert query is not None
+        wait_for(lambda: any(p["numInputRows"] > 0 for p in query.recentProgress), 300,
+                 "a first batch with rows")
+    finally:
+        first.stop()
+    second = TaskRuntime(spark, query_id="q", task_id="t-second", checkpoint_dir=str(ck),
+                         trigger_seconds=0.5)
+    try:
+        start_updating(second, out, "bid", limit, "auction", "price", "date_time",
+                       "20 milliseconds")
+        assert second.query is not None
+        wait_drained(second.query, [limit], timeout=300)
+        last = second.query.lastProgress
+    finally:
+        second.stop()
+    rows = input_rows("bid", 5, RATE, limit)
+    want = updating_oracle(rows, "auction", "price", "date_time", timedelta(milliseconds=20))
+    whole = updating_oracle(rows, "auction", "price", "date_time", timedelta(days=1))
+    assert want != whole, "no auction had a gap longer than the ttl: the reset is untested"
+    assert_views_equal(current(out, "auction"), want)
+    state = sum(s["numRowsTotal"] for s in last["stateOperators"])
+    assert state < len(want) / 4, f"{state} keys in state of {len(want)}: the ttl bounds nothing"
+
+
+def test_keyed_operators_refuse_what_they_cannot_compute(runtime: TaskRuntime) -> None:
+    runtime.generator(op="src", output="bids", schema=BID, shape="bid", seed=1, rate=1000.0,
+                      limit=10, start=START)
+    for bad in (
+            dict(rows=0), dict(rows=10_001), dict(rows=5, window="1 seconds"),
+            dict(rows=5, aggregates=(("d", "count_distinct", "price"),)),
+            dict(rows=5, time="price")):
+        args: dict[str, Any] = dict(op="w", input="bids", output="o", time="date_time",
+                                    window=None, slide=None, watermark="0 seconds",
+                                    group_by=(), aggregates=(("n", "count", None),))
+        args.update(bad)
+        with pytest.raises(RuntimeSpecError):
+            runtime.window_aggregate(**args)
+    with pytest.raises(RuntimeSpecError, match="ttl"):
+        runtime.updating_aggregate(op="a", input="bids", output="o", time="date_time",
+                                   ttl="0 seconds", watermark="0 seconds", group_by=(),
+                                   aggregates=(("n", "count", None),))
+
