@@ -17,8 +17,8 @@ the key's new totals once per micro-batch that brought it rows: an upsert record
 writes them as an upsert log, `common.upsert_log`). A row more than `ttl` of event time after
 the key's latest row starts its totals anew (so the totals are a function of the rows, not of
 how micro-batches cut them), and a key's state is dropped once the watermark passes its latest
-row's time plus `ttl` (no row after that can join it: it would be late or start anew). Aggregates are
-`common.keyed_aggregates`. Does not own argument checks (`executor.runtime`).
+row's time plus `ttl` (no row after that can join it: it would be late or start anew).
+Aggregates are `common.keyed_aggregates`. Does not own argument checks (`executor.runtime`).
 """
 
 from __future__ import annotations

@@ -88,15 +88,12 @@ def test_a_count_window_restarted_from_its_checkpoint_gives_the_same_results(
     """Stopped after its first rows and started again on the same checkpoint: each bid's
     result comes once, and all of them are the oracle's (the pending rows and each key's last
     rows came back from the state store)."""
-    limit, out, ck = 4000, tmp_path / "out.jsonl", tmp_path / "ck"
+    limit, out, ck = 8000, tmp_path / "out.jsonl", tmp_path / "ck"
     first = TaskRuntime(spark, query_id="q", task_id="t-first", checkpoint_dir=str(ck),
                         trigger_seconds=0.5)
     try:
         start_count_window(first, out, limit, 10)
-        query = first.query
-        assert query is not None
-        wait_for(lambda: any(p["numInputRows"] > 0 for p in query.recentProgress), 300,
-                 "a first batch with rows")
+        wait_for(lambda: read_sink(out), 300, "a first batch of results")
     finally:
         first.stop()
     before = len(read_sink(out))
@@ -181,18 +178,16 @@ def test_an_updating_aggregates_ttl_bounds_its_state_and_restarts_quiet_keys(
     and keys quiet for 20 ms of watermark leave the state, which ends far smaller than the
     number of auctions. Stopped after its first rows and restarted from the checkpoint, the
     view is still the oracle's."""
-    limit, out, ck = 6000, tmp_path / "out.jsonl", tmp_path / "ck"
+    limit, out, ck = 8000, tmp_path / "out.jsonl", tmp_path / "ck"
     first = TaskRuntime(spark, query_id="q", task_id="t-first", checkpoint_dir=str(ck),
                         trigger_seconds=0.5)
     try:
         start_updating(first, out, "bid", limit, "auction", "price", "date_time",
                        "20 milliseconds")
-        query = first.query
-        assert query is not None
-        wait_for(lambda: any(p["numInputRows"] > 0 for p in query.recentProgress), 300,
-                 "a first batch with rows")
+        wait_for(lambda: read_sink(out), 300, "a first batch of results")
     finally:
         first.stop()
+    before = len(read_sink(out))
     second = TaskRuntime(spark, query_id="q", task_id="t-second", checkpoint_dir=str(ck),
                          trigger_seconds=0.5)
     try:
@@ -207,7 +202,9 @@ def test_an_updating_aggregates_ttl_bounds_its_state_and_restarts_quiet_keys(
     want = updating_oracle(rows, "auction", "price", "date_time", timedelta(milliseconds=20))
     whole = updating_oracle(rows, "auction", "price", "date_time", timedelta(days=1))
     assert want != whole, "no auction had a gap longer than the ttl: the reset is untested"
+    assert 0 < before < len(read_sink(out)), "the restart did not come midway"
     assert_views_equal(current(out, "auction"), want)
+    assert last is not None
     state = sum(s["numRowsTotal"] for s in last["stateOperators"])
     assert state < len(want) / 4, f"{state} keys in state of {len(want)}: the ttl bounds nothing"
 
