@@ -1205,7 +1205,8 @@ def _stream_source(c: _Checker, op: OperatorDecl, inputs: list[Schema]) -> Schem
 _RESOLVERS: dict[str, Callable[[_Checker, OperatorDecl, list[Schema]], Schema | None]] = {
     "deduplicate": _deduplicate, "top-n": _top_n,
     "generator": _generator, "filter": _filter, "project": _project, "pattern": _pattern,
-    "window-aggregate": _window, "aggregate": _updating, "join": _join, "union": _union, "control-sink": _control_sink,
+    "window-aggregate": _window, "aggregate": _updating, "join": _join, "union": _union,
+    "control-sink": _control_sink,
     "kafka-source": _kafka_source, "kafka-sink": _kafka_sink, "stream-source": _stream_source,
 }
 

@@ -6,6 +6,8 @@ the same rows (`shapes.reference_row`), also across a stop and a restart from th
 from __future__ import annotations
 
 import math
+import os
+import signal
 from collections import defaultdict
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -16,7 +18,8 @@ import pytest
 from common.upsert_log import KEY_MEMBER, read_current
 from executor import shapes
 from executor.runtime import RuntimeSpecError, TaskRuntime
-from test_runtime_support import input_rows, read_sink, wait_drained, wait_for
+from executor.task_runner import TaskRunner
+from test_runtime_support import drained, input_rows, read_sink, wait_drained, wait_for
 
 pytestmark = pytest.mark.spark
 
@@ -227,3 +230,74 @@ def test_keyed_operators_refuse_what_they_cannot_compute(runtime: TaskRuntime) -
                                    ttl="0 seconds", watermark="0 seconds", group_by=(),
                                    aggregates=(("n", "count", None),))
 
+
+
+PROGRAM = '''
+from common.types import Schema
+BID = Schema.of(("auction", "int"), ("bidder", "int"), ("price", "int"), ("channel", "string"),
+                ("url", "string"), ("date_time", "timestamp"))
+def build(rt):
+    rt.generator(op="src", output="bids", schema=BID, shape="bid", seed=21, rate=KILL_RATE,
+                 limit=LIMIT, start="2024-01-01T00:00:00Z")
+    rt.window_aggregate(op="w", input="bids", output="last", time="date_time", window=None,
+                        slide=None, watermark="2 milliseconds", group_by=("bidder",),
+                        aggregates=(("avg_price", "avg", "price"), ("n", "count", None),
+                                    ("top", "max", "price")), rows=10)
+    rt.file_sink(op="sink", input="last", path=OUT)
+'''
+
+
+KILL_RATE = 250.0  # 8,000 bids take ~35 s: the kill comes mid-stream, after the first results
+
+
+def python_workers(jvm_pid: int) -> list[int]:
+    """The Python worker processes the Spark JVM forked through its worker daemon (they run
+    the count window's per-key function): the daemon's children (/proc scan)."""
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", encoding="utf-8") as f:
+                    parents[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+    daemons = [pid for pid, parent in parents.items() if parent == jvm_pid
+               and b"spark_worker_daemon" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    return [pid for pid, parent in parents.items() if parent in daemons]
+
+
+def test_a_count_window_whose_python_workers_are_sigkilled_stays_exact(
+        spark: Any, tmp_path: Path) -> None:
+    """Mid-stream, every Python worker of the session (where the per-key state function runs)
+    is SIGKILLed: every bid's result is still there once, exactly the oracle's. (In our runs
+    Spark replaced the workers without failing the query, restarts 0; the task runner would
+    restart a failed query from its checkpoint, which the stop-and-restart test covers.)"""
+    limit, out = 8000, tmp_path / "out.jsonl"
+    program = tmp_path / "program.py"
+    program.write_text(f"OUT = {str(out)!r}\nLIMIT = {limit}\nKILL_RATE = {KILL_RATE}\n"
+                       + PROGRAM, encoding="utf-8")
+    runner = TaskRunner(spark, program, {"query_id": "q", "task_id": "kill",
+                                         "checkpoint_dir": str(tmp_path / "ck"),
+                                         "trigger_seconds": 0.5},
+                        max_restarts=3, backoff_seconds=0.5)
+    jvm_pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
+    try:
+        runner.start()
+        wait_for(lambda: read_sink(out), 120, "a first batch of results")
+        assert runner.runtime is not None and runner.runtime.query is not None
+        progress = runner.runtime.query.lastProgress
+        assert progress is not None
+        assert str(limit) not in str(progress["sources"][0]["endOffset"]), "too late to kill"
+        victims = python_workers(jvm_pid)
+        assert victims, "no Python worker to kill"
+        for pid in victims:
+            os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: runner.runtime is not None and runner.runtime.query is not None
+                 and drained(runner.runtime.query, [limit]), 300, "the rest after the kill")
+        assert runner.runtime is not None and runner.runtime.query is not None
+        wait_drained(runner.runtime.query, [limit], timeout=120)
+    finally:
+        runner.stop()
+    expected = count_window_oracle(input_rows("bid", 21, KILL_RATE, limit), "bidder", 10,
+                                   timedelta(milliseconds=2))
+    assert emitted_windows(out) == expected, f"restarts: {runner.status().restarts}"
