@@ -24,9 +24,9 @@ from typing import Any, Iterator
 
 import pytest
 
-from testkit.e2e_support import (SPECS, Stack, cli, generator_rows, module_stack, read_sink,
-                                 spec_params, wait_running, wait_until, window_oracle,
-                                 multiset_diff)
+from testkit.e2e_support import (SPECS, Stack, cli, generator_rows, hurry, module_stack,
+                                 multiset_diff, read_sink, spec_params, wait_running, wait_until,
+                                 window_oracle)
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
 SPEC = "e2e-update.xml"
@@ -129,6 +129,7 @@ def test_updates_switch_the_filter_live_then_by_relaunch_and_keep_the_window_run
                180, "a row under the first predicate again")
     print(f"update 2 (relaunch): the new attempt ran {running_after:.2f} s after the request, "
           f"its first row {time.monotonic() - asked:.2f} s after it (goal: pause < 2 s)")
+    hurry(stack, QUERY)  # the updates are done: the generator makes the rest of its input now
 
     windows = windows_oracle()
     wait_until(lambda: rows_of(windows_path) == windows, 300,
