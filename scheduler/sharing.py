@@ -222,6 +222,22 @@ def admissions(reader: QueryRecord, queries: Mapping[str, QueryRecord]
     return found
 
 
+def served_readers(writer: QueryRecord, task_id: str, queries: Mapping[str, QueryRecord]
+                   ) -> list[tuple[str, dict[str, str]]]:
+    """For each channel task `task_id` of `writer` serves other queries: (the channel, reader id
+    -> public key ("" without keys) of every live reader task of another query)."""
+    found = []
+    for channel in served(writer.query):
+        producer = _producer(writer, channel)
+        if producer is None or producer.task_id != task_id:
+            continue
+        ids = {reader_id(i.task_id, channel): q.keys.get(i.task_id, {}).get("public", "")
+               for q, i in readers(queries, channel) if q.query_id != writer.query_id}
+        if ids:
+            found.append((channel, ids))
+    return found
+
+
 def reader_tasks(writer: QueryRecord, launched: Iterable[str],
                  queries: Mapping[str, QueryRecord]
                  ) -> list[tuple[QueryRecord, TaskRecord, str, str]]:

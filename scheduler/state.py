@@ -434,7 +434,19 @@ class SchedulerState:
                 kind="retry" if kind == "refused" else kind) + self._fail_over(ev.stimulus_id)
         if target is TaskState.RUNNING:
             self._relaunched_with_params(query, task)
+            return self._readers_again(ev.stimulus_id, query, task)
         return []
+
+    def _readers_again(self, sid: str, writer: QueryRecord, task: TaskRecord) -> list[Command]:
+        """A writer task that now runs is told again every other query's live reader of what it
+        serves: a readers message sent while it started, before its executor subscribed, was
+        dropped by the agent (framework messages are best effort, in Mesos too), and a reader
+        never admitted would wait forever (admitting twice changes nothing)."""
+        return [SendFrameworkMessage(sid, task.agent_id, self._executor_id(task.agent_id),
+                                     messages.ReadersMessage(task.mesos_task_id, channel,
+                                                             tuple(sorted(ids.items())), ()))
+                for channel, ids in sharing.served_readers(writer, task.task_id, self.queries)
+                if task.agent_id]
 
     def _relaunched_with_params(self, query: QueryRecord, task: TaskRecord) -> None:
         """A task relaunched while a control request waited for it started with the request's

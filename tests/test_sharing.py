@@ -242,6 +242,27 @@ def test_reader_and_writer_are_wired_with_endpoint_and_keys(state: SchedulerStat
     assert reader["keys"]["own"] == keys["alerts.t0"]
 
 
+def test_a_writer_that_starts_running_is_told_its_readers_again(state: SchedulerState) -> None:
+    """A reader submitted while its writer is launched but not yet running: the readers message
+    then sent may reach the writer's agent before the executor subscribed, which drops it (seen
+    under load: the reader waited forever); once the writer runs it is sent again."""
+    assert submit(state, compiled(WRITER, "w.xml")).accepted
+    state.handle(OffersReceived("o1", (offer("o1", "a1"),)))
+    reader_q = compiled(reader_spec(), "r.xml")
+    out = state.handle(QuerySubmitted("s2", reader_q, None, keys := keys_for(reader_q)))
+    admitted = (("alerts.t0/read:sensors/hotReadings", keys["alerts.t0"]["public"]),)
+    (first,) = [c for c in out if isinstance(c, SendFrameworkMessage)]
+    assert first.message == ReadersMessage("sensors.t0.a1", "sensors/hotReadings", admitted)
+    out = state.handle(StatusUpdated("u", "sensors.t0.a1", "RUNNING", "", "", "a1",
+                                     "elastiq-exec-a1", "SOURCE_EXECUTOR"))
+    (again,) = [c for c in out if isinstance(c, SendFrameworkMessage)]
+    assert (again.agent_id, again.executor_id) == ("a1", first.executor_id)
+    assert again.message == first.message
+    out = state.handle(StatusUpdated("u2", "sensors.t0.a1", "RUNNING", "", "", "a1",
+                                     "elastiq-exec-a1", "SOURCE_EXECUTOR"))
+    assert not [c for c in out if isinstance(c, SendFrameworkMessage)]  # no change, no message
+
+
 def test_a_relaunched_writer_carries_its_readers_and_they_follow_it(
         state: SchedulerState) -> None:
     running_writer(state)
