@@ -1045,7 +1045,10 @@ class TaskRuntime:
             raise self._error(op, f"{name} {ratio} is outside 0..1")
         return ratio
 
-    def union(self, *, op: str, inputs: Sequence[str], output: str) -> None:
+    def union(self, *, op: str, inputs: Sequence[str], output: str,
+              max_delay: str | None = None) -> None:
+        if max_delay is not None:
+            self._duration(op, max_delay)
         streams = [self._get(op, name) for name in inputs]
         if len(streams) < 2:
             raise self._error(op, "a union needs at least two inputs")
