@@ -561,7 +561,8 @@ class TaskRunner:
                 with self._rebuild:
                     current = self.runtime
                     assert current is not None  # replaced, never cleared, once started
-                    if current.query is not query:
+                    replacing = current.dpc is not None and current.dpc.replacing
+                    if current.query is not query or replacing:  # (a DPC re-run starting)
                         continue
                 exc = query.exception()
                 if exc is not None:
