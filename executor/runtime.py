@@ -1085,8 +1085,14 @@ class TaskRuntime:
                                  self._start_rerun)
 
     def _stop_for_rerun(self) -> None:
-        if self.query is not None and self.query.isActive:
-            self.query.stop()
+        """Stop the query between micro-batches (its inputs are held): a batch in flight is
+        let finish (it is re-run anyway), so Spark is not interrupted inside the sink."""
+        query = self.query
+        if query is None or not query.isActive:
+            return
+        self.gate.drain(lambda: query.isActive and bool(query.status["isTriggerActive"]),
+                        CONTROL_TIMEOUT_SECONDS)
+        query.stop()
 
     def _start_rerun(self) -> None:
         self.query = self._start_query(self._stream_writer)
@@ -1102,8 +1108,8 @@ class TaskRuntime:
             try:
                 sink = DpcSink(sink, self.dpc)
             except TypeError as exc:
-                log.warning("task %s: %s; the union waits for cut-off inputs instead", self.task_id,
-                            exc)
+                log.warning("task %s: %s; max-delay is not applied: the union runs as "
+                            "without it (docs/availability.md)", self.task_id, exc)
                 self.dpc = None
         stream = self._get(op, input)
         writer = (stream.df.writeStream.foreachBatch(self.gate.wrap(sink))

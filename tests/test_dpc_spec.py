@@ -93,3 +93,15 @@ def test_the_compiled_union_call_carries_max_delay(tmp_path) -> None:
                                     base_dir=tmp_path)
     programs = "\n".join(t.program for t in compilation.query.tasks)
     assert "max_delay='3 seconds'" in programs
+
+
+def test_max_delay_is_part_of_the_union_s_signature_only_when_set(tmp_path) -> None:
+    from compiler.pipeline import compile_spec_text
+
+    def signature(attrs: str) -> str:
+        query = compile_spec_text(_spec(attrs), "dpc.xml", base_dir=tmp_path).query
+        return next(o.signature for o in query.operators if o.name == "u")
+
+    plain, three, four = signature(""), signature(' max-delay="3 s"'), signature(' max-delay="4 s"')
+    assert len({plain, three, four}) == 3
+    assert "3000" not in plain and "3000" in three
