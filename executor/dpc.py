@@ -18,8 +18,8 @@ files (`executor.spool.Control`, read by the Spark source in Spark's planner pro
   finished it, the spools go back to normal and the reconcile time is logged and kept.
 
 The file sink numbers its appends `batch id + shift` (its exactly-once log needs increasing
-ids; the re-run numbers batches from the stable point again); the shift is kept in
-`dpc/state.json` next to the checkpoint.
+ids; the re-run numbers batches from the stable point again); the shift and the last episode
+number are kept in `dpc/state.json` next to the checkpoint.
 """
 
 from __future__ import annotations
@@ -80,8 +80,7 @@ class DpcController:
         self.state_path = os.path.join(checkpoint_dir, "dpc", "state.json")
         self._stop_query, self._start_query = stop_query, start_query
         self.state = dpc.State(since=time.monotonic())
-        self.episode = 0
-        self.shift = _load_shift(self.state_path)
+        self.shift, self.episode = _load_state(self.state_path)
         self.highest_id = -1  # the highest append id the file sink was given
         self.stable_batch: int | None = None  # the last batch of the stable point
         self._pending_point = False  # the next batch keeps the stable point first
@@ -96,6 +95,9 @@ class DpcController:
     # -- lifecycle
 
     def start(self) -> None:
+        """Start stable: a control file a run before this one left (a restart during an
+        episode) would hold the inputs for good."""
+        self._control(spool.Control())
         for i in self.inputs:
             i.receiver.liveness = True
         self._thread = threading.Thread(target=self._run, daemon=True,
@@ -132,6 +134,7 @@ class DpcController:
             if action is dpc.Action.GO_TENTATIVE:
                 self.episode += 1
                 self._pending_point = True
+                _save_state(self.state_path, self.shift, self.episode)
         if action is not dpc.Action.NONE:
             log.info("task %s: DPC %s -> %s (cut: %s)", self.task_id, action.value,
                      decision.state.mode.value, ", ".join(decision.state.cut) or "none")
@@ -168,7 +171,7 @@ class DpcController:
             _restore(self.stable_dir, self.spark_dir)
             with self._lock:
                 self.shift = max(self.highest_id - point, self.shift)
-                _save_shift(self.state_path, self.shift)
+                _save_state(self.state_path, self.shift, self.episode)
                 self._rerun, self._revision_due = True, self.episode
             highs = {i.name: i.receiver.spooled_high for i in self.inputs}
             for i in self.inputs:
@@ -325,14 +328,16 @@ def _restore(stable_dir: str, spark_dir: str) -> None:
     shutil.rmtree(aside)
 
 
-def _load_shift(path: str) -> int:
+def _load_state(path: str) -> tuple[int, int]:
+    """(shift, last episode number) kept across restarts of the task."""
     try:
         with open(path, encoding="utf-8") as f:
-            return int(json.load(f)["shift"])
+            data = json.load(f)
+        return int(data["shift"]), int(data["episode"])
     except FileNotFoundError:
-        return 0
+        return 0, 0
 
 
-def _save_shift(path: str, shift: int) -> None:
+def _save_state(path: str, shift: int, episode: int) -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    replace_file(path, json.dumps({"shift": shift}))
+    replace_file(path, json.dumps({"shift": shift, "episode": episode}))
