@@ -1,8 +1,9 @@
-"""Borealis DPC in the Spark layer with real ZeroMQ channels (docs/availability.md): task b
-unions two channels (tasks a1 and a2, one session) and counts per sensor and second; the link
-from a2 to b goes through a TCP proxy the test cuts and heals. With max-delay, results keep
-coming during the cut, marked tentative, and after the heal the sink's stable view equals a
-plain-Python oracle over all input."""
+"""Borealis DPC in the Spark layer with real ZeroMQ channels (docs/availability.md): tasks
+"dpc" (max-delay) and "plain" (none) each union two channels (tasks a1 and a2, one session) and
+count per sensor and second; the link from a2 to both goes through a TCP proxy the test cuts
+and heals. With max-delay, results keep coming during the cut, marked tentative, and after the
+heal the sink's stable view equals a plain-Python oracle over all input; without it nothing is
+marked."""
 
 from __future__ import annotations
 
@@ -26,8 +27,8 @@ from test_runtime_support import START, input_rows, read_sink, wait_drained, wai
 
 pytestmark = pytest.mark.spark
 
-RATE, LIMIT, MAX_DELAY = 200.0, 4000, 2.0  # 20 s of input per upstream task
-CUT_SECONDS = 7.0
+RATE, LIMIT, MAX_DELAY = 200.0, 3600, 2.0  # 18 s of input per upstream task
+CUT_SECONDS = 6.0
 WATERMARK = timedelta(seconds=4)
 
 
@@ -139,12 +140,12 @@ def _read(path: Path) -> list[dict[str, Any]]:
 class CutRun:
     rows: list[dict[str, Any]]  # the sink's records after both inputs drained
     tentative: list[dict[str, Any]]  # the tentative rows written before the heal
-    first_tentative: float | None  # seconds from the cut to the first tentative row
-    reconcile: float | None  # seconds the reconcile took
     before_heal: int  # sink records at the heal
+    first_tentative: float | None = None  # seconds from the cut to the first tentative row
+    reconcile: float | None = None  # seconds the reconcile took
 
 
-def _wait_b_drained(b: TaskRuntime, writers: dict[str, Any]) -> None:
+def _wait_drained(b: TaskRuntime, writers: dict[str, Any]) -> None:
     """Until b's query has finished every batch both writers numbered and, twice 1 s apart,
     has nothing more to do (its last windows closed by a no-data batch)."""
     from executor.spool_source import finished_seq
@@ -164,75 +165,95 @@ def _wait_b_drained(b: TaskRuntime, writers: dict[str, Any]) -> None:
         streak = streak + 1 if done and idle else 0
         return streak >= 2
 
-    wait_for(settled, 90, "b to finish both inputs", step=1.0)
+    wait_for(settled, 90, f"{b.task_id} to finish both inputs", step=1.0)
 
 
-def _cut_run(spark: Any, tmp_path: Path, max_delay: str | None) -> CutRun:
-    """a1, a2 -> b (union, per-second counts, file sink); the a2 -> b link cut for CUT_SECONDS
-    once b has written its first windows, then healed; returns once both inputs drained and
-    (with max-delay) the stable view equals the oracle."""
+def _downstream(spark: Any, tmp_path: Path, hub: ChannelHub, name: str, proxy: LinkProxy,
+                schema: Any, max_delay: str | None) -> TaskRuntime:
+    """Task `name`: union of a1.raw and a2.raw (a2's through the proxy), per-second counts per
+    sensor with a 4 s watermark, file sink <name>.jsonl."""
+    b = TaskRuntime(spark, query_id="q", task_id=name, checkpoint_dir=str(tmp_path / name),
+                    channels=hub, trigger_seconds=0.5, endpoints={"a2.raw": proxy.endpoint})
+    b.channel_source(output="r1", schema=schema, channel="a1.raw")
+    b.channel_source(output="r2", schema=schema, channel="a2.raw")
+    b.union(op="u", inputs=("r1", "r2"), output="both", max_delay=max_delay)
+    b.window_aggregate(op="w", input="both", output="win", time="ts", window="1 seconds",
+                       slide=None, watermark="4 seconds", group_by=("sensor",),
+                       aggregates=(("n", "count", None), ("total", "sum", "temp")))
+    b.file_sink(op="sink", input="win", path=str(tmp_path / f"{name}.jsonl"))
+    assert (b.dpc is not None) == (max_delay is not None)
+    return b
+
+
+def _cut_run(spark: Any, tmp_path: Path) -> tuple[CutRun, CutRun]:
+    """a1, a2 -> "dpc" (with max-delay) and "plain" (without); the a2 link of both cut for
+    CUT_SECONDS once both have written their first windows, then healed; returns once every
+    input is drained, what each sink holds."""
     from common.types import Schema
     from executor.shapes import arrow_schema
 
     reading = Schema.of(("sensor", "string"), ("ts", "timestamp"), ("temp", "double"))
     hub = ChannelHub()
-    writers = {name: hub.writer(name, arrow_schema(reading),
-                                expected_readers=[channel_reader_id("b", name)])
-               for name in ("a1.raw", "a2.raw")}
+    names = ("dpc", "plain")
+    writers = {ch: hub.writer(ch, arrow_schema(reading),
+                              expected_readers=[channel_reader_id(n, ch) for n in names])
+               for ch in ("a1.raw", "a2.raw")}
     proxy = LinkProxy(hub.endpoint("a2.raw") or "")
-    out = tmp_path / "b.jsonl"
+    outs = [tmp_path / f"{n}.jsonl" for n in names]
     ups = [TaskRuntime(spark, query_id="q", task_id=f"a{i}", checkpoint_dir=str(tmp_path / f"a{i}"),
                        channels=hub, trigger_seconds=0.5) for i in (1, 2)]
-    b = TaskRuntime(spark, query_id="q", task_id="b", checkpoint_dir=str(tmp_path / "b"),
-                    channels=hub, trigger_seconds=0.5, endpoints={"a2.raw": proxy.endpoint})
-    first = reconcile = None
+    downs: list[TaskRuntime] = []
     try:
         for i, rt in enumerate(ups, start=1):
             rt.generator(op="src", output="raw", schema=reading, shape="sensor", seed=i,
                          rate=RATE, limit=LIMIT, start=START)
             rt.channel_sink(input="raw", channel=f"a{i}.raw")
-        b.channel_source(output="r1", schema=reading, channel="a1.raw")
-        b.channel_source(output="r2", schema=reading, channel="a2.raw")
-        b.union(op="u", inputs=("r1", "r2"), output="both", max_delay=max_delay)
-        b.window_aggregate(op="w", input="both", output="win", time="ts", window="1 seconds",
-                           slide=None, watermark="4 seconds", group_by=("sensor",),
-                           aggregates=(("n", "count", None), ("total", "sum", "temp")))
-        b.file_sink(op="sink", input="win", path=str(out))
-        assert (b.dpc is not None) == (max_delay is not None)
-        wait_for(lambda: len(_read(out)) > 0, 90, "b's first windows")
+        for name, delay in zip(names, (f"{int(MAX_DELAY)} seconds", None)):
+            downs.append(_downstream(spark, tmp_path, hub, name, proxy, reading, delay))
+        dpc = downs[0].dpc
+        assert dpc is not None
+        wait_for(lambda: all(len(_read(o)) > 0 for o in outs), 90, "the first windows")
         assert ups[0].query is not None and ups[0].query.lastProgress is not None
         assert str(LIMIT) not in str(ups[0].query.lastProgress["sources"][0]["endOffset"]), \
             "the input ended before the cut"
         proxy.cut()
         cut_at = time.monotonic()
-        if max_delay is not None:
-            wait_for(lambda: any(dpc_view.TENTATIVE in r for r in _read(out)), 60,
-                     "tentative windows during the cut")
-            first = time.monotonic() - cut_at
-            assert b.dpc is not None and b.dpc.mode is Mode.TENTATIVE
+        wait_for(lambda: any(dpc_view.TENTATIVE in r for r in _read(outs[0])), 60,
+                 "tentative windows during the cut")
+        first = time.monotonic() - cut_at
+        assert dpc.mode is Mode.TENTATIVE
         wait_for(lambda: time.monotonic() - cut_at >= CUT_SECONDS, 30, "the cut's end", step=0.5)
-        at_heal = _read(out)
+        at_heal = [_read(o) for o in outs]
         proxy.heal()
-        if b.dpc is not None:
-            wait_for(lambda: bool(b.dpc and b.dpc.reconcile_seconds), 120, "the reconcile")
-            reconcile = b.dpc.reconcile_seconds[0]
-            assert b.dpc.mode is Mode.STABLE
+        healed = time.monotonic()
+        wait_for(lambda: bool(dpc.reconcile_seconds), 120, "the reconcile")
+        assert dpc.mode is Mode.STABLE
         for rt in ups:
             assert rt.query is not None
             wait_drained(rt.query, [LIMIT], timeout=90)
-        _wait_b_drained(b, writers)
-        return CutRun(_read(out), [r for r in at_heal if dpc_view.TENTATIVE in r], first,
-                      reconcile, len(at_heal))
+        for b in downs:
+            _wait_drained(b, writers)
+        print(f"drained {time.monotonic() - healed:.1f} s after the heal")
+        runs = tuple(CutRun(_read(o), [r for r in h if dpc_view.TENTATIVE in r], len(h))
+                     for o, h in zip(outs, at_heal))
+        runs[0].first_tentative, runs[0].reconcile = first, dpc.reconcile_seconds[0]
+        return runs[0], runs[1]
     finally:
-        for rt in (b, *ups):
+        for rt in (*downs, *ups):
             rt.stop()
         proxy.close()
         hub.close()
 
 
-def test_a_cut_input_goes_tentative_after_max_delay_and_is_corrected_on_heal(
+def test_a_cut_input_goes_tentative_and_is_corrected_with_max_delay_unmarked_without(
         spark: Any, tmp_path: Path) -> None:
-    run = _cut_run(spark, tmp_path, f"{int(MAX_DELAY)} seconds")
+    """With max-delay: tentative rows within max-delay (+ the probe and a batch), and after
+    the heal a stable view equal to the oracle. Without it (today's union, the same cut): no
+    waiting, no mark; its window's watermark follows a1 through the cut, so a2's rows that
+    come back behind it are dropped as late: windows may lack them (counted and printed),
+    never hold more than the oracle."""
+    run, plain = _cut_run(spark, tmp_path)
+    expected = _oracle()
     assert run.first_tentative is not None and run.reconcile is not None
     print(f"first tentative row {run.first_tentative:.2f} s after the cut (goal: max-delay "
           f"{MAX_DELAY} s + probe {PROBE_SECONDS + PROBE_TIMEOUT} s + a micro-batch); "
@@ -240,20 +261,13 @@ def test_a_cut_input_goes_tentative_after_max_delay_and_is_corrected_on_heal(
           f"{len(run.tentative)} tentative rows replaced")
     assert run.tentative, "no tentative row was written during the cut"
     assert run.first_tentative <= MAX_DELAY + PROBE_SECONDS + PROBE_TIMEOUT + 5.0
-    assert _same(_view(dpc_view.stable_view(run.rows)), _oracle())
+    assert _same(_view(dpc_view.stable_view(run.rows)), expected)
     assert dpc_view.open_episodes(run.rows) == []
     assert [r[dpc_view.REVISION] for r in run.rows if dpc_view.REVISION in r] == [1]
 
-
-def test_without_max_delay_the_same_cut_writes_nothing_tentative(
-        spark: Any, tmp_path: Path) -> None:
-    """Today's union: no waiting, no mark. Its window's watermark follows a1 through the cut,
-    so a2's rows that come back behind it are dropped as late: windows may lack them (counted
-    and printed), never hold more than the oracle."""
-    run = _cut_run(spark, tmp_path, None)
-    assert not any(dpc_view.TENTATIVE in r or dpc_view.REVISION in r for r in run.rows)
-    assert len(run.rows) > run.before_heal, "no results after the heal"
-    got, expected = _view(run.rows), _oracle()
+    assert not any(dpc_view.TENTATIVE in r or dpc_view.REVISION in r for r in plain.rows)
+    assert len(plain.rows) > plain.before_heal, "no results after the heal"
+    got = _view(plain.rows)
     assert got.keys() <= expected.keys()
     assert all(got[k][0] <= expected[k][0] for k in got)
     short = sum(expected[k][0] - got[k][0] for k in got) + sum(
