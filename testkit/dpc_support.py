@@ -217,12 +217,12 @@ def cut_run(spark: Any, tmp_path: Path, *, rate: float, limit: int, cut_seconds:
                        channels=hub, trigger_seconds=0.5) for i in (1, 2)]
     downs: list[Any] = []
     try:
+        for name, delay in zip(names, (max_delay, None)):  # first: the input's time is paced
+            downs.append(_downstream(spark, tmp_path, hub, name, proxy, reading, delay))
         for i, rt in enumerate(ups, start=1):
             rt.generator(op="src", output="raw", schema=reading, shape="sensor", seed=i,
                          rate=rate, limit=limit, start=START)
             rt.channel_sink(input="raw", channel=f"a{i}.raw")
-        for name, delay in zip(names, (max_delay, None)):
-            downs.append(_downstream(spark, tmp_path, hub, name, proxy, reading, delay))
         dpc = downs[0].dpc
         wait_for("the first windows", lambda: all(read_sink(o) for o in outs), 90)
         progress = ups[0].query.lastProgress

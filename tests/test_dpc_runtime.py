@@ -18,7 +18,7 @@ from testkit.dpc_support import cut_run, missing_rows, oracle, same, windows
 
 pytestmark = pytest.mark.spark
 
-RATE, LIMIT, MAX_DELAY = 200.0, 3600, 2.0  # 18 s of input per upstream task
+RATE, LIMIT, MAX_DELAY = 200.0, 5000, 2.0  # 25 s of input per upstream task
 CUT_SECONDS = 6.0
 
 
