@@ -561,7 +561,8 @@ class TaskRunner:
                 with self._rebuild:
                     current = self.runtime
                     assert current is not None  # replaced, never cleared, once started
-                    replacing = current.dpc is not None and current.dpc.replacing
+                    dpc = getattr(current, "dpc", None)  # (a stand-in runtime has none)
+                    replacing = dpc is not None and dpc.replacing
                     if current.query is not query or replacing:  # (a DPC re-run starting)
                         continue
                 exc = query.exception()
