@@ -463,7 +463,8 @@ def _drop(c: CallSite) -> Args:
 
 
 def _union(c: CallSite) -> Args:
-    return (("inputs", tuple(map(c.name, c.node.inputs))),) + c.out
+    return (("inputs", tuple(map(c.name, c.node.inputs))),) + c.out + \
+        _given(("max_delay", _duration(c.node.max_delay_ms)))
 
 
 def _identity(c: CallSite) -> Args:

@@ -36,6 +36,7 @@ class Node:
     patterns: tuple[tuple[str, Any], ...] = ()  # patterns the spec asks for (ha, parallelism...)
     cpus: float | None = None  # what the spec asks for this operator's task (None: the default)
     mem_mb: int | None = None
+    max_delay_ms: int | None = None  # DPC: how long it waits for a cut-off input (None: ever)
 
     def wants(self, name: str, default: Any = None) -> Any:
         """The value of a pattern request (`ha`, `replicas`, `parallelism`, `partition-by`,

@@ -284,7 +284,9 @@ def operator_plans(parsed: spec_mod.Spec, physical: Graph, plans: tuple[TaskPlan
         params = [[k, repr(resolve(v) if k == "path" and isinstance(v, str) else v)]
                   for k, v in sorted(node.params)]
         signature = json.dumps([node.kind, params, inputs, node.output, output,
-                                repr(node.patterns), node.placement, node.cpus, node.mem_mb])
+                                repr(node.patterns), node.placement, node.cpus, node.mem_mb]
+                               # (only when set: the signatures of queries without it stay)
+                               + ([node.max_delay_ms] if node.max_delay_ms is not None else []))
         state = json.dumps([node.kind, [s for _, s in inputs],
                             [p for p in params if p[0] not in STATE_FREE_PARAMS]]) \
             if node.stateful else None

@@ -78,6 +78,7 @@ PATTERN_ATTRIBUTES = ("ha", "replicas", "parallelism", "partition-by", "pipeline
                       "max-parallelism", "min-parallelism", "elastic", "match-instances",
                       "pipeline-stages", "stage-rows")
 RESOURCE_ATTRIBUTES = ("cpus", "mem")  # what an operator's task asks of an agent
+DPC_ATTRIBUTE = "max-delay"  # Borealis DPC: how long a result may wait for a cut-off input
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,7 @@ class OperatorDecl:
     patterns: tuple[PatternAttr, ...] = ()
     defines: tuple[ParamDecl, ...] = ()  # <define name value>: a pattern variable's condition
     resources: tuple[PatternAttr, ...] = ()  # cpus= and mem= as written (RESOURCE_ATTRIBUTES)
+    max_delay: PatternAttr | None = None  # max-delay= as written (docs/availability.md)
 
     def param(self, name: str) -> ParamDecl | None:
         for p in self.params:
@@ -121,6 +123,7 @@ class Spec:
     description: str = ""
     patterns: tuple[PatternAttr, ...] = ()  # query-wide defaults
     share: bool = True  # share="false": never reuse a running query's equal subgraph
+    max_delay: PatternAttr | None = None  # query-wide max-delay= (docs/availability.md)
 
 
 def read_spec_file(path: str) -> tuple[Spec, list[Diagnostic]]:
@@ -294,8 +297,10 @@ for _attr in PATTERN_ATTRIBUTES:
         _NAME_RULES[(_tag, _attr)] = ("pattern values are short words or numbers, e.g. "
                                       "hot-standby, 4, sensor (see docs/patterns.md)")
 _ALLOWED_ATTRS = {
-    "dataflow": ("name", "share") + PATTERN_ATTRIBUTES, "type": ("name",), "column": ("name", "type"),
-    "operator": ("name", "type") + PATTERN_ATTRIBUTES + RESOURCE_ATTRIBUTES, "input": ("name",),
+    "dataflow": ("name", "share", DPC_ATTRIBUTE) + PATTERN_ATTRIBUTES, "type": ("name",),
+    "column": ("name", "type"),
+    "operator": ("name", "type", DPC_ATTRIBUTE) + PATTERN_ATTRIBUTES + RESOURCE_ATTRIBUTES,
+    "input": ("name",),
     "output": ("name", "type", "publish"),
     "param": ("name", "value"), "field": ("name", "value"), "define": ("name", "value"),
     "aggregate": ("name", "function", "column", "by"),
@@ -321,7 +326,7 @@ def build_spec(doc: XmlDocument) -> Spec:
             description = (child.text or "").strip()
     return Spec(root.get("name", ""), doc.filename, tuple(types), tuple(operators),
                 doc.where(root).position, description, _patterns(doc, root),
-                root.get("share") != "false")
+                root.get("share") != "false", _max_delay(doc, root))
 
 
 def _patterns(doc: XmlDocument, element: etree._Element,
@@ -329,6 +334,11 @@ def _patterns(doc: XmlDocument, element: etree._Element,
     where = doc.where(element)
     return tuple(PatternAttr(name, element.get(name), where.value(name))
                  for name in names if element.get(name) is not None)
+
+
+def _max_delay(doc: XmlDocument, element: etree._Element) -> PatternAttr | None:
+    found = _patterns(doc, element, (DPC_ATTRIBUTE,))
+    return found[0] if found else None
 
 
 def _children(element: etree._Element, tag: str, *required: str) -> list[etree._Element]:
@@ -371,6 +381,7 @@ def _operator(doc: XmlDocument, element: etree._Element) -> OperatorDecl:
         patterns=_patterns(doc, element),
         defines=tuple(_param(doc, c) for c in _children(element, "define", "name", "value")),
         resources=_patterns(doc, element, RESOURCE_ATTRIBUTES),
+        max_delay=_max_delay(doc, element),
     )
 
 

@@ -32,7 +32,8 @@ from compiler.expr import pattern as ex_pattern
 from compiler.graph import Graph, Node, Stream
 from compiler.guards import GUARDS
 from compiler.operators import (CATALOGUE, MAX_PATTERN_OPERATORS, PLUMBING, SHAPE_COLUMNS,
-                                OperatorDef, ParamValueError, canonical_duration, parse_value)
+                                OperatorDef, ParamValueError, canonical_duration, parse_duration_ms,
+                                parse_value)
 from compiler.spec import OperatorDecl, ParamDecl, PatternAttr, Spec
 
 WINDOW_COLUMNS = ("window_start", "window_end")
@@ -60,6 +61,8 @@ class _Checker:
     patterns: dict[str, tuple[tuple[str, Any], ...]] = field(default_factory=dict)
     # operator -> (cpus, mem MB) its spec asks for (None: the task's default)
     resources: dict[str, tuple[float | None, int | None]] = field(default_factory=dict)
+    # operator -> its DPC max-delay in ms (docs/availability.md)
+    max_delays: dict[str, int] = field(default_factory=dict)
     # the largest task an agent can ever hold (cpus, MB), when the cluster is known here
     room: AgentRoom | None = None
     counted: dict[str, int] = field(default_factory=lambda: {"error": 0, "warning": 0})
@@ -101,6 +104,7 @@ def check(spec: Spec, capped: bool = True,
         for op in order:
             _check_patterns(c, op, kinds[op.name])
         _check_pattern_count(c, order)
+        _check_max_delays(c, order)
     if not any(d.role == "sink" for d in kinds.values()) and not any(
             o.publish for op in spec.operators for o in op.outputs):
         c.error(spec.pos, "the dataflow has no sink, so its results would go nowhere",
@@ -1254,6 +1258,7 @@ def _node(c: _Checker, op: OperatorDecl, d: OperatorDef) -> Node:
         patterns=c.patterns.get(op.name, ()),
         cpus=c.resources.get(op.name, (None, None))[0],
         mem_mb=c.resources.get(op.name, (None, None))[1],
+        max_delay_ms=c.max_delays.get(op.name),
     )
 
 
@@ -1333,6 +1338,67 @@ def _amount(c: _Checker, attr: PatternAttr, unit: str, low: float, high: float,
         c.error(attr.pos, f"{attr.name}={text} is out of range", f"write {span} {unit}")
         return None
     return value
+
+
+# docs/availability.md: Borealis DPC
+
+MAX_DELAY_MS = 24 * 3_600_000
+DPC_KINDS = ("union",)  # operators that go on without a cut-off input (join: not built yet)
+
+
+def _check_max_delays(c: _Checker, order: list[OperatorDecl]) -> None:
+    """max-delay= on an operator, else the dataflow's for each union; every misuse reported at
+    the attribute."""
+    query = c.spec.max_delay
+    query_ms = _max_delay_ms(c, query) if query is not None else None
+    for op in order:
+        if op.max_delay is not None:
+            ms = _max_delay_ms(c, op.max_delay)
+            if _dpc_operator(c, op, op.max_delay, "") and ms is not None:
+                c.max_delays[op.name] = ms
+        elif query is not None and query_ms is not None and op.kind in DPC_KINDS and \
+                _dpc_operator(c, op, query, f" (query-wide max-delay, for '{op.name}')"):
+            c.max_delays[op.name] = query_ms
+        elif query is not None and op.kind == "join":
+            c.warn(query.pos, f"join '{op.name}' keeps waiting for both inputs: max-delay on "
+                              "joins is not built yet", "see docs/availability.md")
+    if query is not None and not any(op.kind in DPC_KINDS for op in order):
+        c.error(query.pos, "max-delay='" + query.value + "' applies to unions, and the "
+                "dataflow has none", "remove it, or put the inputs to wait for in a union")
+
+
+def _max_delay_ms(c: _Checker, attr: PatternAttr) -> int | None:
+    try:
+        ms = parse_duration_ms(attr.value)
+    except ParamValueError as exc:
+        c.error(attr.pos, f"max-delay: {exc}", "write e.g. max-delay=\"3 seconds\"")
+        return None
+    if not 0 < ms <= MAX_DELAY_MS:
+        c.error(attr.pos, f"max-delay='{attr.value}' is out of range",
+                "write more than 0 and at most 24 hours")
+        return None
+    return ms
+
+
+def _dpc_operator(c: _Checker, op: OperatorDecl, attr: PatternAttr, where: str) -> bool:
+    """Whether `op` may go on without a cut-off input; reports why not at `attr`."""
+    if op.kind == "join":
+        c.error(attr.pos, f"max-delay on join '{op.name}' is not built yet{where}: a join "
+                          "waits for both inputs", "see docs/availability.md; only a union "
+                                                   "goes on without a cut-off input")
+        return False
+    if op.kind not in DPC_KINDS:
+        inputs = f"{len(op.inputs)} input" + ("s" if len(op.inputs) != 1 else "")
+        c.error(attr.pos, f"max-delay applies to a union of several inputs; '{op.name}' is a "
+                          f"{op.kind} with {inputs}{where}",
+                "move it to the union whose inputs may be cut off")
+        return False
+    if c.patterns.get(op.name):
+        asked = ", ".join(name for name, _ in c.patterns[op.name])
+        c.error(attr.pos, f"max-delay with a pattern ({asked}) on '{op.name}' is not built "
+                          f"yet{where}", "drop one of them (docs/availability.md)")
+        return False
+    return True
 
 
 # docs/patterns.md

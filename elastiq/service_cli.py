@@ -128,6 +128,9 @@ def register(sub: argparse._SubParsersAction) -> None:
             p.add_argument("--current", action="store_true",
                            help="print the current view of an upsert log (an updating "
                                 "aggregate's sink: the last record of each key) and exit")
+            p.add_argument("--stable", action="store_true",
+                           help="print the sink's current stable view once (a DPC union's "
+                                "tentative rows left out, its corrections applied) and exit")
         p.set_defaults(handler=handler)
 
     u = sub.add_parser("update", help="update a running query in place from a new spec: "
@@ -550,6 +553,25 @@ def print_current(path: str) -> int:
     return 0
 
 
+def _print_stable(path: Path) -> int:
+    """The stable view of a file sink (`common.dpc_view`), one JSON object a line."""
+    from common import dpc_view
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            rows = dpc_view.records(f)
+    except (OSError, ValueError) as exc:
+        print(f"elastiq: cannot read sink file {path}: {exc}", file=sys.stderr)
+        return 1
+    for row in dpc_view.stable_view(rows):
+        print(json.dumps(row, separators=(",", ":")), flush=True)
+    waiting = dpc_view.open_episodes(rows)
+    if waiting:
+        print(f"elastiq: tentative rows of episode(s) {waiting} await their correction",
+              file=sys.stderr)
+    return 0
+
+
 def cmd_tail(args: argparse.Namespace) -> int:
     code, reply = _call(lambda: _client(args).status(args.query))
     if code != 0:
@@ -561,6 +583,8 @@ def cmd_tail(args: argparse.Namespace) -> int:
         return 1
     if getattr(args, "current", False):
         return print_current(sinks[args.sink])
+    if getattr(args, "stable", False):
+        return _print_stable(Path(sinks[args.sink]))
     follower, watch = Follower(), SinkWatch()
     for _, path in watch.update({args.sink: sinks[args.sink]}):
         if not args.from_start:

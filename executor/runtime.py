@@ -44,6 +44,7 @@ from executor import (kafka_io, kafka_records, keyed_state_frame, routing, shape
                       spool_source, top_n_frame)
 from executor.cep import match as cep_match, spark as cep_spark, stage as cep_stage
 from executor.batch_gate import BatchGate
+from executor.dpc import DpcController, DpcInput, DpcSink
 from executor.fencing import Fence
 from executor.channels.auth import (ChannelKeyError, TaskKeys, WriterAuth, parse_readers,
                                    read_key_file, reader_auth, save_key_file)
@@ -369,6 +370,9 @@ class TaskRuntime:
         self.live: dict[tuple[str, str], LiveParam] = {}  # (operator id, keyword) -> how
         self.notices: list[str] = []  # persisted state found unreadable and replaced
         self.receivers: list[SpoolReceiver] = []  # channel inputs, closed with the query
+        self.channel_inputs: dict[str, DpcInput] = {}  # stream -> a channel read as it
+        self.dpc: DpcController | None = None  # a union with max-delay (docs/availability.md)
+        self._stream_writer: Any = None  # the started query's DataStreamWriter (a DPC re-run's)
         # how far each paced source lags behind its rate, in tuples (`sources.generator_backlog`)
         self.backlogs: list[Callable[[], int]] = []
         # what the last live switch decided that its acknowledgement reports (a splitter's
@@ -379,6 +383,8 @@ class TaskRuntime:
 
     def stop(self) -> None:
         """Stop the query (if running) and the receivers of its channel inputs."""
+        if self.dpc is not None:
+            self.dpc.close()
         try:
             if self.query is not None and self.query.isActive:
                 self.query.stop()
@@ -594,6 +600,8 @@ class TaskRuntime:
                                  finished=lambda: spool_source.finished_seq(spark_dir, name),
                                  from_now=from_now)
         self.receivers.append(receiver.start())
+        if len(replicas) == 1 and not ticks:
+            self.channel_inputs[output] = DpcInput(name, receiver, folder)
         config = spool_source.SpoolConfig(
             self.task_id, name, folder, os.path.join(self.checkpoint_dir, "spark"),
             sources.schema_pairs(wire), self.source_partitions, self.deterministic,
@@ -1045,7 +1053,10 @@ class TaskRuntime:
             raise self._error(op, f"{name} {ratio} is outside 0..1")
         return ratio
 
-    def union(self, *, op: str, inputs: Sequence[str], output: str) -> None:
+    def union(self, *, op: str, inputs: Sequence[str], output: str,
+              max_delay: str | None = None) -> None:
+        if max_delay is not None:
+            self._dpc(op, inputs, parse_duration(self._duration(op, max_delay)))
         streams = [self._get(op, name) for name in inputs]
         if len(streams) < 2:
             raise self._error(op, "a union needs at least two inputs")
@@ -1060,11 +1071,46 @@ class TaskRuntime:
             df = df.union(other.df.select(*names))
         self._put(op, output, df, first.schema)
 
+    def _dpc(self, op: str, inputs: Sequence[str], max_delay: timedelta) -> None:
+        """A union that goes on without a cut-off channel input after `max_delay`."""
+        channels = [self.channel_inputs[name] for name in inputs if name in self.channel_inputs]
+        if not channels:
+            log.info("task %s: union %s reads no channel, so none can be cut off: max-delay "
+                     "has nothing to wait for", self.task_id, op)
+            return
+        if self.dpc is not None:
+            raise self._error(op, "one union per task may have max-delay")
+        self.dpc = DpcController(self.task_id, self.checkpoint_dir, channels,
+                                 max_delay.total_seconds(), self._stop_for_rerun,
+                                 self._start_rerun)
+
+    def _stop_for_rerun(self) -> None:
+        """Stop the query between micro-batches (its inputs are held): a batch in flight is
+        let finish (it is re-run anyway), so Spark is not interrupted inside the sink."""
+        query = self.query
+        if query is None or not query.isActive:
+            return
+        self.gate.drain(lambda: query.isActive and bool(query.status["isTriggerActive"]),
+                        CONTROL_TIMEOUT_SECONDS)
+        query.stop()
+
+    def _start_rerun(self) -> None:
+        self.query = self._start_query(self._stream_writer)
+        log.info("task %s: query %s started again from the DPC stable point", self.task_id,
+                 self.query.id)
+
     # --- sinks ---------------------------------------------------------------------------------
 
     def _start(self, op: str, input: str, sink: sinks.BatchSink) -> None:
         if self.query is not None:
             raise self._error(op, "a task has exactly one sink; the query is already started")
+        if self.dpc is not None:
+            try:
+                sink = DpcSink(sink, self.dpc)
+            except TypeError as exc:
+                log.warning("task %s: %s; max-delay is not applied: the union runs as "
+                            "without it (docs/availability.md)", self.task_id, exc)
+                self.dpc = None
         stream = self._get(op, input)
         writer = (stream.df.writeStream.foreachBatch(self.gate.wrap(sink))
                   .queryName(f"{self.query_id}.{self.task_id}")
@@ -1072,8 +1118,11 @@ class TaskRuntime:
         if self.trigger_seconds > 0:
             writer = writer.trigger(processingTime=f"{int(self.trigger_seconds * 1000)} milliseconds")
         self.sink = sink
+        self._stream_writer = writer
         self.query = self._start_query(writer)
         log.info("task %s: query %s started (sink %s)", self.task_id, self.query.id, op)
+        if self.dpc is not None:
+            self.dpc.start()
 
     def _start_query(self, writer: Any) -> StreamingQuery:
         """Start the query; a deterministic task's query starts with no-data micro-batches off.

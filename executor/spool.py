@@ -10,7 +10,11 @@ holds one numbered stream (a channel, or the one stream a selector's replicas se
   unlinks the batches up to it; the receiver acknowledges it upstream). Before the first commit
   it holds the base: the seq before the first batch the writer still retained when the spool
   was created, which is where a fresh query starts;
-- `error`: why the receiver gave up (a writer's refusal, a changed epoch), raised by the reader.
+- `error`: why the receiver gave up (a writer's refusal, a changed epoch), raised by the reader;
+- `dpc`: what a union's DPC controller (`executor.dpc`) asks of the reader, when it asks
+  anything (`Control`): hold (hand Spark nothing new), keep (trim nothing: a re-run from the
+  stable point reads the batches again) and upto (the next micro-batch takes every batch up to
+  that seq, whatever its size: the re-run's one batch over every input).
 The folder is 0700 and batch files 0600 (`common.safe_open.private_folder`): the tuples
 at rest are the query's, not every local user's. Batches are neither fsynced nor copied: a SIGKILLed process loses nothing that the page cache
 holds, and a batch lost with the machine is still retained upstream (acks follow commits).
@@ -19,9 +23,10 @@ The reading side (`executor.spool_source`, in Spark's processes) memory-maps the
 
 from __future__ import annotations
 
+import json
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Iterable, Iterator, Sequence
 
 import pyarrow as pa
@@ -32,6 +37,7 @@ from common.safe_open import PRIVATE_FILE_MODE, private_folder
 CHUNK_ROWS = 32_768  # rows per record batch in a spooled file: the unit Spark partitions split
 COMMITTED = "committed"
 ERROR = "error"
+DPC = "dpc"
 _BATCH = re.compile(r"^(\d{20})\.(\d{1,9})\.(\d{1,15})\.arrow$")
 
 
@@ -109,6 +115,33 @@ def read_committed(folder: str) -> int | None:
 def write_committed(folder: str, seq: int) -> None:
     private_folder(folder)
     _replace(os.path.join(folder, COMMITTED), str(seq))
+
+
+@dataclass(frozen=True)
+class Control:
+    """What a DPC controller asks of a spool's reader (the default: nothing)."""
+
+    hold: bool = False
+    keep: bool = False
+    upto: int | None = None
+
+
+def write_control(folder: str, control: Control) -> None:
+    private_folder(folder)
+    _replace(os.path.join(folder, DPC), json.dumps(asdict(control)))
+
+
+def read_control(folder: str) -> Control:
+    """The controller's request; the default when there is none (or it is unreadable)."""
+    try:
+        with open(os.path.join(folder, DPC), encoding="utf-8") as f:
+            data = json.loads(f.read())
+        return Control(bool(data["hold"]), bool(data["keep"]),
+                       None if data["upto"] is None else int(data["upto"]))
+    except FileNotFoundError:
+        return Control()
+    except (ValueError, KeyError, TypeError) as exc:
+        raise SpoolError(f"spool {folder}: unreadable dpc control: {exc}") from None
 
 
 def trim(folder: str, upto: int) -> int:

@@ -24,7 +24,7 @@ import pyarrow as pa
 
 from common.safe_open import private_folder
 from executor import spool
-from executor.channels.base import Batch, ChannelError
+from executor.channels.base import Batch, ChannelError, ChannelTimeout
 from executor.endpoints_file import EndpointWatcher
 
 if TYPE_CHECKING:
@@ -33,6 +33,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("executor.spool")
 
 POLL_SECONDS = 0.05
+PROBE_SECONDS = 0.5  # with `liveness`: a writer silent this long is asked for its range
+PROBE_TIMEOUT = 0.5  # and is unreachable if it does not answer within this
 FINISHED_CHECK_SECONDS = 0.5  # how often Spark's commit log is read for finished batches
 BASE_ANSWER_SECONDS = 2.0
 
@@ -66,7 +68,7 @@ class SpoolReceiver:
                  schema: pa.Schema, *, key_file: str = "", endpoints_file: str = "",
                  log_file: str = "", credit: int = 16, max_spool_bytes: int = 256 << 20,
                  retry_seconds: float = 2.0, finished: Callable[[], int | None] | None = None,
-                 from_now: bool = False) -> None:
+                 from_now: bool = False, liveness: bool = False) -> None:
         if not replicas:
             raise ValueError(f"task {task_id}: a spool needs at least one writer")
         self.task_id, self.folder, self.schema = task_id, folder, schema
@@ -90,6 +92,13 @@ class SpoolReceiver:
         self._finished_checked = 0.0
         # a new spool starts after the writer's last batch, not at the oldest it retains
         self._from_now = from_now
+        # channel liveness (a DPC union's input, `executor.dpc`): a writer silent for
+        # PROBE_SECONDS is asked for its retained range; an answer (or data) is a word from
+        # it, no answer within PROBE_TIMEOUT makes it unreachable (read by other threads)
+        self.liveness = liveness and not self._selector
+        self.last_heard = time.monotonic()
+        self.reachable = True
+        self._probed = 0.0
 
     # -- lifecycle
 
@@ -131,6 +140,7 @@ class SpoolReceiver:
                     self._stop.wait(POLL_SECONDS / 5)
                     continue
                 self._receive()
+                self._probe()
         except _GiveUp as exc:
             self._log.warning("task %s: spool %s stops: %s", self.task_id, self.folder, exc)
             spool.set_error(self.folder, str(exc))
@@ -176,6 +186,7 @@ class SpoolReceiver:
                 return
 
     def _take(self, index: int, batch: Batch) -> None:
+        self.last_heard, self.reachable = time.monotonic(), True
         if batch.seq <= self._high:
             return  # another replica supplied it already
         self._pending[batch.seq] = batch
@@ -187,6 +198,44 @@ class SpoolReceiver:
                 self._log.info("task %s: selector now reads replica %s at seq %s", self.task_id,
                                self._name(index), ready.seq)
             self._current = index
+
+    @property
+    def spooled_high(self) -> int:
+        """Every seq up to this is spooled (or committed)."""
+        return self._high
+
+    def _probe(self) -> None:
+        """With `liveness`: ask a silent writer for its range; mark it reachable or not."""
+        now = time.monotonic()
+        if not self.liveness or min(now - self.last_heard, now - self._probed) < PROBE_SECONDS:
+            return
+        self._probed = now
+        reader = self._reader(0)
+        if reader is None:
+            self.reachable = False
+            return
+        try:
+            reader.retained_range(timeout=PROBE_TIMEOUT)
+        except ChannelTimeout:
+            if self.reachable:
+                self._log.info("task %s: writer of %s does not answer: unreachable",
+                               self.task_id, self._name(0))
+            self.reachable = False
+            return
+        except ChannelError as exc:
+            self._fail(0, exc)
+        if not self.reachable:
+            self._log.info("task %s: writer of %s answers again", self.task_id, self._name(0))
+        self.last_heard, self.reachable = time.monotonic(), True
+
+    def writer_last_seq(self, timeout: float) -> int | None:
+        """The last seq the writer has numbered, asked now (any thread); None if it does not
+        answer within `timeout`."""
+        reader = self._sources[0].reader  # the receiver thread's, thread-safe (not made here)
+        try:
+            return reader.retained_range(timeout)[1] if reader is not None else None
+        except ChannelError:
+            return None
 
     def _acknowledge(self) -> None:
         committed = max(spool.read_committed(self.folder) or 0, self._finished_seq())

@@ -200,6 +200,13 @@ class SpoolStreamReader(DataSourceStreamReader):
         self._batch_ended(self.clock())
         if self._last is None:
             self._last = planned_offset(cfg.spark_dir, cfg.name) or self.initialOffset()
+        control = spool.read_control(cfg.folder)
+        if control.hold:
+            self._wait_for_change()
+            return self._last  # a DPC union waits for a cut-off input: nothing new
+        if control.upto is not None and control.upto > self._last["seq"]:
+            self._last = later(self._last, offset(cfg.name, control.upto))
+            return self._last  # a DPC re-run: every batch up to `upto`, in one micro-batch
         high = self._high(self._last["seq"])
         if high <= self._last["seq"] and self._last.get("flushed", True):
             self._wait_for_change()
@@ -247,7 +254,8 @@ class SpoolStreamReader(DataSourceStreamReader):
         folder = self.config.folder
         if end["seq"] > (spool.read_committed(folder) or 0):
             spool.write_committed(folder, end["seq"])
-        spool.trim(folder, end["seq"])
+        if not spool.read_control(folder).keep:  # a DPC stable point may be re-run from
+            spool.trim(folder, end["seq"])
 
 
 class SpoolSource(DataSource):

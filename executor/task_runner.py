@@ -561,7 +561,9 @@ class TaskRunner:
                 with self._rebuild:
                     current = self.runtime
                     assert current is not None  # replaced, never cleared, once started
-                    if current.query is not query:
+                    dpc = getattr(current, "dpc", None)  # (a stand-in runtime has none)
+                    replacing = dpc is not None and dpc.replacing
+                    if current.query is not query or replacing:  # (a DPC re-run starting)
                         continue
                 exc = query.exception()
                 if exc is not None:

@@ -1,0 +1,99 @@
+"""Borealis DPC (delay, process tentatively, correct): the pure decision of one union's mode.
+
+Given, per input, when it was last heard from (a data batch, or its writer answering a liveness
+probe) and whether its writer answers now, the union's `max_delay` and the time, `step` returns
+the next state: STABLE (every input reachable: run as usual), DELAYING (an input's writer is
+unreachable, for less than max-delay since it was last heard: hand Spark nothing new, so nothing
+is processed without it), TENTATIVE (past max-delay: go on with the inputs there are, every
+output tentative, the stable point kept) and RECONCILING (the cut input is back: re-run from the
+stable point with every input; `reconciled` ends it). An input that is silent while its writer
+answers is idle, not cut: it never makes the union wait or go tentative.
+
+No I/O, no clock of its own: times are the caller's monotonic seconds. `executor.dpc` applies
+the decisions to a running task (docs/availability.md).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class Mode(enum.Enum):
+    STABLE = "stable"
+    DELAYING = "delaying"
+    TENTATIVE = "tentative"
+    RECONCILING = "reconciling"
+
+
+class Action(enum.Enum):
+    NONE = "none"
+    HOLD = "hold"  # stop handing input to Spark (a cut began)
+    RELEASE = "release"  # hand input to Spark again (the cut healed within max-delay)
+    GO_TENTATIVE = "go-tentative"  # keep the stable point, then run on, marking the output
+    RECONCILE = "reconcile"  # re-run from the stable point with every input
+
+
+@dataclass(frozen=True)
+class InputView:
+    """One input of the union as its receiver sees it."""
+
+    name: str
+    last_heard: float  # monotonic seconds of its last batch or answered liveness probe
+    reachable: bool  # its writer answered the last probe (or sent data since)
+
+
+@dataclass(frozen=True)
+class State:
+    mode: Mode = Mode.STABLE
+    since: float = 0.0  # when the mode began
+    cut: tuple[str, ...] = ()  # the inputs whose writer is unreachable
+    tentative_since: float | None = None  # when the open episode's first tentative batch began
+
+
+@dataclass(frozen=True)
+class Decision:
+    state: State
+    action: Action = Action.NONE
+
+    @property
+    def hold(self) -> bool:
+        """Whether Spark is handed no new input now."""
+        return self.state.mode is Mode.DELAYING
+
+
+def step(state: State, inputs: tuple[InputView, ...], max_delay: float, now: float) -> Decision:
+    """The next state of a union with `inputs` and `max_delay` (seconds > 0) at `now`."""
+    if max_delay <= 0:
+        raise ValueError(f"max_delay must be > 0 seconds, got {max_delay}")
+    cut = tuple(i.name for i in inputs if not i.reachable)
+    mode = state.mode
+    if mode is Mode.STABLE:
+        if cut:
+            return Decision(State(Mode.DELAYING, now, cut), Action.HOLD)
+        return Decision(state)
+    if mode is Mode.DELAYING:
+        if not cut:
+            return Decision(State(Mode.STABLE, now), Action.RELEASE)
+        if now >= delay_deadline(inputs, max_delay):
+            return Decision(State(Mode.TENTATIVE, now, cut, now), Action.GO_TENTATIVE)
+        return Decision(State(Mode.DELAYING, state.since, cut))
+    if mode is Mode.TENTATIVE:
+        if not cut:
+            return Decision(State(Mode.RECONCILING, now, (), state.tentative_since),
+                            Action.RECONCILE)
+        return Decision(State(Mode.TENTATIVE, state.since, cut, state.tentative_since))
+    return Decision(state)  # RECONCILING ends only by `reconciled`
+
+
+def delay_deadline(inputs: tuple[InputView, ...], max_delay: float) -> float:
+    """When the union stops waiting: max-delay after the earliest last word of a cut input."""
+    cut = [i.last_heard for i in inputs if not i.reachable]
+    return min(cut) + max_delay if cut else float("inf")
+
+
+def reconciled(state: State, now: float) -> State:
+    """The re-run from the stable point has caught up: back to STABLE."""
+    if state.mode is not Mode.RECONCILING:
+        raise ValueError(f"reconciled while {state.mode.value}")
+    return State(Mode.STABLE, now)

@@ -1,0 +1,343 @@
+"""Borealis DPC in a running task: `DpcController` applies `common.dpc`'s decisions to a union
+whose inputs are channels (docs/availability.md).
+
+A thread of the executor reads each input's liveness from its spool receiver (`last_heard`,
+`reachable`) and steps the decision every POLL_SECONDS. It acts through the spools' control
+files (`executor.spool.Control`, read by the Spark source in Spark's planner process):
+- DELAYING: every input held (Spark is handed nothing new, so nothing is processed without the
+  cut input) and kept (no batch is trimmed: the stable point must stay re-runnable);
+- TENTATIVE: the live inputs released. The first micro-batch after that copies the Spark
+  checkpoint aside before it runs (`keep_stable_point`: the offsets, commits and state of the
+  batches before it: the stable point, with the channel positions its offsets hold); it and every
+  later batch is written marked tentative (`on_batch`);
+- RECONCILING (the cut input answers again): every input held until the writers' backlogs are
+  spooled, the query stopped, the checkpoint put back from the copy, and the query started again
+  with each spool's `upto` at its spooled high: one micro-batch over every input since the
+  stable point (so the watermark cannot pass a row of the cut input before it is seen). Its
+  output is preceded by a revision record naming the episode it replaces; once Spark has
+  finished it, the spools go back to normal and the reconcile time is logged and kept.
+
+The file sink numbers its appends `batch id + shift` (its exactly-once log needs increasing
+ids; the re-run numbers batches from the stable point again); the shift and the last episode
+number are kept in `dpc/state.json` next to the checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import pyarrow as pa
+
+from common import dpc
+from common.atomic_file import replace_file
+from executor import spool, spool_source
+from executor.spool_receiver import SpoolReceiver
+
+log = logging.getLogger(__name__)
+
+POLL_SECONDS = 0.1
+BACKLOG_SECONDS = 60.0  # a returned writer's backlog must be spooled within this
+RERUN_SECONDS = 300.0  # the re-run's micro-batch must finish within this
+TENTATIVE_COLUMN = "_tentative"  # the episode number of a tentative row (file and console sink)
+REVISION_KEY = "_revision"  # a revision record: the rows of episode N that follow replace its
+# tentative ones
+
+
+@dataclass(frozen=True)
+class DpcInput:
+    name: str  # the channel id
+    receiver: SpoolReceiver
+    folder: str  # its spool
+
+
+@dataclass(frozen=True)
+class BatchMark:
+    """How the sink writes one micro-batch: tentative (episode number), after a revision
+    record (the episode it replaces), or plain (both None)."""
+
+    tentative: int | None = None
+    revision: int | None = None
+
+
+class DpcController:
+    """One DPC union's controller. `stop_query` / `start_query` stop the task's query and start
+    it again from its (restored) checkpoint."""
+
+    def __init__(self, task_id: str, checkpoint_dir: str, inputs: Sequence[DpcInput],
+                 max_delay: float, stop_query: Callable[[], None],
+                 start_query: Callable[[], None]) -> None:
+        self.task_id, self.inputs, self.max_delay = task_id, tuple(inputs), max_delay
+        self.spark_dir = os.path.join(checkpoint_dir, "spark")
+        self.stable_dir = os.path.join(checkpoint_dir, "dpc", "stable")
+        self.state_path = os.path.join(checkpoint_dir, "dpc", "state.json")
+        self._stop_query, self._start_query = stop_query, start_query
+        self.state = dpc.State(since=time.monotonic())
+        self.shift, self.episode = _load_state(self.state_path)
+        self.highest_id = -1  # the highest append id the file sink was given
+        self.stable_batch: int | None = None  # the last batch of the stable point
+        self._pending_point = False  # the next batch keeps the stable point first
+        self._rerun = False  # the query runs again from the stable point
+        self._revision_due: int | None = None
+        self.reconcile_seconds: list[float] = []
+        self.replacing = False  # the query is being stopped and started again (not a failure)
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle
+
+    def start(self) -> None:
+        """Start stable: a control file a run before this one left (a restart during an
+        episode) would hold the inputs for good."""
+        self._control(spool.Control())
+        for i in self.inputs:
+            i.receiver.liveness = True
+        self._thread = threading.Thread(target=self._run, daemon=True,
+                                        name=f"dpc-{self.task_id}")
+        self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(10.0)
+
+    @property
+    def mode(self) -> dpc.Mode:
+        return self.state.mode
+
+    # -- the thread
+
+    def _run(self) -> None:
+        while not self._stop.wait(POLL_SECONDS):
+            try:
+                self._tick()
+            except Exception:  # noqa: BLE001 - the controller must not die silently
+                log.exception("task %s: DPC controller step failed", self.task_id)
+
+    def _views(self) -> tuple[dpc.InputView, ...]:
+        return tuple(dpc.InputView(i.name, i.receiver.last_heard, i.receiver.reachable)
+                     for i in self.inputs)
+
+    def _tick(self) -> None:
+        with self._lock:
+            decision = dpc.step(self.state, self._views(), self.max_delay, time.monotonic())
+            self.state = decision.state
+            action = decision.action
+            if action is dpc.Action.GO_TENTATIVE:
+                self.episode += 1
+                self._pending_point = True
+                _save_state(self.state_path, self.shift, self.episode)
+        if action is not dpc.Action.NONE:
+            log.info("task %s: DPC %s -> %s (cut: %s)", self.task_id, action.value,
+                     decision.state.mode.value, ", ".join(decision.state.cut) or "none")
+        if action is dpc.Action.HOLD:
+            self._control(spool.Control(hold=True, keep=True))
+        elif action is dpc.Action.RELEASE:
+            self._control(spool.Control())
+        elif action is dpc.Action.GO_TENTATIVE:
+            for i in self.inputs:
+                cut = i.name in decision.state.cut
+                spool.write_control(i.folder, spool.Control(hold=cut, keep=True))
+        elif action is dpc.Action.RECONCILE:
+            self._reconcile()
+
+    def _control(self, control: spool.Control) -> None:
+        for i in self.inputs:
+            spool.write_control(i.folder, control)
+
+    # -- correct
+
+    def _reconcile(self) -> None:
+        started = time.monotonic()
+        self._control(spool.Control(hold=True, keep=True))
+        with self._lock:
+            point = self.stable_batch
+            self._pending_point = False
+        if point is None:  # nothing was written tentatively: nothing to correct
+            self._finish(started, "no tentative batch was written")
+            return
+        self._await_backlogs()
+        self.replacing = True
+        try:
+            self._stop_query()
+            _restore(self.stable_dir, self.spark_dir)
+            with self._lock:
+                self.shift = max(self.highest_id - point, self.shift)
+                _save_state(self.state_path, self.shift, self.episode)
+                self._rerun, self._revision_due = True, self.episode
+            highs = {i.name: i.receiver.spooled_high for i in self.inputs}
+            for i in self.inputs:
+                spool.write_control(i.folder, spool.Control(keep=True, upto=highs[i.name]))
+            self._start_query()
+        finally:
+            self.replacing = False
+        self._await_rerun(highs)
+        self._finish(started, f"re-ran from batch {point + 1} with every input")
+
+    def _await_backlogs(self) -> None:
+        """Until each input has spooled what its writer numbered when asked (bounded)."""
+        deadline = time.monotonic() + BACKLOG_SECONDS
+        for i in self.inputs:
+            last = i.receiver.writer_last_seq(timeout=2.0)
+            while last is not None and i.receiver.spooled_high < last and \
+                    time.monotonic() < deadline and not self._stop.is_set():
+                time.sleep(0.05)
+
+    def _await_rerun(self, highs: dict[str, int]) -> None:
+        deadline = time.monotonic() + RERUN_SECONDS
+        while time.monotonic() < deadline and not self._stop.is_set():
+            done = [spool_source.finished_seq(self.spark_dir, name) for name in highs]
+            if all(d is not None and d >= highs[n] for d, n in zip(done, highs)):
+                return
+            time.sleep(0.05)
+        log.warning("task %s: DPC re-run did not finish within %.0f s", self.task_id,
+                    RERUN_SECONDS)
+
+    def _finish(self, started: float, what: str) -> None:
+        self._control(spool.Control())
+        seconds = time.monotonic() - started
+        with self._lock:
+            self.state = dpc.reconciled(self.state, time.monotonic())
+            self.stable_batch, self._rerun = None, False
+            self.reconcile_seconds.append(seconds)
+        log.info("task %s: DPC episode %s reconciled in %.2f s (%s)", self.task_id,
+                 self.episode, seconds, what)
+
+    # -- the sink's side (Spark's foreachBatch thread)
+
+    def on_batch(self, batch_id: int) -> BatchMark:
+        """How micro-batch `batch_id` is written; the first one after the union went tentative
+        keeps the stable point (before it runs)."""
+        with self._lock:
+            if self._pending_point:
+                keep_stable_point(self.spark_dir, self.stable_dir, batch_id)
+                self.stable_batch, self._pending_point = batch_id - 1, False
+                log.info("task %s: DPC stable point kept at batch %s", self.task_id,
+                         batch_id - 1)
+            if self._rerun:
+                due, self._revision_due = self._revision_due, None
+                return BatchMark(revision=due)
+            if self.stable_batch is not None and batch_id > self.stable_batch:
+                return BatchMark(tentative=self.episode)
+            return BatchMark()
+
+    def append_id(self, batch_id: int) -> int:
+        """The id the file sink's exactly-once log appends batch `batch_id` under."""
+        with self._lock:
+            self.highest_id = max(self.highest_id, batch_id + self.shift)
+            return batch_id + self.shift
+
+
+class DpcSink:
+    """A file or console sink of a task with a DPC union: tentative rows carry TENTATIVE_COLUMN,
+    a re-run's first batch is preceded by a revision record."""
+
+    def __init__(self, inner: Any, controller: DpcController) -> None:
+        from executor import sinks
+
+        if not isinstance(inner, (sinks.FileSink, sinks.ConsoleSink)):
+            raise TypeError(f"DPC marks only file and console sinks, not {type(inner).__name__}")
+        self.inner, self.controller = inner, controller
+        self.rows_out = 0
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        from executor import sinks
+
+        mark = self.controller.on_batch(batch_id)
+        lines = sinks.table_to_lines(marked(df.toArrow(), mark))
+        if mark.revision is not None:
+            lines.insert(0, revision_line(mark.revision))
+        if isinstance(self.inner, sinks.FileSink):
+            if self.inner.log.append(self.controller.append_id(batch_id), lines):
+                self.rows_out += len(lines)
+            return
+        out = self.inner.out()
+        for line in lines:
+            out.write(f"[{self.inner.task_id} #{batch_id}] {line}\n")
+        out.flush()
+        self.rows_out += len(lines)
+
+
+def marked(table: pa.Table, mark: BatchMark) -> pa.Table:
+    """The rows of a tentative batch with their episode in TENTATIVE_COLUMN (pure)."""
+    if mark.tentative is None:
+        return table
+    return table.append_column(TENTATIVE_COLUMN,
+                               pa.array([mark.tentative] * table.num_rows, pa.int64()))
+
+
+def revision_line(episode: int) -> str:
+    return json.dumps({REVISION_KEY: episode}, separators=(",", ":"))
+
+
+# -- the stable point on disk
+
+_VERSIONED = re.compile(r"^\.?(\d+)(\.(?:changelog|zip|delta|snapshot))?(\.crc)?$")
+
+
+def keep_stable_point(spark_dir: str, dest: str, first_tentative: int) -> None:
+    """Copy the checkpoint as it was before batch `first_tentative`: its offsets and commits
+    before it, the state versions up to it (state version v is after batch v - 1); shared files
+    (RocksDB's SSTs) last, so every snapshot copied finds the files it names."""
+    if os.path.exists(dest):
+        shutil.rmtree(dest)
+    later: list[tuple[str, str]] = []
+    for root, dirs, files in os.walk(spark_dir):
+        rel = os.path.relpath(root, spark_dir)
+        os.makedirs(os.path.join(dest, rel), exist_ok=True)
+        for name in files:
+            if _after_point(rel, name, first_tentative):
+                continue
+            pair = (os.path.join(root, name), os.path.join(dest, rel, name))
+            if "SSTs" in rel.split(os.sep):
+                later.append(pair)
+            else:
+                shutil.copy2(*pair)
+    for src, dst in later:
+        shutil.copy2(src, dst)
+
+
+def _after_point(rel: str, name: str, first: int) -> bool:
+    match = _VERSIONED.match(name)
+    if match is None:
+        return False
+    number = int(match.group(1))
+    top = rel.split(os.sep)[0]
+    if top in ("offsets", "commits"):
+        return number >= first
+    if top == "state" and match.group(2):
+        return number > first
+    return False
+
+
+def _restore(stable_dir: str, spark_dir: str) -> None:
+    """Put the stable point back as the query's checkpoint."""
+    aside = f"{spark_dir}.tentative"
+    if os.path.exists(aside):
+        shutil.rmtree(aside)
+    os.replace(spark_dir, aside)
+    shutil.copytree(stable_dir, spark_dir)
+    shutil.rmtree(aside)
+
+
+def _load_state(path: str) -> tuple[int, int]:
+    """(shift, last episode number) kept across restarts of the task."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+        return int(data["shift"]), int(data["episode"])
+    except FileNotFoundError:
+        return 0, 0
+
+
+def _save_state(path: str, shift: int, episode: int) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    replace_file(path, json.dumps({"shift": shift, "episode": episode}))

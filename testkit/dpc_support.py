@@ -1,0 +1,261 @@
+"""The DPC scenario tests and benchmarks share (docs/availability.md): upstream tasks a1 and a2
+(paced generators, one SparkSession) feed channels a1.raw and a2.raw; downstream tasks union
+both (a2's through `LinkProxy`, a TCP forwarder that can be cut like a partition) and count per
+sensor and second into a file sink; `cut_run` cuts the link once the first windows are out,
+heals it after `cut_seconds`, and returns what each sink holds once everything drained, with
+the DPC figures. `oracle` is the plain-Python result over all input."""
+
+from __future__ import annotations
+
+import re
+import select
+import socket
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from testkit.e2e_support import read_sink
+from testkit.waiting import poll, wait_for
+
+START = "2024-01-01T00:00:00Z"
+WATERMARK = timedelta(seconds=4)
+
+
+class LinkProxy:
+    """A TCP forwarder on 127.0.0.1 to `target` ("tcp://host:port"); `cut` stops every byte
+    (connections stay open, new ones wait: a partition, not a reset), `heal` lets them flow."""
+
+    def __init__(self, target: str) -> None:
+        host, port = target.removeprefix("tcp://").rsplit(":", 1)
+        self.target = (host, int(port))
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.listener.settimeout(0.2)
+        self.endpoint = f"tcp://127.0.0.1:{self.listener.getsockname()[1]}"
+        self.up = threading.Event()
+        self.up.set()
+        self.closed = threading.Event()
+        self.sockets: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def cut(self) -> None:
+        self.up.clear()
+
+    def heal(self) -> None:
+        self.up.set()
+
+    def close(self) -> None:
+        self.closed.set()
+        self.up.set()
+        for s in [self.listener, *self.sockets]:
+            s.close()
+
+    def _accept(self) -> None:
+        while not self.closed.is_set():
+            try:
+                conn, _ = self.listener.accept()
+            except (socket.timeout, OSError):
+                continue
+            self.sockets.append(conn)
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        while not self.up.wait(0.2):
+            if self.closed.is_set():
+                return
+        try:
+            upstream = socket.create_connection(self.target, timeout=5)
+        except OSError:
+            conn.close()
+            return
+        self.sockets.append(upstream)
+        for a, b in ((conn, upstream), (upstream, conn)):
+            threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while not self.closed.is_set():
+                if not self.up.wait(0.2):
+                    continue
+                if not select.select([src], [], [], 0.2)[0]:
+                    continue
+                data = src.recv(65536)
+                if not data:
+                    break
+                while not self.up.wait(0.2):  # read before the cut: held with the rest
+                    if self.closed.is_set():
+                        return
+                dst.sendall(data)
+        except OSError:
+            pass
+        for s in (src, dst):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+
+def input_rows(seed: int, rate: float, limit: int) -> list[dict[str, Any]]:
+    """A generator's rows ("sensor" shape) computed by the plain-Python reference."""
+    from executor import shapes
+
+    s = shapes.shape_named("sensor")
+    start_us = shapes.parse_start(START)
+    return [shapes.reference_row(s, seed, start_us, rate, i) for i in range(limit)]
+
+
+Windows = dict[tuple[Any, str], tuple[int, float]]
+
+
+def oracle(rate: float, limit: int) -> Windows:
+    """(window start, sensor) -> (count, sum of temp) over both tasks' input, for the windows
+    the final watermark (largest time minus WATERMARK) closes."""
+    rows = input_rows(1, rate, limit) + input_rows(2, rate, limit)
+    groups: dict[tuple[Any, str], list[float]] = defaultdict(list)
+    for r in rows:
+        groups[(r["ts"].replace(microsecond=0), r["sensor"])].append(r["temp"])
+    closed_by = max(r["ts"] for r in rows) - WATERMARK
+    return {k: (len(v), sum(v)) for k, v in groups.items()
+            if k[0] + timedelta(seconds=1) <= closed_by}
+
+
+def windows(rows: list[dict[str, Any]]) -> Windows:
+    """A sink's windows; a window written twice is an error."""
+    out = {}
+    for r in rows:
+        key = (r["window_start"], r["sensor"])
+        assert key not in out, f"window {key} written twice"
+        out[key] = (r["n"], r["total"])
+    return out
+
+
+def same(got: Windows, expected: Windows, rel: float = 1e-9) -> bool:
+    return got.keys() == expected.keys() and all(
+        got[k][0] == expected[k][0] and abs(got[k][1] - expected[k][1]) <= rel * max(
+            1.0, abs(expected[k][1])) for k in expected)
+
+
+def missing_rows(got: Windows, expected: Windows) -> int:
+    """Input rows the written windows lack against the oracle."""
+    return sum(expected[k][0] - got[k][0] for k in got if k in expected) + sum(
+        expected[k][0] for k in expected.keys() - got.keys())
+
+
+@dataclass
+class CutRun:
+    rows: list[dict[str, Any]]  # the sink's records after every input drained
+    tentative: list[dict[str, Any]]  # the tentative rows written before the heal
+    before_heal: int  # sink records at the heal
+    first_tentative: float | None = None  # seconds from the cut to the first tentative row
+    reconcile: float | None = None  # seconds the reconcile took
+    phases: dict[str, float] = field(default_factory=dict)
+
+
+def _first_int(value: Any) -> int | None:
+    found = re.search(r"-?\d+", str(value)) if value is not None else None
+    return int(found.group()) if found else None
+
+
+def _wait_settled(query: Any, done: Any, what: str, timeout: float = 120.0) -> None:
+    """Until `done()` and the query idle, twice 1 s apart (its last windows closed)."""
+    streak = 0
+
+    def settled() -> bool:
+        nonlocal streak
+        assert query.exception() is None, query.exception()
+        progress, status = query.lastProgress, query.status
+        idle = bool(progress) and progress["numInputRows"] == 0 and \
+            not status["isDataAvailable"] and not status["isTriggerActive"]
+        streak = streak + 1 if idle and done() else 0
+        return streak >= 2
+
+    if not poll(settled, timeout, 1.0):
+        raise AssertionError(f"{what} did not settle within {timeout} s")
+
+
+def _downstream(spark: Any, tmp_path: Path, hub: Any, name: str, proxy: LinkProxy,
+                schema: Any, max_delay: str | None) -> Any:
+    from executor.runtime import TaskRuntime
+
+    b = TaskRuntime(spark, query_id="q", task_id=name, checkpoint_dir=str(tmp_path / name),
+                    channels=hub, trigger_seconds=0.5, endpoints={"a2.raw": proxy.endpoint})
+    b.channel_source(output="r1", schema=schema, channel="a1.raw")
+    b.channel_source(output="r2", schema=schema, channel="a2.raw")
+    b.union(op="u", inputs=("r1", "r2"), output="both", max_delay=max_delay)
+    b.window_aggregate(op="w", input="both", output="win", time="ts", window="1 seconds",
+                       slide=None, watermark=f"{int(WATERMARK.total_seconds())} seconds",
+                       group_by=("sensor",),
+                       aggregates=(("n", "count", None), ("total", "sum", "temp")))
+    b.file_sink(op="sink", input="win", path=str(tmp_path / f"{name}.jsonl"))
+    assert (b.dpc is not None) == (max_delay is not None)
+    return b
+
+
+def cut_run(spark: Any, tmp_path: Path, *, rate: float, limit: int, cut_seconds: float,
+            max_delay: str) -> tuple[CutRun, CutRun]:
+    """Task "dpc" (with `max_delay`) and task "plain" (without) behind the same cut; what each
+    sink holds once every input drained."""
+    from common import dpc_view
+    from common.dpc import Mode
+    from common.types import Schema
+    from executor.runtime import ChannelHub, TaskRuntime, channel_reader_id
+    from executor.shapes import arrow_schema
+    from executor.spool_source import finished_seq
+
+    reading = Schema.of(("sensor", "string"), ("ts", "timestamp"), ("temp", "double"))
+    hub = ChannelHub()
+    names = ("dpc", "plain")
+    writers = {ch: hub.writer(ch, arrow_schema(reading),
+                              expected_readers=[channel_reader_id(n, ch) for n in names])
+               for ch in ("a1.raw", "a2.raw")}
+    proxy = LinkProxy(hub.endpoint("a2.raw") or "")
+    outs = [tmp_path / f"{n}.jsonl" for n in names]
+    ups = [TaskRuntime(spark, query_id="q", task_id=f"a{i}", checkpoint_dir=str(tmp_path / f"a{i}"),
+                       channels=hub, trigger_seconds=0.5) for i in (1, 2)]
+    downs: list[Any] = []
+    try:
+        for name, delay in zip(names, (max_delay, None)):  # first: the input's time is paced
+            downs.append(_downstream(spark, tmp_path, hub, name, proxy, reading, delay))
+        for i, rt in enumerate(ups, start=1):
+            rt.generator(op="src", output="raw", schema=reading, shape="sensor", seed=i,
+                         rate=rate, limit=limit, start=START)
+            rt.channel_sink(input="raw", channel=f"a{i}.raw")
+        dpc = downs[0].dpc
+        wait_for("the first windows", lambda: all(read_sink(o) for o in outs), 90)
+        progress = ups[0].query.lastProgress
+        assert progress and _first_int(progress["sources"][0]["endOffset"]) != limit, \
+            "the input ended before the cut"
+        proxy.cut()
+        cut_at = time.monotonic()
+        wait_for("tentative windows during the cut",
+                 lambda: any(dpc_view.TENTATIVE in r for r in read_sink(outs[0])), 60)
+        first = time.monotonic() - cut_at
+        assert dpc.mode is Mode.TENTATIVE
+        wait_for("the cut's end", lambda: time.monotonic() - cut_at >= cut_seconds,
+                 cut_seconds + 30, 0.5)
+        at_heal = [read_sink(o) for o in outs]
+        proxy.heal()
+        healed = time.monotonic()
+        wait_for("the reconcile", lambda: bool(dpc.reconcile_seconds), 180)
+        assert dpc.mode is Mode.STABLE
+        for rt in ups:
+            _wait_settled(rt.query, lambda q=rt.query: _first_int(
+                q.lastProgress["sources"][0]["endOffset"]) == limit, rt.task_id)
+        lasts = {ch: w.retained_range()[1] for ch, w in writers.items()}
+        for b in downs:
+            spark_dir = str(Path(b.checkpoint_dir) / "spark")
+            _wait_settled(b.query, lambda d=spark_dir: all(
+                (finished_seq(d, ch) or 0) >= last for ch, last in lasts.items()), b.task_id)
+        runs = tuple(CutRun(read_sink(o), [r for r in h if dpc_view.TENTATIVE in r], len(h))
+                     for o, h in zip(outs, at_heal))
+        runs[0].first_tentative, runs[0].reconcile = first, dpc.reconcile_seconds[0]
+        runs[0].phases["drained after the heal"] = time.monotonic() - healed
+        return runs[0], runs[1]
+    finally:
+        for rt in (*downs, *ups):
+            rt.stop()
+        proxy.close()
+        hub.close()

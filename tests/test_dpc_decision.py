@@ -1,0 +1,60 @@
+"""The pure DPC decision (`common.dpc`): idle inputs never wait, a cut one makes the union hold
+until max-delay, then go tentative, and its return starts a reconcile."""
+
+from __future__ import annotations
+
+import pytest
+
+from common.dpc import Action, InputView, Mode, State, delay_deadline, reconciled, step
+
+
+def _views(a_heard: float, b_heard: float, b_reachable: bool) -> tuple[InputView, ...]:
+    return (InputView("a", a_heard, True), InputView("b", b_heard, b_reachable))
+
+
+def test_an_idle_reachable_input_never_delays_nor_goes_tentative() -> None:
+    state = State()
+    for now in (1.0, 10.0, 1000.0):
+        decision = step(state, _views(now, 0.0, True), 3.0, now)
+        assert decision.state.mode is Mode.STABLE and decision.action is Action.NONE
+        assert not decision.hold
+        state = decision.state
+
+
+def test_a_cut_input_holds_then_goes_tentative_at_max_delay_after_it_was_last_heard() -> None:
+    held = step(State(), _views(5.0, 4.0, False), 3.0, 5.0)
+    assert held.action is Action.HOLD and held.hold and held.state.cut == ("b",)
+    waiting = step(held.state, _views(6.9, 4.0, False), 3.0, 6.9)
+    assert waiting.state.mode is Mode.DELAYING and waiting.action is Action.NONE
+    assert waiting.state.since == 5.0
+    gone = step(waiting.state, _views(7.0, 4.0, False), 3.0, 7.0)
+    assert gone.state.mode is Mode.TENTATIVE and gone.action is Action.GO_TENTATIVE
+    assert not gone.hold and gone.state.tentative_since == 7.0
+
+
+def test_a_cut_that_heals_within_max_delay_releases_without_tentative_output() -> None:
+    held = step(State(), _views(5.0, 4.0, False), 3.0, 5.0)
+    back = step(held.state, _views(6.0, 6.0, True), 3.0, 6.0)
+    assert back.state.mode is Mode.STABLE and back.action is Action.RELEASE
+
+
+def test_the_return_of_the_cut_input_reconciles_once_then_stable() -> None:
+    state = State(Mode.TENTATIVE, 7.0, ("b",), 7.0)
+    still = step(state, _views(20.0, 4.0, False), 3.0, 20.0)
+    assert still.state.mode is Mode.TENTATIVE and still.action is Action.NONE
+    back = step(still.state, _views(21.0, 21.0, True), 3.0, 21.0)
+    assert back.state.mode is Mode.RECONCILING and back.action is Action.RECONCILE
+    assert back.state.tentative_since == 7.0
+    again = step(back.state, _views(22.0, 22.0, False), 3.0, 22.0)
+    assert again.state == back.state and again.action is Action.NONE  # reconciling finishes first
+    assert reconciled(back.state, 25.0) == State(Mode.STABLE, 25.0)
+    with pytest.raises(ValueError):
+        reconciled(State(), 1.0)
+
+
+def test_the_deadline_is_the_earliest_cut_input_plus_max_delay() -> None:
+    views = (InputView("a", 9.0, False), InputView("b", 4.0, False), InputView("c", 1.0, True))
+    assert delay_deadline(views, 3.0) == 7.0
+    assert delay_deadline(views[2:], 3.0) == float("inf")
+    with pytest.raises(ValueError):
+        step(State(), views, 0.0, 1.0)

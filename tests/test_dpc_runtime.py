@@ -1,0 +1,52 @@
+"""Borealis DPC in the Spark layer with real ZeroMQ channels (docs/availability.md): tasks
+"dpc" (max-delay) and "plain" (none) each union two channels (tasks a1 and a2, one session) and
+count per sensor and second; the link from a2 to both goes through a TCP proxy the test cuts
+and heals (`testkit.dpc_support`). With max-delay, results keep coming during the cut, marked
+tentative, and after the heal the sink's stable view equals a plain-Python oracle over all
+input; without it nothing is marked."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from common import dpc_view
+from executor.spool_receiver import PROBE_SECONDS, PROBE_TIMEOUT
+from testkit.dpc_support import cut_run, missing_rows, oracle, same, windows
+
+pytestmark = pytest.mark.spark
+
+RATE, LIMIT, MAX_DELAY = 200.0, 5000, 2.0  # 25 s of input per upstream task
+CUT_SECONDS = 6.0
+
+
+def test_a_cut_input_goes_tentative_and_is_corrected_with_max_delay_unmarked_without(
+        spark: Any, tmp_path: Path) -> None:
+    """With max-delay: tentative rows within max-delay (+ the probe and a batch), and after
+    the heal a stable view equal to the oracle. Without it (today's union, the same cut): no
+    waiting, no mark; its window's watermark follows a1 through the cut, so a2's rows that
+    come back behind it are dropped as late: windows may lack them (counted and printed),
+    never hold more than the oracle."""
+    run, plain = cut_run(spark, tmp_path, rate=RATE, limit=LIMIT, cut_seconds=CUT_SECONDS,
+                         max_delay=f"{int(MAX_DELAY)} seconds")
+    expected = oracle(RATE, LIMIT)
+    assert run.first_tentative is not None and run.reconcile is not None
+    print(f"first tentative row {run.first_tentative:.2f} s after the cut (goal: max-delay "
+          f"{MAX_DELAY} s + probe {PROBE_SECONDS + PROBE_TIMEOUT} s + a micro-batch); "
+          f"reconciled in {run.reconcile:.2f} s after a {CUT_SECONDS} s cut; "
+          f"{len(run.tentative)} tentative rows replaced")
+    assert run.tentative, "no tentative row was written during the cut"
+    assert run.first_tentative <= MAX_DELAY + PROBE_SECONDS + PROBE_TIMEOUT + 5.0
+    assert same(windows(dpc_view.stable_view(run.rows)), expected)
+    assert dpc_view.open_episodes(run.rows) == []
+    assert [r[dpc_view.REVISION] for r in run.rows if dpc_view.REVISION in r] == [1]
+
+    assert not any(dpc_view.TENTATIVE in r or dpc_view.REVISION in r for r in plain.rows)
+    assert len(plain.rows) > plain.before_heal, "no results after the heal"
+    got = windows(plain.rows)
+    assert got.keys() <= expected.keys()
+    assert all(got[k][0] <= expected[k][0] for k in got)
+    print(f"without max-delay: {missing_rows(got, expected)} of {2 * LIMIT} input rows missing "
+          f"from the closed windows ({len(expected.keys() - got.keys())} windows never written)")

@@ -1,0 +1,107 @@
+"""max-delay (Borealis DPC, docs/availability.md): where it may be written, its located errors
+(all in one run), and what the compiled program passes to the runtime's union."""
+
+from __future__ import annotations
+
+from compiler.pipeline import check_spec_text
+from tests.spec_snippets import SINK, SOURCE, dataflow, locate
+
+SECOND = SOURCE.replace('name="src"', 'name="src2"').replace('name="raw"', 'name="raw2"')
+
+
+def _union(attrs: str = "") -> str:
+    return (f'  <operator name="u" type="union"{attrs}>\n    <input name="raw"/>\n'
+            '    <input name="raw2"/>\n    <output name="both"/>\n  </operator>\n')
+
+
+def _spec(union_attrs: str = "", query_attrs: str = "", middle: str = "",
+          sink: str = "both") -> str:
+    xml = dataflow(SOURCE + SECOND + _union(union_attrs) + middle + SINK.format(stream=sink))
+    return xml.replace('<dataflow name="t">', f'<dataflow name="t"{query_attrs}>')
+
+
+def _errors(xml: str) -> list:
+    graph, diagnostics = check_spec_text(xml, "dpc.xml")
+    errors = [d for d in diagnostics if d.severity == "error"]
+    assert graph is None and errors
+    return errors
+
+
+def _at(errors: list, xml: str, needle: str, fragment: str, nth: int = 0) -> None:
+    line, column = locate(xml, needle, nth)
+    found = [d for d in errors if fragment in d.message
+             and (d.position.line, d.position.column) == (line, column)]
+    assert found, f"{fragment!r} at {line}:{column}? got " + "; ".join(
+        d.render() for d in errors)
+
+
+def test_max_delay_on_a_union_reaches_its_node() -> None:
+    graph, diagnostics = check_spec_text(_spec(' max-delay="3 seconds"'), "dpc.xml")
+    assert graph is not None, [d.render() for d in diagnostics]
+    assert graph.node("u").max_delay_ms == 3000
+
+
+def test_a_query_wide_max_delay_applies_to_each_union() -> None:
+    graph, _ = check_spec_text(_spec(query_attrs=' max-delay="500 ms"'), "dpc.xml")
+    assert graph is not None and graph.node("u").max_delay_ms == 500
+    own, _ = check_spec_text(_spec(' max-delay="2 s"', ' max-delay="500 ms"'), "dpc.xml")
+    assert own is not None and own.node("u").max_delay_ms == 2000
+
+
+def test_without_max_delay_nothing_changes() -> None:
+    graph, _ = check_spec_text(_spec(), "dpc.xml")
+    assert graph is not None and all(n.max_delay_ms is None for n in graph.nodes)
+
+
+def test_every_misuse_is_located_and_reported_in_one_run() -> None:
+    filter_op = ('  <operator name="f" type="filter" max-delay="1 second">\n'
+                 '    <input name="both"/>\n    <param name="condition" value="both.temp &gt; 1"/>'
+                 '\n    <output name="hot"/>\n  </operator>\n')
+    xml = _spec(' max-delay="soon"', ' max-delay="0 seconds"', filter_op, sink="hot")
+    errors = _errors(xml)
+    _at(errors, xml, "soon", "is not a duration")
+    _at(errors, xml, "0 seconds", "out of range")
+    _at(errors, xml, '1 second"', "filter with 1 input")
+
+
+def test_max_delay_on_a_join_is_refused_as_not_built() -> None:
+    join = ('  <operator name="j" type="join" max-delay="3 seconds">\n'
+            '    <input name="raw"/>\n    <input name="raw2"/>\n'
+            '    <param name="left-key" value="sensor"/><param name="right-key" value="sensor"/>\n'
+            '    <param name="left-time" value="ts"/><param name="right-time" value="ts"/>\n'
+            '    <param name="within" value="1 seconds"/>\n'
+            '    <output name="pairs"/>\n  </operator>\n')
+    xml = dataflow(SOURCE + SECOND + join + SINK.format(stream="pairs"))
+    _at(_errors(xml), xml, "3 seconds", "not built yet")
+
+
+def test_max_delay_with_a_pattern_is_refused() -> None:
+    xml = _spec(' max-delay="3 seconds" parallelism="2"')
+    _at(_errors(xml), xml, "3 seconds", "with a pattern")
+
+
+def test_a_query_wide_max_delay_without_a_union_is_refused() -> None:
+    xml = dataflow(SOURCE + SINK.format(stream="raw")).replace(
+        '<dataflow name="t">', '<dataflow name="t" max-delay="3 seconds">')
+    _at(_errors(xml), xml, "3 seconds", "has none")
+
+
+def test_the_compiled_union_call_carries_max_delay(tmp_path) -> None:
+    from compiler.pipeline import compile_spec_text
+
+    compilation = compile_spec_text(_spec(' max-delay="3 seconds"'), "dpc.xml",
+                                    base_dir=tmp_path)
+    programs = "\n".join(t.program for t in compilation.query.tasks)
+    assert "max_delay='3 seconds'" in programs
+
+
+def test_max_delay_is_part_of_the_union_s_signature_only_when_set(tmp_path) -> None:
+    from compiler.pipeline import compile_spec_text
+
+    def signature(attrs: str) -> str:
+        query = compile_spec_text(_spec(attrs), "dpc.xml", base_dir=tmp_path).query
+        return next(o.signature for o in query.operators if o.name == "u")
+
+    plain, three, four = signature(""), signature(' max-delay="3 s"'), signature(' max-delay="4 s"')
+    assert len({plain, three, four}) == 3
+    assert "3000" not in plain and "3000" in three
