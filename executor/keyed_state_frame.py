@@ -24,7 +24,6 @@ Aggregates are `common.keyed_aggregates`. Does not own argument checks (`executo
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -36,6 +35,7 @@ from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
 
 from common import keyed_aggregates as ka
 from common.types import ColumnType, Field, Schema
+from executor import arrow_text
 
 _KEY = "__elastiq_key"
 _TIME = "__elastiq_time"  # the event time as a timestamp, for the watermark
@@ -52,46 +52,6 @@ class Aggregate:
     function: str
     column: Field | None
     out: Field
-
-
-def _to_text(stream: str, field: Field, name: str) -> Column:
-    column = F.col(f"`{stream}`.`{field.name}`")
-    if field.type is ColumnType.TIMESTAMP:
-        column = F.unix_micros(column)
-    return column.cast("string").alias(name)
-
-
-def _parse(value: Any, kind: ColumnType) -> Any:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return None
-    if kind in (ColumnType.INT, ColumnType.TIMESTAMP):
-        return int(value)
-    if kind is ColumnType.DOUBLE:
-        return float(value)
-    if kind is ColumnType.BOOLEAN:
-        return value == "true"
-    return value
-
-
-def _text(value: Any) -> str | None:
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        if math.isnan(value):
-            return "NaN"
-        if math.isinf(value):
-            return "Infinity" if value > 0 else "-Infinity"
-        return repr(value)
-    return str(value)
-
-
-def _typed(name: str, kind: ColumnType) -> Column:
-    column = F.col(f"`{name}`")
-    if kind is ColumnType.TIMESTAMP:
-        return F.timestamp_micros(column.cast("bigint")).alias(name)
-    return column.cast(kind.spark_type_name()).alias(name)
 
 
 @dataclass(frozen=True)
@@ -113,8 +73,9 @@ class _Layout:
         return _Layout(tuple(keys), tuple(values), slots)
 
     def frame(self, df: DataFrame, stream: str, time: str, watermark: str) -> DataFrame:
-        texts = df.select(*[_to_text(stream, k, k.name) for k in self.keys],
-                          *[_to_text(stream, v, f"__v{i}") for i, v in enumerate(self.values)],
+        texts = df.select(*[arrow_text.to_text(stream, k, k.name) for k in self.keys],
+                          *[arrow_text.to_text(stream, v, f"__v{i}")
+                            for i, v in enumerate(self.values)],
                           F.unix_micros(F.col(f"`{stream}`.`{time}`")).cast("string")
                           .alias(_TIME_US),
                           F.col(f"`{stream}`.`{time}`").alias(_TIME))
@@ -123,7 +84,7 @@ class _Layout:
     def rows(self, frames: Iterator[pd.DataFrame]) -> list[tuple[int, list[Any]]]:
         """(time in µs, values) of the call's rows, in event-time order, equal times by their
         values (a total order of what the aggregates read)."""
-        rows = [(int(r[_TIME_US]), [_parse(r[f"__v{i}"], v.type)
+        rows = [(int(r[_TIME_US]), [arrow_text.from_text(r[f"__v{i}"], v.type)
                                     for i, v in enumerate(self.values)])
                 for frame in frames for r in frame.to_dict("records")]
         return sorted(rows, key=row_order)
@@ -132,7 +93,7 @@ class _Layout:
         return [F.col(f"`{k.name}`") for k in self.keys] or [F.lit("").alias(_KEY)]
 
     def key_texts(self, key: tuple) -> list[str | None]:
-        return [_text(v) for v in key] if self.keys else []
+        return [arrow_text.text(v) for v in key] if self.keys else []
 
 
 def row_order(row: tuple[int, Sequence[Any]]) -> tuple:
@@ -145,12 +106,12 @@ def _apply(texts: DataFrame, layout: _Layout, run: Any, out_fields: Sequence[Fie
     schema = ", ".join(f"`{f.name}` string" for f in out_fields)
     result = texts.groupBy(*layout.grouping()).applyInPandasWithState(
         run, schema, STATE_SCHEMA, "append", GroupStateTimeout.EventTimeTimeout)
-    return result.select(*[_typed(f.name, f.type) for f in out_fields])
+    return result.select(*[arrow_text.typed(f.name, f.type) for f in out_fields])
 
 
 def _column_values(aggregates: Sequence[Aggregate], layout: _Layout,
                    window: Sequence[tuple[int, Sequence[Any]]]) -> list[str | None]:
-    return [_text(ka.over_rows(a.function, [1 if slot is None else row[1][slot]
+    return [arrow_text.text(ka.over_rows(a.function, [1 if slot is None else row[1][slot]
                                             for row in window]))
             for a, slot in zip(aggregates, layout.slots)]
 
@@ -222,7 +183,7 @@ def updating_frame(df: DataFrame, stream: str, time: str, keys: Sequence[Field],
         assert last is not None  # a call without a timeout brings rows
         state.update((json.dumps({"last": last, "accs": accs}),))
         state.setTimeoutTimestamp(max((last + ttl_us) // 1000, watermark_ms, 1))
-        out = [layout.key_texts(key) + [_text(ka.result(a.function, acc))
+        out = [layout.key_texts(key) + [arrow_text.text(ka.result(a.function, acc))
                                         for a, acc in zip(aggregates, accs)]]
         yield pd.DataFrame(out, columns=names, dtype=object)
 

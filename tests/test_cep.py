@@ -491,17 +491,18 @@ def test_control_tuples_cannot_change_a_running_pattern(tmp_path: Path,
 
 
 def test_values_cross_arrow_as_text_exactly() -> None:
-    """executor.cep.spark's transport: what Spark's cast to string gives back as the typed value, and
-    measures as the text Spark casts to their types (Java spellings of NaN and infinities)."""
-    from executor.cep.spark import _from_text, _text
+    """executor.arrow_text, the transport of the pattern operator and the keyed-state operators:
+    what Spark's cast to string gives back as the typed value, and results as the text Spark
+    casts to their types (Java spellings of NaN and infinities)."""
+    from executor.arrow_text import from_text, text
 
-    assert _from_text("9223372036854775807", ColumnType.INT) == 2**63 - 1
-    assert _from_text("-1704067200000000", ColumnType.TIMESTAMP) == -1704067200000000
-    assert math.isnan(_from_text("NaN", ColumnType.DOUBLE))
-    assert _from_text("-Infinity", ColumnType.DOUBLE) == -math.inf
-    assert _from_text("1.0E-4", ColumnType.DOUBLE) == 1e-4
-    assert _from_text("true", ColumnType.BOOLEAN) is True
-    assert _from_text(None, ColumnType.STRING) is None
-    assert _from_text(float("nan"), ColumnType.INT) is None  # pandas' null of a missing value
-    assert [_text(v) for v in (None, True, math.nan, math.inf, -math.inf, 0.1, 2**63 - 1)] == [
+    assert from_text("9223372036854775807", ColumnType.INT) == 2**63 - 1
+    assert from_text("-1704067200000000", ColumnType.TIMESTAMP) == -1704067200000000
+    assert math.isnan(from_text("NaN", ColumnType.DOUBLE))
+    assert from_text("-Infinity", ColumnType.DOUBLE) == -math.inf
+    assert from_text("1.0E-4", ColumnType.DOUBLE) == 1e-4
+    assert from_text("true", ColumnType.BOOLEAN) is True
+    assert from_text(None, ColumnType.STRING) is None
+    assert from_text(float("nan"), ColumnType.INT) is None  # pandas' null of a missing value
+    assert [text(v) for v in (None, True, math.nan, math.inf, -math.inf, 0.1, 2**63 - 1)] == [
         None, "true", "NaN", "Infinity", "-Infinity", "0.1", "9223372036854775807"]

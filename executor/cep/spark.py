@@ -15,7 +15,6 @@ own matching (`executor.cep.match`, `executor.cep.stage`).
 from __future__ import annotations
 
 import logging
-import math
 from typing import Any, Iterator, Sequence
 
 import pandas as pd
@@ -26,6 +25,7 @@ from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
 from common import pattern_stages
 from common.pattern_stages import stage_schema
 from common.types import ColumnType, Field, Schema
+from executor import arrow_text
 from executor.cep.match import KeyMatcher, PatternProgram, measures
 from executor.cep.stage import Item, Stage, StageMatcher, carrier_order
 
@@ -36,51 +36,11 @@ _TIME = "__elastiq_time"  # the event time as a timestamp, for the watermark
 STATE_SCHEMA = "matcher string"
 
 
-def _to_text(stream: str, field: Field) -> Column:
-    column = F.col(f"`{stream}`.`{field.name}`")
-    if field.type is ColumnType.TIMESTAMP:
-        column = F.unix_micros(column)
-    return column.cast("string").alias(field.name)
-
-
-def _from_text(value: Any, kind: ColumnType) -> Any:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return None
-    if kind in (ColumnType.INT, ColumnType.TIMESTAMP):
-        return int(value)
-    if kind is ColumnType.DOUBLE:
-        return float(value)
-    if kind is ColumnType.BOOLEAN:
-        return value == "true"
-    return value
-
-
 def _rows(records: list[dict[str, Any]], types: dict[str, ColumnType]) -> list[dict[str, Any]]:
     """The rows of a group's records as the matcher takes them (typed values, the columns of
     `types` only)."""
-    return [{name: _from_text(value, types[name]) for name, value in record.items()
+    return [{name: arrow_text.from_text(value, types[name]) for name, value in record.items()
              if name in types} for record in records]
-
-
-def _text(value: Any) -> str | None:
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        if math.isnan(value):
-            return "NaN"
-        if math.isinf(value):
-            return "Infinity" if value > 0 else "-Infinity"
-        return repr(value)
-    return str(value)
-
-
-def _typed(name: str, kind: ColumnType) -> Column:
-    column = F.col(f"`{name}`")
-    if kind is ColumnType.TIMESTAMP:
-        return F.timestamp_micros(column.cast("bigint")).alias(name)
-    return column.cast(kind.spark_type_name()).alias(name)
 
 
 def _deadline_ms(matcher: KeyMatcher | StageMatcher, watermark_ms: int) -> int | None:
@@ -106,7 +66,7 @@ def _keep(state: GroupState, matcher: KeyMatcher | StageMatcher, watermark_ms: i
 def _row_texts(df: DataFrame, stream: str, program: PatternProgram, watermark: str
                ) -> DataFrame:
     """The rows as text, with their event time as a timestamp under the operator's watermark."""
-    texts = df.select(*[_to_text(stream, f) for f in program.schema],
+    texts = df.select(*[arrow_text.to_text(stream, f) for f in program.schema],
                       F.col(f"`{stream}`.`{program.time}`").alias(_TIME))
     return texts.withWatermark(_TIME, watermark)
 
@@ -118,7 +78,7 @@ def _per_key(texts: DataFrame, grouping: list[Column], run: Any, out_fields: tup
     output_schema = ", ".join(f"`{f.name}` string" for f in out_fields)
     result = texts.groupBy(*grouping).applyInPandasWithState(
         run, output_schema, STATE_SCHEMA, "append", GroupStateTimeout.EventTimeTimeout)
-    typed = result.select(*[_typed(f.name, f.type) for f in out_fields])
+    typed = result.select(*[arrow_text.typed(f.name, f.type) for f in out_fields])
     return typed, Schema(out_fields)
 
 
@@ -141,7 +101,8 @@ def pattern_frame(df: DataFrame, stream: str, program: PatternProgram, keys: Seq
         found = matcher.feed(rows, watermark_ms * 1000)
         _keep(state, matcher, watermark_ms)
         key_values = list(key) if key_names else []
-        out = [[_text(v) for v in key_values] + [_text(v) for v in measures(program, m)]
+        out = [[arrow_text.text(v) for v in key_values]
+               + [arrow_text.text(v) for v in measures(program, m)]
                for m in found]
         yield pd.DataFrame(out, columns=[f.name for f in out_fields], dtype=object)
 
@@ -181,7 +142,7 @@ def stage_frame(df: DataFrame, stream: str, program: PatternProgram, keys: Seque
     if stage.index == 1:
         texts = _row_texts(df, stream, program, watermark)
     else:
-        texts = df.select(*[_to_text(stream, f) for f in keys],
+        texts = df.select(*[arrow_text.to_text(stream, f) for f in keys],
                           F.col(f"`{stream}`.`{pattern_stages.TIME}`").alias(_TIME),
                           F.unix_micros(F.col(f"`{stream}`.`{pattern_stages.TIME}`"))
                           .cast("string").alias(_TIME_US),
@@ -202,8 +163,8 @@ def stage_frame(df: DataFrame, stream: str, program: PatternProgram, keys: Seque
         else:
             items = matcher.feed_items(_items_in_order(records, program), watermark_ms * 1000)
         _keep(state, matcher, watermark_ms)
-        key_values = [_text(v) for v in key] if key_names else []
-        out = ([key_values + [_text(v) for v in item.body] for item in items
+        key_values = [arrow_text.text(v) for v in key] if key_names else []
+        out = ([key_values + [arrow_text.text(v) for v in item.body] for item in items
                 if item.kind == "match"] if last else
                [key_values + [str(item.time), str(seq), item.encode()]
                 for seq, item in enumerate(items)])
