@@ -25,9 +25,8 @@ import pytest
 from compiler.expr import pattern as pt
 from compiler.spec import load_spec
 from compiler.validate import check_or_raise
-from executor.task_runner import TaskRunner
+from testkit.spark_processes import jvm_pid, program_runner, source_runner_pids
 from tests import cep_oracle
-from test_runtime_faults import source_runner_pids
 from test_runtime_support import START, input_rows, read_sink, wait_drained, wait_for
 
 pytestmark = pytest.mark.spark
@@ -99,18 +98,15 @@ def test_tick_shape_example_on_spark_killed_mid_stream_equals_the_backtracking_m
     out = tmp_path / "shapes.jsonl"
     program = tmp_path / "program.py"
     program.write_text(_program(out), encoding="utf-8")
-    runner = TaskRunner(spark, program, {"query_id": "q", "task_id": "tick",
-                                         "checkpoint_dir": str(tmp_path / "ck"),
-                                         "trigger_seconds": 0.5},
-                        max_restarts=3, backoff_seconds=0.5)
-    jvm_pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
+    runner = program_runner(spark, program, "tick", tmp_path / "ck")
+    jvm = jvm_pid(spark)
     try:
         runner.start()
         wait_for(lambda: out.exists() and out.stat().st_size > 0, 90, "first matches")
         progress = runner.runtime.query.lastProgress  # type: ignore[union-attr]
         assert str(LIMIT) not in str(progress["sources"][0]["endOffset"]), \
             "too late to kill mid-stream"
-        victims = source_runner_pids(jvm_pid)
+        victims = source_runner_pids(jvm)
         assert len(victims) == 1, victims
         os.kill(victims[0], signal.SIGKILL)
         wait_for(lambda: runner.status().restarts >= 1 and runner.status().state == "running",
@@ -169,10 +165,8 @@ def test_the_partitioned_tick_pattern_on_spark_equals_the_matcher_with_skip_to_n
         outs.append(tmp_path / f"shapes_{share}.jsonl")
         program = tmp_path / f"program_{share}.py"
         program.write_text(_instance_program(outs[-1], limit, share), encoding="utf-8")
-        runners.append(TaskRunner(spark, program, {
-            "query_id": "q", "task_id": f"tick_{share}",
-            "checkpoint_dir": str(tmp_path / f"ck{share}"), "trigger_seconds": 0.5},
-            max_restarts=0, backoff_seconds=0.5))
+        runners.append(program_runner(spark, program, f"tick_{share}", tmp_path / f"ck{share}",
+                                      max_restarts=0))
     try:
         for runner in runners:
             runner.start()
@@ -244,10 +238,8 @@ def test_the_pipelined_tick_pattern_on_spark_equals_the_matcher_with_skip_to_nex
                   f'path={str(files[i - 2])!r}, format="jsonl", rate=None)')
         program = tmp_path / f"program_{i}.py"
         program.write_text(_stage_program(source, files[i - 1], i, stages), encoding="utf-8")
-        runner = TaskRunner(spark, program, {
-            "query_id": "q", "task_id": f"tick_{i}",
-            "checkpoint_dir": str(tmp_path / f"ck{i}"), "trigger_seconds": 0.5},
-            max_restarts=0, backoff_seconds=0.5)
+        runner = program_runner(spark, program, f"tick_{i}", tmp_path / f"ck{i}",
+                                max_restarts=0)
         fed = limit if i == 1 else len(files[i - 2].read_text().splitlines())
         try:
             runner.start()

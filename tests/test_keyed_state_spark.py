@@ -18,7 +18,7 @@ import pytest
 from common.upsert_log import KEY_MEMBER, read_current
 from executor import shapes
 from executor.runtime import RuntimeSpecError, TaskRuntime
-from executor.task_runner import TaskRunner
+from testkit.spark_processes import jvm_pid, program_runner, python_workers
 from test_runtime_support import drained, input_rows, read_sink, wait_drained, wait_for
 
 pytestmark = pytest.mark.spark
@@ -250,22 +250,6 @@ def build(rt):
 KILL_RATE = 250.0  # 8,000 bids take ~35 s: the kill comes mid-stream, after the first results
 
 
-def python_workers(jvm_pid: int) -> list[int]:
-    """The Python worker processes the Spark JVM forked through its worker daemon (they run
-    the count window's per-key function): the daemon's children (/proc scan)."""
-    parents: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat", encoding="utf-8") as f:
-                    parents[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-    daemons = [pid for pid, parent in parents.items() if parent == jvm_pid
-               and b"spark_worker_daemon" in Path(f"/proc/{pid}/cmdline").read_bytes()]
-    return [pid for pid, parent in parents.items() if parent in daemons]
-
-
 def test_a_count_window_whose_python_workers_are_sigkilled_stays_exact(
         spark: Any, tmp_path: Path) -> None:
     """Mid-stream, every Python worker of the session (where the per-key state function runs)
@@ -276,11 +260,8 @@ def test_a_count_window_whose_python_workers_are_sigkilled_stays_exact(
     program = tmp_path / "program.py"
     program.write_text(f"OUT = {str(out)!r}\nLIMIT = {limit}\nKILL_RATE = {KILL_RATE}\n"
                        + PROGRAM, encoding="utf-8")
-    runner = TaskRunner(spark, program, {"query_id": "q", "task_id": "kill",
-                                         "checkpoint_dir": str(tmp_path / "ck"),
-                                         "trigger_seconds": 0.5},
-                        max_restarts=3, backoff_seconds=0.5)
-    jvm_pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
+    runner = program_runner(spark, program, "kill", tmp_path / "ck")
+    jvm = jvm_pid(spark)
     try:
         runner.start()
         wait_for(lambda: read_sink(out), 120, "a first batch of results")
@@ -288,7 +269,7 @@ def test_a_count_window_whose_python_workers_are_sigkilled_stays_exact(
         progress = runner.runtime.query.lastProgress
         assert progress is not None
         assert str(limit) not in str(progress["sources"][0]["endOffset"]), "too late to kill"
-        victims = python_workers(jvm_pid)
+        victims = python_workers(jvm)
         assert victims, "no Python worker to kill"
         for pid in victims:
             os.kill(pid, signal.SIGKILL)

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from executor.runtime import ChannelHub, TaskRuntime
-from executor.task_runner import TaskRunner
+from testkit.spark_processes import jvm_pid, program_runner, source_runner_pids
 from test_runtime_support import START, input_rows, read_sink, wait_drained, wait_for
 
 pytestmark = pytest.mark.spark
@@ -33,24 +33,6 @@ def build(rt):
 '''
 
 
-def source_runner_pids(jvm_pid: int) -> list[int]:
-    """Children of the Spark JVM running pyspark's Python streaming source runner (/proc scan)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", encoding="utf-8") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                cmdline = f.read().replace(b"\0", b" ").decode()
-        except (OSError, ValueError, IndexError):
-            continue
-        if ppid == jvm_pid and "python_streaming_source_runner" in cmdline:
-            found.append(int(entry))
-    return found
-
-
 def test_sigkilled_source_runner_is_restarted_and_sink_is_exact(spark: Any, tmp_path: Path) -> None:
     """Kills mid-stream on purpose: a crash after the source is exhausted but before the final
     no-data batch leaves the last windows unemitted until new data arrives (Spark recovers the
@@ -58,17 +40,14 @@ def test_sigkilled_source_runner_is_restarted_and_sink_is_exact(spark: Any, tmp_
     out = tmp_path / "win.jsonl"
     program = tmp_path / "program.py"
     program.write_text(f"OUT = {str(out)!r}\n" + PROGRAM, encoding="utf-8")
-    runner = TaskRunner(spark, program, {"query_id": "q", "task_id": "fault",
-                                         "checkpoint_dir": str(tmp_path / "ck"),
-                                         "trigger_seconds": 0.5},
-                        max_restarts=3, backoff_seconds=0.5)
-    jvm_pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
+    runner = program_runner(spark, program, "fault", tmp_path / "ck")
+    jvm = jvm_pid(spark)
     try:
         runner.start()
         wait_for(lambda: out.exists() and out.stat().st_size > 0, 60, "first windows")
         progress = runner.runtime.query.lastProgress  # type: ignore[union-attr]
         assert '8000' not in str(progress["sources"][0]["endOffset"]), "too late to kill mid-stream"
-        victims = source_runner_pids(jvm_pid)
+        victims = source_runner_pids(jvm)
         assert len(victims) == 1, victims
         os.kill(victims[0], signal.SIGKILL)
         wait_for(lambda: runner.status().restarts >= 1 and runner.status().state == "running",
