@@ -176,6 +176,19 @@ def _wait_settled(query: Any, done: Any, what: str, timeout: float = 120.0) -> N
         raise AssertionError(f"{what} did not settle within {timeout} s")
 
 
+def _sources_up(rt: Any) -> None:
+    """Until `rt`'s query has started its Python sources' runner processes, as an executor
+    starts its tasks one after another (`TaskRunner._await_sources`): Spark gives each runner
+    10 s to connect back, which a burst of six (two downstream tasks of two channel sources
+    each, two generators) on a loaded machine missed in CI."""
+    from executor.task_runner import INITIALIZING_SOURCES
+
+    query = rt.query
+    wait_for(f"task {rt.task_id}'s sources to start",
+             lambda: not query.isActive or query.status.get("message") != INITIALIZING_SOURCES,
+             120)
+
+
 def _downstream(spark: Any, tmp_path: Path, hub: Any, name: str, proxy: LinkProxy,
                 schema: Any, max_delay: str | None) -> Any:
     from executor.runtime import TaskRuntime
@@ -191,6 +204,7 @@ def _downstream(spark: Any, tmp_path: Path, hub: Any, name: str, proxy: LinkProx
                        aggregates=(("n", "count", None), ("total", "sum", "temp")))
     b.file_sink(op="sink", input="win", path=str(tmp_path / f"{name}.jsonl"))
     assert (b.dpc is not None) == (max_delay is not None)
+    _sources_up(b)
     return b
 
 
@@ -222,7 +236,8 @@ def cut_run(spark: Any, tmp_path: Path, *, rate: float, limit: int, cut_seconds:
         for i, rt in enumerate(ups, start=1):
             rt.generator(op="src", output="raw", schema=reading, shape="sensor", seed=i,
                          rate=rate, limit=limit, start=START)
-            rt.channel_sink(input="raw", channel=f"a{i}.raw")
+            rt.channel_sink(input="raw", channel=f"a{i}.raw")  # (together: their event times
+            # advance alike, which a wait between them would skew by more than the watermark)
         dpc = downs[0].dpc
         wait_for("the first windows", lambda: all(read_sink(o) for o in outs), 90)
         progress = ups[0].query.lastProgress
