@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import base64
 import itertools
-import math
 import logging
+import math
 import os
 import queue
 import signal
@@ -76,7 +76,7 @@ class ExecutorConfig:
     poll_seconds: float = 0.25
     stop_timeout_seconds: float = 20.0  # per runner, on kill and on shutdown
     prewarm: bool = False  # build the SparkSession at start ($ELASTIQ_PREWARM=1), not at 1st task
-    min_batch_seconds: float = 0.0  # start a task's micro-batch at most this often (0: back to back)
+    min_batch_seconds: float = 0.0  # a task's micro-batches start at most this often (0: any time)
 
 
 def config_from_env(env: Mapping[str, str]) -> ExecutorConfig:
@@ -99,8 +99,8 @@ def config_from_env(env: Mapping[str, str]) -> ExecutorConfig:
 
 
 def min_batch_seconds(text: str) -> float:
-    """$ELASTIQ_MIN_BATCH_INTERVAL: seconds, 0 (back to back, the default) to MAX_MIN_BATCH_SECONDS;
-    ValueError naming the variable otherwise (pure)."""
+    """$ELASTIQ_MIN_BATCH_INTERVAL: seconds, 0 (back to back, the default) to
+    MAX_MIN_BATCH_SECONDS; ValueError naming the variable otherwise (pure)."""
     try:
         seconds = float(text)
     except ValueError:
