@@ -11,7 +11,7 @@ import signal
 from collections import defaultdict
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pytest
 
@@ -27,6 +27,8 @@ BID = shapes.shape_named("bid").columns
 SEQUENCE = shapes.shape_named("sequence").columns
 START = "2024-01-01T00:00:00Z"
 RATE = 2000.0
+# 8,000 bids take 16 s: at RATE (4 s) a quiet machine emitted them all before the stop
+RESTART_RATE = 500.0
 Row = dict[str, Any]
 
 
@@ -56,8 +58,9 @@ def count_window_oracle(rows: list[Row], key: str, n: int, delay: timedelta) -> 
     return sorted(out)
 
 
-def start_count_window(rt: TaskRuntime, out: Path, limit: int, n: int) -> None:
-    rt.generator(op="src", output="bids", schema=BID, shape="bid", seed=21, rate=RATE,
+def start_count_window(rt: TaskRuntime, out: Path, limit: int, n: int,
+                       rate: float = RATE) -> None:
+    rt.generator(op="src", output="bids", schema=BID, shape="bid", seed=21, rate=rate,
                  limit=limit, start=START)
     rt.window_aggregate(op="w", input="bids", output="last", time="date_time", window=None,
                         slide=None, watermark="2 milliseconds", group_by=("bidder",),
@@ -86,16 +89,15 @@ def test_a_count_window_gives_each_rows_last_n_in_event_time_order(
     assert emitted_windows(out) == expected
 
 
-def test_a_count_window_restarted_from_its_checkpoint_gives_the_same_results(
-        spark: Any, tmp_path: Path) -> None:
-    """Stopped after its first rows and started again on the same checkpoint: each bid's
-    result comes once, and all of them are the oracle's (the pending rows and each key's last
-    rows came back from the state store)."""
-    limit, out, ck = 8000, tmp_path / "out.jsonl", tmp_path / "ck"
+def stopped_and_resumed(spark: Any, ck: Path, out: Path, limit: int,
+                        start: Callable[[TaskRuntime], None]) -> tuple[int, Any]:
+    """A task built by `start` stopped after its first results and started again on checkpoint
+    `ck` until its `limit` input rows are drained: (the rows out before the restart, the
+    resumed query's last progress)."""
     first = TaskRuntime(spark, query_id="q", task_id="t-first", checkpoint_dir=str(ck),
                         trigger_seconds=0.5)
     try:
-        start_count_window(first, out, limit, 10)
+        start(first)
         wait_for(lambda: read_sink(out), 300, "a first batch of results")
     finally:
         first.stop()
@@ -103,12 +105,24 @@ def test_a_count_window_restarted_from_its_checkpoint_gives_the_same_results(
     second = TaskRuntime(spark, query_id="q", task_id="t-second", checkpoint_dir=str(ck),
                          trigger_seconds=0.5)
     try:
-        start_count_window(second, out, limit, 10)
+        start(second)
         assert second.query is not None
         wait_drained(second.query, [limit], timeout=300)
+        return before, second.query.lastProgress
     finally:
         second.stop()
-    expected = count_window_oracle(input_rows("bid", 21, RATE, limit), "bidder", 10,
+
+
+def test_a_count_window_restarted_from_its_checkpoint_gives_the_same_results(
+        spark: Any, tmp_path: Path) -> None:
+    """Stopped after its first rows and started again on the same checkpoint: each bid's
+    result comes once, and all of them are the oracle's (the pending rows and each key's last
+    rows came back from the state store)."""
+    limit, out = 8000, tmp_path / "out.jsonl"
+    before, _ = stopped_and_resumed(spark, tmp_path / "ck", out, limit,
+                                    lambda rt: start_count_window(rt, out, limit, 10,
+                                                                  RESTART_RATE))
+    expected = count_window_oracle(input_rows("bid", 21, RESTART_RATE, limit), "bidder", 10,
                                    timedelta(milliseconds=2))
     assert 0 < before < len(expected), "the restart did not come midway"
     assert emitted_windows(out) == expected
@@ -181,26 +195,11 @@ def test_an_updating_aggregates_ttl_bounds_its_state_and_restarts_quiet_keys(
     and keys quiet for 20 ms of watermark leave the state, which ends far smaller than the
     number of auctions. Stopped after its first rows and restarted from the checkpoint, the
     view is still the oracle's."""
-    limit, out, ck = 8000, tmp_path / "out.jsonl", tmp_path / "ck"
-    first = TaskRuntime(spark, query_id="q", task_id="t-first", checkpoint_dir=str(ck),
-                        trigger_seconds=0.5)
-    try:
-        start_updating(first, out, "bid", limit, "auction", "price", "date_time",
-                       "20 milliseconds")
-        wait_for(lambda: read_sink(out), 300, "a first batch of results")
-    finally:
-        first.stop()
-    before = len(read_sink(out))
-    second = TaskRuntime(spark, query_id="q", task_id="t-second", checkpoint_dir=str(ck),
-                         trigger_seconds=0.5)
-    try:
-        start_updating(second, out, "bid", limit, "auction", "price", "date_time",
-                       "20 milliseconds")
-        assert second.query is not None
-        wait_drained(second.query, [limit], timeout=300)
-        last = second.query.lastProgress
-    finally:
-        second.stop()
+    limit, out = 8000, tmp_path / "out.jsonl"
+    before, last = stopped_and_resumed(
+        spark, tmp_path / "ck", out, limit,
+        lambda rt: start_updating(rt, out, "bid", limit, "auction", "price", "date_time",
+                                  "20 milliseconds"))
     rows = input_rows("bid", 5, RATE, limit)
     want = updating_oracle(rows, "auction", "price", "date_time", timedelta(milliseconds=20))
     whole = updating_oracle(rows, "auction", "price", "date_time", timedelta(days=1))
