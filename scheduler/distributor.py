@@ -77,17 +77,20 @@ def _cooling(at: float | None, seconds: float, now: float) -> bool:
 def decide_distribution(view: DistributionView, loads: Mapping[str, Series], slots: int,
                         settings: DistributionSettings, now: float,
                         last_task_move: Mapping[str, float] | None = None,
-                        last_pair_move: Mapping[frozenset[str], float] | None = None
-                        ) -> DistributionDecision:
-    """One round: `loads` holds every placed task's series over the same `slots` slots."""
+                        last_pair_move: Mapping[frozenset[str], float] | None = None,
+                        short: Sequence[str] = ()) -> DistributionDecision:
+    """One round: `loads` holds every placed task's series over the same `slots` slots;
+    `short` names the tasks whose own history is under the minimum (for the explanation)."""
     task_moved = last_task_move or {}
     pair_moved = last_pair_move or {}
     if len(view.placed) < 2:
         return DistributionDecision("hold", "agents", f"{len(view.placed)} live agent(s): "
                                     "nothing to pair")
     if slots < settings.min_slots:
+        few = f" (too few of their own: {', '.join(sorted(short)[:5])}" \
+            f"{', ...' if len(short) > 5 else ''})" if short else ""
         return DistributionDecision("hold", "history", f"{slots} slots of load history in "
-                                    f"common, {settings.min_slots} wanted before any move")
+                                    f"common, {settings.min_slots} wanted before any move{few}")
     found = pairs(view.placed, loads)
     means = _means(view.placed, loads)
     holds: list[tuple[HoldReason, str]] = []

@@ -1254,8 +1254,9 @@ class SchedulerState:
         view = self._distribution_view()
         loads, slots = self.loads.series([t for ts in view.placed.values() for t in ts],
                                          self.now)
-        decision = decide_distribution(view, loads, slots, settings, self.now,
-                                       record.task_moved_at, record.pair_moved_at)
+        decision = decide_distribution(
+            view, loads, slots, settings, self.now, record.task_moved_at, record.pair_moved_at,
+            [t for t in loads if len(self.loads.slots(t, self.now)) < settings.min_slots])
         record.decide(decision, self.now)
         if decision.kind == "hold":
             log.debug("[%s] load distribution holds (%s): %s", sid, decision.reason,
@@ -1307,9 +1308,29 @@ class SchedulerState:
         free = {a: (self.agent_sizes[a][0] - executor.cpus - used.get(a, (0.0, 0.0))[0],
                     self.agent_sizes[a][1] - executor.mem_mb - used.get(a, (0.0, 0.0))[1])
                 for a in live if a in self.agent_sizes}
-        forbidden = frozenset((t, a) for t in movable for a in live
-                              if (f := self._find(t)) and self._apart_clash(f[0], f[1], a))
-        return DistributionView(placed, frozenset(movable), demand, free, forbidden)
+        return DistributionView(placed, frozenset(movable), demand, free,
+                                self._apart_forbidden(movable))
+
+    def _apart_forbidden(self, movable: set[str]) -> frozenset[tuple[str, str]]:
+        """(movable task, agent) where a launched task of its query keeps it away, as
+        `_apart_clash` says (here for every agent at once: linear in the query's tasks)."""
+        out: set[tuple[str, str]] = set()
+        for q in self.queries.values():
+            mine = [t for t in q.tasks.values() if t.task_id in movable
+                    and (t.task.placement.apart_from or t.task.placement.group is not None)]
+            if not mine:
+                continue
+            names: dict[str, set[str]] = {}  # agent -> the groups (or ids) of tasks there
+            shunned: dict[str, set[str]] = {}  # agent -> the groups those keep away
+            for t in q.tasks.values():
+                if t.state.launched and t.agent_id:
+                    names.setdefault(t.agent_id, set()).add(t.task.placement.group or t.task_id)
+                    shunned.setdefault(t.agent_id, set()).update(t.task.placement.apart_from)
+            for t in mine:
+                apart, group = set(t.task.placement.apart_from), t.task.placement.group
+                out |= {(t.task_id, a) for a in names if a != t.agent_id and (
+                    names[a] & apart or (group is not None and group in shunned[a]))}
+        return frozenset(out)
 
     def _settled(self, query: QueryRecord) -> bool:
         """No rescale, migration, restart or control request of the query is under way."""

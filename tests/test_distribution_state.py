@@ -23,6 +23,7 @@ from scheduler.state import SchedulerState
 from scheduler.testing import chain_query, offer
 from scheduler.views import snapshot
 from elastiq.service_cli import distribution_lines
+from tests.test_migration import three_agents
 from tests.test_scheduler_state import launched, of, update
 
 SETTINGS = DistributionSettings(period_seconds=10.0, threshold=0.5, min_slots=8,
@@ -31,13 +32,15 @@ CONFIG = SchedulerConfig(offer_hold_seconds=2.0, distribution=SETTINGS)
 PERIOD = 40.0  # seconds of one wave
 
 
-def start(distribute: bool = True) -> tuple[SchedulerState, dict[str, str]]:
+def start(distribute: bool = True, apart: tuple[tuple[str, ...], ...] = ()
+          ) -> tuple[SchedulerState, dict[str, str]]:
     """q.t0..q.t3 (1 cpu each) placed first fit: a1 (3.1 cpus: three tasks and the executor's
     0.1) and a2 (4 cpus: the fourth); every task RUNNING. Task id -> agent."""
     s = SchedulerState(CONFIG)
     s.handle(Registered("r", "fw-1", "m:5050"))
     s.handle(Tick("t", 0.0))
-    s.handle(QuerySubmitted("s", replace(chain_query("q", 4), distribute=distribute)))
+    s.handle(QuerySubmitted("s", replace(chain_query("q", 4, apart=apart),
+                                         distribute=distribute)))
     out = s.handle(OffersReceived("o", (offer("o1", "a1", cpus=3.1),
                                         offer("o2", "a2", ports=((32000, 32009),)))))
     placed = {mid: agent for mid, (agent, _) in launched(out).items()}
@@ -88,6 +91,7 @@ def test_the_distributor_moves_the_task_peaking_with_its_neighbours_once_and_coo
     early = run(s, signs, 0.0, 30.0, busy)
     assert not of(KillTask, early)  # under 8 slots of history: holds
     assert s.distribution.latest is not None and s.distribution.latest.reason == "history"
+    assert "too few of their own: q.t0, q.t1, q.t2, q.t3" in s.distribution.latest.explanation
     out = run(s, signs, 30.0, 100.0, busy)
     kills = of(KillTask, out)
     first = sorted(t for t, sign in signs.items() if sign > 0)[0]
@@ -145,3 +149,22 @@ def test_nothing_moves_mid_rescale_or_mid_migration() -> None:
     assert [k.mesos_task_id for k in of(KillTask, manual)] == [f"{lone}.a1"]
     out = run(s, signs, 100.0, 130.0, busy)
     assert not of(KillTask, out) and not of(LaunchTasks, out) and s.distribution.moved == 0
+
+
+def test_an_apart_group_sends_the_next_best_task() -> None:
+    """q.t0 must stay apart from q.t3 (on a2): its wave twin q.t1 moves instead."""
+    s, where = start(apart=(("q.t3",),))
+    assert where == {"q.t0": "a1", "q.t1": "a1", "q.t2": "a1", "q.t3": "a2"}
+    out = run(s, waves(where), 0.0, 100.0, {})
+    assert [k.mesos_task_id for k in of(KillTask, out)] == ["q.t1.a1"]
+    assert s.queries["q"].tasks["q.t1"].migrate_to == "a2"
+
+
+def test_the_apart_pairs_are_those_elastiq_migrate_refuses() -> None:
+    """`_apart_forbidden` (every agent at once) says what `_apart_clash` says per agent."""
+    s, where = three_agents()
+    q = s.queries["q"]
+    slow = {(t, a) for t in q.tasks for a in ("a1", "a2", "a3")
+            if a != where[t] and s._apart_clash(q, q.tasks[t], a)}
+    assert s._apart_forbidden(set(q.tasks)) == slow == {("q.t1", where["q.t2"]),
+                                                        ("q.t2", where["q.t1"])}
