@@ -184,3 +184,25 @@ def test_a_round_never_overfills_an_agent() -> None:
         assert sorted(t for ts in after.values() for t in ts) == sorted(tasks)
         moved += len(d.moves)
     assert moved > 50  # the property was exercised
+
+
+# ---- the opt-in ---------------------------------------------------------------------------------
+
+def test_a_query_opts_in_with_distribute_on_its_dataflow(tmp_path) -> None:
+    from common.tasks import CompiledQuery
+    from compiler.pipeline import compile_spec_text
+    from compiler.spec import SpecError
+    from tests.spec_snippets import with_source_and_sink
+
+    spec = with_source_and_sink("", "raw")
+    query = compile_spec_text(spec, "t.xml", base_dir=tmp_path).query
+    assert query.distribute is False  # the default: never moved by the distributor
+    opted = compile_spec_text(spec.replace('<dataflow name="t"',
+                                           '<dataflow name="t" distribute="true"'),
+                              "t.xml", base_dir=tmp_path).query
+    assert opted.distribute is True and CompiledQuery.from_json(opted.to_json()).distribute
+    with pytest.raises(SpecError) as refused:
+        compile_spec_text(spec.replace('<dataflow name="t"', '<dataflow name="t" distribute="1"'),
+                          "t.xml", base_dir=tmp_path)
+    assert "t.xml:1:" in str(refused.value) and "distribute='1' is not allowed" in str(
+        refused.value)
