@@ -7,7 +7,9 @@ bounded attempts and backoff (standby, checkpoint and replica tasks fail over at
 retargets the consumers of a channel whose producer moved, kills on stop, reconciliation
 after (re)registration, and the control stream of each query (control tuples checked against
 its catalogue, sent to the tasks they change, acknowledged with epochs, undone everywhere when
-one task refuses; bookkeeping in `scheduler.control`).
+one task refuses; bookkeeping in `scheduler.control`), and the load distributor's rounds (each
+task's load from heartbeats in `scheduler.load_history`, the decision in `scheduler.distributor`,
+moves started with the migration protocol, bookkeeping in `scheduler.distribution_state`).
 `handle` picks the handler for an event's type from `_HANDLERS` (through `common.dispatch`);
 executors' messages arrive typed (`common.messages`), and `launch_data` builds the typed
 `LaunchData` (the adapter does the JSON and base64). Time comes only from `Tick` events and a
@@ -42,8 +44,8 @@ from scheduler.commands import (
 )
 from scheduler.config import SchedulerConfig
 from scheduler.distributor import DistributionView, decide_distribution
-from scheduler.load_history import LoadHistory, cpu_seconds
 from scheduler.elastic_policy import SampleHistory, decide, sample_of
+from scheduler.load_history import LoadHistory, cpu_seconds
 from scheduler.shed_policy import ShedDecision, ShedPolicy, cannot_add_capacity, decide_shedding
 from scheduler.shed_problem import (TaskRates, drop_operators, problem_of, rates_of,
                                     uniform_tuples)
