@@ -5,6 +5,10 @@ Each task's load series is recorded from one of a few daily-shaped waves (phase,
 noise drawn from a seeded RNG). Tasks are placed first fit by mean load (today's placement), then
 `scheduler.load_distribution.plan_moves` runs rounds of pairwise moves; the script prints the
 time to decide one round and the simulated peak load of the busiest agent against first fit.
+Then the scheduler's distributor (`scheduler.distributor.decide_distribution`: the
+same pairing restricted to tasks that may move, by room, cool-downs and apart groups) on the
+first-fit placement, as many rounds, with a random half of the tasks opted in and every agent's
+free cpus and memory drawn at random: the slowest round's time and the peak after its moves.
 Then the same tasks, overloaded, become a shedding problem (a source drop point, an operator on
 the task's agent, a weighted sink each, plus a channel branch for every tenth task) and
 `scheduler.shedding.plan_shedding` decides the drop ratios of all of them in one LP; the script
@@ -28,6 +32,8 @@ bench_util.use_repo_on_path()
 
 import numpy as np  # noqa: E402
 
+from scheduler.distributor import (DistributionSettings, DistributionView,  # noqa: E402
+                                   decide_distribution)
 from scheduler.load_distribution import (DistributionPolicy, apply_moves, peak_load,  # noqa: E402
                                          plan_moves)
 from scheduler.shedding import (DropPoint, Operator, ShedProblem, Sink, plan_shedding,  # noqa: E402
@@ -102,6 +108,8 @@ def run_once(agents: int, tasks: int, length: int, rounds: int, seed: int) -> di
         round_seconds.append(time.perf_counter() - start)
         moves += len(found)
         current = apply_moves(current, found)
+    distributed, distributor_s, distributor_moves = distributor_rounds(placed, loads, rounds,
+                                                                      rng)
     problem = shed_problem(current, loads, overload=1.5, rng=rng)
     start = time.perf_counter()
     plan = plan_shedding(problem)
@@ -110,7 +118,34 @@ def run_once(agents: int, tasks: int, length: int, rounds: int, seed: int) -> di
     return {"round_s": max(round_seconds), "moves": moves, "first_peak": first_peak,
             "peak": peak_load(current, loads), "shed_s": shed_seconds,
             "lp_loss": plan.loss, "uniform_loss": uniform, "feasible": float(plan.feasible),
-            "weights": sum(s.weight for s in problem.sinks)}
+            "weights": sum(s.weight for s in problem.sinks), "distributor_s": distributor_s,
+            "distributor_moves": distributor_moves, "distributor_peak": distributed}
+
+
+def distributor_rounds(placed: dict[str, list[str]], loads: dict[str, np.ndarray],
+                       rounds: int, rng: random.Random) -> tuple[float, float, int]:
+    """`rounds` rounds of the scheduler's distributor from `placed` (cool-downs off, each
+    round's moves taking their room): (peak after, slowest round's seconds, moves)."""
+    tasks = list(loads)
+    movable = frozenset(rng.sample(tasks, len(tasks) // 2))
+    demand = {t: (0.1, 256.0) for t in tasks}
+    free = {a: (rng.uniform(0.0, 1.0), rng.uniform(0.0, 4096.0)) for a in placed}
+    settings = DistributionSettings(threshold=0.02, min_slots=2, task_cooldown_seconds=0.0,
+                                    pair_cooldown_seconds=0.0)
+    length = len(next(iter(loads.values())))
+    slowest, moves = 0.0, 0
+    for r in range(rounds):
+        start = time.perf_counter()
+        decision = decide_distribution(DistributionView(placed, movable, demand, free), loads,
+                                       length, settings, now=float(r))
+        slowest = max(slowest, time.perf_counter() - start)
+        for m in decision.moves:
+            for agent, sign in ((m.target, -1.0), (m.source, 1.0)):
+                free[agent] = (free[agent][0] + sign * demand[m.task][0],
+                               free[agent][1] + sign * demand[m.task][1])
+        placed = apply_moves(placed, decision.moves)
+        moves += len(decision.moves)
+    return peak_load(placed, loads), slowest, moves
 
 
 def main() -> None:
@@ -132,6 +167,13 @@ def main() -> None:
         ["peak load of the busiest agent, first fit", f"{med('first_peak'):.3f}", ""],
         ["peak load of the busiest agent, after moves", f"{med('peak'):.3f}",
          f"ratio {bench_util.ratio(med('peak'), med('first_peak')):.2f} of first fit"],
+        ["one round of the scheduler's distributor, slowest (s)",
+         f"{med('distributor_s'):.3f}", "< 1 s"],
+        ["its moves over all rounds (half the tasks opted in, random room)",
+         f"{med('distributor_moves'):.0f}", ""],
+        ["peak load of the busiest agent, after its rounds", f"{med('distributor_peak'):.3f}",
+         f"ratio {bench_util.ratio(med('distributor_peak'), med('first_peak')):.2f} of first "
+         "fit"],
         ["shedding plan, one LP (s)", f"{med('shed_s'):.3f}", "< 1 s"],
         ["weighted loss, LP plan", f"{med('lp_loss'):.1f}", f"of {med('weights'):.0f}"],
         ["weighted loss, uniform random", f"{med('uniform_loss'):.1f}",

@@ -254,6 +254,9 @@ class CompiledQuery:
     # (channel id, canonical form) of the channels it serves that other queries may read
     # instead of computing an equal stream (automatic sharing, `compiler.autoshare`)
     shareable: tuple[tuple[str, str], ...] = ()
+    # `distribute="true"` on <dataflow>: the scheduler's load distributor may move its running
+    # tasks between agents (docs/load.md); off by default, a move pauses a task
+    distribute: bool = False
 
     def elastic_operator(self, operator: str) -> ElasticOperator | None:
         return next((e for e in self.elastic if e.operator == operator), None)
@@ -277,6 +280,7 @@ class CompiledQuery:
             "imports": [i.to_json() for i in self.imports],
             "operators": [o.to_json() for o in self.operators],
             "shareable": [list(p) for p in self.shareable],
+            "distribute": self.distribute,
         })
 
     @classmethod
@@ -294,6 +298,7 @@ class CompiledQuery:
             tuple(StreamImport.from_json(i) for i in d.get("imports", ())),
             tuple(OperatorPlan.from_json(o) for o in d.get("operators", ())),
             tuple((str(c), str(f)) for c, f in d.get("shareable", ())),
+            bool(d.get("distribute", False)),
         )
 
 

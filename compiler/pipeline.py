@@ -217,7 +217,8 @@ def _finish(parsed: spec_mod.Spec, logical: Graph, query_id: str, base: Path,
                           tuple(channel_id(query_id, s) for s in physical.published),
                           _imports(parsed, physical, plans, {s.operator for s in shares}),
                           operator_plans(parsed, physical, plans, resolve),
-                          shareable(query_id, written, physical, channels, resolve))
+                          shareable(query_id, written, physical, channels, resolve),
+                          parsed.distribute)
     return Compilation(parsed, logical, physical, plans, query, warnings, rewritten.firings,
                        refused, shares, written if shares else None)
 

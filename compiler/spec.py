@@ -124,6 +124,7 @@ class Spec:
     patterns: tuple[PatternAttr, ...] = ()  # query-wide defaults
     share: bool = True  # share="false": never reuse a running query's equal subgraph
     max_delay: PatternAttr | None = None  # query-wide max-delay= (docs/availability.md)
+    distribute: bool = False  # distribute="true": the load distributor may move its tasks
 
 
 def read_spec_file(path: str) -> tuple[Spec, list[Diagnostic]]:
@@ -297,7 +298,8 @@ for _attr in PATTERN_ATTRIBUTES:
         _NAME_RULES[(_tag, _attr)] = ("pattern values are short words or numbers, e.g. "
                                       "hot-standby, 4, sensor (see docs/patterns.md)")
 _ALLOWED_ATTRS = {
-    "dataflow": ("name", "share", DPC_ATTRIBUTE) + PATTERN_ATTRIBUTES, "type": ("name",),
+    "dataflow": ("name", "share", "distribute", DPC_ATTRIBUTE) + PATTERN_ATTRIBUTES,
+    "type": ("name",),
     "column": ("name", "type"),
     "operator": ("name", "type", DPC_ATTRIBUTE) + PATTERN_ATTRIBUTES + RESOURCE_ATTRIBUTES,
     "input": ("name",),
@@ -326,7 +328,8 @@ def build_spec(doc: XmlDocument) -> Spec:
             description = (child.text or "").strip()
     return Spec(root.get("name", ""), doc.filename, tuple(types), tuple(operators),
                 doc.where(root).position, description, _patterns(doc, root),
-                root.get("share") != "false", _max_delay(doc, root))
+                root.get("share") != "false", _max_delay(doc, root),
+                root.get("distribute") == "true")
 
 
 def _patterns(doc: XmlDocument, element: etree._Element,

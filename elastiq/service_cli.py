@@ -465,7 +465,24 @@ def _print_status(reply: dict[str, Any], readings: Any = None, watch: bool = Fal
             print(line)
         for line in agent_lines(q.get("agents") or {}):
             print(line)
+    for line in distribution_lines(reply.get("distribution")):
+        print(line)
     return readings
+
+
+def distribution_lines(view: dict[str, Any] | None) -> list[str]:
+    """`status` lines of the load distributor (docs/load.md): moves started and refused, its
+    last decision with its numbers, and the last few moves (pure; none before its first round)."""
+    decision = (view or {}).get("decision")
+    if not view or not decision:
+        return []
+    lines = [f"load distribution: {view['moves']} moves ({view['refused']} refused); last "
+             f"round: {decision['kind']} ({decision['reason']}): {decision['explanation']}"]
+    for m in view.get("recent", [])[-3:]:
+        how = "started" if m["started"] else f"refused: {m['refusal']}"
+        lines.append(f"  moved {m['task']} ({m['query_id']}) {m['from']} -> {m['to']}, score "
+                     f"{m['score']:+.2f}: {how}")
+    return lines
 
 
 def shared_lines(view: dict[str, Any]) -> list[str]:

@@ -305,7 +305,10 @@ def route(service: QueryService, call: Call, compile: Compile = compile_source
     if parts == ("healthz",) and method == "GET":
         return 200, _health(service)
     if parts == ("queries",) and method == "GET":
-        return 200, {"queries": list(service.status()["queries"].values())}
+        status = service.status()
+        return 200, {"queries": list(status["queries"].values()),
+                     **({"distribution": status["distribution"]}
+                        if status.get("distribution") else {})}
     if parts == ("queries",) and method == "POST":
         return _submit(service, call, compile)
     if parts == ("shares",) and method == "GET":  # what a submit may read (`elastiq explain`)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from scheduler.distributor import DistributionSettings
 from scheduler.liveness import DetectorSettings
 
 ONE_WEEK = 7 * 24 * 3600.0
@@ -63,6 +64,9 @@ class SchedulerConfig:
     kill_unknown_tasks: bool = True
     # the failure detector on executor heartbeats (`scheduler.liveness`; threshold None: off)
     detector: DetectorSettings = field(default_factory=DetectorSettings)
+    # the load distributor (`scheduler.distributor`, docs/load.md): it moves only the tasks of
+    # queries that say distribute="true"
+    distribution: DistributionSettings = field(default_factory=DistributionSettings)
 
 
 @dataclass(frozen=True)

@@ -20,12 +20,14 @@ protocol), nor counting moves (`scheduler.metrics`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Mapping, Sequence
+from typing import Callable, Literal, Mapping, Sequence
 
 import numpy as np
 
 Series = Sequence[float] | np.ndarray
 Mode = Literal["one-way", "two-way"]
+# may this task go to the target, given the tasks this round already sends there (None: any)
+Allowed = Callable[[str, Sequence[str]], bool]
 
 
 @dataclass(frozen=True)
@@ -77,10 +79,11 @@ def score(task: str, loads: Mapping[str, Series], here: Sequence[str],
 
 
 def one_way(source: str, target: str, placed: Mapping[str, Sequence[str]],
-            loads: Mapping[str, Series]) -> list[Move]:
+            loads: Mapping[str, Series], allowed: Allowed | None = None) -> list[Move]:
     """`source` (the busier) offloads about half the mean-load difference to `target`, the
     highest-scoring task first, scores recomputed after each move; a task moves only while
-    moving it narrows the difference."""
+    moving it narrows the difference, and only if `allowed` (task, the tasks moved to `target`
+    so far) says it may (the scheduler's room, apart groups, opt-outs, cool-downs)."""
     here, there = list(placed[source]), list(placed[target])
     length = _length(loads, here + there)
     here_sum = total([loads[t] for t in here], length)
@@ -90,7 +93,8 @@ def one_way(source: str, target: str, placed: Mapping[str, Sequence[str]],
         gap = float(here_sum.mean() - there_sum.mean()) if length else 0.0
         scored = sorted((-(correlation(loads[t], here_sum - np.asarray(loads[t], dtype=float))
                            - correlation(loads[t], there_sum)), -_mean(loads[t]), t)
-                        for t in here if abs(gap - 2 * _mean(loads[t])) < abs(gap))
+                        for t in here if abs(gap - 2 * _mean(loads[t])) < abs(gap)
+                        and (allowed is None or allowed(t, [m.task for m in moves])))
         if not scored or gap <= 0:
             break
         negated, _, task = scored[0]  # the highest score; ties: the larger load, then the name

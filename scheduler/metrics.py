@@ -248,6 +248,14 @@ class SchedulerMetrics:
                                   "unshed value the shedding plan in force expects it to "
                                   "deliver (1: nothing shed)", ["query", "sink"], registry=r)
         self._shed_seen: dict[str, int] = {}  # query id -> its shedding decisions counted
+        self.distribution_moves = Counter("elastiq_distribution_moves", "tasks the load "
+                                          "distributor moved (started: the migration protocol "
+                                          "took the move; refused: it did not), docs/load.md",
+                                          ["query", "outcome"], registry=r)
+        self.distribution_decisions = Counter("elastiq_distribution_decisions", "rounds of the "
+                                              "load distributor: move, or hold_<reason>",
+                                              ["outcome"], registry=r)
+        self._distribution_seen = (0, 0)  # (decisions, moves recorded) counted
         self._parallelism_seen: set[tuple[str, str]] = set()
         self._capacity_seen: dict[tuple[str, str], str] = {}  # (query, operator) -> kind
 
@@ -317,6 +325,7 @@ class SchedulerMetrics:
         self.connected.set(1 if state.connected else 0)
         self.offers_held.set(len(state.held))
         self._observe_detector(state)
+        self._observe_distribution(state)
         self.info.info({"framework_id": state.framework_id or ""})
         phases = {p: 0 for p in QUERY_PHASES}
         current: set[str] = set()
@@ -370,6 +379,23 @@ class SchedulerMetrics:
         if record.decided and query.phase == "active":
             for sink in query.query.weights:
                 self.sink_quality.labels(query.query_id, sink).set(record.quality.get(sink, 1.0))
+
+    def _observe_distribution(self, state: SchedulerState) -> None:
+        """Each round of the distributor once, by outcome; each move once, by outcome (a new
+        state, e.g. after losing leadership, counts from 0 again)."""
+        record = state.distribution
+        decided, recorded = self._distribution_seen
+        if record.decided < decided or record.moved + record.refused < recorded:
+            decided, recorded = 0, 0
+        fresh = min(record.decided - decided, len(record.decisions))
+        for d in record.decisions[len(record.decisions) - fresh:]:
+            self.distribution_decisions.labels(
+                d.kind if d.kind == "move" else f"hold_{d.reason}").inc()
+        new_moves = min(record.moved + record.refused - recorded, len(record.moves))
+        for m in record.moves[len(record.moves) - new_moves:]:
+            self.distribution_moves.labels(m.query_id, "started" if m.started
+                                           else "refused").inc()
+        self._distribution_seen = (record.decided, record.moved + record.refused)
 
     def _observe_detector(self, state: SchedulerState) -> None:
         """The state counts suspicions and false ones since it started; counters take the

@@ -7,7 +7,9 @@ bounded attempts and backoff (standby, checkpoint and replica tasks fail over at
 retargets the consumers of a channel whose producer moved, kills on stop, reconciliation
 after (re)registration, and the control stream of each query (control tuples checked against
 its catalogue, sent to the tasks they change, acknowledged with epochs, undone everywhere when
-one task refuses; bookkeeping in `scheduler.control`).
+one task refuses; bookkeeping in `scheduler.control`), and the load distributor's rounds (each
+task's load from heartbeats in `scheduler.load_history`, the decision in `scheduler.distributor`,
+moves started with the migration protocol, bookkeeping in `scheduler.distribution_state`).
 `handle` picks the handler for an event's type from `_HANDLERS` (through `common.dispatch`);
 executors' messages arrive typed (`common.messages`), and `launch_data` builds the typed
 `LaunchData` (the adapter does the JSON and base64). Time comes only from `Tick` events and a
@@ -33,15 +35,17 @@ from common.failures import FailureKind, kind_of
 from common.messages import ControlMessage, LaunchData, LaunchQuery, ParamSet
 from common.tasks import CompiledQuery
 from compiler.control import check_tuples
-from scheduler import (admission, control as ctl, elasticity, shed_state, sharing,
-                       update_plan)
+from scheduler import (admission, control as ctl, distribution_state, elasticity, shed_state,
+                       sharing, update_plan)
 from scheduler.commands import (
     Command, DeclineOffers, KillTask, LaunchTasks, ReconcileTasks, ReplyToRequest,
     RetargetChannels, ReviveOffers, SendFrameworkMessage, ShutdownExecutor, SuppressOffers,
     TaskLaunch,
 )
 from scheduler.config import SchedulerConfig
+from scheduler.distributor import DistributionView, decide_distribution
 from scheduler.elastic_policy import SampleHistory, decide, sample_of
+from scheduler.load_history import LoadHistory, cpu_seconds
 from scheduler.shed_policy import ShedDecision, ShedPolicy, cannot_add_capacity, decide_shedding
 from scheduler.shed_problem import (TaskRates, drop_operators, problem_of, rates_of,
                                     uniform_tuples)
@@ -139,6 +143,10 @@ class SchedulerState:
     epoch_floor: int = 0
     # recent heartbeat figures of every task, by task id (the automatic elasticity policy's)
     samples: SampleHistory = field(default_factory=SampleHistory)
+    # every task's load series (`scheduler.load_history`) and the load distributor's bookkeeping
+    loads: LoadHistory = field(default_factory=LoadHistory)
+    distribution: distribution_state.DistributionState = field(
+        default_factory=distribution_state.DistributionState)
 
     def deferring(self) -> bool:
         """True while decisions wait: in safe mode or as a standby (no launches, no kills)."""
@@ -622,6 +630,7 @@ class SchedulerState:
             self.arrivals[key].record(self.now)
         else:
             self.arrivals[key] = Arrivals(self.now)
+        busy: dict[str, float] = {}
         for mid, figs in ev.heartbeat.figures().items():
             parsed = parse_mesos_task_id(mid)
             found = self._find(parsed[0]) if parsed else None
@@ -632,6 +641,9 @@ class SchedulerState:
                     self.now, task.routed_pace)
                 task.figures, task.figures_at = figs, self.now
                 self.samples.record(found[1].task_id, sample_of(self.now, found[1].totals()))
+                if "busy_ms" in figs:
+                    busy[task.task_id] = task.totals()["busy_ms"] / 1000.0
+        self.loads.observe(self.now, ev.agent_id, cpu_seconds(ev.heartbeat.usage), busy)
         return self._rescale_steps(ev.stimulus_id)
 
     # ---- requests ------------------------------------------------------------------------
@@ -662,6 +674,7 @@ class SchedulerState:
             for t in q.tasks}, source=ev.source, keys={t: dict(k) for t, k in ev.keys.items()})
         record = self.queries[q.query_id]
         self.samples.keep_only(t for query in self.queries.values() for t in query.tasks)
+        self.loads.keep_only(t for query in self.queries.values() for t in query.tasks)
         for task_id in sorted(elasticity.dormant_at_start(q)):
             record.tasks[task_id].move(TaskState.DORMANT, sid)
         log.info("[%s] query %s submitted with %s tasks", sid, q.query_id, len(q.tasks))
@@ -1228,6 +1241,107 @@ class SchedulerState:
                 last.retired_at = self.now
         return []
 
+    # ---- load distribution (scheduler.distributor, docs/load.md) ----------------------------
+    def _distribute(self, sid: str) -> list[Command]:
+        """Every `distribution.period_seconds`, while an active query says distribute="true":
+        one round of the load distributor over the running tasks of every live agent; each move
+        it chooses starts with the migration protocol (`_on_task_migration_requested`), the
+        one `elastiq migrate` uses, and is counted (`distribution_state`)."""
+        settings, record = self.config.distribution, self.distribution
+        if self.deferring() or not any(q.phase == "active" and q.query.distribute
+                                       for q in self.queries.values()):
+            return []
+        if record.round_at is not None and self.now - record.round_at < settings.period_seconds:
+            return []
+        view = self._distribution_view()
+        loads, slots = self.loads.series([t for ts in view.placed.values() for t in ts],
+                                         self.now)
+        decision = decide_distribution(
+            view, loads, slots, settings, self.now, record.task_moved_at, record.pair_moved_at,
+            [t for t in loads if len(self.loads.slots(t, self.now)) < settings.min_slots])
+        record.decide(decision, self.now)
+        if decision.kind == "hold":
+            log.debug("[%s] load distribution holds (%s): %s", sid, decision.reason,
+                      decision.explanation)
+            return []
+        log.info("[%s] load distribution: %s", sid, decision.explanation)
+        commands: list[Command] = []
+        for move in decision.moves:
+            found = self._find(move.task)
+            query_id = found[0].query_id if found is not None else ""
+            replies = self._on_task_migration_requested(
+                TaskMigrationRequested(sid, query_id, move.task, move.target))
+            refusal = next((c.message for c in replies
+                            if isinstance(c, ReplyToRequest) and not c.accepted), "")
+            if refusal:
+                log.warning("[%s] load distribution's move of %s refused: %s", sid, move.task,
+                            refusal)
+            record.record(distribution_state.MoveRecord(
+                query_id, move.task, move.source, move.target, move.score, self.now,
+                not refusal, refusal))
+            commands += [c for c in replies if not isinstance(c, ReplyToRequest)]
+        return commands
+
+    def _distribution_view(self) -> DistributionView:
+        """The running tasks on every live agent (every query's: all of them load it), those
+        that may move (their query opted in and is not rescaling, migrating or restarting a
+        task), each task's resources, each agent's free resources (its size less our executor's
+        share and the tasks launched there or on their way) and the agents apart groups keep a
+        movable task from."""
+        live = sorted(set(self.agents) - self.gone_agents - set(self.suspected.values()))
+        placed: dict[str, list[str]] = {a: [] for a in live}
+        movable: set[str] = set()
+        demand: dict[str, tuple[float, float]] = {}
+        used: dict[str, tuple[float, float]] = {}
+        for q in self.queries.values():
+            settled = q.phase == "active" and q.query.distribute and self._settled(q)
+            for t in q.tasks.values():
+                share = (t.task.resources.cpus, float(t.task.resources.mem_mb))
+                demand[t.task_id] = share
+                for agent in {a for a in (t.agent_id if t.state.launched else None,
+                                          t.migrate_to) if a is not None}:
+                    cpus, mem = used.get(agent, (0.0, 0.0))
+                    used[agent] = (cpus + share[0], mem + share[1])
+                if t.state is TaskState.RUNNING and t.agent_id in placed:
+                    placed[t.agent_id].append(t.task_id)
+                    if settled and not (t.retiring or t.kill_requested):
+                        movable.add(t.task_id)
+        executor = self.config.executor
+        free = {a: (self.agent_sizes[a][0] - executor.cpus - used.get(a, (0.0, 0.0))[0],
+                    self.agent_sizes[a][1] - executor.mem_mb - used.get(a, (0.0, 0.0))[1])
+                for a in live if a in self.agent_sizes}
+        return DistributionView(placed, frozenset(movable), demand, free,
+                                self._apart_forbidden(movable))
+
+    def _apart_forbidden(self, movable: set[str]) -> frozenset[tuple[str, str]]:
+        """(movable task, agent) where a launched task of its query keeps it away, as
+        `_apart_clash` says (here for every agent at once: linear in the query's tasks)."""
+        out: set[tuple[str, str]] = set()
+        for q in self.queries.values():
+            mine = [t for t in q.tasks.values() if t.task_id in movable
+                    and (t.task.placement.apart_from or t.task.placement.group is not None)]
+            if not mine:
+                continue
+            names: dict[str, set[str]] = {}  # agent -> the groups (or ids) of tasks there
+            shunned: dict[str, set[str]] = {}  # agent -> the groups those keep away
+            for t in q.tasks.values():
+                if t.state.launched and t.agent_id:
+                    names.setdefault(t.agent_id, set()).add(t.task.placement.group or t.task_id)
+                    shunned.setdefault(t.agent_id, set()).update(t.task.placement.apart_from)
+            for t in mine:
+                apart, group = set(t.task.placement.apart_from), t.task.placement.group
+                out |= {(t.task_id, a) for a in names if a != t.agent_id and (
+                    names[a] & apart or (group is not None and group in shunned[a]))}
+        return frozenset(out)
+
+    def _settled(self, query: QueryRecord) -> bool:
+        """No rescale, migration, restart or control request of the query is under way."""
+        return not query.elastic.deferred and not any(
+            r.state == "pending" for r in query.control.requests.values()) and all(
+            t.migrate_to is None and not t.retiring and t.restart_at is None
+            and t.state in (TaskState.RUNNING, TaskState.DORMANT, TaskState.FINISHED)
+            for t in query.tasks.values())
+
     # ---- leadership ----------------------------------------------------------------------
     def _on_leadership_gained(self, ev: LeadershipGained) -> list[Command]:
         """Restore the persisted queries BEFORE registering, so reconciliation knows them."""
@@ -1269,7 +1383,7 @@ class SchedulerState:
         self.now = ev.now
         sid = ev.stimulus_id
         commands = self._detect_silent_executors(sid) + self._restart_due(sid) + \
-            self._rescale_steps(sid) + self._auto_scale(sid)
+            self._rescale_steps(sid) + self._auto_scale(sid) + self._distribute(sid)
         if self.held and self._pending():
             commands += self._try_place(sid)  # time may have widened where tasks may go
         expired = [oid for oid, h in self.held.items()

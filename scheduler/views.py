@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from scheduler import elasticity, sharing, shed_state
+from scheduler import distribution_state, elasticity, sharing, shed_state
 from scheduler.control import sinks_in_force
 from scheduler.lifecycle import TaskRecord, TaskState
 from scheduler.state import QueryRecord, SchedulerState
@@ -23,6 +23,9 @@ def snapshot(state: SchedulerState) -> dict[str, Any]:
         "held_offers": len(state.held),
         "queries": {qid: query_view(q, state.unplaced, state.agent_isolation, state.queries)
                     for qid, q in state.queries.items()},
+        # the load distributor: moves started and refused, its latest decision, recent moves
+        # (None before its first round)
+        "distribution": distribution_state.describe(state.distribution),
     }
 
 
@@ -45,6 +48,7 @@ def query_view(q: QueryRecord, unplaced: dict[str, str],
                   for t in q.tasks.values()],
         "elastic": elasticity.describe(q.query, q.tasks, q.control, q.elastic),
         "shedding": shed_state.describe(q.query, q.tasks, q.control, q.shed),
+        "distribute": q.query.distribute,  # its tasks may be moved by the load distributor
         "published": sharing.shared_tasks(q, queries if queries is not None
                                           else {q.query_id: q}),
         "reads": sorted({i.channel_id for i in q.query.imports}),
