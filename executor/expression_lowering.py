@@ -20,7 +20,7 @@ from pyspark.sql import functions as F
 
 from common.types import ColumnType
 from compiler.expr import (COMPARISON_OPS, EPOCH, FUNCTIONS, IDENTIFIER, INT_MIN, LOGICAL_OPS,
-                           Between, Binary, Call, ColumnRef, Expr, ExpressionError, InList,
+                           Between, Binary, Call, Case, ColumnRef, Expr, ExpressionError, InList,
                            IsNull, Literal, Problem, Scope, Unary, checked, common_type)
 
 _ONE_MICRO = timedelta(microseconds=1)
@@ -128,6 +128,16 @@ class _Lowering:
         col = self.lower(node.operand)
         return col.isNotNull() if node.negated else col.isNull()
 
+    def lower_case(self, node: Case) -> Column:
+        target = self.type(node)
+        (first, value), *rest = node.branches
+        col = self.F.when(self.lower(first), self.lower_as(value, target))
+        for condition, value in rest:
+            col = col.when(self.lower(condition), self.lower_as(value, target))
+        default = self.null_of(target) if node.default is None else \
+            self.lower_as(node.default, target)
+        return col.otherwise(default)
+
     def lower_call(self, node: Call) -> Column:
         if node.function not in FUNCTIONS:  # the checker refused it already; never getattr blind
             raise ExpressionError([Problem(node.offset, node.length,
@@ -215,6 +225,31 @@ class _Lowering:
 
     def fn_contains(self, node: Call) -> Column:
         return self.F.contains(*self.args(node))
+
+    def fn_replace(self, node: Call) -> Column:
+        return self.F.replace(*self.args(node))
+
+    def fn_split_part(self, node: Call) -> Column:
+        s, delimiter, n = self.args(node)
+        part = n.try_cast("int")  # Spark refuses part 0 with an error: it is null here
+        return self.F.when(part != 0, self.F.split_part(s, delimiter, part)).otherwise(
+            self.null_of(ColumnType.STRING))
+
+    def pattern(self, node: Call) -> str:
+        """The pattern argument: a string literal the checker accepted (compiler.expr.regex),
+        handed to Spark as a literal, never as code."""
+        written = node.args[1]
+        assert isinstance(written, Literal) and isinstance(written.value, str)
+        return written.value
+
+    def fn_regexp_like(self, node: Call) -> Column:
+        return self.lower(node.args[0]).rlike(self.pattern(node))
+
+    def fn_regexp_extract(self, node: Call) -> Column:
+        s, group = self.lower(node.args[0]), node.args[2]
+        assert isinstance(group, Literal)  # checked: an int literal naming a group
+        pattern = self.pattern(node)
+        return self.F.when(s.rlike(pattern), self.F.regexp_extract(s, pattern, group.value))
 
     def fn_coalesce(self, node: Call) -> Column:
         return self.F.coalesce(*self.args(node, self.type(node)))

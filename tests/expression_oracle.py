@@ -17,7 +17,8 @@ from typing import Any, Callable, Mapping
 
 from common.types import ColumnType
 from compiler.expr import (BINARY_OPS, COMPARISON_OPS, EPOCH, FUNCTIONS, IDENTIFIER, INT_MAX,
-                           INT_MIN, KEYWORDS, MAX_DEPTH, Between, Binary, Call, ColumnRef, Expr,
+                           INT_MIN, KEYWORDS, MAX_DEPTH, Between, Binary, Call, Case, ColumnRef,
+                           Expr,
                            ExpressionError, InList, IsNull, Literal, Problem, Scope, Unary,
                            checked, guard_depth, literal_problem, parse_timestamp, walk)
 
@@ -76,6 +77,10 @@ def _render(node: Expr) -> str:
         return f"{_child(node.operand, 5)} is {neg}null"
     if isinstance(node, Call):
         return f"{node.function}({', '.join(_render(a) for a in node.args)})"
+    if isinstance(node, Case):
+        branches = " ".join(f"when {_render(c)} then {_render(v)}" for c, v in node.branches)
+        default = f" else {_render(node.default)}" if node.default is not None else ""
+        return f"case {branches}{default} end"
     raise ExpressionError([Problem(0, 0, f"not an expression node: {type(node).__name__}")])
 
 
@@ -148,6 +153,9 @@ def _to_json(node: Expr) -> dict[str, Any]:
     if isinstance(node, Call):
         return {"kind": "call", "function": node.function,
                 "args": [_to_json(a) for a in node.args]}
+    if isinstance(node, Case):
+        return {"kind": "case", "branches": [[_to_json(c), _to_json(v)] for c, v in node.branches],
+                "default": None if node.default is None else _to_json(node.default)}
     raise ExpressionError([Problem(0, 0, f"not an expression node: {type(node).__name__}")])
 
 
@@ -251,10 +259,25 @@ def _json_call(d: dict[str, Any], path: str, depth: int) -> Expr:
     return Call(d["function"], _subs(d, "args", path, depth))
 
 
+def _json_case(d: dict[str, Any], path: str, depth: int) -> Expr:
+    branches = d["branches"]
+    if not isinstance(branches, list) or not branches:
+        raise _json_fail(f"{path}.branches", "expected a non-empty list")
+    pairs = []
+    for i, pair in enumerate(branches):
+        where = f"{path}.branches[{i}]"
+        if not isinstance(pair, list) or len(pair) != 2:
+            raise _json_fail(where, "expected [condition, value]")
+        pairs.append((_from_json(pair[0], f"{where}[0]", depth + 1),
+                      _from_json(pair[1], f"{where}[1]", depth + 1)))
+    default = None if d.get("default") is None else _sub(d, "default", path, depth)
+    return Case(tuple(pairs), default)
+
+
 _JSON_BUILDERS: dict[str, Callable[[dict[str, Any], str, int], Expr]] = {
     "literal": _json_literal, "column": _json_column, "unary": _json_unary,
     "binary": _json_binary, "between": _json_between, "in": _json_in,
-    "is_null": _json_is_null, "call": _json_call,
+    "is_null": _json_is_null, "call": _json_call, "case": _json_case,
 }
 
 
@@ -564,6 +587,61 @@ def to_string_value(x: Any) -> str:
     return str(x)
 
 
+def replace_text(s: str, search: str, replacement: str) -> str:
+    """Spark's replace: every occurrence, left to right; an empty search changes nothing."""
+    return s if search == "" else s.replace(search, replacement)
+
+
+def split_part(s: str, delimiter: str, n: int) -> str | None:
+    """Spark's split_part at a plain-text delimiter (an empty one does not split): 1-based,
+    negative from the end, '' past either end; part 0 and parts outside 32 bits are null."""
+    if n == 0 or not -(2**31) <= n < 2**31:
+        return None
+    parts = s.split(delimiter) if delimiter else [s]
+    index = n - 1 if n > 0 else len(parts) + n
+    return parts[index] if 0 <= index < len(parts) else ""
+
+
+# Java's line terminators: `.` matches none of them; `$` matches at the end of the text and
+# before one final terminator (\r\n counts as one; not between its \r and \n).
+_JAVA_DOT = r"[^\n\r\x85\u2028\u2029]"
+_JAVA_DOLLAR = r"(?:(?=\r\n\Z)|(?<!\r)(?=\n\Z)|(?=[\r\x85\u2028\u2029]\Z)|\Z)"
+
+
+def java_regex(pattern: str) -> "re.Pattern[str]":
+    """A checked pattern (compiler.expr.regex) as Python `re` with Java's meaning: `.` and `$`
+    as Java reads them without flags, \\d \\w \\s over ASCII only."""
+    out: list[str] = []
+    i, in_class = 0, False
+    while i < len(pattern):
+        ch = pattern[i]
+        if ch == "\\":
+            out.append(pattern[i:i + 2])
+            i += 2
+            continue
+        if in_class:
+            in_class = ch != "]"
+            out.append(ch)
+        elif ch == "[":
+            in_class = True
+            out.append(ch)
+            if pattern[i + 1:i + 2] == "^":
+                out.append("^")
+                i += 1
+        else:
+            out.append(_JAVA_DOT if ch == "." else _JAVA_DOLLAR if ch == "$" else ch)
+        i += 1
+    return re.compile("".join(out), re.ASCII)
+
+
+def regexp_extract(s: str, pattern: str, group: int) -> str | None:
+    found = java_regex(pattern).search(s)
+    if found is None:
+        return None
+    part = found.group(group)
+    return "" if part is None else part
+
+
 # name -> implementation over already evaluated, non-null (for strict functions) arguments
 _PY_FUNCTIONS: dict[str, Callable[..., Any]] = {
     "abs": _abs,
@@ -584,6 +662,10 @@ _PY_FUNCTIONS: dict[str, Callable[..., Any]] = {
     "starts_with": lambda s, p: s.startswith(p),
     "ends_with": lambda s, p: s.endswith(p),
     "contains": lambda s, p: p in s,
+    "replace": replace_text,
+    "split_part": split_part,
+    "regexp_like": lambda s, p: java_regex(p).search(s) is not None,
+    "regexp_extract": regexp_extract,
     "coalesce": lambda *a: next((v for v in a if v is not None), None),
     "year": lambda t: _as_utc(t).year,
     "month": lambda t: _as_utc(t).month,
@@ -695,6 +777,12 @@ class _Evaluator:
     def is_null(self, node: IsNull) -> bool:
         return (self.value(node.operand) is None) != node.negated
 
+    def case(self, node: Case) -> Any:
+        for condition, result in node.branches:
+            if self.value(condition) is True:
+                return self.value(result)
+        return None if node.default is None else self.value(node.default)
+
     def call(self, node: Call) -> Any:
         args = [self.value(a) for a in node.args]
         if node.function in _NULL_SKIPPING:
@@ -708,5 +796,5 @@ class _Evaluator:
 _EVAL: dict[type, Callable[[_Evaluator, Any], Any]] = {
     Literal: _Evaluator.literal, ColumnRef: _Evaluator.column, Unary: _Evaluator.unary,
     Binary: _Evaluator.binary, Between: _Evaluator.between, InList: _Evaluator.in_list,
-    IsNull: _Evaluator.is_null, Call: _Evaluator.call,
+    IsNull: _Evaluator.is_null, Call: _Evaluator.call, Case: _Evaluator.case,
 }

@@ -149,3 +149,25 @@ def test_a_window_over_deduplicated_rows_uses_its_time_column() -> None:
                  '  </operator>\n', "s")
     xml = xml.replace('value="bid"', 'value="auction"').replace('"bidder"', '"seller"')
     refused_at(xml, 'expires"', "not an event-time column")
+
+
+def projection(fields: str) -> str:
+    return spec('  <operator name="p" type="project">\n    <input name="b"/>\n'
+                f'{fields}    <output name="p"/>\n  </operator>\n', "p")
+
+
+def test_case_regular_expressions_and_split_compile(tmp_path: object) -> None:
+    text = program(projection(
+        '    <field name="kind" value="case when price &gt; 10 then \'big\' else \'small\' end"/>\n'
+        '    <field name="id" value="regexp_extract(url, \'(&amp;|^)id=([^&amp;]*)\', 2)"/>\n'
+        '    <field name="dir" value="split_part(url, \'/\', 4)"/>\n'), tmp_path)
+    assert "(&|^)id=([^&]*)" in text
+
+
+def test_every_problem_of_the_new_forms_is_refused_at_its_place() -> None:
+    xml = projection(
+        '    <field name="kind" value="case when price then 1 else \'x\' end"/>\n'
+        '    <field name="bad" value="regexp_like(url, \'(a+)+$\')"/>\n')
+    refused_at(xml, "price then", "the condition of 'when' must be boolean")
+    refused_at(xml, "'x' end", "the values of 'case' must have one type")
+    refused_at(xml, "'(a+)+$'", "backtrack exponentially")

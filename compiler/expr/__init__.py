@@ -15,21 +15,24 @@ input DataFrames with their stream names (the runtime does `df.alias(stream)`).
 
 from compiler.expr.ast import (ARITHMETIC_OPS, BINARY_OPS, COMPARISON_OPS, EPOCH, FUNCTIONS,
                                IDENTIFIER, INT_MAX, INT_MIN, KEYWORDS, LOGICAL_OPS, MAX_DEPTH,
-                               MAX_TEXT_LENGTH, ROUND_DIGITS, Between, Binary, Call, ColumnRef,
-                               Expr, ExpressionError, FunctionSig, InList, IsNull, Literal,
-                               Problem, Scope, TypedExpr, Unary, children, closest, did_you_mean,
-                               guard_depth, too_deep, walk)
+                               MAX_TEXT_LENGTH, ROUND_DIGITS, Between, Binary, Call, Case,
+                               ColumnRef, Expr, ExpressionError, FunctionSig, InList, IsNull,
+                               Literal, Problem, Scope, TypedExpr, Unary, children, closest,
+                               did_you_mean, guard_depth, too_deep, walk)
 from compiler.expr.checker import (NotBoolean, check, checked, common_type, compile_condition,
                                    compile_expression, literal_problem)
 from compiler.expr.lexer import Token, tokenize
 from compiler.expr.parser import parse, parse_timestamp
+from compiler.expr.regex import MAX_PATTERN_LENGTH, MAX_REPEAT, RegexProblem, check_regex
 
 __all__ = [
     "ARITHMETIC_OPS", "BINARY_OPS", "COMPARISON_OPS", "EPOCH", "FUNCTIONS", "IDENTIFIER",
     "INT_MAX", "INT_MIN", "KEYWORDS", "LOGICAL_OPS", "MAX_DEPTH", "MAX_TEXT_LENGTH",
     "ROUND_DIGITS", "Between", "Binary", "Call", "ColumnRef", "Expr", "ExpressionError",
-    "FunctionSig", "InList", "IsNull", "Literal", "Problem", "Scope", "TypedExpr", "Unary",
+    "FunctionSig", "InList", "IsNull", "Literal", "Case", "Problem", "Scope", "TypedExpr",
+    "Unary",
     "children", "closest", "did_you_mean", "guard_depth", "too_deep", "walk", "NotBoolean",
     "check", "checked", "common_type", "compile_condition", "compile_expression",
-    "literal_problem", "Token", "tokenize", "parse", "parse_timestamp",
+    "literal_problem", "Token", "tokenize", "parse", "parse_timestamp", "MAX_PATTERN_LENGTH",
+    "MAX_REPEAT", "RegexProblem", "check_regex",
 ]

@@ -21,7 +21,8 @@ MAX_TEXT_LENGTH = 4096
 MAX_DEPTH = 64
 INT_MIN = -(2**63)
 INT_MAX = 2**63 - 1
-KEYWORDS = frozenset({"and", "or", "not", "true", "false", "in", "between", "is", "null"})
+KEYWORDS = frozenset({"and", "or", "not", "true", "false", "in", "between", "is", "null", "case",
+                      "when", "then", "else", "end"})
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
@@ -141,7 +142,18 @@ class Call:
     length: int = field(default=0, compare=False)
 
 
-Expr = Union[Literal, ColumnRef, Unary, Binary, Between, InList, IsNull, Call]
+@dataclass(frozen=True)
+class Case:
+    """`case when c1 then v1 [when c2 then v2 ...] [else d] end`: the value of the first branch
+    whose condition is true (null counts as not true), else `default` (null when absent)."""
+
+    branches: "tuple[tuple[Expr, Expr], ...]"
+    default: "Expr | None" = None
+    offset: int = field(default=0, compare=False)
+    length: int = field(default=0, compare=False)
+
+
+Expr = Union[Literal, ColumnRef, Unary, Binary, Between, InList, IsNull, Call, Case]
 
 LOGICAL_OPS = ("or", "and")
 COMPARISON_OPS = ("=", "!=", "<", "<=", ">", ">=")
@@ -184,6 +196,9 @@ def children(expr: Expr) -> tuple[Expr, ...]:
         return (expr.operand,)
     if isinstance(expr, Call):
         return expr.args
+    if isinstance(expr, Case):
+        parts = tuple(part for branch in expr.branches for part in branch)
+        return parts if expr.default is None else (*parts, expr.default)
     return ()
 
 
@@ -219,7 +234,8 @@ def guard_depth(expr: Expr) -> None:
 # =============================================================================== functions ==
 # Parameter classes: numeric (int|double), int, int_literal, string, timestamp,
 # orderable (numeric|string|timestamp, one common type), any (one common type),
-# scalar (int|double|string|boolean), value (any single type).
+# scalar (int|double|string|boolean), value (any single type), pattern (a string literal that
+# `compiler.expr.regex` accepts), group (an int literal naming a group of the pattern before it).
 # Result: a ColumnType, "arg" (the first argument's type) or "common" (the arguments' common type).
 
 
@@ -277,6 +293,16 @@ FUNCTIONS: dict[str, FunctionSig] = {s.name: s for s in (
     _sig("starts_with", "string string", _T.BOOLEAN, doc="s begins with prefix"),
     _sig("ends_with", "string string", _T.BOOLEAN, doc="s ends with suffix"),
     _sig("contains", "string string", _T.BOOLEAN, doc="s contains part"),
+    _sig("replace", "string string string", _T.STRING,
+         doc="every occurrence of `search` replaced (plain text; an empty search changes nothing)"),
+    _sig("split_part", "string string int", _T.STRING,
+         doc="the n-th part (1-based; negative counts from the end) of s split at a plain-text "
+             "delimiter; '' past the last part; null for n = 0"),
+    _sig("regexp_like", "string pattern", _T.BOOLEAN,
+         doc="the pattern matches somewhere in s (docs/expressions.md, regular expressions)"),
+    _sig("regexp_extract", "string pattern group", _T.STRING,
+         doc="group `n` (0: the whole match) of the first match; null when nothing matches, "
+             "'' when the group took no part"),
     _sig("coalesce", "any", "common", variadic=True, doc="first non-null argument"),
     _sig("year", "timestamp", _T.INT, doc="UTC year"),
     _sig("month", "timestamp", _T.INT, doc="UTC month 1-12"),

@@ -16,10 +16,11 @@ from typing import Any
 
 from common.types import ColumnType
 from compiler.expr.ast import (ARITHMETIC_OPS, COMPARISON_OPS, FUNCTIONS, INT_MAX, INT_MIN,
-                               LOGICAL_OPS, ROUND_DIGITS, Between, Binary, Call, ColumnRef, Expr,
-                               ExpressionError, FunctionSig, InList, IsNull, Literal, Problem,
-                               Scope, TypedExpr, Unary, did_you_mean, guard_depth)
+                               LOGICAL_OPS, ROUND_DIGITS, Between, Binary, Call, Case, ColumnRef,
+                               Expr, ExpressionError, FunctionSig, InList, IsNull, Literal,
+                               Problem, Scope, TypedExpr, Unary, did_you_mean, guard_depth)
 from compiler.expr.parser import parse
+from compiler.expr.regex import check_regex
 
 _T = ColumnType
 
@@ -235,6 +236,30 @@ class _Checker:
     def check_isnull(self, node: IsNull) -> ColumnType | None:
         return None if self.type_of(node.operand) is None else ColumnType.BOOLEAN
 
+    def check_case(self, node: Case) -> ColumnType | None:
+        conditions_ok = True
+        for condition, _ in node.branches:
+            t = self.type_of(condition)
+            if t is not None and t is not ColumnType.BOOLEAN:
+                self.problem(condition, f"the condition of 'when' must be boolean but is "
+                                        f"{t.value}", "compare it, e.g. x > 0")
+            conditions_ok = conditions_ok and t is ColumnType.BOOLEAN
+        values = [value for _, value in node.branches]
+        values += [node.default] if node.default is not None else []
+        types = [self.type_of(v) for v in values]
+        known = [t for t in types if t is not None]
+        if len(known) != len(types):
+            return None
+        common = common_type(known)
+        if common is None:
+            first = known[0]
+            for value, t in zip(values, known):
+                if not (t is first or (t.is_numeric and first.is_numeric)):
+                    self.problem(value, f"the values of 'case' must have one type: this one is "
+                                        f"{t.value} but the first is {first.value}",
+                                 "convert them with to_int, to_double or to_string")
+        return common if conditions_ok else None
+
     # -- functions ------------------------------------------------------------------------------
 
     def check_call(self, node: Call) -> ColumnType | None:
@@ -289,7 +314,7 @@ class _Checker:
             if message:
                 self.problem(arg, f"argument {i + 1} of {sig.name}: {message}", sig.describe())
                 ok = False
-        if not ok:
+        if not ok or not self.group_ok(node, sig):
             return None
         if sig.result == "arg":
             return arg_types[0]
@@ -302,6 +327,23 @@ class _Checker:
             return common
         assert isinstance(sig.result, ColumnType)  # "arg" and "common" are handled above
         return sig.result
+
+
+    def group_ok(self, node: Call, sig: FunctionSig) -> bool:
+        """A `group` argument names a group of the pattern argument before it."""
+        for i, param in enumerate(sig.params):
+            if param != "group" or i >= len(node.args):
+                continue
+            pattern, group = node.args[i - 1], node.args[i]
+            assert isinstance(pattern, Literal) and isinstance(group, Literal)  # params checked
+            groups, _ = check_regex(pattern.value)
+            if group.value > groups:
+                self.problem(group, f"argument {i + 1} of {sig.name}: the pattern has {groups} "
+                                    f"group{'s' if groups != 1 else ''}, so the group is 0 (the "
+                                    f"whole match){f' to {groups}' if groups else ''}",
+                             sig.describe())
+                return False
+        return True
 
 
 def common_type(types: "list[ColumnType]") -> ColumnType | None:
@@ -321,6 +363,8 @@ _PARAM_CLASSES: dict[str, tuple[ColumnType, ...]] = {
     "any": tuple(_T),
     "value": tuple(_T),
     "scalar": (_T.INT, _T.DOUBLE, _T.STRING, _T.BOOLEAN),
+    "pattern": (_T.STRING,),
+    "group": (_T.INT,),
 }
 
 
@@ -333,7 +377,20 @@ def _param_problem(param: str, arg: Expr, t: ColumnType) -> str:
         lo, hi = ROUND_DIGITS
         if not (isinstance(arg, Literal) and lo <= arg.value <= hi):
             return f"the number of digits must be a whole number from {lo} to {hi} written out"
+    if param == "pattern":
+        return _pattern_problem(arg)
+    if param == "group" and not (isinstance(arg, Literal) and arg.value >= 0):
+        return "the group must be a whole number written out: 0 (the whole match), 1, 2, ..."
     return ""
+
+
+def _pattern_problem(arg: Expr) -> str:
+    if not isinstance(arg, Literal):
+        return ("the pattern must be a string written out, as in '[0-9]+', so that it is "
+                "checked before it runs (docs/expressions.md, regular expressions)")
+    _, problems = check_regex(arg.value)
+    return "; ".join(f"the pattern is refused at character {p.position + 1}: {p.message}"
+                     for p in problems)
 
 
 def literal_problem(value: Any, t: ColumnType) -> str:

@@ -13,8 +13,8 @@ from typing import Any
 
 from common.types import ColumnType
 from compiler.expr.ast import (EPOCH, FUNCTIONS, INT_MAX, INT_MIN, MAX_DEPTH, MAX_TEXT_LENGTH,
-                               Between, Binary, Call, ColumnRef, Expr, ExpressionError, InList,
-                               IsNull, Literal, Problem, Unary, did_you_mean, too_deep)
+                               Between, Binary, Call, Case, ColumnRef, Expr, ExpressionError,
+                               InList, IsNull, Literal, Problem, Unary, did_you_mean, too_deep)
 from compiler.expr.lexer import Token, tokenize
 
 _OP_ALIASES = {"==": "=", "<>": "!="}
@@ -246,6 +246,8 @@ class _Parser:
         if word in ("true", "false"):
             self.advance()
             return Literal(word == "true", ColumnType.BOOLEAN, tok.offset, tok.length)
+        if word == "case":
+            return self.case()
         if word == "null":
             self.advance()
             self.problems.append(Problem(
@@ -254,6 +256,24 @@ class _Parser:
             return Literal(False, ColumnType.BOOLEAN, tok.offset, tok.length)
         self.fail("a value")
         raise AssertionError("unreachable")
+
+    def case(self) -> Expr:
+        """`case when c then v {when c then v} [else d] end` (the `case` token is next)."""
+        start = self.advance()
+        if not self.is_keyword("when"):
+            self.fail("'when'", "write case when x > 0 then 'a' else 'b' end")
+        branches: list[tuple[Expr, Expr]] = []
+        while self.is_keyword("when"):
+            self.advance()
+            condition = self.expression(0)
+            self.expect_keyword("then", "'then' after the condition of 'when'")
+            branches.append((condition, self.expression(0)))
+        default = None
+        if self.is_keyword("else"):
+            self.advance()
+            default = self.expression(0)
+        end = self.expect_keyword("end", "'when', 'else' or 'end' in 'case'")
+        return _span(Case(tuple(branches), default), start, end)
 
     def number(self, tok: Token, negative_from: Token | None = None) -> Literal:
         value = -tok.value if negative_from is not None else tok.value

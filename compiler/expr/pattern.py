@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Literal as Lit, NoReturn, Union
 
 from common.types import ColumnType, Schema
-from compiler.expr.ast import (FUNCTIONS, KEYWORDS, Call, ColumnRef, Expr, ExpressionError,
+from compiler.expr.ast import (FUNCTIONS, KEYWORDS, Call, Case, ColumnRef, Expr, ExpressionError,
                                Problem, Scope, TypedExpr, walk)
 from compiler.expr.checker import NotBoolean, check
 from compiler.expr.parser import parse
@@ -393,6 +393,9 @@ def _refuse_other_functions(text: str, expr_tree: Expr) -> None:
                         + ", ".join(sorted(ROW_FUNCTIONS | NAVIGATION)))
                 for n in walk(expr_tree) if isinstance(n, Call)
                 and n.function in FUNCTIONS and n.function not in ROW_FUNCTIONS]
+    problems += [Problem(n.offset, n.length, "'case' is not available in a pattern",
+                         "give each case its own pattern variable")
+                 for n in walk(expr_tree) if isinstance(n, Case)]
     if problems:
         raise ExpressionError(problems)
 
