@@ -69,6 +69,8 @@ def source_frame(raw: Any, value_schema: Schema, metadata: Iterable[tuple[str, s
 def _metadata(column: Any, field: str) -> Any:
     if field in ("partition", "offset"):
         return column.cast("bigint")
+    if field == "timestamp":
+        return column  # Spark's Kafka source gives it as a timestamp already
     return column.cast("string")  # key (bytes as text), topic
 
 
