@@ -7,7 +7,8 @@ unexpected; a repeat of an expected record would be a duplicate, allowed by the 
 reported), hostile records (not JSON, wrong types, a tombstone, bytes that are not UTF-8, a
 value of 300 kB, deep nesting) dropped and counted while the rest flows, records whose text
 looks like code passed through as data, and the fence: once a newer attempt raises it, the
-driver stops the query and records produced after that are not written.
+driver stops the query and records produced after that are not written. A second test stops a
+real-time task mid-run and starts it again on its checkpoint: nothing missing.
 """
 
 from __future__ import annotations
@@ -123,3 +124,48 @@ def _produce_tombstone(bootstrap: str, topic: str) -> None:
     producer = Producer({"bootstrap.servers": bootstrap})
     producer.produce(topic, None, key=b"gone")
     assert producer.flush(30) == 0
+
+
+def _real_time_task(spark: Any, bootstrap: str, source: str, out: str, ck: Path) -> Any:
+    from executor.runtime import TaskRuntime
+
+    rt = TaskRuntime(spark, query_id="q", task_id="rt2", checkpoint_dir=str(ck))
+    rt.real_time_mode(checkpoint_interval="5 seconds")
+    rt.kafka_source(op="src", output="raw", schema=READING, bootstrap=bootstrap,
+                    topics=(source,), starting_offsets="earliest", format="jsonl",
+                    metadata=(("partition", "part"),))
+    rt.filter(op="hot", input="raw", output="warm", condition="raw.temp > 30")
+    rt.project(op="p", input="warm", output="res",
+               fields=(("sensor", "warm.sensor"), ("hot", "warm.temp + 1")))
+    rt.kafka_sink(op="out", input="res", bootstrap=bootstrap, topic=out, format="jsonl",
+                  delivery="at-least-once")
+    return rt
+
+
+def test_a_stopped_real_time_task_resumes_from_its_checkpoint_at_least_once(
+        spark: Any, kafka_broker: str, tmp_path: Path) -> None:
+    """Stopped mid-run (between two checkpoint intervals) and started again on its checkpoint:
+    every expected record is in the topic; records after the last checkpoint may come twice."""
+    source, out = temp_topic("rsin"), temp_topic("rsout")
+    create_topic(kafka_broker, source, partitions=2)
+    create_topic(kafka_broker, out)
+    first, second = readings(300, 11), readings(300, 12)
+    rt = _real_time_task(spark, kafka_broker, source, out, tmp_path / "ck")
+    try:
+        produce(kafka_broker, source, first)
+        read_committed(kafka_broker, out, expect=sum(oracle(first).values()), timeout=120,
+                       settle=0)
+        wait_for("a checkpoint interval ended", lambda: rt.query.lastProgress, timeout=60)
+    finally:
+        rt.stop()
+    produce(kafka_broker, source, second)  # while no query runs
+    rt = _real_time_task(spark, kafka_broker, source, out, tmp_path / "ck")
+    try:
+        expected = oracle(first + second)
+        records = read_committed(kafka_broker, out, expect=sum(expected.values()),
+                                 timeout=120, settle=2.0)
+    finally:
+        rt.stop()
+    got = seen(records)
+    assert not (expected - got), f"missing: {sum((expected - got).values())}"
+    assert set(got) == set(expected), f"unexpected: {set(got) - set(expected)}"
