@@ -26,6 +26,7 @@ from common.kafka_params import (METADATA_COLUMNS, parse_bootstrap, parse_starti
 from common.tasks import ChannelSpec
 from common.types import Schema
 from compiler.graph import Graph, Node, render_term
+from compiler import realtime
 from compiler.operators import canonical_duration
 from compiler.tasks import TaskPlan
 
@@ -129,6 +130,9 @@ def render_task(graph: Graph, plan: TaskPlan, query_id: str, base_dir: Path,
     if plan.failover == "replica":
         calls.append(Call(f"{plan.nodes[-1]} is a hot-standby replica: micro-batches cut by "
                           "input numbers, identical in every replica", "deterministic_batches", ()))
+    if realtime.task_mode(graph, plan).real_time:
+        calls.append(Call(f"{plan.nodes[-1]} asks for Spark's real-time mode (docs/kafka.md): "
+                          "the query is built in the JVM only", "real_time_mode", ()))
     if writes_aggregate_locally(graph, plan):
         calls.append(Call("writes an aggregate's results to a local sink: a backlog comes in "
                           "large micro-batches", "large_batches", ()))

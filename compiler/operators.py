@@ -326,6 +326,11 @@ CATALOGUE: dict[str, OperatorDef] = {d.kind: _shedding(d) for d in (
                  doc="exactly-once: each micro-batch in one Kafka transaction, visible to "
                      "read_committed readers when it commits; at-least-once: plain idempotent "
                      "producer, visible at once, a replayed batch written again"),
+        ParamDef("mode", "choice", False, "micro-batch", choices=("micro-batch", "real-time"),
+                 doc="real-time: the task runs in Spark's real-time mode (records read, "
+                     "filtered and written as they come, milliseconds end to end); only a task "
+                     "kafka-source -> filter/project -> this sink with delivery=\"at-least-once\" "
+                     "(docs/kafka.md), else refused with the reasons"),
         ParamDef("security-file", "path", False, None,
                  doc="a properties file of the client's security.*, sasl.* and ssl.* "
                      "settings (never written in the spec)"),

@@ -20,7 +20,7 @@ from common.diagnostics import Diagnostic, Position, SpecError, cap_diagnostics
 from common.paths import PathRoots, local_roots
 from common.tasks import (ChannelSpec, CompiledQuery, OperatorPlan, QueryTask, StreamImport,
                           channel_id)
-from compiler import autoshare, codegen, spec as spec_mod, validate
+from compiler import autoshare, codegen, realtime, spec as spec_mod, validate
 from compiler.control import catalog_for
 from compiler.elastic import elastic_operators
 from compiler.graph import Graph
@@ -299,8 +299,9 @@ def operator_plans(parsed: spec_mod.Spec, physical: Graph, plans: tuple[TaskPlan
 def _unrunnable(parsed: spec_mod.Spec, physical: Graph) -> tuple[Diagnostic, ...]:
     """One diagnostic per operator whose hot-standby replicas would read several channels (a
     join, a union): the runtime cannot keep such replicas in step. Located at the operator's
-    `ha` attribute, or at the query's when the operator inherits it."""
-    found: list[Diagnostic] = []
+    `ha` attribute, or at the query's when the operator inherits it. Then one per kafka-sink
+    asking for real-time mode in a task that cannot run it (`compiler.realtime.refusals`)."""
+    found: list[Diagnostic] = list(_real_time_refusals(parsed, physical))
     for selector in (n for n in physical.nodes if n.kind == "stream-selector"):
         protected = selector.param("protects")
         replicas = [physical.producer(s) for s in selector.inputs]
@@ -312,6 +313,13 @@ def _unrunnable(parsed: spec_mod.Spec, physical: Graph) -> tuple[Diagnostic, ...
         if d not in found:
             found.append(d)
     return tuple(found)
+
+
+def _real_time_refusals(parsed: spec_mod.Spec, physical: Graph) -> tuple[Diagnostic, ...]:
+    if not any(n.param("mode") == realtime.REAL_TIME for n in physical.sinks()):
+        return ()
+    plans, _ = split_into_tasks(physical, parsed.name)
+    return realtime.refusals(parsed, physical, plans)
 
 
 def _pattern_position(parsed: spec_mod.Spec, operator: str, attr: str) -> Position:

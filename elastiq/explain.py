@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from common.tasks import QueryTask
+from compiler import realtime
 from compiler.graph import Graph, notation, to_dot, to_mermaid
 from compiler.pipeline import Compilation
 from compiler.rewrite import local_notation, placement_groups
@@ -82,6 +83,8 @@ def _params(params: tuple[tuple[str, object], ...]) -> str:
 def _tasks(c: Compilation) -> list[str]:
     q = c.query
     lines = ["", f"tasks ({len(q.tasks)}):"]
+    kafka = realtime.uses_kafka(c.physical)  # each Kafka query's task says its mode and why
+    modes = {p.task_id: realtime.task_mode(c.physical, p) for p in c.plans}
     for task in q.tasks:
         state = "stateful" if task.stateful else "stateless"
         r = task.resources
@@ -92,6 +95,8 @@ def _tasks(c: Compilation) -> list[str]:
         for ch in task.outputs:
             lines.append(f"      writes {ch}")
         lines += [f"      {note}" for note in _placement(task)]
+        if kafka:
+            lines += [f"      {line}" for line in realtime.describe(modes[task.task_id])]
     if q.channels:
         lines += ["", "channels:"]
         for spec in q.channels:

@@ -356,6 +356,14 @@ def source_frame(spark: Any, settings: SourceSettings, layout: kafka_records.Rec
                  dead_letter: str) -> Any:
     """The stream of declared rows: Spark's Kafka source, its records parsed in Arrow batches
     by `kafka_records.RecordParser` (bad ones to `dead_letter`)."""
+    raw = raw_frame(spark, settings)
+    return raw.select(*kafka_records.RECORD_COLUMNS).mapInArrow(
+        kafka_records.RecordParser(layout, dead_letter), layout.schema.ddl())
+
+
+def raw_frame(spark: Any, settings: SourceSettings) -> Any:
+    """Spark's Kafka source frame of `settings` (its records as Spark gives them), once the
+    broker answered (`check_broker`); KafkaSetupError without the connector."""
     from common.kafka_jars import FETCH_HINT, connector_available
 
     if not connector_available():
@@ -369,5 +377,4 @@ def source_frame(spark: Any, settings: SourceSettings, layout: kafka_records.Rec
                                   "started before the connector was fetched): restart the "
                                   "executor") from None
         raise
-    return raw.select(*kafka_records.RECORD_COLUMNS).mapInArrow(
-        kafka_records.RecordParser(layout, dead_letter), layout.schema.ddl())
+    return raw

@@ -40,7 +40,7 @@ from common.types import ColumnType, Field, Schema
 from compiler import expr
 from common.kafka_params import KafkaParamError, transactional_id
 from common import keyed_aggregates
-from executor import (kafka_io, kafka_records, keyed_state_frame, routing, shapes, sinks, sources,
+from executor import (kafka_io, kafka_realtime, kafka_records, keyed_state_frame, routing, shapes, sinks, sources,
                       spool_source, top_n_frame)
 from executor.cep import match as cep_match, spark as cep_spark, stage as cep_stage
 from executor.batch_gate import BatchGate
@@ -378,6 +378,10 @@ class TaskRuntime:
         # what the last live switch decided that its acknowledgement reports (a splitter's
         # event-time switch, `switch_ms`; -1: at once)
         self.switch_detail: dict[str, float] = {}
+        # Spark's real-time mode (`real_time_mode`): its checkpoint interval, None: micro-batch
+        self.real_time: str | None = None
+        self.bad_records = kafka_realtime.BadRecords()
+        self._fence_watch: kafka_realtime.FenceWatch | None = None
         for source in sources.ALL_SOURCES + (spool_source.SpoolSource,):
             spark.dataSource.register(source)
 
@@ -385,6 +389,8 @@ class TaskRuntime:
         """Stop the query (if running) and the receivers of its channel inputs."""
         if self.dpc is not None:
             self.dpc.close()
+        if self._fence_watch is not None:
+            self._fence_watch.close()
         try:
             if self.query is not None and self.query.isActive:
                 self.query.stop()
@@ -493,6 +499,21 @@ class TaskRuntime:
             raise self._error(op, f"{call} must come before any source "
                                   f"(streams so far: {sorted(self.streams)})")
 
+    def real_time_mode(self, *, checkpoint_interval: str = kafka_realtime.CHECKPOINT_INTERVAL
+                       ) -> None:
+        """Run this task in Spark's real-time mode (`compiler.realtime` chose it): the Kafka
+        source parses in the JVM (bad records dropped and counted, `bad_records`), the Kafka
+        sink is Spark's own under the real-time trigger (`executor.kafka_realtime`)."""
+        self._before_sources("real_time_mode", "real_time_mode()")
+        self._duration("real_time_mode", checkpoint_interval)
+        self.real_time = checkpoint_interval
+
+    def dropped_records(self) -> int:
+        """Records a real-time task's source dropped (they did not parse), so far."""
+        if self.query is None or self.real_time is None:
+            return self.bad_records.bad
+        return self.bad_records.add(self.query.recentProgress)
+
     def deterministic_batches(self) -> None:
         """Make this task's output a function of its numbered input (hot-standby replicas): every
         channel source takes exactly one channel batch per micro-batch and the query runs without
@@ -576,7 +597,12 @@ class TaskRuntime:
         layout = kafka_records.RecordLayout(sources.schema_pairs(schema), tuple(
             (field, column) for field, column in metadata), format)
         try:
-            df = kafka_io.source_frame(self.spark, settings, layout, dead)
+            if self.real_time is not None:
+                df = kafka_realtime.source_frame(
+                    kafka_io.raw_frame(self.spark, settings), layout.value_schema,
+                    layout.metadata, schema)
+            else:
+                df = kafka_io.source_frame(self.spark, settings, layout, dead)
         except kafka_io.KafkaSetupError as exc:
             raise self._error(op, str(exc)) from None
         except kafka_io.KafkaUnavailable as exc:  # retried: the broker or topic may come
@@ -1102,6 +1128,8 @@ class TaskRuntime:
     # --- sinks ---------------------------------------------------------------------------------
 
     def _start(self, op: str, input: str, sink: sinks.BatchSink) -> None:
+        if self.real_time is not None:
+            raise self._error(op, "a real-time task ends in a kafka-sink (compiler.realtime)")
         if self.query is not None:
             raise self._error(op, "a task has exactly one sink; the query is already started")
         if self.dpc is not None:
@@ -1180,12 +1208,40 @@ class TaskRuntime:
             raise kafka_io.KafkaUnavailable(f"task {self.task_id}, operator {op}: {exc}") \
                 from None
         spark_dir = os.path.join(self.checkpoint_dir, "spark")
+        if self.real_time is not None:
+            self._real_time_sink(op, stream, kafka_realtime.SinkSettings(
+                bootstrap, topic, key_column, tuple(sorted(security.items()))), delivery, format)
+            return
         sink = kafka_io.KafkaSink(
             self.task_id, bootstrap=bootstrap, topic=topic, fmt=format, key_column=key_column,
             exactly_once=delivery == "exactly-once",
             transactional_id=transactional_id(self.query_id, self.task_id, op),
             run_id=lambda: kafka_io.query_run_id(spark_dir), security=security)
         self._start(op, input, sink)
+
+    def _real_time_sink(self, op: str, stream: Stream, settings: kafka_realtime.SinkSettings,
+                        delivery: str, format: str) -> None:
+        """Start the real-time query; its fence is checked first and then watched."""
+        if self.query is not None:
+            raise self._error(op, "a task has exactly one sink; the query is already started")
+        if delivery != "at-least-once" or format != "jsonl":
+            raise self._error(op, "real-time mode writes JSON values at least once; got "
+                                  f"delivery={delivery!r}, format={format!r}")
+        fence = self.fence
+        if fence is not None:
+            with fence.holding():  # a stale attempt starts nothing (Fenced)
+                pass
+        self.query = kafka_realtime.start_query(
+            self.spark, stream.df, stream.schema, settings,
+            name=f"{self.query_id}.{self.task_id}",
+            checkpoint=os.path.join(self.checkpoint_dir, "spark"), interval=self.real_time or
+            kafka_realtime.CHECKPOINT_INTERVAL)
+        if fence is not None and fence.epoch:
+            query = self.query
+            self._fence_watch = kafka_realtime.FenceWatch(
+                lambda: fence.current() > fence.epoch, query.stop)
+        log.info("task %s: real-time query %s started (sink %s)", self.task_id, self.query.id,
+                 op)
 
     def console_sink(self, *, op: str, input: str) -> None:
         self._start(op, input, sinks.ConsoleSink(self.task_id))
