@@ -69,7 +69,6 @@ def seen(records: list[tuple[bytes | None, bytes]]) -> Counter:
 def test_real_time_task_matches_the_oracle_counts_bad_records_and_stops_when_fenced(
         spark: Any, kafka_broker: str, tmp_path: Path) -> None:
     from executor.fencing import Fence
-    from executor.runtime import TaskRuntime
 
     source, out = temp_topic("rtin"), temp_topic("rtout")
     create_topic(kafka_broker, source, partitions=2)
@@ -78,17 +77,8 @@ def test_real_time_task_matches_the_oracle_counts_bad_records_and_stops_when_fen
     values: list[bytes | None] = good[:200] + HOSTILE + AS_DATA + [None] + good[200:]
     ck = tmp_path / "ck"
     Fence(str(ck), 1, "attempt-1").raise_()
-    rt = TaskRuntime(spark, query_id="q", task_id="rt1", checkpoint_dir=str(ck),
-                     fence=Fence(str(ck), 1, "attempt-1"))
-    rt.real_time_mode(checkpoint_interval="5 seconds")
-    rt.kafka_source(op="src", output="raw", schema=READING, bootstrap=kafka_broker,
-                    topics=(source,), starting_offsets="earliest", format="jsonl",
-                    metadata=(("partition", "part"),))
-    rt.filter(op="hot", input="raw", output="warm", condition="raw.temp > 30")
-    rt.project(op="p", input="warm", output="res",
-               fields=(("sensor", "warm.sensor"), ("hot", "warm.temp + 1")))
-    rt.kafka_sink(op="out", input="res", bootstrap=kafka_broker, topic=out, format="jsonl",
-                  delivery="at-least-once", key_column="sensor")
+    rt = _real_time_task(spark, kafka_broker, source, out, ck, task_id="rt1",
+                         fence=Fence(str(ck), 1, "attempt-1"), key_column="sensor")
     try:
         producer_values = [v for v in values if v is not None]
         produce(kafka_broker, source, producer_values)
@@ -126,10 +116,12 @@ def _produce_tombstone(bootstrap: str, topic: str) -> None:
     assert producer.flush(30) == 0
 
 
-def _real_time_task(spark: Any, bootstrap: str, source: str, out: str, ck: Path) -> Any:
+def _real_time_task(spark: Any, bootstrap: str, source: str, out: str, ck: Path,
+                    task_id: str = "rt2", fence: Any = None, key_column: str | None = None) -> Any:
+    """Kafka -> filter `temp > 30` -> project -> Kafka, at least once, in real-time mode."""
     from executor.runtime import TaskRuntime
 
-    rt = TaskRuntime(spark, query_id="q", task_id="rt2", checkpoint_dir=str(ck))
+    rt = TaskRuntime(spark, query_id="q", task_id=task_id, checkpoint_dir=str(ck), fence=fence)
     rt.real_time_mode(checkpoint_interval="5 seconds")
     rt.kafka_source(op="src", output="raw", schema=READING, bootstrap=bootstrap,
                     topics=(source,), starting_offsets="earliest", format="jsonl",
@@ -138,7 +130,7 @@ def _real_time_task(spark: Any, bootstrap: str, source: str, out: str, ck: Path)
     rt.project(op="p", input="warm", output="res",
                fields=(("sensor", "warm.sensor"), ("hot", "warm.temp + 1")))
     rt.kafka_sink(op="out", input="res", bootstrap=bootstrap, topic=out, format="jsonl",
-                  delivery="at-least-once")
+                  delivery="at-least-once", key_column=key_column)
     return rt
 
 
