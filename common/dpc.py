@@ -26,6 +26,16 @@ class Mode(enum.Enum):
     RECONCILING = "reconciling"
 
 
+# A mode as a number, for heartbeats (their figures are numbers) and Prometheus
+# (`elastiq_task_dpc_mode`): docs/availability.md, "Seeing the mode".
+MODE_CODES = {Mode.STABLE: 0, Mode.DELAYING: 1, Mode.TENTATIVE: 2, Mode.RECONCILING: 3}
+
+
+def mode_of_code(code: float) -> Mode | None:
+    """The mode a heartbeat's `dpc_mode` names (None: not a DPC task, or an unknown code)."""
+    return next((mode for mode, c in MODE_CODES.items() if c == code), None)
+
+
 class Action(enum.Enum):
     NONE = "none"
     HOLD = "hold"  # stop handing input to Spark (a cut began)

@@ -456,6 +456,7 @@ def _print_status(reply: dict[str, Any], readings: Any = None, watch: bool = Fal
             where = _where(t)
             extra = f"  ({t['last_failure']})" if t.get("last_failure") else ""
             extra += f"  [{t['blocked']}]" if t.get("blocked") else ""
+            extra += f"  [{t['availability']}]" if t.get("availability") else ""
             print(f"  {t['task_id']:<24} {t['state']:<9} attempt {t['attempt']} on {where}{extra}")
         for line in elastic_lines(q.get("elastic") or []):
             print(line)

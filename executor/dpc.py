@@ -113,6 +113,18 @@ class DpcController:
     def mode(self) -> dpc.Mode:
         return self.state.mode
 
+    def figures(self, now: float) -> dict[str, int]:
+        """What the task's heartbeat says of DPC (docs/availability.md, "Seeing the mode"): the
+        mode's code (`common.dpc.MODE_CODES`), how long it has held (ms, by the monotonic
+        `now`), the last episode's number and its reconcile's duration (ms; -1: none yet)."""
+        with self._lock:
+            state, episode = self.state, self.episode
+            last = self.reconcile_seconds[-1] if self.reconcile_seconds else None
+        return {"dpc_mode": dpc.MODE_CODES[state.mode],
+                "dpc_mode_ms": max(0, int((now - state.since) * 1000)),
+                "dpc_episode": episode,
+                "dpc_reconcile_ms": -1 if last is None else int(last * 1000)}
+
     # -- the thread
 
     def _run(self) -> None:

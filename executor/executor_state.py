@@ -99,8 +99,20 @@ class TaskFigures:
     rows_dropped: int = 0  # rows its drop operators shed, cumulative (docs/load.md)
     cpu_ms: int = 0  # the container's cpu time in the measured batches (`executor.cpu_clock`)
     cpu_batches: int = 0  # ... and how many batches were measured, cumulative
+    dpc_mode: int = -1  # a DPC union's mode (`common.dpc.MODE_CODES`; -1: none, not reported)
+    dpc_mode_ms: int = 0  # ... how long it has held
+    dpc_episode: int = 0  # ... its last episode's number
+    dpc_reconcile_ms: int = -1  # ... that episode's reconcile time (-1: none yet)
     # channel id -> batches its writer keeps for readers that have not acknowledged them
     retained: Mapping[str, int] = field(default_factory=dict)
+
+
+def _dpc_figures(m: TaskFigures) -> dict[str, int]:
+    """A DPC task's mode figures for its heartbeat (none for a task without DPC)."""
+    if m.dpc_mode < 0:
+        return {}
+    return {"dpc_mode": m.dpc_mode, "dpc_mode_ms": m.dpc_mode_ms,
+            "dpc_episode": m.dpc_episode, "dpc_reconcile_ms": m.dpc_reconcile_ms}
 
 
 @dataclass(frozen=True)
@@ -587,6 +599,7 @@ class ExecutorState:
                 "cpu_ms": m.cpu_ms, "cpu_batches": m.cpu_batches,
                 "channel_blocked_ms": m.channel_blocked_ms,
                 "channel_readerless_ms": m.channel_readerless_ms,
+                **_dpc_figures(m),
                 **{f"{RETAINED_PREFIX}{c}": n for c, n in sorted(m.retained.items())}}
 
     def _on_ShutdownRequested(self, ev: ShutdownRequested) -> list[Command]:

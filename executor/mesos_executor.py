@@ -164,7 +164,11 @@ def figures_of(metrics: Any, blocked: tuple[float, float] = (0.0, 0.0),
                        routed_ms=int(getattr(metrics, "routed_ms", -1)),
                        rows_dropped=int(getattr(metrics, "rows_dropped", 0)),
                        cpu_ms=int(getattr(metrics, "cpu_ms", 0)),
-                       cpu_batches=int(getattr(metrics, "cpu_batches", 0)), **waits)
+                       cpu_batches=int(getattr(metrics, "cpu_batches", 0)),
+                       dpc_mode=int(getattr(metrics, "dpc_mode", -1)),
+                       dpc_mode_ms=int(getattr(metrics, "dpc_mode_ms", 0)),
+                       dpc_episode=int(getattr(metrics, "dpc_episode", 0)),
+                       dpc_reconcile_ms=int(getattr(metrics, "dpc_reconcile_ms", -1)), **waits)
 
 
 def checkpoint_dir(config: ExecutorConfig, task_id: str) -> Path:

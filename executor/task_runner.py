@@ -72,6 +72,12 @@ class TaskMetrics:
     rows_dropped: int = 0  # rows its drop operators shed since the runner started (docs/load.md)
     cpu_ms: int = 0  # the container's cpu time in the batches below (`executor.cpu_clock`)
     cpu_batches: int = 0  # executed batches whose cpu time was measured (all runs)
+    # a DPC union's mode (`common.dpc.MODE_CODES`; -1: the task has none), how long it has held,
+    # its last episode and that episode's reconcile time (-1: none yet; docs/availability.md)
+    dpc_mode: int = -1
+    dpc_mode_ms: int = 0
+    dpc_episode: int = 0
+    dpc_reconcile_ms: int = -1
 
 
 @dataclass(frozen=True)
@@ -390,6 +396,9 @@ class TaskRunner:
                           batches_ended=self._counted.batches,
                           rows_dropped=self._counted.dropped, cpu_ms=self._counted.cpu_ms,
                           cpu_batches=self._counted.cpu_batches)
+        controller = getattr(rt, "dpc", None)
+        if controller is not None:
+            metrics = replace(metrics, **controller.figures(time.monotonic()))
         lag = rt.backlog()
         routed = getattr(getattr(rt.sink, "schedule", None), "max_seen", None)
         if routed is not None:

@@ -185,6 +185,10 @@ class SchedulerMetrics:
                                    "duration", qt, registry=r)
         self.latency_seconds = Gauge("elastiq_task_latency_seconds", "last batch's end-to-end "
                                      "latency", qt, registry=r)
+        self.dpc_mode = Gauge("elastiq_task_dpc_mode", "a DPC union's mode: 0 stable, 1 delaying, "
+                              "2 tentative, 3 reconciling (docs/availability.md)", qt, registry=r)
+        self.dpc_reconcile = Gauge("elastiq_task_dpc_reconcile_seconds", "how long the DPC "
+                                   "task's last reconcile took", qt, registry=r)
         self.channel_blocked = Gauge(
             "elastiq_channel_blocked_seconds", "how long the task's channel sink has waited for "
             "room in its upstream backup (0: not blocked; readers absent or not acknowledging)",
@@ -457,6 +461,10 @@ class SchedulerMetrics:
             self.latency_seconds.labels(*labels).set(figures["latency_ms"] / 1000.0)
         if "channel_blocked_ms" in figures:
             self.channel_blocked.labels(*labels).set(figures["channel_blocked_ms"] / 1000.0)
+        if "dpc_mode" in figures:
+            self.dpc_mode.labels(*labels).set(figures["dpc_mode"])
+        if figures.get("dpc_reconcile_ms", -1) >= 0:
+            self.dpc_reconcile.labels(*labels).set(figures["dpc_reconcile_ms"] / 1000.0)
 
     # ---- reported by other parts of the scheduler ----------------------------------------
     def record_failover(self, query_id: str, pattern: str, gap_seconds: float) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from common.dpc import Mode, mode_of_code
 from scheduler import distribution_state, elasticity, sharing, shed_state
 from scheduler.control import sinks_in_force
 from scheduler.lifecycle import TaskRecord, TaskState
@@ -90,7 +91,24 @@ def task_view(t: TaskRecord, unplaced_reason: str, writer_absent: str = "") -> d
         "waiting_for": writer_absent if writer_absent and not t.state.terminal else
         unplaced_reason if t.state is TaskState.PENDING else "",
         "blocked": blocked_reason(t.figures),
+        "availability": availability_reason(t.figures),
     }
+
+
+def availability_reason(figures: dict[str, float]) -> str:
+    """A DPC task's mode when it is not stable ("" otherwise, and for a task without DPC):
+    docs/availability.md, "Seeing the mode"."""
+    mode = mode_of_code(figures.get("dpc_mode", -1.0))
+    if mode is None or mode is Mode.STABLE:
+        return ""
+    held = figures.get("dpc_mode_ms", 0.0) / 1000.0
+    episode = int(figures.get("dpc_episode", 0))
+    if mode is Mode.DELAYING:
+        return f"DPC delaying for {held:.0f} s: an input's writer is unreachable"
+    if mode is Mode.TENTATIVE:
+        return (f"DPC tentative for {held:.0f} s (episode {episode}): results are marked "
+                "tentative until the cut input returns")
+    return f"DPC reconciling for {held:.0f} s (episode {episode}): corrections follow"
 
 
 def blocked_reason(figures: dict[str, float]) -> str:

@@ -213,7 +213,7 @@ def cut_run(spark: Any, tmp_path: Path, *, rate: float, limit: int, cut_seconds:
     """Task "dpc" (with `max_delay`) and task "plain" (without) behind the same cut; what each
     sink holds once every input drained."""
     from common import dpc_view
-    from common.dpc import Mode
+    from common.dpc import MODE_CODES, Mode
     from common.types import Schema
     from executor.runtime import ChannelHub, TaskRuntime, channel_reader_id
     from executor.shapes import arrow_schema
@@ -249,6 +249,8 @@ def cut_run(spark: Any, tmp_path: Path, *, rate: float, limit: int, cut_seconds:
                  lambda: any(dpc_view.TENTATIVE in r for r in read_sink(outs[0])), 60)
         first = time.monotonic() - cut_at
         assert dpc.mode is Mode.TENTATIVE
+        seen = dpc.figures(time.monotonic())  # what the task's heartbeat says (status, metrics)
+        assert seen["dpc_mode"] == MODE_CODES[Mode.TENTATIVE] and seen["dpc_episode"] >= 1, seen
         wait_for("the cut's end", lambda: time.monotonic() - cut_at >= cut_seconds,
                  cut_seconds + 30, 0.5)
         at_heal = [read_sink(o) for o in outs]
@@ -256,6 +258,8 @@ def cut_run(spark: Any, tmp_path: Path, *, rate: float, limit: int, cut_seconds:
         healed = time.monotonic()
         wait_for("the reconcile", lambda: bool(dpc.reconcile_seconds), 180)
         assert dpc.mode is Mode.STABLE
+        seen = dpc.figures(time.monotonic())
+        assert seen["dpc_mode"] == MODE_CODES[Mode.STABLE] and seen["dpc_reconcile_ms"] >= 0, seen
         for rt in ups:
             _wait_settled(rt.query, lambda q=rt.query: _first_int(
                 q.lastProgress["sources"][0]["endOffset"]) == limit, rt.task_id)

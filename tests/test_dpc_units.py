@@ -65,3 +65,47 @@ def test_a_reader_sees_the_stable_and_the_current_view() -> None:
     assert dpc_view.open_episodes(rows) == [2]
     before = dpc_view.records(lines[:4])
     assert dpc_view.current_view(before) == [{"w": 1, "n": 5}, {"w": 2, "n": 3}, {"w": 3, "n": 1}]
+
+
+# --- seeing the mode: the heartbeat's figures, status and Prometheus ------------------------------
+
+def test_the_controller_reports_its_mode_how_long_it_held_and_its_last_reconcile(
+        tmp_path: Path) -> None:
+    from common.dpc import MODE_CODES, Mode, State
+    from executor.dpc import DpcController
+
+    controller = DpcController("q.t1", str(tmp_path), (), 5.0, lambda: None, lambda: None)
+    controller.state = State(since=100.0)
+    assert controller.figures(100.25) == {"dpc_mode": 0, "dpc_mode_ms": 250, "dpc_episode": 0,
+                                          "dpc_reconcile_ms": -1}
+    controller.state = State(mode=Mode.TENTATIVE, since=200.0, cut=("a2",), tentative_since=200.0)
+    controller.episode = 3
+    controller.reconcile_seconds.append(1.5)
+    assert controller.figures(212.0) == {"dpc_mode": MODE_CODES[Mode.TENTATIVE],
+                                         "dpc_mode_ms": 12_000, "dpc_episode": 3,
+                                         "dpc_reconcile_ms": 1_500}
+
+
+def test_a_heartbeat_carries_dpc_figures_only_for_a_dpc_task() -> None:
+    from executor.executor_state import TaskFigures, _dpc_figures
+
+    assert _dpc_figures(TaskFigures()) == {}
+    assert _dpc_figures(TaskFigures(dpc_mode=2, dpc_mode_ms=12_000, dpc_episode=3)) == {
+        "dpc_mode": 2, "dpc_mode_ms": 12_000, "dpc_episode": 3, "dpc_reconcile_ms": -1}
+
+
+def test_status_words_name_every_mode_but_stable_and_a_task_without_dpc() -> None:
+    from common.dpc import MODE_CODES, Mode, mode_of_code
+    from scheduler.views import availability_reason
+
+    assert all(mode_of_code(code) is mode for mode, code in MODE_CODES.items())
+    assert mode_of_code(-1) is None and mode_of_code(9) is None
+    assert availability_reason({}) == ""
+    assert availability_reason({"dpc_mode": 0, "dpc_mode_ms": 5000}) == ""
+    assert availability_reason({"dpc_mode": 1, "dpc_mode_ms": 2400}) == \
+        "DPC delaying for 2 s: an input's writer is unreachable"
+    assert availability_reason({"dpc_mode": 2, "dpc_mode_ms": 12_000, "dpc_episode": 3}) == \
+        ("DPC tentative for 12 s (episode 3): results are marked tentative until the cut "
+         "input returns")
+    assert availability_reason({"dpc_mode": 3, "dpc_mode_ms": 900, "dpc_episode": 3}) == \
+        "DPC reconciling for 1 s (episode 3): corrections follow"

@@ -133,6 +133,37 @@ def test_cumulative_heartbeat_figures_become_monotonic_counters() -> None:
     assert fed.value("elastiq_task_latency_seconds", query="q", task="q.t0") == 0.9
 
 
+def test_a_dpc_tasks_mode_and_last_reconcile_are_gauges_and_its_status_says_tentative(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from elastiq.service_cli import _print_status
+    from scheduler.views import snapshot
+
+    fed = Fed()
+    running_query(fed, tasks=2)
+    fed.step(beat({"q.t0.a1": {"tuples_in": 5},
+                   "q.t1.a1": {"dpc_mode": 2, "dpc_mode_ms": 12_000, "dpc_episode": 3,
+                               "dpc_reconcile_ms": -1}}), 103.0)
+    assert fed.value("elastiq_task_dpc_mode", query="q", task="q.t1") == 2
+    assert fed.value("elastiq_task_dpc_mode", query="q", task="q.t0") is None  # no DPC there
+    assert fed.value("elastiq_task_dpc_reconcile_seconds", query="q", task="q.t1") is None
+    view = snapshot(fed.state)["queries"]["q"]
+    tasks = {t["task_id"]: t for t in view["tasks"]}
+    assert tasks["q.t1"]["availability"].startswith("DPC tentative for 12 s (episode 3)")
+    assert tasks["q.t0"]["availability"] == ""
+    _print_status(view)
+    lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()
+             if line.startswith("  q.t")}
+    assert lines["q.t1"].endswith("[DPC tentative for 12 s (episode 3): results are marked "
+                                  "tentative until the cut input returns]"), lines
+    assert "DPC" not in lines["q.t0"], lines
+    fed.step(beat({"q.t1.a1": {"dpc_mode": 0, "dpc_mode_ms": 100, "dpc_episode": 3,
+                               "dpc_reconcile_ms": 4_250}}), 104.0)
+    assert fed.value("elastiq_task_dpc_mode", query="q", task="q.t1") == 0
+    assert fed.value("elastiq_task_dpc_reconcile_seconds", query="q", task="q.t1") == 4.25
+    tasks = {t["task_id"]: t for t in snapshot(fed.state)["queries"]["q"]["tasks"]}
+    assert tasks["q.t1"]["availability"] == ""
+
+
 def test_a_failed_task_counts_an_end_a_restart_and_a_fresh_attempt_counter() -> None:
     fed = Fed()
     running_query(fed, tasks=1)
