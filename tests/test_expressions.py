@@ -695,24 +695,35 @@ def same_value(py: Any, spark: Any) -> bool:
 
 
 @pytest.mark.spark
-def test_spark_agrees_with_the_python_evaluator(spark: Any) -> None:
-    scope = Scope({"raw": SPARK_SCHEMA})
-    df = spark.createDataFrame(SPARK_ROWS, SPARK_SCHEMA.ddl()).alias("raw")
+def spark_against_oracle(spark: Any, stream: str, schema: Schema, rows: list[tuple[Any, ...]],
+                         texts: list[str]) -> tuple[list[Any], list[Any], list[Any]]:
+    """Every expression of `texts` over `rows` of `stream` in Spark (one action) and in the
+    plain-Python oracle: (the typed expressions, the oracle's values per expression and row,
+    Spark's rows), with the mismatches left to the caller's assertion."""
     from executor.expression_lowering import to_column
 
-    typed = [compile_expression(t, scope) for t in SPARK_EXPRESSIONS]
+    scope = Scope({stream: schema})
+    df = spark.createDataFrame(rows, schema.ddl()).alias(stream)
+    typed = [compile_expression(t, scope) for t in texts]
     columns = [to_column(t.expr, scope).alias(f"c{i}") for i, t in enumerate(typed)]
     collected = df.select(*columns).collect()  # the one action
-    mismatches = []
-    for i, t in enumerate(typed):
-        run = oracle.evaluator(t.expr, scope)
-        for r, (raw, out) in enumerate(zip(SPARK_ROWS, collected)):
-            py = run({"raw": dict(zip(SPARK_SCHEMA.names, raw))})
-            if not same_value(py, out[i]):
-                mismatches.append((t.text, r, py, out[i]))
-            if (t.text, r) in HAND_CHECKED:
-                assert py == HAND_CHECKED[(t.text, r)], (t.text, r, py)
-    assert mismatches == []
+    expected = [[oracle.evaluator(t.expr, scope)({stream: dict(zip(schema.names, raw))})
+                 for raw in rows] for t in typed]
+    return typed, expected, collected
+
+
+def mismatches_of(typed: list[Any], expected: list[Any], collected: list[Any]) -> list[Any]:
+    """(expression, row, oracle, Spark) wherever the two differ."""
+    return [(t.text, r, expected[i][r], out[i]) for i, t in enumerate(typed)
+            for r, out in enumerate(collected) if not same_value(expected[i][r], out[i])]
+
+
+def test_spark_agrees_with_the_python_evaluator(spark: Any) -> None:
+    typed, expected, collected = spark_against_oracle(spark, "raw", SPARK_SCHEMA, SPARK_ROWS,
+                                                      SPARK_EXPRESSIONS)
+    for (text, r), value in HAND_CHECKED.items():
+        assert expected[[t.text for t in typed].index(text)][r] == value, (text, r)
+    assert mismatches_of(typed, expected, collected) == []
 
 
 def test_hand_built_tree_with_unknown_function_is_refused() -> None:

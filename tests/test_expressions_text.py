@@ -342,20 +342,10 @@ SPARK_EXPRESSIONS = [
 
 @pytest.mark.spark
 def test_spark_agrees_with_the_python_oracle(spark: Any) -> None:
-    from executor.expression_lowering import to_column
-    from tests.test_expressions import same_value
+    from tests.test_expressions import mismatches_of, spark_against_oracle
 
-    df = spark.createDataFrame(SPARK_ROWS, BID.ddl()).alias("bid")
-    typed = [compile_expression(t, SCOPE) for t in SPARK_EXPRESSIONS]
-    columns = [to_column(t.expr, SCOPE).alias(f"c{i}") for i, t in enumerate(typed)]
-    collected = df.select(*columns).collect()  # the one action
-    mismatches = []
-    for i, t in enumerate(typed):
-        run = oracle.evaluator(t.expr, SCOPE)
-        for r, (raw, out) in enumerate(zip(SPARK_ROWS, collected)):
-            py = run({"bid": dict(zip(BID.names, raw))})
-            if not same_value(py, out[i]):
-                mismatches.append((t.text, r, py, out[i]))
-    assert mismatches == []
+    typed, expected, collected = spark_against_oracle(spark, "bid", BID, SPARK_ROWS,
+                                                      SPARK_EXPRESSIONS)
+    assert mismatches_of(typed, expected, collected) == []
     assert collected[0][SPARK_EXPRESSIONS.index(
         "regexp_extract(url, '(&|^)channel_id=([^&]*)', 2)")] == "42"  # checked by hand
