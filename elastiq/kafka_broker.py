@@ -22,6 +22,7 @@ import time
 import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Callable
 
 from common.kafka_jars import broker_classpath
 
@@ -107,10 +108,14 @@ log4j.appender.file.layout.ConversionPattern=[%d] %p %m (%c)%n
 """
 
 
-def random_cluster_id() -> str:
+def random_cluster_id(random_bytes: Callable[[], bytes] = lambda: uuid.uuid4().bytes) -> str:
     """A KRaft cluster id: 16 random bytes, base64url without padding (as `kafka-storage
-    random-uuid` prints)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode("ascii").rstrip("=")
+    random-uuid` prints), never starting with "-": `kafka-storage format -t -Xy...` would read
+    it as an option and fail (1 start in 64; Kafka's own Uuid.randomUuid draws again too)."""
+    while True:
+        text = base64.urlsafe_b64encode(random_bytes()).decode("ascii").rstrip("=")
+        if not text.startswith("-"):
+            return text
 
 
 def _java(classpath: str, work_dir: Path, main: str, *args: str) -> list[str]:

@@ -38,6 +38,14 @@ def test_cluster_ids_are_sixteen_random_bytes() -> None:
     assert len(base64.urlsafe_b64decode(a + "==")) == 16
 
 
+def test_a_cluster_id_never_starts_with_a_dash_which_kafka_storage_reads_as_an_option() -> None:
+    draws = iter([b"\xfb" + bytes(15), b"\xfb" + bytes(15), b"\x01" + bytes(15)])
+    assert base64.urlsafe_b64encode(b"\xfb" + bytes(15)).startswith(b"-")  # the bad draw
+    picked = random_cluster_id(lambda: next(draws))
+    assert not picked.startswith("-") and len(base64.urlsafe_b64decode(picked + "==")) == 16
+    assert not any(random_cluster_id().startswith("-") for _ in range(2000))
+
+
 @kafka_required()
 def test_a_real_broker_commits_transactions_and_hides_aborted_ones(kafka_broker: str) -> None:
     from confluent_kafka import Producer
