@@ -1314,24 +1314,13 @@ class SchedulerState:
                                 self._apart_forbidden(movable))
 
     def _apart_forbidden(self, movable: set[str]) -> frozenset[tuple[str, str]]:
-        """(movable task, agent) where a launched task of its query keeps it away, as
-        `_apart_clash` says (here for every agent at once: linear in the query's tasks)."""
+        """(movable task, agent) where a launched task of its query keeps it away: the rule
+        `elastiq migrate` applies (`_apart_clash`), over the agents the query's tasks are on."""
         out: set[tuple[str, str]] = set()
         for q in self.queries.values():
-            mine = [t for t in q.tasks.values() if t.task_id in movable
-                    and (t.task.placement.apart_from or t.task.placement.group is not None)]
-            if not mine:
-                continue
-            names: dict[str, set[str]] = {}  # agent -> the groups (or ids) of tasks there
-            shunned: dict[str, set[str]] = {}  # agent -> the groups those keep away
-            for t in q.tasks.values():
-                if t.state.launched and t.agent_id:
-                    names.setdefault(t.agent_id, set()).add(t.task.placement.group or t.task_id)
-                    shunned.setdefault(t.agent_id, set()).update(t.task.placement.apart_from)
-            for t in mine:
-                apart, group = set(t.task.placement.apart_from), t.task.placement.group
-                out |= {(t.task_id, a) for a in names if a != t.agent_id and (
-                    names[a] & apart or (group is not None and group in shunned[a]))}
+            agents = {t.agent_id for t in q.tasks.values() if t.state.launched and t.agent_id}
+            out |= {(t.task_id, a) for t in q.tasks.values() if t.task_id in movable
+                    for a in agents if a != t.agent_id and self._apart_clash(q, t, a)}
         return frozenset(out)
 
     def _settled(self, query: QueryRecord) -> bool:
