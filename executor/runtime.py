@@ -40,8 +40,8 @@ from common.types import ColumnType, Field, Schema
 from compiler import expr
 from common.kafka_params import KafkaParamError, transactional_id
 from common import keyed_aggregates
-from executor import (kafka_io, kafka_realtime, kafka_records, keyed_state_frame, routing, shapes, sinks, sources,
-                      spool_source, top_n_frame)
+from executor import (kafka_io, kafka_realtime, kafka_records, keyed_state_frame, routing, shapes,
+                      sinks, sources, spool_source, top_n_frame)
 from executor.cep import match as cep_match, spark as cep_spark, stage as cep_stage
 from executor.batch_gate import BatchGate
 from executor.dpc import DpcController, DpcInput, DpcSink

@@ -69,7 +69,8 @@ def test_the_history_is_bounded_and_series_share_their_slots() -> None:
         h.observe(float(i), "A", None, {"x": float(i), **({"y": 2.0 * i} if i >= 7 else {})})
     assert sorted(h.slots("x", now=100.0)) == [7, 8, 9]  # at most 3 slots kept
     series, n = h.series(["x", "y"], now=100.0)
-    assert n == 2 and series == {"x": [1.0, 1.0], "y": [2.0, 2.0]}  # y: slots 8, 9 (first seen at 7)
+    # y: slots 8, 9 (first seen at 7)
+    assert n == 2 and series == {"x": [1.0, 1.0], "y": [2.0, 2.0]}
     assert h.series(["x", "nobody"], now=100.0) == ({"x": [], "nobody": []}, 0)
     h.keep_only(["y"])
     assert h.slots("x", now=100.0) == {}

@@ -307,7 +307,7 @@ def test_a_java_quoting_escape_is_refused_not_interpreted() -> None:
     assert found and "not supported" in found[0].message
 
 
-# --- Spark -----------------------------------------------------------------------------------------
+# --- Spark ----------------------------------------------------------------------------------------
 
 SPARK_ROWS = [
     (URL, "Apple", 5, 2.5, 3),
