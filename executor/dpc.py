@@ -39,6 +39,7 @@ import pyarrow as pa
 from common import dpc
 from common.atomic_file import replace_file
 from executor import spool, spool_source
+from executor.json_lines import table_to_lines
 from executor.spool_receiver import SpoolReceiver
 
 log = logging.getLogger(__name__)
@@ -264,7 +265,7 @@ class DpcSink:
         from executor import sinks
 
         mark = self.controller.on_batch(batch_id)
-        lines = sinks.table_to_lines(marked(df.toArrow(), mark))
+        lines = table_to_lines(marked(df.toArrow(), mark))
         if mark.revision is not None:
             lines.insert(0, revision_line(mark.revision))
         if isinstance(self.inner, sinks.FileSink):

@@ -29,7 +29,7 @@ import pyarrow.compute as pc
 
 from common.types import Schema
 from executor import shapes
-from executor.sinks import table_to_lines
+from executor.json_lines import table_to_lines
 from executor.sources import NotJsonObjects, parse_lines
 
 RECORD_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp")

@@ -2,7 +2,7 @@
 splitter's partitioned channels, and control tuples to the scheduler.
 
 Owns how a micro-batch leaves Spark: rows are taken out as Arrow (`DataFrame.toArrow()`), turned
-into JSON lines with ISO-8601 UTC timestamps, or sent on a channel tagged with the batch id
+into JSON lines (`executor.json_lines`), or sent on a channel tagged with the batch id
 (the split sink sends one table per partition channel, the partition of a row computed by Spark
 as pmod(Murmur3 hash of the key columns, k), identical in every process).
 The file sink is exactly-once across crashes: after each append it atomically replaces a sidecar
@@ -20,13 +20,11 @@ from __future__ import annotations
 import errno
 import json
 import logging
-import math
 import os
 import stat
 import sys
 import threading
 from dataclasses import dataclass
-from datetime import date, datetime, timezone
 from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence, TextIO
 
 import pyarrow as pa
@@ -37,35 +35,10 @@ from common.operator_schemas import CONTROL_COLUMNS
 from common import safe_open, upsert_log
 from common.paths import PathRoots, confine, executor_roots
 from common.safe_open import RootedPath, rooted
+from executor.json_lines import table_to_lines
 from executor import routing
 
 log = logging.getLogger(__name__)
-
-
-# --- row formatting (pure) ----------------------------------------------------------------------
-
-def iso_utc(value: datetime) -> str:
-    """An instant as ISO-8601 UTC with microseconds and a `Z`."""
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=timezone.utc)
-    return value.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _json_value(value: Any) -> Any:
-    if isinstance(value, datetime):
-        return iso_utc(value)
-    if isinstance(value, date):
-        return value.isoformat()
-    if isinstance(value, float) and not math.isfinite(value):
-        return None if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
-    return value
-
-
-def table_to_lines(table: pa.Table) -> list[str]:
-    """One compact JSON object per row, columns in table order."""
-    names = table.column_names
-    return [json.dumps({n: _json_value(row[n]) for n in names}, separators=(",", ":"))
-            for row in table.to_pylist()]
 
 
 # --- the exactly-once append log ----------------------------------------------------------------

@@ -125,16 +125,6 @@ def test_a_new_run_appends_after_an_earlier_runs_results(tmp_path) -> None:
         1, 2, 3]
 
 
-def test_table_to_lines_writes_iso_utc_timestamps() -> None:
-    batch = shapes.generate_batch(shapes.SHAPES["sequence"], Schema.of(("id", "int"),
-                                  ("ts", "timestamp")), 1, 1_500_000, 2.0, 0, 2)
-    import pyarrow as pa
-
-    lines = sinks.table_to_lines(pa.Table.from_batches([batch]))
-    assert lines == ['{"id":0,"ts":"1970-01-01T00:00:01.500000Z"}',
-                     '{"id":1,"ts":"1970-01-01T00:00:02.000000Z"}']
-
-
 def test_restart_decision_backs_off_and_gives_up() -> None:
     assert decide_restart(0, 3, 1.0).delay_seconds == 1.0
     assert decide_restart(2, 3, 1.0).delay_seconds == 4.0
