@@ -218,7 +218,7 @@ def _ticked(graph: Graph, stream: str) -> tuple[tuple[str, bool], ...]:
     return (("ticks", True),) + ((("bounded", True),) if slide < window else ())
 
 
-LOCAL_SINKS = ("file-sink", "console-sink")
+LOCAL_SINKS = ("file-sink", "console-sink", "discard-sink")
 ROW_BY_ROW = ("filter", "project")  # at most one output row per input row
 
 
@@ -489,7 +489,7 @@ def _upsert_key(c: CallSite) -> tuple[str, ...] | None:
     return tuple(producer.param("group-by", ())) if producer.kind == "aggregate" else None
 
 
-def _console_sink(c: CallSite) -> Args:
+def _io_only(c: CallSite) -> Args:
     return c.io
 
 
@@ -531,7 +531,8 @@ _CALLS: dict[str, tuple[str, Callable[[CallSite], Args]]] = {
     "merger": ("union", _union),
     **{kind: ("identity", _identity) for kind in _PASS_THROUGH},
     "file-sink": ("file_sink", _file_sink),
-    "console-sink": ("console_sink", _console_sink),
+    "console-sink": ("console_sink", _io_only),
+    "discard-sink": ("discard_sink", _io_only),
     "network-sink": ("network_sink", _network_sink),
     "kafka-sink": ("kafka_sink", _kafka_sink),
     "control-sink": ("control_sink", _control_sink),

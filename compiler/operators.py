@@ -299,6 +299,9 @@ CATALOGUE: dict[str, OperatorDef] = {d.kind: _shedding(d) for d in (
     ), doc="writes results to a JSON-lines file, exactly once"),
     OperatorDef("console-sink", "sink", (1, 1), (0, 0), False, (),
                 doc="prints results on the terminal"),
+    OperatorDef("discard-sink", "sink", (1, 1), (0, 0), False, (),
+                doc="computes every result and keeps none, counting them: a query's cost "
+                    "without its output's (benchmarks, dry runs)"),
     OperatorDef("network-sink", "sink", (1, 1), (0, 0), False, (
         ParamDef("endpoint", "endpoint", True, doc="ZeroMQ endpoint to serve the results on, "
                                                    "e.g. tcp://127.0.0.1:6000"),

@@ -108,7 +108,8 @@ def check(spec: Spec, capped: bool = True,
     if not any(d.role == "sink" for d in kinds.values()) and not any(
             o.publish for op in spec.operators for o in op.outputs):
         c.error(spec.pos, "the dataflow has no sink, so its results would go nowhere",
-                "add a file-sink, console-sink, network-sink or control-sink operator, or "
+                "add a file-sink, console-sink, network-sink, kafka-sink, control-sink or "
+                "discard-sink operator, or "
                 'publish a stream (<output name="..." publish="true"/>)')
     problems = c.problems + c.unshown
     problems = cap_diagnostics(problems) if capped else problems
@@ -579,7 +580,7 @@ def _updating(c: _Checker, op: OperatorDecl, inputs: list[Schema]) -> Schema | N
     return Schema(tuple(groups + aggregates))
 
 
-UPSERT_READERS = ("file-sink", "console-sink")
+UPSERT_READERS = ("file-sink", "console-sink", "discard-sink")
 
 
 def _updating_readers(c: _Checker, order: list[OperatorDecl]) -> None:
@@ -593,8 +594,8 @@ def _updating_readers(c: _Checker, order: list[OperatorDecl]) -> None:
                     and op.kind not in UPSERT_READERS:
                 c.error(p.pos, f"{op.kind} '{op.name}' cannot read '{p.name}', the updating "
                                f"results of aggregate '{producer.name}'",
-                        "an updating aggregate's results go to a file-sink (an upsert log) "
-                        "or a console-sink")
+                        "an updating aggregate's results go to a file-sink (an upsert log), "
+                        "a console-sink or a discard-sink")
         if op.kind == "aggregate":
             for out in op.outputs:
                 if out.publish:

@@ -1246,6 +1246,9 @@ class TaskRuntime:
     def console_sink(self, *, op: str, input: str) -> None:
         self._start(op, input, sinks.ConsoleSink(self.task_id))
 
+    def discard_sink(self, *, op: str, input: str) -> None:
+        self._start(op, input, sinks.DiscardSink(self.task_id))
+
     def _channel_sink(self, op: str, input: str, channel: str, bind: str | None,
                       readers: Sequence[str] = ()) -> None:
         """Serve `input` as `channel` to this query's reader tasks `readers`."""

@@ -336,6 +336,24 @@ class ConsoleSink:
         self.rows_out += len(lines)
 
 
+class DiscardSink:
+    """Computes every row of each micro-batch and keeps none (Spark's `noop` writer: the rows
+    are produced in the JVM, nothing is collected to the driver), counting them: a query's
+    cost without its output's, as Flink's blackhole connector."""
+
+    def __init__(self, task_id: str) -> None:
+        self.task_id = task_id
+        self.rows_out = 0
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        from pyspark.sql import Observation, functions as F
+
+        seen = Observation(f"discard-{self.task_id}-{batch_id}")
+        df.observe(seen, F.count(F.lit(1)).alias("rows")).write.format("noop") \
+            .mode("overwrite").save()
+        self.rows_out += int(seen.get["rows"])
+
+
 class ChannelSink:
     """Sends each micro-batch as one Arrow table tagged with its batch id; the writer drops a
     tag it has already sent, so a replayed batch is not sent twice."""

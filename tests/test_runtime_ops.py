@@ -144,6 +144,20 @@ def test_filter_matches_python_predicate(runtime: TaskRuntime, tmp_path: Path) -
     assert Counter(key_of(r) for r in got) == expected
 
 
+def test_a_discard_sink_counts_every_row_and_writes_nothing(runtime: TaskRuntime,
+                                                           tmp_path: Path) -> None:
+    runtime.generator(op="src", output="raw", schema=SENSOR, shape="sensor", seed=42,
+                      rate=2000.0, limit=4000, start=START)
+    runtime.filter(op="hot", input="raw", output="hot", condition="raw.temp > 30")
+    runtime.discard_sink(op="sink", input="hot")
+    assert runtime.query is not None and runtime.sink is not None
+    wait_drained(runtime.query, [4000])
+    expected = sum(1 for r in input_rows("sensor", 42, 2000.0, 4000) if r["temp"] > 30)
+    assert 0 < expected < 4000
+    assert runtime.sink.rows_out == expected
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_project_computes_columns(runtime: TaskRuntime, tmp_path: Path) -> None:
     runtime.generator(op="src", output="raw", schema=SEQUENCE, shape="sequence", seed=9,
                       rate=2000.0, limit=2000, start=START)
