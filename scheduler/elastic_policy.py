@@ -652,11 +652,14 @@ def modelled(previous: Capacity | None, spans: Sequence[BatchSpan], target: floa
     """The capacity from the cost model fitted over `spans` (every instance's recent batches:
     they run the same plan): the rate one instance sustains with batches no longer than
     `target`. Fitted on cpu time (`fit_on_cpu`) when most spans had their batches' cpu time
-    measured (`cpu_spans`), else on busy time. When the spans cannot be fitted, the model the
+    measured (`cpu_spans`), else on busy time; a fit whose fixed cost's standard error is over a
+    quarter of `target` is none (`common.batch_cost.MAX_FIXED_ERROR`: it would size on a loose
+    intercept). When the spans cannot be fitted, the model the
     last decision fitted, kept (its `note` says why it was not refitted); else the sentence
     saying why there is none (pure)."""
     on_cpu = bool(cpu_spans) and 2 * len(cpu_spans) >= len(spans)
-    cost = fit_on_cpu(cpu_spans) if on_cpu else fit(spans)
+    cost = fit_on_cpu(cpu_spans, target_seconds=target) if on_cpu else \
+        fit(spans, target_seconds=target)
     if isinstance(cost, str):
         if previous is not None and previous.cost is not None:
             return replace(previous, note=f"not refitted now: {cost}")
