@@ -85,8 +85,8 @@ class BatchCost:
             f"{self.per_unit * self.cpus * 1000:.3f} ms per {unit}, at the {self.cpus:.2f} cpu "
             f"its batches ran with")
         return (f"batch time = {self.fixed:.3f} s (+- {self.fixed_error:.3f}) + "
-                f"{self.per_unit * 1000:.3f} ms per {unit} (fitted over {self.spans} spans of batches of {self.smallest:,.0f} to "
-                f"{self.largest:,.0f} {unit}s{on})")
+                f"{self.per_unit * 1000:.3f} ms per {unit} (fitted over {self.spans} spans of "
+                f"batches of {self.smallest:,.0f} to {self.largest:,.0f} {unit}s{on})")
 
 
 def fit(spans: Iterable[BatchSpan], min_spans: int = MIN_SPANS,
@@ -182,7 +182,8 @@ def fixed_error(spans: Sequence[BatchSpan], fixed: float, per_unit: float) -> fl
 
 def _standard_errors(spans: Sequence[BatchSpan], fixed: float,
                      per_unit: float) -> tuple[float, float]:
-    """(fixed's, per_unit's) standard errors: the diagonal of s^2 x inverse([[kk, ku], [ku, uu]])."""
+    """(fixed's, per_unit's) standard errors: the square roots of the diagonal of
+    s^2 x inverse([[kk, ku], [ku, uu]])."""
     kk = sum(s.batches * s.batches for s in spans)
     ku = sum(s.batches * s.units for s in spans)
     uu = sum(s.units * s.units for s in spans)
