@@ -31,10 +31,13 @@ with SIGKILL. Sections (--only gaps|overhead|partition|fold, default all):
   with the same two channel hops (parallelism="1" compiles to no plumbing at all and a one-input
   merger does not run, so the k=1 plan comes from a benchmark-owned rewrite rule
   `bench-partition-one` written into the temp folder: writer -> instance -> writer, three tasks
-  like k=2 minus the second instance). A 2-agent stack, one Spark core per agent.
+  like k=2 minus the second instance). A 2-agent stack, one Spark core per agent. With
+  --agent-cpus C: k = 1, 2, 3 on 5 cgroup-isolated agents of C cpus, one task per agent, each
+  run's agents' cpu use, limit and throttled periods printed (their /monitor/statistics);
+  --chains N sets the project's chains per field (its cost per row; default 3).
 
     python benchmarks/patterns.py [--only gaps|overhead|partition|fold] [--kills K] [--repeats N]
-                                  [--quick]
+                                  [--quick] [--agent-cpus C] [--rows N] [--chains N]
 """
 
 from __future__ import annotations
@@ -1003,6 +1006,11 @@ def print_partition(plan: Plan, ks: Sequence[int], cpus: float | None,
         print(f"speed-up k={k}/k=1: {fmt(speedup, 2)} (goal >= {goal}: "
               f"{'met' if speedup >= goal else 'MISSED'})")
     print(f"results exact: {'yes' if exact else 'no'}")
+    if plan.agent_cpus is not None:
+        total, cores = agents * plan.agent_cpus, os.cpu_count() or 1
+        print(f"agents' cpus {total:g} of {cores} cores: "
+              f"{'fit' if total < cores else 'do NOT fit'} the machine beside its control plane "
+              f"(the goals' rule: agents of equal cpus whose sum fits the machine)")
 
 
 # --- section 4: splitting and merging a running operator ------------------------------------
