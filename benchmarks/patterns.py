@@ -1009,7 +1009,7 @@ def print_partition(plan: Plan, ks: Sequence[int], cpus: float | None,
     if plan.agent_cpus is not None:
         total, cores = agents * plan.agent_cpus, os.cpu_count() or 1
         print(f"agents' cpus {total:g} of {cores} cores: "
-              f"{'fit' if total < cores else 'do NOT fit'} the machine beside its control plane "
+              f"{'fit' if total < cores else 'do NOT fit'} in its cores "
               f"(the goals' rule: agents of equal cpus whose sum fits the machine)")
 
 
