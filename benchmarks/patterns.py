@@ -31,10 +31,13 @@ with SIGKILL. Sections (--only gaps|overhead|partition|fold, default all):
   with the same two channel hops (parallelism="1" compiles to no plumbing at all and a one-input
   merger does not run, so the k=1 plan comes from a benchmark-owned rewrite rule
   `bench-partition-one` written into the temp folder: writer -> instance -> writer, three tasks
-  like k=2 minus the second instance). A 2-agent stack, one Spark core per agent.
+  like k=2 minus the second instance). A 2-agent stack, one Spark core per agent. With
+  --agent-cpus C: k = 1, 2, 3 on 5 cgroup-isolated agents of C cpus, one task per agent, each
+  run's agents' cpu use, limit and throttled periods printed (their /monitor/statistics);
+  --chains N sets the project's chains per field (its cost per row; default 3).
 
     python benchmarks/patterns.py [--only gaps|overhead|partition|fold] [--kills K] [--repeats N]
-                                  [--quick]
+                                  [--quick] [--agent-cpus C] [--rows N] [--chains N]
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -81,6 +85,10 @@ WINDOW_KEY = ("window_start", "window_end", "sensor", "readings")
 GOALS = {"hot-standby": 1.0, "standby": 3.0, "checkpoint": 10.0}
 PARTITION_GOAL = 1.6
 ISOLATED_GOALS = {2: 1.8, 3: 2.5}  # issue 31: k/k=1 with one instance per isolated agent
+# the partition section's CPU-heavy project (heavy_expression)
+HEAVY_DEPTH = 20
+HEAVY_FIELDS = 4
+HEAVY_CHAINS = 3  # chains summed per field: 4 x 3 x 20 = 240 math calls per row
 
 
 # --- plans ---------------------------------------------------------------------------------------
@@ -101,6 +109,7 @@ class Plan:
     # --agent-cpus: the partition section on isolated agents of this many cpus (cgroups), one
     # task per agent (every operator asks for it less the executor's own share), k = 1, 2, 3
     agent_cpus: float | None = None
+    heavy_chains: int = HEAVY_CHAINS  # --chains: the partition project's chains per field
 
 
 FULL = Plan(kills=5, inplace_kills=3, repeats=3, gap_rate=500, baseline_s=10.0, settle_s=4.0,
@@ -186,9 +195,6 @@ HEAVY_STEPS: tuple[tuple[str, Callable[[float, float, float], float]], ...] = (
     ("pow({x} + 1, 1.5)", lambda x, t, h: math.pow(x + 1, 1.5)),
     ("sqrt({x} * temp)", lambda x, t, h: math.sqrt(x * t)),
 )
-HEAVY_DEPTH = 20
-HEAVY_FIELDS = 4
-HEAVY_CHAINS = 3  # chains summed per field: 4 x 3 x 20 = 240 math calls per row
 PARTITION_CONDITION = ("humidity < 23", lambda h: h < 23)  # keep ~5 %: the sink stays cheap
 
 
@@ -210,9 +216,10 @@ def heavy_chain(variant: int) -> tuple[str, Callable[[float, float], float]]:
     return text, twin
 
 
-def heavy_expression(field_no: int) -> tuple[str, Callable[[float, float], float]]:
-    """One output field: the sum of HEAVY_CHAINS chains (~900 characters of text)."""
-    chains = [heavy_chain(field_no * HEAVY_CHAINS + j) for j in range(HEAVY_CHAINS)]
+def heavy_expression(field_no: int, count: int = HEAVY_CHAINS
+                     ) -> tuple[str, Callable[[float, float], float]]:
+    """One output field: the sum of `count` chains (~300 characters of text each)."""
+    chains = [heavy_chain(field_no * count + j) for j in range(count)]
     text = " + ".join(t for t, _ in chains)
 
     def twin(temp: float, humidity: float) -> float:
@@ -224,13 +231,15 @@ def heavy_expression(field_no: int) -> tuple[str, Callable[[float, float], float
     return text, twin
 
 
-def partition_spec(name: str, k: int, rate: int, limit: int, cpus: float | None = None) -> str:
+def partition_spec(name: str, k: int, rate: int, limit: int, cpus: float | None = None,
+                   chains: int = HEAVY_CHAINS) -> str:
     """k>=2: parallelism="k" (a project names no key: rows split by the hash of all columns);
     k=1: pipeline="split", which the benchmark's rule `bench-partition-one` turns into
-    source | channel | one instance | channel | sink. `cpus`: what every operator asks."""
+    source | channel | one instance | channel | sink. `cpus`: what every operator asks;
+    `chains`: the heavy chains summed per field (the instances' cost per row, rows as wide)."""
     attr = f' parallelism="{k}"' if k >= 2 else ' pipeline="split"'
     asks = f' cpus="{cpus:g}"' if cpus is not None else ""
-    fields = "\n".join(f'    <field name="v{i}" value="{heavy_expression(i)[0]}"/>'
+    fields = "\n".join(f'    <field name="v{i}" value="{heavy_expression(i, chains)[0]}"/>'
                        for i in range(HEAVY_FIELDS))
     return f"""<dataflow name="{name}">
 {generator_xml(rate, limit, asks=asks)}
@@ -359,9 +368,10 @@ def big_window_oracle(rate: int, limit: int, w: Windows) -> dict[tuple, float]:
             if s + size <= closed_by}
 
 
-def heavy_oracle(rate: int, limit: int) -> dict[tuple, tuple[float, ...]]:
+def heavy_oracle(rate: int, limit: int, chains: int = HEAVY_CHAINS
+                 ) -> dict[tuple, tuple[float, ...]]:
     """(sensor, ts) -> v0..v3 of the rows the partition query keeps, computed with `math`."""
-    twins = [heavy_expression(i)[1] for i in range(HEAVY_FIELDS)]
+    twins = [heavy_expression(i, chains)[1] for i in range(HEAVY_FIELDS)]
     keep = PARTITION_CONDITION[1]
     return {(r["sensor"], r["ts"]): tuple(t(r["temp"], r["humidity"]) for t in twins)
             for r in reference_rows(rate, limit) if keep(r["humidity"])}
@@ -709,6 +719,62 @@ class Throughput:
     complete: bool  # the sink reached the whole oracle result (not only `measure_lines`)
     offered_rows_per_s: float = math.nan  # from the source's first offered row instead
     layout: str = ""  # the query's tasks per agent, most first (`layout_of`)
+    agents: tuple[AgentUse, ...] = ()  # with `watch_agents`: the query's agents over `seconds`
+
+
+@dataclass(frozen=True)
+class AgentUse:
+    """One agent's executor container over a measured run, from its `GET /monitor/statistics`
+    before and after: cpu seconds per second against its limit, and the share of CFS periods
+    in which it was throttled. `role`: what the query runs there (source, instance, sink)."""
+    role: str
+    limit: float
+    cpus: float
+    throttled: float
+
+    def text(self) -> str:
+        return (f"{self.role} {self.cpus:.2f}/{self.limit:g} cpu, "
+                f"throttled {self.throttled * 100:.0f} %")
+
+
+def agent_statistics(stack: Stack) -> dict[str, dict[str, float]]:
+    """agent id -> its executor containers' `/monitor/statistics` figures, summed (the stack
+    runs one framework, so one container per agent)."""
+    out: dict[str, dict[str, float]] = {}
+    for agent in stack.cluster.agents:
+        with urllib.request.urlopen(f"{agent.url}/monitor/statistics", timeout=10) as answer:
+            entries = json.load(answer)
+        figures: dict[str, float] = defaultdict(float)
+        for entry in entries:
+            for key, value in entry["statistics"].items():
+                if isinstance(value, (int, float)):
+                    figures[key] += value
+        out[agent.agent_id] = dict(figures)
+    return out
+
+
+def role_of(task: Mapping[str, Any]) -> str:
+    """source (reads no channel), sink (serves none) or instance (both)."""
+    if not task.get("reads_channels"):
+        return "source"
+    return "sink" if not task.get("serves_channels") else "instance"
+
+
+def agent_uses(before: Mapping[str, Mapping[str, float]], after: Mapping[str, Mapping[str, float]],
+               seconds: float, tasks: Mapping[str, Mapping[str, Any]]) -> tuple[AgentUse, ...]:
+    """The query's agents over a run, sources first, sinks last."""
+    roles = {t.get("agent_id"): role_of(t) for t in tasks.values()}
+    uses = []
+    for agent_id, role in roles.items():
+        x0, x1 = before.get(str(agent_id), {}), after.get(str(agent_id), {})
+
+        def grew(key: str) -> float:
+            return x1.get(key, 0.0) - x0.get(key, 0.0)
+        cpu = grew("cpus_user_time_secs") + grew("cpus_system_time_secs")
+        uses.append(AgentUse(role, x1.get("cpus_limit", math.nan), cpu / seconds,
+                             grew("cpus_nr_throttled") / max(grew("cpus_nr_periods"), 1.0)))
+    order = {"source": 0, "instance": 1, "sink": 2}
+    return tuple(sorted(uses, key=lambda u: order[u.role]))
 
 
 def layout_of(tasks: Mapping[str, Mapping[str, Any]]) -> str:
@@ -730,10 +796,11 @@ def source_start(stack: Stack, query_id: str) -> float:
 def timed_run(stack: Stack, folder: Path, name: str, text: str, rows: int,
               expected_lines: int, check: Callable[[Path], bool], timeout: float,
               rules: Path | None = None, measure_lines: int | None = None,
-              tail_timeout: float = 60.0) -> Throughput:
+              tail_timeout: float = 60.0, watch_agents: bool = False) -> Throughput:
     """Submit; time from every task running to the sink holding `measure_lines` lines
     (default: all `expected_lines`), and from the source's first offered row (`source_start`)
-    to the same point; then wait at most `tail_timeout` more for the rest."""
+    to the same point; then wait at most `tail_timeout` more for the rest. `watch_agents`:
+    the query's agents' usage over the same time (`agent_uses`)."""
     query = compile_query(text, folder, name, rules)
     sink = sink_file(folder, name)
     lines = LineCounter(sink)
@@ -741,18 +808,22 @@ def timed_run(stack: Stack, folder: Path, name: str, text: str, rows: int,
     submit(stack, query)
     try:
         wait_running(stack, query.query_id, timeout=180)
+        before = agent_statistics(stack) if watch_agents else {}
         t0 = time.time()
         deadline = time.monotonic() + timeout
         while lines.count() < target and time.monotonic() < deadline:
             time.sleep(0.05)
         t1 = time.time()
+        after = agent_statistics(stack) if watch_agents else {}
         measured = lines.count() >= target
         deadline = time.monotonic() + tail_timeout
         while measured and lines.count() < expected_lines and time.monotonic() < deadline:
             time.sleep(0.05)
         complete = lines.count() >= expected_lines
         offered = t1 - source_start(stack, query.query_id)
-        layout = layout_of(stack.tasks(query.query_id))
+        tasks = stack.tasks(query.query_id)
+        layout = layout_of(tasks)
+        agents = agent_uses(before, after, t1 - t0, tasks) if watch_agents else ()
     finally:
         stop_query(stack, query.query_id)
     if not measured:
@@ -760,9 +831,11 @@ def timed_run(stack: Stack, folder: Path, name: str, text: str, rows: int,
         return Throughput(math.nan, t1 - t0, False, False)
     exact = complete and check(sink)
     log.info("%s: %d rows in %.1f s = %.0f rows/s (%.1f s = %.0f rows/s from the first row "
-             "offered), tasks per agent %s, complete %s, exact %s", name, rows, t1 - t0,
-             rows / (t1 - t0), offered, rows / offered, layout, complete, exact)
-    return Throughput(rows / (t1 - t0), t1 - t0, exact, complete, rows / offered, layout)
+             "offered), tasks per agent %s, complete %s, exact %s%s", name, rows, t1 - t0,
+             rows / (t1 - t0), offered, rows / offered, layout, complete, exact,
+             "".join(f"; {a.text()}" for a in agents))
+    return Throughput(rows / (t1 - t0), t1 - t0, exact, complete, rows / offered, layout,
+                      agents)
 
 
 def rotations(items: Sequence[str], repeats: int) -> list[list[str]]:
@@ -860,13 +933,14 @@ def overhead_rows(results: Mapping[str, Sequence[Throughput]]) -> list[list[str]
 
 def section_partition(work: Path, plan: Plan) -> None:
     """k=1 and k=2 on 2 unisolated agents; with `plan.agent_cpus`, k=1, 2 and 3 on k_max + 2
-    isolated agents of that many cpus, one task per agent (so one instance per agent)."""
-    rate, rows = plan.overhead_rate, plan.partition_rows
+    isolated agents of that many cpus, one task per agent (so one instance per agent), each
+    agent's use against its limit printed per run."""
+    rate, rows, chains = plan.overhead_rate, plan.partition_rows, plan.heavy_chains
     rules = work / "rules"
     rules.mkdir(parents=True, exist_ok=True)
     (rules / "bench-partition-one.rule").write_text(PARTITION_ONE_RULE, encoding="utf-8")
     log.info("partition: computing the oracle (%d rows)", rows)
-    expected = heavy_oracle(rate, rows)
+    expected = heavy_oracle(rate, rows, chains)
 
     def check(path: Path) -> bool:
         return exact_heavy(path, expected)
@@ -881,30 +955,50 @@ def section_partition(work: Path, plan: Plan) -> None:
     else:
         stack = start_stack(work / "stack-partition", cpus_per_agent=4.0, agents=2, spark_cores=1)
     try:
+        # the warm-up runs the largest k, so that every agent's executor (its JVM and
+        # SparkSession) has started and run a query before any measured run: an executor that
+        # starts inside a measured run spends its first seconds of quota on its own start-up
+        warm = max(ks)
         timed_run(stack, work / "partition", "warmup",
-                  partition_spec("warmup", 2, rate, 20_000, cpus), 20_000, 1, lambda p: True, 120)
+                  partition_spec("warmup", warm, rate, 20_000, cpus, chains), 20_000, 1,
+                  lambda p: True, 180)
         for r, order in enumerate(rotations([str(k) for k in ks], plan.repeats)):
             for k in map(int, order):
                 name = f"heavy-k{k}-{r}"
                 results[k].append(timed_run(stack, work / "partition", name,
-                                            partition_spec(name, k, rate, rows, cpus), rows,
-                                            len(expected), check, 900,
-                                            rules if k == 1 else None))
+                                            partition_spec(name, k, rate, rows, cpus, chains),
+                                            rows, len(expected), check, 900,
+                                            rules if k == 1 else None, watch_agents=isolated))
     finally:
         stop_stack(stack)
+    print_partition(plan, ks, cpus, results)
+
+
+def print_partition(plan: Plan, ks: Sequence[int], cpus: float | None,
+                    results: Mapping[int, Sequence[Throughput]]) -> None:
+    isolated = plan.agent_cpus is not None
     exact = all(t.exact for runs in results.values() for t in runs)
-    where = (f"{max(ks) + 2} isolated agents of {plan.agent_cpus:g} cpus (cgroups; every "
-             f"operator asks {cpus:g}, the executor {ExecutorSpec.cpus:g}: one task per agent)"
-             if isolated else "2 agents")
+    agents = max(ks) + 2
+    where = (f"{agents} isolated agents of {plan.agent_cpus:g} cpus, {agents * plan.agent_cpus:g} "
+             f"of this machine's {os.cpu_count()} cores (cgroups; every operator asks {cpus:g}, "
+             f"the executor {ExecutorSpec.cpus:g}: one task per agent)"
+             if plan.agent_cpus is not None else "2 agents")
     print()
-    print(f"Partitioning: project with {HEAVY_FIELDS} fields x {HEAVY_CHAINS} chains x "
-          f"{HEAVY_DEPTH} nested sqrt/ln/exp/pow, {rows:,} rows offered at {rate:,} rows/s; "
-          f"k>=2: splitter -> k instances -> merger, k=1: channel -> 1 instance -> channel; "
-          f"{where} x 1 Spark core, median of {plan.repeats}")
+    print(f"Partitioning: project with {HEAVY_FIELDS} fields x {plan.heavy_chains} chains x "
+          f"{HEAVY_DEPTH} nested sqrt/ln/exp/pow, {plan.partition_rows:,} rows offered at "
+          f"{plan.overhead_rate:,} rows/s; k>=2: splitter -> k instances -> merger, k=1: "
+          f"channel -> 1 instance -> channel; {where} x 1 Spark core, median of {plan.repeats}; "
+          f"load average now {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print(format_table(["plan", "rows/s", "runs rows/s (tasks per agent)", "results exact"], [
         [f"k={k}", fmt(median_of([t.rows_per_s for t in results[k]])),
          ", ".join(f"{fmt(t.rows_per_s)} ({t.layout})" for t in results[k]),
          "yes" if all(t.exact for t in results[k]) else "no"] for k in ks]))
+    if isolated:
+        print("each agent over each run (its /monitor/statistics: cpu used / limit, share of "
+              "CFS periods throttled):")
+        for k in ks:
+            for n, t in enumerate(results[k]):
+                print(f"  k={k} run {n + 1}: " + "; ".join(a.text() for a in t.agents))
     one = median_of([t.rows_per_s for t in results[1]])
     goals = ISOLATED_GOALS if isolated else {2: PARTITION_GOAL}
     for k, goal in goals.items():
@@ -912,6 +1006,11 @@ def section_partition(work: Path, plan: Plan) -> None:
         print(f"speed-up k={k}/k=1: {fmt(speedup, 2)} (goal >= {goal}: "
               f"{'met' if speedup >= goal else 'MISSED'})")
     print(f"results exact: {'yes' if exact else 'no'}")
+    if plan.agent_cpus is not None:
+        total, cores = agents * plan.agent_cpus, os.cpu_count() or 1
+        print(f"agents' cpus {total:g} of {cores} cores: "
+              f"{'fit' if total < cores else 'do NOT fit'} in its cores "
+              f"(the goals' rule: agents of equal cpus whose sum fits the machine)")
 
 
 # --- section 4: splitting and merging a running operator ------------------------------------
@@ -1050,6 +1149,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--agent-cpus", type=float, default=None,
                         help="partition on isolated agents of this many cpus, k = 1, 2, 3")
     parser.add_argument("--rows", type=int, default=None, help="rows of each partition run")
+    parser.add_argument("--chains", type=int, default=None,
+                        help=f"heavy chains per field of the partition project (default "
+                             f"{HEAVY_CHAINS})")
     args = parser.parse_args(argv)
     exit_on_sigterm()
     plan = QUICK if args.quick else FULL
@@ -1063,6 +1165,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         plan = Plan(**{**plan.__dict__, "agent_cpus": args.agent_cpus})
     if args.rows is not None:
         plan = Plan(**{**plan.__dict__, "partition_rows": args.rows})
+    if args.chains is not None:
+        if not 1 <= args.chains <= 12:
+            parser.error("--chains must be 1..12 (a field's text stays under 4096 characters)")
+        plan = Plan(**{**plan.__dict__, "heavy_chains": args.chains})
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     for noisy in ("executor", "scheduler", "elastiq", "pymesos", "tests.e2e"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
