@@ -4,9 +4,12 @@ Owns writing its `server.properties` (listeners on 127.0.0.1, single-node replic
 so transactions and consumer groups work with one broker), formatting its storage with a random
 cluster id (`kafka.tools.StorageTool`), starting `kafka.Kafka` with the jars
 `scripts/setup.sh --kafka` fetched (`common.kafka_jars`), waiting until it answers a metadata
-request, and stopping it (SIGTERM, then SIGKILL after a bound). Used by `elastiq kafka` (a dev
-helper, detached: the broker outlives the command and its pid is kept in a state file) and by
-the tests (attached). Does not own topics or clients beyond the readiness check.
+request, and stopping it (SIGTERM, then SIGKILL after a bound); killing it (SIGKILL, as a crash
+or an OOM kill would) and starting it again on the same ports and data dir, not formatted again
+(`restart`: its topics, transactions and committed offsets as the killed broker left them on
+disk). Used by `elastiq kafka` (a dev helper, detached: the broker outlives the command and its
+pid is kept in a state file) and by the tests (attached). Does not own topics or clients beyond
+the readiness check.
 """
 
 from __future__ import annotations
@@ -62,8 +65,13 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def port_free(port: int) -> bool:
+def port_free(port: int, reuse: bool = False) -> bool:
+    """Whether 127.0.0.1:`port` can be bound; `reuse`: with SO_REUSEADDR, as the broker binds
+    its listeners, so a port whose listener is gone but whose connections linger in TIME_WAIT
+    (a killed broker's) counts as free."""
     with socket.socket() as s:
+        if reuse:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
         except OSError:
@@ -74,7 +82,8 @@ def port_free(port: int) -> bool:
 def server_properties(ports: BrokerPorts, log_dir: Path) -> str:
     """The single-node KRaft configuration: every replication factor and minimum ISR is 1 (the
     transaction state log and the offsets topic included, or transactions and groups never
-    start), one partition for the internal topics (fast start), no initial rebalance delay."""
+    start), one partition for the internal topics (fast start), no initial rebalance delay, a
+    short broker session (a restart after a kill waits for the old one to expire)."""
     settings = {
         "process.roles": "broker,controller",
         "node.id": "1",
@@ -94,6 +103,10 @@ def server_properties(ports: BrokerPorts, log_dir: Path) -> str:
         "transaction.state.log.num.partitions": "1",
         "group.initial.rebalance.delay.ms": "0",
         "auto.create.topics.enable": "true",
+        # a restarted (killed) broker is refused as a DUPLICATE_BROKER_REGISTRATION until its
+        # old registration's session expires: 3 s instead of 9 s, heartbeats to match
+        "broker.session.timeout.ms": "3000",
+        "broker.heartbeat.interval.ms": "500",
     }
     return "".join(f"{k}={v}\n" for k, v in settings.items())
 
@@ -193,6 +206,32 @@ class KafkaBroker:
                 return False
             time.sleep(0.2)
         return False
+
+    def kill(self, timeout: float = 30.0) -> None:
+        """SIGKILL the broker (no shutdown: what it had not flushed is recovered from its log
+        at the next start) and wait until it is gone."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout)
+
+    def restart(self, detached: bool = False) -> "KafkaBroker":
+        """Start the broker again after `kill` or `stop`: the same ports (clients keep their
+        bootstrap address) and the same data dir, which keeps its cluster id (no format)."""
+        if self.process is not None and self.process.poll() is None:
+            raise BrokerError(f"the broker at {self.bootstrap} is still running")
+        config = self.work_dir / "server.properties"
+        if not self.ports.broker or not config.is_file():
+            raise BrokerError("the broker was never started here; start() it first")
+        taken = [p for p in (self.ports.broker, self.ports.controller)
+                 if not port_free(p, reuse=True)]
+        if taken:
+            raise BrokerError(f"127.0.0.1 port(s) {taken} of the broker are taken meanwhile")
+        self.process = self._spawn(broker_classpath(), config, detached)
+        if self._wait_ready():
+            return self
+        self.stop()
+        raise BrokerError(f"the Kafka broker did not come back within "
+                          f"{self.start_timeout:.0f} s; see {self.work_dir / LOG_FILE}")
 
     def stop(self, timeout: float = 20.0) -> None:
         p, self.process = self.process, None

@@ -119,3 +119,37 @@ def test_under_ci_a_kafka_test_without_the_parts_fails_with_the_reason(tmp_path:
     dev = subprocess.run(args, env={**env, "CI": ""}, cwd=root, capture_output=True, text=True,
                          timeout=120)
     assert dev.returncode == 0 and "1 skipped" in dev.stdout, dev.stdout[-2000:]
+
+
+def test_a_restarted_broker_is_not_held_back_long_by_its_old_registration() -> None:
+    props = _props(server_properties(BrokerPorts(9092, 9093), Path("/tmp/x")))
+    assert int(props["broker.session.timeout.ms"]) <= 3000
+    assert int(props["broker.heartbeat.interval.ms"]) < int(props["broker.session.timeout.ms"])
+
+
+@kafka_required()
+def test_a_killed_broker_restarts_on_its_data_dir_and_port_with_what_it_committed(
+        tmp_path: Path) -> None:
+    from confluent_kafka import Producer
+
+    from elastiq.kafka_broker import BrokerError, KafkaBroker
+
+    with KafkaBroker(tmp_path / "k") as broker:
+        bootstrap, topic = broker.bootstrap, temp_topic("restart")
+        produce(bootstrap, topic, [b"plain"])
+        producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": topic})
+        producer.init_transactions(30)
+        producer.begin_transaction()
+        producer.produce(topic, b"committed")
+        producer.commit_transaction(30)
+        producer.begin_transaction()
+        producer.produce(topic, b"left open")
+        producer.flush(10)
+        with pytest.raises(BrokerError, match="still running"):
+            broker.restart()
+        broker.kill()
+        assert broker.restart().bootstrap == bootstrap
+        again = Producer({"bootstrap.servers": bootstrap, "transactional.id": topic})
+        again.init_transactions(60)  # finishes (aborts) the transaction left open
+        assert [v for _, v in read_committed(bootstrap, topic, expect=2)] == [b"plain",
+                                                                               b"committed"]
