@@ -26,9 +26,10 @@ import json
 import logging
 import os
 import socket
+import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, TypeVar
 
 import pyarrow as pa
 
@@ -41,6 +42,8 @@ log = logging.getLogger(__name__)
 MARK_PARTITION = 0
 CLIENT_TIMEOUT_S = 60.0
 CHECK_TIMEOUT_S = 10.0  # how long a task's start waits for the broker's answer
+STALL_S = 30.0  # a transactional call not back by then fails the batch (the broker is away)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -126,6 +129,34 @@ def query_run_id(spark_checkpoint: str) -> str:
         return str(json.loads(f.readline())["id"])
 
 
+def bounded(call: Callable[[], T], what: str, timeout: float = STALL_S) -> T:
+    """`call()`'s result (or its exception), run in a helper thread; KafkaUnavailable when it
+    has not returned within `timeout` s. librdkafka's own timeouts do not bound every
+    transactional call: with the broker SIGKILLed and restarted mid-transaction,
+    `send_offsets_to_transaction(..., 60)` was still waiting after 3 min (confluent-kafka 2.16).
+    The thread is left behind with its producer, which the next attempt's `init_transactions`
+    fences, aborting its open transaction."""
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = call()
+        except BaseException as exc:  # handed to the caller below
+            box["error"] = exc
+
+    thread = threading.Thread(target=run, name=f"kafka {what}", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        raise KafkaUnavailable(f"the Kafka broker did not complete {what} within {timeout:.0f} s "
+                               "(is it running? elastiq kafka status); the task is retried from "
+                               "its checkpoint, and a batch Kafka already committed is not "
+                               "written again")
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")  # type: ignore[return-value]
+
+
 class KafkaSink:
     """foreachBatch sink: each micro-batch's rows as records of `topic`."""
 
@@ -202,9 +233,14 @@ class KafkaSink:
             for key, value in self._records(table):
                 self._produce(key, value)
             mark = [TopicPartition(self.topic, MARK_PARTITION, batch_id + 1, self._run)]
-            producer.send_offsets_to_transaction(mark, self._group_metadata(),
-                                                 CLIENT_TIMEOUT_S)
-            producer.commit_transaction(CLIENT_TIMEOUT_S)
+            group = self._group_metadata()
+            bounded(lambda: producer.send_offsets_to_transaction(mark, group, CLIENT_TIMEOUT_S),
+                    f"the mark of batch {batch_id}")
+            bounded(lambda: producer.commit_transaction(CLIENT_TIMEOUT_S),
+                    f"the commit of batch {batch_id}")
+        except KafkaUnavailable:
+            self._producer = None  # stuck: left to be fenced; a retry starts a new one
+            raise
         except BaseException:
             self._abort()
             raise
@@ -219,7 +255,8 @@ class KafkaSink:
 
         producer = Producer({**self.config, "transactional.id": self.transactional_id,
                              "transaction.timeout.ms": 60000, "linger.ms": 5})
-        producer.init_transactions(CLIENT_TIMEOUT_S)
+        bounded(lambda: producer.init_transactions(CLIENT_TIMEOUT_S), "init_transactions",
+                CLIENT_TIMEOUT_S + 5.0)
         self._run = self.run_id()
         self._mark = self._read_mark()
         self._producer = producer
@@ -263,8 +300,9 @@ class KafkaSink:
             consumer.close()
 
     def _abort(self) -> None:
+        producer = self._producer
         try:
-            self._producer.abort_transaction(CLIENT_TIMEOUT_S)
+            bounded(lambda: producer.abort_transaction(CLIENT_TIMEOUT_S), "an abort")
         except Exception as exc:  # fenced or fatal: a new producer starts with the next batch
             log.warning("task %s: kafka-sink %s: abort failed (%s); starting afresh",
                         self.task_id, self.topic, exc)

@@ -12,8 +12,8 @@ from common.kafka_params import (KafkaParamError, parse_bootstrap, parse_startin
                                  parse_topics, security_settings, transactional_id)
 from common.types import ColumnType
 from compiler.pipeline import check_spec_text, compile_spec_text
-from executor.kafka_io import (Mark, SourceSettings, already_written, mark_of, source_options,
-                               transient)
+from executor.kafka_io import (KafkaUnavailable, Mark, SourceSettings, already_written, bounded,
+                               mark_of, source_options, transient)
 from tests.spec_snippets import locate
 
 TYPES = """  <type name="reading">
@@ -148,6 +148,24 @@ def test_an_unstable_or_loading_mark_is_read_again_never_taken_as_none() -> None
         assert transient(code, retriable=False)
     assert transient(KafkaError.UNKNOWN, retriable=True)
     assert not transient(KafkaError.GROUP_AUTHORIZATION_FAILED, retriable=False)
+
+
+def test_a_transactional_call_that_does_not_return_fails_the_batch_in_bounded_time() -> None:
+    import threading
+    import time
+
+    assert bounded(lambda: 42, "a call", 5.0) == 42
+    with pytest.raises(ZeroDivisionError):
+        bounded(lambda: 1 // 0, "a call", 5.0)
+    never = threading.Event()
+    started = time.monotonic()
+    try:
+        with pytest.raises(KafkaUnavailable, match="did not complete the commit of batch 3 "
+                                                   "within 0 s.*retried from its checkpoint"):
+            bounded(lambda: never.wait(60), "the commit of batch 3", 0.2)
+    finally:
+        never.set()
+    assert time.monotonic() - started < 5.0
 
 
 def test_a_batch_is_skipped_only_under_a_mark_of_the_same_run() -> None:
