@@ -41,6 +41,7 @@ the micro-batch sides are expected to miss it; the "elastiq real-time" side is t
 for, and the hand-written real-time side shows what Spark here gives without Elastiq.
 
     python benchmarks/kafka.py [--quick] [--repeats N] [--records N] [--rate R]
+    python benchmarks/kafka.py --kill broker [--records N] [--batch N]   (benchmarks/kafka_kill.py)
 """
 
 from __future__ import annotations
@@ -327,8 +328,15 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=20_000, help="records per micro-batch")
     parser.add_argument("--rate", type=float, default=2000.0, help="records/s of latency runs")
     parser.add_argument("--seconds", type=float, default=15.0, help="length of a latency run")
+    parser.add_argument("--kill", choices=("broker",),
+                        help="instead: SIGKILL the broker during an exactly-once run of "
+                             "--records (default here 1M) and check the output "
+                             "(benchmarks/kafka_kill.py)")
     args = parser.parse_args()
     exit_on_sigterm()
+    if args.kill:
+        kill_scenario(args.records if args.records != 200_000 else 1_000_000, args.batch)
+        return
     repeats, records, seconds = args.repeats, args.records, args.seconds
     if args.quick:
         repeats, records, seconds = 1, 40_000, 6.0
@@ -339,6 +347,31 @@ def main() -> None:
     finally:
         shutil.rmtree(base, ignore_errors=True)
     print_report(figures, verdicts, records, args.batch, args.rate, repeats)
+
+
+def kill_scenario(records: int, batch: int) -> None:
+    """`--kill broker`: the exactly-once task over `records` records, the broker SIGKILLed
+    mid-run and started again (`kafka_kill.kill_broker_run`)."""
+    from elastiq.kafka_broker import KafkaBroker
+    from executor.spark_session import build_session
+    from kafka_kill import kill_broker_run
+
+    base = Path(tempfile.mkdtemp(prefix="kafka-kill-bench-"))
+    try:
+        spark = build_session(2, "kafka-kill-bench", str(base / "state"))
+        with KafkaBroker(base / "kafka") as broker:
+            source = new_topic(broker.bootstrap, "kin")
+            produce(broker.bootstrap, source, range(records))
+
+            def spec_of(source: str, out: str, batch: int) -> str:
+                return SPEC.format(bootstrap=broker.bootstrap, source=source, out=out,
+                                   batch=batch, delivery="exactly-once")
+
+            kill_broker_run(spark, broker, spec_of, new_topic,
+                            lambda out: OutputReader(broker.bootstrap, out, committed=True),
+                            oracle(range(records)), source, batch, base)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def measure(base: Path, batch: int, rate: float, repeats: int, records: int, seconds: float
