@@ -7,8 +7,9 @@ shapes (`person`, `auction`, `bid`: one event stream in Nexmark's 1:3:46, `execu
 compiled by `compiler.pipeline` and run as an executor runs a task (`bench_util.start_task`, one
 SparkSession of `local[2]`), with a file sink (ours writes JSON lines, so it pays for its
 output), or with `--sink discard` a `discard-sink` as Nexmark's blackhole sink (every row computed,
-none kept; only the queries a multiset oracle checks, by the number of rows). The generators run at 1,000,000 events/s, the largest rate a
-spec allows, which is also the pace of event time (as in Nexmark): windows are therefore scaled
+none kept; only the queries a multiset oracle checks, by the number of rows). The generators
+run at 1,000,000 events/s, the largest rate a spec allows, which is also the pace of event time
+(as in Nexmark): windows are therefore scaled
 to the few hundred milliseconds of event time a run spans (q5 slides 50 ms windows by 10 ms
 where Nexmark slides 10 s by 2 s; the shape of each query is Nexmark's). Queries marked `*` are
 partial (what is left out is printed). q4 and q6 are two dataflows: q9's (its winners checked
@@ -916,7 +917,8 @@ def report(results: Sequence[Result], events: int, sink: str = "file") -> str:
     notes = [f"{r.query.name}*: {r.query.partial}" for r in results if r.query.partial]
     skipped = [f"{name}: {why}" for name, why in SKIPPED]
     return "\n".join([f"Nexmark, {events:,} events (seed {SEED}, {RATE:,.0f} events/s), "
-                      f"local[{CORES}] on a shared machine, {sink} sink", table, "", "partial:", *notes, "",
+                      f"local[{CORES}] on a shared machine, {sink} sink", table, "",
+                      "partial:", *notes, "",
                       "skipped:", *skipped])
 
 
