@@ -150,29 +150,35 @@ def test_the_suite_releases_the_stack_when_the_next_test_wants_another_or_none(
     assert calls[-1] == "stop stack-2"
 
 
-def test_the_cluster_runs_of_scripts_test_sh_split_the_cluster_layer_whole() -> None:
-    """scripts/test.sh's runs (their `-m` expressions read from the script) select every cluster
-    test once: the serial stream holds the Spark cluster tests and those marked `alone` (the
-    cgroups isolation test, which measures CPU shares), the other stream the cluster tests
-    without Spark and the Spark ones marked `beside`."""
+def test_the_runs_of_scripts_test_sh_split_the_suite_whole() -> None:
+    """scripts/test.sh's runs (their `-m` expressions read from the script) select every test
+    once: the serial stream holds the Spark cluster tests and the modules marked `alone` (the
+    cgroups isolation test, which measures CPU shares; the broker SIGKILL test, which waits out
+    the Kafka sink's bounds), the other stream the other layers, the cluster tests without Spark
+    and the Spark ones marked `beside`."""
     script = (ROOT / "scripts" / "test.sh").read_text(encoding="utf-8").splitlines()
     marks = [m for line in script if not line.lstrip().startswith("#")
              for m in re.findall(r'-m "([^"]+)"', line)]
-    assert len(marks) == 4 and marks[0] == "not cluster", marks
+    assert len(marks) == 4, marks
 
     def selected(expression: str) -> set[str]:
         done = subprocess.run(
             [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
              "-m", expression, "tests/test_isolation_cgroups.py", "tests/test_embedded_auth.py",
-             "tests/test_port_clash_cluster.py", "tests/test_update_cluster.py"],
+             "tests/test_port_clash_cluster.py", "tests/test_update_cluster.py",
+             "tests/test_kafka_broker_kill.py", "tests/test_json_lines.py"],
             capture_output=True, text=True, timeout=120, cwd=ROOT)
         assert done.returncode in (0, 5), done.stdout + done.stderr
         return {line for line in done.stdout.splitlines() if "::" in line}
 
-    light, beside, serial = (selected(m) for m in marks[1:])
-    assert not (light & beside or light & serial or beside & serial)
-    assert light | beside | serial == selected("cluster")
+    others, light, beside, serial = (selected(m) for m in marks)
+    runs = (others, light, beside, serial)
+    assert all(not (a & b) for i, a in enumerate(runs) for b in runs[i + 1:])
+    assert others | light | beside | serial == selected("cluster or not cluster")
     assert {module_of(n) for n in serial} == {"tests/test_isolation_cgroups.py",
-                                              "tests/test_port_clash_cluster.py"}
+                                              "tests/test_port_clash_cluster.py",
+                                              "tests/test_kafka_broker_kill.py"}
+    assert {module_of(n) for n in others} == {"tests/test_json_lines.py",  # and the pure
+                                              "tests/test_embedded_auth.py"}  # tests beside
     assert {module_of(n) for n in light} == {"tests/test_embedded_auth.py"}
     assert {module_of(n) for n in beside} == {"tests/test_update_cluster.py"}
