@@ -51,6 +51,7 @@ from bench_util import exit_on_sigterm, fmt, format_table, median_of, percentile
 
 use_repo_on_path()
 
+from kafka import new_topic  # noqa: E402  (benchmarks/kafka.py)
 from testkit.waiting import poll  # noqa: E402
 
 WINDOW_S = 10
@@ -129,15 +130,6 @@ def closing_row_ms(sent: dict[int, int], end_ms: int) -> int | None:
     """The produce time of the first record with a timestamp >= `end_ms` (watermark 0 s)."""
     after = [ts for ts in sent.values() if ts >= end_ms]
     return min(after) if after else None
-
-
-def new_topic(bootstrap: str, prefix: str, partitions: int = 1) -> str:
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(30)
-    return name
 
 
 def produce_paced(bootstrap: str, topic: str, n: int, rate: float) -> dict[int, int]:
@@ -282,7 +274,7 @@ def verdict_of(expected: dict[Key, tuple[int, float, int]], closed: set[Key],
 
 def one_run(spark: Any, side: str, bootstrap: str, rate: float, seconds: float,
             base: Path) -> Outcome:
-    source, out = new_topic(bootstrap, "win"), new_topic(bootstrap, "wout")
+    source, out = new_topic(bootstrap, "win", 1), new_topic(bootstrap, "wout", 1)
     reader = WindowReader(bootstrap, out, committed=side.endswith("exactly-once"))
     run = start_side(spark, side, bootstrap, source, out, Path(tempfile.mkdtemp(dir=base)))
     try:
