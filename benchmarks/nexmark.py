@@ -721,8 +721,6 @@ class Multiset:
         return None if counted == want else f"{counted} rows out where the oracle has {want}"
 
 
-multiset = Multiset
-
 
 @dataclass(frozen=True)
 class Query:
@@ -739,9 +737,9 @@ class Query:
 
 
 QUERIES = (
-    Query("q0", "pass-through", q0_spec, multiset(q0_oracle, q0_key)),
-    Query("q1", "currency conversion", q1_spec, multiset(q1_oracle, q1_key)),
-    Query("q2", "selection (auction % 123 = 0)", q2_spec, multiset(q2_oracle, q2_key)),
+    Query("q0", "pass-through", q0_spec, Multiset(q0_oracle, q0_key)),
+    Query("q1", "currency conversion", q1_spec, Multiset(q1_oracle, q1_key)),
+    Query("q2", "selection (auction % 123 = 0)", q2_spec, Multiset(q2_oracle, q2_key)),
     Query("q5", "hot items", q5_spec, q5_check,
           "one auction per window where Nexmark lists every tied one"),
     Query("q7", "highest bid", q7_spec, q7_check,
@@ -752,13 +750,13 @@ QUERIES = (
           "in the order of the winning bids' date_time (Nexmark orders by the auction's close)",
           then=q6_spec),
     Query("q9", "winning bids", q9_spec, q9_check),
-    Query("q11", "user sessions", q11_spec, multiset(q11_oracle, q11_key)),
-    Query("q14", "calculation (case, character count)", q14_spec, multiset(q14_oracle, q14_key),
+    Query("q11", "user sessions", q11_spec, Multiset(q11_oracle, q11_key)),
+    Query("q14", "calculation (case, character count)", q14_spec, Multiset(q14_oracle, q14_key),
           "counts the 'c's of url: the bid shape has no extra column"),
     Query("q21", "channel id (case, regular expression)", q21_spec,
-          multiset(q21_oracle, q21_key),
+          Multiset(q21_oracle, q21_key),
           "the bid shape's urls carry no channel_id, so only the hot channels pass"),
-    Query("q22", "url directories (string split)", q22_spec, multiset(q22_oracle, q22_key),
+    Query("q22", "url directories (string split)", q22_spec, Multiset(q22_oracle, q22_key),
           "a part past the url's last is '' where Flink's SPLIT_INDEX gives null"),
     Query("q3", "local item suggestion (join)", q3_spec, q3_check,
           f"a join whose state lives {JOIN_TTL} of event time (an interval join, `within`) "
@@ -766,17 +764,17 @@ QUERIES = (
           "close, as all of a run's do"),
     Query("q20", "expand bid with auction (join)", q20_spec, q20_check,
           f"as q3: state kept {JOIN_TTL} of event time"),
-    Query("q16", "channel statistics", q16_spec, multiset(q16_oracle, q16_key),
+    Query("q16", "channel statistics", q16_spec, Multiset(q16_oracle, q16_key),
           "the totals only: no per-price-range counts (FILTER), no per-minute key"),
-    Query("q17", "auction statistics", q17_spec, multiset(q17_oracle, q17_key),
+    Query("q17", "auction statistics", q17_spec, Multiset(q17_oracle, q17_key),
           "no per-price-range counts (FILTER)"),
     Query("q18", "last bid per bidder and auction", q18_spec,
-          multiset(q18_oracle, ranked_key(("bidder", "auction"))),
+          Multiset(q18_oracle, ranked_key(("bidder", "auction"))),
           "per 10 ms window of event time, where Nexmark's ranking runs over the whole stream "
           "(an updating ranking: the updating `aggregate` computes count, sum, avg, min and max, "
           "not a ranking)"),
     Query("q19", "top 10 bids per auction", q19_spec,
-          multiset(q19_oracle, ranked_key(("auction",))),
+          Multiset(q19_oracle, ranked_key(("auction",))),
           "per 10 ms window of event time, as q18"),
 )
 

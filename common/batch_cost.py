@@ -168,15 +168,9 @@ def fit_on_cpu(spans: Sequence[tuple[BatchSpan, float]], min_spans: int = MIN_SP
     return converted if target_seconds is None else fixed_guarded(converted, target_seconds)
 
 
-def per_unit_error(spans: Sequence[BatchSpan], fixed: float, per_unit: float) -> float:
-    """The standard error of the fitted cost per unit: sqrt(s^2 x sum(k^2) / det), with s^2 the
-    residuals' variance over n - 2 degrees of freedom (0 for exact points; inf when singular)."""
-    return _standard_errors(spans, fixed, per_unit)[1]
-
-
 def fixed_error(spans: Sequence[BatchSpan], fixed: float, per_unit: float) -> float:
-    """The standard error of the fitted fixed cost: sqrt(s^2 x sum(u^2) / det), the other
-    diagonal term of the same covariance as `per_unit_error`."""
+    """The standard error of the fitted fixed cost: sqrt(s^2 x sum(u^2) / det), one diagonal
+    term of `_standard_errors`' covariance (the other is the per-unit cost's)."""
     return _standard_errors(spans, fixed, per_unit)[0]
 
 
@@ -243,5 +237,5 @@ def batch_budget(cost: BatchCost | None, target_seconds: float, floor: float,
 
 
 __all__ = ["BatchSpan", "BatchCost", "fit", "fit_on_cpu", "fixed_guarded", "batch_budget",
-           "time_bounded", "per_unit_error", "fixed_error", "MIN_SPANS", "MIN_SPREAD",
+           "time_bounded", "fixed_error", "MIN_SPANS", "MIN_SPREAD",
            "MAX_FIXED_ERROR", "TARGET_BATCH_SECONDS"]
