@@ -26,13 +26,13 @@ import json
 import logging
 import os
 import socket
-import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, TypeVar
 
 import pyarrow as pa
 
+from common import bounded_call
 from common.kafka_params import security_settings, spark_security_options
 from common.kafka_problems import KafkaProblem, advice, problem_of_text
 from executor import kafka_records
@@ -130,31 +130,19 @@ def query_run_id(spark_checkpoint: str) -> str:
 
 
 def bounded(call: Callable[[], T], what: str, timeout: float = STALL_S) -> T:
-    """`call()`'s result (or its exception), run in a helper thread; KafkaUnavailable when it
-    has not returned within `timeout` s. librdkafka's own timeouts do not bound every
-    transactional call: with the broker SIGKILLed and restarted mid-transaction,
-    `send_offsets_to_transaction(..., 60)` was still waiting after 3 min (confluent-kafka 2.16).
-    The thread is left behind with its producer, which the next attempt's `init_transactions`
-    fences, aborting its open transaction."""
-    box: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            box["value"] = call()
-        except BaseException as exc:  # handed to the caller below
-            box["error"] = exc
-
-    thread = threading.Thread(target=run, name=f"kafka {what}", daemon=True)
-    thread.start()
-    thread.join(timeout)
-    if thread.is_alive():
+    """`call()`'s result (or its exception); KafkaUnavailable when it has not returned within
+    `timeout` s. librdkafka's own timeouts do not bound every transactional call: with the
+    broker SIGKILLed and restarted mid-transaction, `send_offsets_to_transaction(..., 60)` was
+    still waiting after 3 min (confluent-kafka 2.16). The call is left behind in its thread
+    with its producer, which the next attempt's `init_transactions` fences, aborting its open
+    transaction."""
+    try:
+        return bounded_call.within(call, timeout, f"kafka {what}")
+    except bounded_call.CallTimedOut:
         raise KafkaUnavailable(f"the Kafka broker did not complete {what} within {timeout:.0f} s "
                                "(is it running? elastiq kafka status); the task is retried from "
                                "its checkpoint, and a batch Kafka already committed is not "
-                               "written again")
-    if "error" in box:
-        raise box["error"]
-    return box.get("value")  # type: ignore[return-value]
+                               "written again") from None
 
 
 class KafkaSink:

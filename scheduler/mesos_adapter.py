@@ -24,6 +24,7 @@ from typing import Any, Callable
 
 from pymesos import MesosSchedulerDriver, Scheduler
 
+from common import bounded_call
 from common.control import ControlCatalog
 from common.dispatch import handler
 from common.tasks import CompiledQuery
@@ -157,6 +158,25 @@ class MesosCallbacks(Scheduler):
 
     def error(self, driver: Any, message: str) -> None:
         log.error("[mesos-error] master says: %s", message)
+
+
+CALL_TIMEOUT_S = 20.0  # the longest one scheduler call to the master may take
+STOP_TIMEOUT_S = CALL_TIMEOUT_S + 10.0  # the longest stopping the driver may take
+
+
+class BoundedDriver(MesosSchedulerDriver):
+    """pymesos's driver with every call to the master bounded by CALL_TIMEOUT_S. pymesos
+    0.3.15 opens its call connection with its subscription's timeout (a day), and holds its
+    driver lock while a call waits; a master that stops reading (a network partition, a master
+    that failed the framework over) then froze the loop and every `stop` behind that lock (a
+    scheduler's stop hung in the ZooKeeper expiry test). A call that times out fails like any
+    refused call: logged, and the next reconciliation repeats what it lost."""
+
+    def _get_conn(self) -> Any:
+        conn = super()._get_conn()
+        if conn is not None:
+            conn.timeout = CALL_TIMEOUT_S  # read when the connection opens, on its first call
+        return conn
 
 
 class DriverRunner:
@@ -421,9 +441,9 @@ class SchedulerService:
         if self._principal:
             framework["principal"] = self._principal
         self._callbacks = MesosCallbacks(self.loop)
-        self.driver = MesosSchedulerDriver(self._callbacks, framework,
-                                           _driver_uri(self.master_url), use_addict=False,
-                                           principal=self._principal, secret=self._secret)
+        self.driver = BoundedDriver(self._callbacks, framework, _driver_uri(self.master_url),
+                                    use_addict=False, principal=self._principal,
+                                    secret=self._secret)
         self.loop.runner = DriverRunner(self.driver, self.config)
         self.driver.start()
 
@@ -432,9 +452,17 @@ class SchedulerService:
         if self._callbacks is not None:
             self._callbacks.active = False
         self.loop.runner = DroppingRunner()
-        if driver is not None:
+        if driver is None:
+            return
+
+        def stop() -> None:
             driver.stop(failover=failover)
             driver.join()
+        try:
+            bounded_call.within(stop, STOP_TIMEOUT_S, "stop the Mesos driver")
+        except bounded_call.CallTimedOut:  # its threads are daemons: left behind, never waited on
+            log.warning("[service] the Mesos driver did not stop within %.0f s (a call to the "
+                        "master hangs); going on without it", STOP_TIMEOUT_S)
 
     # ---- requests and views --------------------------------------------------------------
     @property
