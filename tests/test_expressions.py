@@ -694,7 +694,6 @@ def same_value(py: Any, spark: Any) -> bool:
     return bool(py == spark)
 
 
-@pytest.mark.spark
 def spark_against_oracle(spark: Any, stream: str, schema: Schema, rows: list[tuple[Any, ...]],
                          texts: list[str]) -> tuple[list[Any], list[Any], list[Any]]:
     """Every expression of `texts` over `rows` of `stream` in Spark (one action) and in the
@@ -718,6 +717,7 @@ def mismatches_of(typed: list[Any], expected: list[Any], collected: list[Any]) -
             for r, out in enumerate(collected) if not same_value(expected[i][r], out[i])]
 
 
+@pytest.mark.spark
 def test_spark_agrees_with_the_python_evaluator(spark: Any) -> None:
     typed, expected, collected = spark_against_oracle(spark, "raw", SPARK_SCHEMA, SPARK_ROWS,
                                                       SPARK_EXPRESSIONS)
