@@ -17,6 +17,9 @@ SCRAM-SHA-256 (the same users' credentials created through the admin API once th
 answers, so no password is on a command line); `server.properties` and the client files
 `client_properties` writes are mode 0600. The PLAINTEXT listener stays (the readiness check and
 the tests' own helpers use it): this is a broker for development and tests, not a hardened one.
+With `tls` too, a SASL_SSL listener (`sasl_ssl_bootstrap`) with the same mechanisms and users,
+its certificate signed by a throwaway CA (`elastiq.kafka_tls`, the JDK's keytool) that client
+files trust as a PEM truststore (`ca_pem`).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 from common.kafka_jars import broker_classpath
+from elastiq.kafka_tls import BrokerTls, make_broker_tls
 
 MAIN = "kafka.Kafka"
 STORAGE_TOOL = "kafka.tools.StorageTool"
@@ -58,6 +62,7 @@ class BrokerPorts:
     broker: int
     controller: int
     sasl: int = 0  # 0: no SASL listener
+    sasl_ssl: int = 0  # 0: no SASL_SSL listener
 
     @property
     def bootstrap(self) -> str:
@@ -66,6 +71,10 @@ class BrokerPorts:
     @property
     def sasl_bootstrap(self) -> str:
         return f"127.0.0.1:{self.sasl}"
+
+    @property
+    def sasl_ssl_bootstrap(self) -> str:
+        return f"127.0.0.1:{self.sasl_ssl}"
 
 
 @dataclass(frozen=True)
@@ -105,26 +114,38 @@ def check_users(users: Mapping[str, str]) -> None:
                               "'-'; a password 8-128 of those and '.~+/='")
 
 
-def sasl_listener_settings(ports: BrokerPorts, users: Mapping[str, str]) -> dict[str, str]:
-    """The SASL_PLAINTEXT listener's settings: PLAIN with `users` in its JAAS setting, SCRAM-SHA-256
-    with the credentials the admin API creates."""
+def sasl_listener_settings(users: Mapping[str, str], listener: str = "sasl_plaintext"
+                           ) -> dict[str, str]:
+    """A SASL listener's settings: PLAIN with `users` in its JAAS setting, SCRAM-SHA-256 with
+    the credentials the admin API creates."""
     check_users(users)
     plain_users = " ".join(f'user_{name}="{password}"' for name, password in users.items())
     return {
         "sasl.enabled.mechanisms": ",".join(SASL_MECHANISMS),
-        "listener.name.sasl_plaintext.plain.sasl.jaas.config":
+        f"listener.name.{listener}.plain.sasl.jaas.config":
             f"{LOGIN_MODULES['PLAIN']} required {plain_users};",
-        "listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config":
+        f"listener.name.{listener}.scram-sha-256.sasl.jaas.config":
             f"{LOGIN_MODULES['SCRAM-SHA-256']} required;",
     }
 
 
-def client_properties(user: str, password: str, mechanism: str) -> str:
-    """A Java client's properties for the SASL listener: the form Kafka users already have."""
+def tls_settings(tls: BrokerTls) -> dict[str, str]:
+    """The broker's own certificate for its SSL listeners (a PKCS12 keystore)."""
+    return {"ssl.keystore.type": "PKCS12", "ssl.keystore.location": str(tls.keystore),
+            "ssl.keystore.password": tls.password, "ssl.key.password": tls.password}
+
+
+def client_properties(user: str, password: str, mechanism: str,
+                      ca_pem: Path | None = None) -> str:
+    """A Java client's properties for the SASL listener (with `ca_pem`: the SASL_SSL one,
+    trusting that PEM CA): the form Kafka users already have."""
     check_users({user: password})
-    return (f"security.protocol=SASL_PLAINTEXT\nsasl.mechanism={mechanism}\n"
+    protocol = "SASL_PLAINTEXT" if ca_pem is None else "SASL_SSL"
+    trust = "" if ca_pem is None else \
+        f"ssl.truststore.type=PEM\nssl.truststore.location={ca_pem}\n"
+    return (f"security.protocol={protocol}\nsasl.mechanism={mechanism}\n"
             f"sasl.jaas.config={LOGIN_MODULES[mechanism]} required \\\n"
-            f'    username="{user}" \\\n    password="{password}";\n')
+            f'    username="{user}" \\\n    password="{password}";\n{trust}')
 
 
 def write_private(path: Path, text: str) -> None:
@@ -135,17 +156,21 @@ def write_private(path: Path, text: str) -> None:
         f.write(text)
 
 
-def server_properties(ports: BrokerPorts, log_dir: Path,
-                      users: Mapping[str, str] | None = None) -> str:
+def server_properties(ports: BrokerPorts, log_dir: Path, users: Mapping[str, str] | None = None,
+                      tls: BrokerTls | None = None) -> str:
     """The single-node KRaft configuration: every replication factor and minimum ISR is 1 (the
     transaction state log and the offsets topic included, or transactions and groups never
     start), one partition for the internal topics (fast start), no initial rebalance delay, a
     short broker session (a restart after a kill waits for the old one to expire); with
-    `users`, a SASL_PLAINTEXT listener too (`sasl_listener_settings`)."""
+    `users`, a SASL_PLAINTEXT listener too (`sasl_listener_settings`), and with `tls` a
+    SASL_SSL one."""
     sasl = bool(users) and ports.sasl > 0
+    sasl_ssl = sasl and tls is not None and ports.sasl_ssl > 0
     listeners = [f"PLAINTEXT://127.0.0.1:{ports.broker}"]
     if sasl:
         listeners.append(f"SASL_PLAINTEXT://127.0.0.1:{ports.sasl}")
+    if sasl_ssl:
+        listeners.append(f"SASL_SSL://127.0.0.1:{ports.sasl_ssl}")
     settings = {
         "process.roles": "broker,controller",
         "node.id": "1",
@@ -155,7 +180,8 @@ def server_properties(ports: BrokerPorts, log_dir: Path,
         "controller.listener.names": "CONTROLLER",
         "inter.broker.listener.name": "PLAINTEXT",
         "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT"
-                                          + (",SASL_PLAINTEXT:SASL_PLAINTEXT" if sasl else ""),
+                                          + (",SASL_PLAINTEXT:SASL_PLAINTEXT" if sasl else "")
+                                          + (",SASL_SSL:SASL_SSL" if sasl_ssl else ""),
         "log.dirs": str(log_dir),
         "num.partitions": "1",
         "offsets.topic.replication.factor": "1",
@@ -171,7 +197,10 @@ def server_properties(ports: BrokerPorts, log_dir: Path,
         "broker.heartbeat.interval.ms": "500",
     }
     if sasl and users:
-        settings.update(sasl_listener_settings(ports, users))
+        settings.update(sasl_listener_settings(users))
+    if sasl_ssl and users and tls is not None:
+        settings.update(sasl_listener_settings(users, "sasl_ssl"))
+        settings.update(tls_settings(tls))
     return "".join(f"{k}={v}\n" for k, v in settings.items())
 
 
@@ -205,12 +234,16 @@ class KafkaBroker:
     """`with KafkaBroker(tmp_path) as broker: broker.bootstrap` -> "127.0.0.1:PORT"."""
 
     def __init__(self, work_dir: Path, start_timeout: float = 60.0, port: int = 0,
-                 users: Mapping[str, str] | None = None):
+                 users: Mapping[str, str] | None = None, tls: bool = False):
         self.work_dir = Path(work_dir).resolve()
         self.port = port  # 0: a free port
         self.users = dict(users or {})  # SASL users, name -> password (none: no SASL listener)
         if self.users:
             check_users(self.users)
+        if tls and not self.users:
+            raise BrokerError("a TLS listener here is SASL_SSL: give users too")
+        self.tls_wanted = tls
+        self.tls: BrokerTls | None = None
         self.start_timeout = start_timeout
         self.ports = BrokerPorts(0, 0)
         self.process: subprocess.Popen[bytes] | None = None
@@ -225,12 +258,24 @@ class KafkaBroker:
             raise BrokerError("this broker has no SASL listener (give it users)")
         return self.ports.sasl_bootstrap
 
-    def client_properties(self, user: str, mechanism: str, password: str | None = None) -> Path:
+    @property
+    def sasl_ssl_bootstrap(self) -> str:
+        if not self.ports.sasl_ssl:
+            raise BrokerError("this broker has no SASL_SSL listener (give it users and tls)")
+        return self.ports.sasl_ssl_bootstrap
+
+    def client_properties(self, user: str, mechanism: str, password: str | None = None,
+                          tls: bool = False) -> Path:
         """A Java client properties file (mode 0600) under the broker's dir for `user` with
-        `mechanism` (PLAIN or SCRAM-SHA-256), with the user's password unless `password`."""
+        `mechanism` (PLAIN or SCRAM-SHA-256), with the user's password unless `password`;
+        `tls`: for the SASL_SSL listener, trusting the broker's CA."""
+        if tls and self.tls is None:
+            raise BrokerError("this broker has no SASL_SSL listener (give it users and tls)")
         path = self.work_dir / f"client-{user}-{mechanism.lower()}" \
-            f"{'' if password is None else '-given'}.properties"
-        write_private(path, client_properties(user, password or self.users[user], mechanism))
+            f"{'-tls' if tls else ''}{'' if password is None else '-given'}.properties"
+        ca = self.tls.ca_pem if tls and self.tls is not None else None
+        write_private(path, client_properties(user, password or self.users[user], mechanism,
+                                              ca))
         return path
 
     def start(self, detached: bool = False) -> "KafkaBroker":
@@ -241,9 +286,12 @@ class KafkaBroker:
         if self.port and not port_free(self.port):
             raise BrokerError(f"127.0.0.1:{self.port} is taken (another broker?); choose "
                               "another port (--port 0: any free one)")
+        if self.tls_wanted and self.tls is None:
+            self.tls = make_broker_tls(self.work_dir / "tls")
         for _ in range(3):  # another process may take a free port before Java binds it
             self.ports = BrokerPorts(self.port or free_port(), free_port(),
-                                     free_port() if self.users else 0)
+                                     free_port() if self.users else 0,
+                                     free_port() if self.tls else 0)
             config = self._write_config()
             self._format(classpath, config)
             self.process = self._spawn(classpath, config, detached)
@@ -257,7 +305,7 @@ class KafkaBroker:
         self.work_dir.mkdir(parents=True, exist_ok=True)
         log_dir = self.work_dir / f"data-{self.ports.broker}"
         config = self.work_dir / "server.properties"
-        write_private(config, server_properties(self.ports, log_dir, self.users))
+        write_private(config, server_properties(self.ports, log_dir, self.users, self.tls))
         (self.work_dir / "log4j.properties").write_text(
             LOG4J.format(log=self.work_dir / LOG_FILE))
         return config

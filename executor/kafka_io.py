@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 MARK_PARTITION = 0
 CLIENT_TIMEOUT_S = 60.0
 CHECK_TIMEOUT_S = 10.0  # how long a task's start waits for the broker's answer
+CHECK_STEP_S = 1.0  # ... asking again each second: a SASL or SSL refusal heard ends it at once
 STALL_S = 30.0  # a transactional call not back by then fails the batch (the broker is away)
 T = TypeVar("T")
 
@@ -364,7 +365,8 @@ def check_broker(bootstrap: str, topics: tuple[str, ...], security: Mapping[str,
     """At a task's start: that the broker answers with these security settings (librdkafka's,
     `ClientSecurity.librdkafka`) and holds `topics`, else `KafkaUnavailable` with the reason
     (`common.kafka_problems`), within `timeout` seconds: without it Spark's own client waits
-    minutes and then fails with a Java stack."""
+    minutes and then fails with a Java stack. A refusal the client reports on its own (a SASL
+    authentication or SSL handshake failure) ends the wait at once."""
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
@@ -375,13 +377,22 @@ def check_broker(bootstrap: str, topics: tuple[str, ...], security: Mapping[str,
         admin = AdminClient(config)
     except (KafkaException, ValueError, TypeError) as exc:
         raise KafkaUnavailable(f"{advice('bad-setting')} ({exc})") from None
-    try:
-        listed = admin.list_topics(timeout=timeout).topics
-    except KafkaException as exc:
-        admin.poll(0)  # serves the error callback
-        said = "; ".join([str(exc.args[0].str()), *heard[-2:]])
-        problem = start_problem(said, bool(security), listening(bootstrap))
-        raise KafkaUnavailable(f"{advice(problem, 'at ' + bootstrap)} ({said[:300]})") from None
+    deadline = time.monotonic() + timeout
+    for _ in range(int(timeout / CHECK_STEP_S) + 2):
+        try:
+            listed = admin.list_topics(timeout=CHECK_STEP_S).topics
+            break
+        except KafkaException as exc:
+            admin.poll(0)  # serves the error callback
+            said = "; ".join([str(exc.args[0].str()), *heard[-2:]])
+            refused = any(problem_of_text(h) in ("refused", "bad-setting") for h in heard)
+            if time.monotonic() < deadline and not refused:
+                continue  # a refusal is final at once; anything else may still pass
+            problem = start_problem(said, bool(security), listening(bootstrap))
+            raise KafkaUnavailable(f"{advice(problem, 'at ' + bootstrap)} ({said[:300]})") \
+                from None
+    else:
+        raise KafkaUnavailable(f"{advice('unreachable', 'at ' + bootstrap)}")
     missing = missing_topics(listed, topics)
     if missing:
         raise KafkaUnavailable(advice("no-topic", f"at {bootstrap} ({', '.join(missing)})"))

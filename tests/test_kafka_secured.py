@@ -1,12 +1,16 @@
 """Kafka through a secured broker (layer 3): a real KRaft broker with a SASL_PLAINTEXT listener
-(`KafkaBroker(users=...)`: PLAIN and SCRAM-SHA-256), and one Java client properties file, the
-form Kafka users already have, given as security-file= to the source (Spark's Java client) and
-the sink and the start check (librdkafka, through `common.kafka_params.librdkafka_security`).
+and a SASL_SSL one (`KafkaBroker(users=..., tls=True)`: PLAIN and SCRAM-SHA-256), and one Java
+client properties file, the form Kafka users already have, given as security-file= to the
+source (Spark's Java client) and the sink and the start check (librdkafka, through
+`common.kafka_params.librdkafka_security`).
 
-A task kafka-source -> filter -> exactly-once kafka-sink through the SASL listener: the output
-topic, read read_committed, equals a plain-Python oracle. A wrong password: the task's start is
-refused with the reason its status carries (the broker refused the security settings), nothing
-is written, and a task with the right file runs beside it.
+A task kafka-source -> filter -> exactly-once kafka-sink through the SASL_PLAINTEXT listener
+(SCRAM-SHA-256, PLAIN) and the SASL_SSL one (its certificate signed by a throwaway CA that the
+file trusts as a PEM truststore): the output topic, read read_committed, equals a plain-Python
+oracle. A wrong password (for the source, and for the sink) or a TLS listener whose CA the file
+does not trust: the task's start is refused with the reason its status carries (the broker
+refused the security settings), nothing is written, and a task with the right file runs beside
+them.
 """
 
 from __future__ import annotations
@@ -32,11 +36,11 @@ USER = "elastiq"
 
 @pytest.fixture(scope="module")
 def sasl_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """A broker with a SASL listener and one user, for the module."""
+    """A broker with SASL_PLAINTEXT and SASL_SSL listeners and one user, for the module."""
     from elastiq.kafka_broker import KafkaBroker
 
     users = {USER: secrets.token_urlsafe(18)}
-    with KafkaBroker(tmp_path_factory.mktemp("kafka-sasl"), users=users) as broker:
+    with KafkaBroker(tmp_path_factory.mktemp("kafka-sasl"), users=users, tls=True) as broker:
         yield broker
 
 
@@ -74,16 +78,18 @@ def _task(spark: Any, tmp_path: Path, name: str, bootstrap: str, source: str, ou
     return rt
 
 
-@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "PLAIN"])
+@pytest.mark.parametrize(("mechanism", "tls"), [("SCRAM-SHA-256", False), ("PLAIN", False),
+                                               ("SCRAM-SHA-256", True)])
 def test_source_filter_sink_through_the_sasl_listener_is_exact(
-        spark: Any, sasl_broker: Any, tmp_path: Path, mechanism: str) -> None:
+        spark: Any, sasl_broker: Any, tmp_path: Path, mechanism: str, tls: bool) -> None:
     source, out = temp_topic("sasl-in"), temp_topic("sasl-out")
     create_topic(sasl_broker.bootstrap, source, partitions=2)
     rows = readings(200, len(mechanism))
     produce(sasl_broker.bootstrap, source, [json.dumps(r).encode() for r in rows])
-    security = sasl_broker.client_properties(USER, mechanism)
+    security = sasl_broker.client_properties(USER, mechanism, tls=tls)
     assert security.stat().st_mode & 0o777 == 0o600
-    rt = _task(spark, tmp_path, "good", sasl_broker.sasl_bootstrap, source, out, security)
+    bootstrap = sasl_broker.sasl_ssl_bootstrap if tls else sasl_broker.sasl_bootstrap
+    rt = _task(spark, tmp_path, "good", bootstrap, source, out, security)
     try:
         expected = hot(rows)
         records = read_committed(sasl_broker.bootstrap, out, expect=sum(expected.values()),
@@ -115,6 +121,14 @@ def test_a_wrong_password_is_refused_with_the_reason_and_writes_nothing(
                        "broker at .* refused the connection's security settings"):
         _task(spark, tmp_path, "bad-sink", sasl_broker.sasl_bootstrap, source, bad_out, good,
               sink_file=wrong)
+    untrusted = tmp_path / "untrusted.properties"  # SASL_SSL, but the CA is not trusted
+    untrusted.write_text("\n".join(line for line in good.read_text().splitlines()
+                                   if line.startswith(("security", "sasl", " ")))
+                         .replace("SASL_PLAINTEXT", "SASL_SSL") + "\n")
+    with pytest.raises(kafka_io.KafkaUnavailable, match="task untrusted, operator src: the "
+                       "Kafka broker at .* refused the connection's security settings"):
+        _task(spark, tmp_path, "untrusted", sasl_broker.sasl_ssl_bootstrap, source, bad_out,
+              untrusted)
     # a task with the right file runs beside them; the refused ones wrote nothing
     rt = _task(spark, tmp_path, "ok", sasl_broker.sasl_bootstrap, source, good_out, good)
     try:
