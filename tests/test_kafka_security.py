@@ -202,3 +202,23 @@ def test_a_security_file_is_read_for_both_clients_and_a_huge_one_is_refused(
     path.write_text("ssl.x=1\n" * 100_000)
     with pytest.raises(KafkaParamError, match="at most"):
         read_security_file(str(path))
+
+
+def test_the_test_brokers_sasl_and_tls_listeners_and_users(tmp_path: Path) -> None:
+    from elastiq.kafka_broker import BrokerError, BrokerPorts, check_users, server_properties
+    from elastiq.kafka_tls import BrokerTls
+
+    tls = BrokerTls(tmp_path / "ca.pem", tmp_path / "broker.p12", "store-pw")
+    text = server_properties(BrokerPorts(1, 2, 3, 4), tmp_path, {"alice": "pw-0123456789"}, tls)
+    settings = dict(line.split("=", 1) for line in text.splitlines())
+    assert settings["listeners"] == ("PLAINTEXT://127.0.0.1:1,SASL_PLAINTEXT://127.0.0.1:3,"
+                                     "SASL_SSL://127.0.0.1:4,CONTROLLER://127.0.0.1:2")
+    assert settings["listener.name.sasl_ssl.plain.sasl.jaas.config"] == (
+        f'{PLAIN_MODULE} required user_alice="pw-0123456789";')
+    assert settings["ssl.keystore.location"] == str(tmp_path / "broker.p12")
+    plain = server_properties(BrokerPorts(1, 2), tmp_path)
+    assert "SASL" not in plain and "alice" not in plain
+    for name, password in (('a"b', "pw-0123456789"), ("alice", 'pw" user_x="y'),
+                           ("alice", "short")):
+        with pytest.raises(BrokerError, match="SASL user"):
+            check_users({name: password})
