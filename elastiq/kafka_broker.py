@@ -10,6 +10,16 @@ or an OOM kill would) and starting it again on the same ports and data dir, not 
 disk). Used by `elastiq kafka` (a dev helper, detached: the broker outlives the command and its
 pid is kept in a state file) and by the tests (attached). Does not own topics or clients beyond
 the readiness check.
+
+With `users` (name -> password) the broker also has a SASL_PLAINTEXT listener (`sasl_bootstrap`)
+taking mechanisms PLAIN (the users in the listener's JAAS setting of `server.properties`) and
+SCRAM-SHA-256 (the same users' credentials created through the admin API once the broker
+answers, so no password is on a command line); `server.properties` and the client files
+`client_properties` writes are mode 0600. The PLAINTEXT listener stays (the readiness check and
+the tests' own helpers use it): this is a broker for development and tests, not a hardened one.
+With `tls` too, a SASL_SSL listener (`sasl_ssl_bootstrap`) with the same mechanisms and users,
+its certificate signed by a throwaway CA (`elastiq.kafka_tls`, the JDK's keytool) that client
+files trust as a PEM truststore (`ca_pem`).
 """
 
 from __future__ import annotations
@@ -17,6 +27,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -25,14 +36,20 @@ import time
 import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping
 
 from common.kafka_jars import broker_classpath
+from elastiq.kafka_tls import BrokerTls, make_broker_tls
 
 MAIN = "kafka.Kafka"
 STORAGE_TOOL = "kafka.tools.StorageTool"
 STATE_FILE = "broker.json"
 LOG_FILE = "server.log"
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256")
+LOGIN_MODULES = {"PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
+                 "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule"}
+_USER_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}\Z")
+_PASSWORD = re.compile(r"[A-Za-z0-9_.~+/=-]{8,128}\Z")  # nothing to quote in JAAS or properties
 JVM_OPTIONS = ("-Xms64m", "-Xmx512m", "-XX:+UseSerialGC", "-Djava.awt.headless=true")
 
 
@@ -44,10 +61,20 @@ class BrokerError(RuntimeError):
 class BrokerPorts:
     broker: int
     controller: int
+    sasl: int = 0  # 0: no SASL listener
+    sasl_ssl: int = 0  # 0: no SASL_SSL listener
 
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.broker}"
+
+    @property
+    def sasl_bootstrap(self) -> str:
+        return f"127.0.0.1:{self.sasl}"
+
+    @property
+    def sasl_ssl_bootstrap(self) -> str:
+        return f"127.0.0.1:{self.sasl_ssl}"
 
 
 @dataclass(frozen=True)
@@ -79,21 +106,82 @@ def port_free(port: int, reuse: bool = False) -> bool:
         return True
 
 
-def server_properties(ports: BrokerPorts, log_dir: Path) -> str:
+def check_users(users: Mapping[str, str]) -> None:
+    """Names and passwords a test broker takes: plain characters only (nothing to quote)."""
+    for name, password in users.items():
+        if not _USER_NAME.match(name) or not _PASSWORD.match(password):
+            raise BrokerError(f"SASL user {name[:64]!r}: a name is 1-64 letters, digits, '_' or "
+                              "'-'; a password 8-128 of those and '.~+/='")
+
+
+def sasl_listener_settings(users: Mapping[str, str], listener: str = "sasl_plaintext"
+                           ) -> dict[str, str]:
+    """A SASL listener's settings: PLAIN with `users` in its JAAS setting, SCRAM-SHA-256 with
+    the credentials the admin API creates."""
+    check_users(users)
+    plain_users = " ".join(f'user_{name}="{password}"' for name, password in users.items())
+    return {
+        "sasl.enabled.mechanisms": ",".join(SASL_MECHANISMS),
+        f"listener.name.{listener}.plain.sasl.jaas.config":
+            f"{LOGIN_MODULES['PLAIN']} required {plain_users};",
+        f"listener.name.{listener}.scram-sha-256.sasl.jaas.config":
+            f"{LOGIN_MODULES['SCRAM-SHA-256']} required;",
+    }
+
+
+def tls_settings(tls: BrokerTls) -> dict[str, str]:
+    """The broker's own certificate for its SSL listeners (a PKCS12 keystore)."""
+    return {"ssl.keystore.type": "PKCS12", "ssl.keystore.location": str(tls.keystore),
+            "ssl.keystore.password": tls.password, "ssl.key.password": tls.password}
+
+
+def client_properties(user: str, password: str, mechanism: str,
+                      ca_pem: Path | None = None) -> str:
+    """A Java client's properties for the SASL listener (with `ca_pem`: the SASL_SSL one,
+    trusting that PEM CA): the form Kafka users already have."""
+    check_users({user: password})
+    protocol = "SASL_PLAINTEXT" if ca_pem is None else "SASL_SSL"
+    trust = "" if ca_pem is None else \
+        f"ssl.truststore.type=PEM\nssl.truststore.location={ca_pem}\n"
+    return (f"security.protocol={protocol}\nsasl.mechanism={mechanism}\n"
+            f"sasl.jaas.config={LOGIN_MODULES[mechanism]} required \\\n"
+            f'    username="{user}" \\\n    password="{password}";\n{trust}')
+
+
+def write_private(path: Path, text: str) -> None:
+    """`text` into `path`, readable by its owner only (0600 from its creation)."""
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+
+
+def server_properties(ports: BrokerPorts, log_dir: Path, users: Mapping[str, str] | None = None,
+                      tls: BrokerTls | None = None) -> str:
     """The single-node KRaft configuration: every replication factor and minimum ISR is 1 (the
     transaction state log and the offsets topic included, or transactions and groups never
     start), one partition for the internal topics (fast start), no initial rebalance delay, a
-    short broker session (a restart after a kill waits for the old one to expire)."""
+    short broker session (a restart after a kill waits for the old one to expire); with
+    `users`, a SASL_PLAINTEXT listener too (`sasl_listener_settings`), and with `tls` a
+    SASL_SSL one."""
+    sasl = bool(users) and ports.sasl > 0
+    sasl_ssl = sasl and tls is not None and ports.sasl_ssl > 0
+    listeners = [f"PLAINTEXT://127.0.0.1:{ports.broker}"]
+    if sasl:
+        listeners.append(f"SASL_PLAINTEXT://127.0.0.1:{ports.sasl}")
+    if sasl_ssl:
+        listeners.append(f"SASL_SSL://127.0.0.1:{ports.sasl_ssl}")
     settings = {
         "process.roles": "broker,controller",
         "node.id": "1",
         "controller.quorum.voters": f"1@127.0.0.1:{ports.controller}",
-        "listeners": f"PLAINTEXT://127.0.0.1:{ports.broker},"
-                     f"CONTROLLER://127.0.0.1:{ports.controller}",
-        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{ports.broker}",
+        "listeners": ",".join([*listeners, f"CONTROLLER://127.0.0.1:{ports.controller}"]),
+        "advertised.listeners": ",".join(listeners),
         "controller.listener.names": "CONTROLLER",
         "inter.broker.listener.name": "PLAINTEXT",
-        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT"
+                                          + (",SASL_PLAINTEXT:SASL_PLAINTEXT" if sasl else "")
+                                          + (",SASL_SSL:SASL_SSL" if sasl_ssl else ""),
         "log.dirs": str(log_dir),
         "num.partitions": "1",
         "offsets.topic.replication.factor": "1",
@@ -108,6 +196,11 @@ def server_properties(ports: BrokerPorts, log_dir: Path) -> str:
         "broker.session.timeout.ms": "3000",
         "broker.heartbeat.interval.ms": "500",
     }
+    if sasl and users:
+        settings.update(sasl_listener_settings(users))
+    if sasl_ssl and users and tls is not None:
+        settings.update(sasl_listener_settings(users, "sasl_ssl"))
+        settings.update(tls_settings(tls))
     return "".join(f"{k}={v}\n" for k, v in settings.items())
 
 
@@ -140,9 +233,17 @@ def _java(classpath: str, work_dir: Path, main: str, *args: str) -> list[str]:
 class KafkaBroker:
     """`with KafkaBroker(tmp_path) as broker: broker.bootstrap` -> "127.0.0.1:PORT"."""
 
-    def __init__(self, work_dir: Path, start_timeout: float = 60.0, port: int = 0):
+    def __init__(self, work_dir: Path, start_timeout: float = 60.0, port: int = 0,
+                 users: Mapping[str, str] | None = None, tls: bool = False):
         self.work_dir = Path(work_dir).resolve()
         self.port = port  # 0: a free port
+        self.users = dict(users or {})  # SASL users, name -> password (none: no SASL listener)
+        if self.users:
+            check_users(self.users)
+        if tls and not self.users:
+            raise BrokerError("a TLS listener here is SASL_SSL: give users too")
+        self.tls_wanted = tls
+        self.tls: BrokerTls | None = None
         self.start_timeout = start_timeout
         self.ports = BrokerPorts(0, 0)
         self.process: subprocess.Popen[bytes] | None = None
@@ -150,6 +251,32 @@ class KafkaBroker:
     @property
     def bootstrap(self) -> str:
         return self.ports.bootstrap
+
+    @property
+    def sasl_bootstrap(self) -> str:
+        if not self.ports.sasl:
+            raise BrokerError("this broker has no SASL listener (give it users)")
+        return self.ports.sasl_bootstrap
+
+    @property
+    def sasl_ssl_bootstrap(self) -> str:
+        if not self.ports.sasl_ssl:
+            raise BrokerError("this broker has no SASL_SSL listener (give it users and tls)")
+        return self.ports.sasl_ssl_bootstrap
+
+    def client_properties(self, user: str, mechanism: str, password: str | None = None,
+                          tls: bool = False) -> Path:
+        """A Java client properties file (mode 0600) under the broker's dir for `user` with
+        `mechanism` (PLAIN or SCRAM-SHA-256), with the user's password unless `password`;
+        `tls`: for the SASL_SSL listener, trusting the broker's CA."""
+        if tls and self.tls is None:
+            raise BrokerError("this broker has no SASL_SSL listener (give it users and tls)")
+        path = self.work_dir / f"client-{user}-{mechanism.lower()}" \
+            f"{'-tls' if tls else ''}{'' if password is None else '-given'}.properties"
+        ca = self.tls.ca_pem if tls and self.tls is not None else None
+        write_private(path, client_properties(user, password or self.users[user], mechanism,
+                                              ca))
+        return path
 
     def start(self, detached: bool = False) -> "KafkaBroker":
         if shutil.which("java") is None:
@@ -159,12 +286,16 @@ class KafkaBroker:
         if self.port and not port_free(self.port):
             raise BrokerError(f"127.0.0.1:{self.port} is taken (another broker?); choose "
                               "another port (--port 0: any free one)")
+        if self.tls_wanted and self.tls is None:
+            self.tls = make_broker_tls(self.work_dir / "tls")
         for _ in range(3):  # another process may take a free port before Java binds it
-            self.ports = BrokerPorts(self.port or free_port(), free_port())
+            self.ports = BrokerPorts(self.port or free_port(), free_port(),
+                                     free_port() if self.users else 0,
+                                     free_port() if self.tls else 0)
             config = self._write_config()
             self._format(classpath, config)
             self.process = self._spawn(classpath, config, detached)
-            if self._wait_ready():
+            if self._wait_ready() and self._add_scram_users():
                 return self
             self.stop()
         raise BrokerError(f"the Kafka broker did not answer within {self.start_timeout:.0f} s; "
@@ -174,7 +305,7 @@ class KafkaBroker:
         self.work_dir.mkdir(parents=True, exist_ok=True)
         log_dir = self.work_dir / f"data-{self.ports.broker}"
         config = self.work_dir / "server.properties"
-        config.write_text(server_properties(self.ports, log_dir))
+        write_private(config, server_properties(self.ports, log_dir, self.users, self.tls))
         (self.work_dir / "log4j.properties").write_text(
             LOG4J.format(log=self.work_dir / LOG_FILE))
         return config
@@ -194,6 +325,33 @@ class KafkaBroker:
             return subprocess.Popen(_java(classpath, self.work_dir, MAIN, str(config)),
                                     stdout=out, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=detached)
+
+    def _add_scram_users(self) -> bool:
+        """The users' SCRAM-SHA-256 credentials (through the PLAINTEXT listener), then wait
+        until a SCRAM login on the SASL listener works; True at once without users."""
+        if not self.users:
+            return True
+        from confluent_kafka.admin import (AdminClient, ScramCredentialInfo, ScramMechanism,
+                                           UserScramCredentialAlteration,
+                                           UserScramCredentialUpsertion)
+
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})
+        info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096)
+        upserts: list[UserScramCredentialAlteration] = [UserScramCredentialUpsertion(name, info, password.encode())
+                   for name, password in self.users.items()]
+        for future in admin.alter_user_scram_credentials(upserts).values():
+            future.result(30)
+        name, password = next(iter(self.users.items()))
+        scram = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-256",
+                 "sasl.username": name, "sasl.password": password}
+        deadline = time.monotonic() + self.start_timeout
+        for _ in range(int(self.start_timeout / 0.2) + 1):
+            if answers(self.sasl_bootstrap, timeout=2.0, settings=scram):
+                return True
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.2)
+        return False
 
     def _wait_ready(self) -> bool:
         deadline = time.monotonic() + self.start_timeout
@@ -255,8 +413,10 @@ class KafkaBroker:
         self.stop()
 
 
-def answers(bootstrap: str, timeout: float = 1.0) -> bool:
-    """Whether a broker at `bootstrap` answers a metadata request with itself as a broker."""
+def answers(bootstrap: str, timeout: float = 1.0,
+            settings: Mapping[str, str] | None = None) -> bool:
+    """Whether a broker at `bootstrap` answers a metadata request with itself as a broker
+    (with the client `settings`, e.g. a SASL login)."""
     host, _, port = bootstrap.rpartition(":")
     try:
         socket.create_connection((host, int(port)), timeout=timeout).close()
@@ -264,7 +424,7 @@ def answers(bootstrap: str, timeout: float = 1.0) -> bool:
         return False
     from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0, **(settings or {})})
     try:
         return bool(admin.list_topics(timeout=timeout).brokers)
     except Exception:  # KafkaException while the broker is still starting

@@ -33,7 +33,8 @@ from typing import Any, Callable, Mapping, TypeVar
 import pyarrow as pa
 
 from common import bounded_call
-from common.kafka_params import security_settings, spark_security_options
+from common.kafka_params import (MAX_SECURITY_FILE_CHARS, librdkafka_security, security_properties,
+                                 spark_security_options)
 from common.kafka_problems import KafkaProblem, advice, problem_of_text
 from executor import kafka_records
 
@@ -42,6 +43,7 @@ log = logging.getLogger(__name__)
 MARK_PARTITION = 0
 CLIENT_TIMEOUT_S = 60.0
 CHECK_TIMEOUT_S = 10.0  # how long a task's start waits for the broker's answer
+CHECK_STEP_S = 1.0  # ... asking again each second: a SASL or SSL refusal heard ends it at once
 STALL_S = 30.0  # a transactional call not back by then fails the batch (the broker is away)
 T = TypeVar("T")
 
@@ -54,7 +56,8 @@ class SourceSettings:
     starting_offsets: str
     starting_timestamp_ms: int | None
     max_records: int | None
-    security: tuple[tuple[str, str], ...] = ()
+    security: tuple[tuple[str, str], ...] = ()  # Java's client (Spark's source)
+    client_security: tuple[tuple[str, str], ...] = ()  # librdkafka's (the start check)
 
 
 def source_options(s: SourceSettings) -> dict[str, str]:
@@ -75,11 +78,27 @@ def source_options(s: SourceSettings) -> dict[str, str]:
     return options
 
 
-def read_security_file(path: str | None) -> tuple[tuple[str, str], ...]:
+@dataclass(frozen=True)
+class ClientSecurity:
+    """One security file's settings for each client: Java's (Spark's Kafka source and
+    real-time sink, as the file says them) and librdkafka's (the sink and the start check,
+    translated by `common.kafka_params.librdkafka_security`)."""
+
+    java: tuple[tuple[str, str], ...] = ()
+    librdkafka: tuple[tuple[str, str], ...] = ()
+
+
+def read_security_file(path: str | None) -> ClientSecurity:
+    """The settings of the file given as security-file= (KafkaParamError with file and line
+    for what either client cannot take; a file too large to be a few settings is refused
+    before it is read whole)."""
     if not path:
-        return ()
+        return ClientSecurity()
     with open(path, encoding="utf-8") as f:
-        return tuple(sorted(security_settings(f.read(), path).items()))
+        text = f.read(MAX_SECURITY_FILE_CHARS + 1)
+    properties = security_properties(text, path)
+    return ClientSecurity(tuple(sorted((p.key, p.value) for p in properties)),
+                          tuple(sorted(librdkafka_security(properties, path).items())))
 
 
 # --- the sink -------------------------------------------------------------------------------
@@ -343,11 +362,11 @@ def listening(bootstrap: str, timeout: float = 2.0) -> bool:
 
 def check_broker(bootstrap: str, topics: tuple[str, ...], security: Mapping[str, str],
                  timeout: float = CHECK_TIMEOUT_S) -> None:
-    """At a task's start: that the broker answers with these security settings and holds
-    `topics`, else `KafkaUnavailable` with the reason (`common.kafka_problems`), within
-    `timeout` seconds: without it Spark's own client waits minutes and then fails with a Java
-    stack. A setting only Java's client knows (librdkafka refuses it as unknown) is left for
-    Spark's client to judge."""
+    """At a task's start: that the broker answers with these security settings (librdkafka's,
+    `ClientSecurity.librdkafka`) and holds `topics`, else `KafkaUnavailable` with the reason
+    (`common.kafka_problems`), within `timeout` seconds: without it Spark's own client waits
+    minutes and then fails with a Java stack. A refusal the client reports on its own (a SASL
+    authentication or SSL handshake failure) ends the wait at once."""
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
@@ -357,16 +376,23 @@ def check_broker(bootstrap: str, topics: tuple[str, ...], security: Mapping[str,
     try:
         admin = AdminClient(config)
     except (KafkaException, ValueError, TypeError) as exc:
-        if "No such configuration property" in str(exc):
-            return
         raise KafkaUnavailable(f"{advice('bad-setting')} ({exc})") from None
-    try:
-        listed = admin.list_topics(timeout=timeout).topics
-    except KafkaException as exc:
-        admin.poll(0)  # serves the error callback
-        said = "; ".join([str(exc.args[0].str()), *heard[-2:]])
-        problem = start_problem(said, bool(security), listening(bootstrap))
-        raise KafkaUnavailable(f"{advice(problem, 'at ' + bootstrap)} ({said[:300]})") from None
+    deadline = time.monotonic() + timeout
+    for _ in range(int(timeout / CHECK_STEP_S) + 2):
+        try:
+            listed = admin.list_topics(timeout=CHECK_STEP_S).topics
+            break
+        except KafkaException as exc:
+            admin.poll(0)  # serves the error callback
+            said = "; ".join([str(exc.args[0].str()), *heard[-2:]])
+            refused = any(problem_of_text(h) in ("refused", "bad-setting") for h in heard)
+            if time.monotonic() < deadline and not refused:
+                continue  # a refusal is final at once; anything else may still pass
+            problem = start_problem(said, bool(security), listening(bootstrap))
+            raise KafkaUnavailable(f"{advice(problem, 'at ' + bootstrap)} ({said[:300]})") \
+                from None
+    else:
+        raise KafkaUnavailable(f"{advice('unreachable', 'at ' + bootstrap)}")
     missing = missing_topics(listed, topics)
     if missing:
         raise KafkaUnavailable(advice("no-topic", f"at {bootstrap} ({', '.join(missing)})"))
@@ -394,7 +420,7 @@ def raw_frame(spark: Any, settings: SourceSettings) -> Any:
 
     if not connector_available():
         raise KafkaSetupError(f"Spark's Kafka connector is not installed: {FETCH_HINT}")
-    check_broker(settings.bootstrap, settings.topics, dict(settings.security))
+    check_broker(settings.bootstrap, settings.topics, dict(settings.client_security))
     try:
         raw = spark.readStream.format("kafka").options(**source_options(settings)).load()
     except Exception as exc:  # the session started without the connector on its classpath

@@ -593,7 +593,7 @@ class TaskRuntime:
         settings = kafka_io.SourceSettings(
             bootstrap, tuple(topics), topic_pattern, starting_offsets,
             None if starting_timestamp is None else kafka_io.timestamp_ms(starting_timestamp),
-            max_records, security)
+            max_records, security.java, security.librdkafka)
         layout = kafka_records.RecordLayout(sources.schema_pairs(schema), tuple(
             (field, column) for field, column in metadata), format)
         try:
@@ -1198,25 +1198,26 @@ class TaskRuntime:
             raise self._error(op, f"delivery must be exactly-once or at-least-once, "
                                   f"got {delivery!r}")
         try:
-            security = dict(kafka_io.read_security_file(
-                security_file and confine_at_open(security_file)))
+            security = kafka_io.read_security_file(
+                security_file and confine_at_open(security_file))
         except (OSError, PathRefused, KafkaParamError) as exc:
             raise self._error(op, str(exc)) from None
         try:
-            kafka_io.check_broker(bootstrap, (), security)
+            kafka_io.check_broker(bootstrap, (), dict(security.librdkafka))
         except kafka_io.KafkaUnavailable as exc:
             raise kafka_io.KafkaUnavailable(f"task {self.task_id}, operator {op}: {exc}") \
                 from None
         spark_dir = os.path.join(self.checkpoint_dir, "spark")
         if self.real_time is not None:
             self._real_time_sink(op, stream, kafka_realtime.SinkSettings(
-                bootstrap, topic, key_column, tuple(sorted(security.items()))), delivery, format)
+                bootstrap, topic, key_column, security.java), delivery, format)
             return
         sink = kafka_io.KafkaSink(
             self.task_id, bootstrap=bootstrap, topic=topic, fmt=format, key_column=key_column,
             exactly_once=delivery == "exactly-once",
             transactional_id=transactional_id(self.query_id, self.task_id, op),
-            run_id=lambda: kafka_io.query_run_id(spark_dir), security=security)
+            run_id=lambda: kafka_io.query_run_id(spark_dir),
+            security=dict(security.librdkafka))
         self._start(op, input, sink)
 
     def _real_time_sink(self, op: str, stream: Stream, settings: kafka_realtime.SinkSettings,

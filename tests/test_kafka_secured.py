@@ -1,0 +1,141 @@
+"""Kafka through a secured broker (layer 3): a real KRaft broker with a SASL_PLAINTEXT listener
+and a SASL_SSL one (`KafkaBroker(users=..., tls=True)`: PLAIN and SCRAM-SHA-256), and one Java
+client properties file, the form Kafka users already have, given as security-file= to the
+source (Spark's Java client) and the sink and the start check (librdkafka, through
+`common.kafka_params.librdkafka_security`).
+
+A task kafka-source -> filter -> exactly-once kafka-sink through the SASL_PLAINTEXT listener
+(SCRAM-SHA-256, PLAIN) and the SASL_SSL one (its certificate signed by a throwaway CA that the
+file trusts as a PEM truststore): the output topic, read read_committed, equals a plain-Python
+oracle. A wrong password (for the source, and for the sink) or a TLS listener whose CA the file
+does not trust: the task's start is refused with the reason its status carries (the broker
+refused the security settings), nothing is written, and a task with the right file runs beside
+them.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections import Counter
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from common.types import Schema
+from tests.kafka_support import (create_topic, kafka_parts_missing, kafka_required, produce,
+                                 read_committed, temp_topic)
+
+pytestmark = [pytest.mark.spark, kafka_required()]
+__all__ = ["kafka_parts_missing"]
+
+READING = Schema.of(("sensor", "string"), ("temp", "double"))
+USER = "elastiq"
+
+
+@pytest.fixture(scope="module")
+def sasl_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A broker with SASL_PLAINTEXT and SASL_SSL listeners and one user, for the module."""
+    from elastiq.kafka_broker import KafkaBroker
+
+    users = {USER: secrets.token_urlsafe(18)}
+    with KafkaBroker(tmp_path_factory.mktemp("kafka-sasl"), users=users, tls=True) as broker:
+        yield broker
+
+
+def readings(n: int, seed: int) -> list[dict[str, Any]]:
+    return [{"sensor": f"s{(i * 7 + seed) % 5}", "temp": float((i * 37 + seed) % 60)}
+            for i in range(n)]
+
+
+def hot(rows: list[dict[str, Any]]) -> Counter:
+    """The oracle: the sensor and temperature of every reading above 30, as a multiset."""
+    return Counter((r["sensor"], r["temp"]) for r in rows if r["temp"] > 30)
+
+
+def got(records: list[tuple[bytes | None, bytes]]) -> Counter:
+    return Counter((json.loads(v)["sensor"], json.loads(v)["temp"]) for _, v in records)
+
+
+def _task(spark: Any, tmp_path: Path, name: str, bootstrap: str, source: str, out: str,
+          security_file: Path, sink_file: Path | None = None) -> Any:
+    """kafka-source -> filter temp > 30 -> exactly-once kafka-sink, both with the file (the
+    sink with `sink_file` if given)."""
+    from executor.runtime import TaskRuntime
+
+    rt = TaskRuntime(spark, query_id="q", task_id=name, checkpoint_dir=str(tmp_path / name))
+    rt.kafka_source(op="src", output="raw", schema=READING, bootstrap=bootstrap,
+                    topics=(source,), starting_offsets="earliest", format="jsonl", metadata=(),
+                    security_file=str(security_file))
+    rt.filter(op="hot", input="raw", output="hot", condition="raw.temp > 30")
+    try:
+        rt.kafka_sink(op="out", input="hot", bootstrap=bootstrap, topic=out, format="jsonl",
+                      delivery="exactly-once", security_file=str(sink_file or security_file))
+    except BaseException:
+        rt.stop()
+        raise
+    return rt
+
+
+@pytest.mark.parametrize(("mechanism", "tls"), [("SCRAM-SHA-256", False), ("PLAIN", False),
+                                               ("SCRAM-SHA-256", True)])
+def test_source_filter_sink_through_the_sasl_listener_is_exact(
+        spark: Any, sasl_broker: Any, tmp_path: Path, mechanism: str, tls: bool) -> None:
+    source, out = temp_topic("sasl-in"), temp_topic("sasl-out")
+    create_topic(sasl_broker.bootstrap, source, partitions=2)
+    rows = readings(200, len(mechanism))
+    produce(sasl_broker.bootstrap, source, [json.dumps(r).encode() for r in rows])
+    security = sasl_broker.client_properties(USER, mechanism, tls=tls)
+    assert security.stat().st_mode & 0o777 == 0o600
+    bootstrap = sasl_broker.sasl_ssl_bootstrap if tls else sasl_broker.sasl_bootstrap
+    rt = _task(spark, tmp_path, "good", bootstrap, source, out, security)
+    try:
+        expected = hot(rows)
+        records = read_committed(sasl_broker.bootstrap, out, expect=sum(expected.values()),
+                                 timeout=90)
+    finally:
+        rt.stop()
+    assert got(records) == expected
+
+
+def test_a_wrong_password_is_refused_with_the_reason_and_writes_nothing(
+        spark: Any, sasl_broker: Any, tmp_path: Path) -> None:
+    from executor import kafka_io
+
+    source, bad_out, good_out = temp_topic("pw-in"), temp_topic("pw-bad"), temp_topic("pw-ok")
+    create_topic(sasl_broker.bootstrap, source)
+    rows = readings(60, 3)
+    produce(sasl_broker.bootstrap, source, [json.dumps(r).encode() for r in rows])
+    wrong = sasl_broker.client_properties(USER, "SCRAM-SHA-256", password="not-the-password")
+    with pytest.raises(kafka_io.KafkaUnavailable) as caught:
+        _task(spark, tmp_path, "bad", sasl_broker.sasl_bootstrap, source, bad_out, wrong)
+    reason = str(caught.value)  # the status: "task bad did not start: KafkaUnavailable: " + it
+    assert reason.startswith(f"task bad, operator src: the Kafka broker at "
+                             f"{sasl_broker.sasl_bootstrap} refused the connection's security "
+                             "settings"), reason
+    assert "fix the file given as security-file=" in reason
+    assert "not-the-password" not in reason
+    good = sasl_broker.client_properties(USER, "SCRAM-SHA-256")
+    with pytest.raises(kafka_io.KafkaUnavailable, match="task bad-sink, operator out: the Kafka "
+                       "broker at .* refused the connection's security settings"):
+        _task(spark, tmp_path, "bad-sink", sasl_broker.sasl_bootstrap, source, bad_out, good,
+              sink_file=wrong)
+    untrusted = tmp_path / "untrusted.properties"  # SASL_SSL, but the CA is not trusted
+    untrusted.write_text("\n".join(line for line in good.read_text().splitlines()
+                                   if line.startswith(("security", "sasl", " ")))
+                         .replace("SASL_PLAINTEXT", "SASL_SSL") + "\n")
+    with pytest.raises(kafka_io.KafkaUnavailable, match="task untrusted, operator src: the "
+                       "Kafka broker at .* refused the connection's security settings"):
+        _task(spark, tmp_path, "untrusted", sasl_broker.sasl_ssl_bootstrap, source, bad_out,
+              untrusted)
+    # a task with the right file runs beside them; the refused ones wrote nothing
+    rt = _task(spark, tmp_path, "ok", sasl_broker.sasl_bootstrap, source, good_out, good)
+    try:
+        expected = hot(rows)
+        records = read_committed(sasl_broker.bootstrap, good_out, expect=sum(expected.values()),
+                                 timeout=90)
+    finally:
+        rt.stop()
+    assert got(records) == expected
+    assert read_committed(sasl_broker.bootstrap, bad_out, expect=0, timeout=5, settle=0) == []
