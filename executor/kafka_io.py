@@ -361,10 +361,11 @@ def listening(bootstrap: str, timeout: float = 2.0) -> bool:
 
 
 def check_broker(bootstrap: str, topics: tuple[str, ...], security: Mapping[str, str],
-                 timeout: float = CHECK_TIMEOUT_S) -> None:
+                 timeout: float | None = None) -> None:
     """At a task's start: that the broker answers with these security settings (librdkafka's,
     `ClientSecurity.librdkafka`) and holds `topics`, else `KafkaUnavailable` with the reason
-    (`common.kafka_problems`), within `timeout` seconds: without it Spark's own client waits
+    (`common.kafka_problems`), within `timeout` seconds (default CHECK_TIMEOUT_S, read at the
+    call): without it Spark's own client waits
     minutes and then fails with a Java stack. A refusal the client reports on its own (a SASL
     authentication or SSL handshake failure) ends the wait at once."""
     from confluent_kafka import KafkaException
@@ -377,8 +378,9 @@ def check_broker(bootstrap: str, topics: tuple[str, ...], security: Mapping[str,
         admin = AdminClient(config)
     except (KafkaException, ValueError, TypeError) as exc:
         raise KafkaUnavailable(f"{advice('bad-setting')} ({exc})") from None
-    deadline = time.monotonic() + timeout
-    for _ in range(int(timeout / CHECK_STEP_S) + 2):
+    bound = CHECK_TIMEOUT_S if timeout is None else timeout
+    deadline = time.monotonic() + bound
+    for _ in range(int(bound / CHECK_STEP_S) + 2):
         try:
             listed = admin.list_topics(timeout=CHECK_STEP_S).topics
             break
