@@ -5,16 +5,19 @@ free 127.0.0.1 ports, ended after the module), what a test about Kafka does when
 not fetched (`kafka_required`: a skip on a developer's machine without `setup.sh --kafka`, a
 failure that says why under CI, where a silent skip would pass a suite that tested no Kafka),
 and producing and reading topics with confluent-kafka (reads are `read_committed`, bounded in
-time). Does not own assertions.
+time); also the readings and their oracle that the Kafka task tests share (`readings`, `hot`,
+`got`). Does not own assertions.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import time
 import uuid
+from collections import Counter
 from pathlib import Path
-from typing import Iterator, Literal, Mapping, Sequence
+from typing import Any, Iterator, Literal, Mapping, Sequence
 
 import pytest
 
@@ -127,3 +130,19 @@ def temp_topic(prefix: str) -> str:
 
 __all__ = ["kafka_broker", "kafka_parts_missing", "create_topic", "produce", "read_committed",
            "skip_reason", "kafka_required", "missing_parts_action", "temp_topic", "Path"]
+
+
+def readings(n: int, seed: int) -> list[dict[str, Any]]:
+    """`n` sensor readings, deterministic by `seed`."""
+    return [{"sensor": f"s{(i * 7 + seed) % 5}", "temp": float((i * 37 + seed) % 60)}
+            for i in range(n)]
+
+
+def hot(rows: list[dict[str, Any]]) -> Counter:
+    """The oracle: the sensor and temperature of every reading above 30, as a multiset."""
+    return Counter((r["sensor"], r["temp"]) for r in rows if r["temp"] > 30)
+
+
+def got(records: list[tuple[bytes | None, bytes]]) -> Counter:
+    """The sensor and temperature of each JSON record value read, as a multiset."""
+    return Counter((json.loads(v)["sensor"], json.loads(v)["temp"]) for _, v in records)

@@ -16,7 +16,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +23,8 @@ import pyarrow as pa
 import pytest
 
 from common.types import Schema
-from tests.kafka_support import (create_topic, kafka_broker, kafka_parts_missing,
-                                 kafka_required, produce, read_committed, temp_topic)
+from tests.kafka_support import (create_topic, got, hot, kafka_broker, kafka_parts_missing,
+                                 kafka_required, produce, read_committed, readings, temp_topic)
 from testkit.waiting import wait_for
 
 pytestmark = [pytest.mark.spark, kafka_required()]
@@ -33,20 +32,6 @@ __all__ = ["kafka_broker", "kafka_parts_missing"]
 
 ROOT = Path(__file__).resolve().parent.parent
 READING = Schema.of(("sensor", "string"), ("temp", "double"), ("part", "int"), ("off", "int"))
-
-
-def readings(n: int, seed: int) -> list[dict[str, Any]]:
-    return [{"sensor": f"s{(i * 7 + seed) % 5}", "temp": float((i * 37 + seed) % 60)}
-            for i in range(n)]
-
-
-def hot(rows: list[dict[str, Any]]) -> Counter:
-    """The oracle: the sensor and temperature of every reading above 30, as a multiset."""
-    return Counter((r["sensor"], r["temp"]) for r in rows if r["temp"] > 30)
-
-
-def got(records: list[tuple[bytes | None, bytes]]) -> Counter:
-    return Counter((json.loads(v)["sensor"], json.loads(v)["temp"]) for _, v in records)
 
 
 def test_source_filter_sink_is_exact_and_bad_records_go_to_the_dead_letter_file(

@@ -17,15 +17,14 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections import Counter
 from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
 
 from common.types import Schema
-from tests.kafka_support import (create_topic, kafka_parts_missing, kafka_required, produce,
-                                 read_committed, temp_topic)
+from tests.kafka_support import (create_topic, got, hot, kafka_parts_missing, kafka_required,
+                                 produce, read_committed, readings, temp_topic)
 
 pytestmark = [pytest.mark.spark, kafka_required()]
 __all__ = ["kafka_parts_missing"]
@@ -42,20 +41,6 @@ def sasl_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     users = {USER: secrets.token_urlsafe(18)}
     with KafkaBroker(tmp_path_factory.mktemp("kafka-sasl"), users=users, tls=True) as broker:
         yield broker
-
-
-def readings(n: int, seed: int) -> list[dict[str, Any]]:
-    return [{"sensor": f"s{(i * 7 + seed) % 5}", "temp": float((i * 37 + seed) % 60)}
-            for i in range(n)]
-
-
-def hot(rows: list[dict[str, Any]]) -> Counter:
-    """The oracle: the sensor and temperature of every reading above 30, as a multiset."""
-    return Counter((r["sensor"], r["temp"]) for r in rows if r["temp"] > 30)
-
-
-def got(records: list[tuple[bytes | None, bytes]]) -> Counter:
-    return Counter((json.loads(v)["sensor"], json.loads(v)["temp"]) for _, v in records)
 
 
 def _task(spark: Any, tmp_path: Path, name: str, bootstrap: str, source: str, out: str,
