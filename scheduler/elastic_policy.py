@@ -26,7 +26,10 @@ scale-ins on a capacity that is at most the real one, so neither is fooled by th
   `Decision`: scale out, scale in or hold, the target parallelism, a bounded reason class, the
   measured `Rates`, the operator's `Capacity` after this window (`learn`) and an explanation
   with the numbers; `warming_up` names the instances whose first micro-batch (a cold one:
-  Python workers, code generation) is still inside the window, which is not measured. Busy
+  Python workers, code generation) is still inside the window, which is not measured, and
+  `stabilizing` those inside their stabilization window (their attempt's first
+  `stabilization_seconds`, as Flink's autoscaler: their batches stay out of the cost fit,
+  `settled`, and the policy holds unless an `emergency`). Busy
   fractions count the batch running now (`busy_in`: a heartbeat's `running_ms`), true rates
   only finished batches (a batch's rows are counted when it ends).
 Reads no clock (the caller passes `now`, the same clock as the samples' `at`) and does no I/O.
@@ -41,7 +44,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Iterable, Literal, Mapping, Sequence
 
 from common.batch_cost import (
-    MIN_SPANS, TARGET_BATCH_SECONDS, BatchCost, BatchSpan, fit, fit_on_cpu,
+    TARGET_BATCH_SECONDS, BatchCost, BatchSpan, fit, fit_on_cpu,
 )
 from common.messages import retained_of
 
@@ -49,21 +52,29 @@ DecisionKind = Literal["out", "in", "hold"]
 # why: "load" (the model's need), "backlog" (a queue grew all window), "bounds" (min/max),
 # "steady" (the current parallelism fits), "settling" (the need changed inside the window),
 # "cooldown", "no_data", "draining", "catching_up" (an instance ended no micro-batch in the
-# window and runs one: the rows queued meanwhile wait for its end)
+# window and runs one: the rows queued meanwhile wait for its end), "stabilizing" (an instance
+# is inside its stabilization window: its first batches are not measured)
 Reason = Literal["load", "backlog", "bounds", "steady", "settling", "cooldown", "no_data",
-                 "draining", "catching_up"]
+                 "draining", "catching_up", "stabilizing"]
 REASONS: tuple[str, ...] = ("load", "backlog", "bounds", "steady", "settling", "cooldown",
-                            "no_data", "draining", "catching_up")
+                            "no_data", "draining", "catching_up", "stabilizing")
 NEED_CAP = 1_000_000  # a need above any parallelism, so huge or odd figures stay integers
 MAX_FIGURE = 1e15  # no counter of a task reaches this; bounding them keeps the sums finite
 MAX_TIME = 1e12  # seconds, either side of the clock's zero
 PRESSED_BUSY = 0.9  # busy fraction of wall time: an instance that falls behind is never idle
 RETAINED_RISE = 5.0  # batches: less is acknowledgements' ebb and flow (or a start-up), not a queue
 THROTTLED_MOST = 0.5  # CFS periods throttled: an instance throttled in more is at its cpu limit
-# micro-batches an instance (re)started runs before a window may hold its batches: the first
-# ones are cold (Python workers, code generation, the JIT) and read a start's backlog; this many
-# leave the cost model its MIN_SPANS spans after the first batch before anything is decided
-WARM_BATCHES = MIN_SPANS + 1
+# seconds after an instance's (re)start (its attempt's first ended micro-batch) whose batches
+# are not measured, as Flink's `job.autoscaler.stabilization.interval`: the first ones are cold
+# (Python workers, code generation, the JVM's JIT on a fraction of a core, first state-store
+# files) and read a start's backlog, and their cost biases the fit high (docs/elasticity.md,
+# "Stabilization": on 0.35-cpu agents 0.55-0.68 s of cpu per batch in an instance's first
+# minute against 0.20-0.39 s later)
+STABILIZATION_SECONDS = 60.0
+# while an instance stabilizes the policy acts only when rows queue at least this many times as
+# fast as the instances process them (backlog growing all window, the busiest instance busy):
+# a cold instance is slower, not that much slower; a x4 step on one instance is
+EMERGENCY_RATIO = 1.0
 
 
 # --- samples ------------------------------------------------------------------------------------
@@ -133,17 +144,43 @@ def blank(sample: Sample) -> bool:
     return sample.tuples_in == 0 and sample.tuples_out == 0 and sample.busy_ms == 0
 
 
+def first_batch_after(known: float | None, last: Sample | None, sample: Sample) -> float | None:
+    """When the task's current attempt ended its first micro-batch, after `sample` follows
+    `last` (None: the task's first sample) and `known` was the answer before: a fall of the
+    batch count is a new attempt (it counts from 0), whose first batch ended at the first
+    sample that counts one after a sample that counted none. None: no batch ended in this
+    attempt yet, the task counts none (an older executor), or its first sample already counted
+    some (it ran before it was first seen, e.g. by a scheduler that just took over: warm)."""
+    if last is None:
+        return None
+    if sample.batches < last.batches:  # a new attempt
+        return sample.at if sample.batches > 0 else None
+    if known is not None:
+        return known
+    return sample.at if sample.batches > 0 and last.batches == 0 else None
+
+
+def first_batch_of(samples: Sequence[Sample]) -> float | None:
+    """`first_batch_after` folded over `samples` (oldest first)."""
+    known, last = None, None
+    for sample in samples:
+        known, last = first_batch_after(known, last, sample), sample
+    return known
+
+
 class SampleHistory:
     """The recent samples of each task (key: task id), oldest first: the last `keep_seconds`
     before the task's newest sample, at most `max_samples`. A sample not newer than the task's
     last one is ignored (a duplicate or reordered heartbeat), and so is a `blank` one after
-    figures (a heartbeat without metrics)."""
+    figures (a heartbeat without metrics). Beside them, when each task's current attempt ended
+    its first micro-batch (`first_batch_after`), kept however old (the stabilization window)."""
 
     def __init__(self, keep_seconds: float = 60.0, max_samples: int = 240) -> None:
         if keep_seconds <= 0 or max_samples < 2:
             raise ValueError("a history keeps more than 0 s and at least 2 samples")
         self.keep_seconds, self.max_samples = keep_seconds, max_samples
         self._samples: dict[str, list[Sample]] = {}
+        self._first_batch: dict[str, float] = {}
 
     def record(self, key: str, sample: Sample | None) -> None:
         """Add `sample` (None: nothing) to task `key`'s history and drop what is too old."""
@@ -152,6 +189,12 @@ class SampleHistory:
         samples = self._samples.setdefault(key, [])
         if samples and (sample.at <= samples[-1].at or (blank(sample) and not blank(samples[-1]))):
             return
+        first = first_batch_after(self._first_batch.get(key), samples[-1] if samples else None,
+                                  sample)
+        if first is None:
+            self._first_batch.pop(key, None)
+        else:
+            self._first_batch[key] = first
         samples.append(sample)
         oldest = sample.at - self.keep_seconds
         first = next((i for i, s in enumerate(samples) if s.at >= oldest), len(samples))
@@ -160,11 +203,17 @@ class SampleHistory:
     def samples(self, key: str) -> tuple[Sample, ...]:
         return tuple(self._samples.get(key, ()))
 
+    def first_batch_at(self, key: str) -> float | None:
+        """When task `key`'s current attempt ended its first micro-batch (None: not yet, or
+        it counts no batches)."""
+        return self._first_batch.get(key)
+
     def keep_only(self, keys: Iterable[str]) -> None:
         """Forget every task not in `keys` (ended, retired, its query gone)."""
         wanted = set(keys)
         for key in [k for k in self._samples if k not in wanted]:
             del self._samples[key]
+            self._first_batch.pop(key, None)
 
 
 # --- what decide sees ---------------------------------------------------------------------------
@@ -175,7 +224,8 @@ class ElasticPolicy:
     of the current instances; scale in only to a parallelism that would be at most
     `target_utilisation * (1 - scale_in_margin)` busy (the hysteresis); nothing changes within
     `cooldown_seconds` of the last change; rates are taken over the last `window_seconds`, from
-    at least `min_samples` samples of every task covering at least half the window."""
+    at least `min_samples` samples of every task covering at least half the window; an
+    instance's first `stabilization_seconds` of batches are not measured (`stabilizing`)."""
 
     min_parallelism: int = 1
     max_parallelism: int = 4
@@ -185,6 +235,9 @@ class ElasticPolicy:
     window_seconds: float = 10.0
     min_samples: int = 5
     target_batch_seconds: float = TARGET_BATCH_SECONDS  # the cost model sizes for batches <= this
+    # an instance's batches in its first this many seconds (from its attempt's first ended
+    # batch) are not measured, and the policy holds while one is inside them (`stabilizing`)
+    stabilization_seconds: float = STABILIZATION_SECONDS
 
     def __post_init__(self) -> None:
         problems = self.problems()
@@ -207,6 +260,8 @@ class ElasticPolicy:
             found.append(f"window {self.window_seconds} s must be > 0")
         if not (math.isfinite(self.target_batch_seconds) and self.target_batch_seconds > 0):
             found.append(f"target batch time {self.target_batch_seconds} s must be > 0")
+        if not (math.isfinite(self.stabilization_seconds) and self.stabilization_seconds >= 0):
+            found.append(f"stabilization {self.stabilization_seconds} s must be a number >= 0")
         if self.min_samples < 3:
             found.append(f"minimum samples {self.min_samples} must be >= 3 (each half of "
                          f"the window needs two)")
@@ -252,6 +307,14 @@ class OperatorView:
     upstreams: Mapping[str, Sequence[Sample]]
     last_change_at: float | None = None
     capacity: Capacity | None = None
+    # when each instance's current attempt ended its first micro-batch (`SampleHistory`); an
+    # instance missing here: from its samples (`first_batch_of`)
+    first_batch_at: Mapping[str, float] = field(default_factory=dict)
+
+    def started(self, key: str) -> float | None:
+        """When instance `key`'s attempt ended its first micro-batch (None: unknown)."""
+        known = self.first_batch_at.get(key)
+        return known if known is not None else first_batch_of(self.instances.get(key, ()))
 
 
 def view_of(history: SampleHistory, query_id: str, operator_id: str, parallelism: int,
@@ -260,10 +323,12 @@ def view_of(history: SampleHistory, query_id: str, operator_id: str, parallelism
     """The view `decide` needs, from `history`: `instances` are the ids of the operator's
     active instance tasks (slots 1..parallelism), `upstreams` those of the tasks whose splitter
     feeds it."""
+    instances = list(instances)
+    firsts = {key: history.first_batch_at(key) for key in instances}
     return OperatorView(query_id, operator_id, parallelism,
                         {key: history.samples(key) for key in instances},
                         {key: history.samples(key) for key in upstreams}, last_change_at,
-                        capacity)
+                        capacity, {key: at for key, at in firsts.items() if at is not None})
 
 
 @dataclass(frozen=True)
@@ -426,28 +491,29 @@ def warming_up(tasks: Mapping[str, Sequence[Sample]], since: float) -> list[str]
         elif first is not None and first > 0 and samples[first].at >= since:
             cold.append(f"{key} (its first batch ended {samples[-1].at - samples[first].at:.1f} "
                         f"s ago)")
-        elif _early_batches(samples, since):
-            cold.append(f"{key} (the window holds some of its first {WARM_BATCHES} "
-                        f"micro-batches, which are not measured: it has ended "
-                        f"{samples[-1].batches:.0f})")
     return cold
 
 
-def _early_batches(samples: Sequence[Sample], since: float, warm: int = WARM_BATCHES) -> bool:
-    """A task that counts its batches ran one of its first `warm` (since its attempt started:
-    the count falls to 0 at a new one) in or after `since`: it had not ended `warm` before
-    `since`, and has ended one since or runs one now (a task that counts none, an older
-    executor, is judged by its first batch alone)."""
-    if not samples or samples[-1].batches <= 0:
-        return False
-    restart = max((i for i in range(1, len(samples))
-                   if samples[i].batches < samples[i - 1].batches), default=0)
-    samples = samples[restart:]  # a new attempt counts its batches from 0
-    warm_at = next((i for i, s in enumerate(samples) if s.batches >= warm), None)
-    if warm_at == 0 or (warm_at is not None and samples[warm_at].at < since):
-        return False
-    recent = [s.batches for s in samples if s.at >= since]
-    return samples[-1].running_ms > 0 or (len(recent) > 1 and recent[-1] > recent[0])
+def stabilizing(view: OperatorView, policy: ElasticPolicy, now: float) -> list[str]:
+    """The instances inside their stabilization window: their attempt's first micro-batch
+    ended less than `policy.stabilization_seconds` before `now` (`OperatorView.started`), each
+    with its numbers (pure)."""
+    inside = []
+    for key in sorted(view.instances):
+        started = view.started(key)
+        if started is not None and now - started < policy.stabilization_seconds:
+            inside.append(f"{key} ({now - started:.1f} s of {policy.stabilization_seconds:g} s "
+                          f"since its first micro-batch)")
+    return inside
+
+
+def settled(samples: Sequence[Sample], started: float | None,
+            seconds: float) -> Sequence[Sample]:
+    """The samples taken once the task's stabilization window (`seconds` from `started`, its
+    attempt's first ended batch; None: unknown, all) was over: what the cost model may fit."""
+    if started is None:
+        return samples
+    return [s for s in samples if s.at >= started + seconds]
 
 
 def _span(window: Sequence[Sample]) -> float:
@@ -672,8 +738,10 @@ def _learnt(view: OperatorView, policy: ElasticPolicy, measured: Measured,
     """The operator's capacity after a window: from the cost model when its instances' recent
     batches fit one (`modelled`); else as before the model, rows per busy second (`_by_rate`),
     noting why there is no model."""
-    spans = [span for samples in view.instances.values() for span in spans_of(samples)]
-    cpu_spans = [span for samples in view.instances.values() for span in cpu_spans_of(samples)]
+    kept = [settled(samples, view.started(key), policy.stabilization_seconds)
+            for key, samples in view.instances.items()]
+    spans = [span for samples in kept for span in spans_of(samples)]
+    cpu_spans = [span for samples in kept for span in cpu_spans_of(samples)]
     previous = view.capacity
     capacity = modelled(previous, spans, policy.target_batch_seconds, now, cpu_spans)
     if isinstance(capacity, Capacity):
@@ -745,10 +813,48 @@ def decide(view: OperatorView, policy: ElasticPolicy, now: float) -> Decision:
         return _decision(view, "hold", n, "cooldown",
                          f"cool-down, {left:.1f} s of {policy.cooldown_seconds:g} s left "
                          f"since the last change")
+    inside = stabilizing(view, policy, now)
     measured = measure(view, policy, now)
+    if inside:
+        return _stabilizing(view, policy, measured, inside, now)
     if isinstance(measured, str):
         return _decision(view, "hold", n, "no_data", f"not enough data: {measured}")
     return _decide_on(view, policy, measured, _learnt(view, policy, measured, now))
+
+
+def emergency(rates: Rates) -> bool:
+    """Rows queue all window, the instances at their limit, and at least `EMERGENCY_RATIO`
+    times as fast as the instances process them: an overload no cold start explains."""
+    return rates.pressed and rates.backlog_slope >= EMERGENCY_RATIO * rates.processed > 0
+
+
+def _stabilizing(view: OperatorView, policy: ElasticPolicy, measured: Measured | str,
+                 inside: Sequence[str], now: float) -> Decision:
+    """While an instance is inside its stabilization window: hold, saying which and for how
+    long, and learn nothing from the window; but an `emergency` scales out as rule 5 would,
+    at the capacity of the batches outside every window (or rows per busy second)."""
+    n = view.parallelism
+    why = (f"stabilizing: {', '.join(inside)}; an instance's first "
+           f"{policy.stabilization_seconds:g} s of micro-batches (cold: JIT, Python workers, "
+           f"first state-store files) are not measured")
+    if isinstance(measured, str):
+        return _decision(view, "hold", n, "stabilizing", f"{why}; {measured}")
+    numbers = describe(measured.whole)
+    if not emergency(measured.whole):
+        return _decision(view, "hold", n, "stabilizing", f"{why}; no emergency (rows queueing "
+                         f"at least {EMERGENCY_RATIO:g}x as fast as processed, all window); "
+                         f"{numbers}", measured)
+    capacity = _learnt(view, policy, measured, now)
+    if capacity is None:
+        return _decision(view, "hold", n, "stabilizing", f"{why}; an emergency, but no "
+                         f"capacity known; {numbers}", measured)
+    needs = _needs(measured, capacity, policy.target_utilisation)
+    formula = _formula(measured, capacity, policy.target_utilisation, needs,
+                       policy.target_batch_seconds)
+    return _scale_out(view, policy, measured, needs[2], f"emergency while {why}: the backlog "
+                      f"grows {measured.whole.backlog_slope:,.0f} rows/s, at least "
+                      f"{EMERGENCY_RATIO:g}x the {measured.whole.processed:,.0f} rows/s "
+                      f"processed; {formula}; {numbers}", capacity, "backlog", at_least=n + 1)
 
 
 def _needs(measured: Measured, capacity: Capacity, utilisation: float) -> tuple[int, int, int]:
@@ -870,4 +976,5 @@ def _scale_in(view: OperatorView, policy: ElasticPolicy, measured: Measured,
 __all__ = ["Sample", "sample_of", "SampleHistory", "ElasticPolicy", "Capacity", "OperatorView",
            "view_of", "Rates", "learn", "rising", "busy_in", "in_one_batch",
            "Measured", "Decision", "decide", "measure", "needed", "increase", "slope", "OUTCOMES",
-           "REASONS", "blank", "spans_of", "cpu_spans_of", "modelled", "WARM_BATCHES", "effective_target", "capacity_text", "throttled_in"]
+           "REASONS", "blank", "spans_of", "cpu_spans_of", "modelled", "STABILIZATION_SECONDS", "EMERGENCY_RATIO",
+           "stabilizing", "settled", "first_batch_of", "first_batch_after", "emergency", "effective_target", "capacity_text", "throttled_in"]

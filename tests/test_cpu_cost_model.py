@@ -6,7 +6,7 @@ row reads ~1 / the arrival rate, and the capacity follows the load (the benchmar
 cpu: 3.9-8.3 ms per row at 150 rows/s, 1.8 ms at 600). Fitted on the batches' cpu time it is the
 engine's own cost. Pure tests on a simulated engine whose cpu costs are known (the oracle), plus
 the executor's side (`executor.cpu_clock`: the trace, the cgroup's counter, the progress report's
-interval) and the start rule (no decision on an instance's first WARM_BATCHES batches)."""
+interval) and the start rule (no decision inside an instance's stabilization window)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from common.batch_cost import BatchCost, BatchSpan, fit, fit_on_cpu
 from tests.test_batch_cost_model import Engine, Instance
 from executor.cpu_clock import CpuSampler, CpuTrace, batch_interval, container_cpu_seconds
 from scheduler.elastic_policy import (
-    WARM_BATCHES, Capacity, Decision, ElasticPolicy, OperatorView, Sample, cpu_spans_of, decide, modelled,
+    Capacity, Decision, ElasticPolicy, OperatorView, Sample, cpu_spans_of, decide, modelled,
     sample_of, spans_of,
 )
 
@@ -29,7 +29,10 @@ CPU_FIXED, CPU_PER_ROW = 0.1, 1.0 / 2000.0  # cpu seconds per batch and per row
 LIMIT = 0.35  # the container's CFS quota, cpus
 POLICY = ElasticPolicy(min_parallelism=1, max_parallelism=8, target_utilisation=0.8,
                        scale_in_margin=0.15, cooldown_seconds=20.0, window_seconds=10.0,
-                       min_samples=5, target_batch_seconds=2.0)
+                       min_samples=5, target_batch_seconds=2.0,
+                       # the simulated engines have no cold start (a batch costs the same from
+                       # the first): the stabilization window is tests/test_stabilization.py's
+                       stabilization_seconds=0.0)
 
 
 def throttled_engine(load: float, seconds: int = 60, seed: int = 1) -> list[Sample]:
@@ -119,31 +122,34 @@ def test_cpu_spans_only_where_every_batch_had_its_cpu_measured() -> None:
 def start_view(first_batch: float) -> OperatorView:
     """Issue 31's start at 0.35 cpu: an instance catching up a start backlog at 134 rows per busy
     second, throttled in 80% of its periods, while 150 rows/s arrive and the backlog grows all
-    window; its batch count starts at `first_batch`. No cost model yet."""
+    window; its batch count goes from 0 to 1 at `first_batch` (its attempt's first batch ended
+    then), 11 - `first_batch` s before the decision. No cost model yet."""
     instance, upstream = [], []
     for t in range(12):
+        batches = 0.0 if t < first_batch else 1.0 + (t - first_batch) // 3
         instance.append(Sample(float(t), 134.0 * t, 134.0 * t, 1000.0 * (t + 1),
-                               batches=first_batch + t // 3,
-                               nr_periods=10.0 * t, nr_throttled=8.0 * t))
+                               batches=batches, nr_periods=10.0 * t, nr_throttled=8.0 * t))
         upstream.append(Sample(float(t), 150.0 * t, 150.0 * t, 0.0, backlog=20.0 * t))
     return OperatorView("q", "f", 1, {"q.f1": instance}, {"q.up": upstream}, None, None)
 
 
 def test_no_decision_on_an_instances_first_batches() -> None:
     """The old policy scaled out at base load at the start on the rate model (need
-    ceil(150 / (134 x 0.8)) = 2); the first WARM_BATCHES batches are now no measurement. The
-    same window of a warm instance still scales out: the rule is what holds."""
-    d = decide(start_view(1.0), POLICY, 11.0)
-    assert d.kind == "hold" and d.reason == "no_data"
-    assert f"the window holds some of its first {WARM_BATCHES}" in d.explanation
-    warm = decide(start_view(10.0), POLICY, 11.0)
+    ceil(150 / (134 x 0.8)) = 2); an instance's first 60 s of batches (the default
+    stabilization window; until 2026-11-29 its first WARM_BATCHES = 5 batches) are no
+    measurement: hold, "stabilizing". The same window of a warm instance (its first batch 70 s
+    ago) still scales out: the rule is what holds. A new attempt (the count falls) is cold again
+    however many batches the old one had. (Adapted: it asserted the WARM_BATCHES sentence.)"""
+    policy = replace(POLICY, stabilization_seconds=60.0)
+    d = decide(start_view(0.5), policy, 11.0)
+    assert d.kind == "hold" and d.reason == "stabilizing"
+    assert "q.f1 (10.0 s of 60 s since its first micro-batch)" in d.explanation
+    view = start_view(0.5)
+    warm = decide(replace(view, first_batch_at={"q.f1": -59.0}), policy, 11.0)
     assert warm.kind == "out" and warm.target == 2
-    # a new attempt counts from 0 again: its first batches are cold however many the old had
-    old = [replace(s, at=s.at - 12.0, batches=s.batches + 50) for s in start_view(0.0)
-           .instances["q.f1"]]
-    view = start_view(1.0)
+    old = [replace(s, at=s.at - 12.0, batches=s.batches + 50) for s in view.instances["q.f1"]]
     restarted = replace(view, instances={"q.f1": old + list(view.instances["q.f1"])})
-    assert decide(restarted, POLICY, 11.0).reason == "no_data"
+    assert decide(restarted, policy, 11.0).reason == "stabilizing"
 
 
 # --- the executor's side ------------------------------------------------------------------------
