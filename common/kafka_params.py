@@ -150,7 +150,8 @@ _ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
 
 
 def _unescape(text: str, where: str) -> str:
-    """Java properties' escapes: \\t \\n \\r \\f, \\uXXXX, and \\c -> c for any other c."""
+    """Java properties' escapes: \\t \\n \\r \\f, \\u and four hex digits, and \\c -> c for
+    any other c."""
     out: list[str] = []
     i = 0
     while i < len(text):
@@ -213,12 +214,6 @@ def security_properties(text: str, origin: str) -> list[SecuritySetting]:
         found.pop(key, None)
         found[key] = SecuritySetting(key, value, number)
     return list(found.values())
-
-
-def security_settings(text: str, origin: str) -> dict[str, str]:
-    """The client settings of a security properties file (`security_properties`), as Java's
-    client takes them: key -> value."""
-    return {s.key: s.value for s in security_properties(text, origin)}
 
 
 # --- the same file for librdkafka (the sink and the start check) ---------------------------

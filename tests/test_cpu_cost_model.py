@@ -254,8 +254,12 @@ class ThrottledEngine(Engine):
                     inst.batches += 1
             if inst.batch_left == 0 and inst.queue >= 1.0:
                 inst.batch_rows, inst.queue = math.floor(inst.queue), inst.queue % 1.0
-                inst.batch_cpu = CPU_FIXED + self.per_row_cpu * inst.batch_rows
+                inst.batch_cpu = self.batch_cpu(inst, inst.batch_rows)
                 inst.batch_took = inst.batch_left = inst.batch_cpu / LIMIT * self.stretch
+
+    def batch_cpu(self, inst: ThrottledInstance, rows: int) -> float:
+        """The cpu seconds of `inst`'s next batch of `rows` rows."""
+        return CPU_FIXED + self.per_row_cpu * rows
 
     def _heartbeat(self) -> None:
         super()._heartbeat()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import secrets
+from collections import Counter
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -63,6 +64,16 @@ def _task(spark: Any, tmp_path: Path, name: str, bootstrap: str, source: str, ou
     return rt
 
 
+def written_then_stop(rt: Any, bootstrap: str, topic: str, expected: Counter) -> Counter:
+    """What task `rt` wrote to `topic`, read read_committed once as many records as `expected`
+    holds are there (within 90 s); the task is stopped either way."""
+    try:
+        records = read_committed(bootstrap, topic, expect=sum(expected.values()), timeout=90)
+    finally:
+        rt.stop()
+    return got(records)
+
+
 @pytest.mark.parametrize(("mechanism", "tls"), [("SCRAM-SHA-256", False), ("PLAIN", False),
                                                ("SCRAM-SHA-256", True)])
 def test_source_filter_sink_through_the_sasl_listener_is_exact(
@@ -75,13 +86,8 @@ def test_source_filter_sink_through_the_sasl_listener_is_exact(
     assert security.stat().st_mode & 0o777 == 0o600
     bootstrap = sasl_broker.sasl_ssl_bootstrap if tls else sasl_broker.sasl_bootstrap
     rt = _task(spark, tmp_path, "good", bootstrap, source, out, security)
-    try:
-        expected = hot(rows)
-        records = read_committed(sasl_broker.bootstrap, out, expect=sum(expected.values()),
-                                 timeout=90)
-    finally:
-        rt.stop()
-    assert got(records) == expected
+    expected = hot(rows)
+    assert written_then_stop(rt, sasl_broker.bootstrap, out, expected) == expected
 
 
 def test_a_wrong_password_is_refused_with_the_reason_and_writes_nothing(
@@ -116,11 +122,6 @@ def test_a_wrong_password_is_refused_with_the_reason_and_writes_nothing(
               untrusted)
     # a task with the right file runs beside them; the refused ones wrote nothing
     rt = _task(spark, tmp_path, "ok", sasl_broker.sasl_bootstrap, source, good_out, good)
-    try:
-        expected = hot(rows)
-        records = read_committed(sasl_broker.bootstrap, good_out, expect=sum(expected.values()),
-                                 timeout=90)
-    finally:
-        rt.stop()
-    assert got(records) == expected
+    expected = hot(rows)
+    assert written_then_stop(rt, sasl_broker.bootstrap, good_out, expected) == expected
     assert read_committed(sasl_broker.bootstrap, bad_out, expect=0, timeout=5, settle=0) == []

@@ -19,7 +19,7 @@ import pytest
 
 from common.kafka_params import (MAX_SECURITY_FILE_CHARS, PLAIN_MODULE, SCRAM_MODULE,
                                  KafkaParamError, librdkafka_security, parse_jaas_login,
-                                 security_properties, security_settings)
+                                 security_properties)
 
 SECRET = "S3cr3t-pw"
 
@@ -50,11 +50,11 @@ def test_security_settings_only_pass_security_keys_located() -> None:
                       ("=x\n", 1), ("ssl.a=1\nssl.b=\\u12\n", 2),
                       ("security.protocol=X\\\n  bootstrap.servers=y\ngroup.id=z\n", 3)):
         with pytest.raises(KafkaParamError, match=f"c.properties:{line}: "):
-            security_settings(bad, "c.properties")
+            security_properties(bad, "c.properties")
     with pytest.raises(KafkaParamError, match="at most"):
-        security_settings("ssl.x=1\n" * (MAX_SECURITY_FILE_CHARS // 8 + 1), "c.properties")
+        security_properties("ssl.x=1\n" * (MAX_SECURITY_FILE_CHARS // 8 + 1), "c.properties")
     with pytest.raises(KafkaParamError, match="c.properties:1: the value of 'ssl.x'"):
-        security_settings("ssl.x=" + "a" * 9000, "c.properties")
+        security_properties("ssl.x=" + "a" * 9000, "c.properties")
 
 
 @pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "SCRAM-SHA-512"])

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from common.kafka_params import (KafkaParamError, parse_bootstrap, parse_starting_offsets,
-                                 parse_topics, security_settings, transactional_id)
+                                 parse_topics, security_properties, transactional_id)
 from common.types import ColumnType
 from compiler.pipeline import check_spec_text, compile_spec_text
 from executor.kafka_io import (KafkaUnavailable, Mark, SourceSettings, already_written, bounded,
@@ -125,11 +125,11 @@ def test_bad_starting_offsets_are_refused(text: str) -> None:
 
 def test_security_settings_only_pass_security_keys() -> None:
     text = "# creds\nsecurity.protocol=SASL_SSL\nsasl.mechanism = PLAIN\n\nssl.ca.location=/x\n"
-    assert security_settings(text, "c.properties") == {
+    assert {p.key: p.value for p in security_properties(text, "c.properties")} == {
         "security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN", "ssl.ca.location": "/x"}
     for bad in ("bootstrap.servers=evil:9092\n", "security.protocol\n", "=x\n"):
         with pytest.raises(KafkaParamError, match="c.properties:1"):
-            security_settings(bad, "c.properties")
+            security_properties(bad, "c.properties")
 
 
 def test_transactional_ids_are_stable_per_sink_and_distinct_between_sinks() -> None:

@@ -61,28 +61,12 @@ class ColdEngine(ThrottledEngine):
             self.instances.append(ColdInstance(born=self.t))
         super().run(arrival, seconds)
 
-    def _step(self, arrival: float) -> None:
-        self.t += self.dt
-        self.arrived += arrival * self.dt
-        for inst in self.instances[:self.n]:
-            inst.queue += arrival * self.dt / self.n
-        for inst in self.instances:
-            assert isinstance(inst, ColdInstance)
-            if inst.batch_left > 0:
-                inst.batch_left -= self.dt
-                if inst.batch_left <= 1e-9:
-                    inst.batch_left = 0.0
-                    inst.rows += inst.batch_rows
-                    inst.busy_ms += 1000.0 * inst.batch_took
-                    inst.cpu_ms += 1000.0 * inst.batch_cpu
-                    inst.batches += 1
-            if inst.batch_left == 0 and inst.queue >= 1.0:
-                cold = max(0.0, 1.0 - (self.t - inst.born) / COLD)
-                fixed = WARM_FIXED + (COLD_FIXED - WARM_FIXED) * cold
-                per_row = WARM_PER_ROW + (COLD_PER_ROW - WARM_PER_ROW) * cold
-                inst.batch_rows, inst.queue = math.floor(inst.queue), inst.queue % 1.0
-                inst.batch_cpu = fixed + per_row * inst.batch_rows
-                inst.batch_took = inst.batch_left = inst.batch_cpu / LIMIT
+    def batch_cpu(self, inst: ThrottledInstance, rows: int) -> float:
+        assert isinstance(inst, ColdInstance)
+        cold = max(0.0, 1.0 - (self.t - inst.born) / COLD)
+        fixed = WARM_FIXED + (COLD_FIXED - WARM_FIXED) * cold
+        per_row = WARM_PER_ROW + (COLD_PER_ROW - WARM_PER_ROW) * cold
+        return fixed + per_row * rows
 
     def _heartbeat(self) -> None:
         super()._heartbeat()
