@@ -6,5 +6,5 @@ and framework messages to events, `common.messages` to bytes), `executor_state` 
 decisions), `task_runner` (one task: load its generated program, keep its query running), `runtime`
 (the API generated programs call), `sources` and `sinks` (Spark data sources and foreachBatch
 sinks), `channels` and `wire` (numbered Arrow batches over ZeroMQ), `shapes` (generator rows),
-`spark_session` and `spark_worker_daemon` (the shared SparkSession).
+`spark_session`, `spark_worker_daemon` and `spark_python_path` (the shared SparkSession).
 """

@@ -5,7 +5,8 @@ no UI, 1-2 shuffle partitions (frozen into each query's checkpoint at its first 
 RocksDB state store with changelog checkpointing, checkpoints on the raw local file system (no
 `.crc` files), UTC session time, loopback-only networking,
 quiet logs, Spark's Kafka connector on the classpath when `scripts/setup.sh --kafka` fetched it
-(`common.kafka_jars`; `spark.jars` at launch, as a JVM started without it cannot load it later)
+(`common.kafka_jars`; `spark.jars` at launch, as a JVM started without it cannot load it later),
+Python processes that import the installed, compiled pyspark (`executor.spark_python_path`)
 and, when the installed pyspark needs it, the worker daemon that avoids the per-task
 import-cache flush (see `executor.spark_worker_daemon`). Does not own queries, sources or sinks.
 """
@@ -21,6 +22,7 @@ from pyspark.sql import SparkSession
 
 from common.kafka_jars import connector_available, connector_jars
 from executor.class_archive import session_java_options
+from executor.spark_python_path import PYTHONPATH_ENV, session_python_path
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +91,8 @@ def build_session(cores: int, app_name: str, state_dir: str,
     jars = tuple(connector_jars()) if connector_available() else ()
     if java_options is None:
         java_options = session_java_options()
+    # the JVM passes this on to every Python process it starts (spark_python_path)
+    os.environ[PYTHONPATH_ENV] = session_python_path(os.environ.get(PYTHONPATH_ENV))
     for key, value in session_settings(cores, state_dir, workaround, jars,
                                        java_options).items():
         builder = builder.config(key, value)
