@@ -388,7 +388,8 @@ def _stream_source(c: CallSite) -> Args:
 
 def _kafka_source(c: CallSite) -> Args:
     """Its topics or pattern, canonical starting offsets (or a starting timestamp), which record
-    field fills which declared column, and its files resolved against the spec's folder."""
+    field fills which declared column, its files resolved against the spec's folder, and for an
+    instance's copy (`compiler.kafka_partitions`) its share of the partitions."""
     topics = parse_topics(c.p("topic")) if c.p("topic") is not None else ()
     start = c.p("starting-timestamp")
     metadata = tuple((METADATA_COLUMNS[name][0], c.p(name)) for name in METADATA_COLUMNS
@@ -400,7 +401,9 @@ def _kafka_source(c: CallSite) -> Args:
         ("starting_timestamp", start and _iso(start))) + (
         ("format", c.p("format")), ("metadata", metadata)) + _given(
         ("dead_letter", c.path("dead-letter")), ("security_file", c.path("security-file")),
-        ("max_records", c.p("max-records-per-batch")))
+        ("max_records", c.p("max-records-per-batch")),
+        # an instance's copy of the source (compiler.kafka_partitions): its share of partitions
+        ("share", c.p("share")), ("shares", c.p("shares")))
 
 
 def _filter(c: CallSite) -> Args:

@@ -4,8 +4,9 @@ Owns the order of the compiler's steps, as docs/architecture.md draws them: pars
 (`spec`), semantic check into a logical graph (`validate`; file paths against the path roots the
 caller gives, `paths`), rewrite into a physical graph (`rewrite`, with the shipped rules of
 `rewrite_rules/` plus an optional user rule folder; the identity when the spec asks for no
-pattern), split into tasks (`tasks`), and generate each task's program (`codegen`). The CLI and
-the scheduler's API both call `compile_spec_text`.
+pattern; then `kafka_partitions`: each instance of a partitioned stateless operator reads its
+own Kafka partitions), split into tasks (`tasks`), and generate each task's program
+(`codegen`). The CLI and the scheduler's API both call `compile_spec_text`.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from common.diagnostics import Diagnostic, Position, SpecError, cap_diagnostics
 from common.paths import PathRoots, local_roots
 from common.tasks import (ChannelSpec, CompiledQuery, OperatorPlan, QueryTask, StreamImport,
                           channel_id)
-from compiler import autoshare, codegen, realtime, spec as spec_mod, validate
+from compiler import autoshare, codegen, kafka_partitions, realtime, spec as spec_mod, validate
 from compiler.control import catalog_for
 from compiler.elastic import elastic_operators
 from compiler.graph import Graph
@@ -199,7 +200,7 @@ def _finish(parsed: spec_mod.Spec, logical: Graph, query_id: str, base: Path,
     shares = autoshare.choose(logical, offers, resolve) if offers and parsed.share else ()
     logical = autoshare.apply(logical, shares)
     rewritten = rewrite(logical, rules)
-    physical = rewritten.graph
+    physical, kafka_firings = kafka_partitions.read_in_instances(rewritten.graph)
     refused = _unrunnable(parsed, physical)
     if refused and not plan_only:
         raise SpecError(list(refused))
@@ -219,8 +220,9 @@ def _finish(parsed: spec_mod.Spec, logical: Graph, query_id: str, base: Path,
                           operator_plans(parsed, physical, plans, resolve),
                           shareable(query_id, written, physical, channels, resolve),
                           parsed.distribute)
-    return Compilation(parsed, logical, physical, plans, query, warnings, rewritten.firings,
-                       refused, shares, written if shares else None)
+    return Compilation(parsed, logical, physical, plans, query, warnings,
+                       rewritten.firings + kafka_firings, refused, shares,
+                       written if shares else None)
 
 
 def shareable(query_id: str, written: Graph, physical: Graph, channels: tuple[ChannelSpec, ...],

@@ -1548,7 +1548,8 @@ def _check_parallelism(c: _Checker, op: OperatorDecl, d: OperatorDef,
         requests["folded-partitions"] = high + 1
     if d.stateful and _switchable(op, c.params[op.name]):
         requests.update(switch_requests(op, c.params[op.name]))
-    if (low, mode) != (1, "manual"):
+    if (low, mode) != (1, "manual") or "max-parallelism" in attrs:  # asked to rescale: the
+        # splitter stays even after a kafka-source (compiler.kafka_partitions)
         requests.update({"min-parallelism": low, "elastic": mode})
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from common.kafka_params import parse_topics
+from common.kafka_partitions import describe as describe_share
 from common.tasks import QueryTask
 from compiler import realtime
 from compiler.graph import Graph, notation, to_dot, to_mermaid
@@ -95,6 +97,7 @@ def _tasks(c: Compilation) -> list[str]:
         for ch in task.outputs:
             lines.append(f"      writes {ch}")
         lines += [f"      {note}" for note in _placement(task)]
+        lines += [f"      {note}" for note in _kafka_shares(c, task)]
         if kafka:
             lines += [f"      {line}" for line in realtime.describe(modes[task.task_id])]
     if q.channels:
@@ -102,6 +105,19 @@ def _tasks(c: Compilation) -> list[str]:
         for spec in q.channels:
             lines.append(f"  {spec.channel_id}: {spec.producer} -> {', '.join(spec.consumers)}")
     return lines
+
+
+def _kafka_shares(c: Compilation, task: QueryTask) -> list[str]:
+    """Which Kafka partitions each instance's copy of a kafka-source in `task` reads
+    (`compiler.kafka_partitions`; the count is the topic's, read at the task's first start)."""
+    notes = []
+    for name in task.operators:
+        node = c.physical.node(name)
+        if node.kind == "kafka-source" and node.param("shares") is not None:
+            topics = parse_topics(str(node.param("topic")))
+            share = describe_share(topics, node.param("share"), node.param("shares"))
+            notes.append(f"kafka  {name} {share}")
+    return notes
 
 
 def _placement(task: QueryTask) -> list[str]:

@@ -28,11 +28,12 @@ import os
 import socket
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, TypeVar
+from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 import pyarrow as pa
 
-from common import bounded_call
+from common import bounded_call, kafka_partitions
+from common.atomic_file import replace_file
 from common.kafka_params import (MAX_SECURITY_FILE_CHARS, librdkafka_security, security_properties,
                                  spark_security_options)
 from common.kafka_problems import KafkaProblem, advice, problem_of_text
@@ -58,18 +59,37 @@ class SourceSettings:
     max_records: int | None
     security: tuple[tuple[str, str], ...] = ()  # Java's client (Spark's source)
     client_security: tuple[tuple[str, str], ...] = ()  # librdkafka's (the start check)
+    share: "Share | None" = None  # an instance's share of the partitions (compiler.kafka_partitions)
 
 
-def source_options(s: SourceSettings) -> dict[str, str]:
-    """Spark Kafka source options (pure). failOnDataLoss stays true: records Kafka deleted
-    before the task read them fail the task with Spark's message, never pass in silence."""
+@dataclass(frozen=True)
+class Share:
+    """Instance `share` of `shares` reading its block of the topics' partitions; `pinned` is
+    the file in the task's checkpoint folder that keeps the partition list of its first start."""
+
+    share: int
+    shares: int
+    pinned: str
+
+
+def source_options(s: SourceSettings,
+                   assigned: Sequence[kafka_partitions.Partition] | None = None) -> dict[str, str]:
+    """Spark Kafka source options (pure); with `assigned`, only those partitions (Spark's
+    `assign`, per-partition starting offsets cut down to them). failOnDataLoss stays true:
+    records Kafka deleted before the task read them fail the task with Spark's message, never
+    pass in silence."""
     options = {"kafka.bootstrap.servers": s.bootstrap, "includeHeaders": "false"}
-    if s.topics:
+    if assigned is not None:
+        options["assign"] = kafka_partitions.assign_option(assigned)
+    elif s.topics:
         options["subscribe"] = ",".join(s.topics)
     else:
         options["subscribePattern"] = str(s.topic_pattern)
     if s.starting_timestamp_ms is not None:
         options["startingTimestamp"] = str(s.starting_timestamp_ms)
+    elif assigned is not None:
+        options["startingOffsets"] = kafka_partitions.starting_offsets_for(s.starting_offsets,
+                                                                          assigned)
     else:
         options["startingOffsets"] = s.starting_offsets
     if s.max_records is not None:
@@ -361,13 +381,14 @@ def listening(bootstrap: str, timeout: float = 2.0) -> bool:
 
 
 def check_broker(bootstrap: str, topics: tuple[str, ...], security: Mapping[str, str],
-                 timeout: float | None = None) -> None:
+                 timeout: float | None = None) -> list[kafka_partitions.Partition]:
     """At a task's start: that the broker answers with these security settings (librdkafka's,
     `ClientSecurity.librdkafka`) and holds `topics`, else `KafkaUnavailable` with the reason
     (`common.kafka_problems`), within `timeout` seconds (default CHECK_TIMEOUT_S, read at the
     call): without it Spark's own client waits
     minutes and then fails with a Java stack. A refusal the client reports on its own (a SASL
-    authentication or SSL handshake failure) ends the wait at once."""
+    authentication or SSL handshake failure) ends the wait at once. Returns the (topic,
+    partition) pairs of `topics`, as the broker's metadata lists them."""
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
@@ -398,6 +419,7 @@ def check_broker(bootstrap: str, topics: tuple[str, ...], security: Mapping[str,
     missing = missing_topics(listed, topics)
     if missing:
         raise KafkaUnavailable(advice("no-topic", f"at {bootstrap} ({', '.join(missing)})"))
+    return [(t, int(p)) for t in topics for p in listed[t].partitions]
 
 
 def timestamp_ms(iso: str) -> int:
@@ -417,14 +439,18 @@ def source_frame(spark: Any, settings: SourceSettings, layout: kafka_records.Rec
 
 def raw_frame(spark: Any, settings: SourceSettings) -> Any:
     """Spark's Kafka source frame of `settings` (its records as Spark gives them), once the
-    broker answered (`check_broker`); KafkaSetupError without the connector."""
+    broker answered (`check_broker`); with a share, only the instance's partitions
+    (`assigned_partitions`). KafkaSetupError without the connector, or for a share that cannot
+    be read."""
     from common.kafka_jars import FETCH_HINT, connector_available
 
     if not connector_available():
         raise KafkaSetupError(f"Spark's Kafka connector is not installed: {FETCH_HINT}")
-    check_broker(settings.bootstrap, settings.topics, dict(settings.client_security))
+    listed = check_broker(settings.bootstrap, settings.topics, dict(settings.client_security))
+    assigned = None if settings.share is None else assigned_partitions(settings.share, listed)
     try:
-        raw = spark.readStream.format("kafka").options(**source_options(settings)).load()
+        raw = spark.readStream.format("kafka").options(
+            **source_options(settings, assigned)).load()
     except Exception as exc:  # the session started without the connector on its classpath
         if "kafka" in str(exc).lower() and "find" in str(exc).lower():
             raise KafkaSetupError("this executor's Spark session has no Kafka connector (it "
@@ -432,3 +458,42 @@ def raw_frame(spark: Any, settings: SourceSettings) -> Any:
                                   "executor") from None
         raise
     return raw
+
+
+def assigned_partitions(share: Share, listed: Sequence[kafka_partitions.Partition]
+                        ) -> tuple[kafka_partitions.Partition, ...]:
+    """The partitions instance `share.share` of `share.shares` reads: its block of the
+    partition list of the task's first start, kept in `share.pinned` (a restart reads the same
+    block, and its checkpoint's offsets are for those partitions). A topic whose partitions
+    changed since then is refused (KafkaSetupError): a new block would move partitions between
+    instances without their offsets (read twice or skipped), so the query is resubmitted."""
+    where = f"instance {share.share} of {share.shares}"
+    pinned = _pinned(share.pinned)
+    current = sorted(set(listed))
+    if pinned is not None and pinned != current:
+        raise KafkaSetupError(
+            f"{where}: the topic's partitions changed since the instance first started "
+            f"({len(pinned)} then, {len(current)} now); partitions are assigned to instances "
+            "once, at the first start, so that each keeps its offsets: resubmit the query "
+            "(elastiq cancel, then submit) to read the new partitions")
+    try:
+        assigned = kafka_partitions.assign(current, share.share, share.shares, where)
+    except kafka_partitions.KafkaShareError as exc:
+        raise KafkaSetupError(str(exc)) from None
+    if pinned is None:
+        os.makedirs(os.path.dirname(share.pinned) or ".", exist_ok=True)
+        replace_file(share.pinned, json.dumps([list(p) for p in current]) + "\n")
+    log.info("kafka-source %s reads %s", where, kafka_partitions.assign_option(assigned))
+    return assigned
+
+
+def _pinned(path: str) -> list[kafka_partitions.Partition] | None:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return sorted((str(t), int(p)) for t, p in json.loads(f.read(1 << 22)))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, TypeError) as exc:
+        raise KafkaSetupError(f"{path} does not hold a partition list ({exc}): it is the "
+                              "instance's assignment of its first start; resubmit the query") \
+            from None

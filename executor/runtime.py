@@ -579,10 +579,13 @@ class TaskRuntime:
                      metadata: Sequence[tuple[str, str]], topics: Sequence[str] = (),
                      topic_pattern: str | None = None, starting_timestamp: str | None = None,
                      dead_letter: str | None = None, security_file: str | None = None,
-                     max_records: int | None = None) -> None:
+                     max_records: int | None = None, share: int | None = None,
+                     shares: int | None = None) -> None:
         """Records of Kafka `topics` (or those matching `topic_pattern`) as rows of `schema`
         (`executor.kafka_io`); records that do not parse go to `dead_letter` (default: under
-        the task's checkpoint folder)."""
+        the task's checkpoint folder). With `share` i of `shares` k, only instance i's block of
+        the topics' partitions (`common.kafka_partitions`), fixed at the task's first start in
+        its checkpoint folder."""
         dead = dead_letter or os.path.join(self.checkpoint_dir, "dead-letters", f"{op}.jsonl")
         try:
             dead = confine_at_open(dead) if dead_letter else dead
@@ -593,7 +596,9 @@ class TaskRuntime:
         settings = kafka_io.SourceSettings(
             bootstrap, tuple(topics), topic_pattern, starting_offsets,
             None if starting_timestamp is None else kafka_io.timestamp_ms(starting_timestamp),
-            max_records, security.java, security.librdkafka)
+            max_records, security.java, security.librdkafka,
+            None if share is None or shares is None else kafka_io.Share(
+                share, shares, os.path.join(self.checkpoint_dir, f"kafka-share-{op}.json")))
         layout = kafka_records.RecordLayout(sources.schema_pairs(schema), tuple(
             (field, column) for field, column in metadata), format)
         try:
