@@ -22,6 +22,9 @@ MAX_SHARES = 64  # compiler.validate.MAX_PARALLELISM
 MAX_PARTITIONS = 1_000_000  # a topic's partitions; common.kafka_params refuses larger numbers
 
 Partition = tuple[str, int]  # (topic, partition number)
+# an instance's copy of a kafka-source keeps, as this parameter, the stream the spec's source
+# wrote: the name its operator's expressions use (`compiler.codegen.program_names`)
+SPEC_STREAM = "spec-stream"
 
 
 class KafkaShareError(KafkaParamError):

@@ -23,6 +23,7 @@ import jinja2
 
 from common.kafka_params import (METADATA_COLUMNS, parse_bootstrap, parse_starting_offsets,
                                  parse_topics)
+from common.kafka_partitions import SPEC_STREAM
 from common.tasks import ChannelSpec
 from common.types import Schema
 from compiler.graph import Graph, Node, render_term
@@ -171,7 +172,8 @@ def _unique(name: str, taken: set[str]) -> str:
 def program_names(graph: Graph, plan: TaskPlan,
                   channels: Mapping[str, ChannelSpec]) -> dict[str, str]:
     """Streams the program names differently from the graph: an operator behind inserted
-    plumbing (a network-reader, writer, multicast or splitter in front of it) reads its input
+    plumbing (a network-reader, writer, multicast or splitter in front of it, or an instance's
+    own copy of a kafka-source in place of its network-reader) reads its input
     under the name of the stream the spec's operator read, since its expressions are written
     against that name (`aStream.x < 42`). A name already used in the task is left alone."""
     members = set(plan.nodes)
@@ -189,12 +191,14 @@ def program_names(graph: Graph, plan: TaskPlan,
 
 
 def _behind_forwarding(graph: Graph, stream: str) -> str:
-    """The stream before any chain of forwarding plumbing that produces `stream`."""
+    """The stream before any chain of forwarding plumbing that produces `stream`; for an
+    instance's copy of a kafka-source (`compiler.kafka_partitions`), the stream the spec's
+    source wrote."""
     producer = graph.producer(stream)
     while producer.kind in _FORWARDING:
         stream = producer.inputs[0]
         producer = graph.producer(stream)
-    return stream
+    return str(producer.param(SPEC_STREAM) or stream)
 
 
 def _switch_of(splitter: Node) -> tuple[Any, ...]:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from common.kafka_partitions import SPEC_STREAM
 from compiler.graph import Graph, Node, Stream
 from compiler.rewrite import Firing, local_notation
 
@@ -84,7 +85,8 @@ def _copy(source: Node, reader: Node, i: int, k: int, taken: set[str]) -> Node:
         name, n = f"{source.name}_{i}_{n}", n + 1
     taken.add(name.casefold())
     return replace(source, name=name, output=reader.output, placement=reader.placement,
-                   origin=STEP, params=source.params + (("share", i), ("shares", k)))
+                   origin=STEP, params=source.params + (("share", i), ("shares", k),
+                                                        (SPEC_STREAM, source.produced)))
 
 
 def _produced_by(stream: Stream, copies: dict[str, Node]) -> Stream:

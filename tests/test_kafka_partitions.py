@@ -176,6 +176,8 @@ def test_a_partitioned_filter_after_a_kafka_source_reads_partitions_in_its_insta
     assert [t.operators for t in instances] == [("src_1", "hot_1"), ("src_2", "hot_2")]
     for i, task in enumerate(instances, 1):
         assert not task.inputs and f"share={i}" in task.program and "shares=2" in task.program
+        # the instance's expressions name the spec's stream: the copy's output is read as it
+        assert "output='raw'" in task.program and "input='raw'" in task.program
         assert task.placement.apart_from  # the instances stay on distinct agents
     assert c.query.elastic == ()  # a fixed parallelism: nothing to rescale
     text = explain(c)
