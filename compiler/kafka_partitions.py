@@ -13,6 +13,8 @@ and nothing is lost:
 - its parallelism is fixed: no dormant slots, no `elastic`/`min-parallelism` (a rescale moves
   partitions between instances, whose offsets would have to be handed over: not built, so an
   elastic operator keeps the splitter, which rescales as docs/elasticity.md says);
+- each instance reads this one stream only (a union's other input keeps its splitter, which a
+  rescale would route alone, leaving the Kafka shares of retired instances unread);
 - the source names its topics (a `topic-pattern` may match topics that appear later) and feeds
   only the splitter.
 docs/kafka.md ("Partitions read in parallel") says it for users. A rule file cannot say it:
@@ -60,8 +62,8 @@ def eligible_readers(graph: Graph, splitter: Node) -> list[Node]:
             or any(r.kind != "network-reader" for r in readers):
         return []
     instances = [c for r in readers for c in graph.consumers(r.produced)]
-    if any(c.stateful or c.wants("elastic") is not None or c.wants("min-parallelism")
-           is not None for c in instances):
+    if any(c.stateful or len(c.inputs) != 1 or c.wants("elastic") is not None
+           or c.wants("min-parallelism") is not None for c in instances):
         return []
     return readers
 

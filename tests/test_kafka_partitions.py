@@ -213,6 +213,22 @@ def test_a_keyed_window_keeps_the_splitter_which_hashes_its_key(tmp_path: Path) 
     assert "kafka-partitions" not in explain(c)
 
 
+def test_a_union_of_two_topics_keeps_its_splitters(tmp_path: Path) -> None:
+    union = """<operator name="src2" type="kafka-source">
+    <param name="bootstrap" value="127.0.0.1:9092"/>
+    <param name="topic" value="more"/>
+    <output name="more" type="reading"/>
+  </operator>
+  <operator name="both" type="union" parallelism="2">
+    <input name="raw"/>
+    <input name="more"/>
+    <output name="both" type="reading"/>
+  </operator>"""
+    c = compiled(tmp_path, middle=union, last="both")
+    assert [n.kind for n in c.physical.nodes].count("splitter") == 2
+    assert "kafka-partitions" not in explain(c)
+
+
 def test_describe_says_the_block_for_example_counts() -> None:
     assert describe(("t",), 1, 3) == (
         "reads share 1 of 3 of the partitions of t: a contiguous block of the sorted (topic, "
