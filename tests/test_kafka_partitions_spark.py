@@ -40,37 +40,57 @@ def _instance(spark: Any, bootstrap: str, source: str, out: str, share: int,
     return rt
 
 
-def test_two_instances_read_their_own_partitions_and_the_output_is_exact(
+def _produce_by_partition(bootstrap: str, topic: str, rows: list[dict[str, Any]]) -> None:
+    for p in range(4):  # partition p holds rows p, p+4, ...: its own readings
+        produce(bootstrap, topic, [json.dumps(r).encode() for r in rows[p::4]], partition=p)
+
+
+def _run(spark: Any, bootstrap: str, source: str, outs: list[str], tmp_path: Path,
+         expect: list[int]) -> list[list[dict[str, Any]]]:
+    """Both instances started (on their checkpoints, if any), each output topic read until it
+    holds `expect[i]` records (then a settle), the instances stopped; the rows read."""
+    runtimes = [_instance(spark, bootstrap, source, outs[i - 1], i, tmp_path / f"ck{i}")
+                for i in (1, 2)]
+    try:
+        got = [read_committed(bootstrap, out, expect=n, timeout=120, settle=2.0)
+               for out, n in zip(outs, expect)]
+    finally:
+        for rt in runtimes:
+            rt.stop()
+    return [[json.loads(v) for _, v in records] for records in got]
+
+
+def test_two_instances_read_their_own_partitions_resume_and_the_output_is_exact(
         spark: Any, kafka_broker: str, tmp_path: Path) -> None:
     source, outs = temp_topic("parts"), [temp_topic("out1"), temp_topic("out2")]
     create_topic(kafka_broker, source, partitions=4)
     rows = readings(400, 3)
-    for p in range(4):  # partition p holds rows p, p+4, ...: its own readings
-        produce(kafka_broker, source, [json.dumps(r).encode() for r in rows[p::4]], partition=p)
-    expected = hot(rows)
-    by_partition = {p: hot(rows[p::4]) for p in range(4)}
+    _produce_by_partition(kafka_broker, source, rows)
+
+    def expected_of(rows: list[dict[str, Any]]) -> list[int]:
+        per = [sum(hot(rows[p::4]).values()) for p in range(4)]
+        return [per[0] + per[1], per[2] + per[3]]
+
     started = time.monotonic()
-    runtimes = [_instance(spark, kafka_broker, source, outs[i - 1], i, tmp_path / f"ck{i}")
-                for i in (1, 2)]
-    try:
-        got = [read_committed(kafka_broker, out, expect=sum(
-            sum(by_partition[p].values()) for p in block), timeout=120)
-            for out, block in zip(outs, ((0, 1), (2, 3)))]
-    finally:
-        for rt in runtimes:
-            rt.stop()
+    seen = _run(spark, kafka_broker, source, outs, tmp_path, expected_of(rows))
     print(f"two instances, 400 readings of 4 partitions: {time.monotonic() - started:.1f} s")
-    seen = [[json.loads(v) for _, v in records] for records in got]
     assert {r["part"] for r in seen[0]} == {0, 1}, "instance 1 reads partitions 0-1 only"
     assert {r["part"] for r in seen[1]} == {2, 3}, "instance 2 reads partitions 2-3 only"
     for p in range(4):
         mine = seen[0] if p < 2 else seen[1]
         assert Counter((r["sensor"], r["temp"]) for r in mine if r["part"] == p) \
-            == by_partition[p]
+            == hot(rows[p::4])
     union = Counter((r["sensor"], r["temp"]) for records in seen for r in records)
-    assert union == expected  # nothing missing, nothing twice
+    assert union == hot(rows)  # nothing missing, nothing twice
     pinned = json.loads((tmp_path / "ck2" / "kafka-share-src_2.json").read_text())
     assert pinned == [[source, p] for p in range(4)]
+    # restarted on their checkpoints: each resumes its partitions where it committed
+    more = readings(200, 11)
+    _produce_by_partition(kafka_broker, source, more)
+    again = _run(spark, kafka_broker, source, outs, tmp_path, expected_of(rows + more))
+    assert {r["part"] for r in again[0]} == {0, 1} and {r["part"] for r in again[1]} == {2, 3}
+    assert Counter((r["sensor"], r["temp"]) for records in again for r in records) \
+        == hot(rows) + hot(more)
 
 
 def test_fewer_partitions_than_instances_is_refused_at_start_with_the_reason(
