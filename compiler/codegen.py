@@ -24,6 +24,7 @@ import jinja2
 from common.kafka_params import (METADATA_COLUMNS, parse_bootstrap, parse_starting_offsets,
                                  parse_topics)
 from common.kafka_partitions import SPEC_STREAM
+from common.side_table import format_of
 from common.tasks import ChannelSpec
 from common.types import Schema
 from compiler.graph import Graph, Node, render_term
@@ -466,6 +467,15 @@ def _join(c: CallSite) -> Args:
     ) + _given(("right_end", c.p("right-end")),)
 
 
+def _lookup_join(c: CallSite) -> Args:
+    """Its side file resolved against the spec's folder, with its format and the declared
+    type's columns (the task reads and checks the file when it starts)."""
+    path = resolve_path(c.base_dir, c.p("path"))
+    return c.io + c.out + (("path", path), ("format", format_of(path, c.p("format"))),
+                           ("side", c.p("side-type")), ("side_columns", c.p("side-columns")),
+                           ("left_keys", c.p("left-key")), ("right_keys", c.p("right-key")))
+
+
 def _drop(c: CallSite) -> Args:
     return c.io + c.out + (("ratio", float(c.p("ratio", 0.0))),
                            ("high_ratio", float(c.p("high-ratio", 0.0))),
@@ -533,6 +543,7 @@ _CALLS: dict[str, tuple[str, Callable[[CallSite], Args]]] = {
     "top-n": ("top_n", _top_n),
     "pattern": ("pattern", _pattern),
     "join": ("join", _join),
+    "lookup-join": ("lookup_join", _lookup_join),
     "union": ("union", _union),
     "drop": ("drop", _drop),
     "merger": ("union", _union),

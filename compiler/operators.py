@@ -271,6 +271,20 @@ CATALOGUE: dict[str, OperatorDef] = {d.kind: _shedding(d) for d in (
         ParamDef("watermark", "duration", False, None,
                  doc="how late a tuple may arrive on either side (default: within)"),
     ), output_type="computed", doc="windowed inner equi-join of two streams"),
+    OperatorDef("lookup-join", "transform", (1, 1), (1, 1), False, (
+        ParamDef("path", "path", True,
+                 doc="the side table: a JSON-lines or CSV file of rows of side-type, read "
+                     "whole when the task starts (at most 16 MiB)"),
+        ParamDef("format", "choice", False, None, choices=("jsonl", "csv"),
+                 doc="the side file's format (default: from the file name)"),
+        ParamDef("side-type", "string", True, doc="the declared type of the side table's rows"),
+        ParamDef("key", "columns", False, None,
+                 doc="join columns with the same names in the stream and the side table"),
+        ParamDef("left-key", "columns", False, None, doc="join columns of the stream"),
+        ParamDef("right-key", "columns", False, None, doc="join columns of the side table"),
+    ), output_type="computed",
+        doc="stream-table lookup join: each tuple with the side table's rows of equal keys "
+            "(an inner join; the table is a bounded file, loaded once per task start)"),
     OperatorDef("pattern", "transform", (1, 1), (1, 1), True, (
         ParamDef("pattern", "string", True, doc="the row pattern over variables, e.g. "
                                                 "'A B+ C D+' (concatenation, + * ?, |, ( ))"),

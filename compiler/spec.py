@@ -72,6 +72,13 @@ class AggregateDecl:
     column_pos: Position
     by: str | None = None  # max_by / min_by: the column whose largest / least row is taken
     by_pos: Position | None = None
+    # SQL's FILTER (WHERE ...): a boolean expression, the rows the aggregate reads; `source`
+    # locates characters inside it (for expression errors)
+    where: str | None = None
+    source: ElementSource | None = field(default=None, compare=False, repr=False)
+
+    def where_pos(self, offset: int = 0) -> Position:
+        return self.pos if self.source is None else self.source.value("where", offset)
 
 
 PATTERN_ATTRIBUTES = ("ha", "replicas", "parallelism", "partition-by", "pipeline",
@@ -305,7 +312,7 @@ _ALLOWED_ATTRS = {
     "input": ("name",),
     "output": ("name", "type", "publish"),
     "param": ("name", "value"), "field": ("name", "value"), "define": ("name", "value"),
-    "aggregate": ("name", "function", "column", "by"),
+    "aggregate": ("name", "function", "column", "by", "where"),
 }
 _CHILDREN = {
     "dataflow": TOP_LEVEL, "type": ("column",),
@@ -373,12 +380,8 @@ def _operator(doc: XmlDocument, element: etree._Element) -> OperatorDecl:
                       for c in _children(element, "output", "name")),
         params=tuple(_param(doc, c) for c in _children(element, "param", "name", "value")),
         fields=tuple(_param(doc, c) for c in _children(element, "field", "name", "value")),
-        aggregates=tuple(
-            AggregateDecl(c.get("name"), c.get("function"), c.get("column"),
-                          doc.where(c).position, doc.where(c).value("function"),
-                          doc.where(c).value("column"), c.get("by"), doc.where(c).value("by"))
-            for c in _children(element, "aggregate", "name", "function")
-        ),
+        aggregates=tuple(_aggregate(doc, c)
+                         for c in _children(element, "aggregate", "name", "function")),
         pos=where.position,
         kind_pos=where.value("type"),
         patterns=_patterns(doc, element),
@@ -386,6 +389,13 @@ def _operator(doc: XmlDocument, element: etree._Element) -> OperatorDecl:
         resources=_patterns(doc, element, RESOURCE_ATTRIBUTES),
         max_delay=_max_delay(doc, element),
     )
+
+
+def _aggregate(doc: XmlDocument, element: etree._Element) -> AggregateDecl:
+    src = doc.where(element)
+    return AggregateDecl(element.get("name"), element.get("function"), element.get("column"),
+                         src.position, src.value("function"), src.value("column"),
+                         element.get("by"), src.value("by"), element.get("where"), src)
 
 
 def load_spec(path: str) -> Spec:

@@ -18,7 +18,7 @@ from functools import partial
 from typing import Any, Callable, Union
 
 from common import kafka_params as kp
-from common import keyed_aggregates, top_n
+from common import keyed_aggregates, side_table, top_n
 from common.diagnostics import (MAX_SHOWN, Diagnostic, Position, Severity, SpecError,
                                  cap_diagnostics, suggest)
 from common.operator_schemas import (AGGREGATE_FUNCTIONS, BY_FUNCTIONS, aggregate_type,
@@ -34,7 +34,7 @@ from compiler.guards import GUARDS
 from compiler.operators import (CATALOGUE, MAX_PATTERN_OPERATORS, PLUMBING, SHAPE_COLUMNS,
                                 OperatorDef, ParamValueError, canonical_duration, parse_duration_ms,
                                 parse_value)
-from compiler.spec import OperatorDecl, ParamDecl, PatternAttr, Spec
+from compiler.spec import AggregateDecl, OperatorDecl, ParamDecl, PatternAttr, Spec
 
 WINDOW_COLUMNS = ("window_start", "window_end")
 
@@ -837,8 +837,8 @@ def _aggregates(c: _Checker, op: OperatorDecl, schema: Schema, stream: str,
                 functions: tuple[str, ...] = AGGREGATE_FUNCTIONS,
                 taken: set[str] | None = None) -> list[Field] | None:
     """The output columns of the <aggregate> children, each with a function among
-    `functions`; `taken`: the output's other column names (default: a window's and the
-    groups)."""
+    `functions` and, for the windows of time (all functions), an optional `where` condition;
+    `taken`: the output's other column names (default: a window's and the groups)."""
     if not op.aggregates:
         c.error(op.pos, f"{op.kind} '{op.name}' has no <aggregate>",
                 'add e.g. <aggregate name="n" function="count"/>')
@@ -854,13 +854,40 @@ def _aggregates(c: _Checker, op: OperatorDecl, schema: Schema, stream: str,
                     "windows of time")
             ok = False
             continue
+        fits = _aggregate_where(c, op, a, schema, stream, functions == AGGREGATE_FUNCTIONS)
         field_ = _aggregate(c, a, schema, stream, taken)
-        if field_ is None:
+        if field_ is None or not fits:
             ok = False
         else:
             taken.add(_folded(a.name))
             result.append(field_)
     return result if ok else None
+
+
+def _aggregate_where(c: _Checker, op: OperatorDecl, a: AggregateDecl, schema: Schema,
+                     stream: str, allowed: bool) -> bool:
+    """Whether an aggregate's `where` (SQL's FILTER (WHERE ...): the rows it reads) fits: not
+    written, or a boolean expression over the input stream, on a window of time (count windows
+    and the updating aggregate keep per-key Python state whose folds take every row)."""
+    if a.where is None:
+        return True
+    if not allowed:
+        c.error(a.where_pos(), f"aggregate '{a.name}': {op.kind} '{op.name}' takes no where",
+                "where belongs to the windows of time (size or gap); filter the rows before, "
+                "or compute the column with a case in a project")
+        return False
+    try:
+        ex.compile_condition(a.where, ex.Scope({stream: schema}))
+    except ex.NotBoolean as e:
+        c.error(a.where_pos(), f"where of aggregate '{a.name}' is of type {e.type.value}, "
+                               "not boolean", f"write a comparison such as {stream}.price < 10000")
+        return False
+    except ex.ExpressionError as e:
+        for problem in e.problems:
+            c.error(a.where_pos(problem.offset), f"where of aggregate '{a.name}': "
+                                                 f"{problem.message}", problem.hint)
+        return False
+    return True
 
 
 def _aggregate(c: _Checker, a: Any, schema: Schema, stream: str, taken: set[str]) -> Field | None:
@@ -994,6 +1021,31 @@ def _join_schema(c: _Checker, op: OperatorDecl, left: Schema, right: Schema,
                 "rename columns with a project operator before the join")
         return None
     return Schema(left.fields + tuple(Field(n, f.type) for n, f in zip(names, right)))
+
+
+def _lookup_join(c: _Checker, op: OperatorDecl, inputs: list[Schema]) -> Schema | None:
+    """A stream-table lookup join: `side-type` names a declared type (the side file's rows),
+    the keys are columns of the stream and of that type with equal types; its output is the
+    stream's columns, then the side's (a clash renamed `<side-type>_<column>`)."""
+    values, stream, schema = c.params[op.name], op.inputs[0].name, inputs[0]
+    written = op.param("side-type")
+    side = None if written is None else c.types.get(written.value.strip())
+    if written is not None and side is None:
+        if written.value.strip() not in {t.name for t in c.spec.types}:
+            c.error(written.value_pos(), f"lookup-join '{op.name}': side-type "
+                                         f"'{written.value.strip()}' is not a declared type",
+                    suggest(written.value.strip(), c.types, "declared types"))
+        return None
+    if side is None:
+        return None  # side-type missing: reported as a required parameter
+    side_name = written.value.strip() if written is not None else ""
+    keys = _join_keys(c, op, schema, side, stream, side_name)
+    if keys is None:
+        return None
+    values["left-key"], values["right-key"] = keys
+    values["side-type"] = side_name
+    values["side-columns"] = tuple((f.name, f.type.value) for f in side)
+    return _join_schema(c, op, schema, side, side_name)
 
 
 def _control_sink(c: _Checker, op: OperatorDecl, inputs: list[Schema]) -> Schema | None:
@@ -1211,7 +1263,7 @@ _RESOLVERS: dict[str, Callable[[_Checker, OperatorDecl, list[Schema]], Schema | 
     "deduplicate": _deduplicate, "top-n": _top_n,
     "generator": _generator, "filter": _filter, "project": _project, "pattern": _pattern,
     "window-aggregate": _window, "aggregate": _updating, "join": _join, "union": _union,
-    "control-sink": _control_sink,
+    "lookup-join": _lookup_join, "control-sink": _control_sink,
     "kafka-source": _kafka_source, "kafka-sink": _kafka_sink, "stream-source": _stream_source,
 }
 
@@ -1243,8 +1295,7 @@ def _node(c: _Checker, op: OperatorDecl, d: OperatorDef) -> Node:
     if op.kind == "project":
         params["fields"] = tuple((f.name, f.value) for f in op.fields)
     if op.kind in ("window-aggregate", "aggregate"):
-        params["aggregates"] = tuple((a.name, a.function, a.column) + ((a.by,) if a.by else ())
-                                     for a in op.aggregates)
+        params["aggregates"] = tuple(_aggregate_call(a) for a in op.aggregates)
     if op.kind == "pattern":
         params["measures"] = tuple((f.name, f.value) for f in op.fields)
         params["defines"] = tuple((d.name, d.value) for d in op.defines)
@@ -1261,6 +1312,15 @@ def _node(c: _Checker, op: OperatorDecl, d: OperatorDef) -> Node:
         mem_mb=c.resources.get(op.name, (None, None))[1],
         max_delay_ms=c.max_delays.get(op.name),
     )
+
+
+def _aggregate_call(a: AggregateDecl) -> tuple[str | None, ...]:
+    """An aggregate as the runtime takes it: (name, function, column), then max_by's and
+    min_by's by column, then the where condition (by None when only where is written)."""
+    call: tuple[str | None, ...] = (a.name, a.function, a.column)
+    if a.where is not None:
+        return call + (a.by, a.where)
+    return call + ((a.by,) if a.by else ())
 
 
 def _partition_keys(kind: str, params: dict[str, Any]) -> tuple[str, ...] | None:
@@ -1787,7 +1847,7 @@ def _check_pipeline_stages(c: _Checker, op: OperatorDecl, d: OperatorDef,
 
 # path parameters naming a file to read
 INPUT_PATHS = frozenset({("file-source", "path"), ("kafka-source", "security-file"),
-                         ("kafka-sink", "security-file")})
+                         ("kafka-sink", "security-file"), ("lookup-join", "path")})
 
 
 def check_paths(spec: Spec, base: str, roots: PathRoots,
@@ -1826,7 +1886,38 @@ def check_paths(spec: Spec, base: str, roots: PathRoots,
                                         f"parameter '{p.name}' of '{op.name}': input file "
                                         f"{p.value.strip()} does not exist",
                                         missing_input_hint(path)))
+            elif op.kind == "lookup-join":
+                found += check_side_table(spec, op, p, path)
     return found
+
+
+def check_side_table(spec: Spec, op: OperatorDecl, p: ParamDecl, path: str) -> list[Diagnostic]:
+    """A lookup join's side file read as its task will read it (`common.side_table`): every
+    problem (its line in the side file) at the `path` value. The type's own problems are
+    `_lookup_join`'s to report."""
+    written = op.param("side-type")
+    declared = next((t for t in spec.types if written is not None
+                     and t.name == written.value.strip()), None)
+    if declared is None or any(col.type_name not in ColumnType.names()
+                               for col in declared.columns):
+        return []
+    schema = Schema.of(*((col.name, col.type_name) for col in declared.columns))
+    given = op.param("format")
+    fmt = side_table.format_of(path, given.value.strip() if given is not None else None)
+    if fmt not in side_table.FORMATS:
+        return []  # reported at the format value
+    try:
+        with open(path, "rb") as f:
+            side_table.parse(f.read(side_table.MAX_SIDE_BYTES + 1), fmt, schema)
+    except OSError as e:
+        return [Diagnostic(p.value_pos(), f"side table of '{op.name}': {p.value.strip()} "
+                                          f"cannot be read: {e.strerror}", "")]
+    except side_table.SideTableError as e:
+        return [Diagnostic(p.value_pos(), f"side table of '{op.name}' ({p.value.strip()}, "
+                                          f"{fmt}, rows of type '{declared.name}'): {e}",
+                           "fix the file, or the type's columns (docs/spec-language.md, "
+                           "'lookup-join')")]
+    return []
 
 
 def existing_kind(path: str) -> str | None:

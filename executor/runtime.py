@@ -39,7 +39,7 @@ from common.tasks import splitter_op_id
 from common.types import ColumnType, Field, Schema
 from compiler import expr
 from common.kafka_params import KafkaParamError, transactional_id
-from common import keyed_aggregates
+from common import keyed_aggregates, side_table
 from executor import (kafka_io, kafka_realtime, kafka_records, keyed_state_frame, routing, shapes,
                       sinks, sources, spool_source, top_n_frame)
 from executor.cep import match as cep_match, spark as cep_spark, stage as cep_stage
@@ -772,7 +772,11 @@ class TaskRuntime:
         self._put(op, output, stream.df.select(*columns), Schema(tuple(out_fields)))
 
     def _aggregate_column(self, op: str, stream: Stream, name: str, function: str,
-                          column: str | None, by: str | None = None) -> tuple[Column, Field]:
+                          column: str | None, by: str | None = None,
+                          where: str | None = None) -> tuple[Column, Field]:
+        """An aggregate as a Spark Column; with `where` (SQL's FILTER (WHERE ...)) it reads only
+        the rows the condition is true of: its column (and by column) are null on the others,
+        which every aggregate here skips (count(*) counts a literal that is null there)."""
         if function not in AGGREGATE_FUNCTIONS:
             raise self._error(op, f"unknown aggregate {function!r} (known: {AGGREGATE_FUNCTIONS})")
         field = None if column is None else self._field(op, stream, column)
@@ -783,8 +787,19 @@ class TaskRuntime:
             raise self._error(op, str(exc)) from None
         source = F.lit(1) if field is None else _qcol(stream.name, field.name)
         order = None if by_field is None else _qcol(stream.name, by_field.name)
+        if where is not None:
+            kept = self._aggregate_filter(op, stream, name, where)
+            source = F.when(kept, source)
+            order = None if order is None else F.when(kept, order)
         agg = _AGGREGATES[function](source, order).cast(result_type.spark_type_name())
         return agg.alias(name), Field(name, result_type)
+
+    def _aggregate_filter(self, op: str, stream: Stream, name: str, where: str) -> Column:
+        """An aggregate's `where`: a boolean expression of the closed language over the input
+        stream (never code), true for the rows it reads (null counts as false)."""
+        scope = expr.Scope({stream.name: stream.schema})
+        typed = self._compile(op, where, scope, expr.compile_condition)
+        return F.coalesce(to_column(typed.expr, scope), F.lit(False))
 
     def window_aggregate(self, *, op: str, input: str, output: str, time: str | None,
                          window: str | None, slide: str | None, watermark: str,
@@ -844,6 +859,9 @@ class TaskRuntime:
         keys = [self._field(op, stream, g) for g in group_by]
         result = []
         for name, function, column, *by in aggregates:
+            if len(by) > 1:
+                raise self._error(op, f"aggregate {name!r}: a count window or updating "
+                                      "aggregate takes no where")
             if function not in keyed_aggregates.ROW_FUNCTIONS or by:
                 raise self._error(op, f"aggregate {name!r}: {function!r} is not one of "
                                       f"{keyed_aggregates.ROW_FUNCTIONS}")
@@ -1050,6 +1068,64 @@ class TaskRuntime:
         schema = Schema((*ls.schema.fields,
                          *[Field(new, f.type) for f, new in zip(rs.schema.fields, right_names)]))
         self._put(op, output, joined, schema)
+
+    def lookup_join(self, *, op: str, input: str, output: str, path: str, format: str,
+                    side: str, side_columns: Sequence[tuple[str, str]],
+                    left_keys: Sequence[str], right_keys: Sequence[str]) -> None:
+        """Stream-table lookup join: each row of `input` with the side table's rows of equal
+        keys (inner). The side file (rows of `side_columns`) is read once, now, through the
+        path roots without following a link (`common.safe_open`), parsed in plain Python
+        (`common.side_table`) and kept as a broadcast local relation: a file changed later is
+        read again only when the task starts again."""
+        stream = self._get(op, input)
+        try:
+            table = Schema.of(*side_columns)
+        except ValueError as exc:
+            raise self._error(op, f"side table columns {side_columns!r}: {exc}") from None
+        if len(left_keys) != len(right_keys) or not left_keys:
+            raise self._error(op, "left_keys and right_keys must be non-empty and of equal length")
+        for lk, rk in zip(left_keys, right_keys):
+            lt, rt = self._field(op, stream, lk).type, self._column(op, table, side, rk).type
+            if lt is not rt:
+                raise self._error(op, f"lookup key {lk} ({lt.value}) vs {rk} ({rt.value})")
+        rows = self._side_rows(op, path, format, table)
+        alias = f"{side} side of {op}"  # spaces: a spec's stream names (identifiers) have none
+        right = F.broadcast(self.spark.createDataFrame(rows, schema=table.ddl())).alias(alias)
+        left = stream.df.alias(input)
+        cond = [_qcol(input, lk) == _qcol(alias, rk) for lk, rk in zip(left_keys, right_keys)]
+        names = join_output_names(stream.schema, table, side)
+        joined = left.join(right, on=cond, how="inner").select(
+            *[_qcol(input, n).alias(n) for n in stream.schema.names],
+            *[_qcol(alias, n).alias(new) for n, new in zip(table.names, names)])
+        schema = Schema((*stream.schema.fields,
+                         *[Field(new, f.type) for f, new in zip(table.fields, names)]))
+        self._put(op, output, joined, schema)
+
+    def _side_rows(self, op: str, path: str, format: str, table: Schema) -> list[tuple]:
+        """The side file's rows; a refusal naming the file (and each bad line) when it is
+        missing, outside the roots, a link, too large or not rows of the table's type."""
+        try:
+            where = sources.rooted_input(confine_at_open(path), "")
+            folder, fd = sources.open_input(where)
+            try:
+                data = b""
+                while len(data) <= side_table.MAX_SIDE_BYTES:
+                    chunk = os.read(fd, side_table.MAX_SIDE_BYTES + 1 - len(data))
+                    if not chunk:
+                        break
+                    data += chunk
+            finally:
+                os.close(fd)
+                os.close(folder)
+            return side_table.parse(data, format, table)
+        except PathRefused as exc:
+            raise self._error(op, str(exc)) from None
+        except FileNotFoundError:
+            raise self._error(op, f"side file {path!r} does not exist") from None
+        except side_table.SideTableError as exc:
+            raise self._error(op, f"side file {path!r}: {exc}") from None
+        except OSError as exc:
+            raise self._error(op, f"side file {path!r} cannot be read: {exc}") from None
 
     def drop(self, *, op: str, input: str, output: str, ratio: float, high_ratio: float = 0.0,
              mode: str = "random", seed: int = 0, keep: str | None = None) -> None:

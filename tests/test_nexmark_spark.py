@@ -5,12 +5,14 @@ sequence) generator and compared with an oracle in plain Python over the same ro
 
 from __future__ import annotations
 
-from collections import defaultdict
+import json
+from collections import Counter, defaultdict
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
+from common import side_table
 from common.operator_schemas import APPROX_DISTINCT_RSD
 from executor import shapes
 from executor.runtime import RuntimeSpecError, TaskRuntime
@@ -85,6 +87,120 @@ def test_distinct_counts_and_arg_max_min_per_window_match_the_oracle(
         top, low = max(r["price"] for r in g), min(r["price"] for r in g)
         assert row["top"] in {r["bidder"] for r in g if r["price"] == top}
         assert row["low"] in {r["bidder"] for r in g if r["price"] == low}
+
+
+def test_filtered_aggregates_per_window_match_the_oracle(runtime: TaskRuntime,
+                                                        tmp_path: Path) -> None:
+    """Aggregates with a where (SQL's FILTER, Nexmark q15's price ranks) per channel and 500 ms
+    window of Nexmark bids: counts, a distinct count, a sum, an arg-max and an average over
+    the rows each condition is true of; null where no row of the window passes."""
+    runtime.generator(op="src", output="bids", schema=BID, shape="bid", seed=6,
+                      rate=2000.0, limit=4600, start=START)
+    runtime.window_aggregate(
+        op="w", input="bids", output="ranks", time="date_time",
+        window="500 milliseconds", slide=None, watermark="0 seconds", group_by=("channel",),
+        aggregates=(("all", "count", None, None, "true"),
+                    ("r1", "count", None, None, "price < 10000"),
+                    ("r2_bidders", "count_distinct", "bidder", None,
+                     "price >= 10000 and price < 1000000"),
+                    ("r3_sum", "sum", "price", None, "bids.price >= 1000000"),
+                    ("r1_top", "max_by", "bidder", "price", "price < 10000"),
+                    ("none_avg", "avg", "price", None, "channel = 'nobody'")))
+    got = run_to_sink(runtime, tmp_path, "ranks", 4600)
+    rows = input_rows("bid", 6, 2000.0, 4600)
+    size = timedelta(milliseconds=500)
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for r in rows:
+        groups[(r["date_time"] - (r["date_time"] - shapes.EPOCH) % size, r["channel"])].append(r)
+    closed_by = max(r["date_time"] for r in rows)
+    expected = {k: g for k, g in groups.items() if k[0] + size <= closed_by}
+    emitted = {(r["window_start"], r["channel"]): r for r in got}
+    assert len(emitted) == len(got) and set(emitted) == set(expected)
+    for k, g in expected.items():
+        rank1 = [r for r in g if r["price"] < 10000]
+        rank3 = [r["price"] for r in g if r["price"] >= 1000000]
+        top = max((r["price"] for r in rank1), default=None)
+        row = emitted[k]
+        assert (row["all"], row["r1"]) == (len(g), len(rank1))
+        assert row["r2_bidders"] == len({r["bidder"] for r in g
+                                         if 10000 <= r["price"] < 1000000})
+        assert row["r3_sum"] == (sum(rank3) if rank3 else None)
+        assert row["r1_top"] in ({r["bidder"] for r in rank1 if r["price"] == top}
+                                 if rank1 else {None})
+        assert row["none_avg"] is None
+    assert sum(1 for r in got if r["r1_top"] is None) > 0 and any(r["r1"] for r in got)
+
+
+def test_a_where_that_is_not_a_condition_is_refused_before_the_query_starts(
+        runtime: TaskRuntime) -> None:
+    runtime.generator(op="src", output="bids", schema=BID, shape="bid", seed=1,
+                      rate=1000.0, limit=10, start=START)
+    for where in ("__import__('os').system('id')", "price + 1"):
+        with pytest.raises(RuntimeSpecError, match="where|condition|expression"):
+            runtime.window_aggregate(op="w", input="bids", output="x", time="date_time",
+                                     window="1 seconds", slide=None, watermark="0 seconds",
+                                     group_by=(), aggregates=(("n", "count", None, None, where),))
+    assert runtime.query is None
+
+
+SIDE = (("key", "int"), ("value", "string"), ("weight", "double"))
+
+
+def side_rows() -> list[dict]:
+    """Keys 0..39 (bids' keys run 0..49: some find none), key 7 twice, one null key."""
+    rows = [{"key": k, "value": f"v{k}", "weight": k / 4} for k in range(40)]
+    return rows + [{"key": 7, "value": "again", "weight": None},
+                   {"key": None, "value": "nobody", "weight": 1.0}]
+
+
+def test_a_lookup_join_matches_the_oracle(runtime: TaskRuntime, tmp_path: Path) -> None:
+    """Each bid with the side table's rows of its key (auction % 50), inner: a key with no
+    row drops the bid, a key with two rows gives two, a null key matches nothing."""
+    side = tmp_path / "side.jsonl"
+    side.write_text("".join(json.dumps(r) + "\n" for r in side_rows()))
+    runtime.generator(op="src", output="bids", schema=BID, shape="bid", seed=9,
+                      rate=2000.0, limit=2000, start=START)
+    runtime.project(op="p", input="bids", output="keyed",
+                    fields=(("auction", "auction"), ("price", "price"),
+                            ("key", "auction % 50")))
+    runtime.lookup_join(op="j", input="keyed", output="joined", path=str(side), format="jsonl",
+                        side="side_row", side_columns=SIDE, left_keys=("key",),
+                        right_keys=("key",))
+    got = run_to_sink(runtime, tmp_path, "joined", 2000)
+    table: dict[int, list[dict]] = defaultdict(list)
+    for r in side_rows():
+        if r["key"] is not None:
+            table[r["key"]].append(r)
+    want = Counter((b["auction"], b["price"], b["auction"] % 50, s["key"], s["value"],
+                    s["weight"]) for b in input_rows("bid", 9, 2000.0, 2000)
+                   for s in table.get(b["auction"] % 50, ()))
+    have = Counter((r["auction"], r["price"], r["key"], r["side_row_key"], r["value"],
+                    r["weight"]) for r in got)
+    assert have == want
+    assert any(k[3] == 7 for k in want) and len(want) < 2000 * 1.1
+
+
+def test_a_bad_side_file_is_refused_before_the_query_starts(
+        runtime: TaskRuntime, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Missing, malformed, a link out of the path roots, too large: each refused with the
+    file (and the bad line), nothing started."""
+    monkeypatch.setenv("ELASTIQ_PATH_ROOTS", str(tmp_path))
+    runtime.generator(op="src", output="bids", schema=BID, shape="bid", seed=1,
+                      rate=1000.0, limit=10, start=START)
+    runtime.project(op="p", input="bids", output="keyed", fields=(("key", "auction"),))
+    (tmp_path / "bad.jsonl").write_text('{"key": 1, "value": "a"}\n[1]\n{"key": "x"}\n')
+    (tmp_path / "link.jsonl").symlink_to("/etc/hostname")
+    with open(tmp_path / "big.jsonl", "wb") as f:
+        f.truncate(side_table.MAX_SIDE_BYTES + 1)
+    cases = (("missing.jsonl", "does not exist"), ("bad.jsonl", "line 2: not a JSON object"),
+             ("bad.jsonl", "line 3: column 'key' is int"), ("link.jsonl", "outside|not a file"),
+             ("big.jsonl", "more than"))
+    for name, message in cases:
+        with pytest.raises(RuntimeSpecError, match=message):
+            runtime.lookup_join(op="j", input="keyed", output="joined",
+                                path=str(tmp_path / name), format="jsonl", side="side_row",
+                                side_columns=SIDE, left_keys=("key",), right_keys=("key",))
+    assert runtime.query is None
 
 
 def test_deduplication_passes_one_tuple_per_key_within_the_watermark(
