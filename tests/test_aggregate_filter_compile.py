@@ -169,8 +169,10 @@ def test_fuzzed_where_conditions_are_accepted_exactly_when_they_check(seed: int)
         errors = [d for d in diagnostics if d.severity == "error"]
         assert (graph is not None) == oracle_accepts(where), (seed, case, where, errors)
         if graph is None:
-            start = locate(xml, ' where="')
-            assert errors and all(d.position.line >= start[0] for d in errors), (where, errors)
+            line, column = locate(xml, ' where="')
+            value = column + len(' where="')
+            assert errors and all(d.position.line == line and d.position.column >= value
+                                  for d in errors), (where, [d.render() for d in errors])
             continue
         accepted += 1
         compiled = compile_spec_text(xml, "nx.xml", base_dir="/tmp")
