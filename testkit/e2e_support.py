@@ -455,12 +455,28 @@ def read_sink(path: Path) -> list[Row]:
     """A JSON-lines file sink's complete rows; ISO-8601 `...Z` strings become aware datetimes.
 
     A line without its newline is a batch still being written (the sink appends a batch with
-    one write, which a concurrent reader can see half done): it is left for the next read."""
+    one write, which a concurrent reader can see half done): it is left for the next read.
+    The result always equals parsing the whole file as it is now: the lines of the bytes read
+    last time are reused only when the file still starts with exactly those bytes (a sink cuts a
+    torn append back and rewrites it), so a poll parses only what was appended since."""
     if not path.exists():
         return []
+    data = path.read_bytes()
+    complete = data[:data.rfind(b"\n") + 1]
+    seen, rows = _SINK_READS.get(path, (b"", []))
+    if not complete.startswith(seen):
+        seen, rows = b"", []
+    rows = rows + _sink_rows(complete[len(seen):])
+    _SINK_READS[path] = (complete, rows)
+    return [dict(r) for r in rows]
+
+
+_SINK_READS: dict[Path, tuple[bytes, list[Row]]] = {}
+
+
+def _sink_rows(text: bytes) -> list[Row]:
     rows = []
-    text = path.read_text(encoding="utf-8")
-    for line in text[:text.rfind("\n") + 1].splitlines():
+    for line in text.decode("utf-8").splitlines():
         if not line.strip():
             continue
         row = json.loads(line)
