@@ -464,7 +464,7 @@ def _join(c: CallSite) -> Args:
         ("left_keys", c.p("left-key")), ("right_keys", c.p("right-key")),
         ("left_time", c.p("left-time")), ("right_time", c.p("right-time")),
         ("within", _duration(c.p("within"))), ("watermark", _duration(c.p("watermark")))
-    ) + _given(("right_end", c.p("right-end")),)
+    ) + _given(("right_end", c.p("right-end")), ("max_delay", _duration(c.node.max_delay_ms)))
 
 
 def _lookup_join(c: CallSite) -> Args:

@@ -1404,12 +1404,12 @@ def _amount(c: _Checker, attr: PatternAttr, unit: str, low: float, high: float,
 # docs/availability.md: Borealis DPC
 
 MAX_DELAY_MS = 24 * 3_600_000
-DPC_KINDS = ("union",)  # operators that go on without a cut-off input (join: not built yet)
+DPC_KINDS = ("union", "join")  # operators that go on without a cut-off input
 
 
 def _check_max_delays(c: _Checker, order: list[OperatorDecl]) -> None:
-    """max-delay= on an operator, else the dataflow's for each union; every misuse reported at
-    the attribute."""
+    """max-delay= on an operator, else the dataflow's for each union and join; every misuse
+    reported at the attribute."""
     query = c.spec.max_delay
     query_ms = _max_delay_ms(c, query) if query is not None else None
     for op in order:
@@ -1420,12 +1420,10 @@ def _check_max_delays(c: _Checker, order: list[OperatorDecl]) -> None:
         elif query is not None and query_ms is not None and op.kind in DPC_KINDS and \
                 _dpc_operator(c, op, query, f" (query-wide max-delay, for '{op.name}')"):
             c.max_delays[op.name] = query_ms
-        elif query is not None and op.kind == "join":
-            c.warn(query.pos, f"join '{op.name}' keeps waiting for both inputs: max-delay on "
-                              "joins is not built yet", "see docs/availability.md")
     if query is not None and not any(op.kind in DPC_KINDS for op in order):
-        c.error(query.pos, "max-delay='" + query.value + "' applies to unions, and the "
-                "dataflow has none", "remove it, or put the inputs to wait for in a union")
+        c.error(query.pos, "max-delay='" + query.value + "' applies to unions and joins, and "
+                "the dataflow has neither", "remove it, or put the inputs to wait for in a "
+                "union or a join")
 
 
 def _max_delay_ms(c: _Checker, attr: PatternAttr) -> int | None:
@@ -1443,16 +1441,11 @@ def _max_delay_ms(c: _Checker, attr: PatternAttr) -> int | None:
 
 def _dpc_operator(c: _Checker, op: OperatorDecl, attr: PatternAttr, where: str) -> bool:
     """Whether `op` may go on without a cut-off input; reports why not at `attr`."""
-    if op.kind == "join":
-        c.error(attr.pos, f"max-delay on join '{op.name}' is not built yet{where}: a join "
-                          "waits for both inputs", "see docs/availability.md; only a union "
-                                                   "goes on without a cut-off input")
-        return False
     if op.kind not in DPC_KINDS:
         inputs = f"{len(op.inputs)} input" + ("s" if len(op.inputs) != 1 else "")
-        c.error(attr.pos, f"max-delay applies to a union of several inputs; '{op.name}' is a "
-                          f"{op.kind} with {inputs}{where}",
-                "move it to the union whose inputs may be cut off")
+        c.error(attr.pos, f"max-delay applies to a union or a join of several inputs; "
+                          f"'{op.name}' is a {op.kind} with {inputs}{where}",
+                "move it to the union or join whose inputs may be cut off")
         return False
     if c.patterns.get(op.name):
         asked = ", ".join(name for name, _ in c.patterns[op.name])

@@ -1,5 +1,5 @@
 """Borealis DPC in a running task: `DpcController` applies `common.dpc`'s decisions to a union
-whose inputs are channels (docs/availability.md).
+or a stream-stream join whose inputs are channels (docs/availability.md).
 
 A thread of the executor reads each input's liveness from its spool receiver (`last_heard`,
 `reachable`) and steps the decision every POLL_SECONDS. It acts through the spools' control
@@ -69,7 +69,7 @@ class BatchMark:
 
 
 class DpcController:
-    """One DPC union's controller. `stop_query` / `start_query` stop the task's query and start
+    """One DPC union's or join's controller. `stop_query` / `start_query` stop the task's query and start
     it again from its (restored) checkpoint."""
 
     def __init__(self, task_id: str, checkpoint_dir: str, inputs: Sequence[DpcInput],

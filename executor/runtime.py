@@ -371,7 +371,7 @@ class TaskRuntime:
         self.notices: list[str] = []  # persisted state found unreadable and replaced
         self.receivers: list[SpoolReceiver] = []  # channel inputs, closed with the query
         self.channel_inputs: dict[str, DpcInput] = {}  # stream -> a channel read as it
-        self.dpc: DpcController | None = None  # a union with max-delay (docs/availability.md)
+        self.dpc: DpcController | None = None  # max-delay on a union or join (availability.md)
         self._stream_writer: Any = None  # the started query's DataStreamWriter (a DPC re-run's)
         # how far each paced source lags behind its rate, in tuples (`sources.generator_backlog`)
         self.backlogs: list[Callable[[], int]] = []
@@ -1036,12 +1036,16 @@ class TaskRuntime:
 
     def join(self, *, op: str, left: str, right: str, output: str, left_keys: Sequence[str],
              right_keys: Sequence[str], left_time: str, right_time: str, within: str,
-             watermark: str, right_end: str | None = None) -> None:
+             watermark: str, right_end: str | None = None,
+             max_delay: str | None = None) -> None:
         """Inner equi-join: pairs whose left time is within `within` of the right time or,
         with `right_end`, between the right time and the right row's `right_end` (and at most
-        `within` after the right time: the bound that lets Spark drop a right row's state)."""
+        `within` after the right time: the bound that lets Spark drop a right row's state).
+        With `max_delay`, it goes on without a cut-off channel input (docs/availability.md)."""
         if left == right:
             raise self._error(op, f"a join needs two different streams, got {left!r} twice")
+        if max_delay is not None:
+            self._dpc(op, (left, right), parse_duration(self._duration(op, max_delay)))
         ls, rs = self._get(op, left), self._get(op, right)
         if len(left_keys) != len(right_keys) or not left_keys:
             raise self._error(op, "left_keys and right_keys must be non-empty and of equal length")
@@ -1179,14 +1183,14 @@ class TaskRuntime:
         self._put(op, output, df, first.schema)
 
     def _dpc(self, op: str, inputs: Sequence[str], max_delay: timedelta) -> None:
-        """A union that goes on without a cut-off channel input after `max_delay`."""
+        """A union or join that goes on without a cut-off channel input after `max_delay`."""
         channels = [self.channel_inputs[name] for name in inputs if name in self.channel_inputs]
         if not channels:
-            log.info("task %s: union %s reads no channel, so none can be cut off: max-delay "
+            log.info("task %s: %s reads no channel, so none can be cut off: max-delay "
                      "has nothing to wait for", self.task_id, op)
             return
         if self.dpc is not None:
-            raise self._error(op, "one union per task may have max-delay")
+            raise self._error(op, "one union or join per task may have max-delay")
         self.dpc = DpcController(self.task_id, self.checkpoint_dir, channels,
                                  max_delay.total_seconds(), self._stop_for_rerun,
                                  self._start_rerun)
@@ -1217,7 +1221,7 @@ class TaskRuntime:
             try:
                 sink = DpcSink(sink, self.dpc)
             except TypeError as exc:
-                log.warning("task %s: %s; max-delay is not applied: the union runs as "
+                log.warning("task %s: %s; max-delay is not applied: the union or join runs as "
                             "without it (docs/availability.md)", self.task_id, exc)
                 self.dpc = None
         stream = self._get(op, input)

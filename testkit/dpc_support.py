@@ -1,7 +1,8 @@
 """The DPC scenario tests and benchmarks share (docs/availability.md): upstream tasks a1 and a2
 (paced generators, one SparkSession) feed channels a1.raw and a2.raw; downstream tasks union
 both (a2's through `LinkProxy`, a TCP forwarder that can be cut like a partition) and count per
-sensor and second into a file sink; `cut_run` cuts the link once the first windows are out,
+sensor and second into a file sink (`union_counts`; or what the caller's `build` adds, e.g.
+`testkit.dpc_join_support`'s join); `cut_run` cuts the link once the first results are out,
 heals it after `cut_seconds`, and returns what each sink holds once everything drained, with
 the DPC figures. `oracle` is the plain-Python result over all input."""
 
@@ -16,7 +17,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from testkit.e2e_support import read_sink
 from testkit.waiting import poll, wait_for
@@ -189,29 +190,39 @@ def _sources_up(rt: Any) -> None:
              120)
 
 
+def union_counts(b: Any, max_delay: str | None) -> str:
+    """Task `b`'s operators after its channel sources r1 and r2: their union (with
+    `max_delay`) counted per sensor and second; the stream its sink writes."""
+    b.union(op="u", inputs=("r1", "r2"), output="both", max_delay=max_delay)
+    b.window_aggregate(op="w", input="both", output="win", time="ts", window="1 seconds",
+                       slide=None, watermark=f"{int(WATERMARK.total_seconds())} seconds",
+                       group_by=("sensor",),
+                       aggregates=(("n", "count", None), ("total", "sum", "temp")))
+    return "win"
+
+
+Build = Callable[[Any, "str | None"], str]
+
+
 def _downstream(spark: Any, tmp_path: Path, hub: Any, name: str, proxy: LinkProxy,
-                schema: Any, max_delay: str | None) -> Any:
+                schema: Any, max_delay: str | None, build: Build) -> Any:
     from executor.runtime import TaskRuntime
 
     b = TaskRuntime(spark, query_id="q", task_id=name, checkpoint_dir=str(tmp_path / name),
                     channels=hub, trigger_seconds=0.5, endpoints={"a2.raw": proxy.endpoint})
     b.channel_source(output="r1", schema=schema, channel="a1.raw")
     b.channel_source(output="r2", schema=schema, channel="a2.raw")
-    b.union(op="u", inputs=("r1", "r2"), output="both", max_delay=max_delay)
-    b.window_aggregate(op="w", input="both", output="win", time="ts", window="1 seconds",
-                       slide=None, watermark=f"{int(WATERMARK.total_seconds())} seconds",
-                       group_by=("sensor",),
-                       aggregates=(("n", "count", None), ("total", "sum", "temp")))
-    b.file_sink(op="sink", input="win", path=str(tmp_path / f"{name}.jsonl"))
+    b.file_sink(op="sink", input=build(b, max_delay), path=str(tmp_path / f"{name}.jsonl"))
     assert (b.dpc is not None) == (max_delay is not None)
     _sources_up(b)
     return b
 
 
 def cut_run(spark: Any, tmp_path: Path, *, rate: float, limit: int, cut_seconds: float,
-            max_delay: str) -> tuple[CutRun, CutRun]:
-    """Task "dpc" (with `max_delay`) and task "plain" (without) behind the same cut; what each
-    sink holds once every input drained."""
+            max_delay: str, build: Build = union_counts) -> tuple[CutRun, CutRun]:
+    """Task "dpc" (with `max_delay`) and task "plain" (without) behind the same cut, each the
+    operators `build` adds over r1 and r2 (by default `union_counts`); what each sink holds
+    once every input drained."""
     from common import dpc_view
     from common.dpc import MODE_CODES, Mode
     from common.types import Schema
@@ -232,20 +243,20 @@ def cut_run(spark: Any, tmp_path: Path, *, rate: float, limit: int, cut_seconds:
     downs: list[Any] = []
     try:
         for name, delay in zip(names, (max_delay, None)):  # first: the input's time is paced
-            downs.append(_downstream(spark, tmp_path, hub, name, proxy, reading, delay))
+            downs.append(_downstream(spark, tmp_path, hub, name, proxy, reading, delay, build))
         for i, rt in enumerate(ups, start=1):
             rt.generator(op="src", output="raw", schema=reading, shape="sensor", seed=i,
                          rate=rate, limit=limit, start=START)
             rt.channel_sink(input="raw", channel=f"a{i}.raw")  # (together: their event times
             # advance alike, which a wait between them would skew by more than the watermark)
         dpc = downs[0].dpc
-        wait_for("the first windows", lambda: all(read_sink(o) for o in outs), 90)
+        wait_for("the first results", lambda: all(read_sink(o) for o in outs), 90)
         progress = ups[0].query.lastProgress
         assert progress and _first_int(progress["sources"][0]["endOffset"]) != limit, \
             "the input ended before the cut"
         proxy.cut()
         cut_at = time.monotonic()
-        wait_for("tentative windows during the cut",
+        wait_for("tentative results during the cut",
                  lambda: any(dpc_view.TENTATIVE in r for r in read_sink(outs[0])), 60)
         first = time.monotonic() - cut_at
         assert dpc.mode is Mode.TENTATIVE

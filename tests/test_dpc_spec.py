@@ -1,5 +1,5 @@
 """max-delay (Borealis DPC, docs/availability.md): where it may be written, its located errors
-(all in one run), and what the compiled program passes to the runtime's union."""
+(all in one run), and what the compiled program passes to the runtime's union and join."""
 
 from __future__ import annotations
 
@@ -64,15 +64,61 @@ def test_every_misuse_is_located_and_reported_in_one_run() -> None:
     _at(errors, xml, '1 second"', "filter with 1 input")
 
 
-def test_max_delay_on_a_join_is_refused_as_not_built() -> None:
-    join = ('  <operator name="j" type="join" max-delay="3 seconds">\n'
+def _join(attrs: str = "") -> str:
+    return (f'  <operator name="j" type="join"{attrs}>\n'
             '    <input name="raw"/>\n    <input name="raw2"/>\n'
             '    <param name="left-key" value="sensor"/><param name="right-key" value="sensor"/>\n'
             '    <param name="left-time" value="ts"/><param name="right-time" value="ts"/>\n'
             '    <param name="within" value="1 seconds"/>\n'
             '    <output name="pairs"/>\n  </operator>\n')
-    xml = dataflow(SOURCE + SECOND + join + SINK.format(stream="pairs"))
-    _at(_errors(xml), xml, "3 seconds", "not built yet")
+
+
+def _join_spec(join_attrs: str = "", query_attrs: str = "") -> str:
+    xml = dataflow(SOURCE + SECOND + _join(join_attrs) + SINK.format(stream="pairs"))
+    return xml.replace('<dataflow name="t">', f'<dataflow name="t"{query_attrs}>')
+
+
+def test_max_delay_on_a_join_reaches_its_node_and_its_compiled_call(tmp_path) -> None:
+    from compiler.pipeline import compile_spec_text
+
+    graph, diagnostics = check_spec_text(_join_spec(' max-delay="3 seconds"'), "dpc.xml")
+    assert graph is not None, [d.render() for d in diagnostics]
+    assert graph.node("j").max_delay_ms == 3000
+    assert not [d for d in diagnostics if "max-delay" in d.message]
+    compilation = compile_spec_text(_join_spec(' max-delay="3 seconds"'), "dpc.xml",
+                                    base_dir=tmp_path)
+    calls = [t.program.split("rt.join(", 1)[1].split(")\n", 1)[0]
+             for t in compilation.query.tasks if "rt.join(" in t.program]
+    assert calls and all("max_delay='3 seconds'" in call for call in calls), calls
+    plain = compile_spec_text(_join_spec(), "dpc.xml", base_dir=tmp_path)
+    assert "max_delay=" not in "\n".join(t.program for t in plain.query.tasks)
+
+
+def test_a_query_wide_max_delay_applies_to_each_join_and_union() -> None:
+    graph, diagnostics = check_spec_text(_join_spec(query_attrs=' max-delay="500 ms"'),
+                                         "dpc.xml")
+    assert graph is not None and graph.node("j").max_delay_ms == 500
+    assert not [d for d in diagnostics if "max-delay" in d.message]  # (no warning any more)
+    own, _ = check_spec_text(_join_spec(' max-delay="2 s"', ' max-delay="500 ms"'), "dpc.xml")
+    assert own is not None and own.node("j").max_delay_ms == 2000
+
+
+def test_every_misuse_on_a_join_is_located_and_reported_in_one_run() -> None:
+    """A bad duration on the join, a partitioned (pattern) join under the query-wide
+    max-delay, and max-delay on a one-input filter after it: three errors, one run."""
+    filter_op = ('  <operator name="f" type="filter" max-delay="1 second">\n'
+                 '    <input name="pairs"/>\n'
+                 '    <param name="condition" value="pairs.temp &gt; 1"/>'
+                 '\n    <output name="hot"/>\n  </operator>\n')
+    second = _join(' max-delay="soon"').replace('"j"', '"j2"').replace('"pairs"', '"pairs2"')
+    third = _join(' parallelism="2"').replace('"j"', '"j3"').replace('"pairs"', '"pairs3"')
+    xml = dataflow(SOURCE + SECOND + _join() + second + third + filter_op
+                   + SINK.format(stream="hot")).replace(
+        '<dataflow name="t">', '<dataflow name="t" max-delay="4 seconds">')
+    errors = _errors(xml)
+    _at(errors, xml, "soon", "is not a duration")
+    _at(errors, xml, "4 seconds", "with a pattern")
+    _at(errors, xml, '1 second"', "filter with 1 input")
 
 
 def test_max_delay_with_a_pattern_is_refused() -> None:
@@ -83,7 +129,7 @@ def test_max_delay_with_a_pattern_is_refused() -> None:
 def test_a_query_wide_max_delay_without_a_union_is_refused() -> None:
     xml = dataflow(SOURCE + SINK.format(stream="raw")).replace(
         '<dataflow name="t">', '<dataflow name="t" max-delay="3 seconds">')
-    _at(_errors(xml), xml, "3 seconds", "has none")
+    _at(_errors(xml), xml, "3 seconds", "has neither")
 
 
 def test_the_compiled_union_call_carries_max_delay(tmp_path) -> None:
