@@ -4,7 +4,7 @@ Owns `TaskRunner`: loading the codegen output (a Python file the executor wrote;
 with importlib, calling its `build(rt)` on a fresh `TaskRuntime`, supervising the query in a
 thread (a failed query is restarted from its checkpoint in the same session, with bounded
 restarts and exponential backoff), status (starting/running/failed/finished with a reason) and
-metrics from `lastProgress`; and `reconfigure`, which applies control tuples at a batch boundary:
+metrics from its recent progress reports (`executor.progress_reports`); and `reconfigure`, which applies control tuples at a batch boundary:
 parameters the running query takes (a sink's destination or routing, `TaskRuntime.live`) are
 switched between two sink calls; any other change closes the batch gate, stops the query and
 rebuilds it with the new parameters from the same checkpoint (on a build failure, the old one).
@@ -36,6 +36,7 @@ from common.failures import MAX_REASON, innermost_error, kind_of_text
 from common.messages import ParamSet
 from executor.batch_gate import await_commit, next_batch_id
 from executor.cpu_clock import shared_sampler
+from executor.progress_reports import RecentProgress
 from executor.runtime import TaskRuntime
 
 log = logging.getLogger(__name__)
@@ -355,6 +356,7 @@ class TaskRunner:
         self._thread: threading.Thread | None = None
         sampler = shared_sampler()
         self._counted = InputCounter(cpu_of=sampler.batch_cpu_seconds if sampler else None)
+        self._progress = RecentProgress()
         self._running = RunningClock()
         self._out_before = 0  # rows the sinks of earlier runs (restarts, rebuilds) wrote
         self._rebuild = threading.Lock()  # held while the query is replaced (restart, control)
@@ -383,8 +385,8 @@ class TaskRunner:
         if rt is None or rt.query is None:
             return None
         query = rt.query
-        progress = query.lastProgress
-        recent = query.recentProgress if progress else []
+        recent = self._progress.read(query)
+        progress = recent[-1] if recent else None
         tuples_in = self._counted.add(recent)
         running = self._running.running_ms(self._counted.busy_ms, processing(query.status),
                                            time.monotonic())
