@@ -375,7 +375,9 @@ def _truststore(by_key: Mapping[str, SecuritySetting], origin: str) -> dict[str,
             keystore is None or keystore.value.strip().upper() != "PKCS12"):
         line = (keystore or by_key["ssl.keystore.location"]).line
         raise KafkaParamError(f"{origin}:{line}: the sink and the start check (librdkafka) "
-                              "read a keystore only as PKCS12: set ssl.keystore.type=PKCS12")
+                              "read a keystore only as PKCS12: set ssl.keystore.type=PKCS12 "
+                              "(a JKS keystore converts with keytool -importkeystore "
+                              "-deststoretype PKCS12)")
     return out
 
 

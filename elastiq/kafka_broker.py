@@ -13,13 +13,18 @@ the readiness check.
 
 With `users` (name -> password) the broker also has a SASL_PLAINTEXT listener (`sasl_bootstrap`)
 taking mechanisms PLAIN (the users in the listener's JAAS setting of `server.properties`) and
-SCRAM-SHA-256 (the same users' credentials created through the admin API once the broker
-answers, so no password is on a command line); `server.properties` and the client files
-`client_properties` writes are mode 0600. The PLAINTEXT listener stays (the readiness check and
-the tests' own helpers use it): this is a broker for development and tests, not a hardened one.
-With `tls` too, a SASL_SSL listener (`sasl_ssl_bootstrap`) with the same mechanisms and users,
-its certificate signed by a throwaway CA (`elastiq.kafka_tls`, the JDK's keytool) that client
-files trust as a PEM truststore (`ca_pem`).
+SCRAM-SHA-256 and SCRAM-SHA-512 (the same users' credentials created through the admin API once
+the broker answers, so no password is on a command line); `server.properties` and the client
+files `client_properties` writes are mode 0600. The PLAINTEXT listener stays (the readiness
+check and the tests' own helpers use it): this is a broker for development and tests, not a
+hardened one. With `tls`, an SSL listener (`ssl_bootstrap`, TLS only, the broker authenticated
+by its certificate, no login), its certificate signed by a throwaway CA (`elastiq.kafka_tls`,
+the JDK's keytool) that client files trust as a PEM truststore (`ca_pem`); with `users` too a
+SASL_SSL listener (`sasl_ssl_bootstrap`) with the same mechanisms and users; with
+`mutual_tls` too an SSL listener named MTLS (`mtls_bootstrap`) that requires a client
+certificate the same CA signed (`client_tls`, a PKCS12 keystore). With a fixed `port` the
+secured listeners take the ports after it (`SECURED_PORT_OFFSETS`), so a dev broker's addresses
+stay the same from one start to the next.
 """
 
 from __future__ import annotations
@@ -34,20 +39,24 @@ import socket
 import subprocess
 import time
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping
 
 from common.kafka_jars import broker_classpath
-from elastiq.kafka_tls import BrokerTls, make_broker_tls
+from elastiq.kafka_tls import BrokerTls, ClientTls, make_broker_tls, make_client_tls
 
 MAIN = "kafka.Kafka"
 STORAGE_TOOL = "kafka.tools.StorageTool"
 STATE_FILE = "broker.json"
 LOG_FILE = "server.log"
-SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
+_SCRAM = "org.apache.kafka.common.security.scram.ScramLoginModule"
 LOGIN_MODULES = {"PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
-                 "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule"}
+                 "SCRAM-SHA-256": _SCRAM, "SCRAM-SHA-512": _SCRAM}
+# With a fixed port P: the secured listeners' ports are P + these (those the broker has).
+SECURED_PORT_OFFSETS = {"sasl": 1, "sasl_ssl": 2, "ssl": 3, "mtls": 4}
 _USER_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}\Z")
 _PASSWORD = re.compile(r"[A-Za-z0-9_.~+/=-]{8,128}\Z")  # nothing to quote in JAAS or properties
 JVM_OPTIONS = ("-Xms64m", "-Xmx512m", "-XX:+UseSerialGC", "-Djava.awt.headless=true")
@@ -63,10 +72,19 @@ class BrokerPorts:
     controller: int
     sasl: int = 0  # 0: no SASL listener
     sasl_ssl: int = 0  # 0: no SASL_SSL listener
+    ssl: int = 0  # 0: no SSL listener (TLS only, no login)
+    mtls: int = 0  # 0: no MTLS listener (SSL requiring a client certificate)
 
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.broker}"
+
+    def secured(self) -> dict[str, str]:
+        """The secured listeners this broker has: name (as in SECURED_PORT_OFFSETS) ->
+        bootstrap address."""
+        ports = {"sasl": self.sasl, "sasl_ssl": self.sasl_ssl, "ssl": self.ssl,
+                 "mtls": self.mtls}
+        return {name: f"127.0.0.1:{port}" for name, port in ports.items() if port}
 
     @property
     def sasl_bootstrap(self) -> str:
@@ -84,6 +102,8 @@ class BrokerRecord:
     pid: int
     bootstrap: str
     work_dir: str
+    secured: dict[str, str] = field(default_factory=dict)  # listener -> bootstrap
+    secrets: list[str] = field(default_factory=list)  # files `stop` removes (passwords, keys)
 
 
 def free_port() -> int:
@@ -106,12 +126,23 @@ def port_free(port: int, reuse: bool = False) -> bool:
         return True
 
 
+USER_NAME_RULE = "a name is 1-64 letters, digits, '_' or '-'"
+PASSWORD_RULE = "a password is 8-128 letters, digits, '_', '-', '.', '~', '+', '/' or '='"
+
+
+def user_name_ok(name: str) -> bool:
+    return bool(_USER_NAME.match(name))
+
+
+def password_ok(password: str) -> bool:
+    return bool(_PASSWORD.match(password))
+
+
 def check_users(users: Mapping[str, str]) -> None:
     """Names and passwords a test broker takes: plain characters only (nothing to quote)."""
     for name, password in users.items():
-        if not _USER_NAME.match(name) or not _PASSWORD.match(password):
-            raise BrokerError(f"SASL user {name[:64]!r}: a name is 1-64 letters, digits, '_' or "
-                              "'-'; a password 8-128 of those and '.~+/='")
+        if not user_name_ok(name) or not password_ok(password):
+            raise BrokerError(f"SASL user {name[:64]!r}: {USER_NAME_RULE}; {PASSWORD_RULE}")
 
 
 def sasl_listener_settings(users: Mapping[str, str], listener: str = "sasl_plaintext"
@@ -120,19 +151,28 @@ def sasl_listener_settings(users: Mapping[str, str], listener: str = "sasl_plain
     the credentials the admin API creates."""
     check_users(users)
     plain_users = " ".join(f'user_{name}="{password}"' for name, password in users.items())
-    return {
+    settings = {
         "sasl.enabled.mechanisms": ",".join(SASL_MECHANISMS),
         f"listener.name.{listener}.plain.sasl.jaas.config":
             f"{LOGIN_MODULES['PLAIN']} required {plain_users};",
-        f"listener.name.{listener}.scram-sha-256.sasl.jaas.config":
-            f"{LOGIN_MODULES['SCRAM-SHA-256']} required;",
     }
+    for mechanism in SCRAM_MECHANISMS:
+        settings[f"listener.name.{listener}.{mechanism.lower()}.sasl.jaas.config"] = \
+            f"{LOGIN_MODULES[mechanism]} required;"
+    return settings
 
 
 def tls_settings(tls: BrokerTls) -> dict[str, str]:
     """The broker's own certificate for its SSL listeners (a PKCS12 keystore)."""
     return {"ssl.keystore.type": "PKCS12", "ssl.keystore.location": str(tls.keystore),
             "ssl.keystore.password": tls.password, "ssl.key.password": tls.password}
+
+
+def mtls_settings(tls: BrokerTls) -> dict[str, str]:
+    """The MTLS listener's own settings: a client certificate the CA signed is required."""
+    return {"listener.name.mtls.ssl.client.auth": "required",
+            "listener.name.mtls.ssl.truststore.type": "PEM",
+            "listener.name.mtls.ssl.truststore.location": str(tls.ca_pem)}
 
 
 def client_properties(user: str, password: str, mechanism: str,
@@ -146,6 +186,17 @@ def client_properties(user: str, password: str, mechanism: str,
     return (f"security.protocol={protocol}\nsasl.mechanism={mechanism}\n"
             f"sasl.jaas.config={LOGIN_MODULES[mechanism]} required \\\n"
             f'    username="{user}" \\\n    password="{password}";\n{trust}')
+
+
+def tls_client_properties(ca_pem: Path, client: ClientTls | None = None) -> str:
+    """A Java client's properties for the SSL listener (no login), trusting that PEM CA; with
+    `client`, for the MTLS one: the client's PKCS12 keystore too."""
+    text = f"security.protocol=SSL\nssl.truststore.type=PEM\nssl.truststore.location={ca_pem}\n"
+    if client is not None:
+        text += (f"ssl.keystore.type=PKCS12\nssl.keystore.location={client.keystore}\n"
+                 f"ssl.keystore.password={client.password}\n"
+                 f"ssl.key.password={client.password}\n")
+    return text
 
 
 def write_private(path: Path, text: str) -> None:
@@ -162,15 +213,21 @@ def server_properties(ports: BrokerPorts, log_dir: Path, users: Mapping[str, str
     transaction state log and the offsets topic included, or transactions and groups never
     start), one partition for the internal topics (fast start), no initial rebalance delay, a
     short broker session (a restart after a kill waits for the old one to expire); with
-    `users`, a SASL_PLAINTEXT listener too (`sasl_listener_settings`), and with `tls` a
-    SASL_SSL one."""
+    `users`, a SASL_PLAINTEXT listener too (`sasl_listener_settings`); with `tls`, an SSL
+    listener and (with `users`) a SASL_SSL one, and an MTLS one for each nonzero port."""
     sasl = bool(users) and ports.sasl > 0
     sasl_ssl = sasl and tls is not None and ports.sasl_ssl > 0
+    ssl = tls is not None and ports.ssl > 0
+    mtls = tls is not None and ports.mtls > 0
     listeners = [f"PLAINTEXT://127.0.0.1:{ports.broker}"]
     if sasl:
         listeners.append(f"SASL_PLAINTEXT://127.0.0.1:{ports.sasl}")
     if sasl_ssl:
         listeners.append(f"SASL_SSL://127.0.0.1:{ports.sasl_ssl}")
+    if ssl:
+        listeners.append(f"SSL://127.0.0.1:{ports.ssl}")
+    if mtls:
+        listeners.append(f"MTLS://127.0.0.1:{ports.mtls}")
     settings = {
         "process.roles": "broker,controller",
         "node.id": "1",
@@ -181,7 +238,9 @@ def server_properties(ports: BrokerPorts, log_dir: Path, users: Mapping[str, str
         "inter.broker.listener.name": "PLAINTEXT",
         "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT"
                                           + (",SASL_PLAINTEXT:SASL_PLAINTEXT" if sasl else "")
-                                          + (",SASL_SSL:SASL_SSL" if sasl_ssl else ""),
+                                          + (",SASL_SSL:SASL_SSL" if sasl_ssl else "")
+                                          + (",SSL:SSL" if ssl else "")
+                                          + (",MTLS:SSL" if mtls else ""),
         "log.dirs": str(log_dir),
         "num.partitions": "1",
         "offsets.topic.replication.factor": "1",
@@ -200,7 +259,10 @@ def server_properties(ports: BrokerPorts, log_dir: Path, users: Mapping[str, str
         settings.update(sasl_listener_settings(users))
     if sasl_ssl and users and tls is not None:
         settings.update(sasl_listener_settings(users, "sasl_ssl"))
+    if tls is not None and (sasl_ssl or ssl or mtls):
         settings.update(tls_settings(tls))
+    if mtls and tls is not None:
+        settings.update(mtls_settings(tls))
     return "".join(f"{k}={v}\n" for k, v in settings.items())
 
 
@@ -234,16 +296,19 @@ class KafkaBroker:
     """`with KafkaBroker(tmp_path) as broker: broker.bootstrap` -> "127.0.0.1:PORT"."""
 
     def __init__(self, work_dir: Path, start_timeout: float = 60.0, port: int = 0,
-                 users: Mapping[str, str] | None = None, tls: bool = False):
+                 users: Mapping[str, str] | None = None, tls: bool = False,
+                 mutual_tls: bool = False):
         self.work_dir = Path(work_dir).resolve()
         self.port = port  # 0: a free port
         self.users = dict(users or {})  # SASL users, name -> password (none: no SASL listener)
         if self.users:
             check_users(self.users)
-        if tls and not self.users:
-            raise BrokerError("a TLS listener here is SASL_SSL: give users too")
+        if mutual_tls and not tls:
+            raise BrokerError("mutual TLS needs the TLS listener: give tls too")
         self.tls_wanted = tls
+        self.mutual_tls = mutual_tls
         self.tls: BrokerTls | None = None
+        self.client_tls: ClientTls | None = None  # the MTLS listener's client keystore
         self.start_timeout = start_timeout
         self.ports = BrokerPorts(0, 0)
         self.process: subprocess.Popen[bytes] | None = None
@@ -264,10 +329,33 @@ class KafkaBroker:
             raise BrokerError("this broker has no SASL_SSL listener (give it users and tls)")
         return self.ports.sasl_ssl_bootstrap
 
+    @property
+    def ssl_bootstrap(self) -> str:
+        if not self.ports.ssl:
+            raise BrokerError("this broker has no SSL listener (give it tls)")
+        return f"127.0.0.1:{self.ports.ssl}"
+
+    @property
+    def mtls_bootstrap(self) -> str:
+        if not self.ports.mtls:
+            raise BrokerError("this broker has no MTLS listener (give it mutual_tls)")
+        return f"127.0.0.1:{self.ports.mtls}"
+
+    def tls_client_properties(self, mutual: bool = False) -> Path:
+        """A Java client properties file (mode 0600) for the SSL listener (no login), or with
+        `mutual` for the MTLS one (the client keystore too)."""
+        if self.tls is None or (mutual and self.client_tls is None):
+            raise BrokerError("this broker has no such TLS listener (give it tls, mutual_tls)")
+        path = self.work_dir / f"client-{'mtls' if mutual else 'tls'}.properties"
+        write_private(path, tls_client_properties(self.tls.ca_pem,
+                                                  self.client_tls if mutual else None))
+        return path
+
     def client_properties(self, user: str, mechanism: str, password: str | None = None,
                           tls: bool = False) -> Path:
         """A Java client properties file (mode 0600) under the broker's dir for `user` with
-        `mechanism` (PLAIN or SCRAM-SHA-256), with the user's password unless `password`;
+        `mechanism` (PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512), with the user's password unless
+        `password`;
         `tls`: for the SASL_SSL listener, trusting the broker's CA."""
         if tls and self.tls is None:
             raise BrokerError("this broker has no SASL_SSL listener (give it users and tls)")
@@ -288,10 +376,10 @@ class KafkaBroker:
                               "another port (--port 0: any free one)")
         if self.tls_wanted and self.tls is None:
             self.tls = make_broker_tls(self.work_dir / "tls")
+        if self.mutual_tls and self.tls is not None and self.client_tls is None:
+            self.client_tls = make_client_tls(self.tls, "elastiq-client")
         for _ in range(3):  # another process may take a free port before Java binds it
-            self.ports = BrokerPorts(self.port or free_port(), free_port(),
-                                     free_port() if self.users else 0,
-                                     free_port() if self.tls else 0)
+            self.ports = self._pick_ports()
             config = self._write_config()
             self._format(classpath, config)
             self.process = self._spawn(classpath, config, detached)
@@ -300,6 +388,24 @@ class KafkaBroker:
             self.stop()
         raise BrokerError(f"the Kafka broker did not answer within {self.start_timeout:.0f} s; "
                           f"see {self.work_dir / LOG_FILE}")
+
+    def _listeners(self) -> dict[str, bool]:
+        """Which secured listeners this broker has (SECURED_PORT_OFFSETS' names)."""
+        return {"sasl": bool(self.users), "sasl_ssl": bool(self.users) and self.tls_wanted,
+                "ssl": self.tls_wanted, "mtls": self.mutual_tls}
+
+    def _pick_ports(self) -> BrokerPorts:
+        """Free ports; with a fixed `port`, the secured listeners at their offsets after it
+        (refused, naming them, when one is taken)."""
+        wanted = [name for name, on in self._listeners().items() if on]
+        if not self.port:
+            return BrokerPorts(free_port(), free_port(), **{n: free_port() for n in wanted})
+        fixed = {n: self.port + SECURED_PORT_OFFSETS[n] for n in wanted}
+        taken = [f"{p} ({n})" for n, p in fixed.items() if p > 65535 or not port_free(p)]
+        if taken:
+            raise BrokerError(f"127.0.0.1 port(s) {', '.join(taken)} after --port {self.port} "
+                              "are taken or out of range; choose another port (0: any free)")
+        return BrokerPorts(self.port, free_port(), **fixed)
 
     def _write_config(self) -> Path:
         self.work_dir.mkdir(parents=True, exist_ok=True)
@@ -327,7 +433,7 @@ class KafkaBroker:
                                     stdin=subprocess.DEVNULL, start_new_session=detached)
 
     def _add_scram_users(self) -> bool:
-        """The users' SCRAM-SHA-256 credentials (through the PLAINTEXT listener), then wait
+        """The users' SCRAM-SHA-256 and -512 credentials (through the PLAINTEXT listener), then wait
         until a SCRAM login on the SASL listener works; True at once without users."""
         if not self.users:
             return True
@@ -336,9 +442,11 @@ class KafkaBroker:
                                            UserScramCredentialUpsertion)
 
         admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})
-        info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096)
-        upserts: list[UserScramCredentialAlteration] = [UserScramCredentialUpsertion(name, info, password.encode())
-                   for name, password in self.users.items()]
+        infos = [ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096),
+                 ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096)]
+        upserts: list[UserScramCredentialAlteration] = [
+            UserScramCredentialUpsertion(name, info, password.encode())
+            for name, password in self.users.items() for info in infos]
         for future in admin.alter_user_scram_credentials(upserts).values():
             future.result(30)
         name, password = next(iter(self.users.items()))
@@ -402,9 +510,10 @@ class KafkaBroker:
             p.kill()
             p.wait(10)
 
-    def record(self) -> BrokerRecord:
+    def record(self, secrets: list[str] | None = None) -> BrokerRecord:
         assert self.process is not None
-        return BrokerRecord(self.process.pid, self.bootstrap, str(self.work_dir))
+        return BrokerRecord(self.process.pid, self.bootstrap, str(self.work_dir),
+                            self.ports.secured(), list(secrets or []))
 
     def __enter__(self) -> "KafkaBroker":
         return self.start()

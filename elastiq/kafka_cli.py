@@ -2,9 +2,11 @@
 
 Owns the command line of the dev helper (like `elastiq run`'s embedded cluster, a single-machine
 convenience): `start` runs one KRaft broker detached on 127.0.0.1 (`elastiq.kafka_broker`) and
-records it in the state folder, `stop` ends it, `status` says whether it answers, `produce` sends
-standard input's lines to a topic and `consume` prints a topic's records as a `read_committed`
-reader sees them. Does not own the broker's configuration or the Kafka operators.
+records it in the state folder (with `--user`/`--users-file` and `--tls` a secured one too:
+`elastiq.kafka_dev_security` decides the options and writes the client files), `stop` ends it
+and removes the passwords, keys and client files `start` wrote, `status` says whether it
+answers, `produce` sends standard input's lines to a topic and `consume` prints a topic's
+records as a `read_committed` reader sees them. Does not own the broker's configuration or the Kafka operators.
 """
 
 from __future__ import annotations
@@ -28,7 +30,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     ks = k.add_subparsers(metavar="ACTION")
     st = ks.add_parser("start", help="start a broker (KRaft, one node) on 127.0.0.1")
     st.add_argument("--port", type=int, default=DEFAULT_PORT,
-                    help=f"the broker's port (default: {DEFAULT_PORT}; 0: any free port)")
+                    help=f"the broker's port (default: {DEFAULT_PORT}; 0: any free port); the "
+                         "secured listeners take the next ones (+1 SASL_PLAINTEXT, +2 SASL_SSL, "
+                         "+3 SSL)")
+    st.add_argument("--user", action="append", default=[], metavar="NAME",
+                    help="a SASL user (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512) with a generated "
+                         "password, written to an owner-only file whose path is printed "
+                         "(repeatable)")
+    st.add_argument("--users-file", type=Path, metavar="FILE",
+                    help="SASL users with their passwords, NAME=PASSWORD lines, in an "
+                         "owner-only file (chmod 600)")
+    st.add_argument("--mechanism", metavar="MECHANISM",
+                    help="the SASL mechanism of the client files written (PLAIN, "
+                         "SCRAM-SHA-256, SCRAM-SHA-512; default SCRAM-SHA-256)")
+    st.add_argument("--tls", action="store_true",
+                    help="TLS listeners (SSL, and SASL_SSL with users) whose certificate a "
+                         "throwaway CA signed; the client files trust it")
     st.set_defaults(handler=cmd_start)
     ks.add_parser("stop", help="stop the broker `start` started").set_defaults(handler=cmd_stop)
     ks.add_parser("status", help="say whether the broker answers and where") \
@@ -51,18 +68,40 @@ def cmd_start(args: argparse.Namespace) -> int:
     from elastiq.kafka_broker import (BrokerError, KafkaBroker, answers, read_record,
                                       write_record)
 
+    from elastiq.kafka_dev_security import plan_secured_start, usage_lines, write_client_files
+    from elastiq.kafka_tls import TlsError
+
+    start, problems = plan_secured_start(args.user, args.users_file, args.mechanism, args.tls,
+                                         args.port)
+    if start is None:
+        for problem in problems:
+            print(f"elastiq kafka start: {problem}", file=sys.stderr)
+        return 2
     old = read_record(args.dir)
     if old is not None and answers(old.bootstrap):
-        print(f"a broker already runs at {old.bootstrap} (pid {old.pid})")
+        print(f"a broker already runs at {old.bootstrap} (pid {old.pid}); stop it first "
+              "(`elastiq kafka stop`) to start it with other options")
         return 0
+    broker = KafkaBroker(args.dir / "broker", port=args.port, users=start.users, tls=start.tls)
     try:
-        broker = KafkaBroker(args.dir / "broker", port=args.port).start(detached=True)
-    except (BrokerError, KafkaPartsMissing) as e:
+        broker.start(detached=True)
+    except (BrokerError, KafkaPartsMissing, TlsError) as e:
+        remove_secrets(args.dir, [str(broker.work_dir / "server.properties"),
+                                  str(broker.work_dir / "tls")])
         print(f"elastiq kafka start: {e}", file=sys.stderr)
         return 1
-    write_record(args.dir, broker.record())
+    written: list[str] = []
+    files = None
+    if start.secured:
+        ca_pem = broker.tls.ca_pem if broker.tls else None
+        files = write_client_files(args.dir.resolve(), start, ca_pem)
+        written = [str(p) for p in files.paths()] + [str(broker.work_dir / "server.properties")]
+        written += [str(broker.work_dir / "tls")] if broker.tls else []
+    write_record(args.dir, broker.record(written))
     print(f"Kafka broker at {broker.bootstrap} (pid {broker.record().pid}); "
           f"stop it with `elastiq kafka stop`")
+    if files is not None:
+        print("\n".join(usage_lines(broker.ports.secured(), files, start)))
     return 0
 
 
@@ -70,12 +109,36 @@ def cmd_stop(args: argparse.Namespace) -> int:
     from elastiq.kafka_broker import STATE_FILE, read_record, stop_detached
 
     record = read_record(args.dir)
-    if record is None or not stop_detached(record):
-        print("no broker is running")
-        return 0
+    running = record is not None and stop_detached(record)
+    removed = remove_secrets(args.dir, record.secrets) if record is not None else []
     (args.dir / STATE_FILE).unlink(missing_ok=True)
-    print(f"stopped the broker at {record.bootstrap}")
+    print(f"stopped the broker at {record.bootstrap}" if running and record is not None
+          else "no broker is running")
+    if removed:
+        print(f"removed its passwords, keys and client files: {', '.join(removed)}")
     return 0
+
+
+def remove_secrets(state_dir: Path, paths: list[str]) -> list[str]:
+    """Remove the files (and the TLS folder) `start` wrote, only inside `state_dir` (the
+    record is a file there: whatever it says, nothing outside is touched); the paths removed."""
+    import shutil
+
+    removed = []
+    root = state_dir.resolve()
+    for text in paths:
+        path = Path(text)
+        if not path.is_absolute() or root not in path.parent.resolve().parents and \
+                path.parent.resolve() != root:
+            continue
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        elif path.exists() or path.is_symlink():
+            path.unlink(missing_ok=True)
+        else:
+            continue
+        removed.append(text)
+    return removed
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -90,6 +153,10 @@ def cmd_status(args: argparse.Namespace) -> int:
               f"see {Path(record.work_dir) / 'server.log'}")
         return 1
     print(f"Kafka broker at {record.bootstrap} (pid {record.pid}) answers")
+    from elastiq.kafka_dev_security import LISTENER_LABELS
+
+    for name, address in record.secured.items():
+        print(f"  {LISTENER_LABELS.get(name, name)} listener at {address}")
     return 0
 
 

@@ -1,14 +1,17 @@
-"""Kafka through a secured broker (layer 3): a real KRaft broker with a SASL_PLAINTEXT listener
-and a SASL_SSL one (`KafkaBroker(users=..., tls=True)`: PLAIN and SCRAM-SHA-256), and one Java
-client properties file, the form Kafka users already have, given as security-file= to the
-source (Spark's Java client) and the sink and the start check (librdkafka, through
-`common.kafka_params.librdkafka_security`).
+"""Kafka through a secured broker (layer 3): a real KRaft broker with a SASL_PLAINTEXT listener,
+a SASL_SSL one, an SSL one (TLS only) and an MTLS one (SSL requiring a client certificate)
+(`KafkaBroker(users=..., tls=True, mutual_tls=True)`: PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512),
+and one Java client properties file, the form Kafka users already have, given as
+security-file= to the source (Spark's Java client) and the sink and the start check
+(librdkafka, through `common.kafka_params.librdkafka_security`).
 
 A task kafka-source -> filter -> exactly-once kafka-sink through the SASL_PLAINTEXT listener
-(SCRAM-SHA-256, PLAIN) and the SASL_SSL one (its certificate signed by a throwaway CA that the
-file trusts as a PEM truststore): the output topic, read read_committed, equals a plain-Python
-oracle. A wrong password (for the source, and for the sink) or a TLS listener whose CA the file
-does not trust: the task's start is refused with the reason its status carries (the broker
+(SCRAM-SHA-256, PLAIN), the SASL_SSL one (SCRAM-SHA-512; its certificate signed by a throwaway
+CA that the file trusts as a PEM truststore), the SSL one (no login, the broker authenticated
+by its certificate) and the MTLS one (the file names the client's PKCS12 keystore, which both
+clients take; a file without it is refused there first): the output topic, read
+read_committed, equals a plain-Python oracle. A wrong password (for the source, and for the
+sink) or a TLS listener whose CA the file does not trust: the task's start is refused with the reason its status carries (the broker
 refused the security settings), nothing is written, and a task with the right file runs beside
 them.
 """
@@ -36,11 +39,13 @@ USER = "elastiq"
 
 @pytest.fixture(scope="module")
 def sasl_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """A broker with SASL_PLAINTEXT and SASL_SSL listeners and one user, for the module."""
+    """A broker with SASL_PLAINTEXT, SASL_SSL, SSL and MTLS listeners and one user, for the
+    module."""
     from elastiq.kafka_broker import KafkaBroker
 
     users = {USER: secrets.token_urlsafe(18)}
-    with KafkaBroker(tmp_path_factory.mktemp("kafka-sasl"), users=users, tls=True) as broker:
+    with KafkaBroker(tmp_path_factory.mktemp("kafka-sasl"), users=users, tls=True,
+                     mutual_tls=True) as broker:
         yield broker
 
 
@@ -74,17 +79,35 @@ def written_then_stop(rt: Any, bootstrap: str, topic: str, expected: Counter) ->
     return got(records)
 
 
-@pytest.mark.parametrize(("mechanism", "tls"), [("SCRAM-SHA-256", False), ("PLAIN", False),
-                                               ("SCRAM-SHA-256", True)])
-def test_source_filter_sink_through_the_sasl_listener_is_exact(
-        spark: Any, sasl_broker: Any, tmp_path: Path, mechanism: str, tls: bool) -> None:
+def _listener(broker: Any, mechanism: str, listener: str) -> tuple[str, Path]:
+    """The bootstrap address of `listener` and a client file for it."""
+    if listener == "ssl":
+        return broker.ssl_bootstrap, broker.tls_client_properties()
+    if listener == "mtls":
+        return broker.mtls_bootstrap, broker.tls_client_properties(mutual=True)
+    tls = listener == "sasl_ssl"
+    return (broker.sasl_ssl_bootstrap if tls else broker.sasl_bootstrap,
+            broker.client_properties(USER, mechanism, tls=tls))
+
+
+@pytest.mark.parametrize(("mechanism", "listener"), [
+    ("SCRAM-SHA-256", "sasl"), ("PLAIN", "sasl"), ("SCRAM-SHA-512", "sasl_ssl"),
+    ("none", "ssl"), ("none", "mtls")])
+def test_source_filter_sink_through_a_secured_listener_is_exact(
+        spark: Any, sasl_broker: Any, tmp_path: Path, mechanism: str, listener: str) -> None:
+    from executor import kafka_io
+
     source, out = temp_topic("sasl-in"), temp_topic("sasl-out")
     create_topic(sasl_broker.bootstrap, source, partitions=2)
-    rows = readings(200, len(mechanism))
+    rows = readings(200, len(mechanism + listener))
     produce(sasl_broker.bootstrap, source, [json.dumps(r).encode() for r in rows])
-    security = sasl_broker.client_properties(USER, mechanism, tls=tls)
+    bootstrap, security = _listener(sasl_broker, mechanism, listener)
     assert security.stat().st_mode & 0o777 == 0o600
-    bootstrap = sasl_broker.sasl_ssl_bootstrap if tls else sasl_broker.sasl_bootstrap
+    if listener == "mtls":  # without the client's certificate the listener refuses the start
+        with pytest.raises(kafka_io.KafkaUnavailable, match="task no-cert, operator src: the "
+                           "Kafka broker at .* refused the connection's security settings"):
+            _task(spark, tmp_path, "no-cert", bootstrap, source, out,
+                  sasl_broker.tls_client_properties())
     rt = _task(spark, tmp_path, "good", bootstrap, source, out, security)
     expected = hot(rows)
     assert written_then_stop(rt, sasl_broker.bootstrap, out, expected) == expected
