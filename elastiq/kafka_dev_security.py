@@ -198,7 +198,8 @@ def usage_lines(secured: dict[str, str], files: ClientFiles, start: SecuredStart
         lines.append(f"client settings ({what}): {path}")
     first = next(iter(files.clients.values()))
     lines.append(f"use them: bootstrap=\"{secured[listener]}\" security-file=\"{first}\" on a "
-                 "kafka-source or kafka-sink; Kafka's own tools take the same file "
-                 "(--consumer.config, --producer.config, --command-config)")
+                 f"kafka-source or kafka-sink (elastiq run and validate: --path-root "
+                 f"{first.parent}); Kafka's own tools take the same file (--consumer.config, "
+                 "--producer.config, --command-config)")
     return lines
 

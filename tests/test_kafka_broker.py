@@ -68,16 +68,25 @@ def test_a_real_broker_commits_transactions_and_hides_aborted_ones(kafka_broker:
 def test_elastiq_kafka_starts_a_detached_broker_and_stops_it(
         tmp_path: Path, capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch) -> None:
+    """With --user: a SASL listener, a generated owner-only password, and a client file that
+    logs in (read as the start check reads it); stop removes the password and the file."""
     import io
 
     from elastiq.cli import main
-    from elastiq.kafka_broker import is_broker_process, read_record
+    from elastiq.kafka_broker import answers, is_broker_process, read_record
+    from executor.kafka_io import read_security_file
 
     state = str(tmp_path / "k")
-    assert main(["kafka", "--dir", state, "start", "--port", "0"]) == 0
+    assert main(["kafka", "--dir", state, "start", "--port", "0", "--user", "alice"]) == 0
     record = read_record(Path(state))
+    client = tmp_path / "k" / "client-alice.properties"
     try:
         assert record is not None and is_broker_process(record.pid)
+        printed = capsys.readouterr().out
+        assert f"security-file=\"{client}\"" in printed
+        assert (tmp_path / "k" / "passwords").stat().st_mode & 0o777 == 0o600
+        assert answers(record.secured["sasl"], timeout=10.0,
+                       settings=dict(read_security_file(str(client)).librdkafka))
         assert main(["kafka", "--dir", state, "status"]) == 0
         monkeypatch.setattr("sys.stdin", io.StringIO("one\ntwo\n"))
         assert main(["kafka", "--dir", state, "produce", "lines"]) == 0
@@ -87,6 +96,8 @@ def test_elastiq_kafka_starts_a_detached_broker_and_stops_it(
     finally:
         assert main(["kafka", "--dir", state, "stop"]) == 0
     assert record is not None and not is_broker_process(record.pid)
+    assert not client.exists() and not (tmp_path / "k" / "passwords").exists()
+    assert not (tmp_path / "k" / "broker" / "server.properties").exists()
     assert main(["kafka", "--dir", state, "status"]) == 1
 
 
