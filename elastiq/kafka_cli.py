@@ -32,7 +32,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     st.add_argument("--port", type=int, default=DEFAULT_PORT,
                     help=f"the broker's port (default: {DEFAULT_PORT}; 0: any free port); the "
                          "secured listeners take the next ones (+1 SASL_PLAINTEXT, +2 SASL_SSL, "
-                         "+3 SSL)")
+                         "+3 SSL, +4 SSL with client certificates)")
     st.add_argument("--user", action="append", default=[], metavar="NAME",
                     help="a SASL user (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512) with a generated "
                          "password, written to an owner-only file whose path is printed "
@@ -46,6 +46,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     st.add_argument("--tls", action="store_true",
                     help="TLS listeners (SSL, and SASL_SSL with users) whose certificate a "
                          "throwaway CA signed; the client files trust it")
+    st.add_argument("--mutual-tls", action="store_true",
+                    help="with --tls: also an SSL listener requiring a client certificate "
+                         "(port +4) and a client keystore the CA signed, named by "
+                         "client-mtls.properties")
     st.set_defaults(handler=cmd_start)
     ks.add_parser("stop", help="stop the broker `start` started").set_defaults(handler=cmd_stop)
     ks.add_parser("status", help="say whether the broker answers and where") \
@@ -72,7 +76,7 @@ def cmd_start(args: argparse.Namespace) -> int:
     from elastiq.kafka_tls import TlsError
 
     start, problems = plan_secured_start(args.user, args.users_file, args.mechanism, args.tls,
-                                         args.port)
+                                         args.port, args.mutual_tls)
     if start is None:
         for problem in problems:
             print(f"elastiq kafka start: {problem}", file=sys.stderr)
@@ -82,7 +86,8 @@ def cmd_start(args: argparse.Namespace) -> int:
         print(f"a broker already runs at {old.bootstrap} (pid {old.pid}); stop it first "
               "(`elastiq kafka stop`) to start it with other options")
         return 0
-    broker = KafkaBroker(args.dir / "broker", port=args.port, users=start.users, tls=start.tls)
+    broker = KafkaBroker(args.dir / "broker", port=args.port, users=start.users, tls=start.tls,
+                         mutual_tls=start.mutual_tls)
     try:
         broker.start(detached=True)
     except (BrokerError, KafkaPartsMissing, TlsError) as e:
@@ -94,7 +99,7 @@ def cmd_start(args: argparse.Namespace) -> int:
     files = None
     if start.secured:
         ca_pem = broker.tls.ca_pem if broker.tls else None
-        files = write_client_files(args.dir.resolve(), start, ca_pem)
+        files = write_client_files(args.dir.resolve(), start, ca_pem, broker.client_tls)
         written = [str(p) for p in files.paths()] + [str(broker.work_dir / "server.properties")]
         written += [str(broker.work_dir / "tls")] if broker.tls else []
     write_record(args.dir, broker.record(written))

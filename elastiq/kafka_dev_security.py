@@ -1,7 +1,8 @@
 """The secured dev broker of `elastiq kafka start`: its options, passwords and client files.
 
-Owns deciding what `--user`, `--users-file`, `--mechanism`, `--tls` and `--port` ask for
-(`plan_secured_start`: every problem at once, each located: the option and its position, or
+Owns deciding what `--user`, `--users-file`, `--mechanism`, `--tls`, `--mutual-tls` and
+`--port` ask for (`plan_secured_start`: every problem at once, each located: the option and its
+position, or
 FILE:LINE of the users file; never repeating a password, and showing a hostile name only
 escaped and cut short), reading a users file (`NAME=PASSWORD` lines, owner-only: mode 0600 or
 0400, checked), generating the passwords of the users named on the command line (never a
@@ -23,6 +24,7 @@ from typing import Callable
 from elastiq.kafka_broker import (PASSWORD_RULE, SASL_MECHANISMS, USER_NAME_RULE,
                                   client_properties, password_ok, tls_client_properties,
                                   user_name_ok, write_private)
+from elastiq.kafka_tls import ClientTls
 
 DEFAULT_MECHANISM = "SCRAM-SHA-256"
 MAX_USERS = 64
@@ -38,6 +40,7 @@ class SecuredStart:
     generated: tuple[str, ...]  # the users whose passwords were generated
     mechanism: str  # the client files' SASL mechanism
     tls: bool
+    mutual_tls: bool = False  # an MTLS listener too, and a client keystore the CA signed
 
     @property
     def secured(self) -> bool:
@@ -108,11 +111,14 @@ def _read_users_file(path: Path) -> tuple[dict[str, tuple[str, int]], list[str]]
 
 
 def plan_secured_start(user_names: list[str], users_file: Path | None, mechanism: str | None,
-                       tls: bool, port: int,
+                       tls: bool, port: int, mutual_tls: bool = False,
                        new_password: Callable[[], str] = lambda: secrets.token_urlsafe(18)
                        ) -> tuple[SecuredStart | None, list[str]]:
     """The secured start the options ask for, or None and every problem, each located."""
     problems: list[str] = []
+    if mutual_tls and not tls:
+        problems.append("--mutual-tls: needs --tls (the client certificate is signed by the "
+                        "CA --tls makes)")
     if not 0 <= port <= 65535:
         problems.append(f"--port {port}: a port is 1-65535 (0: any free one)")
     named: list[str] = []
@@ -147,7 +153,7 @@ def plan_secured_start(user_names: list[str], users_file: Path | None, mechanism
     users = {name: password for name, (password, _) in from_file.items()}
     generated = tuple(name for name in named if name not in users)
     users.update({name: new_password() for name in generated})
-    return SecuredStart(users, generated, chosen, tls), []
+    return SecuredStart(users, generated, chosen, tls, mutual_tls), []
 
 
 @dataclass(frozen=True)
@@ -162,10 +168,12 @@ class ClientFiles:
         return [*self.clients.values(), *([self.passwords] if self.passwords else [])]
 
 
-def write_client_files(folder: Path, start: SecuredStart, ca_pem: Path | None) -> ClientFiles:
+def write_client_files(folder: Path, start: SecuredStart, ca_pem: Path | None,
+                       client_tls: ClientTls | None = None) -> ClientFiles:
     """The generated passwords (`passwords`, 0600, NAME=PASSWORD: usable as --users-file) and
-    a Java client file (0600) per user for the SASL listener (SASL_SSL with `ca_pem`), and with
-    `ca_pem` one for the SSL listener (`client-tls.properties`)."""
+    a Java client file (0600) per user for the SASL listener (SASL_SSL with `ca_pem`), with
+    `ca_pem` one for the SSL listener (`client-tls.properties`), and with `client_tls` one for
+    the MTLS listener (`client-mtls.properties`, naming the client's keystore)."""
     folder.mkdir(parents=True, exist_ok=True)
     passwords: Path | None = None
     if start.generated:
@@ -178,6 +186,9 @@ def write_client_files(folder: Path, start: SecuredStart, ca_pem: Path | None) -
     if ca_pem is not None:
         clients["tls"] = folder / "client-tls.properties"
         write_private(clients["tls"], tls_client_properties(ca_pem))
+    if ca_pem is not None and client_tls is not None:
+        clients["mtls"] = folder / "client-mtls.properties"
+        write_private(clients["mtls"], tls_client_properties(ca_pem, client_tls))
     return ClientFiles(clients, passwords)
 
 
@@ -194,7 +205,8 @@ def usage_lines(secured: dict[str, str], files: ClientFiles, start: SecuredStart
                      "(owner-only; give it as --users-file to keep them next time)")
     listener = "sasl_ssl" if start.tls and start.users else "sasl" if start.users else "ssl"
     for user, path in files.clients.items():
-        what = "TLS only, no login" if user == "tls" else f"user {user}, {start.mechanism}"
+        what = {"tls": "TLS only, no login", "mtls": "TLS with the client's certificate"}.get(
+            user, f"user {user}, {start.mechanism}")
         lines.append(f"client settings ({what}): {path}")
     first = next(iter(files.clients.values()))
     lines.append(f"use them: bootstrap=\"{secured[listener]}\" security-file=\"{first}\" on a "

@@ -86,6 +86,8 @@ def test_both_sources_of_users_and_the_generated_passwords_file_reads_back(
     start, problems = plan_secured_start(["bob", "alice"], users, None, True, 0)
     assert start is None and problems == [
         f"--user 'alice': also in {users}:1; name a user once (the file's has a password)"]
+    assert plan_secured_start([], None, None, False, 0, mutual_tls=True)[1] == [
+        "--mutual-tls: needs --tls (the client certificate is signed by the CA --tls makes)"]
     start, problems = plan_secured_start(["bob"], users, "SCRAM-SHA-512", True, 9092,
                                          new_password=lambda: "generated-pw-1")
     assert problems == [] and start == SecuredStart(
