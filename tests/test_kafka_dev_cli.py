@@ -115,6 +115,13 @@ def test_hostile_user_names_are_refused_escaped_and_a_fuzz_reads_back_what_is_ac
         assert start is None and len(problems) == 1, (name, problems)
         assert "\n" not in problems[0] and "\x1b" not in problems[0] and "\r" not in problems[0]
         assert len(problems[0]) < 160, problems[0]
+        single = name.split("\n")[0].split("\r")[0]  # a users file line ends at a line break
+        if single.partition("=")[0] in ("alice", "a"):  # a valid name once cut there
+            continue
+        users, problems = parse_users_file(f"# {i}\n{single}=pw-0123456789\n", "u")
+        assert users == {} and problems, single
+        assert all(p.startswith("u:2: ") and "\x1b" not in p and "pw-0123456789" not in p
+                   for p in problems), problems
     rng = random.Random(30)
     alphabet = "ab_-Z9\"';= \\\n\x1b{}$#.:/é\0"
     accepted = 0
