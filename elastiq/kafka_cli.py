@@ -6,7 +6,8 @@ records it in the state folder (with `--user`/`--users-file` and `--tls` a secur
 `elastiq.kafka_dev_security` decides the options and writes the client files), `stop` ends it
 and removes the passwords, keys and client files `start` wrote, `status` says whether it
 answers, `produce` sends standard input's lines to a topic and `consume` prints a topic's
-records as a `read_committed` reader sees them. Does not own the broker's configuration or the Kafka operators.
+records as a `read_committed` reader sees them. Does not own the broker's configuration or the
+Kafka operators.
 """
 
 from __future__ import annotations

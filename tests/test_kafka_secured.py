@@ -11,9 +11,9 @@ CA that the file trusts as a PEM truststore), the SSL one (no login, the broker 
 by its certificate) and the MTLS one (the file names the client's PKCS12 keystore, which both
 clients take; a file without it is refused there first): the output topic, read
 read_committed, equals a plain-Python oracle. A wrong password (for the source, and for the
-sink) or a TLS listener whose CA the file does not trust: the task's start is refused with the reason its status carries (the broker
-refused the security settings), nothing is written, and a task with the right file runs beside
-them.
+sink) or a TLS listener whose CA the file does not trust: the task's start is refused with the
+reason its status carries (the broker refused the security settings), nothing is written, and a
+task with the right file runs beside them.
 """
 
 from __future__ import annotations
