@@ -383,8 +383,12 @@ class KafkaBroker:
             config = self._write_config()
             self._format(classpath, config)
             self.process = self._spawn(classpath, config, detached)
-            if self._wait_ready() and self._add_scram_users():
-                return self
+            try:
+                if self._wait_ready() and self._add_scram_users():
+                    return self
+            except Exception as e:  # the admin API refused the users: no broker left behind
+                self.stop()
+                raise BrokerError(f"the broker did not take the SASL users: {e}") from e
             self.stop()
         raise BrokerError(f"the Kafka broker did not answer within {self.start_timeout:.0f} s; "
                           f"see {self.work_dir / LOG_FILE}")
@@ -442,13 +446,14 @@ class KafkaBroker:
                                            UserScramCredentialUpsertion)
 
         admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})
-        infos = [ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096),
-                 ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096)]
-        upserts: list[UserScramCredentialAlteration] = [
-            UserScramCredentialUpsertion(name, info, password.encode())
-            for name, password in self.users.items() for info in infos]
-        for future in admin.alter_user_scram_credentials(upserts).values():
-            future.result(30)
+        for mechanism in (ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512):
+            # one request per mechanism: a request may alter a user's credentials only once
+            info = ScramCredentialInfo(mechanism, 4096)
+            upserts: list[UserScramCredentialAlteration] = [
+                UserScramCredentialUpsertion(name, info, password.encode())
+                for name, password in self.users.items()]
+            for future in admin.alter_user_scram_credentials(upserts).values():
+                future.result(30)
         name, password = next(iter(self.users.items()))
         scram = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-256",
                  "sasl.username": name, "sasl.password": password}
