@@ -43,6 +43,7 @@ _WORDS: tuple[tuple[KafkaProblem, re.Pattern[str]], ...] = (
     ("refused", re.compile(
         r"SaslAuthenticationException|SslAuthenticationException|AuthenticationException|"
         r"Authentication failed|SSL handshake failed|_AUTHENTICATION|SASL authentication|"
+        r"SSL alert number|alert bad certificate|alert certificate required|"
         r"TopicAuthorizationException|TOPIC_AUTHORIZATION_FAILED|IllegalSaslState|"
         r"UnsupportedSaslMechanism", re.IGNORECASE)),
     ("no-topic", re.compile(

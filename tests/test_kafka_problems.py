@@ -39,6 +39,11 @@ NO_NODE = ("org.apache.kafka.common.errors.TimeoutException: Timed out waiting f
 RDKAFKA_DOWN = "KafkaError{code=_TRANSPORT,val=-195,str=\"Failed to get metadata: Local: " \
                "Broker transport failure\"}"
 SSL = "127.0.0.1:4242/bootstrap: SSL handshake failed: Disconnected: connection closed by peer"
+# librdkafka when a listener requires a client certificate and the client has none (TLS 1.3:
+# the broker's alert arrives after the handshake, as a transport failure)
+NO_CERT = ("ssl://127.0.0.1:4242/bootstrap: Receive failed: ssl/record/rec_layer_s3.c:918:"
+           "ssl3_read_bytes error:0A000412:SSL routines::ssl/tls alert bad certificate: SSL alert "
+           "number 42 (after 6ms in state APIVERSION_QUERY) (_TRANSPORT)")
 SASL = "org.apache.kafka.common.errors.SaslAuthenticationException: Authentication failed: " \
        "Invalid username or password"
 BAD_VALUE = "KafkaError{code=_INVALID_ARG,val=-186,str=\"Invalid value \"BOGUS\" for " \
@@ -47,7 +52,7 @@ BAD_VALUE = "KafkaError{code=_INVALID_ARG,val=-186,str=\"Invalid value \"BOGUS\"
 
 @pytest.mark.parametrize(("text", "problem"), [
     (DELETED, "no-topic"), (NO_NODE, "unreachable"), (RDKAFKA_DOWN, "unreachable"),
-    (SSL, "refused"), (SASL, "refused"), (BAD_VALUE, "bad-setting"),
+    (SSL, "refused"), (NO_CERT, "refused"), (SASL, "refused"), (BAD_VALUE, "bad-setting"),
     ("java.lang.ArithmeticException: / by zero", None),
     ("FileNotFoundError: /data/in.csv", None)])
 def test_the_kind_of_problem_a_clients_words_show(text: str, problem: str | None) -> None:
