@@ -7,6 +7,7 @@ time that was not spent in a batch."""
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -23,8 +24,19 @@ def test_the_running_batch_is_reported_and_never_outlasts_the_batch_it_times(
     runner = task_runner(spark, tmp_path, "metrics")  # a paced generator -> filter -> sink
     seen: list[tuple[int, int]] = []  # (busy ms of the finished batches, running ms), running
     first_batch = 0  # the longest running_ms seen before the first batch with data ended
+    # read from before the query starts: start() returns once its sources are up, and on a
+    # loaded machine the first micro-batch may have ended by then
+    failed: list[BaseException] = []
+
+    def start() -> None:
+        try:
+            runner.start()
+        except BaseException as exc:  # noqa: BLE001 - reported by the test below
+            failed.append(exc)
+
+    starting = threading.Thread(target=start, name="start-metrics-runner")
     try:
-        runner.start()
+        starting.start()
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and len({busy for busy, _ in seen}) < 3:
             metrics = runner.metrics()
@@ -34,6 +46,8 @@ def test_the_running_batch_is_reported_and_never_outlasts_the_batch_it_times(
                     assert metrics.tuples_in == 0
                     first_batch = max(first_batch, metrics.running_ms)
             time.sleep(0.01)
+        starting.join(timeout=max(1.0, deadline - time.monotonic()))
+        assert not starting.is_alive() and not failed, f"the task's start failed: {failed}"
         assert first_batch > 0, "the first micro-batch was never seen running"
         assert len({busy for busy, _ in seen}) >= 3, \
             f"saw a batch running in fewer than 3 batches within 120 s: {seen}"
@@ -46,6 +60,7 @@ def test_the_running_batch_is_reported_and_never_outlasts_the_batch_it_times(
             time.sleep(0.05)
         assert final is not None, "the last batch seen running never ended"
     finally:
+        starting.join(timeout=60)
         runner.stop()
     for busy, running in seen:
         ended = [b for b, _ in seen if b > busy] + [final]
