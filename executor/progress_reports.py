@@ -11,7 +11,7 @@ Reports are plain dicts of Spark's progress JSON, as pyspark's own are. Owns not
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 Report = dict[str, Any]
@@ -48,11 +48,6 @@ class RecentProgress:
         """The query's reports (a pyspark StreamingQuery), oldest first; a new list each time."""
         reports = query._jsq.recentProgress()  # one call: Spark's list, copied in the JVM
         count = len(reports)
-        newest_first = _parsed(lambda i: reports[i].json(), count)
+        newest_first = (json.loads(reports[i].json()) for i in range(count - 1, -1, -1))
         self._held = merge_reports(self._held, newest_first, count)
         return list(self._held)
-
-
-def _parsed(text_of: Callable[[int], str], count: int) -> Iterable[Report]:
-    for i in range(count - 1, -1, -1):
-        yield json.loads(text_of(i))
