@@ -6,8 +6,10 @@ records it in the state folder (with `--user`/`--users-file` and `--tls` a secur
 `elastiq.kafka_dev_security` decides the options and writes the client files), `stop` ends it
 and removes the passwords, keys and client files `start` wrote, `status` says whether it
 answers, `produce` sends standard input's lines to a topic and `consume` prints a topic's
-records as a `read_committed` reader sees them. Does not own the broker's configuration or the
-Kafka operators.
+records as a `read_committed` reader sees them, both through a secured listener with
+`--security-file` (a Java client file, read and translated as the operators' `security-file=`
+is: `elastiq.kafka_client_file`) after the broker answered with those settings (a refusal is
+one line and exit status 1). Does not own the broker's configuration or the Kafka operators.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 from common.kafka_jars import KafkaPartsMissing
 from common.paths import DEFAULT_STATE_DIR
@@ -56,17 +59,27 @@ def register(sub: argparse._SubParsersAction) -> None:
     ks.add_parser("status", help="say whether the broker answers and where") \
         .set_defaults(handler=cmd_status)
     p = ks.add_parser("produce", help="send standard input's lines to a topic, one record each")
-    p.add_argument("topic")
-    p.add_argument("--bootstrap", help="bootstrap servers (default: the started broker)")
+    _client_options(p)
     p.set_defaults(handler=cmd_produce)
-    c = ks.add_parser("consume", help="print a topic's committed records, one per line")
-    c.add_argument("topic")
-    c.add_argument("--bootstrap", help="bootstrap servers (default: the started broker)")
+    c = ks.add_parser("consume", help="print a topic's committed records (read_committed), one "
+                                      "per line")
+    _client_options(c)
     c.add_argument("--max", type=int, default=0, help="stop after this many records")
     c.add_argument("--idle", type=float, default=0.0,
                    help="stop after this many seconds without a record (default: never)")
     c.set_defaults(handler=cmd_consume)
     k.set_defaults(handler=lambda _args: (k.print_help(), 2)[1])
+
+
+def _client_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("topic")
+    p.add_argument("--bootstrap", help="bootstrap servers (default: the started broker; with "
+                                       "--security-file its listener for the file's "
+                                       "security.protocol)")
+    p.add_argument("--security-file", type=Path, metavar="FILE",
+                   help="a Java client properties file (security.*, sasl.*, ssl.* keys: what "
+                        "security-file= of kafka-source/kafka-sink takes and `start --user` "
+                        "writes)")
 
 
 def cmd_start(args: argparse.Namespace) -> int:
@@ -166,33 +179,87 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
-def _bootstrap(args: argparse.Namespace) -> str | None:
+def _client(args: argparse.Namespace, command: str) -> tuple[str, dict[str, str]] | None:
+    """The bootstrap and librdkafka security settings `produce`/`consume` use, once the broker
+    answered with them (`executor.kafka_io.check_broker`); None after printing every problem
+    (each a line) or the broker's refusal."""
+    from common.kafka_params import KafkaParamError, check_topic
     from elastiq.kafka_broker import read_record
+    from elastiq.kafka_client_file import (ClientFileError, checked_bootstrap, cli_words,
+                                           default_bootstrap, read_client_security)
+    from executor.kafka_io import KafkaUnavailable, check_broker
 
-    if args.bootstrap:
-        return str(args.bootstrap)
-    record = read_record(args.dir)
-    if record is None:
-        print("no broker started: pass --bootstrap or run `elastiq kafka start`", file=sys.stderr)
+    problems: list[str] = []
+    security: dict[str, str] = {}
+    bootstrap: str | None = None
+    try:
+        check_topic(args.topic)
+    except KafkaParamError as e:
+        problems.append(f"topic {e}")
+    try:
+        security = read_client_security(args.security_file) if args.security_file else {}
+    except ClientFileError as e:
+        problems.append(str(e))
+    try:
+        if args.bootstrap:
+            bootstrap = checked_bootstrap(str(args.bootstrap))
+        elif (record := read_record(args.dir)) is None:
+            problems.append("no broker started: pass --bootstrap or run `elastiq kafka start`")
+        elif not problems:
+            bootstrap = default_bootstrap(record.bootstrap, record.secured, security)
+    except ClientFileError as e:
+        problems.append(str(e))
+    if problems or bootstrap is None:
+        for problem in problems:
+            print(f"elastiq kafka {command}: {problem}", file=sys.stderr)
         return None
-    return record.bootstrap
+    try:
+        check_broker(bootstrap, (), security, quiet=True)
+    except KafkaUnavailable as e:
+        print(f"elastiq kafka {command}: {cli_words(str(e))}", file=sys.stderr)
+        return None
+    return bootstrap, security
 
 
 def cmd_produce(args: argparse.Namespace) -> int:
     from confluent_kafka import Producer
 
-    bootstrap = _bootstrap(args)
-    if bootstrap is None:
+    from elastiq.kafka_client_file import client_config
+
+    client = _client(args, "produce")
+    if client is None:
         return 1
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    failed: list[str] = []
+
+    def delivered(error: object, _message: object) -> None:
+        if error is not None:
+            failed.append(str(error))
+
+    producer = Producer(client_config(*client, {"enable.idempotence": True,
+                                                "on_delivery": delivered}))
     sent = 0
     for line in sys.stdin:
-        producer.produce(args.topic, line.rstrip("\n").encode("utf-8"))
-        producer.poll(0)
+        _send(producer, args.topic, line.rstrip("\n").encode("utf-8"))
         sent += 1
     left = producer.flush(30)
-    print(f"sent {sent - left} records to {args.topic}", file=sys.stderr)
-    return 0 if left == 0 else 1
+    print(f"sent {sent - left - len(failed)} records to {args.topic}", file=sys.stderr)
+    if failed or left:
+        why = f" ({failed[0][:200]})" if failed else " within 30 s"
+        print(f"elastiq kafka produce: {len(failed) + left} records not delivered{why}",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+def _send(producer: Any, topic: str, value: bytes) -> None:
+    """Queue one record, serving delivery reports while librdkafka's queue is full."""
+    while True:
+        try:
+            producer.produce(topic, value)
+            producer.poll(0)
+            return
+        except BufferError:
+            producer.poll(0.5)
 
 
 def cmd_consume(args: argparse.Namespace) -> int:
@@ -200,18 +267,25 @@ def cmd_consume(args: argparse.Namespace) -> int:
 
     from confluent_kafka import Consumer
 
-    bootstrap = _bootstrap(args)
-    if bootstrap is None:
+    from common.kafka_problems import problem_of_text
+    from elastiq.kafka_client_file import client_config
+
+    client = _client(args, "consume")
+    if client is None:
         return 1
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"elastiq-cli-{time.time()}",
-                         "auto.offset.reset": "earliest", "enable.auto.commit": False,
-                         "isolation.level": "read_committed"})
+    consumer = Consumer(client_config(*client, {
+        "group.id": f"elastiq-cli-{time.time()}", "auto.offset.reset": "earliest",
+        "enable.auto.commit": False, "isolation.level": "read_committed"}))
     consumer.subscribe([args.topic])
     seen, last = 0, time.monotonic()
     try:
         while not args.max or seen < args.max:
             message = consumer.poll(0.5)
-            if message is None or message.error():
+            error = message.error() if message is not None else None
+            if error is not None and problem_of_text(str(error)) in ("refused", "bad-setting"):
+                print(f"elastiq kafka consume: {error}", file=sys.stderr)
+                return 1
+            if message is None or error is not None:
                 if args.idle and time.monotonic() - last > args.idle:
                     break
                 continue

@@ -381,20 +381,23 @@ def listening(bootstrap: str, timeout: float = 2.0) -> bool:
 
 
 def check_broker(bootstrap: str, topics: tuple[str, ...], security: Mapping[str, str],
-                 timeout: float | None = None) -> list[kafka_partitions.Partition]:
+                 timeout: float | None = None,
+                 quiet: bool = False) -> list[kafka_partitions.Partition]:
     """At a task's start: that the broker answers with these security settings (librdkafka's,
     `ClientSecurity.librdkafka`) and holds `topics`, else `KafkaUnavailable` with the reason
     (`common.kafka_problems`), within `timeout` seconds (default CHECK_TIMEOUT_S, read at the
     call): without it Spark's own client waits
     minutes and then fails with a Java stack. A refusal the client reports on its own (a SASL
     authentication or SSL handshake failure) ends the wait at once. Returns the (topic,
-    partition) pairs of `topics`, as the broker's metadata lists them."""
+    partition) pairs of `topics`, as the broker's metadata lists them. `quiet`: librdkafka
+    logs nothing to standard error (the command line prints the reason alone)."""
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
     heard: list[str] = []  # what the client reports on its own (an SSL or SASL failure)
     config: dict[str, Any] = {"bootstrap.servers": bootstrap, **security,
-                              "error_cb": lambda error: heard.append(str(error))}
+                              "error_cb": lambda error: heard.append(str(error)),
+                              **({"log_level": 0} if quiet else {})}
     try:
         admin = AdminClient(config)
     except (KafkaException, ValueError, TypeError) as exc:
