@@ -14,6 +14,12 @@ read_committed, equals a plain-Python oracle. A wrong password (for the source, 
 sink) or a TLS listener whose CA the file does not trust: the task's start is refused with the
 reason its status carries (the broker refused the security settings), nothing is written, and a
 task with the right file runs beside them.
+
+The real-time path (Spark's real-time trigger, Spark's own Kafka sink) through the SASL_SSL
+listener with the same file: at least once against the oracle, and a wrong password on the
+source or the sink refused at start with the same reason. `elastiq kafka produce|consume
+--security-file` through the SCRAM listener: what consume prints equals what produce read; a
+wrong password is one line on standard error and exit status 1.
 """
 
 from __future__ import annotations
@@ -148,3 +154,108 @@ def test_a_wrong_password_is_refused_with_the_reason_and_writes_nothing(
     expected = hot(rows)
     assert written_then_stop(rt, sasl_broker.bootstrap, good_out, expected) == expected
     assert read_committed(sasl_broker.bootstrap, bad_out, expect=0, timeout=5, settle=0) == []
+
+
+def _real_time_task(spark: Any, tmp_path: Path, name: str, bootstrap: str, source: str,
+                    out: str, source_file: Path, sink_file: Path) -> Any:
+    """kafka-source -> filter temp > 30 -> at-least-once kafka-sink in Spark's real-time mode
+    (`executor.kafka_realtime`), the source with `source_file`, the sink with `sink_file`."""
+    from executor.runtime import TaskRuntime
+
+    rt = TaskRuntime(spark, query_id="q", task_id=name, checkpoint_dir=str(tmp_path / name))
+    rt.real_time_mode(checkpoint_interval="5 seconds")
+    try:
+        rt.kafka_source(op="src", output="raw", schema=READING, bootstrap=bootstrap,
+                        topics=(source,), starting_offsets="earliest", format="jsonl",
+                        metadata=(), security_file=str(source_file))
+        rt.filter(op="hot", input="raw", output="hot", condition="raw.temp > 30")
+        rt.kafka_sink(op="out", input="hot", bootstrap=bootstrap, topic=out, format="jsonl",
+                      delivery="at-least-once", security_file=str(sink_file))
+    except BaseException:
+        rt.stop()
+        raise
+    return rt
+
+
+def test_a_real_time_task_through_sasl_ssl_is_at_least_once_and_a_wrong_password_is_refused(
+        spark: Any, sasl_broker: Any, tmp_path: Path) -> None:
+    """Spark's real-time mode with one Java client file (SCRAM-SHA-512 over SASL_SSL, the CA
+    as a PEM truststore) on the source and the sink: every record of the oracle in the output,
+    nothing else (at least once: no duplicates expected in a run without a restart, but
+    allowed). A wrong password on the source, and separately on the sink, refuses the task's
+    start with the micro-batch path's reason; the refused tasks wrote nothing."""
+    from executor import kafka_io
+
+    source, out, bad_out = temp_topic("rt-sec-in"), temp_topic("rt-sec-out"), \
+        temp_topic("rt-sec-bad")
+    create_topic(sasl_broker.bootstrap, source, partitions=2)
+    create_topic(sasl_broker.bootstrap, out)
+    rows = readings(300, 17)
+    produce(sasl_broker.bootstrap, source, [json.dumps(r).encode() for r in rows])
+    bootstrap = sasl_broker.sasl_ssl_bootstrap
+    good = sasl_broker.client_properties(USER, "SCRAM-SHA-512", tls=True)
+    wrong = sasl_broker.client_properties(USER, "SCRAM-SHA-512", password="not-the-password",
+                                          tls=True)
+    for name, op, source_file, sink_file in (("rt-bad-src", "src", wrong, good),
+                                             ("rt-bad-sink", "out", good, wrong)):
+        with pytest.raises(kafka_io.KafkaUnavailable) as caught:
+            _real_time_task(spark, tmp_path, name, bootstrap, source, bad_out, source_file,
+                            sink_file)
+        reason = str(caught.value)
+        assert reason.startswith(f"task {name}, operator {op}: the Kafka broker at {bootstrap} "
+                                 "refused the connection's security settings"), reason
+        assert "fix the file given as security-file=" in reason and "not-the-password" \
+            not in reason
+    rt = _real_time_task(spark, tmp_path, "rt-ok", bootstrap, source, out, good, good)
+    expected = hot(rows)
+    try:
+        records = read_committed(sasl_broker.bootstrap, out, expect=sum(expected.values()),
+                                 timeout=60)
+        assert rt.query is not None and rt.query.isActive, rt.query.exception()
+    finally:
+        rt.stop()
+    seen = got(records)
+    assert not (expected - seen), f"missing: {expected - seen}"
+    assert set(seen) == set(expected), f"unexpected: {set(seen) - set(expected)}"
+    assert read_committed(sasl_broker.bootstrap, bad_out, expect=0, timeout=3, settle=0) == []
+
+
+def test_the_cli_produces_and_consumes_through_scram_and_a_wrong_password_is_one_line(
+        sasl_broker: Any, tmp_path: Path, capfd: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`elastiq kafka produce|consume --security-file` (SCRAM-SHA-256 over SASL_PLAINTEXT):
+    what consume prints equals what produce read, in order (one partition); consume finds the
+    listener from the started broker's record and the file's protocol. A wrong password: one
+    line on standard error (not a librdkafka log line, no traceback), exit 1, no password."""
+    import io
+
+    from elastiq.cli import main
+    from elastiq.kafka_broker import write_record
+
+    state, topic = tmp_path / "k", temp_topic("cli-sec")
+    write_record(state, sasl_broker.record())  # as `elastiq kafka start` leaves it
+    create_topic(sasl_broker.bootstrap, topic)
+    good = sasl_broker.client_properties(USER, "SCRAM-SHA-256")
+    lines = [json.dumps(r) for r in readings(40, 8)] + ["not json", "ünïcode ✓", ""]
+    monkeypatch.setattr("sys.stdin", io.StringIO("".join(f"{line}\n" for line in lines)))
+    assert main(["kafka", "--dir", str(state), "produce", topic, "--bootstrap",
+                 sasl_broker.sasl_bootstrap, "--security-file", str(good)]) == 0
+    assert capfd.readouterr().err == f"sent {len(lines)} records to {topic}\n"
+    assert main(["kafka", "--dir", str(state), "consume", topic, "--security-file", str(good),
+                 "--max", str(len(lines)), "--idle", "20"]) == 0
+    printed = capfd.readouterr()
+    assert printed.out.split("\n")[:-1] == lines and printed.err == ""
+
+    wrong = sasl_broker.client_properties(USER, "SCRAM-SHA-256", password="not-the-password")
+    for command in ("produce", "consume"):
+        monkeypatch.setattr("sys.stdin", io.StringIO("never sent\n"))
+        limit = ["--max", "1"] if command == "consume" else []
+        assert main(["kafka", "--dir", str(state), command, topic, "--security-file",
+                     str(wrong), *limit]) == 1
+        printed = capfd.readouterr()
+        assert printed.out == "" and printed.err.count("\n") == 1, printed.err
+        assert printed.err.startswith(
+            f"elastiq kafka {command}: the Kafka broker at {sasl_broker.sasl_bootstrap} "
+            "refused the connection's security settings"), printed.err
+        assert "fix the file given as --security-file" in printed.err
+        assert "not-the-password" not in printed.err
