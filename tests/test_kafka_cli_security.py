@@ -38,7 +38,8 @@ ATTACKS = ["bootstrap.servers=evil.example:9092", "group.id=victims", "isolation
            "plugin.library.paths=/tmp/evil.so", "sasl.login.class=com.evil.Login",
            "sasl.login.callback.handler.class=com.evil.H", "ssl.ca.location=/etc/shadow",
            "sasl.username=mallory", "sasl.oauthbearer.method=oidc", "ssl.providers=evil",
-           "sasl.oauthbearer.token.endpoint.url=http://evil/", "ssl.keystore.type=JKS\nssl.keystore.location=/k.jks",
+           "sasl.oauthbearer.token.endpoint.url=http://evil/",
+           "ssl.keystore.type=JKS\nssl.keystore.location=/k.jks",
            "bootstrap.servers\\=x=1", "security.protocol\\\nbootstrap.servers=evil:1"]
 
 
