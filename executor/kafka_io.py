@@ -27,7 +27,7 @@ import logging
 import os
 import socket
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 import pyarrow as pa
@@ -37,7 +37,7 @@ from common.atomic_file import replace_file
 from common.kafka_params import (MAX_SECURITY_FILE_CHARS, librdkafka_security, security_properties,
                                  spark_security_options)
 from common.kafka_problems import KafkaProblem, advice, problem_of_text
-from executor import kafka_records
+from executor import kafka_handover, kafka_records
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +70,7 @@ class Share:
     share: int
     shares: int
     pinned: str
+    handover: str | None = None  # a rescale's handover for it (`executor.kafka_handover`)
 
 
 def source_options(s: SourceSettings,
@@ -451,6 +452,8 @@ def raw_frame(spark: Any, settings: SourceSettings) -> Any:
         raise KafkaSetupError(f"Spark's Kafka connector is not installed: {FETCH_HINT}")
     listed = check_broker(settings.bootstrap, settings.topics, dict(settings.client_security))
     assigned = None if settings.share is None else assigned_partitions(settings.share, listed)
+    if settings.share is not None and settings.share.handover and assigned is not None:
+        settings = _handed_over(settings, settings.share, assigned)
     try:
         raw = spark.readStream.format("kafka").options(
             **source_options(settings, assigned)).load()
@@ -461,6 +464,22 @@ def raw_frame(spark: Any, settings: SourceSettings) -> Any:
                                   "executor") from None
         raise
     return raw
+
+
+def _handed_over(settings: SourceSettings, share: Share,
+                 assigned: Sequence[kafka_partitions.Partition]) -> SourceSettings:
+    """`settings` starting where a rescale's handover says (a new generation's first start;
+    a restart of it resumes from its own checkpoint, where Spark ignores starting offsets)."""
+    try:
+        handed = kafka_handover.handed_over(str(share.handover), share.share, share.shares,
+                                            assigned)
+    except kafka_handover.HandoverRefused as exc:
+        raise KafkaSetupError(str(exc)) from None
+    if handed is None:
+        return settings
+    log.info("kafka-source instance %s of %s starts at its handover %s", share.share,
+             share.shares, handed)
+    return replace(settings, starting_offsets=handed, starting_timestamp_ms=None)
 
 
 def assigned_partitions(share: Share, listed: Sequence[kafka_partitions.Partition]

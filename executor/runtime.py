@@ -40,10 +40,10 @@ from common.types import ColumnType, Field, Schema
 from compiler import expr
 from common.kafka_params import KafkaParamError, transactional_id
 from common import keyed_aggregates, side_table
-from executor import (kafka_io, kafka_realtime, kafka_records, keyed_state_frame, routing, shapes,
-                      sinks, sources, spool_source, top_n_frame)
+from executor import (kafka_handover, kafka_io, kafka_realtime, kafka_records, keyed_state_frame,
+                      routing, shapes, sinks, sources, spool_source, top_n_frame)
 from executor.cep import match as cep_match, spark as cep_spark, stage as cep_stage
-from executor.batch_gate import BatchGate
+from executor.batch_gate import BatchGate, await_commit
 from executor.dpc import DpcController, DpcInput, DpcSink
 from executor.fencing import Fence
 from executor.channels.auth import (ChannelKeyError, TaskKeys, WriterAuth, parse_readers,
@@ -397,6 +397,28 @@ class TaskRuntime:
         finally:
             self.close_receivers()
 
+    def stop_at_boundary(self, timeout: float = 60.0) -> int | None:
+        """Stop the query between two micro-batches, as a rescale's handover needs it: no sink
+        call starts any more (`BatchGate.close`: a batch Spark plans meanwhile fails before
+        writing), the one being written finishes and Spark commits it, then the query stops.
+        Records the stop (`executor.kafka_handover.mark_stopped`) and returns the last
+        committed batch (None: none). TimeoutError, and no record, if a batch being written
+        does not finish and commit within `timeout` s."""
+        query, spark_dir = self.query, os.path.join(self.checkpoint_dir, "spark")
+        deadline = time.monotonic() + timeout
+        if not self.gate.close(timeout):
+            raise TimeoutError(f"task {self.task_id}: a batch was still being written after "
+                               f"{timeout} s")
+        alive = (lambda: False) if query is None else (lambda: bool(query.isActive))
+        if not await_commit(spark_dir, self.gate.last_written, deadline, alive):
+            raise TimeoutError(f"task {self.task_id}: batch {self.gate.last_written} was "
+                               "written but not committed; not stopped at a batch boundary")
+        self.stop()
+        last = kafka_handover.last_committed_batch(spark_dir)
+        kafka_handover.mark_stopped(self.checkpoint_dir, last)
+        log.info("task %s: stopped at a batch boundary after batch %s", self.task_id, last)
+        return last
+
     def backlog(self) -> int | None:
         """Tuples the task's paced sources have made available beyond what it planned; None
         when it has none (Spark's progress is then the only measure)."""
@@ -598,7 +620,10 @@ class TaskRuntime:
             None if starting_timestamp is None else kafka_io.timestamp_ms(starting_timestamp),
             max_records, security.java, security.librdkafka,
             None if share is None or shares is None else kafka_io.Share(
-                share, shares, os.path.join(self.checkpoint_dir, f"kafka-share-{op}.json")))
+                share, shares, os.path.join(self.checkpoint_dir, f"kafka-share-{op}.json"),
+                os.path.join(self.checkpoint_dir, f"kafka-handover-{op}.json")))
+        if share is not None:  # the query starts: a stop it recorded no longer holds
+            kafka_handover.clear_stopped(self.checkpoint_dir)
         layout = kafka_records.RecordLayout(sources.schema_pairs(schema), tuple(
             (field, column) for field, column in metadata), format)
         try:
