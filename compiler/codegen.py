@@ -30,7 +30,7 @@ from common.types import Schema
 from compiler.graph import Graph, Node, render_term
 from compiler import realtime
 from compiler.operators import canonical_duration
-from compiler.tasks import TaskPlan
+from compiler.tasks import TaskPlan, cut_streams
 
 _ENV = jinja2.Environment(
     loader=jinja2.PackageLoader("compiler", "templates"),
@@ -227,6 +227,43 @@ LOCAL_SINKS = ("file-sink", "console-sink", "discard-sink")
 ROW_BY_ROW = ("filter", "project")  # at most one output row per input row
 
 
+def carries_marks(graph: Graph, stream: str) -> bool:
+    """Whether the channel of `stream` carries DPC marks (docs/availability.md, "Marks across
+    channels"): its task holds a union or join with max-delay over a channel input, and every
+    task reading it propagates them, through filters and projections of its own into a file
+    or console sink that is no upsert log; never a published stream (other queries read it
+    unmarked) (pure)."""
+    if stream in graph.published:
+        return False
+    cut = cut_streams(graph)
+    return _dpc_before(graph, stream, cut) and all(
+        _propagates(graph, c, cut) for c in graph.consumers(stream))
+
+
+def _dpc_before(graph: Graph, stream: str, cut: set[str]) -> bool:
+    todo, seen = [graph.producer(stream)], set()
+    while todo:
+        node = todo.pop()
+        if node.name in seen:
+            continue
+        seen.add(node.name)
+        if node.max_delay_ms is not None and any(i in cut for i in node.inputs):
+            return True
+        todo += [graph.producer(i) for i in node.inputs if i not in cut]
+    return False
+
+
+def _propagates(graph: Graph, node: Node, cut: set[str]) -> bool:
+    if node.kind in ("file-sink", "console-sink"):
+        producer = graph.producer(node.inputs[0])
+        while producer.kind in _PASS_THROUGH + ("splitter", "merger"):
+            producer = graph.producer(producer.inputs[0])
+        return producer.kind != "aggregate"  # (an upsert log keeps no marks)
+    if node.kind not in ROW_BY_ROW or node.output is None or node.output in cut:
+        return False
+    return all(_propagates(graph, c, cut) for c in graph.consumers(node.output))
+
+
 def writes_aggregate_locally(graph: Graph, plan: TaskPlan) -> bool:
     """Whether the task ends in a file or console sink fed, through filters and projections of
     the task, by a window aggregate of the task (pure): a micro-batch's output then holds the
@@ -256,9 +293,10 @@ def _source_calls(graph: Graph, plan: TaskPlan, channels: Mapping[str, ChannelSp
         selector = selected.get(stream)
         if selector is None:
             ticks = _ticked(graph, stream)
+            marks = (("marks", True),) if not ticks and carries_marks(graph, stream) else ()
             calls.append(Call(f"{stream} <- channel {c}", "channel_source",
                               (("output", name(stream)), ("schema", schema_of(stream)),
-                               ("channel", c), *ticks)))
+                               ("channel", c), *ticks, *marks)))
         elif stream == selector.inputs[0]:
             replicas = tuple(next(i for i in plan.inputs if channels[i].stream == s)
                              for s in selector.inputs)
@@ -292,7 +330,8 @@ def _sink_calls(graph: Graph, plan: TaskPlan, channels: Mapping[str, ChannelSpec
     return [Call(f"{channels[c].stream} -> channel {c}", "channel_sink",
                  (("input", name(channels[c].stream)), ("channel", c),
                   ("readers", channels[c].consumers),
-                  *((("published", True),) if channels[c].stream in graph.published else ())))
+                  *((("published", True),) if channels[c].stream in graph.published else ()),
+                  *((("marks", True),) if carries_marks(graph, channels[c].stream) else ())))
             for c in plan.outputs]
 
 

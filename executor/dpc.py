@@ -38,7 +38,7 @@ import pyarrow as pa
 
 from common import dpc
 from common.atomic_file import replace_file
-from executor import spool, spool_source
+from executor import dpc_marks, spool, spool_source
 from executor.json_lines import table_to_lines
 from executor.spool_receiver import SpoolReceiver
 
@@ -251,20 +251,28 @@ class DpcController:
 
 class DpcSink:
     """A file or console sink of a task with a DPC union: tentative rows carry TENTATIVE_COLUMN,
-    a re-run's first batch is preceded by a revision record."""
+    a re-run's first batch is preceded by a revision record; or a marked channel
+    (`executor.dpc_marks`): the same marks as columns of the wire table."""
 
     def __init__(self, inner: Any, controller: DpcController) -> None:
         from executor import sinks
 
-        if not isinstance(inner, (sinks.FileSink, sinks.ConsoleSink)):
-            raise TypeError(f"DPC marks only file and console sinks, not {type(inner).__name__}")
+        marked_channel = isinstance(inner, sinks.ChannelSink) and \
+            dpc_marks.carries_marks(inner.schema)
+        if not (marked_channel or isinstance(inner, (sinks.FileSink, sinks.ConsoleSink))):
+            raise TypeError(f"DPC marks only file and console sinks and marked channels, not "
+                            f"{type(inner).__name__}")
         self.inner, self.controller = inner, controller
         self.rows_out = 0
+        self._revision_pending: int | None = None  # a channel's revision waits for a row
 
     def __call__(self, df: Any, batch_id: int) -> None:
         from executor import sinks
 
         mark = self.controller.on_batch(batch_id)
+        if isinstance(self.inner, sinks.ChannelSink):
+            self._send(df.toArrow(), batch_id, mark)
+            return
         lines = table_to_lines(marked(df.toArrow(), mark))
         if mark.revision is not None:
             lines.insert(0, revision_line(mark.revision))
@@ -277,6 +285,21 @@ class DpcSink:
             out.write(f"[{self.inner.task_id} #{batch_id}] {line}\n")
         out.flush()
         self.rows_out += len(lines)
+
+    def _send(self, table: pa.Table, batch_id: int, mark: BatchMark) -> None:
+        """A marked channel's batch: its rows with their marks (docs/availability.md, "Marks
+        across channels"), tagged `append_id` (a re-run's batches are new to the writer). A
+        revision rides on the first stable batch with rows from the re-run on (an empty table
+        carries no mark)."""
+        from executor import sinks
+
+        assert isinstance(self.inner, sinks.ChannelSink)
+        pending = mark.revision if mark.revision is not None else self._revision_pending
+        now = pending if mark.tentative is None and table.num_rows else None
+        self._revision_pending = None if now is not None else pending
+        wire = dpc_marks.mark_table(table, self.inner.schema, mark.tentative, now)
+        self.inner.writer.send(wire, self.controller.append_id(batch_id))
+        self.rows_out += table.num_rows
 
 
 def marked(table: pa.Table, mark: BatchMark) -> pa.Table:

@@ -40,11 +40,13 @@ from common.types import ColumnType, Field, Schema
 from compiler import expr
 from common.kafka_params import KafkaParamError, transactional_id
 from common import keyed_aggregates, side_table
-from executor import (kafka_handover, kafka_io, kafka_realtime, kafka_records, keyed_state_frame,
-                      routing, shapes, sinks, sources, spool_source, top_n_frame)
+from executor import (dpc_marks, kafka_handover, kafka_io, kafka_realtime, kafka_records,
+                      keyed_state_frame, routing, shapes, sinks, sources, spool_source,
+                      top_n_frame)
 from executor.cep import match as cep_match, spark as cep_spark, stage as cep_stage
 from executor.batch_gate import BatchGate, await_commit
 from executor.dpc import DpcController, DpcInput, DpcSink
+from executor.dpc_downstream import MarkedSink
 from executor.fencing import Fence
 from executor.channels.auth import (ChannelKeyError, TaskKeys, WriterAuth, parse_readers,
                                    read_key_file, reader_auth, save_key_file)
@@ -372,6 +374,8 @@ class TaskRuntime:
         self.receivers: list[SpoolReceiver] = []  # channel inputs, closed with the query
         self.channel_inputs: dict[str, DpcInput] = {}  # stream -> a channel read as it
         self.dpc: DpcController | None = None  # max-delay on a union or join (availability.md)
+        # stream -> the (spool name, folder) of the marked channel its DPC marks came from
+        self.marked: dict[str, tuple[str, str]] = {}
         self._stream_writer: Any = None  # the started query's DataStreamWriter (a DPC re-run's)
         # how far each paced source lags behind its rate, in tuples (`sources.generator_backlog`)
         self.backlogs: list[Callable[[], int]] = []
@@ -458,10 +462,16 @@ class TaskRuntime:
         self.streams[name] = Stream(name, df.alias(name), schema)
         log.debug("task %s: %s defines stream %s (%s)", self.task_id, op, name, schema.names)
 
-    def _get(self, op: str, name: str) -> Stream:
+    def _get(self, op: str, name: str, marks: bool = False) -> Stream:
+        """The stream `name`; one carrying DPC marks only for an operator that propagates them
+        (`marks`: a filter, a projection, a file or console sink; docs/availability.md)."""
         stream = self.streams.get(name)
         if stream is None:
             raise self._error(op, f"unknown input stream {name!r} (known: {sorted(self.streams)})")
+        if name in self.marked and not marks:
+            raise self._error(op, f"stream {name!r} carries DPC marks (tentative rows) from its "
+                                  "upstream task; only filters, projections and a file or "
+                                  "console sink propagate them (docs/availability.md)")
         return stream
 
     def _field(self, op: str, stream: Stream, name: str) -> Field:
@@ -642,25 +652,36 @@ class TaskRuntime:
 
     def _spool(self, op: str, output: str, schema: Schema, name: str, folder: str,
                replicas: Sequence[Replica], key_file: str, ticks: bool = False,
-               bounded: bool = False, from_now: bool = False) -> None:
+               bounded: bool = False, from_now: bool = False, marks: bool = False) -> None:
         """Receive `replicas` (one writer, or a hot-standby group's) into the spool `folder`
         and read it as the stream `output` (`executor.spool_source`); with `ticks`, its rows
         carry the splitter's tick mark (`sinks.TICK_COLUMN`), which the stream keeps hidden
         until a window drops the ticks after its watermark; with `bounded` (a sliding window's
-        partition) also each row's window-start bounds, hidden until the window applies them."""
+        partition) also each row's window-start bounds, hidden until the window applies them;
+        with `marks` (a DPC task's channel, `executor.dpc_marks`) each row's tentative episode,
+        hidden, which filters and projections keep (the revision mark stays in the spool)."""
         spark_dir = os.path.join(self.checkpoint_dir, "spark")
         wire = with_tick(schema, bounded) if ticks else schema
+        if marks and ticks:
+            raise self._error(op, "a splitter's partition channel carries no DPC marks")
+        read = schema
+        if marks:
+            wire = dpc_marks.with_marks(schema)
+            read = Schema(wire.fields[:-1])  # the revision mark is read from the spool only
         receiver = SpoolReceiver(self.task_id, folder, replicas, shapes.arrow_schema(wire),
                                  key_file=key_file, endpoints_file=self._endpoints_file(),
                                  log_file=sources.source_log_path(self.checkpoint_dir),
                                  finished=lambda: spool_source.finished_seq(spark_dir, name),
                                  from_now=from_now)
         self.receivers.append(receiver.start())
-        if len(replicas) == 1 and not ticks:
+        if len(replicas) == 1 and not ticks and not marks:
             self.channel_inputs[output] = DpcInput(name, receiver, folder)
+        if marks:
+            self.marked[output] = (name, folder)
         config = spool_source.SpoolConfig(
             self.task_id, name, folder, os.path.join(self.checkpoint_dir, "spark"),
-            sources.schema_pairs(wire), self.source_partitions, self.deterministic,
+            sources.schema_pairs(read if marks else wire), self.source_partitions,
+            self.deterministic,
             idle_seconds=self.channel_poll_seconds, max_batch_bytes=self.batch_bytes)
         df = (self.spark.readStream.format(spool_source.SpoolSource.name())
               .option(spool_source.CONFIG_OPTION, spool_source.encode_config(config)).load())
@@ -672,10 +693,10 @@ class TaskRuntime:
     def _channel_stream(self, op: str, output: str, schema: Schema, channel: str,
                         endpoint: str, reader_id: str, key_file: str = "",
                         server_key: str = "", ticks: bool = False,
-                        bounded: bool = False) -> None:
+                        bounded: bool = False, marks: bool = False) -> None:
         self._spool(op, output, schema, channel, self._spool_folder(channel),
                     [Replica(channel, reader_id, endpoint, server_key)], key_file, ticks,
-                    bounded)
+                    bounded, marks=marks)
 
     def network_source(self, *, op: str, output: str, schema: Schema, endpoint: str,
                        channel: str, reader: str | None = None, key_file: str | None = None,
@@ -692,15 +713,16 @@ class TaskRuntime:
                              reader or f"{self.task_id}/{op}", key_file or "", server_key or "")
 
     def channel_source(self, *, output: str, schema: Schema, channel: str,
-                       ticks: bool = False, bounded: bool = False) -> None:
+                       ticks: bool = False, bounded: bool = False, marks: bool = False) -> None:
         """Read `channel` as `output`; `ticks`: a partition channel of a stateful operator's
         splitter, whose rows carry the tick mark (`split_channel_sink`'s `switch`); `bounded`:
-        one of a sliding window's, whose rows also carry their window-start bounds."""
+        one of a sliding window's, whose rows also carry their window-start bounds; `marks`: a
+        DPC task's channel, whose rows carry their marks (`channel_sink`'s `marks`)."""
         op = f"read:{channel}"
         key_file, server_key = self._reader_keys(op, channel)
         self._channel_stream(op, output, schema, channel, self._endpoint_of(op, channel),
                              channel_reader_id(self.task_id, channel), key_file, server_key,
-                             ticks, bounded)
+                             ticks, bounded, marks)
 
     def stream_source(self, *, op: str, output: str, schema: Schema, stream: str,
                       start: str = "retained") -> None:
@@ -776,15 +798,16 @@ class TaskRuntime:
 
     def filter(self, *, op: str, input: str, output: str, condition: str) -> None:
         condition = self._param(op, "condition", condition)
-        stream = self._get(op, input)
+        stream = self._get(op, input, marks=True)
         scope = expr.Scope({input: stream.schema})
         typed = self._compile(op, condition, scope, expr.compile_condition)
         df = stream.df.filter(to_column(typed.expr, scope))
         self._put(op, output, df, stream.schema)
+        self._propagate(input, output)
 
     def project(self, *, op: str, input: str, output: str,
                 fields: Sequence[tuple[str, str]]) -> None:
-        stream = self._get(op, input)
+        stream = self._get(op, input, marks=True)
         scope = expr.Scope({input: stream.schema})
         columns, out_fields = [], []
         for name, text in fields:
@@ -794,7 +817,15 @@ class TaskRuntime:
         names = [f.name for f in out_fields]
         if len(set(names)) != len(names):
             raise self._error(op, f"projection names are not unique: {names}")
+        if input in self.marked:  # a row derived from a tentative row is tentative
+            columns.append(F.col(f"`{dpc_marks.TENTATIVE_MARK}`"))
         self._put(op, output, stream.df.select(*columns), Schema(tuple(out_fields)))
+        self._propagate(input, output)
+
+    def _propagate(self, input: str, output: str) -> None:
+        """`output`, derived row by row from `input`, carries its DPC marks."""
+        if input in self.marked:
+            self.marked[output] = self.marked[input]
 
     def _aggregate_column(self, op: str, stream: Stream, name: str, function: str,
                           column: str | None, by: str | None = None,
@@ -1249,7 +1280,14 @@ class TaskRuntime:
                 log.warning("task %s: %s; max-delay is not applied: the union or join runs as "
                             "without it (docs/availability.md)", self.task_id, exc)
                 self.dpc = None
-        stream = self._get(op, input)
+        stream = self._get(op, input, marks=True)
+        if input in self.marked:
+            try:
+                sink = MarkedSink(sink, os.path.join(self.checkpoint_dir, "spark"),
+                                  [self.marked[input]])
+            except TypeError as exc:
+                raise self._error(op, f"stream {input!r} carries DPC marks (tentative rows): "
+                                      f"{exc} (docs/availability.md)") from None
         writer = (stream.df.writeStream.foreachBatch(self.gate.wrap(sink))
                   .queryName(f"{self.query_id}.{self.task_id}")
                   .option("checkpointLocation", os.path.join(self.checkpoint_dir, "spark")))
@@ -1361,9 +1399,9 @@ class TaskRuntime:
         self._start(op, input, sinks.DiscardSink(self.task_id))
 
     def _channel_sink(self, op: str, input: str, channel: str, bind: str | None,
-                      readers: Sequence[str] = ()) -> None:
+                      readers: Sequence[str] = (), marks: bool = False) -> None:
         """Serve `input` as `channel` to this query's reader tasks `readers`."""
-        self._serve(op, input, channel, bind, self._declared(op, channel, readers))
+        self._serve(op, input, channel, bind, self._declared(op, channel, readers), marks)
 
     def _declared(self, op: str, channel: str,
                   readers: Sequence[str]) -> tuple[WriterAuth | None, tuple[str, ...], bool]:
@@ -1379,10 +1417,12 @@ class TaskRuntime:
         return auth, tuple(ids.values()), False
 
     def _serve(self, op: str, input: str, channel: str, bind: str | None,
-               access: tuple[WriterAuth | None, tuple[str, ...], bool]) -> None:
+               access: tuple[WriterAuth | None, tuple[str, ...], bool],
+               marks: bool = False) -> None:
         if self.channels is None:
             raise self._error(op, "channel sinks need the executor's ChannelHub")
-        schema = shapes.arrow_schema(self._get(op, input).schema)
+        stream = self._get(op, input).schema
+        schema = shapes.arrow_schema(dpc_marks.with_marks(stream) if marks else stream)
         self._access[channel] = access
         writer = self._writer(channel, schema, bind)
         self._start(op, input, sinks.ChannelSink(self.task_id, writer, schema))
@@ -1467,14 +1507,16 @@ class TaskRuntime:
             raise
 
     def channel_sink(self, *, input: str, channel: str, readers: Sequence[str] = (),
-                     published: bool = False) -> None:
+                     published: bool = False, marks: bool = False) -> None:
         """Serve `input` to the tasks `readers` on the endpoint the scheduler assigned (a free
         local port when run outside a cluster); the writer keeps every batch until each reader
-        has acknowledged it. `published`: other queries may read it too (`ChannelWriter`)."""
+        has acknowledged it. `published`: other queries may read it too (`ChannelWriter`);
+        `marks`: each row carries its DPC marks (`executor.dpc_marks`: the task's union or join
+        with max-delay marks them, else they are null), for a reader with `marks`."""
         if published:
             self._published.add(channel)
         self._channel_sink(f"write:{channel}", input, channel, self.endpoints.get(channel),
-                           readers)
+                           readers, marks)
 
     def split_channel_sink(self, *, input: str, channels: Sequence[str], key: Sequence[str],
                            readers: Sequence[Sequence[str]], active: int | None = None,

@@ -36,7 +36,7 @@ from common import safe_open, upsert_log
 from common.paths import PathRoots, confine, executor_roots
 from common.safe_open import RootedPath, rooted
 from executor.json_lines import table_to_lines
-from executor import routing
+from executor import dpc_marks, routing
 
 log = logging.getLogger(__name__)
 
@@ -365,7 +365,10 @@ class ChannelSink:
         self.rows_out = 0
 
     def __call__(self, df: Any, batch_id: int) -> None:
-        table = df.toArrow().select(self.schema.names).cast(self.schema)
+        table = df.toArrow()
+        if dpc_marks.carries_marks(self.schema):  # a marked channel, its task without DPC
+            table = dpc_marks.mark_table(table, self.schema, None, None)
+        table = table.select(self.schema.names).cast(self.schema)
         seq = self.writer.send(table, batch_id)
         self.rows_out += table.num_rows
         log.debug("task %s: batch %s -> seq %s (%s rows)", self.task_id, batch_id, seq,

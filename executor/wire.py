@@ -3,8 +3,9 @@
 Owns the byte layout of every channel frame (a fixed header with magic, version, kind and channel
 id, plus an optional Arrow IPC stream body for DATA frames) and the checks that refuse a bad frame
 with a specific reason (`FrameError`). Nothing here is ever unpickled or evaluated: headers are a
-fixed `struct` layout, bodies are Arrow IPC checked against the channel's schema. Does not own
-sockets, sequencing, credit or retention (see `executor.channels`).
+fixed `struct` layout, bodies are Arrow IPC checked against the channel's schema (and a
+DPC-marked channel's marks, `executor.dpc_marks.check_marks`). Does not own sockets,
+sequencing, credit or retention (see `executor.channels`).
 
 Header layout (network byte order, 42 bytes, then the channel id and a text, both UTF-8):
     magic "EQCH" | version u8 | kind u8 | channel-id length u16 | text length u16 | a, b, c, d i64
@@ -18,6 +19,8 @@ import struct
 from dataclasses import dataclass
 
 import pyarrow as pa
+
+from executor import dpc_marks
 
 MAGIC = b"EQCH"
 VERSION = 1
@@ -153,4 +156,9 @@ def decode_table(body: bytes | memoryview | pa.Buffer, schema: pa.Schema) -> pa.
         raise FrameError(f"body is not a valid Arrow IPC stream: {exc}") from None
     if not table.schema.equals(schema, check_metadata=False):
         raise FrameError(f"body schema {table.schema} does not match the channel schema {schema}")
+    if dpc_marks.carries_marks(schema):
+        try:
+            dpc_marks.check_marks(table)
+        except dpc_marks.MarkError as exc:
+            raise FrameError(f"bad DPC mark: {exc}") from None
     return table

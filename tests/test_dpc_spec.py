@@ -151,3 +151,41 @@ def test_max_delay_is_part_of_the_union_s_signature_only_when_set(tmp_path) -> N
     plain, three, four = signature(""), signature(' max-delay="3 s"'), signature(' max-delay="4 s"')
     assert len({plain, three, four}) == 3
     assert "3000" not in plain and "3000" in three
+
+
+def _fanned(second_reader: str) -> str:
+    """src's raw is read by the union (a channel: raw also feeds s3) and src2's raw2; the
+    union's output by a filter into s1 and by `second_reader` (one more task each)."""
+    def sink(name: str, stream: str) -> str:
+        return SINK.replace('name="sink"', f'name="{name}"').replace(
+            "out.jsonl", f"{name}.jsonl").format(stream=stream)
+    hot = ('  <operator name="f1" type="filter">\n    <input name="both"/>\n'
+           '    <param name="condition" value="both.temp &gt; 1"/>\n'
+           '    <output name="h1"/>\n  </operator>\n')
+    return dataflow(SOURCE + SECOND + _union(' max-delay="3 seconds"') + hot + second_reader
+                    + sink("s1", "h1") + sink("s2", "h2") + sink("s3", "raw"))
+
+
+def _marked_calls(xml: str, tmp_path) -> list[str]:
+    from compiler.pipeline import compile_spec_text
+
+    programs = [t.program for t in compile_spec_text(xml, "dpc.xml", base_dir=tmp_path)
+                .query.tasks]
+    return [line.strip() for p in programs for line in p.splitlines() if "marks=True" in line]
+
+
+def test_a_dpc_union_s_channel_carries_marks_to_readers_that_propagate_them(tmp_path) -> None:
+    """docs/availability.md, "Marks across channels": the union's channel sink and both
+    filtering readers are marked; with a window aggregate reading it too, nothing is (the
+    runtime would refuse the mark there; the union then runs as without max-delay)."""
+    project = ('  <operator name="p" type="project">\n    <input name="both"/>\n'
+               '    <field name="sensor" value="both.sensor"/>\n'
+               '    <output name="h2"/>\n  </operator>\n')
+    calls = _marked_calls(_fanned(project), tmp_path)
+    assert sorted(c.split("(")[0] for c in calls) == [
+        "rt.channel_sink", "rt.channel_source", "rt.channel_source"], calls
+    window = ('  <operator name="w" type="window-aggregate">\n    <input name="both"/>\n'
+              '    <param name="time" value="ts"/><param name="size" value="1 seconds"/>\n'
+              '    <aggregate name="n" function="count"/>\n'
+              '    <output name="h2"/>\n  </operator>\n')
+    assert _marked_calls(_fanned(window), tmp_path) == []

@@ -1,0 +1,237 @@
+"""DPC marks across a channel without Spark (docs/availability.md, "Marks across channels"):
+the marks' encoding in a channel's Arrow table (a seeded fuzz of the round trip through the
+frame codec, against plain-Python rows), forged marks refused by the codec and by a real
+ZeroMQ reader (counted, the reader goes on), the downstream sink's lines, the revisions a
+micro-batch read from its spool, and the upstream sink's revision riding on the first stable
+batch with rows."""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+import zmq
+
+from common import dpc_view
+from common.types import Schema
+from executor import dpc_marks, spool
+from executor.channels import ChannelReader
+from executor.dpc import BatchMark, DpcSink
+from executor.dpc_downstream import derived_lines, revisions_in
+from executor.dpc_marks import MAX_EPISODE, REVISION_MARK, TENTATIVE_MARK, MarkError
+from executor.shapes import arrow_schema
+from executor.wire import FrameError, Header, Kind, decode_header, decode_table, encode_header, \
+    encode_table
+
+STREAM = Schema.of(("sensor", "string"), ("ts", "timestamp"), ("temp", "double"))
+WIRE = arrow_schema(dpc_marks.with_marks(STREAM))
+T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
+
+
+def rows(rng: random.Random, n: int) -> list[dict[str, Any]]:
+    return [{"sensor": rng.choice(["s-1", "s-2", None]), "ts": T0 + timedelta(seconds=i),
+             "temp": rng.uniform(-10, 40)} for i in range(n)]
+
+
+def base_table(data: list[dict[str, Any]]) -> pa.Table:
+    return pa.Table.from_pylist(data, schema=arrow_schema(STREAM))
+
+
+def wire_table(data: list[dict[str, Any]], tentative: list[int | None],
+               revision: list[int | None]) -> pa.Table:
+    """A wire table built column by column, marks as given (for forging)."""
+    return base_table(data).append_column(TENTATIVE_MARK, pa.array(tentative, pa.int64())) \
+        .append_column(REVISION_MARK, pa.array(revision, pa.int64()))
+
+
+def test_marks_round_trip_through_the_frame_codec_seeded_fuzz() -> None:
+    rng = random.Random(34)
+    for _ in range(200):
+        data = rows(rng, rng.randrange(0, 12))
+        kind = rng.choice(["stable", "tentative", "revision"])
+        episode = rng.choice([1, 2, rng.randrange(1, MAX_EPISODE + 1), MAX_EPISODE])
+        tentative = episode if kind == "tentative" else None
+        revision = episode if kind == "revision" else None
+        table = dpc_marks.mark_table(base_table(data), WIRE, tentative, revision)
+        back = decode_table(encode_table(table), WIRE)
+        assert back.to_pylist() == [{**r, TENTATIVE_MARK: tentative, REVISION_MARK: revision}
+                                    for r in data]
+        expected = revision if data else None  # an empty table carries no mark
+        assert dpc_marks.check_marks(back) == expected == dpc_marks.revision_of(back)
+
+
+FORGED = {
+    "episode 0": ([0], [None]),
+    "a negative episode": ([-5], [None]),
+    "an episode past the range": ([MAX_EPISODE + 1], [None]),
+    "a revision 0": ([None], [0]),
+    "a row both tentative and a revision": ([3], [3]),
+    "two episodes revised in one batch": ([None, None], [1, 2]),
+}
+
+
+@pytest.mark.parametrize("what", sorted(FORGED))
+def test_a_forged_mark_is_refused_by_the_codec(what: str) -> None:
+    tentative, revision = FORGED[what]
+    data = rows(random.Random(1), len(tentative))
+    forged = wire_table(data, tentative, revision)
+    with pytest.raises(FrameError, match="bad DPC mark"):
+        decode_table(encode_table(forged), WIRE)
+
+
+def test_marks_of_another_type_or_missing_are_refused_as_a_schema_mismatch() -> None:
+    data = rows(random.Random(2), 2)
+    as_text = base_table(data).append_column(TENTATIVE_MARK, pa.array(["1", None])) \
+        .append_column(REVISION_MARK, pa.array([None, None], pa.int64()))
+    for table in (as_text, base_table(data)):
+        with pytest.raises(FrameError, match="does not match the channel schema"):
+            decode_table(encode_table(table), WIRE)
+
+
+def test_marking_refuses_what_no_frame_may_carry() -> None:
+    table = base_table(rows(random.Random(3), 1))
+    with pytest.raises(MarkError, match="both tentative"):
+        dpc_marks.mark_table(table, WIRE, 1, 1)
+    with pytest.raises(MarkError, match="outside"):
+        dpc_marks.mark_table(table, WIRE, 0, None)
+    with pytest.raises(ValueError, match="reserved for DPC marks"):
+        dpc_marks.with_marks(Schema.of(("x", "int"), (TENTATIVE_MARK, "int")))
+
+
+def _recv_kind(router: zmq.Socket, kind: Kind, reader: ChannelReader) -> tuple[bytes, Header]:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        reader.poll(0.05)  # the reader's thread of control sends from its poll
+        if router.poll(50):
+            identity, raw = router.recv_multipart()
+            header = decode_header(raw)
+            if header.kind is kind:
+                return identity, header
+    raise AssertionError(f"no {kind.name} frame")
+
+
+def test_a_real_reader_counts_a_forged_mark_asks_again_and_goes_on() -> None:
+    """A writer (a ROUTER socket speaking the protocol) sends seq 1 with a forged mark: the
+    reader refuses it (counted), subscribes again from seq 1 and takes the good batch."""
+    router = zmq.Context.instance().socket(zmq.ROUTER)
+    router.setsockopt(zmq.LINGER, 0)
+    port = router.bind_to_random_port("tcp://127.0.0.1")
+    reader = ChannelReader("u.out", "f", f"tcp://127.0.0.1:{port}", WIRE)
+    try:
+        reader.subscribe()
+        data = rows(random.Random(4), 3)
+        good = dpc_marks.mark_table(base_table(data), WIRE, 2, None)
+        forged = wire_table(data, [2, 2, -1], [None, None, None])
+        identity, sub = _recv_kind(router, Kind.SUBSCRIBE, reader)
+        for table in (forged, good):
+            router.send_multipart([identity, encode_header(
+                Header(Kind.SUBSCRIBED, "u.out", 1, 0, 0, sub.d))])
+            router.send_multipart([identity, encode_header(
+                Header(Kind.DATA, "u.out", 1, 1, 0, sub.d)), encode_table(table).to_pybytes()])
+            if table is forged:
+                identity, sub = _recv_kind(router, Kind.SUBSCRIBE, reader)
+                assert sub.a == 1, "the reader did not ask for seq 1 again"
+        got: list[Any] = []
+        deadline = time.monotonic() + 10
+        while not got and time.monotonic() < deadline:
+            got = reader.poll(0.1)
+        assert [b.table.to_pylist() for b in got] == [good.to_pylist()]
+        assert reader.stats().refused_frames == 1
+    finally:
+        reader.close(flush_timeout=0)
+        router.close()
+
+
+def test_derived_lines_mark_each_row_derived_from_a_tentative_one() -> None:
+    rng = random.Random(5)
+    for _ in range(50):
+        data = rows(rng, rng.randrange(0, 10))
+        marks = [rng.choice([None, 1, 7]) for _ in data]
+        table = base_table(data).append_column(TENTATIVE_MARK, pa.array(marks, pa.int64()))
+        got = [{**r, "ts": datetime.fromisoformat(r["ts"])}
+               for r in map(json.loads, derived_lines(table))]
+        expected = [{**r, **({} if m is None else {dpc_view.TENTATIVE: m})}
+                    for r, m in zip(data, marks)]
+        assert sorted(got, key=repr) == sorted(expected, key=repr)
+        assert len(dpc_view.stable_view(got)) == marks.count(None)
+
+
+def _offsets(spark_dir: Path, batch: int, seq: int) -> None:
+    folder = spark_dir / "offsets"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / str(batch)).write_text(
+        'v1\n{"batchWatermarkMs":0}\n' + json.dumps({"spool": "u.out", "seq": seq}) + "\n")
+
+
+def test_a_micro_batch_writes_the_revisions_of_the_spooled_batches_it_read(
+        tmp_path: Path) -> None:
+    folder, spark_dir = tmp_path / "spool", tmp_path / "spark"
+    folder.mkdir()
+    data = rows(random.Random(6), 2)
+    marks = {1: (None, None), 2: (3, None), 3: (None, 3), 4: (None, None), 5: (None, 4)}
+    for seq, (tentative, revision) in marks.items():
+        spool.write_batch(str(folder), seq, dpc_marks.mark_table(base_table(data), WIRE,
+                                                                  tentative, revision))
+    _offsets(spark_dir, 0, 2)
+    _offsets(spark_dir, 1, 4)
+    _offsets(spark_dir, 2, 5)
+    spools = [("u.out", str(folder))]
+    assert revisions_in(str(spark_dir), 0, spools) == []
+    assert revisions_in(str(spark_dir), 1, spools) == [3]
+    assert revisions_in(str(spark_dir), 2, spools) == [4]
+    assert revisions_in(str(spark_dir), 3, spools) == []  # not planned yet
+
+
+class _Writer:
+    def __init__(self) -> None:
+        self.sent: list[tuple[int, pa.Table]] = []
+
+    def send(self, table: pa.Table, tag: int) -> int:
+        self.sent.append((tag, table))
+        return len(self.sent)
+
+
+class _Controller:
+    """The two calls DpcSink makes of its controller, with the marks given."""
+
+    def __init__(self, marks: list[BatchMark]) -> None:
+        self.marks = marks
+
+    def on_batch(self, batch_id: int) -> BatchMark:
+        return self.marks[batch_id]
+
+    def append_id(self, batch_id: int) -> int:
+        return batch_id + 100
+
+
+class _Frame:
+    def __init__(self, table: pa.Table) -> None:
+        self.table = table
+
+    def toArrow(self) -> pa.Table:  # noqa: N802 - Spark's name
+        return self.table
+
+
+def test_the_upstream_revision_rides_on_the_first_stable_batch_with_rows() -> None:
+    from executor import sinks
+
+    writer = _Writer()
+    inner = sinks.ChannelSink("u", writer, WIRE)
+    marks = [BatchMark(tentative=1), BatchMark(revision=1), BatchMark(), BatchMark(tentative=2),
+             BatchMark()]
+    sink = DpcSink(inner, _Controller(marks))  # type: ignore[arg-type]
+    data = rows(random.Random(7), 2)
+    for batch_id, n in enumerate([2, 0, 2, 2, 2]):
+        sink(_Frame(base_table(data[:n])), batch_id)
+    assert [tag for tag, _ in writer.sent] == [100, 101, 102, 103, 104]
+    seen = [(dpc_marks.revision_of(t), set(t.column(TENTATIVE_MARK).to_pylist()))
+            for _, t in writer.sent]
+    assert seen == [(None, {1}), (None, set()), (1, {None}), (None, {2}), (None, {None})]
+    for _, table in writer.sent:
+        decode_table(encode_table(table), WIRE)  # every frame sent passes the reader's check
