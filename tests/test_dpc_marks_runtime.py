@@ -19,8 +19,8 @@ from testkit.dpc_marks_support import THRESHOLD, keys, marked_cut_run, oracle
 
 pytestmark = pytest.mark.spark
 
-RATE, LIMIT, MAX_DELAY = 100.0, 2000, 2.0  # 20 s of input per upstream task
-CUT_SECONDS = 5.0
+RATE, LIMIT, MAX_DELAY = 100.0, 1700, 2.0  # 17 s of input per upstream task
+CUT_SECONDS = 4.0
 
 
 def test_a_downstream_filter_propagates_the_tentative_mark_and_the_correction(
