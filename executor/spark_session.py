@@ -3,17 +3,15 @@
 Owns the session settings every Elastiq task query relies on: local mode with the offered cores,
 no UI, 1-2 shuffle partitions (frozen into each query's checkpoint at its first start), the
 RocksDB state store with changelog checkpointing, checkpoints on the raw local file system (no
-`.crc` files), UTC session time, loopback-only networking,
-quiet logs, Spark's Kafka connector on the classpath when `scripts/setup.sh --kafka` fetched it
+`.crc` files) written through Hadoop's FileSystem API, UTC session time, loopback-only
+networking, quiet logs, Spark's Kafka connector on the classpath when `scripts/setup.sh --kafka` fetched it
 (`common.kafka_jars`; `spark.jars` at launch, as a JVM started without it cannot load it later),
 Python processes that import the installed, compiled pyspark (`executor.spark_python_path`)
-and, when the installed pyspark needs it, the worker daemon that avoids the per-task
-import-cache flush (see `executor.spark_worker_daemon`). Does not own queries, sources or sinks.
+and workers forked by Elastiq's daemon from a frozen heap (`executor.spark_worker_daemon`). Does not own queries, sources or sinks.
 """
 
 from __future__ import annotations
 
-import inspect
 import logging
 import os
 from pathlib import Path
@@ -32,20 +30,12 @@ FILE_SYSTEM_CHECKPOINTS = ("org.apache.spark.sql.execution.streaming.checkpointi
 WORKER_DAEMON_MODULE = "executor.spark_worker_daemon"
 
 
-def needs_cache_flush_workaround() -> bool:
-    """True when pyspark's `setup_spark_files` still flushes import caches on every task
-    (pyspark 4.1.4 does; the fix, SPARK-54744, lands in later releases)."""
-    from pyspark import worker_util
-
-    return "invalidate_caches()" in inspect.getsource(worker_util.setup_spark_files)
-
-
 def shuffle_partitions_for(cores: int) -> int:
     """1 partition on one core, otherwise 2: enough parallelism, little per-batch overhead."""
     return 1 if cores <= 1 else 2
 
 
-def session_settings(cores: int, state_dir: str, workaround: bool,
+def session_settings(cores: int, state_dir: str,
                      jars: tuple[str, ...] = (), java_options: str = "") -> dict[str, str]:
     """The Spark configuration of an executor session (pure; unit-testable)."""
     local_dir = str(Path(state_dir) / "spark-local")
@@ -79,8 +69,8 @@ def session_settings(cores: int, state_dir: str, workaround: bool,
         # system (benchmarks/batch_overhead.py measures the CPU per micro-batch)
         "spark.sql.streaming.checkpointFileManagerClass": FILE_SYSTEM_CHECKPOINTS,
     }
-    if workaround:
-        settings["spark.python.daemon.module"] = WORKER_DAEMON_MODULE
+    # Python workers forked from a frozen heap, without pyspark 4.1's per-task cache flush
+    settings["spark.python.daemon.module"] = WORKER_DAEMON_MODULE
     if jars:
         settings["spark.jars"] = ",".join(jars)
     if java_options:
@@ -96,20 +86,18 @@ def build_session(cores: int, app_name: str, state_dir: str,
     if cores < 1:
         raise ValueError(f"build_session: cores must be >= 1, got {cores}")
     os.makedirs(state_dir, exist_ok=True)
-    workaround = needs_cache_flush_workaround()
     builder = SparkSession.builder.appName(app_name)
     jars = tuple(connector_jars()) if connector_available() else ()
     if java_options is None:
         java_options = session_java_options()
     # the JVM passes this on to every Python process it starts (spark_python_path)
     os.environ[PYTHONPATH_ENV] = session_python_path(os.environ.get(PYTHONPATH_ENV))
-    for key, value in session_settings(cores, state_dir, workaround, jars,
-                                       java_options).items():
+    for key, value in session_settings(cores, state_dir, jars, java_options).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
-    log.info("session %s: local[%s], state under %s, cache-flush workaround %s, "
-             "Kafka connector %s, class archive %s", app_name, cores, state_dir, workaround,
+    log.info("session %s: local[%s], state under %s, Kafka connector %s, class archive %s",
+             app_name, cores, state_dir,
              "on" if jars else "absent", "given" if "SharedArchiveFile" in java_options
              else "absent")
     return spark

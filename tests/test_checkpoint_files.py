@@ -13,7 +13,7 @@ from executor.spark_session import FILE_SYSTEM_CHECKPOINTS, session_settings
 
 
 def test_the_session_settings_name_the_file_system_checkpoint_manager() -> None:
-    settings = session_settings(2, "/state", False)
+    settings = session_settings(2, "/state")
     assert settings["spark.sql.streaming.checkpointFileManagerClass"] == FILE_SYSTEM_CHECKPOINTS
 
 

@@ -39,9 +39,9 @@ def test_the_jar_list_cannot_be_confused_by_where_one_name_ends() -> None:
 def test_the_session_is_given_the_archive_only_when_asked() -> None:
     options = mapping_options(Path("/cache/class-archive/x.jsa"))
     assert options == "-XX:SharedArchiveFile=/cache/class-archive/x.jsa -Xshare:auto"
-    given = session_settings(2, "/state", False, java_options=options)
+    given = session_settings(2, "/state", java_options=options)
     assert given["spark.driver.extraJavaOptions"] == options
-    assert "spark.driver.extraJavaOptions" not in session_settings(2, "/state", False)
+    assert "spark.driver.extraJavaOptions" not in session_settings(2, "/state")
 
 
 def test_a_path_with_white_space_is_not_passed_to_the_jvm(tmp_path: Path,

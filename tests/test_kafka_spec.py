@@ -200,9 +200,9 @@ def test_metadata_columns_have_fixed_types() -> None:
 def test_sessions_carry_the_connector_jars_only_when_fetched() -> None:
     from executor.spark_session import session_settings
 
-    assert "spark.jars" not in session_settings(2, "/tmp/s", False)
+    assert "spark.jars" not in session_settings(2, "/tmp/s")
     jars = ("/c/spark-sql-kafka.jar", "/c/kafka-clients.jar")
-    assert session_settings(2, "/tmp/s", False, jars)["spark.jars"] == ",".join(jars)
+    assert session_settings(2, "/tmp/s", jars)["spark.jars"] == ",".join(jars)
 
 
 def test_missing_parts_say_how_to_fetch_them(tmp_path: Path,
