@@ -17,7 +17,10 @@ partial (what is left out is printed). q4 and q6 are two dataflows: q9's (its wi
 against q9's oracle), then one reading its file sink (Spark runs no per-key Python state after
 an aggregation in one query; two queries would use a published stream): q4's updating
 `aggregate` writes an upsert log, checked through its current view; q6's count window
-(`rows="10"`) one row per winning bid. Their time is both dataflows' summed.
+(`rows="10"`) one row per winning bid. Their time is both dataflows' summed. q10's file sink is
+partitioned by day and minute (`dt=yyyy-MM-dd/hm=HH:mm`), its bids starting 50 ms before
+midnight so that they fall in two of each; every partition's file is read back and checked
+against the bids partitioned by strftime in plain Python.
 
 Measured per query: input rows over the summed execution time of the data micro-batches
 (StreamingQueryProgress `triggerExecution`; the first batch, which pays for the query's
@@ -71,7 +74,6 @@ FLINK_PER_CORE = {"q0": 155_000.0}
 Row = dict[str, Any]
 
 SKIPPED = (
-    ("q10", "a file sink partitioned by time, not built"),
     ("q12", "processing-time windows are built (window-aggregate clock=\"processing\", "
             "tests/test_processing_windows_spark.py) but not run here: at 1,000,000 events/s a "
             "run is one or two micro-batches, in one or two windows of processing time that "
@@ -82,17 +84,18 @@ SKIPPED = (
 
 # --- the specs ----------------------------------------------------------------------------------
 
-def generator(name: str, shape: str, limit: int) -> str:
+def generator(name: str, shape: str, limit: int, start: str = START) -> str:
     return (f'  <operator name="{name}" type="generator">\n'
             f'    <param name="shape" value="{shape}"/> <param name="seed" value="{SEED}"/>\n'
             f'    <param name="rate" value="{RATE:.0f}"/> <param name="limit" value="{limit}"/>\n'
-            f'    <param name="start" value="{START}"/>\n    <output name="{name}"/>\n'
+            f'    <param name="start" value="{start}"/>\n    <output name="{name}"/>\n'
             '  </operator>\n')
 
 
-def dataflow(name: str, body: str, out: str, path: str = "out.jsonl") -> str:
+def dataflow(name: str, body: str, out: str, path: str = "out.jsonl",
+             sink_params: str = "") -> str:
     sink = (f'  <operator name="sink" type="file-sink">\n    <input name="{out}"/>\n'
-            f'    <param name="path" value="{path}"/>\n  </operator>\n')
+            f'    <param name="path" value="{path}"/>\n{sink_params}  </operator>\n')
     return f'<dataflow name="nexmark-{name}">\n{body}{sink}</dataflow>\n'
 
 
@@ -200,6 +203,22 @@ def selection(name: str, source: str, condition: str) -> str:
 Q14_TIME_TYPE = ("case when hour(date_time) >= 8 and hour(date_time) <= 18 then 'dayTime' "
                  "when hour(date_time) <= 6 or hour(date_time) >= 20 then 'nightTime' "
                  "else 'otherTime' end")
+
+
+# q10: every bid into folders of its day and minute (Flink's PARTITIONED BY (dt, hm) with
+# DATE_FORMAT(dateTime, 'yyyy-MM-dd') and 'HH:mm'); its bids start 50 ms before midnight, so a
+# run's rows fall in two days and two minutes (the others start at START).
+Q10_START = "2024-01-01T23:59:59.950Z"
+Q10_PARTITIONS = "dt=yyyy-MM-dd/hm=HH:mm"
+Q10_COLUMNS = ("auction", "bidder", "price", "date_time")
+
+
+def q10_spec(bids: int) -> str:
+    partitions = ('    <param name="partition-time" value="date_time"/>\n'
+                  f'    <param name="partition-by" value="{Q10_PARTITIONS}"/>\n')
+    return dataflow("q10", generator("bids", "bid", bids, Q10_START)
+                    + project("logged", "bids", [(c, c) for c in Q10_COLUMNS]), "logged",
+                    sink_params=partitions)
 
 
 def q14_spec(bids: int) -> str:
@@ -438,10 +457,10 @@ def q6_spec(winners: str) -> str:
 # --- the oracles (plain Python over `shapes.reference_row`) -------------------------------------
 
 @functools.cache
-def bid_rows(bids: int) -> list[Row]:
+def bid_rows(bids: int, start: str = START) -> list[Row]:
     shape = shapes.shape_named("bid")
-    start = shapes.parse_start(START)
-    return [shapes.reference_row(shape, SEED, start, RATE, i) for i in range(bids)]
+    first = shapes.parse_start(start)
+    return [shapes.reference_row(shape, SEED, first, RATE, i) for i in range(bids)]
 
 
 def closed(rows: list[Row], delay: timedelta) -> datetime:
@@ -474,6 +493,20 @@ def q2_oracle(rows: list[Row]) -> Counter:
 
 def q2_key(row: Row) -> tuple:
     return (row["auction"], row["price"])
+
+
+def q10_check(rows: list[Row], got: list[Row]) -> str | None:
+    """Every bid (of the bids starting at Q10_START, not `rows`) in its partition folder, the
+    folders named by strftime in plain Python (Hive's %3A for ':'), each row once."""
+    bids = bid_rows(len(rows), Q10_START)
+    want = Counter((f"dt={b['date_time']:%Y-%m-%d}/hm={b['date_time']:%H}%3A"
+                    f"{b['date_time']:%M}", *(b[c] for c in Q10_COLUMNS)) for b in bids)
+    have = Counter((r[PARTITION], *(r[c] for c in Q10_COLUMNS)) for r in got)
+    if len({k[0] for k in want}) < 2:
+        return "the bids fall in one partition: nothing partitioned"
+    return None if want == have else (f"{sum((want - have).values())} rows missing, "
+                                      f"{sum((have - want).values())} extra (of "
+                                      f"{sum(want.values())})")
 
 
 def q5_check(rows: list[Row], got: list[Row]) -> str | None:
@@ -859,6 +892,9 @@ class Query:
     upsert: bool = False
     # files the spec reads, written beside it before the run (name -> text): q13's side input
     files: Callable[[], dict[str, str]] | None = None
+    # its sink is partitioned: the rows `check` takes are those of every partition's file,
+    # each with its folders (`dt=.../hm=...`) in PARTITION
+    partitioned: bool = False
 
 
 QUERIES = (
@@ -877,6 +913,8 @@ QUERIES = (
     Query("q8", "monitor new users (join of two windows)", q8_spec,
           Multiset(q8_oracle, q8_key)),
     Query("q9", "winning bids", q9_spec, q9_check),
+    Query("q10", "log to a file system (partitioned by day and minute)", q10_spec, q10_check,
+          "no extra column (the bid shape has none)", partitioned=True),
     Query("q11", "user sessions", q11_spec, Multiset(q11_oracle, q11_key)),
     Query("q14", "calculation (case, character count)", q14_spec, Multiset(q14_oracle, q14_key),
           "counts the 'c's of url: the bid shape has no extra column"),
@@ -963,7 +1001,7 @@ def run_query(spark: Any, query: Query, bids: int, work: Path, discard: bool = F
     if discard:
         assert isinstance(query.check, Multiset) and query.then is None
         return Result(query, rows, seconds, query.check.count(bid_rows(bids), counted))
-    first = read_sink(run_dir / "out.jsonl")
+    first = read_partitions(run_dir) if query.partitioned else read_sink(run_dir / "out.jsonl")
     if query.then is None:
         return Result(query, rows, seconds, query.check(bid_rows(bids), first))
     problem = q9_check(bid_rows(bids), first)
@@ -979,6 +1017,15 @@ def run_query(spark: Any, query: Query, bids: int, work: Path, discard: bool = F
     out = run_dir / THEN_OUT
     got = read_current(str(out)) if query.upsert else read_sink(out)
     return Result(query, rows, seconds + busy_span(more)[1], query.check(bid_rows(bids), got))
+
+
+PARTITION = "_partition"  # the folders of a partitioned sink's row, as read back
+
+
+def read_partitions(run_dir: Path) -> list[Row]:
+    """The rows of every partition of the sink at run_dir/out.jsonl, each with its folders."""
+    return [{**row, PARTITION: "/".join(f.relative_to(run_dir).parts[:-1])}
+            for f in sorted(run_dir.rglob("out.jsonl")) for row in read_sink(f)]
 
 
 def run_stage(spark: Any, spec: str, spec_path: Path, run_dir: Path, name: str,

@@ -25,6 +25,7 @@ from common.kafka_params import (METADATA_COLUMNS, parse_bootstrap, parse_starti
                                  parse_topics)
 from common.kafka_partitions import SPEC_STREAM
 from common.side_table import format_of
+from common import time_partitions
 from common.tasks import ChannelSpec
 from common.types import Schema
 from compiler.graph import Graph, Node, render_term
@@ -533,8 +534,13 @@ def _identity(c: CallSite) -> Args:
 
 def _file_sink(c: CallSite) -> Args:
     """Its file; behind an updating aggregate (through forwarding plumbing), the aggregate's
-    group columns, which make the file an upsert log."""
-    return c.io + (("path", c.path("path")),) + _given(("upsert_key", _upsert_key(c)))
+    group columns, which make the file an upsert log; partitioned by time, its time column and
+    its folders' pattern (canonical text, which the executor parses again)."""
+    by = c.p("partition-by")
+    levels = None if by is None else time_partitions.canonical(time_partitions.parse(by)[0])
+    return c.io + (("path", c.path("path")),) + _given(
+        ("upsert_key", _upsert_key(c)), ("partition_time", c.p("partition-time")),
+        ("partition_by", levels))
 
 
 def _upsert_key(c: CallSite) -> tuple[str, ...] | None:

@@ -309,8 +309,15 @@ CATALOGUE: dict[str, OperatorDef] = {d.kind: _shedding(d) for d in (
     OperatorDef("union", "transform", (2, 16), (1, 1), False, (), output_type="same",
                 doc="merges streams of the same type"),
     OperatorDef("file-sink", "sink", (1, 1), (0, 0), False, (
-        ParamDef("path", "path", True, doc="JSON-lines file the results are appended to"),
-    ), doc="writes results to a JSON-lines file, exactly once"),
+        ParamDef("path", "path", True, doc="JSON-lines file the results are appended to (with "
+                                           "partition-by: the file in each partition folder)"),
+        ParamDef("partition-time", "column", False, None,
+                 doc="the timestamp column whose time (UTC) names each row's partition folders"),
+        ParamDef("partition-by", "string", False, None,
+                 doc="the partition folders below the file's folder, Hive-style, e.g. "
+                     "'dt=yyyy-MM-dd/hm=HH:mm' (fields yyyy MM dd HH mm ss, separators - _ : .)"),
+    ), doc="writes results to a JSON-lines file, exactly once; with partition-by, one file per "
+           "time partition"),
     OperatorDef("console-sink", "sink", (1, 1), (0, 0), False, (),
                 doc="prints results on the terminal"),
     OperatorDef("discard-sink", "sink", (1, 1), (0, 0), False, (),

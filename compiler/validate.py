@@ -18,7 +18,7 @@ from functools import partial
 from typing import Any, Callable, Union
 
 from common import kafka_params as kp
-from common import keyed_aggregates, side_table, top_n
+from common import keyed_aggregates, side_table, time_partitions, top_n
 from common.diagnostics import (MAX_SHOWN, Diagnostic, Position, Severity, SpecError,
                                  cap_diagnostics, suggest)
 from common.operator_schemas import (AGGREGATE_FUNCTIONS, BY_FUNCTIONS, aggregate_type,
@@ -1235,6 +1235,38 @@ def _deduplicate(c: _Checker, op: OperatorDecl, inputs: list[Schema]) -> Schema 
     return schema
 
 
+def _file_sink(c: _Checker, op: OperatorDecl, inputs: list[Schema]) -> Schema | None:
+    """A file sink partitioned by time (`common.time_partitions`): `partition-time`, a
+    timestamp column of its input, and `partition-by`, its folders, come together; every
+    problem of the pattern at its character; not behind an updating aggregate (an upsert log
+    is one file, its current view the last record of each key in it)."""
+    by, time = op.param("partition-by"), op.param("partition-time")
+    if by is None and time is None:
+        return None
+    stream = op.inputs[0].name
+    if by is None and time is not None:
+        c.error(time.pos, f"partition-time of '{op.name}' needs partition-by, the folders",
+                '<param name="partition-by" value="dt=yyyy-MM-dd/hm=HH:mm"/>')
+    if time is None and by is not None:
+        c.error(by.pos, f"partition-by of '{op.name}' needs partition-time, the timestamp "
+                        "column whose time names the folders",
+                '<param name="partition-time" value="date_time"/>')
+    if time is not None:
+        _column_of(c, op, inputs[0], "partition-time", stream, ColumnType.TIMESTAMP)
+    if by is None:
+        return None
+    _, problems = time_partitions.parse(by.value)
+    for problem in problems:
+        c.error(by.value_pos(problem.offset), f"partition-by of '{op.name}': {problem.message}",
+                "levels NAME=PATTERN separated by '/', e.g. 'dt=yyyy-MM-dd/hm=HH:mm'")
+    producer = c.producers.get(stream)
+    if producer is not None and producer.kind == "aggregate":
+        c.error(by.pos, f"file-sink '{op.name}' cannot partition the upsert log of aggregate "
+                        f"'{producer.name}'", "an upsert log is one file: leave out "
+                                              "partition-by and partition-time")
+    return None
+
+
 _PUBLISHED_NAME = re.compile(r"^(?P<query>[A-Za-z][A-Za-z0-9_-]{0,63})/"
                              r"(?P<stream>[A-Za-z_][A-Za-z0-9_]{0,63})$")
 
@@ -1263,7 +1295,7 @@ _RESOLVERS: dict[str, Callable[[_Checker, OperatorDecl, list[Schema]], Schema | 
     "deduplicate": _deduplicate, "top-n": _top_n,
     "generator": _generator, "filter": _filter, "project": _project, "pattern": _pattern,
     "window-aggregate": _window, "aggregate": _updating, "join": _join, "union": _union,
-    "lookup-join": _lookup_join, "control-sink": _control_sink,
+    "lookup-join": _lookup_join, "control-sink": _control_sink, "file-sink": _file_sink,
     "kafka-source": _kafka_source, "kafka-sink": _kafka_sink, "stream-source": _stream_source,
 }
 

@@ -39,7 +39,8 @@ from common.tasks import splitter_op_id
 from common.types import ColumnType, Field, Schema
 from compiler import expr
 from common.kafka_params import KafkaParamError, transactional_id
-from common import keyed_aggregates, side_table
+from common import keyed_aggregates, side_table, time_partitions
+from common.time_partitions import Level
 from executor import (dpc_marks, kafka_handover, kafka_io, kafka_realtime, kafka_records,
                       keyed_state_frame, routing, shapes, sinks, sources, spool_source,
                       top_n_frame)
@@ -47,6 +48,7 @@ from executor.cep import match as cep_match, spark as cep_spark, stage as cep_st
 from executor.batch_gate import BatchGate, await_commit
 from executor.dpc import DpcController, DpcInput, DpcSink
 from executor.dpc_downstream import MarkedSink
+from executor.partitioned_sink import PartitionedFileSink
 from executor.fencing import Fence
 from executor.channels.auth import (ChannelKeyError, TaskKeys, WriterAuth, parse_readers,
                                    read_key_file, reader_auth, save_key_file)
@@ -1317,22 +1319,51 @@ class TaskRuntime:
                     self.spark.conf.set(NO_DATA_BATCHES, before)
 
     def file_sink(self, *, op: str, input: str, path: str,
-                  format: Literal["jsonl"] = "jsonl", upsert_key: Sequence[str] | None = None
-                  ) -> None:
+                  format: Literal["jsonl"] = "jsonl", upsert_key: Sequence[str] | None = None,
+                  partition_time: str | None = None, partition_by: str | None = None) -> None:
         """JSON lines appended exactly once; with `upsert_key` (the input is an updating
-        aggregate's, keyed by those columns) an upsert log (`common.upsert_log`)."""
+        aggregate's, keyed by those columns) an upsert log (`common.upsert_log`); with
+        `partition_time` and `partition_by`, one file per time partition
+        (`executor.partitioned_sink`)."""
         if format != "jsonl":
             raise self._error(op, f"file sink format must be jsonl, got {format!r}")
         if upsert_key is not None:
             for name in upsert_key:
                 self._field(op, self._get(op, input), name)
+        partitioned = self._partitions(op, input, upsert_key, partition_time, partition_by)
         try:
-            sink = sinks.FileSink(self.task_id, self._param(op, "path", path),
-                                  owner=self.checkpoint_dir, upsert_key=upsert_key)
+            if partitioned is not None:
+                sink: sinks.FileSink | PartitionedFileSink = PartitionedFileSink(
+                    self.task_id, self._param(op, "path", path), partitioned[0], partitioned[1],
+                    owner=self.checkpoint_dir)
+            else:
+                sink = sinks.FileSink(self.task_id, self._param(op, "path", path),
+                                      owner=self.checkpoint_dir, upsert_key=upsert_key)
         except (OSError, PathRefused) as exc:
             raise self._error(op, f"cannot write the output file: {exc}") from None
         self.live[(op, "path")] = LiveParam(path, sink.retarget)
         self._start(op, input, sink)
+
+    def _partitions(self, op: str, input: str, upsert_key: Sequence[str] | None,
+                    time: str | None, by: str | None) -> tuple[str, tuple[Level, ...]] | None:
+        """A partitioned file sink's time column and folders, checked again here (the
+        program's values: a timestamp column of the input, a pattern of the closed set)."""
+        if time is None and by is None:
+            return None
+        if time is None or by is None:
+            raise self._error(op, "a partitioned file sink needs both partition_time and "
+                                  "partition_by")
+        if upsert_key is not None:
+            raise self._error(op, "an upsert log is one file; it cannot be partitioned")
+        field = self._field(op, self._get(op, input), time)
+        if field.type is not ColumnType.TIMESTAMP:
+            raise self._error(op, f"partition time {time!r} is {field.type.value}, not a "
+                                  "timestamp")
+        levels, problems = time_partitions.parse(by)
+        if problems:
+            raise self._error(op, f"partition_by {by!r}: "
+                                  + "; ".join(p.message for p in problems))
+        return time, levels
 
     def kafka_sink(self, *, op: str, input: str, bootstrap: str, topic: str,
                    format: Literal["jsonl", "csv"], delivery: str,

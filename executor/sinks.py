@@ -149,12 +149,18 @@ class JsonlAppendLog:
     the file's device and inode: the sink only ever cuts back (a torn append) the file that a
     mark it wrote describes."""
 
-    def __init__(self, path: str, owner: str = "", roots: PathRoots | None = None) -> None:
-        self.path = path
+    def __init__(self, path: str, owner: str = "", roots: PathRoots | None = None,
+                 where: RootedPath | None = None) -> None:
+        """`where`: the file as its root and the names below it, placed by the caller (a
+        partition's file below its sink's folder: no link in it resolved, none followed);
+        otherwise `path` is confined to `roots` and placed now (`common.safe_open.rooted`)."""
+        self.path = path if where is None else where.path
         self.owner = owner  # the run appending (its checkpoint folder)
-        self.mark_path = f"{path}.commit"
-        chosen = roots if roots is not None else executor_roots()
-        self.where = rooted(confine(path, os.getcwd(), chosen), chosen)
+        self.mark_path = f"{self.path}.commit"
+        if where is None:
+            chosen = roots if roots is not None else executor_roots()
+            where = rooted(confine(path, os.getcwd(), chosen), chosen)
+        self.where = where
         self._mark_name = f"{self.where.name}.commit"
         self._folder, self._fd, self.created = _open_sink_file(self.where, self._mark_name)
         self._lock = threading.Lock()
