@@ -213,12 +213,17 @@ Q10_PARTITIONS = "dt=yyyy-MM-dd/hm=HH:mm"
 Q10_COLUMNS = ("auction", "bidder", "price", "date_time")
 
 
-def q10_spec(bids: int) -> str:
+def q10_spec(bids: int, partitioned: bool = True) -> str:
     partitions = ('    <param name="partition-time" value="date_time"/>\n'
                   f'    <param name="partition-by" value="{Q10_PARTITIONS}"/>\n')
     return dataflow("q10", generator("bids", "bid", bids, Q10_START)
                     + project("logged", "bids", [(c, c) for c in Q10_COLUMNS]), "logged",
-                    sink_params=partitions)
+                    sink_params=partitions if partitioned else "")
+
+
+def q10_plain_spec(bids: int) -> str:
+    """q10's rows to one file: the baseline of what partitioning costs (not a Nexmark query)."""
+    return q10_spec(bids, partitioned=False)
 
 
 def q14_spec(bids: int) -> str:
@@ -507,6 +512,14 @@ def q10_check(rows: list[Row], got: list[Row]) -> str | None:
     return None if want == have else (f"{sum((want - have).values())} rows missing, "
                                       f"{sum((have - want).values())} extra (of "
                                       f"{sum(want.values())})")
+
+
+def q10_plain_oracle(rows: list[Row]) -> Counter:
+    return Counter(tuple(b[c] for c in Q10_COLUMNS) for b in bid_rows(len(rows), Q10_START))
+
+
+def q10_plain_key(row: Row) -> tuple:
+    return tuple(row[c] for c in Q10_COLUMNS)
 
 
 def q5_check(rows: list[Row], got: list[Row]) -> str | None:
@@ -915,6 +928,8 @@ QUERIES = (
     Query("q9", "winning bids", q9_spec, q9_check),
     Query("q10", "log to a file system (partitioned by day and minute)", q10_spec, q10_check,
           "no extra column (the bid shape has none)", partitioned=True),
+    Query("q10-plain", "q10's rows to one file (baseline, not Nexmark)", q10_plain_spec,
+          Multiset(q10_plain_oracle, q10_plain_key)),
     Query("q11", "user sessions", q11_spec, Multiset(q11_oracle, q11_key)),
     Query("q14", "calculation (case, character count)", q14_spec, Multiset(q14_oracle, q14_key),
           "counts the 'c's of url: the bid shape has no extra column"),
@@ -1098,9 +1113,13 @@ def report(results: Sequence[Result], events: int, sink: str = "file") -> str:
     table = format_table(("query", "", "rows", "rows/s/core", "Flink events/s/core", "oracle"),
                          rows)
     notes = [f"{r.query.name}*: {r.query.partial}" for r in results if r.query.partial]
+    found = {r.query.name: r for r in results}
+    ratios = [f"q10 partitioned / q10-plain (one file), rows/s/core: "
+              f"{found['q10'].per_core / found['q10-plain'].per_core:.2f} (goal >= 0.8: "
+              "partitioning costs little)", ""] if "q10" in found and "q10-plain" in found else []
     skipped = [f"{name}: {why}" for name, why in SKIPPED]
     return "\n".join([f"Nexmark, {events:,} events (seed {SEED}, {RATE:,.0f} events/s), "
-                      f"local[{CORES}] on a shared machine, {sink} sink", table, "",
+                      f"local[{CORES}] on a shared machine, {sink} sink", table, "", *ratios,
                       "partial:", *notes, "",
                       "skipped:", *skipped])
 
@@ -1110,7 +1129,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--events", type=int, default=1_000_000,
                         help="Nexmark events per query (bids are 46 of every 50)")
     parser.add_argument("--quick", action="store_true", help="100,000 events per query")
-    parser.add_argument("--queries", default=",".join(q.name for q in QUERIES),
+    parser.add_argument("--queries", default=",".join(q.name for q in QUERIES
+                                                      if q.name != "q10-plain"),
                         help="comma-separated queries to run")
     parser.add_argument("--sink", choices=("file", "discard"), default="file",
                         help="file: each query's JSON-lines file, checked row by row; discard: "

@@ -230,8 +230,8 @@ def test_a_window_has_a_size_or_a_gap(runtime: TaskRuntime) -> None:
                                  aggregates=(("n", "count", None),))
 
 
-# Nexmark q10's sink: bids from 3 s before midnight, so a run's rows fall in two days
-PARTITION_START = "2024-01-01T23:59:57Z"
+# Nexmark q10's sink: bids from 1.5 s before midnight, so a run's rows fall in two days
+PARTITION_START = "2024-01-01T23:59:58.500Z"
 PARTITION_BY = "dt=yyyy-MM-dd/t=HH:mm:ss"
 
 
@@ -241,24 +241,28 @@ def partition_oracle(rows: list[dict]) -> dict[tuple[str, ...], Counter]:
     for r in rows:
         when = r["date_time"]
         want[(f"dt={when:%Y-%m-%d}", f"t={when:%H}%3A{when:%M}%3A{when:%S}")][
-            tuple(r[c] for c, _ in BID)] += 1
+            tuple(r[c.name] for c in BID)] += 1
     return want
 
 
 def partitions_read(folder: Path) -> dict[tuple[str, ...], Counter]:
-    return {f.relative_to(folder).parts[:-1]: Counter(tuple(r[c] for c, _ in BID)
+    return {f.relative_to(folder).parts[:-1]: Counter(tuple(r[c.name] for c in BID)
                                                        for r in read_sink(f))
             for f in folder.rglob("bids.jsonl")}
+
+
+def rows_read(folder: Path) -> int:
+    return sum(sum(c.values()) for c in partitions_read(folder).values())
 
 
 def test_a_time_partitioned_sink_is_exact_across_a_restart_that_replays_a_batch(
         spark: Any, tmp_path: Path) -> None:
     """Bids at 500/s partitioned by day and second. Stopped after its first partitions, the
-    last batch's commit taken out of Spark's checkpoint (as a crash between the sink's write
-    and Spark's commit leaves it) and started again: Spark runs that batch again, the
-    partitions it reached skip it, and the files read back are the oracle's rows partitioned
-    in plain Python, each once."""
-    limit, rate, ck = 2500, 500.0, tmp_path / "ck"
+    last planned batch's commit (if it has one) taken out of Spark's checkpoint, as a crash
+    between the sink's write and Spark's commit leaves it, and started again: Spark runs that
+    batch again, the partitions it reached skip it, and the files read back are the oracle's
+    rows partitioned in plain Python, each once."""
+    limit, rate, ck = 1500, 500.0, tmp_path / "ck"
     out = tmp_path / "out" / "bids.jsonl"
 
     def start(task: str) -> TaskRuntime:
@@ -275,17 +279,17 @@ def test_a_time_partitioned_sink_is_exact_across_a_restart_that_replays_a_batch(
         wait_for(lambda: len(partitions_read(out.parent)) >= 2, 120, "two partitions")
     finally:
         first.stop()
-    commits = ck / "spark" / "commits"
-    last = max(int(p.name) for p in commits.iterdir() if p.name.isdigit())
-    marks = [json.loads(m.read_text())["batch_id"] for m in out.parent.rglob("*.commit")]
-    assert max(marks) >= last, "the sink had not written the batch whose commit goes"
-    (commits / str(last)).unlink()
-    (commits / f".{last}.crc").unlink(missing_ok=True)
-    before = sum(sum(c.values()) for c in partitions_read(out.parent).values())
+    spark_dir = ck / "spark"
+    last = max(int(p.name) for p in (spark_dir / "offsets").iterdir() if p.name.isdigit())
+    if (spark_dir / "commits" / str(last)).exists():  # else Spark runs it again anyway
+        marks = [json.loads(m.read_text())["batch_id"] for m in out.parent.rglob("*.commit")]
+        assert max(marks) == last, "the sink had not written the batch whose commit goes"
+        (spark_dir / "commits" / str(last)).unlink()
+        (spark_dir / "commits" / f".{last}.crc").unlink(missing_ok=True)
+    before = rows_read(out.parent)
     second = start("t-second")
-    try:
-        assert second.query is not None
-        wait_drained(second.query, [limit], timeout=120)
+    try:  # (the batch run again comes first: once every row is back, any twice is too)
+        wait_for(lambda: rows_read(out.parent) >= limit, 120, "every row in its partition")
     finally:
         second.stop()
     start_us = shapes.parse_start(PARTITION_START)
@@ -293,6 +297,6 @@ def test_a_time_partitioned_sink_is_exact_across_a_restart_that_replays_a_batch(
     want = partition_oracle([shapes.reference_row(shape, 10, start_us, rate, i)
                              for i in range(limit)])
     assert 0 < before < limit, "the restart did not come midway"
-    assert len(want) >= 5 and {f[0] for f in want} == {"dt=2024-01-01", "dt=2024-01-02"}
+    assert len(want) >= 4 and {f[0] for f in want} == {"dt=2024-01-01", "dt=2024-01-02"}
     assert partitions_read(out.parent) == want
     assert not out.exists()  # the rows are in the partitions only
