@@ -14,12 +14,16 @@ Owns, in each instance task's checkpoint folder:
   (`kafka-share-<op>.json`, `executor.kafka_io.assigned_partitions`);
 - `prepare`, which writes each new instance's pinned list and `kafka-handover-<op>.json`
   (share, shares and Spark's startingOffsets) into its new checkpoint folder, and
-  `handed_over`, which the new instance's source reads at its start.
+  `handed_over`, which the new instance's source reads at its start;
+- `stop_report`, what a stopped instance's executor tells the scheduler, which computes the
+  handover of instances on other agents (`scheduler.kafka_rescale.parse_report`): its pinned
+  list and its position (the last commit's end offsets, else the offsets it was handed).
 A new instance runs in a new checkpoint folder (a new generation): its Spark checkpoint starts
 empty, so Spark takes the handed-over startingOffsets; the old folders are left as they are,
 the input a handover can be computed from again. docs/kafka.md ("Rescaling a Kafka-fed
 operator") says the protocol. Does not own stopping or starting the queries
-(`executor.runtime`) nor when a rescale happens (the scheduler: not wired, docs say so).
+(`executor.runtime`) nor when a rescale happens (`scheduler.kafka_rescale`: its steps are
+built, their wiring into the scheduler and executor is not, docs say so).
 """
 
 from __future__ import annotations
@@ -198,3 +202,34 @@ def handed_over(path: str, share: int, shares: int,
         raise HandoverRefused(f"{path} names other partitions than the "
                               f"instance's block ({len(named)} vs {len(assigned)})")
     return given[2]
+
+
+def stop_report(instance: Instance, generation: int) -> dict[str, object]:
+    """What an instance's executor reports once `TaskRuntime.stop_at_boundary` stopped it: the
+    data `scheduler.kafka_rescale.parse_report` reads (kind, generation, its last committed
+    batch, its pinned partition list, its position). The position is the committed end offsets
+    of that batch; with none committed, the offsets its handover gave it (-2/-1 for partitions
+    never read), or null for an instance of a first start, which starts where the source
+    starts. HandoverRefused (with the folder) when it did not stop at a batch boundary."""
+    where = f"instance {instance.checkpoint_dir}"
+    listed = pinned_list(instance, where)
+    committed = old_offsets(instance, where)
+    batch = last_committed_batch(os.path.join(instance.checkpoint_dir, "spark"))
+    position = committed if committed is not None else _handed(instance, where)
+    return {"kind": "kafka-stopped", "generation": generation, "batch": batch,
+            "partitions": [list(p) for p in listed],
+            "offsets": None if position is None else
+            [[t, p, o] for (t, p), o in sorted(position.items())]}
+
+
+def _handed(instance: Instance, where: str) -> dict[Partition, int] | None:
+    """The offsets the instance's handover gave it (None: it has no handover)."""
+    try:
+        said = json.loads(_read(instance.handover()))
+        given = json.loads(parse_starting_offsets(said["startingOffsets"]))
+        return {(str(t), int(p)): int(o) for t, ps in given.items() for p, o in ps.items()}
+    except FileNotFoundError:
+        return None
+    except (ValueError, TypeError, KeyError, AttributeError, KafkaParamError) as exc:
+        raise HandoverRefused(f"{where}: {instance.handover()} is not a handover ({exc})") \
+            from None

@@ -144,3 +144,28 @@ def test_a_stop_record_older_than_the_last_commit_or_a_cut_commit_is_refused(
     with pytest.raises(HandoverRefused, match="different partition lists"):
         kafka_handover.prepare([never, other], [Instance(str(tmp_path / "x"), "src_1")],
                                "earliest")
+
+
+def test_the_stop_report_the_scheduler_reads(tmp_path: Path) -> None:
+    from scheduler.kafka_rescale import parse_report
+    old = checkpoint(tmp_path, "old", 2, 3)
+    said = kafka_handover.stop_report(old, 0)
+    got = parse_report(json.loads(json.dumps(said)), "q.t2")  # as it travels, in JSON
+    assert (got.generation, got.batch, got.offsets) == (0, 1, {(TOPIC, p): 50 for p in range(4)})
+    assert got.partitions == tuple((TOPIC, p) for p in range(4))
+    # a new instance that committed nothing since its handover reports what it was handed
+    new = [Instance(str(tmp_path / "n1"), "src_1"), Instance(str(tmp_path / "n2"), "src_2")]
+    kafka_handover.prepare([old], new, "earliest")
+    kafka_handover.mark_stopped(new[1].checkpoint_dir, None)
+    got = parse_report(kafka_handover.stop_report(new[1], 1), "q.t3")
+    assert (got.batch, got.offsets) == (None, {(TOPIC, 2): 50, (TOPIC, 3): 50})
+    # a first start that never committed: no position, it starts where the source starts
+    first = checkpoint(tmp_path, "first", 0, 1)
+    assert kafka_handover.stop_report(first, 0)["offsets"] is None
+    kafka_handover.clear_stopped(first.checkpoint_dir)
+    with pytest.raises(HandoverRefused, match="not stopped at a batch boundary"):
+        kafka_handover.stop_report(first, 0)
+    Path(new[0].handover()).write_text('{"startingOffsets": 7}')
+    kafka_handover.mark_stopped(new[0].checkpoint_dir, None)
+    with pytest.raises(HandoverRefused, match="is not a handover"):
+        kafka_handover.stop_report(new[0], 1)
