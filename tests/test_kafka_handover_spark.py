@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from common.types import Schema
+from testkit.waiting import wait_for
 from tests.kafka_support import (create_topic, kafka_broker, kafka_parts_missing,
                                  kafka_required, produce, read_committed, temp_topic)
 
@@ -71,9 +72,27 @@ def _places(tmp_path: Path, generation: int, k: int) -> list[Any]:
             for i in range(1, k + 1)]
 
 
+def _by_the_scheduler(olds: list[Any], generation: int, k_new: int) -> str:
+    """The handover `scheduler.kafka_rescale` computes from the old instances' stop reports
+    (as their executors would send them, through JSON): the new instance 1's offsets."""
+    from executor.kafka_handover import stop_report
+    from scheduler import kafka_rescale as kr
+
+    slots = tuple(f"kh.t{i}" for i in range(1, max(len(olds), k_new) + 1))
+    r = kr.begin("hot", slots, len(olds), k_new, 1, generation, "earliest", 0.0)
+    running: dict[str, kr.SlotState] = {t: "running" for t in slots[:len(olds)]}
+    assert kr.step(r, running, 0.0).stop == slots[:len(olds)]
+    for task, old in zip(slots, olds):
+        kr.report(r, kr.parse_report(json.loads(json.dumps(stop_report(old, generation))), task))
+    step = kr.step(r, {t: "stopped" for t in slots[:len(olds)]}, 1.0)
+    assert not step.refused and len(step.launch) == k_new
+    return step.launch[0].starting_offsets
+
+
 def test_rescale_one_two_one_hands_offsets_over_exactly(
         spark: Any, kafka_broker: str, tmp_path: Path) -> None:
-    from executor.kafka_handover import HandoverRefused, last_committed, prepare
+    from executor.kafka_handover import (HandoverRefused, last_committed, last_committed_batch,
+                                         prepare)
 
     source, out = temp_topic("kh-in"), temp_topic("kh-out")
     create_topic(kafka_broker, source, partitions=PARTITIONS)
@@ -106,18 +125,27 @@ def test_rescale_one_two_one_hands_offsets_over_exactly(
     lots.append(_rows(320, 400))
     _produce(kafka_broker, source, lots[2])
     seen = _ids(kafka_broker, out, len(_hot(lots[0] + lots[1])) + 20, settle=0)
+    stopping = time.monotonic()
     for r in rts:
         r.stop_at_boundary()
+    stop_s = time.monotonic() - stopping
     assert max(seen.values()) == 1
     g3 = _places(tmp_path, 3, 1)
     plan = prepare(g2, g3, "earliest")
+    assert _by_the_scheduler(g2, 2, 1) == plan[0].starting_offsets  # the same from the reports
     handed = json.loads(plan[0].starting_offsets)[source]
     assert all(50 <= handed[str(p)] <= 180 for p in range(PARTITIONS)), handed
     assert sum(handed.values()) < 4 * 180, "stopped with records still unread"
 
     # generation 3: one instance again, the rest and one more lot
     lots.append(_rows(720, 80))
+    starting = time.monotonic()
     rt = _instance(spark, kafka_broker, source, out, 1, 1, Path(g3[0].checkpoint_dir))
+    wait_for("generation 3's first commit", lambda: last_committed_batch(
+        str(Path(g3[0].checkpoint_dir) / "spark")) is not None, timeout=60)
+    print(f"the pause's parts: 2 instances stopped at a batch boundary in {stop_s:.2f} s; "
+          f"the new instance's first batch committed {time.monotonic() - starting:.2f} s after "
+          "its start")
     _produce(kafka_broker, source, lots[3])
     everything = [r for lot in lots for r in lot]
     ids = _ids(kafka_broker, out, len(_hot(everything)), settle=2.0)
