@@ -65,8 +65,26 @@ def multiset_diff(expected: Counter, actual: Counter, show: int = 8) -> str:
 
 # --- ports and processes ----------------------------------------------------------------------
 
-def free_port_range(count: int, low: int = 20000, high: int = 60000) -> tuple[int, int]:
-    """A run of `count` consecutive ports that are free on 127.0.0.1 right now."""
+def below_ephemeral() -> tuple[int, int]:
+    """Where the stacks' agents take their ports: from 20000 up to the kernel's ephemeral range,
+    as `elastiq run`'s agents do (embedded_mesos.ports): in that range any process's outgoing
+    connection or port-0 bind takes a port at any time (in a CI run the other test stream took
+    a channel's port, and its task was relaunched)."""
+    from embedded_mesos.ports import SEARCH_LOW, ephemeral_range
+
+    high = ephemeral_range()[0] - 1
+    if high - SEARCH_LOW < 1000:
+        raise RuntimeError(f"the kernel's ephemeral ports start at {high + 1}: too few ports "
+                           f"below it from {SEARCH_LOW} for the test stacks' agents")
+    return SEARCH_LOW, high
+
+
+def free_port_range(count: int, low: int | None = None,
+                    high: int | None = None) -> tuple[int, int]:
+    """A run of `count` consecutive ports that are free on 127.0.0.1 right now, in `low..high`
+    (default: `below_ephemeral()`)."""
+    if low is None or high is None:
+        low, high = below_ephemeral()
     start = low + (os.getpid() * 7919) % (high - low - count)
     for attempt in range(200):
         base = low + (start - low + attempt * (count + 13)) % (high - low - count)
@@ -207,11 +225,13 @@ def pythonpath() -> str:
 
 
 def disjoint_port_ranges(count: int, size: int = 16) -> tuple[tuple[int, int], ...]:
-    """`count` runs of `size` free ports on 127.0.0.1 that do not overlap, one per agent."""
-    band = 40000 // max(1, count)  # a band per agent in 20000-60000, so the runs cannot overlap
+    """`count` runs of `size` free ports on 127.0.0.1 that do not overlap, one per agent, below
+    the kernel's ephemeral range (`below_ephemeral`)."""
+    low, high = below_ephemeral()
+    band = (high - low) // max(1, count)  # a band per agent, so the runs cannot overlap
     if band < 4 * size:
-        raise ValueError(f"{count} agents of {size} ports do not fit in 20000-60000")
-    return tuple(free_port_range(size, low=20000 + i * band, high=20000 + (i + 1) * band)
+        raise ValueError(f"{count} agents of {size} ports do not fit in {low}-{high}")
+    return tuple(free_port_range(size, low=low + i * band, high=low + (i + 1) * band)
                  for i in range(count))
 
 

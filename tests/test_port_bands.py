@@ -50,3 +50,16 @@ def test_a_band_with_a_port_in_use_is_passed_over() -> None:
 def test_no_free_band_is_a_clear_error() -> None:
     with pytest.raises(NoFreeBand, match="no band of 10 free ports"):
         claim_band(10, probe=lambda port: False)
+
+
+def test_the_test_stacks_agents_take_their_ports_below_the_ephemeral_range_too() -> None:
+    from embedded_mesos.ports import ephemeral_range
+    from testkit.e2e_support import disjoint_port_ranges, free_port_range
+
+    ephemeral_low = ephemeral_range()[0]
+    ranges = disjoint_port_ranges(3)
+    ports = [p for low, high in ranges for p in range(low, high + 1)]
+    assert len(ports) == len(set(ports)) == 3 * 16
+    assert all(20000 <= p < ephemeral_low for p in ports)
+    low, high = free_port_range(16)
+    assert 20000 <= low <= high < ephemeral_low
