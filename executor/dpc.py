@@ -276,15 +276,8 @@ class DpcSink:
         lines = table_to_lines(marked(df.toArrow(), mark))
         if mark.revision is not None:
             lines.insert(0, revision_line(mark.revision))
-        if isinstance(self.inner, sinks.FileSink):
-            if self.inner.log.append(self.controller.append_id(batch_id), lines):
-                self.rows_out += len(lines)
-            return
-        out = self.inner.out()
-        for line in lines:
-            out.write(f"[{self.inner.task_id} #{batch_id}] {line}\n")
-        out.flush()
-        self.rows_out += len(lines)
+        self.rows_out += write_lines(self.inner, self.controller.append_id(batch_id), batch_id,
+                                     lines)
 
     def _send(self, table: pa.Table, batch_id: int, mark: BatchMark) -> None:
         """A marked channel's batch: its rows with their marks (docs/availability.md, "Marks
@@ -312,6 +305,20 @@ def marked(table: pa.Table, mark: BatchMark) -> pa.Table:
 
 def revision_line(episode: int) -> str:
     return json.dumps({REVISION_KEY: episode}, separators=(",", ":"))
+
+
+def write_lines(inner: Any, append_id: int, batch_id: int, lines: list[str]) -> int:
+    """Write a marked batch's JSON lines to a file sink (exactly once, under `append_id`) or a
+    console sink (tagged with the task and `batch_id`); how many lines were written."""
+    from executor import sinks
+
+    if isinstance(inner, sinks.FileSink):
+        return len(lines) if inner.log.append(append_id, lines) else 0
+    out = inner.out()
+    for line in lines:
+        out.write(f"[{inner.task_id} #{batch_id}] {line}\n")
+    out.flush()
+    return len(lines)
 
 
 # -- the stable point on disk

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from executor import dpc_marks, spool
-from executor.dpc import TENTATIVE_COLUMN, revision_line
+from executor.dpc import TENTATIVE_COLUMN, revision_line, write_lines
 from executor.json_lines import table_to_lines
 from executor.sources import batch_offsets
 
@@ -79,16 +79,6 @@ class MarkedSink:
         self.rows_out = 0
 
     def __call__(self, df: Any, batch_id: int) -> None:
-        from executor import sinks
-
         lines = [revision_line(e) for e in revisions_in(self.spark_dir, batch_id, self.spools)]
         lines += derived_lines(df.toArrow())
-        if isinstance(self.inner, sinks.FileSink):
-            if self.inner.log.append(batch_id, lines):
-                self.rows_out += len(lines)
-            return
-        out = self.inner.out()
-        for line in lines:
-            out.write(f"[{self.inner.task_id} #{batch_id}] {line}\n")
-        out.flush()
-        self.rows_out += len(lines)
+        self.rows_out += write_lines(self.inner, batch_id, batch_id, lines)
