@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import json
 import secrets
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any, Iterator
@@ -220,25 +222,20 @@ def test_a_real_time_task_through_sasl_ssl_is_at_least_once_and_a_wrong_password
     assert read_committed(sasl_broker.bootstrap, bad_out, expect=0, timeout=3, settle=0) == []
 
 
-def own_lines(err: str, broker: Any) -> str:
-    """Standard error without the log lines of librdkafka clients that earlier tests in this
-    process left connecting to brokers that are gone: such a line names another broker's port.
-    Every other line stays, a librdkafka line about this test's broker included."""
-    ports = {address.rsplit(":", 1)[1] for address in (broker.bootstrap, broker.sasl_bootstrap)}
-    return "".join(line for line in err.splitlines(keepends=True)
-                   if not line.startswith("%") or any(f":{port}" in line for port in ports))
+def run_cli(args: list[str], stdin: str) -> subprocess.CompletedProcess[str]:
+    """`elastiq ARGS` in a process of its own, as a person runs it: its standard error holds its
+    own lines only (librdkafka clients that earlier tests left in this process log there too)."""
+    return subprocess.run([sys.executable, "-m", "elastiq.cli", *args], input=stdin,
+                          capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).resolve().parent.parent)
 
 
 def test_the_cli_produces_and_consumes_through_scram_and_a_wrong_password_is_one_line(
-        sasl_broker: Any, tmp_path: Path, capfd: pytest.CaptureFixture[str],
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        sasl_broker: Any, tmp_path: Path) -> None:
     """`elastiq kafka produce|consume --security-file` (SCRAM-SHA-256 over SASL_PLAINTEXT):
     what consume prints equals what produce read, in order (one partition); consume finds the
     listener from the started broker's record and the file's protocol. A wrong password: one
     line on standard error (not a librdkafka log line, no traceback), exit 1, no password."""
-    import io
-
-    from elastiq.cli import main
     from elastiq.kafka_broker import write_record
 
     state, topic = tmp_path / "k", temp_topic("cli-sec")
@@ -246,27 +243,25 @@ def test_the_cli_produces_and_consumes_through_scram_and_a_wrong_password_is_one
     create_topic(sasl_broker.bootstrap, topic)
     good = sasl_broker.client_properties(USER, "SCRAM-SHA-256")
     lines = [json.dumps(r) for r in readings(40, 8)] + ["not json", "ünïcode ✓", ""]
-    monkeypatch.setattr("sys.stdin", io.StringIO("".join(f"{line}\n" for line in lines)))
-    assert main(["kafka", "--dir", str(state), "produce", topic, "--bootstrap",
-                 sasl_broker.sasl_bootstrap, "--security-file", str(good)]) == 0
-    assert own_lines(capfd.readouterr().err, sasl_broker) == \
-        f"sent {len(lines)} records to {topic}\n"
-    assert main(["kafka", "--dir", str(state), "consume", topic, "--security-file", str(good),
-                 "--max", str(len(lines)), "--idle", "20"]) == 0
-    printed = capfd.readouterr()
-    assert printed.out.split("\n")[:-1] == lines and own_lines(printed.err, sasl_broker) == ""
+    produced = run_cli(["kafka", "--dir", str(state), "produce", topic, "--bootstrap",
+                        sasl_broker.sasl_bootstrap, "--security-file", str(good)],
+                       "".join(f"{line}\n" for line in lines))
+    assert produced.returncode == 0, produced.stderr
+    assert produced.stderr == f"sent {len(lines)} records to {topic}\n"
+    consumed = run_cli(["kafka", "--dir", str(state), "consume", topic, "--security-file",
+                        str(good), "--max", str(len(lines)), "--idle", "20"], "")
+    assert consumed.returncode == 0, consumed.stderr
+    assert consumed.stdout.split("\n")[:-1] == lines and consumed.stderr == ""
 
     wrong = sasl_broker.client_properties(USER, "SCRAM-SHA-256", password="not-the-password")
     for command in ("produce", "consume"):
-        monkeypatch.setattr("sys.stdin", io.StringIO("never sent\n"))
         limit = ["--max", "1"] if command == "consume" else []
-        assert main(["kafka", "--dir", str(state), command, topic, "--security-file",
-                     str(wrong), *limit]) == 1
-        printed = capfd.readouterr()
-        err = own_lines(printed.err, sasl_broker)
-        assert printed.out == "" and err.count("\n") == 1, err
-        assert err.startswith(
+        printed = run_cli(["kafka", "--dir", str(state), command, topic, "--security-file",
+                           str(wrong), *limit], "never sent\n")
+        assert printed.returncode == 1, printed.stderr
+        assert printed.stdout == "" and printed.stderr.count("\n") == 1, printed.stderr
+        assert printed.stderr.startswith(
             f"elastiq kafka {command}: the Kafka broker at {sasl_broker.sasl_bootstrap} "
-            "refused the connection's security settings"), err
-        assert "fix the file given as --security-file" in err
-        assert "not-the-password" not in printed.err
+            "refused the connection's security settings"), printed.stderr
+        assert "fix the file given as --security-file" in printed.stderr
+        assert "not-the-password" not in printed.stderr
