@@ -405,21 +405,25 @@ def check_broker(bootstrap: str, topics: tuple[str, ...], security: Mapping[str,
         raise KafkaUnavailable(f"{advice('bad-setting')} ({exc})") from None
     bound = CHECK_TIMEOUT_S if timeout is None else timeout
     deadline = time.monotonic() + bound
-    for _ in range(int(bound / CHECK_STEP_S) + 2):
-        try:
-            listed = admin.list_topics(timeout=CHECK_STEP_S).topics
-            break
-        except KafkaException as exc:
-            admin.poll(0)  # serves the error callback
-            said = "; ".join([str(exc.args[0].str()), *heard[-2:]])
-            refused = any(problem_of_text(h) in ("refused", "bad-setting") for h in heard)
-            if time.monotonic() < deadline and not refused:
-                continue  # a refusal is final at once; anything else may still pass
-            problem = start_problem(said, bool(security), listening(bootstrap))
-            raise KafkaUnavailable(f"{advice(problem, 'at ' + bootstrap)} ({said[:300]})") \
-                from None
-    else:
-        raise KafkaUnavailable(f"{advice('unreachable', 'at ' + bootstrap)}")
+    try:  # the client is dropped here: a kept traceback of a refusal holds no client,
+        # whose threads would go on reconnecting to the broker
+        for _ in range(int(bound / CHECK_STEP_S) + 2):
+            try:
+                listed = admin.list_topics(timeout=CHECK_STEP_S).topics
+                break
+            except KafkaException as exc:
+                admin.poll(0)  # serves the error callback
+                said = "; ".join([str(exc.args[0].str()), *heard[-2:]])
+                refused = any(problem_of_text(h) in ("refused", "bad-setting") for h in heard)
+                if time.monotonic() < deadline and not refused:
+                    continue  # a refusal is final at once; anything else may still pass
+                problem = start_problem(said, bool(security), listening(bootstrap))
+                raise KafkaUnavailable(f"{advice(problem, 'at ' + bootstrap)} ({said[:300]})") \
+                    from None
+        else:
+            raise KafkaUnavailable(f"{advice('unreachable', 'at ' + bootstrap)}")
+    finally:
+        del admin
     missing = missing_topics(listed, topics)
     if missing:
         raise KafkaUnavailable(advice("no-topic", f"at {bootstrap} ({', '.join(missing)})"))

@@ -402,6 +402,14 @@ class TaskRuntime:
                 self.query.stop()
         finally:
             self.close_receivers()
+            self.close_sink()
+
+    def close_sink(self) -> None:
+        """Release what the sink holds once its query is stopped (a Kafka sink's producer: its
+        threads and broker connections would otherwise outlive the task)."""
+        close = getattr(self.sink, "close", None)
+        if close is not None:
+            close()
 
     def stop_at_boundary(self, timeout: float = 60.0) -> int | None:
         """Stop the query between two micro-batches, as a rescale's handover needs it: no sink

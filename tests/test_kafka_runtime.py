@@ -58,6 +58,8 @@ def test_source_filter_sink_is_exact_and_bad_records_go_to_the_dead_letter_file(
         records = read_committed(kafka_broker, out, expect=sum(expected.values()), timeout=90)
     finally:
         rt.stop()
+    assert getattr(rt.sink, "_producer", "absent") is None, \
+        "a stopped task's Kafka sink holds no producer (its threads would outlive the task)"
     assert got(records) == expected
     assert all(k == json.loads(v)["sensor"].encode() for k, v in records)
     letters = [json.loads(line) for line in dead.read_text().splitlines()]
