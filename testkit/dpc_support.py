@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from testkit.e2e_support import read_sink
+from testkit.spark_processes import caught_up
 from testkit.waiting import poll, wait_for
 
 START = "2024-01-01T00:00:00Z"
@@ -167,10 +168,7 @@ def _wait_settled(query: Any, done: Any, what: str, timeout: float = 120.0) -> N
     def settled() -> bool:
         nonlocal streak
         assert query.exception() is None, query.exception()
-        progress, status = query.lastProgress, query.status
-        idle = bool(progress) and progress["numInputRows"] == 0 and \
-            not status["isDataAvailable"] and not status["isTriggerActive"]
-        streak = streak + 1 if idle and done() else 0
+        streak = streak + 1 if caught_up(query) and done() else 0
         return streak >= 2
 
     if not poll(settled, timeout, 1.0):

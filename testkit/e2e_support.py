@@ -522,7 +522,7 @@ def sink_path(base_dir: Path, name: str, sink_op: str) -> Path:
 
 # --- oracles ------------------------------------------------------------------------------------
 
-def hurry(stack: Stack, query_id: str, source: str = "src", rate: str = "4000") -> None:
+def hurry(stack: Stack, query_id: str, source: str = "src", rate: str = "20000") -> None:
     """What the test does while the query runs is done: the generator `source` makes its
     remaining rows at `rate` (a live change of its pacing; their event times stay the spec's),
     so the test ends with its work, while the spec's slow rate leaves a loaded machine time for

@@ -1,7 +1,8 @@
 """What the Spark-layer fault tests run and kill on the tests' shared SparkSession: a task
 runner of a generated program (as an executor runs a task), the session's JVM, and the Python
 processes it forked, found through /proc (the streaming source runners of Python sources, and
-the workers its worker daemon forked for Python functions)."""
+the workers its worker daemon forked for Python functions); and when a query has caught up with
+its input (`caught_up`)."""
 
 from __future__ import annotations
 
@@ -60,3 +61,15 @@ def python_workers(jvm: int) -> list[int]:
     daemons = {pid for pid, parent in parents.items()
                if parent == jvm and _runs(pid, b"spark_worker_daemon")}
     return [pid for pid, parent in parents.items() if parent in daemons]
+
+
+def caught_up(query: Any) -> bool:
+    """Whether `query` has written everything its sources hold now: no data available, no
+    trigger running, and for a stateful query a last batch that read nothing (the no-data batch
+    that closes windows at the final watermark has run). A stateless query's last batch is
+    complete once its progress is reported; it gets no no-data batch, and Spark reports an
+    idle trigger only every 10 s, which waiting for one would add to every test."""
+    progress, status = query.lastProgress, query.status
+    if not progress or status["isDataAvailable"] or status["isTriggerActive"]:
+        return False
+    return not progress.get("stateOperators") or progress["numInputRows"] == 0

@@ -32,7 +32,7 @@ from test_runtime_support import START, input_rows, read_sink, wait_drained, wai
 pytestmark = pytest.mark.spark
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "tick-shape.xml"
-RATE, LIMIT, SEED = 60.0, 3000, 7  # 50 s of ticks: the kill lands mid-stream
+RATE, LIMIT, SEED = 60.0, 1800, 7  # 30 s of ticks: the kill lands mid-stream; 80 decided
 WITHIN = timedelta(seconds=1)  # shorter than the example's 30 s, so 6 s of ticks decide most
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 

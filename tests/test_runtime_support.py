@@ -7,6 +7,7 @@ import re
 from typing import Any
 
 from testkit import waiting
+from testkit.spark_processes import caught_up
 from testkit.e2e_support import read_sink
 from executor import shapes
 
@@ -29,14 +30,13 @@ def _offset(value: Any) -> int | None:
 
 
 def drained(query: Any, limits: list[int]) -> bool:
-    """All sources have reached their limits, the last batch read nothing, nothing is pending."""
+    """All sources have reached their limits and the query has caught up with them
+    (`spark_processes.caught_up`)."""
     progress = query.lastProgress
-    if not progress or progress["numInputRows"] != 0:
+    if not progress:
         return False
     ends = sorted(_offset(s["endOffset"]) or 0 for s in progress["sources"])
-    status = query.status
-    return (ends == sorted(limits) and not status["isDataAvailable"]
-            and not status["isTriggerActive"])
+    return ends == sorted(limits) and caught_up(query)
 
 
 def wait_drained(query: Any, limits: list[int], timeout: float = 60.0) -> None:
