@@ -31,7 +31,7 @@ pytestmark = pytest.mark.spark
 CHANNELS = ("q.el.p1", "q.el.p2", "q.el.p3")
 SPLIT = f"split:{'+'.join(CHANNELS)}"
 READERS = (("d1",), ("d2",), ("d3",))
-RATE, LIMIT = 100.0, 2000
+RATE, LIMIT = 100.0, 1200
 
 
 def close_all(rt: TaskRuntime, collectors: list[Collector], hub: ChannelHub) -> None:

@@ -263,6 +263,8 @@ def run_fenced_scenario(net: NetnsNetwork, master_url: str, service: Any,
     wait_until(lambda: "refused: a newer attempt" in a_log(), 60,
                "the stale attempt on A to have a write refused", lambda: a_log()[-2000:])
     assert group_alive(executor), "A's executor must run on beside B's (no self-fencing)"
+    reply = service.control(qid, [("src", "rate", "20000")])  # seen: the rest of the input now
+    assert reply.accepted, reply
     key: Callable[[Row], tuple] = lambda r: (r["window_start"], r["window_end"], r["sensor"],
                                              r["readings"])
     wait_for_sink(sink, expected, key, 120, "the windows after the failover", settle=3.0)
