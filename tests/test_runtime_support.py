@@ -7,8 +7,8 @@ import re
 from typing import Any
 
 from testkit import waiting
-from testkit.spark_processes import caught_up
 from testkit.e2e_support import read_sink
+from testkit.spark_processes import caught_up
 from executor import shapes
 
 __all__ = ["START", "input_rows", "read_sink", "wait_drained", "wait_for"]
