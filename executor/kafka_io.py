@@ -16,6 +16,10 @@ the mark (once per attempt, after `init_transactions`, then keeps it): a batch a
 mark of the same run R (the Spark query id, kept in the checkpoint) was committed before a
 crash that came before Spark's own commit, and is skipped. The sink call runs inside the
 attempt's fence (`executor.fencing`), so a superseded attempt writes nothing either way.
+A transactional call that stalls (librdkafka does not always keep its own timeout when the
+broker restarts mid-transaction) is given up after STALL_S and the batch tried again with a
+fresh producer, whose `init_transactions` fences the stuck one; only when that stalls too does
+the batch fail and the task restart from its checkpoint.
 At least once: an idempotent plain producer, flushed before the batch returns.
 Does not own record parsing and formatting (`executor.kafka_records`).
 """
@@ -45,7 +49,8 @@ MARK_PARTITION = 0
 CLIENT_TIMEOUT_S = 60.0
 CHECK_TIMEOUT_S = 10.0  # how long a task's start waits for the broker's answer
 CHECK_STEP_S = 1.0  # ... asking again each second: a SASL or SSL refusal heard ends it at once
-STALL_S = 30.0  # a transactional call not back by then fails the batch (the broker is away)
+STALL_S = 15.0  # a transactional call not back by then is given up (the broker went away)
+FRESH_PRODUCERS = 2  # ... after which a batch is tried again with as many fresh producers
 T = TypeVar("T")
 
 
@@ -170,19 +175,19 @@ def query_run_id(spark_checkpoint: str) -> str:
 
 
 def bounded(call: Callable[[], T], what: str, timeout: float = STALL_S) -> T:
-    """`call()`'s result (or its exception); KafkaUnavailable when it has not returned within
+    """`call()`'s result (or its exception); KafkaStalled when it has not returned within
     `timeout` s. librdkafka's own timeouts do not bound every transactional call: with the
     broker SIGKILLed and restarted mid-transaction, `send_offsets_to_transaction(..., 60)` was
     still waiting after 3 min (confluent-kafka 2.16). The call is left behind in its thread
-    with its producer, which the next attempt's `init_transactions` fences, aborting its open
-    transaction."""
+    with its producer, which the next producer of the same transactional id (the sink's fresh
+    one, or the next attempt's) fences in `init_transactions`."""
     try:
         return bounded_call.within(call, timeout, f"kafka {what}")
     except bounded_call.CallTimedOut:
-        raise KafkaUnavailable(f"the Kafka broker did not complete {what} within {timeout:.0f} s "
-                               "(is it running? elastiq kafka status); the task is retried from "
-                               "its checkpoint, and a batch Kafka already committed is not "
-                               "written again") from None
+        stalled = f"the Kafka broker did not complete {what} within {timeout:.0f} s"
+        raise KafkaStalled(stalled, f"{stalled} (is it running? elastiq kafka status); the task "
+                           "is retried from its checkpoint, and a batch Kafka already committed "
+                           "is not written again") from None
 
 
 class KafkaSink:
@@ -190,7 +195,8 @@ class KafkaSink:
 
     def __init__(self, task_id: str, *, bootstrap: str, topic: str, fmt: str,
                  key_column: str | None, exactly_once: bool, transactional_id: str,
-                 run_id: Callable[[], str], security: Mapping[str, str] = {}) -> None:
+                 run_id: Callable[[], str], security: Mapping[str, str] = {},
+                 stall_s: float = STALL_S) -> None:
         self.task_id = task_id
         self.topic, self.fmt, self.key_column = topic, fmt, key_column
         self.exactly_once = exactly_once
@@ -199,6 +205,8 @@ class KafkaSink:
         self.config = {"bootstrap.servers": bootstrap, **security}
         self.rows_out = 0
         self.skipped_batches = 0
+        self.fresh_producers = 0  # batches tried again after a stalled transactional call
+        self.stall_s = stall_s
         self._producer: Any = None
         self._mark: Mark | None = None
         self._run: str | None = None
@@ -246,33 +254,53 @@ class KafkaSink:
         raise RuntimeError(f"kafka-sink {self.topic}: the producer queue stays full")
 
     def _transaction(self, table: pa.Table, batch_id: int) -> None:
+        """Batch `batch_id` as one transaction. A stalled call (KafkaUnavailable from `bounded`)
+        leaves its producer behind and the batch is tried again with a fresh one: its
+        `init_transactions` fences the stuck producer, and aborts its transaction or, where
+        Kafka got as far as committing it, completes it, which the mark read next then shows
+        (the batch is skipped). Measured: after a broker SIGKILL and restart, the stuck
+        producer's `send_offsets_to_transaction` never returned, a fresh one committed at once."""
+        records = self._records(table)
+        for fresh in range(FRESH_PRODUCERS + 1):
+            self._start_transactions()
+            run = self._run
+            assert run is not None
+            if already_written(self._mark, run, batch_id):
+                self.skipped_batches += 1
+                log.info("task %s: kafka-sink %s: batch %s was committed to Kafka before a "
+                         "restart; not written again", self.task_id, self.topic, batch_id)
+                return
+            try:
+                self._write(records, batch_id, run)
+                return
+            except KafkaStalled as exc:
+                self._producer = None  # stuck: left to be fenced by the next producer
+                if fresh == FRESH_PRODUCERS:
+                    raise
+                self.fresh_producers += 1
+                log.warning("task %s: kafka-sink %s: %s; trying batch %s again with a fresh "
+                            "producer", self.task_id, self.topic, exc.stalled, batch_id)
+
+    def _write(self, records: list[tuple[bytes | None, bytes]], batch_id: int, run: str) -> None:
         from confluent_kafka import TopicPartition
 
-        self._start_transactions()
-        assert self._run is not None
-        if already_written(self._mark, self._run, batch_id):
-            self.skipped_batches += 1
-            log.info("task %s: kafka-sink %s: batch %s was committed to Kafka before a restart; "
-                     "not written again", self.task_id, self.topic, batch_id)
-            return
         producer = self._producer
         producer.begin_transaction()
         try:
-            for key, value in self._records(table):
+            for key, value in records:
                 self._produce(key, value)
-            mark = [TopicPartition(self.topic, MARK_PARTITION, batch_id + 1, self._run)]
+            mark = [TopicPartition(self.topic, MARK_PARTITION, batch_id + 1, run)]
             group = self._group_metadata()
             bounded(lambda: producer.send_offsets_to_transaction(mark, group, CLIENT_TIMEOUT_S),
-                    f"the mark of batch {batch_id}")
+                    f"the mark of batch {batch_id}", self.stall_s)
             bounded(lambda: producer.commit_transaction(CLIENT_TIMEOUT_S),
-                    f"the commit of batch {batch_id}")
-        except KafkaUnavailable:
-            self._producer = None  # stuck: left to be fenced; a retry starts a new one
+                    f"the commit of batch {batch_id}", self.stall_s)
+        except KafkaStalled:
             raise
         except BaseException:
             self._abort()
             raise
-        self._mark = Mark(batch_id, self._run)
+        self._mark = Mark(batch_id, run)
 
     def _start_transactions(self) -> None:
         """Once per attempt: the transactional producer (fencing older attempts, finishing
@@ -330,7 +358,8 @@ class KafkaSink:
     def _abort(self) -> None:
         producer = self._producer
         try:
-            bounded(lambda: producer.abort_transaction(CLIENT_TIMEOUT_S), "an abort")
+            bounded(lambda: producer.abort_transaction(CLIENT_TIMEOUT_S), "an abort",
+                    self.stall_s)
         except Exception as exc:  # fenced or fatal: a new producer starts with the next batch
             log.warning("task %s: kafka-sink %s: abort failed (%s); starting afresh",
                         self.task_id, self.topic, exc)
@@ -352,6 +381,14 @@ class KafkaUnavailable(RuntimeError):
     """The broker or a topic a Kafka operator needs cannot be used now (unreachable, missing,
     refusing the security settings); the message says what to do. Not a broken program: the
     task is retried from its checkpoint like any failure."""
+
+
+class KafkaStalled(KafkaUnavailable):
+    """A call to the broker that did not return within its bound; `stalled` says which."""
+
+    def __init__(self, stalled: str, message: str) -> None:
+        super().__init__(message)
+        self.stalled = stalled
 
 
 def missing_topics(listed: Mapping[str, Any], wanted: tuple[str, ...]) -> list[str]:

@@ -33,7 +33,8 @@ if TYPE_CHECKING:
 # (marked `alone`): cluster tests without Spark that measure CPU shares another stream's load
 # would skew (beside a Spark cluster module, the half-cpu agent's executor measured 0.16 of a cpu
 # against its 0.2-0.55 bound), and Spark tests that SIGKILL a broker and wait out the sink's
-# wall-clock bounds (83 s; in the other stream they made it the longer by ~200 s), and the DPC
+# wall-clock bounds (42 s, 83 s before the sink rode through a stall; in the other stream they
+# made it the longer by ~200 s), and the DPC
 # tests, which cut a link for seconds and bound the time to the first tentative result (in the
 # other stream they made it the longer: 1,780 s against the serial stream's 1,678 s).
 ALONE_MODULES = frozenset({"tests/test_isolation_cgroups.py", "tests/test_kafka_broker_kill.py",

@@ -75,6 +75,15 @@ def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield broker.bootstrap
 
 
+@pytest.fixture()
+def own_broker(tmp_path: Path) -> Iterator[Any]:
+    """A broker this test alone uses, so it may kill it (`KafkaBroker.kill` / `restart`)."""
+    from elastiq.kafka_broker import KafkaBroker
+
+    with KafkaBroker(tmp_path / "kafka") as broker:
+        yield broker
+
+
 def create_topic(bootstrap: str, topic: str, partitions: int = 1) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 

@@ -18,30 +18,21 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO
 
 import pytest
 
-from tests.kafka_support import (create_topic, kafka_parts_missing, kafka_required, produce,
-                                 read_committed, temp_topic)
+from tests.kafka_support import (create_topic, kafka_parts_missing, kafka_required, own_broker,
+                                 produce, read_committed, temp_topic)
 from tests.test_kafka_runtime import TASK_MAIN, got, hot, readings
 from testkit.waiting import wait_for
 
 pytestmark = [pytest.mark.spark, kafka_required()]
-__all__ = ["kafka_parts_missing"]
+__all__ = ["kafka_parts_missing", "own_broker"]
 
 ROOT = Path(__file__).resolve().parent.parent
 ROWS = 4000  # 10 micro-batches of 400 records
 MAX_TASK_STARTS = 4
-
-
-@pytest.fixture()
-def own_broker(tmp_path: Path) -> Iterator[object]:
-    """A broker this test alone uses, so it may kill it."""
-    from elastiq.kafka_broker import KafkaBroker
-
-    with KafkaBroker(tmp_path / "kafka") as broker:
-        yield broker
 
 
 class TaskProcess:

@@ -5,6 +5,7 @@ common.kafka_params and the sink's skip decision on their own."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -148,6 +149,49 @@ def test_an_unstable_or_loading_mark_is_read_again_never_taken_as_none() -> None
         assert transient(code, retriable=False)
     assert transient(KafkaError.UNKNOWN, retriable=True)
     assert not transient(KafkaError.GROUP_AUTHORIZATION_FAILED, retriable=False)
+
+
+def _stalling_sink(stalls: int) -> Any:
+    """A KafkaSink whose transactions stall for its first `stalls` producers, then commit (the
+    sink's own retry logic alone: no producer, no broker)."""
+    from executor.kafka_io import KafkaSink, KafkaStalled
+
+    class StallingSink(KafkaSink):
+        producers = 0
+
+        def _start_transactions(self) -> None:
+            if self._producer is None:
+                self.producers += 1
+                self._producer, self._run = object(), "run-1"
+
+        def _write(self, records: Any, batch_id: int, run: str) -> None:
+            if self.producers <= stalls:
+                raise KafkaStalled(f"stall {self.producers}", "stalled")
+            self.written.append(batch_id)
+
+    sink = StallingSink("t", bootstrap="127.0.0.1:9", topic="o", fmt="jsonl", key_column=None,
+                        exactly_once=True, transactional_id="tx", run_id=lambda: "run-1")
+    sink.written = []
+    return sink
+
+
+class _Rows:
+    def toArrow(self) -> Any:  # noqa: N802 (Spark's name)
+        import pyarrow as pa
+
+        return pa.table({"sensor": ["a"]})
+
+
+def test_a_stalled_transaction_is_tried_again_with_fresh_producers_then_fails_the_batch() -> None:
+    from executor.kafka_io import FRESH_PRODUCERS, KafkaStalled
+
+    rides = _stalling_sink(FRESH_PRODUCERS)
+    rides(_Rows(), 4)
+    assert (rides.written, rides.fresh_producers) == ([4], FRESH_PRODUCERS)
+    gives_up = _stalling_sink(FRESH_PRODUCERS + 1)
+    with pytest.raises(KafkaStalled, match="stalled"):
+        gives_up(_Rows(), 4)
+    assert (gives_up.written, gives_up.producers) == ([], FRESH_PRODUCERS + 1)
 
 
 def test_a_transactional_call_that_does_not_return_fails_the_batch_in_bounded_time() -> None:
