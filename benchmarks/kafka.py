@@ -41,7 +41,8 @@ the micro-batch sides are expected to miss it; the "elastiq real-time" side is t
 for, and the hand-written real-time side shows what Spark here gives without Elastiq.
 
     python benchmarks/kafka.py [--quick] [--repeats N] [--records N] [--rate R]
-    python benchmarks/kafka.py --kill broker [--records N] [--batch N]   (benchmarks/kafka_kill.py)
+    python benchmarks/kafka.py --kill broker|executor [--records N] [--batch N] [--kills K]
+                               [--repeats N]                   (benchmarks/kafka_kill.py)
 """
 
 from __future__ import annotations
@@ -328,14 +329,16 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=20_000, help="records per micro-batch")
     parser.add_argument("--rate", type=float, default=2000.0, help="records/s of latency runs")
     parser.add_argument("--seconds", type=float, default=15.0, help="length of a latency run")
-    parser.add_argument("--kill", choices=("broker",),
-                        help="instead: SIGKILL the broker during an exactly-once run of "
-                             "--records (default here 1M) and check the output "
-                             "(benchmarks/kafka_kill.py)")
+    parser.add_argument("--kill", choices=("broker", "executor"),
+                        help="instead: SIGKILL the broker, or the task's process, during an "
+                             "exactly-once run of --records (default here 1M) and check the "
+                             "output (benchmarks/kafka_kill.py)")
+    parser.add_argument("--kills", type=int, default=3, help="--kill executor: how many")
     args = parser.parse_args()
     exit_on_sigterm()
     if args.kill:
-        kill_scenario(args.records if args.records != 200_000 else 1_000_000, args.batch)
+        kill_scenario(args.kill, args.records if args.records != 200_000 else 1_000_000,
+                      args.batch, args.kills, 1 if args.quick else args.repeats)
         return
     repeats, records, seconds = args.repeats, args.records, args.seconds
     if args.quick:
@@ -349,16 +352,15 @@ def main() -> None:
     print_report(figures, verdicts, records, args.batch, args.rate, repeats)
 
 
-def kill_scenario(records: int, batch: int) -> None:
-    """`--kill broker`: the exactly-once task over `records` records, the broker SIGKILLed
-    mid-run and started again (`kafka_kill.kill_broker_run`)."""
+def kill_scenario(kind: str, records: int, batch: int, kills: int, repeats: int) -> None:
+    """`--kill broker|executor`, `repeats` times on the same input: the exactly-once task over
+    `records` records, the broker SIGKILLed mid-run and started again, or the task's process
+    SIGKILLed `kills` times (`kafka_kill`); each run into a topic of its own."""
     from elastiq.kafka_broker import KafkaBroker
-    from executor.spark_session import build_session
-    from kafka_kill import kill_broker_run
+    from kafka_kill import kill_broker_run, kill_executor_run
 
     base = Path(tempfile.mkdtemp(prefix="kafka-kill-bench-"))
     try:
-        spark = build_session(2, "kafka-kill-bench", str(base / "state"))
         with KafkaBroker(base / "kafka") as broker:
             source = new_topic(broker.bootstrap, "kin")
             produce(broker.bootstrap, source, range(records))
@@ -367,9 +369,22 @@ def kill_scenario(records: int, batch: int) -> None:
                 return SPEC.format(bootstrap=broker.bootstrap, source=source, out=out,
                                    batch=batch, delivery="exactly-once")
 
-            kill_broker_run(spark, broker, spec_of, new_topic,
-                            lambda out: OutputReader(broker.bootstrap, out, committed=True),
-                            oracle(range(records)), source, batch, base)
+            def reader_of(out: str) -> OutputReader:
+                return OutputReader(broker.bootstrap, out, committed=True)
+
+            expected = oracle(range(records))
+            for repeat in range(repeats):
+                print(f"run {repeat + 1} of {repeats}:", flush=True)
+                if kind == "executor":
+                    out = new_topic(broker.bootstrap, "kout")
+                    kill_executor_run(spec_of(source, out, batch), reader_of(out), expected,
+                                      batch, kills, base, seed=7 + repeat)
+                    continue
+                from executor.spark_session import build_session
+
+                spark = build_session(2, "kafka-kill-bench", str(base / "state"))
+                kill_broker_run(spark, broker, spec_of, new_topic, reader_of, expected, source,
+                                batch, base)
     finally:
         shutil.rmtree(base, ignore_errors=True)
 

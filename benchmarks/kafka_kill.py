@@ -1,27 +1,38 @@
-"""`benchmarks/kafka.py --kill broker`: a SIGKILL of the broker during an exactly-once run.
+"""`benchmarks/kafka.py --kill broker|executor`: SIGKILLs during an exactly-once run.
 
-Owns this scenario only. One real broker (`elastiq.kafka_broker.KafkaBroker`), `--records`
-readings produced beforehand (1M by default here), Elastiq's Kafka -> filter -> Kafka task with
-`delivery="exactly-once"` and micro-batches of `--batch` records, started as an executor starts
-it (`bench_util.start_task`). Once the task has committed 3 batches the broker is SIGKILLed; it
-stays down until the task noticed (its query failed, or committed no batch for 5 s), is started
-again on the same data dir and ports (`KafkaBroker.restart`), and the task is started again on
-its checkpoint whenever its query has ended, as the scheduler restarts a failed task. Printed:
-the output topic read `read_committed` against the plain-Python oracle (nothing missing,
-nothing twice), the outage, the task's restarts and the wall time.
+Owns these two scenarios only. One real broker (`elastiq.kafka_broker.KafkaBroker`),
+`--records` readings produced beforehand (1M by default here), Elastiq's Kafka -> filter ->
+Kafka task with `delivery="exactly-once"` and micro-batches of `--batch` records.
+- `broker`: the task started as an executor starts it (`bench_util.start_task`), in this
+  process. Once the task has committed 3 batches the broker is SIGKILLed; it stays down until
+  the task noticed (its query failed, or committed no batch for 5 s), is started again on the
+  same data dir and ports (`KafkaBroker.restart`), and the task is started again on its
+  checkpoint whenever its query has ended, as the scheduler restarts a failed task.
+- `executor`: the task in a process of its own (`ChildTask`: its SparkSession and the task, as
+  an executor runs it), its process group SIGKILLed `--kills` times at seeded points of its
+  batches and started again on its checkpoint after each.
+Printed: the output topic read `read_committed` against the plain-Python oracle (nothing
+missing, nothing twice), the kills, the task's starts and the wall time.
 """
 
 from __future__ import annotations
 
+import os
+import random
+import signal
+import subprocess
+import sys
 import tempfile
 import time
 from collections import Counter
 from pathlib import Path
 from typing import Any, Callable
 
-from bench_util import fmt, start_task
+from bench_util import fmt, start_task, use_repo_on_path
 
-from testkit.waiting import poll
+use_repo_on_path()
+
+from testkit.waiting import poll  # noqa: E402
 
 
 def committed_batches(checkpoint: Path) -> int:
@@ -113,3 +124,110 @@ def wait_noticed(task: Task, checkpoint: Path) -> str:
         return "the task stalled" if time.monotonic() - state["since"] > 5.0 else ""
 
     return str(poll(noticed, 300, 0.1) or "not noticed within 300 s")
+
+
+# --- `--kill executor`: the task's own process SIGKILLed -------------------------------------
+
+CHILD_FLAG = "--task-child"
+
+
+class ChildTask:
+    """The exactly-once task in a process (and process group) of its own, as an executor runs
+    it: `python kafka_kill.py --task-child SPEC RUN_DIR` builds its SparkSession and starts the
+    task on `RUN_DIR/checkpoint`. Started again whenever it has exited; `kill` SIGKILLs the
+    group (the process and its Spark JVM)."""
+
+    def __init__(self, spec_path: Path, run_dir: Path) -> None:
+        self.spec_path, self.run_dir = spec_path, run_dir
+        self.starts = 0
+        self.process: subprocess.Popen[bytes] | None = None
+        self.log = open(run_dir / "task.log", "ab")
+        self.start()
+
+    def start(self) -> None:
+        self.starts += 1
+        self.process = subprocess.Popen(
+            [sys.executable, str(Path(__file__).resolve()), CHILD_FLAG, str(self.spec_path),
+             str(self.run_dir)], stdout=self.log, stderr=subprocess.STDOUT,
+            start_new_session=True)
+
+    def exited(self) -> bool:
+        return self.process is None or self.process.poll() is not None
+
+    def keep_running(self) -> None:
+        if self.exited():
+            self.start()
+
+    def kill(self) -> None:
+        assert self.process is not None
+        os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(60)
+
+    def stop(self) -> None:
+        if not self.exited():
+            self.kill()
+        self.log.close()
+
+
+def kill_executor_run(spec: str, reader: Any, expected: Counter, batch: int, kills: int,
+                      base: Path, seed: int = 7) -> None:
+    """The task over its source (records produced) SIGKILLed `kills` times, each after it
+    committed 3 more batches and a seeded 0-1 s more (so a kill lands anywhere in a batch:
+    while Spark plans it, while the sink writes it, between Kafka's commit and Spark's); after
+    each it is started again on its checkpoint. Prints the verdict against `expected`."""
+    run_dir = Path(tempfile.mkdtemp(dir=base))
+    spec_path = run_dir / "kbench.xml"
+    spec_path.write_text(spec, encoding="utf-8")
+    checkpoint = run_dir / "checkpoint"
+    rng = random.Random(seed)
+    started = time.monotonic()
+    task = ChildTask(spec_path, run_dir)
+    at_kills: list[int] = []
+    try:
+        for _ in range(kills):
+            target = committed_batches(checkpoint) + 3
+            reached = poll(lambda: committed_batches(checkpoint) >= target or task.exited(),
+                           600, 0.05)
+            if not reached or task.exited():
+                break  # the run ended (or failed) before this kill: said below
+            time.sleep(rng.uniform(0.0, 1.0))
+            at_kills.append(committed_batches(checkpoint))
+            task.kill()
+            task.start()
+        total = sum(expected.values())
+
+        def done() -> bool:
+            task.keep_running()
+            return sum(reader.seqs.values()) >= total
+
+        poll(done, 1800, 0.2)
+        time.sleep(3.0)  # a record written twice would show
+    finally:
+        task.stop()
+        reader.close()
+    got = reader.seqs
+    missing, twice = expected - got, got - expected
+    print(f"kill executor: {sum(expected.values()):,} expected output records; the task's "
+          f"process group SIGKILLed {len(at_kills)} times (of {kills} asked), after "
+          f"{', '.join(map(str, at_kills)) or '-'} committed batches of <= {batch:,}; started "
+          f"{task.starts} times; {fmt(time.monotonic() - started)} s")
+    print(f"  read_committed vs oracle: {sum(missing.values()):,} missing, "
+          f"{sum(twice.values()):,} twice -> "
+          f"{'nothing missing, nothing twice' if got == expected else 'NOT EXACT'}")
+
+
+def child_main(spec_path: Path, run_dir: Path) -> None:
+    """The task's process: its SparkSession and the task, run until it is killed (or its
+    query ends, when it exits so that the parent starts it again)."""
+    from executor.spark_session import build_session
+
+    spark = build_session(2, "kafka-kill-task", str(run_dir / "state"))
+    runner = start_task(spark, spec_path.read_text(encoding="utf-8"), spec_path, run_dir,
+                        "kbench", run_dir)
+    query = runner.runtime.query
+    query.awaitTermination()
+    print(f"the task's query ended: {query.exception()}", flush=True)
+
+
+if __name__ == "__main__" and len(sys.argv) == 4 and sys.argv[1] == CHILD_FLAG:
+    child_main(Path(sys.argv[2]), Path(sys.argv[3]))

@@ -15,7 +15,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 HELPERS = ("bench_util.py", "__init__.py",
-           "kafka_kill.py")  # a scenario of kafka.py (`--kill broker`), run through it
+           "kafka_kill.py")  # scenarios of kafka.py (`--kill broker|executor`), run through it
 SCRIPTS = sorted(p.name for p in (ROOT / "benchmarks").glob("*.py") if p.name not in HELPERS)
 
 
