@@ -210,6 +210,7 @@ class KafkaSink:
         self._producer: Any = None
         self._mark: Mark | None = None
         self._run: str | None = None
+        self._group: Any = None  # the mark's consumer group metadata (`_group_metadata`)
 
     def __call__(self, df: Any, batch_id: int) -> None:
         table = df.toArrow()
@@ -290,7 +291,7 @@ class KafkaSink:
             for key, value in records:
                 self._produce(key, value)
             mark = [TopicPartition(self.topic, MARK_PARTITION, batch_id + 1, run)]
-            group = self._group_metadata()
+            group = self._group
             bounded(lambda: producer.send_offsets_to_transaction(mark, group, CLIENT_TIMEOUT_S),
                     f"the mark of batch {batch_id}", self.stall_s)
             bounded(lambda: producer.commit_transaction(CLIENT_TIMEOUT_S),
@@ -315,6 +316,7 @@ class KafkaSink:
                 CLIENT_TIMEOUT_S + 5.0)
         self._run = self.run_id()
         self._mark = self._read_mark()
+        self._group = self._group_metadata()  # the same for every batch: the mark's group alone
         self._producer = producer
         log.info("task %s: kafka-sink %s: transactional id %s, run %s, last committed batch %s",
                  self.task_id, self.topic, self.transactional_id, self._run,
