@@ -21,7 +21,12 @@ arrangement and repeat, CPU seconds per 1,000 output rows, their medians, and th
 shared / separate beside the goal (below 1: one source instead of two saves more than the
 channel costs). Every task is placed on the one agent, so one executor holds them all.
 
-    python benchmarks/sharing.py [--seconds S] [--repeats N] [--rate R] [--arrangements A,B]
+`--heavy N` makes the shared part expensive: the filter's condition also sums N chains of
+HEAVY_DEPTH nested sqrt/pow calls (never negative, so the same rows pass), which the separate
+arrangement computes twice and the shared ones once.
+
+    python benchmarks/sharing.py [--seconds S] [--repeats N] [--rate R] [--heavy N]
+                                 [--arrangements A,B]
 """
 
 from __future__ import annotations
@@ -54,7 +59,25 @@ TYPE = """  <type name="reading">
 """
 
 
-def source(rate: int, publish: bool) -> str:
+HEAVY_DEPTH = 10  # nested sqrt(pow(...)) per chain of a heavy filter (3 levels each; the language allows 64)
+
+
+def condition(heavy: int) -> str:
+    """The shared filter's condition: `raw.temp > 20` (keeps about 2/3), and with `heavy` > 0
+    also a sum of `heavy` chains of HEAVY_DEPTH nested sqrt/pow calls that is never negative
+    (so the same rows pass) but costs cpu per row: a shared part worth sharing."""
+    if heavy <= 0:
+        return "raw.temp &gt; 20"
+    chains = []
+    for i in range(heavy):
+        x = f"(raw.temp + {i + 1})"
+        for _ in range(HEAVY_DEPTH):
+            x = f"sqrt(pow({x}, 2) + raw.humidity)"
+        chains.append(x)
+    return f"raw.temp &gt; 20 and {' + '.join(chains)} &gt;= 0"
+
+
+def source(rate: int, publish: bool, heavy: int = 0) -> str:
     out = ' publish="true"' if publish else ""
     return f"""  <operator name="src" type="generator">
     <param name="shape" value="sensor"/>
@@ -64,7 +87,7 @@ def source(rate: int, publish: bool) -> str:
   </operator>
   <operator name="h" type="filter">
     <input name="raw"/>
-    <param name="condition" value="raw.temp &gt; 20"/>
+    <param name="condition" value="{condition(heavy)}"/>
     <output name="hot"{out}/>
   </operator>
 """
@@ -84,25 +107,30 @@ def tail(name: str, read: str) -> str:
 """
 
 
-def specs(arrangement: str, rate: int, repeat: int = 1) -> dict[str, str]:
-    """query id -> spec text. The automatic arrangement's ids are new each repeat: a second
-    run under the old ids (both resubmitted after their stop, resuming from their checkpoints)
-    timed out once waiting for the sinks to grow; not diagnosed (likely the reader resumes at
-    batches its writer, which has a reader of its own, trimmed after dropping it)."""
+def specs(arrangement: str, rate: int, repeat: int = 1, heavy: int = 0) -> dict[str, str]:
+    """query id -> spec text. The ids of the arrangements that share are new each repeat: under
+    the old ids every query is resubmitted after its stop and resumes from its checkpoint, and
+    a reader then asks its writer for the batches after its checkpoint's position, which the
+    writer, started again with no reader tracked, may already have dropped (it keeps its
+    latest 1,024): the reader fails with "asked from seq 204 but the retained range is (206,
+    1229)" after its restarts, as a reader stopped too long does (docs/queries.md)."""
     if arrangement in ("separate", "auto"):
         first, second = ("sep-a", "sep-b") if arrangement == "separate" else \
             (f"auto{repeat}-a", f"auto{repeat}-b")
-        return {q: f'<dataflow name="{q}">\n{TYPE}{source(rate, q == first and q != "sep-a")}'
+        return {q: f'<dataflow name="{q}">\n{TYPE}'
+                   f'{source(rate, q == first and q != "sep-a", heavy)}'
                    f'{tail(q, "hot")}</dataflow>\n' for q in (first, second)}
-    reader = """  <operator name="in" type="stream-source">
-    <param name="stream" value="writer/hot"/>
+    writer = f"writer{repeat}"
+    reader = f"""  <operator name="in" type="stream-source">
+    <param name="stream" value="{writer}/hot"/>
     <param name="start" value="now"/>
     <output name="got" type="reading"/>
   </operator>
 """
-    found = {"writer": f'<dataflow name="writer">\n{TYPE}{source(rate, True)}</dataflow>\n'}
+    found = {writer: f'<dataflow name="{writer}">\n{TYPE}{source(rate, True, heavy)}'
+                     '</dataflow>\n'}
     found |= {q: f'<dataflow name="{q}">\n{TYPE}{reader}{tail(q, "got")}</dataflow>\n'
-              for q in ("shr-a", "shr-b")}
+              for q in (f"shr{repeat}-a", f"shr{repeat}-b")}
     return found
 
 
@@ -125,10 +153,10 @@ def lines(path: Path) -> int:
 
 
 def measure(stack: Stack, work: Path, arrangement: str, rate: int, seconds: float,
-            repeat: int = 1) -> tuple[float, int]:
+            repeat: int = 1, heavy: int = 0) -> tuple[float, int]:
     """(CPU seconds of the executor session, rows both sinks got) over `seconds` of steady
     output; the queries are stopped afterwards."""
-    texts = specs(arrangement, rate, repeat)
+    texts = specs(arrangement, rate, repeat, heavy)
     for query_id, text in texts.items():  # in order: the second is offered the first's channel
         query = compile_spec_text(text, f"{query_id}.xml", base_dir=work,
                                   offers=stack.service.share_offers()).query
@@ -136,7 +164,7 @@ def measure(stack: Stack, work: Path, arrangement: str, rate: int, seconds: floa
             assert [i.channel_id for i in query.imports if i.auto], f"{query_id} shares nothing"
         submit(stack, query)
         wait_running(stack, query_id, timeout=240)
-    sinks = [work / "out" / f"{q}.jsonl" for q in texts if q != "writer"]  # two each
+    sinks = [work / "out" / f"{q}.jsonl" for q in texts if not q.startswith("writer")]
     wait_until(lambda: all(lines(p) > 2 * rate for p in sinks), 240, "both sinks to grow",
                lambda: "; ".join([f"{p.name}: {lines(p)} rows" for p in sinks] + [
                    f"{t['task_id']} {t['state']} attempt {t['attempt']} {t['waiting_for']} "
@@ -162,13 +190,19 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=30.0, help="measured window (30)")
     parser.add_argument("--repeats", type=int, default=2, help="runs per arrangement (2)")
     parser.add_argument("--rate", type=int, default=2000, help="generator rows/s (2000)")
+    parser.add_argument("--heavy", type=int, default=0,
+                        help="chains of nested sqrt/pow in the shared filter, 0-12 (0: the "
+                             "cheap filter alone; 12 fill the language's 4,096 characters)")
     parser.add_argument("--arrangements", default="separate,shared,auto",
                         help="which to run, comma-separated (separate,shared,auto; the "
                              "baseline separate always runs)")
     args = parser.parse_args()
+    if not 0 <= args.heavy <= 12:
+        parser.error("--heavy takes 0 to 12 chains (a condition is at most 4,096 characters)")
     chosen = ["separate"] + [a for a in ("shared", "auto") if a in args.arrangements.split(",")]
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-    print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
+    print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; shared "
+          f"filter: {'raw.temp > 20' if args.heavy <= 0 else f'raw.temp > 20 and {args.heavy} chains of {HEAVY_DEPTH} nested sqrt/pow'}", flush=True)
     results: dict[str, list[float]] = {"separate": [], "shared": [], "auto": []}
     rows_out = []
     with tempfile.TemporaryDirectory(prefix="elastiq-bench-sharing-") as tmp:
@@ -177,7 +211,7 @@ def main() -> int:
             for repeat in range(args.repeats):
                 for arrangement in chosen:
                     cpu, rows = measure(stack, Path(tmp), arrangement, args.rate, args.seconds,
-                                        repeat + 1)
+                                        repeat + 1, args.heavy)
                     per_k = 1000 * cpu / rows if rows else float("inf")
                     results[arrangement].append(per_k)
                     rows_out.append([arrangement, str(repeat + 1), fmt(cpu, 1), str(rows),
