@@ -89,26 +89,35 @@ def kill_broker_run(spark: Any, broker: Any, spec_of: Callable[[str, str, int], 
         noticed = wait_noticed(task, checkpoint)
         broker.restart()
         down_s = time.monotonic() - killed
-        total = sum(expected.values())
-
-        def done() -> bool:
-            task.keep_running()
-            return sum(reader.seqs.values()) >= total
-
-        poll(done, 1800, 0.2)
-        time.sleep(3.0)  # a record written twice would show
+        run_to_the_end(task, reader, sum(expected.values()))
     finally:
         task.stop()
         reader.close()
-    got = reader.seqs
-    missing, twice = expected - got, got - expected
-    print(f"kill broker: {total:,} expected output records of {sum(1 for _ in expected):,} "
-          f"seqs; broker SIGKILLed after {at_kill} committed batches of <= {batch:,}, down "
-          f"{fmt(down_s, 1)} s ({noticed}); task started {task.starts} times "
+    print(f"kill broker: {sum(expected.values()):,} expected output records; broker SIGKILLed "
+          f"after {at_kill} committed batches of <= {batch:,}, down {fmt(down_s, 1)} s "
+          f"({noticed}); task started {task.starts} times "
           f"({'; '.join(task.errors) or 'never failed'}); {fmt(time.monotonic() - started)} s")
-    print(f"  read_committed vs oracle: {sum(missing.values()):,} missing, "
-          f"{sum(twice.values()):,} twice -> "
-          f"{'nothing missing, nothing twice' if got == expected else 'NOT EXACT'}")
+    print(verdict(expected, reader.seqs))
+
+
+def run_to_the_end(task: Any, reader: Any, total: int) -> None:
+    """Keep the task running (started again whenever it has ended, as the scheduler restarts a
+    failed task) until `reader` holds `total` records (bounded: 30 min), then 3 s more, so a
+    record written twice would show."""
+    def done() -> bool:
+        task.keep_running()
+        return sum(reader.seqs.values()) >= total
+
+    poll(done, 1800, 0.2)
+    time.sleep(3.0)
+
+
+def verdict(expected: Counter, got: Counter) -> str:
+    """The output read `read_committed` against the oracle, in one line."""
+    missing, twice = expected - got, got - expected
+    return (f"  read_committed vs oracle: {sum(missing.values()):,} missing, "
+            f"{sum(twice.values()):,} twice -> "
+            f"{'nothing missing, nothing twice' if got == expected else 'NOT EXACT'}")
 
 
 def wait_noticed(task: Task, checkpoint: Path) -> str:
@@ -194,26 +203,15 @@ def kill_executor_run(spec: str, reader: Any, expected: Counter, batch: int, kil
             at_kills.append(committed_batches(checkpoint))
             task.kill()
             task.start()
-        total = sum(expected.values())
-
-        def done() -> bool:
-            task.keep_running()
-            return sum(reader.seqs.values()) >= total
-
-        poll(done, 1800, 0.2)
-        time.sleep(3.0)  # a record written twice would show
+        run_to_the_end(task, reader, sum(expected.values()))
     finally:
         task.stop()
         reader.close()
-    got = reader.seqs
-    missing, twice = expected - got, got - expected
     print(f"kill executor: {sum(expected.values()):,} expected output records; the task's "
           f"process group SIGKILLed {len(at_kills)} times (of {kills} asked), after "
           f"{', '.join(map(str, at_kills)) or '-'} committed batches of <= {batch:,}; started "
           f"{task.starts} times; {fmt(time.monotonic() - started)} s")
-    print(f"  read_committed vs oracle: {sum(missing.values()):,} missing, "
-          f"{sum(twice.values()):,} twice -> "
-          f"{'nothing missing, nothing twice' if got == expected else 'NOT EXACT'}")
+    print(verdict(expected, reader.seqs))
 
 
 def child_main(spec_path: Path, run_dir: Path) -> None:
