@@ -180,7 +180,8 @@ def bounded(call: Callable[[], T], what: str, timeout: float = STALL_S) -> T:
     broker SIGKILLed and restarted mid-transaction, `send_offsets_to_transaction(..., 60)` was
     still waiting after 3 min (confluent-kafka 2.16). The call is left behind in its thread
     with its producer, which the next producer of the same transactional id (the sink's fresh
-    one, or the next attempt's) fences in `init_transactions`."""
+    one, or the next attempt's) fences in `init_transactions`; measured, the stuck call then
+    returns within a second and its thread and producer go."""
     try:
         return bounded_call.within(call, timeout, f"kafka {what}")
     except bounded_call.CallTimedOut:
