@@ -257,15 +257,29 @@ class KafkaSink:
         raise RuntimeError(f"kafka-sink {self.topic}: the producer queue stays full")
 
     def _transaction(self, table: pa.Table, batch_id: int) -> None:
-        """Batch `batch_id` as one transaction. A stalled call (KafkaUnavailable from `bounded`)
+        """Batch `batch_id` as one transaction. A stalled call (KafkaStalled from `bounded`)
         leaves its producer behind and the batch is tried again with a fresh one: its
         `init_transactions` fences the stuck producer, and aborts its transaction or, where
         Kafka got as far as committing it, completes it, which the mark read next then shows
         (the batch is skipped). Measured: after a broker SIGKILL and restart, the stuck
-        producer's `send_offsets_to_transaction` never returned, a fresh one committed at once."""
+        producer's `send_offsets_to_transaction` never returned, a fresh one committed at once.
+        A fresh producer that cannot start (the broker still away) fails the batch with both
+        reasons."""
+        from confluent_kafka import KafkaException
+
         records = self._records(table)
+        stalled: KafkaStalled | None = None
         for fresh in range(FRESH_PRODUCERS + 1):
-            self._start_transactions()
+            try:
+                self._start_transactions()
+            except (KafkaException, KafkaStalled) as exc:
+                if stalled is None:
+                    raise
+                raise KafkaUnavailable(
+                    f"{stalled.stalled}, and a fresh producer could not start ({exc}) (is the "
+                    "broker running? elastiq kafka status); the task is retried from its "
+                    "checkpoint, and a batch Kafka already committed is not written again"
+                ) from None
             run = self._run
             assert run is not None
             if already_written(self._mark, run, batch_id):
@@ -280,6 +294,7 @@ class KafkaSink:
                 self._producer = None  # stuck: left to be fenced by the next producer
                 if fresh == FRESH_PRODUCERS:
                     raise
+                stalled = exc
                 self.fresh_producers += 1
                 log.warning("task %s: kafka-sink %s: %s; trying batch %s again with a fresh "
                             "producer", self.task_id, self.topic, exc.stalled, batch_id)

@@ -151,9 +151,12 @@ def test_an_unstable_or_loading_mark_is_read_again_never_taken_as_none() -> None
     assert not transient(KafkaError.GROUP_AUTHORIZATION_FAILED, retriable=False)
 
 
-def _stalling_sink(stalls: int) -> Any:
-    """A KafkaSink whose transactions stall for its first `stalls` producers, then commit (the
-    sink's own retry logic alone: no producer, no broker)."""
+def _stalling_sink(stalls: int, starts: int = 99) -> Any:
+    """A KafkaSink whose transactions stall for its first `stalls` producers, then commit, and
+    whose producers after the first `starts` cannot start (the sink's own retry logic alone: no
+    producer, no broker)."""
+    from confluent_kafka import KafkaError, KafkaException
+
     from executor.kafka_io import KafkaSink, KafkaStalled
 
     class StallingSink(KafkaSink):
@@ -161,6 +164,8 @@ def _stalling_sink(stalls: int) -> Any:
 
         def _start_transactions(self) -> None:
             if self._producer is None:
+                if self.producers >= starts:
+                    raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "init timed out"))
                 self.producers += 1
                 self._producer, self._run = object(), "run-1"
 
@@ -192,6 +197,13 @@ def test_a_stalled_transaction_is_tried_again_with_fresh_producers_then_fails_th
     with pytest.raises(KafkaStalled, match="stalled"):
         gives_up(_Rows(), 4)
     assert (gives_up.written, gives_up.producers) == ([], FRESH_PRODUCERS + 1)
+    broker_away = _stalling_sink(stalls=1, starts=1)  # the fresh producer cannot start
+    with pytest.raises(KafkaUnavailable) as refused:
+        broker_away(_Rows(), 4)
+    assert str(refused.value).startswith("stall 1, and a fresh producer could not start (")
+    assert "init timed out" in str(refused.value) and "retried from its checkpoint" in \
+        str(refused.value)
+    assert not isinstance(refused.value, KafkaStalled) and broker_away.written == []
 
 
 def test_a_transactional_call_that_does_not_return_fails_the_batch_in_bounded_time() -> None:
