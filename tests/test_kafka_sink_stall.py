@@ -5,7 +5,8 @@ open, and started again on its data dir and port. librdkafka's `send_offsets_to_
 of that transaction never returns (measured: still waiting minutes later), so the sink gives the
 call up after its stall bound and writes the batch again with a fresh producer, whose
 `init_transactions` fences the stuck one. The batch call must return, not fail the task, and
-the topic read `read_committed` must hold every batch once.
+the topic read `read_committed` must hold every batch once. A broker that stays away fails the
+batch, in bounded time, with the stall and the fresh producer's failure both named.
 """
 
 from __future__ import annotations
@@ -70,3 +71,29 @@ def test_a_batch_open_when_the_broker_is_killed_is_written_once_after_it_returns
     finally:
         sink.close()
     assert sorted(json.loads(v)["sensor"] for _, v in records) == ["a1", "a2", "b1", "b2", "c1"]
+
+
+def test_a_broker_that_stays_away_fails_the_batch_with_both_reasons(own_broker: Any) -> None:
+    import time
+
+    from executor.kafka_io import CLIENT_TIMEOUT_S, KafkaStalled, KafkaUnavailable, KafkaSink
+
+    topic = temp_topic("away")
+    create_topic(own_broker.bootstrap, topic, partitions=1)
+    sink = KafkaSink("t", bootstrap=own_broker.bootstrap, topic=topic, fmt="jsonl",
+                     key_column=None, exactly_once=True, transactional_id=f"tx-{topic}",
+                     run_id=lambda: "run-1", stall_s=STALL_S)
+    try:
+        sink(_Batch("a1"), 0)
+        own_broker.kill()
+        started = time.monotonic()
+        with pytest.raises(KafkaUnavailable) as failed:
+            sink(_Batch("b1"), 1)
+        took = time.monotonic() - started
+    finally:
+        sink.close()
+    said = str(failed.value)
+    assert not isinstance(failed.value, KafkaStalled), said
+    assert "did not complete the mark of batch 1" in said, said
+    assert "a fresh producer could not start" in said and "retried from its checkpoint" in said
+    assert took < STALL_S + CLIENT_TIMEOUT_S + 30, f"the batch failed after {took:.0f} s"
