@@ -833,8 +833,7 @@ def timed_run(stack: Stack, folder: Path, name: str, text: str, rows: int,
                 at_from = time.time()
             time.sleep(0.05)
         t1 = time.time()
-        steady = steady_rate(rows, target, at_from if at_from is not None or not watched
-                             else t1, t1)
+        steady = steady_rate(rows, target, at_from, t1)
         after = agent_statistics(stack) if watch_agents else {}
         measured = lines.count() >= target
         deadline = time.monotonic() + tail_timeout
@@ -1025,7 +1024,8 @@ def print_partition(plan: Plan, ks: Sequence[int], cpus: float | None,
             for n, t in enumerate(results[k]):
                 print(f"  k={k} run {n + 1}: " + "; ".join(a.text() for a in t.agents))
     goals = ISOLATED_GOALS if isolated else {2: PARTITION_GOAL}
-    for label, rate_of in (("", lambda t: t.rows_per_s), (" steady", lambda t: t.steady_rows_per_s)):
+    for label, rate_of in (("", lambda t: t.rows_per_s),
+                           (" steady", lambda t: t.steady_rows_per_s)):
         one = median_of([rate_of(t) for t in results[1]])
         for k, goal in goals.items():
             speedup = ratio(median_of([rate_of(t) for t in results[k]]), one)

@@ -84,6 +84,20 @@ def own_broker(tmp_path: Path) -> Iterator[Any]:
         yield broker
 
 
+class Batch:
+    """A micro-batch as a Kafka sink sees it (only `toArrow` is used): rows of sensor and
+    temp."""
+
+    def __init__(self, rows: list[dict[str, Any]]) -> None:
+        import pyarrow as pa
+
+        self.table = pa.Table.from_pylist(rows, pa.schema([("sensor", pa.string()),
+                                                           ("temp", pa.float64())]))
+
+    def toArrow(self) -> Any:  # noqa: N802 (Spark's name)
+        return self.table
+
+
 def create_topic(bootstrap: str, topic: str, partitions: int = 1) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 

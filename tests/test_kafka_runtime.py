@@ -19,11 +19,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pytest
 
 from common.types import Schema
-from tests.kafka_support import (create_topic, got, hot, kafka_broker, kafka_parts_missing,
+from tests.kafka_support import (Batch, create_topic, got, hot, kafka_broker, kafka_parts_missing,
                                  kafka_required, produce, read_committed, readings, temp_topic)
 from testkit.waiting import wait_for
 
@@ -69,17 +68,6 @@ def test_source_filter_sink_is_exact_and_bad_records_go_to_the_dead_letter_file(
     assert len(offsets) == len(records), "every output row comes from its own record"
 
 
-class _Batch:
-    """A micro-batch as the sink sees it (only `toArrow` is used)."""
-
-    def __init__(self, rows: list[dict[str, Any]]) -> None:
-        self.table = pa.Table.from_pylist(rows, pa.schema([("sensor", pa.string()),
-                                                           ("temp", pa.float64())]))
-
-    def toArrow(self) -> pa.Table:  # noqa: N802 (Spark's name)
-        return self.table
-
-
 def _sink(bootstrap: str, topic: str, run: str = "run-1") -> Any:
     from executor.kafka_io import KafkaSink
 
@@ -90,16 +78,16 @@ def _sink(bootstrap: str, topic: str, run: str = "run-1") -> Any:
 def test_a_batch_committed_before_a_crash_is_not_written_again(kafka_broker: str) -> None:
     topic = temp_topic("marks")
     first = _sink(kafka_broker, topic)
-    first(_Batch([{"sensor": "a", "temp": 1.0}]), 0)
-    first(_Batch([{"sensor": "b", "temp": 2.0}]), 1)
+    first(Batch([{"sensor": "a", "temp": 1.0}]), 0)
+    first(Batch([{"sensor": "b", "temp": 2.0}]), 1)
     # the process dies after Kafka committed batch 1 but before Spark did: Spark replays 1
     again = _sink(kafka_broker, topic)
-    again(_Batch([{"sensor": "b", "temp": 2.0}]), 1)
-    again(_Batch([{"sensor": "c", "temp": 3.0}]), 2)
+    again(Batch([{"sensor": "b", "temp": 2.0}]), 1)
+    again(Batch([{"sensor": "c", "temp": 3.0}]), 2)
     assert again.skipped_batches == 1
     # a new run (a fresh checkpoint numbers its batches from 0 again) is not skipped
     fresh = _sink(kafka_broker, topic, run="run-2")
-    fresh(_Batch([{"sensor": "d", "temp": 4.0}]), 0)
+    fresh(Batch([{"sensor": "d", "temp": 4.0}]), 0)
     values = [json.loads(v)["sensor"] for _, v in read_committed(kafka_broker, topic, expect=4)]
     assert values == ["a", "b", "c", "d"]
 
@@ -109,11 +97,11 @@ def test_an_older_attempt_is_fenced_by_the_newer_ones_producer(kafka_broker: str
 
     topic = temp_topic("fence")
     old = _sink(kafka_broker, topic)
-    old(_Batch([{"sensor": "a", "temp": 1.0}]), 0)
+    old(Batch([{"sensor": "a", "temp": 1.0}]), 0)
     new = _sink(kafka_broker, topic)
-    new(_Batch([{"sensor": "b", "temp": 2.0}]), 1)
+    new(Batch([{"sensor": "b", "temp": 2.0}]), 1)
     with pytest.raises(KafkaException):
-        old(_Batch([{"sensor": "zombie", "temp": 9.0}]), 1)
+        old(Batch([{"sensor": "zombie", "temp": 9.0}]), 1)
     values = [json.loads(v)["sensor"] for _, v in read_committed(kafka_broker, topic, expect=2)]
     assert values == ["a", "b"]
 

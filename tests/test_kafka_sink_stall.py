@@ -16,11 +16,10 @@ import threading
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pytest
 
-from tests.kafka_support import (create_topic, kafka_parts_missing, kafka_required, own_broker,
-                                 read_committed, temp_topic)
+from tests.kafka_support import (Batch, create_topic, kafka_parts_missing, kafka_required,
+                                 own_broker, read_committed, temp_topic)
 from testkit.waiting import wait_for
 
 pytestmark = [kafka_required()]
@@ -29,15 +28,8 @@ __all__ = ["kafka_parts_missing", "own_broker"]
 STALL_S = 6.0  # the sink's bound on a transactional call, short for the test
 
 
-class _Batch:
-    """A micro-batch as the sink sees it (only `toArrow` is used)."""
-
-    def __init__(self, *sensors: str) -> None:
-        self.table = pa.Table.from_pylist([{"sensor": s} for s in sensors],
-                                          pa.schema([("sensor", pa.string())]))
-
-    def toArrow(self) -> pa.Table:  # noqa: N802 (Spark's name)
-        return self.table
+def _batch(*sensors: str) -> Batch:
+    return Batch([{"sensor": s, "temp": 0.0} for s in sensors])
 
 
 def test_a_batch_open_when_the_broker_is_killed_is_written_once_after_it_returns(
@@ -53,20 +45,20 @@ def test_a_batch_open_when_the_broker_is_killed_is_written_once_after_it_returns
 
     def second_batch() -> None:
         try:
-            sink(_Batch("b1", "b2"), 1)
+            sink(_batch("b1", "b2"), 1)
             outcome["returned"] = True
         except Exception as exc:  # the test's failure, said below
             outcome["error"] = exc
 
     try:
-        sink(_Batch("a1", "a2"), 0)
+        sink(_batch("a1", "a2"), 0)
         own_broker.kill()
         writer = threading.Thread(target=second_batch, daemon=True)
         writer.start()  # its transaction opens while the broker is away
         own_broker.restart()
         wait_for("the batch call to end", lambda: bool(outcome), timeout=180, step=0.1)
         assert "error" not in outcome, f"the batch failed: {outcome.get('error')!r}"
-        sink(_Batch("c1"), 2)
+        sink(_batch("c1"), 2)
         records = read_committed(own_broker.bootstrap, topic, expect=5, timeout=60, settle=2.0)
     finally:
         sink.close()
@@ -84,11 +76,11 @@ def test_a_broker_that_stays_away_fails_the_batch_with_both_reasons(own_broker: 
                      key_column=None, exactly_once=True, transactional_id=f"tx-{topic}",
                      run_id=lambda: "run-1", stall_s=STALL_S)
     try:
-        sink(_Batch("a1"), 0)
+        sink(_batch("a1"), 0)
         own_broker.kill()
         started = time.monotonic()
         with pytest.raises(KafkaUnavailable) as failed:
-            sink(_Batch("b1"), 1)
+            sink(_batch("b1"), 1)
         took = time.monotonic() - started
     finally:
         sink.close()
