@@ -68,6 +68,7 @@ from scheduler.lifecycle import (
 from scheduler.placement import (
     Offer, PlacementResult, QueryDemand, Share, TaskAssignment, TaskDemand, place,
 )
+from scheduler.placement_scores import Ranking, predicted_load, ranked_agents
 from scheduler.query_source import QuerySource
 
 # What `handle` takes: the scheduler's events and the leadership's (`scheduler.leadership`).
@@ -406,11 +407,49 @@ class SchedulerState:
         if t.migrate_to is not None:
             return Destinations(frozenset({t.migrate_to}), (t.migrate_to,),
                                 reason=f"migration from {t.agent_id} to {t.migrate_to}")
-        return destinations_for(
+        where = destinations_for(
             Past(t.task.failover, t.launches, t.agent_id, t.pending_since), t.attempt, self.now,
             frozenset(self.gone_agents) | frozenset(self.suspected.values()),
             frozenset(self.warm_agents),
             self.config.same_agent_wait, self.config.failover_wait)
+        if where.preferred:
+            return where
+        ranking = self._load_ranking(t, where)
+        if ranking is None:
+            return where
+        return replace(where, preferred=ranking.agents, reason=f"{where.reason}; {ranking.reason}")
+
+    def _load_ranking(self, t: TaskRecord, where: Destinations) -> Ranking | None:
+        """For a task of a query that distributes load, the agents it may go to in the order
+        their load correlates with its expected load (`scheduler.placement_scores`), once the
+        history holds `distribution.min_slots` slots of it; None otherwise."""
+        found = self._find(t.task_id)
+        if found is None or not found[0].query.distribute:
+            return None
+        query = found[0]
+        live = sorted(set(self.agents) - self.gone_agents - set(self.suspected.values())
+                      - where.excluded)
+        live = [a for a in live if where.allowed is None or a in where.allowed]
+        on: dict[str, list[str]] = {a: [] for a in live}
+        for q in self.queries.values():
+            for other in q.tasks.values():
+                if other.state is TaskState.RUNNING and other.agent_id in on \
+                        and other.task_id != t.task_id:
+                    on[other.agent_id].append(other.task_id)
+        siblings = [s for e in query.query.elastic if t.task_id in e.slots for s in e.slots
+                    if s != t.task_id and query.tasks[s].state is TaskState.RUNNING]
+        known = [t.task_id] if self.loads.slots(t.task_id, self.now) else siblings
+        if not known:
+            return None
+        series, slots = self.loads.series(known + [x for ts in on.values() for x in ts],
+                                          self.now)
+        if slots < self.config.distribution.min_slots:
+            return None
+        predicted = predicted_load(series.get(t.task_id, []),
+                                   [] if t.task_id in series else [series[s] for s in siblings])
+        agents = {a: [sum(v) for v in zip(*(series[x] for x in ts))] if ts else [0.0] * slots
+                  for a, ts in on.items()}
+        return ranked_agents(predicted, agents)
 
     # ---- task status ---------------------------------------------------------------------
     def _on_status_updated(self, ev: StatusUpdated) -> list[Command]:
