@@ -54,6 +54,18 @@ def test_loads_are_averaged_per_slot_and_only_complete_slots_count() -> None:
     assert h.slots("x", now=10.0) == {0: 0.75, 1: 0.0}
 
 
+def test_a_late_heartbeat_does_not_inflate_its_slot() -> None:
+    """An executor using 0.5 cpu s/s, its heartbeats sent every second; the one of t=2 arrives at
+    2.9 and the next on time at 3.0 (the scheduler's loop was busy): intervals of 1.9 s and 0.1 s,
+    the short one at 5 cpu s/s. Weighted by length the slot is 0.5, the truth; the mean of the
+    rates was 1.57 (on the cluster a 1-cpu agent measured 15 CPU s/s)."""
+    h = LoadHistory(slot_seconds=5.0)
+    for received, sent in ((0.0, 0.0), (1.0, 1.0), (2.9, 2.0), (3.0, 3.0), (4.0, 4.0),
+                           (6.0, 6.0)):
+        h.observe(received, "A", 0.5 * sent, {"x": sent})
+    assert h.slots("x", now=10.0) == {0: pytest.approx(0.5), 1: pytest.approx(0.5)}
+
+
 def test_a_counter_that_falls_or_a_stale_heartbeat_makes_no_interval() -> None:
     h = LoadHistory()
     h.observe(0.0, "A", 50.0, {"x": 10.0})
