@@ -12,7 +12,11 @@ as much as the rest of the slot, and a 1-cpu agent measured 15 CPU s/s on the cl
 task's series has its points at the same times (heartbeats of different executors do not arrive
 together); at most `max_slots` per task are kept. `series` gives the tasks' loads at the complete slots they all have (an agent's series is
 the sum of its tasks', `scheduler.load_distribution`). A counter that falls (a new executor) makes
-no interval. Reads no clock, does no I/O. Does not own the decision (`scheduler.distributor`).
+no interval. A heartbeat without cpu figures (the executor's pulse, sent every second beside
+its full heartbeats, carries none) leaves the agent's last reading in place: the pulses used to
+forget it, so nearly every interval had no cpu and the tasks carried their busy seconds per
+second instead (on the cluster, three tasks on an isolated 1-cpu agent summed to ~1.5 while its
+cgroup said 0.6). Reads no clock, does no I/O. Does not own the decision (`scheduler.distributor`).
 """
 
 from __future__ import annotations
@@ -77,9 +81,8 @@ class LoadHistory:
         return loads
 
     def _agent_load(self, at: float, agent: str, cpu: float | None) -> float | None:
-        if cpu is None:
-            self._cpu.pop(agent, None)
-            return None
+        if cpu is None:  # a pulse (no figures, executor.mesos_executor.pulse) or no cgroup:
+            return None  # the last reading stays, the next interval starts from it
         previous = self._cpu.get(agent)
         if previous is not None and at <= previous[0]:
             return None

@@ -66,6 +66,19 @@ def test_a_late_heartbeat_does_not_inflate_its_slot() -> None:
     assert h.slots("x", now=10.0) == {0: pytest.approx(0.5), 1: pytest.approx(0.5)}
 
 
+def test_the_executors_pulses_between_its_heartbeats_do_not_lose_the_cpu() -> None:
+    """An executor sends its full heartbeat (cpu, tasks' busy time) every second and, from a
+    thread of its own, a pulse with no figures in between. Its container uses 0.5 cpu s/s; x
+    and y are each busy 1 s per s (two Spark cores). Each task carries half the cpu, 0.25; when
+    the pulses made the scheduler forget the cpu reading, each carried its busy s/s, 1.0."""
+    h = LoadHistory(slot_seconds=5.0)
+    for i in range(10):
+        h.observe(float(i), "A", 0.5 * i, {"x": float(i), "y": float(i)})
+        h.observe(i + 0.5, "A", None, {})  # the pulse
+    assert h.slots("x", now=10.0) == {0: pytest.approx(0.25), 1: pytest.approx(0.25)}
+    assert h.slots("y", now=10.0) == {0: pytest.approx(0.25), 1: pytest.approx(0.25)}
+
+
 def test_a_counter_that_falls_or_a_stale_heartbeat_makes_no_interval() -> None:
     h = LoadHistory()
     h.observe(0.0, "A", 50.0, {"x": 10.0})
