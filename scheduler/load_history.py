@@ -6,11 +6,17 @@ cumulative busy seconds, `busy_ms` summed over attempts) the load of every task 
 second over the interval since its previous heartbeat: the agent's measured cpu split between its
 tasks in proportion to their busy time in that interval (`split`), or, where the executor
 measures no cpu, the task's busy seconds per second. Loads are averaged into time slots of
-`slot_seconds` on the scheduler's clock, so every task's series has its points at the same times
-(heartbeats of different executors do not arrive together); at most `max_slots` per task are
-kept. `series` gives the tasks' loads at the complete slots they all have (an agent's series is
+`slot_seconds` on the scheduler's clock, each interval weighted by its length (a heartbeat that
+arrives late makes one long interval and one short one: unweighted, the short one's rate counted
+as much as the rest of the slot, and a 1-cpu agent measured 15 CPU s/s on the cluster), so every
+task's series has its points at the same times (heartbeats of different executors do not arrive
+together); at most `max_slots` per task are kept. `series` gives the tasks' loads at the complete slots they all have (an agent's series is
 the sum of its tasks', `scheduler.load_distribution`). A counter that falls (a new executor) makes
-no interval. Reads no clock, does no I/O. Does not own the decision (`scheduler.distributor`).
+no interval. A heartbeat without cpu figures (the executor's pulse, sent every second beside
+its full heartbeats, carries none) leaves the agent's last reading in place: the pulses used to
+forget it, so nearly every interval had no cpu and the tasks carried their busy seconds per
+second instead (on the cluster, three tasks on an isolated 1-cpu agent summed to ~1.5 while its
+cgroup said 0.6). Reads no clock, does no I/O. Does not own the decision (`scheduler.distributor`).
 """
 
 from __future__ import annotations
@@ -46,8 +52,8 @@ def split(agent_load: float | None, busy: Mapping[str, tuple[float, float]]
 class LoadHistory:
     slot_seconds: float = 5.0
     max_slots: int = 60
-    # task -> slot number -> (sum of loads, how many)
-    _slots: dict[str, dict[int, tuple[float, int]]] = field(default_factory=dict)
+    # task -> slot number -> (cpu seconds: the sum of load x interval, the intervals' seconds)
+    _slots: dict[str, dict[int, tuple[float, float]]] = field(default_factory=dict)
     _busy: dict[str, tuple[float, float]] = field(default_factory=dict)  # task -> (at, busy s)
     _cpu: dict[str, tuple[float, float]] = field(default_factory=dict)  # agent -> (at, cpu s)
 
@@ -71,13 +77,12 @@ class LoadHistory:
                 intervals[task] = (seconds - previous[1], at - previous[0])
         loads = split(agent_load, intervals)
         for task, load in loads.items():
-            self._add(task, at, load)
+            self._add(task, at, load, intervals[task][1])
         return loads
 
     def _agent_load(self, at: float, agent: str, cpu: float | None) -> float | None:
-        if cpu is None:
-            self._cpu.pop(agent, None)
-            return None
+        if cpu is None:  # a pulse (no figures, executor.mesos_executor.pulse) or no cgroup:
+            return None  # the last reading stays, the next interval starts from it
         previous = self._cpu.get(agent)
         if previous is not None and at <= previous[0]:
             return None
@@ -86,19 +91,20 @@ class LoadHistory:
             return None
         return (cpu - previous[1]) / (at - previous[0])
 
-    def _add(self, task: str, at: float, load: float) -> None:
+    def _add(self, task: str, at: float, load: float, seconds: float) -> None:
         slots = self._slots.setdefault(task, {})
         slot = int(at // self.slot_seconds)
-        total, n = slots.get(slot, (0.0, 0))
-        slots[slot] = (total + load, n + 1)
+        total, spent = slots.get(slot, (0.0, 0.0))
+        slots[slot] = (total + load * seconds, spent + seconds)
         for old in sorted(slots)[:-self.max_slots]:
             del slots[old]
 
     def slots(self, task: str, now: float) -> dict[int, float]:
-        """The task's mean load in each complete slot (before the one `now` is in)."""
+        """The task's mean load in each complete slot (before the one `now` is in), over the
+        intervals that ended in it, weighted by their length."""
         current = int(now // self.slot_seconds)
-        return {s: total / n for s, (total, n) in self._slots.get(task, {}).items()
-                if s < current}
+        return {s: total / spent for s, (total, spent) in self._slots.get(task, {}).items()
+                if s < current and spent > 0}
 
     def series(self, tasks: Iterable[str], now: float) -> tuple[dict[str, list[float]], int]:
         """Every task's loads at the complete slots all of them have, oldest first, and how many

@@ -28,11 +28,15 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
+from typing import (TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence,
+                    TypeVar)
 
 from common.api_client import RequestRejected
 from executor import shapes
 from testkit.waiting import wait_for
+
+if TYPE_CHECKING:
+    from scheduler.distributor import DistributionSettings
 
 log = logging.getLogger("tests.e2e")
 ROOT = Path(__file__).resolve().parents[1]
@@ -266,15 +270,18 @@ def executor_test_environment() -> tuple[tuple[str, str], ...]:
 def start_stack(work: Path, cpus_per_agent: float = 1.5, mem_per_agent: int = 8192,
                 spark_cores: int = 2, agents: int = 2,
                 port_ranges: tuple[tuple[int, int], ...] | None = None,
-                isolation: str = "auto", executor_cpus: float | None = None) -> Stack:
+                isolation: str = "auto", executor_cpus: float | None = None,
+                distribution: DistributionSettings | None = None) -> Stack:
     """Start the cluster (`agents` agents with distinct free port ranges, or `port_ranges`),
     the scheduler and its API. `isolation`: the embedded agents' (`cgroups`: each executor
     container held to what it asked, docs/deploy.md); `executor_cpus`: what the executor asks
-    for itself (default ExecutorSpec's)."""
+    for itself (default ExecutorSpec's); `distribution`: the scheduler's load distribution
+    settings (default `DistributionSettings()`'s)."""
     from embedded_mesos import EmbeddedCluster
     from scheduler.api import ApiServer
     from scheduler.api_token import new_token, write_token_file
     from scheduler.config import ExecutorSpec, SchedulerConfig
+    from scheduler.distributor import DistributionSettings
     from scheduler.mesos_adapter import SchedulerService
 
     ranges = port_ranges or disjoint_port_ranges(agents)
@@ -287,7 +294,8 @@ def start_stack(work: Path, cpus_per_agent: float = 1.5, mem_per_agent: int = 81
         ("PYTHONPATH", pythonpath()), ("ELASTIQ_TOKEN_FILE", str(token_file)),
         *executor_test_environment()))
     config = SchedulerConfig(executor=executor, backoff_initial=0.5, same_agent_wait=60.0,
-                             offer_hold_seconds=1.0, decline_seconds=0.5)
+                             offer_hold_seconds=1.0, decline_seconds=0.5,
+                             distribution=distribution or DistributionSettings())
     cluster = EmbeddedCluster(agents=0, work_dir=work / "cluster", executor_grace_seconds=15.0,
                               isolation=isolation)  # type: ignore[arg-type]
     cluster.start()

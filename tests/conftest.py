@@ -43,7 +43,11 @@ ALONE_MODULES = frozenset({"tests/test_isolation_cgroups.py", "tests/test_kafka_
 # Spark cluster tests that kill nothing and bound no timing or CPU share: marked `beside`, they
 # leave the serial cluster stream and run last in the other stream, beside the serial stream's
 # last modules, which would otherwise run alone while the machine's other core idles.
-BESIDE_MODULES = frozenset({"tests/test_thirty_tasks_cluster.py", "tests/test_update_cluster.py"})
+# tests/test_distribution_cluster.py waits (bounded, 150 s) for a move that needs the agent with
+# three tasks to carry more load than the one with one: the other stream slows both executors
+# alike, and the gap (0.7 CPU s/s measured) stays far above the test's threshold (0.1).
+BESIDE_MODULES = frozenset({"tests/test_thirty_tasks_cluster.py", "tests/test_update_cluster.py",
+                            "tests/test_distribution_cluster.py"})
 UNMARKED_WEIGHT = {"cluster": 60.0, "spark": 10.0}
 PURE_WEIGHT = 1.0
 

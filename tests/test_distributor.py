@@ -54,6 +54,31 @@ def test_loads_are_averaged_per_slot_and_only_complete_slots_count() -> None:
     assert h.slots("x", now=10.0) == {0: 0.75, 1: 0.0}
 
 
+def test_a_late_heartbeat_does_not_inflate_its_slot() -> None:
+    """An executor using 0.5 cpu s/s, its heartbeats sent every second; the one of t=2 arrives at
+    2.9 and the next on time at 3.0 (the scheduler's loop was busy): intervals of 1.9 s and 0.1 s,
+    the short one at 5 cpu s/s. Weighted by length the slot is 0.5, the truth; the mean of the
+    rates was 1.57 (on the cluster a 1-cpu agent measured 15 CPU s/s)."""
+    h = LoadHistory(slot_seconds=5.0)
+    for received, sent in ((0.0, 0.0), (1.0, 1.0), (2.9, 2.0), (3.0, 3.0), (4.0, 4.0),
+                           (6.0, 6.0)):
+        h.observe(received, "A", 0.5 * sent, {"x": sent})
+    assert h.slots("x", now=10.0) == {0: pytest.approx(0.5), 1: pytest.approx(0.5)}
+
+
+def test_the_executors_pulses_between_its_heartbeats_do_not_lose_the_cpu() -> None:
+    """An executor sends its full heartbeat (cpu, tasks' busy time) every second and, from a
+    thread of its own, a pulse with no figures in between. Its container uses 0.5 cpu s/s; x
+    and y are each busy 1 s per s (two Spark cores). Each task carries half the cpu, 0.25; when
+    the pulses made the scheduler forget the cpu reading, each carried its busy s/s, 1.0."""
+    h = LoadHistory(slot_seconds=5.0)
+    for i in range(10):
+        h.observe(float(i), "A", 0.5 * i, {"x": float(i), "y": float(i)})
+        h.observe(i + 0.5, "A", None, {})  # the pulse
+    assert h.slots("x", now=10.0) == {0: pytest.approx(0.25), 1: pytest.approx(0.25)}
+    assert h.slots("y", now=10.0) == {0: pytest.approx(0.25), 1: pytest.approx(0.25)}
+
+
 def test_a_counter_that_falls_or_a_stale_heartbeat_makes_no_interval() -> None:
     h = LoadHistory()
     h.observe(0.0, "A", 50.0, {"x": 10.0})
