@@ -41,7 +41,7 @@ BASE = 200  # rows/s while the query starts
 # emergency (rows queueing at least as fast as processed) while the new instance stabilizes
 OVERLOAD = 2400
 LOW = 50  # rows/s once the overload ends, until the release
-FINISH = 400  # rows/s after the release: within the instance's capacity
+FINISH = 200  # rows/s after the release: a quarter of the instance's capacity
 LIMIT = 80_000
 # the overload lasts until the generator made all but this many rows (and the scheduler shed)
 AFTER_OVERLOAD = 5_000
