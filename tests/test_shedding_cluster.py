@@ -41,10 +41,12 @@ BASE = 200  # rows/s while the query starts
 # emergency (rows queueing at least as fast as processed) while the new instance stabilizes
 OVERLOAD = 2400
 LOW = 50  # rows/s once the overload ends, until the release
-FINISH = 200  # rows/s after the release: a quarter of the instance's capacity
+FINISH = 300  # rows/s after the release: under half the instance's capacity
 LIMIT = 80_000
-# the overload lasts until the generator made all but this many rows (and the scheduler shed)
-AFTER_OVERLOAD = 5_000
+# the overload lasts until the generator made all but this many rows (and the scheduler shed);
+# the status lags a few seconds and the new rate takes effect at a batch boundary, so at
+# 2,400 rows/s the generator makes ~6,000 more
+AFTER_OVERLOAD = 12_000
 SOURCE_PARAMS = {"shape": "sequence", "rate": str(BASE), "seed": "5", "limit": str(LIMIT)}
 
 
