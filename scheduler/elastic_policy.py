@@ -822,10 +822,19 @@ def decide(view: OperatorView, policy: ElasticPolicy, now: float) -> Decision:
     return _decide_on(view, policy, measured, _learnt(view, policy, measured, now))
 
 
+def queueing(rates: Rates) -> float:
+    """Rows per second that arrive and are not processed: they queue at the sources (their
+    backlog) or in the channels to the instances (batches the upstream writers retain)."""
+    return rates.arrival - rates.processed
+
+
 def emergency(rates: Rates) -> bool:
     """Rows queue all window, the instances at their limit, and at least `EMERGENCY_RATIO`
-    times as fast as the instances process them: an overload no cold start explains."""
-    return rates.pressed and rates.backlog_slope >= EMERGENCY_RATIO * rates.processed > 0
+    times as fast as the instances process them: an overload no cold start explains. The
+    queue counts rows held in the channels too, not the sources' backlog only: on real
+    executors an x3 overload queued in the channel to the instance (its writer retaining ever
+    more batches) while the generator's backlog grew ~100 rows/s, and no emergency showed."""
+    return rates.pressed and queueing(rates) >= EMERGENCY_RATIO * rates.processed > 0
 
 
 def _stabilizing(view: OperatorView, policy: ElasticPolicy, measured: Measured | str,
@@ -852,7 +861,7 @@ def _stabilizing(view: OperatorView, policy: ElasticPolicy, measured: Measured |
     formula = _formula(measured, capacity, policy.target_utilisation, needs,
                        policy.target_batch_seconds)
     return _scale_out(view, policy, measured, needs[2], f"emergency while {why}: the backlog "
-                      f"grows {measured.whole.backlog_slope:,.0f} rows/s, at least "
+                      f"grows {queueing(measured.whole):,.0f} rows/s, at least "
                       f"{EMERGENCY_RATIO:g}x the {measured.whole.processed:,.0f} rows/s "
                       f"processed; {formula}; {numbers}", capacity, "backlog", at_least=n + 1)
 

@@ -46,10 +46,16 @@ class ShedDecision:
     quality: Mapping[str, float] = field(default_factory=dict)  # expected, per sink
 
 
-def cannot_add_capacity(decisions: Sequence[Decision], refused_for_room: bool) -> bool:
+def cannot_add_capacity(decisions: Sequence[Decision], refused_for_room: bool,
+                        shedding_at_bound: bool = False) -> bool:
     """No capacity can be added: an operator the policy would scale out holds at its
-    max-parallelism, or the last scale-out was refused because no agent had room."""
-    return refused_for_room or any(d.kind == "hold" and d.reason == "bounds"
+    max-parallelism, or the last scale-out was refused because no agent had room, or rows are
+    being shed while an automatic operator runs at its bound (`shedding_at_bound`): its
+    decisions then see the load the drops leave, which fits, and no longer say it needs more
+    (on real executors they said `draining` or `steady` a few seconds after the first ratio,
+    and the ratios were released and sent again in turn); only a bound that moves (an agent
+    more) lets capacity be added again."""
+    return refused_for_room or shedding_at_bound or any(d.kind == "hold" and d.reason == "bounds"
                                    and d.needed is not None and d.needed > d.current
                                    for d in decisions)
 

@@ -1238,7 +1238,9 @@ class SchedulerState:
         problem = problem_of(query.query, running, rates, self._capacity_for(query))
         current = shed_state.ratios_in_force(query.query, query.control)
         can_add = not cannot_add_capacity(list(query.elastic.latest.values()),
-                                          query.shed.refused_for_room(self.now))
+                                          query.shed.refused_for_room(self.now),
+                                          any(v > 0 for v in current.values()) and
+                                          self._at_bound(query))
         if isinstance(problem, str):
             release = tuple((k.rsplit(".", 1)[0], k.rsplit(".", 1)[1], "0")
                             for k, v in sorted(current.items()) if v > 0 and can_add)
@@ -1248,6 +1250,14 @@ class SchedulerState:
                                 else f"no shedding problem: {problem}", release)
         return decide_shedding(problem, can_add, current, ShedPolicy(), self.now,
                                query.shed.last_change)
+
+    def _at_bound(self, query: QueryRecord) -> bool:
+        """An automatic operator of the query runs at the largest parallelism its policy allows
+        (its max-parallelism, or as many instances as there are agents)."""
+        agents = self._live_agents()
+        return any(elasticity.parallelism(e, query.control) >=
+                   elasticity.policy_of(e, agents).max_parallelism
+                   for e in query.query.elastic if e.mode == "auto")
 
     def _task_rates(self, task_id: str) -> TaskRates | None:
         return rates_of(self.samples.samples(task_id), shed_state.RATES_WINDOW_SECONDS, self.now)

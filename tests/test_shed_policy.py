@@ -86,3 +86,7 @@ def test_cannot_add_capacity_at_max_parallelism_or_without_room() -> None:
     assert not cannot_add_capacity([decision("hold", "bounds", 1, 1)], False)  # at min
     assert not cannot_add_capacity([decision("out", "load", 2, 3)], False)
     assert cannot_add_capacity([], refused_for_room=True)
+    # shedding at the bound: the operator's decision sees the shed load and holds `steady`
+    steady = decision("hold", "steady", 1, 1)
+    assert cannot_add_capacity([steady], False, shedding_at_bound=True)
+    assert not cannot_add_capacity([steady], False, shedding_at_bound=False)

@@ -210,3 +210,16 @@ def test_a_bad_window_is_refused_naming_the_setting(seconds: float) -> None:
                                          r"number >= 0"):
         ElasticPolicy(stabilization_seconds=seconds)
     assert ElasticPolicy(stabilization_seconds=0.0).problems() == []
+
+
+def test_rows_queued_in_the_channel_count_as_an_emergency() -> None:
+    """Found on real executors: x3 on one cold instance, the rows queued in the channel to it
+    (its writer retains ever more batches) while the generator's backlog grew a little: 450
+    rows/s arrive through the channel and 150 are processed, the backlog grows 30 rows/s. The
+    queue grows 330 rows/s, at least the rows processed: an emergency."""
+    view = pressed_view(30.0)
+    up = view.upstreams["q.up"]
+    extra = [replace(s, tuples_out=s.tuples_out + 300.0 * (s.at - up[0].at),
+                     retained=s.retained + 10 * (s.at - up[0].at)) for s in up]
+    d = decide(replace(view, upstreams={"q.up": extra}), POLICY, 11.0)
+    assert (d.kind, d.reason) == ("out", "backlog"), d.explanation
