@@ -60,118 +60,14 @@ from benchmarks.bench_util import (exit_on_sigterm, format_table, median_of,  # 
 
 use_repo_on_path()
 
+from testkit.distribution_support import (CHAINS, oracle, set_rates, sink_key,  # noqa: E402
+                                          sink_paths, spec)
+from testkit.heavy_fields import LITERAL_CHARS  # noqa: E402
+
 log = logging.getLogger("bench.distribution")
 
 QUERY = "bench-distribute"
-CHAINS = 4
-SEED = 11
-GREEK = "".join(chr(c) for c in range(0x3B1, 0x3CA) if c != 0x3C2)  # alpha..omega, no final sigma
-LITERAL_CHARS = 3900  # + the rest of the expression stays under the language's 4,096
-HUMIDITY_BELOW = 26.0  # the filter keeps ~10 % (humidity is uniform in 20..80): small sinks
 SLOT_SECONDS = 5.0  # the scheduler's load history slots (scheduler.load_history)
-
-
-# --- the query ----------------------------------------------------------------------------------
-
-def literal(i: int) -> str:
-    """The i-th heavy field's Greek text (rotated, so no two fields share a subexpression)."""
-    text = GREEK * (LITERAL_CHARS // len(GREEK) + 2)
-    return text[i % len(GREEK):i % len(GREEK) + LITERAL_CHARS]
-
-
-def heavy_field(i: int) -> str:
-    """Upper-casing non-ASCII text takes Spark's slow path: ~70 us per field and row here."""
-    return f"length(upper(concat(sensor, '{literal(i)}')))"
-
-
-def source(rate: float, limit: int, chain: int) -> dict[str, str]:
-    return {"shape": "sensor", "rate": f"{rate:g}", "seed": str(SEED + chain),
-            "limit": str(limit)}
-
-
-def spec(query: str, rate: float, limit: int, fields: int, cpus: float | None = None) -> str:
-    """Four chains g<i> -> heavy<i> -> keep<i> -> sink<i>, each one task; the query opts in to
-    load distribution. `cpus`: what each operator (so each task) asks for."""
-    asks = f' cpus="{cpus:g}"' if cpus is not None else ""
-    chains = []
-    for c in range(CHAINS):
-        params = "".join(f'<param name="{k}" value="{v}"/>'
-                         for k, v in source(rate, limit, c).items())
-        heavy = "\n".join(f'    <field name="h{i}" value="{heavy_field(i)}"/>'
-                          for i in range(fields))
-        chains.append(f"""  <operator name="g{c}" type="generator"{asks}>
-    {params}
-    <output name="raw{c}"/>
-  </operator>
-  <operator name="heavy{c}" type="project"{asks}>
-    <input name="raw{c}"/>
-    <field name="sensor" value="sensor"/>
-    <field name="ts" value="ts"/>
-    <field name="temp" value="temp"/>
-    <field name="humidity" value="humidity"/>
-{heavy}
-    <output name="scored{c}"/>
-  </operator>
-  <operator name="keep{c}" type="filter"{asks}>
-    <input name="scored{c}"/>
-    <param name="condition" value="humidity &lt; {HUMIDITY_BELOW:g}"/>
-    <output name="kept{c}"/>
-  </operator>
-  <operator name="sink{c}" type="file-sink"{asks}>
-    <input name="kept{c}"/>
-    <param name="path" value="out/c{c}.jsonl"/>
-  </operator>""")
-    body = "\n".join(chains)
-    return f"""<?xml version="1.0" encoding="UTF-8"?>
-<dataflow name="{query}" distribute="true">
-{body}
-</dataflow>
-"""
-
-
-def oracle(rate: float, limit: int, fields: int, chain: int) -> Counter:
-    """Chain `chain`'s sink computed in plain Python: the reference generator's rows, the heavy
-    fields' lengths by Python's own upper-casing, the filter by a plain comparison."""
-    from testkit.e2e_support import generator_rows
-
-    uppers = [len(literal(i).upper()) for i in range(fields)]
-    return Counter((r["sensor"], r["ts"], r["temp"], r["humidity"],
-                    *(len(r["sensor"]) + u for u in uppers))
-                   for r in generator_rows(source(rate, limit, chain))
-                   if r["humidity"] < HUMIDITY_BELOW)
-
-
-def sink_key(row: Mapping[str, Any], fields: int) -> tuple:
-    return (row["sensor"], row["ts"], row["temp"], row["humidity"],
-            *(row[f"h{i}"] for i in range(fields)))
-
-
-def sink_paths(base: Path) -> list[Path]:
-    return [base / "out" / f"c{c}.jsonl" for c in range(CHAINS)]
-
-
-# --- driving the generators ---------------------------------------------------------------------
-
-def set_rates(stack: Any, query: str, rates: Mapping[str, float], timeout: float = 180.0
-              ) -> str:
-    """One control request setting each generator's rate; sent again while the query refuses
-    it for now (409: a task starting, e.g. a moved one, or a request still being applied).
-    Returns the request's id once accepted (not waited for)."""
-    from common.api_client import RequestRejected
-    from testkit.e2e_support import wait_until
-
-    client = stack.client()
-
-    def sent() -> str | None:
-        try:
-            return str(client.control(query, [(g, "rate", f"{r:g}")
-                                              for g, r in sorted(rates.items())])["request"])
-        except RequestRejected as refused:
-            if refused.status != 409:
-                raise
-            return None
-
-    return str(wait_until(sent, timeout, f"{query}: rates {dict(rates)} accepted", step=0.5))
 
 
 # --- the waves and the figures (pure) -----------------------------------------------------------

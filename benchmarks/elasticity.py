@@ -71,6 +71,7 @@ from compiler.pipeline import compile_spec_text  # noqa: E402
 from testkit.e2e_support import (Stack, generator_rows, multiset_diff, read_sink,  # noqa: E402
                                  start_stack, stop_query, stop_stack, submit, wait_running,
                                  wait_until)
+from testkit.heavy_fields import LITERAL_CHARS, heavy_field, literal  # noqa: E402
 
 log = logging.getLogger("bench.elasticity")
 
@@ -79,8 +80,6 @@ OPERATOR = "heavy"
 SOURCE = "src"
 STEP = 4  # the load step: the rate x4
 SEED = 7
-GREEK = "".join(chr(c) for c in range(0x3B1, 0x3CA) if c != 0x3C2)  # alpha..omega, no final sigma
-LITERAL_CHARS = 3900  # + the rest of the expression stays under the language's 4,096
 HUMIDITY_BELOW = 50.0  # the cheap filter behind the heavy project keeps ~half
 SAMPLE_EVERY = 1.0  # s between status samples
 # Each agent offers an executor (0.5 cpus, ExecutorSpec's default) and one stateless task (0.5,
@@ -93,14 +92,8 @@ QUIET_HOLDS = ("steady", "cooldown")  # hold reasons only counted
 
 # --- the query ----------------------------------------------------------------------------------
 
-def literal(i: int) -> str:
-    """The i-th field's Greek text (rotated, so no two fields share a subexpression)."""
-    text = GREEK * (LITERAL_CHARS // len(GREEK) + 2)
-    return text[i % len(GREEK):i % len(GREEK) + LITERAL_CHARS]
 
 
-def heavy_field(i: int) -> str:
-    return f"length(upper(concat(sensor, '{literal(i)}')))"
 
 
 @dataclass(frozen=True)
@@ -142,7 +135,7 @@ def spec(plan: Plan) -> str:
     params = "".join(f'<param name="{k}" value="{v}"/>' for k, v in plan.source().items())
     mode = "manual" if plan.manual else "auto"
     asks = f' cpus="{plan.task_cpus:g}"' if plan.task_cpus is not None else ""
-    heavy = "\n".join(f'    <field name="h{i}" value="{heavy_field(i)}"/>'
+    heavy = "\n".join(f'    <field name="h{i}" value="{heavy_field("sensor", i)}"/>'
                       for i in range(plan.fields))
     return f"""<?xml version="1.0" encoding="UTF-8"?>
 <dataflow name="{QUERY}">

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from benchmarks.elasticity import literal
 from testkit.e2e_support import Row, generator_rows
+from testkit.heavy_fields import heavy_field, literal
 
 SOURCE = "src"
 DROP = "src_drop"  # the drop operator the shedding rule puts after SOURCE
@@ -32,8 +32,6 @@ SINK = "sink"
 COLUMNS = ("id", "ts", "key", "value")  # the sequence shape's
 
 
-def heavy_field(i: int) -> str:
-    return f"length(upper(concat(key, '{literal(i)}')))"
 
 
 def spec(name: str, source: Mapping[str, str], fields: int, path: str, shed: bool = True,
@@ -49,7 +47,7 @@ def spec(name: str, source: Mapping[str, str], fields: int, path: str, shed: boo
     bounds = (f'parallelism="{instances}" min-parallelism="{instances}" '
               f'max-parallelism="{instances}"' if instances > 1 else 'max-parallelism="2"')
     plain = "\n".join(f'    <field name="{c}" value="{c}"/>' for c in COLUMNS)
-    heavy = "\n".join(f'    <field name="h{i}" value="{heavy_field(i)}"/>' for i in range(fields))
+    heavy = "\n".join(f'    <field name="h{i}" value="{heavy_field("key", i)}"/>' for i in range(fields))
     return f"""<?xml version="1.0" encoding="UTF-8"?>
 <dataflow name="{name}">
   <operator name="{SOURCE}" type="generator"{asks}>

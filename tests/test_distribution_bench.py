@@ -17,6 +17,7 @@ import pytest
 from benchmarks import distribution as db
 from compiler.expr import MAX_TEXT_LENGTH
 from compiler.pipeline import compile_spec_text
+from testkit.heavy_fields import heavy_field, literal
 
 
 def test_the_spec_compiles_to_four_chains_of_one_task_each_in_a_distributed_query(
@@ -26,7 +27,7 @@ def test_the_spec_compiles_to_four_chains_of_one_task_each_in_a_distributed_quer
     assert query.distribute
     assert [(t.operators, t.resources.cpus) for t in query.tasks] == [
         ((f"g{c}", f"heavy{c}", f"keep{c}", f"sink{c}"), 0.3) for c in range(db.CHAINS)]
-    assert all(len(db.heavy_field(i)) <= MAX_TEXT_LENGTH for i in range(3))
+    assert all(len(heavy_field("sensor", i)) <= MAX_TEXT_LENGTH for i in range(3))
 
 
 def test_the_oracle_keeps_a_tenth_with_pythons_upper_case_lengths() -> None:
@@ -35,8 +36,8 @@ def test_the_oracle_keeps_a_tenth_with_pythons_upper_case_lengths() -> None:
     for key in rows:
         sensor, humidity = key[0], key[3]
         assert humidity < 26.0
-        assert key[4:] == (len(sensor) + len(db.literal(0).upper()),
-                           len(sensor) + len(db.literal(1).upper()))
+        assert key[4:] == (len(sensor) + len(literal(0).upper()),
+                           len(sensor) + len(literal(1).upper()))
     assert db.oracle(100.0, 2000, 2, 1) != db.oracle(100.0, 2000, 2, 2)  # seeds differ
 
 

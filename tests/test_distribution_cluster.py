@@ -25,8 +25,8 @@ from typing import Any, Iterator
 
 import pytest
 
-from benchmarks import distribution as bench
 from scheduler.distributor import DistributionSettings
+from testkit import distribution_support as bench
 from testkit.e2e_support import (Stack, module_stack, stop_query, submit, wait_for_sink,
                                  wait_running, wait_until)
 

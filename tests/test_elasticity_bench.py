@@ -29,7 +29,7 @@ def test_the_spec_compiles_to_an_automatic_stateless_operator(tmp_path: Path) ->
             elastic.initial, elastic.stateful) == (eb.OPERATOR, "auto", 1, 3, 1, False)
     assert len(elastic.slots) == 3
     for i in range(PLAN.fields):
-        assert len(eb.heavy_field(i)) <= MAX_TEXT_LENGTH
+        assert len(eb.heavy_field("sensor", i)) <= MAX_TEXT_LENGTH
     assert len({eb.literal(i) for i in range(PLAN.fields)}) == PLAN.fields
 
 

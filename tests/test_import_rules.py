@@ -339,7 +339,9 @@ def test_each_rule_reports_its_forbidden_edges() -> None:
 # Tests that import a benchmark do so to check that benchmark's own yardstick (its oracle and
 # figures), never to borrow a helper: helpers both use live in testkit/.
 BENCHMARK_CHECKS = {"tests/test_peers_oracle.py": "benchmarks.peers",
-                    "tests/test_elasticity_bench.py": "benchmarks.elasticity"}
+                    "tests/test_elasticity_bench.py": "benchmarks.elasticity",
+                    "tests/test_distribution_bench.py": "benchmarks.distribution",
+                    "tests/test_shedding_bench.py": "benchmarks.shedding"}
 
 
 def helper_violations(rel: str, source: str) -> list[Violation]:

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from benchmarks import shedding as sb
-from benchmarks.elasticity import literal
 from common.tasks import CompiledQuery
 from compiler.pipeline import compile_spec_text
+from testkit.heavy_fields import literal
 from testkit.shed_support import DROP, check_sink, oracle, spec
 
 SOURCE = {"shape": "sequence", "rate": "100", "seed": "3", "limit": "20"}
