@@ -11,14 +11,16 @@ Does not own any measurement: each benchmark script measures its own thing.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import signal
 import statistics
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -118,3 +120,35 @@ class LineCounter:
         self.lines += chunk.count(b"\n", 0, cut)
         self.offset += cut
         return self.lines
+
+
+class Periodic:
+    """Calls `sample()` every `every` seconds on a daemon thread from `__enter__` to `__exit__`
+    (the benchmarks' status samplers). A sample that fails (a status taken while the query
+    stops) is logged and sampling goes on. A subclass sets its own state, calls
+    `super().__init__(every, name)` and holds `self._lock` around what `sample` and its readers
+    share."""
+
+    def __init__(self, every: float, name: str) -> None:
+        self._every = every
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._every):
+            try:
+                self.sample()
+            except Exception:
+                logging.getLogger("bench").exception("%s: a sample failed", self._thread.name)
+
+    def sample(self) -> None:
+        raise NotImplementedError

@@ -42,7 +42,6 @@ import math
 import os
 import sys
 import tempfile
-import threading
 import time
 import urllib.request
 from collections import Counter
@@ -55,8 +54,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # the repository: `benchmarks.*` (as the tests import it), `common`
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.bench_util import (exit_on_sigterm, format_table, median_of,  # noqa: E402
-                                   use_repo_on_path)
+from benchmarks.bench_util import (Periodic, exit_on_sigterm, format_table,  # noqa: E402
+                                   median_of, use_repo_on_path)
 
 use_repo_on_path()
 
@@ -196,7 +195,7 @@ class Sample:
     tasks: dict[str, tuple[str, str, float]]  # task -> (agent, state, busy seconds this attempt)
 
 
-class Sampler:
+class Sampler(Periodic):
     """Once a second: each agent's `/monitor/statistics` and the query's status (tasks' agents,
     states and busy time; the distributor's view), on a thread."""
 
@@ -205,24 +204,7 @@ class Sampler:
         self.samples: list[Sample] = []
         self.distribution: dict[str, Any] = {}
         self.decisions: list[tuple[float, dict[str, Any]]] = []
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="sampler", daemon=True)
-
-    def __enter__(self) -> "Sampler":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
-
-    def _run(self) -> None:
-        while not self._stop.wait(1.0):
-            try:
-                self.sample()
-            except Exception:  # a status taken while the query stops: keep sampling
-                log.exception("sample failed")
+        super().__init__(1.0, "sampler")
 
     def sample(self) -> None:
         cpu = {}

@@ -50,7 +50,6 @@ import math
 import os
 import sys
 import tempfile
-import threading
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -62,7 +61,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # the repository: `benchmarks.*` (as the tests import it), `common`
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.bench_util import (exit_on_sigterm, fmt, format_table,  # noqa: E402
+from benchmarks.bench_util import (Periodic, exit_on_sigterm, fmt, format_table,  # noqa: E402
                                    median_of, use_repo_on_path)
 
 use_repo_on_path()
@@ -200,7 +199,7 @@ class Tick:
     sunk: float  # rows in of the sink task
 
 
-class StatusSampler:
+class StatusSampler(Periodic):
     """Samples the query's status every SAMPLE_EVERY s on a thread; keeps every tick, every
     rescale (by request, latest view) and every decision that changed."""
 
@@ -212,24 +211,7 @@ class StatusSampler:
         self.rescales: dict[str, dict[str, Any]] = {}
         self.decisions: list[tuple[float, dict[str, Any]]] = []
         self.placements: set[tuple[str, str]] = set()  # (task, agent) seen running
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="status", daemon=True)
-
-    def __enter__(self) -> StatusSampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
-
-    def _run(self) -> None:
-        while not self._stop.wait(SAMPLE_EVERY):
-            try:
-                self.sample()
-            except Exception:  # a status taken while the query stops: keep sampling
-                log.exception("status sample failed")
+        super().__init__(SAMPLE_EVERY, "status")
 
     def sample(self) -> None:
         status = self.stack.status(QUERY)

@@ -37,7 +37,6 @@ import math
 import os
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -48,8 +47,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.bench_util import (exit_on_sigterm, fmt, format_table, median_of,  # noqa: E402
-                                   use_repo_on_path)
+from benchmarks.bench_util import (Periodic, exit_on_sigterm, fmt, format_table,  # noqa: E402
+                                   median_of, use_repo_on_path)
 
 use_repo_on_path()
 
@@ -103,31 +102,14 @@ class Tick:
     decision: str
 
 
-class Sampler:
+class Sampler(Periodic):
     """The query's status once a second, on a thread."""
 
     def __init__(self, stack: Any, source: str, slots: Sequence[str], sink: str) -> None:
         self.stack, self.source, self.slots, self.sink = stack, source, list(slots), sink
         self.ticks: list[Tick] = []
         self.elastic = ""
-        self._stop = threading.Event()
-        self._lock = threading.Lock()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> Sampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
-
-    def _run(self) -> None:
-        while not self._stop.wait(SAMPLE_EVERY):
-            try:
-                self.sample()
-            except Exception:
-                log.exception("status sample failed")
+        super().__init__(SAMPLE_EVERY, "status")
 
     def sample(self) -> None:
         status = self.stack.status(QUERY)
@@ -379,15 +361,17 @@ def report(plan: Plan, on: Run, off: Run, wall: float) -> str:
         ["rows dropped / made during overload", fmt(f.drop_ratio, 3), fmt(g.drop_ratio, 3),
          "-"],
     ]
+    grew = g.backlog_end > g.backlog_mid > g.backlog_start and \
+        g.latency_overload > g.latency_first
     lines = [
         f"Load shedding at max-parallelism: generator(sequence) -> heavy project of "
         f"{plan.fields} upper-cased Greek fields, automatic, 2 instances (min = max = 2) -> "
         f"file sink; 4 agents of {plan.agent_cpus:g} cpus each, isolated (cgroups; executor "
         f"and task {plan.agent_cpus / 2:g} cpus each), Spark local[1]; {plan.rate:g} rows/s "
         f"unloaded for {plan.unloaded:g} s, then {plan.overload_rate:g} rows/s ({plan.factor:g}"
-        f" x the {plan.capacity:g} rows/s assumed) for {plan.overload:g} s; one run per mode "
-        f"(medians of 3 did not fit the time box)",
-        f"machine: {os.cpu_count()} cores, load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}",
+        f" x the {plan.capacity:g} rows/s assumed) for {plan.overload:g} s; one run per mode",
+        f"machine: {os.cpu_count()} cores, load average "
+        f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}",
         "(latency: a row at the sink at t minus when the generator made it, rows kept in "
         "order, from 1 s status samples; backlog: rows made and neither at the sink nor "
         "dropped)",
@@ -411,7 +395,7 @@ def report(plan: Plan, on: Run, off: Run, wall: float) -> str:
         f"sink every plan dropping the same share of one stream loses the same; the LP can "
         f"only do better where sinks or sources differ)",
         f"goal: without shedding the backlog and latency grow: "
-        f"{verdict(g.backlog_end > g.backlog_mid > g.backlog_start and g.latency_overload > g.latency_first)}"
+        f"{verdict(grew)}"
         f" (backlog {fmt(g.backlog_start)} -> {fmt(g.backlog_mid)} -> {fmt(g.backlog_end)}; "
         f"latency {fmt(g.latency_first, 1)} -> {fmt(g.latency_overload, 1)} s)",
         f"sinks: every emitted row a correct result of its input row, none twice: with "

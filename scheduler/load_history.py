@@ -10,8 +10,9 @@ measures no cpu, the task's busy seconds per second. Loads are averaged into tim
 arrives late makes one long interval and one short one: unweighted, the short one's rate counted
 as much as the rest of the slot, and a 1-cpu agent measured 15 CPU s/s on the cluster), so every
 task's series has its points at the same times (heartbeats of different executors do not arrive
-together); at most `max_slots` per task are kept. `series` gives the tasks' loads at the complete slots they all have (an agent's series is
-the sum of its tasks', `scheduler.load_distribution`). A counter that falls (a new executor) makes
+together); at most `max_slots` per task are kept. `series` gives the tasks' loads at the
+complete slots they all have (an agent's series is the sum of its tasks',
+`scheduler.load_distribution`). A counter that falls (a new executor) makes
 no interval. A heartbeat without cpu figures (the executor's pulse, sent every second beside
 its full heartbeats, carries none) leaves the agent's last reading in place: the pulses used to
 forget it, so nearly every interval had no cpu and the tasks carried their busy seconds per

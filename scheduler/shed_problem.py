@@ -170,7 +170,8 @@ def _share(task_id: str, query: CompiledQuery, running: Mapping[str, str],
         return 0.0
     mine = [c for c in query.channels if task_id in c.consumers]
     siblings = {t for m in mine for c in query.channels
-                if c.producer == m.producer and c.stream == m.stream and c.channel_id != m.channel_id
+                if c.producer == m.producer and c.stream == m.stream
+                and c.channel_id != m.channel_id
                 for t in c.consumers if t in running and t in rates}
     if not siblings:
         return 1.0

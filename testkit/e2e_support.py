@@ -502,6 +502,19 @@ def read_sink(path: Path) -> list[Row]:
 _SINK_READS: dict[Path, tuple[bytes, list[Row]]] = {}
 
 
+def generator_offsets(checkpoint: Path) -> dict[int, int]:
+    """Micro-batch -> the end offset (rows read) of the task's one generator after it, from
+    Spark's offset log in the task's checkpoint folder; batches not planned yet are absent."""
+    found = {}
+    folder = checkpoint / "spark" / "offsets"
+    for entry in folder.iterdir() if folder.is_dir() else ():
+        if entry.name.isdigit():
+            lines = entry.read_text().splitlines()
+            if lines:
+                found[int(entry.name)] = int(json.loads(lines[-1])["index"])
+    return found
+
+
 def _sink_rows(text: bytes) -> list[Row]:
     rows = []
     for line in text.decode("utf-8").splitlines():

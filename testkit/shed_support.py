@@ -4,10 +4,10 @@ figures of the query's status, and the check of a sink that lost rows to sheddin
 
 The query: `src := generator(sequence shape, shed="random")`, its drop operator `src_drop`
 (rewrite_rules/shedding.rule) -> `heavy := project` of every input column and FIELDS CPU-heavy
-fields (`length(upper(concat(key, '<3,900 Greek letters>')))`, the trick of
-benchmarks/elasticity.py: upper-casing non-ASCII text takes Spark's slow path), automatic
-(`elastic="auto"`) with `max-parallelism` 2, so on one agent it is held at one instance (the
-policy's bound is min(max-parallelism, agents)), or on as many instances as its min and max -> file sink. The project keeps every row, so
+fields (testkit/heavy_fields.py: upper-casing non-ASCII text takes Spark's slow path),
+automatic (`elastic="auto"`) with `max-parallelism` 2, so on one agent it is held at one
+instance (the policy's bound is min(max-parallelism, agents)), or on as many instances as its
+min and max -> file sink. The project keeps every row, so
 the rows missing from the sink are exactly the rows the drop shed, and each row's fields are
 exact integers that Python's own `str.upper` computes.
 
@@ -16,7 +16,6 @@ Does not own any product behaviour and never compares with the system's own earl
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,8 +31,6 @@ SINK = "sink"
 COLUMNS = ("id", "ts", "key", "value")  # the sequence shape's
 
 
-
-
 def spec(name: str, source: Mapping[str, str], fields: int, path: str, shed: bool = True,
          cpus: float | None = None, instances: int = 1) -> str:
     """The query's spec: the generator with `source`'s params (and `shed="random"` if `shed`),
@@ -47,7 +44,8 @@ def spec(name: str, source: Mapping[str, str], fields: int, path: str, shed: boo
     bounds = (f'parallelism="{instances}" min-parallelism="{instances}" '
               f'max-parallelism="{instances}"' if instances > 1 else 'max-parallelism="2"')
     plain = "\n".join(f'    <field name="{c}" value="{c}"/>' for c in COLUMNS)
-    heavy = "\n".join(f'    <field name="h{i}" value="{heavy_field("key", i)}"/>' for i in range(fields))
+    heavy = "\n".join(f'    <field name="h{i}" value="{heavy_field("key", i)}"/>'
+                      for i in range(fields))
     return f"""<?xml version="1.0" encoding="UTF-8"?>
 <dataflow name="{name}">
   <operator name="{SOURCE}" type="generator"{asks}>
@@ -107,19 +105,6 @@ def check_sink(keys: Sequence[tuple], expected: Mapping[int, tuple]) -> SinkChec
     wrong = tuple(k for k in keys if expected.get(k[0]) != k)
     twice = tuple(sorted(i for i, n in counts.items() if n > 1))
     return SinkCheck(wrong, twice, frozenset(set(expected) - set(counts)))
-
-
-def offsets(checkpoint: Path) -> dict[int, int]:
-    """Micro-batch -> the generator's end offset (rows read) after it, from Spark's offset log
-    of the task (as tests/test_control_cluster.py reads it)."""
-    found = {}
-    folder = checkpoint / "spark" / "offsets"
-    for entry in folder.iterdir() if folder.is_dir() else ():
-        if entry.name.isdigit():
-            lines = entry.read_text().splitlines()
-            if lines:
-                found[int(entry.name)] = int(json.loads(lines[-1])["index"])
-    return found
 
 
 def ratio_changes(history: Sequence[Mapping[str, Any]], task: str) -> list[tuple[int, float]]:

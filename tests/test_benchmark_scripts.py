@@ -57,3 +57,30 @@ def test_sigterm_runs_a_benchmarks_finally_blocks(tmp_path: Path) -> None:
             proc.kill()
             proc.wait()
     assert marker.read_text(encoding="utf-8") == "yes"
+
+
+def test_a_periodic_sampler_samples_until_it_exits_and_outlives_a_failed_sample() -> None:
+    """`bench_util.Periodic`: `sample()` runs on its thread inside the `with` block only, and a
+    sample that raises is logged, not the end of sampling."""
+    import threading
+
+    from benchmarks.bench_util import Periodic
+
+    class Counting(Periodic):
+        def __init__(self) -> None:
+            self.calls = 0
+            self.third = threading.Event()
+            super().__init__(0.01, "counting")
+
+        def sample(self) -> None:
+            self.calls += 1
+            if self.calls >= 3:
+                self.third.set()
+            if self.calls == 1:
+                raise RuntimeError("the first sample fails")
+
+    with Counting() as sampler:
+        assert sampler.third.wait(30), "sampling stopped after the failed sample"
+    stopped_at = sampler.calls
+    assert not sampler._thread.is_alive()
+    assert sampler.calls == stopped_at

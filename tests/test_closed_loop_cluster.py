@@ -10,7 +10,6 @@ the task, as in tests/test_control_cluster.py).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ from executor import shapes
 from executor.sinks import read_mark
 from testkit.e2e_support import (ROOT, Stack, StackPool, StackShape, read_sink, stop_query,
                                  submit, wait_running, wait_until)
+from testkit.e2e_support import generator_offsets
 
 pytestmark = [pytest.mark.spark, pytest.mark.cluster, pytest.mark.timeout(300)]
 
@@ -39,20 +39,8 @@ def stack(stack_pool: StackPool) -> Stack:
     return stack_pool.take(STACK_SHAPE, "test_closed_loop_cluster.py")
 
 
-def offsets(checkpoint: Path) -> dict[int, int]:
-    """Micro-batch -> the generator's end offset after it, from Spark's offset log."""
-    found = {}
-    folder = checkpoint / "spark" / "offsets"
-    for entry in folder.iterdir() if folder.is_dir() else ():
-        if entry.name.isdigit():
-            lines = entry.read_text().splitlines()
-            if lines:
-                found[int(entry.name)] = int(json.loads(lines[-1])["index"])
-    return found
-
-
 def latest_index(checkpoint: Path) -> int:
-    found = offsets(checkpoint)
+    found = generator_offsets(checkpoint)
     return found[max(found)] if found else 0
 
 
@@ -100,8 +88,8 @@ def test_the_monitor_raises_the_monitored_filter_threshold_once(stack: Stack,
         seen = latest_index(watcher_checkpoint)
         wait_until(lambda: latest_index(watcher_checkpoint) >= seen + 3 * WINDOW_ROWS, 60,
                    "three more windows of the monitor")
-        wait_until(lambda: any(b >= epoch + 2 for b in offsets(checkpoint)), 30,
-                   "monitored batches under the new condition")
+        wait_until(lambda: any(b >= epoch + 2 for b in generator_offsets(checkpoint)),
+                   30, "monitored batches under the new condition")
         after = condition(client)
         assert after["version"] == 1 and len(after["history"]) == 1, after
         stop_query(stack, "monitored")
@@ -111,7 +99,7 @@ def test_the_monitor_raises_the_monitored_filter_threshold_once(stack: Stack,
     # the file sink: readings above 30 before the epoch, above 35 from it on, none lost or twice
     mark = read_mark(f"{sink}.commit")
     assert mark is not None
-    ends = offsets(checkpoint)
+    ends = generator_offsets(checkpoint)
     boundary, end = ends[epoch - 1], ends[mark.batch_id]
     shape = shapes.shape_named("sensor")
     start = shapes.parse_start("2024-01-01T00:00:00Z")

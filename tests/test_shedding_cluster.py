@@ -28,7 +28,8 @@ import pytest
 from common.api_client import RequestRejected
 from testkit.e2e_support import (Stack, module_stack, read_sink, stop_query, submit,
                                  wait_running, wait_until)
-from testkit.shed_support import (DROP, SOURCE, check_sink, dropped_of, offsets, oracle,
+from testkit.e2e_support import generator_offsets
+from testkit.shed_support import (DROP, SOURCE, check_sink, dropped_of, oracle,
                                   ratio_changes, ratio_of, shedding_view, sink_key, spec)
 
 pytestmark = [pytest.mark.spark, pytest.mark.cluster, pytest.mark.timeout(420)]
@@ -157,7 +158,7 @@ def test_overload_at_the_bound_sheds_then_releases_and_the_sink_stays_exact(
                    dropped_of(watch.status()) > 0, 180,
                    "the scheduler to shed (ratio > 0, a decision shed (overload), rows dropped)",
                    watch.figures, step=0.5)
-        ends.update(offsets(checkpoint))
+        ends.update(generator_offsets(checkpoint))
         log.info("shedding after %.0f s: %s", time.monotonic() - began,
                  shedding_view(watch.status()))
         wait_until(lambda: rows_dropped_metric(stack, source_task) > 0, 30,
@@ -168,7 +169,7 @@ def test_overload_at_the_bound_sheds_then_releases_and_the_sink_stays_exact(
         set_rate(stack, LOW)
         wait_until(lambda: ratio_of(watch.status()) == 0 and watch.seen("release"), 180,
                    "every ratio back to 0 (a decision release)", watch.figures, step=0.5)
-        ends.update(offsets(checkpoint))
+        ends.update(generator_offsets(checkpoint))
         log.info("released after %.0f s", time.monotonic() - began)
         set_rate(stack, FINISH)
 
@@ -176,7 +177,7 @@ def test_overload_at_the_bound_sheds_then_releases_and_the_sink_stays_exact(
                    "the generator's every row in the sink or dropped", watch.figures, step=1.0)
         history = stack.client().control_status(QUERY)["history"]
         status = watch.status()
-        ends.update(offsets(checkpoint))
+        ends.update(generator_offsets(checkpoint))
     finally:
         stop_query(stack, QUERY)
 
