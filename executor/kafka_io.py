@@ -198,7 +198,7 @@ class KafkaSink:
     def __init__(self, task_id: str, *, bootstrap: str, topic: str, fmt: str,
                  key_column: str | None, exactly_once: bool, transactional_id: str,
                  run_id: Callable[[], str], security: Mapping[str, str] = {},
-                 stall_s: float = STALL_S) -> None:
+                 stall_s: float = STALL_S, client_timeout_s: float = CLIENT_TIMEOUT_S) -> None:
         self.task_id = task_id
         self.topic, self.fmt, self.key_column = topic, fmt, key_column
         self.exactly_once = exactly_once
@@ -209,6 +209,7 @@ class KafkaSink:
         self.skipped_batches = 0
         self.fresh_producers = 0  # batches tried again after a stalled transactional call
         self.stall_s = stall_s
+        self.client_timeout_s = client_timeout_s  # a client call's own bound (init, flush)
         self._producer: Any = None
         self._mark: Mark | None = None
         self._run: str | None = None
@@ -242,7 +243,7 @@ class KafkaSink:
 
         for key, value in self._records(table):
             self._produce(key, value, on_delivery=delivered)
-        left = self._producer.flush(CLIENT_TIMEOUT_S)
+        left = self._producer.flush(self.client_timeout_s)
         if left or failures:
             raise RuntimeError(f"kafka-sink {self.topic}: {left} records unsent, "
                                f"{len(failures)} failed ({failures[:1]})")
@@ -309,9 +310,10 @@ class KafkaSink:
                 self._produce(key, value)
             mark = [TopicPartition(self.topic, MARK_PARTITION, batch_id + 1, run)]
             group = self._group
-            bounded(lambda: producer.send_offsets_to_transaction(mark, group, CLIENT_TIMEOUT_S),
+            client = self.client_timeout_s
+            bounded(lambda: producer.send_offsets_to_transaction(mark, group, client),
                     f"the mark of batch {batch_id}", self.stall_s)
-            bounded(lambda: producer.commit_transaction(CLIENT_TIMEOUT_S),
+            bounded(lambda: producer.commit_transaction(self.client_timeout_s),
                     f"the commit of batch {batch_id}", self.stall_s)
         except KafkaStalled:
             raise
@@ -329,8 +331,8 @@ class KafkaSink:
 
         producer = Producer({**self.config, "transactional.id": self.transactional_id,
                              "transaction.timeout.ms": 60000, "linger.ms": 5})
-        bounded(lambda: producer.init_transactions(CLIENT_TIMEOUT_S), "init_transactions",
-                CLIENT_TIMEOUT_S + 5.0)
+        bounded(lambda: producer.init_transactions(self.client_timeout_s), "init_transactions",
+                self.client_timeout_s + 5.0)
         self._run = self.run_id()
         self._mark = self._read_mark()
         self._group = self._group_metadata()  # the same for every batch: the mark's group alone
@@ -357,7 +359,7 @@ class KafkaSink:
         from confluent_kafka import KafkaException, TopicPartition
 
         consumer = self._consumer()
-        deadline = time.monotonic() + CLIENT_TIMEOUT_S
+        deadline = time.monotonic() + self.client_timeout_s
         try:
             for _ in range(600):
                 try:
@@ -377,7 +379,7 @@ class KafkaSink:
     def _abort(self) -> None:
         producer = self._producer
         try:
-            bounded(lambda: producer.abort_transaction(CLIENT_TIMEOUT_S), "an abort",
+            bounded(lambda: producer.abort_transaction(self.client_timeout_s), "an abort",
                     self.stall_s)
         except Exception as exc:  # fenced or fatal: a new producer starts with the next batch
             log.warning("task %s: kafka-sink %s: abort failed (%s); starting afresh",
