@@ -1,4 +1,6 @@
-"""Shared pytest fixtures: the one session-scoped SparkSession of the Spark test layer; the
+"""Shared pytest fixtures: the one session-scoped SparkSession of the Spark test layer; the one
+session-scoped Kafka broker of the tests about Kafka (`kafka_broker`: each test uses topics of
+its own; a test that kills its broker takes `tests.kafka_support.own_broker`); the
 pool that hands one running embedded stack from a cluster test module to the next module of the
 same `STACK_SHAPE` (testkit.e2e_support.StackPool), those modules run one after another; the
 `alone` mark of the cluster tests that
@@ -83,6 +85,16 @@ def runtime(spark: object, tmp_path: Path) -> Iterator["TaskRuntime"]:
 
 
 POOL_KEY = pytest.StashKey["StackPool"]()
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The bootstrap address of a KRaft broker (`elastiq.kafka_broker`, free 127.0.0.1 ports)
+    that lives for the test session: started by the first test that asks for it."""
+    from elastiq.kafka_broker import KafkaBroker
+
+    with KafkaBroker(tmp_path_factory.mktemp("kafka")) as broker:
+        yield broker.bootstrap
 
 
 @pytest.fixture(scope="session")

@@ -1,7 +1,6 @@
 """A real Kafka broker for the tests about Kafka, and small client helpers over it.
 
-Owns the module-scoped `kafka_broker` fixture (one KRaft broker from `elastiq.kafka_broker` on
-free 127.0.0.1 ports, ended after the module), what a test about Kafka does when the parts are
+Owns what a test about Kafka does when the parts are
 not fetched (`kafka_required`: a skip on a developer's machine without `setup.sh --kafka`, a
 failure that says why under CI, where a silent skip would pass a suite that tested no Kafka),
 and producing and reading topics with confluent-kafka (reads are `read_committed`, bounded in
@@ -64,15 +63,6 @@ def kafka_parts_missing() -> None:
     """Fails (errors) the test under CI with why the Kafka parts cannot be used."""
     pytest.fail(f"CI=true and a test about Kafka cannot run: {skip_reason()} "
                 "(CI runs scripts/setup.sh --test, which fetches them)", pytrace=False)
-
-
-@pytest.fixture(scope="module")
-def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The bootstrap address of a broker that lives for the test module."""
-    from elastiq.kafka_broker import KafkaBroker
-
-    with KafkaBroker(tmp_path_factory.mktemp("kafka")) as broker:
-        yield broker.bootstrap
 
 
 @pytest.fixture()
@@ -151,7 +141,7 @@ def temp_topic(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
-__all__ = ["kafka_broker", "kafka_parts_missing", "create_topic", "produce", "read_committed",
+__all__ = ["kafka_parts_missing", "create_topic", "produce", "read_committed",
            "skip_reason", "kafka_required", "missing_parts_action", "temp_topic", "Path"]
 
 

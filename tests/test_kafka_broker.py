@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from elastiq.kafka_broker import BrokerPorts, random_cluster_id, server_properties
-from tests.kafka_support import (kafka_broker, kafka_parts_missing, kafka_required, produce,
+from tests.kafka_support import (kafka_parts_missing, kafka_required, produce,
                                  read_committed, temp_topic)
 
-__all__ = ["kafka_broker", "kafka_parts_missing"]
+__all__ = ["kafka_parts_missing"]
 
 
 def _props(text: str) -> dict[str, str]:

@@ -20,11 +20,11 @@ import pytest
 
 from common.types import Schema
 from testkit.waiting import wait_for
-from tests.kafka_support import (create_topic, kafka_broker, kafka_parts_missing,
+from tests.kafka_support import (create_topic, kafka_parts_missing,
                                  kafka_required, produce, read_committed, temp_topic)
 
 pytestmark = [pytest.mark.spark, kafka_required()]
-__all__ = ["kafka_broker", "kafka_parts_missing"]
+__all__ = ["kafka_parts_missing"]
 
 READING = Schema.of(("id", "int"), ("temp", "double"), ("part", "int"))
 PARTITIONS = 4

@@ -21,11 +21,11 @@ import pytest
 from common.kafka_problems import explain, problem_of_text
 from common.types import Schema
 from executor.task_runner import failure_reason
-from tests.kafka_support import create_topic, kafka_broker, kafka_parts_missing, kafka_required
+from tests.kafka_support import create_topic, kafka_parts_missing, kafka_required
 from tests.kafka_support import produce, read_committed, temp_topic
 from testkit.waiting import wait_for
 
-__all__ = ["kafka_broker", "kafka_parts_missing"]
+__all__ = ["kafka_parts_missing"]
 
 READING = Schema.of(("sensor", "string"), ("temp", "double"))
 

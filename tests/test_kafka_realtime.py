@@ -21,12 +21,12 @@ from typing import Any
 import pytest
 
 from common.types import Schema
-from tests.kafka_support import (create_topic, kafka_broker, kafka_parts_missing,
+from tests.kafka_support import (create_topic, kafka_parts_missing,
                                  kafka_required, produce, read_committed, temp_topic)
 from testkit.waiting import wait_for
 
 pytestmark = [pytest.mark.spark, kafka_required()]
-__all__ = ["kafka_broker", "kafka_parts_missing"]
+__all__ = ["kafka_parts_missing"]
 
 READING = Schema.of(("sensor", "string"), ("temp", "double"), ("part", "int"))
 OUT = Schema.of(("sensor", "string"), ("hot", "double"))

@@ -22,12 +22,12 @@ from typing import Any
 import pytest
 
 from common.types import Schema
-from tests.kafka_support import (Batch, create_topic, got, hot, kafka_broker, kafka_parts_missing,
+from tests.kafka_support import (Batch, create_topic, got, hot, kafka_parts_missing,
                                  kafka_required, produce, read_committed, readings, temp_topic)
 from testkit.waiting import wait_for
 
 pytestmark = [pytest.mark.spark, kafka_required()]
-__all__ = ["kafka_broker", "kafka_parts_missing"]
+__all__ = ["kafka_parts_missing"]
 
 ROOT = Path(__file__).resolve().parent.parent
 READING = Schema.of(("sensor", "string"), ("temp", "double"), ("part", "int"), ("off", "int"))
