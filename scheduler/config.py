@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from scheduler.distributor import DistributionSettings
+from scheduler.shed_policy import ShedPolicy
 from scheduler.liveness import DetectorSettings
 
 ONE_WEEK = 7 * 24 * 3600.0
@@ -67,6 +68,9 @@ class SchedulerConfig:
     # the load distributor (`scheduler.distributor`, docs/load.md): it moves only the tasks of
     # queries that say distribute="true"
     distribution: DistributionSettings = field(default_factory=DistributionSettings)
+    # the load shedding policy (`scheduler.shed_policy`, docs/load.md): headroom, release,
+    # cool-down between ratio changes, how often it looks at a query
+    shedding: ShedPolicy = field(default_factory=ShedPolicy)
 
 
 @dataclass(frozen=True)

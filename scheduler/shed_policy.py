@@ -31,9 +31,12 @@ RATIO_STEP = 0.01  # a ratio that moves less than this is not worth a control tu
 
 @dataclass(frozen=True)
 class ShedPolicy:
+    """The shedding policy's settings (`SchedulerConfig.shedding`)."""
+
     headroom: float = 0.9  # plan each agent to at most this share of its capacity
     release_below: float = 0.7  # stop shedding when the unshed load is under this share
     cooldown_seconds: float = 30.0  # between two changes of the ratios
+    every_seconds: float = 5.0  # the policy looks at a query at most this often
 
 
 @dataclass(frozen=True)

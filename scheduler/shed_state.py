@@ -22,7 +22,6 @@ from scheduler.shed_policy import ShedDecision
 from scheduler.shed_problem import drop_operators
 
 DECISIONS_KEPT = 50
-SHED_EVERY_SECONDS = 5.0  # the shedding policy looks at a query at most this often
 ROOM_REFUSAL_SECONDS = 60.0  # a scale-out refused for lack of room counts this long
 RATES_WINDOW_SECONDS = 10.0  # the window the problem's rates are measured over
 

@@ -46,7 +46,7 @@ from scheduler.config import SchedulerConfig
 from scheduler.distributor import DistributionView, decide_distribution
 from scheduler.elastic_policy import SampleHistory, decide, sample_of
 from scheduler.load_history import LoadHistory, cpu_seconds
-from scheduler.shed_policy import ShedDecision, ShedPolicy, cannot_add_capacity, decide_shedding
+from scheduler.shed_policy import ShedDecision, cannot_add_capacity, decide_shedding
 from scheduler.shed_problem import (TaskRates, drop_operators, problem_of, rates_of,
                                     uniform_tuples)
 from scheduler.liveness import Arrivals, phi, suspected
@@ -1195,12 +1195,12 @@ class SchedulerState:
 
     def _shed(self, sid: str, query: QueryRecord) -> list[Command]:
         """Let the shedding policy (`scheduler.shed_policy`) decide on a query with drop
-        operators, at most every SHED_EVERY_SECONDS and not while a control request to its drop
+        operators, at most every `config.shedding.every_seconds` and not while a control request to its drop
         tasks is pending; ratios to change become one control request of trigger `shed`."""
         drops = drop_operators(query.query)
         record = query.shed
         if not drops or (record.decided_at is not None and
-                         self.now - record.decided_at < shed_state.SHED_EVERY_SECONDS):
+                         self.now - record.decided_at < self.config.shedding.every_seconds):
             return []
         tasks = {task for task, _ in drops.values()}
         if any(r.state == "pending" and set(r.tasks) & tasks
@@ -1248,7 +1248,7 @@ class SchedulerState:
                                 "can_scale" if release else "no_data",
                                 f"capacity can be added again ({problem})" if release
                                 else f"no shedding problem: {problem}", release)
-        return decide_shedding(problem, can_add, current, ShedPolicy(), self.now,
+        return decide_shedding(problem, can_add, current, self.config.shedding, self.now,
                                query.shed.last_change)
 
     def _at_bound(self, query: QueryRecord) -> bool:
