@@ -8,12 +8,12 @@ second (4 s watermark) into a file sink; the a2 link of both goes through a TCP 
 forwarding for `--cut` seconds (a partition: connections stay open, no byte passes). With
 `--netns` (root) a1 and a2 are instead source processes on hosts of their own, network
 namespaces on a private bridge (`testkit.dpc_netns`), and a2's bridge port goes down for the
-cut: the partition is in the network. Per run it prints: the seconds from the cut to the first tentative row (goal: max-delay + one
-micro-batch; the probe that notices the cut adds up to 1 s), the reconcile time (goal: at most
-the cut, issue 34: <= 30 s after a 30 s cut), the tentative rows replaced, whether the stable
-view equals the plain-Python oracle, and the baseline: the rows the union without max-delay
-lost in the same cut, and the seconds from the heal to the end of the reconcile (noticing the
-heal, then the reconcile). Medians over `--repeats`.
+cut: the partition is in the network. Per run it prints: the seconds from the cut to the first
+tentative row (goal: max-delay + one micro-batch; the probe that notices the cut adds up to
+1 s), the reconcile time (goal: at most the cut, issue 34: <= 30 s after a 30 s cut), the
+seconds from the heal to the end of the reconcile (noticing the heal, then the reconcile), the
+tentative rows replaced, whether the stable view equals the plain-Python oracle, and the
+baseline: the rows the union without max-delay lost in the same cut. Medians over `--repeats`.
 
     python benchmarks/dpc.py [--cut 30] [--max-delay 3] [--rate 200] [--repeats 1] [--netns]
 """

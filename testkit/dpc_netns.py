@@ -26,7 +26,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import IO, Any, Sequence
+from typing import IO, Any, Callable, Sequence
 
 from testkit.dpc_support import READING_FIELDS, START, TRIGGER_SECONDS
 from testkit.e2e_support import pythonpath
@@ -42,7 +42,7 @@ HOSTS = ("a1", "a2")  # a1's link stays up, a2's is cut
 
 def due_rows(elapsed: float, rate: float, limit: int) -> int:
     """How many rows a source paced at `rate` from its start has released after `elapsed` s
-    (row i is due at i / rate, as the generator's pacing releases it)."""
+    (row i is due at i / rate, the offset of its event time from the generator's start)."""
     return max(0, min(limit, math.floor(elapsed * rate) + 1)) if elapsed >= 0 else 0
 
 
@@ -153,19 +153,26 @@ class SourceHost:
         return int(self._await("last_seq", timeout))
 
     def close(self) -> None:
-        """Close its stdin (it closes its writer and exits); SIGKILL its session if it does
-        not within 10 s."""
+        """Close its stdin (once it sent everything it closes its writer and exits); SIGTERM it
+        if it does not within 2 s (still pacing: a test that failed half-way), SIGKILL its
+        session if that does not end it within 10 s."""
         try:
             if self.process.stdin is not None:
                 self.process.stdin.close()
         except OSError:
             pass
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            log.warning("source on %s did not exit; killing its session", self.host)
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(timeout=10)
+        steps: list[tuple[str, Callable[[], None], float]] = [
+            ("", lambda: None, 2.0), ("SIGTERM", self.process.terminate, 10.0),
+            ("SIGKILL to its session", lambda: os.killpg(self.process.pid, signal.SIGKILL), 10.0)]
+        for what, stop, grace in steps:
+            if what:
+                log.warning("source on %s did not exit; %s", self.host, what)
+            stop()
+            try:
+                self.process.wait(timeout=grace)
+                break
+            except subprocess.TimeoutExpired:
+                continue
         if self.process.stdout is not None:
             self.process.stdout.close()
         self._log.close()

@@ -22,11 +22,9 @@ import pytest
 
 from common import dpc_view
 from executor.spool_receiver import PROBE_SECONDS, PROBE_TIMEOUT
-from testkit.dpc_netns import HOSTS, NetnsUpstreams
+from testkit.dpc_netns import HOSTS, NetnsUpstreams, due_rows
 from testkit.dpc_support import TRIGGER_SECONDS, cut_run, missing_rows, oracle, same, windows
 from testkit.netns import NetnsNetwork, netns_unavailable
-
-pytestmark = pytest.mark.spark
 
 RATE, LIMIT = 200.0, 5000  # 25 s of input per source: ~10 s before the cut, ~7 s after the heal
 MAX_DELAY = 3.0  # the issue's
@@ -52,6 +50,7 @@ def net() -> Iterator[NetnsNetwork]:
         assert not network.leftovers(), f"namespaces left behind: {network.leftovers()}"
 
 
+@pytest.mark.spark
 @pytest.mark.timeout(240)
 def test_a_partitioned_source_goes_tentative_and_is_corrected_with_max_delay_unmarked_without(
         spark: Any, tmp_path: Path, net: NetnsNetwork) -> None:
@@ -81,3 +80,11 @@ def test_a_partitioned_source_goes_tentative_and_is_corrected_with_max_delay_unm
     print(f"netns, without max-delay: {missing_rows(got, expected)} of {2 * LIMIT} input rows "
           f"missing from the closed windows ({len(expected.keys() - got.keys())} windows never "
           "written)")
+
+
+def test_a_source_host_releases_row_i_at_i_over_rate_up_to_its_limit() -> None:
+    """`due_rows` (the source process's pacing) against counting the rows whose time came."""
+    rate, limit = 200.0, 50
+    for elapsed in (-0.1, 0.0, 0.004, 0.005, 0.1, 0.2449, 0.25, 1.0, 9.0):
+        expected = sum(1 for i in range(limit) if i / rate <= elapsed)
+        assert due_rows(elapsed, rate, limit) == expected, elapsed
