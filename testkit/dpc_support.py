@@ -1,8 +1,10 @@
-"""The DPC scenario tests and benchmarks share (docs/availability.md): upstream tasks a1 and a2
-(paced generators, one SparkSession) feed channels a1.raw and a2.raw; downstream tasks union
-both (a2's through `LinkProxy`, a TCP forwarder that can be cut like a partition) and count per
-sensor and second into a file sink (`union_counts`; or what the caller's `build` adds, e.g.
-`testkit.dpc_join_support`'s join); `cut_run` cuts the link once the first results are out,
+"""The DPC scenario tests and benchmarks share (docs/availability.md): upstream a1 and a2 feed
+channels a1.raw and a2.raw (`Upstreams`: by default `LocalUpstreams`, paced generator tasks in
+one SparkSession with a2's link through `LinkProxy`, a TCP forwarder that can be cut like a
+partition; `testkit.dpc_netns.NetnsUpstreams` puts each on a host of its own in a network
+namespace and cuts a2's link in the network); downstream tasks union both and count per sensor
+and second into a file sink (`union_counts`; or what the caller's `build` adds, e.g.
+`testkit.dpc_join_support`'s join); `cut_run` cuts a2's link once the first results are out,
 heals it after `cut_seconds`, and returns what each sink holds once everything drained, with
 the DPC figures. `oracle` is the plain-Python result over all input."""
 
@@ -17,7 +19,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Protocol, Sequence
 
 from testkit.e2e_support import read_sink
 from testkit.spark_processes import caught_up
@@ -200,14 +202,106 @@ def union_counts(b: Any, max_delay: str | None) -> str:
 
 
 Build = Callable[[Any, "str | None"], str]
+READING_FIELDS = (("sensor", "string"), ("ts", "timestamp"), ("temp", "double"))
+TRIGGER_SECONDS = 0.5  # every task's micro-batch interval (and a source host's batch interval)
 
 
-def _downstream(spark: Any, tmp_path: Path, hub: Any, name: str, proxy: LinkProxy,
-                schema: Any, max_delay: str | None, build: Build) -> Any:
+class Upstreams(Protocol):
+    """Where a1 and a2 produce the channels a1.raw and a2.raw, and how a2's link is cut:
+    `LocalUpstreams` (Spark tasks in this process, a2's link through `LinkProxy`) or
+    `testkit.dpc_netns.NetnsUpstreams` (a process per host in network namespaces, a2's bridge
+    port taken down)."""
+
+    endpoints: dict[str, str]  # channel -> the endpoint the downstream tasks dial
+
+    def start(self) -> None:
+        """Start producing, a1 and a2 together (their event times advance alike, which a wait
+        between them would skew by more than the watermark)."""
+
+    def producing(self) -> bool:
+        """Whether a1 still has input to send (a cut after its end would prove nothing)."""
+
+    def cut(self) -> None:
+        """Partition a2 from the downstream tasks: no byte passes, nothing is reset."""
+
+    def heal(self) -> None:
+        """End the partition."""
+
+    def last_seqs(self) -> dict[str, int]:
+        """Once a1 and a2 sent all their input (waited for): each channel's last seq."""
+
+    def close(self) -> None:
+        """End every task, process, proxy or link this made."""
+
+
+OpenUpstreams = Callable[[Any, Path, float, int, Sequence[str]], Upstreams]
+
+
+class LocalUpstreams:
+    """a1 and a2 as paced generator tasks in `spark` serving their channels from one
+    `ChannelHub` in this process; a2's link goes through a `LinkProxy`."""
+
+    def __init__(self, spark: Any, tmp_path: Path, rate: float, limit: int,
+                 readers: Sequence[str]) -> None:
+        from common.types import Schema
+        from executor.runtime import ChannelHub, channel_reader_id
+        from executor.shapes import arrow_schema
+
+        self.spark, self.tmp_path, self.rate, self.limit = spark, tmp_path, rate, limit
+        self.schema = Schema.of(*READING_FIELDS)
+        self.hub = ChannelHub()
+        self.writers = {ch: self.hub.writer(ch, arrow_schema(self.schema), expected_readers=[
+            channel_reader_id(n, ch) for n in readers]) for ch in ("a1.raw", "a2.raw")}
+        self.proxy = LinkProxy(self.hub.endpoint("a2.raw") or "")
+        self.endpoints = {"a1.raw": self.hub.endpoint("a1.raw") or "",
+                          "a2.raw": self.proxy.endpoint}
+        self.tasks: list[Any] = []
+
+    def start(self) -> None:
+        from executor.runtime import TaskRuntime
+
+        self.tasks = [TaskRuntime(self.spark, query_id="q", task_id=f"a{i}",
+                                  checkpoint_dir=str(self.tmp_path / f"a{i}"),
+                                  channels=self.hub, trigger_seconds=TRIGGER_SECONDS)
+                      for i in (1, 2)]
+        for i, rt in enumerate(self.tasks, start=1):
+            rt.generator(op="src", output="raw", schema=self.schema, shape="sensor", seed=i,
+                         rate=self.rate, limit=self.limit, start=START)
+            rt.channel_sink(input="raw", channel=f"a{i}.raw")
+
+    def producing(self) -> bool:
+        progress = self.tasks[0].query.lastProgress
+        return bool(progress) and _first_int(progress["sources"][0]["endOffset"]) != self.limit
+
+    def cut(self) -> None:
+        self.proxy.cut()
+
+    def heal(self) -> None:
+        self.proxy.heal()
+
+    def last_seqs(self) -> dict[str, int]:
+        for rt in self.tasks:
+            _wait_settled(rt.query, lambda q=rt.query: _first_int(
+                q.lastProgress["sources"][0]["endOffset"]) == self.limit, rt.task_id)
+        return {ch: w.retained_range()[1] for ch, w in self.writers.items()}
+
+    def close(self) -> None:
+        try:
+            for rt in self.tasks:
+                rt.stop()
+        finally:
+            self.proxy.close()
+            self.hub.close()
+
+
+def _downstream(spark: Any, tmp_path: Path, endpoints: dict[str, str], name: str,
+                max_delay: str | None, build: Build) -> Any:
+    from common.types import Schema
     from executor.runtime import TaskRuntime
 
+    schema = Schema.of(*READING_FIELDS)
     b = TaskRuntime(spark, query_id="q", task_id=name, checkpoint_dir=str(tmp_path / name),
-                    channels=hub, trigger_seconds=0.5, endpoints={"a2.raw": proxy.endpoint})
+                    trigger_seconds=TRIGGER_SECONDS, endpoints=endpoints)
     b.channel_source(output="r1", schema=schema, channel="a1.raw")
     b.channel_source(output="r2", schema=schema, channel="a2.raw")
     b.file_sink(op="sink", input=build(b, max_delay), path=str(tmp_path / f"{name}.jsonl"))
@@ -217,42 +311,28 @@ def _downstream(spark: Any, tmp_path: Path, hub: Any, name: str, proxy: LinkProx
 
 
 def cut_run(spark: Any, tmp_path: Path, *, rate: float, limit: int, cut_seconds: float,
-            max_delay: str, build: Build = union_counts) -> tuple[CutRun, CutRun]:
-    """Task "dpc" (with `max_delay`) and task "plain" (without) behind the same cut, each the
-    operators `build` adds over r1 and r2 (by default `union_counts`); what each sink holds
-    once every input drained."""
+            max_delay: str, build: Build = union_counts,
+            upstreams: OpenUpstreams = LocalUpstreams) -> tuple[CutRun, CutRun]:
+    """Task "dpc" (with `max_delay`) and task "plain" (without) behind the same cut of a2's
+    link, each the operators `build` adds over r1 and r2 (by default `union_counts`), their
+    inputs where `upstreams` puts them (by default `LocalUpstreams`); what each sink holds once
+    every input drained."""
     from common import dpc_view
     from common.dpc import MODE_CODES, Mode
-    from common.types import Schema
-    from executor.runtime import ChannelHub, TaskRuntime, channel_reader_id
-    from executor.shapes import arrow_schema
     from executor.spool_source import finished_seq
 
-    reading = Schema.of(("sensor", "string"), ("ts", "timestamp"), ("temp", "double"))
-    hub = ChannelHub()
     names = ("dpc", "plain")
-    writers = {ch: hub.writer(ch, arrow_schema(reading),
-                              expected_readers=[channel_reader_id(n, ch) for n in names])
-               for ch in ("a1.raw", "a2.raw")}
-    proxy = LinkProxy(hub.endpoint("a2.raw") or "")
+    ups = upstreams(spark, tmp_path, rate, limit, names)
     outs = [tmp_path / f"{n}.jsonl" for n in names]
-    ups = [TaskRuntime(spark, query_id="q", task_id=f"a{i}", checkpoint_dir=str(tmp_path / f"a{i}"),
-                       channels=hub, trigger_seconds=0.5) for i in (1, 2)]
     downs: list[Any] = []
     try:
         for name, delay in zip(names, (max_delay, None)):  # first: the input's time is paced
-            downs.append(_downstream(spark, tmp_path, hub, name, proxy, reading, delay, build))
-        for i, rt in enumerate(ups, start=1):
-            rt.generator(op="src", output="raw", schema=reading, shape="sensor", seed=i,
-                         rate=rate, limit=limit, start=START)
-            rt.channel_sink(input="raw", channel=f"a{i}.raw")  # (together: their event times
-            # advance alike, which a wait between them would skew by more than the watermark)
+            downs.append(_downstream(spark, tmp_path, ups.endpoints, name, delay, build))
+        ups.start()
         dpc = downs[0].dpc
         wait_for("the first results", lambda: all(read_sink(o) for o in outs), 90)
-        progress = ups[0].query.lastProgress
-        assert progress and _first_int(progress["sources"][0]["endOffset"]) != limit, \
-            "the input ended before the cut"
-        proxy.cut()
+        assert ups.producing(), "the input ended before the cut"
+        ups.cut()
         cut_at = time.monotonic()
         wait_for("tentative results during the cut",
                  lambda: any(dpc_view.TENTATIVE in r for r in read_sink(outs[0])), 60)
@@ -263,16 +343,14 @@ def cut_run(spark: Any, tmp_path: Path, *, rate: float, limit: int, cut_seconds:
         wait_for("the cut's end", lambda: time.monotonic() - cut_at >= cut_seconds,
                  cut_seconds + 30, 0.5)
         at_heal = [read_sink(o) for o in outs]
-        proxy.heal()
+        ups.heal()
         healed = time.monotonic()
         wait_for("the reconcile", lambda: bool(dpc.reconcile_seconds), 180)
+        reconciled = time.monotonic() - healed  # noticing the heal, then the reconcile
         assert dpc.mode is Mode.STABLE
         seen = dpc.figures(time.monotonic())
         assert seen["dpc_mode"] == MODE_CODES[Mode.STABLE] and seen["dpc_reconcile_ms"] >= 0, seen
-        for rt in ups:
-            _wait_settled(rt.query, lambda q=rt.query: _first_int(
-                q.lastProgress["sources"][0]["endOffset"]) == limit, rt.task_id)
-        lasts = {ch: w.retained_range()[1] for ch, w in writers.items()}
+        lasts = ups.last_seqs()
         for b in downs:
             spark_dir = str(Path(b.checkpoint_dir) / "spark")
             _wait_settled(b.query, lambda d=spark_dir: all(
@@ -281,9 +359,11 @@ def cut_run(spark: Any, tmp_path: Path, *, rate: float, limit: int, cut_seconds:
                      for o, h in zip(outs, at_heal))
         runs[0].first_tentative, runs[0].reconcile = first, dpc.reconcile_seconds[0]
         runs[0].phases["drained after the heal"] = time.monotonic() - healed
+        runs[0].phases["heal to reconciled"] = reconciled
         return runs[0], runs[1]
     finally:
-        for rt in (*downs, *ups):
-            rt.stop()
-        proxy.close()
-        hub.close()
+        try:
+            for rt in downs:
+                rt.stop()
+        finally:
+            ups.close()

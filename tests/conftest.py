@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 # other stream they made it the longer: 1,780 s against the serial stream's 1,678 s).
 ALONE_MODULES = frozenset({"tests/test_isolation_cgroups.py", "tests/test_kafka_broker_kill.py",
                            "tests/test_dpc_runtime.py", "tests/test_dpc_join_runtime.py",
-                           "tests/test_dpc_marks_runtime.py"})
+                           "tests/test_dpc_marks_runtime.py", "tests/test_dpc_netns.py"})
 # Spark cluster tests that kill nothing and bound no timing or CPU share: marked `beside`, they
 # leave the serial cluster stream and run last in the other stream, beside the serial stream's
 # last modules, which would otherwise run alone while the machine's other core idles.

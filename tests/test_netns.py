@@ -4,7 +4,7 @@ master's agent timeout while it runs a stateful query.
 Unit tests of the agent's self-fencing decision (`should_fence`, `resolve_fence_seconds`), and one
 cluster test: the embedded master and the framework scheduler run in the test's own namespace
 (host end of a private veth), agents A and B each in their own namespace on a bridge that lives in
-a namespace of its own (tests/netns_support.py). A finite windowed count (tests/specs/
+a namespace of its own (testkit/netns.py). A finite windowed count (tests/specs/
 e2e-stateful-count.xml) runs on A with its checkpoint under ELASTIQ_STATE_DIR on the shared file
 system. A's bridge port goes down: A fences itself (SIGKILLs its executor) before the master's
 agent timeout, the master declares A lost, the scheduler relaunches the task on B, which resumes
@@ -41,7 +41,8 @@ from testkit.e2e_support import (
             wait_until,
             window_oracle,
         )
-from netns_support import NetnsAgent, NetnsNetwork, group_alive, netns_unavailable
+from netns_support import NetnsAgent, group_alive
+from testkit.netns import NetnsNetwork, netns_unavailable
 
 from embedded_mesos.auth import basic_authorization
 from embedded_mesos.agent import (
