@@ -84,7 +84,6 @@ def ranked(rows: DataFrame, window: Column, keys: Sequence[Column], key_names: S
         *[F.col(_ROW)[name].alias(name) for name in carried_names])
 
 
-
 _KEY, _TIME, _TIME_US = "__elastiq_key", "__elastiq_time", "__elastiq_time_us"
 
 
@@ -139,8 +138,8 @@ def updating_ranked(df: DataFrame, stream: str, time: str, keys: Sequence[Field]
         saved = json.loads(state.get[0]) if state.exists else None
         before = [(r[0], r[1]) for r in saved["rows"]] if saved is not None else None
         rows = [row for frame in frames for row in _rows(frame, len(carried))]
-        after, last = top_n.fold_ranking(before or [], saved and saved["last"], rows, n,
-                                         ttl_us, key)
+        latest = None if saved is None else saved["last"]
+        after, last = top_n.fold_ranking(before or [], latest, rows, n, ttl_us, key)
         assert last is not None  # a call without a timeout brings rows
         changed, gone = top_n.ranking_changes(before, after, n)
         state.update((json.dumps({"last": last, "rows": after}),))
