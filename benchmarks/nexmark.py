@@ -17,7 +17,11 @@ partial (what is left out is printed). q4 and q6 are two dataflows: q9's (its wi
 against q9's oracle), then one reading its file sink (Spark runs no per-key Python state after
 an aggregation in one query; two queries would use a published stream): q4's updating
 `aggregate` writes an upsert log, checked through its current view; q6's count window
-(`rows="10"`) one row per winning bid. Their time is both dataflows' summed. q10's file sink is
+(`rows="10"`) one row per winning bid. Their time is both dataflows' summed. q18 and q19 rank
+over the whole stream, as Nexmark's ROW_NUMBER() does: an updating `top-n` (`ttl` instead of a
+window) whose upsert log's current view, once every bid is read, is checked against the first
+n bids of each group over all bids (not countable with `--sink discard`: the sink's records
+are updates, not the view). q10's file sink is
 partitioned by day and minute (`dt=yyyy-MM-dd/hm=HH:mm`), its bids starting 50 ms before
 midnight so that they fall in two of each; every partition's file is read back and checked
 against the bids partitioned by strftime in plain Python.
@@ -299,14 +303,23 @@ def q20_spec(bids: int) -> str:
                     + ttl_join("joined", "bids", "sold", "auction", "id"), "joined")
 
 
+def ranking(name: str, source: str, group_by: str, n: int, order_by: str) -> str:
+    """An updating top-n over the whole stream (ttl far beyond a run's event time: no group's
+    state ends, so the view ranks every row, as Nexmark's unbounded ROW_NUMBER() does)."""
+    return (f'  <operator name="{name}" type="top-n">\n    <input name="{source}"/>\n'
+            '    <param name="time" value="date_time"/> <param name="ttl" value="1 hours"/>\n'
+            f'    <param name="group-by" value="{group_by}"/> <param name="n" value="{n}"/>\n'
+            f'    <param name="order-by" value="{order_by}"/>\n'
+            f'    <output name="{name}"/>\n  </operator>\n')
+
+
 def q18_spec(bids: int) -> str:
-    last = top_n("last_bid", "bids", "date_time", "10 ms", "bidder, auction", 1,
-                 "date_time desc")
+    last = ranking("last_bid", "bids", "bidder, auction", 1, "date_time desc")
     return dataflow("q18", generator("bids", "bid", bids) + last, "last_bid")
 
 
 def q19_spec(bids: int) -> str:
-    ranked = top_n("ranked", "bids", "date_time", "10 ms", "auction", 10, "price desc")
+    ranked = ranking("ranked", "bids", "auction", 10, "price desc")
     return dataflow("q19", generator("bids", "bid", bids) + ranked, "ranked")
 
 
@@ -573,37 +586,35 @@ def tumbling(t: datetime, size: timedelta) -> datetime:
     return t - (t - shapes.EPOCH) % size
 
 
-def ranked_oracle(rows: list[Row], size: timedelta, group: Sequence[str], n: int,
-                  key: Callable[[Row], tuple]) -> Counter:
-    """(window_start, group values, rank, the row's bid columns) of the first n rows by `key`
-    of each closed tumbling window of `size` and group."""
-    windows: dict[tuple, list[Row]] = defaultdict(list)
+def ranking_view(rows: list[Row], group: Sequence[str], n: int, key: Callable[[Row], tuple]
+                 ) -> Counter:
+    """(group values, rank, the row's bid columns) of the first n rows by `key` of each group
+    over all rows: an updating ranking's current view once every row is read."""
+    per: dict[tuple, list[Row]] = defaultdict(list)
     for r in rows:
-        windows[(tumbling(r["date_time"], size), *(r[g] for g in group))].append(r)
-    limit = closed(rows, 5 * MS)
+        per[tuple(r[g] for g in group)].append(r)
     return Counter((k, rank, tuple(r[c] for c in BID_COLUMNS))
-                   for k, members in windows.items() if k[0] + size <= limit
+                   for k, members in per.items()
                    for rank, r in enumerate(sorted(members, key=key)[:n], 1))
 
 
-def ranked_key(group: Sequence[str]) -> Callable[[Row], tuple]:
+def view_key(group: Sequence[str]) -> Callable[[Row], tuple]:
     def key(row: Row) -> tuple:
-        return ((row["window_start"], *(row[g] for g in group)), row["rank"],
-                tuple(row[c] for c in BID_COLUMNS))
+        return (tuple(row[g] for g in group), row["rank"], tuple(row[c] for c in BID_COLUMNS))
     return key
 
 
 def q18_oracle(rows: list[Row]) -> Counter:
-    """The last bid of each (bidder, auction) per 10 ms window; ties (same date_time) broken
-    by the other columns ascending, as the top-n orders them."""
-    return ranked_oracle(rows, 10 * MS, ("bidder", "auction"), 1, lambda r: (
+    """The last bid of each (bidder, auction) over the whole stream; ties (same date_time)
+    broken by the other columns ascending, as the top-n orders them."""
+    return ranking_view(rows, ("bidder", "auction"), 1, lambda r: (
         shapes.EPOCH - r["date_time"], r["price"], r["channel"], r["url"]))
 
 
 def q19_oracle(rows: list[Row]) -> Counter:
-    """The ten highest bids of each auction per 10 ms window; ties broken by the other
+    """The ten highest bids of each auction over the whole stream; ties broken by the other
     columns ascending."""
-    return ranked_oracle(rows, 10 * MS, ("auction",), 10, lambda r: (
+    return ranking_view(rows, ("auction",), 10, lambda r: (
         -r["price"], r["bidder"], r["channel"], r["url"], r["date_time"]))
 
 
@@ -899,9 +910,9 @@ class Query:
     check: Callable[[list[Row], list[Row]], str | None]
     partial: str = ""  # what a partial query leaves out
     # a second dataflow reading the first's results (its file, out.jsonl), whose sink's rows
-    # (the current view of an upsert log when `upsert`) `check` takes; the first is then q9's
-    # winners, checked against q9's oracle
+    # `check` takes; the first is then q9's winners, checked against q9's oracle
     then: Callable[[str], str] | None = None
+    # the (last) dataflow's sink is an upsert log: `check` takes its current view
     upsert: bool = False
     # files the spec reads, written beside it before the run (name -> text): q13's side input
     files: Callable[[], dict[str, str]] | None = None
@@ -958,13 +969,9 @@ QUERIES = (
     Query("q17", "auction statistics", q17_spec, Multiset(q17_oracle, q17_key),
           "per 50 ms window of event time where Nexmark groups per day"),
     Query("q18", "last bid per bidder and auction", q18_spec,
-          Multiset(q18_oracle, ranked_key(("bidder", "auction"))),
-          "per 10 ms window of event time, where Nexmark's ranking runs over the whole stream "
-          "(an updating ranking: the updating `aggregate` computes count, sum, avg, min and max, "
-          "not a ranking)"),
+          Multiset(q18_oracle, view_key(("bidder", "auction"))), upsert=True),
     Query("q19", "top 10 bids per auction", q19_spec,
-          Multiset(q19_oracle, ranked_key(("auction",))),
-          "per 10 ms window of event time, as q18"),
+          Multiset(q19_oracle, view_key(("auction",))), upsert=True),
 )
 
 
@@ -1016,9 +1023,12 @@ def run_query(spark: Any, query: Query, bids: int, work: Path, discard: bool = F
     if discard:
         assert isinstance(query.check, Multiset) and query.then is None
         return Result(query, rows, seconds, query.check.count(bid_rows(bids), counted))
-    first = read_partitions(run_dir) if query.partitioned else read_sink(run_dir / "out.jsonl")
     if query.then is None:
-        return Result(query, rows, seconds, query.check(bid_rows(bids), first))
+        out = run_dir / "out.jsonl"
+        got = (read_partitions(run_dir) if query.partitioned
+               else read_view(out) if query.upsert else read_sink(out))
+        return Result(query, rows, seconds, query.check(bid_rows(bids), got))
+    first = read_sink(run_dir / "out.jsonl")
     problem = q9_check(bid_rows(bids), first)
     if problem is not None:
         return Result(query, rows, seconds, f"q9's winners: {problem}")
@@ -1030,8 +1040,16 @@ def run_query(spark: Any, query: Query, bids: int, work: Path, discard: bool = F
     if problem is not None:
         return Result(query, 0, math.nan, f"second dataflow: {problem}")
     out = run_dir / THEN_OUT
-    got = read_current(str(out)) if query.upsert else read_sink(out)
+    got = read_view(out) if query.upsert else read_sink(out)
     return Result(query, rows, seconds + busy_span(more)[1], query.check(bid_rows(bids), got))
+
+
+def read_view(path: Path) -> list[Row]:
+    """The current view of the upsert log at `path`, ISO-8601 `...Z` strings as aware
+    datetimes (as `read_sink` reads rows)."""
+    return [{k: datetime.fromisoformat(v.replace("Z", "+00:00"))
+             if isinstance(v, str) and v.endswith("Z") and "T" in v else v
+             for k, v in row.items()} for row in read_current(str(path))]
 
 
 PARTITION = "_partition"  # the folders of a partitioned sink's row, as read back
@@ -1100,9 +1118,9 @@ def _index(offset: Any) -> int | None:
 
 
 def countable(query: Query) -> bool:
-    """Whether a discard sink's row count can check the query (a multiset oracle, one
-    dataflow)."""
-    return isinstance(query.check, Multiset) and query.then is None
+    """Whether a discard sink's row count can check the query (a multiset oracle of rows, not
+    of an upsert log's view; one dataflow)."""
+    return isinstance(query.check, Multiset) and query.then is None and not query.upsert
 
 
 def report(results: Sequence[Result], events: int, sink: str = "file") -> str:

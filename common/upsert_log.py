@@ -1,10 +1,14 @@
-"""The file sink's upsert log: how an updating aggregate's results are written and read (pure).
+"""The file sink's upsert log: how updating results (an `aggregate`'s, an updating `top-n`'s)
+are written and read (pure).
 
 Each record is one JSON object per line: the row's columns, and `@key`, the names of the columns
 that identify the row (`{"@key":["category"],"category":10,"avg_price":12.5}`); a later
-record with the same values in those columns replaces an earlier one. The current view is the
-last record of each key, in the order the keys first appeared. `@key` cannot be a column name
-(names are letters, digits and `_`). Does not own writing the file (`executor.sinks.FileSink`).
+record with the same values in those columns replaces an earlier one. A deletion names its key
+columns in `@delete` and has only those (`{"@delete":["auction","rank"],"auction":7,"rank":3}`):
+the key leaves the view. The current view is the last record of each key not deleted since, in
+the order the keys first appeared (after their last deletion). `@key` and `@delete` cannot be
+column names (names are letters, digits and `_`). Does not own writing the file
+(`executor.sinks.FileSink`).
 """
 
 from __future__ import annotations
@@ -14,11 +18,13 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 KEY_MEMBER = "@key"
+DELETE_MEMBER = "@delete"
 
 
-def record_prefix(key: Sequence[str]) -> str:
-    """What the sink puts before a row's JSON members: `{"@key":[...],`."""
-    return "{" + json.dumps(KEY_MEMBER) + ":" + json.dumps(list(key), separators=(",", ":")) + ","
+def record_prefix(key: Sequence[str], member: str = KEY_MEMBER) -> str:
+    """What the sink puts before a row's JSON members: `{"@key":[...],` (a deletion's:
+    `{"@delete":[...],`)."""
+    return "{" + json.dumps(member) + ":" + json.dumps(list(key), separators=(",", ":")) + ","
 
 
 def keyed_line(prefix: str, line: str) -> str:
@@ -33,29 +39,37 @@ class UpsertLogError(ValueError):
 
 
 def current_view(lines: Iterable[str]) -> list[dict[str, Any]]:
-    """The last record of each key (without `@key`), in the order keys first appeared. Blank
-    lines are skipped; any other line that is not a record raises UpsertLogError with its
-    number."""
+    """The last record of each key not deleted since (without `@key`), in the order keys first
+    appeared (after their last deletion). Blank lines are skipped; any other line that is not a
+    record or a deletion raises UpsertLogError with its number."""
     view: dict[tuple, dict[str, Any]] = {}
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
-        record = _record(number, line)
-        names = record.pop(KEY_MEMBER)
-        view[tuple(json.dumps(record.get(n), sort_keys=True) for n in names)] = record
+        record, member = _record(number, line)
+        names = record.pop(member)
+        key = tuple(json.dumps(record.get(n), sort_keys=True) for n in names)
+        if member == KEY_MEMBER:
+            view[key] = record
+        else:
+            view.pop(key, None)
     return list(view.values())
 
 
-def _record(number: int, line: str) -> dict[str, Any]:
+def _record(number: int, line: str) -> tuple[dict[str, Any], str]:
+    """The line's object and which of `@key` (a record) or `@delete` (a deletion) it has."""
     try:
         record = json.loads(line)
     except ValueError as exc:
         raise UpsertLogError(f"line {number}: not JSON ({exc})") from None
-    names = record.get(KEY_MEMBER) if isinstance(record, dict) else None
+    if not isinstance(record, dict):
+        record = {}
+    member = DELETE_MEMBER if DELETE_MEMBER in record and KEY_MEMBER not in record else KEY_MEMBER
+    names = record.get(member)
     if not isinstance(names, list) or not all(isinstance(n, str) and n in record for n in names):
-        raise UpsertLogError(f"line {number}: not an upsert record (no {KEY_MEMBER} naming "
-                             "its key columns)")
-    return record
+        raise UpsertLogError(f"line {number}: not an upsert record (no {KEY_MEMBER} or "
+                             f"{DELETE_MEMBER} naming its key columns)")
+    return record, member
 
 
 def read_current(path: str) -> list[dict[str, Any]]:

@@ -27,10 +27,11 @@ from common.kafka_partitions import SPEC_STREAM
 from common.side_table import format_of
 from common import time_partitions
 from common.tasks import ChannelSpec
+from common.top_n import RANK_COLUMN
 from common.types import Schema
 from compiler.graph import Graph, Node, render_term
 from compiler import realtime
-from compiler.operators import canonical_duration
+from compiler.operators import canonical_duration, updates
 from compiler.tasks import TaskPlan, cut_streams
 
 _ENV = jinja2.Environment(
@@ -256,10 +257,8 @@ def _dpc_before(graph: Graph, stream: str, cut: set[str]) -> bool:
 
 def _propagates(graph: Graph, node: Node, cut: set[str]) -> bool:
     if node.kind in ("file-sink", "console-sink"):
-        producer = graph.producer(node.inputs[0])
-        while producer.kind in _PASS_THROUGH + ("splitter", "merger"):
-            producer = graph.producer(producer.inputs[0])
-        return producer.kind != "aggregate"  # (an upsert log keeps no marks)
+        producer = _producer_through_plumbing(graph, node)
+        return not updates(producer.kind, producer.param)  # (an upsert log keeps no marks)
     if node.kind not in ROW_BY_ROW or node.output is None or node.output in cut:
         return False
     return all(_propagates(graph, c, cut) for c in graph.consumers(node.output))
@@ -480,7 +479,8 @@ def _top_n(c: CallSite) -> Args:
                            ("slide", _duration(c.p("slide"))),
                            ("watermark", _duration(c.p("watermark"))),
                            ("group_by", tuple(c.p("group-by", ()))), ("n", c.p("n")),
-                           ("order_by", c.p("order-by")))
+                           ("order_by", c.p("order-by"))) + _given(
+        ("ttl", _duration(c.p("ttl"))))
 
 
 def _deduplicate(c: CallSite) -> Args:
@@ -533,22 +533,35 @@ def _identity(c: CallSite) -> Args:
 
 
 def _file_sink(c: CallSite) -> Args:
-    """Its file; behind an updating aggregate (through forwarding plumbing), the aggregate's
-    group columns, which make the file an upsert log; partitioned by time, its time column and
-    its folders' pattern (canonical text, which the executor parses again)."""
+    """Its file; behind an updating aggregate or top-n (through forwarding plumbing), their
+    records' key (`_upsert_key`), which makes the file an upsert log; partitioned by time, its
+    time column and its folders' pattern (canonical text, which the executor parses again)."""
     by = c.p("partition-by")
     levels = None if by is None else time_partitions.canonical(time_partitions.parse(by)[0])
+    producer = _producer_through_plumbing(c.graph, c.node)
+    key, deletes = _upsert_key(producer)
     return c.io + (("path", c.path("path")),) + _given(
-        ("upsert_key", _upsert_key(c)), ("partition_time", c.p("partition-time")),
-        ("partition_by", levels))
+        ("upsert_key", key), ("partition_time", c.p("partition-time")),
+        ("partition_by", levels), ("upsert_deletes_by", deletes))
 
 
-def _upsert_key(c: CallSite) -> tuple[str, ...] | None:
-    """The group columns of the updating aggregate the sink reads, through any plumbing."""
-    producer = c.graph.producer(c.node.inputs[0])
+def _producer_through_plumbing(graph: Graph, sink: Node) -> Node:
+    """The operator whose results a sink writes, through any forwarding plumbing."""
+    producer = graph.producer(sink.inputs[0])
     while producer.kind in _PASS_THROUGH + ("splitter", "merger"):
-        producer = c.graph.producer(producer.inputs[0])
-    return tuple(producer.param("group-by", ())) if producer.kind == "aggregate" else None
+        producer = graph.producer(producer.inputs[0])
+    return producer
+
+
+def _upsert_key(producer: Node) -> tuple[tuple[str, ...] | None, str | None]:
+    """The key of an updating producer's records (an aggregate's group columns; an updating
+    top-n's and its rank, whose negative values are deletions) and that deleting column."""
+    if not updates(producer.kind, producer.param):
+        return None, None
+    groups = tuple(producer.param("group-by", ()))
+    if producer.kind == "top-n":
+        return (*groups, RANK_COLUMN), RANK_COLUMN
+    return groups, None
 
 
 def _io_only(c: CallSite) -> Args:

@@ -40,9 +40,9 @@ _STATE_REASON = {
             "running join would corrupt that state (stop the query and resubmit the spec)",
     "pattern": "its partial matches per key were built with this value; changing it on a "
                "running pattern would corrupt them (stop the query and resubmit the spec)",
-    "top-n": "its windows hold each group's rows, to be ranked, with this value; changing it "
-             "on a running top-n would corrupt that state (stop the query and resubmit the "
-             "spec)",
+    "top-n": "its windows (with ttl: its rankings) hold each group's rows, to be ranked, with "
+             "this value; changing it on a running top-n would corrupt that state (stop the "
+             "query and resubmit the spec)",
     "aggregate": "its groups' running totals were built with this value; changing it on a "
                  "running aggregate would corrupt them (stop the query and resubmit the spec)",
     "deduplicate": "the keys it has seen were kept with this value; changing it on a running "

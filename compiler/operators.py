@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Literal
@@ -240,20 +241,30 @@ CATALOGUE: dict[str, OperatorDef] = {d.kind: _shedding(d) for d in (
                                "within the watermark (Spark's dropDuplicatesWithinWatermark)"),
     OperatorDef("top-n", "transform", (1, 1), (1, 1), True, (
         ParamDef("time", "column", True, doc="the event-time column (timestamp)"),
-        ParamDef("size", "duration", True, doc="window length, e.g. '10 seconds'"),
+        ParamDef("size", "duration", False, None,
+                 doc="window length, e.g. '10 seconds' (or ttl instead, for the updating "
+                     "ranking over the whole stream)"),
         ParamDef("slide", "duration", False, None, doc="slide of a sliding window "
                                                         "(default: tumbling, slide = size)"),
+        ParamDef("ttl", "duration", False, None,
+                 doc="instead of size: rank over the whole stream, updating each group's "
+                     "ranking as tuples arrive (upsert records); a group's state is dropped "
+                     "once the watermark passes its last tuple's time plus this, and a later "
+                     "tuple starts its ranking anew"),
         ParamDef("watermark", "duration", False, "0 seconds",
                  doc="how late a tuple may arrive; later ones are dropped"),
         ParamDef("group-by", "columns", False, "", doc="comma-separated grouping columns"),
         ParamDef("n", "int", True, minimum=1, maximum=MAX_TOP_N,
-                 doc="how many rows of each window and group are emitted (1 to 10,000)"),
+                 doc="how many rows of each window (or, with ttl, of the stream) and group "
+                     "are ranked (1 to 10,000)"),
         ParamDef("order-by", "string", True,
                  doc="the ranking: comma-separated columns, each optionally asc or desc, e.g. "
                      "'price desc, date_time'"),
     ), output_type="computed",
         doc="the first n rows of each event-time window and group in an order (top-N); "
-            "emits each window's ranking once, when the watermark passes its end"),
+            "emits each window's ranking once, when the watermark passes its end; with ttl "
+            "instead of size, an updating ranking over the whole stream (a file sink keeps "
+            "its records as an upsert log)"),
     OperatorDef("join", "transform", (2, 2), (1, 1), True, (
         ParamDef("key", "columns", False, None, doc="join columns present on both sides"),
         ParamDef("left-key", "columns", False, None, doc="join columns of the first input"),
@@ -629,3 +640,10 @@ SHAPE_COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
     "bid": (("auction", "int"), ("bidder", "int"), ("price", "int"), ("channel", "string"),
             ("url", "string"), ("date_time", "timestamp")),
 }
+
+
+def updates(kind: str, param: Callable[[str], object]) -> bool:
+    """Whether an operator's results are updates (upsert records), not rows: an `aggregate`,
+    or a `top-n` with `ttl` (the updating ranking). `param` gives a parameter (None when not
+    written): a spec's operator's or a graph node's."""
+    return kind == "aggregate" or kind == "top-n" and param("ttl") is not None

@@ -33,7 +33,7 @@ from compiler.graph import Graph, Node, Stream
 from compiler.guards import GUARDS
 from compiler.operators import (CATALOGUE, MAX_PATTERN_OPERATORS, PLUMBING, SHAPE_COLUMNS,
                                 OperatorDef, ParamValueError, canonical_duration, parse_duration_ms,
-                                parse_value)
+                                parse_value, updates)
 from compiler.spec import AggregateDecl, OperatorDecl, ParamDecl, PatternAttr, Spec
 
 WINDOW_COLUMNS = ("window_start", "window_end")
@@ -549,9 +549,10 @@ def _count_window(c: _Checker, op: OperatorDecl, schema: Schema, stream: str) ->
 
 
 def _keyed_input(c: _Checker, op: OperatorDecl, stream: str) -> bool:
-    """A count window or updating aggregate reads a stream without event time yet: Spark runs
-    no such operator (applyInPandasWithState) after an aggregation, and a second watermark on
-    a window's or join's output would hold the query's one watermark back."""
+    """A count window, updating aggregate or updating top-n reads a stream without event time
+    yet: Spark runs no such operator (applyInPandasWithState) after an aggregation, and a
+    second watermark on a window's or join's output would hold the query's one watermark
+    back."""
     if c.event_times.get(stream) is None:
         return True
     c.error(op.inputs[0].pos, f"{op.kind} '{op.name}' cannot read stream '{stream}', which "
@@ -584,22 +585,22 @@ UPSERT_READERS = ("file-sink", "console-sink", "discard-sink")
 
 
 def _updating_readers(c: _Checker, order: list[OperatorDecl]) -> None:
-    """An updating aggregate's results are upsert records: only a file sink (which keeps them
-    as an upsert log) or a console sink may read them; any other reader is refused at its
-    <input>, and so is a published output."""
+    """An updating aggregate's or top-n's results are upsert records: only a file sink (which
+    keeps them as an upsert log), a console or a discard sink may read them; any other reader
+    is refused at its <input>, and so is a published output."""
     for op in order:
         for p in op.inputs:
             producer = c.producers.get(p.name)
-            if producer is not None and producer.kind == "aggregate" \
+            if producer is not None and updates(producer.kind, producer.param) \
                     and op.kind not in UPSERT_READERS:
                 c.error(p.pos, f"{op.kind} '{op.name}' cannot read '{p.name}', the updating "
-                               f"results of aggregate '{producer.name}'",
-                        "an updating aggregate's results go to a file-sink (an upsert log), "
-                        "a console-sink or a discard-sink")
-        if op.kind == "aggregate":
+                               f"results of {producer.kind} '{producer.name}'",
+                        f"an updating {producer.kind}'s results go to a file-sink (an upsert "
+                        "log), a console-sink or a discard-sink")
+        if updates(op.kind, op.param):
             for out in op.outputs:
                 if out.publish:
-                    c.error(out.pos, f"aggregate '{op.name}' cannot publish '{out.name}': its "
+                    c.error(out.pos, f"{op.kind} '{op.name}' cannot publish '{out.name}': its "
                                      "results are updates, which a reader would take as rows",
                             "write them to a file-sink, an upsert log")
 
@@ -672,23 +673,56 @@ def _size_and_slide(c: _Checker, op: OperatorDecl, size: int | None, slide: int 
 
 
 def _top_n(c: _Checker, op: OperatorDecl, inputs: list[Schema]) -> Schema | None:
-    """The first n rows per window and group in `order-by`'s order: a window's checks, the
-    order's columns (orderable ones of the input), and no input column named like an output
-    column of its own (window_start, window_end, rank)."""
+    """The first n rows per window and group in `order-by`'s order: a window's checks (or,
+    with `ttl` instead of a window, the updating ranking's, `_ranking_bound`), the order's
+    columns (orderable ones of the input), and no input column named like an output column of
+    its own (window_start, window_end, rank; only rank for the updating ranking)."""
     schema, stream, values = inputs[0], op.inputs[0].name, c.params[op.name]
+    updating = op.param("ttl") is not None
     time = _column_of(c, op, schema, "time", stream, ColumnType.TIMESTAMP)
     ok = time is not None and _is_event_time(c, op, stream, time.name, "time")
-    ok = _size_and_slide(c, op, values.get("size"), values.get("slide")) and ok
+    if updating:
+        ok = _ranking_bound(c, op, stream, values) and ok
+    else:
+        ok = _top_n_window(c, op, values) and ok
     groups = _group_columns(c, op, schema, stream)
     ok = _order_by(c, op, schema, stream) and ok
-    for name in top_n.reserved_clashes(schema):
+    own = "rank" if updating else "window_start, window_end and rank"
+    for name in top_n.reserved_clashes(schema, updating):
         c.error(op.inputs[0].pos, f"top-n '{op.name}' would produce column '{name}' twice: "
-                                  "its output has window_start, window_end and rank of its own",
+                                  f"its output has {own} of its own",
                 "rename that column with a project operator before the top-n")
         ok = False
     if not ok or groups is None:
         return None
-    return top_n.output_schema(schema, tuple(g.name for g in groups))
+    return top_n.output_schema(schema, tuple(g.name for g in groups), updating)
+
+
+def _top_n_window(c: _Checker, op: OperatorDecl, values: dict[str, Any]) -> bool:
+    """A windowed top-n has a size (or, instead, a ttl: the updating ranking)."""
+    if op.param("size") is None:
+        c.error(op.pos, f"top-n '{op.name}' needs a size (a ranking per window) or a ttl (an "
+                        "updating ranking over the whole stream)",
+                '<param name="size" value="10 seconds"/> or <param name="ttl" value="1 hours"/>')
+        return False
+    return _size_and_slide(c, op, values.get("size"), values.get("slide"))
+
+
+def _ranking_bound(c: _Checker, op: OperatorDecl, stream: str, values: dict[str, Any]) -> bool:
+    """The updating ranking (`ttl`): no size or slide, a ttl above zero, an input without
+    event time yet (`_keyed_input`, as the updating aggregate's)."""
+    ok = True
+    for name in ("size", "slide"):
+        written = op.param(name)
+        if written is not None:
+            c.error(written.value_pos(), f"an updating top-n (ttl) has no {name}",
+                    f"remove {name} to rank over the whole stream, or ttl to rank per window")
+            ok = False
+    if values.get("ttl", 1) <= 0:
+        c.error(_written(op, "ttl").value_pos(), "a ttl must be above zero",
+                "how long a group's state outlives its last tuple, e.g. 1 hour")
+        ok = False
+    return _keyed_input(c, op, stream) and ok
 
 
 def _order_by(c: _Checker, op: OperatorDecl, schema: Schema, stream: str) -> bool:
@@ -788,7 +822,7 @@ def _event_times_out(c: _Checker, op: OperatorDecl) -> frozenset[str] | None:
     """The event-time columns of `op`'s output, or None while no window or join is upstream."""
     ins = [c.event_times.get(p.name) for p in op.inputs]
     values = c.params.get(op.name, {})
-    if op.kind == "aggregate" or op.kind == "window-aggregate" and "rows" in values:
+    if updates(op.kind, op.param) or op.kind == "window-aggregate" and "rows" in values:
         return frozenset()  # rows emitted behind the watermark: no event time to carry
     if op.kind in ("window-aggregate", "top-n"):
         return frozenset({"window_end"})
@@ -1260,10 +1294,10 @@ def _file_sink(c: _Checker, op: OperatorDecl, inputs: list[Schema]) -> Schema | 
         c.error(by.value_pos(problem.offset), f"partition-by of '{op.name}': {problem.message}",
                 "levels NAME=PATTERN separated by '/', e.g. 'dt=yyyy-MM-dd/hm=HH:mm'")
     producer = c.producers.get(stream)
-    if producer is not None and producer.kind == "aggregate":
-        c.error(by.pos, f"file-sink '{op.name}' cannot partition the upsert log of aggregate "
-                        f"'{producer.name}'", "an upsert log is one file: leave out "
-                                              "partition-by and partition-time")
+    if producer is not None and updates(producer.kind, producer.param):
+        c.error(by.pos, f"file-sink '{op.name}' cannot partition the upsert log of "
+                        f"{producer.kind} '{producer.name}'",
+                "an upsert log is one file: leave out partition-by and partition-time")
     return None
 
 
@@ -1360,6 +1394,8 @@ def _partition_keys(kind: str, params: dict[str, Any]) -> tuple[str, ...] | None
         return ()  # stateless: any partitioning is correct
     if kind == "window-aggregate" and "rows" in params:
         return None  # count windows: not partitioned (yet)
+    if kind == "top-n" and "ttl" in params:
+        return None  # the updating ranking: not partitioned (yet), as the updating aggregate
     if kind in ("window-aggregate", "top-n"):
         return tuple(params.get("group-by", ())) or None
     if kind == "pattern":

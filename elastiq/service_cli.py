@@ -127,7 +127,8 @@ def register(sub: argparse._SubParsersAction) -> None:
             p.add_argument("--from-start", action="store_true", help="print what is there first")
             p.add_argument("--current", action="store_true",
                            help="print the current view of an upsert log (an updating "
-                                "aggregate's sink: the last record of each key) and exit")
+                                "aggregate's or top-n's sink: the last record of each key "
+                                "not deleted since) and exit")
             p.add_argument("--stable", action="store_true",
                            help="print the sink's current stable view once (a DPC union's "
                                 "tentative rows left out, its corrections applied) and exit")
@@ -560,7 +561,8 @@ def elastic_lines(operators: list[dict[str, Any]]) -> list[str]:
 
 def print_current(path: str) -> int:
     """Print the current view of the upsert log at `path`, one JSON object per key (the key's
-    last record, without `@key`); 1 with the reason when it cannot be read or is not one."""
+    last record, without `@key`; a deleted key not at all); 1 with the reason when it cannot be
+    read or is not one."""
     try:
         view = upsert_log.read_current(path)
     except (OSError, upsert_log.UpsertLogError) as exc:

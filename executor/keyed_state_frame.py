@@ -101,10 +101,13 @@ def row_order(row: tuple[int, Sequence[Any]]) -> tuple:
     return (row[0], [ka.order_key(v) for v in row[1]])
 
 
-def _apply(texts: DataFrame, layout: _Layout, run: Any, out_fields: Sequence[Field]
-           ) -> DataFrame:
+def apply_keyed(texts: DataFrame, grouping: Sequence[Column], run: Any,
+                out_fields: Sequence[Field]) -> DataFrame:
+    """`run` over each key's rows of `texts` (grouped by `grouping`) with its state, in append
+    mode with event-time timeouts; its text columns back as `out_fields` (also the updating
+    top-n's plan, `executor.top_n_frame`)."""
     schema = ", ".join(f"`{f.name}` string" for f in out_fields)
-    result = texts.groupBy(*layout.grouping()).applyInPandasWithState(
+    result = texts.groupBy(*grouping).applyInPandasWithState(
         run, schema, STATE_SCHEMA, "append", GroupStateTimeout.EventTimeTimeout)
     return result.select(*[arrow_text.typed(f.name, f.type) for f in out_fields])
 
@@ -150,7 +153,8 @@ def count_window_frame(df: DataFrame, stream: str, time: str, keys: Sequence[Fie
             state.setTimeoutTimestamp(max(first_ms - 1, state.getCurrentWatermarkMs(), 1))
         yield pd.DataFrame(out, columns=names, dtype=object)
 
-    frame = _apply(layout.frame(df, stream, time, watermark), layout, run, out_fields)
+    frame = apply_keyed(layout.frame(df, stream, time, watermark), layout.grouping(), run,
+                        out_fields)
     return frame, Schema(out_fields)
 
 
@@ -187,5 +191,6 @@ def updating_frame(df: DataFrame, stream: str, time: str, keys: Sequence[Field],
                                         for a, acc in zip(aggregates, accs)]]
         yield pd.DataFrame(out, columns=names, dtype=object)
 
-    frame = _apply(layout.frame(df, stream, time, watermark), layout, run, out_fields)
+    frame = apply_keyed(layout.frame(df, stream, time, watermark), layout.grouping(), run,
+                        out_fields)
     return frame, Schema(tuple(out_fields))

@@ -34,6 +34,7 @@ from pyspark.sql.streaming import StreamingQuery
 from common.operator_schemas import (AGGREGATE_FUNCTIONS, APPROX_DISTINCT_RSD, aggregate_type, control_schema_problems,
                                      join_output_names)
 from common import top_n
+from common.top_n import OrderKey
 from common.paths import PathRefused, confine_at_open
 from common.tasks import splitter_op_id
 from common.types import ColumnType, Field, Schema
@@ -970,12 +971,13 @@ class TaskRuntime:
             stream.df, input, time, keys, aggs, ttl_us, self._duration(op, watermark))
         self._put(op, output, df, schema)
 
-    def top_n(self, *, op: str, input: str, output: str, time: str, window: str,
+    def top_n(self, *, op: str, input: str, output: str, time: str, window: str | None,
               slide: str | None, watermark: str, group_by: Sequence[str], n: int,
-              order_by: str) -> None:
+              order_by: str, ttl: str | None = None) -> None:
         """The first `n` rows of each window (of size `window`, sliding by `slide`) and group
         in `order_by`'s order, ranked once the watermark passes the window's end
-        (`executor.top_n_frame`)."""
+        (`executor.top_n_frame`); with `ttl` instead of a window, the updating ranking over the
+        whole stream (`updating_top_n`)."""
         stream = self._get(op, input)
         if self._field(op, stream, time).type is not ColumnType.TIMESTAMP:
             raise self._error(op, f"time column {time!r} is not a timestamp")
@@ -988,10 +990,18 @@ class TaskRuntime:
         if problems:
             raise self._error(op, f"order-by {order_by!r}: {'; '.join(problems)}")
         keys = [self._field(op, stream, g).name for g in group_by]
-        clashes = top_n.reserved_clashes(stream.schema)
+        clashes = top_n.reserved_clashes(stream.schema, updating=ttl is not None)
         if clashes:
-            raise self._error(op, f"input columns {clashes} "
-                                  "clash with the output's window_start, window_end, rank")
+            raise self._error(op, f"input columns {clashes} clash with the output's "
+                                  + ("rank" if ttl is not None
+                                     else "window_start, window_end, rank"))
+        if ttl is not None:
+            if window is not None or slide is not None:
+                raise self._error(op, "a top-n has a window (size, slide) or a ttl, not both")
+            self.updating_top_n(op, stream, output, time, ttl, watermark, keys, order, n)
+            return
+        if window is None:
+            raise self._error(op, "a top-n needs a window size or a ttl")
         windowed = self._window_column(op, _qcol(input, time), window, slide, None)
         rows = _without_ticks(self._watermarked(op, stream, time, watermark), time)
         bounded = _windowed_within_bounds(rows, windowed)
@@ -1002,6 +1012,26 @@ class TaskRuntime:
                                 [_qcol(input, c) for c in carried], carried, order, n,
                                 WATERMARK_DELAY_KEY)
         self._put(op, output, df, top_n.output_schema(stream.schema, tuple(keys)))
+
+    def updating_top_n(self, op: str, stream: Stream, output: str, time: str, ttl: str,
+                       watermark: str, keys: Sequence[str], order: Sequence[OrderKey],
+                       n: int) -> None:
+        """The updating ranking: each group's first `n` rows over the whole stream, one upsert
+        record per changed rank and micro-batch (`top_n_frame.updating_ranked`); a group's
+        state ends `ttl` of event time after its last row. No event time upstream (the
+        validator refuses it, as for the updating aggregate: Spark runs no per-key Python
+        state after an aggregation)."""
+        ttl_us = parse_duration(self._duration(op, ttl)) // timedelta(microseconds=1)
+        if ttl_us <= 0:
+            raise self._error(op, f"ttl {ttl!r} must be above zero")
+        if event_time_columns(stream.df):
+            raise self._error(op, f"stream {stream.name!r} has event time already (it comes "
+                                  "after a window or join): read it in another dataflow")
+        fields = [self._field(op, stream, k) for k in keys]
+        carried = top_n.carried_fields(stream.schema, tuple(keys))
+        df, schema = top_n_frame.updating_ranked(stream.df, stream.name, time, fields, carried,
+                                                 order, n, ttl_us, self._duration(op, watermark))
+        self._put(op, output, df, schema)
 
     def deduplicate(self, *, op: str, input: str, output: str, keys: Sequence[str], time: str,
                     watermark: str) -> None:
@@ -1328,9 +1358,12 @@ class TaskRuntime:
 
     def file_sink(self, *, op: str, input: str, path: str,
                   format: Literal["jsonl"] = "jsonl", upsert_key: Sequence[str] | None = None,
-                  partition_time: str | None = None, partition_by: str | None = None) -> None:
+                  partition_time: str | None = None, partition_by: str | None = None,
+                  upsert_deletes_by: str | None = None) -> None:
         """JSON lines appended exactly once; with `upsert_key` (the input is an updating
-        aggregate's, keyed by those columns) an upsert log (`common.upsert_log`); with
+        aggregate's or top-n's, keyed by those columns) an upsert log (`common.upsert_log`),
+        in which a row negative in `upsert_deletes_by` (an updating top-n's rank) is a
+        deletion; with
         `partition_time` and `partition_by`, one file per time partition
         (`executor.partitioned_sink`)."""
         if format != "jsonl":
@@ -1338,6 +1371,9 @@ class TaskRuntime:
         if upsert_key is not None:
             for name in upsert_key:
                 self._field(op, self._get(op, input), name)
+        if upsert_deletes_by is not None and upsert_deletes_by not in (upsert_key or ()):
+            raise self._error(op, f"upsert_deletes_by {upsert_deletes_by!r} is not a column of "
+                                  f"the upsert key {upsert_key!r}")
         partitioned = self._partitions(op, input, upsert_key, partition_time, partition_by)
         try:
             if partitioned is not None:
@@ -1346,7 +1382,8 @@ class TaskRuntime:
                     owner=self.checkpoint_dir)
             else:
                 sink = sinks.FileSink(self.task_id, self._param(op, "path", path),
-                                      owner=self.checkpoint_dir, upsert_key=upsert_key)
+                                      owner=self.checkpoint_dir, upsert_key=upsert_key,
+                                      deletes_by=upsert_deletes_by)
         except (OSError, PathRefused) as exc:
             raise self._error(op, f"cannot write the output file: {exc}") from None
         self.live[(op, "path")] = LiveParam(path, sink.retarget)

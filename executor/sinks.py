@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence, TextIO
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from common.api_client import RequestRejected, SchedulerUnavailable
 from common.atomic_file import replace_file
@@ -289,12 +290,19 @@ class BatchSink(Protocol):
 
 class FileSink:
     """JSON lines appended exactly once; with `upsert_key`, each line an upsert record naming
-    its key columns (`common.upsert_log`)."""
+    its key columns (`common.upsert_log`); with `deletes_by` too (a key column, an updating
+    top-n's rank), a row whose value there is negative is a deletion of the key with that value
+    negated."""
 
     def __init__(self, task_id: str, path: str, owner: str = "",
                  roots: PathRoots | None = None,
-                 upsert_key: Sequence[str] | None = None) -> None:
+                 upsert_key: Sequence[str] | None = None,
+                 deletes_by: str | None = None) -> None:
+        if deletes_by is not None and (upsert_key is None or deletes_by not in upsert_key):
+            raise ValueError(f"deletes_by {deletes_by!r} is not a column of the upsert key")
         self.task_id = task_id
+        self.key = None if upsert_key is None else tuple(upsert_key)
+        self.deletes_by = deletes_by
         self.prefix = None if upsert_key is None else upsert_log.record_prefix(upsert_key)
         self.log = JsonlAppendLog(path, owner, roots)
         self.roots = roots
@@ -314,10 +322,23 @@ class FileSink:
             moved.close()
         return undo
 
+    def _lines(self, table: pa.Table) -> list[str]:
+        if self.prefix is None:
+            return table_to_lines(table)
+        if self.deletes_by is None:
+            return [upsert_log.keyed_line(self.prefix, line) for line in table_to_lines(table)]
+        assert self.key is not None
+        gone = pc.fill_null(pc.less(table[self.deletes_by], 0), False)
+        deleted = table.filter(gone).select(list(self.key))
+        at = deleted.column_names.index(self.deletes_by)
+        deleted = deleted.set_column(at, self.deletes_by, pc.negate(deleted[self.deletes_by]))
+        remove = upsert_log.record_prefix(self.key, upsert_log.DELETE_MEMBER)
+        return ([upsert_log.keyed_line(self.prefix, line)
+                 for line in table_to_lines(table.filter(pc.invert(gone)))]
+                + [upsert_log.keyed_line(remove, line) for line in table_to_lines(deleted)])
+
     def __call__(self, df: Any, batch_id: int) -> None:
-        lines = table_to_lines(df.toArrow())
-        if self.prefix is not None:
-            lines = [upsert_log.keyed_line(self.prefix, line) for line in lines]
+        lines = self._lines(df.toArrow())
         if self.log.append(batch_id, lines):
             self.rows_out += len(lines)
             log.debug("task %s: batch %s -> %s rows to %s", self.task_id, batch_id, len(lines),
