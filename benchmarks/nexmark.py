@@ -31,7 +31,14 @@ taken while others work are noisy. The oracle check is exact (multisets of rows;
 relative; max_by: any of the tied rows; top-n: the ranked rows themselves, ties broken by the
 other columns as the operator breaks them).
 
+With `--peer flink` the same queries (those the job script has SQL for: q0, q1, q2, q3, q14,
+q20, q21, q22) run afterwards in PyFlink 2.3.0 on the same events, written once as JSON lines
+(benchmarks/nexmark_flink.py, benchmarks/peers_jobs/nexmark_flink_job.py); its results are
+held to the same oracles and both figures per core are printed with their ratio and the
+issue's goal (Elastiq at least 0.5x PyFlink).
+
     python benchmarks/nexmark.py [--quick] [--events N] [--queries q0,q1,...] [--sink discard]
+                                 [--peer flink]
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ import argparse
 import functools
 import logging
 import math
+import os
 import re
 import shutil
 import tempfile
@@ -56,6 +64,7 @@ from bench_util import exit_on_sigterm, fmt, format_table, start_task, use_repo_
 
 use_repo_on_path()
 
+import nexmark_flink  # noqa: E402
 from executor import shapes  # noqa: E402
 from executor.spark_session import build_session  # noqa: E402
 from common.upsert_log import read_current  # noqa: E402
@@ -1124,6 +1133,44 @@ def report(results: Sequence[Result], events: int, sink: str = "file") -> str:
                       "skipped:", *skipped])
 
 
+def run_elastiq(wanted: set[str], bids: int, work: Path, discard: bool) -> list[Result]:
+    """Every wanted query (in QUERIES' order) in one local[2] session, stopped after."""
+    spark = build_session(CORES, "nexmark-bench", str(work / "spark"))
+    try:
+        return [run_query(spark, q, bids, work, discard) for q in QUERIES
+                if q.name in wanted and (not discard or countable(q))]
+    finally:
+        spark.stop()
+
+
+def flink_comparison(python: str, results: Sequence[Result], bids: int,
+                     work: Path) -> list[nexmark_flink.Comparison]:
+    """The queries of `results` the Flink job has SQL for, run by PyFlink on the same events
+    (written here once), each checked against the query's own oracle."""
+    names = nexmark_flink.flink_queries([r.query.name for r in results])
+    if not names:
+        return []
+    counts = nexmark_flink.write_events(work / "events", bids, SEED, START, RATE)
+    timings, problem = nexmark_flink.run_flink(python, work / "events", work / "flink", names,
+                                               work, timeout_s=600 + bids / 500)
+    if problem is not None:
+        log.error("%s", problem)
+    compared = []
+    for r in (r for r in results if r.query.name in names):
+        timing = timings.get(r.query.name)
+        flink_problem = problem
+        if timing is not None:
+            got = nexmark_flink.read_output(work / "flink" / r.query.name)
+            flink_problem = r.query.check(bid_rows(bids), got)
+        rows = nexmark_flink.flink_rows_read(r.query.name, counts)
+        compared.append(nexmark_flink.Comparison(
+            r.query.name, r.query.what, r.rows, r.per_core, r.problem, rows,
+            nexmark_flink.per_core(rows, timing.net_runtime_s) if timing else math.nan,
+            nexmark_flink.per_core(rows, timing.submitted_to_finished_s) if timing else math.nan,
+            flink_problem))
+    return compared
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--events", type=int, default=1_000_000,
@@ -1136,23 +1183,37 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="file: each query's JSON-lines file, checked row by row; discard: "
                              "a discard-sink (as Flink's Nexmark runs with a blackhole sink), "
                              "its row count checked (only the queries a multiset oracle checks)")
+    parser.add_argument("--peer", choices=("flink",),
+                        help="flink: after Elastiq, run the same queries (those with Flink SQL "
+                             "in peers_jobs/nexmark_flink_job.py) in PyFlink 2.3.0 on the same "
+                             "events written as JSON lines, hold its results to the same "
+                             "oracles and print both figures per core (file sink only)")
     args = parser.parse_args(argv)
+    if args.peer and args.sink != "file":
+        parser.error("--peer compares file sinks: drop --sink discard")
     exit_on_sigterm()
     logging.basicConfig(level=logging.WARNING)
     events = 100_000 if args.quick else args.events
     bids = events * 46 // 50
     wanted = {q.strip() for q in args.queries.split(",")}
+    python = nexmark_flink.flink_python() if args.peer == "flink" else ""
     work = Path(tempfile.mkdtemp(prefix="nexmark-bench-"))
-    spark = build_session(CORES, "nexmark-bench", str(work / "spark"))
+    began, load = time.monotonic(), os.getloadavg()
     try:
-        discard = args.sink == "discard"
-        results = [run_query(spark, q, bids, work, discard) for q in QUERIES
-                   if q.name in wanted and (not discard or countable(q))]
+        results = run_elastiq(wanted, bids, work, args.sink == "discard")
+        compared = flink_comparison(python, results, bids, work) if python else []
     finally:
-        spark.stop()
         shutil.rmtree(work, ignore_errors=True)
     print(report(results, events, args.sink))
-    return 0 if all(r.problem is None for r in results) else 1
+    if python:
+        left = sorted({r.query.name for r in results} - {c.query for c in compared})
+        print("\n" + nexmark_flink.comparison_report(compared))
+        if left:
+            print(f"not run on PyFlink (no Flink SQL written for them yet): {', '.join(left)}")
+        print(f"load average at the start {load[0]:.1f}, at the end {os.getloadavg()[0]:.1f}; "
+              f"wall time {time.monotonic() - began:.0f} s")
+    wrong = [c for c in compared if c.flink_problem is not None]
+    return 0 if all(r.problem is None for r in results) and not wrong else 1
 
 
 if __name__ == "__main__":
