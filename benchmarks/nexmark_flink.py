@@ -31,7 +31,7 @@ if str(ROOT) not in sys.path:  # the repository: `benchmarks.*`, `executor`, `te
 
 from benchmarks.bench_util import fmt, format_table  # noqa: E402
 from benchmarks.peer_engines import JOBS, Job, ensure_venv  # noqa: E402
-from benchmarks.peers_jobs.nexmark_flink_job import QUERIES as FLINK_SQL  # noqa: E402
+from benchmarks.peers_jobs import nexmark_flink_job as job_script  # noqa: E402
 from executor import shapes  # noqa: E402
 from executor.json_lines import table_to_lines  # noqa: E402
 from testkit.e2e_support import read_sink  # noqa: E402
@@ -42,8 +42,7 @@ JOB_SCRIPT = JOBS / "nexmark_flink_job.py"
 PARALLELISM = 2  # Flink's parallelism: the machine's 2 cores, as Elastiq's local[2]
 GOAL = 0.5  # the issue's "every query within 2x of PyFlink measured here": Elastiq / PyFlink
 CHUNK = 100_000  # rows generated per Arrow batch while writing
-# The tables' names in the job script's SQL, and the generator shape each holds.
-TABLES = ("bid", "auction", "person")
+FLINK_SQL = job_script.QUERIES  # query -> its tables, sink columns and SELECT
 Row = dict[str, Any]
 
 
