@@ -43,6 +43,11 @@ TABLE_COLUMNS = {
     "person": ("id BIGINT", "name STRING", "email_address STRING", "credit_card STRING",
                "city STRING", "state STRING", "date_time TIMESTAMP_LTZ(6)"),
 }
+# Event time: Flink's rowtime attribute is a TIMESTAMP_LTZ of at most milliseconds, so each
+# table's is its date_time cut to milliseconds (the windows here are whole milliseconds long, so
+# a row falls in the same window by either), with the Elastiq specs' 5 ms watermark delay.
+EVENT_TIME = ("ts AS CAST(date_time AS TIMESTAMP_LTZ(3))",
+              "WATERMARK FOR ts AS ts - INTERVAL '0.005' SECOND")
 JSON_OPTIONS = ("'format' = 'json', 'json.timestamp-format.standard' = 'ISO-8601', "
                 "'json.encode.decimal-as-plain-number' = 'true'")
 CHECKPOINT_INTERVAL = "500 ms"
@@ -62,6 +67,59 @@ BID_OUT = ("auction BIGINT", "bidder BIGINT", "price BIGINT", "channel STRING", 
 HOT = ("apple", "google", "facebook", "baidu")  # q21's channel ids 0..3, as the Elastiq spec's
 CHANNEL_ID = "REGEXP_EXTRACT(url, '(&|^)channel_id=([^&]*)', 2)"
 HOUR = "HOUR(date_time)"
+
+
+
+def seconds(ms: int) -> str:
+    """A window's length as a Flink SQL interval (`INTERVAL '0.010' SECOND`)."""
+    return f"INTERVAL '{ms / 1000:.3f}' SECOND"
+
+
+# q15-q17's price ranks (Nexmark's FILTER (WHERE ...)) and what each counts per rank
+RANKS = (("total", ""), ("rank1", "price < 10000"),
+         ("rank2", "price >= 10000 AND price < 1000000"), ("rank3", "price >= 1000000"))
+RANKED_ALL = (("bids", "*"), ("bidders", "DISTINCT bidder"), ("auctions", "DISTINCT auction"))
+
+
+def rank_counts(counted: tuple[tuple[str, str], ...]) -> list[tuple[str, str]]:
+    """(column, aggregate) of each count per rank, e.g. ("rank1_bids", "COUNT(*) FILTER
+    (WHERE price < 10000)")."""
+    return [(f"{rank}_{what}",
+             f"COUNT({arg})" + (f" FILTER (WHERE {where})" if where else ""))
+            for what, arg in counted for rank, where in RANKS]
+
+
+def ranked_stats(query: str, group: tuple[str, ...]) -> FlinkQuery:
+    """q15 (no group), q16 (per channel: every count), q17 (per auction: the bid counts, the
+    prices' min, max, average as a double as the spec's avg, and sum), per 50 ms tumbling
+    window where Nexmark groups per day."""
+    counts = rank_counts(RANKED_ALL if query != "q17" else RANKED_ALL[:1])
+    prices = [("min_price", "MIN(price)"), ("max_price", "MAX(price)"),
+              ("avg_price", "AVG(CAST(price AS DOUBLE))"), ("sum_price", "SUM(price)")]
+    extra = prices if query == "q17" else []
+    keys = [f"{g} {'STRING' if g == 'channel' else 'BIGINT'}" for g in group]
+    columns = ("window_start TIMESTAMP_LTZ(3)", *keys,
+               *(f"{name} {'DOUBLE' if name == 'avg_price' else 'BIGINT'}"
+                 for name, _ in counts + extra))
+    select = ", ".join(["CAST(window_start AS TIMESTAMP_LTZ(3)) AS window_start", *group,
+                        *(f"{agg} AS {name}" for name, agg in counts + extra)])
+    return FlinkQuery(("bid",), columns,
+                      f"SELECT {select} FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(ts), "
+                      f"{seconds(50)})) GROUP BY " + ", ".join(["window_start", "window_end",
+                                                                *group]))
+
+
+def ranked(query: str, group: tuple[str, ...], n: int, order: str) -> FlinkQuery:
+    """The first n bids by `order` of each group per 10 ms tumbling window (a window Top-N),
+    with their rank and every bid column."""
+    columns = ("window_start TIMESTAMP_LTZ(3)", "`rank` BIGINT", *BID_OUT)
+    return FlinkQuery(("bid",), columns,
+                      "SELECT CAST(window_start AS TIMESTAMP_LTZ(3)) AS window_start, "
+                      "rn AS `rank`, auction, bidder, price, channel, url, date_time FROM ("
+                      "SELECT *, ROW_NUMBER() OVER (PARTITION BY window_start, window_end, "
+                      f"{', '.join(group)} ORDER BY {order}) AS rn FROM TABLE(TUMBLE(TABLE bid, "
+                      f"DESCRIPTOR(ts), {seconds(10)}))) WHERE rn <= {n}")
+
 
 QUERIES: dict[str, FlinkQuery] = {
     # q0: pass-through
@@ -116,11 +174,52 @@ QUERIES: dict[str, FlinkQuery] = {
                       "SELECT auction, bidder, price, channel, "
                       + ", ".join(f"COALESCE(SPLIT_INDEX(url, '/', {i}), '') AS dir{i - 2}"
                                   for i in (3, 4, 5)) + " FROM bid"),
+    **{name: query for name, query in (("q15", ranked_stats("q15", ())),
+                                       ("q16", ranked_stats("q16", ("channel",))),
+                                       ("q17", ranked_stats("q17", ("auction",))))},
+    # q5: hot items, per hopping window (50 ms sliding by 10 ms: the Elastiq spec's scale)
+    # the auction with the most bids: a window Top-1 after the window aggregate, one auction
+    # per window as the spec's max_by (Nexmark joins the counts with their maximum, listing
+    # every tied auction); named by its window's end, as the spec's second window is
+    "q5": FlinkQuery(("bid",), ("window_start TIMESTAMP_LTZ(3)", "top BIGINT", "auction BIGINT"),
+                     "SELECT CAST(window_end AS TIMESTAMP_LTZ(3)) AS window_start, n AS top, "
+                     "auction FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY window_start, "
+                     "window_end ORDER BY n DESC) AS rn FROM (SELECT window_start, window_end, "
+                     "auction, COUNT(*) AS n FROM TABLE(HOP(TABLE bid, DESCRIPTOR(ts), "
+                     f"{seconds(10)}, {seconds(50)})) "
+                     "GROUP BY window_start, window_end, auction)) WHERE rn <= 1"),
+    # q7: highest bid per 10 ms tumbling window, one bid (a window Top-1) as the spec's max_by
+    # (Nexmark joins the bids with the window's maximum price, listing every tied bid)
+    "q7": FlinkQuery(("bid",), ("window_start TIMESTAMP_LTZ(3)", "price BIGINT",
+                                "auction BIGINT", "bidder BIGINT"),
+                     "SELECT CAST(window_start AS TIMESTAMP_LTZ(3)) AS window_start, price, "
+                     "auction, bidder FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY "
+                     "window_start, window_end ORDER BY price DESC) AS rn FROM TABLE(TUMBLE("
+                     f"TABLE bid, DESCRIPTOR(ts), {seconds(10)}))) WHERE rn <= 1"),
+    # q8: monitor new users, Nexmark's window join of two 10 ms tumbling windows' groups
+    "q8": FlinkQuery(("person", "auction"), ("id BIGINT", "name STRING",
+                                             "starttime TIMESTAMP_LTZ(3)"),
+                     "SELECT P.id, P.name, CAST(P.window_start AS TIMESTAMP_LTZ(3)) AS starttime "
+                     "FROM (SELECT id, name, window_start, window_end FROM TABLE(TUMBLE(TABLE "
+                     f"person, DESCRIPTOR(ts), {seconds(10)})) "
+                     "GROUP BY id, name, window_start, window_end) P "
+                     "JOIN (SELECT seller, window_start, window_end FROM TABLE(TUMBLE(TABLE "
+                     f"auction, DESCRIPTOR(ts), {seconds(10)})) "
+                     "GROUP BY seller, window_start, window_end) A "
+                     "ON P.id = A.seller AND P.window_start = A.window_start "
+                     "AND P.window_end = A.window_end"),
+    # q18: the last bid of each bidder and auction, per 10 ms tumbling window (a window Top-1;
+    # Nexmark ranks over the whole stream); equal times broken by the other columns as the
+    # spec's top-n breaks them
+    "q18": ranked("q18", ("bidder", "auction"), 1, "date_time DESC, price, channel, url"),
+    # q19: the 10 highest bids of each auction per 10 ms tumbling window (Nexmark: over the
+    # whole stream), ties broken as the spec's top-n breaks them
+    "q19": ranked("q19", ("auction",), 10, "price DESC, bidder, channel, url, date_time"),
 }
 
 
 def source_ddl(table: str, folder: str) -> str:
-    columns = ",\n  ".join(TABLE_COLUMNS[table])
+    columns = ",\n  ".join((*TABLE_COLUMNS[table], *EVENT_TIME))
     return (f"CREATE TEMPORARY TABLE {table} (\n  {columns}\n) WITH (\n"
             f"  'connector' = 'filesystem', 'path' = '{folder}', {JSON_OPTIONS},\n"
             "  'json.fail-on-missing-field' = 'true'\n)")
