@@ -31,8 +31,8 @@ taken while others work are noisy. The oracle check is exact (multisets of rows;
 relative; max_by: any of the tied rows; top-n: the ranked rows themselves, ties broken by the
 other columns as the operator breaks them).
 
-With `--peer flink` the same queries (those the job script has SQL for: q0, q1, q2, q3, q14,
-q20, q21, q22) run afterwards in PyFlink 2.3.0 on the same events, written once as JSON lines
+With `--peer flink` the same queries (those the job script has SQL for: q0, q1, q2, q3, q5,
+q7, q8, q13, q14, q15, q16, q17, q18, q19, q20, q21, q22) run afterwards in PyFlink 2.3.0 on the same events, written once as JSON lines
 (benchmarks/nexmark_flink.py, benchmarks/peers_jobs/nexmark_flink_job.py); its results are
 held to the same oracles and both figures per core are printed with their ratio and the
 issue's goal (Elastiq at least 0.5x PyFlink).
@@ -1171,6 +1171,8 @@ def flink_comparison(python: str, results: Sequence[Result], bids: int,
     if not names:
         return []
     counts = nexmark_flink.write_events(work / "events", bids, SEED, START, RATE)
+    if "q13" in names:
+        nexmark_flink.write_side_input(work / "events", side_input())
     timings, problem = nexmark_flink.run_flink(python, work / "events", work / "flink", names,
                                                work, timeout_s=600 + bids / 500)
     if problem is not None:

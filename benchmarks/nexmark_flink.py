@@ -94,6 +94,14 @@ def write_table(outs: Sequence[Any], shape: shapes.Shape, rows: int, seed: int, 
         done += hi - lo
 
 
+def write_side_input(folder: Path, csv_text: str) -> None:
+    """q13's side input for the job's `side_input` table: the CSV file Elastiq's spec reads
+    (`key,value` header first), without its header (Flink's csv format reads none)."""
+    target = folder / job_script.SIDE_INPUT
+    target.mkdir(parents=True, exist_ok=True)
+    (target / "side_input.csv").write_text(csv_text.split("\n", 1)[1], encoding="utf-8")
+
+
 def read_output(folder: Path) -> list[Row]:
     """Every committed part file of a Flink filesystem sink (Flink hides what it has not
     committed: `.part-...inprogress...`), as rows; ISO-8601 `...Z` strings become aware
@@ -137,7 +145,9 @@ def per_core(rows: int, seconds: float, cores: int = PARALLELISM) -> float:
 
 
 def rows_read(tables: Sequence[str], counts: Mapping[str, int]) -> int:
-    return sum(counts[t] for t in tables)
+    """The rows of the event tables among `tables` (q13's side input, read once as Elastiq's
+    lookup reads it at task start, is not counted)."""
+    return sum(counts.get(t, 0) for t in tables)
 
 
 def flink_python() -> str:

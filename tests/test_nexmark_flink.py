@@ -46,13 +46,20 @@ def test_the_flink_tables_carry_the_shapes_columns() -> None:
     for table, columns in job.TABLE_COLUMNS.items():
         assert [c.split()[0] for c in columns] == list(shapes.shape_named(table).columns.names)
     for name, query in nexmark_flink.FLINK_SQL.items():
-        assert set(query.tables) <= set(job.TABLE_COLUMNS), name
+        assert set(query.tables) <= {*job.TABLE_COLUMNS, job.SIDE_INPUT}, name
         assert job.insert_sql(name).startswith(f"INSERT INTO sink_{name}\nSELECT "), name
         assert f"'path' = '/out/{name}'" in job.sink_ddl(name, f"/out/{name}")
     assert nexmark_flink.flink_queries(["q9", "q2", "q0"]) == ["q2", "q0"]
     counts = nexmark_flink.table_rows(4600)
     assert nexmark_flink.flink_rows_read("q20", counts) == 4600 + 300
     assert nexmark_flink.flink_rows_read("q3", counts) == 300 + 100
+    assert nexmark_flink.flink_rows_read("q13", counts) == 4600  # the side input uncounted
+
+
+def test_the_side_input_is_written_without_its_header(tmp_path: Path) -> None:
+    nexmark_flink.write_side_input(tmp_path, "key,value\n0,value-0\n1,value-1\n")
+    written = tmp_path / nexmark_flink.job_script.SIDE_INPUT / "side_input.csv"
+    assert written.read_text(encoding="utf-8") == "0,value-0\n1,value-1\n"
 
 
 def test_the_job_scripts_result_lines_are_read_back() -> None:
