@@ -44,6 +44,18 @@ GOAL = 0.5  # the issue's "every query within 2x of PyFlink measured here": Elas
 CHUNK = 100_000  # rows generated per Arrow batch while writing
 FLINK_SQL = job_script.QUERIES  # query -> its tables, sink columns and SELECT
 Row = dict[str, Any]
+# The queries nexmark.py runs that PyFlink does not, and why.
+NOT_RUN = {
+    "q9": "its winners come from a join bounded by each auction's own expiry in microseconds, "
+          "where Flink's interval join bounds lie on its millisecond rowtime; Nexmark's own q9 "
+          "(a regular join, an unbounded ROW_NUMBER) is an updating stream a file sink cannot "
+          "take: not written yet",
+    "q4": "reads q9's winners: as q9", "q6": "reads q9's winners: as q9",
+    "q10": "a partitioned filesystem sink: not written yet",
+    "q11": "session windows: Flink's rowtime is at most milliseconds (TIMESTAMP_LTZ(3)), and "
+           "the sessions' bounds follow the bids' microseconds, so its sessions would differ",
+    "q10-plain": "not a Nexmark query",
+}
 
 
 @dataclass(frozen=True)
