@@ -70,6 +70,7 @@ class Job:
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
             self._log.write(line)
+            self._log.flush()
             if line.startswith("PEERS running ") and self.running_at is None:
                 self.running_at = float(line.split()[2])
             elif line.startswith("PEERS done"):
