@@ -264,6 +264,11 @@ def run(events: str, out: str, queries: list[str], parallelism: int) -> None:
     config.set("parallelism.default", str(parallelism))
     config.set("table.local-time-zone", "UTC")
     config.set("execution.checkpointing.interval", CHECKPOINT_INTERVAL)
+    # the joins' state outgrows the default in-memory checkpoint storage (5 MB), whose failed
+    # checkpoints restart the job without end: checkpoints to files, and a failure ends the job
+    config.set("execution.checkpointing.storage", "filesystem")
+    config.set("execution.checkpointing.dir", "file://" + os.path.join(out, "_checkpoints"))
+    config.set("restart-strategy.type", "none")
     for table in TABLE_COLUMNS:
         env.execute_sql(source_ddl(table, os.path.join(events, table)))
     if os.path.isdir(os.path.join(events, SIDE_INPUT)):
