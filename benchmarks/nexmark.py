@@ -35,7 +35,14 @@ taken while others work are noisy. The oracle check is exact (multisets of rows;
 relative; max_by: any of the tied rows; top-n: the ranked rows themselves, ties broken by the
 other columns as the operator breaks them).
 
+With `--peer flink` the same queries (those the job script has SQL for: q0, q1, q2, q3, q5,
+q7, q8, q13, q14, q15, q16, q17, q18, q19, q20, q21, q22) run afterwards in PyFlink 2.3.0 on the same events, written once as JSON lines
+(benchmarks/nexmark_flink.py, benchmarks/peers_jobs/nexmark_flink_job.py); its results are
+held to the same oracles and both figures per core are printed with their ratio and the
+issue's goal (Elastiq at least 0.5x PyFlink).
+
     python benchmarks/nexmark.py [--quick] [--events N] [--queries q0,q1,...] [--sink discard]
+                                 [--peer flink]
 """
 
 from __future__ import annotations
@@ -44,6 +51,7 @@ import argparse
 import functools
 import logging
 import math
+import os
 import re
 import shutil
 import tempfile
@@ -60,6 +68,7 @@ from bench_util import exit_on_sigterm, fmt, format_table, start_task, use_repo_
 
 use_repo_on_path()
 
+import nexmark_flink  # noqa: E402
 from executor import shapes  # noqa: E402
 from executor.spark_session import build_session  # noqa: E402
 from common.upsert_log import read_current  # noqa: E402
@@ -72,6 +81,10 @@ SEED = 7
 START = "2024-01-01T00:00:00Z"
 CORES = 2
 MS = timedelta(milliseconds=1)
+WATERMARK = 5 * MS  # every spec's watermark delay, and its oracles'
+# An oracle's watermark delay for an engine that closes every window at the end of a bounded
+# input (PyFlink, `--peer flink`): the final watermark lies past every window's end.
+FLUSHED = timedelta(days=-36_500)
 # Flink's published throughput per core (events/s), from the Nexmark project's Flink table as the
 # issue cites it; the others are not restated here.
 FLINK_PER_CORE = {"q0": 155_000.0}
@@ -535,10 +548,10 @@ def q10_plain_key(row: Row) -> tuple:
     return tuple(row[c] for c in Q10_COLUMNS)
 
 
-def q5_check(rows: list[Row], got: list[Row]) -> str | None:
+def q5_check(rows: list[Row], got: list[Row], delay: timedelta = WATERMARK) -> str | None:
     """Per 10 ms of window ends: the largest count of bids an auction had in a 50 ms window
     sliding by 10 ms, and one auction with that count."""
-    counts = window_oracle(rows, "date_time", ["auction"], 50 * MS, 10 * MS, 5 * MS)
+    counts = window_oracle(rows, "date_time", ["auction"], 50 * MS, 10 * MS, delay)
     per_end: dict[datetime, dict[int, int]] = defaultdict(dict)
     for (start, auction), members in counts.items():
         per_end[start + 50 * MS][auction] = len(members)
@@ -548,7 +561,7 @@ def q5_check(rows: list[Row], got: list[Row]) -> str | None:
         for auction, n in by_auction.items():
             slot = end - (end - shapes.EPOCH) % grid
             tops[slot][auction] = max(n, tops[slot].get(auction, 0))
-    limit = closed(rows, 5 * MS)
+    limit = closed(rows, delay)
     expected = {s: t for s, t in tops.items() if s + grid <= limit}
     emitted = {r["window_start"]: r for r in got}
     if len(emitted) != len(got) or set(emitted) != set(expected):
@@ -560,8 +573,8 @@ def q5_check(rows: list[Row], got: list[Row]) -> str | None:
     return None
 
 
-def q7_check(rows: list[Row], got: list[Row]) -> str | None:
-    windows = window_oracle(rows, "date_time", [], 10 * MS, 10 * MS, 5 * MS)
+def q7_check(rows: list[Row], got: list[Row], delay: timedelta = WATERMARK) -> str | None:
+    windows = window_oracle(rows, "date_time", [], 10 * MS, 10 * MS, delay)
     emitted = {r["window_start"]: r for r in got}
     if len(emitted) != len(got) or set(emitted) != {k[0] for k in windows}:
         return "windows differ"
@@ -732,8 +745,8 @@ def ranked_counts(members: list[Row], ranked: Sequence[tuple[str, str, str | Non
     return tuple(values)
 
 
-def q16_oracle(rows: list[Row]) -> Counter:
-    windows = window_oracle(rows, "date_time", ["channel"], 50 * MS, 50 * MS, 5 * MS)
+def q16_oracle(rows: list[Row], delay: timedelta = WATERMARK) -> Counter:
+    windows = window_oracle(rows, "date_time", ["channel"], 50 * MS, 50 * MS, delay)
     return Counter((start, channel, *ranked_counts(v, RANKED_ALL))
                    for (start, channel), v in windows.items())
 
@@ -742,12 +755,12 @@ def q16_key(row: Row) -> tuple:
     return (row["window_start"], row["channel"], *(row[c] for c in rank_columns(RANKED_ALL)))
 
 
-def q8_oracle(rows: list[Row]) -> Counter:
+def q8_oracle(rows: list[Row], delay: timedelta = WATERMARK) -> Counter:
     """(id, name, window start) of each person with an auction of theirs in the 10 ms window
     of their registration, among the windows both sides closed (the query's one watermark is
     the least of both inputs')."""
     persons, auctions = person_rows(persons_for(len(rows))), auction_rows(auctions_for(len(rows)))
-    limit = min(closed(persons, 5 * MS), closed(auctions, 5 * MS))
+    limit = min(closed(persons, delay), closed(auctions, delay))
     sellers = {(tumbling(a["date_time"], 10 * MS), a["seller"]) for a in auctions
                if tumbling(a["date_time"], 10 * MS) + 10 * MS <= limit}
     registered = {(tumbling(p["date_time"], 10 * MS), p["id"], p["name"]) for p in persons
@@ -770,10 +783,10 @@ def q13_key(row: Row) -> tuple:
     return (row["auction"], row["bidder"], row["price"], row["date_time"], row["value"])
 
 
-def q15_oracle(rows: list[Row]) -> Counter:
+def q15_oracle(rows: list[Row], delay: timedelta = WATERMARK) -> Counter:
     """Per closed 50 ms window: bids, distinct bidders and distinct auctions, in all and per
     price rank."""
-    windows = window_oracle(rows, "date_time", [], 50 * MS, 50 * MS, 5 * MS)
+    windows = window_oracle(rows, "date_time", [], 50 * MS, 50 * MS, delay)
     return Counter((start, *ranked_counts(v, RANKED_ALL)) for (start,), v in windows.items())
 
 
@@ -781,8 +794,8 @@ def q15_key(row: Row) -> tuple:
     return (row["window_start"], *(row[c] for c in rank_columns(RANKED_ALL)))
 
 
-def q17_oracle(rows: list[Row]) -> Counter:
-    windows = window_oracle(rows, "date_time", ["auction"], 50 * MS, 50 * MS, 5 * MS)
+def q17_oracle(rows: list[Row], delay: timedelta = WATERMARK) -> Counter:
+    windows = window_oracle(rows, "date_time", ["auction"], 50 * MS, 50 * MS, delay)
     return Counter((start, auction, *ranked_counts(v, RANKED_BIDS), min(m["price"] for m in v),
                     max(m["price"] for m in v), round(sum(m["price"] for m in v) / len(v), 6),
                     sum(m["price"] for m in v)) for (start, auction), v in windows.items())
@@ -919,6 +932,15 @@ class Query:
     # its sink is partitioned: the rows `check` takes are those of every partition's file,
     # each with its folders (`dt=.../hm=...`) in PARTITION
     partitioned: bool = False
+    # a windowed query's check for an engine that closes every window at the end of its bounded
+    # input (PyFlink, `--peer flink`), where `check` holds Spark to the windows its final
+    # watermark closed; None for a query whose results do not depend on it
+    flushed_check: Callable[[list[Row], list[Row]], str | None] | None = None
+
+
+def flushed(oracle: Callable[..., Counter]) -> Callable[[list[Row]], Counter]:
+    """An oracle with every window closed (see FLUSHED)."""
+    return functools.partial(oracle, delay=FLUSHED)
 
 
 QUERIES = (
@@ -926,16 +948,18 @@ QUERIES = (
     Query("q1", "currency conversion", q1_spec, Multiset(q1_oracle, q1_key)),
     Query("q2", "selection (auction % 123 = 0)", q2_spec, Multiset(q2_oracle, q2_key)),
     Query("q5", "hot items", q5_spec, q5_check,
-          "one auction per window where Nexmark lists every tied one"),
+          "one auction per window where Nexmark lists every tied one",
+          flushed_check=functools.partial(q5_check, delay=FLUSHED)),
     Query("q7", "highest bid", q7_spec, q7_check,
-          "one bid per window where Nexmark lists every bid at the top price"),
+          "one bid per window where Nexmark lists every bid at the top price",
+          flushed_check=functools.partial(q7_check, delay=FLUSHED)),
     Query("q4", "average winning price per category", q9_spec, q4_check,
           then=q4_spec, upsert=True),
     Query("q6", "average of each seller's last 10 winning prices", q9_spec, q6_check,
           "in the order of the winning bids' date_time (Nexmark orders by the auction's close)",
           then=q6_spec),
     Query("q8", "monitor new users (join of two windows)", q8_spec,
-          Multiset(q8_oracle, q8_key)),
+          Multiset(q8_oracle, q8_key), flushed_check=Multiset(flushed(q8_oracle), q8_key)),
     Query("q9", "winning bids", q9_spec, q9_check),
     Query("q10", "log to a file system (partitioned by day and minute)", q10_spec, q10_check,
           "no extra column (the bid shape has none)", partitioned=True),
@@ -962,12 +986,15 @@ QUERIES = (
           files=lambda: {SIDE_FILE: side_input()}),
     Query("q15", "bidding statistics per price rank (FILTER)", q15_spec,
           Multiset(q15_oracle, q15_key),
-          "per 50 ms window of event time where Nexmark groups per day"),
+          "per 50 ms window of event time where Nexmark groups per day",
+          flushed_check=Multiset(flushed(q15_oracle), q15_key)),
     Query("q16", "channel statistics", q16_spec, Multiset(q16_oracle, q16_key),
           "per 50 ms window of event time where Nexmark groups per day; no per-minute column "
-          "(max of DATE_FORMAT(date_time, 'HH:mm'))"),
+          "(max of DATE_FORMAT(date_time, 'HH:mm'))",
+          flushed_check=Multiset(flushed(q16_oracle), q16_key)),
     Query("q17", "auction statistics", q17_spec, Multiset(q17_oracle, q17_key),
-          "per 50 ms window of event time where Nexmark groups per day"),
+          "per 50 ms window of event time where Nexmark groups per day",
+          flushed_check=Multiset(flushed(q17_oracle), q17_key)),
     Query("q18", "last bid per bidder and auction", q18_spec,
           Multiset(q18_oracle, view_key(("bidder", "auction"))), upsert=True),
     Query("q19", "top 10 bids per auction", q19_spec,
@@ -1142,6 +1169,47 @@ def report(results: Sequence[Result], events: int, sink: str = "file") -> str:
                       "skipped:", *skipped])
 
 
+def run_elastiq(wanted: set[str], bids: int, work: Path, discard: bool) -> list[Result]:
+    """Every wanted query (in QUERIES' order) in one local[2] session, stopped after."""
+    spark = build_session(CORES, "nexmark-bench", str(work / "spark"))
+    try:
+        return [run_query(spark, q, bids, work, discard) for q in QUERIES
+                if q.name in wanted and (not discard or countable(q))]
+    finally:
+        spark.stop()
+
+
+def flink_comparison(python: str, results: Sequence[Result], bids: int,
+                     work: Path) -> list[nexmark_flink.Comparison]:
+    """The queries of `results` the Flink job has SQL for, run by PyFlink on the same events
+    (written here once), each checked against the query's own oracle."""
+    names = nexmark_flink.flink_queries([r.query.name for r in results])
+    if not names:
+        return []
+    counts = nexmark_flink.write_events(work / "events", bids, SEED, START, RATE)
+    if "q13" in names:
+        nexmark_flink.write_side_input(work / "events", side_input())
+    timings, problem = nexmark_flink.run_flink(python, work / "events", work / "flink", names,
+                                               work, timeout_s=600 + bids / 500)
+    if problem is not None:
+        log.error("%s", problem)
+    compared = []
+    for r in (r for r in results if r.query.name in names):
+        timing = timings.get(r.query.name)
+        flink_problem = problem
+        if timing is not None:
+            got = nexmark_flink.read_output(work / "flink" / r.query.name)
+            check = r.query.flushed_check or r.query.check
+            flink_problem = check(bid_rows(bids), got)
+        rows = nexmark_flink.flink_rows_read(r.query.name, counts)
+        compared.append(nexmark_flink.Comparison(
+            r.query.name, r.query.what, r.rows, r.per_core, r.problem, rows,
+            nexmark_flink.per_core(rows, timing.net_runtime_s) if timing else math.nan,
+            nexmark_flink.per_core(rows, timing.submitted_to_finished_s) if timing else math.nan,
+            flink_problem))
+    return compared
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--events", type=int, default=1_000_000,
@@ -1154,23 +1222,38 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="file: each query's JSON-lines file, checked row by row; discard: "
                              "a discard-sink (as Flink's Nexmark runs with a blackhole sink), "
                              "its row count checked (only the queries a multiset oracle checks)")
+    parser.add_argument("--peer", choices=("flink",),
+                        help="flink: after Elastiq, run the same queries (those with Flink SQL "
+                             "in peers_jobs/nexmark_flink_job.py) in PyFlink 2.3.0 on the same "
+                             "events written as JSON lines, hold its results to the same "
+                             "oracles and print both figures per core (file sink only)")
     args = parser.parse_args(argv)
+    if args.peer and args.sink != "file":
+        parser.error("--peer compares file sinks: drop --sink discard")
     exit_on_sigterm()
     logging.basicConfig(level=logging.WARNING)
     events = 100_000 if args.quick else args.events
     bids = events * 46 // 50
     wanted = {q.strip() for q in args.queries.split(",")}
+    python = nexmark_flink.flink_python() if args.peer == "flink" else ""
     work = Path(tempfile.mkdtemp(prefix="nexmark-bench-"))
-    spark = build_session(CORES, "nexmark-bench", str(work / "spark"))
+    began, load = time.monotonic(), os.getloadavg()
     try:
-        discard = args.sink == "discard"
-        results = [run_query(spark, q, bids, work, discard) for q in QUERIES
-                   if q.name in wanted and (not discard or countable(q))]
+        results = run_elastiq(wanted, bids, work, args.sink == "discard")
+        compared = flink_comparison(python, results, bids, work) if python else []
     finally:
-        spark.stop()
         shutil.rmtree(work, ignore_errors=True)
     print(report(results, events, args.sink))
-    return 0 if all(r.problem is None for r in results) else 1
+    if python:
+        left = sorted({r.query.name for r in results} - {c.query for c in compared})
+        print("\n" + nexmark_flink.comparison_report(compared))
+        for name in left:
+            why = nexmark_flink.NOT_RUN.get(name, "no Flink SQL written for it yet")
+            print(f"not run on PyFlink: {name}: {why}")
+        print(f"load average at the start {load[0]:.1f}, at the end {os.getloadavg()[0]:.1f}; "
+              f"wall time {time.monotonic() - began:.0f} s")
+    wrong = [c for c in compared if c.flink_problem is not None]
+    return 0 if all(r.problem is None for r in results) and not wrong else 1
 
 
 if __name__ == "__main__":

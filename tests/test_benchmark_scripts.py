@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-HELPERS = ("bench_util.py", "__init__.py",
+HELPERS = ("bench_util.py", "__init__.py", "peer_engines.py", "nexmark_flink.py",
            "kafka_kill.py")  # scenarios of kafka.py (`--kill broker|executor`), run through it
 SCRIPTS = sorted(p.name for p in (ROOT / "benchmarks").glob("*.py") if p.name not in HELPERS)
 

@@ -342,7 +342,8 @@ BENCHMARK_CHECKS = {"tests/test_peers_oracle.py": "benchmarks.peers",
                     "tests/test_elasticity_bench.py": "benchmarks.elasticity",
                     "tests/test_distribution_bench.py": "benchmarks.distribution",
                     "tests/test_shedding_bench.py": "benchmarks.shedding",
-                    "tests/test_benchmark_scripts.py": "benchmarks.bench_util"}
+                    "tests/test_benchmark_scripts.py": "benchmarks.bench_util",
+                    "tests/test_nexmark_flink.py": "benchmarks.nexmark_flink"}
 
 
 def helper_violations(rel: str, source: str) -> list[Violation]:

@@ -1,0 +1,295 @@
+"""Scale-out as a user would try it: `elastiq run SPEC --agents 5 --cpus 0.4` (issue 31).
+
+Owns this benchmark only (not a test; nothing in tests/ imports it). It
+writes a spec into a temporary folder: a generator faster than three instances can follow ->
+a CPU-heavy `project` (benchmarks/patterns.py's heavy fields, `max-parallelism="3"`,
+`partition-by`) -> a cheap filter keeping ~5 % -> a file sink, every operator with
+`cpus="0.3"` (an agent of 0.4 holds one task and its executor's 0.1); runs it with
+`elastiq run --agents 5 --cpus 0.4` in its own process group (agents isolated with cgroups where
+they can be made, docs/deploy.md); measures the sink's rate at parallelism 1; asks for 3 with
+`elastiq scale` (the command line, as a user); measures again. Each phase waits until the
+instances run and a warm-up passes, then counts sink rows over its window.
+
+Each agent's cpu use over a window is read from outside, through /proc: the processes whose
+/proc/PID/cgroup names one of the agent's container cgroups (`elastiq-<agent>-...`), their
+user + system ticks (children they waited for included) at the window's start and end; a
+process that ended inside the window is counted up to its last reading. Every sink row is
+checked against a plain-Python twin of the heavy fields over the generator's reference rows
+(none wrong, none twice). Goals (issue 31): sink rate at parallelism 3 >= 2.4x that at 1; every
+agent <= 1.15 x 0.4 cpus.
+
+    python benchmarks/run_scale.py [--agents 5] [--cpus 0.4] [--rate 3000] [--warm 20]
+                                   [--window 40] [--partition-by ts] [--fields 16]
+                                   [--chains 12]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from bench_util import ROOT, exit_on_sigterm, use_repo_on_path
+
+use_repo_on_path()
+
+from patterns import (  # noqa: E402
+    PARTITION_CONDITION, SEED, START, heavy_expression, parse_value, reference_rows, sink_rows,
+)
+from peers import API_LINE, Job, free_port  # noqa: E402
+from testkit.waiting import wait_for  # noqa: E402
+
+CHAINS = 12  # heavy chains per field (an expression holds at most 4,096 characters: 12 fit)
+FIELDS = 16  # heavy fields: 16 x 12 x 20 math calls per row
+RATIO_GOAL = 2.4  # sink rate at parallelism 3 / at 1
+CPU_GOAL = 1.15  # x the agent's cpus
+USER_HZ = os.sysconf("SC_CLK_TCK")
+CONTAINER = re.compile(r"^elastiq-[^/]+$")  # embedded_mesos.isolation.cgroup_name
+
+
+# --- the spec and its oracle (pure) --------------------------------------------------------------
+
+def spec_text(name: str, rate: int, limit: int, partition_by: str, chains: int,
+              heavy_fields: int) -> str:
+    fields = "\n".join(f'    <field name="v{i}" value="{heavy_expression(i, chains)[0]}"/>'
+                       for i in range(heavy_fields))
+    return f"""<dataflow name="{name}">
+  <operator name="src" type="generator" cpus="0.3">
+    <param name="shape" value="sensor"/> <param name="rate" value="{rate}"/>
+    <param name="seed" value="{SEED}"/> <param name="limit" value="{limit}"/>
+    <param name="start" value="{START}"/>
+    <output name="raw"/>
+  </operator>
+  <operator name="heavy" type="project" max-parallelism="3" partition-by="{partition_by}"
+            cpus="0.3">
+    <input name="raw"/>
+    <field name="sensor" value="sensor"/>
+    <field name="ts" value="ts"/>
+    <field name="humidity" value="humidity"/>
+{fields}
+    <output name="scored"/>
+  </operator>
+  <operator name="few" type="filter" cpus="0.3">
+    <input name="scored"/>
+    <param name="condition" value="{PARTITION_CONDITION[0].replace('<', '&lt;')}"/>
+    <output name="kept"/>
+  </operator>
+  <operator name="sink" type="file-sink" cpus="0.3">
+    <input name="kept"/>
+    <param name="path" value="out/{name}.jsonl"/>
+  </operator>
+</dataflow>
+"""
+
+
+def heavy_oracle(rate: int, limit: int, chains: int, fields: int
+                 ) -> dict[tuple, tuple[float, ...]]:
+    """(sensor, ts) -> v0.. of the generator's first `limit` rows the query keeps, in plain
+    Python (`math`)."""
+    twins = [heavy_expression(i, chains)[1] for i in range(fields)]
+    keep = PARTITION_CONDITION[1]
+    return {(r["sensor"], r["ts"]): tuple(t(r["temp"], r["humidity"]) for t in twins)
+            for r in reference_rows(rate, limit) if keep(r["humidity"])}
+
+
+def checked_rows(path: Path, rate: int, chains: int, fields: int) -> tuple[int, int, int]:
+    """(rows, rows not equal to their plain-Python twin or not in the input, rows seen twice)
+    of the sink: each row's (sensor, ts) names its generator row; the oracle is every kept row
+    of the generator up to the latest ts the sink holds."""
+    rows = list(sink_rows(path))
+    if not rows:
+        return 0, 0, 0
+    last = max(r["ts"] for r in rows)
+    start = parse_value(START)
+    expected = heavy_oracle(rate, int((last - start).total_seconds() * rate) + 2, chains, fields)
+    seen = Counter((r["sensor"], r["ts"]) for r in rows)
+    wrong = sum(1 for r in rows
+                if (want := expected.get((r["sensor"], r["ts"]))) is None
+                or not all(math.isclose(r[f"v{i}"], w, rel_tol=1e-9)
+                           for i, w in enumerate(want)))
+    return len(rows), wrong, sum(n - 1 for n in seen.values() if n > 1)
+
+
+# --- cpu per agent through /proc ------------------------------------------------------------------
+
+def container_of_cgroup(text: str) -> str | None:
+    """The container cgroup named in a process's /proc/PID/cgroup text (its cpu hierarchy's, or
+    v2's), when it is one of an embedded agent's (`elastiq-<agent>-<container>`); an agent runs
+    one executor container of the query's framework, so a container stands for its agent."""
+    for line in text.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) == 3 and ("cpu" in parts[1].split(",") or parts[1] == ""):
+            last = parts[2].rstrip("/").rsplit("/", 1)[-1]
+            if CONTAINER.match(last):
+                return last
+    return None
+
+
+def process_ticks(proc: Path = Path("/proc")) -> dict[int, tuple[str, int]]:
+    """pid -> (agent, user + system ticks with waited-for children) of our containers'
+    processes."""
+    found: dict[int, tuple[str, int]] = {}
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            agent = container_of_cgroup((entry / "cgroup").read_text())
+            if agent is None:
+                continue
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2:].split()
+        found[int(entry.name)] = (agent, sum(int(fields[i]) for i in (11, 12, 13, 14)))
+    return found
+
+
+@dataclass
+class CpuWindow:
+    """Each agent's cpu seconds over a window, from repeated /proc readings."""
+
+    first: dict[int, tuple[str, int]]
+    last: dict[int, tuple[str, int]]
+    started: float
+    ended: float = math.nan
+
+    @classmethod
+    def begin(cls) -> CpuWindow:
+        now = process_ticks()
+        return cls(now, dict(now), time.monotonic())
+
+    def sample(self) -> None:
+        for pid, (agent, ticks) in process_ticks().items():
+            self.last[pid] = (agent, ticks)
+        self.ended = time.monotonic()
+
+    def per_agent(self) -> dict[str, float]:
+        """cpus used per agent over the window (cpu seconds / wall seconds)."""
+        used: Counter[str] = Counter()
+        for pid, (agent, ticks) in self.last.items():
+            used[agent] += ticks - self.first.get(pid, (agent, 0))[1]
+        span = self.ended - self.started
+        return {a: t / USER_HZ / span for a, t in sorted(used.items())}
+
+
+# --- the run ------------------------------------------------------------------------------------
+
+@dataclass
+class Phase:
+    parallelism: int
+    rows_per_s: float
+    cpus: dict[str, float]
+
+
+def sink_lines(path: Path) -> list[str]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return []
+    return [line for line in text.split("\n")[:-1] if line.strip()]
+
+
+def measure(sink: Path, k: int, warm: float, window: float) -> Phase:
+    time.sleep(warm)
+    cpu = CpuWindow.begin()
+    before, t0 = len(sink_lines(sink)), time.monotonic()
+    deadline = t0 + window
+    while time.monotonic() < deadline:
+        time.sleep(1.0)
+        cpu.sample()
+    after, t1 = len(sink_lines(sink)), time.monotonic()
+    return Phase(k, (after - before) / (t1 - t0), cpu.per_agent())
+
+
+def scale(port: int, token_file: Path, query: str, k: int) -> None:
+    """`elastiq scale QUERY heavy K`, as a user types it; waits until it is done."""
+    done = subprocess.run(
+        [sys.executable, "-m", "elastiq.cli", "scale", query, "heavy", str(k), "--scheduler",
+         f"http://127.0.0.1:{port}", "--token-file", str(token_file)],
+        capture_output=True, text=True, timeout=400, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    if done.returncode != 0:
+        raise RuntimeError(f"elastiq scale failed: {done.stdout}{done.stderr}")
+
+
+def run(args: argparse.Namespace, work: Path) -> tuple[list[Phase], tuple[int, int, int]]:
+    name = "run-scale"
+    spec = work / "spec.xml"
+    spec.write_text(spec_text(name, args.rate, 10_000_000, args.partition_by, args.chains,
+                              args.fields), encoding="utf-8")
+    sink = work / "out" / f"{name}.jsonl"
+    sink.parent.mkdir()
+    port, xdg = free_port(), work / "xdg"
+    argv = [sys.executable, "-m", "elastiq.cli", "run", str(spec), "--agents", str(args.agents),
+            "--cpus", f"{args.cpus:g}", "--state-dir", str(work / "state"), "--no-progress",
+            "--api-port", str(port), "--path-root", str(work)]
+    job = Job("elastiq", argv, work, env={"PYTHONPATH": str(ROOT), "XDG_STATE_HOME": str(xdg)})
+    try:
+        wait_for("the first sink rows", lambda: sink_lines(sink) or not job.alive(), 300, 0.5)
+        if not job.alive():
+            raise RuntimeError(f"elastiq run ended: {job.log_path.read_text()[-2000:]}")
+        found = API_LINE.search(job.log_path.read_text(encoding="utf-8", errors="replace"))
+        assert found is not None, "elastiq run names no API port"
+        port = int(found.group(1))
+        phases = [measure(sink, 1, args.warm, args.window)]
+        scale(port, xdg / "elastiq" / f"api-token-{port}", name, 3)
+        phases.append(measure(sink, 3, args.warm, args.window))
+    finally:
+        job.stop(signal.SIGINT, grace=60.0)
+    return phases, checked_rows(sink, args.rate, args.chains, args.fields)
+
+
+def report(phases: Sequence[Phase], checked: tuple[int, int, int], args: argparse.Namespace) -> str:
+    limit = CPU_GOAL * args.cpus
+    lines = [f"elastiq run --agents {args.agents} --cpus {args.cpus:g}: heavy project "
+             f"({args.fields} fields x {args.chains} chains), partition-by {args.partition_by}, "
+             f"generator {args.rate} rows/s; warm-up {args.warm:g} s, window {args.window:g} s"]
+    for p in phases:
+        cpus = ", ".join(f"{c:.2f}" for c in p.cpus.values())
+        top = max(p.cpus.values(), default=math.nan)
+        lines.append(f"parallelism {p.parallelism}: sink {p.rows_per_s:,.1f} rows/s; each "
+                     f"agent's container's cpus (/proc) {cpus}; busiest {top:.2f} "
+                     f"(goal <= {limit:.2f}: {'met' if top <= limit else 'MISSED'})")
+    ratio = phases[1].rows_per_s / phases[0].rows_per_s if phases[0].rows_per_s else math.nan
+    lines.append(f"sink rate p3 / p1: {ratio:.2f} (goal >= {RATIO_GOAL}: "
+                 f"{'met' if ratio >= RATIO_GOAL else 'MISSED'})")
+    rows, wrong, twice = checked
+    lines.append(f"sink rows: {rows:,}, {wrong} wrong, {twice} twice (goal 0, 0: "
+                 f"{'met' if wrong == twice == 0 else 'MISSED'})")
+    return "\n".join(lines)
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--agents", type=int, default=5)
+    parser.add_argument("--cpus", type=float, default=0.4)
+    parser.add_argument("--rate", type=int, default=3000, help="generator rows/s")
+    parser.add_argument("--warm", type=float, default=20.0, help="seconds before a window")
+    parser.add_argument("--window", type=float, default=40.0, help="seconds counted")
+    parser.add_argument("--partition-by", default="ts", help="the project's partition key")
+    parser.add_argument("--fields", type=int, default=FIELDS, help="heavy fields per row")
+    parser.add_argument("--chains", type=int, default=CHAINS,
+                        help="heavy chains per field (the cost per row)")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    exit_on_sigterm()
+    work = Path(tempfile.mkdtemp(prefix="run-scale-"))
+    phases, checked = run(args, work)
+    print(report(phases, checked, args))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
