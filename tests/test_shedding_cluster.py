@@ -45,15 +45,16 @@ BASE = 200  # rows/s while the query starts
 # emergency (rows queueing at least as fast as processed) while the new instance stabilizes
 OVERLOAD = 2400
 LOW = 1  # rows/s once the overload ends, until the release: next to nothing arrives
-# rows/s after the release: under a fifth of the instance's quiet capacity, so a machine
-# loaded by a neighbour does not make it shed again
-FINISH = 150
+# rows/s after the release: a sixteenth of the instance's quiet capacity, so a machine loaded
+# by a neighbour does not make it shed again (beside a busy core and another test suite the
+# instance processed ~105 rows/s; at 150 it shed again after the release)
+FINISH = 50
 PAUSE = 0.001  # rows/s at the end (the least rate a control tuple sets): the reads stop
 # far more than the test reads: the generator never runs out, whatever a loaded machine's
 # delays (a limit of 80,000 ran out before the release once in CI); the sink is checked over
 # the ids below its highest, once it stopped growing
 LIMIT = 200_000
-AFTER_RELEASE = 1_500  # rows read after the release that must reach the sink
+AFTER_RELEASE = 500  # rows read after the release that must reach the sink
 SOURCE_PARAMS = {"shape": "sequence", "rate": str(BASE), "seed": "5", "limit": str(LIMIT)}
 
 
