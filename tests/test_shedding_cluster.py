@@ -35,7 +35,7 @@ from testkit.e2e_support import (Stack, end_bounds, generator_offsets, module_st
 from testkit.shed_support import (DROP, SOURCE, check_sink, dropped_of, oracle,
                                   ratio_changes, ratio_of, shedding_view, sink_key, spec)
 
-pytestmark = [pytest.mark.spark, pytest.mark.cluster, pytest.mark.timeout(420)]
+pytestmark = [pytest.mark.spark, pytest.mark.cluster, pytest.mark.timeout(600)]
 log = logging.getLogger("tests.shedding")
 
 QUERY = "e2e-shed"
@@ -216,7 +216,10 @@ def overload_then_release(stack: Stack, watch: Watch, sink: Path, checkpoint: Pa
     log.info("released after %.0f s", time.monotonic() - began)
     read_by_release = max(generator_offsets(checkpoint).values(), default=0)
     set_rate(stack, FINISH)
-    wait_until(lambda: max_id(sink) >= read_by_release + AFTER_RELEASE, 180,
+    # behind the rows the overload queued in the instance's channel: 19-69 s here on a quiet
+    # or shared machine, 170 s beside a busy core and a pure test run (the instance at ~200
+    # rows/s of its ~800, the overload 12 times that)
+    wait_until(lambda: max_id(sink) >= read_by_release + AFTER_RELEASE, 360,
                f"{AFTER_RELEASE} rows read after the release at the sink", watch.figures,
                step=1.0)
     set_rate(stack, PAUSE)
