@@ -20,7 +20,7 @@ from typing import Literal, Mapping, Sequence
 
 from scheduler.elastic_policy import Decision
 from scheduler.shedding import (EPSILON, ShedPlan, ShedProblem, agent_loads, operator_loads,
-                                plan_shedding)
+                                plan_shedding, unrelieved)
 
 ShedKind = Literal["shed", "release", "hold"]
 ShedReason = Literal["overload", "fits", "can_scale", "cooldown", "unchanged", "idle",
@@ -64,12 +64,15 @@ def cannot_add_capacity(decisions: Sequence[Decision], refused_for_room: bool,
 
 
 def _utilisation(problem: ShedProblem) -> tuple[float, str]:
-    """The unshed load of the most loaded agent or limited operator against its bound."""
+    """The unshed load of the most loaded agent or limited operator against its bound, of those
+    a drop can relieve (not `unrelieved`: their fixed load alone passes the bound)."""
     loads = agent_loads(problem, {})
     bounds = dict(problem.capacity)
     own = operator_loads(problem, {})
     for name, limit in problem.limits.items():
         loads[name], bounds[name] = own[name], limit
+    for name in unrelieved(problem):
+        del loads[name]
     worst = max(loads, key=lambda a: loads[a] / bounds[a] if bounds[a] > 0 else
                 (float("inf") if loads[a] > 0 else 0.0), default="")
     if not worst:
@@ -126,9 +129,11 @@ def decide_shedding(problem: ShedProblem, can_add_capacity: bool,
                             plan=plan, quality=plan.quality)
     tuples = _tuples(plan.ratios, current, plan.class_ratios)
     losses = ", ".join(f"{s} keeps {q:.0%}" for s, q in sorted(plan.quality.items()))
+    beyond = (f" ({', '.join(plan.over)} over it by load no drop changes: rows its drops "
+              f"read)" if plan.over else "")
     why = (f"{agent} at {utilisation:.0%} of its capacity and no capacity can be added; "
            f"the plan keeps every agent and task within {policy.headroom:.0%} of its "
-           f"capacity: {losses}")
+           f"capacity{beyond}: {losses}")
     if not tuples:
         return ShedDecision("hold", "unchanged", why, plan=plan, quality=plan.quality)
     return ShedDecision("shed", "overload", why, tuples, plan, plan.quality)

@@ -2,24 +2,25 @@
 
 Owns `ShedState` (the shedding policy's decisions, the latest for the status view, the recent
 ones and their count for the metrics; when ratios last changed; when a scale-out was last
-refused for lack of room; the expected quality per sink of the plan in force), `ratios_in_force`
-(the drop ratios the query's control values hold) and `describe` (what `elastiq status` shows:
-per drop operator its ratios and the rows its task shed, per sink its weight and expected
-quality, and the latest decision with its numbers). Pure. Does not own the decision
-(`scheduler.shed_policy`), building its problem (`scheduler.shed_problem`) or sending the
-ratios (`scheduler.state`, as a control request of trigger `shed`).
+refused for lack of room; the expected quality per sink of the plan in force; each drop's task's
+cost per row read while its drops were idle, which `shed_problem.split_cost` needs),
+`ratios_in_force` (the drop ratios the query's control values hold) and `describe` (what
+`elastiq status` shows: per drop operator its ratios and the rows its task shed, per sink its
+weight and expected quality, and the latest decision with its numbers). Pure. Does not own the
+decision (`scheduler.shed_policy`), building its problem (`scheduler.shed_problem`) or sending
+the ratios (`scheduler.state`, as a control request of trigger `shed`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from common.tasks import CompiledQuery
 from scheduler.control import QueryControl
 from scheduler.lifecycle import TaskRecord
 from scheduler.shed_policy import ShedDecision
-from scheduler.shed_problem import drop_operators
+from scheduler.shed_problem import TaskRates, drop_operators
 
 DECISIONS_KEPT = 50
 ROOM_REFUSAL_SECONDS = 60.0  # a scale-out refused for lack of room counts this long
@@ -36,12 +37,21 @@ class ShedState:
     refused_for_room_at: float | None = None
     quality: dict[str, float] = field(default_factory=dict)  # expected, per sink, in force
     changes: int = 0  # control requests sent by the shedding policy
+    # a drop's task -> its cost per row read over the latest window in which it dropped nothing
+    unshed_cost: dict[str, float] = field(default_factory=dict)
 
     def decide(self, decision: ShedDecision, now: float) -> None:
         self.latest, self.decided_at = decision, now
         self.decisions.append(decision)
         self.decided += 1
         del self.decisions[:-DECISIONS_KEPT]
+
+    def observe_unshed(self, drop_tasks: Iterable[str], rates: Mapping[str, TaskRates]) -> None:
+        """Keep the cost per row read of every drop's task that read rows and dropped none."""
+        for task in drop_tasks:
+            r = rates.get(task)
+            if r is not None and r.rows_in > 0 and r.dropped <= 0:
+                self.unshed_cost[task] = r.cost_per_read
 
     def refused_for_room(self, now: float) -> bool:
         return self.refused_for_room_at is not None and \

@@ -13,17 +13,21 @@ for the whole plan at once by one linear program:
   so its own ratio is `1 - z / z_up`; this keeps the program linear where drops sit in series;
 - every stream's rate is then linear in the variables (an operator multiplies its inputs' rates
   by its selectivity), so is every agent's load (the sum over its operators of cost x input
-  rate), and each agent's load must stay at most its capacity;
+  rate, plus their `fixed` load, which no drop changes: a task holding a drop reads every row
+  that arrives, also those it drops), and each agent's load must stay at most its capacity;
 - a sink's quality is the fraction of its unshed value it still delivers, a row's value being
   the utility of its class (1 unless the spec's `utility` predicate says otherwise); the program
   maximises the weighted sum of the sinks' qualities, so loses the least weighted output.
 
 A drop point whose input mixes rows of several origins (after a union or join of two shed
 streams) is left idle: its ratio would multiply a sum of variables, which is not linear; the
-plan's `idle` says which and why. `uniform_ratio` is the baseline the paper compares with (one
-ratio at every source, the least that fits). Reads no clock, does no I/O; solved by SciPy's
-HiGHS (`scipy.optimize.linprog`). Does not own when shedding is asked for (the scheduler, only
-when no capacity can be added), nor how ratios reach the drop operators (control tuples).
+plan's `idle` says which and why. An agent or limited operator whose fixed load alone passes its
+bound is left out of the program (no drop brings it within; it would only make the program
+infeasible, or drop everything for nothing) and named in the plan's `over`. `uniform_ratio` is
+the baseline the paper compares with (one ratio at every source, the least that fits). Reads
+no clock, does no I/O; solved by SciPy's HiGHS (`scipy.optimize.linprog`). Does not own when
+shedding is asked for (the scheduler, only when no capacity can be added), nor how ratios reach
+the drop operators (control tuples).
 """
 
 from __future__ import annotations
@@ -64,13 +68,16 @@ class DropPoint:
 @dataclass(frozen=True)
 class Operator:
     """An operator instance: where it runs, its measured CPU seconds per input row, output rows
-    per input row, and the names of the drop points or operators it reads."""
+    per input row, and the names of the drop points or operators it reads; `fixed`: CPU seconds
+    per second it spends whatever its drop points keep (a drop's task reading the rows it then
+    drops)."""
 
     name: str
     agent: str
     cost: float
     selectivity: float
     inputs: tuple[str, ...]
+    fixed: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -96,7 +103,9 @@ class ShedPlan:
     """The program's answer: a drop ratio per drop point (of all its rows) and, for a drop point
     with utility classes, the ratio dropped of each class; the expected quality of each sink
     (kept fraction of its value), the weighted loss, each agent's load, and why points were left
-    idle. `feasible` is False when even dropping everything sheddable leaves an agent over."""
+    idle. `feasible` is False when even dropping everything sheddable leaves an agent over;
+    `over`: the agents and limited operators whose fixed load alone passes their bound (left out
+    of the program: no drop relieves them)."""
 
     ratios: Mapping[str, float]
     class_ratios: Mapping[str, Mapping[str, float]]
@@ -105,6 +114,7 @@ class ShedPlan:
     loads: Mapping[str, float]
     feasible: bool
     idle: Mapping[str, str] = field(default_factory=dict)
+    over: tuple[str, ...] = ()
 
     @property
     def shedding(self) -> bool:
@@ -137,6 +147,8 @@ def check_problem(problem: ShedProblem) -> list[str]:
             problems.append(f"operator {o.name}: cost {o.cost} is not a finite cost >= 0")
         if not (o.selectivity >= 0 and np.isfinite(o.selectivity)):
             problems.append(f"operator {o.name}: selectivity {o.selectivity} is not >= 0")
+        if not (o.fixed >= 0 and np.isfinite(o.fixed)):
+            problems.append(f"operator {o.name}: fixed load {o.fixed} is not >= 0")
         problems += [f"operator {o.name}: reads {i}, unknown" for i in o.inputs if i not in names]
         if o.agent not in problem.capacity:
             problems.append(f"operator {o.name}: agent {o.agent} has no capacity")
@@ -228,16 +240,40 @@ def agent_loads(problem: ShedProblem, keep: Mapping[Var, float]) -> dict[str, fl
     loads = {agent: 0.0 for agent in problem.capacity}
     for o in problem.operators:
         arriving = _summed([rate[i] for i in o.inputs])
-        loads[o.agent] += o.cost * sum(c * keep.get(v, 1.0) for v, c in arriving.items())
+        loads[o.agent] += o.fixed + o.cost * sum(c * keep.get(v, 1.0)
+                                                 for v, c in arriving.items())
     return loads
 
 
 def operator_loads(problem: ShedProblem, keep: Mapping[Var, float]) -> dict[str, float]:
     """Each operator's own load (CPU s/s) when each variable keeps `keep[var]` (missing: 1)."""
     rate, _, _ = _rates(problem)
-    return {o.name: o.cost * sum(c * keep.get(v, 1.0)
-                                 for v, c in _summed([rate[i] for i in o.inputs]).items())
+    return {o.name: o.fixed + o.cost * sum(c * keep.get(v, 1.0)
+                                           for v, c in _summed([rate[i] for i in o.inputs]).items())
             for o in problem.operators}
+
+
+def fixed_loads(problem: ShedProblem) -> dict[str, float]:
+    """Each agent's and limited operator's load that no drop changes (its operators' `fixed`)."""
+    fixed = {agent: 0.0 for agent in problem.capacity}
+    for o in problem.operators:
+        fixed[o.agent] += o.fixed
+    fixed.update({o.name: o.fixed for o in problem.operators if o.name in problem.limits})
+    return fixed
+
+
+def bounds_of(problem: ShedProblem) -> dict[str, float]:
+    """Each agent's capacity and limited operator's limit, by name."""
+    return {**problem.capacity, **problem.limits}
+
+
+def unrelieved(problem: ShedProblem) -> tuple[str, ...]:
+    """The agents and limited operators whose fixed load (> 0) alone passes their bound: no drop
+    can bring them within it. (A bound under 0 with no fixed load stays in the program, which it
+    makes infeasible: other queries' load, not this one's reading.)"""
+    fixed, bounds = fixed_loads(problem), bounds_of(problem)
+    return tuple(sorted(name for name, bound in bounds.items()
+                        if fixed[name] > EPSILON and fixed[name] > bound + EPSILON))
 
 
 def _utilities(problem: ShedProblem) -> dict[Var, float]:
@@ -310,16 +346,18 @@ def _constraints(problem: ShedProblem, rate: Mapping[str, Linear],
                  upstream: Mapping[Var, Var | None], index: Mapping[Var, int]
                  ) -> tuple[list[int], list[int], list[float], list[float]]:
     """Sparse rows of `A z <= b`: one per agent (its load within capacity), one per chained
-    drop point (it keeps at most what its upstream kept), one per operator with a limit."""
+    drop point (it keeps at most what its upstream kept), one per operator with a limit. A
+    bound's fixed load is taken off it; an unrelieved one is an empty row (0 <= 0)."""
     rows: list[int] = []
     cols: list[int] = []
     data: list[float] = []
     bound: list[float] = []
+    fixed, over = fixed_loads(problem), set(unrelieved(problem))
     agent_row = {agent: i for i, agent in enumerate(problem.capacity)}
     for agent in problem.capacity:
-        bound.append(problem.capacity[agent])
+        bound.append(0.0 if agent in over else problem.capacity[agent] - fixed[agent])
     for o in problem.operators:
-        for i in o.inputs:
+        for i in o.inputs if o.agent not in over else ():
             for v, c in rate[i].items():
                 rows.append(agent_row[o.agent])
                 cols.append(index[v])
@@ -327,8 +365,8 @@ def _constraints(problem: ShedProblem, rate: Mapping[str, Linear],
     for o in problem.operators:
         if o.name in problem.limits:
             row = len(bound)
-            bound.append(problem.limits[o.name])
-            for v, c in _summed([rate[i] for i in o.inputs]).items():
+            bound.append(0.0 if o.name in over else problem.limits[o.name] - o.fixed)
+            for v, c in _summed([rate[i] for i in o.inputs if o.name not in over]).items():
                 rows.append(row)
                 cols.append(index[v])
                 data.append(o.cost * c)
@@ -347,9 +385,10 @@ def _plan(problem: ShedProblem, keep: Mapping[Var, float], upstream: Mapping[Var
           idle: Mapping[str, str]) -> ShedPlan:
     loads = agent_loads(problem, keep)
     quality = sink_quality(problem, keep)
-    feasible = all(loads[a] <= problem.capacity[a] + 1e-6 for a in loads) and all(
-        load <= problem.limits[o] + 1e-6 for o, load in operator_loads(problem, keep).items()
-        if o in problem.limits)
+    over = unrelieved(problem)
+    feasible = all(loads[a] <= problem.capacity[a] + 1e-6 for a in loads if a not in over) and \
+        all(load <= problem.limits[o] + 1e-6 for o, load in operator_loads(problem, keep).items()
+            if o in problem.limits and o not in over)
     ratios: dict[str, float] = {}
     class_ratios: dict[str, dict[str, float]] = {}
     for p in problem.points:
@@ -366,7 +405,8 @@ def _plan(problem: ShedProblem, keep: Mapping[Var, float], upstream: Mapping[Var
             kept += c.share * local
         ratios[p.name] = _clean(1.0 - kept)
     loss = sum(s.weight * (1.0 - quality[s.name]) for s in problem.sinks)
-    return ShedPlan(ratios, class_ratios, quality, max(0.0, loss), loads, feasible, dict(idle))
+    return ShedPlan(ratios, class_ratios, quality, max(0.0, loss), loads, feasible, dict(idle),
+                    over)
 
 
 def _clean(x: float) -> float:
@@ -376,11 +416,13 @@ def _clean(x: float) -> float:
 def uniform_ratio(problem: ShedProblem) -> float:
     """The baseline: the least single drop ratio which, applied at every source drop point
     (channel drop points idle), keeps every agent within capacity (1.0 if none does)."""
-    full = agent_loads(problem, {})
+    full, fixed, over = agent_loads(problem, {}), fixed_loads(problem), unrelieved(problem)
     ratio = 0.0
     for agent, load in full.items():
-        if load > problem.capacity[agent] + EPSILON:
-            ratio = max(ratio, 1.0 - max(problem.capacity[agent], 0.0) / load)
+        shed = load - fixed[agent]  # what dropping every row would take off
+        if load > problem.capacity[agent] + EPSILON and agent not in over:
+            ratio = max(ratio, 1.0 - max(problem.capacity[agent] - fixed[agent], 0.0) / shed
+                        if shed > EPSILON else 1.0)
     return ratio
 
 

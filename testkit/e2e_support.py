@@ -6,7 +6,8 @@ Owns `Stack` (two embedded agents, the framework scheduler and its HTTP API, com
 `elastiq run` composes them; `StackPool` for one shared by a test module and the next ones of
 the same `StackShape`), `kill_executor`
 (SIGKILL an agent's whole executor session), `wait_until` (poll with a time bound and a diff
-on failure), `multiset_diff`, reading spec parameters with the standard library's XML parser,
+on failure), `multiset_diff`, `recording_offsets` (every micro-batch's generator offset, read
+before Spark purges it), reading spec parameters with the standard library's XML parser,
 the oracles (generator rows from `executor.shapes.reference_row`, then filter / project /
 union / windows / join computed in plain Python) and reading file sinks back. Does not own any
 product behaviour and never compares against the system's own earlier output.
@@ -22,9 +23,11 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import xml.etree.ElementTree as ET
 from collections import Counter, defaultdict
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -504,15 +507,78 @@ _SINK_READS: dict[Path, tuple[bytes, list[Row]]] = {}
 
 def generator_offsets(checkpoint: Path) -> dict[int, int]:
     """Micro-batch -> the end offset (rows read) of the task's one generator after it, from
-    Spark's offset log in the task's checkpoint folder; batches not planned yet are absent."""
+    Spark's offset log in the task's checkpoint folder; batches not planned yet are absent, and
+    so are the batches Spark purged (it keeps the last `minBatchesToRetain`, 20:
+    `OffsetRecord` keeps them all), also one purged between listing and reading."""
     found = {}
     folder = checkpoint / "spark" / "offsets"
     for entry in folder.iterdir() if folder.is_dir() else ():
         if entry.name.isdigit():
-            lines = entry.read_text().splitlines()
+            try:
+                lines = entry.read_text().splitlines()
+            except FileNotFoundError:
+                continue
             if lines:
                 found[int(entry.name)] = int(json.loads(lines[-1])["index"])
     return found
+
+
+class OffsetRecord:
+    """Every micro-batch's generator end offset, read from the task's offset log by a thread
+    every `step` seconds while the query runs (`recording_offsets`): Spark purges all but the
+    last 20 batches' files, so reading them only when a test needs one loses the older ones
+    (a purged file was a KeyError in CI). A batch it never saw (a loaded machine starved the
+    thread for 20 batches) is bounded by the batches around it (`end_bounds`)."""
+
+    def __init__(self, checkpoint: Path, step: float) -> None:
+        self.checkpoint, self.step = checkpoint, step
+        self._ends: dict[int, int] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+
+    def read(self) -> None:
+        found = generator_offsets(self.checkpoint)
+        with self._lock:
+            self._ends.update(found)
+
+    def ends(self) -> dict[int, int]:
+        with self._lock:
+            return dict(self._ends)
+
+    def run(self) -> None:
+        """Read every `step` seconds until `stop`."""
+        while not self._stop.wait(self.step):
+            self.read()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+@contextmanager
+def recording_offsets(checkpoint: Path, step: float = 0.25) -> Iterator[OffsetRecord]:
+    """An `OffsetRecord` of `checkpoint` whose thread runs inside the block; read once more
+    at its end (leave the block before the query stops: its checkpoint may go)."""
+    record = OffsetRecord(checkpoint, step)
+    thread = threading.Thread(target=record.run, name="offset-record", daemon=True)
+    thread.start()
+    try:
+        yield record
+    finally:
+        record.stop()
+        thread.join(timeout=10)
+        record.read()
+
+
+def end_bounds(ends: Mapping[int, int], batch: int) -> tuple[int, int | None]:
+    """(at most, at least) what the generator had read by the end of micro-batch `batch`, from
+    the batches seen (`ends`): exact when `batch` was seen; else the end of the latest earlier
+    batch seen (0: before batch 0 nothing was read) and of the earliest later one (None: none
+    seen). Ends grow with the batch (one generator reads in order)."""
+    if batch in ends:
+        return ends[batch], ends[batch]
+    below = [b for b in ends if b < batch]
+    above = [b for b in ends if b > batch]
+    return (ends[max(below)] if below else 0), (ends[min(above)] if above else None)
 
 
 def _sink_rows(text: bytes) -> list[Row]:

@@ -48,8 +48,14 @@ ALONE_MODULES = frozenset({"tests/test_isolation_cgroups.py", "tests/test_kafka_
 # tests/test_distribution_cluster.py waits (bounded, 150 s) for a move that needs the agent with
 # three tasks to carry more load than the one with one: the other stream slows both executors
 # alike, and the gap (0.7 CPU s/s measured) stays far above the test's threshold (0.1).
+# tests/test_shedding_cluster.py (82-140 s; 294-384 s beside a busy core) overloads its one
+# instance on purpose: a neighbour only makes the overload larger; the release comes at 1 row/s
+# and the rows after it arrive at 50 rows/s, a sixteenth of the instance's quiet capacity, so
+# neither depends on the machine's load (only the wait for the rows the overload queued does);
+# in the serial stream its time would lengthen the suite's critical path.
 BESIDE_MODULES = frozenset({"tests/test_thirty_tasks_cluster.py", "tests/test_update_cluster.py",
-                            "tests/test_distribution_cluster.py"})
+                            "tests/test_distribution_cluster.py",
+                            "tests/test_shedding_cluster.py"})
 UNMARKED_WEIGHT = {"cluster": 60.0, "spark": 10.0}
 PURE_WEIGHT = 1.0
 

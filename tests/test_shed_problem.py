@@ -12,9 +12,11 @@ from common.control import Adjustable, ControlCatalog, Target
 from common.tasks import ChannelSpec, CompiledQuery, QueryTask, Resources
 from common.types import Schema
 from scheduler.elastic_policy import Sample
+from scheduler.shed_policy import ShedPolicy, decide_shedding
 from scheduler.shed_problem import (UNKNOWN_CAPACITY, TaskRates, drop_operators, problem_of,
-                                    rates_of, uniform_tuples)
-from scheduler.shedding import DropPoint, Operator, Sink, plan_shedding
+                                    rates_of, split_cost, uniform_tuples)
+from scheduler.shed_state import ShedState
+from scheduler.shedding import DropPoint, Operator, Sink, agent_loads, plan_shedding
 
 SCHEMA = Schema.of(("sensor", "string"), ("value", "double"))
 
@@ -58,17 +60,100 @@ def test_a_chain_over_two_agents_by_hand() -> None:
     assert plan.quality["out"] == pytest.approx(0.5)
 
 
-def test_the_problem_does_not_depend_on_the_ratio_in_force() -> None:
-    # the same chain while 30 % is shed: t0 still sees 100 rows/s arrive, processes 70
-    # (0.35 CPU s/s, 0.005 s each) and emits 28 (0.4 of 70); t1 gets 28 (0.14 CPU s/s)
-    unshed = {"q.t0": TaskRates(100.0, 40.0, 0.0, 0.5), "q.t1": TaskRates(40.0, 0.0, 0.0, 0.2)}
-    shed = {"q.t0": TaskRates(100.0, 28.0, 30.0, 0.35), "q.t1": TaskRates(28.0, 0.0, 0.0, 0.14)}
+# A drop's task's cost in three worlds: CPU seconds per row read (a generator and its drop: it
+# makes and hashes every row, also those it drops), per row kept (operators after the drop in
+# the same task) or both.
+WORLDS = {"per row read": (0.005, 0.0), "per row kept": (0.0, 0.005), "both": (0.002, 0.003)}
+
+
+def chain_rates(read_cost: float, kept_cost: float, ratio: float) -> dict[str, TaskRates]:
+    """The chain's figures while `ratio` is shed: 100 rows/s arrive and are read, t0 keeps
+    1 - ratio of them, its filter passes 0.4 of those; t1 spends 0.005 s per row."""
+    kept = 100.0 * (1.0 - ratio)
+    return {"q.t0": TaskRates(100.0, 0.4 * kept, 100.0 * ratio,
+                              100.0 * read_cost + kept * kept_cost),
+            "q.t1": TaskRates(0.4 * kept, 0.0, 0.0, 0.4 * kept * 0.005)}
+
+
+@pytest.mark.parametrize("world", sorted(WORLDS))
+def test_the_problem_does_not_depend_on_the_ratio_in_force(world: str) -> None:
+    """Measured while 30 % and while 60 % is shed, with t0's cost per row read while nothing
+    was (`unshed`, as the scheduler keeps it), the problem is the same, and its load with
+    nothing shed is the one measured unshed. (Until this change a dropped row was taken to
+    cost nothing, the first world only: a generator's task then looked dearer per kept row
+    the more it dropped.)"""
+    read_cost, kept_cost = WORLDS[world]
     running, capacity = {"q.t0": "A", "q.t1": "B"}, {"A": 0.25, "B": 1.0}
-    a, b = (problem_of(chain(), running, r, capacity) for r in (unshed, shed))
-    assert not isinstance(a, str) and not isinstance(b, str)
-    assert a.points == b.points
+    unshed = {"q.t0": read_cost + kept_cost}
+    first, a, b = (problem_of(chain(), running, chain_rates(read_cost, kept_cost, ratio),
+                              capacity, unshed) for ratio in (0.0, 0.3, 0.6))
+    assert not isinstance(a, str) and not isinstance(b, str) and not isinstance(first, str)
+    assert a.points == b.points == first.points
     for x, y in zip(a.operators, b.operators):
-        assert (x.cost, x.selectivity) == pytest.approx((y.cost, y.selectivity))
+        assert (x.cost, x.selectivity, x.fixed) == pytest.approx((y.cost, y.selectivity, y.fixed))
+    t0 = next(o for o in a.operators if o.name == "q.t0")
+    assert (t0.fixed, t0.cost) == pytest.approx((100.0 * read_cost, kept_cost))
+    assert agent_loads(a, {}) == pytest.approx(agent_loads(first, {}))
+
+
+def test_the_split_without_an_unshed_figure_and_while_nothing_is_dropped() -> None:
+    shed = TaskRates(100.0, 40.0, 30.0, 0.5)  # 0.005 s per row read, 30 % dropped
+    assert split_cost(shed, None) == pytest.approx((0.005, 0.0))  # all per row read
+    assert split_cost(shed, 0.005) == pytest.approx((0.005, 0.0))  # as dear as unshed
+    # 0.0059 unshed: 0.003 per kept row (0.0009 less over 30 % fewer), 0.0029 per row read
+    assert split_cost(shed, 0.0059) == pytest.approx((0.0029, 0.003))
+    assert split_cost(shed, 0.1) == pytest.approx((0.0, 0.005 / 0.7))  # a noisy figure: kept
+    assert split_cost(shed, 0.001) == pytest.approx((0.005, 0.0))  # cheaper unshed: read
+    unshed = TaskRates(100.0, 40.0, 2.0, 0.5)  # 2 % dropped: read and kept rows alike
+    assert split_cost(unshed, 0.009) == pytest.approx((0.0, 0.005))
+
+
+def world_rates(read_cost: float, kept_cost: float, ratio: float) -> dict[str, TaskRates]:
+    """The benchmark's shape: 2,400 rows/s arrive at t0 (a generator and its drop, with
+    `read_cost` per row read and `kept_cost` per row kept), t0 reads them all and sends the
+    kept ones to t1 (the heavy project and the sink), which processes at most 800 a second
+    (0.00125 s each; the rest queue in its channel)."""
+    kept = 2400.0 * (1.0 - ratio)
+    processed = min(kept, 800.0)
+    return {"q.t0": TaskRates(2400.0, kept, 2400.0 - kept, 2400.0 * read_cost + kept * kept_cost),
+            "q.t1": TaskRates(processed, 0.0, 0.0, processed * 0.00125)}
+
+
+def planned_ratios(read_cost: float, kept_cost: float, rounds: int) -> list[float]:
+    """The ratio after each of `rounds` decisions, each fed the figures the ratio before it
+    gives, the unshed cost kept as the scheduler keeps it (`ShedState.observe_unshed`)."""
+    query = CompiledQuery(
+        "q", (task("q.t0", ("src", "src_drop"), outputs=("q/s",)),
+              task("q.t1", ("heavy", "out"), inputs=("q/s",))),
+        (ChannelSpec("q/s", "s", SCHEMA, "q.t0", ("q.t1",)),), {},
+        ControlCatalog(drop("src_drop", "q.t0")), weights={"out": 1.0})
+    state, ratio, ratios = ShedState(), 0.0, []
+    for i in range(rounds):
+        rates = world_rates(read_cost, kept_cost, ratio)
+        state.observe_unshed(["q.t0"], rates)
+        problem = problem_of(query, {"q.t0": "A", "q.t1": "A"}, rates, {"A": 2.5},
+                             state.unshed_cost)
+        assert not isinstance(problem, str), problem
+        decision = decide_shedding(problem, False, {"src_drop.ratio": ratio}, ShedPolicy(),
+                                   now=60.0 * i)
+        ratio = next((float(v) for _, p, v in decision.tuples if p == "ratio"), ratio)
+        ratios.append(ratio)
+    return ratios
+
+
+@pytest.mark.parametrize("read_cost, kept_cost, want", [
+    (0.95 / 2400, 0.0, 0.7),  # t0 busy 0.95 s/s however much it drops: t1 decides
+    (0.0, 0.2 / 2400, 0.7),
+    (0.2 / 2400, 0.2 / 2400, 0.7)])
+def test_a_sequence_of_plans_converges_instead_of_running_away(
+        read_cost: float, kept_cost: float, want: float) -> None:
+    """t1 can take 800 of the 2,400 rows/s arriving, 720 within the 90 % headroom: the ratio
+    is 1 - 720 / 2,400 = 0.7 from the first plan on, and stays. Before this change t0's cost
+    was busy seconds per row kept, so when its reading alone is over 90 % of its limit each
+    drop made it look dearer per kept row and each plan dropped more (0.70, 0.72, 0.73, ...
+    in the first world: the benchmark saw 0.54 -> 0.90 -> 0.96)."""
+    ratios = planned_ratios(read_cost, kept_cost, rounds=10)
+    assert ratios == pytest.approx([want] * 10, abs=0.01), ratios
 
 
 def test_a_split_stream_costs_each_instance_its_share() -> None:

@@ -11,9 +11,10 @@ until rows read after the release reach the sink, and pauses the generator until
 every row read. The sink is compared with a plain-Python oracle: every row is the
 correct result of its input row, none twice; the rows read before the first ratio took effect
 and after the release took effect (the applied history's epochs, mapped to generator offsets by
-Spark's offset log, as tests/test_control_cluster.py does) are all there; the rows missing are
-exactly the `rows_dropped` the status reports (the project keeps every row) and more than 0,
-all counted below the sink's highest id (the generator reads its ids in order).
+Spark's offset log, recorded by a thread while the query runs: Spark purges all but the last 20
+batches' files) are all there; the rows missing are exactly the `rows_dropped` the status
+reports (the project keeps every row) and more than 0, all counted below the sink's highest id
+(the generator reads its ids in order).
 """
 
 from __future__ import annotations
@@ -28,18 +29,13 @@ from typing import Any, Iterator
 import pytest
 
 from common.api_client import RequestRejected
-from testkit.e2e_support import (Stack, module_stack, read_sink, stop_query, submit,
+from testkit.e2e_support import (Stack, end_bounds, generator_offsets, module_stack,
+                                 read_sink, recording_offsets, stop_query, submit,
                                  wait_running, wait_until)
-from testkit.e2e_support import generator_offsets
 from testkit.shed_support import (DROP, SOURCE, check_sink, dropped_of, oracle,
                                   ratio_changes, ratio_of, shedding_view, sink_key, spec)
 
-pytestmark = [pytest.mark.spark, pytest.mark.cluster, pytest.mark.timeout(420)]
-# Skipped in CI until its bookkeeping is fixed: in CI runs under load it failed twice, once on
-# the generator's limit running out and once on an offset file Spark purged (KeyError: 72);
-# passes alone (docs/load.md). Run it with ELASTIQ_SHED_CLUSTER=1.
-pytestmark.append(pytest.mark.skipif(__import__("os").environ.get("ELASTIQ_SHED_CLUSTER") != "1",
-                                     reason="flaky under CI load; ELASTIQ_SHED_CLUSTER=1 runs it"))
+pytestmark = [pytest.mark.spark, pytest.mark.cluster, pytest.mark.timeout(600)]
 log = logging.getLogger("tests.shedding")
 
 QUERY = "e2e-shed"
@@ -49,13 +45,16 @@ BASE = 200  # rows/s while the query starts
 # emergency (rows queueing at least as fast as processed) while the new instance stabilizes
 OVERLOAD = 2400
 LOW = 1  # rows/s once the overload ends, until the release: next to nothing arrives
-FINISH = 300  # rows/s after the release: under half the instance's capacity
+# rows/s after the release: a sixteenth of the instance's quiet capacity, so a machine loaded
+# by a neighbour does not make it shed again (beside a busy core and another test suite the
+# instance processed ~105 rows/s; at 150 it shed again after the release)
+FINISH = 50
 PAUSE = 0.001  # rows/s at the end (the least rate a control tuple sets): the reads stop
 # far more than the test reads: the generator never runs out, whatever a loaded machine's
 # delays (a limit of 80,000 ran out before the release once in CI); the sink is checked over
 # the ids below its highest, once it stopped growing
 LIMIT = 200_000
-AFTER_RELEASE = 1_500  # rows read after the release that must reach the sink
+AFTER_RELEASE = 500  # rows read after the release that must reach the sink
 SOURCE_PARAMS = {"shape": "sequence", "rate": str(BASE), "seed": "5", "limit": str(LIMIT)}
 
 
@@ -106,7 +105,7 @@ class Watch:
              f"elastic: {self.elastic}"])
 
 
-def set_rate(stack: Stack, rate: int) -> None:
+def set_rate(stack: Stack, rate: float) -> None:
     """The generator's rate, sent until taken (a query takes one control request at a time:
     one of the shedding policy's may be pending) and waited for until applied."""
     client = stack.client()
@@ -161,40 +160,10 @@ def test_overload_at_the_bound_sheds_then_releases_and_the_sink_stays_exact(
     expected = oracle(SOURCE_PARAMS, FIELDS)
     watch = Watch(stack)
     checkpoint = stack.work / "state" / source_task / "checkpoint"
-    ends: dict[int, int] = {}  # Spark purges old offset files: read them as the test goes
     submit(stack, query)
     try:
-        wait_running(stack, QUERY, timeout=180)
-        wait_until(lambda: read_sink(sink), 180, "first rows at the sink")
-        log.info("running after %.0f s; overload at %s rows/s", time.monotonic() - began,
-                 OVERLOAD)
-
-        set_rate(stack, OVERLOAD)
-        wait_until(lambda: ratio_of(watch.status()) > 0 and watch.seen("shed", "overload") and
-                   dropped_of(watch.status()) > 0, 180,
-                   "the scheduler to shed (ratio > 0, a decision shed (overload), rows dropped)",
-                   watch.figures, step=0.5)
-        ends.update(generator_offsets(checkpoint))
-        log.info("shedding after %.0f s: %s", time.monotonic() - began,
-                 shedding_view(watch.status()))
-        wait_until(lambda: rows_dropped_metric(stack, source_task) > 0, 30,
-                   "elastiq_task_rows_dropped_total > 0 in /metrics", step=0.5)
-
-        set_rate(stack, LOW)
-        wait_until(lambda: ratio_of(watch.status()) == 0 and watch.seen("release"), 180,
-                   "every ratio back to 0 (a decision release)", watch.figures, step=0.5)
-        ends.update(generator_offsets(checkpoint))
-        log.info("released after %.0f s", time.monotonic() - began)
-        read_by_release = max(ends.values())
-        set_rate(stack, FINISH)
-        wait_until(lambda: max_id(sink) >= read_by_release + AFTER_RELEASE, 180,
-                   f"{AFTER_RELEASE} rows read after the release at the sink", watch.figures,
-                   step=1.0)
-        set_rate(stack, PAUSE)
-        caught_up(sink, checkpoint)
-        history = stack.client().control_status(QUERY)["history"]
-        status = watch.status()
-        ends.update(generator_offsets(checkpoint))
+        with recording_offsets(checkpoint) as offsets:
+            history, status = overload_then_release(stack, watch, sink, checkpoint, source_task)
     finally:
         stop_query(stack, QUERY)
     rows = read_sink(sink)  # once stopped: a batch being appended may show its rows part-way
@@ -207,10 +176,52 @@ def test_overload_at_the_bound_sheds_then_releases_and_the_sink_stays_exact(
     assert len(missing) == dropped > 0, (checked.describe(), below, dropped)
     changes = ratio_changes(history, source_task)
     assert changes and changes[0][1] > 0 and changes[-1][1] == 0, changes
-    first_shed = ends[changes[0][0] - 1]  # rows before it were read while the ratio was 0
-    released = ends[changes[-1][0] - 1]  # rows from it on were read after the release
+    ends = offsets.ends()
+    # rows below it were read while the ratio was 0; rows from it on after the release (bounds
+    # by the batches around, should the record have missed the batch before either change)
+    first_shed, _ = end_bounds(ends, changes[0][0] - 1)
+    exact_release, released = end_bounds(ends, changes[-1][0] - 1)
+    assert released is not None, ("no batch after the release recorded", changes, max(ends))
     assert released < below, ("no row was read after the release", released, below)
     assert missing[0] >= first_shed and missing[-1] < released, \
         (first_shed, released, missing[0], missing[-1])
-    log.info("%s rows shed of %s (ids %s..%s), first ratio %s, %.0f s in all", dropped, LIMIT,
-             first_shed, released, changes[0][1], time.monotonic() - began)
+    log.info("%s rows shed of %s read (ids %s..%s), first ratio %s, %s batches recorded "
+             "(release batch %s), %.0f s in all", dropped, below, first_shed, released,
+             changes[0][1], len(ends), "exact" if exact_release == released else "bounded",
+             time.monotonic() - began)
+
+
+def overload_then_release(stack: Stack, watch: Watch, sink: Path, checkpoint: Path,
+                          source_task: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Overload until the scheduler sheds, crawl until it releases, finish with rows read after
+    the release, pause until the sink holds every row read; the control history and status."""
+    began = time.monotonic()
+    wait_running(stack, QUERY, timeout=180)
+    wait_until(lambda: read_sink(sink), 180, "first rows at the sink")
+    log.info("running after %.0f s; overload at %s rows/s", time.monotonic() - began, OVERLOAD)
+
+    set_rate(stack, OVERLOAD)
+    wait_until(lambda: ratio_of(watch.status()) > 0 and watch.seen("shed", "overload") and
+               dropped_of(watch.status()) > 0, 180,
+               "the scheduler to shed (ratio > 0, a decision shed (overload), rows dropped)",
+               watch.figures, step=0.5)
+    log.info("shedding after %.0f s: %s", time.monotonic() - began,
+             shedding_view(watch.status()))
+    wait_until(lambda: rows_dropped_metric(stack, source_task) > 0, 30,
+               "elastiq_task_rows_dropped_total > 0 in /metrics", step=0.5)
+
+    set_rate(stack, LOW)
+    wait_until(lambda: ratio_of(watch.status()) == 0 and watch.seen("release"), 180,
+               "every ratio back to 0 (a decision release)", watch.figures, step=0.5)
+    log.info("released after %.0f s", time.monotonic() - began)
+    read_by_release = max(generator_offsets(checkpoint).values(), default=0)
+    set_rate(stack, FINISH)
+    # behind the rows the overload queued in the instance's channel: 19-69 s here on a quiet
+    # or shared machine, 170 s beside a busy core and a pure test run (the instance at ~200
+    # rows/s of its ~800, the overload 12 times that)
+    wait_until(lambda: max_id(sink) >= read_by_release + AFTER_RELEASE, 360,
+               f"{AFTER_RELEASE} rows read after the release at the sink", watch.figures,
+               step=1.0)
+    set_rate(stack, PAUSE)
+    caught_up(sink, checkpoint)
+    return stack.client().control_status(QUERY)["history"], watch.status()

@@ -187,3 +187,23 @@ def test_an_operators_own_limit_binds_beside_its_agents_capacity() -> None:
     assert plan.loss == pytest.approx(0.5)
     assert "limit of o9: not an operator" in check_problem(
         ShedProblem(problem.points, problem.operators, problem.sinks, {"A": 1.0}, {"o9": 1.0}))
+
+
+def test_a_fixed_load_takes_its_share_of_the_bound_and_one_over_it_is_left_out() -> None:
+    """src (a drop's task) reads 100 rows/s at 0.004 s each whatever it keeps (0.4 CPU s/s,
+    fixed) and spends 0.002 s per row kept; heavy spends 0.01 s per row kept; both on A."""
+    points = (DropPoint("d", 100.0),)
+    ops = (Operator("src", "A", 0.002, 1.0, ("d",), fixed=0.4),
+           Operator("heavy", "A", 0.01, 1.0, ("src",)))
+    sinks = (Sink("s", "heavy"),)
+    plan = plan_shedding(ShedProblem(points, ops, sinks, {"A": 1.3}, {"src": 1.0, "heavy": 1.0}))
+    # A: 0.4 + 0.2 k + 1.0 k <= 1.3: k = 0.75
+    assert plan.ratios["d"] == pytest.approx(0.25) and plan.feasible and plan.over == ()
+    assert plan.loads["A"] == pytest.approx(1.3)
+    assert uniform_ratio(ShedProblem(points, ops, sinks, {"A": 1.3})) == pytest.approx(0.25)
+    # src's reading alone passes its limit (1.2 > 1): no drop relieves it; heavy still decides
+    reading = (Operator("src", "A", 0.0, 1.0, ("d",), fixed=1.2), ops[1])
+    plan = plan_shedding(ShedProblem(points, reading, sinks, {"A": 5.0},
+                                     {"src": 1.0, "heavy": 0.5}))
+    assert plan.over == ("src",) and plan.feasible
+    assert plan.ratios["d"] == pytest.approx(0.5)
