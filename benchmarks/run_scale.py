@@ -259,6 +259,10 @@ def report(phases: Sequence[Phase], checked: tuple[int, int, int], args: argpars
         lines.append(f"parallelism {p.parallelism}: sink {p.rows_per_s:,.1f} rows/s; each "
                      f"agent's container's cpus (/proc) {cpus}; busiest {top:.2f} "
                      f"(goal <= {limit:.2f}: {'met' if top <= limit else 'MISSED'})")
+        if p.rows_per_s == 0:
+            lines.append("  no micro-batch reached the sink inside the window: an overloaded "
+                         "instance's batches grow with its backlog and outlast the window "
+                         "(give a longer --window or a lower --rate)")
     ratio = phases[1].rows_per_s / phases[0].rows_per_s if phases[0].rows_per_s else math.nan
     lines.append(f"sink rate p3 / p1: {ratio:.2f} (goal >= {RATIO_GOAL}: "
                  f"{'met' if ratio >= RATIO_GOAL else 'MISSED'})")
