@@ -232,15 +232,18 @@ def heavy_expression(field_no: int, count: int = HEAVY_CHAINS
 
 
 def partition_spec(name: str, k: int, rate: int, limit: int, cpus: float | None = None,
-                   chains: int = HEAVY_CHAINS) -> str:
+                   chains: int = HEAVY_CHAINS, heavy_fields: int = HEAVY_FIELDS,
+                   heavy_attr: str | None = None) -> str:
     """k>=2: parallelism="k" (a project names no key: rows split by the hash of all columns);
     k=1: pipeline="split", which the benchmark's rule `bench-partition-one` turns into
     source | channel | one instance | channel | sink. `cpus`: what every operator asks;
-    `chains`: the heavy chains summed per field (the instances' cost per row, rows as wide)."""
-    attr = f' parallelism="{k}"' if k >= 2 else ' pipeline="split"'
+    `chains`: the heavy chains summed per field (the instances' cost per row, rows as wide);
+    `heavy_attr`: the project's attributes instead of k's (run_scale.py: max-parallelism)."""
+    attr = heavy_attr if heavy_attr is not None else (
+        f' parallelism="{k}"' if k >= 2 else ' pipeline="split"')
     asks = f' cpus="{cpus:g}"' if cpus is not None else ""
     fields = "\n".join(f'    <field name="v{i}" value="{heavy_expression(i, chains)[0]}"/>'
-                       for i in range(HEAVY_FIELDS))
+                       for i in range(heavy_fields))
     return f"""<dataflow name="{name}">
 {generator_xml(rate, limit, asks=asks)}
   <operator name="heavy" type="project"{attr}{asks}>

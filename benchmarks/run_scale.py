@@ -37,14 +37,15 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Sequence
 
 from bench_util import ROOT, exit_on_sigterm, use_repo_on_path
 
 use_repo_on_path()
 
 from patterns import (  # noqa: E402
-    PARTITION_CONDITION, SEED, START, heavy_expression, parse_value, reference_rows, sink_rows,
+    PARTITION_CONDITION, START, heavy_expression, parse_value, partition_spec, reference_rows,
+    sink_rows,
 )
 from peers import API_LINE, Job, free_port  # noqa: E402
 from testkit.waiting import wait_for  # noqa: E402
@@ -61,35 +62,11 @@ CONTAINER = re.compile(r"^elastiq-[^/]+$")  # embedded_mesos.isolation.cgroup_na
 
 def spec_text(name: str, rate: int, limit: int, partition_by: str, chains: int,
               heavy_fields: int) -> str:
-    fields = "\n".join(f'    <field name="v{i}" value="{heavy_expression(i, chains)[0]}"/>'
-                       for i in range(heavy_fields))
-    return f"""<dataflow name="{name}">
-  <operator name="src" type="generator" cpus="0.3">
-    <param name="shape" value="sensor"/> <param name="rate" value="{rate}"/>
-    <param name="seed" value="{SEED}"/> <param name="limit" value="{limit}"/>
-    <param name="start" value="{START}"/>
-    <output name="raw"/>
-  </operator>
-  <operator name="heavy" type="project" max-parallelism="3" partition-by="{partition_by}"
-            cpus="0.3">
-    <input name="raw"/>
-    <field name="sensor" value="sensor"/>
-    <field name="ts" value="ts"/>
-    <field name="humidity" value="humidity"/>
-{fields}
-    <output name="scored"/>
-  </operator>
-  <operator name="few" type="filter" cpus="0.3">
-    <input name="scored"/>
-    <param name="condition" value="{PARTITION_CONDITION[0].replace('<', '&lt;')}"/>
-    <output name="kept"/>
-  </operator>
-  <operator name="sink" type="file-sink" cpus="0.3">
-    <input name="kept"/>
-    <param name="path" value="out/{name}.jsonl"/>
-  </operator>
-</dataflow>
-"""
+    """patterns.py's partition query, its project elastic up to 3 instances by `partition_by`,
+    every operator asking 0.3 cpus."""
+    return partition_spec(name, 1, rate, limit, cpus=0.3, chains=chains,
+                          heavy_fields=heavy_fields,
+                          heavy_attr=f' max-parallelism="3" partition-by="{partition_by}"')
 
 
 def heavy_oracle(rate: int, limit: int, chains: int, fields: int

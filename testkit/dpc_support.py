@@ -148,6 +148,30 @@ def missing_rows(got: Windows, expected: Windows) -> int:
         expected[k][0] for k in expected.keys() - got.keys())
 
 
+def check_union_cut(run: "CutRun", plain: "CutRun", expected: Windows, first_bound: float,
+                    inputs: int) -> str:
+    """The union's DPC run against the oracle (raises AssertionError): tentative rows within
+    `first_bound` of the cut, one episode corrected by one revision, the stable view exact; the
+    same cut without max-delay: nothing marked, results after the heal, no window above the
+    oracle. Returns what the plain run lost, for the test to print."""
+    from common import dpc_view
+
+    assert run.tentative, "no tentative row was written during the cut"
+    assert {r[dpc_view.TENTATIVE] for r in run.tentative} == {1}
+    assert run.first_tentative is not None and run.first_tentative <= first_bound
+    assert same(windows(dpc_view.stable_view(run.rows)), expected)
+    assert dpc_view.open_episodes(run.rows) == []
+    assert [r[dpc_view.REVISION] for r in run.rows if dpc_view.REVISION in r] == [1]
+
+    assert not any(dpc_view.TENTATIVE in r or dpc_view.REVISION in r for r in plain.rows)
+    assert len(plain.rows) > plain.before_heal, "no results after the heal"
+    got = windows(plain.rows)
+    assert got.keys() <= expected.keys()
+    assert all(got[k][0] <= expected[k][0] for k in got)
+    return (f"{missing_rows(got, expected)} of {inputs} input rows missing from the closed "
+            f"windows ({len(expected.keys() - got.keys())} windows never written)")
+
+
 @dataclass
 class CutRun:
     rows: list[dict[str, Any]]  # the sink's records after every input drained
