@@ -36,8 +36,8 @@ relative; max_by: any of the tied rows; top-n: the ranked rows themselves, ties 
 other columns as the operator breaks them).
 
 With `--peer flink` the same queries (those the job script has SQL for: q0, q1, q2, q3, q5,
-q7, q8, q13, q14, q15, q16, q17, q18, q19, q20, q21, q22) run afterwards in PyFlink 2.3.0 on the same events, written once as JSON lines
-(benchmarks/nexmark_flink.py, benchmarks/peers_jobs/nexmark_flink_job.py); its results are
+q7, q8, q13, q14, q15, q16, q17, q20, q21, q22) run afterwards in PyFlink 2.3.0 on the same
+events, written once as JSON lines (benchmarks/nexmark_flink.py, benchmarks/peers_jobs/nexmark_flink_job.py); its results are
 held to the same oracles and both figures per core are printed with their ratio and the
 issue's goal (Elastiq at least 0.5x PyFlink).
 

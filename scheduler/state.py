@@ -1195,8 +1195,9 @@ class SchedulerState:
 
     def _shed(self, sid: str, query: QueryRecord) -> list[Command]:
         """Let the shedding policy (`scheduler.shed_policy`) decide on a query with drop
-        operators, at most every `config.shedding.every_seconds` and not while a control request to its drop
-        tasks is pending; ratios to change become one control request of trigger `shed`."""
+        operators, at most every `config.shedding.every_seconds` and not while a control
+        request to its drop tasks is pending; ratios to change become one control request of
+        trigger `shed`."""
         drops = drop_operators(query.query)
         record = query.shed
         if not drops or (record.decided_at is not None and
