@@ -37,9 +37,10 @@ other columns as the operator breaks them).
 
 With `--peer flink` the same queries (those the job script has SQL for: q0, q1, q2, q3, q5,
 q7, q8, q13, q14, q15, q16, q17, q20, q21, q22) run afterwards in PyFlink 2.3.0 on the same
-events, written once as JSON lines (benchmarks/nexmark_flink.py, benchmarks/peers_jobs/nexmark_flink_job.py); its results are
-held to the same oracles and both figures per core are printed with their ratio and the
-issue's goal (Elastiq at least 0.5x PyFlink).
+events, written once as JSON lines (benchmarks/nexmark_flink.py,
+benchmarks/peers_jobs/nexmark_flink_job.py); its results are held to the same oracles and both
+figures per core are printed with their ratio and the issue's goal (Elastiq at least 0.5x
+PyFlink).
 
     python benchmarks/nexmark.py [--quick] [--events N] [--queries q0,q1,...] [--sink discard]
                                  [--peer flink]
