@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from testkit.e2e_support import (compile_spec, disjoint_port_ranges, start_stack, stop_query,
-                                 stop_stack, submit, wait_running)
+from testkit.e2e_support import (compile_spec, disjoint_port_ranges, hurry, start_stack,
+                                 stop_query, stop_stack, submit, wait_running)
 from test_end_to_end import MULTI, check_multi_sinks
 
 log = logging.getLogger(__name__)
@@ -39,6 +39,8 @@ def test_two_stacks_on_the_same_ports_both_complete_exactly(tmp_path: Path) -> N
         producer = next(t for t in view["tasks"] if t["task_id"] == f"{q2.query_id}.t0")
         assert "[port in use]" in producer["last_failure"], producer
         assert producer["endpoints"][f"{q2.query_id}/trades"].rsplit(":", 1)[1] not in taken
+        for stack, query in ((first, q1), (second, q2)):  # the clash is behind: no more pacing
+            hurry(stack, query.query_id, "ticks")
         for stack, query, out in ((first, q1, "a-out"), (second, q2, "b-out")):
             check_multi_sinks(tmp_path / out, MULTI, timeout=180)
             assert stack.status(query.query_id)["phase"] == "active"
