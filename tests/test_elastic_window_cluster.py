@@ -1,14 +1,16 @@
 """Rescaling a running keyed window aggregate on the embedded cluster (issue 12): real
 executors with Spark, real channels, real HTTP.
 
-1. A keyed tumbling window aggregate, rescaled 1 -> 3 -> 2 -> 1: each rescale switches routing
+1. A keyed tumbling window aggregate, rescaled 1 -> 3 -> 2: each rescale switches routing
 at the next window boundary of event time (the old instances finish the windows before it, the
 new ones take those after), retired instances go dormant once their watermark passed the
 switch. At 3 -> 2 the executor of the retiring instance is SIGKILLed while it drains. The sink
 must equal a plain-Python window oracle.
-2. A keyed sliding window aggregate (3 s every 1 s), rescaled 1 -> 3 -> 2 -> 1: rows whose
+2. A keyed sliding window aggregate (3 s every 1 s), rescaled 1 -> 3 -> 2: rows whose
 windows span a switch go to both sides, each copy bounded to its side's windows; the sink must
 equal the window oracle.
+Why 1 -> 3 -> 2 covers every case a key meets (and 2 -> 1 after it did not add one):
+testkit.elastic_support.scale_one_three_two.
 
 The stateless filter's split, scales and merge, the keyed join and a kill during a scale-out
 are tests/test_elastic_cluster.py, the module before, whose running stack this one takes over
@@ -25,7 +27,7 @@ import pytest
 from testkit.e2e_support import (Stack, StackPool, StackShape, generator_rows, hurry,
                                  kill_executor, read_sink, stop_query, submit, wait_for_sink,
                                  wait_running, wait_until)
-from testkit.elastic_support import elastic_view, generator, scale_one_three_two_one
+from testkit.elastic_support import elastic_view, generator, scale_one_three_two
 
 pytestmark = [pytest.mark.spark, pytest.mark.cluster, pytest.mark.timeout(600)]
 
@@ -90,9 +92,9 @@ def window_expectation(size_s: int, slide_s: int) -> tuple[Counter, dict[tuple, 
     return exact, totals
 
 
-def rescale_window_one_three_two_one(stack: Stack, tmp_path: Path, name: str, size_s: int,
+def rescale_window_one_three_two(stack: Stack, tmp_path: Path, name: str, size_s: int,
                                      slide_s: int, kill_at_two: bool) -> None:
-    """Run a window aggregate, rescale it 1 -> 3 -> 2 -> 1 (with `kill_at_two`, SIGKILL the
+    """Run a window aggregate, rescale it 1 -> 3 -> 2 (with `kill_at_two`, SIGKILL the
     retiring instance's executor mid handover at 3 -> 2) and check its sink against the window
     oracle."""
     from compiler.pipeline import compile_spec_text
@@ -122,7 +124,7 @@ def rescale_window_one_three_two_one(stack: Stack, tmp_path: Path, name: str, si
     try:
         wait_running(stack, qid, timeout=180)
         wait_until(lambda: len(read_sink(sink)) > 20, 240, "first windows on one instance")
-        switches = scale_one_three_two_one(
+        switches = scale_one_three_two(
             stack, qid, "perSensor", sink, "windows",
             lambda n: kill_the_retiring_instance() if n == 2 and kill_at_two else None)
         assert switches[0] % (slide_s * 1000) == 0, switches
@@ -138,16 +140,16 @@ def rescale_window_one_three_two_one(stack: Stack, tmp_path: Path, name: str, si
 
 
 @pytest.mark.timeout(900)  # the kill's step may take SETTLE_SECONDS on its own
-def test_a_running_window_aggregate_scales_one_three_two_one_with_its_state_exact(
+def test_a_running_window_aggregate_scales_one_three_two_with_its_state_exact(
         stack: Stack, tmp_path: Path) -> None:
-    """Tumbling, 2 s: 1 -> 3 -> 2 -> 1, and at 3 -> 2 the old instance being retired is
+    """Tumbling, 2 s: 1 -> 3 -> 2, and at 3 -> 2 the old instance being retired is
     SIGKILLed mid handover; the sink still equals the window oracle."""
-    rescale_window_one_three_two_one(stack, tmp_path, "e2e-elastic-window", 2, 2, True)
+    rescale_window_one_three_two(stack, tmp_path, "e2e-elastic-window", 2, 2, True)
 
 
-def test_a_running_sliding_window_scales_one_three_two_one_with_every_window_whole(
+def test_a_running_sliding_window_scales_one_three_two_with_every_window_whole(
         stack: Stack, tmp_path: Path) -> None:
     """Sliding, 3 s every 1 s: windows span each switch, so the rows near it reach both sides,
     each copy bounded to its side's windows; the sink equals the window oracle, each window
     once with all its rows."""
-    rescale_window_one_three_two_one(stack, tmp_path, "e2e-elastic-sliding", 3, 1, False)
+    rescale_window_one_three_two(stack, tmp_path, "e2e-elastic-sliding", 3, 1, False)
