@@ -8,19 +8,23 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from executor.task_runner import TaskRunner
 
 
 def program_runner(spark: Any, program: Path, task_id: str, checkpoint: Path, *,
-                   max_restarts: int = 3) -> TaskRunner:
+                   max_restarts: int = 3,
+                   params: Mapping[str, Mapping[str, Any]] | None = None) -> TaskRunner:
     """A TaskRunner of `program` on `spark` (query "q", micro-batches at most every 0.5 s, a
-    failed query restarted after 0.5 s up to `max_restarts` times)."""
-    return TaskRunner(spark, program, {"query_id": "q", "task_id": task_id,
-                                       "checkpoint_dir": str(checkpoint),
-                                       "trigger_seconds": 0.5},
-                      max_restarts=max_restarts, backoff_seconds=0.5)
+    failed query restarted after 0.5 s up to `max_restarts` times). `params` are the task's
+    control parameters (operator -> keyword -> value), as a control tuple sets them: a
+    generator's `rate` there paces its rows and leaves their event times the program's."""
+    kwargs: dict[str, Any] = {"query_id": "q", "task_id": task_id,
+                              "checkpoint_dir": str(checkpoint), "trigger_seconds": 0.5}
+    if params is not None:
+        kwargs["params"] = {op: dict(values) for op, values in params.items()}
+    return TaskRunner(spark, program, kwargs, max_restarts=max_restarts, backoff_seconds=0.5)
 
 
 def jvm_pid(spark: Any) -> int:

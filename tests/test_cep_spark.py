@@ -33,6 +33,10 @@ pytestmark = pytest.mark.spark
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "tick-shape.xml"
 RATE, LIMIT, SEED = 60.0, 1800, 7  # 30 s of ticks: the kill lands mid-stream; 80 decided
+# The tests that kill nothing pace their ticks ten times faster (a control parameter: the rows'
+# event times stay RATE's, and so does every match): their 15 s of ticks come in 1.5 s. The
+# kill test switches to it once its kill is behind it.
+UNPACED = {"ticks": {"rate": RATE * 10}}
 WITHIN = timedelta(seconds=1)  # shorter than the example's 30 s, so 6 s of ticks decide most
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
@@ -111,6 +115,10 @@ def test_tick_shape_example_on_spark_killed_mid_stream_equals_the_backtracking_m
         os.kill(victims[0], signal.SIGKILL)
         wait_for(lambda: runner.status().restarts >= 1 and runner.status().state == "running",
                  60, "a restart")
+        # the kill is behind: the rest of the ticks come unpaced (as `hurry` ends a cluster
+        # test: a control tuple's rate, applied at a batch boundary by rebuilding the query
+        # from its checkpoint; the rows' event times stay RATE's)
+        runner.reconfigure(1, UNPACED)
         assert runner.runtime is not None and runner.runtime.query is not None
         wait_drained(runner.runtime.query, [LIMIT], timeout=240.0)
     finally:
@@ -159,14 +167,14 @@ def test_the_partitioned_tick_pattern_on_spark_equals_the_matcher_with_skip_to_n
     """Two instances, each its own streaming query in the shared session (as the rule's two
     tasks), their sinks' union as the merger: nothing twice, nothing the matcher does not find,
     nothing decided missing."""
-    limit = 900  # 15 s of ticks
+    limit = 900  # 15 s of ticks (in event time; UNPACED: they come in 1.5 s)
     runners, outs = [], []
     for share in (1, 2):
         outs.append(tmp_path / f"shapes_{share}.jsonl")
         program = tmp_path / f"program_{share}.py"
         program.write_text(_instance_program(outs[-1], limit, share), encoding="utf-8")
         runners.append(program_runner(spark, program, f"tick_{share}", tmp_path / f"ck{share}",
-                                      max_restarts=0))
+                                      max_restarts=0, params=UNPACED))
     try:
         for runner in runners:
             runner.start()
@@ -239,7 +247,7 @@ def test_the_pipelined_tick_pattern_on_spark_equals_the_matcher_with_skip_to_nex
         program = tmp_path / f"program_{i}.py"
         program.write_text(_stage_program(source, files[i - 1], i, stages), encoding="utf-8")
         runner = program_runner(spark, program, f"tick_{i}", tmp_path / f"ck{i}",
-                                max_restarts=0)
+                                max_restarts=0, params=UNPACED if i == 1 else None)
         fed = limit if i == 1 else len(files[i - 2].read_text().splitlines())
         try:
             runner.start()
