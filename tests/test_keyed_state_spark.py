@@ -253,6 +253,7 @@ def build(rt):
 
 
 KILL_RATE = 250.0  # 6,000 bids take ~26 s: the kill comes mid-stream, after the first results
+FAST = 10000.0  # the rest, once two micro-batches ran on the workers that replaced the killed
 
 
 def test_a_count_window_whose_python_workers_are_sigkilled_stays_exact(
@@ -260,7 +261,9 @@ def test_a_count_window_whose_python_workers_are_sigkilled_stays_exact(
     """Mid-stream, every Python worker of the session (where the per-key state function runs)
     is SIGKILLed: every bid's result is still there once, exactly the oracle's. (In our runs
     Spark replaced the workers without failing the query, restarts 0; the task runner would
-    restart a failed query from its checkpoint, which the stop-and-restart test covers.)"""
+    restart a failed query from its checkpoint, which the stop-and-restart test covers.) Two
+    micro-batches after the kill, the rest of the input comes unpaced (a control tuple's rate:
+    the query is rebuilt from its checkpoint; event times stay KILL_RATE's)."""
     limit, out = 6000, tmp_path / "out.jsonl"
     program = tmp_path / "program.py"
     program.write_text(f"OUT = {str(out)!r}\nLIMIT = {limit}\nKILL_RATE = {KILL_RATE}\n"
@@ -276,8 +279,17 @@ def test_a_count_window_whose_python_workers_are_sigkilled_stays_exact(
         assert str(limit) not in str(progress["sources"][0]["endOffset"]), "too late to kill"
         victims = python_workers(jvm)
         assert victims, "no Python worker to kill"
+        at_kill = progress["batchId"]
         for pid in victims:
             os.kill(pid, signal.SIGKILL)
+
+        def batches_after_kill() -> int:
+            query = runner.runtime.query if runner.runtime is not None else None
+            last = query.lastProgress if query is not None else None
+            return -1 if last is None else int(last["batchId"]) - at_kill
+
+        wait_for(lambda: batches_after_kill() >= 2, 120, "two micro-batches after the kill")
+        runner.reconfigure(1, {"src": {"rate": FAST}})
         wait_for(lambda: runner.runtime is not None and runner.runtime.query is not None
                  and drained(runner.runtime.query, [limit]), 300, "the rest after the kill")
         assert runner.runtime is not None and runner.runtime.query is not None
