@@ -122,7 +122,9 @@ def split_cost(rates: TaskRates, unshed: float | None) -> tuple[float, float]:
     if unshed is None or shed >= 1.0:
         return now, 0.0
     kept = min(max((unshed - now) / shed, 0.0), now / (1.0 - shed))
-    return now - kept * (1.0 - shed), kept
+    # at the upper clamp `now - kept x (1 - shed)` is 0 up to rounding (-4.8e-17 on a real
+    # run): a negative fixed load fails `check_problem`, and with it the scheduler's tick
+    return max(0.0, now - kept * (1.0 - shed)), kept
 
 
 def rates_of(samples: Sequence[Sample], window: float, now: float) -> TaskRates | None:

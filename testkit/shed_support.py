@@ -128,3 +128,100 @@ def ratio_of(status: Mapping[str, Any]) -> float:
 def dropped_of(status: Mapping[str, Any]) -> float:
     drops = shedding_view(status).get("drops") or [{}]
     return float(drops[0].get("rows_dropped", 0.0))
+
+
+def heavy_figures(status: Mapping[str, Any], tasks: Sequence[str]) -> tuple[float, float]:
+    """(rows read, busy seconds) summed over `tasks` (the heavy project's running instances),
+    from the status' task figures (counters summed over attempts)."""
+    figures = [t.get("figures") or {} for t in status.get("tasks", []) if t["task_id"] in tasks]
+    return (sum(float(f.get("tuples_in") or 0.0) for f in figures),
+            sum(float(f.get("busy_ms") or 0.0) for f in figures) / 1000.0)
+
+
+def rows_per_busy_second(before: tuple[float, float], after: tuple[float, float]) -> float:
+    """Rows read per busy second between two `heavy_figures` readings (0: no busy time): a
+    lower bound on what the instances can process, since every micro-batch's fixed cost
+    (scheduling, commit) counts as busy time however few rows it holds."""
+    rows, busy = after[0] - before[0], after[1] - before[1]
+    return rows / busy if busy > 0 else 0.0
+
+
+def overload_of(measured: float, factor: float, floor: float, cap: float) -> float:
+    """The overload rate: `factor` x the measured rate, within [floor, cap] (a measurement
+    that saw next to no busy time must not make an overload that overloads nothing, nor one
+    that queues without bound)."""
+    return min(cap, max(floor, factor * measured))
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """One of the pipelines of `pair_spec`: `src_<name>` (a generator with `source`'s params)
+    -> `heavy_<name>` (the heavy project of `fields` fields, automatic, held at its bound:
+    parallelism = min = max = `instances`) -> `sink_<name>` (a file sink at `path` with
+    `weight`)."""
+
+    name: str
+    source: Mapping[str, str]
+    fields: int
+    weight: float
+    path: str
+    instances: int = 2
+
+    @property
+    def src(self) -> str:
+        return f"{SOURCE}_{self.name}"
+
+    @property
+    def drop(self) -> str:
+        return f"{self.src}_drop"
+
+    @property
+    def heavy(self) -> str:
+        return f"{HEAVY}_{self.name}"
+
+    @property
+    def sink(self) -> str:
+        return f"{SINK}_{self.name}"
+
+
+def pair_spec(name: str, pipelines: Sequence[Pipeline], shed: bool = True,
+              cpus: Mapping[str, float] | None = None) -> str:
+    """A query of independent pipelines (`Pipeline`): every source first, then every heavy
+    project, then every sink (the order of the compiled tasks, which first-fit placement
+    follows), each source `shed="random"` if `shed`; `cpus`: what each kind of operator asks
+    ("source", "heavy", "sink"; one missing: the compiler's default)."""
+    def asks(kind: str) -> str:
+        return f' cpus="{(cpus or {})[kind]:g}"' if kind in (cpus or {}) else ""
+
+    plain = "\n".join(f'    <field name="{c}" value="{c}"/>' for c in COLUMNS)
+    parts = []
+    for p in pipelines:
+        params = "".join(f'<param name="{k}" value="{v}"/>' for k, v in p.source.items())
+        params += '<param name="shed" value="random"/>' if shed else ""
+        parts.append(f"""  <operator name="{p.src}" type="generator"{asks("source")}>
+    {params}
+    <output name="{p.name}_nums"/>
+  </operator>""")
+    for p in pipelines:
+        heavy = "\n".join(f'    <field name="h{i}" value="{heavy_field("key", i)}"/>'
+                          for i in range(p.fields))
+        n = p.instances
+        parts.append(f"""  <operator name="{p.heavy}" type="project" parallelism="{n}" \
+min-parallelism="{n}" max-parallelism="{n}" elastic="auto"{asks("heavy")}>
+    <input name="{p.name}_nums"/>
+{plain}
+{heavy}
+    <output name="{p.name}_scored"/>
+  </operator>""")
+    for p in pipelines:
+        parts.append(f"""  <operator name="{p.sink}" type="file-sink"{asks("sink")}>
+    <input name="{p.name}_scored"/>
+    <param name="path" value="{p.path}"/>
+    <param name="weight" value="{p.weight:g}"/>
+  </operator>""")
+    body = "\n".join(parts)
+    return f"""<?xml version="1.0" encoding="UTF-8"?>
+<dataflow name="{name}">
+{body}
+</dataflow>
+"""

@@ -48,11 +48,12 @@ ALONE_MODULES = frozenset({"tests/test_isolation_cgroups.py", "tests/test_kafka_
 # tests/test_distribution_cluster.py waits (bounded, 150 s) for a move that needs the agent with
 # three tasks to carry more load than the one with one: the other stream slows both executors
 # alike, and the gap (0.7 CPU s/s measured) stays far above the test's threshold (0.1).
-# tests/test_shedding_cluster.py (82-140 s; 294-384 s beside a busy core) overloads its one
-# instance on purpose: a neighbour only makes the overload larger; the release comes at 1 row/s
-# and the rows after it arrive at 50 rows/s, a sixteenth of the instance's quiet capacity, so
-# neither depends on the machine's load (only the wait for the rows the overload queued does);
-# in the serial stream its time would lengthen the suite's critical path.
+# tests/test_shedding_cluster.py (63-65 s quiet, 134 s beside a busy core; docs/load.md)
+# overloads its one instance on purpose, at 3x the rate it measured for the instance first, so a
+# neighbour lowers the overload with the instance's rate and the rows queued before the first
+# shed drain in about the same time whatever the machine's load; the release comes at 1 row/s
+# and the rows after it arrive at 50 rows/s, far under the instance's capacity; in the serial
+# stream its time would lengthen the suite's critical path.
 BESIDE_MODULES = frozenset({"tests/test_thirty_tasks_cluster.py", "tests/test_update_cluster.py",
                             "tests/test_distribution_cluster.py",
                             "tests/test_shedding_cluster.py"})

@@ -108,6 +108,19 @@ def test_the_split_without_an_unshed_figure_and_while_nothing_is_dropped() -> No
     assert split_cost(unshed, 0.009) == pytest.approx((0.0, 0.005))
 
 
+def test_a_split_at_its_clamp_is_never_a_negative_fixed_load() -> None:
+    # the kept part clamped to all the cost: the rest is 0 up to rounding, which came out
+    # -4.8e-17 in the benchmark and failed check_problem on every scheduler tick
+    rates = TaskRates(100.0, 0.0, 7.0, 0.73)
+    read, kept = split_cost(rates, 1.0)
+    assert read == 0.0 and kept == pytest.approx(0.0073 / 0.93)
+    running, capacity = {"q.t0": "A", "q.t1": "B"}, {"A": 0.25, "B": 1.0}
+    problem = problem_of(chain(), running, {"q.t0": rates, "q.t1": TaskRates(93, 93, 0, 0.1)},
+                         capacity, {"q.t0": 1.0})
+    assert not isinstance(problem, str) and all(o.fixed >= 0 for o in problem.operators)
+    plan_shedding(problem)  # no ValueError
+
+
 def world_rates(read_cost: float, kept_cost: float, ratio: float) -> dict[str, TaskRates]:
     """The benchmark's shape: 2,400 rows/s arrive at t0 (a generator and its drop, with
     `read_cost` per row read and `kept_cost` per row kept), t0 reads them all and sends the

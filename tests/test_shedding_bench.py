@@ -16,7 +16,8 @@ from common.tasks import CompiledQuery
 from compiler.pipeline import compile_spec_text
 from testkit.heavy_fields import literal
 from testkit.e2e_support import end_bounds, recording_offsets
-from testkit.shed_support import DROP, check_sink, oracle, spec
+from testkit.shed_support import (DROP, Pipeline, check_sink, oracle, overload_of, pair_spec,
+                                  rows_per_busy_second, spec)
 from testkit.waiting import wait_for
 
 SOURCE = {"shape": "sequence", "rate": "100", "seed": "3", "limit": "20"}
@@ -38,6 +39,37 @@ def test_the_spec_has_a_drop_and_an_automatic_operator_at_its_bounds(tmp_path: P
     assert not any(DROP in t.operators for t in compiled(tmp_path, shed=False).tasks)
 
 
+def test_the_pair_spec_has_two_drops_two_bound_operators_and_the_weights(tmp_path: Path
+                                                                     ) -> None:
+    pipelines = [Pipeline("a", SOURCE, 2, 3.0, "out/a.jsonl"),
+                 Pipeline("b", {**SOURCE, "seed": "4"}, 2, 1.0, "out/b.jsonl")]
+    text = pair_spec("q", pipelines, cpus={"source": 0.8, "heavy": 0.2})
+    query = compile_spec_text(text.encode(), str(tmp_path / "q.xml"), base_dir=tmp_path,
+                              query_id="q").query
+    assert query.weights == {"sink_a": 3.0, "sink_b": 1.0}
+    assert [(e.mode, e.minimum, e.maximum) for e in query.elastic] == [("auto", 2, 2)] * 2
+    layout = sb.layout_of(query, pipelines)
+    for p, source, slots in zip(pipelines, layout.sources, layout.instances):
+        assert p.drop in query.task(source).operators and query.task(source).resources.cpus == 0.8
+        assert all(query.task(t).resources.cpus == 0.2 for t in slots) and len(slots) == 2
+    assert not any(p.drop in t.operators for p in pipelines for t in compiled_pair(
+        tmp_path, pipelines).tasks)
+
+
+def compiled_pair(tmp_path: Path, pipelines: list[Pipeline]) -> CompiledQuery:
+    text = pair_spec("q2", pipelines, shed=False)
+    return compile_spec_text(text.encode(), str(tmp_path / "q2.xml"), base_dir=tmp_path,
+                             query_id="q2").query
+
+
+def test_the_cluster_tests_overload_follows_the_measured_rate_within_its_bounds() -> None:
+    assert rows_per_busy_second((100.0, 1.0), (700.0, 2.5)) == pytest.approx(400.0)
+    assert rows_per_busy_second((100.0, 1.0), (100.0, 1.0)) == 0.0
+    assert overload_of(400.0, 3.0, 400.0, 2400.0) == pytest.approx(1200.0)
+    assert overload_of(0.0, 3.0, 400.0, 2400.0) == 400.0  # nothing measured: the floor
+    assert overload_of(2000.0, 3.0, 400.0, 2400.0) == 2400.0  # never more than the cap
+
+
 def test_the_oracle_upper_cases_in_python_and_the_check_finds_each_fault() -> None:
     expected = oracle(SOURCE, 2)
     row = expected[0]
@@ -52,21 +84,49 @@ def test_the_oracle_upper_cases_in_python_and_the_check_finds_each_fault() -> No
 
 
 def tick(at: float, made: float, dropped: float, sunk: float) -> sb.Tick:
-    return sb.Tick(at, made, dropped, sunk, (0.0, 0.0), (0.0, 0.0), 0.0, "")
+    """Two pipelines, the figures split evenly between them."""
+    return sb.Tick(at, (made / 2, made / 2), (dropped / 2, dropped / 2), (sunk / 2, sunk / 2),
+                   (0.0,) * 4, (0.0,) * 4, 0.0, (0.0, 0.0), "")
 
 
 def test_latency_and_backlog_from_the_curves_by_hand() -> None:
-    # 100 rows made each second, 10 dropped each second, the sink 3 s behind the kept rows
+    # 100 rows made each second, 10 dropped each second, the sinks 3 s behind the kept rows
     ticks = [tick(t, 100 * t, 10 * t, max(0.0, 90 * (t - 3))) for t in range(20)]
     assert sb.latencies(ticks, 5, 19) == pytest.approx([3.0] * 15)
     assert sb.backlog_at(ticks, 10) == pytest.approx(1000 - 100 - 630)
 
 
-def test_the_offline_optimum_keeps_each_instance_within_one_busy_second() -> None:
-    # two instances at 2 ms per row each carry 500 rows/s: 1,000 of 3,000 arriving
-    assert sb.lp_loss(3000.0, (0.002, 0.002)) == pytest.approx(2 / 3)
-    assert sb.lp_loss(800.0, (0.002, 0.002)) == pytest.approx(0.0)
-    assert sb.uniform_loss(3000.0, (0.002, 0.002), 0.7) == pytest.approx(0.7)
+def test_a_window_splits_the_agents_cpu_by_busy_time() -> None:
+    # 10 s: a's two instances read 300 + 300 rows busy 4 s each, b's 100 + 100 busy 1 s each;
+    # the agent spent 8 cpu s: a's share 8 x 8/10 over 600 rows, b's 8 x 2/10 over 200
+    a = sb.Tick(0.0, (0.0, 0.0), (0.0, 0.0), (0.0, 0.0), (0.0,) * 4, (0.0,) * 4, 5.0,
+                (0.0, 0.0), "")
+    b = sb.Tick(10.0, (2000.0, 1000.0), (500.0, 800.0), (0.0, 0.0),
+                (4000.0, 4000.0, 1000.0, 1000.0), (300.0, 300.0, 100.0, 100.0), 13.0,
+                (0.0, 0.0), "")
+    w = sb.window_of([a, b], 0.0, 10.0, 2)
+    assert w.read == pytest.approx((60.0, 20.0)) and w.capacity == pytest.approx(80.0)
+    assert w.cpu == pytest.approx(0.8)
+    assert w.costs() == pytest.approx((8 * 0.8 / 600, 8 * 0.2 / 200))
+    assert w.kept_shares() == pytest.approx((0.75, 0.2))
+
+
+def test_the_lp_beats_uniform_where_the_sinks_weigh_differently() -> None:
+    # two pipelines at 1,000 rows/s each, 1 ms per row, all instances on one agent of 0.9 cpu
+    # s/s: 900 rows/s fit of 2,000. The LP keeps 900 of a's (weight 3) and none of b's: loss
+    # 3 x 0.1 + 1; uniform at the same total drop (0.55 of each) loses 4 x 0.55
+    arrivals, costs, weights = (1000.0, 1000.0), (0.001, 0.001), (3.0, 1.0)
+    one = (("x", "x"), ("x", "x"))
+    assert sb.lp_loss(arrivals, costs, weights, 0.9, one) == pytest.approx(1.3)
+    assert sb.uniform_loss(arrivals, (1100.0 / 2, 1100.0 / 2), weights) == pytest.approx(2.2)
+    assert sb.achieved_loss((0.9, 0.0), weights) == pytest.approx(1.3)
+    # instances apart (one of a's and one of b's on each of two agents): the same per agent
+    apart = (("x", "y"), ("x", "y"))
+    assert sb.lp_loss(arrivals, costs, weights, 0.45, apart) == pytest.approx(1.3)
+    # equal weights: every plan dropping the same total loses the same
+    assert sb.lp_loss(arrivals, costs, (1.0, 1.0), 0.9, one) == pytest.approx(
+        sb.uniform_loss(arrivals, (550.0, 550.0), (1.0, 1.0)))
+    assert sb.lp_loss(arrivals, costs, weights, 2.5, one) == pytest.approx(0.0)  # all fits
 
 
 def write_offsets(folder: Path, batch: int, index: int) -> None:
