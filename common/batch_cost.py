@@ -17,7 +17,8 @@ of what an instance can do (issue 31: 152 to 664 rows/s for one instance in one 
   a batch of T seconds holds r x T units, so T = fixed + per_unit x r x T, i.e.
   T = fixed / (1 - per_unit x r), and T <= target  <=>  r <= (target - fixed) / (per_unit x target);
 - `batch_budget` and `time_bounded`: how many units the next batch may take so that it ends
-  within a target time, between a floor (so it always progresses) and a cap.
+  within a target time (or twice the fixed cost, where that is longer: `bounded_target`),
+  between a floor (so it always progresses) and a cap.
 Used by the elastic policy (units: rows, from heartbeats) and by the channel source (units:
 spooled bytes, timed where it plans batches). No clock, no I/O.
 """
@@ -211,19 +212,27 @@ def _through_origin(spans: Sequence[BatchSpan]) -> float:
 def time_bounded(spans: Sequence[BatchSpan], target_seconds: float, floor: float,
                  cap: float) -> float:
     """Units the next micro-batch may take so that it ends within `target_seconds`, from the
-    recent batches (oldest first): at their fitted cost (`fit`, `batch_budget`) when they
-    fit one, else the last batch's rate (units per second) x the target; `floor` before any
+    recent batches (oldest first): at their fitted cost (`fit`, `batch_budget`; for twice the
+    fixed cost where that is longer, `bounded_target`) when they fit one, else the last batch's rate (units per second) x the target; `floor` before any
     batch was timed. Within [floor, cap]: a batch always progresses and never exceeds the cap.
     Rate x target converges to the cost model's answer too: a batch of r units that took
     fixed + per_unit x r seconds gives next r' = target x r / (fixed + per_unit x r), whose
     fixed point is (target - fixed) / per_unit."""
     cost = fit(spans)
     if isinstance(cost, BatchCost):
-        return batch_budget(cost, target_seconds, floor, cap)
+        return batch_budget(cost, bounded_target(cost, target_seconds), floor, cap)
     timed = [s for s in spans if s.units > 0 and s.seconds > 0]
     if not timed:
         return floor
     return max(floor, min(cap, target_seconds * timed[-1].units / timed[-1].seconds))
+
+
+def bounded_target(cost: BatchCost, target_seconds: float) -> float:
+    """The batch time to size for: `target_seconds`, or twice the fixed cost where that is
+    longer, so a batch spends at least half its time on its units. Where the fixed cost alone
+    reaches the target (a loaded machine), sizing for the target would shrink every batch to
+    the floor and the task's throughput to floor / fixed."""
+    return max(target_seconds, 2.0 * cost.fixed)
 
 
 def batch_budget(cost: BatchCost | None, target_seconds: float, floor: float,
@@ -237,5 +246,5 @@ def batch_budget(cost: BatchCost | None, target_seconds: float, floor: float,
 
 
 __all__ = ["BatchSpan", "BatchCost", "fit", "fit_on_cpu", "fixed_guarded", "batch_budget",
-           "time_bounded", "fixed_error", "MIN_SPANS", "MIN_SPREAD",
+           "bounded_target", "time_bounded", "fixed_error", "MIN_SPANS", "MIN_SPREAD",
            "MAX_FIXED_ERROR", "TARGET_BATCH_SECONDS"]

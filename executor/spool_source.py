@@ -45,7 +45,12 @@ from executor import shapes, spool
 from executor.sources import MAX_BATCH_BYTES, finished_offsets, planned_offsets
 
 CONFIG_OPTION = "config"
-MIN_BATCH_BYTES = 64 << 10  # the time bound's floor, and the first batch's bound
+# the time bound's floor, and the first batch's bound. A CPU-heavy operator does few rows a
+# second: at 64 KB (~1,600 rows) every batch of an overloaded 0.3-cpu instance of
+# benchmarks/run_scale.py stayed at the floor, 15-50 s each. Not smaller: where no cost model
+# fits, a fixed cost over the target shrinks every batch to the floor (`bounded_target` keeps a
+# fitted one from doing so), and the task then does floor / fixed
+MIN_BATCH_BYTES = 16 << 10
 RECENT_BATCHES = 16  # timed micro-batches the bound is fitted over
 
 

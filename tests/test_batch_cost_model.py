@@ -13,7 +13,9 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from common.batch_cost import BatchCost, BatchSpan, batch_budget, fit, time_bounded
+from common.batch_cost import (
+    BatchCost, BatchSpan, batch_budget, bounded_target, fit, time_bounded,
+)
 from executor import spool
 from executor.spool_source import SpoolConfig, SpoolStreamReader
 from scheduler.elastic_policy import (
@@ -318,6 +320,20 @@ def test_time_bounded_uses_the_fitted_cost_else_the_last_rate_else_the_floor() -
     assert time_bounded(one, 2.0, 10, 1e9) == pytest.approx(2.0 * 100 / one[0].seconds)
     assert time_bounded(one, 2.0, 10, 300) == 300
     assert time_bounded([], 2.0, 10, 1e9) == 10
+
+
+def test_a_fixed_cost_over_the_target_sizes_batches_for_twice_it_not_the_floor() -> None:
+    """A loaded machine: 3 s of fixed cost per batch against a 2 s target. Sizing for the
+    target would give nothing past the fixed cost (the floor, 10 rows: 3.3 rows/s); sizing
+    for twice the fixed cost gives (6 - 3) x 700 = 2,100 rows, half the batch on rows."""
+    heavy = [BatchSpan(1, r, 3.0 + PER_ROW * r) for r in (50, 100, 400, 1000)]
+    assert time_bounded(heavy, 2.0, 10, 1e9) == pytest.approx(2100)
+    cost = fit(heavy)
+    assert isinstance(cost, BatchCost)
+    assert bounded_target(cost, 2.0) == pytest.approx(6.0)
+    light = fit(spans(50, 100, 400, 1000))
+    assert isinstance(light, BatchCost)
+    assert bounded_target(light, 2.0) == 2.0  # 0.25 s of fixed cost: the target
 
 
 def test_rate_times_target_converges_to_the_cost_models_batch() -> None:
