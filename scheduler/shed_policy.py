@@ -24,8 +24,9 @@ from scheduler.shedding import (EPSILON, ShedPlan, ShedProblem, agent_loads, ope
 
 ShedKind = Literal["shed", "release", "hold"]
 ShedReason = Literal["overload", "fits", "can_scale", "cooldown", "unchanged", "idle",
-                     "infeasible", "no_data", "manual"]
-# no_data: no problem could be built; manual: the query has no automatic operator (the caller)
+                     "infeasible", "no_data", "manual", "error"]
+# no_data: no problem could be built; manual: the query has no automatic operator; error: the
+# decision raised (the caller logs it and holds, so the tick's other decisions still run)
 RATIO_STEP = 0.01  # a ratio that moves less than this is not worth a control tuple
 
 

@@ -1207,7 +1207,7 @@ class SchedulerState:
         if any(r.state == "pending" and set(r.tasks) & tasks
                for r in query.control.requests.values()):
             return []
-        decision = self._shed_decision(query)
+        decision = self._guarded_shed_decision(sid, query)
         record.decide(decision, self.now)
         if not decision.tuples:
             return []
@@ -1224,6 +1224,18 @@ class SchedulerState:
             record.last_change, record.changes = self.now, record.changes + 1
             record.quality = dict(decision.quality) if decision.kind == "shed" else {}
         return [c for c in replies if not isinstance(c, ReplyToRequest)]
+
+    def _guarded_shed_decision(self, sid: str, query: QueryRecord) -> ShedDecision:
+        """`_shed_decision`, or a hold that names the error it raised: a fault in the shedding
+        decision (a figure the problem refuses) must not end the tick, whose rescales,
+        automatic elasticity and load distribution for every query would go with it."""
+        try:
+            return self._shed_decision(query)
+        except Exception as exc:  # noqa: BLE001 (any fault of the decision: logged, held)
+            log.exception("[%s] %s: load shedding's decision failed; holding", sid,
+                          query.query_id)
+            return ShedDecision("hold", "error", f"the decision failed, holding: "
+                                f"{type(exc).__name__}: {exc}")
 
     def _shed_decision(self, query: QueryRecord) -> ShedDecision:
         """The shedding policy's decision for a query, on the problem built from its running

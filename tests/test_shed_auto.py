@@ -209,3 +209,21 @@ def test_a_query_without_an_automatic_operator_is_never_shed(tmp_path: Path) -> 
     assert c.shed_messages() == [] and c.backlog > 0
     decision = c.shedding()["decision"]
     assert (decision["kind"], decision["reason"]) == ("hold", "manual")
+
+
+def test_a_shedding_decision_that_raises_holds_and_the_tick_goes_on(tmp_path: Path) -> None:
+    """A fault in the shedding decision (here a problem check that raises, as a rounding error
+    of -4.8e-17 once did) is logged and held with its message; the same ticks' automatic
+    elasticity still decides, and the next tick asks shedding again."""
+    c = one_agent(tmp_path)
+    q = c.d.s.queries["q"]
+
+    def refused(query: object) -> None:
+        raise ValueError("a cost per row read below 0")
+
+    c.d.s._shed_decision = refused  # type: ignore[method-assign, assignment]
+    c.run(RATE / 2, 12)
+    latest = q.shed.decisions[-1]
+    assert (latest.kind, latest.reason) == ("hold", "error")
+    assert "ValueError: a cost per row read below 0" in latest.explanation
+    assert q.shed.decided >= 2 and "f" in q.elastic.latest
