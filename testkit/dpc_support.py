@@ -4,9 +4,10 @@ one SparkSession with a2's link through `LinkProxy`, a TCP forwarder that can be
 partition; `testkit.dpc_netns.NetnsUpstreams` puts each on a host of its own in a network
 namespace and cuts a2's link in the network); downstream tasks union both and count per sensor
 and second into a file sink (`union_counts`; or what the caller's `build` adds, e.g.
-`testkit.dpc_join_support`'s join); `cut_run` cuts a2's link once the first results are out,
-heals it after `cut_seconds`, and returns what each sink holds once everything drained, with
-the DPC figures. `oracle` is the plain-Python result over all input."""
+`testkit.dpc_join_support`'s join); `cut_run` (tasks "dpc" and "plain") or `cut_runs` (any
+`Downstream` tasks, e.g. a union and a join behind the same cut) cuts a2's link once the first
+results are out, heals it after `cut_seconds`, and returns what each sink holds once everything
+drained, with the DPC figures. `oracle` is the plain-Python result over all input."""
 
 from __future__ import annotations
 
@@ -334,6 +335,16 @@ def _downstream(spark: Any, tmp_path: Path, endpoints: dict[str, str], name: str
     return b
 
 
+@dataclass(frozen=True)
+class Downstream:
+    """A downstream task of the scenario: `build` adds its operators over r1 and r2, with
+    `max_delay` (None: without) on its union or join."""
+
+    name: str
+    build: Build
+    max_delay: str | None
+
+
 def cut_run(spark: Any, tmp_path: Path, *, rate: float, limit: int, cut_seconds: float,
             max_delay: str, build: Build = union_counts,
             upstreams: OpenUpstreams = LocalUpstreams) -> tuple[CutRun, CutRun]:
@@ -341,53 +352,109 @@ def cut_run(spark: Any, tmp_path: Path, *, rate: float, limit: int, cut_seconds:
     link, each the operators `build` adds over r1 and r2 (by default `union_counts`), their
     inputs where `upstreams` puts them (by default `LocalUpstreams`); what each sink holds once
     every input drained."""
+    runs = cut_runs(spark, tmp_path, rate=rate, limit=limit, cut_seconds=cut_seconds,
+                    tasks=(Downstream("dpc", build, max_delay), Downstream("plain", build, None)),
+                    upstreams=upstreams)
+    return runs["dpc"], runs["plain"]
+
+
+def cut_runs(spark: Any, tmp_path: Path, *, rate: float, limit: int, cut_seconds: float,
+             tasks: Sequence[Downstream],
+             upstreams: OpenUpstreams = LocalUpstreams) -> dict[str, CutRun]:
+    """Every downstream task of `tasks` (the first one's input time is paced; at least one with
+    max-delay) behind the same cut of a2's link, their inputs where `upstreams` puts them: what
+    each sink holds once every input drained, by task name. The cut starts once every sink has
+    results and ends `cut_seconds` later, once every task with max-delay wrote tentative rows;
+    each such task's run has its first tentative row's time, its reconcile and its phases."""
     from common import dpc_view
-    from common.dpc import MODE_CODES, Mode
     from executor.spool_source import finished_seq
 
-    names = ("dpc", "plain")
-    ups = upstreams(spark, tmp_path, rate, limit, names)
-    outs = [tmp_path / f"{n}.jsonl" for n in names]
-    downs: list[Any] = []
+    ups = upstreams(spark, tmp_path, rate, limit, [t.name for t in tasks])
+    outs = {t.name: tmp_path / f"{t.name}.jsonl" for t in tasks}
+    downs: dict[str, Any] = {}
     try:
-        for name, delay in zip(names, (max_delay, None)):  # first: the input's time is paced
-            downs.append(_downstream(spark, tmp_path, ups.endpoints, name, delay, build))
+        for t in tasks:
+            downs[t.name] = _downstream(spark, tmp_path, ups.endpoints, t.name, t.max_delay,
+                                        t.build)
+        dpcs = {name: b.dpc for name, b in downs.items() if b.dpc is not None}
+        assert dpcs, "no task with max-delay"
         ups.start()
-        dpc = downs[0].dpc
-        wait_for("the first results", lambda: all(read_sink(o) for o in outs), 90)
+        wait_for("the first results", lambda: all(read_sink(o) for o in outs.values()), 90)
         assert ups.producing(), "the input ended before the cut"
         ups.cut()
         cut_at = time.monotonic()
-        wait_for("tentative results during the cut",
-                 lambda: any(dpc_view.TENTATIVE in r for r in read_sink(outs[0])), 60)
-        first = time.monotonic() - cut_at
-        assert dpc.mode is Mode.TENTATIVE
-        seen = dpc.figures(time.monotonic())  # what the task's heartbeat says (status, metrics)
-        assert seen["dpc_mode"] == MODE_CODES[Mode.TENTATIVE] and seen["dpc_episode"] >= 1, seen
+        firsts = _await_tentative(dpcs, outs, cut_at)
         wait_for("the cut's end", lambda: time.monotonic() - cut_at >= cut_seconds,
                  cut_seconds + 30, 0.5)
-        at_heal = [read_sink(o) for o in outs]
+        at_heal = {name: read_sink(o) for name, o in outs.items()}
         ups.heal()
         healed = time.monotonic()
-        wait_for("the reconcile", lambda: bool(dpc.reconcile_seconds), 180)
-        reconciled = time.monotonic() - healed  # noticing the heal, then the reconcile
-        assert dpc.mode is Mode.STABLE
-        seen = dpc.figures(time.monotonic())
-        assert seen["dpc_mode"] == MODE_CODES[Mode.STABLE] and seen["dpc_reconcile_ms"] >= 0, seen
+        reconciled = _await_reconciles(dpcs, healed)
         lasts = ups.last_seqs()
-        for b in downs:
+        for b in downs.values():
             spark_dir = str(Path(b.checkpoint_dir) / "spark")
             _wait_settled(b.query, lambda d=spark_dir: all(
                 (finished_seq(d, ch) or 0) >= last for ch, last in lasts.items()), b.task_id)
-        runs = tuple(CutRun(read_sink(o), [r for r in h if dpc_view.TENTATIVE in r], len(h))
-                     for o, h in zip(outs, at_heal))
-        runs[0].first_tentative, runs[0].reconcile = first, dpc.reconcile_seconds[0]
-        runs[0].phases["drained after the heal"] = time.monotonic() - healed
-        runs[0].phases["heal to reconciled"] = reconciled
-        return runs[0], runs[1]
+        runs = {name: CutRun(read_sink(outs[name]),
+                             [r for r in h if dpc_view.TENTATIVE in r], len(h))
+                for name, h in at_heal.items()}
+        for name, dpc in dpcs.items():
+            run = runs[name]
+            run.first_tentative, run.reconcile = firsts[name], dpc.reconcile_seconds[0]
+            run.phases["drained after the heal"] = time.monotonic() - healed
+            run.phases["heal to reconciled"] = reconciled[name]
+        return runs
     finally:
         try:
-            for rt in downs:
+            for rt in downs.values():
                 rt.stop()
         finally:
             ups.close()
+
+
+def _await_tentative(dpcs: dict[str, Any], outs: dict[str, Path],
+                     cut_at: float) -> dict[str, float]:
+    """Until every task of `dpcs` wrote a tentative row: the seconds from the cut to each one's
+    first; each is tentative then, and its heartbeat's figures say so."""
+    from common import dpc_view
+    from common.dpc import MODE_CODES, Mode
+
+    firsts: dict[str, float] = {}
+
+    def all_tentative() -> bool:
+        for name in dpcs.keys() - firsts.keys():
+            if any(dpc_view.TENTATIVE in r for r in read_sink(outs[name])):
+                firsts[name] = time.monotonic() - cut_at
+        return firsts.keys() == dpcs.keys()
+
+    wait_for("tentative results during the cut", all_tentative, 60,
+             detail=lambda: f"tentative so far: {sorted(firsts)} of {sorted(dpcs)}")
+    for name, dpc in dpcs.items():
+        assert dpc.mode is Mode.TENTATIVE, (name, dpc.mode)
+        seen = dpc.figures(time.monotonic())  # what the task's heartbeat says (status, metrics)
+        assert seen["dpc_mode"] == MODE_CODES[Mode.TENTATIVE] and seen["dpc_episode"] >= 1, (
+            name, seen)
+    return firsts
+
+
+def _await_reconciles(dpcs: dict[str, Any], healed: float) -> dict[str, float]:
+    """Until every task of `dpcs` reconciled: the seconds from the heal to each one's end
+    (noticing the heal, then the reconcile); each is stable then, its figures say so."""
+    from common.dpc import MODE_CODES, Mode
+
+    reconciled: dict[str, float] = {}
+
+    def all_reconciled() -> bool:
+        for name in dpcs.keys() - reconciled.keys():
+            if dpcs[name].reconcile_seconds:
+                reconciled[name] = time.monotonic() - healed
+        return reconciled.keys() == dpcs.keys()
+
+    wait_for("the reconcile", all_reconciled, 180,
+             detail=lambda: f"reconciled so far: {sorted(reconciled)} of {sorted(dpcs)}")
+    for name, dpc in dpcs.items():
+        assert dpc.mode is Mode.STABLE, (name, dpc.mode)
+        seen = dpc.figures(time.monotonic())
+        assert seen["dpc_mode"] == MODE_CODES[Mode.STABLE] and seen["dpc_reconcile_ms"] >= 0, (
+            name, seen)
+    return reconciled

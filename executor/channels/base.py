@@ -14,6 +14,13 @@ log = logging.getLogger("executor.channels")
 
 FRAME_SLACK_BYTES = 64 << 10  # ZeroMQ's hard cap is max_frame_bytes + this (headers, ids)
 HEARTBEAT_MS = 1000  # ZeroMQ heartbeats on both ends; a peer silent for 3 of them is gone
+# A reader's connect: a pending TCP connect is given up after CONNECT_TIMEOUT_MS and made again
+# (a fresh SYN) after RECONNECT_IVL_MS to twice that, never backing off (RECONNECT_IVL_MAX_MS 0).
+# Without it a reconnect during a partition sits in SYN-SENT while the kernel retries its SYN
+# at doubling intervals, so a healed link was noticed up to ~16 s late (docs/availability.md).
+CONNECT_TIMEOUT_MS = 1000  # far above a connect's round trip between two hosts of a cluster
+RECONNECT_IVL_MS = 100  # libzmq's default, stated: what the bound on noticing a heal rests on
+RECONNECT_IVL_MAX_MS = 0  # no exponential backoff of the reconnect interval
 BATCHED_RECV = 256  # messages handled per I/O wake-up before pumping again
 
 
@@ -111,3 +118,12 @@ def configure_socket(sock: "zmq.Socket", max_frame_bytes: int) -> None:
     sock.setsockopt(zmq.MAXMSGSIZE, max_frame_bytes + FRAME_SLACK_BYTES)
     sock.setsockopt(zmq.HEARTBEAT_IVL, HEARTBEAT_MS)
     sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, 3 * HEARTBEAT_MS)
+
+
+def configure_connect(sock: "zmq.Socket") -> None:
+    """The options of a connecting end (a reader): a healed partition is noticed within about
+    CONNECT_TIMEOUT_MS + 2 * RECONNECT_IVL_MS, however long the link was cut, since every
+    connect attempt sends a fresh SYN instead of waiting out the kernel's SYN backoff."""
+    sock.setsockopt(zmq.CONNECT_TIMEOUT, CONNECT_TIMEOUT_MS)
+    sock.setsockopt(zmq.RECONNECT_IVL, RECONNECT_IVL_MS)
+    sock.setsockopt(zmq.RECONNECT_IVL_MAX, RECONNECT_IVL_MAX_MS)

@@ -23,6 +23,7 @@ from executor.channels.base import (
     ReaderStats,
     WrongChannel,
     _RefusalLog,
+    configure_connect,
     configure_socket,
 )
 from executor.wire import (
@@ -104,6 +105,7 @@ class ChannelReader:
     def _open(self, endpoint: str) -> zmq.Socket:
         sock = self._ctx.socket(zmq.DEALER)
         configure_socket(sock, self._max_frame)
+        configure_connect(sock)
         if self._auth is not None:
             connect_curve(sock, self._auth)
         sock.connect(endpoint)
