@@ -154,8 +154,8 @@ def test_the_runs_of_scripts_test_sh_split_the_suite_whole() -> None:
     """scripts/test.sh's runs (their `-m` expressions read from the script) select every test
     once: the serial stream holds the Spark cluster tests and the modules marked `alone` (the
     cgroups isolation test, which measures CPU shares; the broker SIGKILL test, which waits out
-    the Kafka sink's bounds), the other stream the other layers, the cluster tests without Spark
-    and the Spark ones marked `beside`."""
+    the Kafka sink's bounds), the second stream the other layers and the Spark cluster tests
+    marked `beside`, and a third stream the cluster tests without Spark."""
     script = (ROOT / "scripts" / "test.sh").read_text(encoding="utf-8").splitlines()
     marks = [m for line in script if not line.lstrip().startswith("#")
              for m in re.findall(r'-m "([^"]+)"', line)]
@@ -171,8 +171,8 @@ def test_the_runs_of_scripts_test_sh_split_the_suite_whole() -> None:
         assert done.returncode in (0, 5), done.stdout + done.stderr
         return {line for line in done.stdout.splitlines() if "::" in line}
 
-    others, light, beside, serial = (selected(m) for m in marks)
-    runs = (others, light, beside, serial)
+    others, beside, light, serial = (selected(m) for m in marks)  # the script's order
+    runs = (others, beside, light, serial)
     assert all(not (a & b) for i, a in enumerate(runs) for b in runs[i + 1:])
     assert others | light | beside | serial == selected("cluster or not cluster")
     assert {module_of(n) for n in serial} == {"tests/test_isolation_cgroups.py",
