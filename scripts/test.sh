@@ -4,15 +4,15 @@
 #   clusters whose executors run Spark, end to end, one module after another (two of them at
 #   once load this 2-core machine to ~25 and the kill-and-failover tests time out), and the few
 #   tests marked `alone` (they measure CPU shares or wait out timings; tests/conftest.py);
-# - beside it: mypy over the product packages (pyproject.toml's [tool.mypy]; zero errors is the
-#   bar), then every other layer (pure, golden, Spark; `-m "not cluster and not alone"`), then
+# - beside it: every other layer (pure, golden, Spark; `-m "not cluster and not alone"`), then
 #   the Spark cluster tests marked `beside` (they kill nothing and time nothing, so they may
 #   share the machine with the serial stream's last modules, which would otherwise run alone on
 #   one of its two cores);
 # - and from the start, the cluster tests without Spark (`-m "cluster and not spark and not
-#   alone"`: the embedded master and agents, executors without Spark, ZooKeeper): ~2.5 minutes
-#   that mostly wait on timeouts and heartbeats, so they cost the other two streams little CPU
-#   (in the second stream they added their whole wall time to the suite's).
+#   alone"`: the embedded master and agents, executors without Spark, ZooKeeper; ~2.5 minutes
+#   that mostly wait on timeouts and heartbeats, so they cost the other two streams little CPU),
+#   then mypy over the product packages (pyproject.toml's [tool.mypy]; zero errors is the bar).
+#   In the second stream these added their whole wall time to the suite's longest stream.
 # The other streams' output is printed once all end. Extra arguments go to every pytest run
 # (e.g. `-x`, `-k`, a file). Exits non-zero when mypy or any run fails; a run that selects no
 # test (pytest's 5) counts only when none ran a test.
@@ -28,12 +28,14 @@ run() {  # run NAME COMMAND...: the command's output to $logs/NAME, its exit sta
   echo $? >"$logs/$name.status"
 }
 (
-  run mypy python3 -m mypy
   run others python3 -m pytest -q -p no:cacheprovider -m "not cluster and not alone" "$@"
   run beside python3 -m pytest -q -p no:cacheprovider -m "cluster and spark and beside" "$@"
 ) &
 background=$!
-run light python3 -m pytest -q -p no:cacheprovider -m "cluster and not spark and not alone" "$@" &
+(
+  run light python3 -m pytest -q -p no:cacheprovider -m "cluster and not spark and not alone" "$@"
+  run mypy python3 -m mypy
+) &
 light_stream=$!
 python3 -m pytest -q -p no:cacheprovider -m "(cluster and spark or alone) and not beside" "$@"
 cluster=$?
@@ -44,8 +46,8 @@ show() {
   echo "---- $2 ----"
   cat "$logs/$1" 2>/dev/null
 }
-show mypy "mypy (beside the serial cluster stream, first)"
-show others "the pure, golden and Spark layers (beside the serial cluster stream, after mypy)"
+show mypy "mypy (in the third stream, after the cluster tests without Spark)"
+show others "the pure, golden and Spark layers (beside the serial cluster stream)"
 show light "the cluster tests without Spark (a third stream, from the start)"
 show beside "the Spark cluster tests marked beside (after the pure, golden and Spark layers)"
 mypy=$(status_of mypy)

@@ -50,6 +50,20 @@ def applied(client: SchedulerClient, query: str, tuples: list[tuple[str, str, st
                       and v, timeout, f"acknowledgements of {tuples}")
 
 
+def move_to_a_free_port(client: SchedulerClient, query: str,
+                        attempts: int = 3) -> tuple[str, dict[str, Any]]:
+    """Move the sink's writer (`target-addr`) to a port free when chosen; a move refused
+    because another process took that port before the task bound it (a free port is in the
+    kernel's ephemeral range, where any outgoing connection may take it: seen in CI beside the
+    other test streams) is undone by the task, and the next attempt takes another port."""
+    for _ in range(attempts):
+        endpoint = f"tcp://127.0.0.1:{free_port()}"
+        moved = applied(client, query, [("out", "target-addr", endpoint)])
+        if moved["state"] != "refused" or "Address already in use" not in str(moved):
+            break
+    return endpoint, moved
+
+
 def current(client: SchedulerClient, query: str) -> dict[tuple[str, str], str]:
     view = client.control_status(query)
     return {(a["operator"], a["parameter"]): a["value"] for a in view["adjustable"]}
@@ -59,7 +73,7 @@ def test_control_tuples_move_the_writer_change_the_filter_and_refuse_bad_input(
         stack: Stack, tmp_path: Path) -> None:
     from compiler.pipeline import compile_spec_text
 
-    first, second = f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
+    first = f"tcp://127.0.0.1:{free_port()}"
     # the sink serves over CURVE (its key file as `elastiq keygen` writes it) to the one reader
     # it declares; the test reads as that reader, with its own keypair
     sink_keys, reader_keys = KeyPair.generate(), KeyPair.generate()
@@ -78,7 +92,7 @@ def test_control_tuples_move_the_writer_change_the_filter_and_refuse_bad_input(
         wait_until(lambda: len(reader.ids()) >= 20, 120, "rows at the first endpoint")
 
         # the writer moves (the paper's target-addr); the reader follows once it is acknowledged
-        moved = applied(client, "e2e-control", [("out", "target-addr", second)])
+        second, moved = move_to_a_free_port(client, "e2e-control")
         assert moved["state"] == "applied", moved
         moved_at = moved["tasks"][task_id]["epoch"]
         reader.follow(second)
