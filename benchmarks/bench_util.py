@@ -4,13 +4,15 @@ Owns only presentation and arithmetic (percentiles, medians, ratios, a plain-tex
 putting the repository on `sys.path` and `PYTHONPATH` (so Spark's Python workers, started later by
 the JVM, import `executor.*` the way an executor launched by Elastiq does), starting a one-task
 spec's task as an executor does (`start_task`), counting a growing sink's lines cheaply
-(`LineCounter`: a probe polled while a run is measured must not take the cores it measures), and
+(`LineCounter`: a probe polled while a run is measured must not take the cores it
+measures), reading each embedded agent's containers' cpu seconds (`agents_cpu_seconds`), and
 turning SIGTERM into an exit that runs the scripts' `finally` blocks (`exit_on_sigterm`).
 Does not own any measurement: each benchmark script measures its own thing.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -18,6 +20,7 @@ import signal
 import statistics
 import sys
 import threading
+import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Self
@@ -152,3 +155,16 @@ class Periodic:
 
     def sample(self) -> None:
         raise NotImplementedError
+
+
+def agents_cpu_seconds(agents: Sequence[Any]) -> dict[str, float]:
+    """agent id -> the user + system cpu seconds of its executor containers so far, from each
+    agent's `/monitor/statistics` (Mesos 1.11's fields; the agents' `url` and `agent_id`)."""
+    cpu = {}
+    for agent in agents:
+        with urllib.request.urlopen(f"{agent.url}/monitor/statistics", timeout=10) as r:
+            entries = json.load(r)
+        cpu[agent.agent_id] = sum(float(e["statistics"].get("cpus_user_time_secs", 0.0)) +
+                                  float(e["statistics"].get("cpus_system_time_secs", 0.0))
+                                  for e in entries)
+    return cpu

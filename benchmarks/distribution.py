@@ -36,14 +36,12 @@ against first fit; fewer moves than a placement balancing mean load only; result
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import math
 import os
 import sys
 import tempfile
 import time
-import urllib.request
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -54,8 +52,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # the repository: `benchmarks.*` (as the tests import it), `common`
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.bench_util import (Periodic, exit_on_sigterm, format_table,  # noqa: E402
-                                   median_of, use_repo_on_path)
+from benchmarks.bench_util import (  # noqa: E402
+    Periodic, agents_cpu_seconds, exit_on_sigterm, format_table, median_of, use_repo_on_path,
+)
 
 use_repo_on_path()
 
@@ -207,13 +206,7 @@ class Sampler(Periodic):
         super().__init__(1.0, "sampler")
 
     def sample(self) -> None:
-        cpu = {}
-        for agent in self.stack.cluster.agents:
-            with urllib.request.urlopen(f"{agent.url}/monitor/statistics", timeout=10) as r:
-                entries = json.load(r)
-            cpu[agent.agent_id] = sum(float(e["statistics"].get("cpus_user_time_secs", 0.0)) +
-                                      float(e["statistics"].get("cpus_system_time_secs", 0.0))
-                                      for e in entries)
+        cpu = agents_cpu_seconds(self.stack.cluster.agents)
         at = time.monotonic()
         status = self.stack.service.status()
         view = (status.get("queries") or {}).get(self.query) or {}

@@ -45,14 +45,12 @@ from __future__ import annotations
 
 import argparse
 import bisect
-import json
 import logging
 import math
 import os
 import sys
 import tempfile
 import time
-import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,8 +60,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.bench_util import (Periodic, exit_on_sigterm, fmt, format_table,  # noqa: E402
-                                   median_of, use_repo_on_path)
+from benchmarks.bench_util import (  # noqa: E402
+    Periodic, agents_cpu_seconds, exit_on_sigterm, fmt, format_table, median_of, use_repo_on_path,
+)
 
 use_repo_on_path()
 
@@ -165,18 +164,8 @@ class Sampler(Periodic):
         self.agents: dict[str, str] = {}  # task -> agent
         super().__init__(SAMPLE_EVERY, "status")
 
-    def agent_cpu(self) -> dict[str, float]:
-        cpu = {}
-        for agent in self.stack.cluster.agents:
-            with urllib.request.urlopen(f"{agent.url}/monitor/statistics", timeout=10) as r:
-                entries = json.load(r)
-            cpu[agent.agent_id] = sum(float(e["statistics"].get("cpus_user_time_secs", 0.0)) +
-                                      float(e["statistics"].get("cpus_system_time_secs", 0.0))
-                                      for e in entries)
-        return cpu
-
     def sample(self) -> None:
-        cpu = self.agent_cpu()
+        cpu = agents_cpu_seconds(self.stack.cluster.agents)
         status = self.stack.status(QUERY)
         views = status.get("tasks", [])
         tasks = {t["task_id"]: t.get("figures") or {} for t in views}
