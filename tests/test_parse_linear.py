@@ -86,7 +86,11 @@ def test_reading_time_per_byte_stays_flat_from_n_to_16n(kind: str) -> None:
     small, large = make(32 * 1024), make(512 * 1024)
     per_byte_small = max(_best_seconds(small), 1e-3) / len(small)
     per_byte_large = _best_seconds(large) / len(large)
-    assert per_byte_large < 6 * per_byte_small, (
+    # linear reading keeps the ratio near 1-2 (279 against 144 ns/byte on a loaded machine);
+    # quadratic reading makes it 16 (the old pre-scan's, above, more). 8, not 6: a CI run read
+    # 6.5 for a linear reader, the least thread time of five reads still inflated under load
+    # (a virtual machine's stolen time may count as the thread's)
+    assert per_byte_large < 8 * per_byte_small, (
         f"{kind}: {per_byte_large * 1e9:.0f} ns/byte at {len(large)} bytes against "
         f"{per_byte_small * 1e9:.0f} ns/byte at {len(small)}")
 
