@@ -20,7 +20,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Callable, Iterable, Protocol, Sequence
 
 from testkit.e2e_support import read_sink
 from testkit.spark_processes import caught_up
@@ -412,6 +412,23 @@ def cut_runs(spark: Any, tmp_path: Path, *, rate: float, limit: int, cut_seconds
             ups.close()
 
 
+def _first_times(names: Iterable[str], reached: Callable[[str], bool], since: float,
+                 what: str, timeout: float) -> dict[str, float]:
+    """Until `reached(name)` held for every name: the seconds from `since` to when it was
+    first seen for each."""
+    wanted, firsts = set(names), dict[str, float]()
+
+    def all_reached() -> bool:
+        for name in wanted - firsts.keys():
+            if reached(name):
+                firsts[name] = time.monotonic() - since
+        return firsts.keys() == wanted
+
+    wait_for(what, all_reached, timeout,
+             detail=lambda: f"so far: {sorted(firsts)} of {sorted(wanted)}")
+    return firsts
+
+
 def _await_tentative(dpcs: dict[str, Any], outs: dict[str, Path],
                      cut_at: float) -> dict[str, float]:
     """Until every task of `dpcs` wrote a tentative row: the seconds from the cut to each one's
@@ -419,16 +436,9 @@ def _await_tentative(dpcs: dict[str, Any], outs: dict[str, Path],
     from common import dpc_view
     from common.dpc import MODE_CODES, Mode
 
-    firsts: dict[str, float] = {}
-
-    def all_tentative() -> bool:
-        for name in dpcs.keys() - firsts.keys():
-            if any(dpc_view.TENTATIVE in r for r in read_sink(outs[name])):
-                firsts[name] = time.monotonic() - cut_at
-        return firsts.keys() == dpcs.keys()
-
-    wait_for("tentative results during the cut", all_tentative, 60,
-             detail=lambda: f"tentative so far: {sorted(firsts)} of {sorted(dpcs)}")
+    firsts = _first_times(
+        dpcs, lambda name: any(dpc_view.TENTATIVE in r for r in read_sink(outs[name])), cut_at,
+        "tentative results during the cut", 60)
     for name, dpc in dpcs.items():
         assert dpc.mode is Mode.TENTATIVE, (name, dpc.mode)
         seen = dpc.figures(time.monotonic())  # what the task's heartbeat says (status, metrics)
@@ -442,16 +452,8 @@ def _await_reconciles(dpcs: dict[str, Any], healed: float) -> dict[str, float]:
     (noticing the heal, then the reconcile); each is stable then, its figures say so."""
     from common.dpc import MODE_CODES, Mode
 
-    reconciled: dict[str, float] = {}
-
-    def all_reconciled() -> bool:
-        for name in dpcs.keys() - reconciled.keys():
-            if dpcs[name].reconcile_seconds:
-                reconciled[name] = time.monotonic() - healed
-        return reconciled.keys() == dpcs.keys()
-
-    wait_for("the reconcile", all_reconciled, 180,
-             detail=lambda: f"reconciled so far: {sorted(reconciled)} of {sorted(dpcs)}")
+    reconciled = _first_times(dpcs, lambda name: bool(dpcs[name].reconcile_seconds), healed,
+                              "the reconcile", 180)
     for name, dpc in dpcs.items():
         assert dpc.mode is Mode.STABLE, (name, dpc.mode)
         seen = dpc.figures(time.monotonic())
