@@ -195,7 +195,8 @@ HEAVY_STEPS: tuple[tuple[str, Callable[[float, float, float], float]], ...] = (
     ("pow({x} + 1, 1.5)", lambda x, t, h: math.pow(x + 1, 1.5)),
     ("sqrt({x} * temp)", lambda x, t, h: math.sqrt(x * t)),
 )
-PARTITION_CONDITION = ("humidity < 23", lambda h: h < 23)  # keep ~5 %: the sink stays cheap
+KEEP_BELOW = 23.0  # the filter after the heavy project keeps humidity < this (of 20..80): ~5 %,
+# so the sink stays cheap
 
 
 def heavy_chain(variant: int) -> tuple[str, Callable[[float, float], float]]:
@@ -233,12 +234,13 @@ def heavy_expression(field_no: int, count: int = HEAVY_CHAINS
 
 def partition_spec(name: str, k: int, rate: int, limit: int, cpus: float | None = None,
                    chains: int = HEAVY_CHAINS, heavy_fields: int = HEAVY_FIELDS,
-                   heavy_attr: str | None = None) -> str:
+                   heavy_attr: str | None = None, keep_below: float = KEEP_BELOW) -> str:
     """k>=2: parallelism="k" (a project names no key: rows split by the hash of all columns);
     k=1: pipeline="split", which the benchmark's rule `bench-partition-one` turns into
     source | channel | one instance | channel | sink. `cpus`: what every operator asks;
     `chains`: the heavy chains summed per field (the instances' cost per row, rows as wide);
-    `heavy_attr`: the project's attributes instead of k's (run_scale.py: max-parallelism)."""
+    `heavy_attr`: the project's attributes instead of k's (run_scale.py: max-parallelism);
+    `keep_below`: the filter's humidity bound (rows of 20..80 kept below it)."""
     attr = heavy_attr if heavy_attr is not None else (
         f' parallelism="{k}"' if k >= 2 else ' pipeline="split"')
     asks = f' cpus="{cpus:g}"' if cpus is not None else ""
@@ -256,7 +258,7 @@ def partition_spec(name: str, k: int, rate: int, limit: int, cpus: float | None 
   </operator>
   <operator name="few" type="filter"{asks}>
     <input name="scored"/>
-    <param name="condition" value="{PARTITION_CONDITION[0].replace('<', '&lt;')}"/>
+    <param name="condition" value="humidity &lt; {keep_below:g}"/>
     <output name="kept"/>
   </operator>
   <operator name="sink" type="file-sink"{asks}>
@@ -371,13 +373,14 @@ def big_window_oracle(rate: int, limit: int, w: Windows) -> dict[tuple, float]:
             if s + size <= closed_by}
 
 
-def heavy_oracle(rate: int, limit: int, chains: int = HEAVY_CHAINS
+def heavy_oracle(rate: int, limit: int, chains: int = HEAVY_CHAINS,
+                 fields: int = HEAVY_FIELDS, keep_below: float = KEEP_BELOW
                  ) -> dict[tuple, tuple[float, ...]]:
-    """(sensor, ts) -> v0..v3 of the rows the partition query keeps, computed with `math`."""
-    twins = [heavy_expression(i, chains)[1] for i in range(HEAVY_FIELDS)]
-    keep = PARTITION_CONDITION[1]
+    """(sensor, ts) -> v0.. of the generator's first `limit` rows the partition query keeps
+    (`partition_spec`'s), computed in plain Python (`math`)."""
+    twins = [heavy_expression(i, chains)[1] for i in range(fields)]
     return {(r["sensor"], r["ts"]): tuple(t(r["temp"], r["humidity"]) for t in twins)
-            for r in reference_rows(rate, limit) if keep(r["humidity"])}
+            for r in reference_rows(rate, limit) if r["humidity"] < keep_below}
 
 
 # --- reading sinks ---------------------------------------------------------------------------
