@@ -36,7 +36,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
@@ -158,7 +158,29 @@ class CpuWindow:
 class Phase:
     parallelism: int
     rows_per_s: float
-    cpus: dict[str, float]
+    cpus: dict[str, float]  # container cgroup name -> cpus used over the window
+    tasks: dict[str, str] = field(default_factory=dict)  # agent id -> its running tasks
+
+    def named_cpus(self) -> list[str]:
+        """Each container's cpus, named by the tasks its agent ran ("t1 0.40")."""
+        def name(container: str) -> str:
+            return next((t for a, t in self.tasks.items()
+                         if container.startswith(f"elastiq-{a}-")), container)
+        return [f"{name(c)} {v:.2f}" for c, v in self.cpus.items()]
+
+
+def agent_tasks(port: int, token_file: Path, query: str) -> dict[str, str]:
+    """agent id -> the query's running tasks on it ("t0+t4"), from the scheduler's status."""
+    from common.api_client import SchedulerClient
+
+    client = SchedulerClient(f"http://127.0.0.1:{port}", token=token_file.read_text().strip())
+    status = client.status(query)
+    view = status.get("queries", {}).get(query, status)
+    on: dict[str, list[str]] = {}
+    for t in view.get("tasks", []):
+        if t.get("state") == "running" and t.get("agent_id"):
+            on.setdefault(t["agent_id"], []).append(t["task_id"].rsplit(".", 1)[-1])
+    return {a: "+".join(sorted(ts)) for a, ts in on.items()}
 
 
 def sink_lines(path: Path) -> list[str]:
@@ -223,9 +245,12 @@ def run(args: argparse.Namespace, work: Path) -> tuple[list[Phase], tuple[int, i
         found = API_LINE.search(job.log_path.read_text(encoding="utf-8", errors="replace"))
         assert found is not None, "elastiq run names no API port"
         port = int(found.group(1))
+        token = xdg / "elastiq" / f"api-token-{port}"
         phases = [measure(sink, 1, args.warm, args.window)]
-        scale(port, xdg / "elastiq" / f"api-token-{port}", name, 3)
+        phases[-1].tasks = agent_tasks(port, token, name)
+        scale(port, token, name, 3)
         phases.append(measure(sink, 3, args.warm, args.window))
+        phases[-1].tasks = agent_tasks(port, token, name)
     finally:
         job.stop(signal.SIGINT, grace=60.0)
     return phases, checked_rows(sink, args.rate, args.chains, args.fields, args.keep_below)
@@ -237,10 +262,10 @@ def report(phases: Sequence[Phase], checked: tuple[int, int, int], args: argpars
              f"({args.fields} fields x {args.chains} chains), partition-by {args.partition_by}, "
              f"generator {args.rate} rows/s; warm-up {args.warm:g} s, window {args.window:g} s"]
     for p in phases:
-        cpus = ", ".join(f"{c:.2f}" for c in p.cpus.values())
+        cpus = ", ".join(p.named_cpus())
         top = max(p.cpus.values(), default=math.nan)
         lines.append(f"parallelism {p.parallelism}: sink {p.rows_per_s:,.1f} rows/s; each "
-                     f"agent's container's cpus (/proc) {cpus}; busiest {top:.2f} "
+                     f"agent's container's cpus (/proc), by its tasks: {cpus}; busiest {top:.2f} "
                      f"(goal <= {limit:.2f}: {'met' if top <= limit else 'MISSED'})")
         if p.rows_per_s == 0:
             lines.append("  no micro-batch reached the sink inside the window: an overloaded "
