@@ -9,11 +9,13 @@ forwarding for `--cut` seconds (a partition: connections stay open, no byte pass
 `--netns` (root) a1 and a2 are instead source processes on hosts of their own, network
 namespaces on a private bridge (`testkit.dpc_netns`), and a2's bridge port goes down for the
 cut: the partition is in the network. Per run it prints: the seconds from the cut to the first
-tentative row (goal: max-delay + one micro-batch; the probe that notices the cut adds up to
-1 s), the reconcile time (goal: at most the cut, issue 34: <= 30 s after a 30 s cut), the
-seconds from the heal to the end of the reconcile (noticing the heal, then the reconcile), the
-tentative rows replaced, whether the stable view equals the plain-Python oracle, and the
-baseline: the rows the union without max-delay lost in the same cut. Medians over `--repeats`.
+tentative row, how much longer than normal the results written in the cut waited (issue 34: "results
+keep coming within 3 s + one micro-batch of their normal latency": the latest tentative result's
+latency minus the median latency of the stable results once the reconcile ended; goal max-delay +
+one micro-batch), the reconcile time (goal: at most the cut, issue 34: <= 30 s after a 30 s cut),
+the seconds from the heal to the end of the reconcile (noticing the heal, then the reconcile), the
+tentative rows replaced, whether the stable view equals the plain-Python oracle, and the baseline:
+the rows the union without max-delay lost in the same cut. Medians over `--repeats`.
 
     python benchmarks/dpc.py [--cut 30] [--max-delay 3] [--rate 200] [--repeats 1] [--netns]
 """
@@ -51,6 +53,7 @@ def one_run(spark: object, tmp: Path, cut: float, max_delay: int, rate: float,
                          max_delay=f"{max_delay} seconds", upstreams=upstreams)
     expected = oracle(rate, limit)
     return {"first tentative s": run.first_tentative or math.nan,
+            "extra latency s": math.nan if run.extra_latency is None else run.extra_latency,
             "reconcile s": run.reconcile or math.nan,
             "heal to reconciled s": run.phases.get("heal to reconciled", math.nan),
             "rows replaced": float(len(run.tentative)),
@@ -103,10 +106,11 @@ def main() -> int:
     med = {c: median_of([r[c] for r in runs]) for c in columns}
     rows.append(["median"] + [f"{med[c]:.2f}" for c in columns])
     print(format_table(["", *columns], rows))
-    first_goal = args.max_delay + BATCH_S
-    print(f"first tentative row {med['first tentative s']:.2f} s after the cut; goal max-delay "
-          f"+ a micro-batch = {first_goal:.1f} s: "
-          f"{'met' if med['first tentative s'] <= first_goal else 'MISSED'}")
+    goal = args.max_delay + BATCH_S
+    print(f"results in the cut: the latest waited {med['extra latency s']:.2f} s beyond the "
+          f"normal latency (first tentative row {med['first tentative s']:.2f} s after the "
+          f"cut); goal max-delay + a micro-batch = {goal:.1f} s: "
+          f"{'met' if med['extra latency s'] <= goal else 'MISSED'}")
     print(f"cut {'in the network (network namespaces)' if args.netns else 'in a TCP proxy'}")
     print(f"reconcile {med['reconcile s']:.2f} s after a {args.cut:.0f} s cut, "
           f"{ratio(med['reconcile s'], args.cut):.2f} of the cut; goal <= the cut: "

@@ -78,8 +78,10 @@ def test_a_partitioned_source_goes_tentative_and_is_corrected_with_max_delay_unm
     expected = oracle(RATE, LIMIT)
     assert run.first_tentative is not None and run.reconcile is not None
     print(f"netns: first tentative row {run.first_tentative:.2f} s after the cut (bound "
-          f"{FIRST_TENTATIVE_BOUND:.1f} s); reconciled in {run.reconcile:.2f} s after a "
-          f"{CUT_SECONDS} s cut ({run.phases['heal to reconciled']:.2f} s from the heal); "
+          f"{FIRST_TENTATIVE_BOUND:.1f} s), results in the cut at most "
+          f"{run.extra_latency or float('nan'):.2f} s later than normal; reconciled in "
+          f"{run.reconcile:.2f} s after a {CUT_SECONDS} s cut "
+          f"({run.phases['heal to reconciled']:.2f} s from the heal); "
           f"{len(run.tentative)} tentative rows replaced")
     lost = check_union_cut(run, plain, expected, FIRST_TENTATIVE_BOUND, 2 * LIMIT)
     print(f"netns, without max-delay: {lost}")
