@@ -21,7 +21,7 @@ every agent <= 1.15 x 0.4 cpus.
 
     python benchmarks/run_scale.py [--agents 5] [--cpus 0.4] [--rate 3000] [--warm 20]
                                    [--window 40] [--partition-by ts] [--fields 16]
-                                   [--chains 12] [--keep-below 50]
+                                   [--chains 12] [--keep-below 50] [--keep]
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ import argparse
 import math
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -291,6 +292,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--fields", type=int, default=FIELDS, help="heavy fields per row")
     parser.add_argument("--chains", type=int, default=CHAINS,
                         help="heavy chains per field (the cost per row)")
+    parser.add_argument("--keep", action="store_true",
+                        help="keep the run's folder (state, executor logs, sink) for a look")
     parser.add_argument("--keep-below", type=float, default=50.0,
                         help="the filter keeps humidity (20..80) below this: 50 keeps half, so "
                              "a window's count at the sink is not a few batches' worth")
@@ -301,7 +304,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     exit_on_sigterm()
     work = Path(tempfile.mkdtemp(prefix="run-scale-"))
-    phases, checked = run(args, work)
+    try:
+        phases, checked = run(args, work)
+    finally:  # the run's state, logs and sink (~50 MB a run), unless asked to keep them
+        if args.keep:
+            print(f"kept: {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
     print(report(phases, checked, args))
     return 0
 
