@@ -162,6 +162,7 @@ class Sampler(Periodic):
         self.ticks: list[Tick] = []
         self.elastic = ""
         self.shed_explanation = ""  # the latest shed decision's (what its costs came from)
+        self.said = ""  # the latest decision logged
         self.agents: dict[str, str] = {}  # task -> agent
         super().__init__(SAMPLE_EVERY, "status")
 
@@ -200,6 +201,11 @@ class Sampler(Periodic):
             self.ticks.append(tick)
             self.agents = agents
             self.elastic = str(elastic.get("reason") or "")
+            said = f"{decision.get('kind')} ({decision.get('reason')}): " \
+                f"{decision.get('explanation')}"
+            if decision and said != self.said:  # every new decision, for the record
+                log.info("shedding decision %s", said)
+                self.said = said
             if decision.get("kind") == "shed":
                 self.shed_explanation = str(decision.get("explanation") or "")
             if len(self.ticks) % 15 == 0:
