@@ -161,6 +161,8 @@ class Sampler(Periodic):
         self.stack, self.layout = stack, layout
         self.ticks: list[Tick] = []
         self.elastic = ""
+        self.shed_explanation = ""  # the latest shed decision's (what its costs came from)
+        self.said = ""  # the latest decision logged
         self.agents: dict[str, str] = {}  # task -> agent
         super().__init__(SAMPLE_EVERY, "status")
 
@@ -199,6 +201,13 @@ class Sampler(Periodic):
             self.ticks.append(tick)
             self.agents = agents
             self.elastic = str(elastic.get("reason") or "")
+            said = f"{decision.get('kind')} ({decision.get('reason')}): " \
+                f"{decision.get('explanation')}"
+            if decision and said != self.said:  # every new decision, for the record
+                log.info("shedding decision %s", said)
+                self.said = said
+            if decision.get("kind") == "shed":
+                self.shed_explanation = str(decision.get("explanation") or "")
             if len(self.ticks) % 15 == 0:
                 log.info("made %s dropped %s sunk %s ratios %s shedding %s elastic %s",
                          fmt_all(tick.made), fmt_all(tick.dropped), fmt_all(tick.sunk),
@@ -345,6 +354,7 @@ class Run:
     rows_at_sink: int = 0
     agents: dict[str, str] = field(default_factory=dict)  # task -> agent
     layout: Layout | None = None
+    shed_explanation: str = ""  # the latest shed decision's
 
     def placement(self) -> tuple[tuple[str, ...], ...]:
         """Per pipeline, the agent of each of its instances."""
@@ -427,6 +437,7 @@ def run_once(plan: Plan, shed: bool, rate: float, expected: dict[str, dict[int, 
                 run.overload = (began, time.monotonic())
                 run.ticks = sampler.snapshot()
                 run.agents = dict(sampler.agents)
+                run.shed_explanation = sampler.shed_explanation
             try:
                 stop_query(stack, QUERY)
             except AssertionError as exc:  # a long queue: stop_stack ends it below
@@ -493,6 +504,10 @@ def loss_lines(plan: Plan, on: Run, f: Figures, g: Figures) -> list[str]:
     if any(math.isnan(c) for c in costs):
         return [head, f"LP optimum: not computed (no cgroup cpu measured: costs {costs})"]
     optimum = lp_loss(w.made, costs, plan.weights, capacity, on.placement())
+    # what the agents with instances got without shedding, saturated, each (the machine's
+    # cores shared by every agent and the stack): the capacity the plan could really use
+    got = g.second.cpu / max(1, len(on.heavy_agents()))
+    real = lp_loss(w.made, costs, plan.weights, got * ShedPolicy().headroom, on.placement())
     return [
         head,
         f"LP optimum offline: {optimum:.3f} (cpu per row measured without shedding: "
@@ -502,6 +517,9 @@ def loss_lines(plan: Plan, on: Run, f: Figures, g: Figures) -> list[str]:
         f"goal: weighted loss within 10 % of the LP optimum: "
         f"{verdict(achieved <= 1.1 * optimum + 1e-9)} (achieved {achieved:.3f}, optimum "
         f"{optimum:.3f}" + (f", x{achieved / optimum:.2f})" if optimum > 0 else ")"),
+        f"LP optimum offline at the cpu the agents got without shedding ({got:.2f} cpu s/s "
+        f"each, saturated, x headroom): {real:.3f} (the achieved loss counts dropped rows "
+        f"only: rows left queued are not in it)",
         f"goal: lower than uniform random at the same total drop: "
         f"{verdict(achieved < uniform - 1e-9)} (achieved {achieved:.3f}, uniform "
         f"{uniform:.3f} dropping {sum(w.dropped) / sum(w.made):.3f} of every source's rows)",
@@ -566,6 +584,7 @@ def report(plan: Plan, on: Run, off: Run, wall: float) -> str:
         f"{'yes' if off.sound else 'NO'} ({off.sink_note})",
         f"placement (with): {on.describe_layout()}; (without): {off.describe_layout()}",
         "shedding decisions (with): " + "; ".join(sorted({t.decision for t in on.ticks})),
+        f"latest shed decision's explanation (with): {on.shed_explanation or '-'}",
         "drop ratios (with), as sampled: " + " -> ".join(
             str(r) for i, r in enumerate(t.ratios for t in on.ticks)
             if i == 0 or r != on.ticks[i - 1].ratios),

@@ -17,7 +17,10 @@ no interval. A heartbeat without cpu figures (the executor's pulse, sent every s
 its full heartbeats, carries none) leaves the agent's last reading in place: the pulses used to
 forget it, so nearly every interval had no cpu and the tasks carried their busy seconds per
 second instead (on the cluster, three tasks on an isolated 1-cpu agent summed to ~1.5 while its
-cgroup said 0.6). Reads no clock, does no I/O. Does not own the decision (`scheduler.distributor`).
+cgroup said 0.6). Beside the slots, the intervals whose load came from the agent's cpu are kept
+for `recent_seconds`: `measured` gives a task's mean cpu load over those that ended in a recent
+window (the shedding problem's per-row costs, `scheduler.shed_problem`), None where no cpu was
+measured. Reads no clock, does no I/O. Does not own the decision (`scheduler.distributor`).
 """
 
 from __future__ import annotations
@@ -57,6 +60,9 @@ class LoadHistory:
     _slots: dict[str, dict[int, tuple[float, float]]] = field(default_factory=dict)
     _busy: dict[str, tuple[float, float]] = field(default_factory=dict)  # task -> (at, busy s)
     _cpu: dict[str, tuple[float, float]] = field(default_factory=dict)  # agent -> (at, cpu s)
+    recent_seconds: float = 60.0
+    # task -> the intervals split from its agent's cpu, oldest first: (ended at, seconds, load)
+    _measured: dict[str, list[tuple[float, float, float]]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not (self.slot_seconds > 0 and self.max_slots >= 2):
@@ -79,7 +85,25 @@ class LoadHistory:
         loads = split(agent_load, intervals)
         for task, load in loads.items():
             self._add(task, at, load, intervals[task][1])
+            if agent_load is not None:
+                self._keep_measured(task, at, load, intervals[task][1])
         return loads
+
+    def _keep_measured(self, task: str, at: float, load: float, seconds: float) -> None:
+        kept = self._measured.setdefault(task, [])
+        kept.append((at, seconds, load))
+        first = next((i for i, k in enumerate(kept) if k[0] >= at - self.recent_seconds),
+                     len(kept))
+        del kept[:first]
+
+    def measured(self, task: str, since: float) -> float | None:
+        """The task's mean load (CPU seconds per second) over the intervals that ended at or
+        after `since` whose load came from its agent's measured cpu, weighted by their length;
+        None when there is none (no cpu measured: the caller falls back on busy time)."""
+        recent = [(seconds, load) for at, seconds, load in self._measured.get(task, ())
+                  if at >= since]
+        spent = sum(seconds for seconds, _ in recent)
+        return sum(s * load for s, load in recent) / spent if spent > 0 else None
 
     def _agent_load(self, at: float, agent: str, cpu: float | None) -> float | None:
         if cpu is None:  # a pulse (no figures, executor.mesos_executor.pulse) or no cgroup:
@@ -118,6 +142,6 @@ class LoadHistory:
     def keep_only(self, tasks: Iterable[str]) -> None:
         """Forget every task not in `tasks` (its query gone)."""
         wanted = set(tasks)
-        for store in (self._slots, self._busy):
+        for store in (self._slots, self._busy, self._measured):
             for key in [k for k in store if k not in wanted]:
                 del store[key]

@@ -15,7 +15,7 @@ or counting (`scheduler.metrics`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal, Mapping, Sequence
 
 from scheduler.elastic_policy import Decision
@@ -107,22 +107,24 @@ def decide_shedding(problem: ShedProblem, can_add_capacity: bool,
     release = tuple((key.rsplit(".", 1)[0], key.rsplit(".", 1)[1], "0")
                     for key, v in sorted(current.items()) if v > EPSILON)
     if shedding and utilisation <= policy.release_below:
-        return ShedDecision("release", "fits", f"unshed load {utilisation:.0%} of {agent}'s "
-                            f"capacity is under {policy.release_below:.0%}", release)
+        return ShedDecision("release", "fits", _said(
+            f"unshed load {utilisation:.0%} of {agent}'s capacity is under "
+            f"{policy.release_below:.0%}", problem), release)
     if can_add_capacity:
         if shedding:
             return ShedDecision("release", "can_scale", "capacity can be added again; scaling "
                                 "out instead of dropping rows", release)
         return ShedDecision("hold", "can_scale", "capacity can still be added: no shedding")
     if not shedding and utilisation <= policy.headroom:
-        return ShedDecision("hold", "idle", f"busiest agent {agent} at {utilisation:.0%} of "
-                            f"its capacity, within {policy.headroom:.0%}")
+        return ShedDecision("hold", "idle", _said(
+            f"busiest agent {agent} at {utilisation:.0%} of its capacity, within "
+            f"{policy.headroom:.0%}", problem))
     if last_change is not None and now - last_change < policy.cooldown_seconds:
         return ShedDecision("hold", "cooldown", f"ratios changed {now - last_change:.0f} s ago "
                             f"(cool-down {policy.cooldown_seconds:.0f} s)")
-    scaled = ShedProblem(problem.points, problem.operators, problem.sinks,
-                         {a: c * policy.headroom for a, c in problem.capacity.items()},
-                         {o: c * policy.headroom for o, c in problem.limits.items()})
+    scaled = replace(problem,
+                     capacity={a: c * policy.headroom for a, c in problem.capacity.items()},
+                     limits={o: c * policy.headroom for o, c in problem.limits.items()})
     plan = plan_shedding(scaled)
     if not plan.feasible:
         return ShedDecision("hold", "infeasible", "even dropping every shed row leaves an agent "
@@ -135,6 +137,12 @@ def decide_shedding(problem: ShedProblem, can_add_capacity: bool,
     why = (f"{agent} at {utilisation:.0%} of its capacity and no capacity can be added; "
            f"the plan keeps every agent and task within {policy.headroom:.0%} of its "
            f"capacity{beyond}: {losses}")
+    why = _said(why, problem)
     if not tuples:
         return ShedDecision("hold", "unchanged", why, plan=plan, quality=plan.quality)
     return ShedDecision("shed", "overload", why, tuples, plan, plan.quality)
+
+
+def _said(explanation: str, problem: ShedProblem) -> str:
+    """An explanation with what the problem's costs were measured from, where it says."""
+    return f"{explanation}; {problem.basis}" if problem.basis else explanation

@@ -15,24 +15,33 @@ grain the heartbeats measure, the task:
   partition of a split stream, which reads a share of its splitter's rows, costs that share):
   cost = CPU seconds per row it processed (the cost model's per-row cost where its batches
   could be fitted, else busy seconds per row, an upper bound: it holds the batches' fixed
-  cost) x its share of the rows its inputs deliver (a partition of a split stream: its rows
-  processed against all the partitions'; else 1: an overloaded task's queued rows are still
-  its own); selectivity = rows out per row it processed x that share (a task with no output
-  channel, a sink's: the share, which only weighs what reaches its sinks);
+  cost), turned into CPU by its CPU seconds per busy second where its agent's cpu was measured
+  (`TaskRates.cpu`: the agent's cgroup cpu split between its tasks by busy time,
+  `scheduler.load_history`; busy time is wall time of micro-batches, which on a contended
+  agent holds the time spent waiting for a CPU: a task busy 1 s/s on 0.3 CPU s/s), busy time
+  itself where none was (the problem's `basis` says which), x its share of the rows its
+  inputs deliver (a partition of a split stream: its rows processed against all the
+  partitions'; else 1: an overloaded task's queued rows are still its own); selectivity =
+  rows out per row it processed x that share (a task with no output channel, a sink's: the
+  share, which only weighs what reaches its sinks);
 - a task that holds drops reads every row that arrives, also the rows it then drops: its cost is
   split (`split_cost`) into a part per row read, a fixed load in the program (rows arriving x
   that cost: no drop changes it), and a part per row kept. One window at one ratio cannot tell
   them apart (busy = read x a + kept x c), so the split takes a second point: the task's cost
-  per row read measured while its drops were idle (`unshed`, kept by the scheduler), which is
-  a + c. With it, the problem is the same whatever ratio is in force, where the task's cost
+  per row read measured while its drops were idle (`unshed`, kept by the scheduler, only while
+  it was measured at a rate of rows read comparable to now's: `ShedState.unshed_for`), which
+  is a + c. With it, the problem is the same whatever ratio is in force, where the task's cost
   goes per row read (a generator and its drop), per row kept (operators after the drop in the
   same task) or both. Without it, while rows are dropped, all of it counts per row read: the
   plan then cannot run away (costing it all per row kept made each drop look like a dearer
   row, and each plan drop more: 0.54 -> 0.90 -> 0.96 in the benchmark);
 - a sink per sink operator, reading its task, with the spec's weight;
 - a limit of TASK_BUSY_LIMIT per task besides its agent's capacity: a task runs its
-  micro-batches one after the other, so it is busy at most one second per second however many
-  CPUs its agent has (an operator at its max-parallelism is bound by this).
+  micro-batches one after the other, so it uses about one CPU at most however many its agent
+  has (an operator at its max-parallelism is bound by this). With costs in CPU seconds the
+  limit bounds a task's CPU, not its wall time: a contended task busy 1 s/s on 0.3 CPU s/s is
+  at 30 % of it (bounding it by its busy time made every plan keep 90 % of what the one before
+  let through, and the benchmark's ratio ran away: 0.53 -> 0.97).
 
 A drop at a semantic source is modelled as one class of rows worth 1 (heartbeats do not say
 which share of rows passes `shed-keep`); its `ratio` and `high-ratio` are then set alike
@@ -75,6 +84,21 @@ class TaskRates:
     busy: float
     per_row: float | None = None
     waiting: float = 0.0
+    # CPU seconds per second: its agent's measured cpu split by busy time over the same window
+    # (`LoadHistory.measured`); None: no cpu measured, costs stay in busy seconds
+    cpu: float | None = None
+
+    @property
+    def cpu_per_busy(self) -> float:
+        """CPU seconds per busy second (1 where no cpu was measured, or no batch ran)."""
+        if self.cpu is None or self.busy <= 0:
+            return 1.0
+        return self.cpu / self.busy
+
+    @property
+    def load(self) -> float:
+        """CPU seconds per second: measured where its agent's cpu was, else busy seconds."""
+        return self.cpu if self.cpu is not None else self.busy
 
     @property
     def arriving(self) -> float:
@@ -92,16 +116,17 @@ class TaskRates:
         """CPU seconds per processed row (0 when none was processed); a drop's task is costed
         by `split_cost` instead."""
         if self.per_row is not None:
-            return self.per_row
-        return self.busy / self.processed if self.processed > 0 else 0.0
+            return self.per_row * self.cpu_per_busy
+        return self.load / self.processed if self.processed > 0 else 0.0
 
     @property
     def cost_per_read(self) -> float:
         """CPU seconds per row read, before its drops: the cost model's per-row cost (fitted
-        on rows read) where its batches could be fitted, else busy seconds per row read."""
+        on rows read) where its batches could be fitted, else its load per row read; in CPU
+        where its agent's cpu was measured."""
         if self.per_row is not None:
-            return self.per_row
-        return self.busy / self.rows_in if self.rows_in > 0 else 0.0
+            return self.per_row * self.cpu_per_busy
+        return self.load / self.rows_in if self.rows_in > 0 else 0.0
 
     @property
     def dropped_share(self) -> float:
@@ -127,10 +152,12 @@ def split_cost(rates: TaskRates, unshed: float | None) -> tuple[float, float]:
     return max(0.0, now - kept * (1.0 - shed)), kept
 
 
-def rates_of(samples: Sequence[Sample], window: float, now: float) -> TaskRates | None:
+def rates_of(samples: Sequence[Sample], window: float, now: float,
+             cpu: float | None = None) -> TaskRates | None:
     """A task's rates between its oldest sample inside the last `window` seconds and its
     newest, counting only the samples after the last fall of a counter (a new attempt counts
-    from 0); None with fewer than two such samples."""
+    from 0); None with fewer than two such samples. `cpu`: its CPU seconds per second over the
+    same window (`LoadHistory.measured`; None: not measured)."""
     recent = [s for s in samples if s.at >= now - window]
     for i in range(len(recent) - 1, 0, -1):
         if _fell(recent[i - 1], recent[i]):
@@ -144,7 +171,7 @@ def rates_of(samples: Sequence[Sample], window: float, now: float) -> TaskRates 
     return TaskRates((b.tuples_in - a.tuples_in) / span, (b.tuples_out - a.tuples_out) / span,
                      (b.dropped - a.dropped) / span, (b.busy_ms - a.busy_ms) / 1000.0 / span,
                      None if isinstance(cost, str) else cost.per_unit,
-                     (b.backlog - a.backlog) / span)
+                     (b.backlog - a.backlog) / span, cpu)
 
 
 def _fell(a: Sample, b: Sample) -> bool:
@@ -203,7 +230,19 @@ def problem_of(query: CompiledQuery, running: Mapping[str, str],
     return ShedProblem(tuple(points), tuple(operators), tuple(sinks),
                        {a: max(0.0, capacity.get(a, UNKNOWN_CAPACITY))
                         for a in sorted(set(running.values()))},
-                       {o.name: TASK_BUSY_LIMIT for o in operators})
+                       {o.name: TASK_BUSY_LIMIT for o in operators},
+                       basis_of({t: rates[t] for t in running}))
+
+
+def basis_of(rates: Mapping[str, TaskRates]) -> str:
+    """What the tasks' costs per row were measured from, for the decision's explanation."""
+    busy = sorted(t for t, r in rates.items() if r.cpu is None)
+    if not busy:
+        return "costs from cgroup cpu (each agent's, split by busy time)"
+    if len(busy) == len(rates):
+        return "costs from busy time (no cgroup cpu measured)"
+    return (f"costs from cgroup cpu (each agent's, split by busy time), from busy time for "
+            f"{', '.join(busy)} (no cpu measured)")
 
 
 def _share(task_id: str, query: CompiledQuery, running: Mapping[str, str],

@@ -3,7 +3,8 @@
 Owns `ShedState` (the shedding policy's decisions, the latest for the status view, the recent
 ones and their count for the metrics; when ratios last changed; when a scale-out was last
 refused for lack of room; the expected quality per sink of the plan in force; each drop's task's
-cost per row read while its drops were idle, which `shed_problem.split_cost` needs),
+cost per row read while its drops were idle and the rate it was measured at, which
+`shed_problem.split_cost` needs while rows read now are at a comparable rate),
 `ratios_in_force` (the drop ratios the query's control values hold) and `describe` (what
 `elastiq status` shows: per drop operator its ratios and the rows its task shed, per sink its
 weight and expected quality, and the latest decision with its numbers). Pure. Does not own the
@@ -25,6 +26,12 @@ from scheduler.shed_problem import TaskRates, drop_operators
 DECISIONS_KEPT = 50
 ROOM_REFUSAL_SECONDS = 60.0  # a scale-out refused for lack of room counts this long
 RATES_WINDOW_SECONDS = 10.0  # the window the problem's rates are measured over
+UNSHED_RATE_SPREAD = 2.0  # an unshed cost counts while rows read now are within this factor
+
+
+def comparable(then: float, now: float) -> bool:
+    """Two rates of rows read within UNSHED_RATE_SPREAD of each other."""
+    return then > 0 and now > 0 and max(then, now) <= UNSHED_RATE_SPREAD * min(then, now)
 
 
 @dataclass
@@ -37,8 +44,9 @@ class ShedState:
     refused_for_room_at: float | None = None
     quality: dict[str, float] = field(default_factory=dict)  # expected, per sink, in force
     changes: int = 0  # control requests sent by the shedding policy
-    # a drop's task -> its cost per row read over the latest window in which it dropped nothing
-    unshed_cost: dict[str, float] = field(default_factory=dict)
+    # a drop's task -> (its cost per row read over the latest window in which it dropped
+    # nothing, its rows read per second then)
+    unshed_cost: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     def decide(self, decision: ShedDecision, now: float) -> None:
         self.latest, self.decided_at = decision, now
@@ -51,7 +59,17 @@ class ShedState:
         for task in drop_tasks:
             r = rates.get(task)
             if r is not None and r.rows_in > 0 and r.dropped <= 0:
-                self.unshed_cost[task] = r.cost_per_read
+                self.unshed_cost[task] = (r.cost_per_read, r.rows_in)
+
+    def unshed_for(self, rates: Mapping[str, TaskRates]) -> dict[str, float]:
+        """The unshed cost per row read of every drop's task that reads now at a rate within
+        UNSHED_RATE_SPREAD of the one it was measured at. A cost per row read depends on the
+        rate (each batch's fixed cost is spread over its rows): one measured at 75 rows/s
+        before an overload of 1,700 looked 7x dearer than now's, put the drop's task's whole
+        cost on the rows it kept, and each plan then dropped more. Without a comparable one
+        the split costs every row read (`split_cost`: no plan runs away)."""
+        return {task: cost for task, (cost, then) in self.unshed_cost.items()
+                if (r := rates.get(task)) is not None and comparable(then, r.rows_in)}
 
     def refused_for_room(self, now: float) -> bool:
         return self.refused_for_room_at is not None and \

@@ -96,6 +96,7 @@ class ShedProblem:
     # operator -> the load it alone may carry (a task runs its micro-batches one at a time: at
     # most one busy second per second, whatever its agent has); none: only its agent's bound
     limits: Mapping[str, float] = field(default_factory=dict)
+    basis: str = ""  # what the costs were measured from (said in the decision's explanation)
 
 
 @dataclass(frozen=True)

@@ -1251,7 +1251,7 @@ class SchedulerState:
         query.shed.observe_unshed({task for task, _ in drop_operators(query.query).values()},
                                   rates)
         problem = problem_of(query.query, running, rates, self._capacity_for(query),
-                             query.shed.unshed_cost)
+                             query.shed.unshed_for(rates))
         current = shed_state.ratios_in_force(query.query, query.control)
         can_add = not cannot_add_capacity(list(query.elastic.latest.values()),
                                           query.shed.refused_for_room(self.now),
@@ -1276,11 +1276,15 @@ class SchedulerState:
                    for e in query.query.elastic if e.mode == "auto")
 
     def _task_rates(self, task_id: str) -> TaskRates | None:
-        return rates_of(self.samples.samples(task_id), shed_state.RATES_WINDOW_SECONDS, self.now)
+        """A task's rates over the shedding's window, with its cpu over the same window (its
+        agent's cgroup cpu split by busy time, `LoadHistory.measured`) where it was measured."""
+        since = self.now - shed_state.RATES_WINDOW_SECONDS
+        return rates_of(self.samples.samples(task_id), shed_state.RATES_WINDOW_SECONDS, self.now,
+                        self.loads.measured(task_id, since))
 
     def _capacity_for(self, query: QueryRecord) -> dict[str, float]:
         """Each known agent's CPUs (its largest offer with nothing of ours on it) less what the
-        other queries' running tasks there are measured busy."""
+        other queries' running tasks there use (their cpu where measured, else busy time)."""
         capacity = {a: size[0] for a, size in self.agent_sizes.items()
                     if a not in self.gone_agents}
         for other in self.queries.values():
@@ -1289,7 +1293,7 @@ class SchedulerState:
             for t in other.tasks.values():
                 if t.state is TaskState.RUNNING and t.agent_id in capacity:
                     rates = self._task_rates(t.task_id)
-                    capacity[t.agent_id] -= rates.busy if rates is not None else 0.0
+                    capacity[t.agent_id] -= rates.load if rates is not None else 0.0
         return capacity
 
     def _retired(self, sid: str, query: QueryRecord, task: TaskRecord) -> list[Command]:

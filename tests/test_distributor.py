@@ -88,6 +88,29 @@ def test_a_counter_that_falls_or_a_stale_heartbeat_makes_no_interval() -> None:
     assert h.observe(6.0, "A", 4.0, {"x": 6.0}) == {"x": 0.5}  # cpu 1 s over 2 s, x alone
 
 
+def test_a_recent_window_of_measured_cpu_for_the_shedding_problem() -> None:
+    """`measured`: a task's mean cpu over the intervals split from its agent's cpu that ended
+    in the window, weighted by length; an interval without cpu (no cgroup, or the first after a
+    new executor) is not one of them, and a task never measured has None (the shedding problem
+    then costs its rows on busy time)."""
+    h = LoadHistory(recent_seconds=10.0)
+    h.observe(0.0, "A", 0.0, {"x": 0.0, "y": 0.0})
+    h.observe(1.0, "A", 0.6, {"x": 1.0, "y": 0.5})  # 0.6 cpu: x 0.4, y 0.2
+    h.observe(3.0, "A", 1.0, {"x": 2.0, "y": 1.0})  # 0.2 cpu s/s over 2 s: x 2/15, y 1/15
+    assert h.measured("x", since=0.0) == pytest.approx((0.4 * 1 + 2 / 15 * 2) / 3)
+    assert h.measured("x", since=2.0) == pytest.approx(2 / 15)  # the second interval alone
+    assert h.measured("x", since=4.0) is None  # none ended in the window
+    h.observe(4.0, "B", None, {"z": 0.0})
+    h.observe(5.0, "B", None, {"z": 1.0})
+    assert h.measured("z", since=0.0) is None  # busy only: not measured
+    for i in range(4, 20):  # only `recent_seconds` are kept
+        h.observe(float(i), "A", 1.0 + 0.1 * (i - 3), {"x": 2.0 + (i - 3), "y": 1.0})
+    assert h.measured("x", since=0.0) == pytest.approx(0.1)
+    assert len(h._measured["x"]) == 11  # intervals that ended at 9..19 s
+    h.keep_only(["y"])
+    assert h.measured("x", since=0.0) is None
+
+
 def test_the_history_is_bounded_and_series_share_their_slots() -> None:
     h = LoadHistory(slot_seconds=1.0, max_slots=3)
     for i in range(10):

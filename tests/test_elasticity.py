@@ -335,16 +335,18 @@ class Driver:
                                                             version, applied, 9, pause,
                                                             message, 5.0)))
 
-    def beat(self, figures: dict[str, dict[str, float]]) -> list[Command]:
-        """One heartbeat per executor, carrying `figures` of its tasks (by task id)."""
+    def beat(self, figures: dict[str, dict[str, float]],
+             usage: dict[str, dict[str, float]] | None = None) -> list[Command]:
+        """One heartbeat per executor, carrying `figures` of its tasks (by task id) and, where
+        `usage` has its agent, the executor's resource usage."""
         out: list[Command] = []
         by_agent: dict[str, dict[str, dict[str, float]]] = {}
         for task_id, figs in figures.items():
             record = self.record(task_id)
             by_agent.setdefault(record.agent_id or "", {})[record.mesos_task_id] = figs
         for agent, tasks in sorted(by_agent.items()):
-            out += self.s.handle(HeartbeatReceived("hb", agent, exec_of(agent),
-                                                   Heartbeat(tasks, exec_of(agent))))
+            out += self.s.handle(HeartbeatReceived("hb", agent, exec_of(agent), Heartbeat(
+                tasks, exec_of(agent), (usage or {}).get(agent, {}))))
         return out
 
     def view(self) -> dict:

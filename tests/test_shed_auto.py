@@ -49,6 +49,9 @@ class Cluster:
     backlog: float = 0.0
     totals: dict[str, dict[str, float]] = field(default_factory=dict)
     sent: list[SendFrameworkMessage] = field(default_factory=list)
+    # CPU seconds its executor's cgroup measures per busy second of its tasks (None: the
+    # heartbeats carry no cpu); under 1 on a contended agent, where tasks wait for a CPU
+    cpu_per_busy: float | None = None
 
     def count(self, task: str, **figures: float) -> None:
         t = self.totals.setdefault(task, {"tuples_in": 0.0, "tuples_out": 0.0, "busy_ms": 0.0,
@@ -72,7 +75,7 @@ class Cluster:
         merger = next(t.task_id for t in self.d.query.tasks if "sink" in t.operators)
         self.count(merger, tuples_in=kept, busy_ms=10.0)
         running = [t for t in self.totals if self.d.state(t) is TaskState.RUNNING]
-        out += self.d.beat({t: dict(self.totals[t]) for t in running})
+        out += self.d.beat({t: dict(self.totals[t]) for t in running}, self.usage())
         fresh = [c for c in out if isinstance(c, SendFrameworkMessage)]
         self.sent += fresh
         for message in fresh:  # the runtime applies a drop's ratio and acknowledges at once
@@ -81,6 +84,14 @@ class Cluster:
                 self.ratio = float(params["ratio"])
                 self.d.ack(message.message.request)
         return out
+
+    def usage(self) -> dict[str, dict[str, float]]:
+        """The executor's cumulative cpu: its tasks' busy seconds x `cpu_per_busy`."""
+        if self.cpu_per_busy is None:
+            return {}
+        busy = sum(t["busy_ms"] for t in self.totals.values()) / 1000.0
+        return {"a1": {"cpus_user_time_secs": busy * self.cpu_per_busy,
+                       "cpus_system_time_secs": 0.0}}
 
     def run(self, load: float, seconds: int) -> None:
         for _ in range(seconds):
@@ -128,6 +139,7 @@ def test_overload_at_the_bound_sheds_the_computed_ratio_and_releases_when_load_f
     assert view["decision"]["kind"] == "shed" and view["decision"]["reason"] == "overload"
     assert "no capacity can be added" in view["decision"]["explanation"]
     assert "q.t1" in view["decision"]["explanation"]
+    assert "costs from busy time (no cgroup cpu measured)" in view["decision"]["explanation"]
     (sink,) = view["sinks"]
     assert (sink["sink"], sink["weight"]) == ("sink", 3.0)
     assert sink["expected_quality"] == pytest.approx(1 - expected, abs=0.01)
@@ -227,3 +239,42 @@ def test_a_shedding_decision_that_raises_holds_and_the_tick_goes_on(tmp_path: Pa
     assert (latest.kind, latest.reason) == ("hold", "error")
     assert "ValueError: a cost per row read below 0" in latest.explanation
     assert q.shed.decided >= 2 and "f" in q.elastic.latest
+
+
+def first_shed_ratio(c: Cluster, load: float) -> float:
+    """Overload until the scheduler sends a ratio; that ratio."""
+    for _ in range(60):
+        c.second(load)
+        if c.shed_messages():
+            break
+    (message,) = c.shed_messages()
+    return float(message.message.params["src_drop"]["ratio"])
+
+
+def test_a_contended_agent_is_costed_on_its_cgroup_cpu_not_its_busy_time(
+        tmp_path: Path) -> None:
+    """The filter's instance is busy 1 s/s at RATE rows/s, but its agent's cgroup measures 0.3
+    CPU seconds per busy second (the rest of each busy second it waited for a CPU). At 4 x RATE
+    arriving, the cpu figures need 1.2 CPU s/s of the instance, 0.9 allowed: drop 25 %. Busy
+    time said 4 s/s and dropped 77.5 % (the benchmark's runaway at a load average of 12)."""
+    c = one_agent(tmp_path)
+    c.cpu_per_busy = 0.3
+    c.run(RATE / 2, 30)
+    load = 4 * RATE
+    ratio = first_shed_ratio(c, load)
+    cpu_per_row = 0.3 / RATE  # the oracle: its cgroup's cpu per row it processes
+    assert ratio == pytest.approx(1.0 - ShedPolicy().headroom / (cpu_per_row * load), abs=0.01)
+    assert ratio < 1.0 - ShedPolicy().headroom * RATE / load - 0.4  # busy time's: 0.775
+    explanation = c.shedding()["decision"]["explanation"]
+    assert "costs from cgroup cpu (each agent's, split by busy time)" in explanation
+
+
+def test_without_cpu_figures_the_busy_time_costs_the_rows(tmp_path: Path) -> None:
+    """The same overload with heartbeats that carry no cpu: busy time is the fallback (a task
+    busy 1 s/s at RATE rows/s costs 1 / RATE), and the decision says so."""
+    c = one_agent(tmp_path)
+    c.run(RATE / 2, 30)
+    load = 4 * RATE
+    assert first_shed_ratio(c, load) == pytest.approx(1.0 - ShedPolicy().headroom * RATE / load,
+                                                      abs=0.01)
+    assert "costs from busy time" in c.shedding()["decision"]["explanation"]

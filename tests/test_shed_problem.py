@@ -145,7 +145,7 @@ def planned_ratios(read_cost: float, kept_cost: float, rounds: int) -> list[floa
         rates = world_rates(read_cost, kept_cost, ratio)
         state.observe_unshed(["q.t0"], rates)
         problem = problem_of(query, {"q.t0": "A", "q.t1": "A"}, rates, {"A": 2.5},
-                             state.unshed_cost)
+                             state.unshed_for(rates))
         assert not isinstance(problem, str), problem
         decision = decide_shedding(problem, False, {"src_drop.ratio": ratio}, ShedPolicy(),
                                    now=60.0 * i)
@@ -167,6 +167,55 @@ def test_a_sequence_of_plans_converges_instead_of_running_away(
     in the first world: the benchmark saw 0.54 -> 0.90 -> 0.96)."""
     ratios = planned_ratios(read_cost, kept_cost, rounds=10)
     assert ratios == pytest.approx([want] * 10, abs=0.01), ratios
+
+
+def test_an_unshed_cost_measured_at_another_rate_is_not_used() -> None:
+    """The benchmark's shape, with t0 (a generator and its drop) busy 0.95 s/s per 2,400 rows
+    read, all of it per row read. Its latest unshed window was at 75 rows/s, before the
+    overload, when each batch's fixed cost made a row read 0.004 s: 10x dearer than at 2,400.
+    Split against it, t0's whole cost went per row kept and every plan dropped more (0.70,
+    0.72, 0.73, ...: the runaway); not used (rates more than 2x apart), t0 is costed per row
+    read and t1 decides, 0.7 from the first plan on. At 1,500 rows/s it would be used."""
+    state = ShedState()
+    state.observe_unshed(["q.t0"], {"q.t0": TaskRates(75.0, 75.0, 0.0, 0.3)})
+    assert state.unshed_for(world_rates(0.95 / 2400, 0.0, 0.3)) == {}
+    assert state.unshed_for({"q.t0": TaskRates(120.0, 84.0, 36.0, 0.4)}) == {
+        "q.t0": pytest.approx(0.004)}
+    query = CompiledQuery(
+        "q", (task("q.t0", ("src", "src_drop"), outputs=("q/s",)),
+              task("q.t1", ("heavy", "out"), inputs=("q/s",))),
+        (ChannelSpec("q/s", "s", SCHEMA, "q.t0", ("q.t1",)),), {},
+        ControlCatalog(drop("src_drop", "q.t0")), weights={"out": 1.0})
+    stale = {"q.t0": 0.004}
+    for use_stale in (True, False):
+        ratio, ratios = 0.7, []
+        for i in range(5):
+            rates = world_rates(0.95 / 2400, 0.0, ratio)
+            unshed = stale if use_stale else state.unshed_for(rates)
+            problem = problem_of(query, {"q.t0": "A", "q.t1": "A"}, rates, {"A": 2.5}, unshed)
+            assert not isinstance(problem, str), problem
+            decision = decide_shedding(problem, False, {"src_drop.ratio": ratio}, ShedPolicy(),
+                                       now=60.0 * i)
+            ratio = next((float(v) for _, p, v in decision.tuples if p == "ratio"), ratio)
+            ratios.append(ratio)
+        if use_stale:  # the old split: it runs away
+            assert ratios[-1] > 0.75 and ratios == sorted(ratios), ratios
+    assert ratios == pytest.approx([0.7] * 5, abs=0.01), ratios
+
+
+def test_costs_in_cpu_where_the_agents_cpu_was_measured() -> None:
+    """A task busy 1 s/s on 0.3 CPU s/s costs 0.3 of its busy time per row, its fitted
+    per-row cost too; the basis names the tasks costed on busy time."""
+    contended = TaskRates(300.0, 300.0, 0.0, 1.0, cpu=0.3)
+    assert contended.cost == pytest.approx(0.001) and contended.load == 0.3
+    assert TaskRates(300.0, 300.0, 0.0, 1.0, per_row=0.002, cpu=0.3).cost == pytest.approx(0.0006)
+    assert TaskRates(300.0, 300.0, 0.0, 1.0).cost == pytest.approx(1 / 300)  # busy time
+    rates = {"q.t0": TaskRates(100.0, 40.0, 0.0, 1.0, cpu=0.5),
+             "q.t1": TaskRates(40.0, 0.0, 0.0, 0.2)}
+    problem = problem_of(chain(), {"q.t0": "A", "q.t1": "B"}, rates, {"A": 1.0, "B": 1.0})
+    assert not isinstance(problem, str)
+    assert problem.operators[0].cost == pytest.approx(0.005)
+    assert problem.basis.endswith("from busy time for q.t1 (no cpu measured)")
 
 
 def test_a_split_stream_costs_each_instance_its_share() -> None:
