@@ -94,7 +94,7 @@ class LinkProxy:
                     if self.closed.is_set():
                         return
                 dst.sendall(data)
-        except OSError:
+        except (OSError, ValueError):  # ValueError: a socket `close` closed meanwhile
             pass
         for s in (src, dst):
             try:
