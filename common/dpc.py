@@ -7,7 +7,8 @@ unreachable, for less than max-delay since it was last heard: hand Spark nothing
 is processed without it), TENTATIVE (past max-delay: go on with the inputs there are, every
 output tentative, the stable point kept) and RECONCILING (the cut input is back: re-run from the
 stable point with every input; `reconciled` ends it). An input that is silent while its writer
-answers is idle, not cut: it never makes the union wait or go tentative.
+answers is idle, not cut: it never makes the union wait or go tentative. A hot-standby
+selector's stream is one input, reachable while any replica is (`selector_view`).
 
 No I/O, no clock of its own: times are the caller's monotonic seconds. `executor.dpc` applies
 the decisions to a running task (docs/availability.md).
@@ -51,6 +52,16 @@ class InputView:
     name: str
     last_heard: float  # monotonic seconds of its last batch or answered liveness probe
     reachable: bool  # its writer answered the last probe (or sent data since)
+
+
+def selector_view(name: str, replicas: tuple[InputView, ...]) -> InputView:
+    """A hot-standby selector's stream (k replicas of one numbered stream) as one input: the
+    selector reads whichever replica has the next batch, so the stream is cut only when every
+    replica is unreachable, and it was last heard at the latest word from any replica."""
+    if not replicas:
+        raise ValueError(f"selector {name}: no replica to view")
+    return InputView(name, max(r.last_heard for r in replicas),
+                     any(r.reachable for r in replicas))
 
 
 @dataclass(frozen=True)

@@ -375,7 +375,7 @@ class TaskRuntime:
         self.live: dict[tuple[str, str], LiveParam] = {}  # (operator id, keyword) -> how
         self.notices: list[str] = []  # persisted state found unreadable and replaced
         self.receivers: list[SpoolReceiver] = []  # channel inputs, closed with the query
-        self.channel_inputs: dict[str, DpcInput] = {}  # stream -> a channel read as it
+        self.channel_inputs: dict[str, DpcInput] = {}  # stream -> a channel or a selector
         self.dpc: DpcController | None = None  # max-delay on a union or join (availability.md)
         # stream -> the (spool name, folder) of the marked channel its DPC marks came from
         self.marked: dict[str, tuple[str, str]] = {}
@@ -685,7 +685,7 @@ class TaskRuntime:
                                  finished=lambda: spool_source.finished_seq(spark_dir, name),
                                  from_now=from_now)
         self.receivers.append(receiver.start())
-        if len(replicas) == 1 and not ticks and not marks:
+        if not ticks and not marks:  # a channel, or a hot-standby selector's stream
             self.channel_inputs[output] = DpcInput(name, receiver, folder)
         if marks:
             self.marked[output] = (name, folder)

@@ -5,7 +5,9 @@ selector, hot standby) and spools them (`executor.spool`) for the task's Spark q
 Owns subscribing, following moved writers (the task's endpoints file), picking batches from
 whichever replica has them first (each seq spooled once), acknowledging upstream what Spark has
 committed (the spool's `committed` mark), and bounding the spool (no credit is granted while
-`max_spool_bytes` of uncommitted batches wait). A single writer's refusal (trimmed, superseded,
+`max_spool_bytes` of uncommitted batches wait), and with `liveness` (a DPC union's or join's
+input, `executor.dpc`) whether the stream's writers answer: a selector's stream is cut only when
+every replica is (`common.dpc.selector_view`). A single writer's refusal (trimmed, superseded,
 unauthorized, a changed epoch) is written to the spool for the reader to raise, as the query's
 failure; a replica's error only skips that replica for `retry_seconds`. Does not own the
 channel protocol (`executor.channels.reader`) nor the Spark side (`executor.spool_source`).
@@ -21,10 +23,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Sequence
 
 import pyarrow as pa
+import zmq
 
+from common import dpc
 from common.safe_open import private_folder
 from executor import spool
-from executor.channels.base import Batch, ChannelError, ChannelTimeout
+from executor.channels.base import Batch, ChannelError
 from executor.endpoints_file import EndpointWatcher
 
 if TYPE_CHECKING:
@@ -51,7 +55,8 @@ class Replica:
 
 
 class _Source:
-    """One replica's reader and whether it may be used now (mutable, receiver thread only)."""
+    """One replica's reader, whether it may be used now and its liveness (mutable, receiver
+    thread only)."""
 
     def __init__(self, replica: Replica) -> None:
         self.replica = replica
@@ -59,6 +64,11 @@ class _Source:
         self.reader: ChannelReader | None = None
         self.subscribed = False
         self.retry_at = 0.0
+        self.last_heard = time.monotonic()  # its last batch or answered probe
+        self.reachable = True
+
+    def view(self) -> dpc.InputView:
+        return dpc.InputView(self.replica.channel, self.last_heard, self.reachable)
 
 
 class SpoolReceiver:
@@ -92,10 +102,13 @@ class SpoolReceiver:
         self._finished_checked = 0.0
         # a new spool starts after the writer's last batch, not at the oldest it retains
         self._from_now = from_now
-        # channel liveness (a DPC union's input, `executor.dpc`): a writer silent for
-        # PROBE_SECONDS is asked for its retained range; an answer (or data) is a word from
-        # it, no answer within PROBE_TIMEOUT makes it unreachable (read by other threads)
-        self.liveness = liveness and not self._selector
+        # channel liveness (a DPC union's or join's input, `executor.dpc`): a stream silent
+        # for PROBE_SECONDS has each of its writers asked for its retained range; an answer
+        # (or data) is a word from that writer, no answer within PROBE_TIMEOUT (one wait shared
+        # by every replica) makes it unreachable. The stream is reachable while any writer is,
+        # and last heard at the latest word from any (`common.dpc.selector_view`); read by
+        # other threads
+        self.liveness = liveness
         self.last_heard = time.monotonic()
         self.reachable = True
         self._probed = 0.0
@@ -186,7 +199,7 @@ class SpoolReceiver:
                 return
 
     def _take(self, index: int, batch: Batch) -> None:
-        self.last_heard, self.reachable = time.monotonic(), True
+        self._heard_from(index, True)
         if batch.seq <= self._high:
             return  # another replica supplied it already
         self._pending[batch.seq] = batch
@@ -205,37 +218,53 @@ class SpoolReceiver:
         return self._high
 
     def _probe(self) -> None:
-        """With `liveness`: ask a silent writer for its range; mark it reachable or not."""
+        """With `liveness`: once the stream is silent, ask each writer for its range (one
+        shared wait); mark each reachable or not, and the stream from them."""
         now = time.monotonic()
         if not self.liveness or min(now - self.last_heard, now - self._probed) < PROBE_SECONDS:
             return
         self._probed = now
-        reader = self._reader(0)
-        if reader is None:
-            self.reachable = False
-            return
-        try:
-            reader.retained_range(timeout=PROBE_TIMEOUT)
-        except ChannelTimeout:
-            if self.reachable:
-                self._log.info("task %s: writer of %s does not answer: unreachable",
-                               self.task_id, self._name(0))
-            self.reachable = False
-            return
-        except ChannelError as exc:
-            self._fail(0, exc)
-        if not self.reachable:
-            self._log.info("task %s: writer of %s answers again", self.task_id, self._name(0))
-        self.last_heard, self.reachable = time.monotonic(), True
+        readers = {index: self._reader(index) for index in range(len(self._sources))}
+        answers, errors = range_answers(
+            {i: r for i, r in readers.items() if r is not None}, PROBE_TIMEOUT)
+        for index, error in errors.items():
+            self._fail(index, error)  # a single writer's ends the receiver
+        for index in range(len(self._sources)):
+            self._heard_from(index, index in answers)
+
+    def _heard_from(self, index: int, answered: bool) -> None:
+        """Replica `index` sent data or answered a probe (`answered`), or did not answer one;
+        the stream's liveness follows from every replica's."""
+        source = self._sources[index]
+        if answered and not source.reachable and self.liveness:
+            self._log.info("task %s: writer of %s answers again", self.task_id,
+                           self._name(index))
+        elif not answered and source.reachable:
+            self._log.info("task %s: writer of %s does not answer: unreachable", self.task_id,
+                           self._name(index))
+        if answered:
+            source.last_heard = time.monotonic()
+        source.reachable = answered
+        view = dpc.selector_view(self._name(0), tuple(s.view() for s in self._sources))
+        self.last_heard, self.reachable = view.last_heard, view.reachable
 
     def writer_last_seq(self, timeout: float) -> int | None:
-        """The last seq the writer has numbered, asked now (any thread); None if it does not
-        answer within `timeout`."""
-        reader = self._sources[0].reader  # the receiver thread's, thread-safe (not made here)
+        """The last seq the writer has numbered, asked now (any thread): the highest answer of
+        the replicas that answer within `timeout` (they number alike), waiting no longer than
+        for every replica the last probe found reachable (or, none, for one); None if none
+        answers."""
+        # the receiver thread's readers, thread-safe (none is made here)
+        readers = {i: s.reader for i, s in enumerate(self._sources) if s.reader is not None}
+        live = {i for i in readers if self._sources[i].reachable}
+
+        def enough(answers: dict[int, tuple[int, int]]) -> bool:
+            return live <= answers.keys() if live else bool(answers)
+
         try:
-            return reader.retained_range(timeout)[1] if reader is not None else None
-        except ChannelError:
+            answers, _ = range_answers(readers, timeout, enough)
+        except zmq.ZMQError:  # a replica's reader closed meanwhile by the receiver thread
             return None
+        return max((last for _, last in answers.values()), default=None)
 
     def _acknowledge(self) -> None:
         committed = max(spool.read_committed(self.folder) or 0, self._finished_seq())
@@ -338,6 +367,34 @@ class SpoolReceiver:
             if source.reader is not None:
                 source.reader.connect_to(new)
                 source.retry_at = 0.0  # a replica skipped at its old endpoint is tried at once
+
+
+def range_answers(readers: dict[int, ChannelReader], timeout: float,
+                  enough: Callable[[dict[int, tuple[int, int]]], bool] | None = None
+                  ) -> tuple[dict[int, tuple[int, int]], dict[int, ChannelError]]:
+    """Each reader's writer asked for its retained range at once, the answers awaited together
+    for at most `timeout` s (or until `enough(answers)`): (index -> (first, last) of those that
+    answered, index -> the error of those whose reader raised one)."""
+    asked: dict[int, int] = {}
+    answers: dict[int, tuple[int, int]] = {}
+    errors: dict[int, ChannelError] = {}
+    for index, reader in readers.items():
+        asked[index] = reader.ask_range()
+    deadline = time.monotonic() + timeout
+    while True:
+        pending = [i for i in asked if i not in answers and i not in errors]
+        remaining = deadline - time.monotonic()
+        if not pending or remaining <= 0 or (enough is not None and enough(answers)):
+            return answers, errors
+        for index in pending:
+            try:
+                answer = readers[index].range_answer(asked[index],
+                                                     min(remaining, 0.05) / len(pending))
+            except ChannelError as exc:
+                errors[index] = exc
+                continue
+            if answer is not None:
+                answers[index] = answer
 
 
 class _GiveUp(Exception):

@@ -9,7 +9,9 @@ bound on its host's address that numbers and retains batches of the generator's 
 product's `shapes.generate_batch`, the rows `dpc_support.input_rows` computes in plain Python),
 paced at `rate` from a start time its parent gives on stdin, one batch per trigger interval,
 as a generator task with a channel sink sends them; `SourceHost`, the parent's handle on one;
-and `NetnsUpstreams`, the `dpc_support.Upstreams` made of two. It owns no product behaviour.
+and `NetnsUpstreams`, the `dpc_support.Upstreams` made of two, and `SelectorUpstreams`, made of
+three (a live source and two replicas of one stream, read through a stream selector). It owns
+no product behaviour.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import time
 from pathlib import Path
 from typing import IO, Any, Callable, Sequence
 
-from testkit.dpc_support import READING_FIELDS, START, TRIGGER_SECONDS
+from testkit.dpc_support import READING_FIELDS, START, TRIGGER_SECONDS, read_channels
 from testkit.e2e_support import pythonpath
 from testkit.netns import NetnsNetwork
 from testkit.waiting import wait_for
@@ -36,6 +38,9 @@ from testkit.waiting import wait_for
 log = logging.getLogger("testkit.dpc_netns")
 READY = "DPC_SOURCE "  # the prefix of the source process's JSON lines on stdout
 HOSTS = ("a1", "a2")  # a1's link stays up, a2's is cut
+# `SelectorUpstreams`: a1 as above; a2's stream served by replicas on a2 and a3
+SELECTOR_HOSTS = ("a1", "a2", "a3")
+SELECTOR_SPOOL = "select:r2"  # the downstream's spool of the replicas (`selector_source`'s op)
 
 
 # --- the source process ---------------------------------------------------------------------
@@ -66,7 +71,9 @@ def _serve(args: argparse.Namespace) -> None:
         sent, tag, seq = 0, 0, 0
         while sent < args.limit:
             time.sleep(max(0.0, go + tag * TRIGGER_SECONDS - time.time()))  # the pace
-            due = due_rows(time.time() - go, args.rate, args.limit)
+            # the rows due at the tag's time, not at the wake-up's: two sources of one seed
+            # (hot-standby replicas) number the same rows alike
+            due = due_rows(tag * TRIGGER_SECONDS, args.rate, args.limit)
             if due > sent:
                 batch = shapes.generate_batch(shape, schema, args.seed, start_us, args.rate,
                                               sent, due)
@@ -184,25 +191,42 @@ def _read_lines(stream: IO[str], into: "queue.Queue[dict[str, Any]]") -> None:
             into.put(json.loads(line[len(READY):]))
 
 
+def _source_hosts(net: NetnsNetwork, tmp_path: Path, rate: float, limit: int,
+                  readers: Sequence[str], placed: Sequence[tuple[str, str, int]]
+                  ) -> list[SourceHost]:
+    """A `SourceHost` per (host, channel, seed) of `placed`, each channel declared for the
+    reader tasks `readers`; those started are closed if one fails."""
+    from executor.runtime import channel_reader_id
+
+    hosts: list[SourceHost] = []
+    try:
+        for host, channel, seed in placed:
+            hosts.append(SourceHost(
+                net, host, channel, seed, rate, limit,
+                [channel_reader_id(n, channel) for n in readers], tmp_path / "sources"))
+    except BaseException:
+        for h in hosts:
+            h.close()
+        raise
+    return hosts
+
+
+def _go(hosts: Sequence[SourceHost]) -> None:
+    at = time.time() + 0.2  # all from the same instant
+    for h in hosts:
+        h.go(at)
+
+
 class NetnsUpstreams:
     """`dpc_support.Upstreams` on `net`'s hosts a1 and a2 (a source process each); a2's link is
     cut by taking its bridge port down."""
 
     def __init__(self, net: NetnsNetwork, tmp_path: Path, rate: float, limit: int,
                  readers: Sequence[str]) -> None:
-        from executor.runtime import channel_reader_id
-
         self.net, self.rate, self.limit = net, rate, limit
-        self.hosts: list[SourceHost] = []
-        try:
-            for seed, host in enumerate(HOSTS, start=1):
-                channel = f"{host}.raw"
-                self.hosts.append(SourceHost(
-                    net, host, channel, seed, rate, limit,
-                    [channel_reader_id(n, channel) for n in readers], tmp_path / "sources"))
-        except BaseException:
-            self.close()
-            raise
+        self.hosts = _source_hosts(net, tmp_path, rate, limit, readers,
+                                   [(host, f"{host}.raw", seed)
+                                    for seed, host in enumerate(HOSTS, start=1)])
         self.endpoints = {h.channel: h.endpoint for h in self.hosts}
 
     @classmethod
@@ -211,10 +235,11 @@ class NetnsUpstreams:
         return lambda spark, tmp_path, rate, limit, readers: cls(net, tmp_path, rate, limit,
                                                                  readers)
 
+    def read(self, b: Any, schema: Any) -> None:
+        read_channels(b, schema)
+
     def start(self) -> None:
-        at = time.time() + 0.2  # both from the same instant
-        for h in self.hosts:
-            h.go(at)
+        _go(self.hosts)
 
     def producing(self) -> bool:
         return not self.hosts[0].finished()
@@ -228,6 +253,75 @@ class NetnsUpstreams:
     def last_seqs(self) -> dict[str, int]:
         timeout = self.limit / self.rate + 60
         return {h.channel: h.last_seq(timeout) for h in self.hosts}
+
+    def close(self) -> None:
+        for h in self.hosts:
+            h.close()
+
+
+class SelectorUpstreams:
+    """`dpc_support.Upstreams` with a hot-standby stream (issue 34's selector case): a1 serves
+    a1.raw (seed 1) on host a1, and the second input is one stream of seed 2 served by two
+    replicas, on a2 (a2.raw) and a3 (a3.raw), which number the same rows alike; a downstream
+    task reads it through a stream selector as r2 (`selector_source`). `cut` first takes down
+    alone, for `single_cut_seconds`, the port of the replica the selector reads (`reading()`,
+    a replica's channel; the selector must go on with the other: nothing may wait), then the
+    other's too (the stream is cut); `heal` sets both up. `on_phase("one cut")` and
+    `on_phase("both cut")` are called as each cut begins, for the test to see the sinks
+    then."""
+
+    def __init__(self, net: NetnsNetwork, tmp_path: Path, rate: float, limit: int,
+                 readers: Sequence[str], single_cut_seconds: float,
+                 reading: Callable[[], str], on_phase: Callable[[str], None]) -> None:
+        self.net, self.rate, self.limit = net, rate, limit
+        self.single_cut_seconds, self.on_phase = single_cut_seconds, on_phase
+        self.reading = reading
+        self.hosts = _source_hosts(net, tmp_path, rate, limit, readers,
+                                   [("a1", "a1.raw", 1), ("a2", "a2.raw", 2),
+                                    ("a3", "a3.raw", 2)])
+        self.endpoints = {h.channel: h.endpoint for h in self.hosts}
+
+    @classmethod
+    def on(cls, net: NetnsNetwork, single_cut_seconds: float, reading: Callable[[], str],
+           on_phase: Callable[[str], None]) -> Any:
+        """The `dpc_support.OpenUpstreams` that places them on `net` (made with
+        SELECTOR_HOSTS)."""
+        return lambda spark, tmp_path, rate, limit, readers: cls(
+            net, tmp_path, rate, limit, readers, single_cut_seconds, reading, on_phase)
+
+    def read(self, b: Any, schema: Any) -> None:
+        b.channel_source(output="r1", schema=schema, channel="a1.raw")
+        b.selector_source(output="r2", schema=schema, channels=("a2.raw", "a3.raw"))
+
+    def start(self) -> None:
+        _go(self.hosts)
+
+    def producing(self) -> bool:
+        return not self.hosts[0].finished()
+
+    def cut(self) -> None:
+        first = self.reading().removesuffix(".raw")
+        assert first in ("a2", "a3"), first
+        self.on_phase("one cut")
+        self.net.cut(first)
+        started = time.monotonic()
+        wait_for("the single replica's cut to end",
+                 lambda: time.monotonic() - started >= self.single_cut_seconds,
+                 self.single_cut_seconds + 30, 0.2)
+        self.on_phase("both cut")
+        self.net.cut("a3" if first == "a2" else "a2")
+
+    def heal(self) -> None:
+        for host in ("a2", "a3"):
+            self.net.restore(host)
+
+    def last_seqs(self) -> dict[str, int]:
+        """a1.raw's last seq, and the replicated stream's under the selector's spool name
+        (both replicas numbered the same rows alike: checked)."""
+        timeout = self.limit / self.rate + 60
+        a1, a2, a3 = (h.last_seq(timeout) for h in self.hosts)
+        assert a2 == a3, f"the replicas numbered their rows differently: {a2} vs {a3}"
+        return {"a1.raw": a1, SELECTOR_SPOOL: a2}
 
     def close(self) -> None:
         for h in self.hosts:

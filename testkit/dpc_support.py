@@ -94,7 +94,7 @@ class LinkProxy:
                     if self.closed.is_set():
                         return
                 dst.sendall(data)
-        except OSError:
+        except (OSError, ValueError):  # ValueError: a socket `close` closed meanwhile
             pass
         for s in (src, dst):
             try:
@@ -149,12 +149,10 @@ def missing_rows(got: Windows, expected: Windows) -> int:
         expected[k][0] for k in expected.keys() - got.keys())
 
 
-def check_union_cut(run: "CutRun", plain: "CutRun", expected: Windows, first_bound: float,
-                    inputs: int) -> str:
-    """The union's DPC run against the oracle (raises AssertionError): tentative rows within
-    `first_bound` of the cut, one episode corrected by one revision, the stable view exact; the
-    same cut without max-delay: nothing marked, results after the heal, no window above the
-    oracle. Returns what the plain run lost, for the test to print."""
+def check_corrected(run: "CutRun", expected: Windows, first_bound: float) -> None:
+    """A union's DPC run against the oracle (raises AssertionError): tentative rows within
+    `first_bound` of the cut, all of episode 1, corrected by one revision, the stable view
+    exact."""
     from common import dpc_view
 
     assert run.tentative, "no tentative row was written during the cut"
@@ -163,6 +161,17 @@ def check_union_cut(run: "CutRun", plain: "CutRun", expected: Windows, first_bou
     assert same(windows(dpc_view.stable_view(run.rows)), expected)
     assert dpc_view.open_episodes(run.rows) == []
     assert [r[dpc_view.REVISION] for r in run.rows if dpc_view.REVISION in r] == [1]
+
+
+def check_union_cut(run: "CutRun", plain: "CutRun", expected: Windows, first_bound: float,
+                    inputs: int) -> str:
+    """The union's DPC run against the oracle (raises AssertionError): tentative rows within
+    `first_bound` of the cut, one episode corrected by one revision, the stable view exact; the
+    same cut without max-delay: nothing marked, results after the heal, no window above the
+    oracle. Returns what the plain run lost, for the test to print."""
+    from common import dpc_view
+
+    check_corrected(run, expected, first_bound)
 
     assert not any(dpc_view.TENTATIVE in r or dpc_view.REVISION in r for r in plain.rows)
     assert len(plain.rows) > plain.before_heal, "no results after the heal"
@@ -311,13 +320,24 @@ class Upstreams(Protocol):
         """End the partition."""
 
     def last_seqs(self) -> dict[str, int]:
-        """Once a1 and a2 sent all their input (waited for): each channel's last seq."""
+        """Once a1 and a2 sent all their input (waited for): the last seq of each spool the
+        downstream tasks read (a channel's id, or a selector's spool name)."""
+
+    def read(self, b: Any, schema: Any) -> None:
+        """Add the downstream task `b`'s sources r1 (a1's rows) and r2 (a2's rows) of `schema`
+        (`read_channels`: channels a1.raw and a2.raw)."""
 
     def close(self) -> None:
         """End every task, process, proxy or link this made."""
 
 
 OpenUpstreams = Callable[[Any, Path, float, int, Sequence[str]], Upstreams]
+
+
+def read_channels(b: Any, schema: Any) -> None:
+    """Task `b` reads channel a1.raw as r1 and a2.raw as r2 (`Upstreams.read`)."""
+    b.channel_source(output="r1", schema=schema, channel="a1.raw")
+    b.channel_source(output="r2", schema=schema, channel="a2.raw")
 
 
 class LocalUpstreams:
@@ -352,6 +372,9 @@ class LocalUpstreams:
                          rate=self.rate, limit=self.limit, start=START)
             rt.channel_sink(input="raw", channel=f"a{i}.raw")
 
+    def read(self, b: Any, schema: Any) -> None:
+        read_channels(b, schema)
+
     def producing(self) -> bool:
         progress = self.tasks[0].query.lastProgress
         return bool(progress) and _first_int(progress["sources"][0]["endOffset"]) != self.limit
@@ -377,16 +400,15 @@ class LocalUpstreams:
             self.hub.close()
 
 
-def _downstream(spark: Any, tmp_path: Path, endpoints: dict[str, str], name: str,
+def _downstream(spark: Any, tmp_path: Path, ups: Upstreams, name: str,
                 max_delay: str | None, build: Build) -> Any:
     from common.types import Schema
     from executor.runtime import TaskRuntime
 
     schema = Schema.of(*READING_FIELDS)
     b = TaskRuntime(spark, query_id="q", task_id=name, checkpoint_dir=str(tmp_path / name),
-                    trigger_seconds=TRIGGER_SECONDS, endpoints=endpoints)
-    b.channel_source(output="r1", schema=schema, channel="a1.raw")
-    b.channel_source(output="r2", schema=schema, channel="a2.raw")
+                    trigger_seconds=TRIGGER_SECONDS, endpoints=ups.endpoints)
+    ups.read(b, schema)
     b.file_sink(op="sink", input=build(b, max_delay), path=str(tmp_path / f"{name}.jsonl"))
     assert (b.dpc is not None) == (max_delay is not None)
     _sources_up(b)
@@ -433,8 +455,7 @@ def cut_runs(spark: Any, tmp_path: Path, *, rate: float, limit: int, cut_seconds
     clock = SinkClock(outs)
     try:
         for t in tasks:
-            downs[t.name] = _downstream(spark, tmp_path, ups.endpoints, t.name, t.max_delay,
-                                        t.build)
+            downs[t.name] = _downstream(spark, tmp_path, ups, t.name, t.max_delay, t.build)
         dpcs = {name: b.dpc for name, b in downs.items() if b.dpc is not None}
         assert dpcs, "no task with max-delay"
         ups.start()

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from common.dpc import Action, InputView, Mode, State, delay_deadline, reconciled, step
+from common.dpc import (Action, InputView, Mode, State, delay_deadline, reconciled,
+                        selector_view, step)
 
 
 def _views(a_heard: float, b_heard: float, b_reachable: bool) -> tuple[InputView, ...]:
@@ -58,3 +59,32 @@ def test_the_deadline_is_the_earliest_cut_input_plus_max_delay() -> None:
     assert delay_deadline(views[2:], 3.0) == float("inf")
     with pytest.raises(ValueError):
         step(State(), views, 0.0, 1.0)
+
+
+def test_a_selector_is_one_input_reachable_while_any_replica_is_and_heard_at_the_latest() -> None:
+    a = InputView("rep.1", 4.0, False)
+    b = InputView("rep.2", 6.0, True)
+    assert selector_view("s", (a, b)) == InputView("s", 6.0, True)
+    assert selector_view("s", (a, InputView("rep.2", 3.0, False))) == InputView("s", 4.0, False)
+    assert selector_view("s", (b,)) == InputView("s", 6.0, True)
+    with pytest.raises(ValueError, match="selector s"):
+        selector_view("s", ())
+
+
+def test_a_union_over_a_selector_waits_only_when_every_replica_is_cut() -> None:
+    """One replica cut: no hold at all; both cut: hold, then tentative max-delay after the
+    latest word of either replica (not the earlier one's)."""
+    live = InputView("a", 10.0, True)
+
+    def views(r1: InputView, r2: InputView) -> tuple[InputView, ...]:
+        return (live, selector_view("sel", (r1, r2)))
+
+    one_cut = step(State(), views(InputView("r1", 2.0, False), InputView("r2", 9.5, True)),
+                   3.0, 10.0)
+    assert one_cut.state.mode is Mode.STABLE and one_cut.action is Action.NONE
+    both = views(InputView("r1", 2.0, False), InputView("r2", 9.5, False))
+    held = step(State(), both, 3.0, 10.0)
+    assert held.action is Action.HOLD and held.state.cut == ("sel",)
+    assert delay_deadline(both, 3.0) == 12.5
+    assert step(held.state, both, 3.0, 12.4).state.mode is Mode.DELAYING
+    assert step(held.state, both, 3.0, 12.5).action is Action.GO_TENTATIVE

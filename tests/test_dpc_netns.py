@@ -12,22 +12,30 @@ the sensor within JOIN_WITHIN (`testkit.dpc_join_support`), all behind the same 
 is reset, and a2 runs on, retaining what it sends. With max-delay, results keep coming during
 the cut, marked tentative (the join's pairs a subset of the exact ones), and after the heal each
 sink's stable view equals a plain-Python oracle over all input; without it nothing is marked and
-results resume after the heal. Skipped with the reason when namespaces cannot be created here
-(not root, no iproute2, kernel forbids)."""
+results resume after the heal. A second test unions a1 with a hot-standby stream (two replicas
+on hosts a2 and a3, read through a stream selector, `SelectorUpstreams`): one replica cut alone
+changes nothing but the replica read, both cut is a cut input (docs/availability.md, "A
+hot-standby stream"). Skipped with the reason when namespaces cannot be created here (not
+root, no iproute2, kernel forbids)."""
 
 from __future__ import annotations
 
+import logging
+import re
+import time
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 import pytest
 
+from common import dpc_view
 from executor.spool_receiver import PROBE_SECONDS, PROBE_TIMEOUT
-from testkit.dpc_netns import HOSTS, NetnsUpstreams, due_rows
+from testkit.dpc_netns import HOSTS, SELECTOR_HOSTS, NetnsUpstreams, SelectorUpstreams, due_rows
 from testkit.dpc_join_support import check_join_cut, joined_within, oracle_pairs
-from testkit.dpc_support import (TRIGGER_SECONDS, Downstream, check_union_cut, cut_runs, oracle,
-                                 union_counts)
+from testkit.dpc_support import (TRIGGER_SECONDS, Downstream, check_corrected, check_union_cut,
+                                 cut_runs, oracle, union_counts)
+from testkit.e2e_support import read_sink
 from testkit.netns import NetnsNetwork, netns_unavailable
 
 # 25 s of input per source: ~10 s before the cut, ~7 s after the heal. 50 rows/s, not the
@@ -46,17 +54,33 @@ LOADED_SLACK = 5.0
 FIRST_TENTATIVE_BOUND = MAX_DELAY + PROBE_SECONDS + PROBE_TIMEOUT + TRIGGER_SECONDS + LOADED_SLACK
 
 
-@pytest.fixture
-def net() -> Iterator[NetnsNetwork]:
+# The selector's scenario: one replica cut alone this long first, longer than max-delay plus
+# the probe and a micro-batch, so a union that took it for a cut input would hold and go
+# tentative within it; then both for CUT_SECONDS. 30 s of input: ~10 s before the cuts.
+SINGLE_CUT_SECONDS = 5.0
+SELECTOR_LIMIT = 1500
+
+
+def _network(hosts: Sequence[str]) -> Iterator[NetnsNetwork]:
     reason = netns_unavailable()
     if reason is not None:
         pytest.skip(reason)
-    network = NetnsNetwork(HOSTS).create()
+    network = NetnsNetwork(hosts).create()
     try:
         yield network
     finally:
         network.close()
         assert not network.leftovers(), f"namespaces left behind: {network.leftovers()}"
+
+
+@pytest.fixture
+def net() -> Iterator[NetnsNetwork]:
+    yield from _network(HOSTS)
+
+
+@pytest.fixture
+def net3() -> Iterator[NetnsNetwork]:
+    yield from _network(SELECTOR_HOSTS)
 
 
 @pytest.mark.spark
@@ -92,6 +116,54 @@ def test_a_partitioned_source_goes_tentative_and_is_corrected_with_max_delay_unm
           f"from the heal); {len(join.tentative)} tentative pairs replaced; "
           f"{sum(expected_pairs.values())} pairs")
     check_join_cut(join, expected_pairs, FIRST_TENTATIVE_BOUND)
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(240)
+def test_a_hot_standby_stream_goes_tentative_only_once_every_replica_is_cut(
+        spark: Any, tmp_path: Path, net3: NetnsNetwork, caplog: Any) -> None:
+    """Task "sel" unions a1 with a stream of two replicas on hosts a2 and a3, read through a
+    stream selector, with max-delay. The replica it reads cut alone for SINGLE_CUT_SECONDS:
+    the selector switches to the other, the union never holds, results go on, none tentative.
+    Then both cut: tentative rows within FIRST_TENTATIVE_BOUND, and after the heal a stable
+    view equal to the oracle over all input."""
+    caplog.set_level(logging.INFO, logger="executor.dpc")
+    caplog.set_level(logging.INFO, logger="executor.spool")
+    sink = tmp_path / "sel.jsonl"
+    seen: dict[str, tuple[float, list[dict[str, Any]]]] = {}
+
+    def messages(pattern: str) -> list[tuple[float, re.Match[str]]]:
+        return [(r.created, m) for r in list(caplog.records)
+                if (m := re.search(pattern, r.getMessage())) is not None]
+
+    def reading() -> str:
+        return messages(r"task sel: selector now reads replica (\S+) at")[-1][1].group(1)
+
+    def on_phase(phase: str) -> None:
+        seen[phase] = (time.time(), read_sink(sink))
+
+    runs = cut_runs(spark, tmp_path, rate=RATE, limit=SELECTOR_LIMIT, cut_seconds=CUT_SECONDS,
+                    tasks=(Downstream("sel", union_counts, f"{int(MAX_DELAY)} seconds"),),
+                    upstreams=SelectorUpstreams.on(net3, SINGLE_CUT_SECONDS, reading,
+                                                   on_phase))
+    run = runs["sel"]
+    (one_at, at_one), (both_at, at_both) = seen["one cut"], seen["both cut"]
+    switches = [(t, m.group(1)) for t, m in messages(r"task sel: selector now reads replica "
+                                                     r"(\S+) at")]
+    first = [name for t, name in switches if t < one_at][-1]
+    assert [name for t, name in switches if one_at <= t < both_at][:1] == [
+        "a3.raw" if first == "a2.raw" else "a2.raw"], switches
+    holds = [t for t, _ in messages(r"task sel: DPC hold")]
+    assert holds and min(holds) >= both_at, (holds, both_at)
+    assert len(at_both) > len(at_one), "no results while one replica was cut"
+    assert not any(dpc_view.TENTATIVE in r for r in at_both)
+    print(f"netns selector: one replica cut {SINGLE_CUT_SECONDS} s: {len(at_both) - len(at_one)} "
+          f"stable rows, none tentative, no hold; both cut: first tentative row "
+          f"{run.first_tentative:.2f} s after (bound {FIRST_TENTATIVE_BOUND:.1f} s); "
+          f"reconciled in {run.reconcile:.2f} s after a {CUT_SECONDS} s cut "
+          f"({run.phases['heal to reconciled']:.2f} s from the heal); "
+          f"{len(run.tentative)} tentative rows replaced")
+    check_corrected(run, oracle(RATE, SELECTOR_LIMIT), FIRST_TENTATIVE_BOUND)
 
 
 def test_a_source_host_releases_row_i_at_i_over_rate_up_to_its_limit() -> None:

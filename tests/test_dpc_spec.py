@@ -189,3 +189,37 @@ def test_a_dpc_union_s_channel_carries_marks_to_readers_that_propagate_them(tmp_
               '    <aggregate name="n" function="count"/>\n'
               '    <output name="h2"/>\n  </operator>\n')
     assert _marked_calls(_fanned(window), tmp_path) == []
+
+
+def _keywords(program: str, method: str) -> list[dict[str, object]]:
+    """The literal keyword arguments of each `rt.<method>(...)` call in a generated program."""
+    import ast
+
+    return [{k.arg: ast.literal_eval(k.value) for k in node.keywords
+             if k.arg is not None and isinstance(k.value, (ast.Constant, ast.Tuple))}
+            for node in ast.walk(ast.parse(program))
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+            and node.func.attr == method]
+
+
+def test_a_union_over_a_hot_standby_stream_gets_the_selector_in_its_own_task(tmp_path) -> None:
+    """No compiler change for DPC over a selector (docs/availability.md): max-delay stays on
+    the union, and the rewrite puts the hot-standby stream's selector in the union's task, so
+    the runtime sees the selector's stream as one of the union's channel inputs."""
+    from compiler.pipeline import compile_spec_text
+
+    replicated = ('  <operator name="f" type="filter" ha="hot-standby">\n'
+                  '    <input name="raw"/>\n'
+                  '    <param name="condition" value="raw.temp &gt; 1"/>\n'
+                  '    <output name="hot"/>\n  </operator>\n')
+    union = _union(' max-delay="3 seconds"').replace('"raw"', '"hot"')
+    xml = dataflow(SOURCE + SECOND + replicated + union + SINK.format(stream="both"))
+    tasks = compile_spec_text(xml, "dpc.xml", base_dir=tmp_path).query.tasks
+    with_union = [t for t in tasks if "u" in t.operators]
+    assert len(with_union) == 1
+    program = with_union[0].program
+    [selector] = _keywords(program, "selector_source")
+    [call] = _keywords(program, "union")
+    assert selector["output"] == "hot" and len(tuple(selector["channels"])) == 2
+    assert call["inputs"] == ("hot", "raw2") and call["max_delay"] == "3 seconds"
+    assert sum("max_delay=" in t.program for t in tasks) == 1

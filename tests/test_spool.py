@@ -352,3 +352,84 @@ def test_a_receiver_waiting_for_its_first_answer_follows_a_moved_writer(tmp_path
     finally:
         receiver.close()
         writer.close()
+
+
+# --- a selector's liveness (a DPC input, docs/availability.md) -----------------------------------
+
+def test_a_selector_is_reachable_while_any_replica_answers_and_cut_only_when_all_are(
+        tmp_path: Path) -> None:
+    """Two replica writers, each behind a `LinkProxy` that stops every byte (a partition):
+    with one cut the stream stays reachable (the other answers the probes), with both cut it is
+    unreachable and last heard at the latest word of either, and `writer_last_seq` is the
+    highest answer of the replicas that answer (none: None)."""
+    from testkit.dpc_support import LinkProxy
+
+    writers = [writer_for(f"rep.{i}", f"t/rep.{i}") for i in (1, 2)]
+    proxies = [LinkProxy(w.endpoint) for w in writers]
+    replicas = [Replica(w.channel_id, f"t/{w.channel_id}", p.endpoint)
+                for w, p in zip(writers, proxies)]
+    receiver = SpoolReceiver("t", str(tmp_path / "spool"), replicas, ARROW, liveness=True,
+                             retry_seconds=0.2)
+    views = receiver._sources  # the replicas' own liveness, read to know when a probe saw one
+    try:
+        for w in writers:
+            w.send(table(0, 5), 0)
+        receiver.start()
+        wait_for(lambda: receiver.spooled_high == 1, 20, "the first batch")
+        assert receiver.writer_last_seq(timeout=5.0) == 1
+        proxies[0].cut()
+
+        def first_cut_seen() -> bool:
+            assert receiver.reachable, "the stream went unreachable with a replica answering"
+            return not views[0].reachable
+
+        wait_for(first_cut_seen, 20, "replica 1 unreachable", step=0.05)
+        assert views[1].reachable and receiver.reachable
+        writers[1].send(table(5, 10), 1)  # only replica 2 has seq 2: the highest answer
+        wait_for(lambda: receiver.spooled_high == 2, 20, "seq 2 from replica 2")
+        assert receiver.writer_last_seq(timeout=5.0) == 2
+        proxies[1].cut()
+        wait_for(lambda: not receiver.reachable, 20, "the stream unreachable")
+        assert not views[0].reachable and not views[1].reachable
+        assert receiver.last_heard == max(v.last_heard for v in views) == views[1].last_heard
+        assert receiver.writer_last_seq(timeout=0.3) is None
+        proxies[1].heal()
+        wait_for(lambda: receiver.reachable, 20, "the stream reachable again")
+        assert views[1].reachable and not views[0].reachable
+        assert receiver.writer_last_seq(timeout=5.0) == 2
+    finally:
+        receiver.close()
+        for p in proxies:
+            p.close()
+        for w in writers:
+            w.close()
+
+
+def test_range_answers_share_one_wait_among_silent_writers() -> None:
+    """Four writers that never answer (a partition) cost one timeout, not four; a writer that
+    answers is answered at once."""
+    from executor.channels import ChannelReader
+    from executor.spool_receiver import range_answers
+    from testkit.dpc_support import LinkProxy
+
+    writers = [writer_for(f"w.{i}", f"t/w.{i}") for i in range(5)]
+    proxies = [LinkProxy(w.endpoint) for w in writers[1:]]
+    for p in proxies:
+        p.cut()
+    endpoints = [writers[0].endpoint, *(p.endpoint for p in proxies)]
+    readers = {i: ChannelReader(w.channel_id, f"t/w.{i}", e, ARROW)
+               for i, (w, e) in enumerate(zip(writers, endpoints))}
+    try:
+        writers[0].send(table(0, 1), 0)
+        started = time.monotonic()
+        answers, errors = range_answers(readers, 0.5)
+        took = time.monotonic() - started
+        assert answers == {0: (1, 1)} and errors == {}
+        assert 0.5 <= took < 1.5, took  # sequential waits would take at least 2 s
+    finally:
+        for r in readers.values():
+            r.close(flush_timeout=0)
+        for p in proxies:
+            p.close()
+        for w in writers:
+            w.close()

@@ -184,11 +184,29 @@ class ChannelReader:
     def retained_range(self, timeout: float) -> tuple[int, int]:
         """The writer's (first retained seq, last seq); needs no subscription."""
         with self._lock:
+            request = self.ask_range()
+            self._wait_until(lambda: request in self._ranges, timeout, "retained range")
+            return self._take_range(request)
+
+    def ask_range(self) -> int:
+        """Ask the writer for its retained range without waiting: the request's id, whose
+        answer `range_answer` takes (several writers asked at once share one wait)."""
+        with self._lock:
             request = next(self._req_ids)
             self._send(Header(Kind.RANGE_REQ, self.channel_id, 0, 0, 0, request))
-            self._wait_until(lambda: request in self._ranges, timeout, "retained range")
-            self._acks_unconfirmed = False  # answered after every ack sent before the request
-            return self._ranges.pop(request)
+            return request
+
+    def range_answer(self, request: int, wait: float) -> tuple[int, int] | None:
+        """The writer's (first retained seq, last seq) answering `ask_range`'s `request`, if it
+        came within `wait` s; None if not (yet)."""
+        with self._lock:
+            if request not in self._ranges:
+                self._pump_socket(wait)
+            return self._take_range(request) if request in self._ranges else None
+
+    def _take_range(self, request: int) -> tuple[int, int]:
+        self._acks_unconfirmed = False  # answered after every ack sent before the request
+        return self._ranges.pop(request)
 
     def connect_to(self, endpoint: str) -> None:
         """Read from the writer at `endpoint` instead, continuing at the next expected seq."""
