@@ -119,8 +119,8 @@ class SpoolReceiver:
         """Start receiving; a failure the last receiver left in the spool is cleared first."""
         private_folder(self.folder)
         spool.clear_error(self.folder)
-        self._thread = threading.Thread(target=self._run, daemon=True,
-                                        name=f"spool-{self.task_id}-{os.path.basename(self.folder)}")
+        name = f"spool-{self.task_id}-{os.path.basename(self.folder)}"
+        self._thread = threading.Thread(target=self._run, daemon=True, name=name)
         self._thread.start()
         return self
 
