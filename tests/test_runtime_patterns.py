@@ -202,12 +202,19 @@ def replica(spark: Any, tmp_path: Path, hub: ChannelHub, task: str, upstream: st
     return rt
 
 
+def completed(rt: TaskRuntime) -> int:
+    """How many micro-batches `rt`'s query has completed (its recent progress reports)."""
+    return len(rt.query.recentProgress) if rt.query is not None else 0
+
+
 def test_deterministic_replicas_send_identical_batches(spark: Any, tmp_path: Path) -> None:
-    """Two replicas started 3 s apart, input arriving while they run: the same output batches
-    under the same seqs, and every window the final watermark closes (each input batch is
-    followed by a flush step, so the last windows come although no input follows them). A plain
-    query started afterwards on the same session gets the session's conf back (no-data
-    micro-batches on): the conf change stayed with the replicas' queries."""
+    """Two replicas, the second started once the first has completed micro-batches (until
+    2026-11-30 a fixed 3 s apart), input arriving while they run (half of the rest once the
+    second replica has completed a micro-batch of its own, the other half after it): the same
+    output batches under the same seqs, and every window the final watermark closes (each input
+    batch is followed by a flush step, so the last windows come although no input follows
+    them). A plain query started afterwards on the same session gets the session's conf back
+    (no-data micro-batches on): the conf change stayed with the replicas' queries."""
     rows = input_rows("sensor", 31, 1000.0, 2000)
     batches = list(enumerate(chunks(rows, 200)))
     readers = [channel_reader_id(t, "in.raw") for t in ("r1", "r2", "plain")]
@@ -225,7 +232,7 @@ def test_deterministic_replicas_send_identical_batches(spark: Any, tmp_path: Pat
     try:
         send_all(upstream, batches[:4])
         runtimes.append(replica(spark, tmp_path, hub, "r1", upstream.endpoint))
-        time.sleep(3.0)
+        wait_for(lambda: completed(runtimes[0]) >= 2, 60, "replica 1's first micro-batches")
         runtimes.append(replica(spark, tmp_path, hub, "r2", upstream.endpoint))
         assert spark.conf.get(NO_DATA_BATCHES) == "true", "the session's conf is restored"
         plain = TaskRuntime(spark, query_id="q", task_id="plain",
@@ -238,9 +245,9 @@ def test_deterministic_replicas_send_identical_batches(spark: Any, tmp_path: Pat
                                watermark="200 milliseconds", group_by=("sensor",),
                                aggregates=AGGS)
         plain.file_sink(op="sink", input="win", path=str(out))
-        for tag, part in batches[4:]:
-            time.sleep(0.3)
-            upstream.send(table_of(part), tag)
+        send_all(upstream, batches[4:7])
+        wait_for(lambda: completed(runtimes[1]) >= 1, 60, "replica 2's first micro-batch")
+        send_all(upstream, batches[7:])
         schema = arrow_schema(runtimes[0].streams["win"].schema)
         collectors = [Collector(f"{t}.out", "test", hub.endpoint(f"{t}.out") or "", schema)
                       for t in ("r1", "r2")]
@@ -295,10 +302,9 @@ def test_selector_switches_replica_without_gap_or_duplicate(spark: Any, tmp_path
         wait_rows(out, 400, rt)
         send_all(second, batches[:4])
         first.close()  # replica 1 fails half way
-        for tag, part in batches[4:]:
-            time.sleep(0.6)  # several micro-batches after the switch
+        for tag, part in batches[4:]:  # one batch at a time: several micro-batches after it
             second.send(table_of(part), tag)
-        wait_rows(out, 800, rt)
+            wait_rows(out, 100 * (tag + 1), rt)
         time.sleep(1.5)  # a duplicate would arrive now
         # commit(end) runs when the next micro-batch is planned: the last one stays unacked
         acked = second.stats().acked[channel_reader_id("sel", "rep.2")]
@@ -331,10 +337,9 @@ def test_channel_source_follows_the_endpoints_file(spark: Any, tmp_path: Path) -
         wait_rows(out, 400, rt)
         write_endpoints(endpoints_path(str(checkpoint)), {"up.raw": new.endpoint})
         old.close()
-        for tag, part in batches[4:]:  # only the new writer has the rest
-            time.sleep(0.6)
+        for tag, part in batches[4:]:  # only the new writer has the rest, a batch at a time
             new.send(table_of(part), tag)
-        wait_rows(out, 800, rt)
+            wait_rows(out, 100 * (tag + 1), rt)
         time.sleep(1.5)
         acked = new.stats().acked[reader_id]
     finally:
