@@ -21,7 +21,7 @@ from typing import Callable, Literal, Mapping, Sequence
 from scheduler.load_distribution import (Mode, Move, Series, apply_moves, one_way, pairs,
                                          peak_load, two_way)
 
-HoldReason = Literal["agents", "history", "balanced", "cooldown", "no_candidate", "no_gain"]
+HoldReason = Literal["agents", "history", "balanced", "cooldown", "no_candidate"]
 EPSILON = 1e-9
 Check = Callable[[str, Sequence[str], str], bool]  # task, tasks sent there already, target
 
@@ -124,10 +124,6 @@ def decide_distribution(view: DistributionView, loads: Mapping[str, Series], slo
         return DistributionDecision("hold", reason, why, (), means, before, before)
     after = peak_load(apply_moves(view.placed, moves), loads)
     said = "; ".join(f"{m.task} {m.source} -> {m.target} ({m.why})" for m in moves)
-    if after >= before - EPSILON:  # narrower means, but no lower peak: not worth a move's pause
-        return DistributionDecision("hold", "no_gain", f"{said} would not lower the busiest "
-                                    f"agent's peak ({before:.3f} -> {after:.3f} CPU s/s)", (),
-                                    means, before, before)
     return DistributionDecision("move", "moves", f"{said}; busiest agent's peak {before:.3f} "
                                 f"-> {after:.3f} CPU s/s", tuple(moves), means, before, after)
 
