@@ -16,8 +16,8 @@ user + system ticks (children they waited for included) at the window's start an
 process that ended inside the window is counted up to its last reading. Every sink row is
 checked against a plain-Python twin of the heavy fields over the generator's reference rows
 (none wrong, none twice). The sink's rate is the least-squares slope of its row count, read every
-second of the window (`slope`). Goals (issue 31): sink rate at parallelism 3 >= 2.4x that at 1;
-every agent <= 1.15 x 0.4 cpus.
+second of the window (`scheduler.elastic_policy.slope`). Goals (issue 31): sink rate at
+parallelism 3 >= 2.4x that at 1; every agent <= 1.15 x 0.4 cpus.
 
     python benchmarks/run_scale.py [--agents 5] [--cpus 0.4] [--rate 3000] [--warm 20]
                                    [--window 40] [--partition-by ts] [--fields 16]
@@ -49,6 +49,7 @@ from patterns import (  # noqa: E402
     START, heavy_oracle, parse_value, partition_spec, sink_rows,
 )
 from peers import API_LINE, Job, free_port  # noqa: E402
+from scheduler.elastic_policy import slope  # noqa: E402
 from testkit.waiting import wait_for  # noqa: E402
 
 CHAINS = 12  # heavy chains per field (an expression holds at most 4,096 characters: 12 fit)
@@ -190,19 +191,6 @@ def sink_lines(path: Path) -> list[str]:
     except FileNotFoundError:
         return []
     return [line for line in text.split("\n")[:-1] if line.strip()]
-
-
-def slope(points: Sequence[tuple[float, float]]) -> float:
-    """The least-squares slope of (t, y) points: a rate over a window that counts whole
-    micro-batches arriving in lumps, less hostage to where the window's ends fall than
-    (last - first) / span."""
-    n = len(points)
-    if n < 2:
-        return math.nan
-    mt = sum(t for t, _ in points) / n
-    my = sum(y for _, y in points) / n
-    var = sum((t - mt) ** 2 for t, _ in points)
-    return sum((t - mt) * (y - my) for t, y in points) / var if var else math.nan
 
 
 def measure(sink: Path, k: int, warm: float, window: float) -> Phase:
