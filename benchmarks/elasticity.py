@@ -12,7 +12,13 @@ local[--spark-cores] per agent; 127.0.0.1 only):
       -> heavy := project partitioned by `sensor`, elastic="auto" min 1 max 3 (starts on 1)
       -> some := filter(humidity < 50) -> file sink
 
-`heavy` is stateless (a keyed tumbling window rescales too; here the point is CPU per row).
+`heavy` is stateless; with `--window` it is a keyed tumbling window aggregate instead (the
+issue's "the same with the window aggregate as the elastic operator"):
+
+    src -> heavy := window-aggregate of WINDOW_SECONDS s per sensor (partitioned by sensor,
+      elastic as above): n = count, top = max(humidity), h_i = count of the rows where
+      <the i-th heavy field> > 0 (true of every row: the expression is the cost) -> file sink
+
 Its CPU cost: besides the four input columns it computes FIELDS
 columns `length(upper(concat(sensor, '<3,900 Greek letters>')))`; upper-casing non-ASCII text
 takes Spark's slow path (~70 us per field and row here), so one instance (one Spark task on one
@@ -54,6 +60,7 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +76,7 @@ use_repo_on_path()
 from compiler.pipeline import compile_spec_text  # noqa: E402
 from testkit.e2e_support import (Stack, generator_rows, multiset_diff, read_sink,  # noqa: E402
                                  start_stack, stop_query, stop_stack, submit, wait_running,
-                                 wait_until)
+                                 wait_until, window_oracle)
 from testkit.heavy_fields import LITERAL_CHARS, heavy_field, literal  # noqa: E402
 
 log = logging.getLogger("bench.elasticity")
@@ -80,6 +87,8 @@ SOURCE = "src"
 STEP = 4  # the load step: the rate x4
 SEED = 7
 HUMIDITY_BELOW = 50.0  # the cheap filter behind the heavy project keeps ~half
+WINDOW_SECONDS = 10  # --window: the tumbling window's size
+WINDOW_WATERMARK_MS = 500  # --window: how late a row may come (the generator's rows are in order)
 SAMPLE_EVERY = 1.0  # s between status samples
 # Each agent offers an executor (0.5 cpus, ExecutorSpec's default) and one stateless task (0.5,
 # compiler.tasks.task_resources), so no two tasks share an executor: with local[1] two queries in
@@ -108,6 +117,12 @@ class Plan:
     # isolated agents of this many cpus (half the executor's, half its task's: every operator
     # asks for cpus="agent_cpus / 2"); None: unisolated agents of AGENT_CPUS
     agent_cpus: float | None = None
+    window: bool = False  # the elastic operator a keyed window aggregate (else a project)
+
+    @property
+    def pause_goal(self) -> float:
+        """The issue's goal for a rescale's pause: < 2 s stateless, < 5 s keyed window."""
+        return 5.0 if self.window else 2.0
 
     @property
     def task_cpus(self) -> float | None:
@@ -132,18 +147,33 @@ class Plan:
 
 def spec(plan: Plan) -> str:
     params = "".join(f'<param name="{k}" value="{v}"/>' for k, v in plan.source().items())
-    mode = "manual" if plan.manual else "auto"
     asks = f' cpus="{plan.task_cpus:g}"' if plan.task_cpus is not None else ""
-    heavy = "\n".join(f'    <field name="h{i}" value="{heavy_field("sensor", i)}"/>'
-                      for i in range(plan.fields))
     return f"""<?xml version="1.0" encoding="UTF-8"?>
 <dataflow name="{QUERY}">
   <operator name="{SOURCE}" type="generator"{asks}>
     {params}
     <output name="raw"/>
   </operator>
-  <operator name="{OPERATOR}" type="project" partition-by="sensor" min-parallelism="1"
-            max-parallelism="{plan.max_parallelism}" elastic="{mode}"{asks}>
+{window_operators(plan, asks) if plan.window else project_operators(plan, asks)}
+  <operator name="sink" type="file-sink"{asks}>
+    <input name="kept"/>
+    <param name="path" value="out/elastic.jsonl"/>
+  </operator>
+</dataflow>
+"""
+
+
+def elastic_attributes(plan: Plan, asks: str) -> str:
+    mode = "manual" if plan.manual else "auto"
+    return (f'partition-by="sensor" min-parallelism="1" max-parallelism="{plan.max_parallelism}" '
+            f'elastic="{mode}"{asks}')
+
+
+def project_operators(plan: Plan, asks: str) -> str:
+    """The heavy project, then the cheap filter (`raw` -> `kept`)."""
+    heavy = "\n".join(f'    <field name="h{i}" value="{heavy_field("sensor", i)}"/>'
+                      for i in range(plan.fields))
+    return f"""  <operator name="{OPERATOR}" type="project" {elastic_attributes(plan, asks)}>
     <input name="raw"/>
     <field name="sensor" value="sensor"/>
     <field name="ts" value="ts"/>
@@ -156,22 +186,50 @@ def spec(plan: Plan) -> str:
     <input name="scored"/>
     <param name="condition" value="humidity &lt; {HUMIDITY_BELOW:g}"/>
     <output name="kept"/>
-  </operator>
-  <operator name="sink" type="file-sink"{asks}>
-    <input name="kept"/>
-    <param name="path" value="out/elastic.jsonl"/>
-  </operator>
-</dataflow>
-"""
+  </operator>"""
+
+
+def window_operators(plan: Plan, asks: str) -> str:
+    """The heavy keyed window aggregate (`raw` -> `kept`): each heavy field is the condition of
+    a filtered count, true of every row, so each row costs what the project's row does."""
+    heavy = "\n".join(f'    <aggregate name="h{i}" function="count" '
+                      f'where="{heavy_field("sensor", i)} &gt; 0"/>' for i in range(plan.fields))
+    return f"""  <operator name="{OPERATOR}" type="window-aggregate" {elastic_attributes(plan, asks)}>
+    <input name="raw"/>
+    <param name="time" value="ts"/>
+    <param name="size" value="{WINDOW_SECONDS} seconds"/>
+    <param name="watermark" value="{WINDOW_WATERMARK_MS} milliseconds"/>
+    <param name="group-by" value="sensor"/>
+    <aggregate name="n" function="count"/>
+    <aggregate name="top" function="max" column="humidity"/>
+{heavy}
+    <output name="kept"/>
+  </operator>"""
 
 
 def oracle(plan: Plan) -> Counter:
     """The sink's rows computed in plain Python: the reference generator's rows, the fields'
-    lengths by Python's own upper-casing, the filter by a plain comparison."""
+    lengths by Python's own upper-casing, the filter by a plain comparison; with `--window` the
+    windows an append-mode query emits, counted and maxed in Python."""
+    if plan.window:
+        return window_oracle_rows(plan)
     uppers = [len(literal(i).upper()) for i in range(plan.fields)]
     return Counter(row_key(r["sensor"], r["ts"], r["temp"], r["humidity"],
                            [len(r["sensor"]) + u for u in uppers])
                    for r in generator_rows(plan.source()) if r["humidity"] < HUMIDITY_BELOW)
+
+
+def window_oracle_rows(plan: Plan) -> Counter:
+    size = timedelta(seconds=WINDOW_SECONDS)
+    windows = window_oracle(generator_rows(plan.source()), "ts", ["sensor"], size, size,
+                            timedelta(milliseconds=WINDOW_WATERMARK_MS))
+    return Counter(window_key(start, sensor, len(rows), max(r["humidity"] for r in rows),
+                              [len(rows)] * plan.fields)
+                   for (start, sensor), rows in windows.items())
+
+
+def window_key(start: Any, sensor: str, n: int, top: float, heavy: Sequence[int]) -> tuple:
+    return (start, sensor, n, top, *heavy)
 
 
 def row_key(sensor: str, ts: Any, temp: float, humidity: float, heavy: Sequence[int]) -> tuple:
@@ -179,6 +237,9 @@ def row_key(sensor: str, ts: Any, temp: float, humidity: float, heavy: Sequence[
 
 
 def sink_key(plan: Plan, row: dict[str, Any]) -> tuple:
+    if plan.window:
+        return window_key(row["window_start"], row["sensor"], row["n"], row["top"],
+                          [row[f"h{i}"] for i in range(plan.fields)])
     return row_key(row["sensor"], row["ts"], row["temp"], row["humidity"],
                    [row[f"h{i}"] for i in range(plan.fields)])
 
@@ -352,8 +413,7 @@ def run_once(stack: Stack, work: Path, plan: Plan, expected: Counter) -> Run:
             log.info("flushing the rest of the generator's %s rows at %g rows/s (not measured)",
                      plan.limit, 2 * STEP * plan.rate)
             set_rate(stack, 2 * STEP * plan.rate)
-            wait_until(lambda: (t := sampler.latest()) is not None and t.sunk >= plan.limit,
-                       600, "the sink task to read every generated row", step=0.5)
+            wait_flushed(sampler, plan, sink, expected)
             result.exact, result.diff = sink_matches(sink, plan, expected)
             result.ticks, result.rescales, result.decisions, result.placements = \
                 sampler.snapshot()
@@ -390,6 +450,17 @@ def wait_scale_in(sampler: StatusSampler, plan: Plan, since: float) -> None:
     except AssertionError:
         pass
     time.sleep(min(15.0, max(0.0, since + plan.down - time.monotonic())))
+
+
+def wait_flushed(sampler: StatusSampler, plan: Plan, sink: Path, expected: Counter) -> None:
+    """Until the sink task has read every generated row (behind the project and filter), or
+    holds as many windows as the oracle (a window aggregate's sink reads windows, not rows)."""
+    if plan.window:
+        wait_until(lambda: len(read_sink(sink)) >= sum(expected.values()), 600,
+                   "the sink to hold every closed window", step=1.0)
+        return
+    wait_until(lambda: (t := sampler.latest()) is not None and t.sunk >= plan.limit,
+               600, "the sink task to read every generated row", step=0.5)
 
 
 def sink_matches(sink: Path, plan: Plan, expected: Counter) -> tuple[bool, str]:
@@ -553,7 +624,8 @@ def verdicts(runs: Sequence[Run], figs: Sequence[Figures]) -> list[str]:
     slopes = median_of([f.slope_after for f in figs])
     scale_in = all(f.scale_in_to and f.scale_in_to < f.stable_parallelism for f in figs)
     exact = all(r.exact for r in runs)
-    rate = runs[0].plan.rate * STEP
+    plan = runs[0].plan
+    rate = plan.rate * STEP
 
     def verdict(ok: bool) -> str:
         return "met" if ok else "MISSED"
@@ -561,7 +633,8 @@ def verdicts(runs: Sequence[Run], figs: Sequence[Figures]) -> list[str]:
     return [
         f"goal: one rescale step to a stable parallelism: {verdict(steps == 1)} "
         f"(median {s(steps, 1)} steps)",
-        f"goal: pause per rescale < 2 s (stateless): {verdict(worst < 2.0)} "
+        f"goal: pause per rescale < {plan.pause_goal:g} s "
+        f"({'keyed window' if plan.window else 'stateless'}): {verdict(worst < plan.pause_goal)} "
         f"(worst {s(worst, 2)} s of {len(pauses)})",
         f"goal: the backlog stops growing after one step: {verdict(slopes <= 0.02 * rate)} "
         f"(median slope {fmt(slopes)} rows/s over 15 s after the new instances ran; "
@@ -574,10 +647,14 @@ def verdicts(runs: Sequence[Run], figs: Sequence[Figures]) -> list[str]:
 def report(runs: Sequence[Run], figs: Sequence[Figures], wall: float) -> str:
     plan = runs[0].plan
     mode = "manual (elastiq scale by hand)" if plan.manual else "automatic (elastic=\"auto\")"
-    lines = [f"Elasticity: generator(sensor) -> project partitioned by sensor, stateless, "
-             f"{plan.fields} fields of "
-             f"upper(<{LITERAL_CHARS} Greek letters>) per row, min 1 max "
-             f"{plan.max_parallelism}, {mode} -> filter humidity < {HUMIDITY_BELOW:g} -> file "
+    operator = (f"tumbling window aggregate of {WINDOW_SECONDS} s per sensor, keyed, "
+                f"{plan.fields} counts where upper(<{LITERAL_CHARS} Greek letters>) per row"
+                if plan.window else
+                f"project partitioned by sensor, stateless, {plan.fields} fields of "
+                f"upper(<{LITERAL_CHARS} Greek letters>) per row")
+    after = "" if plan.window else f" -> filter humidity < {HUMIDITY_BELOW:g}"
+    lines = [f"Elasticity: generator(sensor) -> {operator}, min 1 max "
+             f"{plan.max_parallelism}, {mode}{after} -> file "
              f"sink; {plan.agents} agents of " + (
                  f"{plan.agent_cpus:g} cpus, isolated (cgroups; executor and task "
                  f"{plan.task_cpus:g} each)" if plan.agent_cpus is not None else
@@ -642,6 +719,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="agents isolated (cgroups, as Mesos's cgroups/cpu) with this many "
                              "cpus each, half for the executor and half for its task (every "
                              "operator asks cpus=C/2); default: unisolated agents of 1 cpu")
+    parser.add_argument("--window", action="store_true",
+                        help="the elastic operator a keyed tumbling window aggregate (pause "
+                             "goal 5 s) instead of the stateless project")
     parser.add_argument("--manual", action="store_true",
                         help="elastic=\"manual\": one scale to 2 by hand, then back to 1")
     args = parser.parse_args(argv)
@@ -651,7 +731,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--fields 1..12, --rate > 0, --repeats >= 1, --spark-cores >= 1, "
                      "--agent-cpus > 0")
     plan = Plan(args.rate, args.fields, args.steady, args.step, args.down, args.manual,
-                args.spark_cores, agent_cpus=args.agent_cpus)
+                args.spark_cores, agent_cpus=args.agent_cpus, window=args.window)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(name)s %(message)s")
     for noisy in ("executor", "scheduler", "elastiq", "pymesos", "tests.e2e"):

@@ -51,6 +51,41 @@ def test_the_oracle_keeps_humid_rows_with_upper_case_lengths() -> None:
         assert heavy == [len(sensor) + eb.LITERAL_CHARS] * 2
 
 
+WINDOWED = eb.Plan(rate=100.0, fields=3, steady=5.0, step=5.0, down=5.0, manual=False,
+                   window=True)
+
+
+def test_the_window_spec_compiles_to_an_automatic_keyed_window_aggregate(tmp_path: Path) -> None:
+    query = compile_spec_text(eb.spec(WINDOWED).encode(), str(tmp_path / "q.xml"),
+                              base_dir=tmp_path, query_id=eb.QUERY).query
+    (elastic,) = query.elastic
+    assert (elastic.operator, elastic.mode, elastic.maximum, elastic.stateful,
+            elastic.switch_time) == (eb.OPERATOR, "auto", 3, True, "ts")
+    assert WINDOWED.pause_goal == 5.0 and PLAN.pause_goal == 2.0
+
+
+def test_the_window_oracle_counts_each_closed_window_of_each_sensor() -> None:
+    """Counted here independently of `window_oracle`: rows bucketed by the epoch-aligned
+    10 s window of their time; a window closes once a later row is 0.5 s past its end."""
+    from datetime import timedelta
+
+    from testkit.e2e_support import floor_time, generator_rows
+
+    small = eb.Plan(rate=200.0, fields=2, steady=0.0, step=0.0, down=0.0, manual=False,
+                    window=True)
+    rows = generator_rows(small.source())
+    size = timedelta(seconds=eb.WINDOW_SECONDS)
+    closed_by = max(r["ts"] for r in rows) - timedelta(milliseconds=eb.WINDOW_WATERMARK_MS)
+    buckets: dict[tuple, list[float]] = {}
+    for r in rows:
+        buckets.setdefault((floor_time(r["ts"], size), r["sensor"]), []).append(r["humidity"])
+    mine = {(start, sensor, len(hs), max(hs), len(hs), len(hs))
+            for (start, sensor), hs in buckets.items() if start + size <= closed_by}
+    expected = eb.oracle(small)
+    assert set(expected) == mine and all(n == 1 for n in expected.values())
+    assert len(mine) >= 10 * 10  # ~150 s of rows at 200/s: ten sensors in >= ten windows
+
+
 def tick(at: float, parallelism: int, backlog: float, processed: float,
          slots: tuple[str, ...] = ("running", "dormant", "dormant")) -> eb.Tick:
     return eb.Tick(at, parallelism, list(slots), None, 0.0, backlog, processed, 0.0)
