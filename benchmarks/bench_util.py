@@ -5,8 +5,9 @@ putting the repository on `sys.path` and `PYTHONPATH` (so Spark's Python workers
 the JVM, import `executor.*` the way an executor launched by Elastiq does), starting a one-task
 spec's task as an executor does (`start_task`), counting a growing sink's lines cheaply
 (`LineCounter`: a probe polled while a run is measured must not take the cores it
-measures), reading each embedded agent's containers' cpu seconds (`agents_cpu_seconds`), and
-turning SIGTERM into an exit that runs the scripts' `finally` blocks (`exit_on_sigterm`).
+measures), reading each embedded agent's containers' cpu seconds (`agents_cpu_seconds`), putting an
+in-process benchmark in a cgroup of its own as an isolated agent (`OwnCgroup`), and turning
+SIGTERM into an exit that runs the scripts' `finally` blocks (`exit_on_sigterm`).
 Does not own any measurement: each benchmark script measures its own thing.
 """
 
@@ -168,3 +169,36 @@ def agents_cpu_seconds(agents: Sequence[Any]) -> dict[str, float]:
                                   float(e["statistics"].get("cpus_system_time_secs", 0.0))
                                   for e in entries)
     return cpu
+
+
+class OwnCgroup:
+    """This benchmark process, and every process it starts afterwards (Spark's JVM and its
+    Python workers), in a cgroup of `cpus` (`embedded_mesos.isolation`: the CFS quota and shares
+    an agent of that size gives its container), so an in-process benchmark runs as one isolated
+    agent would and reads the cpu seconds it used (`cpu_seconds`). Use as a context manager,
+    entered before the SparkSession starts and left after it stopped: leaving moves this process
+    back to the top cgroup and destroys its own (killing anything left in it)."""
+
+    def __init__(self, cpus: float, mem_mb: float = 8192.0) -> None:
+        from embedded_mesos.isolation import ContainerCgroup, probe
+
+        found = probe()
+        if found.hierarchy is None:
+            raise RuntimeError(f"no cgroup can be made here: {found.reason}")
+        self.cpus = cpus
+        self.cgroup = ContainerCgroup(found.hierarchy, f"elastiq-bench-{os.getpid()}")
+        self.cgroup.create(cpus, mem_mb)
+
+    def __enter__(self) -> Self:
+        for procs in self.cgroup.procs_files():
+            procs.write_text(str(os.getpid()))
+        return self
+
+    def cpu_seconds(self) -> float:
+        stats = self.cgroup.statistics(0.0)
+        return stats["cpus_user_time_secs"] + stats["cpus_system_time_secs"]
+
+    def __exit__(self, *exc: object) -> None:
+        for directory in self.cgroup.directories():
+            (directory.parent / "cgroup.procs").write_text(str(os.getpid()))
+        self.cgroup.destroy()

@@ -26,8 +26,13 @@ Honesty: every sink must equal its oracle, computed without Spark (pyarrow compu
 generator's own rows for the filter; plain Python for the channel-source rows); `results exact`
 says so per plan.
 
+With `--agent-cpus C` the whole benchmark (this process, Spark's JVM, its Python workers) runs
+in a cgroup of C cpus, as one isolated agent (issue 31), and the throughput section prints each
+plan's cpu microseconds per row from the cgroup's accounting: the hop's cost per row, and
+two-task / one-task per cpu second (issue 11's goal stated per cpu).
+
     PYTHONPATH=$PWD python benchmarks/spark_hop.py [--rows 6000000] [--repeats 3]
-        [--only throughput|latency] [--quick]
+        [--only throughput|latency] [--quick] [--agent-cpus C]
 """
 
 from __future__ import annotations
@@ -46,8 +51,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from bench_util import (LineCounter, fmt, format_table, median_of, percentile, ratio,
-                        use_repo_on_path)
+from bench_util import (LineCounter, OwnCgroup, fmt, format_table, median_of, percentile,
+                        ratio, use_repo_on_path)
 
 use_repo_on_path()
 
@@ -306,18 +311,23 @@ def run_latency(spark: Any, split: bool, work: Path) -> tuple[list[float], list[
     return close_latencies(seen, anchor), batches
 
 
-def throughput_section(spark: Any, args: argparse.Namespace, work: Path) -> None:
+def throughput_section(spark: Any, args: argparse.Namespace, work: Path,
+                       box: OwnCgroup | None) -> None:
     expected = oracle_count(args.rows)
     print(f"{args.rows:,} generator rows, {expected:,} pass the filter; "
           f"{args.source_rows:,} channel-source rows")
     run_plan(spark, "one-task", 200_000, oracle_count(200_000), work)  # warm-up, not measured
     figures: dict[str, list[tuple[float, float]]] = {"one-task": [], "two-task": []}
+    cpu_us: dict[str, list[float]] = {"one-task": [], "two-task": []}  # cpu us per row
     for repeat in range(args.repeats):
         order = ["one-task", "two-task"] if repeat % 2 == 0 else ["two-task", "one-task"]
         for plan in order:
+            used = box.cpu_seconds() if box else math.nan
             figures[plan].append(run_plan(spark, plan, args.rows, expected, work))
-            log.warning("%s run %s: %.0f rows/s, warm %.0f", plan, repeat + 1,
-                        *figures[plan][-1])
+            cpu_us[plan].append(((box.cpu_seconds() if box else math.nan) - used)
+                                / args.rows * 1e6)
+            log.warning("%s run %s: %.0f rows/s, warm %.0f, %.3f cpu us/row", plan,
+                        repeat + 1, *figures[plan][-1], cpu_us[plan][-1])
     source = [run_source(spark, args.source_rows, work) for _ in range(args.repeats)]
     table = []
     medians: dict[str, tuple[float, float]] = {}
@@ -332,9 +342,29 @@ def throughput_section(spark: Any, args: argparse.Namespace, work: Path) -> None
         hop = ratio(medians["two-task"][index], medians["one-task"][index])
         print(f"two-task / one-task, {what}: {hop:.2f} "
               f"(goal >= 0.8: {'met' if hop >= 0.8 else 'MISSED'})")
+    if box:
+        per_cpu_section(box, args, cpu_us, medians)
     src = medians["channel source"]
     print(f"channel source: {src[0] / 1e6:.2f} M rows/s of ~100-byte rows, warm "
           f"{src[1] / 1e6:.2f} M (goal >= 1 M, warm: {'met' if src[1] >= 1e6 else 'MISSED'})")
+
+
+def per_cpu_section(box: OwnCgroup, args: argparse.Namespace, cpu_us: dict[str, list[float]],
+                    medians: dict[str, tuple[float, float]]) -> None:
+    """Issue 11's throughput goal stated per cpu (issue 31): what each plan costs per row in
+    cpu microseconds, inside a cgroup of `--agent-cpus` cpus; the hop's cost is the difference.
+    Per cpu second, two-task / one-task is the goal's ratio where each plan had the same cpus."""
+    one, two = median_of(cpu_us["one-task"]), median_of(cpu_us["two-task"])
+    print(f"inside a cgroup of {box.cpus:g} cpus (CFS quota, as an isolated agent): cpu per "
+          f"row, median of {args.repeats}: one-task {one:.3f} us, two-task {two:.3f} us; "
+          f"the hop costs {two - one:.3f} cpu us per row ({ratio(two - one, one):.2f}x the "
+          f"one-task plan's whole cost)")
+    per_cpu = {plan: medians[plan][0] / box.cpus for plan in ("one-task", "two-task")}
+    hop = ratio(one, two)
+    print(f"rows per cpu second: one-task {fmt(1e6 / one)}, two-task {fmt(1e6 / two)}; "
+          f"two-task / one-task per cpu: {hop:.2f} (goal >= 0.8: "
+          f"{'met' if hop >= 0.8 else 'MISSED'}); rows/s per offered cpu: one-task "
+          f"{fmt(per_cpu['one-task'])}, two-task {fmt(per_cpu['two-task'])}")
 
 
 def latency_section(spark: Any, args: argparse.Namespace, work: Path) -> None:
@@ -366,16 +396,27 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--only", choices=("throughput", "latency"))
     parser.add_argument("--quick", action="store_true", help="1 repeat, smaller inputs")
+    parser.add_argument("--agent-cpus", type=float, default=None,
+                        help="run inside a cgroup of this many cpus (needs root and cgroups), "
+                             "as one isolated agent, and print each plan's cpu per row")
     args = parser.parse_args()
     if args.quick:
         args.rows, args.source_rows, args.repeats = 2_000_000, 2_000_000, 1
     logging.basicConfig(level=logging.WARNING)
+    if args.agent_cpus is None:
+        run_sections(args, None)
+        return
+    with OwnCgroup(args.agent_cpus) as box:
+        run_sections(args, box)
+
+
+def run_sections(args: argparse.Namespace, box: OwnCgroup | None) -> None:
     work = Path(tempfile.mkdtemp(prefix="bench-spark-hop-"))
     spark = build_session(2, "bench-spark-hop", str(work / "session"))
     spark.conf.set("spark.sql.streaming.numRecentProgressUpdates", str(PROGRESS_RETENTION))
     print(f"load average at start: {os.getloadavg()[0]:.1f}")
     if args.only in (None, "throughput"):
-        throughput_section(spark, args, work)
+        throughput_section(spark, args, work, box)
     if args.only in (None, "latency"):
         latency_section(spark, args, work)
     print(f"load average at the end: {os.getloadavg()[0]:.1f}")
