@@ -631,8 +631,9 @@ def verdicts(runs: Sequence[Run], figs: Sequence[Figures]) -> list[str]:
         return "met" if ok else "MISSED"
 
     return [
-        f"goal: one rescale step to a stable parallelism: {verdict(steps == 1)} "
-        f"(median {s(steps, 1)} steps)",
+        f"goal: one rescale step to a stable parallelism in every run: "
+        f"{verdict(all(f.steps_out == 1 for f in figs))} ("
+        f"{sum(f.steps_out == 1 for f in figs)} of {len(figs)} runs; median {s(steps, 1)} steps)",
         f"goal: pause per rescale < {plan.pause_goal:g} s "
         f"({'keyed window' if plan.window else 'stateless'}): {verdict(worst < plan.pause_goal)} "
         f"(worst {s(worst, 2)} s of {len(pauses)})",
