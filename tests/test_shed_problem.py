@@ -425,3 +425,26 @@ def test_a_task_behind_a_ratio_of_one_keeps_its_last_cost() -> None:
     assert state.last_costs["q.a1"] == pytest.approx((0.00125, 1.0))
     assert state.last_costs["q.a0"] == pytest.approx((0.0, 1.0))  # all its cost per row read
     assert state.last_costs["q.b1"] == (0.00125, 1.0)  # not overwritten: it processed none
+
+
+def test_a_fitted_per_row_cost_keeps_the_batches_fixed_cost_as_a_fixed_load() -> None:
+    """t1 processes 300 rows/s on 0.3 CPU s/s (busy 1 s/s), its batches fitted at 0.001 busy s
+    per row: 0.0003 CPU s per row, and the other 0.21 CPU s/s its batches' fixed costs. The
+    problem carries them as t1's fixed load, so its unshed load is the 0.3 measured, and the
+    plan for B's 0.25 CPU s/s keeps (0.9 x 0.25 - 0.21) / 0.0003 = 50 of its 300 rows/s.
+    Before this change t1 cost the fitted 0.0003 per row alone: 0.09 CPU s/s, within B's
+    capacity, and nothing was shed (on the benchmark's agents of 0.4 cpu the heavy instances
+    looked like 97 % of an agent where they needed ~300 %, and the backlog grew)."""
+    fitted = TaskRates(300.0, 0.0, 0.0, 1.0, per_row=0.001, cpu=0.3)
+    assert fitted.batch_load == pytest.approx(0.21)
+    assert TaskRates(300.0, 0.0, 0.0, 1.0, cpu=0.3).batch_load == 0.0  # cost per row holds it
+    rates = {"q.t0": TaskRates(300.0, 300.0, 0.0, 0.03, cpu=0.03), "q.t1": fitted}
+    problem = problem_of(chain(), {"q.t0": "A", "q.t1": "B"}, rates, {"A": 1.0, "B": 0.25})
+    assert not isinstance(problem, str)
+    t1 = next(o for o in problem.operators if o.name == "q.t1")
+    assert (t1.cost, t1.fixed) == pytest.approx((0.0003, 0.21))
+    assert agent_loads(problem, {})["B"] == pytest.approx(0.3)
+    decision = decide_shedding(problem, False, {}, ShedPolicy(), now=0.0)
+    assert decision.kind == "shed"
+    assert decision.plan is not None
+    assert decision.plan.ratios["src_drop"] == pytest.approx(1 - 50 / 300, abs=0.01)
