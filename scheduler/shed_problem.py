@@ -220,8 +220,8 @@ def problem_of(query: CompiledQuery, running: Mapping[str, str],
     query may use there (one missing: UNKNOWN_CAPACITY), `unshed` a drop's task to its cost
     per row read measured while its drops were idle (`split_cost`), `last` a task to its
     (cost, selectivity) per row delivered from the latest window in which it processed rows
-    (`processing_costs`), used while it processes none. A sentence saying why
-    not when it cannot be built."""
+    (`processing_costs`), used while it processes none. A sentence saying why not when it
+    cannot be built."""
     drops = drop_operators(query)
     if not drops:
         return "the query has no drop operator (no source says shed)"

@@ -4,8 +4,8 @@ Owns `ShedState` (the shedding policy's decisions, the latest for the status vie
 ones and their count for the metrics; when ratios last changed; when a scale-out was last
 refused for lack of room; the expected quality per sink of the plan in force; each drop's task's
 cost per row read while its drops were idle and the rate it was measured at, which
-`shed_problem.split_cost` needs while rows read now are at a comparable rate; every other
-task's cost and selectivity from the latest window in which it processed rows, for the windows
+`shed_problem.split_cost` needs while rows read now are at a comparable rate; every task's
+cost and selectivity from the latest window in which it processed rows, for the windows
 it processes none),
 `ratios_in_force` (the drop ratios the query's control values hold) and `describe` (what
 `elastiq status` shows: per drop operator its ratios and the rows its task shed, per sink its
