@@ -158,17 +158,24 @@ class Periodic:
         raise NotImplementedError
 
 
-def agents_cpu_seconds(agents: Sequence[Any]) -> dict[str, float]:
-    """agent id -> the user + system cpu seconds of its executor containers so far, from each
-    agent's `/monitor/statistics` (Mesos 1.11's fields; the agents' `url` and `agent_id`)."""
-    cpu = {}
+def agents_statistics(agents: Sequence[Any], names: Sequence[str]
+                      ) -> dict[str, tuple[float, ...]]:
+    """agent id -> each of `names` (fields of Mesos 1.11's `/monitor/statistics`, e.g.
+    `cpus_nr_throttled`) summed over its executor containers, from each agent's endpoint (the
+    agents' `url` and `agent_id`)."""
+    out = {}
     for agent in agents:
         with urllib.request.urlopen(f"{agent.url}/monitor/statistics", timeout=10) as r:
             entries = json.load(r)
-        cpu[agent.agent_id] = sum(float(e["statistics"].get("cpus_user_time_secs", 0.0)) +
-                                  float(e["statistics"].get("cpus_system_time_secs", 0.0))
-                                  for e in entries)
-    return cpu
+        out[agent.agent_id] = tuple(sum(float(e["statistics"].get(n, 0.0)) for e in entries)
+                                    for n in names)
+    return out
+
+
+def agents_cpu_seconds(agents: Sequence[Any]) -> dict[str, float]:
+    """agent id -> the user + system cpu seconds of its executor containers so far."""
+    return {a: sum(v) for a, v in agents_statistics(
+        agents, ("cpus_user_time_secs", "cpus_system_time_secs")).items()}
 
 
 class OwnCgroup:

@@ -12,10 +12,15 @@ amounts (sink weights `--weight-a` and `--weight-b`):
     -> sink_X (weight w_X)              for X in a, b
 
 on the stack of testkit/e2e_support.py with cgroups isolation: four agents of `--agent-cpus`
-cpus, the executor asking 0.2 of them, a source 0.8 (an agent each), a heavy instance 0.2, a sink
-0.4; Spark local[2]. The two instances of one operator are placed apart, so (first run,
-2026-11-30) each of two agents holds one of a's and one of b's: they compete for that agent's
-cpu, the resource the LP divides. The report prints the placement.
+cpus (0.4 by default: their sum, 1.6, fits the machine's 2 cores with room for the scheduler,
+the master and this script, the rule of issue 31; with four agents of 1 cpu on 2 cores each
+got ~0.5 of its cpu and the plan, which trusts the offered cpus, shed too little), of which the
+executor asks 0.2, a source 0.8 (an agent each), a heavy instance 0.2, a sink 0.4 (`asks`);
+Spark local[2]. The two instances of one operator are placed apart, so each of two agents holds
+one of a's, one of b's and a sink: a's and b's instances compete for that agent's cpu, the
+resource the LP divides. The report prints the placement, and the share of CFS periods in which
+the heavy agents' containers were throttled (at their quota: they got the cpu they were
+offered, no less).
 
 Each mode (shedding on: the spec's `shed="random"`; off: the same spec without it) runs on a
 fresh stack, off first: the query starts at `--rate` rows/s per source, the run waits until the
@@ -38,7 +43,7 @@ instances' busy time; each such agent at its cpus x the policy's headroom, as th
 plans); uniform random at the same total drop (the same share of every source's rows; the same
 load here, the pipelines costing alike).
 
-    python benchmarks/shedding.py [--capacity 700] [--factor 3] [--overload 120]
+    python benchmarks/shedding.py [--agent-cpus 0.4] [--capacity 300] [--factor 3] [--overload 120]
 """
 
 from __future__ import annotations
@@ -61,7 +66,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.bench_util import (  # noqa: E402
-    Periodic, agents_cpu_seconds, exit_on_sigterm, fmt, format_table, median_of, use_repo_on_path,
+    Periodic, agents_statistics, exit_on_sigterm, fmt, format_table, median_of, use_repo_on_path,
 )
 
 use_repo_on_path()
@@ -75,10 +80,20 @@ log = logging.getLogger("bench.shedding")
 QUERY = "bench-shed"
 SAMPLE_EVERY = 1.0
 SEEDS = {"a": 11, "b": 12}
-EXECUTOR_CPUS = 0.2
-CPUS = {"source": 0.8, "heavy": 0.2, "sink": 0.4}  # what each kind of operator asks
+# shares of an agent's cpus: what the executor and each kind of operator ask (`asks`)
+EXECUTOR_SHARE = 0.2
+SHARES = {"source": 0.8, "heavy": 0.2, "sink": 0.4}
 SPARK_CORES = 2
 AGENTS = 4
+STATISTICS = ("cpus_user_time_secs", "cpus_system_time_secs", "cpus_nr_periods",
+              "cpus_nr_throttled")
+
+
+def asks(agent_cpus: float) -> tuple[float, dict[str, float]]:
+    """(the executor's cpus, each kind of operator's) on agents of `agent_cpus`: their shares of
+    it, rounded so that an agent's asks add up to its size, not a hair over."""
+    return (round(EXECUTOR_SHARE * agent_cpus, 4),
+            {k: round(v * agent_cpus, 4) for k, v in SHARES.items()})
 
 
 # --- the plan -----------------------------------------------------------------------------------
@@ -129,6 +144,8 @@ class Tick:
     cpu: float  # the cgroup cpu seconds of the agents the heavy instances run on, summed
     ratios: tuple[float, ...]  # each drop's ratio
     decision: str
+    periods: float = 0.0  # the CFS periods of those agents' containers, summed
+    throttled: float = 0.0  # ... and those in which they were throttled (at their quota)
 
     @property
     def kept(self) -> float:
@@ -167,7 +184,7 @@ class Sampler(Periodic):
         super().__init__(SAMPLE_EVERY, "status")
 
     def sample(self) -> None:
-        cpu = agents_cpu_seconds(self.stack.cluster.agents)
+        stats = agents_statistics(self.stack.cluster.agents, STATISTICS)
         status = self.stack.status(QUERY)
         views = status.get("tasks", [])
         tasks = {t["task_id"]: t.get("figures") or {} for t in views}
@@ -188,16 +205,20 @@ class Sampler(Periodic):
                     tuple(fig(s, "tuples_in") for s in lay.sinks),
                     tuple(fig(s, "busy_ms") for s in lay.slots),
                     tuple(fig(s, "tuples_in") for s in lay.slots),
-                    sum(cpu.get(a, 0.0) for a in heavy),
+                    sum(sum(stats.get(a, (0.0,) * 4)[:2]) for a in heavy),
                     tuple(ratios.get(s, 0.0) for s in lay.sources),
-                    f"{decision.get('kind', '')} ({decision.get('reason', '')})")
+                    f"{decision.get('kind', '')} ({decision.get('reason', '')})",
+                    sum(stats.get(a, (0.0,) * 4)[2] for a in heavy),
+                    sum(stats.get(a, (0.0,) * 4)[3] for a in heavy))
         with self._lock:
             if self.ticks:
                 last = self.ticks[-1]
                 tick = Tick(tick.at, grown(tick.made, last.made),
                             grown(tick.dropped, last.dropped), grown(tick.sunk, last.sunk),
                             grown(tick.busy, last.busy), grown(tick.rows, last.rows),
-                            max(tick.cpu, last.cpu), tick.ratios, tick.decision)
+                            max(tick.cpu, last.cpu), tick.ratios, tick.decision,
+                            max(tick.periods, last.periods),
+                            max(tick.throttled, last.throttled))
             self.ticks.append(tick)
             self.agents = agents
             self.elastic = str(elastic.get("reason") or "")
@@ -259,13 +280,15 @@ def between(ticks: Sequence[Tick], t0: float, t1: float) -> tuple[Tick, Tick]:
 @dataclass(frozen=True)
 class Window:
     """What a window of samples measured: per pipeline rows/s made, rows/s dropped, rows/s its
-    instances read and their busy s/s; the heavy agent's cpu s/s."""
+    instances read and their busy s/s; the heavy agents' cpu s/s and the share of their CFS
+    periods in which they were throttled (NaN: no period counted)."""
 
     made: tuple[float, ...]
     dropped: tuple[float, ...]
     read: tuple[float, ...]
     busy: tuple[float, ...]
     cpu: float
+    throttled: float = math.nan
 
     @property
     def capacity(self) -> float:
@@ -296,7 +319,9 @@ def window_of(ticks: Sequence[Tick], t0: float, t1: float, pipelines: int) -> Wi
                   tuple((y - x) / span for x, y in zip(a.dropped, b.dropped)),
                   tuple(r / span for r in grouped(a.rows, b.rows)),
                   tuple(m / 1000.0 / span for m in grouped(a.busy, b.busy)),
-                  (b.cpu - a.cpu) / span)
+                  (b.cpu - a.cpu) / span,
+                  (b.throttled - a.throttled) / (b.periods - a.periods)
+                  if b.periods > a.periods else math.nan)
 
 
 def lp_problem(arrivals: Sequence[float], costs: Sequence[float], weights: Sequence[float],
@@ -334,6 +359,12 @@ def uniform_loss(made: Sequence[float], dropped: Sequence[float],
     """The weighted loss of dropping the same total share from every source."""
     share = sum(dropped) / sum(made) if sum(made) > 0 else 0.0
     return sum(w * share for w in weights)
+
+
+def within_tenth(achieved: float, optimum: float) -> bool:
+    """The achieved loss within 10 % of the optimum, either side (below it the plan kept more
+    rows than the capacity takes: they queue, and the loss counts dropped rows only)."""
+    return abs(achieved - optimum) <= 0.1 * optimum + 1e-9
 
 
 def verdict(ok: bool) -> str:
@@ -411,13 +442,14 @@ def run_once(plan: Plan, shed: bool, rate: float, expected: dict[str, dict[int, 
     pipelines = plan.pipelines()
     with tempfile.TemporaryDirectory(prefix="elastiq-bench-shed-") as tmp:
         work = Path(tmp)
-        text = pair_spec(QUERY, pipelines, shed=shed, cpus=CPUS)
+        executor_cpus, cpus = asks(plan.agent_cpus)
+        text = pair_spec(QUERY, pipelines, shed=shed, cpus=cpus)
         query = compile_spec_text(text.encode(), str(work / f"{QUERY}.xml"), base_dir=work,
                                   query_id=QUERY).query
         run.layout = layout = layout_of(query, pipelines)
         stack = start_stack(work / "stack", cpus_per_agent=plan.agent_cpus, agents=AGENTS,
                             spark_cores=SPARK_CORES, isolation="cgroups",
-                            executor_cpus=EXECUTOR_CPUS)
+                            executor_cpus=executor_cpus)
         try:
             submit(stack, query)
             with Sampler(stack, layout) as sampler:
@@ -514,8 +546,9 @@ def loss_lines(plan: Plan, on: Run, f: Figures, g: Figures) -> list[str]:
         f"{', '.join(f'{c * 1000:.2f} ms' for c in costs)}; each of the "
         f"{len(on.heavy_agents())} agents with instances at {plan.agent_cpus:g} cpus x "
         f"headroom {ShedPolicy().headroom:g})",
-        f"goal: weighted loss within 10 % of the LP optimum: "
-        f"{verdict(achieved <= 1.1 * optimum + 1e-9)} (achieved {achieved:.3f}, optimum "
+        f"goal: weighted loss within 10 % of the LP optimum (either side: a loss under it "
+        f"means rows kept beyond capacity, left queued): "
+        f"{verdict(within_tenth(achieved, optimum))} (achieved {achieved:.3f}, optimum "
         f"{optimum:.3f}" + (f", x{achieved / optimum:.2f})" if optimum > 0 else ")"),
         f"LP optimum offline at the cpu the agents got without shedding ({got:.2f} cpu s/s "
         f"each, saturated, x headroom): {real:.3f} (the achieved loss counts dropped rows "
@@ -543,20 +576,23 @@ def report(plan: Plan, on: Run, off: Run, wall: float) -> str:
         ["rows made / s during overload", fmt(f.arrival), fmt(g.arrival), "-"],
         ["rows / s the instances read, 2nd half (a/b)", fmt_all(f.second.read),
          fmt_all(g.second.read), "-"],
-        ["heavy agent cpu s/s, 2nd half", fmt(f.second.cpu, 2), fmt(g.second.cpu, 2), "-"],
+        ["heavy agents' cpu s/s, 2nd half", fmt(f.second.cpu, 2), fmt(g.second.cpu, 2), "-"],
+        ["heavy agents' periods throttled, 2nd half", fmt(f.second.throttled, 2),
+         fmt(g.second.throttled, 2), "-"],
         ["rows dropped during overload", fmt(f.dropped), fmt(g.dropped), "-"],
         ["rows dropped / made during overload", fmt(f.drop_ratio, 3), fmt(g.drop_ratio, 3),
          "-"],
     ]
     grew = g.backlog_end > g.backlog_mid > g.backlog_start and \
         g.latency_overload > g.latency_first
+    executor_cpus, cpus = asks(plan.agent_cpus)
     lines = [
         f"Load shedding at max-parallelism, two pipelines: generator(sequence, shed) -> heavy "
         f"project of {plan.fields} upper-cased Greek fields, automatic, 2 instances (min = max "
         f"= 2) -> file sink, weights {plan.weights[0]:g} (a) and {plan.weights[1]:g} (b); "
         f"{AGENTS} agents of {plan.agent_cpus:g} cpus, isolated (cgroups), executor "
-        f"{EXECUTOR_CPUS:g} cpus, sources {CPUS['source']:g}, heavy instances "
-        f"{CPUS['heavy']:g}, sinks {CPUS['sink']:g}; Spark "
+        f"{executor_cpus:g} cpus, sources {cpus['source']:g}, heavy instances "
+        f"{cpus['heavy']:g}, sinks {cpus['sink']:g}; Spark "
         f"local[{SPARK_CORES}]; {plan.rate:g} rows/s per source unloaded for "
         f"{plan.unloaded:g} s, then the overload for {plan.overload:g} s; one run per mode",
         f"machine: {os.cpu_count()} cores, load average "
@@ -596,15 +632,17 @@ def report(plan: Plan, on: Run, off: Run, wall: float) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--fields", type=int, default=12)
-    parser.add_argument("--rate", type=float, default=75.0, help="rows/s per source unloaded")
-    parser.add_argument("--capacity", type=float, default=700.0,
+    parser.add_argument("--rate", type=float, default=50.0, help="rows/s per source unloaded")
+    parser.add_argument("--capacity", type=float, default=300.0,
                         help="rows/s both pipelines' instances are assumed to sustain (sets "
                              "the overload of the run without shedding)")
     parser.add_argument("--factor", type=float, default=3.0)
     parser.add_argument("--unloaded", type=float, default=30.0)
     parser.add_argument("--overload", type=float, default=120.0,
                         help="s of overload (the issue's goal: 120)")
-    parser.add_argument("--agent-cpus", type=float, default=1.0)
+    parser.add_argument("--agent-cpus", type=float, default=0.4,
+                        help="each agent's cpus; the four together should fit the machine "
+                             "with room for the scheduler (issue 31's rule)")
     parser.add_argument("--weight-a", type=float, default=3.0)
     parser.add_argument("--weight-b", type=float, default=1.0)
     args = parser.parse_args(argv)

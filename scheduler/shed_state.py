@@ -4,7 +4,9 @@ Owns `ShedState` (the shedding policy's decisions, the latest for the status vie
 ones and their count for the metrics; when ratios last changed; when a scale-out was last
 refused for lack of room; the expected quality per sink of the plan in force; each drop's task's
 cost per row read while its drops were idle and the rate it was measured at, which
-`shed_problem.split_cost` needs while rows read now are at a comparable rate),
+`shed_problem.split_cost` needs while rows read now are at a comparable rate; every task's
+cost and selectivity from the latest window in which it processed rows, for the windows
+it processes none),
 `ratios_in_force` (the drop ratios the query's control values hold) and `describe` (what
 `elastiq status` shows: per drop operator its ratios and the rows its task shed, per sink its
 weight and expected quality, and the latest decision with its numbers). Pure. Does not own the
@@ -21,7 +23,8 @@ from common.tasks import CompiledQuery
 from scheduler.control import QueryControl
 from scheduler.lifecycle import TaskRecord
 from scheduler.shed_policy import ShedDecision
-from scheduler.shed_problem import TaskRates, drop_operators
+from scheduler.shed_problem import TaskRates, drop_operators, processing_costs
+from scheduler.shedding import ShedProblem
 
 DECISIONS_KEPT = 50
 ROOM_REFUSAL_SECONDS = 60.0  # a scale-out refused for lack of room counts this long
@@ -47,6 +50,10 @@ class ShedState:
     # a drop's task -> (its cost per row read over the latest window in which it dropped
     # nothing, its rows read per second then)
     unshed_cost: dict[str, tuple[float, float]] = field(default_factory=dict)
+    # a task -> its (cost, selectivity) per row delivered in the latest window in which it
+    # processed rows (`shed_problem.processing_costs`), for the windows it processes none (every
+    # row dropped, by its own drop or upstream)
+    last_costs: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     def decide(self, decision: ShedDecision, now: float) -> None:
         self.latest, self.decided_at = decision, now
@@ -60,6 +67,10 @@ class ShedState:
             r = rates.get(task)
             if r is not None and r.rows_in > 0 and r.dropped <= 0:
                 self.unshed_cost[task] = (r.cost_per_read, r.rows_in)
+
+    def observe_costs(self, problem: ShedProblem, rates: Mapping[str, TaskRates]) -> None:
+        """Keep the cost and selectivity of every task that processed rows."""
+        self.last_costs.update(processing_costs(problem, rates))
 
     def unshed_for(self, rates: Mapping[str, TaskRates]) -> dict[str, float]:
         """The unshed cost per row read of every drop's task that reads now at a rate within

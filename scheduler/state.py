@@ -1248,10 +1248,12 @@ class SchedulerState:
         running = {t.task_id: t.agent_id or "" for t in query.tasks.values()
                    if t.state is TaskState.RUNNING}
         rates = {t: r for t in running if (r := self._task_rates(t)) is not None}
-        query.shed.observe_unshed({task for task, _ in drop_operators(query.query).values()},
-                                  rates)
+        drop_tasks = {task for task, _ in drop_operators(query.query).values()}
+        query.shed.observe_unshed(drop_tasks, rates)
         problem = problem_of(query.query, running, rates, self._capacity_for(query),
-                             query.shed.unshed_for(rates))
+                             query.shed.unshed_for(rates), query.shed.last_costs)
+        if not isinstance(problem, str):
+            query.shed.observe_costs(problem, rates)
         current = shed_state.ratios_in_force(query.query, query.control)
         can_add = not cannot_add_capacity(list(query.elastic.latest.values()),
                                           query.shed.refused_for_room(self.now),
