@@ -414,8 +414,9 @@ def _downstream(spark: Any, tmp_path: Path, ups: Upstreams, name: str,
                     trigger_seconds=TRIGGER_SECONDS, endpoints=ups.endpoints)
     ups.read(b, schema)
     b.file_sink(op="sink", input=build(b, max_delay), path=str(tmp_path / f"{name}.jsonl"))
-    # a union without max-delay has a controller too: it waits for a cut input, no limit
-    assert b.dpc is not None and (b.dpc.max_delay is not None) == (max_delay is not None)
+    # a union without max-delay has a controller too (it waits for a cut input, no limit), a
+    # join without it none
+    assert (b.dpc is not None and b.dpc.max_delay is not None) == (max_delay is not None)
     _sources_up(b)
     return b
 
