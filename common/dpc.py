@@ -8,7 +8,11 @@ is processed without it), TENTATIVE (past max-delay: go on with the inputs there
 output tentative, the stable point kept) and RECONCILING (the cut input is back: re-run from the
 stable point with every input; `reconciled` ends it). An input that is silent while its writer
 answers is idle, not cut: it never makes the union wait or go tentative. A hot-standby
-selector's stream is one input, reachable while any replica is (`selector_view`).
+selector's stream is one input, reachable while any replica is (`selector_view`). An input
+that has ended (its writer said its stream ended at seq N, and N is spooled) is never cut: its
+writer may go away (`InputView.ended`). A `max_delay` of None is a union without max-delay:
+consistency without loss, it holds without a limit while an input is cut and never goes
+tentative (DELAYING, then STABLE on heal: docs/availability.md, "Without max-delay").
 
 No I/O, no clock of its own: times are the caller's monotonic seconds. `executor.dpc` applies
 the decisions to a running task (docs/availability.md).
@@ -52,6 +56,12 @@ class InputView:
     name: str
     last_heard: float  # monotonic seconds of its last batch or answered liveness probe
     reachable: bool  # its writer answered the last probe (or sent data since)
+    ended: bool = False  # its writer said its stream ended, and every batch of it is spooled
+
+    @property
+    def cut(self) -> bool:
+        """Its writer is unreachable while more of its stream may come."""
+        return not self.reachable and not self.ended
 
 
 def selector_view(name: str, replicas: tuple[InputView, ...]) -> InputView:
@@ -61,7 +71,7 @@ def selector_view(name: str, replicas: tuple[InputView, ...]) -> InputView:
     if not replicas:
         raise ValueError(f"selector {name}: no replica to view")
     return InputView(name, max(r.last_heard for r in replicas),
-                     any(r.reachable for r in replicas))
+                     any(r.reachable for r in replicas), any(r.ended for r in replicas))
 
 
 @dataclass(frozen=True)
@@ -83,11 +93,13 @@ class Decision:
         return self.state.mode is Mode.DELAYING
 
 
-def step(state: State, inputs: tuple[InputView, ...], max_delay: float, now: float) -> Decision:
-    """The next state of a union with `inputs` and `max_delay` (seconds > 0) at `now`."""
-    if max_delay <= 0:
+def step(state: State, inputs: tuple[InputView, ...], max_delay: float | None,
+         now: float) -> Decision:
+    """The next state of a union with `inputs` and `max_delay` (seconds > 0; None: wait without
+    a limit, never tentative) at `now`."""
+    if max_delay is not None and not max_delay > 0:
         raise ValueError(f"max_delay must be > 0 seconds, got {max_delay}")
-    cut = tuple(i.name for i in inputs if not i.reachable)
+    cut = tuple(i.name for i in inputs if i.cut)
     mode = state.mode
     if mode is Mode.STABLE:
         if cut:
@@ -107,10 +119,11 @@ def step(state: State, inputs: tuple[InputView, ...], max_delay: float, now: flo
     return Decision(state)  # RECONCILING ends only by `reconciled`
 
 
-def delay_deadline(inputs: tuple[InputView, ...], max_delay: float) -> float:
-    """When the union stops waiting: max-delay after the earliest last word of a cut input."""
-    cut = [i.last_heard for i in inputs if not i.reachable]
-    return min(cut) + max_delay if cut else float("inf")
+def delay_deadline(inputs: tuple[InputView, ...], max_delay: float | None) -> float:
+    """When the union stops waiting: max-delay after the earliest last word of a cut input
+    (never without max-delay, or without a cut input)."""
+    cut = [i.last_heard for i in inputs if i.cut]
+    return min(cut) + max_delay if cut and max_delay is not None else float("inf")
 
 
 def reconciled(state: State, now: float) -> State:

@@ -528,6 +528,12 @@ def _union(c: CallSite) -> Args:
         _given(("max_delay", _duration(c.node.max_delay_ms)))
 
 
+def _merger(c: CallSite) -> Args:
+    """A union of a partitioned operator's instances that does not wait for a cut one
+    (`TaskRuntime.union`'s `merger`: an instance may be dormant or retired by a rescale)."""
+    return _union(c) + (("merger", True),)
+
+
 def _identity(c: CallSite) -> Args:
     return c.io + c.out
 
@@ -604,7 +610,7 @@ _CALLS: dict[str, tuple[str, Callable[[CallSite], Args]]] = {
     "lookup-join": ("lookup_join", _lookup_join),
     "union": ("union", _union),
     "drop": ("drop", _drop),
-    "merger": ("union", _union),
+    "merger": ("union", _merger),
     **{kind: ("identity", _identity) for kind in _PASS_THROUGH},
     "file-sink": ("file_sink", _file_sink),
     "console-sink": ("console_sink", _io_only),

@@ -2,10 +2,12 @@
 or a stream-stream join whose inputs are channels (docs/availability.md).
 
 A thread of the executor reads each input's liveness from its spool receiver (`last_heard`,
-`reachable`) and steps the decision every POLL_SECONDS. It acts through the spools' control
-files (`executor.spool.Control`, read by the Spark source in Spark's planner process):
+`reachable`, `ended`) and steps the decision every POLL_SECONDS. It acts through the spools'
+control files (`executor.spool.Control`, read by the Spark source in Spark's planner process):
 - DELAYING: every input held (Spark is handed nothing new, so nothing is processed without the
-  cut input) and kept (no batch is trimmed: the stable point must stay re-runnable);
+  cut input) and kept (no batch is trimmed: the stable point must stay re-runnable); released
+  when the cut input answers again, once its writer's backlog is spooled. Without max-delay (a
+  union's consistency without loss) this is all it does: it never goes tentative;
 - TENTATIVE: the live inputs released. The first micro-batch after that copies the Spark
   checkpoint aside before it runs (`keep_stable_point`: the offsets, commits and state of the
   batches before it: the stable point, with the channel positions its offsets hold); it and every
@@ -70,10 +72,12 @@ class BatchMark:
 
 class DpcController:
     """One DPC union's or join's controller. `stop_query` / `start_query` stop the task's query and start
-    it again from its (restored) checkpoint."""
+    it again from its (restored) checkpoint. `max_delay` None: a union without max-delay, which
+    holds its inputs while one is cut, without a limit, and never goes tentative (so it never
+    stops or starts the query, nor marks a row)."""
 
     def __init__(self, task_id: str, checkpoint_dir: str, inputs: Sequence[DpcInput],
-                 max_delay: float, stop_query: Callable[[], None],
+                 max_delay: float | None, stop_query: Callable[[], None],
                  start_query: Callable[[], None]) -> None:
         self.task_id, self.inputs, self.max_delay = task_id, tuple(inputs), max_delay
         self.spark_dir = os.path.join(checkpoint_dir, "spark")
@@ -136,8 +140,8 @@ class DpcController:
                 log.exception("task %s: DPC controller step failed", self.task_id)
 
     def _views(self) -> tuple[dpc.InputView, ...]:
-        return tuple(dpc.InputView(i.name, i.receiver.last_heard, i.receiver.reachable)
-                     for i in self.inputs)
+        return tuple(dpc.InputView(i.name, i.receiver.last_heard, i.receiver.reachable,
+                                   i.receiver.ended) for i in self.inputs)
 
     def _tick(self) -> None:
         with self._lock:
@@ -154,13 +158,24 @@ class DpcController:
         if action is dpc.Action.HOLD:
             self._control(spool.Control(hold=True, keep=True))
         elif action is dpc.Action.RELEASE:
-            self._control(spool.Control())
+            self._release()
         elif action is dpc.Action.GO_TENTATIVE:
             for i in self.inputs:
                 cut = i.name in decision.state.cut
                 spool.write_control(i.folder, spool.Control(hold=cut, keep=True))
         elif action is dpc.Action.RECONCILE:
             self._reconcile()
+
+    def _release(self) -> None:
+        """The cut input answers again: hand Spark everything once its writer's backlog (the
+        batches it numbered during the cut) is spooled too, so the first micro-batch after the
+        hold has every input up to then and the watermark cannot pass a row of the returned
+        input before that row is seen (the live inputs spooled a whole cut's rows meanwhile)."""
+        started = time.monotonic()
+        self._await_backlogs()
+        self._control(spool.Control())
+        log.info("task %s: DPC released after %.2f s of spooling the returned backlog",
+                 self.task_id, time.monotonic() - started)
 
     def _control(self, control: spool.Control) -> None:
         for i in self.inputs:
@@ -199,6 +214,8 @@ class DpcController:
         """Until each input has spooled what its writer numbered when asked (bounded)."""
         deadline = time.monotonic() + BACKLOG_SECONDS
         for i in self.inputs:
+            if i.receiver.ended:  # spooled to its end; its writer may be gone
+                continue
             last = i.receiver.writer_last_seq(timeout=2.0)
             while last is not None and i.receiver.spooled_high < last and \
                     time.monotonic() < deadline and not self._stop.is_set():

@@ -1261,9 +1261,16 @@ class TaskRuntime:
         return ratio
 
     def union(self, *, op: str, inputs: Sequence[str], output: str,
-              max_delay: str | None = None) -> None:
+              max_delay: str | None = None, merger: bool = False) -> None:
+        """The rows of every input. With `max_delay`, Borealis DPC (docs/availability.md);
+        without it, consistency without loss: while a channel input's writer is unreachable
+        Spark is handed nothing new, without a limit (`_dpc` with no max-delay). A `merger` (of
+        a partitioned operator's instances, some of them dormant or retired by a rescale)
+        neither waits nor takes a max-delay."""
         if max_delay is not None:
             self._dpc(op, inputs, parse_duration(self._duration(op, max_delay)))
+        elif not merger:
+            self._dpc(op, inputs, None)
         streams = [self._get(op, name) for name in inputs]
         if len(streams) < 2:
             raise self._error(op, "a union needs at least two inputs")
@@ -1278,18 +1285,36 @@ class TaskRuntime:
             df = df.union(other.df.select(*names))
         self._put(op, output, df, first.schema)
 
-    def _dpc(self, op: str, inputs: Sequence[str], max_delay: timedelta) -> None:
-        """A union or join that goes on without a cut-off channel input after `max_delay`."""
+    def _dpc(self, op: str, inputs: Sequence[str], max_delay: timedelta | None) -> None:
+        """A union or join that goes on without a cut-off channel input after `max_delay`, or
+        (None, a union without max-delay) waits for it without a limit. One controller per
+        task: a second union without max-delay adds its channel inputs to the first's; a union
+        or join with max-delay takes the place of a waiting one (whose union then waits no
+        more: logged) and refuses a second one with max-delay."""
         channels = [self.channel_inputs[name] for name in inputs if name in self.channel_inputs]
         if not channels:
-            log.info("task %s: %s reads no channel, so none can be cut off: max-delay "
-                     "has nothing to wait for", self.task_id, op)
+            log.info("task %s: %s reads no channel, so none can be cut off: %s has nothing to "
+                     "wait for", self.task_id, op,
+                     "max-delay" if max_delay is not None else "the union")
             return
-        if self.dpc is not None:
+        current = self.dpc
+        if max_delay is None and current is not None:
+            if current.max_delay is not None:
+                log.warning("task %s: %s (a union without max-delay) does not wait for a cut "
+                            "input: the task's %s controller has max-delay "
+                            "(docs/availability.md, \"Not built yet\")", self.task_id, op,
+                            current.task_id)
+                return
+            channels = list(current.inputs) + [c for c in channels if c not in current.inputs]
+        elif current is not None and current.max_delay is not None:
             raise self._error(op, "one union or join per task may have max-delay")
+        elif current is not None:
+            log.warning("task %s: the union(s) without max-delay over %s do not wait for a cut "
+                        "input: %s has max-delay (docs/availability.md, \"Not built yet\")",
+                        self.task_id, ", ".join(i.name for i in current.inputs), op)
         self.dpc = DpcController(self.task_id, self.checkpoint_dir, channels,
-                                 max_delay.total_seconds(), self._stop_for_rerun,
-                                 self._start_rerun)
+                                 None if max_delay is None else max_delay.total_seconds(),
+                                 self._stop_for_rerun, self._start_rerun)
 
     def _stop_for_rerun(self) -> None:
         """Stop the query between micro-batches (its inputs are held): a batch in flight is
@@ -1313,13 +1338,15 @@ class TaskRuntime:
             raise self._error(op, "a real-time task ends in a kafka-sink (compiler.realtime)")
         if self.query is not None:
             raise self._error(op, "a task has exactly one sink; the query is already started")
-        if self.dpc is not None:
+        if self.dpc is not None and self.dpc.max_delay is not None:  # (waiting marks nothing)
             try:
                 sink = DpcSink(sink, self.dpc)
             except TypeError as exc:
-                log.warning("task %s: %s; max-delay is not applied: the union or join runs as "
-                            "without it (docs/availability.md)", self.task_id, exc)
-                self.dpc = None
+                log.warning("task %s: %s; max-delay is not applied: the union or join waits "
+                            "for a cut input without a limit instead, marking nothing "
+                            "(docs/availability.md)", self.task_id, exc)
+                self.dpc = DpcController(self.task_id, self.checkpoint_dir, self.dpc.inputs,
+                                         None, self._stop_for_rerun, self._start_rerun)
         stream = self._get(op, input, marks=True)
         if input in self.marked:
             try:

@@ -7,9 +7,10 @@ whichever replica has them first (each seq spooled once), acknowledging upstream
 committed (the spool's `committed` mark), and bounding the spool (no credit is granted while
 `max_spool_bytes` of uncommitted batches wait), and with `liveness` (a DPC union's or join's
 input, `executor.dpc`) whether the stream's writers answer: a selector's stream is cut only when
-every replica is (`common.dpc.selector_view`). A single writer's refusal (trimmed, superseded,
-unauthorized, a changed epoch) is written to the spool for the reader to raise, as the query's
-failure; a replica's error only skips that replica for `retry_seconds`. Does not own the
+every replica is (`common.dpc.selector_view`), and never once it has ended (a writer's range
+answer said it ended at a seq, `ChannelWriter.end`, and that seq is spooled). A single
+writer's refusal (trimmed, superseded, unauthorized, a changed epoch) is written to the spool
+for the reader to raise, as the query's failure; a replica's error only skips that replica for `retry_seconds`. Does not own the
 channel protocol (`executor.channels.reader`) nor the Spark side (`executor.spool_source`).
 """
 
@@ -66,9 +67,11 @@ class _Source:
         self.retry_at = 0.0
         self.last_heard = time.monotonic()  # its last batch or answered probe
         self.reachable = True
+        self.ended_at: int | None = None  # its writer said its stream ended at this seq
 
-    def view(self) -> dpc.InputView:
-        return dpc.InputView(self.replica.channel, self.last_heard, self.reachable)
+    def view(self, spooled_high: int) -> dpc.InputView:
+        ended = self.ended_at is not None and spooled_high >= self.ended_at
+        return dpc.InputView(self.replica.channel, self.last_heard, self.reachable, ended)
 
 
 class SpoolReceiver:
@@ -111,6 +114,9 @@ class SpoolReceiver:
         self.liveness = liveness
         self.last_heard = time.monotonic()
         self.reachable = True
+        # the stream ended (a writer said so, `ChannelWriter.end`, and its last seq is spooled):
+        # nothing more comes, so it is neither probed nor ever cut, though its writer goes away
+        self.ended = False
         self._probed = 0.0
 
     # -- lifecycle
@@ -221,7 +227,8 @@ class SpoolReceiver:
         """With `liveness`: once the stream is silent, ask each writer for its range (one
         shared wait); mark each reachable or not, and the stream from them."""
         now = time.monotonic()
-        if not self.liveness or min(now - self.last_heard, now - self._probed) < PROBE_SECONDS:
+        if not self.liveness or self.ended or \
+                min(now - self.last_heard, now - self._probed) < PROBE_SECONDS:
             return
         self._probed = now
         readers = {index: self._reader(index) for index in range(len(self._sources))}
@@ -245,8 +252,14 @@ class SpoolReceiver:
         if answered:
             source.last_heard = time.monotonic()
         source.reachable = answered
-        view = dpc.selector_view(self._name(0), tuple(s.view() for s in self._sources))
-        self.last_heard, self.reachable = view.last_heard, view.reachable
+        if source.reader is not None and source.reader.ended_at is not None:
+            source.ended_at = source.reader.ended_at
+        view = dpc.selector_view(self._name(0),
+                                 tuple(s.view(self._high) for s in self._sources))
+        if view.ended and not self.ended:
+            self._log.info("task %s: stream %s ended at seq %s: not waited for", self.task_id,
+                           self._name(0), self._high)
+        self.last_heard, self.reachable, self.ended = view.last_heard, view.reachable, view.ended
 
     def writer_last_seq(self, timeout: float) -> int | None:
         """The last seq the writer has numbered, asked now (any thread): the highest answer of

@@ -29,6 +29,7 @@ HEADER_BYTES = _HEADER.size
 MAX_ID_BYTES = 1024
 MAX_TEXT_BYTES = 4096
 NONE = -1  # the integer that stands for "not given" (e.g. no from_seq)
+RANGE_ENDED = "ended"  # a RANGE frame's text when the writer's stream has ended at its last seq
 
 
 class Kind(enum.IntEnum):
@@ -42,7 +43,8 @@ class Kind(enum.IntEnum):
     BYE        text=reader id (the reader closes; its retention, if any, stays)
     SUBSCRIBED a=first seq that will be sent, b=epoch, c=last seq, d=subscription id
     DATA       a=seq, b=tag, c=epoch, d=subscription id; second frame: Arrow IPC stream
-    RANGE      a=first retained seq, b=last seq, c=epoch, d=request id
+    RANGE      a=first retained seq, b=last seq, c=epoch, d=request id, text="" or RANGE_ENDED
+               (the writer ended its stream: no seq after b will ever be numbered, `range_ended`)
     ERROR      a=ErrorCode, b=first retained seq, c=last seq, d=subscription id, text=message
     """
 
@@ -127,6 +129,17 @@ def decode_header(raw: bytes | memoryview) -> Header:
     except UnicodeDecodeError as exc:
         raise FrameError(f"channel id or text is not UTF-8: {exc}") from None
     return Header(Kind(kind), cid, a, b, c, d, text)
+
+
+def range_ended(header: Header) -> bool:
+    """Whether a RANGE frame says its writer's stream ended at seq `header.b`; FrameError for
+    any other text, or an end whose range is not one a writer has (first 1..last + 1)."""
+    if header.text not in ("", RANGE_ENDED):
+        raise FrameError(f"RANGE text {header.text[:64]!r} is neither empty nor {RANGE_ENDED!r}")
+    ended = header.text == RANGE_ENDED
+    if ended and not (header.b >= 0 and 1 <= header.a <= header.b + 1):
+        raise FrameError(f"RANGE ended with an impossible range ({header.a}, {header.b})")
+    return ended
 
 
 def check_frame_sizes(frames: list[int], max_frame_bytes: int) -> None:

@@ -80,6 +80,7 @@ def _serve(args: argparse.Namespace) -> None:
                 seq = writer.send(batch, tag)
                 sent = due
             tag += 1
+        seq = writer.end()  # its stream ends here: a union need not wait for it once gone
         _say(sent=sent, last_seq=seq)
         sys.stdin.readline()  # serve (retained batches, probes) until the parent closes stdin
     finally:

@@ -563,3 +563,105 @@ def test_a_published_writer_nobody_reads_drops_its_oldest_instead_of_blocking(cl
     assert [b.seq for b in drain(reader, 5, ack=False)] == [3, 4, 5]
     writer.drop_reader("r1")  # a stopped reader holds nothing back
     assert writer.send(make_table(5), 5, timeout=5) == 6
+
+
+# --- the end of a stream (docs/availability.md, "Without max-delay") -------------------------
+
+
+def test_an_ended_writer_says_so_in_its_range_and_numbers_nothing_more(closing) -> None:
+    """`end`: range answers carry RANGE_ENDED at the last seq; a later new batch is refused,
+    a re-run of an earlier tag and an empty batch are not; a writer not ended says nothing."""
+    writer, reader = writer_and_reader(closing)
+    for tag in (1, 2):
+        writer.send(make_table(tag), tag)
+    assert reader.retained_range(timeout=5) == (1, 2) and reader.ended_at is None
+    assert writer.end() == 2
+    assert reader.retained_range(timeout=5) == (1, 2) and reader.ended_at == 2
+    with pytest.raises(ChannelError, match="ended at seq 2"):
+        writer.send(make_table(3), 3)
+    assert writer.send(make_table(2), 2) == 2  # a re-run: numbered before the end
+    assert writer.send(make_table(4).slice(0, 0), 4) == 2
+    reader.subscribe(1)
+    assert [b.table.column("id").to_pylist() for b in drain(reader, 2)] == [
+        batch_ids(t) for t in (1, 2)]
+    assert reader.stats().refused_frames == 0
+
+
+def _range_frame(text: str, first: int, last: int, request: int) -> bytes:
+    return encode_header(Header(Kind.RANGE, "orders", first, last, 0, request, text))
+
+
+def test_a_reader_refuses_a_garbled_or_inconsistent_end(closing) -> None:
+    """A fake writer (what a bug or a garbled frame would send; over CURVE nobody else can
+    speak): an unknown RANGE text, an impossible ended range, an end before a seq the reader
+    has received, and an end that contradicts an earlier one are each refused and counted,
+    and the reader believes none of them; a consistent end is believed."""
+    router = zmq.Context.instance().socket(zmq.ROUTER)
+    closing(router)
+    router.setsockopt(zmq.LINGER, 0)
+    port = router.bind_to_random_port("tcp://127.0.0.1")
+    reader = ChannelReader("orders", "r1", f"tcp://127.0.0.1:{port}", SCHEMA)
+    closing(reader)
+    reader.subscribe()
+    identity, sub = _recv_kind(router, reader, Kind.SUBSCRIBE)
+    subscribed = Header(Kind.SUBSCRIBED, "orders", 1, 0, 0, sub.d)
+    router.send_multipart([identity, encode_header(subscribed)])
+    for seq in (1, 2):
+        header = encode_header(Header(Kind.DATA, "orders", seq, seq, 0, sub.d))
+        router.send_multipart([identity, header, encode_table(make_table(seq))])
+    assert [b.seq for b in drain(reader, 2, ack=False)] == [1, 2]
+
+    def answer(text: str, first: int, last: int) -> tuple[int, int] | None:
+        request = reader.ask_range()
+        _recv_kind(router, reader, Kind.RANGE_REQ)
+        router.send_multipart([identity, _range_frame(text, first, last, request)])
+        return reader.range_answer(request, 1.0)
+
+    bad = [("ended!", 1, 2), ("ENDED", 1, 2), ("ended", 5, 2), ("ended", 0, 2), ("ended", 1, -1),
+           ("ended", 1, 1)]  # the last: it ended at 1, yet seq 2 was received
+    for text, first, last in bad:
+        assert answer(text, first, last) is None, (text, first, last)
+        assert reader.ended_at is None
+    assert reader.stats().refused_frames == len(bad)
+    assert answer("", 1, 2) == (1, 2) and reader.ended_at is None
+    assert answer("ended", 1, 2) == (1, 2) and reader.ended_at == 2
+    assert answer("ended", 1, 3) is None and reader.ended_at == 2  # contradicts the first end
+    assert reader.stats().refused_frames == len(bad) + 1
+
+
+def test_range_frames_fuzzed_are_refused_or_read_never_crash() -> None:
+    """Seeded fuzz of the RANGE frame's new field: random texts (and byte flips of a good
+    ended frame) decode to a header whose `range_ended` is True only for RANGE_ENDED with a
+    possible range, else False for "", else FrameError; nothing else is raised."""
+    import random
+
+    from executor.wire import RANGE_ENDED, range_ended
+
+    rng = random.Random(34)
+    alphabet = "ended" + "ENDÉ\x00 \n-!"
+    good = _range_frame(RANGE_ENDED, 1, 7, 9)
+    outcomes = {"ended": 0, "open": 0, "refused": 0}
+    for _ in range(3000):
+        if rng.random() < 0.5:
+            text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 8)))
+            first, last = rng.randint(-3, 10), rng.randint(-3, 10)
+            raw = _range_frame(text, first, last, 1)
+        else:
+            raw = bytearray(good)
+            for _ in range(rng.randint(1, 4)):
+                raw[rng.randrange(len(raw))] = rng.randrange(256)
+            raw = bytes(raw)
+        try:
+            header = decode_header(raw)
+            if header.kind is not Kind.RANGE:
+                outcomes["refused"] += 1
+                continue
+            ended = range_ended(header)
+        except FrameError:
+            outcomes["refused"] += 1
+            continue
+        expected_end = header.text == RANGE_ENDED and header.b >= 0 and \
+            1 <= header.a <= header.b + 1
+        assert ended == expected_end and (ended or header.text == ""), header
+        outcomes["ended" if ended else "open"] += 1
+    assert min(outcomes.values()) > 0, outcomes

@@ -88,3 +88,49 @@ def test_a_union_over_a_selector_waits_only_when_every_replica_is_cut() -> None:
     assert delay_deadline(both, 3.0) == 12.5
     assert step(held.state, both, 3.0, 12.4).state.mode is Mode.DELAYING
     assert step(held.state, both, 3.0, 12.5).action is Action.GO_TENTATIVE
+
+
+def test_without_max_delay_a_cut_input_holds_without_a_limit_and_releases_on_heal() -> None:
+    """Consistency without loss (a union without max-delay): hold while the writer is cut,
+    however long, never tentative (no stable point, no re-run), release when it answers."""
+    held = step(State(), _views(5.0, 4.0, False), None, 5.0)
+    assert held.action is Action.HOLD and held.hold and held.state.cut == ("b",)
+    state = held.state
+    for now in (7.0, 60.0, 86_400.0, 10.0 ** 9):
+        waiting = step(state, _views(now, 4.0, False), None, now)
+        assert waiting.state.mode is Mode.DELAYING and waiting.action is Action.NONE, now
+        assert waiting.hold and waiting.state.since == 5.0
+        state = waiting.state
+    assert delay_deadline(_views(9.0, 4.0, False), None) == float("inf")
+    back = step(state, _views(10.0 ** 9 + 1, 10.0 ** 9 + 1, True), None, 10.0 ** 9 + 1)
+    assert back.state.mode is Mode.STABLE and back.action is Action.RELEASE
+    assert back.state.tentative_since is None
+    idle = step(back.state, _views(10.0 ** 9 + 2, 5.0, True), None, 10.0 ** 9 + 2)
+    assert idle.state.mode is Mode.STABLE and not idle.hold  # idle, reachable: no wait
+    for bad in (0.0, -1.0, float("nan")):
+        with pytest.raises(ValueError):
+            step(State(), _views(1.0, 1.0, True), bad, 1.0)
+
+
+def test_an_ended_input_whose_writer_is_gone_is_never_cut() -> None:
+    """A finished finite upstream (its writer said the stream ended at its last seq, and that
+    seq is spooled) may go away: the union neither holds nor goes tentative for it; the same
+    writer gone without an end is a cut."""
+    ended = (InputView("a", 50.0, True), InputView("b", 4.0, False, ended=True))
+    for max_delay in (None, 3.0):
+        decision = step(State(), ended, max_delay, 50.0)
+        assert decision.state.mode is Mode.STABLE and decision.action is Action.NONE
+        assert delay_deadline(ended, max_delay) == float("inf")
+    gone = (InputView("a", 50.0, True), InputView("b", 4.0, False))
+    assert step(State(), gone, None, 50.0).action is Action.HOLD
+    held = step(State(), gone, None, 50.0).state
+    assert step(held, ended, None, 51.0).action is Action.RELEASE  # its end came, then it went
+    assert not InputView("x", 1.0, False, ended=True).cut
+    assert InputView("x", 1.0, False).cut and not InputView("x", 1.0, True).cut
+
+
+def test_a_selector_has_ended_once_any_replica_said_so() -> None:
+    """Replicas number alike: one replica's end (with its last seq spooled) ends the stream."""
+    one = selector_view("s", (InputView("r1", 3.0, False, ended=True), InputView("r2", 2.0, False)))
+    assert one.ended and not one.cut
+    assert not selector_view("s", (InputView("r1", 3.0, False), InputView("r2", 2.0, False))).ended

@@ -11,8 +11,9 @@ the sensor within JOIN_WITHIN (`testkit.dpc_join_support`), all behind the same 
 (`cut_runs`). a2's bridge port goes down for CUT_SECONDS: its packets are dropped, no connection
 is reset, and a2 runs on, retaining what it sends. With max-delay, results keep coming during
 the cut, marked tentative (the join's pairs a subset of the exact ones), and after the heal each
-sink's stable view equals a plain-Python oracle over all input; without it nothing is marked and
-results resume after the heal. A second test unions a1 with a hot-standby stream (two replicas
+sink's stable view equals a plain-Python oracle over all input; without it the union waits for
+the cut input (consistency without loss): nothing is marked, results resume after the heal and
+its sink equals the oracle. A second test unions a1 with a hot-standby stream (two replicas
 on hosts a2 and a3, read through a stream selector, `SelectorUpstreams`): one replica cut alone
 changes nothing but the replica read, both cut is a cut input (docs/availability.md, "A
 hot-standby stream"). Skipped with the reason when namespaces cannot be created here (not
@@ -89,7 +90,7 @@ def test_a_partitioned_source_goes_tentative_and_is_corrected_with_max_delay_unm
         spark: Any, tmp_path: Path, net: NetnsNetwork) -> None:
     """With max-delay: tentative rows within FIRST_TENTATIVE_BOUND of the cut, and after the
     heal a stable view equal to the oracle (the reconcile time printed). Without it (the same
-    cut): nothing marked, results after the heal, no window above the oracle. The join with
+    cut): nothing marked, results after the heal, the sink equal to the oracle. The join with
     max-delay: tentative pairs within the same bound, all in the exact join, and a stable view
     equal to the plain-Python join over all input."""
     delay = f"{int(MAX_DELAY)} seconds"

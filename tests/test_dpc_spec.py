@@ -177,7 +177,8 @@ def _marked_calls(xml: str, tmp_path) -> list[str]:
 def test_a_dpc_union_s_channel_carries_marks_to_readers_that_propagate_them(tmp_path) -> None:
     """docs/availability.md, "Marks across channels": the union's channel sink and both
     filtering readers are marked; with a window aggregate reading it too, nothing is (the
-    runtime would refuse the mark there; the union then runs as without max-delay)."""
+    runtime would refuse the mark there; the union then waits for a cut input without a
+    limit instead, marking nothing)."""
     project = ('  <operator name="p" type="project">\n    <input name="both"/>\n'
                '    <field name="sensor" value="both.sensor"/>\n'
                '    <output name="h2"/>\n  </operator>\n')

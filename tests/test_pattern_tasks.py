@@ -238,7 +238,8 @@ def test_partitioning_gives_each_splitter_one_channel_per_partition(k: int) -> N
         assert len(copy.placement.apart_from) == k - 1
     merged = [kw for m, kw in rt_calls(merge.program) if m == "union"]
     assert merged == [{"op": "matched_merge", "output": "pairs",
-                       "inputs": tuple(f"matched_{i}_out" for i in range(1, k + 1))}]
+                       "inputs": tuple(f"matched_{i}_out" for i in range(1, k + 1)),
+                       "merger": True}]  # a merger does not wait for a cut instance
 
 
 def test_round_robin_partitioning_splits_without_a_key() -> None:

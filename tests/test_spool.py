@@ -433,3 +433,43 @@ def test_range_answers_share_one_wait_among_silent_writers() -> None:
             p.close()
         for w in writers:
             w.close()
+
+
+# --- the end of a stream: a finished upstream is never cut (docs/availability.md) -----------
+
+def test_an_ended_stream_is_not_cut_when_its_writer_goes_but_one_gone_without_an_end_is(
+        tmp_path: Path) -> None:
+    """Two real writers, each sends two batches and goes away (closed: its task ended and
+    released its channel); one said its stream ended first (`ChannelWriter.end`). Once its
+    last seq is spooled the receiver says ended (and stops probing it): the decision of a
+    union without max-delay over it stays STABLE. The other is a cut input: the union holds."""
+    from common import dpc
+
+    receivers: dict[str, SpoolReceiver] = {}
+    writers = {name: writer_for(name, f"t/{name}") for name in ("ends", "vanishes")}
+    try:
+        for name, writer in writers.items():
+            writer.send(table(0, 5), 0)
+            receivers[name] = SpoolReceiver(
+                "t", str(tmp_path / name), [Replica(name, f"t/{name}", writer.endpoint)],
+                ARROW, liveness=True).start()
+            writer.send(table(5, 10), 1)
+        for name, receiver in receivers.items():
+            wait_for(lambda r=receiver: r.spooled_high == 2, 20, f"{name}'s two batches")
+        assert writers["ends"].end() == 2
+        wait_for(lambda: receivers["ends"].ended, 20, "the end heard by a probe", step=0.05)
+        for writer in writers.values():
+            writer.close()
+        wait_for(lambda: not receivers["vanishes"].reachable, 20, "the vanished writer cut")
+        ended, gone = receivers["ends"], receivers["vanishes"]
+        views = tuple(dpc.InputView(n, r.last_heard, r.reachable, r.ended)
+                      for n, r in (("ends", ended), ("vanishes", gone)))
+        assert views[0].ended and not views[0].cut and views[1].cut
+        now = time.monotonic()
+        assert dpc.step(dpc.State(), views[:1], None, now).state.mode is dpc.Mode.STABLE
+        assert dpc.step(dpc.State(), views, None, now).action is dpc.Action.HOLD
+    finally:
+        for receiver in receivers.values():
+            receiver.close()
+        for writer in writers.values():
+            writer.close()

@@ -38,6 +38,7 @@ from executor.wire import (
     decode_header,
     decode_table,
     encode_header,
+    range_ended,
 )
 
 log = logging.getLogger("executor.channels")
@@ -95,6 +96,7 @@ class ChannelReader:
         self._epoch: int | None = None
         self._error: ChannelError | None = None
         self._ranges: dict[int, tuple[int, int]] = {}
+        self._ended_at: int | None = None  # the writer said its stream ended at this seq
         self._req_ids = itertools.count(1)
         self._last_heard = time.monotonic()
         self._last_resub = 0.0
@@ -382,7 +384,7 @@ class ChannelReader:
         elif header.kind is Kind.SUBSCRIBED:
             self._on_subscribed(header)
         elif header.kind is Kind.RANGE:
-            self._ranges[header.d] = (header.a, header.b)
+            self._on_range(header)
         else:
             self._on_error(header)
 
@@ -397,6 +399,33 @@ class ChannelReader:
         if len(frames) != expected:
             raise FrameError(f"{header.kind.name} with {len(frames)} frames, expected {expected}")
         return header
+
+    def _on_range(self, header: Header) -> None:
+        """A range answer; one saying the stream ended (`range_ended`) is believed only if it
+        is consistent: no seq after its end was received, and no earlier end said otherwise
+        (else refused and counted, as a bad frame)."""
+        try:
+            ended = range_ended(header)
+            received = (self._next - 1) if self._next is not None else self._handed
+            if ended and received > header.b:
+                raise FrameError(f"RANGE says the stream ended at seq {header.b}, but seq "
+                                 f"{received} was received")
+            if ended and self._ended_at not in (None, header.b):
+                raise FrameError(f"RANGE says the stream ended at seq {header.b}, an earlier "
+                                 f"one at {self._ended_at}")
+        except FrameError as exc:
+            self._refusals.refuse(f"from {self.endpoint}: {exc}")
+            return
+        if ended:
+            self._ended_at = header.b
+        self._ranges[header.d] = (header.a, header.b)
+
+    @property
+    def ended_at(self) -> int | None:
+        """The seq the writer's stream ended at, once a range answer said so (None: not ended,
+        or not known yet). Nothing is numbered after it."""
+        with self._lock:
+            return self._ended_at
 
     def _on_subscribed(self, header: Header) -> None:
         if header.d != self._sub_id:

@@ -35,6 +35,7 @@ from executor.wire import (
     FLAG_NON_RETAINING,
     NONE,
     READER_KINDS,
+    RANGE_ENDED,
     ErrorCode,
     FrameError,
     Header,
@@ -234,6 +235,7 @@ class ChannelWriter:
         self._sessions: dict[str, _Session] = {}
         self._to_end: list[tuple[str, ErrorCode, str]] = []
         self._closing = False
+        self._ended = False  # `end`: no batch follows the last one
         self._backlog = False
         self._refusals = _RefusalLog(f"channel {channel_id} writer")
         self._counts = {"batches": 0, "rows": 0, "frames": 0, "blocked": 0, "unauthorized": 0}
@@ -344,6 +346,9 @@ class ChannelWriter:
             earlier = self._rerun_seq(tag)
             if earlier is not None:
                 return earlier
+            if table.num_rows and self._ended:
+                raise ChannelError(f"channel {self.channel_id}: the stream ended at seq "
+                                   f"{self._buffer.last_seq}; batch with tag {tag} not sent")
             if table.num_rows == 0:
                 with self._cond:
                     self._tags.record(tag, self._buffer.last_seq)
@@ -357,6 +362,18 @@ class ChannelWriter:
             seq = self._admit(tag, body, table.num_rows, timeout)
         self._wake()
         return seq
+
+    def end(self) -> int:
+        """No batch follows the last one sent: the stream ends at that seq, which every reader
+        asking for the range is told (RANGE_ENDED), so a union waiting for a cut input knows
+        this one will send nothing more and may go away (docs/availability.md, "Without
+        max-delay"). A later `send` of a new non-empty batch raises ChannelError. The last seq.
+        Not kept in the log: a writer reopened on it has not ended."""
+        with self._send_lock, self._cond:
+            self._ended = True
+            log.info("channel %s: stream ended at seq %s", self.channel_id,
+                     self._buffer.last_seq)
+            return self._buffer.last_seq
 
     def _rerun_seq(self, tag: int) -> int | None:
         with self._cond:
@@ -662,7 +679,8 @@ class ChannelWriter:
 
     def _on_range_request(self, identity: bytes, header: Header) -> None:
         first, last = self._buffer.first_seq, self._buffer.last_seq
-        reply = Header(Kind.RANGE, self.channel_id, first, last, self.epoch, header.d)
+        reply = Header(Kind.RANGE, self.channel_id, first, last, self.epoch, header.d,
+                       RANGE_ENDED if self._ended else "")
         self._send_frames(identity, [encode_header(reply)])
 
     def _on_bye(self, identity: bytes, header: Header) -> None:

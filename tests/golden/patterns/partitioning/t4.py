@@ -46,7 +46,12 @@ def build(rt: TaskRuntime) -> None:
         channel='sensor-join/matched_2_out',
     )
     # matched_merge := merger(matched_1, matched_2)
-    rt.union(op='matched_merge', inputs=('matched_1_out', 'matched_2_out'), output='pairs')
+    rt.union(
+        op='matched_merge',
+        inputs=('matched_1_out', 'matched_2_out'),
+        output='pairs',
+        merger=True,
+    )
     # corrected := project(matched_merge)
     rt.project(
         op='corrected',
