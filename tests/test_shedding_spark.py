@@ -95,7 +95,7 @@ def shed_window_query(runtime: TaskRuntime, ratio: float, high_ratio: float,
                  high_ratio=high_ratio, mode="semantic", seed=5, keep="raw.temp > 35")
     stream = "raw"
     if only_worth:
-        runtime.filter(op="hot", input="raw", output="hot", condition="hot.temp > 35")
+        runtime.filter(op="hot", input="raw", output="hot", condition="raw.temp > 35")
         stream = "hot"
     runtime.window_aggregate(op="w", input=stream, output="per_sensor", time="ts",
                              window="250 milliseconds", slide=None, watermark="0 seconds",
@@ -175,9 +175,9 @@ def test_stateless_rows_carry_the_product_of_their_drops_shares(runtime: TaskRun
                       rate=2000.0, limit=2000, start=START)
     runtime.drop(op="d1", input="src_out", output="once", ratio=0.5, seed=1)
     runtime.drop(op="d2", input="once", output="twice", ratio=0.2, seed=2)
-    runtime.filter(op="f", input="twice", output="warm", condition="warm.temp > 20")
+    runtime.filter(op="f", input="twice", output="warm", condition="twice.temp > 20")
     runtime.project(op="p", input="warm", output="out",
-                    fields=(("sensor", "out.sensor"), ("t2", "out.temp * 2")))
+                    fields=(("sensor", "warm.sensor"), ("t2", "warm.temp * 2")))
     got = run_to_sink(runtime, tmp_path, "out", limit=2000)
     inputs = Counter((r["sensor"], r["temp"] * 2) for r in input_rows("sensor", 13, 2000.0, 2000)
                      if r["temp"] > 20)
