@@ -17,10 +17,12 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterator, Union
 
+from common import kept
 from common.diagnostics import Diagnostic, Position, SpecError
 from common.pattern_stages import stage_schema
 from common.types import Schema
 from compiler.graph import Graph, Node, Stream, render_term
+from compiler import kept_columns
 from compiler.guards import GUARDS
 from compiler.operators import MAX_PATTERN_OPERATORS, PLUMBING
 from compiler.rules import (PHASES, Call, Chain, Guard, Loop, PatternTerm, PlacementRef, ReplTerm,
@@ -85,7 +87,7 @@ def rewrite(graph: Graph, rules: tuple[Rule, ...], max_nodes: int | None = None)
         firings += fired
         _raise_if_broken(check_invariants(graph, before, expected, max_nodes), phase_rules,
                          f"phase {phase}")
-    return RewriteResult(graph, tuple(firings))
+    return RewriteResult(kept_columns.settle(graph), tuple(firings))
 
 
 def _run_phase(graph: Graph, rules: tuple[Rule, ...], expected: dict[str, tuple[Schema, ...]],
@@ -504,7 +506,8 @@ def _types(graph: Graph, before: Graph, expected: dict[str, tuple[Schema, ...]])
         ins = tuple(graph.stream(s).schema for s in n.inputs)
         if n.role == "plumbing":
             out = graph.stream(n.output).schema if n.output else None
-            if any(i != ins[0] for i in ins) or (ins and out != ins[0]):
+            made = kept.with_kept(ins[0]) if ins and n.kind == "drop" else None  # adds `kept`
+            if any(i != ins[0] for i in ins) or (ins and out not in (ins[0], made)):
                 problems.append(f"{n.kind} '{n.name}' mixes stream types: "
                                 + "; ".join(_cols(i) for i in ins))
         elif n.name in expected and ins != expected[n.name]:

@@ -18,7 +18,7 @@ from functools import partial
 from typing import Any, Callable, Union
 
 from common import kafka_params as kp
-from common import keyed_aggregates, side_table, time_partitions, top_n
+from common import kept, keyed_aggregates, side_table, time_partitions, top_n
 from common.diagnostics import (MAX_SHOWN, Diagnostic, Position, Severity, SpecError,
                                  cap_diagnostics, suggest)
 from common.operator_schemas import (AGGREGATE_FUNCTIONS, BY_FUNCTIONS, aggregate_type,
@@ -352,6 +352,8 @@ def _resolve(c: _Checker, op: OperatorDecl, d: OperatorDef) -> None:
         return  # an upstream problem was already reported
     if not (d.inputs[0] <= len(inputs) <= d.inputs[1] and len(op.outputs) <= d.outputs[1]):
         return  # the arity problem was already reported
+    if not _carries_kept(c, op, d, [s for s in inputs if s is not None]):
+        return
     resolver = _RESOLVERS.get(op.kind)
     computed = resolver(c, op, [s for s in inputs if s is not None]) if resolver else None
     if not op.outputs:
@@ -370,6 +372,9 @@ def _resolve(c: _Checker, op: OperatorDecl, d: OperatorDef) -> None:
             c.error(out.pos, f"the output of {op.kind} '{op.name}' needs a type",
                     f'write <output name="{out.name}" type="..."/> with a declared <type>')
         return
+    if computed is not None and declared is not None and kept.carries(computed) \
+            and not kept.clashes(declared.names) and kept.without_kept(computed) == declared:
+        declared = computed  # a declared type reads as itself with the shed columns (kept)
     if computed is not None and declared is not None and computed != declared:
         c.error(out.pos, f"output '{out.name}' is declared as type '{out.type_name}' "
                          f"({_describe(declared)}) but {op.kind} '{op.name}' produces "
@@ -380,6 +385,8 @@ def _resolve(c: _Checker, op: OperatorDecl, d: OperatorDef) -> None:
     assert schema is not None  # both None returned above
     c.schemas[out.name] = schema
     _check_shed(c, op, out.name, schema)
+    if op.param("shed") is not None:
+        c.schemas[out.name] = _shed_output(c, op, schema)
     times = _event_times_out(c, op)
     if times is not None:
         c.event_times[out.name] = times
@@ -407,6 +414,54 @@ def _check_shed(c: _Checker, op: OperatorDecl, stream: str, schema: Schema) -> N
         if extra is not None and not semantic:
             c.error(extra.pos, f"{extra.name} of '{op.name}' applies to semantic shedding only",
                     '<param name="shed" value="semantic"/>, or remove it')
+
+
+def _shed_output(c: _Checker, op: OperatorDecl, schema: Schema) -> Schema:
+    """A shed source's stream as its readers see it: the drop the shedding rule puts after it
+    adds `kept`, each row's keep share (common/kept.py); a source whose own rows have a column
+    of that name (or `lost_input`) is refused."""
+    clash = kept.clashes(schema.names)
+    if clash:
+        shed = op.param("shed")
+        assert shed is not None
+        c.error(shed.pos, f"'{op.name}' is shed but its output has column(s) {clash}, reserved "
+                          "for the share of input a shed stream's rows reflect",
+                "rename the column (docs/load.md, \"What a sink's rows say about shedding\")")
+        return schema
+    return kept.with_kept(schema)
+
+
+# Operators that cannot carry a shed stream's `kept` to their output (docs/load.md): a row of
+# theirs is made of several input rows whose shares no rule combines here yet.
+_NOT_CARRYING_KEPT = {"join": "a join", "pattern": "a pattern", "top-n": "a top-n",
+                      "aggregate": "an updating aggregate", "control-sink": "a control-sink"}
+
+
+def _carries_kept(c: _Checker, op: OperatorDecl, d: OperatorDef, inputs: list[Schema]) -> bool:
+    """False (with a located error) when `op` reads a shed stream (one with `kept`) but cannot
+    carry its share to its output: rather refused than dropped silently. A union needs every
+    input shed or none, so that each of its rows has a share."""
+    shed = [port for port, schema in zip(op.inputs, inputs) if kept.carries(schema)]
+    if not shed:
+        return True
+    what = _NOT_CARRYING_KEPT.get(op.kind)
+    if what is None and op.kind == "window-aggregate" and op.param("rows") is not None:
+        what = "a count window"
+    if what is not None:
+        c.error(shed[0].pos, f"{op.kind} '{op.name}' reads stream '{shed[0].name}', which is "
+                             f"shed, but {what} cannot carry the share of input its rows "
+                             f"reflect (column {kept.KEPT}): not built",
+                "shed a source that does not feed it, or read the stream before shedding "
+                "(docs/load.md, \"What a sink's rows say about shedding\")")
+        return False
+    if len(shed) != len(inputs):
+        plain = next(port for port, schema in zip(op.inputs, inputs) if not kept.carries(schema))
+        c.error(plain.pos, f"{op.kind} '{op.name}' reads shed stream '{shed[0].name}' and "
+                           f"unshed stream '{plain.name}': its rows would not all have a share "
+                           f"of input (column {kept.KEPT})",
+                "shed every source that feeds it, or none")
+        return False
+    return True
 
 
 def _describe(schema: Schema) -> str:
@@ -472,11 +527,19 @@ def _project(c: _Checker, op: OperatorDecl, inputs: list[Schema]) -> Schema | No
             continue
         seen.add(f.name)
         folded[_folded(f.name)] = f.name
+        if kept.carries(inputs[0]) and kept.clashes([f.name]):
+            c.error(f.pos, f"field '{f.name}' of '{op.name}': the name is reserved for the "
+                           f"share of input its rows reflect, which it carries (its input is "
+                           "shed)", "choose another name")
+            ok = False
+            continue
         typed = _expression(c, op, f, _scope(op, inputs), f"field '{f.name}'")
         if typed is None:
             ok = False
         else:
             fields.append(Field(f.name, typed.type))
+    if ok and kept.carries(inputs[0]):  # a shed row's share follows it (common/kept.py)
+        fields.append(Field(kept.KEPT, ColumnType.DOUBLE))
     return Schema(tuple(fields)) if ok else None
 
 
@@ -520,11 +583,19 @@ def _window(c: _Checker, op: OperatorDecl, inputs: list[Schema]) -> Schema | Non
     ok = _window_kind(c, op, values) and ok
     ok = _size_and_slide(c, op, size, slide) and ok
     groups = _group_columns(c, op, schema, stream)
-    aggregates = _aggregates(c, op, schema, stream, groups)
+    shed = kept.carries(schema)
+    taken = {_folded(n) for n in (*WINDOW_COLUMNS, *(kept.RESERVED if shed else ()))} \
+        | {_folded(g.name) for g in groups or ()}
+    aggregates = _aggregates(c, op, schema, stream, groups, taken=taken)
     if not ok or groups is None or aggregates is None:
         return None
+    if any(g.name in kept.RESERVED for g in groups):
+        c.error(_written(op, "group-by").value_pos(), f"'{op.name}' groups by a shed stream's "
+                f"{kept.KEPT}: its results carry the share of input they reflect instead",
+                "group by the stream's own columns")
+        return None
     return Schema(tuple([Field(n, ColumnType.TIMESTAMP) for n in WINDOW_COLUMNS] + groups
-                        + aggregates))
+                        + aggregates + list(kept.aggregate_fields() if shed else ())))
 
 
 def _count_window(c: _Checker, op: OperatorDecl, schema: Schema, stream: str) -> Schema | None:

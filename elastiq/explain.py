@@ -11,7 +11,7 @@ from pathlib import Path
 from common.kafka_params import parse_topics
 from common.kafka_partitions import describe as describe_share
 from common.tasks import QueryTask
-from compiler import realtime
+from compiler import kept_columns, realtime
 from compiler.graph import Graph, notation, to_dot, to_mermaid
 from compiler.pipeline import Compilation
 from compiler.rewrite import local_notation, placement_groups
@@ -33,6 +33,9 @@ def explain(c: Compilation) -> str:
     if c.firings:
         lines += rewrite_section(c)
     lines += _tasks(c)
+    shed = kept_columns.sink_lines(c.physical)
+    if shed:
+        lines += ["", "shed columns on sink rows (docs/load.md):"] + shed
     if c.refused:
         lines += ["", "not deployable (`compile` and `run` refuse this plan):"]
         lines += [f"  {d.render()}" for d in c.refused]

@@ -41,6 +41,7 @@ from common.types import ColumnType, Field, Schema
 from compiler import expr
 from common.kafka_params import KafkaParamError, transactional_id
 from common import keyed_aggregates, side_table, time_partitions
+from common import kept as kept_share
 from common.time_partitions import Level
 from executor import (dpc_marks, kafka_handover, kafka_io, kafka_realtime, kafka_records,
                       keyed_state_frame, routing, shapes, sinks, sources, spool_source,
@@ -828,6 +829,9 @@ class TaskRuntime:
         names = [f.name for f in out_fields]
         if len(set(names)) != len(names):
             raise self._error(op, f"projection names are not unique: {names}")
+        if kept_share.carries(stream.schema) and kept_share.KEPT not in names:
+            columns.append(F.col(f"`{kept_share.KEPT}`"))  # a shed row's share follows it
+            out_fields.append(Field(kept_share.KEPT, ColumnType.DOUBLE))
         if input in self.marked:  # a row derived from a tentative row is tentative
             columns.append(F.col(f"`{dpc_marks.TENTATIVE_MARK}`"))
         self._put(op, output, stream.df.select(*columns), Schema(tuple(out_fields)))
@@ -901,14 +905,19 @@ class TaskRuntime:
         bounded = _windowed_within_bounds(frame, windowed)
         if bounded is not frame:  # each row already in its windows
             frame, windowed = bounded.alias(input), F.col("window")
+        shares = _window_shares(input, stream.schema) if kept_share.carries(stream.schema) else []
+        shed = list(kept_share.aggregate_fields()) if shares else []
         df = (frame.groupBy(windowed.alias("window"), *[_qcol(input, k.name) for k in keys])
-              .agg(*[a for a, _ in aggs]))
+              .agg(*[a for a, _ in aggs], *shares))
         event_time = {WATERMARK_DELAY_KEY: df.schema["window"].metadata[WATERMARK_DELAY_KEY]}
         df = df.select(F.col("window.start").alias("window_start"),
                        F.col("window.end").alias("window_end", metadata=event_time),
-                       *[F.col(f"`{k.name}`") for k in keys], *[F.col(f"`{n}`") for n, *_ in aggregates])
+                       *[F.col(f"`{k.name}`") for k in keys],
+                       *[F.col(f"`{n}`") for n, *_ in aggregates],
+                       *[F.col(f"`{f.name}`") for f in shed])
         schema = Schema((Field("window_start", ColumnType.TIMESTAMP),
-                         Field("window_end", ColumnType.TIMESTAMP), *keys, *[f for _, f in aggs]))
+                         Field("window_end", ColumnType.TIMESTAMP), *keys, *[f for _, f in aggs],
+                         *shed))
         self._put(op, output, df, schema)
 
     def _keyed_aggregates(self, op: str, stream: Stream, time: str | None,
@@ -1242,14 +1251,18 @@ class TaskRuntime:
                                          .expr, scope), F.lit(False))
             kept = F.when(worth, drop_keeps(stream.schema, seed, high_ratio)) \
                 .otherwise(drop_keeps(stream.schema, seed, ratio))
+            share = F.when(worth, F.lit(1.0 - high_ratio)).otherwise(F.lit(1.0 - ratio))
         else:
             kept = drop_keeps(stream.schema, seed, ratio)
-        if ratio <= 0 and high_ratio <= 0:
-            self._put(op, output, stream.df, stream.schema)  # idle: the stream untouched
+            share = F.lit(1.0 - ratio)
+        schema = kept_share.with_kept(stream.schema)
+        if ratio <= 0 and high_ratio <= 0:  # idle: the rows untouched, each kept whole
+            self._put(op, output, _with_share(stream, F.lit(1.0)), schema)
             return
         counted = df.observe(f"{SHED_OBSERVATION}{op}", F.count(F.lit(1)).alias("rows"),
                              F.sum(F.when(kept, 0).otherwise(1)).alias("dropped"))
-        self._put(op, output, counted.filter(kept), stream.schema)
+        shed = Stream(output, counted.filter(kept), stream.schema)
+        self._put(op, output, _with_share(shed, share), schema)
 
     def _ratio(self, op: str, name: str, value: Any) -> float:
         try:
@@ -1713,6 +1726,26 @@ class TaskRuntime:
 
 
 SHED_OBSERVATION = "shed:"  # a drop's observed metrics (rows, dropped) in each progress report
+
+
+def _with_share(stream: Stream, share: Column) -> DataFrame:
+    """`stream`'s rows with their keep share (common/kept.py): `share` times the share they
+    already carry from a drop upstream (drops in series multiply), or `share`."""
+    if kept_share.carries(stream.schema):
+        share = F.col(f"`{kept_share.KEPT}`") * share
+    return stream.df.withColumn(kept_share.KEPT, share.cast("double"))
+
+
+def _window_shares(input: str, schema: Schema) -> list[Column]:
+    """A window's results over a shed stream (common/kept.py): the fraction of its input it
+    reflects, n / sum(1/share) of its rows (each stands for 1/share arrivals), and whether it
+    lost input (a row with a share under 1, or an upstream result that lost input)."""
+    share = _qcol(input, kept_share.KEPT)
+    fraction = (F.count(F.lit(1)) / F.sum(F.lit(1.0) / share)).cast("double")
+    lost = F.min(share) < F.lit(1.0)
+    if kept_share.LOST in schema.names:
+        lost = lost | F.coalesce(F.max(_qcol(input, kept_share.LOST)), F.lit(False))
+    return [fraction.alias(kept_share.KEPT), lost.alias(kept_share.LOST)]
 DROP_BUCKETS = 1 << 30  # a row's hash, reduced to [0, 1) in steps of 2**-30
 
 
