@@ -233,6 +233,13 @@ def test_overload_at_the_bound_sheds_then_releases_and_the_sink_stays_exact(
     assert released < below, ("no row was read after the release", released, below)
     assert missing[0] >= first_shed and missing[-1] < released, \
         (first_shed, released, missing[0], missing[-1])
+    # each row's keep share crossed the channels with it: 1.0 while the ratio was 0, the
+    # drop's 1 - ratio (in (0, 1)) on some rows read while it shed (docs/load.md, "kept")
+    shares = {r["id"]: r["kept"] for r in rows}
+    assert all(0.0 < k <= 1.0 for k in shares.values()), sorted(set(shares.values()))[:5]
+    assert all(k == 1.0 for i, k in shares.items() if i < first_shed), first_shed
+    assert any(k < 1.0 for i, k in shares.items() if first_shed <= i < released), \
+        (first_shed, released, sorted(set(shares.values()))[:5])
     log.info("%s rows shed of %s read (ids %s..%s), first ratio %s, %s batches recorded "
              "(release batch %s), %.0f s in all", dropped, below, first_shed, released,
              changes[0][1], len(ends), "exact" if exact_release == released else "bounded",
