@@ -445,7 +445,9 @@ PLUMBING: dict[str, OperatorDef] = {d.kind: d for d in (
                  doc="semantic: the source's shed-keep condition"),
         ParamDef("seed", "int", False, "0", doc="seed of the row hash that picks the rows"),
     ), output_type="same", doc="drops a live fraction of its rows (load shedding; idle at 0), "
-                               "picked by a seeded hash of each row, so a replay drops the same"),
+                               "picked by a seeded hash of each row, so a replay drops the same; "
+                               "its output is its input plus each row's keep share, `kept` "
+                               "(compiler.kept_columns types it)"),
     OperatorDef("network-reader", "plumbing", (1, 1), (1, 1), False, (
         ParamDef("replica", "int", False, None, minimum=1, doc="which replica reads"),
         ParamDef("partition", "int", False, None, minimum=1, doc="which partition it reads"),

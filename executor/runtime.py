@@ -1746,6 +1746,8 @@ def _window_shares(input: str, schema: Schema) -> list[Column]:
     if kept_share.LOST in schema.names:
         lost = lost | F.coalesce(F.max(_qcol(input, kept_share.LOST)), F.lit(False))
     return [fraction.alias(kept_share.KEPT), lost.alias(kept_share.LOST)]
+
+
 DROP_BUCKETS = 1 << 30  # a row's hash, reduced to [0, 1) in steps of 2**-30
 
 
