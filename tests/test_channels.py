@@ -379,7 +379,9 @@ def _recv_kind(router: zmq.Socket, reader: ChannelReader, kind: Kind, limit_s: f
     raise AssertionError(f"no {kind.name} frame")
 
 
-def test_reader_refuses_undecodable_and_mismatched_bodies(closing) -> None:
+def _fake_writer_and_reader(closing) -> tuple[zmq.Socket, ChannelReader]:
+    """A bare ROUTER socket standing for a writer (what a bug or a garbled frame would send)
+    and a subscribed reader of channel "orders" connected to it, both closed after the test."""
     router = zmq.Context.instance().socket(zmq.ROUTER)
     closing(router)
     router.setsockopt(zmq.LINGER, 0)
@@ -387,6 +389,11 @@ def test_reader_refuses_undecodable_and_mismatched_bodies(closing) -> None:
     reader = ChannelReader("orders", "r1", f"tcp://127.0.0.1:{port}", SCHEMA)
     closing(reader)
     reader.subscribe()
+    return router, reader
+
+
+def test_reader_refuses_undecodable_and_mismatched_bodies(closing) -> None:
+    router, reader = _fake_writer_and_reader(closing)
 
     def data(seq: int, sub: int, body: bytes, channel: str = "orders") -> list[bytes]:
         return [encode_header(Header(Kind.DATA, channel, seq, seq, 0, sub)), body]
@@ -414,13 +421,7 @@ def test_reader_refuses_undecodable_and_mismatched_bodies(closing) -> None:
 
 
 def test_reader_drops_duplicates_and_stale_subscription_data(closing) -> None:
-    router = zmq.Context.instance().socket(zmq.ROUTER)
-    closing(router)
-    router.setsockopt(zmq.LINGER, 0)
-    port = router.bind_to_random_port("tcp://127.0.0.1")
-    reader = ChannelReader("orders", "r1", f"tcp://127.0.0.1:{port}", SCHEMA)
-    closing(reader)
-    reader.subscribe()
+    router, reader = _fake_writer_and_reader(closing)
     identity, sub = _recv_kind(router, reader, Kind.SUBSCRIBE)
     router.send_multipart([identity, encode_header(Header(Kind.SUBSCRIBED, "orders", 1, 0, 0, sub.d))])
     for seq, sub_id in ((1, sub.d), (2, sub.d), (1, sub.d), (2, sub.d), (3, sub.d - 1), (3, sub.d)):
@@ -596,13 +597,7 @@ def test_a_reader_refuses_a_garbled_or_inconsistent_end(closing) -> None:
     speak): an unknown RANGE text, an impossible ended range, an end before a seq the reader
     has received, and an end that contradicts an earlier one are each refused and counted,
     and the reader believes none of them; a consistent end is believed."""
-    router = zmq.Context.instance().socket(zmq.ROUTER)
-    closing(router)
-    router.setsockopt(zmq.LINGER, 0)
-    port = router.bind_to_random_port("tcp://127.0.0.1")
-    reader = ChannelReader("orders", "r1", f"tcp://127.0.0.1:{port}", SCHEMA)
-    closing(reader)
-    reader.subscribe()
+    router, reader = _fake_writer_and_reader(closing)
     identity, sub = _recv_kind(router, reader, Kind.SUBSCRIBE)
     subscribed = Header(Kind.SUBSCRIBED, "orders", 1, 0, 0, sub.d)
     router.send_multipart([identity, encode_header(subscribed)])
