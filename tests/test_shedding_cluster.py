@@ -142,12 +142,22 @@ def caught_up(stack: Stack, sink: Path, checkpoint: Path) -> None:
     sink's highest id: the instance's two partitions reach the sink as separate channel
     batches, so its highest id can arrive before a lower one of the same batch. A row lost
     (neither at the sink nor counted) makes this wait time out."""
-    def done() -> bool:
+    def counts() -> tuple[int, int, float]:
         read = max(generator_offsets(checkpoint).values(), default=0)
         at_sink = len({r["id"] for r in read_sink(sink) if r["id"] < read})
-        return read > 0 and at_sink + dropped_of(stack.status(QUERY)) >= read
+        return read, at_sink, dropped_of(stack.status(QUERY))
 
-    wait_until(done, 120, "every row read at the sink or counted as dropped", step=0.5)
+    def done() -> bool:
+        read, at_sink, dropped = counts()
+        return read > 0 and at_sink + dropped >= read
+
+    def detail() -> str:
+        read, at_sink, dropped = counts()
+        return (f"read {read}, at the sink {at_sink}, counted as dropped {dropped:.0f}: "
+                f"{read - at_sink - dropped:.0f} neither; status: {stack.status(QUERY)}")
+
+    # generous: on a loaded machine the instance may still hold seconds of queued rows
+    wait_until(done, 300, "every row read at the sink or counted as dropped", detail, step=0.5)
 
 
 def calibrated_overload(stack: Stack, heavy: list[str]) -> float:
