@@ -194,7 +194,8 @@ def window_operators(plan: Plan, asks: str) -> str:
     a filtered count, true of every row, so each row costs what the project's row does."""
     heavy = "\n".join(f'    <aggregate name="h{i}" function="count" '
                       f'where="{heavy_field("sensor", i)} &gt; 0"/>' for i in range(plan.fields))
-    return f"""  <operator name="{OPERATOR}" type="window-aggregate" {elastic_attributes(plan, asks)}>
+    elastic = elastic_attributes(plan, asks)
+    return f"""  <operator name="{OPERATOR}" type="window-aggregate" {elastic}>
     <input name="raw"/>
     <param name="time" value="ts"/>
     <param name="size" value="{WINDOW_SECONDS} seconds"/>

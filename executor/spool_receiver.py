@@ -10,8 +10,9 @@ input, `executor.dpc`) whether the stream's writers answer: a selector's stream 
 every replica is (`common.dpc.selector_view`), and never once it has ended (a writer's range
 answer said it ended at a seq, `ChannelWriter.end`, and that seq is spooled). A single
 writer's refusal (trimmed, superseded, unauthorized, a changed epoch) is written to the spool
-for the reader to raise, as the query's failure; a replica's error only skips that replica for `retry_seconds`. Does not own the
-channel protocol (`executor.channels.reader`) nor the Spark side (`executor.spool_source`).
+for the reader to raise, as the query's failure; a replica's error only skips that replica
+for `retry_seconds`. Does not own the channel protocol (`executor.channels.reader`) nor the
+Spark side (`executor.spool_source`).
 """
 
 from __future__ import annotations
