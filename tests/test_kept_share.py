@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
@@ -22,19 +23,41 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
 # ----------------------------------------------------------------------------------------------
-# The estimate
+# The estimate: its plain-Python reference (the runtime computes it in Spark,
+# `executor.runtime._window_shares`; tests/test_shedding_spark.py checks that against rows)
+
+def keep_share(ratio: float, high_ratio: float = 0.0, worth: bool = False) -> float:
+    """A row's keep share at one drop: 1 - the ratio that applies to it."""
+    return 1.0 - (high_ratio if worth else ratio)
+
+
+def estimate(shares: Iterable[float]) -> float:
+    """The fraction of its input a window of kept rows with these shares reflects: n / sum(1 /
+    share) (1.0 for a window none of whose rows was shed; every share is above 0, a row at
+    share 0 was dropped)."""
+    values = list(shares)
+    if not values:
+        raise ValueError("a window has at least one row")
+    if any(not 0.0 < s <= 1.0 for s in values):
+        raise ValueError(f"a share is outside (0, 1]: {values}")
+    return len(values) / sum(1.0 / s for s in values)
+
+
+def lost(shares: Iterable[float]) -> bool:
+    """The window lost input: some of its rows passed a drop that was shedding."""
+    return any(s < 1.0 for s in shares)
 
 def test_a_window_of_unshed_rows_reflects_all_its_input() -> None:
-    assert kept.estimate([1.0] * 7) == 1.0 and not kept.lost([1.0] * 7)
+    assert estimate([1.0] * 7) == 1.0 and not lost([1.0] * 7)
 
 
 def test_the_estimate_by_hand() -> None:
-    assert kept.estimate([0.5, 0.5]) == 0.5  # 2 rows stand for 4 arrivals
-    assert kept.estimate([1.0, 0.5]) == pytest.approx(2 / 3)  # 1 + 2 arrivals
-    assert kept.estimate([0.8, 0.5, 0.5]) == pytest.approx(3 / (1.25 + 4))
-    assert kept.lost([1.0, 0.999])
-    assert kept.keep_share(0.3) == pytest.approx(0.7)
-    assert kept.keep_share(0.3, high_ratio=0.1, worth=True) == pytest.approx(0.9)
+    assert estimate([0.5, 0.5]) == 0.5  # 2 rows stand for 4 arrivals
+    assert estimate([1.0, 0.5]) == pytest.approx(2 / 3)  # 1 + 2 arrivals
+    assert estimate([0.8, 0.5, 0.5]) == pytest.approx(3 / (1.25 + 4))
+    assert lost([1.0, 0.999])
+    assert keep_share(0.3) == pytest.approx(0.7)
+    assert keep_share(0.3, high_ratio=0.1, worth=True) == pytest.approx(0.9)
 
 
 def test_the_estimate_is_unbiased_for_the_arrivals() -> None:
@@ -52,7 +75,7 @@ def test_the_estimate_is_unbiased_for_the_arrivals() -> None:
 @pytest.mark.parametrize("shares", [[], [0.0], [1.5], [0.5, -0.1]])
 def test_no_estimate_of_shares_no_kept_row_can_have(shares: list[float]) -> None:
     with pytest.raises(ValueError):
-        kept.estimate(shares)
+        estimate(shares)
 
 
 def test_reserved_names_and_schemas() -> None:
