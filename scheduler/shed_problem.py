@@ -47,12 +47,9 @@ grain the heartbeats measure, the task:
   several sizes, extrapolated from the rows a saturated task processes to the rows that
   arrive, says rows are cheap that it cannot take (the benchmark's busiest agent came out at
   308 %, 118 %, 102 % unshed at a constant arrival that its measured cpu per row put at
-  302 %). While rows are shed, a task saturated in the shed or just before it keeps the least
-  such cost it paid (`held`, `ShedState.held_for`), the one at the most rows: relieved, its
-  fitted cost would call the rows cheap again and the next plan keep more; still saturated
-  at fewer rows (an agent throttled whatever its rows), its cpu per row, which holds the
-  batches' and the executor's fixed costs, would look dearer and each plan drop more
-  (`processing_cost`);
+  302 %). While rows are shed, a task saturated earlier and not now keeps that cost (`held`,
+  `ShedState.held_for`): shedding relieves it, and its fitted cost would then call the rows
+  cheap again and the next plan keep more (`processing_cost`);
 - a task that processes no row in the window (every row dropped upstream, a ratio of 1.0, or
   a batch that did not end in it) keeps the cost and selectivity it was last measured at
   (`last`, kept by the scheduler: `processing_costs`, `ShedState.observe_costs`; a drop's
@@ -194,16 +191,14 @@ class TaskRates:
 
 def processing_cost(rates: TaskRates, held: float | None) -> tuple[float, float]:
     """A task's (CPU seconds per processed row, fixed load in CPU seconds per second) for the
-    problem, not a drop's task (`split_cost`): while rows are shed, for a task saturated in
-    this shed or just before it, the least cpu per row it paid saturated (`held`; None: not
-    one), so that the plan's own effect does not change its cost (relieved, its fitted cost
-    would call its rows cheap; still saturated at fewer rows, its cpu per row look dear);
-    saturated now, what it paid per row; else its `cost` and `batch_load` (fitted where it
-    could be). No fixed load but the fitted cost's."""
-    if held is not None:
-        return held, 0.0
+    problem, not a drop's task (`split_cost`): saturated now, what it paid per row and no fixed
+    load; saturated earlier while the shed in force relieves it (`held`: the cost it paid
+    then; None: not), that cost, so that the plan's own effect does not make its rows look
+    cheap again; else its `cost` and `batch_load` (fitted where it could be)."""
     if rates.saturated:
         return rates.paid, 0.0
+    if held is not None:
+        return held, 0.0
     return rates.cost, rates.batch_load
 
 
@@ -274,9 +269,9 @@ def problem_of(query: CompiledQuery, running: Mapping[str, str],
     query may use there (one missing: UNKNOWN_CAPACITY), `unshed` a drop's task to its cost
     per row read measured while its drops were idle (`split_cost`), `last` a task to its
     (cost, selectivity) per row delivered from the latest window in which it processed rows
-    (`processing_costs`), used while it processes none, `held` a task to the least CPU it paid
-    per processed row saturated, while rows are shed (`processing_cost`). A sentence saying
-    why not when it cannot be built."""
+    (`processing_costs`), used while it processes none, `held` a task to the CPU it paid per
+    processed row when last saturated while rows are shed (`processing_cost`). A sentence
+    saying why not when it cannot be built."""
     drops = drop_operators(query)
     if not drops:
         return "the query has no drop operator (no source says shed)"
@@ -354,10 +349,10 @@ def _saturated_said(rates: Mapping[str, TaskRates], held: Sequence[str]) -> str:
     """Which tasks were costed by their cpu per row processed: saturated now (with the figure
     that says so) or held from a saturated window while rows are shed."""
     now = [f"{t} ({_why_saturated(r)})" for t, r in sorted(rates.items())
-           if r.saturated and r.processed > 0 and t not in held]
-    kept = [t for t in held if t in rates]
+           if r.saturated and r.processed > 0]
+    kept = [t for t in held if t in rates and not rates[t].saturated]
     parts = ([f"saturated, costed by cpu per row processed: {', '.join(now)}"] if now else []) + (
-        [f"while shed, the least cpu per row processed saturated held: {', '.join(kept)}"]
+        [f"cpu per row processed held from saturation while shed: {', '.join(kept)}"]
         if kept else [])
     return "".join(f"; {p}" for p in parts)
 

@@ -77,25 +77,17 @@ class ShedState:
         self.last_costs.update(processing_costs(problem, rates))
 
     def observe_saturation(self, rates: Mapping[str, TaskRates], shedding: bool) -> None:
-        """Keep what every saturated task that processed rows paid per row: while nothing is
-        shed, this window's (a shed starts from the saturation that asks for it); while rows
-        are shed, the least of it and the one kept. A saturated task's cpu per row holds its
-        batches' fixed costs and its executor's, spread over the rows it processed: the fewer
-        rows a plan keeps, the dearer each looks, and where its agent stays throttled (the
-        benchmark's agents of 0.4 cpu were throttled in 85-91 % of their periods at 50 rows/s)
-        each plan would drop more (0.50 -> 0.54 -> 0.58 at a constant arrival); the least is
-        the one measured at the most rows, what its capacity is."""
+        """Keep what every saturated task that processed rows paid per row; while nothing is
+        shed, only this window's (a shed starts from the saturation that asks for it)."""
         now = {t: r.paid for t, r in rates.items() if r.saturated and r.processed > 0}
         if not shedding:
             self.saturated_cost.clear()
-        for task, paid in now.items():
-            self.saturated_cost[task] = min(paid, self.saturated_cost.get(task, paid))
+        self.saturated_cost.update(now)
 
     def held_for(self, shedding: bool) -> dict[str, float]:
-        """The costs `problem_of` holds for the tasks saturated in this shed or just before it:
-        while rows are shed (the shed relieves them: their fitted cost would call their rows
-        cheap again, and the cpu per row of one still saturated at fewer rows dear), none
-        otherwise."""
+        """The costs `problem_of` holds for the tasks saturated earlier and not now: while rows
+        are shed (the shed relieves them: their fitted cost would call their rows cheap
+        again, the next plan keep more, and the overload come back), none otherwise."""
         return dict(self.saturated_cost) if shedding else {}
 
     def unshed_for(self, rates: Mapping[str, TaskRates]) -> dict[str, float]:
