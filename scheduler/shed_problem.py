@@ -40,6 +40,16 @@ grain the heartbeats measure, the task:
   alone leaves them out, and on the benchmark's agents of 0.4 cpu the heavy instances, costed
   so, looked like 97 % of an agent where they needed ~300 %: the plan kept all of `a`'s rows
   and the backlog grew;
+- a task saturated in the window (`TaskRates.saturated`: its executor's cgroup throttled in
+  most CFS periods, or busy most of the window, its batches back to back) is costed by the
+  CPU it paid per row it processed (`TaskRates.paid`: load / rows processed, at the batch
+  sizes it ran), with no fixed load, not by the fitted cost: a marginal cost from batches of
+  several sizes, extrapolated from the rows a saturated task processes to the rows that
+  arrive, says rows are cheap that it cannot take (the benchmark's busiest agent came out at
+  308 %, 118 %, 102 % unshed at a constant arrival that its measured cpu per row put at
+  302 %). While rows are shed, a task saturated earlier and not now keeps that cost (`held`,
+  `ShedState.held_for`): shedding relieves it, and its fitted cost would then call the rows
+  cheap again and the next plan keep more (`processing_cost`);
 - a task that processes no row in the window (every row dropped upstream, a ratio of 1.0, or
   a batch that did not end in it) keeps the cost and selectivity it was last measured at
   (`last`, kept by the scheduler: `processing_costs`, `ShedState.observe_costs`; a drop's
@@ -66,11 +76,11 @@ its tasks' limits only. Reads no clock, does no I/O. Does not own when shedding 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Collection, Mapping, Sequence
 
 from common.batch_cost import fit
 from common.tasks import CompiledQuery
-from scheduler.elastic_policy import Sample, spans_of
+from scheduler.elastic_policy import THROTTLED_MOST, Sample, spans_of, throttled_in
 from scheduler.shedding import DropPoint, Operator, ShedProblem, Sink
 
 DROP_KIND = "drop"
@@ -81,6 +91,9 @@ SPLIT_MIN_SHARE = 0.05
 # an agent whose size is not known (no offer seen with nothing of ours on it, e.g. after a new
 # leader took over): only its tasks' own limits bound it
 UNKNOWN_CAPACITY = 1e9
+# busy seconds per second from which a task counts as saturated: its micro-batches run back to
+# back (a task with room idles between its trigger's batches)
+SATURATED_BUSY = 0.9
 
 
 @dataclass(frozen=True)
@@ -99,6 +112,26 @@ class TaskRates:
     # CPU seconds per second: its agent's measured cpu split by busy time over the same window
     # (`LoadHistory.measured`); None: no cpu measured, costs stay in busy seconds
     cpu: float | None = None
+    # the share of its executor's cgroup's CFS periods throttled over the window (0: none
+    # reported, `elastic_policy.throttled_in`)
+    throttled: float = 0.0
+
+    @property
+    def saturated(self) -> bool:
+        """It did all it could in the window: its executor's cgroup was throttled in most CFS
+        periods (THROTTLED_MOST), or it was busy most of the window (SATURATED_BUSY)."""
+        return self.throttled >= THROTTLED_MOST or self.busy >= SATURATED_BUSY
+
+    @property
+    def fitted(self) -> bool:
+        """Its cost per row is the cost model's: its batches could be fitted and it has room
+        (a saturated task is costed by what it paid, `paid`)."""
+        return self.per_row is not None and not self.saturated
+
+    @property
+    def paid(self) -> float:
+        """CPU seconds it paid per processed row, at the batch sizes it ran (0: none)."""
+        return self.load / self.processed if self.processed > 0 else 0.0
 
     @property
     def cpu_per_busy(self) -> float:
@@ -125,18 +158,18 @@ class TaskRates:
 
     @property
     def cost(self) -> float:
-        """CPU seconds per processed row (0 when none was processed); a drop's task is costed
-        by `split_cost` instead."""
-        if self.per_row is not None:
+        """CPU seconds per processed row (0 when none was processed): the fitted one where it
+        is `fitted`, else what it paid; a drop's task is costed by `split_cost` instead."""
+        if self.fitted and self.per_row is not None:
             return self.per_row * self.cpu_per_busy
-        return self.load / self.processed if self.processed > 0 else 0.0
+        return self.paid
 
     @property
     def batch_load(self) -> float:
-        """CPU seconds per second its batches' fixed costs take, where the cost model's per-row
-        cost was fitted: its load less that cost x the rows it processed (the fitted cost leaves
-        each batch's fixed cost out; 0 where none was fitted: its cost per row holds it)."""
-        if self.per_row is None:
+        """CPU seconds per second its batches' fixed costs take, where its cost per row is the
+        fitted one: its load less that cost x the rows it processed (the fitted cost leaves
+        each batch's fixed cost out; 0 where not fitted: its cost per row holds it)."""
+        if not self.fitted:
             return 0.0
         return max(0.0, self.load - self.cost * self.processed)
 
@@ -144,7 +177,8 @@ class TaskRates:
     def cost_per_read(self) -> float:
         """CPU seconds per row read, before its drops: the cost model's per-row cost (fitted
         on rows read) where its batches could be fitted, else its load per row read; in CPU
-        where its agent's cpu was measured."""
+        where its agent's cpu was measured. Saturated or not: a drop's task's split compares
+        it with the one measured unshed (`split_cost`), which stays on the same basis."""
         if self.per_row is not None:
             return self.per_row * self.cpu_per_busy
         return self.load / self.rows_in if self.rows_in > 0 else 0.0
@@ -153,6 +187,19 @@ class TaskRates:
     def dropped_share(self) -> float:
         """The share of its rows read that its drops shed."""
         return min(1.0, self.dropped / self.rows_in) if self.rows_in > 0 else 0.0
+
+
+def processing_cost(rates: TaskRates, held: float | None) -> tuple[float, float]:
+    """A task's (CPU seconds per processed row, fixed load in CPU seconds per second) for the
+    problem, not a drop's task (`split_cost`): saturated now, what it paid per row and no fixed
+    load; saturated earlier while the shed in force relieves it (`held`: the cost it paid
+    then; None: not), that cost, so that the plan's own effect does not make its rows look
+    cheap again; else its `cost` and `batch_load` (fitted where it could be)."""
+    if rates.saturated:
+        return rates.paid, 0.0
+    if held is not None:
+        return held, 0.0
+    return rates.cost, rates.batch_load
 
 
 def split_cost(rates: TaskRates, unshed: float | None) -> tuple[float, float]:
@@ -178,7 +225,8 @@ def rates_of(samples: Sequence[Sample], window: float, now: float,
     """A task's rates between its oldest sample inside the last `window` seconds and its
     newest, counting only the samples after the last fall of a counter (a new attempt counts
     from 0); None with fewer than two such samples. `cpu`: its CPU seconds per second over the
-    same window (`LoadHistory.measured`; None: not measured)."""
+    same window (`LoadHistory.measured`; None: not measured); its executor's throttled share
+    of CFS periods over the same samples."""
     recent = [s for s in samples if s.at >= now - window]
     for i in range(len(recent) - 1, 0, -1):
         if _fell(recent[i - 1], recent[i]):
@@ -192,7 +240,7 @@ def rates_of(samples: Sequence[Sample], window: float, now: float,
     return TaskRates((b.tuples_in - a.tuples_in) / span, (b.tuples_out - a.tuples_out) / span,
                      (b.dropped - a.dropped) / span, (b.busy_ms - a.busy_ms) / 1000.0 / span,
                      None if isinstance(cost, str) else cost.per_unit,
-                     (b.backlog - a.backlog) / span, cpu)
+                     (b.backlog - a.backlog) / span, cpu, throttled_in(recent))
 
 
 def _fell(a: Sample, b: Sample) -> bool:
@@ -214,14 +262,16 @@ def drop_operators(query: CompiledQuery) -> dict[str, tuple[str, bool]]:
 def problem_of(query: CompiledQuery, running: Mapping[str, str],
                rates: Mapping[str, TaskRates], capacity: Mapping[str, float],
                unshed: Mapping[str, float] | None = None,
-               last: Mapping[str, tuple[float, float]] | None = None) -> ShedProblem | str:
+               last: Mapping[str, tuple[float, float]] | None = None,
+               held: Mapping[str, float] | None = None) -> ShedProblem | str:
     """The shedding problem of `query`: `running` maps each running task to its agent, `rates`
     each task to its measured rates, `capacity` each agent to the CPU seconds per second this
     query may use there (one missing: UNKNOWN_CAPACITY), `unshed` a drop's task to its cost
     per row read measured while its drops were idle (`split_cost`), `last` a task to its
     (cost, selectivity) per row delivered from the latest window in which it processed rows
-    (`processing_costs`), used while it processes none. A sentence saying why not when it
-    cannot be built."""
+    (`processing_costs`), used while it processes none, `held` a task to the CPU it paid per
+    processed row when last saturated while rows are shed (`processing_cost`). A sentence
+    saying why not when it cannot be built."""
     drops = drop_operators(query)
     if not drops:
         return "the query has no drop operator (no source says shed)"
@@ -245,12 +295,16 @@ def problem_of(query: CompiledQuery, running: Mapping[str, str],
         share = _share(t.task_id, query, running, rates, delivered)
         out = own.rows_out if t.outputs else own.processed
         per_row = out / own.processed if own.processed > 0 else 0.0
-        read, kept = (split_cost(own, (unshed or {}).get(t.task_id))
-                      if t.task_id in drops_in else (0.0, own.cost))
+        if t.task_id in drops_in:
+            read, kept = split_cost(own, (unshed or {}).get(t.task_id))
+            batch = 0.0
+        else:
+            read = 0.0
+            kept, batch = processing_cost(own, (held or {}).get(t.task_id))
         cost, selectivity = kept * share, per_row * share
         if own.processed <= 0 and t.task_id in (last or {}):
             cost, selectivity = (last or {})[t.task_id]
-        fixed = read * own.arriving + (0.0 if t.task_id in drops_in else own.batch_load)
+        fixed = read * own.arriving + batch
         operators.append(Operator(t.task_id, running[t.task_id], cost, selectivity, inputs,
                                   fixed))
     sinks = [Sink(name, t.task_id, weight) for name, weight in sorted(query.weights.items())
@@ -259,7 +313,9 @@ def problem_of(query: CompiledQuery, running: Mapping[str, str],
                        {a: max(0.0, capacity.get(a, UNKNOWN_CAPACITY))
                         for a in sorted(set(running.values()))},
                        {o.name: TASK_BUSY_LIMIT for o in operators},
-                       basis_of({t: rates[t] for t in running}))
+                       basis_of({t: rates[t] for t in running},
+                                sorted(set(held or {}) & set(running) - set(drops_in)),
+                                set(drops_in)))
 
 
 def processing_costs(problem: ShedProblem, rates: Mapping[str, TaskRates]
@@ -271,15 +327,40 @@ def processing_costs(problem: ShedProblem, rates: Mapping[str, TaskRates]
             if (r := rates.get(o.name)) is not None and r.processed > 0}
 
 
-def basis_of(rates: Mapping[str, TaskRates]) -> str:
-    """What the tasks' costs per row were measured from, for the decision's explanation."""
+def basis_of(rates: Mapping[str, TaskRates], held: Sequence[str] = (),
+             drop_tasks: Collection[str] = ()) -> str:
+    """What the tasks' costs per row were measured from, for the decision's explanation: cgroup
+    cpu or busy time, and which tasks (not drops' tasks: `split_cost`) were costed by what they
+    paid per row because they are saturated, or were while the shed in force relieves them
+    (`held`)."""
     busy = sorted(t for t, r in rates.items() if r.cpu is None)
     if not busy:
-        return "costs from cgroup cpu (each agent's, split by busy time)"
-    if len(busy) == len(rates):
-        return "costs from busy time (no cgroup cpu measured)"
-    return (f"costs from cgroup cpu (each agent's, split by busy time), from busy time for "
-            f"{', '.join(busy)} (no cpu measured)")
+        said = "costs from cgroup cpu (each agent's, split by busy time)"
+    elif len(busy) == len(rates):
+        said = "costs from busy time (no cgroup cpu measured)"
+    else:
+        said = (f"costs from cgroup cpu (each agent's, split by busy time), from busy time for "
+                f"{', '.join(busy)} (no cpu measured)")
+    return said + _saturated_said(
+        {t: r for t, r in rates.items() if t not in drop_tasks}, held)
+
+
+def _saturated_said(rates: Mapping[str, TaskRates], held: Sequence[str]) -> str:
+    """Which tasks were costed by their cpu per row processed: saturated now (with the figure
+    that says so) or held from a saturated window while rows are shed."""
+    now = [f"{t} ({_why_saturated(r)})" for t, r in sorted(rates.items())
+           if r.saturated and r.processed > 0]
+    kept = [t for t in held if t in rates and not rates[t].saturated]
+    parts = ([f"saturated, costed by cpu per row processed: {', '.join(now)}"] if now else []) + (
+        [f"cpu per row processed held from saturation while shed: {', '.join(kept)}"]
+        if kept else [])
+    return "".join(f"; {p}" for p in parts)
+
+
+def _why_saturated(rates: TaskRates) -> str:
+    if rates.throttled >= THROTTLED_MOST:
+        return f"throttled in {rates.throttled:.0%} of cpu periods"
+    return f"busy {rates.busy:.2f} s/s"
 
 
 def _share(task_id: str, query: CompiledQuery, running: Mapping[str, str],

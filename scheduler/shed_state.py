@@ -6,7 +6,8 @@ refused for lack of room; the expected quality per sink of the plan in force; ea
 cost per row read while its drops were idle and the rate it was measured at, which
 `shed_problem.split_cost` needs while rows read now are at a comparable rate; every task's
 cost and selectivity from the latest window in which it processed rows, for the windows
-it processes none),
+it processes none; every task's cpu per row processed from the latest window in which it was
+saturated, held while rows are shed),
 `ratios_in_force` (the drop ratios the query's control values hold) and `describe` (what
 `elastiq status` shows: per drop operator its ratios and the rows its task shed, per sink its
 weight and expected quality, and the latest decision with its numbers). Pure. Does not own the
@@ -54,6 +55,9 @@ class ShedState:
     # processed rows (`shed_problem.processing_costs`), for the windows it processes none (every
     # row dropped, by its own drop or upstream)
     last_costs: dict[str, tuple[float, float]] = field(default_factory=dict)
+    # a task -> the cpu it paid per processed row in the latest window in which it was
+    # saturated (`TaskRates.paid`), kept while rows are shed (`held_for`)
+    saturated_cost: dict[str, float] = field(default_factory=dict)
 
     def decide(self, decision: ShedDecision, now: float) -> None:
         self.latest, self.decided_at = decision, now
@@ -71,6 +75,20 @@ class ShedState:
     def observe_costs(self, problem: ShedProblem, rates: Mapping[str, TaskRates]) -> None:
         """Keep the cost and selectivity of every task that processed rows."""
         self.last_costs.update(processing_costs(problem, rates))
+
+    def observe_saturation(self, rates: Mapping[str, TaskRates], shedding: bool) -> None:
+        """Keep what every saturated task that processed rows paid per row; while nothing is
+        shed, only this window's (a shed starts from the saturation that asks for it)."""
+        now = {t: r.paid for t, r in rates.items() if r.saturated and r.processed > 0}
+        if not shedding:
+            self.saturated_cost.clear()
+        self.saturated_cost.update(now)
+
+    def held_for(self, shedding: bool) -> dict[str, float]:
+        """The costs `problem_of` holds for the tasks saturated earlier and not now: while rows
+        are shed (the shed relieves them: their fitted cost would call their rows cheap
+        again, the next plan keep more, and the overload come back), none otherwise."""
+        return dict(self.saturated_cost) if shedding else {}
 
     def unshed_for(self, rates: Mapping[str, TaskRates]) -> dict[str, float]:
         """The unshed cost per row read of every drop's task that reads now at a rate within

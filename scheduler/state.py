@@ -1250,15 +1250,17 @@ class SchedulerState:
         rates = {t: r for t in running if (r := self._task_rates(t)) is not None}
         drop_tasks = {task for task, _ in drop_operators(query.query).values()}
         query.shed.observe_unshed(drop_tasks, rates)
+        current = shed_state.ratios_in_force(query.query, query.control)
+        shedding = any(v > 0 for v in current.values())
+        query.shed.observe_saturation(rates, shedding)
         problem = problem_of(query.query, running, rates, self._capacity_for(query),
-                             query.shed.unshed_for(rates), query.shed.last_costs)
+                             query.shed.unshed_for(rates), query.shed.last_costs,
+                             query.shed.held_for(shedding))
         if not isinstance(problem, str):
             query.shed.observe_costs(problem, rates)
-        current = shed_state.ratios_in_force(query.query, query.control)
         can_add = not cannot_add_capacity(list(query.elastic.latest.values()),
                                           query.shed.refused_for_room(self.now),
-                                          any(v > 0 for v in current.values()) and
-                                          self._at_bound(query))
+                                          shedding and self._at_bound(query))
         if isinstance(problem, str):
             release = tuple((k.rsplit(".", 1)[0], k.rsplit(".", 1)[1], "0")
                             for k, v in sorted(current.items()) if v > 0 and can_add)

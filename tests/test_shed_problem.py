@@ -206,13 +206,16 @@ def test_an_unshed_cost_measured_at_another_rate_is_not_used() -> None:
 
 
 def test_costs_in_cpu_where_the_agents_cpu_was_measured() -> None:
-    """A task busy 1 s/s on 0.3 CPU s/s costs 0.3 of its busy time per row, its fitted
-    per-row cost too; the basis names the tasks costed on busy time."""
+    """A task busy 1 s/s on 0.3 CPU s/s costs 0.3 of its busy time per row; one busy 0.5 s/s
+    on 0.15 CPU s/s, with room, its fitted per-row cost x 0.3 too (saturated, the cpu it paid
+    per row: `test_a_saturated_task_is_costed_by_the_cpu_it_paid_per_row`); the basis names
+    the tasks costed on busy time."""
     contended = TaskRates(300.0, 300.0, 0.0, 1.0, cpu=0.3)
     assert contended.cost == pytest.approx(0.001) and contended.load == 0.3
-    assert TaskRates(300.0, 300.0, 0.0, 1.0, per_row=0.002, cpu=0.3).cost == pytest.approx(0.0006)
+    roomy = TaskRates(300.0, 300.0, 0.0, 0.5, per_row=0.002, cpu=0.15)
+    assert roomy.cost == pytest.approx(0.0006)
     assert TaskRates(300.0, 300.0, 0.0, 1.0).cost == pytest.approx(1 / 300)  # busy time
-    rates = {"q.t0": TaskRates(100.0, 40.0, 0.0, 1.0, cpu=0.5),
+    rates = {"q.t0": TaskRates(100.0, 40.0, 0.0, 0.8, cpu=0.5),
              "q.t1": TaskRates(40.0, 0.0, 0.0, 0.2)}
     problem = problem_of(chain(), {"q.t0": "A", "q.t1": "B"}, rates, {"A": 1.0, "B": 1.0})
     assert not isinstance(problem, str)
@@ -428,16 +431,17 @@ def test_a_task_behind_a_ratio_of_one_keeps_its_last_cost() -> None:
 
 
 def test_a_fitted_per_row_cost_keeps_the_batches_fixed_cost_as_a_fixed_load() -> None:
-    """t1 processes 300 rows/s on 0.3 CPU s/s (busy 1 s/s), its batches fitted at 0.001 busy s
-    per row: 0.0003 CPU s per row, and the other 0.21 CPU s/s its batches' fixed costs. The
+    """t1 processes 300 rows/s on 0.3 CPU s/s (busy 0.5 s/s: not saturated), its batches
+    fitted at 0.0005 busy s per row: 0.0003 CPU s per row, and the other 0.21 CPU s/s its
+    batches' fixed costs. The
     problem carries them as t1's fixed load, so its unshed load is the 0.3 measured, and the
     plan for B's 0.25 CPU s/s keeps (0.9 x 0.25 - 0.21) / 0.0003 = 50 of its 300 rows/s.
     Before this change t1 cost the fitted 0.0003 per row alone: 0.09 CPU s/s, within B's
     capacity, and nothing was shed (on the benchmark's agents of 0.4 cpu the heavy instances
     looked like 97 % of an agent where they needed ~300 %, and the backlog grew)."""
-    fitted = TaskRates(300.0, 0.0, 0.0, 1.0, per_row=0.001, cpu=0.3)
+    fitted = TaskRates(300.0, 0.0, 0.0, 0.5, per_row=0.0005, cpu=0.3)
     assert fitted.batch_load == pytest.approx(0.21)
-    assert TaskRates(300.0, 0.0, 0.0, 1.0, cpu=0.3).batch_load == 0.0  # cost per row holds it
+    assert TaskRates(300.0, 0.0, 0.0, 0.5, cpu=0.3).batch_load == 0.0  # cost per row holds it
     rates = {"q.t0": TaskRates(300.0, 300.0, 0.0, 0.03, cpu=0.03), "q.t1": fitted}
     problem = problem_of(chain(), {"q.t0": "A", "q.t1": "B"}, rates, {"A": 1.0, "B": 0.25})
     assert not isinstance(problem, str)
