@@ -14,11 +14,12 @@ ceil(arrival / (rate x 0.8)). The first test fails on the policy before `sized_a
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from common.batch_cost import BatchCost
 from scheduler.elastic_policy import (
-    Capacity, ElasticPolicy, Measured, OperatorView, Sample, at_limit_rate, decide, measure,
-    sized_at_limit,
+    LIMIT_MARGIN, Capacity, ElasticPolicy, Measured, OperatorView, Sample, at_limit_rate, decide,
+    measure, sized_at_limit,
 )
 
 POLICY = ElasticPolicy(min_parallelism=1, max_parallelism=3)  # the benchmark's, defaults else
@@ -114,3 +115,17 @@ def test_the_limit_rate_is_the_best_of_the_windows_at_the_limit() -> None:
     assert sized_at_limit(measured, model, 0.8, 3) == (3, "")  # not raised: no phrase
     no_model = Capacity(RUN2_RATE, True, 0.0)  # rows per busy second: already the rate
     assert sized_at_limit(measured, no_model, 0.8, 2) == (2, "")
+
+
+def test_the_limit_rate_adds_at_most_one_instance_to_the_models_need() -> None:
+    """An instance at its limit whose batches are mostly fixed cost (the window aggregate of
+    `benchmarks/elasticity.py --window` after the step down: 20-31 rows per busy second, busy
+    and throttled ~100 %) says little of what it could do: at 60 rows per busy second the step
+    would need ceil(507 / 48) = 11, but the target is the model's 2 plus LIMIT_MARGIN, 3 (of
+    max 8), and the explanation says both."""
+    d = decide(step_view(throttled=1.0, true_rate=60.0), replace(POLICY, max_parallelism=8),
+               10.0)
+    assert oracle_need(507, 60.0) == 11 and oracle_need(507, RUN2_RATE) == 2
+    assert LIMIT_MARGIN == 1
+    assert d.kind == "out" and d.target == 2 + LIMIT_MARGIN == 3
+    assert "ceil(507 / (60 x 0.80)) = 11, at most 1 more than the model's 2: 3" in d.explanation
