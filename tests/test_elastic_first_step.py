@@ -35,26 +35,30 @@ def oracle_need(arrival: float, rate: float) -> int:
 
 
 def step_view(throttled: float, early: float = 420.0, recent: float = 507.0,
-              true_rate: float = AT_LIMIT_RATE) -> OperatorView:
+              true_rate: float = AT_LIMIT_RATE, recent_rate: float | None = None,
+              retained_rise: float = 0.0, model: BatchCost = RUN2_MODEL) -> OperatorView:
     """Ten seconds right after a x4 step, one instance: the upstream hands `early` rows/s to the
     splitter for 5 s, then `recent` (its rate ramping after the generator's rebuild); the
     instance, long warm, ends a batch of similar size each second (no refit: the model is kept),
     busy 76% of the time at `true_rate` rows per busy second, its cgroup throttled in
-    `throttled` of its cpu periods. Nothing queues all window (the benchmark's rule 6: both
-    halves need more at a measured capacity)."""
-    busy = 0.76
+    `throttled` of its cpu periods (`recent_rate`: at that rate in the recent 5 s instead).
+    Nothing queues all window (the benchmark's rule 6: both halves need more at a measured
+    capacity) unless the upstream's retained batches rise `retained_rise` a second."""
+    busy, late = 0.76, true_rate if recent_rate is None else recent_rate
     instance, upstream = [], []
     for t in range(11):
-        rows = 9_000.0 + true_rate * busy * t  # warm: busy and counting before the window
+        # warm: busy and counting before the window
+        rows = 9_000.0 + busy * (true_rate * min(t, 5) + late * max(0, t - 5))
         instance.append(Sample(float(t), rows, rows, 40_000.0 + 1000.0 * busy * t,
                                batches=20.0 + t,
                                nr_periods=100.0 * t, nr_throttled=100.0 * throttled * t,
                                cpu_ms=350.0 * busy * t, cpu_batches=20.0 + t))
         out = early * min(t, 5) + recent * max(0, t - 5)
-        upstream.append(Sample(float(t), out, out, 0.0, backlog=120.0, retained=4.0))
-    model = Capacity(RUN2_RATE, True, 0.0, RUN2_MODEL)
+        upstream.append(Sample(float(t), out, out, 0.0, backlog=120.0,
+                               retained=4.0 + retained_rise * t))
+    capacity = Capacity(model.sustained_rate(2.0), True, 0.0, model)
     return OperatorView("bench-elastic", "heavy", 1, {"t1": instance}, {"t0": upstream}, None,
-                        model)
+                        capacity)
 
 
 def test_the_premise_is_run_twos() -> None:
@@ -75,6 +79,24 @@ def test_run_twos_first_step_is_sized_at_the_rate_an_instance_at_its_limit_showe
     assert "ceil(507 / (488 x 0.80)) = 2" in d.explanation
     assert "sized at the 264 rows/s per busy second an instance at its cpu limit did, under " \
            "the model's 488: ceil(507 / (264 x 0.80)) = 3" in d.explanation
+
+
+def test_the_whole_window_sizes_it_not_the_steps_first_large_batches() -> None:
+    """Run 1 of 2026-11-30 23:00 (this session's change, first form: the better of the whole
+    window and its recent half): a model of 0.586 s + 1.343 ms per row, 527 rows/s; 634 rows/s
+    in the recent half, retained batches rising all window beside the instance at its limit
+    (79 %), which did 343 rows per busy second over the window and more in its recent half,
+    the step's first large batches. The recent half's rate gave 2 (1 -> 2, then 2 -> 3 at
+    +108 s, two instances doing ~306 each); the whole window's gives 3."""
+    model = BatchCost(0.5855, 1.3425 / 1000.0, 14, 62, 1_044, cpus=0.35, fixed_error=0.037)
+    view = step_view(throttled=0.79, early=300.0, recent=634.0, true_rate=266.0,
+                     recent_rate=420.0, retained_rise=2.0, model=model)
+    d = decide(view, POLICY, 10.0)
+    assert round(model.sustained_rate(2.0)) == 527 and oracle_need(634, 527) == 2
+    assert oracle_need(634, 420.0) == 2 and oracle_need(634, 343.0) == 3
+    assert d.rates is not None and d.rates.pressed
+    assert d.kind == "out" and d.target == 3
+    assert "ceil(634 / (343 x 0.80)) = 3" in d.explanation
 
 
 def test_an_instance_below_its_limit_leaves_the_model_to_size_it() -> None:
@@ -102,9 +124,9 @@ def test_no_scale_out_at_base_load_however_low_the_limit_rate() -> None:
     assert d.kind == "hold" and d.target == 1
 
 
-def test_the_limit_rate_is_the_best_of_the_windows_at_the_limit() -> None:
-    """`at_limit_rate`: the larger true rate of the whole window and its recent half, each only
-    where an instance was at its limit; `sized_at_limit` leaves a need it would not raise."""
+def test_the_limit_rate_is_the_whole_windows_at_the_limit() -> None:
+    """`at_limit_rate`: the whole window's true rate, only where an instance was at its limit;
+    `sized_at_limit` leaves a need it would not raise."""
     measured = measure(step_view(throttled=0.76), POLICY, 10.0)
     assert isinstance(measured, Measured)
     assert at_limit_rate(measured) is not None
