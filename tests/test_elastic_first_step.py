@@ -87,7 +87,7 @@ def test_the_whole_window_sizes_it_not_the_steps_first_large_batches() -> None:
     in the recent half, retained batches rising all window beside the instance at its limit
     (79 %), which did 343 rows per busy second over the window and more in its recent half,
     the step's first large batches. The recent half's rate gave 2 (1 -> 2, then 2 -> 3 at
-    +108 s, two instances doing ~306 each); the whole window's gives 3."""
+    +119.8 s, two instances doing ~306 each); the whole window's gives 3."""
     model = BatchCost(0.5855, 1.3425 / 1000.0, 14, 62, 1_044, cpus=0.35, fixed_error=0.037)
     view = step_view(throttled=0.79, early=300.0, recent=634.0, true_rate=266.0,
                      recent_rate=420.0, retained_rise=2.0, model=model)
