@@ -8,8 +8,11 @@ capacity), sized on a micro-batch cost model where the batches allow it (docs/el
 (`common.batch_cost`) from the batches the instances' heartbeats counted (`spans_of`), and one
 instance's capacity is the rate it sustains with batches no longer than the policy's target
 (`modelled`); an instance whose executor was throttled in most of its cgroup's cpu periods is at
-its limit (`Rates.at_limit`). Where the batches cannot be fitted (too few, all of a similar
-size) the model decided last is kept, else the rate model below decides and says why. A
+its limit (`Rates.at_limit`), and a scale-out's target is sized on no more than the rows per
+busy second such an instance showed (`sized_at_limit`: the model is fitted at the current
+parallelism and over-stated each instance at the next). Where the batches cannot be fitted (too
+few, all of a similar size) the model decided last is kept, else the rate model below decides
+and says why. A
 micro-batch engine that runs batches back to back is busy whenever rows trickle in,
 and a batch has a fixed cost: rows per busy second then grow with the load, and only an instance
 that falls behind (its batches grow) shows what it can do. So the model keeps a `Capacity` per
@@ -75,6 +78,11 @@ STABILIZATION_SECONDS = 60.0
 # fast as the instances process them (backlog growing all window, the busiest instance busy):
 # a cold instance is slower, not that much slower; a x4 step on one instance is
 EMERGENCY_RATIO = 1.0
+# instances a scale-out adds at most beyond the cost model's need where an instance at its cpu
+# limit showed fewer rows per busy second than the model (`sized_at_limit`): the model fitted
+# at one parallelism over-stated each instance at the next by 25 % to 2x on 0.35-cpu agents
+# (issue 31's benchmark), one instance short
+LIMIT_MARGIN = 1
 
 
 # --- samples ------------------------------------------------------------------------------------
@@ -951,11 +959,53 @@ def _decide_on(view: OperatorView, policy: ElasticPolicy, measured: Measured,
     return _scale_in(view, policy, measured, capacity, needs[2], f"{formula}; {numbers}")
 
 
+def at_limit_rate(measured: Measured) -> float | None:
+    """The true rate per instance of the whole window when an instance was at its cpu limit in
+    it (`Rates.at_limit`), the figures the explanation shows; None otherwise. Not the recent
+    half's: right after a step it holds the step's first, large batches, whose rows per busy
+    second the instances do not keep once the load is split (2026-11-30 23:00: the whole
+    window 343 rows/s, the recent half over 396, two instances then ~306 each)."""
+    whole = measured.whole
+    return whole.true_rate if whole.at_limit else None
+
+
+def sized_at_limit(measured: Measured, capacity: Capacity, utilisation: float,
+                   need: int) -> tuple[int, str]:
+    """A scale-out's need, and a phrase saying why when it is not `need`: where an instance
+    was at its cpu limit and did fewer rows per busy second than the cost model's capacity,
+    the need at that rate (`at_limit_rate`) when it is larger. The model is fitted at the
+    current parallelism and extrapolates to batches of the target time; at the new one each
+    instance did less (issue 31's benchmark, 0.35-cpu agents: a model of 488 rows/s at one
+    instance, ~375 each at two; 583-641 against 253-310 on 2026-11-30 05:32), so the target
+    that holds is sized on what an instance at its limit showed, at most `LIMIT_MARGIN` more
+    than the model's need: an instance whose batches are mostly fixed cost (a window aggregate
+    at a light load: 20-31 rows per busy second, busy and throttled ~100 %) is at its limit
+    whatever its load, and its rate then says nothing of what it could do. Only a scale-out
+    the rules already decided is sized so: whether to scale out is unchanged (pure)."""
+    limit = at_limit_rate(measured)
+    if capacity.cost is None or limit is None or limit >= capacity.rate:
+        return need, ""
+    arrival = measured.recent.arrival
+    at_limit = needed(arrival, limit, utilisation)
+    if at_limit <= need:
+        return need, ""
+    sized = min(at_limit, need + LIMIT_MARGIN)
+    capped = "" if sized == at_limit else \
+        f", at most {LIMIT_MARGIN} more than the model's {need}: {sized}"
+    return sized, (f"; sized at the {limit:,.0f} rows/s per busy second an instance at its "
+                   f"cpu limit did, under the model's {capacity.rate:,.0f}: "
+                   f"ceil({arrival:,.0f} / ({limit:,.0f} x {utilisation:.2f})) = "
+                   f"{at_limit}{capped}")
+
+
 def _scale_out(view: OperatorView, policy: ElasticPolicy, measured: Measured, need: int,
                why: str, capacity: Capacity, reason: Reason = "load",
                at_least: int = 0) -> Decision:
-    """Out to `need` (at least `at_least`) within the bounds, or hold at the maximum."""
+    """Out to `need` (at least `at_least`; larger where an instance at its cpu limit showed
+    less than the model, `sized_at_limit`) within the bounds, or hold at the maximum."""
     n = view.parallelism
+    need, sized = sized_at_limit(measured, capacity, policy.target_utilisation, need)
+    why = f"{why}{sized}"
     target = policy.clamp(max(need, at_least))
     if target <= n:
         return _decision(view, "hold", n, "bounds", f"{why}; already at max-parallelism "
@@ -983,7 +1033,9 @@ def _scale_in(view: OperatorView, policy: ElasticPolicy, measured: Measured,
 
 
 __all__ = ["Sample", "sample_of", "SampleHistory", "ElasticPolicy", "Capacity", "OperatorView",
-           "view_of", "Rates", "learn", "rising", "busy_in", "in_one_batch",
-           "Measured", "Decision", "decide", "measure", "needed", "increase", "slope", "OUTCOMES",
-           "REASONS", "blank", "spans_of", "cpu_spans_of", "modelled", "STABILIZATION_SECONDS", "EMERGENCY_RATIO",
-           "stabilizing", "settled", "first_batch_of", "first_batch_after", "emergency", "effective_target", "capacity_text", "throttled_in"]
+           "view_of", "Rates", "learn", "rising", "busy_in", "in_one_batch", "Measured", "Decision",
+           "decide", "measure", "needed", "increase", "slope", "OUTCOMES", "REASONS", "blank",
+           "spans_of", "cpu_spans_of", "modelled", "STABILIZATION_SECONDS", "EMERGENCY_RATIO",
+           "stabilizing", "settled", "first_batch_of", "first_batch_after", "emergency",
+           "effective_target", "capacity_text", "throttled_in", "at_limit_rate", "sized_at_limit",
+           "LIMIT_MARGIN"]
