@@ -44,8 +44,8 @@ from common import keyed_aggregates, side_table, time_partitions
 from common import kept as kept_share
 from common.time_partitions import Level
 from executor import (dpc_marks, kafka_handover, kafka_io, kafka_realtime, kafka_records,
-                      keyed_state_frame, routing, shapes, sinks, sources, spool_source,
-                      top_n_frame)
+                      keyed_state_frame, routing, shapes, sinks, spark_codegen, sources,
+                      spool_source, top_n_frame)
 from executor.cep import match as cep_match, spark as cep_spark, stage as cep_stage
 from executor.batch_gate import BatchGate, await_commit
 from executor.dpc import DpcController, DpcInput, DpcSink
@@ -65,9 +65,8 @@ log = logging.getLogger(__name__)
 
 _DURATION = re.compile(r"^(\d+) (milliseconds|seconds|minutes|hours)$")
 
-NO_DATA_BATCHES = "spark.sql.streaming.noDataMicroBatches.enabled"
 _CONF_LOCK = threading.Lock()
-"""Held while a query of a deterministic task is started with a changed session conf: a query
+"""Held while a task's query is started with settings of its own (`spark_codegen`): a query
 clones the session's SQL conf at start, so set -> start -> restore must not interleave with
 another task's start on the shared session."""
 
@@ -369,6 +368,7 @@ class TaskRuntime:
         self.sink: sinks.BatchSink | None = None
         self.query: StreamingQuery | None = None
         self.deterministic = False
+        self.expressions: list[expr.Expr] = []  # every checked tree, for `query_settings`
         self.batch_bytes = sources.MAX_BATCH_BYTES  # Arrow data per source micro-batch
         self.params = {op: dict(values) for op, values in params.items()}
         self.fence = fence
@@ -801,12 +801,14 @@ class TaskRuntime:
                  compile: Callable[[str, expr.Scope], expr.TypedExpr] = expr.compile_expression
                  ) -> expr.TypedExpr:
         try:
-            return compile(text, scope)
+            typed = compile(text, scope)
         except expr.NotBoolean as exc:
             raise self._error(op, f"condition {text!r} is {exc.type.value}, not boolean") \
                 from None
         except expr.ExpressionError as exc:
             raise self._error(op, f"expression {text!r}: {exc}") from None
+        self.expressions.append(typed.expr)
+        return typed
 
     def filter(self, *, op: str, input: str, output: str, condition: str) -> None:
         condition = self._param(op, "condition", condition)
@@ -1381,20 +1383,30 @@ class TaskRuntime:
             self.dpc.start()
 
     def _start_query(self, writer: Any) -> StreamingQuery:
-        """Start the query; a deterministic task's query starts with no-data micro-batches off.
-        The query keeps the conf it was started with, so the session's is restored at once."""
-        if not self.deterministic:
+        """Start the query with its own settings (`spark_codegen.query_settings`: no-data
+        micro-batches off for a deterministic task, whole-stage code generation off for large
+        expressions). The query keeps the conf it was started with, so the session's is
+        restored at once."""
+        settings = spark_codegen.query_settings(self.deterministic, self.expressions)
+        if spark_codegen.WHOLE_STAGE in settings:
+            log.info("task %s: its expressions hold %d nodes (over %d): its query runs without "
+                     "whole-stage code generation", self.task_id,
+                     sum(spark_codegen.nodes(e) for e in self.expressions),
+                     spark_codegen.WHOLE_STAGE_MAX_NODES)
+        if not settings:
             return writer.start()
         with _CONF_LOCK:
-            before = self.spark.conf.getAll.get(NO_DATA_BATCHES)  # None: not set explicitly
-            self.spark.conf.set(NO_DATA_BATCHES, "false")
+            before = {key: self.spark.conf.getAll.get(key) for key in settings}  # None: unset
+            for key, value in settings.items():
+                self.spark.conf.set(key, value)
             try:
                 return writer.start()
             finally:
-                if before is None:
-                    self.spark.conf.unset(NO_DATA_BATCHES)
-                else:
-                    self.spark.conf.set(NO_DATA_BATCHES, before)
+                for key, earlier in before.items():
+                    if earlier is None:
+                        self.spark.conf.unset(key)
+                    else:
+                        self.spark.conf.set(key, earlier)
 
     def file_sink(self, *, op: str, input: str, path: str,
                   format: Literal["jsonl"] = "jsonl", upsert_key: Sequence[str] | None = None,

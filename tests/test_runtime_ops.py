@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import pytest
 
@@ -167,6 +167,34 @@ def test_project_computes_columns(runtime: TaskRuntime, tmp_path: Path) -> None:
     expected = Counter(key_of({"id": r["id"], "scaled": r["value"] * 2 + 1})
                        for r in input_rows("sequence", 9, 2000.0, 2000))
     assert Counter(key_of(r) for r in got) == expected
+    assert "*(" in executed_plan(runtime), "a small projection keeps whole-stage code generation"
+
+
+def executed_plan(rt: TaskRuntime) -> str:
+    """The physical plan of the task query's last micro-batch, as Spark prints it (an operator
+    in a whole-stage generated stage is printed `*(n) Name`)."""
+    assert rt.query is not None
+    return str(rt.query._jsq.streamingQuery().lastExecution().executedPlan().toString())
+
+
+def test_large_expressions_run_without_whole_stage_code_generation(
+        runtime: TaskRuntime, tmp_path: Path, spark: Any) -> None:
+    """12 fields of 12 terms each (564 expression nodes, over `WHOLE_STAGE_MAX_NODES`): the
+    task's query runs without whole-stage code generation, the session keeps it, and the
+    results are the plain-Python ones."""
+    from executor.spark_codegen import WHOLE_STAGE
+    terms = range(1, 13)
+    fields = tuple((f"f{i}", " + ".join(f"raw.value * {i * t}" for t in terms)) for i in terms)
+    runtime.generator(op="src", output="raw", schema=SEQUENCE, shape="sequence", seed=9,
+                      rate=2000.0, limit=1000, start=START)
+    runtime.project(op="p", input="raw", output="proj", fields=(("id", "raw.id"), *fields))
+    got = run_to_sink(runtime, tmp_path, "proj", [1000])
+    rows = input_rows("sequence", 9, 2000.0, 1000)
+    expected = Counter(key_of({"id": r["id"], **{f"f{i}": sum(r["value"] * (i * t) for t in terms)
+                                                 for i in terms}}) for r in rows)
+    assert Counter(key_of(r) for r in got) == expected
+    assert "*(" not in executed_plan(runtime)
+    assert spark.conf.get(WHOLE_STAGE) == "true", "the session's conf is restored"
 
 
 def test_bad_program_calls_fail_clearly_without_starting(runtime: TaskRuntime) -> None:

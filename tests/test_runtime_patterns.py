@@ -18,9 +18,10 @@ import pytest
 
 from executor.channels import Batch, ChannelReader, ChannelWriter
 from executor.endpoints_file import endpoints_path, write_endpoints
-from executor.runtime import NO_DATA_BATCHES, ChannelHub, TaskRuntime, channel_reader_id
+from executor.runtime import ChannelHub, TaskRuntime, channel_reader_id
 from executor.shapes import arrow_schema
 from executor.sources import source_log_path
+from executor.spark_codegen import NO_DATA_BATCHES
 from test_runtime_ops import AGGS, SENSOR, assert_windows_match, sensor_aggregates, window_oracle
 from test_runtime_support import START, input_rows, read_sink, wait_drained, wait_for
 
