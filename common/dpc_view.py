@@ -1,4 +1,6 @@
-"""What a reader of a file sink written under Borealis DPC sees (docs/availability.md), pure.
+"""What a reader of a sink written under Borealis DPC sees (docs/availability.md), pure: a file
+sink's lines here; a marked channel's rows (a DPC task's network sink) are first turned into
+the same records (`channel_records`).
 
 A DPC task's file sink holds plain rows (stable), rows with `_tentative: N` (written while the
 union went on without a cut-off input, in episode N) and revision records `{"_revision": N}`:
@@ -38,3 +40,33 @@ def open_episodes(rows: Iterable[dict[str, Any]]) -> list[int]:
     every = list(rows)
     revised = {r[REVISION] for r in every if REVISION in r}
     return sorted({r[TENTATIVE] for r in every if TENTATIVE in r} - revised)
+
+
+# -- a marked channel (a DPC task's network sink, docs/availability.md)
+
+TENTATIVE_MARK = "__elastiq_tentative"  # the two mark columns of a marked channel's rows
+REVISION_MARK = "__elastiq_revision"
+MAX_EPISODE = 2**31 - 1  # episodes are numbered from 1
+
+
+def revision_text(episode: int) -> str:
+    """A revision record as the file sink writes it (and a Kafka correction's value)."""
+    return json.dumps({REVISION: episode}, separators=(",", ":"))
+
+
+def channel_records(batches: Iterable[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """What a file sink would hold, from a marked channel's batches in seq order (each the
+    rows of one DATA frame, with both mark columns): a batch whose rows revise episode N
+    starts with `{"_revision": N}`, a tentative row gets `"_tentative": N`, the mark columns
+    go. Feed the result to `stable_view` / `current_view`. (The reader checked the marks on
+    arrival: `executor.dpc_marks.check_marks`.)"""
+    out: list[dict[str, Any]] = []
+    for rows in batches:
+        revised = {int(r[REVISION_MARK]) for r in rows if r.get(REVISION_MARK) is not None}
+        out += [{REVISION: episode} for episode in sorted(revised)]
+        for row in rows:
+            tentative = row.get(TENTATIVE_MARK)
+            plain = {k: v for k, v in row.items() if k not in (TENTATIVE_MARK, REVISION_MARK)}
+            out.append(plain if tentative is None else {**plain, TENTATIVE: tentative})
+    return out
+

@@ -38,7 +38,7 @@ from typing import Any, Callable, Sequence
 
 import pyarrow as pa
 
-from common import dpc
+from common import dpc, dpc_view
 from common.atomic_file import replace_file
 from executor import dpc_marks, spool, spool_source
 from executor.json_lines import table_to_lines
@@ -321,7 +321,7 @@ def marked(table: pa.Table, mark: BatchMark) -> pa.Table:
 
 
 def revision_line(episode: int) -> str:
-    return json.dumps({REVISION_KEY: episode}, separators=(",", ":"))
+    return dpc_view.revision_text(episode)
 
 
 def write_lines(inner: Any, append_id: int, batch_id: int, lines: list[str]) -> int:
