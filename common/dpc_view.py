@@ -1,6 +1,7 @@
 """What a reader of a sink written under Borealis DPC sees (docs/availability.md), pure: a file
-sink's lines here; a marked channel's rows (a DPC task's network sink) are first turned into
-the same records (`channel_records`).
+sink's lines here; a marked channel's rows (a DPC task's network sink) and a Kafka sink's
+records (headers and value) are first turned into the same records (`channel_records`,
+`kafka_records`).
 
 A DPC task's file sink holds plain rows (stable), rows with `_tentative: N` (written while the
 union went on without a cut-off input, in episode N) and revision records `{"_revision": N}`:
@@ -13,7 +14,8 @@ the stable rows that follow one replace episode N's tentative rows. So:
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence
 
 TENTATIVE = "_tentative"
 REVISION = "_revision"
@@ -70,3 +72,95 @@ def channel_records(batches: Iterable[list[dict[str, Any]]]) -> list[dict[str, A
             out.append(plain if tentative is None else {**plain, TENTATIVE: tentative})
     return out
 
+
+# -- a Kafka sink's records (docs/kafka.md, "DPC marks on a Kafka sink")
+
+TENTATIVE_HEADER = "elastiq-tentative"  # on a tentative record: its episode, ASCII digits
+REVISION_HEADER = "elastiq-revision"  # on a correction record: the episode it replaces
+MARK_HEADERS = (TENTATIVE_HEADER, REVISION_HEADER)
+Headers = Sequence[tuple[str, bytes | None]]
+
+
+class RecordRefused(ValueError):
+    """A record whose marks or value a reader cannot take; the message says why."""
+
+
+def header_value(episode: int) -> bytes:
+    """The header value of `episode`: its ASCII digits."""
+    if not 1 <= episode <= MAX_EPISODE:
+        raise ValueError(f"episode {episode} is outside 1..{MAX_EPISODE}")
+    return str(episode).encode("ascii")
+
+
+def header_episode(value: bytes | None) -> int:
+    """The episode a mark header's value names: ASCII digits without a leading zero, 1 to
+    MAX_EPISODE; RecordRefused otherwise (nothing in it is evaluated)."""
+    if value is None:
+        raise RecordRefused("a mark header without a value")
+    if not 1 <= len(value) <= 10 or not all(0x30 <= b <= 0x39 for b in value) \
+            or value[:1] == b"0":
+        raise RecordRefused(f"mark header value {value[:16]!r} is not an episode number")
+    episode = int(value)
+    if episode > MAX_EPISODE:
+        raise RecordRefused(f"episode {episode} is outside 1..{MAX_EPISODE}")
+    return episode
+
+
+def record_marks(headers: Headers | None) -> tuple[int | None, int | None]:
+    """(tentative episode, revised episode) of a record's headers (None: not); each mark
+    header at most once, never both, no other `elastiq-` header; RecordRefused otherwise."""
+    found: dict[str, int] = {}
+    for name, value in headers or ():
+        if not isinstance(name, str) or not name.lower().startswith("elastiq-"):
+            continue  # another application's header
+        if name not in MARK_HEADERS:
+            raise RecordRefused(f"unknown Elastiq header {name[:40]!r}")
+        if name in found:
+            raise RecordRefused(f"header {name} given twice")
+        found[name] = header_episode(value)
+    if len(found) == 2:
+        raise RecordRefused("a record both tentative and a correction")
+    return found.get(TENTATIVE_HEADER), found.get(REVISION_HEADER)
+
+
+def kafka_record(headers: Headers | None, value: bytes | None) -> dict[str, Any]:
+    """A JSON-lines Kafka sink's record as the file sink's record: a row (with `"_tentative":
+    N` under a tentative header) or a correction `{"_revision": N}`, whose value must be
+    exactly that text; RecordRefused with the reason otherwise."""
+    tentative, revision = record_marks(headers)
+    if revision is not None:
+        if value != revision_text(revision).encode("ascii"):
+            raise RecordRefused(f"a correction of episode {revision} whose value is not "
+                                f"{revision_text(revision)}")
+        return {REVISION: revision}
+    try:
+        row = json.loads(value or b"")
+    except (ValueError, RecursionError) as exc:
+        raise RecordRefused(f"value is not JSON: {str(exc)[:80]}") from None
+    if not isinstance(row, dict):
+        raise RecordRefused(f"value is a JSON {type(row).__name__}, not an object")
+    if TENTATIVE in row or REVISION in row:
+        raise RecordRefused(f"a row with the key {TENTATIVE} or {REVISION} (marks are headers)")
+    return row if tentative is None else {**row, TENTATIVE: tentative}
+
+
+@dataclass(frozen=True)
+class KafkaRead:
+    """The records of a Kafka sink in the file sink's form, and why each other one was
+    refused (its position among the records read, the reason)."""
+
+    records: list[dict[str, Any]]
+    refused: list[tuple[int, str]]
+
+
+def kafka_records(messages: Iterable[tuple[Headers | None, bytes | None]]) -> KafkaRead:
+    """Every (headers, value) a read_committed reader got, as records for `stable_view` /
+    `current_view`; a record that does not parse is left out and named in `refused`."""
+    records: list[dict[str, Any]] = []
+    refused: list[tuple[int, str]] = []
+    for index, (headers, value) in enumerate(messages):
+        try:
+            records.append(kafka_record(headers, value))
+        except RecordRefused as exc:
+            refused.append((index, str(exc)))
+    return KafkaRead(records, refused)

@@ -255,3 +255,88 @@ def network_cut_run(spark: Any, tmp_path: Path, *, rate: float, limit: int,
     finally:
         reader.stop()
 
+
+class HeaderReader:
+    """A read_committed reader of a Kafka topic on a thread (confluent-kafka): keeps each
+    record's (headers, value), which `common.dpc_view.kafka_records` turns into records."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        from confluent_kafka import Consumer
+
+        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"r-{topic}",
+                                  "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                                  "isolation.level": "read_committed"})
+        self.consumer.subscribe([topic])
+        self.messages: list[tuple[Any, bytes | None]] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for message in self.consumer.consume(1000, 0.2):
+                if message.error() is None:
+                    with self._lock:
+                        self.messages.append((message.headers(), message.value()))
+
+    def count(self) -> int:
+        with self._lock:
+            return len(self.messages)
+
+    def read(self) -> Any:
+        """`common.dpc_view.KafkaRead` of every record so far, ISO-8601 `...Z` strings as
+        aware datetimes (as `e2e_support.read_sink` reads a file sink)."""
+        from common import dpc_view
+
+        with self._lock:
+            messages = list(self.messages)
+        read = dpc_view.kafka_records(messages)
+        return dpc_view.KafkaRead([_with_times(r) for r in read.records], read.refused)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.thread.join(5)
+        self.consumer.close()
+
+
+def _with_times(record: dict[str, Any]) -> dict[str, Any]:
+    return {k: datetime.fromisoformat(v.replace("Z", "+00:00"))
+            if isinstance(v, str) and v.endswith("Z") and "T" in v else v
+            for k, v in record.items()}
+
+
+def kafka_cut_run(spark: Any, tmp_path: Path, bootstrap: str, topic: str, *, rate: float,
+                  limit: int, cut_seconds: float, max_delay: str) -> tuple[MarkedRun, Any]:
+    """u writes the union to its exactly-once kafka-sink; a read_committed reader reads the
+    topic's headers and values. Returns the run (the records as a file sink's) and the
+    reader's last `KafkaRead` (records refused, if any)."""
+    from executor.runtime import TaskRuntime
+
+    reader = HeaderReader(bootstrap, topic)
+
+    def build(hub: Any, proxy: LinkProxy) -> list[Any]:
+        u = TaskRuntime(spark, query_id="q", task_id="u", checkpoint_dir=str(tmp_path / "u"),
+                        channels=hub, trigger_seconds=0.5,
+                        endpoints={"a2.raw": proxy.endpoint})
+        u.channel_source(output="r1", schema=READING, channel="a1.raw")
+        u.channel_source(output="r2", schema=READING, channel="a2.raw")
+        u.union(op="u", inputs=("r1", "r2"), output="both", max_delay=max_delay)
+        u.kafka_sink(op="out", input="both", bootstrap=bootstrap, topic=topic, format="jsonl",
+                     delivery="exactly-once")
+        assert u.dpc is not None and u.dpc.max_delay is not None, "max-delay not applied"
+        _sources_up(u)
+        return [u]
+
+    def drained(u: Any, tasks: list[Any]) -> None:
+        written = u.sink.inner.rows_out + len(u.dpc.reconcile_seconds)  # rows, corrections
+        wait_for(f"{written} records at the reader", lambda: reader.count() >= written, 60)
+        settle = time.monotonic() + 1.0  # a record written twice would show by then
+        wait_for("the reader's settle", lambda: time.monotonic() >= settle, 5, 0.2)
+
+    try:
+        run = _drive(spark, tmp_path, Scenario(build, lambda: reader.read().records, drained),
+                     rate=rate, limit=limit, cut_seconds=cut_seconds)
+        return run, reader.read()
+    finally:
+        reader.stop()
