@@ -21,6 +21,9 @@ broker restarts mid-transaction) is given up after STALL_S and the batch tried a
 fresh producer, whose `init_transactions` fences the stuck one; only when that stalls too does
 the batch fail and the task restart from its checkpoint.
 At least once: an idempotent plain producer, flushed before the batch returns.
+Under Borealis DPC (`executor.dpc.DpcSink`) a batch's records may carry a mark header and be
+preceded by a correction record (`marked_records`), and the batch id the mark records is the
+DPC append id (docs/kafka.md, "DPC marks on a Kafka sink").
 Does not own record parsing and formatting (`executor.kafka_records`).
 """
 
