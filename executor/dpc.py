@@ -316,6 +316,12 @@ class DpcSink:
         self.inner.writer.send(wire, self.controller.append_id(batch_id))
         self.rows_out += table.num_rows
 
+    def close(self) -> None:
+        """Close the sink it wraps, if that has a close (a Kafka sink's producer)."""
+        close = getattr(self.inner, "close", None)
+        if close is not None:
+            close()
+
     def _produce(self, table: pa.Table, batch_id: int, mark: BatchMark) -> None:
         """A Kafka sink's batch: tentative records carry the episode in a header, and a
         revision is a record in the same transaction as the first stable batch with rows from
