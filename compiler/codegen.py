@@ -242,17 +242,35 @@ def carries_marks(graph: Graph, stream: str) -> bool:
         _propagates(graph, c, cut) for c in graph.consumers(stream))
 
 
+# what the runtime reads as a channel input of a DPC union or join, inside the task
+CHANNEL_READERS_IN_TASK = ("network-source", "stream-source", "stream-selector")
+
+
 def _dpc_before(graph: Graph, stream: str, cut: set[str]) -> bool:
+    """Whether `stream`'s task holds, before it, a union or join with max-delay over a channel
+    input: a stream crossing a task boundary, or one a network- or stream-source or a
+    hot-standby selector of the task reads (the runtime's DPC controller watches each of them,
+    `TaskRuntime._dpc`)."""
     todo, seen = [graph.producer(stream)], set()
     while todo:
         node = todo.pop()
         if node.name in seen:
             continue
         seen.add(node.name)
-        if node.max_delay_ms is not None and any(i in cut for i in node.inputs):
+        if node.max_delay_ms is not None and any(
+                i in cut or graph.producer(i).kind in CHANNEL_READERS_IN_TASK
+                for i in node.inputs):
             return True
         todo += [graph.producer(i) for i in node.inputs if i not in cut]
     return False
+
+
+def network_sink_marks(graph: Graph, sink: Node) -> bool:
+    """Whether a network sink serves its rows with DPC marks (docs/availability.md, "What a
+    reader of each sink sees"): its task holds a union or join with max-delay over a channel
+    input, so its results may be tentative; its readers (other queries, other programs) are
+    told by the marked schema (pure)."""
+    return _dpc_before(graph, sink.inputs[0], cut_streams(graph))
 
 
 def _propagates(graph: Graph, node: Node, cut: set[str]) -> bool:
@@ -421,7 +439,8 @@ def _network_source(c: CallSite) -> Args:
     return c.out + (("schema", c.schema_of(c.node.produced)), ("endpoint", c.p("endpoint")),
                     ("channel", c.p("channel") or c.node.output)) + _given(
         ("reader", c.p("reader")), ("server_key", c.p("server-key")),
-        ("key_file", c.path("key-file")))
+        ("key_file", c.path("key-file"))) + (
+        (("marks", True),) if c.p("marks") == "dpc" else ())
 
 
 def _stream_source(c: CallSite) -> Args:
@@ -575,8 +594,9 @@ def _io_only(c: CallSite) -> Args:
 
 
 def _network_sink(c: CallSite) -> Args:
+    marks = (("marks", True),) if network_sink_marks(c.graph, c.node) else ()
     return c.io + (("endpoint", c.p("endpoint")), ("channel", c.p("channel") or c.node.inputs[0])) \
-        + _given(("readers", c.p("readers")), ("key_file", c.path("key-file")))
+        + _given(("readers", c.p("readers")), ("key_file", c.path("key-file"))) + marks
 
 
 def _kafka_sink(c: CallSite) -> Args:

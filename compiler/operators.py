@@ -142,6 +142,11 @@ CATALOGUE: dict[str, OperatorDef] = {d.kind: _shedding(d) for d in (
         ParamDef("reader", "string", False, None,
                  doc="the reader id the writer declared for this key "
                      "(default: <task>/<operator>)"),
+        ParamDef("marks", "choice", False, None, choices=("none", "dpc"),
+                 doc="dpc: the writer is a network-sink after a union or join with max-delay "
+                     "and sends each row's DPC marks (docs/availability.md); the stream "
+                     "may then feed only filters and projections into a file or console "
+                     "sink, which write the tentative rows and corrections"),
     ), doc="reads a stream that another query or program serves on a ZeroMQ endpoint"),
     OperatorDef("stream-source", "source", (0, 0), (1, 1), False, (
         ParamDef("stream", "string", True,

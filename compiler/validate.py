@@ -111,11 +111,15 @@ def check(spec: Spec, capped: bool = True,
                 "add a file-sink, console-sink, network-sink, kafka-sink, control-sink or "
                 "discard-sink operator, or "
                 'publish a stream (<output name="..." publish="true"/>)')
+    graph = None
+    if not c.counted["error"] and order is not None:
+        graph = _graph(c, _live(c, order, kinds), kinds)
+        _check_marked_sources(c, graph)
     problems = c.problems + c.unshown
     problems = cap_diagnostics(problems) if capped else problems
-    if c.counted["error"] or order is None:
+    if c.counted["error"] or graph is None:
         return None, problems
-    return _graph(c, _live(c, order, kinds), kinds), problems
+    return graph, problems
 
 
 def check_or_raise(spec: Spec) -> Graph:
@@ -1563,6 +1567,46 @@ def _check_max_delays(c: _Checker, order: list[OperatorDecl]) -> None:
         c.error(query.pos, "max-delay='" + query.value + "' applies to unions and joins, and "
                 "the dataflow has neither", "remove it, or put the inputs to wait for in a "
                 "union or a join")
+
+
+MARK_PROPAGATORS = ("filter", "project")  # one output row per input row at most
+MARK_WRITERS = ("file-sink", "console-sink")
+
+
+def _check_marked_sources(c: _Checker, graph: Graph) -> None:
+    """A network-source with marks="dpc" reads another query's DPC results, tentative rows
+    and corrections (docs/availability.md, "What a reader of each sink sees"): its stream may
+    feed only filters and projections, one reader each, into a file or console sink, which
+    write the marks; anything else would take a tentative row for a stable one (refused at
+    the parameter)."""
+    for op in c.spec.operators:
+        marks = next((p for p in op.params if p.name == "marks"), None)
+        if op.kind != "network-source" or marks is None or marks.value != "dpc":
+            continue
+        blocked = _mark_blocker(graph, op.outputs[0].name) if op.outputs else None
+        if blocked is not None:
+            c.error(marks.pos, f"the marked stream of '{op.name}' reaches {blocked}, which "
+                    "cannot carry DPC marks (tentative rows and their corrections)",
+                    "read it with filters and projections into one file-sink or console-sink "
+                    "(docs/availability.md), or drop marks=\"dpc\" if the writer sends none")
+
+
+def _mark_blocker(graph: Graph, stream: str) -> str | None:
+    """The first operator on `stream`'s way that does not propagate DPC marks, as words (None:
+    every way ends in a file or console sink through filters and projections)."""
+    consumers = graph.consumers(stream)
+    if stream in graph.published:
+        return f"other queries (the stream '{stream}' is published)"
+    if len(consumers) != 1:
+        return (f"{len(consumers)} readers of '{stream}' (a channel between tasks)"
+                if consumers else f"no reader of '{stream}'")
+    node = consumers[0]
+    if node.kind in MARK_WRITERS:
+        partitioned = node.kind == "file-sink" and node.param("partition-by")
+        return f"'{node.name}' (a file-sink partitioned by time)" if partitioned else None
+    if node.kind not in MARK_PROPAGATORS or node.output is None:
+        return f"'{node.name}' (a {node.kind})"
+    return _mark_blocker(graph, node.output)
 
 
 def _max_delay_ms(c: _Checker, attr: PatternAttr) -> int | None:

@@ -38,7 +38,7 @@ from typing import Any, Callable, Sequence
 
 import pyarrow as pa
 
-from common import dpc
+from common import dpc, dpc_view
 from common.atomic_file import replace_file
 from executor import dpc_marks, spool, spool_source
 from executor.json_lines import table_to_lines
@@ -268,27 +268,32 @@ class DpcController:
 
 class DpcSink:
     """A file or console sink of a task with a DPC union: tentative rows carry TENTATIVE_COLUMN,
-    a re-run's first batch is preceded by a revision record; or a marked channel
-    (`executor.dpc_marks`): the same marks as columns of the wire table."""
+    a re-run's first batch is preceded by a revision record; or a marked channel (a channel
+    or network sink, `executor.dpc_marks`): the same marks as columns of the wire table; or a
+    Kafka sink: the same marks as record headers (docs/kafka.md)."""
 
     def __init__(self, inner: Any, controller: DpcController) -> None:
-        from executor import sinks
+        from executor import kafka_io, sinks
 
         marked_channel = isinstance(inner, sinks.ChannelSink) and \
             dpc_marks.carries_marks(inner.schema)
-        if not (marked_channel or isinstance(inner, (sinks.FileSink, sinks.ConsoleSink))):
-            raise TypeError(f"DPC marks only file and console sinks and marked channels, not "
-                            f"{type(inner).__name__}")
+        if not (marked_channel or isinstance(inner, (sinks.FileSink, sinks.ConsoleSink,
+                                                     kafka_io.KafkaSink))):
+            raise TypeError(f"DPC marks only file, console and Kafka sinks and marked "
+                            f"channels, not {type(inner).__name__}{_why_not(inner)}")
         self.inner, self.controller = inner, controller
         self.rows_out = 0
         self._revision_pending: int | None = None  # a channel's revision waits for a row
 
     def __call__(self, df: Any, batch_id: int) -> None:
-        from executor import sinks
+        from executor import kafka_io, sinks
 
         mark = self.controller.on_batch(batch_id)
         if isinstance(self.inner, sinks.ChannelSink):
             self._send(df.toArrow(), batch_id, mark)
+            return
+        if isinstance(self.inner, kafka_io.KafkaSink):
+            self._produce(df.toArrow(), batch_id, mark)
             return
         lines = table_to_lines(marked(df.toArrow(), mark))
         if mark.revision is not None:
@@ -311,6 +316,44 @@ class DpcSink:
         self.inner.writer.send(wire, self.controller.append_id(batch_id))
         self.rows_out += table.num_rows
 
+    def close(self) -> None:
+        """Close the sink it wraps, if that has a close (a Kafka sink's producer)."""
+        close = getattr(self.inner, "close", None)
+        if close is not None:
+            close()
+
+    def _produce(self, table: pa.Table, batch_id: int, mark: BatchMark) -> None:
+        """A Kafka sink's batch: tentative records carry the episode in a header, and a
+        revision is a record in the same transaction as the first stable batch with rows from
+        the re-run on (as on a channel: an empty batch writes no transaction). Written under
+        `append_id`, which the sink's exactly-once mark records: a re-run's batches are new
+        (above every id written before, so not skipped as already written), a replay of one
+        after a restart has the same id (so skipped)."""
+        from executor import kafka_io
+
+        assert isinstance(self.inner, kafka_io.KafkaSink)
+        pending = mark.revision if mark.revision is not None else self._revision_pending
+        now = pending if mark.tentative is None and table.num_rows else None
+        written = self.inner.write(table, self.controller.append_id(batch_id), mark.tentative,
+                                   now)
+        self._revision_pending = None if written and now is not None else pending
+        self.rows_out += table.num_rows
+
+
+def _why_not(inner: Any) -> str:
+    """Why a sink gets no DPC marks, where it is a choice (docs/availability.md)."""
+    from executor import partitioned_sink, sinks
+
+    if isinstance(inner, sinks.ControlSink):
+        return (": a tentative control tuple would change a running query on a guess, which no "
+                "correction undoes")
+    if isinstance(inner, partitioned_sink.PartitionedFileSink):
+        return (": a time-partitioned file sink would need a revision record in every "
+                "partition the episode's tentative rows reached, and its readers to apply it")
+    if isinstance(inner, sinks.ChannelSink):
+        return ": its channel's schema carries no marks"
+    return ""
+
 
 def marked(table: pa.Table, mark: BatchMark) -> pa.Table:
     """The rows of a tentative batch with their episode in TENTATIVE_COLUMN (pure)."""
@@ -321,7 +364,7 @@ def marked(table: pa.Table, mark: BatchMark) -> pa.Table:
 
 
 def revision_line(episode: int) -> str:
-    return json.dumps({REVISION_KEY: episode}, separators=(",", ":"))
+    return dpc_view.revision_text(episode)
 
 
 def write_lines(inner: Any, append_id: int, batch_id: int, lines: list[str]) -> int:

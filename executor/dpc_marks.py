@@ -17,12 +17,12 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from common.dpc_view import MAX_EPISODE, REVISION_MARK, TENTATIVE_MARK
 from common.types import ColumnType, Field, Schema
 
-TENTATIVE_MARK = "__elastiq_tentative"
-REVISION_MARK = "__elastiq_revision"
 MARK_COLUMNS = (TENTATIVE_MARK, REVISION_MARK)
-MAX_EPISODE = 2**31 - 1  # episodes are numbered from 1 (common/dpc's controller)
+__all__ = ["MAX_EPISODE", "REVISION_MARK", "TENTATIVE_MARK", "MARK_COLUMNS", "MarkError",
+           "with_marks", "carries_marks", "mark_table", "check_marks", "revision_of"]
 
 
 class MarkError(ValueError):

@@ -21,6 +21,9 @@ broker restarts mid-transaction) is given up after STALL_S and the batch tried a
 fresh producer, whose `init_transactions` fences the stuck one; only when that stalls too does
 the batch fail and the task restart from its checkpoint.
 At least once: an idempotent plain producer, flushed before the batch returns.
+Under Borealis DPC (`executor.dpc.DpcSink`) a batch's records may carry a mark header and be
+preceded by a correction record (`marked_records`), and the batch id the mark records is the
+DPC append id (docs/kafka.md, "DPC marks on a Kafka sink").
 Does not own record parsing and formatting (`executor.kafka_records`).
 """
 
@@ -36,7 +39,7 @@ from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 import pyarrow as pa
 
-from common import bounded_call, kafka_partitions
+from common import bounded_call, dpc_view, kafka_partitions
 from common.atomic_file import replace_file
 from common.kafka_params import (MAX_SECURITY_FILE_CHARS, librdkafka_security, security_properties,
                                  spark_security_options)
@@ -192,6 +195,28 @@ def bounded(call: Callable[[], T], what: str, timeout: float = STALL_S) -> T:
                            "is not written again") from None
 
 
+Headers = list[tuple[str, bytes]]
+Record = tuple[bytes | None, bytes, Headers | None]  # key, value, headers
+
+
+def marked_records(records: list[Record], tentative: int | None,
+                   revision: int | None) -> list[Record]:
+    """A batch's records under DPC (docs/kafka.md, "DPC marks on a Kafka sink"), pure: each one
+    with the header TENTATIVE_HEADER = `tentative` (ASCII digits), after a correction record of
+    episode `revision` (no key, the header REVISION_HEADER, the file sink's revision line as
+    its value); unchanged when both are None. Never both."""
+    if tentative is not None and revision is not None:
+        raise ValueError(f"a batch both tentative ({tentative}) and revising ({revision})")
+    if tentative is not None:
+        header = [(dpc_view.TENTATIVE_HEADER, dpc_view.header_value(tentative))]
+        records = [(key, value, [*(headers or []), *header]) for key, value, headers in records]
+    if revision is None:
+        return records
+    correction: Record = (None, dpc_view.revision_text(revision).encode("ascii"),
+                          [(dpc_view.REVISION_HEADER, dpc_view.header_value(revision))])
+    return [correction, *records]
+
+
 class KafkaSink:
     """foreachBatch sink: each micro-batch's rows as records of `topic`."""
 
@@ -216,20 +241,31 @@ class KafkaSink:
         self._group: Any = None  # the mark's consumer group metadata (`_group_metadata`)
 
     def __call__(self, df: Any, batch_id: int) -> None:
-        table = df.toArrow()
-        if table.num_rows == 0:  # nothing to write; a replay of it writes nothing either
-            return
+        self.write(df.toArrow(), batch_id)
+
+    def write(self, table: pa.Table, batch_id: int, tentative: int | None = None,
+              revision: int | None = None) -> bool:
+        """Write `table` as batch `batch_id` (exactly once: the id its mark records); whether
+        anything was written. Under DPC (`executor.dpc.DpcSink`, docs/kafka.md): `tentative`,
+        each record's header TENTATIVE_HEADER = the episode; `revision`, a correction record
+        (header REVISION_HEADER, value `{"_revision": N}`, no key) first, in the same
+        transaction as the rows. An empty table writes nothing (a replay of it neither)."""
+        if table.num_rows == 0:
+            return False
+        records = marked_records(self._records(table), tentative, revision)
         if self.exactly_once:
-            self._transaction(table, batch_id)
+            self._transaction(records, batch_id)
         else:
-            self._plain(table)
+            self._plain(records)
         self.rows_out += table.num_rows
+        return True
 
-    def _records(self, table: pa.Table) -> list[tuple[bytes | None, bytes]]:
+    def _records(self, table: pa.Table) -> list[Record]:
         keys = kafka_records.record_keys(table, self.key_column)
-        return list(zip(keys, kafka_records.record_values(table, self.fmt)))
+        return [(key, value, None)
+                for key, value in zip(keys, kafka_records.record_values(table, self.fmt))]
 
-    def _plain(self, table: pa.Table) -> None:
+    def _plain(self, records: list[Record]) -> None:
         from confluent_kafka import Producer
 
         if self._producer is None:
@@ -241,14 +277,17 @@ class KafkaSink:
             if err is not None:
                 failures.append(str(err))
 
-        for key, value in self._records(table):
-            self._produce(key, value, on_delivery=delivered)
+        for key, value, headers in records:
+            self._produce(key, value, headers, on_delivery=delivered)
         left = self._producer.flush(self.client_timeout_s)
         if left or failures:
             raise RuntimeError(f"kafka-sink {self.topic}: {left} records unsent, "
                                f"{len(failures)} failed ({failures[:1]})")
 
-    def _produce(self, key: bytes | None, value: bytes, **kwargs: Any) -> None:
+    def _produce(self, key: bytes | None, value: bytes, headers: Headers | None = None,
+                 **kwargs: Any) -> None:
+        if headers:
+            kwargs["headers"] = headers
         for _ in range(1000):  # bounded: a full local queue drains as the broker takes records
             try:
                 self._producer.produce(self.topic, value, key=key, **kwargs)
@@ -257,7 +296,7 @@ class KafkaSink:
                 self._producer.poll(0.05)
         raise RuntimeError(f"kafka-sink {self.topic}: the producer queue stays full")
 
-    def _transaction(self, table: pa.Table, batch_id: int) -> None:
+    def _transaction(self, records: list[Record], batch_id: int) -> None:
         """Batch `batch_id` as one transaction. A stalled call (KafkaStalled from `bounded`)
         leaves its producer behind and the batch is tried again with a fresh one: its
         `init_transactions` fences the stuck producer, and aborts its transaction or, where
@@ -268,7 +307,6 @@ class KafkaSink:
         reasons."""
         from confluent_kafka import KafkaException
 
-        records = self._records(table)
         stalled: KafkaStalled | None = None
         for fresh in range(FRESH_PRODUCERS + 1):
             try:
@@ -300,14 +338,14 @@ class KafkaSink:
                 log.warning("task %s: kafka-sink %s: %s; trying batch %s again with a fresh "
                             "producer", self.task_id, self.topic, exc.stalled, batch_id)
 
-    def _write(self, records: list[tuple[bytes | None, bytes]], batch_id: int, run: str) -> None:
+    def _write(self, records: list[Record], batch_id: int, run: str) -> None:
         from confluent_kafka import TopicPartition
 
         producer = self._producer
         producer.begin_transaction()
         try:
-            for key, value in records:
-                self._produce(key, value)
+            for key, value, headers in records:
+                self._produce(key, value, headers)
             mark = [TopicPartition(self.topic, MARK_PARTITION, batch_id + 1, run)]
             group = self._group
             client = self.client_timeout_s

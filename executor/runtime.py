@@ -712,17 +712,20 @@ class TaskRuntime:
 
     def network_source(self, *, op: str, output: str, schema: Schema, endpoint: str,
                        channel: str, reader: str | None = None, key_file: str | None = None,
-                       server_key: str | None = None) -> None:
+                       server_key: str | None = None, marks: bool = False) -> None:
         """Another query's network-sink (or any program speaking the channel protocol) serving
         `channel` at `endpoint`; with `key_file` (this reader's keypair, `elastiq keygen`) and
         `server_key` (the writer's public key) over CURVE, as reader id `reader` (default
-        "<task>/<op>"), which the writer must have declared with this key."""
+        "<task>/<op>"), which the writer must have declared with this key. `marks`: the writer
+        sends DPC marks (a network sink after a union or join with max-delay), read as a
+        marked channel's (`channel_source`'s `marks`; each frame's marks checked on arrival)."""
         try:
             reader_auth(key_file or "", server_key or "")
         except ChannelKeyError as exc:
             raise self._error(op, str(exc)) from None
         self._channel_stream(op, output, schema, channel, self._param(op, "endpoint", endpoint),
-                             reader or f"{self.task_id}/{op}", key_file or "", server_key or "")
+                             reader or f"{self.task_id}/{op}", key_file or "", server_key or "",
+                             marks=marks)
 
     def channel_source(self, *, output: str, schema: Schema, channel: str,
                        ticks: bool = False, bounded: bool = False, marks: bool = False) -> None:
@@ -1590,11 +1593,14 @@ class TaskRuntime:
         self._start(op, input, sinks.ControlSink(self.task_id, client))
 
     def network_sink(self, *, op: str, input: str, endpoint: str, channel: str,
-                     readers: str | None = None, key_file: str | None = None) -> None:
+                     readers: str | None = None, key_file: str | None = None,
+                     marks: bool = False) -> None:
         """Serve the results as `channel` at `endpoint` for other queries or programs: the
         readers "id=PUBLICKEY, ..." over CURVE with the keypair in `key_file`; without a key
         file, plain text to the reader ids `readers` names; with neither, plain text to whoever
-        subscribes (a trusted network only: any peer can read, ack or pin the backup)."""
+        subscribes (a trusted network only: any peer can read, ack or pin the backup).
+        `marks` (the compiler's `network_sink_marks`: the task's union or join has max-delay):
+        each row carries its DPC marks, as on a marked channel (`executor.dpc_marks`)."""
         try:
             declared = parse_readers(readers or "")
             auth = WriterAuth(read_key_file(key_file), declared) if key_file else None
@@ -1608,8 +1614,8 @@ class TaskRuntime:
                         "its readers and a key file to authenticate them", self.task_id, op,
                         channel)
         access = (auth, () if auth is not None else tuple(declared), not declared)
-        self._serve(op, input, channel, self._param(op, "endpoint", endpoint), access)
-        sink = self.sink
+        self._serve(op, input, channel, self._param(op, "endpoint", endpoint), access, marks)
+        sink = self.sink.inner if isinstance(self.sink, DpcSink) else self.sink
         assert isinstance(sink, sinks.ChannelSink)
         self.live[(op, "endpoint")] = LiveParam(
             endpoint, lambda bind: self._move_writer(op, sink, channel, str(bind)))

@@ -262,6 +262,13 @@ class SpoolReceiver:
                            self._name(0), self._high)
         self.last_heard, self.reachable, self.ended = view.last_heard, view.reachable, view.ended
 
+    def refused_frames(self) -> int:
+        """Frames its readers refused so far (a body or a DPC mark that does not check, each
+        asked for again; `ChannelReader.stats`), any thread; a reader replaced after an error
+        starts from 0."""
+        readers = [s.reader for s in self._sources if s.reader is not None]
+        return sum(r.stats().refused_frames for r in readers)
+
     def writer_last_seq(self, timeout: float) -> int | None:
         """The last seq the writer has numbered, asked now (any thread): the highest answer of
         the replicas that answer within `timeout` (they number alike), waiting no longer than

@@ -168,10 +168,23 @@ def decode_table(body: bytes | memoryview | pa.Buffer, schema: pa.Schema) -> pa.
     except (pa.ArrowInvalid, pa.ArrowException, OSError) as exc:
         raise FrameError(f"body is not a valid Arrow IPC stream: {exc}") from None
     if not table.schema.equals(schema, check_metadata=False):
-        raise FrameError(f"body schema {table.schema} does not match the channel schema {schema}")
+        raise FrameError(f"body schema {table.schema} does not match the channel schema "
+                         f"{schema}{_marks_hint(table.schema, schema)}")
     if dpc_marks.carries_marks(schema):
         try:
             dpc_marks.check_marks(table)
         except dpc_marks.MarkError as exc:
             raise FrameError(f"bad DPC mark: {exc}") from None
     return table
+
+
+def _marks_hint(body: pa.Schema, expected: pa.Schema) -> str:
+    """Why a body's schema differs when DPC marks are the difference (pure): a network-source
+    must say marks="dpc" to read a DPC task's network sink, and only then."""
+    sent, wanted = dpc_marks.carries_marks(body), dpc_marks.carries_marks(expected)
+    if sent and not wanted:
+        return ("; the writer sends DPC marks (a network-sink after a union or join with "
+                "max-delay): read it with marks=\"dpc\" (docs/availability.md)")
+    if wanted and not sent:
+        return "; marks=\"dpc\" was asked for, but the writer sends no DPC marks"
+    return ""

@@ -8,21 +8,30 @@ out, heals it after `cut_seconds`, and returns what f's sink holds once everythi
 
 from __future__ import annotations
 
+import socket
+import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
+from common.types import Schema
 from testkit.dpc_support import (START, LinkProxy, _first_int, _sources_up, _wait_settled,
                                  input_rows)
 from testkit.e2e_support import read_sink
 from testkit.waiting import wait_for
 
+READING = Schema.of(("sensor", "string"), ("ts", "timestamp"), ("temp", "double"))
 THRESHOLD = 25.0
 CONDITION = f"temp > {THRESHOLD}"
 
 Key = tuple[str, datetime, float]
+
+
+def union_oracle(rate: float, limit: int) -> list[Key]:
+    """Every input row of a1 and a2, sorted: the union's exact result."""
+    return keys(input_rows(1, rate, limit) + input_rows(2, rate, limit))
 
 
 def oracle(rate: float, limit: int) -> list[Key]:
@@ -72,46 +81,54 @@ def _downstream_task(spark: Any, tmp_path: Path, hub: Any, schema: Any) -> Any:
     return f
 
 
-def marked_cut_run(spark: Any, tmp_path: Path, *, rate: float, limit: int,
-                   cut_seconds: float, max_delay: str) -> MarkedRun:
+@dataclass
+class Scenario:
+    """What `_drive` needs of one variant: `build(hub, proxy)` starts the DPC task u (and what
+    reads it) and returns the tasks to stop; `read()` is what the sink holds now, as records
+    (`common.dpc_view`); `drained(u, tasks)` waits until the sink holds everything u wrote."""
+
+    build: Callable[[Any, LinkProxy], list[Any]]
+    read: Callable[[], list[dict[str, Any]]]
+    drained: Callable[[Any, list[Any]], None]
+
+
+def _drive(spark: Any, tmp_path: Path, scenario: Scenario, *, rate: float, limit: int,
+           cut_seconds: float) -> MarkedRun:
+    """Start a1 and a2, u (its a2 link through a proxy) and its reader; cut a2's link once the
+    sink holds rows, heal it after `cut_seconds`, and return the sink once everything drained."""
     from common import dpc_view
-    from common.types import Schema
     from executor.runtime import ChannelHub, TaskRuntime, channel_reader_id
     from executor.shapes import arrow_schema
     from executor.spool_source import finished_seq
 
-    reading = Schema.of(("sensor", "string"), ("ts", "timestamp"), ("temp", "double"))
     hub = ChannelHub()
-    writers = {ch: hub.writer(ch, arrow_schema(reading),
+    writers = {ch: hub.writer(ch, arrow_schema(READING),
                               expected_readers=[channel_reader_id("u", ch)])
                for ch in ("a1.raw", "a2.raw")}
     proxy = LinkProxy(hub.endpoint("a2.raw") or "")
-    out = tmp_path / "f.jsonl"
     ups = [TaskRuntime(spark, query_id="q", task_id=f"a{i}", checkpoint_dir=str(tmp_path / f"a{i}"),
                        channels=hub, trigger_seconds=0.5) for i in (1, 2)]
     tasks: list[Any] = []
     try:
-        u = _upstream_task(spark, tmp_path, hub, proxy, reading, max_delay)
-        tasks.append(u)
-        f = _downstream_task(spark, tmp_path, hub, reading)
-        tasks.append(f)
+        tasks += scenario.build(hub, proxy)
+        u = tasks[0]
         for i, rt in enumerate(ups, start=1):
-            rt.generator(op="src", output="raw", schema=reading, shape="sensor", seed=i,
+            rt.generator(op="src", output="raw", schema=READING, shape="sensor", seed=i,
                          rate=rate, limit=limit, start=START)
             rt.channel_sink(input="raw", channel=f"a{i}.raw")
         dpc = u.dpc
-        wait_for("f's first rows", lambda: bool(read_sink(out)), 90)
+        wait_for("the sink's first rows", lambda: bool(scenario.read()), 90)
         progress = ups[0].query.lastProgress
         assert progress and _first_int(progress["sources"][0]["endOffset"]) != limit, \
             "the input ended before the cut"
         proxy.cut()
         cut_at = time.monotonic()
-        wait_for("tentative rows in f's sink during the cut",
-                 lambda: any(dpc_view.TENTATIVE in r for r in read_sink(out)), 60)
+        wait_for("tentative rows in the sink during the cut",
+                 lambda: any(dpc_view.TENTATIVE in r for r in scenario.read()), 60)
         first = time.monotonic() - cut_at
         wait_for("the cut's end", lambda: time.monotonic() - cut_at >= cut_seconds,
                  cut_seconds + 30, 0.5)
-        at_heal = read_sink(out)
+        at_heal = scenario.read()
         proxy.heal()
         wait_for("u's reconcile", lambda: bool(dpc.reconcile_seconds), 180)
         for rt in ups:
@@ -121,12 +138,205 @@ def marked_cut_run(spark: Any, tmp_path: Path, *, rate: float, limit: int,
         u_dir = str(Path(u.checkpoint_dir) / "spark")
         _wait_settled(u.query, lambda: all((finished_seq(u_dir, ch) or 0) >= last
                                            for ch, last in lasts.items()), "u")
-        u_last = u.sink.inner.writer.retained_range()[1]
-        f_dir = str(Path(f.checkpoint_dir) / "spark")
-        _wait_settled(f.query, lambda: (finished_seq(f_dir, "u.out") or 0) >= u_last, "f")
-        return MarkedRun(read_sink(out), at_heal, first, dpc.reconcile_seconds[0])
+        scenario.drained(u, tasks)
+        return MarkedRun(scenario.read(), at_heal, first, dpc.reconcile_seconds[0])
     finally:
-        for rt in (*tasks, *ups):
+        for rt in (*reversed(tasks), *ups):
             rt.stop()
         proxy.close()
         hub.close()
+
+
+def marked_cut_run(spark: Any, tmp_path: Path, *, rate: float, limit: int,
+                   cut_seconds: float, max_delay: str) -> MarkedRun:
+    """u serves the union on the marked channel u.out; f filters it into a file sink."""
+    out = tmp_path / "f.jsonl"
+
+    def build(hub: Any, proxy: LinkProxy) -> list[Any]:
+        u = _upstream_task(spark, tmp_path, hub, proxy, READING, max_delay)
+        return [u, _downstream_task(spark, tmp_path, hub, READING)]
+
+    def drained(u: Any, tasks: list[Any]) -> None:
+        from executor.spool_source import finished_seq
+
+        f = tasks[1]
+        u_last = u.sink.inner.writer.retained_range()[1]
+        f_dir = str(Path(f.checkpoint_dir) / "spark")
+        _wait_settled(f.query, lambda: (finished_seq(f_dir, "u.out") or 0) >= u_last, "f")
+
+    return _drive(spark, tmp_path, Scenario(build, lambda: read_sink(out), drained),
+                  rate=rate, limit=limit, cut_seconds=cut_seconds)
+
+
+class MarkedChannelReader:
+    """A plain reader of a DPC task's network sink (a real ZeroMQ `ChannelReader` on a thread,
+    acknowledging each batch): keeps each batch's rows, with their mark columns, by seq."""
+
+    def __init__(self, channel: str, reader_id: str, endpoint: str) -> None:
+        from executor.channels.reader import ChannelReader
+        from executor.dpc_marks import with_marks
+        from executor.shapes import arrow_schema
+
+        schema = arrow_schema(with_marks(READING))
+        self.reader = ChannelReader(channel, reader_id, endpoint, schema)
+        self.batches: dict[int, list[dict[str, Any]]] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> "MarkedChannelReader":
+        self.reader.subscribe(from_seq=1)
+        self.thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for batch in self.reader.poll(0.2):
+                with self._lock:
+                    self.batches[batch.seq] = batch.table.to_pylist()
+                self.reader.ack(batch.seq)
+
+    def high(self) -> int:
+        with self._lock:
+            return max(self.batches, default=0)
+
+    def records(self) -> list[dict[str, Any]]:
+        """The batches so far as a file sink's records (`common.dpc_view.channel_records`)."""
+        from common import dpc_view
+
+        with self._lock:
+            ordered = [self.batches[seq] for seq in sorted(self.batches)]
+        return dpc_view.channel_records(ordered)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self.thread.is_alive():
+            self.thread.join(5)
+        self.reader.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def network_cut_run(spark: Any, tmp_path: Path, *, rate: float, limit: int,
+                    cut_seconds: float, max_delay: str) -> tuple[MarkedRun, int]:
+    """u serves the union on its network sink u.net (marked); a plain channel reader reads it.
+    Returns the run (the reader's batches as records) and the frames the reader refused."""
+    from executor.runtime import TaskRuntime
+
+    endpoint = f"tcp://127.0.0.1:{_free_port()}"
+    reader = MarkedChannelReader("u.net", "test-reader", endpoint)
+
+    def build(hub: Any, proxy: LinkProxy) -> list[Any]:
+        u = TaskRuntime(spark, query_id="q", task_id="u", checkpoint_dir=str(tmp_path / "u"),
+                        channels=hub, trigger_seconds=0.5,
+                        endpoints={"a2.raw": proxy.endpoint})
+        u.channel_source(output="r1", schema=READING, channel="a1.raw")
+        u.channel_source(output="r2", schema=READING, channel="a2.raw")
+        u.union(op="u", inputs=("r1", "r2"), output="both", max_delay=max_delay)
+        u.network_sink(op="out", input="both", endpoint=endpoint, channel="u.net",
+                       marks=True)  # plain text to any peer: the test's reader
+        assert u.dpc is not None and u.dpc.max_delay is not None, "max-delay not applied"
+        _sources_up(u)
+        reader.start()
+        return [u]
+
+    def drained(u: Any, tasks: list[Any]) -> None:
+        last = u.sink.inner.writer.retained_range()[1]
+        wait_for(f"the reader's seq {last}", lambda: reader.high() >= last, 60)
+
+    try:
+        run = _drive(spark, tmp_path, Scenario(build, reader.records, drained),
+                     rate=rate, limit=limit, cut_seconds=cut_seconds)
+        return run, reader.reader.stats().refused_frames
+    finally:
+        reader.stop()
+
+
+class HeaderReader:
+    """A read_committed reader of a Kafka topic on a thread (confluent-kafka): keeps each
+    record's (headers, value), which `common.dpc_view.kafka_records` turns into records."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        from confluent_kafka import Consumer
+
+        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"r-{topic}",
+                                  "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                                  "isolation.level": "read_committed"})
+        self.consumer.subscribe([topic])
+        self.messages: list[tuple[Any, bytes | None]] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for message in self.consumer.consume(1000, 0.2):
+                if message.error() is None:
+                    with self._lock:
+                        self.messages.append((message.headers(), message.value()))
+
+    def count(self) -> int:
+        with self._lock:
+            return len(self.messages)
+
+    def read(self) -> Any:
+        """`common.dpc_view.KafkaRead` of every record so far, ISO-8601 `...Z` strings as
+        aware datetimes (as `e2e_support.read_sink` reads a file sink)."""
+        from common import dpc_view
+
+        with self._lock:
+            messages = list(self.messages)
+        read = dpc_view.kafka_records(messages)
+        return dpc_view.KafkaRead([_with_times(r) for r in read.records], read.refused)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.thread.join(5)
+        self.consumer.close()
+
+
+def _with_times(record: dict[str, Any]) -> dict[str, Any]:
+    return {k: datetime.fromisoformat(v.replace("Z", "+00:00"))
+            if isinstance(v, str) and v.endswith("Z") and "T" in v else v
+            for k, v in record.items()}
+
+
+def kafka_cut_run(spark: Any, tmp_path: Path, bootstrap: str, topic: str, *, rate: float,
+                  limit: int, cut_seconds: float, max_delay: str) -> tuple[MarkedRun, Any]:
+    """u writes the union to its exactly-once kafka-sink; a read_committed reader reads the
+    topic's headers and values. Returns the run (the records as a file sink's) and the
+    reader's last `KafkaRead` (records refused, if any)."""
+    from executor.runtime import TaskRuntime
+
+    reader = HeaderReader(bootstrap, topic)
+
+    def build(hub: Any, proxy: LinkProxy) -> list[Any]:
+        u = TaskRuntime(spark, query_id="q", task_id="u", checkpoint_dir=str(tmp_path / "u"),
+                        channels=hub, trigger_seconds=0.5,
+                        endpoints={"a2.raw": proxy.endpoint})
+        u.channel_source(output="r1", schema=READING, channel="a1.raw")
+        u.channel_source(output="r2", schema=READING, channel="a2.raw")
+        u.union(op="u", inputs=("r1", "r2"), output="both", max_delay=max_delay)
+        u.kafka_sink(op="out", input="both", bootstrap=bootstrap, topic=topic, format="jsonl",
+                     delivery="exactly-once")
+        assert u.dpc is not None and u.dpc.max_delay is not None, "max-delay not applied"
+        _sources_up(u)
+        return [u]
+
+    def drained(u: Any, tasks: list[Any]) -> None:
+        written = u.sink.inner.rows_out + len(u.dpc.reconcile_seconds)  # rows, corrections
+        wait_for(f"{written} records at the reader", lambda: reader.count() >= written, 60)
+        settle = time.monotonic() + 1.0  # a record written twice would show by then
+        wait_for("the reader's settle", lambda: time.monotonic() >= settle, 5, 0.2)
+
+    try:
+        run = _drive(spark, tmp_path, Scenario(build, lambda: reader.read().records, drained),
+                     rate=rate, limit=limit, cut_seconds=cut_seconds)
+        return run, reader.read()
+    finally:
+        reader.stop()

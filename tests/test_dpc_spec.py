@@ -224,3 +224,71 @@ def test_a_union_over_a_hot_standby_stream_gets_the_selector_in_its_own_task(tmp
     assert selector["output"] == "hot" and len(tuple(selector["channels"])) == 2
     assert call["inputs"] == ("hot", "raw2") and call["max_delay"] == "3 seconds"
     assert sum("max_delay=" in t.program for t in tasks) == 1
+
+
+def _net_source(name: str, stream: str, port: int, marks: str = "") -> str:
+    param = f'\n    <param name="marks" value="{marks}"/>' if marks else ""
+    return (f'  <operator name="{name}" type="network-source">\n'
+            f'    <param name="endpoint" value="tcp://127.0.0.1:{port}"/>{param}\n'
+            f'    <output name="{stream}" type="reading"/>\n  </operator>\n')
+
+
+NET_SINK = ('  <operator name="out" type="network-sink">\n    <input name="{stream}"/>\n'
+            '    <param name="endpoint" value="tcp://127.0.0.1:7100"/>\n  </operator>\n')
+
+
+def _program_calls(xml: str, tmp_path, method: str) -> list[dict[str, object]]:
+    from compiler.pipeline import compile_spec_text
+
+    programs = [t.program for t in compile_spec_text(xml, "dpc.xml", base_dir=tmp_path)
+                .query.tasks]
+    return [call for p in programs for call in _keywords(p, method)]
+
+
+def test_a_dpc_task_s_network_sink_is_marked_and_a_plain_one_is_not(tmp_path) -> None:
+    """docs/availability.md, "What a reader of each sink sees": a union with max-delay over
+    two network sources (channel inputs the runtime watches) marks its network sink; without
+    max-delay, or over generators of its own task (nothing to cut), the sink is plain."""
+    sources = _net_source("n1", "raw", 7001) + _net_source("n2", "raw2", 7002)
+    marked = dataflow(sources + _union(' max-delay="3 seconds"') + NET_SINK.format(stream="both"))
+    assert [c.get("marks") for c in _program_calls(marked, tmp_path, "network_sink")] == [True]
+    plain = dataflow(sources + _union() + NET_SINK.format(stream="both"))
+    assert [c.get("marks") for c in _program_calls(plain, tmp_path, "network_sink")] == [None]
+    local = dataflow(SOURCE + SECOND + _union(' max-delay="3 seconds"')
+                     + NET_SINK.format(stream="both"))
+    assert [c.get("marks") for c in _program_calls(local, tmp_path, "network_sink")] == [None]
+    replicated = ('  <operator name="f" type="filter" ha="hot-standby">\n'
+                  '    <input name="raw"/>\n'
+                  '    <param name="condition" value="raw.temp &gt; 1"/>\n'
+                  '    <output name="hot"/>\n  </operator>\n')
+    union = _union(' max-delay="3 seconds"').replace('"raw"', '"hot"')
+    standby = dataflow(SOURCE + SECOND + replicated + union + NET_SINK.format(stream="both"))
+    assert [c.get("marks") for c in _program_calls(standby, tmp_path, "network_sink")] == [True]
+
+
+def _filter(name: str, src: str, out: str) -> str:
+    return (f'  <operator name="{name}" type="filter">\n    <input name="{src}"/>\n'
+            f'    <param name="condition" value="{src}.temp &gt; 1"/>\n'
+            f'    <output name="{out}"/>\n  </operator>\n')
+
+
+def test_a_network_source_with_marks_reads_them_into_a_file_sink(tmp_path) -> None:
+    xml = dataflow(_net_source("n", "raw", 7001, "dpc") + _filter("f", "raw", "hot")
+                   + SINK.format(stream="hot"))
+    assert [c.get("marks") for c in _program_calls(xml, tmp_path, "network_source")] == [True]
+    plain = dataflow(_net_source("n", "raw", 7001) + SINK.format(stream="raw"))
+    assert [c.get("marks") for c in _program_calls(plain, tmp_path, "network_source")] == [None]
+
+
+def test_a_marked_network_source_feeding_what_cannot_carry_marks_is_refused_at_its_param(
+        ) -> None:
+    window = ('  <operator name="w" type="window-aggregate">\n    <input name="raw"/>\n'
+              '    <param name="time" value="ts"/><param name="size" value="1 seconds"/>\n'
+              '    <aggregate name="n" function="count"/>\n'
+              '    <output name="counts"/>\n  </operator>\n')
+    xml = dataflow(_net_source("n", "raw", 7001, "dpc") + window + SINK.format(stream="counts"))
+    errors = _errors(xml)
+    _at(errors, xml, '<param name="marks"', "reaches 'w' (a window-aggregate)")
+    two = dataflow(_net_source("n", "raw", 7001, "dpc") + _filter("f", "raw", "hot")
+                   + SINK.format(stream="hot") + NET_SINK.format(stream="raw"))
+    _at(_errors(two), two, '<param name="marks"', "2 readers of 'raw'")
