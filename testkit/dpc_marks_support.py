@@ -52,8 +52,10 @@ class MarkedRun:
     reconcile: float  # seconds u's reconcile took
 
 
-def _upstream_task(spark: Any, tmp_path: Path, hub: Any, proxy: LinkProxy, schema: Any,
-                   max_delay: str) -> Any:
+def _union_task(spark: Any, tmp_path: Path, hub: Any, proxy: LinkProxy, schema: Any,
+                max_delay: str) -> Any:
+    """Task u: the union `both` of a1's channel and a2's (through the proxy the test cuts),
+    with `max_delay`; its sink is the caller's."""
     from executor.runtime import TaskRuntime
 
     u = TaskRuntime(spark, query_id="q", task_id="u", checkpoint_dir=str(tmp_path / "u"),
@@ -61,6 +63,12 @@ def _upstream_task(spark: Any, tmp_path: Path, hub: Any, proxy: LinkProxy, schem
     u.channel_source(output="r1", schema=schema, channel="a1.raw")
     u.channel_source(output="r2", schema=schema, channel="a2.raw")
     u.union(op="u", inputs=("r1", "r2"), output="both", max_delay=max_delay)
+    return u
+
+
+def _upstream_task(spark: Any, tmp_path: Path, hub: Any, proxy: LinkProxy, schema: Any,
+                   max_delay: str) -> Any:
+    u = _union_task(spark, tmp_path, hub, proxy, schema, max_delay)
     u.channel_sink(input="both", channel="u.out", readers=("f",), marks=True)
     assert u.dpc is not None, "the union's max-delay was not applied"
     _sources_up(u)
@@ -225,18 +233,11 @@ def network_cut_run(spark: Any, tmp_path: Path, *, rate: float, limit: int,
                     cut_seconds: float, max_delay: str) -> tuple[MarkedRun, int]:
     """u serves the union on its network sink u.net (marked); a plain channel reader reads it.
     Returns the run (the reader's batches as records) and the frames the reader refused."""
-    from executor.runtime import TaskRuntime
-
     endpoint = f"tcp://127.0.0.1:{_free_port()}"
     reader = MarkedChannelReader("u.net", "test-reader", endpoint)
 
     def build(hub: Any, proxy: LinkProxy) -> list[Any]:
-        u = TaskRuntime(spark, query_id="q", task_id="u", checkpoint_dir=str(tmp_path / "u"),
-                        channels=hub, trigger_seconds=0.5,
-                        endpoints={"a2.raw": proxy.endpoint})
-        u.channel_source(output="r1", schema=READING, channel="a1.raw")
-        u.channel_source(output="r2", schema=READING, channel="a2.raw")
-        u.union(op="u", inputs=("r1", "r2"), output="both", max_delay=max_delay)
+        u = _union_task(spark, tmp_path, hub, proxy, READING, max_delay)
         u.network_sink(op="out", input="both", endpoint=endpoint, channel="u.net",
                        marks=True)  # plain text to any peer: the test's reader
         assert u.dpc is not None and u.dpc.max_delay is not None, "max-delay not applied"
@@ -311,17 +312,10 @@ def kafka_cut_run(spark: Any, tmp_path: Path, bootstrap: str, topic: str, *, rat
     """u writes the union to its exactly-once kafka-sink; a read_committed reader reads the
     topic's headers and values. Returns the run (the records as a file sink's) and the
     reader's last `KafkaRead` (records refused, if any)."""
-    from executor.runtime import TaskRuntime
-
     reader = HeaderReader(bootstrap, topic)
 
     def build(hub: Any, proxy: LinkProxy) -> list[Any]:
-        u = TaskRuntime(spark, query_id="q", task_id="u", checkpoint_dir=str(tmp_path / "u"),
-                        channels=hub, trigger_seconds=0.5,
-                        endpoints={"a2.raw": proxy.endpoint})
-        u.channel_source(output="r1", schema=READING, channel="a1.raw")
-        u.channel_source(output="r2", schema=READING, channel="a2.raw")
-        u.union(op="u", inputs=("r1", "r2"), output="both", max_delay=max_delay)
+        u = _union_task(spark, tmp_path, hub, proxy, READING, max_delay)
         u.kafka_sink(op="out", input="both", bootstrap=bootstrap, topic=topic, format="jsonl",
                      delivery="exactly-once")
         assert u.dpc is not None and u.dpc.max_delay is not None, "max-delay not applied"
