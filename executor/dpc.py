@@ -309,12 +309,17 @@ class DpcSink:
         from executor import sinks
 
         assert isinstance(self.inner, sinks.ChannelSink)
-        pending = mark.revision if mark.revision is not None else self._revision_pending
-        now = pending if mark.tentative is None and table.num_rows else None
+        pending, now = self._revision_due(mark, table.num_rows)
         self._revision_pending = None if now is not None else pending
         wire = dpc_marks.mark_table(table, self.inner.schema, mark.tentative, now)
         self.inner.writer.send(wire, self.controller.append_id(batch_id))
         self.rows_out += table.num_rows
+
+    def _revision_due(self, mark: BatchMark, rows: int) -> tuple[int | None, int | None]:
+        """(the revision still to send, the one this batch carries): a revision rides on the
+        first stable batch with rows from the re-run on (an empty table carries no mark)."""
+        pending = mark.revision if mark.revision is not None else self._revision_pending
+        return pending, (pending if mark.tentative is None and rows else None)
 
     def close(self) -> None:
         """Close the sink it wraps, if that has a close (a Kafka sink's producer)."""
@@ -332,8 +337,7 @@ class DpcSink:
         from executor import kafka_io
 
         assert isinstance(self.inner, kafka_io.KafkaSink)
-        pending = mark.revision if mark.revision is not None else self._revision_pending
-        now = pending if mark.tentative is None and table.num_rows else None
+        pending, now = self._revision_due(mark, table.num_rows)
         written = self.inner.write(table, self.controller.append_id(batch_id), mark.tentative,
                                    now)
         self._revision_pending = None if written and now is not None else pending

@@ -368,7 +368,7 @@ class TaskRuntime:
         self.sink: sinks.BatchSink | None = None
         self.query: StreamingQuery | None = None
         self.deterministic = False
-        self.expressions: list[expr.Expr] = []  # every checked tree, for `query_settings`
+        self.expression_nodes = 0  # in every checked tree, for `query_settings`
         self.batch_bytes = sources.MAX_BATCH_BYTES  # Arrow data per source micro-batch
         self.params = {op: dict(values) for op, values in params.items()}
         self.fence = fence
@@ -810,7 +810,7 @@ class TaskRuntime:
                 from None
         except expr.ExpressionError as exc:
             raise self._error(op, f"expression {text!r}: {exc}") from None
-        self.expressions.append(typed.expr)
+        self.expression_nodes += spark_codegen.nodes(typed.expr)
         return typed
 
     def filter(self, *, op: str, input: str, output: str, condition: str) -> None:
@@ -1390,11 +1390,10 @@ class TaskRuntime:
         micro-batches off for a deterministic task, whole-stage code generation off for large
         expressions). The query keeps the conf it was started with, so the session's is
         restored at once."""
-        settings = spark_codegen.query_settings(self.deterministic, self.expressions)
+        settings = spark_codegen.query_settings(self.deterministic, self.expression_nodes)
         if spark_codegen.WHOLE_STAGE in settings:
             log.info("task %s: its expressions hold %d nodes (over %d): its query runs without "
-                     "whole-stage code generation", self.task_id,
-                     sum(spark_codegen.nodes(e) for e in self.expressions),
+                     "whole-stage code generation", self.task_id, self.expression_nodes,
                      spark_codegen.WHOLE_STAGE_MAX_NODES)
         if not settings:
             return writer.start()

@@ -21,8 +21,6 @@ a stage fuses its operators' code into one method, so their sizes add up. Does n
 
 from __future__ import annotations
 
-from typing import Iterable
-
 from compiler.expr import Expr, walk
 
 NO_DATA_BATCHES = "spark.sql.streaming.noDataMicroBatches.enabled"
@@ -43,11 +41,12 @@ def whole_stage(expression_nodes: int) -> bool:
     return expression_nodes <= WHOLE_STAGE_MAX_NODES
 
 
-def query_settings(deterministic: bool, expressions: Iterable[Expr]) -> dict[str, str]:
-    """The SQL settings a task's query starts with beyond the session's (empty: none)."""
+def query_settings(deterministic: bool, expression_nodes: int) -> dict[str, str]:
+    """The SQL settings a task's query starts with beyond the session's (empty: none), its
+    checked expressions holding `expression_nodes` nodes in all (`nodes`)."""
     settings: dict[str, str] = {}
     if deterministic:
         settings[NO_DATA_BATCHES] = "false"
-    if not whole_stage(sum(nodes(e) for e in expressions)):
+    if not whole_stage(expression_nodes):
         settings[WHOLE_STAGE] = "false"
     return settings

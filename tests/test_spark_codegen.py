@@ -19,14 +19,15 @@ def test_the_bound_is_inclusive() -> None:
 
 
 def test_small_expressions_keep_the_sessions_settings() -> None:
-    assert query_settings(False, [parse("a + 1"), parse("b > 2")]) == {}
-    assert query_settings(True, [parse("a + 1")]) == {NO_DATA_BATCHES: "false"}
+    assert query_settings(False, nodes(parse("a + 1")) + nodes(parse("b > 2"))) == {}
+    assert query_settings(True, nodes(parse("a + 1"))) == {NO_DATA_BATCHES: "false"}
 
 
 def test_large_expressions_in_all_turn_whole_stage_code_generation_off() -> None:
     """The sizes add up over the task's expressions: a stage fuses its operators' code."""
     field = parse(" + ".join(f"a * {i}" for i in range(1, 40)))  # 39 x 3 + 38 = 155 nodes
     assert nodes(field) == 155
-    assert query_settings(False, [field] * 3) == {}  # 465
-    assert query_settings(False, [field] * 4) == {WHOLE_STAGE: "false"}  # 620
-    assert query_settings(True, [field] * 4) == {NO_DATA_BATCHES: "false", WHOLE_STAGE: "false"}
+    assert query_settings(False, 3 * nodes(field)) == {}  # 465
+    assert query_settings(False, 4 * nodes(field)) == {WHOLE_STAGE: "false"}  # 620
+    assert query_settings(True, 4 * nodes(field)) == {NO_DATA_BATCHES: "false",
+                                                    WHOLE_STAGE: "false"}
