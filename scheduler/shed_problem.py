@@ -47,16 +47,25 @@ grain the heartbeats measure, the task:
   several sizes, extrapolated from the rows a saturated task processes to the rows that
   arrive, says rows are cheap that it cannot take (the benchmark's busiest agent came out at
   308 %, 118 %, 102 % unshed at a constant arrival that its measured cpu per row put at
-  302 %). While rows are shed, a task saturated earlier and not now keeps that cost (`held`,
-  `ShedState.held_for`): shedding relieves it, and its fitted cost would then call the rows
-  cheap again and the next plan keep more (`processing_cost`);
+  302 %). Its cpu per row is measured only while rows queue at its input (`behind_tasks`:
+  with its sibling partitions it processed under QUEUED_SHARE of the rows its producers
+  delivered), less its overhead (the cpu it used in a window in which it processed no row,
+  `ShedState.overhead`, a fixed load beside it); while rows are shed, a task not behind now
+  keeps the cost measured when it last was (`held`, `ShedState.held_for`), throttled or not:
+  shedding relieves it, and its fitted cost would then call the rows cheap again and the next
+  plan keep more, while on an agent throttled whatever its rows (the benchmark's of 0.4 cpu)
+  its cpu over the fewer rows a plan keeps made each look dearer and the next plan keep fewer
+  (`processing_cost`). A task that processed no row is all overhead: its load is fixed;
 - a task that processes no row in the window (every row dropped upstream, a ratio of 1.0, or
   a batch that did not end in it) keeps the cost and selectivity it was last measured at
   (`last`, kept by the scheduler: `processing_costs`, `ShedState.observe_costs`; a drop's
   task its cost per row kept and its selectivity, its cost per row read stays the window's),
   as a drop's task keeps its unshed cost: at 0, a drop's task at a ratio of 1.0 passed nothing
   on and the tasks after it cost nothing, so their load vanished from the problem, the unshed
-  load fell mid-overload and the policy released the shed (unit test: 167 % -> 67 %);
+  load fell mid-overload and the policy released the shed (unit test: 167 % -> 67 %). A task
+  draining rows queued before its input's ratio went to 1.0 keeps its share of them (its
+  inputs deliver none now, but the rows are its own): at a share of 0 its selectivity of 0 was
+  kept as its last, and the sink after it had no value to lose (`sink_b keeps 100%`);
 - a sink per sink operator, reading its task, with the spec's weight;
 - a limit of TASK_BUSY_LIMIT per task besides its agent's capacity: a task runs its
   micro-batches one after the other, so it uses about one CPU at most however many its agent
