@@ -43,7 +43,13 @@ instances' busy time; each such agent at its cpus x the policy's headroom, as th
 plans); uniform random at the same total drop (the same share of every source's rows; the same
 load here, the pipelines costing alike).
 
+`--repeats N` runs the mode with shedding N times, each on a fresh stack against the one run
+without it (the baseline runs once, not per repeat, to save time: it only measures the
+capacity and the cpu per row the offline optimum is computed on), prints each run's report and
+then each goal's figure per run and its median beside the goal.
+
     python benchmarks/shedding.py [--agent-cpus 0.4] [--capacity 300] [--factor 3] [--overload 120]
+                                  [--repeats 3]
 """
 
 from __future__ import annotations
