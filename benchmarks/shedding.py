@@ -43,7 +43,13 @@ instances' busy time; each such agent at its cpus x the policy's headroom, as th
 plans); uniform random at the same total drop (the same share of every source's rows; the same
 load here, the pipelines costing alike).
 
+`--repeats N` runs the mode with shedding N times, each on a fresh stack against the one run
+without it (the baseline runs once, not per repeat, to save time: it only measures the
+capacity and the cpu per row the offline optimum is computed on), prints each run's report and
+then each goal's figure per run and its median beside the goal.
+
     python benchmarks/shedding.py [--agent-cpus 0.4] [--capacity 300] [--factor 3] [--overload 120]
+                                  [--repeats 3]
 """
 
 from __future__ import annotations
@@ -520,22 +526,67 @@ def figures_of(run: Run) -> Figures:
         dropped / made if made > 0 else math.nan)
 
 
+@dataclass(frozen=True)
+class Outcome:
+    """One run with shedding against the run without it: the figures its goals read (the
+    loss over the overload's 2nd half; NaN optimum: no cgroup cpu measured)."""
+
+    latency_unloaded: float
+    latency_overload: float
+    backlog_mid: float
+    backlog_end: float
+    arrival: float
+    achieved: float
+    optimum: float
+    uniform: float
+    sound: bool
+
+    @property
+    def latency_met(self) -> bool:
+        return self.latency_overload <= 2 * self.latency_unloaded
+
+    @property
+    def backlog_met(self) -> bool:
+        """Not growing: by at most 1 s of arrival over the 2nd half."""
+        return self.backlog_end <= self.backlog_mid + self.arrival
+
+    @property
+    def loss_ratio(self) -> float:
+        return self.achieved / self.optimum if self.optimum > 0 else math.nan
+
+    @property
+    def loss_met(self) -> bool:
+        return not math.isnan(self.optimum) and within_tenth(self.achieved, self.optimum)
+
+    @property
+    def uniform_met(self) -> bool:
+        return self.achieved < self.uniform - 1e-9
+
+
+def outcome_of(plan: Plan, on: Run, f: Figures, g: Figures) -> Outcome:
+    w = f.second
+    costs = g.second.costs()
+    optimum = math.nan if any(math.isnan(c) for c in costs) else lp_loss(
+        w.made, costs, plan.weights, plan.agent_cpus * ShedPolicy().headroom, on.placement())
+    return Outcome(f.latency_unloaded, f.latency_overload, f.backlog_mid, f.backlog_end,
+                   f.arrival, achieved_loss(w.kept_shares(), plan.weights), optimum,
+                   uniform_loss(w.made, w.dropped, plan.weights), on.sound)
+
+
 def loss_lines(plan: Plan, on: Run, f: Figures, g: Figures) -> list[str]:
     """The weighted loss of the run with shedding (overload's 2nd half) beside the offline LP
     optimum and uniform random at the same total drop, with verdicts."""
     w = f.second
     costs = g.second.costs()
-    capacity = plan.agent_cpus * ShedPolicy().headroom
-    achieved = achieved_loss(w.kept_shares(), plan.weights)
-    uniform = uniform_loss(w.made, w.dropped, plan.weights)
+    o = outcome_of(plan, on, f, g)
+    achieved, optimum, uniform = o.achieved, o.optimum, o.uniform
     head = (f"weighted loss (sum of weight x share of the sink's rows lost; weights "
             f"{plan.weights[0]:g} and {plan.weights[1]:g}, so 0..{sum(plan.weights):g}), "
             f"overload's 2nd half with shedding: kept shares "
             f"{', '.join(f'{k:.3f}' for k in w.kept_shares())} at "
             f"{', '.join(fmt(m) for m in w.made)} rows/s made")
-    if any(math.isnan(c) for c in costs):
+    if math.isnan(optimum):
         return [head, f"LP optimum: not computed (no cgroup cpu measured: costs {costs})"]
-    optimum = lp_loss(w.made, costs, plan.weights, capacity, on.placement())
     # what the agents with instances got without shedding, saturated, each (the machine's
     # cores shared by every agent and the stack): the capacity the plan could really use
     got = g.second.cpu / max(1, len(on.heavy_agents()))
@@ -548,18 +599,47 @@ def loss_lines(plan: Plan, on: Run, f: Figures, g: Figures) -> list[str]:
         f"headroom {ShedPolicy().headroom:g})",
         f"goal: weighted loss within 10 % of the LP optimum (either side: a loss under it "
         f"means rows kept beyond capacity, left queued): "
-        f"{verdict(within_tenth(achieved, optimum))} (achieved {achieved:.3f}, optimum "
-        f"{optimum:.3f}" + (f", x{achieved / optimum:.2f})" if optimum > 0 else ")"),
+        f"{verdict(o.loss_met)} (achieved {achieved:.3f}, optimum "
+        f"{optimum:.3f}" + (f", x{o.loss_ratio:.2f})" if optimum > 0 else ")"),
         f"LP optimum offline at the cpu the agents got without shedding ({got:.2f} cpu s/s "
         f"each, saturated, x headroom): {real:.3f} (the achieved loss counts dropped rows "
         f"only: rows left queued are not in it)",
         f"goal: lower than uniform random at the same total drop: "
-        f"{verdict(achieved < uniform - 1e-9)} (achieved {achieved:.3f}, uniform "
+        f"{verdict(o.uniform_met)} (achieved {achieved:.3f}, uniform "
         f"{uniform:.3f} dropping {sum(w.dropped) / sum(w.made):.3f} of every source's rows)",
     ]
 
 
-def report(plan: Plan, on: Run, off: Run, wall: float) -> str:
+def medians_report(outcomes: Sequence[Outcome]) -> str:
+    """Each run's goal figures and their medians beside the goals; a goal is met by the
+    medians (latency and loss: the median of each run's ratio)."""
+    def col(o: Outcome) -> list[str]:
+        return [f"{fmt(o.latency_unloaded, 1)} -> {fmt(o.latency_overload, 1)}",
+                f"{fmt(o.backlog_mid)} -> {fmt(o.backlog_end)}",
+                f"{o.achieved:.3f} / {o.optimum:.3f} (x{o.loss_ratio:.2f})",
+                f"{o.achieved:.3f} / {o.uniform:.3f}", "exact" if o.sound else "NOT exact"]
+    latency = median_of([o.latency_overload / o.latency_unloaded for o in outcomes])
+    growth = median_of([o.backlog_end - o.backlog_mid - o.arrival for o in outcomes])
+    loss = median_of([o.loss_ratio for o in outcomes])
+    below_uniform = median_of([o.uniform - o.achieved for o in outcomes])
+    medians = [f"x{latency:.2f}", f"end - middle - 1 s of arrival: {fmt(growth)}",
+               f"x{loss:.2f}", f"uniform - achieved: {below_uniform:.3f}",
+               f"{sum(o.sound for o in outcomes)} of {len(outcomes)} exact"]
+    goals = [f"<= x2: {verdict(latency <= 2)}", f"<= 0: {verdict(growth <= 0)}",
+             f"x0.90..x1.10: {verdict(abs(loss - 1) <= 0.1 + 1e-9)}",
+             f"> 0: {verdict(below_uniform > 1e-9)}",
+             f"all: {verdict(all(o.sound for o in outcomes))}"]
+    names = ["latency p50 with, unloaded -> overload 2nd half (s)",
+             "backlog with, middle -> end (rows)", "weighted loss: achieved / LP optimum",
+             "weighted loss: achieved / uniform random", "sinks"]
+    header = ["figure", *[f"run {i + 1}" for i in range(len(outcomes))], "median", "goal"]
+    rows = [[name, *[col(o)[i] for o in outcomes], medians[i], goals[i]]
+            for i, name in enumerate(names)]
+    return (f"medians of {len(outcomes)} runs with shedding, each against the one run without "
+            f"it (run once to save time, not per repeat):\n" + format_table(header, rows))
+
+
+def report(plan: Plan, on: Run, off: Run, wall: float, title: str = "") -> str:
     f, g = figures_of(on), figures_of(off)
     capacity = g.second.capacity
     rows = [
@@ -586,6 +666,7 @@ def report(plan: Plan, on: Run, off: Run, wall: float) -> str:
     grew = g.backlog_end > g.backlog_mid > g.backlog_start and \
         g.latency_overload > g.latency_first
     executor_cpus, cpus = asks(plan.agent_cpus)
+    outcome = outcome_of(plan, on, f, g)
     lines = [
         f"Load shedding at max-parallelism, two pipelines: generator(sequence, shed) -> heavy "
         f"project of {plan.fields} upper-cased Greek fields, automatic, 2 instances (min = max "
@@ -594,7 +675,8 @@ def report(plan: Plan, on: Run, off: Run, wall: float) -> str:
         f"{executor_cpus:g} cpus, sources {cpus['source']:g}, heavy instances "
         f"{cpus['heavy']:g}, sinks {cpus['sink']:g}; Spark "
         f"local[{SPARK_CORES}]; {plan.rate:g} rows/s per source unloaded for "
-        f"{plan.unloaded:g} s, then the overload for {plan.overload:g} s; one run per mode",
+        f"{plan.unloaded:g} s, then the overload for {plan.overload:g} s; "
+        f"{title or 'one run per mode'}",
         f"machine: {os.cpu_count()} cores, load average "
         f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}",
         "(latency: a row at a sink at t minus when its generator made it, rows kept in order, "
@@ -606,10 +688,10 @@ def report(plan: Plan, on: Run, off: Run, wall: float) -> str:
         f"({plan.capacity:g} rows/s assumed), with {f.arrival / capacity:.2f}x it (goal x3)"
         if capacity > 0 else "measured capacity: none",
         f"goal: latency with shedding within 2x unloaded: "
-        f"{verdict(f.latency_overload <= 2 * f.latency_unloaded)} ({fmt(f.latency_overload, 1)}"
+        f"{verdict(outcome.latency_met)} ({fmt(f.latency_overload, 1)}"
         f" s against {fmt(f.latency_unloaded, 1)} s)",
         f"goal: backlog with shedding does not grow (2nd half): "
-        f"{verdict(f.backlog_end <= f.backlog_mid + f.arrival)} ({fmt(f.backlog_mid)} -> "
+        f"{verdict(outcome.backlog_met)} ({fmt(f.backlog_mid)} -> "
         f"{fmt(f.backlog_end)} rows; 'grows' = by more than 1 s of arrival)",
         *loss_lines(plan, on, f, g),
         f"goal: without shedding the backlog and latency grow: {verdict(grew)}"
@@ -645,6 +727,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "with room for the scheduler (issue 31's rule)")
     parser.add_argument("--weight-a", type=float, default=3.0)
     parser.add_argument("--weight-b", type=float, default=1.0)
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="runs with shedding, each printed, then their medians; the run "
+                             "without shedding (the baseline) runs once")
     args = parser.parse_args(argv)
     exit_on_sigterm()
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
@@ -664,10 +749,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     off = run_once(plan, False, plan.overload_rate(plan.capacity), expected)
     measured = figures_of(off).second.capacity
     log.info("measured capacity without shedding: %.0f rows/s", measured)
-    on = run_once(plan, True, plan.overload_rate(measured if measured > 0 else plan.capacity),
-                  expected)
-    print(report(plan, on, off, time.monotonic() - began))
-    return 0 if on.sound and off.sound else 1
+    outcomes = []
+    for i in range(max(1, args.repeats)):
+        on = run_once(plan, True, plan.overload_rate(measured if measured > 0 else plan.capacity),
+                      expected)
+        title = (f"run {i + 1} of {args.repeats} with shedding, against the one run without it"
+                 f" (run once, not per repeat)" if args.repeats > 1 else "")
+        print(f"=== {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}", flush=True)
+        print(report(plan, on, off, time.monotonic() - began, title), flush=True)
+        f, g = figures_of(on), figures_of(off)
+        outcomes.append(outcome_of(plan, on, f, g))
+    if len(outcomes) > 1:
+        print(medians_report(outcomes), flush=True)
+    return 0 if all(o.sound for o in outcomes) and off.sound else 1
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ missed. Nothing runs a cluster here."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -162,3 +163,28 @@ def test_the_loss_goal_is_within_a_tenth_either_side() -> None:
     (run of 2026-11-30 20:11: achieved 1.356 against an optimum of 2.192, the backlog grew)."""
     assert sb.within_tenth(0.916, 0.838) and sb.within_tenth(0.76, 0.838)
     assert not sb.within_tenth(1.356, 2.192) and not sb.within_tenth(1.093, 0.868)
+
+
+def test_repeats_print_each_run_and_the_medians_beside_the_goals() -> None:
+    """Three runs' goal figures (by hand): latency ratios 1.5, 3.0, 1.0 (median 1.5, met);
+    backlog growth beyond 1 s of arrival -400, 500, -100 (median -100, met); loss ratios 1.27,
+    1.05, 0.95 (median 1.05, met); achieved below uniform by 0.5, 0.5, -0.1 (median 0.5, met);
+    one sink not exact (missed)."""
+    runs = [sb.Outcome(10.0, 15.0, 1000.0, 1100.0, 500.0, 2.54, 2.0, 3.04, True),
+            sb.Outcome(5.0, 15.0, 1000.0, 2000.0, 500.0, 2.1, 2.0, 2.6, True),
+            sb.Outcome(8.0, 8.0, 1000.0, 1400.0, 500.0, 1.9, 2.0, 1.8, False)]
+    assert [o.loss_met for o in runs] == [False, True, True]
+    assert [o.backlog_met for o in runs] == [True, False, True]
+    text = sb.medians_report(runs)
+    assert "run once to save time, not per repeat" in text
+    cells = {c[0]: c[1:] for c in (re.split(r"\s{2,}", line.strip())
+                                   for line in text.splitlines()[1:])}
+    assert cells["latency p50 with, unloaded -> overload 2nd half (s)"][-2:] == \
+        ["x1.50", "<= x2: MET"]
+    assert cells["backlog with, middle -> end (rows)"][-2:] == \
+        ["end - middle - 1 s of arrival: -100", "<= 0: MET"]
+    loss = cells["weighted loss: achieved / LP optimum"]
+    assert loss[0] == "2.540 / 2.000 (x1.27)" and loss[-2:] == ["x1.05", "x0.90..x1.10: MET"]
+    assert cells["weighted loss: achieved / uniform random"][-2:] == \
+        ["uniform - achieved: 0.500", "> 0: MET"]
+    assert cells["sinks"][-2:] == ["2 of 3 exact", "all: MISSED"]
