@@ -18,8 +18,9 @@ and a batch has a fixed cost: rows per busy second then grow with the load, and 
 that falls behind (its batches grow) shows what it can do. So the model keeps a `Capacity` per
 operator: the true rate seen while the instances fell behind (`pressed`: the upstream's source
 backlog or the batches its channel writers retain grew all window), else the best rate seen so far,
-which is only a lower bound. Scale-outs act on pressure or on a capacity measured under it;
-scale-ins on a capacity that is at most the real one, so neither is fooled by the fixed cost:
+which is only a lower bound. Scale-outs act on pressure or on a capacity measured under it
+(pressure beside instances the capacity says suffice only when the queue is real:
+`real_queue`); scale-ins on a capacity that is at most the real one, so neither is fooled by the fixed cost:
 - `Sample`, one heartbeat's cumulative figures of one task, and `sample_of` (heartbeat figures
   -> Sample, refusing what cannot be a sample);
 - `SampleHistory`, a bounded history of samples per task (the last `keep_seconds`, at most
