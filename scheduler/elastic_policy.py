@@ -20,7 +20,8 @@ operator: the true rate seen while the instances fell behind (`pressed`: the ups
 backlog or the batches its channel writers retain grew all window), else the best rate seen so far,
 which is only a lower bound. Scale-outs act on pressure or on a capacity measured under it
 (pressure beside instances the capacity says suffice only when the queue is real:
-`real_queue`); scale-ins on a capacity that is at most the real one, so neither is fooled by the fixed cost:
+`real_queue`); scale-ins on a capacity that is at most the real one, so neither is fooled
+by the fixed cost:
 - `Sample`, one heartbeat's cumulative figures of one task, and `sample_of` (heartbeat figures
   -> Sample, refusing what cannot be a sample);
 - `SampleHistory`, a bounded history of samples per task (the last `keep_seconds`, at most
