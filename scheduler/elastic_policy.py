@@ -92,8 +92,9 @@ LIMIT_MARGIN = 1
 # in a window at the model's capacity (`real_queue`): on 0.35-cpu agents two instances that
 # kept up processed 92-101 % of the arrival with the retained batches rising and the backlog
 # growing 1-6 rows/s (issue 31's benchmark, 2026-11-30), and each flap after a step down came
-# with the instances processing as much as arrived; a model that over-states an instance by 25 %
-# (the least seen) leaves two instances ~12 % short of a load that needs three
+# with the instances processing as much as arrived; the worst over-statement seen (2x: models
+# of 583-641 rows/s, two instances doing 253-310 each, 2026-11-30 05:32) left two instances up
+# to ~20 % short of the ~600 rows/s arriving
 QUEUE_SHARE = 0.1
 
 
