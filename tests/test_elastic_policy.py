@@ -345,15 +345,27 @@ def test_retained_batches_rise_only_as_a_climbing_saw_tooth(values: list[float],
 
 def test_a_backlog_growing_all_window_adds_one_even_when_the_rates_say_enough() -> None:
     """A skewed partitioning: one instance busy all the time, the other 30%; the mean rates say
-    two are enough (1,310 / (1,000 x 0.8) = 2), the queue that only grows says otherwise."""
-    up = [Sample(float(t), 1300.0 * t, 1300.0 * t, 100.0 * t, 10.0 * t) for t in range(11)]
-    inst = {"q.f1": [Sample(float(t), 1000.0 * (t + 9), 1000.0 * (t + 9), 1000.0 * (t + 9))
-                     for t in range(11)],  # (t + 9): running before the window, warm
-            "q.f2": [Sample(float(t), 300.0 * (t + 9), 300.0 * (t + 9), 300.0 * (t + 9))
-                     for t in range(11)]}
-    d = decide(OperatorView("q", "f", 2, inst, {"q.up": up}), POLICY, 10.0)
+    two are enough (1,500 / (1,000 x 0.8) = 2), the queue that only grows says otherwise: 200
+    of the 1,500 rows/s arriving (13 %, at least `QUEUE_SHARE`), in the window and in the one
+    before (`real_queue`). A queue of 10 rows/s (under 1 %) holds until its backlog is more
+    than two instances drain in a window, (2 x 1,000 - 1,310) x 10 = 6,900 rows."""
+    def skewed(growth: float, backlog: float = 0.0) -> Decision:
+        up = [Sample(float(t), 1300.0 * t, 1300.0 * t, 100.0 * t, backlog + growth * t)
+              for t in range(21)]
+        inst = {"q.f1": [Sample(float(t), 1000.0 * (t + 9), 1000.0 * (t + 9), 1000.0 * (t + 9))
+                         for t in range(21)],  # (t + 9): running before the window, warm
+                "q.f2": [Sample(float(t), 300.0 * (t + 9), 300.0 * (t + 9), 300.0 * (t + 9))
+                         for t in range(21)]}
+        return decide(OperatorView("q", "f", 2, inst, {"q.up": up}), POLICY, 20.0)
+
+    d = skewed(200.0)
     assert (d.kind, d.target, d.reason, d.needed) == ("out", 3, "backlog", 2)
     assert "growing all window" in d.explanation and "so one more" in d.explanation
+    assert "the queue grew 200 rows/s, 13% of the arrival (13% in the window before" in \
+        d.explanation
+    assert (skewed(10.0).kind, skewed(10.0).reason) == ("hold", "small_queue")
+    assert (skewed(10.0, backlog=6_800.0).kind, skewed(10.0, backlog=6_800.0).target) == \
+        ("out", 3)
 
 
 def test_a_queue_beside_idle_instances_is_not_theirs() -> None:
@@ -639,18 +651,20 @@ def test_a_new_instance_inside_its_first_batch_holds_the_measure() -> None:
     first batch, on cores the others share, so their batches slow down meanwhile (1 -> 2 -> 3 at
     40 rows/s in benchmarks/elasticity.py, 2026-11-27, measured 25 rows/s per instance then).
     Its heartbeats show the batch running before any has ended: not measured until it ends."""
-    up = [Sample(float(t), 40.0 * t, 40.0 * t, 100.0 * t, 0.0, 2.0 * t) for t in range(11)]
-    busy = [Sample(float(t), 25.0 * (t + 9), 25.0 * (t + 9), 1000.0 * (t + 9)) for t in range(11)]
-    first = [Sample(float(t), 0.0, 0.0, 0.0, running_ms=1000.0 * max(0, t - 3))
-             for t in range(11)]
+    up = [Sample(float(t), 40.0 * t, 40.0 * t, 100.0 * t, 0.0, 2.0 * t) for t in range(21)]
+    busy = [Sample(float(t), 25.0 * (t + 9), 25.0 * (t + 9), 1000.0 * (t + 9)) for t in range(21)]
+    first = [Sample(float(t), 0.0, 0.0, 0.0, running_ms=1000.0 * max(0, t - 13))
+             for t in range(21)]
     d = decide(OperatorView("q", "f", 2, {"q.f1": busy, "q.f2": first}, {"q.up": up}, None,
-                            Capacity(26.0, True, 0.0)), POLICY, 10.0)
+                            Capacity(26.0, True, 0.0)), POLICY, 20.0)
     assert (d.kind, d.reason) == ("hold", "no_data"), d.explanation
     assert "first micro-batch of q.f2 (its first batch has run 7.0 s)" in d.explanation
-    # without the running batch's time the same window scales out (the rule before)
+    # without the running batch's time the same window scales out (the rule before; the queue
+    # grew 15 of the 40 rows/s arriving, 38 %, in the window and in the one before:
+    # `real_queue`)
     blind = [Sample(s.at, 0.0, 0.0, 0.0) for s in first]
     out = decide(OperatorView("q", "f", 2, {"q.f1": busy, "q.f2": blind}, {"q.up": up}, None,
-                              Capacity(26.0, True, 0.0)), POLICY, 10.0)
+                              Capacity(26.0, True, 0.0)), POLICY, 20.0)
     assert out.kind == "out", out.explanation
     # an instance that never ran a batch and runs none is idle, not starting
     assert warming_up({"q.f2": blind}, 0.0) == []
