@@ -9,6 +9,8 @@ the stable rows that follow one replace episode N's tentative rows. So:
 - the stable view is every plain row, in file order (tentative rows are never part of it; a
   revision's rows are plain);
 - the current view is the stable view plus the tentative rows of episodes not yet revised.
+A DPC task's upsert log (an updating aggregate into a file sink) holds upsert records marked
+the same way; either view, folded to the last record of each key (`folded`), is its table.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
+
+from common import upsert_log
 
 TENTATIVE = "_tentative"
 REVISION = "_revision"
@@ -35,6 +39,20 @@ def current_view(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     revised = {r[REVISION] for r in every if REVISION in r}
     return [{k: v for k, v in r.items() if k != TENTATIVE} for r in every
             if REVISION not in r and r.get(TENTATIVE) not in revised]
+
+
+def folded(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A view as its reader wants it: an upsert log's records (a DPC task's updating aggregate
+    into a file sink) folded to the last record of each key (`common.upsert_log.fold`:
+    UpsertLogError where plain rows and records mix); other rows as they are."""
+    every = list(rows)
+    return upsert_log.fold(every) if any(upsert_log.is_record(r) for r in every) else every
+
+
+def mentions_marks(lines: Iterable[str]) -> bool:
+    """Whether any line may hold a DPC mark (a cheap test of the text: a reader then takes the
+    marks into account; an unmarked line read that way reads the same)."""
+    return any(f'"{TENTATIVE}"' in line or f'"{REVISION}"' in line for line in lines)
 
 
 def open_episodes(rows: Iterable[dict[str, Any]]) -> list[int]:

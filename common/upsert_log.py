@@ -42,11 +42,20 @@ def current_view(lines: Iterable[str]) -> list[dict[str, Any]]:
     """The last record of each key not deleted since (without `@key`), in the order keys first
     appeared (after their last deletion). Blank lines are skipped; any other line that is not a
     record or a deletion raises UpsertLogError with its number."""
+    return _fold((f"line {number}", _parsed(number, line))
+                 for number, line in enumerate(lines, 1) if line.strip())
+
+
+def fold(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`current_view` of records already read (a DPC reader's stable or current view of an
+    upsert log, `common.dpc_view.folded`); UpsertLogError names the first bad one's position."""
+    return _fold((f"record {number}", dict(record)) for number, record in enumerate(records, 1))
+
+
+def _fold(records: Iterable[tuple[str, Any]]) -> list[dict[str, Any]]:
     view: dict[tuple, dict[str, Any]] = {}
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        record, member = _record(number, line)
+    for where, record in records:
+        member = _member(where, record)
         names = record.pop(member)
         key = tuple(json.dumps(record.get(n), sort_keys=True) for n in names)
         if member == KEY_MEMBER:
@@ -56,25 +65,39 @@ def current_view(lines: Iterable[str]) -> list[dict[str, Any]]:
     return list(view.values())
 
 
-def _record(number: int, line: str) -> tuple[dict[str, Any], str]:
-    """The line's object and which of `@key` (a record) or `@delete` (a deletion) it has."""
+def _parsed(number: int, line: str) -> Any:
     try:
-        record = json.loads(line)
+        return json.loads(line)
     except ValueError as exc:
         raise UpsertLogError(f"line {number}: not JSON ({exc})") from None
+
+
+def _member(where: str, record: Any) -> str:
+    """Which of `@key` (a record) or `@delete` (a deletion) `record` has."""
     if not isinstance(record, dict):
         record = {}
     member = DELETE_MEMBER if DELETE_MEMBER in record and KEY_MEMBER not in record else KEY_MEMBER
     names = record.get(member)
     if not isinstance(names, list) or not all(isinstance(n, str) and n in record for n in names):
-        raise UpsertLogError(f"line {number}: not an upsert record (no {KEY_MEMBER} or "
+        raise UpsertLogError(f"{where}: not an upsert record (no {KEY_MEMBER} or "
                              f"{DELETE_MEMBER} naming its key columns)")
-    return record, member
+    return member
+
+
+def is_record(record: Any) -> bool:
+    """Whether `record` is an upsert record or deletion (has `@key` or `@delete`)."""
+    return isinstance(record, dict) and (KEY_MEMBER in record or DELETE_MEMBER in record)
 
 
 def read_current(path: str) -> list[dict[str, Any]]:
     """The current view of an upsert log file (a last line without a line feed, being
     written, is left out)."""
+    return current_view(complete_lines(path))
+
+
+def complete_lines(path: str) -> list[str]:
+    """The lines of a file up to its last line feed (a last line without one, being written, is
+    left out)."""
     with open(path, encoding="utf-8") as f:
         text = f.read()
-    return current_view(text[:text.rfind("\n") + 1].splitlines())
+    return text[:text.rfind("\n") + 1].splitlines()

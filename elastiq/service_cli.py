@@ -562,10 +562,15 @@ def elastic_lines(operators: list[dict[str, Any]]) -> list[str]:
 def print_current(path: str) -> int:
     """Print the current view of the upsert log at `path`, one JSON object per key (the key's
     last record, without `@key`; a deleted key not at all); 1 with the reason when it cannot be
-    read or is not one."""
+    read or is not one. A DPC task's log (common.dpc_view) is read with its marks: its
+    tentative records count until their episode's correction."""
+    from common import dpc_view
+
     try:
-        view = upsert_log.read_current(path)
-    except (OSError, upsert_log.UpsertLogError) as exc:
+        lines = upsert_log.complete_lines(path)
+        view = (upsert_log.fold(dpc_view.current_view(dpc_view.records(lines)))
+                if dpc_view.mentions_marks(lines) else upsert_log.current_view(lines))
+    except (OSError, ValueError) as exc:  # UpsertLogError is a ValueError
         print(f"elastiq: {path}: {exc}", file=sys.stderr)
         return 1
     for row in view:
@@ -574,16 +579,18 @@ def print_current(path: str) -> int:
 
 
 def _print_stable(path: Path) -> int:
-    """The stable view of a file sink (`common.dpc_view`), one JSON object a line."""
+    """The stable view of a file sink (`common.dpc_view`), one JSON object a line (an upsert
+    log's: the last stable record of each key)."""
     from common import dpc_view
 
     try:
         with open(path, encoding="utf-8") as f:
             rows = dpc_view.records(f)
+        stable = dpc_view.folded(dpc_view.stable_view(rows))  # an upsert log: per key
     except (OSError, ValueError) as exc:
         print(f"elastiq: cannot read sink file {path}: {exc}", file=sys.stderr)
         return 1
-    for row in dpc_view.stable_view(rows):
+    for row in stable:
         print(json.dumps(row, separators=(",", ":")), flush=True)
     waiting = dpc_view.open_episodes(rows)
     if waiting:

@@ -295,7 +295,7 @@ class DpcSink:
         if isinstance(self.inner, kafka_io.KafkaSink):
             self._produce(df.toArrow(), batch_id, mark)
             return
-        lines = table_to_lines(marked(df.toArrow(), mark))
+        lines = sink_lines(self.inner, df.toArrow(), mark.tentative)
         if mark.revision is not None:
             lines.insert(0, revision_line(mark.revision))
         self.rows_out += write_lines(self.inner, self.controller.append_id(batch_id), batch_id,
@@ -359,12 +359,17 @@ def _why_not(inner: Any) -> str:
     return ""
 
 
-def marked(table: pa.Table, mark: BatchMark) -> pa.Table:
-    """The rows of a tentative batch with their episode in TENTATIVE_COLUMN (pure)."""
-    if mark.tentative is None:
-        return table
-    return table.append_column(TENTATIVE_COLUMN,
-                               pa.array([mark.tentative] * table.num_rows, pa.int64()))
+def sink_lines(inner: Any, table: pa.Table, tentative: int | None) -> list[str]:
+    """A file or console sink's lines of a batch as it writes them (an upsert log's: keyed
+    records and deletions), each with `"_tentative": N` when the batch is tentative (pure)."""
+    from executor import sinks
+
+    lines = inner.lines(table) if isinstance(inner, sinks.FileSink) else table_to_lines(table)
+    if tentative is None:
+        return lines
+    member = f"{json.dumps(TENTATIVE_COLUMN)}:{int(tentative)}"
+    return [("{" + member + "}") if line == "{}" else f"{line[:-1]},{member}}}"
+            for line in lines]
 
 
 def revision_line(episode: int) -> str:

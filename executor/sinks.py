@@ -322,7 +322,9 @@ class FileSink:
             moved.close()
         return undo
 
-    def _lines(self, table: pa.Table) -> list[str]:
+    def lines(self, table: pa.Table) -> list[str]:
+        """The batch's lines as this sink writes them: its rows, or upsert records and
+        deletions (pure)."""
         if self.prefix is None:
             return table_to_lines(table)
         if self.deletes_by is None:
@@ -338,7 +340,7 @@ class FileSink:
                 + [upsert_log.keyed_line(remove, line) for line in table_to_lines(deleted)])
 
     def __call__(self, df: Any, batch_id: int) -> None:
-        lines = self._lines(df.toArrow())
+        lines = self.lines(df.toArrow())
         if self.log.append(batch_id, lines):
             self.rows_out += len(lines)
             log.debug("task %s: batch %s -> %s rows to %s", self.task_id, batch_id, len(lines),

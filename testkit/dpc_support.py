@@ -297,6 +297,46 @@ def union_counts(b: Any, max_delay: str | None) -> str:
     return "win"
 
 
+def union_totals(b: Any, max_delay: str | None) -> str:
+    """Task `b`'s operators after r1 and r2: their union (with `max_delay`) counted and summed
+    per sensor over the whole stream, an updating aggregate whose file sink is an upsert log
+    keyed by the sensor (TOTALS_KEY); the stream its sink writes."""
+    b.union(op="u", inputs=("r1", "r2"), output="both", max_delay=max_delay)
+    b.updating_aggregate(op="t", input="both", output="tot", time="ts", ttl="1 hours",
+                         watermark=f"{int(WATERMARK.total_seconds())} seconds",
+                         group_by=TOTALS_KEY,
+                         aggregates=(("n", "count", None), ("total", "sum", "temp")))
+    return "tot"
+
+
+TOTALS_KEY = ("sensor",)
+
+
+def oracle_totals(rate: float, limit: int) -> dict[str, tuple[int, float]]:
+    """sensor -> (count, sum of temp) over both tasks' whole input (plain Python)."""
+    totals: dict[str, tuple[int, float]] = {}
+    for r in input_rows(1, rate, limit) + input_rows(2, rate, limit):
+        n, total = totals.get(r["sensor"], (0, 0.0))
+        totals[r["sensor"]] = (n + 1, total + r["temp"])
+    return totals
+
+
+def check_totals(run: "CutRun", expected: dict[str, tuple[int, float]]) -> None:
+    """A DPC task's upsert log (`union_totals`) against the oracle (raises AssertionError):
+    tentative records during the cut, and the stable view folded per sensor (the last stable
+    record of each) equal to the totals over all input."""
+    from common import dpc_view
+
+    assert run.tentative, "no tentative record was written during the cut"
+    assert all("@key" in r for r in run.tentative), run.tentative[:2]
+    stable = {r["sensor"]: (r["n"], r["total"])
+              for r in dpc_view.folded(dpc_view.stable_view(run.rows))}
+    assert stable.keys() == expected.keys(), (sorted(stable), sorted(expected))
+    for sensor, (n, total) in expected.items():
+        assert stable[sensor][0] == n and abs(stable[sensor][1] - total) <= 1e-9 * max(
+            1.0, abs(total)), (sensor, stable[sensor], (n, total))
+
+
 Build = Callable[[Any, "str | None"], str]
 READING_FIELDS = (("sensor", "string"), ("ts", "timestamp"), ("temp", "double"))
 TRIGGER_SECONDS = 0.5  # every task's micro-batch interval (and a source host's batch interval)
@@ -405,7 +445,8 @@ class LocalUpstreams:
 
 
 def _downstream(spark: Any, tmp_path: Path, ups: Upstreams, name: str,
-                max_delay: str | None, build: Build) -> Any:
+                max_delay: str | None, build: Build,
+                upsert_key: tuple[str, ...] | None = None) -> Any:
     from common.types import Schema
     from executor.runtime import TaskRuntime
 
@@ -413,7 +454,8 @@ def _downstream(spark: Any, tmp_path: Path, ups: Upstreams, name: str,
     b = TaskRuntime(spark, query_id="q", task_id=name, checkpoint_dir=str(tmp_path / name),
                     trigger_seconds=TRIGGER_SECONDS, endpoints=ups.endpoints)
     ups.read(b, schema)
-    b.file_sink(op="sink", input=build(b, max_delay), path=str(tmp_path / f"{name}.jsonl"))
+    b.file_sink(op="sink", input=build(b, max_delay), path=str(tmp_path / f"{name}.jsonl"),
+                upsert_key=upsert_key)
     # a union without max-delay has a controller too (it waits for a cut input, no limit), a
     # join without it none
     assert (b.dpc is not None and b.dpc.max_delay is not None) == (max_delay is not None)
@@ -424,11 +466,13 @@ def _downstream(spark: Any, tmp_path: Path, ups: Upstreams, name: str,
 @dataclass(frozen=True)
 class Downstream:
     """A downstream task of the scenario: `build` adds its operators over r1 and r2, with
-    `max_delay` (None: without) on its union or join."""
+    `max_delay` (None: without) on its union or join; `upsert_key` where its sink is an
+    upsert log (an updating aggregate's)."""
 
     name: str
     build: Build
     max_delay: str | None
+    upsert_key: tuple[str, ...] | None = None
 
 
 def cut_run(spark: Any, tmp_path: Path, *, rate: float, limit: int, cut_seconds: float,
@@ -461,7 +505,8 @@ def cut_runs(spark: Any, tmp_path: Path, *, rate: float, limit: int, cut_seconds
     clock = SinkClock(outs)
     try:
         for t in tasks:
-            downs[t.name] = _downstream(spark, tmp_path, ups, t.name, t.max_delay, t.build)
+            downs[t.name] = _downstream(spark, tmp_path, ups, t.name, t.max_delay, t.build,
+                                        t.upsert_key)
         dpcs = {name: b.dpc for name, b in downs.items()
                 if b.dpc is not None and b.dpc.max_delay is not None}
         assert dpcs, "no task with max-delay"

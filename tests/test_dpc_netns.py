@@ -34,8 +34,9 @@ from common import dpc_view
 from executor.spool_receiver import PROBE_SECONDS, PROBE_TIMEOUT
 from testkit.dpc_netns import HOSTS, SELECTOR_HOSTS, NetnsUpstreams, SelectorUpstreams, due_rows
 from testkit.dpc_join_support import check_join_cut, joined_within, oracle_pairs
-from testkit.dpc_support import (TRIGGER_SECONDS, Downstream, check_corrected, check_union_cut,
-                                 cut_runs, oracle, union_counts)
+from testkit.dpc_support import (TOTALS_KEY, TRIGGER_SECONDS, Downstream, check_corrected,
+                                 check_totals, check_union_cut, cut_runs, oracle, oracle_totals,
+                                 union_counts, union_totals)
 from testkit.e2e_support import read_sink
 from testkit.netns import NetnsNetwork, netns_unavailable
 
@@ -92,14 +93,17 @@ def test_a_partitioned_source_goes_tentative_and_is_corrected_with_max_delay_unm
     heal a stable view equal to the oracle (the reconcile time printed). Without it (the same
     cut): nothing marked, results after the heal, the sink equal to the oracle. The join with
     max-delay: tentative pairs within the same bound, all in the exact join, and a stable view
-    equal to the plain-Python join over all input."""
+    equal to the plain-Python join over all input. Task "totals" (the union with max-delay,
+    then an updating aggregate into an upsert log): tentative records in the cut, and the
+    stable view folded per key equal to the totals over all input."""
     delay = f"{int(MAX_DELAY)} seconds"
     runs = cut_runs(spark, tmp_path, rate=RATE, limit=LIMIT, cut_seconds=CUT_SECONDS,
                     tasks=(Downstream("dpc", union_counts, delay),
                            Downstream("plain", union_counts, None),
-                           Downstream("join", joined_within(JOIN_WITHIN), delay)),
+                           Downstream("join", joined_within(JOIN_WITHIN), delay),
+                           Downstream("totals", union_totals, delay, TOTALS_KEY)),
                     upstreams=NetnsUpstreams.on(net))
-    run, plain, join = runs["dpc"], runs["plain"], runs["join"]
+    run, plain, join, totals = runs["dpc"], runs["plain"], runs["join"], runs["totals"]
     expected = oracle(RATE, LIMIT)
     assert run.first_tentative is not None and run.reconcile is not None
     print(f"netns: first tentative row {run.first_tentative:.2f} s after the cut (bound "
@@ -117,6 +121,10 @@ def test_a_partitioned_source_goes_tentative_and_is_corrected_with_max_delay_unm
           f"from the heal); {len(join.tentative)} tentative pairs replaced; "
           f"{sum(expected_pairs.values())} pairs")
     check_join_cut(join, expected_pairs, FIRST_TENTATIVE_BOUND)
+    print(f"netns totals (an updating aggregate's upsert log): first tentative record "
+          f"{totals.first_tentative:.2f} s after the cut; reconciled in "
+          f"{totals.reconcile or float('nan'):.2f} s; {len(totals.tentative)} tentative records")
+    check_totals(totals, oracle_totals(RATE, LIMIT))
 
 
 @pytest.mark.spark

@@ -184,7 +184,7 @@ def test_the_file_sink_writes_negative_ranks_as_deletions_and_the_view_drops_the
                     roots=None, upsert_key=("g", "rank"), deletes_by="rank")
     first = pa.table({"g": [1, 1, 1, 2], "rank": [1, 2, 3, 1], "v": ["a", "b", "c", "x"]})
     second = pa.table({"g": [1, 1, 1], "rank": [1, -2, -3], "v": ["z", None, None]})
-    lines = sink._lines(first) + sink._lines(second)
+    lines = sink.lines(first) + sink.lines(second)
     assert json.loads(lines[-1]) == {"@delete": ["g", "rank"], "g": 1, "rank": 3}
     assert current_view(lines) == [{"g": 1, "rank": 1, "v": "z"}, {"g": 2, "rank": 1, "v": "x"}]
     with pytest.raises(ValueError):
