@@ -12,7 +12,7 @@ import pytest
 
 from common import dpc_view
 from executor import spool
-from executor.dpc import BatchMark, keep_stable_point, marked, revision_line
+from executor.dpc import keep_stable_point, marked_lines, revision_line
 
 
 def _files(root: Path) -> set[str]:
@@ -49,8 +49,10 @@ def test_the_spool_control_round_trips_and_refuses_damage(tmp_path: Path) -> Non
 
 def test_tentative_rows_carry_their_episode_and_a_revision_names_it() -> None:
     table = pa.table({"n": [1, 2]})
-    assert marked(table, BatchMark()) is table
-    assert marked(table, BatchMark(tentative=3)).column("_tentative").to_pylist() == [3, 3]
+    assert [json.loads(line) for line in marked_lines(table, [None, None])] == [{"n": 1},
+                                                                                 {"n": 2}]
+    assert [json.loads(line) for line in marked_lines(table, [3, 3])] == [
+        {"n": 1, "_tentative": 3}, {"n": 2, "_tentative": 3}]
     assert json.loads(revision_line(3)) == {dpc_view.REVISION: 3}
 
 
