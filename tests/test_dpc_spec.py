@@ -331,3 +331,19 @@ def test_a_marked_network_source_may_feed_a_kafka_or_network_sink(tmp_path) -> N
     relay = dataflow(_net_source("n", "raw", 7001, "dpc") + _filter("f", "raw", "hot")
                      + NET_SINK.format(stream="hot"))
     assert [c.get("marks") for c in _program_calls(relay, tmp_path, "network_sink")] == [True]
+
+
+def test_a_query_names_its_kafka_sinks_topics_for_tail_stable(tmp_path) -> None:
+    """`elastiq tail QUERY SINK --stable` reads a Kafka sink's topic: the compiled query (and
+    so the scheduler's status) says where it is, through its JSON form."""
+    from common.tasks import CompiledQuery
+    from compiler.pipeline import compile_spec_text
+
+    secured = KAFKA_SINK.replace('value="results"/>', 'value="results"/>\n'
+                                 '    <param name="security-file" value="client.properties"/>')
+    xml = dataflow(SOURCE + secured.format(stream="raw"))
+    query = compile_spec_text(xml, "dpc.xml", base_dir=tmp_path).query
+    assert query.kafka_sinks == {"k": {"bootstrap": "127.0.0.1:9092", "topic": "results",
+                                       "format": "jsonl",
+                                       "security_file": str(tmp_path / "client.properties")}}
+    assert CompiledQuery.from_json(query.to_json()).kafka_sinks == query.kafka_sinks
