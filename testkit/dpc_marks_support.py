@@ -230,10 +230,18 @@ class MarkedChannelReader:
         """When the first batch with a tentative row came (time.monotonic(); None: none)."""
         from executor.dpc_marks import REVISION_MARK, TENTATIVE_MARK
 
+        return self._first(lambda r: r[TENTATIVE_MARK] is not None and r[REVISION_MARK] is None)
+
+    def first_revision(self) -> float | None:
+        """When the first batch revising an episode came (on its rows or a correction row)."""
+        from executor.dpc_marks import REVISION_MARK
+
+        return self._first(lambda r: r[REVISION_MARK] is not None)
+
+    def _first(self, wanted: Callable[[dict[str, Any]], bool]) -> float | None:
         with self._lock:
             times = [self.arrived[seq] for seq, rows in self.batches.items()
-                     if any(r[TENTATIVE_MARK] is not None and r[REVISION_MARK] is None
-                            for r in rows)]
+                     if any(wanted(r) for r in rows)]
         return min(times, default=None)
 
     def records(self) -> list[dict[str, Any]]:
@@ -315,13 +323,11 @@ class HeaderReader:
         with self._lock:
             return len(self.messages)
 
-    def first_tentative(self) -> float | None:
-        """When the first tentative record came (time.monotonic(); None: none)."""
-        from common import dpc_view
-
+    def first_with(self, header: str) -> float | None:
+        """When the first record with `header` came (time.monotonic(); None: none)."""
         with self._lock:
             times = [at for (headers, _), at in zip(self.messages, self.arrived)
-                     if any(name == dpc_view.TENTATIVE_HEADER for name, _ in headers or ())]
+                     if any(name == header for name, _ in headers or ())]
         return min(times, default=None)
 
     def read(self) -> Any:
@@ -385,6 +391,8 @@ class DownstreamRun:
     refused_frames: int  # frames the network reader refused
     network_first: float | None
     kafka_first: float | None
+    network_revised: float | None  # seconds from the heal to the revision at each reader
+    kafka_revised: float | None
 
 
 def downstream_sinks_cut_run(spark: Any, tmp_path: Path, bootstrap: str, topic: str, *,
@@ -427,9 +435,12 @@ def downstream_sinks_cut_run(spark: Any, tmp_path: Path, bootstrap: str, topic: 
     try:
         run = _drive(spark, tmp_path, Scenario(build, net.records, drained),
                      rate=rate, limit=limit, cut_seconds=cut_seconds)
-        times = (net.first_tentative(), kafka.first_tentative())
-        firsts = [None if t is None else t - run.cut_at for t in times]
-        return DownstreamRun(run, kafka.read(), net.reader.stats().refused_frames, *firsts)
+        firsts = [None if t is None else t - run.cut_at
+                  for t in (net.first_tentative(), kafka.first_with(dpc_view.TENTATIVE_HEADER))]
+        revised = [None if t is None else t - run.healed_at
+                   for t in (net.first_revision(), kafka.first_with(dpc_view.REVISION_HEADER))]
+        return DownstreamRun(run, kafka.read(), net.reader.stats().refused_frames, *firsts,
+                             *revised)
     finally:
         net.stop()
         kafka.stop()

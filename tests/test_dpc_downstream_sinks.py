@@ -30,6 +30,10 @@ RATE, LIMIT, MAX_DELAY = 100.0, 1700, 2.0  # 17 s of input per upstream task
 CUT_SECONDS = 4.0
 
 
+def _seconds(value: float | None) -> str:
+    return "never" if value is None else f"{value:.2f} s"
+
+
 def _timed(row: dict[str, Any]) -> dict[str, Any]:
     return {**row, "ts": datetime.fromisoformat(row["ts"].replace("Z", "+00:00"))}
 
@@ -44,14 +48,17 @@ def test_a_downstream_filter_s_network_and_kafka_sinks_carry_the_marks(
                                     max_delay=f"{int(MAX_DELAY)} seconds")
     run, expected = down.run, oracle(RATE, LIMIT)
     cut = run.healed_at - run.cut_at
-    sinks = {"network": (run.rows, down.network_first), "kafka": (down.kafka.records,
-                                                                  down.kafka_first)}
-    for name, (records, first) in sinks.items():
+    sinks = {"network": (run.rows, down.network_first, down.network_revised),
+             "kafka": (down.kafka.records, down.kafka_first, down.kafka_revised)}
+    for name, (records, first, revised) in sinks.items():
         tentative = [r for r in records if dpc_view.TENTATIVE in r]
-        print(f"{name} sink: first tentative row {first} s after the cut; "
-              f"{len(tentative)} tentative rows replaced; u reconciled in {run.reconcile:.2f} s; "
-              f"stable view {len(expected)} rows")
+        with capsys.disabled():  # the figures, past the capture of tail's output below
+            print(f"\n{name} sink: first tentative row {_seconds(first)} after the cut; "
+                  f"u reconciled in {run.reconcile:.2f} s after a {cut:.1f} s cut; the "
+                  f"revision at the reader {_seconds(revised)} after the heal; "
+                  f"{len(tentative)} tentative rows replaced; stable view {len(expected)} rows")
         assert first is not None and first < cut, f"{name}: no tentative row during the cut"
+        assert revised is not None, f"{name}: no revision reached the reader"
         assert {r[dpc_view.TENTATIVE] for r in tentative} == {1}
         assert all(r["temp"] > THRESHOLD for r in tentative)
         assert set(keys(tentative)) <= set(expected), f"{name}: a tentative row not exact"
