@@ -76,16 +76,20 @@ def revision_text(episode: int) -> str:
 
 def channel_records(batches: Iterable[list[dict[str, Any]]]) -> list[dict[str, Any]]:
     """What a file sink would hold, from a marked channel's batches in seq order (each the
-    rows of one DATA frame, with both mark columns): a batch whose rows revise episode N
-    starts with `{"_revision": N}`, a tentative row gets `"_tentative": N`, the mark columns
-    go. Feed the result to `stable_view` / `current_view`. (The reader checked the marks on
-    arrival: `executor.dpc_marks.check_marks`.)"""
+    rows of one DATA frame, with both mark columns): a batch that revises episode N starts
+    with `{"_revision": N}` (its stable rows carry REVISION_MARK = N, or, in a batch without
+    such a row, a correction row of its own stands for it: both marks N, no data), a
+    tentative row gets `"_tentative": N`, the mark columns go. Feed the result to
+    `stable_view` / `current_view`. (The reader checked the marks on arrival:
+    `executor.dpc_marks.check_marks`.)"""
     out: list[dict[str, Any]] = []
     for rows in batches:
         revised = {int(r[REVISION_MARK]) for r in rows if r.get(REVISION_MARK) is not None}
         out += [{REVISION: episode} for episode in sorted(revised)]
         for row in rows:
             tentative = row.get(TENTATIVE_MARK)
+            if tentative is not None and row.get(REVISION_MARK) is not None:
+                continue  # a correction row: its revision is above
             plain = {k: v for k, v in row.items() if k not in (TENTATIVE_MARK, REVISION_MARK)}
             out.append(plain if tentative is None else {**plain, TENTATIVE: tentative})
     return out

@@ -257,6 +257,9 @@ class CompiledQuery:
     # `distribute="true"` on <dataflow>: the scheduler's load distributor may move its running
     # tasks between agents (docs/load.md); off by default, a move pauses a task
     distribute: bool = False
+    # kafka-sink operator -> how a reader reaches its topic: bootstrap, topic, format and, if
+    # given, security_file (`elastiq tail QUERY SINK --stable`, docs/kafka.md)
+    kafka_sinks: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def elastic_operator(self, operator: str) -> ElasticOperator | None:
         return next((e for e in self.elastic if e.operator == operator), None)
@@ -281,6 +284,7 @@ class CompiledQuery:
             "operators": [o.to_json() for o in self.operators],
             "shareable": [list(p) for p in self.shareable],
             "distribute": self.distribute,
+            "kafka_sinks": self.kafka_sinks,
         })
 
     @classmethod
@@ -299,6 +303,8 @@ class CompiledQuery:
             tuple(OperatorPlan.from_json(o) for o in d.get("operators", ())),
             tuple((str(c), str(f)) for c, f in d.get("shareable", ())),
             bool(d.get("distribute", False)),
+            {str(k): {str(a): str(b) for a, b in v.items()}
+             for k, v in d.get("kafka_sinks", {}).items()},
         )
 
 

@@ -233,8 +233,8 @@ def carries_marks(graph: Graph, stream: str) -> bool:
     """Whether the channel of `stream` carries DPC marks (docs/availability.md, "Marks across
     channels"): its task holds a union or join with max-delay over a channel input, and every
     task reading it propagates them, through filters and projections of its own into a file
-    or console sink that is no upsert log; never a published stream (other queries read it
-    unmarked) (pure)."""
+    or console sink that is no upsert log, a network sink (served marked) or a Kafka sink not
+    in real-time mode; never a published stream (other queries read it unmarked) (pure)."""
     if stream in graph.published:
         return False
     cut = cut_streams(graph)
@@ -268,15 +268,32 @@ def _dpc_before(graph: Graph, stream: str, cut: set[str]) -> bool:
 def network_sink_marks(graph: Graph, sink: Node) -> bool:
     """Whether a network sink serves its rows with DPC marks (docs/availability.md, "What a
     reader of each sink sees"): its task holds a union or join with max-delay over a channel
-    input, so its results may be tentative; its readers (other queries, other programs) are
-    told by the marked schema (pure)."""
-    return _dpc_before(graph, sink.inputs[0], cut_streams(graph))
+    input, or its input comes through filters and projections of its task from a marked
+    channel or network-source, so its results may be tentative; its readers (other queries,
+    other programs) are told by the marked schema (pure)."""
+    cut = cut_streams(graph)
+    return _dpc_before(graph, sink.inputs[0], cut) or _marked_input(graph, sink.inputs[0], cut)
+
+
+def _marked_input(graph: Graph, stream: str, cut: set[str]) -> bool:
+    """Whether `stream` comes, through filters and projections of its task, from a marked
+    input: a channel that carries marks, or a network-source with marks="dpc"."""
+    while stream not in cut:
+        node = graph.producer(stream)
+        if node.kind == "network-source":
+            return node.param("marks") == "dpc"
+        if node.kind not in ROW_BY_ROW:
+            return False
+        stream = node.inputs[0]
+    return carries_marks(graph, stream)
 
 
 def _propagates(graph: Graph, node: Node, cut: set[str]) -> bool:
     if node.kind in ("file-sink", "console-sink"):
         producer = _producer_through_plumbing(graph, node)
         return not updates(producer.kind, producer.param)  # (an upsert log keeps no marks)
+    if node.kind in ("network-sink", "kafka-sink"):
+        return node.param("mode") != realtime.REAL_TIME
     if node.kind not in ROW_BY_ROW or node.output is None or node.output in cut:
         return False
     return all(_propagates(graph, c, cut) for c in graph.consumers(node.output))
@@ -603,6 +620,15 @@ def _kafka_sink(c: CallSite) -> Args:
     return c.io + (("bootstrap", parse_bootstrap(c.p("bootstrap"))), ("topic", c.p("topic")),
                    ("format", c.p("format")), ("delivery", c.p("delivery"))) + _given(
         ("key_column", c.p("key-column")), ("security_file", c.path("security-file")))
+
+
+def kafka_sink_ref(node: Node, base_dir: Path) -> dict[str, str]:
+    """How a reader reaches a kafka-sink's topic (`CompiledQuery.kafka_sinks`): its bootstrap,
+    topic and format, and its security file resolved as the task's is."""
+    ref = {"bootstrap": parse_bootstrap(node.param("bootstrap")), "topic": node.param("topic"),
+           "format": node.param("format") or "jsonl"}
+    security = node.param("security-file")
+    return {**ref, "security_file": str(resolve_path(base_dir, security))} if security else ref
 
 
 def _control_sink(c: CallSite) -> Args:

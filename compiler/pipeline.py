@@ -219,7 +219,9 @@ def _finish(parsed: spec_mod.Spec, logical: Graph, query_id: str, base: Path,
                           _imports(parsed, physical, plans, {s.operator for s in shares}),
                           operator_plans(parsed, physical, plans, resolve),
                           shareable(query_id, written, physical, channels, resolve),
-                          parsed.distribute)
+                          parsed.distribute,
+                          {n.name: codegen.kafka_sink_ref(n, base)
+                           for n in physical.sinks() if n.kind == "kafka-sink"})
     return Compilation(parsed, logical, physical, plans, query, warnings,
                        rewritten.firings + kafka_firings, refused, shares,
                        written if shares else None)

@@ -28,6 +28,7 @@ from common.safe_open import kind_of
 from common.tasks import PLANNED_GRID_MS
 from common.types import ColumnType, Field, Schema
 from compiler import expr as ex
+from compiler import realtime
 from compiler.expr import pattern as ex_pattern
 from compiler.graph import Graph, Node, Stream
 from compiler.guards import GUARDS
@@ -1570,15 +1571,15 @@ def _check_max_delays(c: _Checker, order: list[OperatorDecl]) -> None:
 
 
 MARK_PROPAGATORS = ("filter", "project")  # one output row per input row at most
-MARK_WRITERS = ("file-sink", "console-sink")
+MARK_WRITERS = ("file-sink", "console-sink", "network-sink", "kafka-sink")
 
 
 def _check_marked_sources(c: _Checker, graph: Graph) -> None:
     """A network-source with marks="dpc" reads another query's DPC results, tentative rows
     and corrections (docs/availability.md, "What a reader of each sink sees"): its stream may
-    feed only filters and projections, one reader each, into a file or console sink, which
-    write the marks; anything else would take a tentative row for a stable one (refused at
-    the parameter)."""
+    feed only filters and projections, one reader each, into a file, console, network or
+    Kafka sink, which write the marks; anything else would take a tentative row for a stable
+    one (refused at the parameter)."""
     for op in c.spec.operators:
         marks = next((p for p in op.params if p.name == "marks"), None)
         if op.kind != "network-source" or marks is None or marks.value != "dpc":
@@ -1587,13 +1588,15 @@ def _check_marked_sources(c: _Checker, graph: Graph) -> None:
         if blocked is not None:
             c.error(marks.pos, f"the marked stream of '{op.name}' reaches {blocked}, which "
                     "cannot carry DPC marks (tentative rows and their corrections)",
-                    "read it with filters and projections into one file-sink or console-sink "
+                    "read it with filters and projections into one file-, console-, network- or "
+                    "kafka-sink "
                     "(docs/availability.md), or drop marks=\"dpc\" if the writer sends none")
 
 
 def _mark_blocker(graph: Graph, stream: str) -> str | None:
     """The first operator on `stream`'s way that does not propagate DPC marks, as words (None:
-    every way ends in a file or console sink through filters and projections)."""
+    every way ends in a file, console, network or Kafka sink through filters and
+    projections)."""
     consumers = graph.consumers(stream)
     if stream in graph.published:
         return f"other queries (the stream '{stream}' is published)"
@@ -1602,8 +1605,11 @@ def _mark_blocker(graph: Graph, stream: str) -> str | None:
                 if consumers else f"no reader of '{stream}'")
     node = consumers[0]
     if node.kind in MARK_WRITERS:
-        partitioned = node.kind == "file-sink" and node.param("partition-by")
-        return f"'{node.name}' (a file-sink partitioned by time)" if partitioned else None
+        if node.kind == "file-sink" and node.param("partition-by"):
+            return f"'{node.name}' (a file-sink partitioned by time)"
+        if node.kind == "kafka-sink" and node.param("mode") == realtime.REAL_TIME:
+            return f"'{node.name}' (a kafka-sink in real-time mode)"
+        return None
     if node.kind not in MARK_PROPAGATORS or node.output is None:
         return f"'{node.name}' (a {node.kind})"
     return _mark_blocker(graph, node.output)

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -262,20 +264,29 @@ def _send(producer: Any, topic: str, value: bytes) -> None:
             producer.poll(0.5)
 
 
-def cmd_consume(args: argparse.Namespace) -> int:
+def committed_consumer(bootstrap: str, security: dict[str, str],
+                       own: dict[str, Any] | None = None) -> Any:
+    """A read_committed consumer of a group of its own that commits nothing (`consume`, and
+    `elastiq tail --stable` on a Kafka sink): records of aborted or open transactions are
+    never read."""
     import time
 
     from confluent_kafka import Consumer
 
-    from common.kafka_problems import problem_of_text
     from elastiq.kafka_client_file import client_config
+
+    return Consumer(client_config(bootstrap, security, {
+        "group.id": f"elastiq-cli-{time.time()}", "auto.offset.reset": "earliest",
+        "enable.auto.commit": False, "isolation.level": "read_committed", **(own or {})}))
+
+
+def cmd_consume(args: argparse.Namespace) -> int:
+    from common.kafka_problems import problem_of_text
 
     client = _client(args, "consume")
     if client is None:
         return 1
-    consumer = Consumer(client_config(*client, {
-        "group.id": f"elastiq-cli-{time.time()}", "auto.offset.reset": "earliest",
-        "enable.auto.commit": False, "isolation.level": "read_committed"}))
+    consumer = committed_consumer(*client)
     consumer.subscribe([args.topic])
     seen, last = 0, time.monotonic()
     try:
@@ -295,3 +306,68 @@ def cmd_consume(args: argparse.Namespace) -> int:
     finally:
         consumer.close()
     return 0
+
+
+READ_SECONDS = 60.0  # `read_to_end`'s bound: a topic not read to its end offsets by then
+
+
+class TopicUnreadable(RuntimeError):
+    """A topic that cannot be read (it does not exist, its metadata does not come)."""
+
+
+@dataclass(frozen=True)
+class TopicRead:
+    """The records of a topic up to the end offsets taken at the start: (headers, value) each,
+    where each one is (partition, offset), and the partitions not read to their end in time
+    (an open transaction holds a read_committed reader back)."""
+
+    messages: list[tuple[Any, bytes | None]]
+    where: list[tuple[int, int]]
+    unfinished: list[int]
+
+
+def read_to_end(bootstrap: str, topic: str, security: dict[str, str],
+                timeout: float = READ_SECONDS) -> TopicRead:
+    """Every committed record of `topic` below the end offsets each partition has now, read
+    `read_committed` from the beginning; bounded by `timeout` seconds."""
+    consumer = committed_consumer(bootstrap, security, {"enable.partition.eof": True})
+    try:
+        ends = _end_offsets(consumer, topic)
+        return _consume_to(consumer, topic, ends, time.monotonic() + timeout)
+    finally:
+        consumer.close()
+
+
+def _end_offsets(consumer: Any, topic: str) -> dict[int, int]:
+    from confluent_kafka import KafkaException, TopicPartition
+
+    try:
+        metadata = consumer.list_topics(topic, timeout=10).topics.get(topic)
+        if metadata is None or metadata.error is not None:
+            raise TopicUnreadable(f"topic {topic}: {getattr(metadata, 'error', 'not found')}")
+        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                for p in metadata.partitions}
+    except KafkaException as exc:
+        raise TopicUnreadable(f"topic {topic}: {exc}") from None
+
+
+def _consume_to(consumer: Any, topic: str, ends: dict[int, int], deadline: float) -> TopicRead:
+    from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
+
+    todo = {p: end for p, end in ends.items() if end > 0}
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in todo])
+    messages: list[tuple[Any, bytes | None]] = []
+    where: list[tuple[int, int]] = []
+    while todo and time.monotonic() < deadline:
+        for message in consumer.consume(500, 0.5):
+            partition, offset, error = message.partition(), message.offset(), message.error()
+            if error is not None and error.code() != KafkaError._PARTITION_EOF:
+                raise TopicUnreadable(f"topic {topic}: {error}")
+            if partition not in todo:
+                continue
+            if error is None and offset < todo[partition]:
+                messages.append((message.headers(), message.value()))
+                where.append((partition, offset))
+            if offset >= todo[partition] - (0 if error is not None else 1):
+                del todo[partition]  # at its end offset (an EOF there, or its last record)
+    return TopicRead(messages, where, sorted(todo))

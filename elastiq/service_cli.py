@@ -123,7 +123,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                            help="stop it even while other queries read a stream it publishes "
                                 "(they wait for it)")
         if name == "tail":
-            p.add_argument("sink", help="the file-sink operator's name")
+            p.add_argument("sink", help="the file-sink operator's name (or a kafka-sink's, "
+                                        "with --stable)")
             p.add_argument("--from-start", action="store_true", help="print what is there first")
             p.add_argument("--current", action="store_true",
                            help="print the current view of an upsert log (an updating "
@@ -131,7 +132,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                                 "not deleted since) and exit")
             p.add_argument("--stable", action="store_true",
                            help="print the sink's current stable view once (a DPC union's "
-                                "tentative rows left out, its corrections applied) and exit")
+                                "tentative rows left out, its corrections applied) and exit; "
+                                "a Kafka sink's topic is read read_committed up to its end "
+                                "offsets at the start")
         p.set_defaults(handler=handler)
 
     u = sub.add_parser("update", help="update a running query in place from a new spec: "
@@ -586,9 +589,22 @@ def _print_stable(path: Path) -> int:
     try:
         with open(path, encoding="utf-8") as f:
             rows = dpc_view.records(f)
-        stable = dpc_view.folded(dpc_view.stable_view(rows))  # an upsert log: per key
     except (OSError, ValueError) as exc:
         print(f"elastiq: cannot read sink file {path}: {exc}", file=sys.stderr)
+        return 1
+    return _print_view(rows, str(path))
+
+
+def _print_view(rows: list[dict[str, Any]], where: str) -> int:
+    """Print a sink's stable view, one JSON object a line (an upsert log's folded per key), and
+    which episodes still await their correction (standard error); 1 with the reason when its
+    upsert records do not fold."""
+    from common import dpc_view
+
+    try:
+        stable = dpc_view.folded(dpc_view.stable_view(rows))
+    except upsert_log.UpsertLogError as exc:
+        print(f"elastiq: {where}: {exc}", file=sys.stderr)
         return 1
     for row in stable:
         print(json.dumps(row, separators=(",", ":")), flush=True)
@@ -599,14 +615,55 @@ def _print_stable(path: Path) -> int:
     return 0
 
 
+def print_stable_topic(sink: str, ref: dict[str, str]) -> int:
+    """The stable view of a Kafka sink (`ref`: `CompiledQuery.kafka_sinks`), read
+    read_committed up to the end offsets taken at the start (`kafka_cli.read_to_end`); each
+    record left out (forged or unreadable marks, a value that is no JSON object) is named on
+    standard error with its partition, offset and reason (docs/kafka.md)."""
+    from common import dpc_view
+    from elastiq.kafka_cli import TopicUnreadable, read_to_end
+    from elastiq.kafka_client_file import ClientFileError, read_client_security
+    from executor.kafka_io import KafkaUnavailable, check_broker
+
+    topic = ref["topic"]
+    if ref.get("format", "jsonl") != "jsonl":
+        print(f"elastiq: Kafka sink {sink} writes {ref['format']} values; its stable view "
+              "reads JSON-lines topics only", file=sys.stderr)
+        return 1
+    try:
+        security = read_client_security(Path(ref["security_file"])) \
+            if ref.get("security_file") else {}
+        check_broker(ref["bootstrap"], (), security, quiet=True)
+        read = read_to_end(ref["bootstrap"], topic, security)
+    except (ClientFileError, KafkaUnavailable, TopicUnreadable) as exc:
+        print(f"elastiq: Kafka sink {sink}: {exc}", file=sys.stderr)
+        return 1
+    got = dpc_view.kafka_records(read.messages)
+    for index, reason in got.refused:
+        partition, offset = read.where[index]
+        print(f"elastiq: {topic} partition {partition} offset {offset} left out: {reason}",
+              file=sys.stderr)
+    if read.unfinished:
+        print(f"elastiq: {topic} partition(s) {read.unfinished} not read to their end offset "
+              "in time (an open transaction?); the view is of what was read", file=sys.stderr)
+    return _print_view(got.records, f"topic {topic}")
+
+
 def cmd_tail(args: argparse.Namespace) -> int:
     code, reply = _call(lambda: _client(args).status(args.query))
     if code != 0:
         return code
-    sinks = reply.get("sinks", {})
+    sinks, topics = reply.get("sinks", {}), reply.get("kafka_sinks", {})
+    if args.sink in topics:
+        if getattr(args, "stable", False):
+            return print_stable_topic(args.sink, topics[args.sink])
+        print(f"elastiq: '{args.sink}' is a Kafka sink: tail prints its stable view "
+              f"(--stable); `elastiq kafka consume {topics[args.sink]['topic']}` follows it",
+              file=sys.stderr)
+        return 1
     if args.sink not in sinks:
-        print(f"elastiq: query {args.query} has no file sink '{args.sink}' "
-              f"(file sinks: {', '.join(sinks) or 'none'})", file=sys.stderr)
+        print(f"elastiq: query {args.query} has no file or Kafka sink '{args.sink}' "
+              f"(sinks: {', '.join([*sinks, *topics]) or 'none'})", file=sys.stderr)
         return 1
     if getattr(args, "current", False):
         return print_current(sinks[args.sink])

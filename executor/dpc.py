@@ -267,81 +267,73 @@ class DpcController:
 
 
 class DpcSink:
-    """A file or console sink of a task with a DPC union: tentative rows carry TENTATIVE_COLUMN,
-    a re-run's first batch is preceded by a revision record; or a marked channel (a channel
-    or network sink, `executor.dpc_marks`): the same marks as columns of the wire table; or a
-    Kafka sink: the same marks as record headers (docs/kafka.md)."""
+    """The sink of a task with a DPC union or join: each micro-batch written with the marks
+    `DpcController.on_batch` gives it (`write_marked`: a file or console sink's `_tentative`
+    and revision lines, a marked channel's mark columns (a channel or network sink,
+    `executor.dpc_marks`), a Kafka sink's headers and correction records, docs/kafka.md),
+    under `append_id`."""
 
     def __init__(self, inner: Any, controller: DpcController) -> None:
-        from executor import kafka_io, sinks
-
-        marked_channel = isinstance(inner, sinks.ChannelSink) and \
-            dpc_marks.carries_marks(inner.schema)
-        if not (marked_channel or isinstance(inner, (sinks.FileSink, sinks.ConsoleSink,
-                                                     kafka_io.KafkaSink))):
-            raise TypeError(f"DPC marks only file, console and Kafka sinks and marked "
-                            f"channels, not {type(inner).__name__}{_why_not(inner)}")
+        reason = refusal(inner)
+        if reason is not None:
+            raise TypeError(reason)
         self.inner, self.controller = inner, controller
         self.rows_out = 0
-        self._revision_pending: int | None = None  # a channel's revision waits for a row
 
     def __call__(self, df: Any, batch_id: int) -> None:
-        from executor import kafka_io, sinks
-
+        """A re-run's first batch carries the revision whatever its rows (an empty one: the
+        revision alone, as a correction row or record); every row of a tentative batch is
+        tentative. Written under `append_id`: a re-run's batches are new to a channel's writer
+        (which drops a tag it has sent) and to a Kafka sink's exactly-once mark (which skips
+        an id at or below the last one committed); a replay after a restart has the same id."""
         mark = self.controller.on_batch(batch_id)
-        if isinstance(self.inner, sinks.ChannelSink):
-            self._send(df.toArrow(), batch_id, mark)
-            return
-        if isinstance(self.inner, kafka_io.KafkaSink):
-            self._produce(df.toArrow(), batch_id, mark)
-            return
-        lines = sink_lines(self.inner, df.toArrow(), mark.tentative)
-        if mark.revision is not None:
-            lines.insert(0, revision_line(mark.revision))
-        self.rows_out += write_lines(self.inner, self.controller.append_id(batch_id), batch_id,
-                                     lines)
-
-    def _send(self, table: pa.Table, batch_id: int, mark: BatchMark) -> None:
-        """A marked channel's batch: its rows with their marks (docs/availability.md, "Marks
-        across channels"), tagged `append_id` (a re-run's batches are new to the writer). A
-        revision rides on the first stable batch with rows from the re-run on (an empty table
-        carries no mark)."""
-        from executor import sinks
-
-        assert isinstance(self.inner, sinks.ChannelSink)
-        pending, now = self._revision_due(mark, table.num_rows)
-        self._revision_pending = None if now is not None else pending
-        wire = dpc_marks.mark_table(table, self.inner.schema, mark.tentative, now)
-        self.inner.writer.send(wire, self.controller.append_id(batch_id))
-        self.rows_out += table.num_rows
-
-    def _revision_due(self, mark: BatchMark, rows: int) -> tuple[int | None, int | None]:
-        """(the revision still to send, the one this batch carries): a revision rides on the
-        first stable batch with rows from the re-run on (an empty table carries no mark)."""
-        pending = mark.revision if mark.revision is not None else self._revision_pending
-        return pending, (pending if mark.tentative is None and rows else None)
+        table = df.toArrow()
+        revisions = [] if mark.revision is None else [mark.revision]
+        self.rows_out += write_marked(self.inner, table, [mark.tentative] * table.num_rows,
+                                      revisions, self.controller.append_id(batch_id), batch_id)
 
     def close(self) -> None:
-        """Close the sink it wraps, if that has a close (a Kafka sink's producer)."""
-        close = getattr(self.inner, "close", None)
-        if close is not None:
-            close()
+        close_inner(self.inner)
 
-    def _produce(self, table: pa.Table, batch_id: int, mark: BatchMark) -> None:
-        """A Kafka sink's batch: tentative records carry the episode in a header, and a
-        revision is a record in the same transaction as the first stable batch with rows from
-        the re-run on (as on a channel: an empty batch writes no transaction). Written under
-        `append_id`, which the sink's exactly-once mark records: a re-run's batches are new
-        (above every id written before, so not skipped as already written), a replay of one
-        after a restart has the same id (so skipped)."""
-        from executor import kafka_io
 
-        assert isinstance(self.inner, kafka_io.KafkaSink)
-        pending, now = self._revision_due(mark, table.num_rows)
-        written = self.inner.write(table, self.controller.append_id(batch_id), mark.tentative,
-                                   now)
-        self._revision_pending = None if written and now is not None else pending
-        self.rows_out += table.num_rows
+def close_inner(inner: Any) -> None:
+    """Close the sink a marking sink wraps, if that has a close (a Kafka sink's producer)."""
+    close = getattr(inner, "close", None)
+    if close is not None:
+        close()
+
+
+def refusal(inner: Any) -> str | None:
+    """Why `inner` cannot write DPC marks (None: it can): file sinks (an upsert log's batch
+    marked as a whole: `marked_lines`), console and Kafka sinks and marked channels can
+    (pure)."""
+    from executor import kafka_io, sinks
+
+    if isinstance(inner, sinks.ChannelSink) and dpc_marks.carries_marks(inner.schema) or \
+            isinstance(inner, (sinks.FileSink, sinks.ConsoleSink, kafka_io.KafkaSink)):
+        return None
+    return (f"DPC marks are written by file, console and Kafka sinks and marked channels, not "
+            f"{type(inner).__name__}{_why_not(inner)}")
+
+
+def write_marked(inner: Any, table: pa.Table, tentative: Sequence[int | None],
+                 revisions: Sequence[int], append_id: int, batch_id: int) -> int:
+    """Write one micro-batch with its DPC marks (row i tentative in episode `tentative[i]`,
+    None: stable; the batch revising `revisions`, announced before its rows) to a sink
+    `refusal` takes, under `append_id`; the rows (a file or console sink: the lines) written.
+    The one writer of marks, for a DPC task's sink (`DpcSink`) and a downstream task's
+    (`executor.dpc_downstream.MarkedSink`)."""
+    from executor import kafka_io, sinks
+
+    if isinstance(inner, sinks.ChannelSink):
+        inner.writer.send(dpc_marks.mark_rows(table, inner.schema, tentative, revisions),
+                          append_id)
+        return table.num_rows
+    if isinstance(inner, kafka_io.KafkaSink):
+        inner.write(table, append_id, tentative, revisions)
+        return table.num_rows
+    lines = [revision_line(e) for e in revisions] + marked_lines(table, tentative, inner)
+    return write_lines(inner, append_id, batch_id, lines)
 
 
 def _why_not(inner: Any) -> str:
@@ -359,17 +351,29 @@ def _why_not(inner: Any) -> str:
     return ""
 
 
-def sink_lines(inner: Any, table: pa.Table, tentative: int | None) -> list[str]:
-    """A file or console sink's lines of a batch as it writes them (an upsert log's: keyed
-    records and deletions), each with `"_tentative": N` when the batch is tentative (pure)."""
+def marked_lines(table: pa.Table, tentative: Sequence[int | None],
+                 inner: Any = None) -> list[str]:
+    """The JSON lines of a batch's rows in row order, row i's with `"_tentative": N` where
+    `tentative[i]` is N (pure). With `inner` an upsert file sink, the lines are its records
+    and deletions (`FileSink.lines`, deletions after records), and the batch is tentative or
+    stable as a whole (a DPC task's own sink; a downstream task's is refused: `refusal`)."""
     from executor import sinks
 
-    lines = inner.lines(table) if isinstance(inner, sinks.FileSink) else table_to_lines(table)
-    if tentative is None:
-        return lines
-    member = f"{json.dumps(TENTATIVE_COLUMN)}:{int(tentative)}"
-    return [("{" + member + "}") if line == "{}" else f"{line[:-1]},{member}}}"
-            for line in lines]
+    if isinstance(inner, sinks.FileSink) and inner.prefix is not None:
+        episodes = set(tentative)
+        if len(episodes) > 1:
+            raise ValueError("an upsert log's batch is tentative or stable as a whole")
+        lines = inner.lines(table)
+        return [_with_tentative(line, next(iter(episodes), None)) for line in lines]
+    return [_with_tentative(line, e) for line, e in zip(table_to_lines(table), tentative)]
+
+
+def _with_tentative(line: str, episode: int | None) -> str:
+    """A row's JSON object line with `"_tentative": episode` added (None: as it is)."""
+    if episode is None:
+        return line
+    member = f"{json.dumps(TENTATIVE_COLUMN)}:{int(episode)}"
+    return "{" + member + "}" if line == "{}" else f"{line[:-1]},{member}}}"
 
 
 def revision_line(episode: int) -> str:

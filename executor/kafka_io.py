@@ -199,22 +199,22 @@ Headers = list[tuple[str, bytes]]
 Record = tuple[bytes | None, bytes, Headers | None]  # key, value, headers
 
 
-def marked_records(records: list[Record], tentative: int | None,
-                   revision: int | None) -> list[Record]:
-    """A batch's records under DPC (docs/kafka.md, "DPC marks on a Kafka sink"), pure: each one
-    with the header TENTATIVE_HEADER = `tentative` (ASCII digits), after a correction record of
-    episode `revision` (no key, the header REVISION_HEADER, the file sink's revision line as
-    its value); unchanged when both are None. Never both."""
-    if tentative is not None and revision is not None:
-        raise ValueError(f"a batch both tentative ({tentative}) and revising ({revision})")
-    if tentative is not None:
-        header = [(dpc_view.TENTATIVE_HEADER, dpc_view.header_value(tentative))]
-        records = [(key, value, [*(headers or []), *header]) for key, value, headers in records]
-    if revision is None:
-        return records
-    correction: Record = (None, dpc_view.revision_text(revision).encode("ascii"),
-                          [(dpc_view.REVISION_HEADER, dpc_view.header_value(revision))])
-    return [correction, *records]
+def marked_records(records: list[Record], tentative: Sequence[int | None],
+                   revisions: Sequence[int]) -> list[Record]:
+    """A batch's records under DPC (docs/kafka.md, "DPC marks on a Kafka sink"), pure: record
+    i with the header TENTATIVE_HEADER = `tentative[i]` (ASCII digits; None: none), after one
+    correction record per episode of `revisions` (no key, the header REVISION_HEADER, the file
+    sink's revision line as its value)."""
+    if len(tentative) != len(records):
+        raise ValueError(f"{len(tentative)} tentative marks for {len(records)} records")
+    marked = [(key, value, headers) if episode is None else
+              (key, value, [*(headers or []),
+                            (dpc_view.TENTATIVE_HEADER, dpc_view.header_value(episode))])
+              for (key, value, headers), episode in zip(records, tentative)]
+    corrections: list[Record] = [
+        (None, dpc_view.revision_text(e).encode("ascii"),
+         [(dpc_view.REVISION_HEADER, dpc_view.header_value(e))]) for e in revisions]
+    return [*corrections, *marked]
 
 
 class KafkaSink:
@@ -243,16 +243,18 @@ class KafkaSink:
     def __call__(self, df: Any, batch_id: int) -> None:
         self.write(df.toArrow(), batch_id)
 
-    def write(self, table: pa.Table, batch_id: int, tentative: int | None = None,
-              revision: int | None = None) -> bool:
+    def write(self, table: pa.Table, batch_id: int, tentative: Sequence[int | None] = (),
+              revisions: Sequence[int] = ()) -> bool:
         """Write `table` as batch `batch_id` (exactly once: the id its mark records); whether
-        anything was written. Under DPC (`executor.dpc.DpcSink`, docs/kafka.md): `tentative`,
-        each record's header TENTATIVE_HEADER = the episode; `revision`, a correction record
-        (header REVISION_HEADER, value `{"_revision": N}`, no key) first, in the same
-        transaction as the rows. An empty table writes nothing (a replay of it neither)."""
-        if table.num_rows == 0:
+        anything was written. Under DPC (`executor.dpc.write_marked`, docs/kafka.md): row i's
+        record with the header TENTATIVE_HEADER = `tentative[i]` (not given: none), and a
+        correction record per episode of `revisions` (header REVISION_HEADER, value
+        `{"_revision": N}`, no key) first, in the same transaction as the rows. A batch
+        without rows or corrections writes nothing (a replay of it neither)."""
+        if table.num_rows == 0 and not revisions:
             return False
-        records = marked_records(self._records(table), tentative, revision)
+        marks = list(tentative) or [None] * table.num_rows
+        records = marked_records(self._records(table), marks, revisions)
         if self.exactly_once:
             self._transaction(records, batch_id)
         else:

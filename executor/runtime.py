@@ -476,14 +476,16 @@ class TaskRuntime:
 
     def _get(self, op: str, name: str, marks: bool = False) -> Stream:
         """The stream `name`; one carrying DPC marks only for an operator that propagates them
-        (`marks`: a filter, a projection, a file or console sink; docs/availability.md)."""
+        (`marks`: a filter, a projection, a file, console or Kafka sink, a network sink with
+        marks; docs/availability.md)."""
         stream = self.streams.get(name)
         if stream is None:
             raise self._error(op, f"unknown input stream {name!r} (known: {sorted(self.streams)})")
         if name in self.marked and not marks:
             raise self._error(op, f"stream {name!r} carries DPC marks (tentative rows) from its "
-                                  "upstream task; only filters, projections and a file or "
-                                  "console sink propagate them (docs/availability.md)")
+                                  "upstream task; only filters, projections and a file, "
+                                  "console or Kafka sink or a marked network sink propagate "
+                                  "them (docs/availability.md)")
         return stream
 
     def _field(self, op: str, stream: Stream, name: str) -> Field:
@@ -1468,8 +1470,9 @@ class TaskRuntime:
                    format: Literal["jsonl", "csv"], delivery: str,
                    key_column: str | None = None, security_file: str | None = None) -> None:
         """Rows as records of `topic`; exactly once for read_committed readers, or at least
-        once (`executor.kafka_io.KafkaSink`)."""
-        stream = self._get(op, input)
+        once (`executor.kafka_io.KafkaSink`); a marked input's DPC marks as record headers
+        (docs/kafka.md), not in real-time mode."""
+        stream = self._get(op, input, marks=self.real_time is None)
         if key_column is not None:
             self._field(op, stream, key_column)
         if delivery not in ("exactly-once", "at-least-once"):
@@ -1548,10 +1551,12 @@ class TaskRuntime:
 
     def _serve(self, op: str, input: str, channel: str, bind: str | None,
                access: tuple[WriterAuth | None, tuple[str, ...], bool],
-               marks: bool = False) -> None:
+               marks: bool = False, relay: bool = False) -> None:
+        """`relay`: a marked input may be served (a network sink's, with `marks`); a channel
+        to another task does not carry marks on (docs/availability.md, "Not built yet")."""
         if self.channels is None:
             raise self._error(op, "channel sinks need the executor's ChannelHub")
-        stream = self._get(op, input).schema
+        stream = self._get(op, input, marks=relay).schema
         schema = shapes.arrow_schema(dpc_marks.with_marks(stream) if marks else stream)
         self._access[channel] = access
         writer = self._writer(channel, schema, bind)
@@ -1598,8 +1603,9 @@ class TaskRuntime:
         readers "id=PUBLICKEY, ..." over CURVE with the keypair in `key_file`; without a key
         file, plain text to the reader ids `readers` names; with neither, plain text to whoever
         subscribes (a trusted network only: any peer can read, ack or pin the backup).
-        `marks` (the compiler's `network_sink_marks`: the task's union or join has max-delay):
-        each row carries its DPC marks, as on a marked channel (`executor.dpc_marks`)."""
+        `marks` (the compiler's `network_sink_marks`: the task's union or join has max-delay,
+        or its input comes through filters and projections from a marked channel): each row
+        carries its DPC marks, as on a marked channel (`executor.dpc_marks`)."""
         try:
             declared = parse_readers(readers or "")
             auth = WriterAuth(read_key_file(key_file), declared) if key_file else None
@@ -1613,8 +1619,9 @@ class TaskRuntime:
                         "its readers and a key file to authenticate them", self.task_id, op,
                         channel)
         access = (auth, () if auth is not None else tuple(declared), not declared)
-        self._serve(op, input, channel, self._param(op, "endpoint", endpoint), access, marks)
-        sink = self.sink.inner if isinstance(self.sink, DpcSink) else self.sink
+        self._serve(op, input, channel, self._param(op, "endpoint", endpoint), access, marks,
+                    relay=marks)
+        sink = self.sink.inner if isinstance(self.sink, (DpcSink, MarkedSink)) else self.sink
         assert isinstance(sink, sinks.ChannelSink)
         self.live[(op, "endpoint")] = LiveParam(
             endpoint, lambda bind: self._move_writer(op, sink, channel, str(bind)))

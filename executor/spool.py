@@ -33,6 +33,7 @@ import pyarrow as pa
 
 from common.atomic_file import replace_file
 from common.safe_open import PRIVATE_FILE_MODE, private_folder
+from executor.dpc_marks import without_corrections
 
 CHUNK_ROWS = 32_768  # rows per record batch in a spooled file: the unit Spark partitions split
 COMMITTED = "committed"
@@ -227,7 +228,8 @@ def split_units(batches: Sequence[SpooledBatch], parts: int) -> list[tuple[Unit,
 
 
 def read_units(folder: str, units: Sequence[Unit], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
-    """The record batches `units` name, memory-mapped, as `schema` (a Spark Python worker's side)."""
+    """The record batches `units` name, memory-mapped, as `schema` (a Spark Python worker's side);
+    a marked channel's correction rows left out (`dpc_marks.without_corrections`)."""
     for seq, chunks, size, first, end in units:
         path = os.path.join(folder, batch_name(seq, chunks, size))
         try:
@@ -236,7 +238,7 @@ def read_units(folder: str, units: Sequence[Unit], schema: pa.Schema) -> Iterato
             raise SpoolError(f"spool {folder}: batch {seq} is gone (trimmed before it was "
                              "read)") from None
         for index in range(first, end):
-            batch = reader.get_batch(index)
+            batch = without_corrections(reader.get_batch(index))
             if not batch.schema.equals(schema, check_metadata=False):
                 batch = pa.Table.from_batches([batch]).select(schema.names) \
                     .cast(schema).combine_chunks().to_batches()[0]

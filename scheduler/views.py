@@ -45,6 +45,7 @@ def query_view(q: QueryRecord, unplaced: dict[str, str],
         "status": query_status(q),
         "failure": q.failure,
         "sinks": sinks_in_force(q.query.sinks, q.control, q.query.controls),
+        "kafka_sinks": q.query.kafka_sinks,  # how `elastiq tail --stable` reads a topic
         "tasks": [task_view(t, unplaced.get(t.task_id, ""), waits.get(t.task_id, ""))
                   for t in q.tasks.values()],
         "elastic": elasticity.describe(q.query, q.tasks, q.control, q.elastic),

@@ -4,7 +4,9 @@ them (a2's through `dpc_support.LinkProxy`) with max-delay and serves the union 
 channel u.out; task "f" reads u.out, keeps the rows with temp > THRESHOLD (a filter, then a
 projection) and writes a file sink. `marked_cut_run` cuts a2's link once f's first rows are
 out, heals it after `cut_seconds`, and returns what f's sink holds once everything drained;
-`oracle` is the plain-Python filter over all input."""
+`oracle` is the plain-Python filter over all input. The other runs change whose sink is read:
+u's own network sink (`network_cut_run`) or Kafka sink (`kafka_cut_run`), or two downstream
+tasks filtering u.out into a network sink and a Kafka sink (`downstream_sinks_cut_run`)."""
 
 from __future__ import annotations
 
@@ -50,6 +52,8 @@ class MarkedRun:
     at_heal: list[dict[str, Any]]  # f's sink when the link healed
     first_tentative: float  # seconds from the cut to f's first tentative row
     reconcile: float  # seconds u's reconcile took
+    cut_at: float = 0.0  # time.monotonic() of the cut
+    healed_at: float = 0.0  # and of the heal
 
 
 def _union_task(spark: Any, tmp_path: Path, hub: Any, proxy: LinkProxy, schema: Any,
@@ -67,26 +71,41 @@ def _union_task(spark: Any, tmp_path: Path, hub: Any, proxy: LinkProxy, schema: 
 
 
 def _upstream_task(spark: Any, tmp_path: Path, hub: Any, proxy: LinkProxy, schema: Any,
-                   max_delay: str) -> Any:
+                   max_delay: str, readers: tuple[str, ...] = ("f",)) -> Any:
     u = _union_task(spark, tmp_path, hub, proxy, schema, max_delay)
-    u.channel_sink(input="both", channel="u.out", readers=("f",), marks=True)
+    u.channel_sink(input="both", channel="u.out", readers=readers, marks=True)
     assert u.dpc is not None, "the union's max-delay was not applied"
     _sources_up(u)
     return u
 
 
-def _downstream_task(spark: Any, tmp_path: Path, hub: Any, schema: Any) -> Any:
+def _downstream_task(spark: Any, tmp_path: Path, hub: Any, schema: Any,
+                     task_id: str = "f", sink: Callable[[Any], None] | None = None) -> Any:
+    """Task `task_id` reads u.out (marked), keeps the hot rows, projects them and writes them
+    with `sink(task)` (default: the file sink f.jsonl)."""
     from executor.runtime import TaskRuntime
 
-    f = TaskRuntime(spark, query_id="q", task_id="f", checkpoint_dir=str(tmp_path / "f"),
-                    channels=hub, trigger_seconds=0.5)
+    f = TaskRuntime(spark, query_id="q", task_id=task_id,
+                    checkpoint_dir=str(tmp_path / task_id), channels=hub, trigger_seconds=0.5)
     f.channel_source(output="in", schema=schema, channel="u.out", marks=True)
     f.filter(op="hot", input="in", output="hot", condition=CONDITION)
     f.project(op="p", input="hot", output="out",
               fields=(("sensor", "sensor"), ("ts", "ts"), ("temp", "temp")))
-    f.file_sink(op="sink", input="out", path=str(tmp_path / "f.jsonl"))
+    if sink is None:
+        f.file_sink(op="sink", input="out", path=str(tmp_path / "f.jsonl"))
+    else:
+        sink(f)
     _sources_up(f)
     return f
+
+
+def _read_all_of_u(u: Any, f: Any) -> None:
+    """Until downstream task `f` finished every batch u sent it."""
+    from executor.spool_source import finished_seq
+
+    u_last = u.sink.inner.writer.retained_range()[1]
+    f_dir = str(Path(f.checkpoint_dir) / "spark")
+    _wait_settled(f.query, lambda: (finished_seq(f_dir, "u.out") or 0) >= u_last, f.task_id)
 
 
 @dataclass
@@ -138,6 +157,7 @@ def _drive(spark: Any, tmp_path: Path, scenario: Scenario, *, rate: float, limit
                  cut_seconds + 30, 0.5)
         at_heal = scenario.read()
         proxy.heal()
+        healed_at = time.monotonic()
         wait_for("u's reconcile", lambda: bool(dpc.reconcile_seconds), 180)
         for rt in ups:
             _wait_settled(rt.query, lambda q=rt.query: _first_int(
@@ -147,7 +167,8 @@ def _drive(spark: Any, tmp_path: Path, scenario: Scenario, *, rate: float, limit
         _wait_settled(u.query, lambda: all((finished_seq(u_dir, ch) or 0) >= last
                                            for ch, last in lasts.items()), "u")
         scenario.drained(u, tasks)
-        return MarkedRun(scenario.read(), at_heal, first, dpc.reconcile_seconds[0])
+        return MarkedRun(scenario.read(), at_heal, first, dpc.reconcile_seconds[0], cut_at,
+                         healed_at)
     finally:
         for rt in (*reversed(tasks), *ups):
             rt.stop()
@@ -165,12 +186,7 @@ def marked_cut_run(spark: Any, tmp_path: Path, *, rate: float, limit: int,
         return [u, _downstream_task(spark, tmp_path, hub, READING)]
 
     def drained(u: Any, tasks: list[Any]) -> None:
-        from executor.spool_source import finished_seq
-
-        f = tasks[1]
-        u_last = u.sink.inner.writer.retained_range()[1]
-        f_dir = str(Path(f.checkpoint_dir) / "spark")
-        _wait_settled(f.query, lambda: (finished_seq(f_dir, "u.out") or 0) >= u_last, "f")
+        _read_all_of_u(u, tasks[1])
 
     return _drive(spark, tmp_path, Scenario(build, lambda: read_sink(out), drained),
                   rate=rate, limit=limit, cut_seconds=cut_seconds)
@@ -188,6 +204,7 @@ class MarkedChannelReader:
         schema = arrow_schema(with_marks(READING))
         self.reader = ChannelReader(channel, reader_id, endpoint, schema)
         self.batches: dict[int, list[dict[str, Any]]] = {}
+        self.arrived: dict[int, float] = {}  # seq -> time.monotonic() it came
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -202,11 +219,30 @@ class MarkedChannelReader:
             for batch in self.reader.poll(0.2):
                 with self._lock:
                     self.batches[batch.seq] = batch.table.to_pylist()
+                    self.arrived.setdefault(batch.seq, time.monotonic())
                 self.reader.ack(batch.seq)
 
     def high(self) -> int:
         with self._lock:
             return max(self.batches, default=0)
+
+    def first_tentative(self) -> float | None:
+        """When the first batch with a tentative row came (time.monotonic(); None: none)."""
+        from executor.dpc_marks import REVISION_MARK, TENTATIVE_MARK
+
+        return self._first(lambda r: r[TENTATIVE_MARK] is not None and r[REVISION_MARK] is None)
+
+    def first_revision(self) -> float | None:
+        """When the first batch revising an episode came (on its rows or a correction row)."""
+        from executor.dpc_marks import REVISION_MARK
+
+        return self._first(lambda r: r[REVISION_MARK] is not None)
+
+    def _first(self, wanted: Callable[[dict[str, Any]], bool]) -> float | None:
+        with self._lock:
+            times = [self.arrived[seq] for seq, rows in self.batches.items()
+                     if any(wanted(r) for r in rows)]
+        return min(times, default=None)
 
     def records(self) -> list[dict[str, Any]]:
         """The batches so far as a file sink's records (`common.dpc_view.channel_records`)."""
@@ -269,6 +305,7 @@ class HeaderReader:
                                   "isolation.level": "read_committed"})
         self.consumer.subscribe([topic])
         self.messages: list[tuple[Any, bytes | None]] = []
+        self.arrived: list[float] = []  # time.monotonic() each message came
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -280,10 +317,18 @@ class HeaderReader:
                 if message.error() is None:
                     with self._lock:
                         self.messages.append((message.headers(), message.value()))
+                        self.arrived.append(time.monotonic())
 
     def count(self) -> int:
         with self._lock:
             return len(self.messages)
+
+    def first_with(self, header: str) -> float | None:
+        """When the first record with `header` came (time.monotonic(); None: none)."""
+        with self._lock:
+            times = [at for (headers, _), at in zip(self.messages, self.arrived)
+                     if any(name == header for name, _ in headers or ())]
+        return min(times, default=None)
 
     def read(self) -> Any:
         """`common.dpc_view.KafkaRead` of every record so far, ISO-8601 `...Z` strings as
@@ -334,3 +379,68 @@ def kafka_cut_run(spark: Any, tmp_path: Path, bootstrap: str, topic: str, *, rat
         return run, reader.read()
     finally:
         reader.stop()
+
+
+@dataclass
+class DownstreamRun:
+    """The downstream network and Kafka sinks' records after a cut run, and when each first
+    showed a tentative row (seconds after the cut; None: never)."""
+
+    run: MarkedRun  # its rows: the network sink's
+    kafka: Any  # the Kafka reader's last `common.dpc_view.KafkaRead`
+    refused_frames: int  # frames the network reader refused
+    network_first: float | None
+    kafka_first: float | None
+    network_revised: float | None  # seconds from the heal to the revision at each reader
+    kafka_revised: float | None
+
+
+def downstream_sinks_cut_run(spark: Any, tmp_path: Path, bootstrap: str, topic: str, *,
+                             rate: float, limit: int, cut_seconds: float,
+                             max_delay: str) -> DownstreamRun:
+    """u serves the union on the marked channel u.out to two stateless downstream tasks: "fn"
+    filters it into a network sink (marked, read by a plain channel reader) and "fk" into an
+    exactly-once kafka-sink (read read_committed). The run's rows are the network reader's."""
+    from common import dpc_view
+
+    endpoint = f"tcp://127.0.0.1:{_free_port()}"
+    net = MarkedChannelReader("fn.net", "test-reader", endpoint)
+    kafka = HeaderReader(bootstrap, topic)
+
+    def network(f: Any) -> None:
+        f.network_sink(op="net", input="out", endpoint=endpoint, channel="fn.net", marks=True)
+
+    def to_kafka(f: Any) -> None:
+        f.kafka_sink(op="k", input="out", bootstrap=bootstrap, topic=topic, format="jsonl",
+                     delivery="exactly-once")
+
+    def build(hub: Any, proxy: LinkProxy) -> list[Any]:
+        u = _upstream_task(spark, tmp_path, hub, proxy, READING, max_delay, ("fn", "fk"))
+        fn = _downstream_task(spark, tmp_path, hub, READING, "fn", network)
+        net.start()
+        return [u, fn, _downstream_task(spark, tmp_path, hub, READING, "fk", to_kafka)]
+
+    def drained(u: Any, tasks: list[Any]) -> None:
+        fn, fk = tasks[1], tasks[2]
+        for f in (fn, fk):
+            _read_all_of_u(u, f)
+        last = fn.sink.inner.writer.retained_range()[1]
+        wait_for(f"the network reader's seq {last}", lambda: net.high() >= last, 60)
+        rows = fk.sink.inner.rows_out
+        wait_for(f"{rows} rows at the Kafka reader", lambda: len(
+            [r for r in kafka.read().records if dpc_view.REVISION not in r]) >= rows, 60)
+        settle = time.monotonic() + 1.0  # a record written twice would show by then
+        wait_for("the Kafka reader's settle", lambda: time.monotonic() >= settle, 5, 0.2)
+
+    try:
+        run = _drive(spark, tmp_path, Scenario(build, net.records, drained),
+                     rate=rate, limit=limit, cut_seconds=cut_seconds)
+        firsts = [None if t is None else t - run.cut_at
+                  for t in (net.first_tentative(), kafka.first_with(dpc_view.TENTATIVE_HEADER))]
+        revised = [None if t is None else t - run.healed_at
+                   for t in (net.first_revision(), kafka.first_with(dpc_view.REVISION_HEADER))]
+        return DownstreamRun(run, kafka.read(), net.reader.stats().refused_frames, *firsts,
+                             *revised)
+    finally:
+        net.stop()
+        kafka.stop()

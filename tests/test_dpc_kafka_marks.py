@@ -37,27 +37,32 @@ def test_marked_records_round_trip_through_the_reader_seeded() -> None:
     messages, expected = [], []
     for _ in range(200):
         rows, kind, episode = _rows(rng, rng.randrange(4)), rng.choice("ptr"), \
-            rng.randrange(1, 2**31)
-        tentative = episode if kind == "t" else None
-        revision = episode if kind == "r" and rows else None
-        for _, value, headers in marked_records(_as_records(rows), tentative, revision):
+            rng.randrange(1, 2**31 - 2)
+        tentative = [episode if kind == "t" or rng.random() < 0.3 else None for _ in rows]
+        revisions = sorted(rng.sample([episode + 1, episode + 2], rng.randrange(3))) \
+            if kind == "r" else []
+        for _, value, headers in marked_records(_as_records(rows), tentative, revisions):
             messages.append((headers, value))
-        expected += [{dpc_view.REVISION: revision}] if revision is not None else []
-        expected += [r if tentative is None else {**r, dpc_view.TENTATIVE: tentative}
-                     for r in rows]
+        expected += [{dpc_view.REVISION: e} for e in revisions]
+        expected += [r if t is None else {**r, dpc_view.TENTATIVE: t}
+                     for r, t in zip(rows, tentative)]
     read = kafka_records(messages)
     assert read.refused == [] and read.records == expected
     assert dpc_view.stable_view(read.records) == [r for r in expected if len(r) == 2]
+    assert sum(1 for r in read.records if dpc_view.REVISION in r) > 0
 
 
 def test_a_correction_comes_first_with_its_header_and_no_key() -> None:
-    records = marked_records([(b"k", b'{"a":1}', None)], None, 7)
+    records = marked_records([(b"k", b'{"a":1}', None)], [None], [7])
     assert records == [(None, b'{"_revision":7}', [(REVISION_HEADER, b"7")]),
                        (b"k", b'{"a":1}', None)]
-    assert marked_records([(b"k", b"v", [("x", b"y")])], 12, None) == [
-        (b"k", b"v", [("x", b"y"), (TENTATIVE_HEADER, b"12")])]
-    with pytest.raises(ValueError, match="both tentative"):
-        marked_records([], 1, 1)
+    assert marked_records([(b"k", b"v", [("x", b"y")]), (b"j", b"w", None)], [12, None], []) == [
+        (b"k", b"v", [("x", b"y"), (TENTATIVE_HEADER, b"12")]), (b"j", b"w", None)]
+    assert marked_records([], [], [3, 4]) == [  # a correction alone: no row to carry it
+        (None, b'{"_revision":3}', [(REVISION_HEADER, b"3")]),
+        (None, b'{"_revision":4}', [(REVISION_HEADER, b"4")])]
+    with pytest.raises(ValueError, match="tentative marks for"):
+        marked_records([(b"k", b"v", None)], [], [])
 
 
 FORGED: dict[str, tuple[list[tuple[str, bytes | None]], bytes | None, str]] = {
@@ -183,3 +188,23 @@ def test_a_kafka_sink_through_a_cut_writes_the_re_run_and_skips_its_replay(
     again = DpcController("u", str(tmp_path), [], 1.0, lambda: None, lambda: None)
     DpcSink(restarted, again)(_Frame([30.0, 31.0]), 3)  # Spark replays the uncommitted batch
     assert (again.append_id(3), restarted.skipped_batches, len(restarted.committed)) == (6, 1, 7)
+
+
+def test_a_downstream_batch_writes_each_row_s_mark_and_a_correction_even_without_rows() -> None:
+    """`write_marked` as a downstream task's Kafka sink uses it (docs/kafka.md): a micro-batch
+    mixing stable and tentative rows gets a header on its tentative records only; a batch
+    whose rows a filter dropped still commits the correction it read, alone in its
+    transaction; an empty batch without one writes nothing."""
+    from executor.dpc import write_marked
+
+    kafka = _Transactions()
+    table = _Frame([1.0, 2.0, 3.0]).table
+    write_marked(kafka, table, [None, 4, None], [], 0, 0)
+    write_marked(kafka, _Frame([]).table, [], [4], 1, 1)
+    write_marked(kafka, _Frame([]).table, [], [], 2, 2)
+    assert [batch for batch, _ in kafka.committed] == [0, 1]
+    assert [h for _, _, h in kafka.committed[0][1]] == [None, [(TENTATIVE_HEADER, b"4")], None]
+    assert kafka.committed[1][1] == [(None, b'{"_revision":4}', [(REVISION_HEADER, b"4")])]
+    read = kafka_records((h, v) for _, records in kafka.committed for _, v, h in records)
+    assert read.refused == [] and dpc_view.open_episodes(read.records) == []
+    assert [r["temp"] for r in dpc_view.stable_view(read.records)] == [1.0, 3.0]

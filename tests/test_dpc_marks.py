@@ -2,8 +2,8 @@
 the marks' encoding in a channel's Arrow table (a seeded fuzz of the round trip through the
 frame codec, against plain-Python rows), forged marks refused by the codec and by a real
 ZeroMQ reader (counted, the reader goes on), the downstream sink's lines, the revisions a
-micro-batch read from its spool, and the upstream sink's revision riding on the first stable
-batch with rows."""
+micro-batch read from its spool, a batch without a row to carry its revision (a correction
+row), and the upstream sink's revision riding on the re-run's first batch."""
 
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ from common import dpc_view
 from common.types import Schema
 from executor import dpc_marks, spool
 from executor.channels import ChannelReader
-from executor.dpc import BatchMark, DpcSink
-from executor.dpc_downstream import derived_lines, revisions_in
+from executor.dpc import BatchMark, DpcSink, marked_lines
+from executor.dpc_downstream import revisions_in, row_marks
 from executor.dpc_marks import MAX_EPISODE, REVISION_MARK, TENTATIVE_MARK, MarkError
 from executor.shapes import arrow_schema
 from executor.wire import FrameError, Header, Kind, decode_header, decode_table, encode_header, \
@@ -51,19 +51,25 @@ def wire_table(data: list[dict[str, Any]], tentative: list[int | None],
 
 
 def test_marks_round_trip_through_the_frame_codec_seeded_fuzz() -> None:
+    """Rows marked one by one and a batch's revisions (none, one, two), through the codec:
+    a reader's records (`channel_records`) are the plain-Python ones, and a revision rides on
+    the stable rows when it can, else on a correction row."""
     rng = random.Random(34)
-    for _ in range(200):
+    for _ in range(300):
         data = rows(rng, rng.randrange(0, 12))
-        kind = rng.choice(["stable", "tentative", "revision"])
-        episode = rng.choice([1, 2, rng.randrange(1, MAX_EPISODE + 1), MAX_EPISODE])
-        tentative = episode if kind == "tentative" else None
-        revision = episode if kind == "revision" else None
-        table = dpc_marks.mark_table(base_table(data), WIRE, tentative, revision)
+        episode = rng.choice([1, 2, rng.randrange(1, MAX_EPISODE - 1), MAX_EPISODE - 2])
+        tentative = [rng.choice([None, episode]) for _ in data]
+        revisions = sorted(rng.sample([episode + 1, episode + 2], rng.choice([0, 0, 1, 1, 2])))
+        table = dpc_marks.mark_rows(base_table(data), WIRE, tentative, revisions)
         back = decode_table(encode_table(table), WIRE)
-        assert back.to_pylist() == [{**r, TENTATIVE_MARK: tentative, REVISION_MARK: revision}
-                                    for r in data]
-        expected = revision if data else None  # an empty table carries no mark
-        assert dpc_marks.check_marks(back) == expected == dpc_marks.revision_of(back)
+        assert dpc_marks.check_marks(back) == revisions == dpc_marks.revisions_of(back)
+        expected = [{dpc_view.REVISION: e} for e in revisions] + [
+            r if t is None else {**r, dpc_view.TENTATIVE: t} for r, t in zip(data, tentative)]
+        assert dpc_view.channel_records([back.to_pylist()]) == expected
+        on_rows = len(revisions) == 1 and None in tentative
+        assert back.num_rows == len(data) + (0 if on_rows else len(revisions))
+        spooled = [dpc_marks.without_corrections(b) for b in back.to_batches()]
+        assert sum(b.num_rows for b in spooled) == len(data)  # what Spark reads of it
 
 
 FORGED = {
@@ -71,7 +77,8 @@ FORGED = {
     "a negative episode": ([-5], [None]),
     "an episode past the range": ([MAX_EPISODE + 1], [None]),
     "a revision 0": ([None], [0]),
-    "a row both tentative and a revision": ([3], [3]),
+    "a correction row with data": ([3], [3]),
+    "a row tentative in one episode revising another": ([3], [4]),
     "two episodes revised in one batch": ([None, None], [1, 2]),
 }
 
@@ -148,14 +155,14 @@ def test_a_real_reader_counts_a_forged_mark_asks_again_and_goes_on() -> None:
         router.close()
 
 
-def test_derived_lines_mark_each_row_derived_from_a_tentative_one() -> None:
+def test_marked_lines_mark_each_row_derived_from_a_tentative_one() -> None:
     rng = random.Random(5)
     for _ in range(50):
         data = rows(rng, rng.randrange(0, 10))
         marks = [rng.choice([None, 1, 7]) for _ in data]
         table = base_table(data).append_column(TENTATIVE_MARK, pa.array(marks, pa.int64()))
         got = [{**r, "ts": datetime.fromisoformat(r["ts"])}
-               for r in map(json.loads, derived_lines(table))]
+               for r in map(json.loads, marked_lines(*row_marks(table)))]
         expected = [{**r, **({} if m is None else {dpc_view.TENTATIVE: m})}
                     for r, m in zip(data, marks)]
         assert sorted(got, key=repr) == sorted(expected, key=repr)
@@ -218,20 +225,25 @@ class _Frame:
         return self.table
 
 
-def test_the_upstream_revision_rides_on_the_first_stable_batch_with_rows() -> None:
+def test_the_upstream_revision_rides_on_the_re_run_s_first_batch_even_without_rows() -> None:
+    """A re-run's first batch carries the revision: on its rows, or, without a row, as a
+    correction row (so a reader needs no later batch with rows to learn of it)."""
     from executor import sinks
 
     writer = _Writer()
     inner = sinks.ChannelSink("u", writer, WIRE)
     marks = [BatchMark(tentative=1), BatchMark(revision=1), BatchMark(), BatchMark(tentative=2),
-             BatchMark()]
+             BatchMark(revision=2), BatchMark()]
     sink = DpcSink(inner, _Controller(marks))  # type: ignore[arg-type]
     data = rows(random.Random(7), 2)
-    for batch_id, n in enumerate([2, 0, 2, 2, 2]):
+    for batch_id, n in enumerate([2, 0, 2, 2, 2, 2]):
         sink(_Frame(base_table(data[:n])), batch_id)
-    assert [tag for tag, _ in writer.sent] == [100, 101, 102, 103, 104]
-    seen = [(dpc_marks.revision_of(t), set(t.column(TENTATIVE_MARK).to_pylist()))
-            for _, t in writer.sent]
-    assert seen == [(None, {1}), (None, set()), (1, {None}), (None, {2}), (None, {None})]
+    assert [tag for tag, _ in writer.sent] == [100, 101, 102, 103, 104, 105]
+    seen = [(dpc_marks.revisions_of(t), t.num_rows) for _, t in writer.sent]
+    assert seen == [([], 2), ([1], 1), ([], 2), ([], 2), ([2], 2), ([], 2)]
     for _, table in writer.sent:
         decode_table(encode_table(table), WIRE)  # every frame sent passes the reader's check
+    records = dpc_view.channel_records([t.to_pylist() for _, t in writer.sent])
+    assert [r for r in records if dpc_view.REVISION in r] == [{dpc_view.REVISION: 1},
+                                                               {dpc_view.REVISION: 2}]
+    assert len(dpc_view.stable_view(records)) == 6 and dpc_view.open_episodes(records) == []

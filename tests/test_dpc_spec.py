@@ -292,3 +292,58 @@ def test_a_marked_network_source_feeding_what_cannot_carry_marks_is_refused_at_i
     two = dataflow(_net_source("n", "raw", 7001, "dpc") + _filter("f", "raw", "hot")
                    + SINK.format(stream="hot") + NET_SINK.format(stream="raw"))
     _at(_errors(two), two, '<param name="marks"', "2 readers of 'raw'")
+
+
+KAFKA_SINK = ('  <operator name="k" type="kafka-sink">\n    <input name="{stream}"/>\n'
+              '    <param name="bootstrap" value="127.0.0.1:9092"/>\n'
+              '    <param name="topic" value="results"/>\n  </operator>\n')
+
+
+def test_a_downstream_task_s_network_and_kafka_sinks_take_the_marks(tmp_path) -> None:
+    """docs/availability.md, "Marks across channels": the union's output is read in two
+    other tasks, filtered into a network sink and into a Kafka sink; its channel is marked
+    for both, and the downstream network sink serves the marked schema (its own task holds
+    no union: the mark comes from its input channel). With a window aggregate as a third
+    reader, nothing is marked."""
+    readers = _filter("f1", "both", "h1") + _filter("f2", "both", "h2")
+    sinks = NET_SINK.format(stream="h1") + KAFKA_SINK.format(stream="h2")
+    third = SINK.replace("out.jsonl", "s3.jsonl").format(stream="raw")  # raw: a channel
+    xml = dataflow(SOURCE + SECOND + _union(' max-delay="3 seconds"') + readers + sinks + third)
+    assert sorted(c.split("(")[0] for c in _marked_calls(xml, tmp_path)) == [
+        "rt.channel_sink", "rt.channel_source", "rt.channel_source", "rt.network_sink"]
+    [net] = _program_calls(xml, tmp_path, "network_sink")
+    assert net.get("marks") is True
+    window = ('  <operator name="w" type="window-aggregate">\n    <input name="both"/>\n'
+              '    <param name="time" value="ts"/><param name="size" value="1 seconds"/>\n'
+              '    <aggregate name="n" function="count"/>\n'
+              '    <output name="h3"/>\n  </operator>\n')
+    plain = xml.replace(third, third + window + SINK.replace('name="sink"', 'name="s4"')
+                        .replace("out.jsonl", "s4.jsonl").format(stream="h3"))
+    assert _marked_calls(plain, tmp_path) == []
+
+
+def test_a_marked_network_source_may_feed_a_kafka_or_network_sink(tmp_path) -> None:
+    for sink in (KAFKA_SINK.format(stream="hot"),
+                 NET_SINK.replace("7100", "7101").format(stream="hot")):
+        xml = dataflow(_net_source("n", "raw", 7001, "dpc") + _filter("f", "raw", "hot") + sink)
+        graph, diagnostics = check_spec_text(xml, "dpc.xml")
+        assert graph is not None, [d.render() for d in diagnostics]
+    relay = dataflow(_net_source("n", "raw", 7001, "dpc") + _filter("f", "raw", "hot")
+                     + NET_SINK.format(stream="hot"))
+    assert [c.get("marks") for c in _program_calls(relay, tmp_path, "network_sink")] == [True]
+
+
+def test_a_query_names_its_kafka_sinks_topics_for_tail_stable(tmp_path) -> None:
+    """`elastiq tail QUERY SINK --stable` reads a Kafka sink's topic: the compiled query (and
+    so the scheduler's status) says where it is, through its JSON form."""
+    from common.tasks import CompiledQuery
+    from compiler.pipeline import compile_spec_text
+
+    secured = KAFKA_SINK.replace('value="results"/>', 'value="results"/>\n'
+                                 '    <param name="security-file" value="client.properties"/>')
+    xml = dataflow(SOURCE + secured.format(stream="raw"))
+    query = compile_spec_text(xml, "dpc.xml", base_dir=tmp_path).query
+    assert query.kafka_sinks == {"k": {"bootstrap": "127.0.0.1:9092", "topic": "results",
+                                       "format": "jsonl",
+                                       "security_file": str(tmp_path / "client.properties")}}
+    assert CompiledQuery.from_json(query.to_json()).kafka_sinks == query.kafka_sinks

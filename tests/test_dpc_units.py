@@ -12,7 +12,7 @@ import pytest
 
 from common import dpc_view
 from executor import spool
-from executor.dpc import BatchMark, DpcSink, keep_stable_point, revision_line, sink_lines
+from executor.dpc import BatchMark, DpcSink, keep_stable_point, marked_lines, revision_line
 
 
 def _files(root: Path) -> set[str]:
@@ -49,11 +49,10 @@ def test_the_spool_control_round_trips_and_refuses_damage(tmp_path: Path) -> Non
 
 def test_tentative_rows_carry_their_episode_and_a_revision_names_it() -> None:
     table = pa.table({"n": [1, 2]})
-    assert sink_lines(object(), table, None) == ['{"n":1}', '{"n":2}']
-    assert [json.loads(line) for line in sink_lines(object(), table, 3)] == [
-        {"n": 1, "_tentative": 3}, {"n": 2, "_tentative": 3}]
-    assert sink_lines(object(), pa.table({"n": [1]}).drop_columns(["n"]), 2) == [
-        '{"_tentative":2}']
+    assert marked_lines(table, [None, None]) == ['{"n":1}', '{"n":2}']
+    assert [json.loads(line) for line in marked_lines(table, [3, None])] == [
+        {"n": 1, "_tentative": 3}, {"n": 2}]  # in row order
+    assert marked_lines(pa.table({"n": [1]}).drop_columns(["n"]), [2]) == ['{"_tentative":2}']
     assert json.loads(revision_line(3)) == {dpc_view.REVISION: 3}
 
 
