@@ -3,7 +3,8 @@ the marks' encoding in a channel's Arrow table (a seeded fuzz of the round trip 
 frame codec, against plain-Python rows), forged marks refused by the codec and by a real
 ZeroMQ reader (counted, the reader goes on), the downstream sink's lines, the revisions a
 micro-batch read from its spool, a batch without a row to carry its revision (a correction
-row), and the upstream sink's revision riding on the re-run's first batch."""
+row), the upstream sink's revision riding on the re-run's first batch, and a DPC task's upsert
+log (an updating aggregate's file sink) keeping its records, read per key."""
 
 from __future__ import annotations
 
@@ -247,3 +248,66 @@ def test_the_upstream_revision_rides_on_the_re_run_s_first_batch_even_without_ro
     assert [r for r in records if dpc_view.REVISION in r] == [{dpc_view.REVISION: 1},
                                                                {dpc_view.REVISION: 2}]
     assert len(dpc_view.stable_view(records)) == 6 and dpc_view.open_episodes(records) == []
+
+
+def _upsert_oracle(batches: list[list[tuple[int, int, int]]]) -> list[dict[str, int]]:
+    """Plain Python: (group, rank, value) rows applied in order, a negative rank deleting the
+    key (group, -rank); the last row of each key, keys in the order they (re)appeared."""
+    view: dict[tuple[int, int], dict[str, int]] = {}
+    for batch in batches:
+        for g, rank, v in batch:
+            if rank < 0:
+                view.pop((g, -rank), None)
+            else:
+                view[(g, rank)] = {"g": g, "rank": rank, "v": v}
+    return list(view.values())
+
+
+def test_a_dpc_upsert_log_keeps_its_records_and_each_view_folds_per_key(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A DPC task's updating aggregate into a file sink: its tentative records and deletions
+    carry the episode, the stable view per key is the stable batches' upserts and the current
+    view adds the open episode's (it wrote unkeyed lines before)."""
+    from elastiq.service_cli import _print_stable, print_current
+    from executor import sinks
+
+    stable_before = [(1, 1, 10), (1, 2, 20), (2, 1, 5)]
+    tentative = [(1, 1, 11), (1, -2, 0), (3, 1, 7)]  # a deletion among them
+    rerun = [(1, 1, 12), (2, 1, 6)]  # the re-run's stable records: (1, 2) kept
+    open_episode = [(2, 1, 99), (2, -1, 0)]
+    batches = [stable_before, tentative, rerun, open_episode]
+    marks = [BatchMark(), BatchMark(tentative=1), BatchMark(revision=1), BatchMark(tentative=2)]
+    path = tmp_path / "out.jsonl"
+    inner = sinks.FileSink("t", str(path), upsert_key=("g", "rank"), deletes_by="rank")
+    sink = DpcSink(inner, _Controller(marks))  # type: ignore[arg-type]
+    for batch_id, batch in enumerate(batches):
+        g, rank, v = zip(*batch)
+        sink(_Frame(pa.table({"g": list(g), "rank": list(rank), "v": list(v)})), batch_id)
+    rows = dpc_view.records(path.read_text().splitlines())
+    stable = dpc_view.folded(dpc_view.stable_view(rows))
+    assert stable == _upsert_oracle([stable_before, rerun])
+    assert dpc_view.folded(dpc_view.current_view(rows)) == \
+        _upsert_oracle([stable_before, rerun, open_episode])
+    assert dpc_view.open_episodes(rows) == [2]
+    assert {r.get("_tentative") for r in rows if "@delete" in r} == {1, 2}  # deletions marked
+    capsys.readouterr()
+    assert print_current(str(path)) == 0  # `elastiq tail --current`
+    assert dpc_view.records(capsys.readouterr().out.splitlines()) == \
+        _upsert_oracle([stable_before, rerun, open_episode])
+    assert _print_stable(path) == 0  # `elastiq tail --stable`
+    printed = capsys.readouterr()
+    assert dpc_view.records(printed.out.splitlines()) == stable
+    assert "episode(s) [2] await" in printed.err
+
+
+def test_a_reader_sees_the_stable_and_the_current_view() -> None:
+    lines = ['{"w":1,"n":5}', '{"w":2,"n":3,"_tentative":1}', '{"w":3,"n":1,"_tentative":1}',
+             "", '{"_revision":1}', '{"w":2,"n":4}', '{"w":3,"n":2}',
+             '{"w":4,"n":1,"_tentative":2}']
+    rows = dpc_view.records(lines)
+    assert dpc_view.stable_view(rows) == [{"w": 1, "n": 5}, {"w": 2, "n": 4}, {"w": 3, "n": 2}]
+    assert dpc_view.current_view(rows) == [{"w": 1, "n": 5}, {"w": 2, "n": 4}, {"w": 3, "n": 2},
+                                           {"w": 4, "n": 1}]
+    assert dpc_view.open_episodes(rows) == [2]
+    before = dpc_view.records(lines[:4])
+    assert dpc_view.current_view(before) == [{"w": 1, "n": 5}, {"w": 2, "n": 3}, {"w": 3, "n": 1}]
