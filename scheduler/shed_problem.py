@@ -47,25 +47,16 @@ grain the heartbeats measure, the task:
   several sizes, extrapolated from the rows a saturated task processes to the rows that
   arrive, says rows are cheap that it cannot take (the benchmark's busiest agent came out at
   308 %, 118 %, 102 % unshed at a constant arrival that its measured cpu per row put at
-  302 %). Its cpu per row is measured only while rows queue at its input (`behind_tasks`:
-  with its sibling partitions it processed under QUEUED_SHARE of the rows its producers
-  delivered), less its overhead (the cpu it used in a window in which it processed no row,
-  `ShedState.overhead`, a fixed load beside it); while rows are shed, a task not behind now
-  keeps the cost measured when it last was (`held`, `ShedState.held_for`), throttled or not:
-  shedding relieves it, and its fitted cost would then call the rows cheap again and the next
-  plan keep more, while on an agent throttled whatever its rows (the benchmark's of 0.4 cpu)
-  its cpu over the fewer rows a plan keeps made each look dearer and the next plan keep fewer
-  (`processing_cost`). A task that processed no row is all overhead: its load is fixed;
+  302 %). While rows are shed, a task saturated earlier and not now keeps that cost (`held`,
+  `ShedState.held_for`): shedding relieves it, and its fitted cost would then call the rows
+  cheap again and the next plan keep more (`processing_cost`);
 - a task that processes no row in the window (every row dropped upstream, a ratio of 1.0, or
   a batch that did not end in it) keeps the cost and selectivity it was last measured at
   (`last`, kept by the scheduler: `processing_costs`, `ShedState.observe_costs`; a drop's
   task its cost per row kept and its selectivity, its cost per row read stays the window's),
   as a drop's task keeps its unshed cost: at 0, a drop's task at a ratio of 1.0 passed nothing
   on and the tasks after it cost nothing, so their load vanished from the problem, the unshed
-  load fell mid-overload and the policy released the shed (unit test: 167 % -> 67 %). A task
-  draining rows queued before its input's ratio went to 1.0 keeps its share of them (its
-  inputs deliver none now, but the rows are its own): at a share of 0 its selectivity of 0 was
-  kept as its last, and the sink after it had no value to lose (`sink_b keeps 100%`);
+  load fell mid-overload and the policy released the shed (unit test: 167 % -> 67 %);
 - a sink per sink operator, reading its task, with the spec's weight;
 - a limit of TASK_BUSY_LIMIT per task besides its agent's capacity: a task runs its
   micro-batches one after the other, so it uses about one CPU at most however many its agent
@@ -103,11 +94,6 @@ UNKNOWN_CAPACITY = 1e9
 # busy seconds per second from which a task counts as saturated: its micro-batches run back to
 # back (a task with room idles between its trigger's batches)
 SATURATED_BUSY = 0.9
-# a task (with its sibling partitions) that processed less than this share of the rows its
-# producers delivered in the window fell behind: rows queued at its input, so it did all its
-# cpu allows, and its cpu per row processed is what a row costs it (`behind_tasks`). Under it
-# by a margin: a 10 s window's counts differ by a micro-batch or two where nothing queues
-QUEUED_SHARE = 0.8
 
 
 @dataclass(frozen=True)
@@ -146,11 +132,6 @@ class TaskRates:
     def paid(self) -> float:
         """CPU seconds it paid per processed row, at the batch sizes it ran (0: none)."""
         return self.load / self.processed if self.processed > 0 else 0.0
-
-    def beyond(self, overhead: float) -> float:
-        """CPU seconds per processed row beyond `overhead`, the CPU seconds per second it
-        uses whatever rows it gets (0: none processed)."""
-        return max(0.0, self.load - overhead) / self.processed if self.processed > 0 else 0.0
 
     @property
     def cpu_per_busy(self) -> float:
@@ -208,30 +189,16 @@ class TaskRates:
         return min(1.0, self.dropped / self.rows_in) if self.rows_in > 0 else 0.0
 
 
-def processing_cost(rates: TaskRates, held: float | None, behind: bool = False,
-                    overhead: float = 0.0) -> tuple[float, float]:
+def processing_cost(rates: TaskRates, held: float | None) -> tuple[float, float]:
     """A task's (CPU seconds per processed row, fixed load in CPU seconds per second) for the
-    problem, not a drop's task (`split_cost`). `overhead`: the CPU seconds per second it uses
-    whatever rows it gets (measured in a window in which it processed none: `ShedState.
-    overhead`), a fixed load beside its per-row cost where that is measured at saturation:
-    - no row processed: its load now is all overhead (an instance behind a ratio of 1.0 still
-      runs empty batches), no per-row cost (the problem keeps its last one);
-    - `behind` (rows queued at its input: it did all its cpu allows): its load beyond the
-      overhead per row processed, the cost of a row at saturation;
-    - else while rows are shed, the cost measured when it was last behind (`held`; None: not
-      known) beside the overhead: a plan that keeps fewer rows leaves the agent throttled on
-      the benchmark's agents of 0.4 cpu whatever its rows, and its cpu per row, the load over
-      fewer rows, looked dearer each window (`a`'s ratio 0.50 -> 0.54 -> 0.58);
-    - else saturated now (throttled, or busy back to back, with nothing queued), what it paid
-      per row and no fixed load; else its `cost` and `batch_load` (fitted where it could be)."""
-    if rates.processed <= 0:
-        return 0.0, rates.load
-    if behind:
-        return rates.beyond(overhead), min(overhead, rates.load)
-    if held is not None:
-        return held, overhead
+    problem, not a drop's task (`split_cost`): saturated now, what it paid per row and no fixed
+    load; saturated earlier while the shed in force relieves it (`held`: the cost it paid
+    then; None: not), that cost, so that the plan's own effect does not make its rows look
+    cheap again; else its `cost` and `batch_load` (fitted where it could be)."""
     if rates.saturated:
         return rates.paid, 0.0
+    if held is not None:
+        return held, 0.0
     return rates.cost, rates.batch_load
 
 
@@ -296,17 +263,15 @@ def problem_of(query: CompiledQuery, running: Mapping[str, str],
                rates: Mapping[str, TaskRates], capacity: Mapping[str, float],
                unshed: Mapping[str, float] | None = None,
                last: Mapping[str, tuple[float, float]] | None = None,
-               held: Mapping[str, float] | None = None,
-               overhead: Mapping[str, float] | None = None) -> ShedProblem | str:
+               held: Mapping[str, float] | None = None) -> ShedProblem | str:
     """The shedding problem of `query`: `running` maps each running task to its agent, `rates`
     each task to its measured rates, `capacity` each agent to the CPU seconds per second this
     query may use there (one missing: UNKNOWN_CAPACITY), `unshed` a drop's task to its cost
     per row read measured while its drops were idle (`split_cost`), `last` a task to its
     (cost, selectivity) per row delivered from the latest window in which it processed rows
     (`processing_costs`), used while it processes none, `held` a task to the CPU it paid per
-    processed row when last behind while rows are shed, `overhead` a task to the CPU seconds
-    per second it uses whatever rows it gets (`processing_cost`). A sentence saying why not
-    when it cannot be built."""
+    processed row when last saturated while rows are shed (`processing_cost`). A sentence
+    saying why not when it cannot be built."""
     drops = drop_operators(query)
     if not drops:
         return "the query has no drop operator (no source says shed)"
@@ -320,7 +285,6 @@ def problem_of(query: CompiledQuery, running: Mapping[str, str],
     points = [DropPoint(name, rates[task].arriving / len(drops_in[task]))
               for task, names in drops_in.items() if task in running for name in names]
     operators = []
-    behind = behind_tasks(query, running, rates)
     for t in query.tasks:
         if t.task_id not in running:
             continue
@@ -336,9 +300,7 @@ def problem_of(query: CompiledQuery, running: Mapping[str, str],
             batch = 0.0
         else:
             read = 0.0
-            kept, batch = processing_cost(own, (held or {}).get(t.task_id),
-                                          t.task_id in behind,
-                                          (overhead or {}).get(t.task_id, 0.0))
+            kept, batch = processing_cost(own, (held or {}).get(t.task_id))
         cost, selectivity = kept * share, per_row * share
         if own.processed <= 0 and t.task_id in (last or {}):
             cost, selectivity = (last or {})[t.task_id]
@@ -352,9 +314,8 @@ def problem_of(query: CompiledQuery, running: Mapping[str, str],
                         for a in sorted(set(running.values()))},
                        {o.name: TASK_BUSY_LIMIT for o in operators},
                        basis_of({t: rates[t] for t in running},
-                                sorted(set(held or {}) & set(running) - set(drops_in)
-                                       - behind),
-                                set(drops_in), behind))
+                                sorted(set(held or {}) & set(running) - set(drops_in)),
+                                set(drops_in)))
 
 
 def processing_costs(problem: ShedProblem, rates: Mapping[str, TaskRates]
@@ -367,7 +328,7 @@ def processing_costs(problem: ShedProblem, rates: Mapping[str, TaskRates]
 
 
 def basis_of(rates: Mapping[str, TaskRates], held: Sequence[str] = (),
-             drop_tasks: Collection[str] = (), behind: Collection[str] = ()) -> str:
+             drop_tasks: Collection[str] = ()) -> str:
     """What the tasks' costs per row were measured from, for the decision's explanation: cgroup
     cpu or busy time, and which tasks (not drops' tasks: `split_cost`) were costed by what they
     paid per row because they are saturated, or were while the shed in force relieves them
@@ -381,61 +342,25 @@ def basis_of(rates: Mapping[str, TaskRates], held: Sequence[str] = (),
         said = (f"costs from cgroup cpu (each agent's, split by busy time), from busy time for "
                 f"{', '.join(busy)} (no cpu measured)")
     return said + _saturated_said(
-        {t: r for t, r in rates.items() if t not in drop_tasks}, held, behind)
+        {t: r for t, r in rates.items() if t not in drop_tasks}, held)
 
 
-def _saturated_said(rates: Mapping[str, TaskRates], held: Sequence[str],
-                    behind: Collection[str] = ()) -> str:
+def _saturated_said(rates: Mapping[str, TaskRates], held: Sequence[str]) -> str:
     """Which tasks were costed by their cpu per row processed: saturated now (with the figure
-    that says so) or held from a window in which rows queued at their input while rows are
-    shed."""
-    kept = [t for t in held if t in rates and rates[t].processed > 0]
-    now = [f"{t} ({_why_saturated(r, t in behind)})" for t, r in sorted(rates.items())
-           if (r.saturated or t in behind) and r.processed > 0 and t not in kept]
+    that says so) or held from a saturated window while rows are shed."""
+    now = [f"{t} ({_why_saturated(r)})" for t, r in sorted(rates.items())
+           if r.saturated and r.processed > 0]
+    kept = [t for t in held if t in rates and not rates[t].saturated]
     parts = ([f"saturated, costed by cpu per row processed: {', '.join(now)}"] if now else []) + (
         [f"cpu per row processed held from saturation while shed: {', '.join(kept)}"]
         if kept else [])
     return "".join(f"; {p}" for p in parts)
 
 
-def _why_saturated(rates: TaskRates, behind: bool = False) -> str:
-    queued = ", rows queued at its input" if behind else ""
+def _why_saturated(rates: TaskRates) -> str:
     if rates.throttled >= THROTTLED_MOST:
-        return f"throttled in {rates.throttled:.0%} of cpu periods{queued}"
-    if rates.busy >= SATURATED_BUSY or not behind:
-        return f"busy {rates.busy:.2f} s/s{queued}"
-    return "rows queued at its input"
-
-
-def behind_tasks(query: CompiledQuery, running: Mapping[str, str],
-                 rates: Mapping[str, TaskRates]) -> set[str]:
-    """The running tasks, not drops' tasks, that fell behind in the window: with their sibling
-    partitions (`_siblings`) they processed less than QUEUED_SHARE of the rows their producers
-    delivered, the rest queued in their channels. That tells rows from overhead where
-    throttling does not (the benchmark's agents of 0.4 cpu were throttled whatever their rows:
-    in 85-91 % of their periods at 50 rows/s per source)."""
-    producer = {c.channel_id: c.producer for c in query.channels}
-    drop_tasks = {task for task, _ in drop_operators(query).values()}
-    out: set[str] = set()
-    for t in query.tasks:
-        if t.task_id not in running or t.task_id not in rates or t.task_id in drop_tasks:
-            continue
-        producers = {producer.get(c, "") for c in t.inputs} & set(rates)
-        delivered = sum(rates[p].rows_out for p in producers if p in running)
-        group = {t.task_id} | _siblings(t.task_id, query, running, rates)
-        if delivered > 0 and sum(rates[g].processed for g in group) < QUEUED_SHARE * delivered:
-            out.add(t.task_id)
-    return out
-
-
-def _siblings(task_id: str, query: CompiledQuery, running: Mapping[str, str],
-              rates: Mapping[str, TaskRates]) -> set[str]:
-    """The other running partitions of the split streams a task reads (measured ones)."""
-    mine = [c for c in query.channels if task_id in c.consumers]
-    return {t for m in mine for c in query.channels
-            if c.producer == m.producer and c.stream == m.stream
-            and c.channel_id != m.channel_id
-            for t in c.consumers if t in running and t in rates}
+        return f"throttled in {rates.throttled:.0%} of cpu periods"
+    return f"busy {rates.busy:.2f} s/s"
 
 
 def _share(task_id: str, query: CompiledQuery, running: Mapping[str, str],
@@ -446,9 +371,13 @@ def _share(task_id: str, query: CompiledQuery, running: Mapping[str, str],
     processed against rows delivered: an overloaded task processes fewer rows than reach it
     (the rest queue in its channel), and that ratio would hide its overload (a task busy 1 s/s
     processing 770 of 2,300 rows/s came out at 100 % of its capacity, not 300 %)."""
-    if delivered <= 0 and rates[task_id].processed <= 0:
+    if delivered <= 0:
         return 0.0
-    siblings = _siblings(task_id, query, running, rates)
+    mine = [c for c in query.channels if task_id in c.consumers]
+    siblings = {t for m in mine for c in query.channels
+                if c.producer == m.producer and c.stream == m.stream
+                and c.channel_id != m.channel_id
+                for t in c.consumers if t in running and t in rates}
     if not siblings:
         return 1.0
     together = rates[task_id].processed + sum(rates[t].processed for t in siblings)

@@ -6,9 +6,8 @@ refused for lack of room; the expected quality per sink of the plan in force; ea
 cost per row read while its drops were idle and the rate it was measured at, which
 `shed_problem.split_cost` needs while rows read now are at a comparable rate; every task's
 cost and selectivity from the latest window in which it processed rows, for the windows
-it processes none; every task's cpu per row processed beyond its overhead from the latest
-window in which it fell behind (rows queued at its input), held while rows are shed; every
-task's overhead, the cpu it used in the latest window in which it processed no row),
+it processes none; every task's cpu per row processed from the latest window in which it was
+saturated, held while rows are shed),
 `ratios_in_force` (the drop ratios the query's control values hold) and `describe` (what
 `elastiq status` shows: per drop operator its ratios and the rows its task shed, per sink its
 weight and expected quality, and the latest decision with its numbers). Pure. Does not own the
@@ -19,7 +18,7 @@ the ratios (`scheduler.state`, as a control request of trigger `shed`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Collection, Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 from common.tasks import CompiledQuery
 from scheduler.control import QueryControl
@@ -56,13 +55,9 @@ class ShedState:
     # processed rows (`shed_problem.processing_costs`), for the windows it processes none (every
     # row dropped, by its own drop or upstream)
     last_costs: dict[str, tuple[float, float]] = field(default_factory=dict)
-    # a task -> the cpu it paid per processed row beyond its overhead in the latest window in
-    # which it fell behind (`shed_problem.behind_tasks`, `TaskRates.beyond`), kept while rows
-    # are shed (`held_for`)
+    # a task -> the cpu it paid per processed row in the latest window in which it was
+    # saturated (`TaskRates.paid`), kept while rows are shed (`held_for`)
     saturated_cost: dict[str, float] = field(default_factory=dict)
-    # a task -> the cpu seconds per second it used in the latest window in which it processed
-    # no row (its executor's and empty batches' share: what it uses whatever rows it gets)
-    overhead: dict[str, float] = field(default_factory=dict)
 
     def decide(self, decision: ShedDecision, now: float) -> None:
         self.latest, self.decided_at = decision, now
@@ -81,30 +76,18 @@ class ShedState:
         """Keep the cost and selectivity of every task that processed rows."""
         self.last_costs.update(processing_costs(problem, rates))
 
-    def observe_overhead(self, rates: Mapping[str, TaskRates]) -> None:
-        """Keep the load of every task that ran and processed no row: its overhead."""
-        self.overhead.update({t: r.load for t, r in rates.items()
-                              if r.processed <= 0 and r.load > 0})
-
-    def observe_saturation(self, rates: Mapping[str, TaskRates], shedding: bool,
-                           behind: Collection[str]) -> None:
-        """Keep what every task that fell behind (`behind`: rows queued at its input) and
-        processed rows paid per row beyond its overhead; while nothing is shed, only this
-        window's (a shed starts from the saturation that asks for it). Not a task throttled
-        or busy with nothing queued: on agents throttled whatever their rows, its load over
-        fewer rows made each look dearer, and every plan dropped more."""
-        now = {t: r.beyond(self.overhead.get(t, 0.0)) for t, r in rates.items()
-               if t in behind and r.processed > 0}
+    def observe_saturation(self, rates: Mapping[str, TaskRates], shedding: bool) -> None:
+        """Keep what every saturated task that processed rows paid per row; while nothing is
+        shed, only this window's (a shed starts from the saturation that asks for it)."""
+        now = {t: r.paid for t, r in rates.items() if r.saturated and r.processed > 0}
         if not shedding:
             self.saturated_cost.clear()
         self.saturated_cost.update(now)
 
     def held_for(self, shedding: bool) -> dict[str, float]:
-        """The costs `problem_of` holds for the tasks behind earlier and not now: while rows
+        """The costs `problem_of` holds for the tasks saturated earlier and not now: while rows
         are shed (the shed relieves them: their fitted cost would call their rows cheap
-        again, the next plan keep more, and the overload come back; their cpu over fewer
-        rows, where their agent stays throttled, dearer, and the next plan keep fewer), none
-        otherwise."""
+        again, the next plan keep more, and the overload come back), none otherwise."""
         return dict(self.saturated_cost) if shedding else {}
 
     def unshed_for(self, rates: Mapping[str, TaskRates]) -> dict[str, float]:

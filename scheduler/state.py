@@ -47,8 +47,8 @@ from scheduler.distributor import DistributionView, decide_distribution
 from scheduler.elastic_policy import SampleHistory, decide, sample_of
 from scheduler.load_history import LoadHistory, cpu_seconds
 from scheduler.shed_policy import ShedDecision, cannot_add_capacity, decide_shedding
-from scheduler.shed_problem import (TaskRates, behind_tasks, drop_operators, problem_of,
-                                    rates_of, uniform_tuples)
+from scheduler.shed_problem import (TaskRates, drop_operators, problem_of, rates_of,
+                                    uniform_tuples)
 from scheduler.liveness import Arrivals, phi, suspected
 from scheduler.destinations import (
     IMMEDIATE_FAILOVER, Destinations, Past, apart_groups, destinations_for,
@@ -1252,11 +1252,10 @@ class SchedulerState:
         query.shed.observe_unshed(drop_tasks, rates)
         current = shed_state.ratios_in_force(query.query, query.control)
         shedding = any(v > 0 for v in current.values())
-        query.shed.observe_overhead(rates)
-        query.shed.observe_saturation(rates, shedding, behind_tasks(query.query, running, rates))
+        query.shed.observe_saturation(rates, shedding)
         problem = problem_of(query.query, running, rates, self._capacity_for(query),
                              query.shed.unshed_for(rates), query.shed.last_costs,
-                             query.shed.held_for(shedding), query.shed.overhead)
+                             query.shed.held_for(shedding))
         if not isinstance(problem, str):
             query.shed.observe_costs(problem, rates)
         can_add = not cannot_add_capacity(list(query.elastic.latest.values()),

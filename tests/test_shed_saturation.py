@@ -16,8 +16,7 @@ from common.tasks import ChannelSpec, CompiledQuery, QueryTask, Resources
 from common.types import Schema
 from scheduler.elastic_policy import Sample
 from scheduler.shed_policy import ShedPolicy, decide_shedding
-from scheduler.shed_problem import (TaskRates, behind_tasks, problem_of, processing_cost,
-                                    rates_of)
+from scheduler.shed_problem import TaskRates, problem_of, processing_cost, rates_of
 from scheduler.shed_state import ShedState
 from scheduler.shedding import agent_loads
 
@@ -97,7 +96,7 @@ def test_a_saturated_task_is_costed_by_the_cpu_it_paid_per_row() -> None:
     assert decision.plan.ratios["src_drop"] == pytest.approx(oracle_ratio(), abs=0.005)
     assert oracle_ratio() == pytest.approx(0.70, abs=0.01)
     assert "saturated, costed by cpu per row processed: q.t1 (throttled in 99% of cpu " \
-        "periods, rows queued at its input)" in decision.explanation
+        "periods)" in decision.explanation
 
 
 def test_saturation_is_throttling_or_batches_back_to_back() -> None:
@@ -124,11 +123,9 @@ def decisions(arrivals: Sequence[float], hold: bool, relieved_paid: float = PAID
         rates = window(ratio, arrival, relieved_paid)
         shedding = ratio > 0
         state.observe_unshed(["q.t0"], rates)
-        state.observe_overhead(rates)
-        state.observe_saturation(rates, shedding, behind_tasks(query(), RUNNING, rates))
+        state.observe_saturation(rates, shedding)
         problem = problem_of(query(), RUNNING, rates, CAPACITY, state.unshed_for(rates),
-                             state.last_costs, state.held_for(shedding) if hold else None,
-                             state.overhead)
+                             state.last_costs, state.held_for(shedding) if hold else None)
         assert not isinstance(problem, str), problem
         state.observe_costs(problem, rates)
         decision = decide_shedding(problem, False, {"src_drop.ratio": ratio}, ShedPolicy(),
