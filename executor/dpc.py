@@ -356,7 +356,8 @@ def marked_lines(table: pa.Table, tentative: Sequence[int | None],
     """The JSON lines of a batch's rows in row order, row i's with `"_tentative": N` where
     `tentative[i]` is N (pure). With `inner` an upsert file sink, the lines are its records
     and deletions (`FileSink.lines`, deletions after records), and the batch is tentative or
-    stable as a whole (a DPC task's own sink; a downstream task's is refused: `refusal`)."""
+    stable as a whole (a DPC task's own sink; a downstream task's is refused by
+    `dpc_downstream.MarkedSink`)."""
     from executor import sinks
 
     if isinstance(inner, sinks.FileSink) and inner.prefix is not None:
