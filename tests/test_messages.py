@@ -29,6 +29,7 @@ TASK = QueryTask("q", "q.t0", "spark", ("a",), (), ("q/out",), False, Resources(
 @pytest.mark.parametrize("message", [
     ControlMessage("q.t0.a1", "r1", 2, {"hot": {"condition": "raw.temp > 1"}}),
     RetargetMessage("q.t1.a1", (("q/a", "tcp://h:1"), ("q/b", "tcp://h:2"))),
+    RetargetMessage("q.t4.a1", (("q/f_2_out", messages.UNPLACED),)),  # a retired instance
     ControlAck("q.t0.a1", "r1", 2, True, 9, 0.25, "", 5.5),
     ControlAck("q.t0.a1", "r1", 2, False, message="cannot open"),
     Heartbeat({"q.t0.a1": {"state": "running", "tuples_out": 3}}, "exec-1"),
@@ -77,6 +78,8 @@ def test_bad_launch_data_is_refused_with_what_is_wrong(payload: dict, problem: s
     (b'{"kind": "control", "task": "t", "request": "r", "version": 0}', "version must be >= 1"),
     (b'{"kind": "control-ack", "epoch": "x"}', "invalid literal"),
     (b'{"kind": "heartbeat", "tasks": [1]}', "must map mesos task ids"),
+    (b'{"kind": "retarget", "task": "t", "endpoints": {"c": "ipc:///x"}}', "tcp://host:port"),
+    (b'{"kind": "retarget", "task": "t", "endpoints": {"c": " "}}', "tcp://host:port"),
 ])
 def test_unreadable_messages_say_why(data: bytes, problem: str) -> None:
     with pytest.raises(MessageError, match=problem):
