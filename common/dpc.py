@@ -10,9 +10,12 @@ stable point with every input; `reconciled` ends it). An input that is silent wh
 answers is idle, not cut: it never makes the union wait or go tentative. A hot-standby
 selector's stream is one input, reachable while any replica is (`selector_view`). An input
 that has ended (its writer said its stream ended at seq N, and N is spooled) is never cut: its
-writer may go away (`InputView.ended`). A `max_delay` of None is a union without max-delay:
-consistency without loss, it holds without a limit while an input is cut and never goes
-tentative (DELAYING, then STABLE on heal: docs/availability.md, "Without max-delay").
+writer may go away (`InputView.ended`). An input with no writer placed (`InputView.dormant`: a
+partitioned operator's instance slot that is dormant, never launched or retired by a scale-in,
+which the scheduler says by giving the merger's channel no endpoint) is never cut either: a
+merger waits for its active instances only (`waited_for`). A `max_delay` of None is a union
+without max-delay: consistency without loss, it holds without a limit while an input is cut
+and never goes tentative (DELAYING, then STABLE on heal: docs/availability.md, "Without max-delay").
 
 No I/O, no clock of its own: times are the caller's monotonic seconds. `executor.dpc` applies
 the decisions to a running task (docs/availability.md).
@@ -57,11 +60,23 @@ class InputView:
     last_heard: float  # monotonic seconds of its last batch or answered liveness probe
     reachable: bool  # its writer answered the last probe (or sent data since)
     ended: bool = False  # its writer said its stream ended, and every batch of it is spooled
+    # no writer is placed: a dormant instance slot of a partitioned operator (never launched,
+    # or retired by a scale-in once drained: everything it wrote was committed here)
+    dormant: bool = False
 
     @property
     def cut(self) -> bool:
-        """Its writer is unreachable while more of its stream may come."""
-        return not self.reachable and not self.ended
+        """Its writer is unreachable while more of its stream may come (an active writer)."""
+        return not self.reachable and not self.ended and not self.dormant
+
+
+def waited_for(inputs: tuple[InputView, ...]) -> tuple[str, ...]:
+    """The inputs a union waits for now: the cut ones. For a partitioned operator's merger, the
+    instances with a writer placed (running, launching, relaunching after a failure, or
+    retiring and not yet drained) whose writer does not answer; a dormant slot (never
+    launched, or retired by a rescale: its channel has no endpoint) is never waited for,
+    however long its old writer is gone."""
+    return tuple(i.name for i in inputs if i.cut)
 
 
 def selector_view(name: str, replicas: tuple[InputView, ...]) -> InputView:
@@ -71,7 +86,8 @@ def selector_view(name: str, replicas: tuple[InputView, ...]) -> InputView:
     if not replicas:
         raise ValueError(f"selector {name}: no replica to view")
     return InputView(name, max(r.last_heard for r in replicas),
-                     any(r.reachable for r in replicas), any(r.ended for r in replicas))
+                     any(r.reachable for r in replicas), any(r.ended for r in replicas),
+                     all(r.dormant for r in replicas))
 
 
 @dataclass(frozen=True)
@@ -99,7 +115,7 @@ def step(state: State, inputs: tuple[InputView, ...], max_delay: float | None,
     a limit, never tentative) at `now`."""
     if max_delay is not None and not max_delay > 0:
         raise ValueError(f"max_delay must be > 0 seconds, got {max_delay}")
-    cut = tuple(i.name for i in inputs if i.cut)
+    cut = waited_for(inputs)
     mode = state.mode
     if mode is Mode.STABLE:
         if cut:

@@ -43,13 +43,19 @@ def _whole(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+# The endpoint of a channel whose producer is not placed: a dormant instance slot of a
+# partitioned operator, never launched or retired by a scale-in (its merger does not wait for it)
+UNPLACED = ""
+
+
 def _endpoints(raw: Any) -> dict[str, str]:
     if raw is None:
         return {}
     if not isinstance(raw, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) and v.startswith("tcp://")
+            isinstance(k, str) and isinstance(v, str) and (v == UNPLACED or v.startswith("tcp://"))
             for k, v in raw.items()):
-        raise LaunchDataError("endpoints must map channel ids to 'tcp://host:port' strings")
+        raise LaunchDataError("endpoints must map channel ids to 'tcp://host:port' strings "
+                              "(or \"\": not placed)")
     return dict(raw)
 
 
@@ -205,7 +211,7 @@ class RetargetMessage:
     """Scheduler -> executor: channels `task` reads are now served at these endpoints."""
 
     task: str  # the mesos task id of the consumer's attempt
-    endpoints: tuple[tuple[str, str], ...]  # (channel id, "tcp://host:port")
+    endpoints: tuple[tuple[str, str], ...]  # (channel id, "tcp://host:port" or UNPLACED)
 
     def to_json(self) -> dict[str, Any]:
         return {"kind": "retarget", "task": self.task, "endpoints": dict(self.endpoints)}

@@ -565,8 +565,8 @@ def _union(c: CallSite) -> Args:
 
 
 def _merger(c: CallSite) -> Args:
-    """A union of a partitioned operator's instances that does not wait for a cut one
-    (`TaskRuntime.union`'s `merger`: an instance may be dormant or retired by a rescale)."""
+    """A union of a partitioned operator's instances that waits for a cut active one, never for
+    a dormant or retired one (`TaskRuntime.union`'s `merger`, `common.dpc.waited_for`)."""
     return _union(c) + (("merger", True),)
 
 

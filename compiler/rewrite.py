@@ -334,7 +334,8 @@ def _copy(b: _Build, t: ReplTerm, original: Node, inputs: list[str], env: dict[s
     b.expected[name] = reads
     b.nodes.append(replace(original, name=name, inputs=tuple(inputs), output=output,
                            placement=b.label(t.placement, env), origin=b.rule.name,
-                           patterns=_unconsumed(b.rule, t.head, original)))
+                           patterns=_unconsumed(b.rule, t.head, original),
+                           max_delay_ms=None if t.index else original.max_delay_ms))
     b.streams.append(Stream(output, writes, name))
     return output
 
@@ -387,8 +388,10 @@ def _plumbing_node(b: _Build, t: ReplTerm, name: str, inputs: list[str], env: di
                    if (v := _value(b, p.value, env, port)) is not None)
     output = out or name
     schema = b.schema(inputs[0]) if inputs else b.graph.stream(b.focus.produced).schema
+    # a partitioned operator's max-delay is its merger's; its instances (`f[i]`) take none
+    max_delay = b.focus.max_delay_ms if t.head == "merger" else None
     b.nodes.append(Node(name, t.head, "plumbing", False, tuple(inputs), output, params,
-                        None, b.label(t.placement, env), b.rule.name))
+                        None, b.label(t.placement, env), b.rule.name, max_delay_ms=max_delay))
     b.streams.append(Stream(output, schema, name))
     return output
 

@@ -1551,9 +1551,22 @@ MAX_DELAY_MS = 24 * 3_600_000
 DPC_KINDS = ("union", "join")  # operators that go on without a cut-off input
 
 
+# pattern requests that recombine an operator's instances in a merger, which then waits
+# (docs/availability.md, "A partitioned operator's merger"); any other pattern has no merger
+MERGED_PATTERNS = ("parallelism", "match-instances")
+
+
+def _merged(c: _Checker, op: OperatorDecl) -> bool:
+    """Whether `op` runs as instances recombined by a merger (partitioned, elastic, folded,
+    or a pattern matched by several instances), and asks for no other pattern."""
+    asked = dict(c.patterns.get(op.name, ()))
+    return any(name in asked for name in MERGED_PATTERNS) and "ha" not in asked and \
+        "pipeline" not in asked and "pipeline-stages" not in asked
+
+
 def _check_max_delays(c: _Checker, order: list[OperatorDecl]) -> None:
-    """max-delay= on an operator, else the dataflow's for each union and join; every misuse
-    reported at the attribute."""
+    """max-delay= on an operator, else the dataflow's for each union and join and each
+    partitioned operator's merger; every misuse reported at the attribute."""
     query = c.spec.max_delay
     query_ms = _max_delay_ms(c, query) if query is not None else None
     for op in order:
@@ -1561,13 +1574,14 @@ def _check_max_delays(c: _Checker, order: list[OperatorDecl]) -> None:
             ms = _max_delay_ms(c, op.max_delay)
             if _dpc_operator(c, op, op.max_delay, "") and ms is not None:
                 c.max_delays[op.name] = ms
-        elif query is not None and query_ms is not None and op.kind in DPC_KINDS and \
+        elif query is not None and query_ms is not None and \
+                (op.kind in DPC_KINDS or _merged(c, op)) and \
                 _dpc_operator(c, op, query, f" (query-wide max-delay, for '{op.name}')"):
             c.max_delays[op.name] = query_ms
-    if query is not None and not any(op.kind in DPC_KINDS for op in order):
-        c.error(query.pos, "max-delay='" + query.value + "' applies to unions and joins, and "
-                "the dataflow has neither", "remove it, or put the inputs to wait for in a "
-                "union or a join")
+    if query is not None and not any(op.kind in DPC_KINDS or _merged(c, op) for op in order):
+        c.error(query.pos, "max-delay='" + query.value + "' applies to unions, joins and the "
+                "mergers of partitioned operators, and the dataflow has none", "remove it, or "
+                "put the inputs to wait for in a union or a join")
 
 
 MARK_PROPAGATORS = ("filter", "project")  # one output row per input row at most
@@ -1629,10 +1643,15 @@ def _max_delay_ms(c: _Checker, attr: PatternAttr) -> int | None:
 
 
 def _dpc_operator(c: _Checker, op: OperatorDecl, attr: PatternAttr, where: str) -> bool:
-    """Whether `op` may go on without a cut-off input; reports why not at `attr`."""
+    """Whether `op` may go on without a cut-off input (a union or join, or a partitioned
+    operator's merger, whose max-delay it is: its instances take none); reports why not at
+    `attr`."""
+    if _merged(c, op):
+        return True
     if op.kind not in DPC_KINDS:
         inputs = f"{len(op.inputs)} input" + ("s" if len(op.inputs) != 1 else "")
-        c.error(attr.pos, f"max-delay applies to a union or a join of several inputs; "
+        c.error(attr.pos, f"max-delay applies to a union or a join of several inputs, or to "
+                          f"the merger of a partitioned operator (parallelism=); "
                           f"'{op.name}' is a {op.kind} with {inputs}{where}",
                 "move it to the union or join whose inputs may be cut off")
         return False

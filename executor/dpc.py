@@ -141,7 +141,7 @@ class DpcController:
 
     def _views(self) -> tuple[dpc.InputView, ...]:
         return tuple(dpc.InputView(i.name, i.receiver.last_heard, i.receiver.reachable,
-                                   i.receiver.ended) for i in self.inputs)
+                                   i.receiver.ended, i.receiver.dormant) for i in self.inputs)
 
     def _tick(self) -> None:
         with self._lock:
@@ -214,8 +214,8 @@ class DpcController:
         """Until each input has spooled what its writer numbered when asked (bounded)."""
         deadline = time.monotonic() + BACKLOG_SECONDS
         for i in self.inputs:
-            if i.receiver.ended:  # spooled to its end; its writer may be gone
-                continue
+            if i.receiver.ended or i.receiver.dormant:  # spooled to its end, or a dormant
+                continue                                 # instance's: its writer may be gone
             last = i.receiver.writer_last_seq(timeout=2.0)
             while last is not None and i.receiver.spooled_high < last and \
                     time.monotonic() < deadline and not self._stop.is_set():

@@ -1285,12 +1285,12 @@ class TaskRuntime:
         """The rows of every input. With `max_delay`, Borealis DPC (docs/availability.md);
         without it, consistency without loss: while a channel input's writer is unreachable
         Spark is handed nothing new, without a limit (`_dpc` with no max-delay). A `merger` (of
-        a partitioned operator's instances, some of them dormant or retired by a rescale)
-        neither waits nor takes a max-delay."""
-        if max_delay is not None:
-            self._dpc(op, inputs, parse_duration(self._duration(op, max_delay)))
-        elif not merger:
-            self._dpc(op, inputs, None)
+        a partitioned operator's instances) waits, or goes on after its `max_delay`, for its
+        active instances only: a dormant slot, never launched or retired by a rescale, has no
+        writer placed (`messages.UNPLACED`) and is never waited for
+        (`common.dpc.waited_for`)."""
+        self._dpc(op, inputs, None if max_delay is None
+                  else parse_duration(self._duration(op, max_delay)))
         streams = [self._get(op, name) for name in inputs]
         if len(streams) < 2:
             raise self._error(op, "a union needs at least two inputs")

@@ -72,7 +72,8 @@ class _Source:
 
     def view(self, spooled_high: int) -> dpc.InputView:
         ended = self.ended_at is not None and spooled_high >= self.ended_at
-        return dpc.InputView(self.replica.channel, self.last_heard, self.reachable, ended)
+        return dpc.InputView(self.replica.channel, self.last_heard, self.reachable, ended,
+                             dormant=not self.endpoint)
 
 
 class SpoolReceiver:
@@ -118,6 +119,8 @@ class SpoolReceiver:
         # the stream ended (a writer said so, `ChannelWriter.end`, and its last seq is spooled):
         # nothing more comes, so it is neither probed nor ever cut, though its writer goes away
         self.ended = False
+        # no writer is placed (a dormant instance slot, `messages.UNPLACED`): never cut
+        self.dormant = not any(r.endpoint for r in replicas)
         self._probed = 0.0
 
     # -- lifecycle
@@ -247,7 +250,7 @@ class SpoolReceiver:
         if answered and not source.reachable and self.liveness:
             self._log.info("task %s: writer of %s answers again", self.task_id,
                            self._name(index))
-        elif not answered and source.reachable:
+        elif not answered and source.reachable and source.endpoint:
             self._log.info("task %s: writer of %s does not answer: unreachable", self.task_id,
                            self._name(index))
         if answered:
@@ -261,6 +264,7 @@ class SpoolReceiver:
             self._log.info("task %s: stream %s ended at seq %s: not waited for", self.task_id,
                            self._name(0), self._high)
         self.last_heard, self.reachable, self.ended = view.last_heard, view.reachable, view.ended
+        self.dormant = view.dormant
 
     def refused_frames(self) -> int:
         """Frames its readers refused so far (a body or a DPC mark that does not check, each
@@ -365,29 +369,43 @@ class SpoolReceiver:
         source = self._sources[index]
         self._log.warning("task %s: selector skips replica %s for %s s: %s", self.task_id,
                           self._name(index), self._retry, error)
-        if source.reader is not None:
-            try:
-                source.reader.close(flush_timeout=0)
-            except Exception:  # noqa: BLE001 - closing a broken reader must not hide the error
-                log.debug("closing replica %s failed", self._name(index), exc_info=True)
-        source.reader, source.subscribed = None, False
+        _drop_reader(source)
         source.retry_at = time.monotonic() + self._retry
 
     def _follow_endpoints(self) -> None:
-        """Reconnect a reader whose writer the endpoints file now places elsewhere."""
+        """Reconnect a reader whose writer the endpoints file now places elsewhere; close one
+        whose writer it places nowhere (`messages.UNPLACED`: a dormant instance slot, retired
+        by a scale-in once drained), which is then not waited for until it is placed again."""
         endpoints = self._watcher.changed() if self._watcher is not None else None
         if not endpoints:
             return
-        for source in self._sources:
+        for index, source in enumerate(self._sources):
             new = endpoints.get(source.replica.channel)
-            if not new or new == source.endpoint:
+            if new is None or new == source.endpoint:
                 continue
             self._log.info("task %s: channel %s moves %s -> %s", self.task_id,
-                           source.replica.channel, source.endpoint, new)
+                           source.replica.channel, source.endpoint or "(not placed)",
+                           new or "(not placed: a dormant instance)")
+            placed = bool(source.endpoint)
             source.endpoint = new
-            if source.reader is not None:
+            if not new:
+                _drop_reader(source)
+            elif source.reader is not None:
                 source.reader.connect_to(new)
                 source.retry_at = 0.0  # a replica skipped at its old endpoint is tried at once
+            if not placed:  # a writer newly placed is heard from as at the start
+                source.last_heard, source.reachable = time.monotonic(), True
+            self._heard_from(index, source.reachable)
+
+
+def _drop_reader(source: _Source) -> None:
+    """Close a source's reader (after an error, or its writer is no longer placed)."""
+    if source.reader is not None:
+        try:
+            source.reader.close(flush_timeout=0)
+        except Exception:  # noqa: BLE001 - closing a broken reader must not hide the error
+            log.debug("closing %s's reader failed", source.replica.channel, exc_info=True)
+    source.reader, source.subscribed = None, False
 
 
 def range_answers(readers: dict[int, ChannelReader], timeout: float,

@@ -177,6 +177,26 @@ def reconcile(query: CompiledQuery, tasks: dict[str, TaskRecord], control: Query
     return Steps(tuple(activate), tuple(stop), tuple(notes), tuple(deactivate))
 
 
+def unplaced_channels(query: CompiledQuery,
+                      tasks: Mapping[str, TaskRecord]) -> dict[str, tuple[str, ...]]:
+    """The channels each consumer task must learn are no longer placed (pure): the outputs of
+    the dormant instance slots (retired by a scale-in once drained, or put back to sleep after a
+    refused scale-out) whose consumer was given an endpoint for them. A merger reading such a
+    channel no longer waits for it (`common.dpc.waited_for`); a scale-out that launches the
+    slot again retargets it to its new endpoint."""
+    dormant = {t for e in query.elastic for t in e.slots
+               if t in tasks and tasks[t].state is TaskState.DORMANT}
+    found: dict[str, list[str]] = {}
+    for channel in query.channels:
+        if channel.producer not in dormant:
+            continue
+        for consumer_id in channel.consumers:
+            consumer = tasks.get(consumer_id)
+            if consumer is not None and consumer.endpoints.get(channel.channel_id):
+                found.setdefault(consumer_id, []).append(channel.channel_id)
+    return {c: tuple(sorted(ids)) for c, ids in sorted(found.items())}
+
+
 def never_launched_beyond(query: CompiledQuery, tasks: dict[str, TaskRecord],
                           control: QueryControl) -> list[TaskRecord]:
     """Slots at or beyond their operator's parallelism in force that a scale-out woke and that

@@ -319,6 +319,24 @@ class SchedulerState:
                 consumer.mesos_task_id, tuple(sorted(endpoints.items()))))
         return commands
 
+    def _unplace(self, sid: str, record: QueryRecord) -> list[Command]:
+        """The live consumers of a dormant instance slot's channels learn that no writer is
+        placed there (`elasticity.unplaced_channels`): a merger stops waiting for it."""
+        commands: list[Command] = []
+        for consumer_id, channels in elasticity.unplaced_channels(record.query,
+                                                                  record.tasks).items():
+            consumer = record.tasks[consumer_id]
+            for channel in channels:
+                consumer.endpoints[channel] = messages.UNPLACED
+            if not (consumer.state.launched and consumer.agent_id):
+                continue
+            log.info("[%s] task %s: channels %s are no longer placed (dormant instances)", sid,
+                     consumer_id, ", ".join(channels))
+            commands.append(RetargetChannels(
+                sid, consumer.agent_id, self._executor_id(consumer.agent_id), record.query_id,
+                consumer.mesos_task_id, tuple((c, messages.UNPLACED) for c in channels)))
+        return commands
+
     def _retarget_readers(self, sid: str, writer: QueryRecord,
                           launched: set[str]) -> list[Command]:
         """Other queries' live reader tasks of a published channel whose writer task was just
@@ -994,7 +1012,7 @@ class SchedulerState:
         undo_id = f"{request.request_id}-undo"
         return [self._send_params(sid, query, query.tasks[t], undo_id) for t in resend
                 if t != task.task_id and query.tasks[t].state.launched] + \
-            self._rescale_steps(sid, query)
+            self._unplace(sid, query) + self._rescale_steps(sid, query)
 
     def _on_task_migration_requested(self, ev: TaskMigrationRequested) -> list[Command]:
         """Quiesce the task (a graceful kill: its query stops after its current micro-batch and
@@ -1312,7 +1330,7 @@ class SchedulerState:
                     query.tasks[t].state is TaskState.DORMANT
                     for t in e.slots[elasticity.parallelism(e, query.control):]):
                 last.retired_at = self.now
-        return []
+        return self._unplace(sid, query)
 
     # ---- load distribution (scheduler.distributor, docs/load.md) ----------------------------
     def _distribute(self, sid: str) -> list[Command]:
@@ -1565,8 +1583,10 @@ def known_endpoints(tasks: Any, live: list[TaskRecord]) -> dict[str, str]:
     """Where each output channel of a query is (or was last) served: a task relaunched while its
     producer is itself waiting for a place starts with the producer's last endpoint (the same
     agent and port when the producer comes back there) and is retargeted if the producer moves.
-    Running producers' endpoints win over remembered ones."""
-    remembered = {c: e for t in tasks if not t.state.launched for c, e in t.endpoints.items()
+    A dormant instance slot's channels are not placed (`messages.UNPLACED`: a merger launched
+    meanwhile does not wait for it). Running producers' endpoints win over remembered ones."""
+    remembered = {c: (messages.UNPLACED if t.state is TaskState.DORMANT else e)
+                  for t in tasks if not t.state.launched for c, e in t.endpoints.items()
                   if c in t.task.outputs}
     return remembered | {c: e for t in live for c, e in t.endpoints.items()
                          if c in t.task.outputs}

@@ -297,6 +297,23 @@ def union_counts(b: Any, max_delay: str | None) -> str:
     return "win"
 
 
+def merged_counts(b: Any, max_delay: str | None) -> str:
+    """Task `b` as a partitioned operator's merger task: r1 and r2 the outputs of its two
+    active instances (a1 and a2), r3 the channel of a third slot that is dormant (never
+    launched: no writer placed, `messages.UNPLACED`), merged (`union(merger=True)`, with
+    `max_delay`) and counted per sensor and second; the stream its sink writes. The merger
+    must wait for a cut active instance, never for the dormant slot."""
+    from common.types import Schema
+
+    b.channel_source(output="r3", schema=Schema.of(*READING_FIELDS), channel="a3.raw")
+    b.union(op="m", inputs=("r1", "r2", "r3"), output="both", max_delay=max_delay, merger=True)
+    b.window_aggregate(op="w", input="both", output="win", time="ts", window="1 seconds",
+                       slide=None, watermark=f"{int(WATERMARK.total_seconds())} seconds",
+                       group_by=("sensor",),
+                       aggregates=(("n", "count", None), ("total", "sum", "temp")))
+    return "win"
+
+
 def union_totals(b: Any, max_delay: str | None) -> str:
     """Task `b`'s operators after r1 and r2: their union (with `max_delay`) counted and summed
     per sensor over the whole stream, an updating aggregate whose file sink is an upsert log

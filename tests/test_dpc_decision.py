@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from common.dpc import (Action, InputView, Mode, State, delay_deadline, reconciled,
-                        selector_view, step)
+                        selector_view, step, waited_for)
 
 
 def _views(a_heard: float, b_heard: float, b_reachable: bool) -> tuple[InputView, ...]:
@@ -134,3 +134,42 @@ def test_a_selector_has_ended_once_any_replica_said_so() -> None:
     one = selector_view("s", (InputView("r1", 3.0, False, ended=True), InputView("r2", 2.0, False)))
     assert one.ended and not one.cut
     assert not selector_view("s", (InputView("r1", 3.0, False), InputView("r2", 2.0, False))).ended
+
+
+def test_a_merger_waits_for_its_active_instances_never_for_a_dormant_or_retired_one() -> None:
+    """A partitioned operator's merger over slots 1..3 through a rescale 3 -> 1 -> 2: an
+    active instance whose writer is cut is waited for (without a limit: nothing lost), a slot
+    retired by the scale-in (its channel no longer placed, its writer gone for good) or never
+    launched is not, and a slot launched again by a scale-out is waited for again."""
+    def slots(t: float, reachable: tuple[bool, bool, bool],
+              dormant: tuple[bool, bool, bool]) -> tuple[InputView, ...]:
+        return tuple(InputView(f"f_{i + 1}_out", t, r, dormant=d)
+                     for i, (r, d) in enumerate(zip(reachable, dormant)))
+
+    running = (False, False, False)
+    assert waited_for(slots(1.0, (True, True, True), running)) == ()
+    cut = slots(1.0, (True, False, True), running)  # slot 2's host partitioned
+    assert waited_for(cut) == ("f_2_out",)
+    held = step(State(), cut, None, 2.0)
+    assert held.action is Action.HOLD and held.state.cut == ("f_2_out",)
+    assert step(held.state, cut, None, 1e6).state.mode is Mode.DELAYING  # never tentative
+    # scale-in to 1: slots 2 and 3 drained and retired, their writers gone, not placed
+    retired = slots(1.0, (True, False, False), (False, True, True))
+    assert waited_for(retired) == ()
+    assert step(held.state, retired, None, 3.0).action is Action.RELEASE
+    assert step(State(), retired, None, 4.0).action is Action.NONE
+    # scale-out to 2: slot 2 placed again; until its writer answers it is waited for
+    relaunching = slots(5.0, (True, False, False), (False, False, True))
+    assert waited_for(relaunching) == ("f_2_out",)
+    # a dormant slot with max-delay: never tentative for it
+    assert step(State(), retired, 3.0, 1e6).state.mode is Mode.STABLE
+    assert not InputView("x", 1.0, False, dormant=True).cut
+
+
+def test_a_selector_is_dormant_only_when_every_replica_is() -> None:
+    one = selector_view("s", (InputView("r1", 3.0, False, dormant=True),
+                              InputView("r2", 2.0, False)))
+    assert not one.dormant and one.cut
+    both = selector_view("s", (InputView("r1", 3.0, False, dormant=True),
+                               InputView("r2", 2.0, False, dormant=True)))
+    assert both.dormant and not both.cut

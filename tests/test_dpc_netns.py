@@ -35,8 +35,8 @@ from executor.spool_receiver import PROBE_SECONDS, PROBE_TIMEOUT
 from testkit.dpc_netns import HOSTS, SELECTOR_HOSTS, NetnsUpstreams, SelectorUpstreams, due_rows
 from testkit.dpc_join_support import check_join_cut, joined_within, oracle_pairs
 from testkit.dpc_support import (TOTALS_KEY, TRIGGER_SECONDS, Downstream, check_corrected,
-                                 check_totals, check_union_cut, cut_runs, oracle, oracle_totals,
-                                 union_counts, union_totals)
+                                 check_totals, check_union_cut, cut_runs, merged_counts, oracle,
+                                 oracle_totals, union_counts, union_totals)
 from testkit.e2e_support import read_sink
 from testkit.netns import NetnsNetwork, netns_unavailable
 
@@ -95,13 +95,19 @@ def test_a_partitioned_source_goes_tentative_and_is_corrected_with_max_delay_unm
     max-delay: tentative pairs within the same bound, all in the exact join, and a stable view
     equal to the plain-Python join over all input. Task "totals" (the union with max-delay,
     then an updating aggregate into an upsert log): tentative records in the cut, and the
-    stable view folded per key equal to the totals over all input."""
+    stable view folded per key equal to the totals over all input. Tasks "merged" (with
+    max-delay) and "merged-plain" (without): a partitioned operator's merger over a1 and a2 as
+    its active instances and a dormant third slot (docs/availability.md, "A partitioned
+    operator's merger"): the same as the union's, so the dormant slot is never waited for and
+    the cut active instance is."""
     delay = f"{int(MAX_DELAY)} seconds"
     runs = cut_runs(spark, tmp_path, rate=RATE, limit=LIMIT, cut_seconds=CUT_SECONDS,
                     tasks=(Downstream("dpc", union_counts, delay),
                            Downstream("plain", union_counts, None),
                            Downstream("join", joined_within(JOIN_WITHIN), delay),
-                           Downstream("totals", union_totals, delay, TOTALS_KEY)),
+                           Downstream("totals", union_totals, delay, TOTALS_KEY),
+                           Downstream("merged", merged_counts, delay),
+                           Downstream("merged-plain", merged_counts, None)),
                     upstreams=NetnsUpstreams.on(net))
     run, plain, join, totals = runs["dpc"], runs["plain"], runs["join"], runs["totals"]
     expected = oracle(RATE, LIMIT)
@@ -125,6 +131,13 @@ def test_a_partitioned_source_goes_tentative_and_is_corrected_with_max_delay_unm
           f"{totals.first_tentative:.2f} s after the cut; reconciled in "
           f"{totals.reconcile or float('nan'):.2f} s; {len(totals.tentative)} tentative records")
     check_totals(totals, oracle_totals(RATE, LIMIT))
+    merged, merged_plain = runs["merged"], runs["merged-plain"]
+    assert merged.first_tentative is not None and merged.reconcile is not None
+    print(f"netns merger (a2 its cut active instance, a third slot dormant): first tentative "
+          f"row {merged.first_tentative:.2f} s after the cut; reconciled in "
+          f"{merged.reconcile:.2f} s; {len(merged.tentative)} tentative rows replaced")
+    lost = check_union_cut(merged, merged_plain, expected, FIRST_TENTATIVE_BOUND, 2 * LIMIT)
+    print(f"netns merger without max-delay: {lost}")
 
 
 @pytest.mark.spark

@@ -104,14 +104,15 @@ def test_a_query_wide_max_delay_applies_to_each_join_and_union() -> None:
 
 
 def test_every_misuse_on_a_join_is_located_and_reported_in_one_run() -> None:
-    """A bad duration on the join, a partitioned (pattern) join under the query-wide
-    max-delay, and max-delay on a one-input filter after it: three errors, one run."""
+    """A bad duration on the join, a join with checkpoint HA (a pattern without a merger)
+    under the query-wide max-delay, and max-delay on a one-input filter after it: three
+    errors, one run."""
     filter_op = ('  <operator name="f" type="filter" max-delay="1 second">\n'
                  '    <input name="pairs"/>\n'
                  '    <param name="condition" value="pairs.temp &gt; 1"/>'
                  '\n    <output name="hot"/>\n  </operator>\n')
     second = _join(' max-delay="soon"').replace('"j"', '"j2"').replace('"pairs"', '"pairs2"')
-    third = _join(' parallelism="2"').replace('"j"', '"j3"').replace('"pairs"', '"pairs3"')
+    third = _join(' ha="checkpoint"').replace('"j"', '"j3"').replace('"pairs"', '"pairs3"')
     xml = dataflow(SOURCE + SECOND + _join() + second + third + filter_op
                    + SINK.format(stream="hot")).replace(
         '<dataflow name="t">', '<dataflow name="t" max-delay="4 seconds">')
@@ -121,15 +122,68 @@ def test_every_misuse_on_a_join_is_located_and_reported_in_one_run() -> None:
     _at(errors, xml, '1 second"', "filter with 1 input")
 
 
-def test_max_delay_with_a_pattern_is_refused() -> None:
-    xml = _spec(' max-delay="3 seconds" parallelism="2"')
+def test_max_delay_with_a_pattern_without_a_merger_is_refused() -> None:
+    xml = _spec(' max-delay="3 seconds" ha="checkpoint"')
     _at(_errors(xml), xml, "3 seconds", "with a pattern")
+
+
+def _window(attrs: str = "") -> str:
+    return (f'  <operator name="w" type="window-aggregate"{attrs}>\n    <input name="raw"/>\n'
+            '    <param name="time" value="ts"/><param name="size" value="1 seconds"/>\n'
+            '    <param name="group-by" value="sensor"/>\n'
+            '    <aggregate name="n" function="count"/>\n    <output name="agg"/>\n'
+            '  </operator>\n')
+
+
+def _union_calls(programs: str) -> list[str]:
+    """Each `rt.union(...)` call of the generated programs, on one line."""
+    import re
+
+    return [" ".join(m.split()) for m in re.findall(r"rt\.union\(.*?\)\n", programs, re.S)]
+
+
+def test_max_delay_on_a_partitioned_operator_is_its_merger_s_and_no_instance_s(tmp_path
+                                                                              ) -> None:
+    """docs/availability.md, "A partitioned operator's merger": max-delay written on a
+    partitioned operator (or the query's) goes to the merger that recombines its instances,
+    which the compiled program passes to the merger's union; its instances take none."""
+    from compiler.pipeline import compile_spec_text
+
+    for attrs, query_attrs in ((' parallelism="2" max-delay="3 seconds"', ""),
+                               (' max-parallelism="3"', ' max-delay="3 seconds"'),
+                               (' parallelism="2" max-delay="3 seconds"', ' max-delay="1 s"')):
+        xml = dataflow(SOURCE + _window(attrs) + SINK.format(stream="agg")).replace(
+            '<dataflow name="t">', f'<dataflow name="t"{query_attrs}>')
+        graph, diagnostics = check_spec_text(xml, "dpc.xml")
+        assert graph is not None, [d.render() for d in diagnostics]
+        assert graph.node("w").max_delay_ms == 3000  # the logical operator's, for its merger
+        programs = "\n".join(t.program for t in compile_spec_text(
+            xml, "dpc.xml", base_dir=tmp_path).query.tasks)
+        unions = _union_calls(programs)
+        assert unions and all("max_delay='3 seconds'" in u and "merger=True" in u
+                              for u in unions), unions
+        assert programs.count("max_delay=") == len(unions)  # no instance takes it
+    plain = dataflow(SOURCE + _window(' parallelism="2"') + SINK.format(stream="agg"))
+    programs = "\n".join(t.program for t in compile_spec_text(
+        plain, "dpc.xml", base_dir=tmp_path).query.tasks)
+    assert "merger=True" in programs and "max_delay=" not in programs
+
+
+def test_a_partitioned_union_s_max_delay_is_its_merger_s(tmp_path) -> None:
+    from compiler.pipeline import compile_spec_text
+
+    xml = _spec(' max-delay="3 seconds" parallelism="2"')
+    programs = "\n".join(t.program for t in compile_spec_text(
+        xml, "dpc.xml", base_dir=tmp_path).query.tasks)
+    unions = _union_calls(programs)
+    assert [u for u in unions if "max_delay=" in u] == \
+        [u for u in unions if "merger=True" in u] != [], unions
 
 
 def test_a_query_wide_max_delay_without_a_union_is_refused() -> None:
     xml = dataflow(SOURCE + SINK.format(stream="raw")).replace(
         '<dataflow name="t">', '<dataflow name="t" max-delay="3 seconds">')
-    _at(_errors(xml), xml, "3 seconds", "has neither")
+    _at(_errors(xml), xml, "3 seconds", "has none")
 
 
 def test_the_compiled_union_call_carries_max_delay(tmp_path) -> None:

@@ -21,9 +21,9 @@ from common.tasks import CompiledQuery, ElasticOperator
 from compiler.control import check_tuple
 from compiler.pipeline import check_spec_text, compile_spec_text
 from elastiq.control_cli import instances_settled
-from scheduler.commands import (Command, KillTask, ReplyToRequest, ReviveOffers,
-                                SendFrameworkMessage)
-from scheduler.elasticity import DRAIN_SETTLE_SECONDS, Rescale
+from scheduler.commands import (Command, KillTask, ReplyToRequest, RetargetChannels,
+                                ReviveOffers, SendFrameworkMessage)
+from scheduler.elasticity import DRAIN_SETTLE_SECONDS, Rescale, unplaced_channels
 from scheduler.events import (ControlAcknowledged, ControlRequested, HeartbeatReceived,
                               OffersReceived, QueryStopRequested, QuerySubmitted, Registered,
                               StatusUpdated, Tick)
@@ -492,6 +492,73 @@ def test_a_scale_in_retires_instances_only_once_drained_then_they_sleep(d: Drive
     assert d.s.queries["q"].phase == "active"
     assert snapshot(d.s)["queries"]["q"]["status"] == "running"
     assert d.s.queries["q"].tasks["q.t0"].launches == 1  # the splitter never restarted
+
+
+def retire_to_one(d: Driver) -> list[Command]:
+    """From 3 instances, scale q's filter in to 1 and drain slots 2 and 3 until they are
+    killed and dormant; what the scheduler did at their KILLED updates."""
+    d.ack(request_of(d.scale(1)))
+    mids = {d.mid("q.t2"), d.mid("q.t3")}
+    stopped: set[str] = set()
+    while stopped != mids:
+        d.tick()
+        stopped |= kills(d.beat(drain_figures(d, {2: 0, 3: 0}, {2: 0, 3: 0})))
+    out: list[Command] = []
+    for mid in sorted(mids):
+        out += d.s.handle(update(mid, "KILLED", d.record(mid.rpartition(".a")[0]).agent_id or ""))
+    return out
+
+
+def retargets(out: list[Command], task_id: str) -> dict[str, str]:
+    """The endpoints the retargets in `out` send to task `task_id`'s current attempt."""
+    return {c: e for r in of(RetargetChannels, out) if r.mesos_task_id.startswith(task_id + ".a")
+            for c, e in r.endpoints}
+
+
+def test_a_retired_instance_is_no_longer_placed_for_the_merger_until_it_runs_again(
+        d: Driver) -> None:
+    """The merger's task (q.t4) learns that a slot a scale-in retired has no writer (the
+    endpoint "", `messages.UNPLACED`), so it does not wait for its writer, gone for good
+    (`common.dpc.waited_for`); a scale-out that launches the slot again gives the merger its
+    endpoint back, so it waits for it again; a merger relaunched meanwhile starts without it."""
+    query = d.s.queries["q"]
+    assert unplaced_channels(query.query, query.tasks) == {}  # dormant at the start: never
+    scaled_to_three(d)                                        # placed, nothing to take back
+    placed = dict(d.record("q.t4").endpoints)
+    assert placed["q/f_2_out"].startswith("tcp://") and placed["q/f_3_out"].startswith("tcp://")
+    out = retire_to_one(d)
+    assert retargets(out, "q.t4") == {"q/f_2_out": "", "q/f_3_out": ""}
+    assert d.record("q.t4").endpoints["q/f_2_out"] == ""
+    assert d.record("q.t4").endpoints["q/f_1_out"] == placed["q/f_1_out"]  # active: kept
+    assert unplaced_channels(query.query, query.tasks) == {}  # told once
+    assert retargets(d.tick(), "q.t4") == {}
+    # the merger's task fails and is relaunched: the dormant slots' channels are not placed
+    d.s.handle(update(d.mid("q.t4"), "FAILED", "a1"))
+    d.tick(5.0)
+    relaunched = d.run(d.offer("a1"))
+    assert "q.t4" in relaunched
+    assert d.record("q.t4").endpoints["q/f_3_out"] == ""
+    # a scale-out launches slot 2 again: the merger waits for it again
+    request = request_of(d.scale(2, "up"))
+    out = d.offer("a2")
+    d.run(out)
+    assert retargets(out, "q.t4")["q/f_2_out"].startswith("tcp://")
+    assert d.record("q.t4").endpoints["q/f_3_out"] == ""  # still dormant
+    d.ack(request)
+
+
+def test_unplaced_channels_are_the_outputs_of_dormant_slots_a_consumer_was_given(
+        tmp_path: Path) -> None:
+    """The pure decision: only a dormant slot's channels whose consumer holds an endpoint."""
+    d = Driver(compiled(Q_SPEC, tmp_path))
+    d.run(d.offer("a1"))
+    query = d.s.queries["q"]
+    merger = d.record("q.t4")
+    assert unplaced_channels(query.query, query.tasks) == {}
+    merger.endpoints["q/f_3_out"] = "tcp://127.0.0.1:1"  # as if slot 3 had run and retired
+    assert unplaced_channels(query.query, query.tasks) == {"q.t4": ("q/f_3_out",)}
+    merger.endpoints["q/f_1_out"] = "tcp://127.0.0.1:2"  # slot 1 runs: never taken back
+    assert unplaced_channels(query.query, query.tasks) == {"q.t4": ("q/f_3_out",)}
 
 
 def test_a_drained_splitter_that_fills_again_restarts_the_settle_clock(d: Driver) -> None:

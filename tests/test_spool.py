@@ -473,3 +473,51 @@ def test_an_ended_stream_is_not_cut_when_its_writer_goes_but_one_gone_without_an
             receiver.close()
         for writer in writers.values():
             writer.close()
+
+
+def test_a_merger_input_retargeted_to_no_writer_is_dormant_and_placed_again_is_waited_for(
+        tmp_path: Path) -> None:
+    """A merger's input from an instance a scale-in retired: its writer goes (closed, as the
+    drained instance is killed) and is cut, until the endpoints file (the scheduler's
+    retarget, `messages.UNPLACED`) says it is not placed: then it is dormant, not cut, and not
+    probed. A scale-out places a new writer there (a new attempt, the same stream numbering
+    on): the receiver reads its next batch, and it is waited for again when that one goes."""
+    from common import dpc
+    from executor.endpoints_file import write_endpoints
+
+    endpoints = tmp_path / "endpoints.json"
+    log = str(tmp_path / "log")  # the instance's upstream backup: a relaunch numbers on
+    writer = writer_for("f_2_out", "t/m", log_dir=log)
+    receiver = SpoolReceiver("t", str(tmp_path / "spool"), [Replica("f_2_out", "t/m",
+                                                                    writer.endpoint)],
+                             ARROW, endpoints_file=str(endpoints), liveness=True).start()
+    again: ChannelWriter | None = None
+    try:
+        writer.send(table(0, 5), 0)
+        wait_for(lambda: receiver.spooled_high == 1, 20, "the instance's batch")
+        writer.close()  # drained and killed by the scale-in
+        wait_for(lambda: not receiver.reachable, 20, "the gone writer cut")
+        assert dpc.waited_for((view_of(receiver),)) == ("f_2_out",)
+        write_endpoints(str(endpoints), {"f_2_out": ""})
+        wait_for(lambda: receiver.dormant, 20, "the retarget to no writer")
+        assert dpc.waited_for((view_of(receiver),)) == ()
+        again = writer_for("f_2_out", "t/m", log_dir=log)
+        again.send(table(5, 9), 1)
+        write_endpoints(str(endpoints), {"f_2_out": again.endpoint})
+        wait_for(lambda: receiver.spooled_high == 2, 20, "the relaunched instance's batch")
+        assert not receiver.dormant and receiver.reachable
+        again.close()
+        wait_for(lambda: not receiver.reachable, 20, "the relaunched writer cut")
+        assert dpc.waited_for((view_of(receiver),)) == ("f_2_out",)
+    finally:
+        receiver.close()
+        writer.close()
+        if again is not None:
+            again.close()
+
+
+def view_of(receiver: SpoolReceiver) -> Any:
+    from common import dpc
+
+    return dpc.InputView("f_2_out", receiver.last_heard, receiver.reachable, receiver.ended,
+                         receiver.dormant)
