@@ -18,7 +18,10 @@ and a batch has a fixed cost: rows per busy second then grow with the load, and 
 that falls behind (its batches grow) shows what it can do. So the model keeps a `Capacity` per
 operator: the true rate seen while the instances fell behind (`pressed`: the upstream's source
 backlog or the batches its channel writers retain grew all window), else the best rate seen so far,
-which is only a lower bound. Scale-outs act on pressure or on a capacity measured under it
+which is only a lower bound; without a cost model, rows per busy second under pressure are
+measured only where the instances fell behind (`fell_behind`: their queue grew in this window
+and the one before), else a lower bound on which pressure alone moves nothing (`small_queue`).
+Scale-outs act on pressure or on a capacity measured under it
 (pressure beside instances the capacity says suffice only when the queue is real:
 `real_queue`); scale-ins on a capacity that is at most the real one, so neither is fooled
 by the fixed cost:
