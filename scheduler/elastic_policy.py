@@ -62,7 +62,8 @@ DecisionKind = Literal["out", "in", "hold"]
 # "cooldown", "no_data", "draining", "catching_up" (an instance ended no micro-batch in the
 # window and runs one: the rows queued meanwhile wait for its end), "stabilizing" (an instance
 # is inside its stabilization window: its first batches are not measured), "small_queue" (rows
-# waited longer all window, but the queue is too small to be the instances': `real_queue`)
+# waited longer all window, but the queue is too small to be the instances': `real_queue`,
+# or, without a cost model, the instances did not fall behind: `fell_behind`)
 Reason = Literal["load", "backlog", "bounds", "steady", "settling", "cooldown", "no_data",
                  "draining", "catching_up", "stabilizing", "small_queue"]
 REASONS: tuple[str, ...] = ("load", "backlog", "bounds", "steady", "settling", "cooldown",
