@@ -18,7 +18,10 @@ and a batch has a fixed cost: rows per busy second then grow with the load, and 
 that falls behind (its batches grow) shows what it can do. So the model keeps a `Capacity` per
 operator: the true rate seen while the instances fell behind (`pressed`: the upstream's source
 backlog or the batches its channel writers retain grew all window), else the best rate seen so far,
-which is only a lower bound. Scale-outs act on pressure or on a capacity measured under it
+which is only a lower bound; without a cost model, rows per busy second under pressure are
+measured only where the instances fell behind (`fell_behind`: their queue grew in this window
+and the one before), else a lower bound on which pressure alone moves nothing (`small_queue`).
+Scale-outs act on pressure or on a capacity measured under it
 (pressure beside instances the capacity says suffice only when the queue is real:
 `real_queue`); scale-ins on a capacity that is at most the real one, so neither is fooled
 by the fixed cost:
@@ -59,7 +62,8 @@ DecisionKind = Literal["out", "in", "hold"]
 # "cooldown", "no_data", "draining", "catching_up" (an instance ended no micro-batch in the
 # window and runs one: the rows queued meanwhile wait for its end), "stabilizing" (an instance
 # is inside its stabilization window: its first batches are not measured), "small_queue" (rows
-# waited longer all window, but the queue is too small to be the instances': `real_queue`)
+# waited longer all window, but the queue is too small to be the instances': `real_queue`,
+# or, without a cost model, the instances did not fall behind: `fell_behind`)
 Reason = Literal["load", "backlog", "bounds", "steady", "settling", "cooldown", "no_data",
                  "draining", "catching_up", "stabilizing", "small_queue"]
 REASONS: tuple[str, ...] = ("load", "backlog", "bounds", "steady", "settling", "cooldown",
@@ -758,7 +762,8 @@ def _learnt(view: OperatorView, policy: ElasticPolicy, measured: Measured,
             now: float) -> Capacity | None:
     """The operator's capacity after a window: from the cost model when its instances' recent
     batches fit one (`modelled`); else as before the model, rows per busy second (`_by_rate`),
-    noting why there is no model."""
+    measured only where the instances fell behind (`fell_behind`, over the window and the one
+    before it), noting why there is no model."""
     kept = [settled(samples, view.started(key), policy.stabilization_seconds)
             for key, samples in view.instances.items()]
     spans = [span for samples in kept for span in spans_of(samples)]
@@ -767,16 +772,22 @@ def _learnt(view: OperatorView, policy: ElasticPolicy, measured: Measured,
     capacity = modelled(previous, spans, policy.target_batch_seconds, now, cpu_spans)
     if isinstance(capacity, Capacity):
         return capacity
-    by_rate = _by_rate(previous, measured, now)
+    before = measure(view, policy, now - policy.window_seconds)
+    behind = fell_behind(measured, before)[0]
+    by_rate = _by_rate(previous, measured, now, behind)
     return replace(by_rate, note=capacity) if by_rate is not None else None
 
 
-def _by_rate(previous: Capacity | None, measured: Measured, now: float) -> Capacity | None:
-    """`learn` from a window. Under pressure, from its recent half: the rows waited all
-    window, so the instances' batches had grown by then; the early half may still hold the
-    load before the step, at a rate that says little. Otherwise from the better of the two."""
+def _by_rate(previous: Capacity | None, measured: Measured, now: float,
+             behind: bool = True) -> Capacity | None:
+    """`learn` from a window. Under pressure where the instances fell behind (`behind`:
+    `fell_behind`), from its recent half: the rows waited all window, so the instances'
+    batches had grown by then; the early half may still hold the load before the step, at a
+    rate that says little. Otherwise (also under a pressure whose instances processed what
+    arrived: their rows per busy second are their load's share, a lower bound) from the better
+    of the two."""
     whole, recent = measured.whole, measured.recent
-    if whole.pressed:
+    if whole.pressed and behind:
         return learn(previous, True, recent.true_rate or whole.true_rate, now)
     rates = [r for r in (whole.true_rate, recent.true_rate) if r is not None]
     return learn(previous, False, max(rates) if rates else None, now)
@@ -886,6 +897,30 @@ def _share_text(before: Measured | str) -> tuple[float | None, str]:
         return None, "the window before not measured"
     share = queue_share(before.whole)
     return share, f"{share:.0%} in the window before"
+
+
+def fell_behind(measured: Measured, before: Measured | str) -> tuple[bool, str]:
+    """Whether the instances fell behind the arrival, and a phrase with the numbers (pure):
+    their queue grew by at least `QUEUE_SHARE` of the arrival in the window and in the one
+    `before` it (in the window alone where the one before was not measured: a history shorter
+    than two windows), or it grew at least as fast as they processed (`emergency`). Only then
+    are rows per busy second, without a cost model, what an instance can do (`_by_rate`): a
+    micro-batch has a large fixed cost, and an instance that keeps up runs batches back to back
+    whose rows per busy second are its share of the load, however busy or throttled it is
+    (issue 31's `--window` run, 2026-12-01 02:25: one window instance at base load read 34 rows
+    per busy second, pressed, while it processed what arrived, and scaled out 1 -> 2 on it).
+    One window alone at 10 % is not enough once the one before is known: a 10 s window counts
+    one batch more or less, and a window aggregate's batches at base load hold seconds of its
+    rows (up to ~30 % of a window's)."""
+    whole = measured.whole
+    share = queue_share(whole)
+    earlier, said = _share_text(before)
+    text = (f"the queue grew {queueing(whole):,.0f} rows/s, {share:.0%} of the arrival "
+            f"({said}; instances fall behind at least {QUEUE_SHARE:.0%} in both, or as fast "
+            f"as they process)")
+    if emergency(whole):
+        return True, text
+    return share >= QUEUE_SHARE and (earlier is None or earlier >= QUEUE_SHARE), text
 
 
 def real_queue(measured: Measured, before: Measured | str, capacity: Capacity,
@@ -1007,6 +1042,13 @@ def _decide_on(view: OperatorView, policy: ElasticPolicy, measured: Measured,
                          f"{rates.in_one_batch:.1f} s and ended none in the window: what "
                          f"queued meanwhile waits for that batch's end, which shows whether "
                          f"the instances keep up; {numbers}", measured, needs[2], capacity)
+    if rates.pressed and not capacity.measured and not _lasting(measured, view, policy,
+                                                                  capacity, now):
+        _, behind = fell_behind(measured, measure(view, policy, now - policy.window_seconds))
+        return _decision(view, "hold", n, "small_queue", f"{formula}; rows waited longer all "
+                         f"window, but {behind}: the instances kept up, so their rows per "
+                         f"busy second are their load's share, a lower bound, and the need "
+                         f"at it an upper bound; {numbers}", measured, needs[2], capacity)
     if rates.pressed and needs[2] > n:
         return _scale_out(view, policy, measured, needs[2], f"{formula}; {numbers}", capacity,
                           "load", at_least=n + 1)
@@ -1037,6 +1079,19 @@ def _decide_on(view: OperatorView, policy: ElasticPolicy, measured: Measured,
                          f"longer, so the instances keep up; {numbers}", measured, needs[2],
                          capacity)
     return _scale_in(view, policy, measured, capacity, needs[2], f"{formula}; {numbers}")
+
+
+def _lasting(measured: Measured, view: OperatorView, policy: ElasticPolicy,
+             capacity: Capacity, now: float) -> bool:
+    """Beside instances that did not fall behind (`fell_behind`), whose capacity is then a
+    lower bound: a backlog more than they drain in a window at it (`real_queue`'s `drainable`
+    clause), counted only where that capacity says they drain at all (n x rate above the
+    arrival): a queue that went on long enough is theirs whatever its growth."""
+    n = view.parallelism
+    if drainable(measured.whole, capacity, n) <= 0:
+        return False
+    return real_queue(measured, measure(view, policy, now - policy.window_seconds),
+                      capacity, n)[0]
 
 
 def at_limit_rate(measured: Measured) -> float | None:
@@ -1119,4 +1174,4 @@ __all__ = ["Sample", "sample_of", "SampleHistory", "ElasticPolicy", "Capacity", 
            "stabilizing", "settled", "first_batch_of", "first_batch_after", "emergency",
            "effective_target", "capacity_text", "throttled_in", "at_limit_rate", "sized_at_limit",
            "LIMIT_MARGIN", "QUEUE_SHARE", "queue_share", "draining_upstream", "drainable",
-           "real_queue", "queueing"]
+           "real_queue", "queueing", "fell_behind"]

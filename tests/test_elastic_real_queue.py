@@ -22,12 +22,12 @@ what n instances drain in 10 s, (n x rate - arrival) x 10."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from common.batch_cost import BatchCost
 from scheduler.elastic_policy import (
     QUEUE_SHARE, Capacity, ElasticPolicy, OperatorView, Sample, decide, draining_upstream,
-    measure, queue_share,
+    fell_behind, measure, queue_share,
 )
 
 POLICY = ElasticPolicy(min_parallelism=1, max_parallelism=3)  # the benchmark's, defaults else
@@ -60,10 +60,11 @@ class Load:
     retained_rise: float = 1.0
 
 
-def view(n: int, before: Load, now: Load, backlog: float = 300.0, model: BatchCost = MODEL,
-         first_batch_at: float | None = None) -> OperatorView:
+def view(n: int, before: Load, now: Load, backlog: float = 300.0,
+         model: BatchCost | None = MODEL, first_batch_at: float | None = None) -> OperatorView:
     """20 one-second samples of the upstream and of n instances: `before` in the first 10 s,
-    `now` in the last 10 (the window at NOW); the backlog starts at `backlog`."""
+    `now` in the last 10 (the window at NOW); the backlog starts at `backlog`. `model` None:
+    no capacity known yet (and the equal batches fit none)."""
     upstream, instances = [], {f"q.f{k}": [] for k in range(1, n + 1)}
     out, left, retained, rows = 50_000.0, backlog, 4.0, 9_000.0
     for t in range(int(NOW) + 1):
@@ -78,8 +79,9 @@ def view(n: int, before: Load, now: Load, backlog: float = 300.0, model: BatchCo
                                   nr_throttled=100.0 * t, cpu_ms=350.0 * t,
                                   cpu_batches=20.0 + t))
     firsts = {} if first_batch_at is None else {key: first_batch_at for key in instances}
+    capacity = None if model is None else Capacity(model.sustained_rate(2.0), True, 0.0, model)
     return OperatorView("bench-elastic", "heavy", n, instances, {"q.up": upstream}, None,
-                        Capacity(model.sustained_rate(2.0), True, 0.0, model), firsts)
+                        capacity, firsts)
 
 
 # the 2026-11-30 runs at two instances: ~620 rows/s handed over, each instance 303, the
@@ -185,3 +187,77 @@ def test_the_window_before_is_measured_as_the_window() -> None:
     before = measure(view(2, KEPT_UP, OVER_STATED), POLICY, NOW - 10.0)
     assert not isinstance(before, str)
     assert round(before.whole.processed) == 606 and round(before.whole.arrival) == 621
+
+
+# --- without a cost model: rows per busy second measure an instance only where it fell behind ---
+# The `--window` run of 2026-12-01 02:25 (`--fields 1 --rate 60`, 0.35-cpu agents): one window
+# instance at base load, batches back to back of a similar size (no cost model: they cannot
+# tell the fixed cost from the cost per row), busy and throttled all the time, the retained
+# batches rising: "pressed" while it processed what arrived. Its rows per busy second (here 54,
+# all it was given; 34 in the run) read as a measured capacity needed ceil(54 / (54 x 0.8)) = 2,
+# and the first decision outside the stabilization window scaled out 1 -> 2 on a window still at
+# base load (+4.2 s after the step), then 2 -> 3 at +118.6 s.
+BASE = Load(out=54.0, each=54.0)
+# the x4 step reaching one instance: 216 rows/s handed over, the instance's batches growing
+# (80 rows per busy second), the rest queueing in the writer (retained climbing 3 a second)
+STEPPED = Load(out=216.0, each=80.0, retained_rise=3.0)
+
+
+def test_a_window_instance_at_base_load_without_a_model_holds() -> None:
+    """The base-load window: pressed, need 2 at its rows per busy second, but the queue grew 0
+    rows/s (0 % in both windows): the old policy scaled out 1 -> 2 (reason load); now it holds,
+    small_queue, and the capacity it keeps is a lower bound, not a measurement."""
+    d = decide(view(1, BASE, BASE, backlog=0.0, model=None), POLICY, NOW)
+    assert d.rates is not None and d.rates.pressed and d.rates.at_limit
+    assert d.needed == need(54, 54) == 2
+    assert (d.kind, d.target, d.reason) == ("hold", 1, "small_queue"), d.explanation
+    assert d.capacity is not None and not d.capacity.measured
+    assert round(d.capacity.rate) == 54 and d.capacity.cost is None
+    assert "the queue grew 0 rows/s, 0% of the arrival (0% in the window before" in \
+        d.explanation and "a lower bound" in d.explanation
+    assert "no cost model: the batches were all of a similar size" in d.explanation
+
+
+def test_the_base_load_capacity_moves_nothing_in_the_next_quiet_window() -> None:
+    """The capacity the base-load window leaves, fed to the next window with nothing queued
+    (retained flat, not pressed): a lower bound needs 2 but holds, steady. The old policy's
+    measured 54 rows/s scaled out on rule 6 (both halves need more at a measured capacity)."""
+    first = decide(view(1, BASE, BASE, backlog=0.0, model=None), POLICY, NOW)
+    quiet = Load(out=54.0, each=54.0, retained_rise=0.0)
+    then = replace(view(1, quiet, quiet, backlog=0.0, model=None), capacity=first.capacity)
+    d = decide(then, POLICY, NOW)
+    assert d.rates is not None and not d.rates.pressed
+    assert (d.kind, d.target, d.reason) == ("hold", 1, "steady"), d.explanation
+
+
+def test_after_the_x4_step_one_window_instance_scales_out_once_to_the_maximum() -> None:
+    """The window after the step: 216 rows/s handed over, 80 processed, the queue growing 136
+    rows/s (63 %), faster than the instance processes (the window before at base load, 0 %):
+    it fell behind, its rows per busy second are measured, ceil(216 / (80 x 0.8)) = 4, clamped
+    to the benchmark's 3: one step 1 -> 3."""
+    d = decide(view(1, BASE, STEPPED, backlog=0.0, model=None), POLICY, NOW)
+    assert d.rates is not None and round(d.rates.processed) == 80
+    assert need(216, 80) == 4
+    assert (d.kind, d.target, d.reason) == ("out", 3, "load"), d.explanation
+    assert d.capacity is not None and d.capacity.measured and round(d.capacity.rate) == 80
+
+
+def test_fell_behind_wants_both_windows_or_a_queue_as_fast_as_the_processing() -> None:
+    """The oracle here: share = (arrival - processed) / arrival in each window. 15 % now and 2 %
+    before: not behind; 15 % in both: behind; before not measured (a history of one window):
+    this window's 15 %; 63 % now (the queue faster than the 80 processed): behind at once."""
+    def of(before: Load, now: Load, n: int = 2) -> tuple[bool, str]:
+        v = view(n, before, now, model=None)
+        measured = measure(v, POLICY, NOW)
+        assert not isinstance(measured, str)
+        return fell_behind(measured, measure(v, POLICY, NOW - 10.0))
+
+    assert not of(KEPT_UP, OVER_STATED)[0]
+    assert "15% of the arrival (2% in the window before" in of(KEPT_UP, OVER_STATED)[1]
+    assert of(OVER_STATED, OVER_STATED)[0]
+    one = view(2, OVER_STATED, OVER_STATED, model=None)
+    measured = measure(one, POLICY, NOW)
+    assert not isinstance(measured, str)
+    assert fell_behind(measured, "not measured")[0]
+    assert (216 - 80) >= 80 and of(BASE, STEPPED, n=1)[0]
+    assert not of(BASE, BASE, n=1)[0]
