@@ -5,7 +5,8 @@ pool that hands one running embedded stack from a cluster test module to the nex
 same `STACK_SHAPE` (testkit.e2e_support.StackPool), those modules run one after another; the
 `alone` mark of the cluster tests that
 scripts/test.sh keeps in its serial cluster stream (ALONE_MODULES) and the `beside` mark of the
-Spark cluster tests it runs in its other stream (BESIDE_MODULES); and,
+Spark cluster tests it runs in its other stream (BESIDE_MODULES); the `quiet` mark of those it
+runs last, alone (QUIET_MODULES); and,
 when the suite runs on pytest-xdist workers (`pytest -n N --dist loadfile`, for a machine with
 more cores than CI's: `scripts/test.sh` runs the cluster layer serially), in what order its
 modules are handed out.
@@ -48,17 +49,24 @@ ALONE_MODULES = frozenset({"tests/test_isolation_cgroups.py", "tests/test_kafka_
 # tests/test_distribution_cluster.py waits (bounded, 150 s) for a move that needs the agent with
 # three tasks to carry more load than the one with one: the other stream slows both executors
 # alike, and the gap (0.7 CPU s/s measured) stays far above the test's threshold (0.1).
-# tests/test_shedding_cluster.py (63-65 s quiet, 134 s beside a busy core; docs/load.md)
-# overloads its one instance on purpose, at 3x the rate it measured for the instance first, so a
-# neighbour lowers the overload with the instance's rate and the rows queued before the first
-# shed drain in about the same time whatever the machine's load; the release comes at 1 row/s
-# and the rows after it arrive at 50 rows/s, far under the instance's capacity; in the serial
-# stream its time would lengthen the suite's critical path.
-# tests/test_thirty_tasks_cluster.py (74 s) went back to the serial stream on 2026-11-30: the
-# CI cuts left the other stream the longer one (serial 1,373 s; 1,157 s of other layers, then
-# 337 s of these modules).
+# On 2026-12-01 the other layers went onto two xdist workers (scripts/test.sh), which left the
+# serial stream the longer by minutes, so the Spark cluster modules that only run queries to
+# their oracles (no kill, no timing bound; a leftover executor killed in cleanup is not a kill)
+# joined them: thirty tasks (54 s serial), two stacks on the same ports (42 s), the shared and
+# published subgraphs (25 s), control tuples (10 s), the closed loop (17 s) and the pattern
+# overflow (16 s).
 BESIDE_MODULES = frozenset({"tests/test_update_cluster.py", "tests/test_distribution_cluster.py",
-                            "tests/test_shedding_cluster.py"})
+                            "tests/test_thirty_tasks_cluster.py",
+                            "tests/test_port_clash_cluster.py", "tests/test_sharing_cluster.py",
+                            "tests/test_control_cluster.py", "tests/test_closed_loop_cluster.py",
+                            "tests/test_overflow_cluster.py"})
+# Spark cluster tests marked `quiet`: scripts/test.sh runs them last, once every other stream
+# ended. tests/test_shedding_cluster.py (63-65 s quiet, 134 s beside a busy core; docs/load.md)
+# overloads its one instance at 3x the rate it measured for it and waits for the scheduler to
+# shed, which it decides from the CPU the instance's agent got (its cgroup's usage): beside the
+# other streams on two xdist workers the instance, busy all the time with its backlog growing,
+# came out at 77 % of its agent's capacity and nothing was shed in 180 s (2026-12-01).
+QUIET_MODULES = frozenset({"tests/test_shedding_cluster.py"})
 UNMARKED_WEIGHT = {"cluster": 60.0, "spark": 10.0}
 PURE_WEIGHT = 1.0
 
@@ -217,12 +225,15 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault(MIN_BATCH_ENV, MIN_BATCH_FOR_TESTS)
     config.addinivalue_line("markers", "alone: a test to run in the serial cluster stream "
                             "only (it measures CPU shares or waits out timings; tests/conftest.py)")
+    config.addinivalue_line("markers", "quiet: a Spark cluster test run last, on a machine "
+                            "left to it (it decides from CPU shares; tests/conftest.py)")
     config.addinivalue_line("markers", "beside: a Spark cluster test that may run beside "
                             "another cluster test (nothing killed, nothing timed; tests/conftest.py)")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Marks the tests of ALONE_MODULES `alone` and of BESIDE_MODULES `beside`. On xdist workers the heaviest modules come
+    """Marks the tests of ALONE_MODULES `alone`, of BESIDE_MODULES `beside` and of
+    QUIET_MODULES `quiet`. On xdist workers the heaviest modules come
     first (`--dist loadfile` hands out whole modules in this order). Other runs keep pytest's
     order, except that modules of one `STACK_SHAPE` run one after another (`by_shape`)."""
     for item in items:
@@ -230,6 +241,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.alone)
         if module_of(item.nodeid) in BESIDE_MODULES:
             item.add_marker(pytest.mark.beside)
+        if module_of(item.nodeid) in QUIET_MODULES:
+            item.add_marker(pytest.mark.quiet)
     if not handed_out(config):
         items[:] = by_shape(items)
         return

@@ -155,30 +155,34 @@ def test_the_runs_of_scripts_test_sh_split_the_suite_whole() -> None:
     once: the serial stream holds the Spark cluster tests and the modules marked `alone` (the
     cgroups isolation test, which measures CPU shares; the broker SIGKILL test, which waits out
     the Kafka sink's bounds), the second stream the other layers and the Spark cluster tests
-    marked `beside`, and a third stream the cluster tests without Spark."""
+    marked `beside`, a third stream the cluster tests without Spark, and the last run the
+    Spark cluster tests marked `quiet` (the shedding test)."""
     script = (ROOT / "scripts" / "test.sh").read_text(encoding="utf-8").splitlines()
     marks = [m for line in script if not line.lstrip().startswith("#")
              for m in re.findall(r'-m "([^"]+)"', line)]
-    assert len(marks) == 4, marks
+    assert len(marks) == 5, marks
 
     def selected(expression: str) -> set[str]:
         done = subprocess.run(
             [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
              "-m", expression, "tests/test_isolation_cgroups.py", "tests/test_embedded_auth.py",
              "tests/test_port_clash_cluster.py", "tests/test_update_cluster.py",
-             "tests/test_kafka_broker_kill.py", "tests/test_json_lines.py"],
+             "tests/test_kafka_broker_kill.py", "tests/test_json_lines.py",
+             "tests/test_elastic_cluster.py", "tests/test_shedding_cluster.py"],
             capture_output=True, text=True, timeout=120, cwd=ROOT)
         assert done.returncode in (0, 5), done.stdout + done.stderr
         return {line for line in done.stdout.splitlines() if "::" in line}
 
-    others, beside, light, serial = (selected(m) for m in marks)  # the script's order
-    runs = (others, beside, light, serial)
+    others, beside, light, serial, quiet = (selected(m) for m in marks)  # the script's order
+    runs = (others, beside, light, serial, quiet)
     assert all(not (a & b) for i, a in enumerate(runs) for b in runs[i + 1:])
-    assert others | light | beside | serial == selected("cluster or not cluster")
+    assert others | light | beside | serial | quiet == selected("cluster or not cluster")
     assert {module_of(n) for n in serial} == {"tests/test_isolation_cgroups.py",
-                                              "tests/test_port_clash_cluster.py",
+                                              "tests/test_elastic_cluster.py",
                                               "tests/test_kafka_broker_kill.py"}
     assert {module_of(n) for n in others} == {"tests/test_json_lines.py",  # and the pure
                                               "tests/test_embedded_auth.py"}  # tests beside
     assert {module_of(n) for n in light} == {"tests/test_embedded_auth.py"}
-    assert {module_of(n) for n in beside} == {"tests/test_update_cluster.py"}
+    assert {module_of(n) for n in beside} == {"tests/test_update_cluster.py",
+                                              "tests/test_port_clash_cluster.py"}
+    assert {module_of(n) for n in quiet} == {"tests/test_shedding_cluster.py"}
