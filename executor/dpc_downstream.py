@@ -81,12 +81,12 @@ def spool_marks(spark_dir: str, batch_id: int, spools: Sequence[tuple[str, str]]
         for seq, batch in sorted(spool.listing(folder).items()):
             if (start is None or seq > start) and seq <= end:
                 path = os.path.join(folder, spool.batch_name(seq, batch.chunks, batch.size))
-                with pa.memory_map(path) as source:
+                with pa.memory_map(path) as source:  # (used while mapped)
                     table = pa.ipc.open_file(source).read_all().select(
                         list(dpc_marks.MARK_COLUMNS))
-                for episode in dpc_marks.revisions_of(table):
-                    revised[episode] = max(revised.get(episode, seq), seq)
-                tentative.update(_tentative_of(table))
+                    for episode in dpc_marks.revisions_of(table):
+                        revised[episode] = max(revised.get(episode, seq), seq)
+                    tentative.update(_tentative_of(table))
     return dpc_redo.SpoolMarks(frozenset(tentative), tuple(sorted(revised.items())))
 
 
