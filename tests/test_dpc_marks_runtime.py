@@ -48,7 +48,7 @@ def test_a_downstream_filter_propagates_the_tentative_mark_and_the_correction(
     assert keys(dpc_view.current_view(run.rows)) == expected  # every episode revised
 
 
-REDO_CUT_SECONDS = 5.0
+REDO_CUT_SECONDS = 6.0
 
 
 def test_a_stateful_downstream_task_redoes_from_its_stable_point_so_its_stable_view_is_exact(
