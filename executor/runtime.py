@@ -1473,7 +1473,7 @@ class TaskRuntime:
             raise self._error(op, f"file sink format must be jsonl, got {format!r}")
         if upsert_key is not None:
             for name in upsert_key:
-                self._field(op, self._get(op, input), name)
+                self._field(op, self._get(op, input, marks=True), name)
         if upsert_deletes_by is not None and upsert_deletes_by not in (upsert_key or ()):
             raise self._error(op, f"upsert_deletes_by {upsert_deletes_by!r} is not a column of "
                                   f"the upsert key {upsert_key!r}")
