@@ -244,6 +244,8 @@ def read_units(folder: str, units: Sequence[Unit], schema: pa.Schema) -> Iterato
                              "read)") from None
         for index in range(first, end):
             batch = without_superseded(without_corrections(reader.get_batch(index)), superseded)
+            if batch.num_rows == 0:  # every row a correction or superseded: nothing to read
+                continue
             if not batch.schema.equals(schema, check_metadata=False):
                 batch = pa.Table.from_batches([batch]).select(schema.names) \
                     .cast(schema).combine_chunks().to_batches()[0]
