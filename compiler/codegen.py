@@ -234,7 +234,9 @@ def carries_marks(graph: Graph, stream: str) -> bool:
     channels"): its task holds a union or join with max-delay over a channel input, and every
     task reading it propagates them, through filters and projections of its own into a file
     or console sink that is no upsert log, a network sink (served marked) or a Kafka sink not
-    in real-time mode; never a published stream (other queries read it unmarked) (pure)."""
+    in real-time mode, or into a window or updating aggregate straight into its sink
+    (`_redoes`: checkpoint/redo); never a published stream (other queries read it unmarked)
+    (pure)."""
     if stream in graph.published:
         return False
     cut = cut_streams(graph)
@@ -288,7 +290,30 @@ def _marked_input(graph: Graph, stream: str, cut: set[str]) -> bool:
     return carries_marks(graph, stream)
 
 
+STATEFUL_REDO = ("window-aggregate", "aggregate")  # redone from a stable point downstream
+
+
+def _redoes(graph: Graph, node: Node, cut: set[str]) -> bool:
+    """Whether `node` is a stateful operator whose task keeps its output's stable view exact by
+    checkpoint/redo (docs/availability.md, "A stateful downstream task"): an event-time window
+    aggregate (no count or processing-time window) or an updating aggregate of the task, whose
+    output goes straight to its file sink (not partitioned by time), console sink or Kafka
+    sink (not in real-time mode), which write each batch tentative or stable as a whole."""
+    if node.kind not in STATEFUL_REDO or node.output is None or node.output in cut:
+        return False
+    if node.kind == "window-aggregate" and (node.param("clock") == "processing"
+                                            or node.param("rows") is not None):
+        return False
+    consumers = graph.consumers(node.output)
+    return bool(consumers) and all(
+        c.kind in ("file-sink", "console-sink") and not c.param("partition-by")
+        or c.kind == "kafka-sink" and c.param("mode") != realtime.REAL_TIME
+        for c in consumers)
+
+
 def _propagates(graph: Graph, node: Node, cut: set[str]) -> bool:
+    if _redoes(graph, node, cut):
+        return True
     if node.kind in ("file-sink", "console-sink"):
         producer = _producer_through_plumbing(graph, node)
         return not updates(producer.kind, producer.param)  # (an upsert log keeps no marks)

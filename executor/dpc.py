@@ -196,7 +196,7 @@ class DpcController:
         self.replacing = True
         try:
             self._stop_query()
-            _restore(self.stable_dir, self.spark_dir)
+            restore_stable_point(self.stable_dir, self.spark_dir)
             with self._lock:
                 self.shift = max(self.highest_id - point, self.shift)
                 _save_state(self.state_path, self.shift, self.episode)
@@ -435,7 +435,7 @@ def _after_point(rel: str, name: str, first: int) -> bool:
     return False
 
 
-def _restore(stable_dir: str, spark_dir: str) -> None:
+def restore_stable_point(stable_dir: str, spark_dir: str) -> None:
     """Put the stable point back as the query's checkpoint."""
     aside = f"{spark_dir}.tentative"
     if os.path.exists(aside):

@@ -31,7 +31,7 @@ from common.types import ColumnType, Field, Schema
 MARK_COLUMNS = (TENTATIVE_MARK, REVISION_MARK)
 __all__ = ["MAX_EPISODE", "REVISION_MARK", "TENTATIVE_MARK", "MARK_COLUMNS", "MarkError",
            "with_marks", "carries_marks", "mark_rows", "mark_table", "check_marks",
-           "revisions_of", "without_corrections"]
+           "revisions_of", "without_corrections", "without_superseded"]
 
 
 class MarkError(ValueError):
@@ -136,3 +136,15 @@ def without_corrections(batch: pa.RecordBatch) -> pa.RecordBatch:
     both = pc.and_(pc.is_valid(batch.column(TENTATIVE_MARK)),
                    pc.is_valid(batch.column(REVISION_MARK)))
     return batch.filter(pc.invert(both)) if pc.any(both).as_py() else batch
+
+
+def without_superseded(batch: pa.RecordBatch, superseded: int) -> pa.RecordBatch:
+    """`batch` without its tentative rows of episodes 1..`superseded` (a stateful downstream
+    task's re-run from its stable point: the upstream's stable re-run rows replace them,
+    docs/availability.md, "A stateful downstream task"); as it is when `superseded` is 0 or it
+    carries no marks."""
+    if superseded <= 0 or TENTATIVE_MARK not in batch.schema.names:
+        return batch
+    tentative = batch.column(TENTATIVE_MARK)
+    gone = pc.fill_null(pc.less_equal(tentative, superseded), False)
+    return batch.filter(pc.invert(gone)) if pc.any(gone).as_py() else batch

@@ -49,7 +49,7 @@ from executor import (dpc_marks, kafka_handover, kafka_io, kafka_realtime, kafka
 from executor.cep import match as cep_match, spark as cep_spark, stage as cep_stage
 from executor.batch_gate import BatchGate, await_commit
 from executor.dpc import DpcController, DpcInput, DpcSink
-from executor.dpc_downstream import MarkedSink
+from executor.dpc_downstream import MarkedSink, RedoController, RedoSink
 from executor.partitioned_sink import PartitionedFileSink
 from executor.fencing import Fence
 from executor.channels.auth import (ChannelKeyError, TaskKeys, WriterAuth, parse_readers,
@@ -380,6 +380,10 @@ class TaskRuntime:
         self.dpc: DpcController | None = None  # max-delay on a union or join (availability.md)
         # stream -> the (spool name, folder) of the marked channel its DPC marks came from
         self.marked: dict[str, tuple[str, str]] = {}
+        # stream -> that channel, for the output of a stateful operator over a marked stream,
+        # written tentative or stable as a whole by checkpoint/redo (`dpc_downstream`)
+        self.redo_marked: dict[str, tuple[str, str]] = {}
+        self.redo: RedoController | None = None
         self._stream_writer: Any = None  # the started query's DataStreamWriter (a DPC re-run's)
         # how far each paced source lags behind its rate, in tuples (`sources.generator_backlog`)
         self.backlogs: list[Callable[[], int]] = []
@@ -397,6 +401,8 @@ class TaskRuntime:
         """Stop the query (if running) and the receivers of its channel inputs."""
         if self.dpc is not None:
             self.dpc.close()
+        if self.redo is not None:
+            self.redo.close()
         if self._fence_watch is not None:
             self._fence_watch.close()
         try:
@@ -477,16 +483,40 @@ class TaskRuntime:
     def _get(self, op: str, name: str, marks: bool = False) -> Stream:
         """The stream `name`; one carrying DPC marks only for an operator that propagates them
         (`marks`: a filter, a projection, a file, console or Kafka sink, a network sink with
-        marks; docs/availability.md)."""
+        marks; docs/availability.md); a stateful operator's over marks only for a sink."""
         stream = self.streams.get(name)
         if stream is None:
             raise self._error(op, f"unknown input stream {name!r} (known: {sorted(self.streams)})")
         if name in self.marked and not marks:
             raise self._error(op, f"stream {name!r} carries DPC marks (tentative rows) from its "
-                                  "upstream task; only filters, projections and a file, "
-                                  "console or Kafka sink or a marked network sink propagate "
-                                  "them (docs/availability.md)")
+                                  "upstream task; only filters, projections, an event-time "
+                                  "window or updating aggregate and a file, console or Kafka "
+                                  "sink or a marked network sink take them "
+                                  "(docs/availability.md)")
+        if name in self.redo_marked and not marks:
+            raise self._error(op, f"stream {name!r} is a stateful operator's over DPC marks "
+                                  "(written tentative or stable as a whole by checkpoint/redo):"
+                                  " only a sink may follow it (docs/availability.md)")
         return stream
+
+    def _stateful_input(self, op: str, name: str) -> Stream:
+        """The input of a window or updating aggregate: a marked stream without its hidden
+        tentative mark (the task's checkpoint/redo keeps its output's stable view exact:
+        `_redo_output`); any other stream as `_get` gives it."""
+        stream = self._get(op, name, marks=name in self.marked)
+        if name not in self.marked:
+            return stream
+        if self.redo_marked:
+            raise self._error(op, "one stateful operator per task may read a marked stream "
+                                  "(docs/availability.md)")
+        df = stream.df.drop(dpc_marks.TENTATIVE_MARK).alias(name)
+        return Stream(stream.name, df, stream.schema)
+
+    def _redo_output(self, input: str, output: str) -> None:
+        """`output` of a stateful operator over `input`: if that is marked, the task's sink
+        writes it by checkpoint/redo (`_start`)."""
+        if input in self.marked:
+            self.redo_marked[output] = self.marked[input]
 
     def _field(self, op: str, stream: Stream, name: str) -> Field:
         return self._column(op, stream.schema, stream.name, name)
@@ -894,9 +924,13 @@ class TaskRuntime:
             self.count_window(op=op, input=input, output=output, time=time, rows=rows,
                               watermark=watermark, group_by=group_by, aggregates=aggregates)
             return
-        stream = self._get(op, input)
+        stream = self._stateful_input(op, input)
         keys = [self._field(op, stream, g) for g in group_by]
         aggs = [self._aggregate_column(op, stream, *a) for a in aggregates]
+        if clock == "processing" and input in self.marked:
+            raise self._error(op, f"a processing-time window over DPC marks (stream {input!r}):"
+                                  " its re-run from the stable point would count rows in other "
+                                  "windows; use event time (docs/availability.md)")
         if clock == "processing":
             time, frame = PROCESSING_TIME, self._processing_rows(op, stream, time, gap)
         elif clock != "event" or time is None:
@@ -926,6 +960,7 @@ class TaskRuntime:
                          Field("window_end", ColumnType.TIMESTAMP), *keys, *[f for _, f in aggs],
                          *shed))
         self._put(op, output, df, schema)
+        self._redo_output(input, output)
 
     def _keyed_aggregates(self, op: str, stream: Stream, time: str | None,
                           group_by: Sequence[str], aggregates: Sequence[tuple[Any, ...]]
@@ -978,7 +1013,7 @@ class TaskRuntime:
         """Aggregates over the whole stream per key, one upsert record per key and micro-batch
         that brought it rows; a key's state ends `ttl` of event time after its last row
         (`keyed_state_frame.updating_frame`). Its sink keeps the records as an upsert log."""
-        stream = self._get(op, input)
+        stream = self._stateful_input(op, input)
         ttl_us = parse_duration(self._duration(op, ttl)) // timedelta(microseconds=1)
         if ttl_us <= 0:
             raise self._error(op, f"ttl {ttl!r} must be above zero")
@@ -986,6 +1021,7 @@ class TaskRuntime:
         df, schema = keyed_state_frame.updating_frame(
             stream.df, input, time, keys, aggs, ttl_us, self._duration(op, watermark))
         self._put(op, output, df, schema)
+        self._redo_output(input, output)
 
     def top_n(self, *, op: str, input: str, output: str, time: str, window: str | None,
               slide: str | None, watermark: str, group_by: Sequence[str], n: int,
@@ -1375,6 +1411,15 @@ class TaskRuntime:
             except TypeError as exc:
                 raise self._error(op, f"stream {input!r} carries DPC marks (tentative rows): "
                                       f"{exc} (docs/availability.md)") from None
+        if input in self.redo_marked:
+            redo = RedoController(self.task_id, self.checkpoint_dir, self.redo_marked[input],
+                                  self._stop_for_rerun, self._start_rerun)
+            try:
+                sink = RedoSink(sink, redo)
+            except TypeError as exc:
+                raise self._error(op, f"stream {input!r} is a stateful operator's over DPC "
+                                      f"marks: {exc} (docs/availability.md)") from None
+            self.redo = redo
         writer = (stream.df.writeStream.foreachBatch(self.gate.wrap(sink))
                   .queryName(f"{self.query_id}.{self.task_id}")
                   .option("checkpointLocation", os.path.join(self.checkpoint_dir, "spark")))
@@ -1386,6 +1431,8 @@ class TaskRuntime:
         log.info("task %s: query %s started (sink %s)", self.task_id, self.query.id, op)
         if self.dpc is not None:
             self.dpc.start()
+        if self.redo is not None:
+            self.redo.start()
 
     def _start_query(self, writer: Any) -> StreamingQuery:
         """Start the query with its own settings (`spark_codegen.query_settings`: no-data
@@ -1426,7 +1473,7 @@ class TaskRuntime:
             raise self._error(op, f"file sink format must be jsonl, got {format!r}")
         if upsert_key is not None:
             for name in upsert_key:
-                self._field(op, self._get(op, input), name)
+                self._field(op, self._get(op, input, marks=True), name)
         if upsert_deletes_by is not None and upsert_deletes_by not in (upsert_key or ()):
             raise self._error(op, f"upsert_deletes_by {upsert_deletes_by!r} is not a column of "
                                   f"the upsert key {upsert_key!r}")
@@ -1621,7 +1668,8 @@ class TaskRuntime:
         access = (auth, () if auth is not None else tuple(declared), not declared)
         self._serve(op, input, channel, self._param(op, "endpoint", endpoint), access, marks,
                     relay=marks)
-        sink = self.sink.inner if isinstance(self.sink, (DpcSink, MarkedSink)) else self.sink
+        sink = self.sink.inner if isinstance(self.sink, (DpcSink, MarkedSink, RedoSink)) \
+            else self.sink
         assert isinstance(sink, sinks.ChannelSink)
         self.live[(op, "endpoint")] = LiveParam(
             endpoint, lambda bind: self._move_writer(op, sink, channel, str(bind)))

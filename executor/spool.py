@@ -33,7 +33,7 @@ import pyarrow as pa
 
 from common.atomic_file import replace_file
 from common.safe_open import PRIVATE_FILE_MODE, private_folder
-from executor.dpc_marks import without_corrections
+from executor.dpc_marks import without_corrections, without_superseded
 
 CHUNK_ROWS = 32_768  # rows per record batch in a spooled file: the unit Spark partitions split
 COMMITTED = "committed"
@@ -125,6 +125,7 @@ class Control:
     hold: bool = False
     keep: bool = False
     upto: int | None = None
+    superseded: int = 0  # a marked channel's tentative rows of episodes up to it are left out
 
 
 def write_control(folder: str, control: Control) -> None:
@@ -138,7 +139,8 @@ def read_control(folder: str) -> Control:
         with open(os.path.join(folder, DPC), encoding="utf-8") as f:
             data = json.loads(f.read())
         return Control(bool(data["hold"]), bool(data["keep"]),
-                       None if data["upto"] is None else int(data["upto"]))
+                       None if data["upto"] is None else int(data["upto"]),
+                       int(data.get("superseded", 0)))
     except FileNotFoundError:
         return Control()
     except (ValueError, KeyError, TypeError) as exc:
@@ -229,7 +231,10 @@ def split_units(batches: Sequence[SpooledBatch], parts: int) -> list[tuple[Unit,
 
 def read_units(folder: str, units: Sequence[Unit], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
     """The record batches `units` name, memory-mapped, as `schema` (a Spark Python worker's side);
-    a marked channel's correction rows left out (`dpc_marks.without_corrections`)."""
+    a marked channel's correction rows left out (`dpc_marks.without_corrections`), and its
+    tentative rows of the episodes a stateful downstream task's re-run supersedes
+    (`Control.superseded`, `dpc_marks.without_superseded`)."""
+    superseded = read_control(folder).superseded if units else 0
     for seq, chunks, size, first, end in units:
         path = os.path.join(folder, batch_name(seq, chunks, size))
         try:
@@ -238,7 +243,9 @@ def read_units(folder: str, units: Sequence[Unit], schema: pa.Schema) -> Iterato
             raise SpoolError(f"spool {folder}: batch {seq} is gone (trimmed before it was "
                              "read)") from None
         for index in range(first, end):
-            batch = without_corrections(reader.get_batch(index))
+            batch = without_superseded(without_corrections(reader.get_batch(index)), superseded)
+            if batch.num_rows == 0:  # every row a correction or superseded: nothing to read
+                continue
             if not batch.schema.equals(schema, check_metadata=False):
                 batch = pa.Table.from_batches([batch]).select(schema.names) \
                     .cast(schema).combine_chunks().to_batches()[0]

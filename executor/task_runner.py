@@ -576,8 +576,10 @@ class TaskRunner:
                 with self._rebuild:
                     current = self.runtime
                     assert current is not None  # replaced, never cleared, once started
-                    dpc = getattr(current, "dpc", None)  # (a stand-in runtime has none)
-                    replacing = dpc is not None and dpc.replacing
+                    # a DPC re-run (a union's or join's, or a stateful downstream task's
+                    # redo); a stand-in runtime has neither controller
+                    replacing = any(getattr(getattr(current, name, None), "replacing", False)
+                                    for name in ("dpc", "redo"))
                     if current.query is not query or replacing:  # (a DPC re-run starting)
                         continue
                 exc = query.exception()

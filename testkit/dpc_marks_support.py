@@ -6,15 +6,19 @@ projection) and writes a file sink. `marked_cut_run` cuts a2's link once f's fir
 out, heals it after `cut_seconds`, and returns what f's sink holds once everything drained;
 `oracle` is the plain-Python filter over all input. The other runs change whose sink is read:
 u's own network sink (`network_cut_run`) or Kafka sink (`kafka_cut_run`), or two downstream
-tasks filtering u.out into a network sink and a Kafka sink (`downstream_sinks_cut_run`)."""
+tasks filtering u.out into a network sink and a Kafka sink (`downstream_sinks_cut_run`), or
+two stateful tasks, a window and an updating aggregate, each straight into its file sink
+(`stateful_cut_run`: checkpoint/redo; `window_oracle` and `totals_oracle` the plain-Python
+results over all input)."""
 
 from __future__ import annotations
 
 import socket
 import threading
 import time
+from collections import defaultdict
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Callable
 
@@ -444,3 +448,111 @@ def downstream_sinks_cut_run(spark: Any, tmp_path: Path, bootstrap: str, topic: 
     finally:
         net.stop()
         kafka.stop()
+
+
+# -- a stateful downstream task: checkpoint/redo (docs/availability.md, "A stateful downstream
+# task")
+
+REDO_WATERMARK = timedelta(seconds=3)  # w's and t's (a2 may lag a1 by seconds under load)
+Windows = dict[tuple[datetime, str], tuple[int, float]]
+Totals = dict[str, tuple[int, float]]
+
+
+def window_oracle(rate: float, limit: int) -> Windows:
+    """(window start, sensor) -> (count, sum of temp) of 1 s windows over every input row of
+    a1 and a2, for the windows the final watermark (largest time minus REDO_WATERMARK) closes
+    (plain Python)."""
+    groups: dict[tuple[datetime, str], list[float]] = defaultdict(list)
+    rows = input_rows(1, rate, limit) + input_rows(2, rate, limit)
+    for r in rows:
+        groups[(r["ts"].replace(microsecond=0), r["sensor"])].append(r["temp"])
+    closed_by = max(r["ts"] for r in rows) - REDO_WATERMARK
+    return {k: (len(v), sum(v)) for k, v in groups.items()
+            if k[0] + timedelta(seconds=1) <= closed_by}
+
+
+def totals_oracle(rate: float, limit: int) -> Totals:
+    """sensor -> (count, sum of temp) over every input row of a1 and a2 (plain Python)."""
+    out: Totals = {}
+    for r in input_rows(1, rate, limit) + input_rows(2, rate, limit):
+        n, total = out.get(r["sensor"], (0, 0.0))
+        out[r["sensor"]] = (n + 1, total + r["temp"])
+    return out
+
+
+def written_windows(rows: list[dict[str, Any]]) -> Windows:
+    """A view's windows; a window in it twice is an error."""
+    out: Windows = {}
+    for r in rows:
+        key = (r["window_start"], r["sensor"])
+        assert key not in out, f"window {key} twice in one view"
+        out[key] = (r["n"], r["total"])
+    return out
+
+
+def written_totals(rows: list[dict[str, Any]]) -> Totals:
+    """An upsert log's view folded per sensor (the last record of each)."""
+    from common import dpc_view
+
+    return {r["sensor"]: (r["n"], r["total"]) for r in dpc_view.folded(rows)}
+
+
+@dataclass
+class RedoRun:
+    """The stateful downstream tasks' sinks after a cut run: "w" (1 s windows per sensor, a
+    file sink) and "t" (running totals per sensor, an upsert log), and how long each one's
+    reconcile took (s)."""
+
+    run: MarkedRun  # its rows: t's upsert log
+    windows: list[dict[str, Any]]  # w's file sink
+    w_reconcile: list[float]
+    t_reconcile: list[float]
+
+
+def _stateful_task(spark: Any, tmp_path: Path, hub: Any, task_id: str) -> Any:
+    """Task "w" or "t": reads u.out (marked) into a window aggregate or an updating aggregate
+    (count and sum of temp per sensor) straight into its file sink (t's an upsert log)."""
+    from executor.runtime import TaskRuntime
+
+    b = TaskRuntime(spark, query_id="q", task_id=task_id,
+                    checkpoint_dir=str(tmp_path / task_id), channels=hub, trigger_seconds=0.5)
+    b.channel_source(output="in", schema=READING, channel="u.out", marks=True)
+    aggregates = (("n", "count", None), ("total", "sum", "temp"))
+    watermark = f"{int(REDO_WATERMARK.total_seconds())} seconds"
+    if task_id == "w":
+        b.window_aggregate(op="agg", input="in", output="out", time="ts", window="1 seconds",
+                           slide=None, watermark=watermark, group_by=("sensor",),
+                           aggregates=aggregates)
+        b.file_sink(op="sink", input="out", path=str(tmp_path / "w.jsonl"))
+    else:
+        b.updating_aggregate(op="agg", input="in", output="out", time="ts", ttl="1 hours",
+                             watermark=watermark, group_by=("sensor",), aggregates=aggregates)
+        b.file_sink(op="sink", input="out", path=str(tmp_path / "t.jsonl"),
+                    upsert_key=("sensor",))
+    assert b.redo is not None, f"{task_id}: no checkpoint/redo over the marked stream"
+    _sources_up(b)
+    return b
+
+
+def stateful_cut_run(spark: Any, tmp_path: Path, *, rate: float, limit: int,
+                     cut_seconds: float, max_delay: str) -> RedoRun:
+    """u serves the union on the marked channel u.out to two stateful tasks, "w" and "t"
+    (`_stateful_task`); the run's rows are t's upsert log."""
+
+    def build(hub: Any, proxy: LinkProxy) -> list[Any]:
+        u = _upstream_task(spark, tmp_path, hub, proxy, READING, max_delay, ("w", "t"))
+        return [u, _stateful_task(spark, tmp_path, hub, "w"),
+                _stateful_task(spark, tmp_path, hub, "t")]
+
+    seconds: dict[str, list[float]] = {}
+
+    def drained(u: Any, tasks: list[Any]) -> None:
+        for b in tasks[1:]:
+            wait_for(f"{b.task_id}'s reconcile", lambda b=b: bool(b.redo.reconcile_seconds), 120)
+            _read_all_of_u(u, b)
+            seconds[b.task_id] = list(b.redo.reconcile_seconds)
+
+    run = _drive(spark, tmp_path, Scenario(build, lambda: read_sink(tmp_path / "t.jsonl"),
+                                           drained),
+                 rate=rate, limit=limit, cut_seconds=cut_seconds)
+    return RedoRun(run, read_sink(tmp_path / "w.jsonl"), seconds["w"], seconds["t"])

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pytest
 import zmq
 
-from common import dpc_view
+from common import dpc_redo, dpc_view
 from common.types import Schema
 from executor import dpc_marks, spool
 from executor.channels import ChannelReader
@@ -194,6 +194,64 @@ def test_a_micro_batch_writes_the_revisions_of_the_spooled_batches_it_read(
     assert revisions_in(str(spark_dir), 1, spools) == [3]
     assert revisions_in(str(spark_dir), 2, spools) == [4]
     assert revisions_in(str(spark_dir), 3, spools) == []  # not planned yet
+
+
+def test_a_stateful_task_s_controller_keeps_its_point_asks_once_and_persists_it(
+        tmp_path: Path) -> None:
+    """`RedoController.on_batch` over a real spool and offset log (no Spark): the batch that
+    first reads a tentative row copies the checkpoint before it aside and keeps the spool's
+    batches; the one that reads the revision holds the spool and asks for the reconcile (up to
+    the revising seq); the state survives a new controller (a restart); the spool's reader then
+    leaves the superseded tentative rows out (`spool.read_units`)."""
+    from executor.dpc_downstream import RedoController, control_of
+
+    folder, checkpoint = tmp_path / "spool", tmp_path / "task"
+    spark_dir = checkpoint / "spark"
+    folder.mkdir()
+    data = rows(random.Random(8), 3)
+    for seq, (tentative, revision) in {1: (None, None), 2: (1, None), 3: (1, None),
+                                       4: (None, 1), 5: (None, None)}.items():
+        spool.write_batch(str(folder), seq, dpc_marks.mark_table(base_table(data), WIRE,
+                                                                  tentative, revision))
+    for batch, seq in enumerate((1, 2, 3, 5)):
+        _offsets(spark_dir, batch, seq)
+    (spark_dir / "commits").mkdir()
+    (spark_dir / "commits" / "0").write_text("v1\n{}\n")
+    asked: list[str] = []
+    redo = RedoController("w", str(checkpoint), ("u.out", str(folder)),
+                          lambda: asked.append("stop"), lambda: asked.append("start"))
+    assert redo.on_batch(0).tentative is None
+    opened = redo.on_batch(1)
+    assert opened.tentative == 1 and opened.keep_point
+    assert (checkpoint / "dpc" / "redo-stable" / "offsets" / "0").exists()
+    assert not (checkpoint / "dpc" / "redo-stable" / "offsets" / "1").exists()
+    assert spool.read_control(str(folder)) == spool.Control(keep=True)
+    assert redo.on_batch(2).tentative == 1
+    revising = redo.on_batch(3)
+    assert revising.tentative == 1 and revising.reconcile
+    assert spool.read_control(str(folder)) == spool.Control(hold=True, keep=True)
+    again = RedoController("w", str(checkpoint), ("u.out", str(folder)), lambda: None,
+                           lambda: None)
+    assert again.state == redo.state and again.state.reconcile_upto == 4
+    restored = dpc_redo.restored(again.state)
+    assert control_of(restored) == spool.Control(keep=True, upto=4, superseded=1)
+    spool.write_control(str(folder), control_of(restored))
+    read = pa.Table.from_batches(list(spool.read_units(
+        str(folder), [(seq, 1, spool.listing(str(folder))[seq].size, 0, 1)
+                      for seq in (1, 2, 3, 4)], WIRE)))
+    assert read.num_rows == 3 + 3  # seq 1's and the revising seq 4's; 2's and 3's left out
+    assert read.column(TENTATIVE_MARK).null_count == read.num_rows
+
+
+def test_a_reader_leaves_out_only_superseded_tentative_rows() -> None:
+    table = wire_table(rows(random.Random(9), 4), [None, 1, 2, None], [None, None, None, 1])
+    batch = table.combine_chunks().to_batches()[0]
+    assert dpc_marks.without_superseded(batch, 0).num_rows == 4
+    assert dpc_marks.without_superseded(batch, 1).column(TENTATIVE_MARK).to_pylist() == \
+        [None, 2, None]
+    assert dpc_marks.without_superseded(batch, 2).num_rows == 2
+    plain = base_table(rows(random.Random(9), 2)).to_batches()[0]
+    assert dpc_marks.without_superseded(plain, 5).num_rows == 2
 
 
 class _Writer:

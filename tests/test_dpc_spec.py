@@ -230,9 +230,10 @@ def _marked_calls(xml: str, tmp_path) -> list[str]:
 
 def test_a_dpc_union_s_channel_carries_marks_to_readers_that_propagate_them(tmp_path) -> None:
     """docs/availability.md, "Marks across channels": the union's channel sink and both
-    filtering readers are marked; with a window aggregate reading it too, nothing is (the
+    filtering readers are marked; a window aggregate straight into its sink is marked too
+    (checkpoint/redo, "A stateful downstream task"); one with a filter after it is not (the
     runtime would refuse the mark there; the union then waits for a cut input without a
-    limit instead, marking nothing)."""
+    limit instead, marking nothing), nor a count window."""
     project = ('  <operator name="p" type="project">\n    <input name="both"/>\n'
                '    <field name="sensor" value="both.sensor"/>\n'
                '    <output name="h2"/>\n  </operator>\n')
@@ -243,7 +244,17 @@ def test_a_dpc_union_s_channel_carries_marks_to_readers_that_propagate_them(tmp_
               '    <param name="time" value="ts"/><param name="size" value="1 seconds"/>\n'
               '    <aggregate name="n" function="count"/>\n'
               '    <output name="h2"/>\n  </operator>\n')
-    assert _marked_calls(_fanned(window), tmp_path) == []
+    calls = _marked_calls(_fanned(window), tmp_path)
+    assert sorted(c.split("(")[0] for c in calls) == [
+        "rt.channel_sink", "rt.channel_source", "rt.channel_source"], calls
+    after = window.replace('"h2"', '"w2"') + (
+        '  <operator name="g" type="filter">\n    <input name="w2"/>\n'
+        '    <param name="condition" value="w2.n &gt; 1"/>\n'
+        '    <output name="h2"/>\n  </operator>\n')
+    assert _marked_calls(_fanned(after), tmp_path) == []
+    counted = window.replace('<param name="size" value="1 seconds"/>',
+                             '<param name="rows" value="3"/>')
+    assert _marked_calls(_fanned(counted), tmp_path) == []
 
 
 def _keywords(program: str, method: str) -> list[dict[str, object]]:
@@ -357,8 +368,8 @@ def test_a_downstream_task_s_network_and_kafka_sinks_take_the_marks(tmp_path) ->
     """docs/availability.md, "Marks across channels": the union's output is read in two
     other tasks, filtered into a network sink and into a Kafka sink; its channel is marked
     for both, and the downstream network sink serves the marked schema (its own task holds
-    no union: the mark comes from its input channel). With a window aggregate as a third
-    reader, nothing is marked."""
+    no union: the mark comes from its input channel). With a count window as a third
+    reader, nothing is marked (an event-time window is: checkpoint/redo)."""
     readers = _filter("f1", "both", "h1") + _filter("f2", "both", "h2")
     sinks = NET_SINK.format(stream="h1") + KAFKA_SINK.format(stream="h2")
     third = SINK.replace("out.jsonl", "s3.jsonl").format(stream="raw")  # raw: a channel
@@ -368,7 +379,7 @@ def test_a_downstream_task_s_network_and_kafka_sinks_take_the_marks(tmp_path) ->
     [net] = _program_calls(xml, tmp_path, "network_sink")
     assert net.get("marks") is True
     window = ('  <operator name="w" type="window-aggregate">\n    <input name="both"/>\n'
-              '    <param name="time" value="ts"/><param name="size" value="1 seconds"/>\n'
+              '    <param name="time" value="ts"/><param name="rows" value="3"/>\n'
               '    <aggregate name="n" function="count"/>\n'
               '    <output name="h3"/>\n  </operator>\n')
     plain = xml.replace(third, third + window + SINK.replace('name="sink"', 'name="s4"')
