@@ -286,15 +286,21 @@ def _sources_up(rt: Any) -> None:
              120)
 
 
-def union_counts(b: Any, max_delay: str | None) -> str:
-    """Task `b`'s operators after its channel sources r1 and r2: their union (with
-    `max_delay`) counted per sensor and second; the stream its sink writes."""
-    b.union(op="u", inputs=("r1", "r2"), output="both", max_delay=max_delay)
-    b.window_aggregate(op="w", input="both", output="win", time="ts", window="1 seconds",
+def _counted_per_second(b: Any, input: str) -> str:
+    """Task `b`'s `input` counted and summed (temp) per sensor and second: the stream "win"
+    its sink writes."""
+    b.window_aggregate(op="w", input=input, output="win", time="ts", window="1 seconds",
                        slide=None, watermark=f"{int(WATERMARK.total_seconds())} seconds",
                        group_by=("sensor",),
                        aggregates=(("n", "count", None), ("total", "sum", "temp")))
     return "win"
+
+
+def union_counts(b: Any, max_delay: str | None) -> str:
+    """Task `b`'s operators after its channel sources r1 and r2: their union (with
+    `max_delay`) counted per sensor and second; the stream its sink writes."""
+    b.union(op="u", inputs=("r1", "r2"), output="both", max_delay=max_delay)
+    return _counted_per_second(b, "both")
 
 
 def merged_counts(b: Any, max_delay: str | None) -> str:
@@ -307,11 +313,7 @@ def merged_counts(b: Any, max_delay: str | None) -> str:
 
     b.channel_source(output="r3", schema=Schema.of(*READING_FIELDS), channel="a3.raw")
     b.union(op="m", inputs=("r1", "r2", "r3"), output="both", max_delay=max_delay, merger=True)
-    b.window_aggregate(op="w", input="both", output="win", time="ts", window="1 seconds",
-                       slide=None, watermark=f"{int(WATERMARK.total_seconds())} seconds",
-                       group_by=("sensor",),
-                       aggregates=(("n", "count", None), ("total", "sum", "temp")))
-    return "win"
+    return _counted_per_second(b, "both")
 
 
 def union_totals(b: Any, max_delay: str | None) -> str:
